@@ -1,0 +1,94 @@
+"""Shared pieces of the benchmarks: the corpus, a torch.nn.Transformer twin, timing."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from core.data import Vocab  # noqa: E402
+from core.model import ModelConfig, PositionalEncoding  # noqa: E402
+
+SHARED_ZIP = ROOT.parent / "shared" / "data" / "fra-eng.zip"
+
+
+def corpus_path() -> str:
+    """FRA_ENG_ZIP, else ../shared/data/fra-eng.zip; exit with a message if neither."""
+    path = os.environ.get("FRA_ENG_ZIP") or str(SHARED_ZIP)
+    if not Path(path).is_file():
+        sys.exit(f"fra-eng.zip not found at {path}: set FRA_ENG_ZIP")
+    return path
+
+
+class TorchTwin(nn.Module):
+    """The same encoder-decoder built on torch.nn.Transformer (post-LN, ReLU)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.src_emb = nn.Embedding(cfg.src_vocab_size, cfg.d_model)
+        self.tgt_emb = nn.Embedding(cfg.tgt_vocab_size, cfg.d_model)
+        self.pos = PositionalEncoding(cfg.d_model, cfg.dropout, cfg.max_positions)
+        self.transformer = nn.Transformer(
+            cfg.d_model, cfg.num_heads, cfg.num_encoder_layers, cfg.num_decoder_layers,
+            cfg.d_ff, cfg.dropout, batch_first=True,
+        )
+        self.dense = nn.Linear(cfg.d_model, cfg.tgt_vocab_size)
+
+    def forward(self, src, tgt_in):
+        """src (B, S), tgt_in (B, T) -> (logits (B, T, V), None)."""
+        scale = math.sqrt(self.cfg.d_model)
+        s = self.pos(self.src_emb(src) * scale)  # (B, S, D)
+        t = self.pos(self.tgt_emb(tgt_in) * scale)  # (B, T, D)
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1), dtype=torch.bool)
+        src_pad, tgt_pad = src == Vocab.pad_id, tgt_in == Vocab.pad_id
+        out = self.transformer(
+            s, t, tgt_mask=causal, src_key_padding_mask=src_pad, tgt_key_padding_mask=tgt_pad,
+            memory_key_padding_mask=src_pad, tgt_is_causal=True,
+        )
+        return self.dense(out), None
+
+
+    def loss(self, src, tgt_in, tgt_out, label_smoothing=0.0):
+        """Cross-entropy over full (B, T, V) logits, ignoring <pad>, as usually written."""
+        logits, _ = self(src, tgt_in)  # (B, T, V)
+        return F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(),
+                               ignore_index=Vocab.pad_id, label_smoothing=label_smoothing)
+
+
+def adam(model):
+    """The optimiser both models use (fused Adam, as core.trainer)."""
+    return torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
+                            fused=True)
+
+
+def train_step(model, opt, src, tgt, smoothing=0.1) -> int:
+    """One Adam step; returns the number of real target tokens."""
+    loss = model.loss(src, tgt[:, :-1], tgt[:, 1:], smoothing)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return int((tgt[:, 1:] != Vocab.pad_id).sum())
+
+
+def time_steps(model, opt, batches) -> tuple[float, int]:
+    """Seconds and target tokens for one pass of train steps over ``batches``."""
+    model.train()
+    start = time.perf_counter()
+    tokens = sum(train_step(model, opt, s, t) for s, t in batches)
+    return time.perf_counter() - start, tokens
+
+
+def median(xs) -> float:
+    """Median of a list."""
+    return statistics.median(xs)

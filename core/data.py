@@ -1,0 +1,401 @@
+"""The English-French corpus: download or local file, d2l preprocessing, vocabularies,
+a split by unique English sentence, and length-bucketed batches.
+
+Shape key: B batch, S source length, T target length (both padded per batch).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import random
+import urllib.error
+import urllib.request
+import zipfile
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+FRA_ENG_URL = "http://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"
+FRA_ENG_SHA1 = "94646ad1522d915e7b0f9296181140edcf86a4f5"
+FRA_ENG_ENV = "FRA_ENG_ZIP"  # environment variable: a local copy of fra-eng.zip
+ATTRIBUTION = (
+    "English-French pairs from the Tatoeba Project (tatoeba.org), packaged by "
+    "manythings.org/anki, licensed CC-BY 2.0 (France)."
+)
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+SPECIALS = [PAD, BOS, EOS, UNK]
+MAX_FILE_BYTES = 200 * 1024 * 1024  # refuse text corpora larger than this
+
+ProgressFn = Callable[[int, int | None], None]  # (bytes done, bytes total or None)
+
+
+class DataError(Exception):
+    """A corpus could not be found, fetched, verified or parsed; the message says why."""
+
+
+@dataclass
+class DataConfig:
+    """Which corpus to read and how to turn it into training pairs."""
+
+    source: str = "fra-eng"  # "fra-eng" (downloaded, cached) or a path to a .zip / .txt / .tsv
+    max_len: int = 20  # longest sentence kept, in tokens (words and punctuation), each side
+    min_freq: int = 2  # words seen fewer times in training data become <unk>
+    max_vocab: int = 10000  # keep at most this many word types per language (specials included)
+    split: str = "random"  # "random": by unique English sentence; "head": first rows, as d2l
+    val_fraction: float = 0.02  # share of unique English sentences held out for validation
+    test_fraction: float = 0.02  # share held out for the final test (never trained on)
+    num_train: int = 0  # "head" split: first rows for training (d2l: 512); 0 = no limit
+    num_val: int = 0  # "head" split: next rows for validation (d2l: 128)
+    max_pairs: int = 0  # read at most this many pairs from the file (0 = all)
+    split_seed: int = 0  # seed of the split
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def default_cache_dir() -> Path:
+    """Where the downloaded corpus is kept (ATTENTION_STUDIO_CACHE or ~/.cache)."""
+    env = os.environ.get("ATTENTION_STUDIO_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "attention-studio"
+
+
+def sha1_of(path: Path) -> str:
+    """Hex SHA-1 of a file, read in chunks."""
+    h = hashlib.sha1()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def download(url: str, dest: Path, sha1: str | None, progress: ProgressFn | None = None) -> Path:
+    """Fetch ``url`` to ``dest`` (via a temp file), verify its SHA-1, return ``dest``."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(dest.suffix + ".part")
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp, open(tmp, "wb") as out:
+            total = resp.headers.get("Content-Length")
+            total = int(total) if total else None
+            done = 0
+            while chunk := resp.read(1 << 16):
+                out.write(chunk)
+                done += len(chunk)
+                if progress:
+                    progress(done, total)
+    except (urllib.error.URLError, OSError, TimeoutError) as e:
+        tmp.unlink(missing_ok=True)
+        raise DataError(
+            f"Could not download {url}: {e}. Check the network connection, or download "
+            f"the file yourself and pass its path (or set {FRA_ENG_ENV})."
+        ) from e
+    if sha1 and (got := sha1_of(tmp)) != sha1:
+        tmp.unlink(missing_ok=True)
+        raise DataError(
+            f"Checksum mismatch for {url}: expected sha1 {sha1}, got {got}. The download "
+            "is corrupt or the file changed; try again or pass a local copy."
+        )
+    os.replace(tmp, dest)
+    return dest
+
+
+def resolve_corpus(
+    source: str = "fra-eng",
+    cache_dir: Path | None = None,
+    progress: ProgressFn | None = None,
+    url: str = FRA_ENG_URL,
+    sha1: str = FRA_ENG_SHA1,
+) -> Path:
+    """Path of a readable corpus file: a local path, or fra-eng from env, cache or web."""
+    if source != "fra-eng":
+        path = Path(source).expanduser()
+        if not path.is_file():
+            raise DataError(f"Corpus file not found: {path}")
+        return path
+    env = os.environ.get(FRA_ENG_ENV)
+    if env:
+        if not Path(env).is_file():
+            raise DataError(f"{FRA_ENG_ENV} points to {env}, which is not a file.")
+        return Path(env)
+    cached = (cache_dir or default_cache_dir()) / "fra-eng.zip"
+    if cached.is_file():
+        return cached
+    return download(url, cached, sha1, progress)
+
+
+def _decode(raw: bytes, name: str) -> str:
+    """UTF-8 text of a corpus file, or a DataError naming the file."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{name} is not UTF-8 text ({e}); save it as UTF-8.") from e
+
+
+def read_text(path: Path) -> str:
+    """The corpus text of a .zip (its fra.txt or first .txt) or of a plain text file."""
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise DataError(f"{path} is larger than {MAX_FILE_BYTES // 2**20} MB; use a smaller file.")
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as zf:
+                names = [n for n in zf.namelist() if n.endswith(".txt") and "_about" not in n]
+                if not names:
+                    raise DataError(f"{path} holds no .txt file of sentence pairs.")
+                best = next((n for n in names if n.endswith("fra.txt")), names[0])
+                return _decode(zf.read(best), f"{path}:{best}")
+        except zipfile.BadZipFile as e:
+            raise DataError(f"{path} is a damaged zip archive ({e}).") from e
+    return _decode(path.read_bytes(), str(path))
+
+
+def parse_pairs(text: str, name: str = "corpus") -> tuple[list[tuple[str, str]], int]:
+    """Tab-separated (source, target) pairs of ``text`` and the count of skipped lines."""
+    pairs, skipped = [], 0
+    for line in io.StringIO(text):
+        if not line.strip():
+            continue
+        cols = line.rstrip("\r\n").split("\t")
+        if len(cols) < 2 or not cols[0].strip() or not cols[1].strip():
+            skipped += 1
+            continue
+        pairs.append((cols[0], cols[1]))
+    if not pairs:
+        raise DataError(
+            f"{name} has no usable sentence pairs: each line needs "
+            f"'source<TAB>target' ({skipped} malformed lines skipped)."
+        )
+    return pairs, skipped
+
+
+# ----------------------------------------------------------------------------- text
+
+
+def preprocess(text: str) -> str:
+    """d2l preprocessing: no-break spaces to spaces, lower case, space before , . ! ?
+
+    Also writes the typographic apostrophe (’) as ' so "j’ai" and "j'ai" are one word.
+    """
+    text = text.replace("\u202f", " ").replace("\xa0", " ").replace("\u2019", "'")
+    text = text.lower().strip()
+    out = []
+    for i, ch in enumerate(text):
+        if i > 0 and ch in ",.!?" and text[i - 1] != " ":
+            out.append(" ")
+        out.append(ch)
+    return "".join(out)
+
+
+def tokenize(text: str) -> list[str]:
+    """Preprocess and split into word tokens."""
+    return preprocess(text).split()
+
+
+class Vocab:
+    """Word-level vocabulary; ids 0..3 are <pad> <bos> <eos> <unk>."""
+
+    def __init__(self, itos: list[str]):
+        if itos[: len(SPECIALS)] != SPECIALS:
+            raise ValueError(f"a vocabulary must start with {SPECIALS}")
+        self.itos = list(itos)
+        self.stoi = {t: i for i, t in enumerate(self.itos)}
+
+    @classmethod
+    def build(cls, sentences: list[list[str]], min_freq: int, max_size: int) -> Vocab:
+        """Most frequent words seen at least ``min_freq`` times, ties broken alphabetically."""
+        counts = Counter(tok for sent in sentences for tok in sent)
+        words = sorted(
+            (w for w, c in counts.items() if c >= min_freq and w not in SPECIALS),
+            key=lambda w: (-counts[w], w),
+        )
+        return cls(SPECIALS + words[: max(0, max_size - len(SPECIALS))])
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    pad_id, bos_id, eos_id, unk_id = 0, 1, 2, 3
+
+    def encode(self, tokens: list[str]) -> list[int]:
+        """Token strings to ids (unknown words -> <unk>)."""
+        return [self.stoi.get(t, self.unk_id) for t in tokens]
+
+    def decode(self, ids) -> list[str]:
+        """Ids to token strings."""
+        return [self.itos[int(i)] for i in ids]
+
+
+# ----------------------------------------------------------------------------- splits
+
+
+@dataclass
+class Split:
+    """Tokenized pairs of one split (no special tokens)."""
+
+    pairs: list[tuple[list[str], list[str]]] = field(default_factory=list)
+
+    def groups(self) -> list[tuple[list[str], list[list[str]]]]:
+        """Unique source sentences, each with all of its reference translations."""
+        refs: dict[tuple[str, ...], list[list[str]]] = {}
+        for src, tgt in self.pairs:
+            refs.setdefault(tuple(src), []).append(tgt)
+        return [(list(src), r) for src, r in refs.items()]
+
+
+@dataclass
+class Corpus:
+    """Vocabularies, the three splits and a summary of what was read."""
+
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    train: Split
+    val: Split
+    test: Split
+    summary: dict
+
+
+def split_by_source(pairs, cfg: DataConfig) -> tuple[Split, Split, Split]:
+    """Split so that all translations of one English sentence share a split."""
+    if cfg.split == "head":
+        n_train = cfg.num_train or len(pairs)
+        n_val = cfg.num_val
+        return Split(pairs[:n_train]), Split(pairs[n_train : n_train + n_val]), Split([])
+    if cfg.split != "random":
+        raise DataError(f"Unknown split '{cfg.split}': use 'random' or 'head'.")
+    sources = sorted({tuple(s) for s, _ in pairs})
+    random.Random(cfg.split_seed).shuffle(sources)
+    n_val = round(len(sources) * cfg.val_fraction)
+    n_test = round(len(sources) * cfg.test_fraction)
+    where = {s: "val" for s in sources[:n_val]}
+    where.update({s: "test" for s in sources[n_val : n_val + n_test]})
+    parts = {"train": Split(), "val": Split(), "test": Split()}
+    for src, tgt in pairs:
+        parts[where.get(tuple(src), "train")].pairs.append((src, tgt))
+    return parts["train"], parts["val"], parts["test"]
+
+
+def validate_config(cfg: DataConfig) -> None:
+    """Raise DataError if the data settings are impossible."""
+    if cfg.max_len < 1:
+        raise DataError(f"max_len must be at least 1 (got {cfg.max_len}).")
+    if cfg.min_freq < 1:
+        raise DataError(f"min_freq must be at least 1 (got {cfg.min_freq}).")
+    if cfg.max_vocab < len(SPECIALS) + 1:
+        raise DataError(f"max_vocab must be at least {len(SPECIALS) + 1} (got {cfg.max_vocab}).")
+    if not (0 <= cfg.val_fraction < 1 and 0 <= cfg.test_fraction < 1):
+        raise DataError("val_fraction and test_fraction must be in [0, 1).")
+    if cfg.val_fraction + cfg.test_fraction >= 1:
+        raise DataError("val_fraction + test_fraction must leave data to train on.")
+
+
+def load_corpus(
+    cfg: DataConfig, cache_dir: Path | None = None, progress: ProgressFn | None = None
+) -> Corpus:
+    """Read, preprocess, filter, split and build vocabularies, as ``cfg`` says."""
+    validate_config(cfg)
+    path = resolve_corpus(cfg.source, cache_dir, progress)
+    raw, skipped = parse_pairs(read_text(path), str(path))
+    if cfg.max_pairs:
+        raw = raw[: cfg.max_pairs]
+    tokenized = [(tokenize(s), tokenize(t)) for s, t in raw]
+    pairs = [
+        (s, t) for s, t in tokenized if 0 < len(s) <= cfg.max_len and 0 < len(t) <= cfg.max_len
+    ]
+    if not pairs:
+        raise DataError(f"{path}: no pair is within max_len={cfg.max_len} tokens.")
+    train, val, test = split_by_source(pairs, cfg)
+    if not train.pairs:
+        raise DataError(f"{path}: the split left no training pairs.")
+    src_vocab = Vocab.build([s for s, _ in train.pairs], cfg.min_freq, cfg.max_vocab)
+    tgt_vocab = Vocab.build([t for _, t in train.pairs], cfg.min_freq, cfg.max_vocab)
+    summary = {
+        "path": str(path),
+        "pairs_read": len(raw),
+        "skipped_lines": skipped,
+        "too_long": len(tokenized) - len(pairs),
+        "train": len(train.pairs),
+        "val": len(val.pairs),
+        "test": len(test.pairs),
+        "src_vocab": len(src_vocab),
+        "tgt_vocab": len(tgt_vocab),
+    }
+    return Corpus(src_vocab, tgt_vocab, train, val, test, summary)
+
+
+def inspect_file(path: str | Path) -> dict:
+    """Counts of usable and skipped lines of a pairs file, for showing before a launch."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"Corpus file not found: {path}")
+    pairs, skipped = parse_pairs(read_text(path), str(path))
+    return {"path": str(path), "usable": len(pairs), "skipped": skipped, "examples": pairs[:3]}
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+def encode_pairs(
+    split: Split, src_vocab: Vocab, tgt_vocab: Vocab
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(source ids + <eos>, <bos> + target ids + <eos>) arrays for each pair."""
+    out = []
+    for src, tgt in split.pairs:
+        s = np.array(src_vocab.encode(src) + [Vocab.eos_id], dtype=np.int64)
+        t = np.array([Vocab.bos_id] + tgt_vocab.encode(tgt) + [Vocab.eos_id], dtype=np.int64)
+        out.append((s, t))
+    return out
+
+
+def pad_batch(seqs: list[np.ndarray], length: int | None = None) -> torch.Tensor:
+    """Right-pad id arrays with <pad> into one (B, max len) tensor (or truncate to length)."""
+    width = length or max(len(s) for s in seqs)
+    out = np.full((len(seqs), width), Vocab.pad_id, dtype=np.int64)  # (B, width)
+    for i, s in enumerate(seqs):
+        out[i, : min(len(s), width)] = s[:width]
+    return torch.from_numpy(out)
+
+
+def batch_indices(
+    lengths: list[int],
+    batch_size: int,
+    shuffle: bool,
+    seed: int,
+    bucket: bool = True,
+    pool: int = 64,
+) -> list[list[int]]:
+    """Groups of example indices; with ``bucket`` similar lengths share a batch."""
+    idx = list(range(len(lengths)))
+    rng = random.Random(seed)
+    if shuffle:
+        rng.shuffle(idx)
+    if bucket:
+        size = batch_size * pool
+        chunks = [idx[i : i + size] for i in range(0, len(idx), size)]
+        idx = [j for c in chunks for j in sorted(c, key=lambda k: lengths[k])]
+    batches = [idx[i : i + batch_size] for i in range(0, len(idx), batch_size)]
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
+def batches(
+    encoded: list[tuple[np.ndarray, np.ndarray]],
+    batch_size: int,
+    shuffle: bool = True,
+    seed: int = 0,
+    bucket: bool = True,
+    fixed_len: int | None = None,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Yield (src (B, S), tgt (B, T)) id tensors; tgt holds <bos> ... <eos>.
+
+    With ``bucket`` batches are padded only to their longest sentence; ``fixed_len``
+    pads (and truncates) everything to one length, as d2l's ``num_steps`` does.
+    """
+    lengths = [max(len(s), len(t)) for s, t in encoded]
+    for group in batch_indices(lengths, batch_size, shuffle, seed, bucket and not fixed_len):
+        src = pad_batch([encoded[i][0] for i in group], fixed_len)  # (B, S)
+        tgt = pad_batch([encoded[i][1] for i in group], fixed_len and fixed_len + 1)  # (B, T)
+        yield src, tgt

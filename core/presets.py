@@ -1,0 +1,87 @@
+"""Named starting points for a run: data, model and training settings together."""
+
+from __future__ import annotations
+
+PRESETS: dict[str, dict[str, dict]] = {
+    "d2l": {  # the d2l.ai chapter 11.7 experiment, reproduced in one click
+        "data": {
+            "split": "head",
+            "num_train": 512,
+            "num_val": 128,
+            "min_freq": 2,
+            "max_len": 20,
+            "max_vocab": 100000,
+        },
+        "model": {
+            "d_model": 256,
+            "num_heads": 4,
+            "num_encoder_layers": 2,
+            "num_decoder_layers": 2,
+            "d_ff": 64,
+            "dropout": 0.2,
+        },
+        "train": {
+            "epochs": 30,
+            "batch_size": 128,
+            "lr": 0.0015,
+            "warmup_steps": 0,
+            "schedule": "constant",
+            "label_smoothing": 0.0,
+            "grad_clip": 1.0,
+            "eval_every": 20,
+            "eval_sentences": 128,
+            "log_every": 1,
+        },
+    },
+    "small": {  # trains on a laptop CPU in about ten minutes
+        "data": {"split": "random", "max_len": 12, "min_freq": 2, "max_vocab": 6000},
+        "model": {
+            "d_model": 256,
+            "num_heads": 4,
+            "num_encoder_layers": 2,
+            "num_decoder_layers": 2,
+            "d_ff": 1024,
+            "dropout": 0.1,
+        },
+        "train": {
+            "epochs": 0,
+            "time_budget": 600,
+            "batch_size": 128,
+            "lr": 1e-3,
+            "warmup_steps": 400,
+            "schedule": "inverse_sqrt",
+            "label_smoothing": 0.1,
+            "eval_every": 500,
+            "eval_sentences": 300,
+            "log_every": 20,
+        },
+    },
+    "base": {  # the paper's base model, for a GPU
+        "data": {"split": "random", "max_len": 40, "min_freq": 2, "max_vocab": 20000},
+        "model": {
+            "d_model": 512,
+            "num_heads": 8,
+            "num_encoder_layers": 6,
+            "num_decoder_layers": 6,
+            "d_ff": 2048,
+            "dropout": 0.1,
+        },
+        "train": {
+            "epochs": 20,
+            "batch_size": 256,
+            "lr": 7e-4,
+            "warmup_steps": 4000,
+            "schedule": "inverse_sqrt",
+            "label_smoothing": 0.1,
+            "eval_every": 1000,
+            "eval_sentences": 500,
+            "log_every": 50,
+        },
+    },
+}
+
+PRESET_HELP = {
+    "d2l": "d2l chapter: first 512 + 128 pairs, width 256, 2 blocks, 4 heads, FFN 64, 30 epochs",
+    "small": "small, CPU, ~10 minutes on all of fra-eng",
+    "base": "base, GPU: the paper's base sizes (512 wide, 6 + 6 blocks, 8 heads)",
+}

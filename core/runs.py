@@ -1,0 +1,117 @@
+"""A run directory: config.json, metrics.jsonl, status.json, checkpoints, snapshots.
+
+The trainer writes these files; the app and the CLI read them. Writes are atomic
+(temporary file + rename) or append-only, so a reader never sees half a record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from core.checkpoint import atomic_save
+
+STATES = ("starting", "running", "finished", "stopped", "failed")
+
+
+def write_json(path: Path, obj) -> None:
+    """Write JSON atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path, default=None):
+    """Read a JSON file, or ``default`` if it is missing or half-written."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return default
+
+
+class RunDir:
+    """Paths and readers/writers of one training run's directory."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.config = self.path / "config.json"
+        self.metrics = self.path / "metrics.jsonl"
+        self.status = self.path / "status.json"
+        self.last = self.path / "last.pt"
+        self.best = self.path / "best.pt"
+        self.snapshots = self.path / "snapshots"
+        self.stop_file = self.path / "STOP"
+        self.log = self.path / "train.log"
+
+    @property
+    def name(self) -> str:
+        """The run id (directory name)."""
+        return self.path.name
+
+    def create(self) -> None:
+        """Make the directory tree."""
+        self.snapshots.mkdir(parents=True, exist_ok=True)
+
+    def append_metrics(self, record: dict) -> None:
+        """Append one JSON line and flush it to disk."""
+        with open(self.metrics, "a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+
+    def read_metrics(self) -> list[dict]:
+        """All complete metric records (a half-written last line is skipped)."""
+        if not self.metrics.is_file():
+            return []
+        records = []
+        for line in self.metrics.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue
+        return records
+
+    def write_status(self, **fields) -> dict:
+        """Merge ``fields`` into status.json (atomically) and return it."""
+        status = read_json(self.status, {}) or {}
+        status.update(fields, updated_at=time.time())
+        write_json(self.status, status)
+        return status
+
+    def read_status(self) -> dict:
+        """The last status written, or {} before the first."""
+        return read_json(self.status, {}) or {}
+
+    def write_config(self, configs: dict) -> None:
+        """Save the run's configs (data, model, train) and corpus summary."""
+        write_json(self.config, configs)
+
+    def read_config(self) -> dict:
+        """The configs the run was started with."""
+        return read_json(self.config, {}) or {}
+
+    def save_snapshot(self, step: int, probes: list[dict]) -> None:
+        """Store the probe sentences' attention maps at a training step."""
+        atomic_save({"step": step, "probes": probes}, self.snapshots / f"step_{step:08d}.pt")
+
+    def snapshot_steps(self) -> list[int]:
+        """Training steps that have an attention snapshot, in order."""
+        if not self.snapshots.is_dir():
+            return []
+        return sorted(int(p.stem.split("_")[1]) for p in self.snapshots.glob("step_*.pt"))
+
+    def load_snapshot(self, step: int) -> dict:
+        """The probe maps saved at ``step`` (plain tensors, loaded with weights_only)."""
+        path = self.snapshots / f"step_{step:08d}.pt"
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+    def request_stop(self) -> None:
+        """Ask the trainer to save and stop at its next step."""
+        self.stop_file.touch()
+
+    def stop_requested(self) -> bool:
+        """True if a stop file is present."""
+        return self.stop_file.exists()

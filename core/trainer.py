@@ -1,0 +1,316 @@
+"""The training loop: Adam with warm-up and decay, label smoothing, clipping, bf16 on CUDA.
+
+The Trainer knows nothing of files or the UI: it reports through callbacks
+("step", "eval", "end"). ``core.train`` connects it to a run directory.
+Shape key: B batch, S source length, T target length, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from core.data import Corpus, Vocab, batches, encode_pairs
+from core.decode import TranslationError, translate
+from core.evaluate import corpus_bleu, evaluate_loss
+from core.model import Transformer
+
+D2L_PROBES = ["go .", "i lost .", "he's calm .", "i'm home ."]
+
+
+@dataclass
+class TrainConfig:
+    """How to train; saved in every run directory and checkpoint."""
+
+    epochs: int = 10  # passes over the training pairs (0 = no limit)
+    max_steps: int = 0  # optimiser steps (0 = no limit)
+    time_budget: float = 0.0  # wall-clock seconds of training (0 = no limit)
+    batch_size: int = 128  # sentence pairs per step
+    lr: float = 1e-3  # peak learning rate of Adam
+    warmup_steps: int = 400  # linear warm-up length
+    schedule: str = "inverse_sqrt"  # "inverse_sqrt" decay after warm-up, or "constant"
+    label_smoothing: float = 0.1  # as in the paper
+    grad_clip: float = 1.0  # max gradient norm (0 = off)
+    eval_every: int = 500  # steps between evaluations (and one at the end)
+    eval_sentences: int = 300  # validation sentences translated for BLEU at each evaluation
+    log_every: int = 20  # steps between metric records
+    device: str = "auto"  # "auto" (CUDA, then MPS, then CPU), "cuda", "mps" or "cpu"
+    amp: bool = True  # bf16 autocast on CUDA
+    seed: int = 0  # seeds parameters, dropout and batch order
+    threads: int = 0  # CPU threads for torch (0 = torch's default)
+    bucket: bool = True  # length-bucketed batches (False: random batches)
+    probes: list[str] = field(default_factory=lambda: list(D2L_PROBES))  # snapshot sentences
+
+    def validate(self) -> None:
+        """Raise ValueError with the reason if these settings cannot train."""
+        problems = []
+        if self.batch_size < 1:
+            problems.append(f"batch_size must be at least 1 (got {self.batch_size})")
+        if not self.lr > 0:
+            problems.append(f"lr must be positive (got {self.lr})")
+        if not (self.epochs or self.max_steps or self.time_budget):
+            problems.append("set a limit: epochs, max_steps or time_budget")
+        if min(self.epochs, self.max_steps, self.time_budget, self.warmup_steps) < 0:
+            problems.append("limits and warm-up cannot be negative")
+        if not 0 <= self.label_smoothing < 1:
+            problems.append(f"label_smoothing must be in [0, 1) (got {self.label_smoothing})")
+        if self.schedule not in ("inverse_sqrt", "constant"):
+            problems.append(f"unknown schedule '{self.schedule}'")
+        if self.device not in ("auto", "cpu", "cuda", "mps"):
+            problems.append(f"unknown device '{self.device}'")
+        if self.eval_every < 1 or self.log_every < 1:
+            problems.append("eval_every and log_every must be at least 1")
+        if problems:
+            raise ValueError("Invalid training settings: " + "; ".join(problems))
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    """CUDA, then Apple MPS, then CPU for "auto"; an explicit name must be available."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' was asked for, but no CUDA GPU is available")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("device 'mps' was asked for, but Apple MPS is not available")
+    return torch.device(name)
+
+
+def device_description(device: torch.device) -> str:
+    """A readable device name, e.g. 'cuda (NVIDIA H100)' or 'cpu (2 threads)'."""
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    if device.type == "cpu":
+        return f"cpu ({torch.get_num_threads()} threads)"
+    return device.type
+
+
+def learning_rate(step: int, cfg: TrainConfig) -> float:
+    """Peak lr after linear warm-up, then constant or decaying as 1/sqrt(step)."""
+    step = max(step, 1)
+    if cfg.warmup_steps and step < cfg.warmup_steps:
+        return cfg.lr * step / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return cfg.lr
+    return cfg.lr * math.sqrt(max(cfg.warmup_steps, 1) / step)
+
+
+@dataclass
+class TrainState:
+    """Where training stands; saved in checkpoints so a run can resume."""
+
+    step: int = 0  # optimiser steps taken
+    epoch: int = 0  # completed epochs
+    batch_in_epoch: int = 0  # batches of the current epoch already used
+    elapsed: float = 0.0  # seconds of training so far (across resumes)
+    best_bleu: float = -1.0  # best validation BLEU seen
+    tokens: int = 0  # target tokens trained on
+
+
+Callback = Callable[["Trainer", dict], None]
+
+
+class Trainer:
+    """Trains a Transformer on a Corpus and reports through callbacks."""
+
+    def __init__(
+        self, model: Transformer, corpus: Corpus, cfg: TrainConfig, state: TrainState | None = None
+    ):
+        cfg.validate()
+        self.cfg, self.corpus = cfg, corpus
+        self.device = pick_device(cfg.device)
+        self.model = model.to(self.device)
+        fused = self.device.type in ("cpu", "cuda")  # one kernel per step instead of many
+        self.optimizer = torch.optim.Adam(
+            model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9, fused=fused
+        )
+        self.state = state or TrainState()
+        self.callbacks: dict[str, list[Callback]] = {"step": [], "eval": [], "end": []}
+        self.stop_requested = False
+        self.train_data = encode_pairs(corpus.train, corpus.src_vocab, corpus.tgt_vocab)
+        self.val_data = encode_pairs(corpus.val, corpus.src_vocab, corpus.tgt_vocab)
+        self.val_groups = corpus.val.groups()[: cfg.eval_sentences]
+        use_amp = cfg.amp and self.device.type == "cuda" and torch.cuda.is_bf16_supported()
+        self.amp_dtype = torch.bfloat16 if use_amp else None
+
+    def on(self, event: str, fn: Callback) -> None:
+        """Register a callback for "step", "eval" or "end"."""
+        self.callbacks[event].append(fn)
+
+    def emit(self, event: str, info: dict) -> None:
+        """Call every callback of an event."""
+        for fn in self.callbacks[event]:
+            fn(self, info)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Optimiser steps in one epoch."""
+        return math.ceil(len(self.train_data) / self.cfg.batch_size)
+
+    @property
+    def total_steps(self) -> int | None:
+        """Step limit implied by epochs / max_steps (None if only a time budget)."""
+        limits = [self.cfg.max_steps] if self.cfg.max_steps else []
+        if self.cfg.epochs:
+            limits.append(self.cfg.epochs * self.steps_per_epoch)
+        return min(limits) if limits else None
+
+    def progress(self) -> float:
+        """Fraction of the run done, by steps or by time, whichever is further."""
+        done = []
+        if self.total_steps:
+            done.append(self.state.step / self.total_steps)
+        if self.cfg.time_budget:
+            done.append(self.state.elapsed / self.cfg.time_budget)
+        return min(1.0, max(done, default=0.0))
+
+    def finished(self) -> bool:
+        """True once a step, epoch or time limit is reached."""
+        return self.progress() >= 1.0
+
+    def train_step(self, src: torch.Tensor, tgt: torch.Tensor) -> dict:
+        """One optimiser step on a batch src (B, S), tgt (B, T + 1)."""
+        src, tgt = src.to(self.device), tgt.to(self.device)
+        tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # (B, T) each
+        lr = learning_rate(self.state.step + 1, self.cfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        with torch.autocast(
+            self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None
+        ):
+            loss = self.model.loss(src, tgt_in, tgt_out, self.cfg.label_smoothing)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        clip = self.cfg.grad_clip or float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        self.optimizer.step()
+        tokens = int((tgt_out != Vocab.pad_id).sum())
+        return {"loss": loss.item(), "lr": lr, "grad_norm": float(norm), "tokens": tokens}
+
+    def evaluate(self) -> dict:
+        """Validation loss and multi-reference BLEU on a fixed subset of sentences."""
+        from core.decode import translate_batch
+
+        info = {
+            "step": self.state.step,
+            "epoch": self.state.epoch + self.state.batch_in_epoch / max(self.steps_per_epoch, 1),
+        }
+        if not self.val_data:
+            return info
+        info["val_loss"] = evaluate_loss(self.model, self.val_data, amp_dtype=self.amp_dtype)
+        hyps = translate_batch(
+            self.model,
+            self.corpus.src_vocab,
+            self.corpus.tgt_vocab,
+            [g[0] for g in self.val_groups],
+        )
+        info["val_bleu"] = corpus_bleu(hyps, [g[1] for g in self.val_groups])
+        info["examples"] = [
+            {"src": " ".join(g[0]), "out": " ".join(h), "ref": " ".join(g[1][0])}
+            for g, h in zip(self.val_groups[:3], hyps[:3])
+        ]
+        return info
+
+    def probe_maps(self) -> list[dict]:
+        """Translations and attention maps of the probe sentences (float16, CPU)."""
+        probes = []
+        for sentence in self.cfg.probes:
+            try:
+                t = translate(self.model, self.corpus.src_vocab, self.corpus.tgt_vocab, sentence)
+            except TranslationError:
+                continue
+            maps = t.attention
+            probes.append(
+                {
+                    "sentence": sentence,
+                    "src_tokens": t.src_tokens,
+                    "output_tokens": t.output_tokens,
+                    "decoder_inputs": t.decoder_inputs,
+                    "encoder": maps.encoder.half(),
+                    "decoder_self": maps.decoder_self.half(),
+                    "cross": maps.cross.half(),
+                }
+            )
+        return probes
+
+    def run_evaluation(self) -> None:
+        """Evaluate, update the best BLEU and tell the callbacks."""
+        info = self.evaluate()
+        bleu = info.get("val_bleu", -1.0)
+        info["is_best"] = bleu > self.state.best_bleu or "val_bleu" not in info
+        if info["is_best"]:
+            self.state.best_bleu = bleu
+        self.emit("eval", info)
+
+    def epoch_batches(self):
+        """Batches of the current epoch, skipping those used before a resume."""
+        it = batches(
+            self.train_data,
+            self.cfg.batch_size,
+            shuffle=True,
+            seed=self.cfg.seed * 1000 + self.state.epoch,
+            bucket=self.cfg.bucket,
+        )
+        for i, batch in enumerate(it):
+            if i >= self.state.batch_in_epoch:
+                yield batch
+
+    def run(self) -> str:
+        """Train until a limit or a stop request; returns "finished" or "stopped"."""
+        torch.manual_seed(self.cfg.seed + self.state.step)
+        random.seed(self.cfg.seed + self.state.step)
+        self.model.train()
+        window: list[dict] = []
+        t_last = time.perf_counter()
+        while not self.finished() and not self.stop_requested:
+            for src, tgt in self.epoch_batches():
+                out = self.train_step(src, tgt)
+                now = time.perf_counter()
+                self.state.elapsed += now - t_last
+                t_last = now
+                self.state.step += 1
+                self.state.batch_in_epoch += 1
+                self.state.tokens += out["tokens"]
+                window.append({**out, "time": now})
+                if self.state.step % self.cfg.log_every == 0:
+                    self.emit("step", self._summarise(window))
+                    window = [window[-1]]
+                if self.state.step % self.cfg.eval_every == 0:
+                    self.run_evaluation()
+                    t_last = time.perf_counter()  # evaluation time is not training time
+                    window = []
+                if self.finished() or self.stop_requested:
+                    break
+            else:
+                self.state.epoch += 1
+                self.state.batch_in_epoch = 0
+        outcome = "finished" if self.finished() else "stopped"
+        if self.state.step % self.cfg.eval_every:
+            self.run_evaluation()
+        self.emit("end", {"outcome": outcome, "step": self.state.step})
+        return outcome
+
+    def _summarise(self, window: list[dict]) -> dict:
+        """Mean metrics of the steps since the last record (first entry is the anchor)."""
+        recent = window[1:] if len(window) > 1 else window
+        seconds = window[-1]["time"] - window[0]["time"] if len(window) > 1 else 0.0
+        tokens = sum(r["tokens"] for r in recent)
+        n = len(recent)
+        return {
+            "step": self.state.step,
+            "epoch": self.state.epoch + self.state.batch_in_epoch / max(self.steps_per_epoch, 1),
+            "loss": sum(r["loss"] for r in recent) / n,
+            "lr": recent[-1]["lr"],
+            "grad_norm": sum(r["grad_norm"] for r in recent) / n,
+            "tokens_per_s": tokens / seconds if seconds > 0 else None,
+            "elapsed": self.state.elapsed,
+            "progress": self.progress(),
+        }

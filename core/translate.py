@@ -1,0 +1,69 @@
+"""``python -m core.translate``: translate sentences with a checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from core.checkpoint import CheckpointError, load_checkpoint
+from core.decode import TranslationError, prepare_source, translate, translate_batch
+
+
+def translate_lines(
+    lm, lines: list[str], beam: int = 1, alpha: float = 0.6, max_len: int = 50
+) -> tuple[list[str], list[str]]:
+    """Translations of ``lines`` in order ("" where a line cannot be translated) and warnings."""
+    outs, warnings, todo = [""] * len(lines), [], {}
+    for i, line in enumerate(lines):
+        try:
+            _, tokens, _, notes = prepare_source(line, lm.src_vocab, lm.model.cfg.max_positions)
+        except TranslationError as e:
+            warnings.append(f"line {i + 1}: {e}")
+            continue
+        warnings += [f"line {i + 1}: {n}" for n in notes]
+        todo[i] = tokens[:-1]  # without <eos>
+    if beam <= 1:
+        done = translate_batch(
+            lm.model, lm.src_vocab, lm.tgt_vocab, list(todo.values()), max_len=max_len
+        )
+        for i, words in zip(todo, done):
+            outs[i] = " ".join(words)
+    else:
+        for i in todo:
+            outs[i] = translate(
+                lm.model, lm.src_vocab, lm.tgt_vocab, lines[i], beam, alpha, max_len
+            ).text
+    return outs, warnings
+
+
+def main(argv=None) -> int:
+    """Translate one sentence, or one sentence per line of --input, printing one per line."""
+    p = argparse.ArgumentParser(description="Translate English to French with a checkpoint.")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
+    p.add_argument("--alpha", type=float, default=0.6, help="beam length penalty")
+    p.add_argument("--max-len", type=int, default=50, help="longest output, in tokens")
+    p.add_argument("--input", help="a text file with one sentence per line")
+    p.add_argument("sentence", nargs="*", help="the sentence to translate")
+    args = p.parse_args(argv)
+    if not args.input and not args.sentence:
+        p.error("give a sentence or --input FILE")
+    try:
+        lm = load_checkpoint(args.checkpoint)
+        if args.input:
+            with open(args.input, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        else:
+            lines = [" ".join(args.sentence)]
+    except (CheckpointError, OSError, UnicodeDecodeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    outs, warnings = translate_lines(lm, lines, args.beam, args.alpha, args.max_len)
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    print("\n".join(outs))
+    return 0 if any(outs) or not lines else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

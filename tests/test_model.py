@@ -1,0 +1,216 @@
+"""The Transformer: shapes, masks, equivalence with PyTorch's layers, fused == explicit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from core.model import (
+    AttentionMaps,
+    DecoderLayer,
+    Encoder,
+    EncoderLayer,
+    ModelConfig,
+    MultiHeadAttention,
+    Transformer,
+    attention,
+    subsequent_mask,
+)
+
+ATOL = 1e-5
+
+
+def tiny_cfg(**kw) -> ModelConfig:
+    """A small config for fast tests."""
+    base = dict(src_vocab_size=23, tgt_vocab_size=19, d_model=16, num_heads=4,
+                num_encoder_layers=2, num_decoder_layers=2, d_ff=32, dropout=0.0)
+    return ModelConfig(**{**base, **kw})
+
+
+def padded_batch(vocab: int, lengths: list[int], width: int, seed: int = 0) -> torch.Tensor:
+    """Random ids (B, width) in 4..vocab-1, <pad>=0 after each length."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, vocab, (len(lengths), width), generator=g)
+    for i, n in enumerate(lengths):
+        ids[i, n:] = 0
+    return ids
+
+
+def test_d2l_encoder_shape():
+    """The d2l chapter's check: a 2-block encoder on (2, 100) ids gives (2, 100, 24)."""
+    cfg = ModelConfig(200, 200, d_model=24, num_heads=8, num_encoder_layers=2, d_ff=48,
+                      dropout=0.5)
+    enc = Encoder(cfg).eval()
+    src = torch.ones((2, 100), dtype=torch.long)
+    src[0, 3:], src[1, 2:] = 0, 0  # valid lengths 3 and 2
+    out, maps = enc(src, (src != 0)[:, None, None, :], need_weights=True)
+    assert out.shape == (2, 100, 24)
+    assert maps.shape == (2, 2, 8, 100, 100)
+
+
+def test_masked_softmax_is_zero_past_valid_length():
+    """Weights on keys past each sequence's valid length are exactly 0; rows sum to 1."""
+    q, k = torch.randn(2, 1, 2, 4), torch.randn(2, 1, 4, 4)
+    mask = torch.tensor([[True, True, False, False], [True, True, True, False]])
+    _, w = attention(q, k, k, mask[:, None, None, :])
+    assert torch.all(w[0, ..., 2:] == 0) and torch.all(w[1, ..., 3:] == 0)
+    assert torch.allclose(w.sum(-1), torch.ones(2, 1, 2))
+
+
+@pytest.mark.parametrize("bad, reason", [
+    (dict(d_model=30, num_heads=4), "divisible"),
+    (dict(num_encoder_layers=0), "num_encoder_layers"),
+    (dict(num_decoder_layers=0), "num_decoder_layers"),
+    (dict(num_heads=0), "num_heads"),
+    (dict(dropout=1.0), "dropout"),
+])
+def test_impossible_configs_are_refused(bad, reason):
+    """Impossible settings raise a readable ValueError before anything is built."""
+    with pytest.raises(ValueError, match=reason):
+        Transformer(tiny_cfg(**bad))
+
+
+def copy_mha(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
+    """Copy our W_q, W_k, W_v, W_o into PyTorch's packed in_proj / out_proj."""
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([ours.W_q.weight, ours.W_k.weight, ours.W_v.weight]))
+        ref.in_proj_bias.copy_(torch.cat([ours.W_q.bias, ours.W_k.bias, ours.W_v.bias]))
+        ref.out_proj.weight.copy_(ours.W_o.weight)
+        ref.out_proj.bias.copy_(ours.W_o.bias)
+
+
+def copy_ffn_norms(ours, ref, norms: list[str]) -> None:
+    """Copy FFN weights and the AddNorm layer norms into a PyTorch layer."""
+    with torch.no_grad():
+        ref.linear1.load_state_dict(ours.ffn.dense1.state_dict())
+        ref.linear2.load_state_dict(ours.ffn.dense2.state_dict())
+        for i, name in enumerate(norms, start=1):
+            getattr(ref, f"norm{i}").load_state_dict(getattr(ours, name).ln.state_dict())
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_multihead_attention_matches_pytorch(need_weights):
+    """Our MultiHeadAttention equals nn.MultiheadAttention with the same weights."""
+    torch.manual_seed(0)
+    ours = MultiHeadAttention(16, 4, 0.0).eval()
+    ref = nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    copy_mha(ours, ref)
+    q, kv = torch.randn(3, 5, 16), torch.randn(3, 7, 16)
+    keep = torch.tensor([7, 4, 1])[:, None] > torch.arange(7)  # (B, Tk) True = real key
+    out, w = ours(q, kv, kv, keep[:, None, None, :], need_weights=need_weights)
+    ref_out, ref_w = ref(q, kv, kv, key_padding_mask=~keep, average_attn_weights=False)
+    assert torch.allclose(out, ref_out, atol=ATOL)
+    if need_weights:
+        assert torch.allclose(w, ref_w, atol=ATOL)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_layer_matches_pytorch(norm_first):
+    """EncoderLayer equals nn.TransformerEncoderLayer (ReLU, post-LN or pre-LN)."""
+    torch.manual_seed(1)
+    cfg = tiny_cfg(norm_first=norm_first)
+    ours = EncoderLayer(cfg)
+    ref = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
+                                     norm_first=norm_first)
+    copy_mha(ours.attention, ref.self_attn)
+    copy_ffn_norms(ours, ref, ["addnorm1", "addnorm2"])
+    x = torch.randn(2, 6, 16)
+    keep = torch.tensor([6, 3])[:, None] > torch.arange(6)
+    out, _ = ours(x, keep[:, None, None, :])
+    ref_out = ref(x, src_key_padding_mask=~keep)  # training mode: no fast path
+    assert torch.allclose(out, ref_out, atol=ATOL)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_layer_matches_pytorch(norm_first):
+    """DecoderLayer equals nn.TransformerDecoderLayer with causal and memory masks."""
+    torch.manual_seed(2)
+    cfg = tiny_cfg(norm_first=norm_first)
+    ours = DecoderLayer(cfg)
+    ref = nn.TransformerDecoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
+                                     norm_first=norm_first)
+    copy_mha(ours.self_attention, ref.self_attn)
+    copy_mha(ours.cross_attention, ref.multihead_attn)
+    copy_ffn_norms(ours, ref, ["addnorm1", "addnorm2", "addnorm3"])
+    x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+    mem_keep = torch.tensor([7, 2])[:, None] > torch.arange(7)
+    causal = subsequent_mask(5)
+    out, _, _ = ours(x, memory, mem_keep[:, None, None, :], causal[None, None])
+    ref_out = ref(x, memory, tgt_mask=~causal, memory_key_padding_mask=~mem_keep)
+    assert torch.allclose(out, ref_out, atol=ATOL)
+
+
+@pytest.fixture(params=[False, True], ids=["post-LN", "pre-LN"])
+def model_and_batch(request):
+    """A seeded tiny model in eval mode and a padded batch."""
+    torch.manual_seed(3)
+    model = Transformer(tiny_cfg(norm_first=request.param, num_decoder_layers=3)).eval()
+    src = padded_batch(23, [7, 4, 2], 7)
+    tgt = padded_batch(19, [6, 6, 3], 6, seed=1)
+    tgt[:, 0] = 1  # <bos>
+    return model, src, tgt
+
+
+def test_fused_path_equals_explicit_path(model_and_batch):
+    """Logits are the same whether or not attention weights are asked for."""
+    model, src, tgt = model_and_batch
+    fast, none = model(src, tgt)
+    slow, maps = model(src, tgt, need_weights=True)
+    assert none is None and isinstance(maps, AttentionMaps)
+    assert torch.allclose(fast, slow, atol=ATOL)
+
+
+def test_attention_maps_shapes_masks_and_rows(model_and_batch):
+    """(L, B, H, ., .) maps: causal decoder, no weight on padded source keys, rows sum to 1."""
+    model, src, tgt = model_and_batch
+    _, maps = model(src, tgt, need_weights=True)
+    assert maps.encoder.shape == (2, 3, 4, 7, 7)
+    assert maps.decoder_self.shape == (3, 3, 4, 6, 6)
+    assert maps.cross.shape == (3, 3, 4, 6, 7)
+    upper = ~subsequent_mask(6)
+    assert torch.all(maps.decoder_self[..., upper] == 0)
+    src_pad = (src == 0)[None, :, None, None, :]  # (1, B, 1, 1, S)
+    assert torch.all(maps.cross.masked_select(src_pad.expand_as(maps.cross)) == 0)
+    assert torch.all(maps.encoder.masked_select(src_pad.expand_as(maps.encoder)) == 0)
+    for m in (maps.encoder, maps.decoder_self, maps.cross):
+        assert torch.allclose(m.sum(-1), torch.ones(m.shape[:-1]), atol=1e-5)
+
+
+def test_masked_loss_equals_full_cross_entropy(model_and_batch):
+    """Projecting only real target positions gives the usual ignore-pad cross-entropy."""
+    model, src, tgt = model_and_batch
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    logits, _ = model(src, tgt_in)
+    ref = nn.functional.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0,
+                                      label_smoothing=0.1)
+    assert torch.allclose(model.loss(src, tgt_in, tgt_out, 0.1), ref, atol=1e-6)
+
+
+def test_padding_does_not_change_real_positions(model_and_batch):
+    """Extra <pad> columns leave the logits of real positions unchanged."""
+    model, src, tgt = model_and_batch
+    base, _ = model(src, tgt)
+    wide_src = torch.cat([src, torch.zeros(3, 4, dtype=torch.long)], dim=1)
+    wide, _ = model(wide_src, tgt)
+    assert torch.allclose(base, wide, atol=ATOL)
+
+
+def test_positional_encoding_table():
+    """Sinusoids as in the paper: P[i, 2j] = sin(i / 10000^(2j/d)), P[i, 2j+1] = cos(...)."""
+    enc = Encoder(tiny_cfg())
+    table = enc.pos_encoding.table
+    i, j, d = 5, 3, 16
+    assert torch.isclose(table[i, 2 * j], torch.sin(torch.tensor(i / 10000 ** (2 * j / d))))
+    assert torch.isclose(table[i, 2 * j + 1], torch.cos(torch.tensor(i / 10000 ** (2 * j / d))))
+
+
+def test_embeddings_are_scaled_by_sqrt_d():
+    """The encoder input is embedding * sqrt(D) + position (dropout off)."""
+    enc = Encoder(tiny_cfg(num_encoder_layers=1)).eval()
+    src = torch.tensor([[5, 6, 7]])
+    seen = {}
+    enc.layers[0].register_forward_pre_hook(lambda m, args: seen.update(x=args[0]))
+    enc(src, torch.ones(1, 1, 1, 3, dtype=torch.bool))
+    expected = enc.embedding(src) * 4.0 + enc.pos_encoding.table[:3]
+    assert torch.allclose(seen["x"], expected)
