@@ -40,8 +40,13 @@ class TorchTwin(nn.Module):
         self.tgt_emb = nn.Embedding(cfg.tgt_vocab_size, cfg.d_model)
         self.pos = PositionalEncoding(cfg.d_model, cfg.dropout, cfg.max_positions)
         self.transformer = nn.Transformer(
-            cfg.d_model, cfg.num_heads, cfg.num_encoder_layers, cfg.num_decoder_layers,
-            cfg.d_ff, cfg.dropout, batch_first=True,
+            cfg.d_model,
+            cfg.num_heads,
+            cfg.num_encoder_layers,
+            cfg.num_decoder_layers,
+            cfg.d_ff,
+            cfg.dropout,
+            batch_first=True,
         )
         self.dense = nn.Linear(cfg.d_model, cfg.tgt_vocab_size)
 
@@ -53,23 +58,30 @@ class TorchTwin(nn.Module):
         causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1), dtype=torch.bool)
         src_pad, tgt_pad = src == Vocab.pad_id, tgt_in == Vocab.pad_id
         out = self.transformer(
-            s, t, tgt_mask=causal, src_key_padding_mask=src_pad, tgt_key_padding_mask=tgt_pad,
-            memory_key_padding_mask=src_pad, tgt_is_causal=True,
+            s,
+            t,
+            tgt_mask=causal,
+            src_key_padding_mask=src_pad,
+            tgt_key_padding_mask=tgt_pad,
+            memory_key_padding_mask=src_pad,
+            tgt_is_causal=True,
         )
         return self.dense(out), None
-
 
     def loss(self, src, tgt_in, tgt_out, label_smoothing=0.0):
         """Cross-entropy over full (B, T, V) logits, ignoring <pad>, as usually written."""
         logits, _ = self(src, tgt_in)  # (B, T, V)
-        return F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(),
-                               ignore_index=Vocab.pad_id, label_smoothing=label_smoothing)
+        return F.cross_entropy(
+            logits.flatten(0, 1),
+            tgt_out.flatten(),
+            ignore_index=Vocab.pad_id,
+            label_smoothing=label_smoothing,
+        )
 
 
 def adam(model):
     """The optimiser both models use (fused Adam, as core.trainer)."""
-    return torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
-                            fused=True)
+    return torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
 
 
 def train_step(model, opt, src, tgt, smoothing=0.1) -> int:

@@ -42,9 +42,7 @@ KIND_LABELS: dict[str, tuple[str, str, str]] = {
 def kind_labels(kind: str) -> tuple[str, str, str]:
     """Return (title, query words, key words) for a kind, or raise a helpful error."""
     if kind not in KIND_LABELS:
-        raise ValueError(
-            f"Unknown attention kind {kind!r}; use one of {list(KIND_LABELS)}."
-        )
+        raise ValueError(f"Unknown attention kind {kind!r}; use one of {list(KIND_LABELS)}.")
     return KIND_LABELS[kind]
 
 
@@ -54,9 +52,7 @@ def reading_hint(kind: str) -> str:
     return f"each row: {query_words} attends to columns: {key_words}"
 
 
-def _check_tokens(
-    shape: tuple[int, ...], query_tokens: Sequence, key_tokens: Sequence
-) -> None:
+def _check_tokens(shape: tuple[int, ...], query_tokens: Sequence, key_tokens: Sequence) -> None:
     """Raise ValueError when token lists do not match the last two dimensions."""
     tq, tk = shape[-2], shape[-1]
     if len(query_tokens) != tq or len(key_tokens) != tk:
@@ -129,9 +125,7 @@ def hide_special(
         ((..., Tq, Tk') renormalised weights, kept key indices).
     """
     if len(key_tokens) != weights.shape[-1]:
-        raise ValueError(
-            f"Got {len(key_tokens)} key tokens for {weights.shape[-1]} key columns."
-        )
+        raise ValueError(f"Got {len(key_tokens)} key tokens for {weights.shape[-1]} key columns.")
     hidden = set(hide)
     kept = [i for i, tok in enumerate(key_tokens) if tok not in hidden]
     return _normalise_rows(weights[..., kept]), kept
@@ -196,9 +190,7 @@ def head_label(row: dict, tk: int) -> str:
     return "broad head" if broad else "mixed"
 
 
-def _token_mass(
-    weights: np.ndarray, key_tokens: Sequence[str], token: str
-) -> np.ndarray:
+def _token_mass(weights: np.ndarray, key_tokens: Sequence[str], token: str) -> np.ndarray:
     """Mean over rows of the weight on keys equal to `token`: -> (L, H)."""
     cols = [i for i, tok in enumerate(key_tokens) if tok == token]
     return weights[..., cols].sum(axis=-1).mean(axis=-1)
@@ -238,9 +230,7 @@ def head_stats(
         for head in range(n_heads):
             rec = {"layer": layer, "head": head}
             rec.update({name: float(v[layer, head]) for name, v in table.items()})
-            rec["monotonicity"] = (
-                monotonicity(w[layer, head]) if kind == "cross" else np.nan
-            )
+            rec["monotonicity"] = monotonicity(w[layer, head]) if kind == "cross" else np.nan
             rec["label"] = head_label(rec, tk)
             records.append(rec)
     return pd.DataFrame.from_records(records)
@@ -261,9 +251,7 @@ def playback_rows(
     """
     n_steps = decoder_self.shape[2]
     if not 0 <= step < n_steps:
-        raise IndexError(
-            f"Step {step} is outside the generated output (0..{n_steps - 1})."
-        )
+        raise IndexError(f"Step {step} is outside the generated output (0..{n_steps - 1}).")
     self_row = decoder_self[:, :, step, :].copy()  # (L, H, T)
     self_row[..., step + 1 :] = 0.0
     return self_row, cross[:, :, step, :].copy()  # (L, H, T), (L, H, S)

@@ -47,7 +47,8 @@ class DataConfig:
     max_len: int = 20  # longest sentence kept, in tokens (words and punctuation), each side
     min_freq: int = 2  # words seen fewer times in training data become <unk>
     max_vocab: int = 10000  # keep at most this many word types per language (specials included)
-    split: str = "random"  # "random": by unique English sentence; "head": first rows, as d2l
+    split: str = "random"  # "random": by unique English sentence; "head": first rows as d2l
+    # (d2l's "head" also builds the vocabularies from train + val rows, as the book does)
     val_fraction: float = 0.02  # share of unique English sentences held out for validation
     test_fraction: float = 0.02  # share held out for the final test (never trained on)
     num_train: int = 0  # "head" split: first rows for training (d2l: 512); 0 = no limit
@@ -309,8 +310,10 @@ def load_corpus(
     train, val, test = split_by_source(pairs, cfg)
     if not train.pairs:
         raise DataError(f"{path}: the split left no training pairs.")
-    src_vocab = Vocab.build([s for s, _ in train.pairs], cfg.min_freq, cfg.max_vocab)
-    tgt_vocab = Vocab.build([t for _, t in train.pairs], cfg.min_freq, cfg.max_vocab)
+    # d2l builds its vocabularies from all rows it reads (train + val); "head" mimics that
+    seen = train.pairs + val.pairs if cfg.split == "head" else train.pairs
+    src_vocab = Vocab.build([s for s, _ in seen], cfg.min_freq, cfg.max_vocab)
+    tgt_vocab = Vocab.build([t for _, t in seen], cfg.min_freq, cfg.max_vocab)
     summary = {
         "path": str(path),
         "pairs_read": len(raw),

@@ -150,7 +150,8 @@ class RunRecorder:
 def prepare(rd: RunDir, configs: dict, resume: bool):
     """Build the corpus, model and trainer (restored from last.pt when resuming)."""
     data_cfg = DataConfig(**configs["data"])
-    corpus = load_corpus(data_cfg, progress=_download_bar())
+    rd.write_status(message="loading the corpus")
+    corpus = load_corpus(data_cfg, progress=_download_bar(rd))
     ckpt = read_checkpoint(rd.last) if resume else None
     if ckpt is not None:
         corpus.src_vocab, corpus.tgt_vocab = Vocab(ckpt["src_vocab"]), Vocab(ckpt["tgt_vocab"])
@@ -178,16 +179,23 @@ def prepare(rd: RunDir, configs: dict, resume: bool):
     return trainer
 
 
-def _download_bar():
-    """A tqdm progress callback for the corpus download."""
+def _download_bar(rd: RunDir):
+    """A progress callback for the corpus download: a tqdm bar and the run's status."""
     from tqdm import tqdm
 
-    bar = {}
+    bar, last = {}, [0.0]
 
     def update(done: int, total: int | None) -> None:
         if "b" not in bar:
             bar["b"] = tqdm(total=total, unit="B", unit_scale=True, desc="fra-eng.zip")
         bar["b"].update(done - bar["b"].n)
+        if time.time() - last[0] > 0.5 or done == total:
+            last[0] = time.time()
+            size = f" / {total / 1e6:.1f}" if total else ""
+            rd.write_status(
+                message=f"downloading fra-eng.zip: {done / 1e6:.1f}{size} MB",
+                download=done / total if total else None,
+            )
 
     return update
 
@@ -218,6 +226,7 @@ def train_run(args: argparse.Namespace) -> int:
     rd.write_config(configs)
     rd.write_status(
         state="running",
+        message="",
         device=device_description(trainer.device),
         total_steps=trainer.total_steps,
         progress=trainer.progress(),

@@ -201,13 +201,25 @@ def wide_checkpoint(tmp_path_factory, tiny_checkpoint) -> Path:
 
     tiny = load_checkpoint(tiny_checkpoint)
     cfg = ModelConfig(
-        len(tiny.src_vocab), len(tiny.tgt_vocab), d_model=64, num_heads=8,
-        num_encoder_layers=6, num_decoder_layers=6, d_ff=64, dropout=0.0,
+        len(tiny.src_vocab),
+        len(tiny.tgt_vocab),
+        d_model=64,
+        num_heads=8,
+        num_encoder_layers=6,
+        num_decoder_layers=6,
+        d_ff=64,
+        dropout=0.0,
     )
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("wide") / "wide-6x8.pt"
-    save_checkpoint(path, Transformer(cfg), tiny.src_vocab, tiny.tgt_vocab,
-                    data_config=tiny.meta["data_config"], state={"step": 0, "best_bleu": -1.0})
+    save_checkpoint(
+        path,
+        Transformer(cfg),
+        tiny.src_vocab,
+        tiny.tgt_vocab,
+        data_config=tiny.meta["data_config"],
+        state={"step": 0, "best_bleu": -1.0},
+    )
     return path
 
 
@@ -216,8 +228,16 @@ def wide_checkpoint(tmp_path_factory, tiny_checkpoint) -> Path:
 TINY_SETTINGS = {  # TINY_ARGS as core.jobs overrides, with 6 pairs held out for validation
     "data": {"source": str(TINY), "split": "head", "num_train": 24, "num_val": 6, "min_freq": 1},
     "model": {"d_model": 64, "num_heads": 4, "d_ff": 128, "dropout": 0.0},
-    "train": {"lr": 0.003, "label_smoothing": 0.0, "epochs": 100000, "eval_every": 4,
-              "log_every": 2, "seed": 0, "eval_sentences": 6, "probes": ["go ."]},
+    "train": {
+        "lr": 0.003,
+        "label_smoothing": 0.0,
+        "epochs": 100000,
+        "eval_every": 4,
+        "log_every": 2,
+        "seed": 0,
+        "eval_sentences": 6,
+        "probes": ["go ."],
+    },
 }
 
 
@@ -253,3 +273,60 @@ def jobs_env(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTENTION_STUDIO_MAX_CPU_JOBS", "1")
     yield {"runs": runs, "checkpoints": ckpts}
     kill_trainers(runs)
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    import subprocess
+
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def _make_run(
+    runs: Path, run_id: str, status: dict, job: dict | None = None, checkpoint: bool = False
+):
+    """A run directory written by hand: status.json, job.json and optionally last/best.pt."""
+    import time
+
+    from core import jobs
+    from core.checkpoint import save_checkpoint
+    from core.data import Vocab
+    from core.model import ModelConfig, Transformer
+    from core.runs import RunDir
+
+    rd = RunDir(Path(runs) / run_id)
+    rd.create()
+    rd.write_status(**status)
+    jobs.write_json(
+        rd.path / jobs.JOB_FILE,
+        {"run_id": run_id, "created_at": time.time(), "launched_at": 0, **(job or {})},
+    )
+    if checkpoint:
+        cfg = ModelConfig(src_vocab_size=6, tgt_vocab_size=6, d_model=8, num_heads=2, d_ff=16)
+        vocab = Vocab(["<pad>", "<bos>", "<eos>", "<unk>", "go", "va"])
+        rd.write_config({"data": {}, "model": {}, "train": {}})
+        for path in (rd.last, rd.best):
+            save_checkpoint(
+                path,
+                Transformer(cfg),
+                vocab,
+                vocab,
+                run=run_id,
+                state={"step": 7, "best_bleu": 12.5},
+                optimizer={"state": {}},
+            )
+    return rd
+
+
+@pytest.fixture
+def make_run():
+    """make_run(runs_root, run_id, status, job=None, checkpoint=False) -> RunDir, by hand."""
+    return _make_run
+
+
+@pytest.fixture
+def dead_pid():
+    """dead_pid() -> the pid of a process that has already exited."""
+    return _dead_pid

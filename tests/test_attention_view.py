@@ -94,14 +94,10 @@ BOS_COLUMN = np.tile([1.0, 0.0, 0.0, 0.0], (4, 1))
 HALF_HALF = np.tile([0.5, 0.5, 0.0, 0.0], (4, 1))
 HEAD_CASES = [
     pytest.param(np.eye(4), ABCD, "diagonal", 1.0, "diagonal head", id="diagonal"),
-    pytest.param(
-        _shifted_identity(4), ABCD, "previous", 1.0, "previous-token head", id="prev"
-    ),
+    pytest.param(_shifted_identity(4), ABCD, "previous", 1.0, "previous-token head", id="prev"),
     pytest.param(EOS_COLUMN, TOKENS4, "eos", 1.0, "sink head", id="eos-sink"),
     pytest.param(BOS_COLUMN, TOKENS4, "bos", 1.0, "sink head", id="bos-sink"),
-    pytest.param(
-        np.full((4, 4), 0.25), ABCD, "entropy", math.log(4), "broad head", id="uniform"
-    ),
+    pytest.param(np.full((4, 4), 0.25), ABCD, "entropy", math.log(4), "broad head", id="uniform"),
     pytest.param(HALF_HALF, ABCD, "entropy", math.log(2), "mixed", id="mixed"),
 ]
 
@@ -159,9 +155,7 @@ def test_playback_rows_slices_and_masks_future(step):
     cross = rng.random((2, 3, 4, 5))  # (L, H, T, S)
     self_row, cross_row = av.playback_rows(dec, cross, step)
     assert self_row.shape == (2, 3, 4)
-    np.testing.assert_array_equal(
-        self_row[..., : step + 1], dec[:, :, step, : step + 1]
-    )
+    np.testing.assert_array_equal(self_row[..., : step + 1], dec[:, :, step, : step + 1])
     assert not self_row[..., step + 1 :].any()
     np.testing.assert_array_equal(cross_row, cross[:, :, step, :])
     assert dec[:, :, step, step + 1 :].all()  # the input itself is left untouched

@@ -27,15 +27,18 @@ from core.data import (
 )
 
 
-@pytest.mark.parametrize("raw, expected", [
-    ("Go.", "go ."),
-    ("Run!\u202f", "run !"),
-    ("Courez\u202f!", "courez !"),
-    ("Hi,\xa0Tom?", "hi , tom ?"),
-    ("J'ai été là.", "j'ai été là ."),
-    ("Wait !", "wait !"),
-    ("J\u2019ai gagné.", "j'ai gagné ."),
-])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("Go.", "go ."),
+        ("Run!\u202f", "run !"),
+        ("Courez\u202f!", "courez !"),
+        ("Hi,\xa0Tom?", "hi , tom ?"),
+        ("J'ai été là.", "j'ai été là ."),
+        ("Wait !", "wait !"),
+        ("J\u2019ai gagné.", "j'ai gagné ."),
+    ],
+)
 def test_preprocess_like_d2l(raw, expected):
     """Lower case, no-break spaces, a space before , . ! ? — accents and apostrophes kept."""
     assert preprocess(raw) == expected
@@ -43,7 +46,9 @@ def test_preprocess_like_d2l(raw, expected):
 
 def test_parse_pairs_skips_and_counts_malformed_lines():
     """Lines without two non-empty columns are skipped and counted; extra columns ignored."""
-    text = "Go.\tVa !\tCC-BY 2.0 (France) Attribution\nno tab here\nsource only\t \n\nHi.\tSalut !\n"
+    text = (
+        "Go.\tVa !\tCC-BY 2.0 (France) Attribution\nno tab here\nsource only\t \n\nHi.\tSalut !\n"
+    )
     pairs, skipped = parse_pairs(text)
     assert pairs == [("Go.", "Va !"), ("Hi.", "Salut !")]
     assert skipped == 2
@@ -98,8 +103,9 @@ def test_download_verifies_checksum(tmp_path):
     source.write_bytes(b"pretend archive" * 1000)
     sha1 = hashlib.sha1(source.read_bytes()).hexdigest()
     seen = []
-    got = download(source.as_uri(), tmp_path / "cache" / "a.zip", sha1,
-                   lambda done, total: seen.append(done))
+    got = download(
+        source.as_uri(), tmp_path / "cache" / "a.zip", sha1, lambda done, total: seen.append(done)
+    )
     assert got.read_bytes() == source.read_bytes() and seen[-1] == 15000
     with pytest.raises(DataError, match="Checksum mismatch"):
         download(source.as_uri(), tmp_path / "cache" / "b.zip", "0" * 40)
@@ -123,8 +129,9 @@ def test_resolve_corpus_prefers_env_then_cache(tmp_path, monkeypatch):
     cached = tmp_path / "cache" / "fra-eng.zip"
     cached.parent.mkdir()
     cached.write_bytes(b"y")
-    assert resolve_corpus("fra-eng", cache_dir=tmp_path / "cache", url="http://127.0.0.1:9/") \
-        == cached
+    assert (
+        resolve_corpus("fra-eng", cache_dir=tmp_path / "cache", url="http://127.0.0.1:9/") == cached
+    )
     monkeypatch.setenv(FRA_ENG_ENV, str(tmp_path / "missing.zip"))
     with pytest.raises(DataError, match=FRA_ENG_ENV):
         resolve_corpus("fra-eng")
@@ -161,8 +168,15 @@ def test_head_split_is_d2l_first_rows():
     assert [p[0][0] for p in val.pairs] == list("678") and not test.pairs
 
 
-@pytest.mark.parametrize("bad", [dict(max_len=0), dict(min_freq=0), dict(max_vocab=3),
-                                 dict(val_fraction=0.6, test_fraction=0.5)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(max_len=0),
+        dict(min_freq=0),
+        dict(max_vocab=3),
+        dict(val_fraction=0.6, test_fraction=0.5),
+    ],
+)
 def test_impossible_data_settings(bad, tiny_corpus):
     """Data settings that cannot work are refused with a reason."""
     with pytest.raises(DataError):
@@ -171,8 +185,9 @@ def test_impossible_data_settings(bad, tiny_corpus):
 
 def test_load_tiny_corpus_summary(tiny_corpus):
     """The summary counts pairs, splits and vocabularies."""
-    c = load_corpus(DataConfig(source=str(tiny_corpus), min_freq=1, val_fraction=0.2,
-                               test_fraction=0.1))
+    c = load_corpus(
+        DataConfig(source=str(tiny_corpus), min_freq=1, val_fraction=0.2, test_fraction=0.1)
+    )
     s = c.summary
     assert s["pairs_read"] == 30 and s["skipped_lines"] == 0
     assert s["train"] + s["val"] + s["test"] == 30 and s["val"] > 0

@@ -25,8 +25,16 @@ WORDS_FR = ["je", "suis", "froid", "tu", "es", "grand", "."]
 def random_model():
     """An untrained model (random weights make long, varied outputs)."""
     torch.manual_seed(0)
-    cfg = ModelConfig(len(SPECIALS) + 7, len(SPECIALS) + 7, d_model=32, num_heads=4,
-                      num_encoder_layers=2, num_decoder_layers=2, d_ff=64, dropout=0.1)
+    cfg = ModelConfig(
+        len(SPECIALS) + 7,
+        len(SPECIALS) + 7,
+        d_model=32,
+        num_heads=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        d_ff=64,
+        dropout=0.1,
+    )
     return Transformer(cfg).eval(), Vocab(SPECIALS + WORDS_EN), Vocab(SPECIALS + WORDS_FR)
 
 
@@ -127,6 +135,7 @@ def test_batched_translation_keeps_order(random_model):
     model, src_vocab, tgt_vocab = random_model
     sources = [["i", "am", "cold", "."], ["you"], ["you", "are", "tall"]]
     batch = translate_batch(model, src_vocab, tgt_vocab, sources, batch_size=2, max_len=8)
-    single = [translate(model, src_vocab, tgt_vocab, " ".join(s), max_len=8).tokens
-              for s in sources]
+    single = [
+        translate(model, src_vocab, tgt_vocab, " ".join(s), max_len=8).tokens for s in sources
+    ]
     assert batch == single

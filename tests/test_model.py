@@ -23,8 +23,16 @@ ATOL = 1e-5
 
 def tiny_cfg(**kw) -> ModelConfig:
     """A small config for fast tests."""
-    base = dict(src_vocab_size=23, tgt_vocab_size=19, d_model=16, num_heads=4,
-                num_encoder_layers=2, num_decoder_layers=2, d_ff=32, dropout=0.0)
+    base = dict(
+        src_vocab_size=23,
+        tgt_vocab_size=19,
+        d_model=16,
+        num_heads=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        d_ff=32,
+        dropout=0.0,
+    )
     return ModelConfig(**{**base, **kw})
 
 
@@ -39,8 +47,7 @@ def padded_batch(vocab: int, lengths: list[int], width: int, seed: int = 0) -> t
 
 def test_d2l_encoder_shape():
     """The d2l chapter's check: a 2-block encoder on (2, 100) ids gives (2, 100, 24)."""
-    cfg = ModelConfig(200, 200, d_model=24, num_heads=8, num_encoder_layers=2, d_ff=48,
-                      dropout=0.5)
+    cfg = ModelConfig(200, 200, d_model=24, num_heads=8, num_encoder_layers=2, d_ff=48, dropout=0.5)
     enc = Encoder(cfg).eval()
     src = torch.ones((2, 100), dtype=torch.long)
     src[0, 3:], src[1, 2:] = 0, 0  # valid lengths 3 and 2
@@ -58,13 +65,16 @@ def test_masked_softmax_is_zero_past_valid_length():
     assert torch.allclose(w.sum(-1), torch.ones(2, 1, 2))
 
 
-@pytest.mark.parametrize("bad, reason", [
-    (dict(d_model=30, num_heads=4), "divisible"),
-    (dict(num_encoder_layers=0), "num_encoder_layers"),
-    (dict(num_decoder_layers=0), "num_decoder_layers"),
-    (dict(num_heads=0), "num_heads"),
-    (dict(dropout=1.0), "dropout"),
-])
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        (dict(d_model=30, num_heads=4), "divisible"),
+        (dict(num_encoder_layers=0), "num_encoder_layers"),
+        (dict(num_decoder_layers=0), "num_decoder_layers"),
+        (dict(num_heads=0), "num_heads"),
+        (dict(dropout=1.0), "dropout"),
+    ],
+)
 def test_impossible_configs_are_refused(bad, reason):
     """Impossible settings raise a readable ValueError before anything is built."""
     with pytest.raises(ValueError, match=reason):
@@ -111,8 +121,9 @@ def test_encoder_layer_matches_pytorch(norm_first):
     torch.manual_seed(1)
     cfg = tiny_cfg(norm_first=norm_first)
     ours = EncoderLayer(cfg)
-    ref = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
-                                     norm_first=norm_first)
+    ref = nn.TransformerEncoderLayer(
+        16, 4, 32, dropout=0.0, batch_first=True, norm_first=norm_first
+    )
     copy_mha(ours.attention, ref.self_attn)
     copy_ffn_norms(ours, ref, ["addnorm1", "addnorm2"])
     x = torch.randn(2, 6, 16)
@@ -128,8 +139,9 @@ def test_decoder_layer_matches_pytorch(norm_first):
     torch.manual_seed(2)
     cfg = tiny_cfg(norm_first=norm_first)
     ours = DecoderLayer(cfg)
-    ref = nn.TransformerDecoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
-                                     norm_first=norm_first)
+    ref = nn.TransformerDecoderLayer(
+        16, 4, 32, dropout=0.0, batch_first=True, norm_first=norm_first
+    )
     copy_mha(ours.self_attention, ref.self_attn)
     copy_mha(ours.cross_attention, ref.multihead_attn)
     copy_ffn_norms(ours, ref, ["addnorm1", "addnorm2", "addnorm3"])
@@ -182,8 +194,9 @@ def test_masked_loss_equals_full_cross_entropy(model_and_batch):
     model, src, tgt = model_and_batch
     tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
     logits, _ = model(src, tgt_in)
-    ref = nn.functional.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0,
-                                      label_smoothing=0.1)
+    ref = nn.functional.cross_entropy(
+        logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0, label_smoothing=0.1
+    )
     assert torch.allclose(model.loss(src, tgt_in, tgt_out, 0.1), ref, atol=1e-6)
 
 

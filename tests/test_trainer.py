@@ -96,10 +96,17 @@ def test_bad_checkpoints_give_clear_errors_and_never_run_code(tiny_checkpoint, t
     torch.save({"weights": torch.zeros(3)}, foreign)
     marker = tmp_path / "pwned"
     evil = tmp_path / "evil.pt"
-    torch.save({"format": "attention-studio/1", "x": Evil(str(marker))}, evil,
-               pickle_protocol=pickle.HIGHEST_PROTOCOL)
-    for path, pattern in [(truncated, "damaged"), (noise, "damaged"),
-                          (foreign, "not an Attention Studio"), (evil, "damaged")]:
+    torch.save(
+        {"format": "attention-studio/1", "x": Evil(str(marker))},
+        evil,
+        pickle_protocol=pickle.HIGHEST_PROTOCOL,
+    )
+    for path, pattern in [
+        (truncated, "damaged"),
+        (noise, "damaged"),
+        (foreign, "not an Attention Studio"),
+        (evil, "damaged"),
+    ]:
         with pytest.raises(CheckpointError, match=pattern):
             load_checkpoint(path)
     assert not marker.exists()
@@ -107,8 +114,18 @@ def test_bad_checkpoints_give_clear_errors_and_never_run_code(tiny_checkpoint, t
 
 def test_same_seed_same_losses(tmp_path):
     """Two CPU runs with the same seed log the same losses."""
-    args = ("--epochs", "0", "--max-steps", "12", "--dropout", "0.3", "--log-every", "2",
-            "--eval-every", "100")
+    args = (
+        "--epochs",
+        "0",
+        "--max-steps",
+        "12",
+        "--dropout",
+        "0.3",
+        "--log-every",
+        "2",
+        "--eval-every",
+        "100",
+    )
     assert train_tiny(tmp_path / "a", *args) == 0
     assert train_tiny(tmp_path / "b", *args) == 0
     a, b = train_losses(tmp_path / "a"), train_losses(tmp_path / "b")
@@ -136,7 +153,10 @@ def start_cli(out, *extra):
     """Start ``python -m core.train`` on the tiny corpus as its own process."""
     return subprocess.Popen(
         [sys.executable, "-m", "core.train", *TINY_ARGS, "--out", str(out), *extra],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
 
 
@@ -168,18 +188,34 @@ def test_stop_leaves_a_resumable_run(tmp_path, how):
     assert stopped_at == status["step"] >= 5
     from core.train import main
 
-    assert main(["--out", str(out), "--resume", "--epochs", "0",
-                 "--max-steps", str(stopped_at + 5), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "--out",
+                str(out),
+                "--resume",
+                "--epochs",
+                "0",
+                "--max-steps",
+                str(stopped_at + 5),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert RunDir(out).read_status()["state"] == "finished"
     assert train_losses(out)[-1][0] == stopped_at + 5
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--data", "/nonexistent/pairs.tsv"], "not found"),
-    (["--d-model", "30", "--num-heads", "4"], "divisible"),
-    (["--num-encoder-layers", "0"], "num_encoder_layers"),
-    (["--batch-size", "0"], "batch_size"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--data", "/nonexistent/pairs.tsv"], "not found"),
+        (["--d-model", "30", "--num-heads", "4"], "divisible"),
+        (["--num-encoder-layers", "0"], "num_encoder_layers"),
+        (["--batch-size", "0"], "batch_size"),
+    ],
+)
 def test_cli_refuses_bad_settings(tmp_path, capsys, extra, message):
     """Bad data or settings end with a one-line error and a failed status."""
     assert train_tiny(tmp_path / "bad", *extra) == 2
@@ -201,8 +237,9 @@ def test_translate_cli_keeps_line_order(tiny_checkpoint, tmp_path, capsys):
 
 def test_evaluate_cli_prints_json(tiny_checkpoint, tiny_corpus, capsys):
     """evaluate prints BLEU, loss and sentences/s as JSON."""
-    code = evaluate_main(["--checkpoint", str(tiny_checkpoint), "--data", str(tiny_corpus),
-                          "--split", "train"])
+    code = evaluate_main(
+        ["--checkpoint", str(tiny_checkpoint), "--data", str(tiny_corpus), "--split", "train"]
+    )
     assert code == 0
     result = json.loads(capsys.readouterr().out)
     assert result["bleu"] > 99 and result["loss"] < 0.05 and result["sentences_per_s"] > 0
@@ -211,9 +248,9 @@ def test_evaluate_cli_prints_json(tiny_checkpoint, tiny_corpus, capsys):
 
 def test_multi_reference_bleu():
     """A hypothesis matching any one of several references scores 100."""
-    refs = [["il fait très froid .".split(), "j'ai vraiment très froid .".split()]]
-    assert corpus_bleu(["j'ai vraiment très froid .".split()], refs) == pytest.approx(100.0)
-    assert corpus_bleu(["il fait très froid .".split()], refs) == pytest.approx(100.0)
+    refs = [[["il", "fait", "très", "froid", "."], ["j'ai", "vraiment", "très", "froid", "."]]]
+    assert corpus_bleu([["j'ai", "vraiment", "très", "froid", "."]], refs) == pytest.approx(100.0)
+    assert corpus_bleu([["il", "fait", "très", "froid", "."]], refs) == pytest.approx(100.0)
     assert corpus_bleu([["bonjour", "."]], refs) < 50
 
 
