@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import pickle
-import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -69,16 +67,9 @@ def read_checkpoint(path) -> dict:
         raise CheckpointError(f"Checkpoint not found: {path}")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except (
-        pickle.UnpicklingError,
-        RuntimeError,
-        EOFError,
-        zipfile.BadZipFile,
-        ValueError,
-        AttributeError,
-        TypeError,
-        OSError,
-    ) as e:
+    except Exception as e:  # noqa: BLE001 - any unreadable file (struct.error, ...) is one case
+        if isinstance(e, MemoryError):
+            raise
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(
             f"{path} is not a readable Attention Studio checkpoint (damaged, truncated or "
@@ -105,3 +96,39 @@ def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
     model.to(device).eval()
     meta = {k: v for k, v in ckpt.items() if k not in ("state_dict", "optimizer", "rng")}
     return LoadedModel(model, vocabs[0], vocabs[1], meta)
+
+
+def compact(src, dst, half: bool = True) -> Path:
+    """Copy a checkpoint without optimiser state (and in float16), e.g. to ship or promote."""
+    ckpt = read_checkpoint(src)
+    ckpt.pop("optimizer", None)
+    ckpt.pop("rng", None)
+    if half:
+        ckpt["state_dict"] = {
+            k: v.half() if v.is_floating_point() else v for k, v in ckpt["state_dict"].items()
+        }
+    atomic_save(ckpt, Path(dst))
+    return Path(dst)
+
+
+def main(argv=None) -> int:
+    """``python -m core.checkpoint SRC DST``: write a compact copy of a checkpoint."""
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(description="Write a compact (float16, no optimiser) copy.")
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.add_argument("--float32", action="store_true", help="keep float32 weights")
+    args = p.parse_args(argv)
+    try:
+        out = compact(args.src, args.dst, half=not args.float32)
+    except CheckpointError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -218,7 +218,10 @@ def train_run(args: argparse.Namespace) -> int:
     rd = RunDir(args.out)
     configs = load_run_configs(rd, args) if args.resume else configs_from_args(args)
     rd.create()
-    rd.stop_file.unlink(missing_ok=True)
+    if args.resume:  # a stale STOP from an earlier stop must not end the resumed run
+        rd.stop_file.unlink(missing_ok=True)
+    early_stop = []  # SIGTERM while the corpus loads: stop as soon as training can save
+    signal.signal(signal.SIGTERM, lambda *_: early_stop.append(True))
     rd.write_status(
         state="starting", pid=os.getpid(), started_at=time.time(), resumed=args.resume, message=""
     )
@@ -233,6 +236,7 @@ def train_run(args: argparse.Namespace) -> int:
         step=trainer.state.step,
     )
     signal.signal(signal.SIGTERM, lambda *_: setattr(trainer, "stop_requested", True))
+    trainer.stop_requested = bool(early_stop) or rd.stop_requested()
     bar = None if args.no_progress else _progress_bar(args.out)
     RunRecorder(rd, trainer, configs, bar)
     print(f"training on {device_description(trainer.device)}: {configs['summary']}", flush=True)

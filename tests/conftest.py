@@ -249,7 +249,7 @@ def tiny_settings() -> dict:
     return copy.deepcopy(TINY_SETTINGS)
 
 
-def kill_trainers(root: Path) -> None:
+def _kill_trainers(root: Path) -> None:
     """SIGKILL every live trainer of the runs under ``root`` (test clean-up)."""
     import signal
 
@@ -272,7 +272,13 @@ def jobs_env(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTENTION_STUDIO_CHECKPOINTS", str(ckpts))
     monkeypatch.setenv("ATTENTION_STUDIO_MAX_CPU_JOBS", "1")
     yield {"runs": runs, "checkpoints": ckpts}
-    kill_trainers(runs)
+    _kill_trainers(runs)
+
+
+@pytest.fixture
+def kill_trainers():
+    """kill_trainers(runs_dir): SIGKILL the live trainers of the runs there (clean-up)."""
+    return _kill_trainers
 
 
 def _dead_pid() -> int:

@@ -262,3 +262,17 @@ def test_warmup_then_decay():
     assert learning_rate(400, cfg) == pytest.approx(5e-4)
     cfg.schedule = "constant"
     assert learning_rate(400, cfg) == pytest.approx(1e-3)
+
+
+def test_compact_copy_drops_optimizer_and_halves(tiny_checkpoint, tmp_path, capsys):
+    """python -m core.checkpoint SRC DST writes a float16 copy without optimiser state."""
+    from core.checkpoint import main as checkpoint_main
+
+    dst = tmp_path / "small.pt"
+    assert checkpoint_main([str(tiny_checkpoint), str(dst)]) == 0
+    raw = read_checkpoint(dst)
+    assert "optimizer" not in raw and raw["state_dict"]["decoder.dense.weight"].dtype == (
+        torch.float16
+    )
+    assert load_checkpoint(dst).meta["state"]["step"] == 150
+    assert checkpoint_main([str(tmp_path / "nope.pt"), str(dst)]) == 2

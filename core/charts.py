@@ -1,0 +1,163 @@
+"""Training curves as Plotly figures: several runs overlaid, raw and smoothed, downsampled.
+
+Pure functions over metric records (the dicts of metrics.jsonl); no Streamlit here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+
+# metric -> (record kind, axis title)
+METRICS: dict[str, tuple[str, str]] = {
+    "loss": ("train", "training loss (cross-entropy)"),
+    "val_loss": ("eval", "validation loss (cross-entropy)"),
+    "val_bleu": ("eval", "validation BLEU"),
+    "lr": ("train", "learning rate"),
+    "tokens_per_s": ("train", "target tokens per second"),
+    "grad_norm": ("train", "gradient norm (before clipping)"),
+}
+COLORS = qualitative.Plotly
+UNSMOOTHED = {"lr"}  # a schedule, not a noisy measurement: drawn as is
+
+
+def _finite(value) -> bool:
+    """True for a real, finite number."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def series(records: list[dict], metric: str) -> tuple[list[int], list[float]]:
+    """Steps and values of ``metric`` from records of the metric's kind (gaps skipped)."""
+    kind = METRICS[metric][0]
+    points = [
+        (r["step"], r[metric])
+        for r in records
+        if r.get("kind") == kind and "step" in r and _finite(r.get(metric))
+    ]
+    return [p[0] for p in points], [float(p[1]) for p in points]
+
+
+def smooth(values: list[float], weight: float) -> list[float]:
+    """Exponential moving average with TensorBoard's debiasing (weight 0 = no smoothing)."""
+    if not 0 <= weight < 1:
+        raise ValueError(f"smoothing weight must be in [0, 1) (got {weight})")
+    out, last = [], 0.0
+    for n, v in enumerate(values, start=1):
+        last = last * weight + (1 - weight) * v
+        out.append(last / (1 - weight**n))
+    return out
+
+
+def downsample(items: list, max_points: int) -> list:
+    """At most ``max_points`` evenly spaced items, always keeping the first and the last."""
+    n = len(items)
+    if max_points < 2:
+        raise ValueError(f"max_points must be at least 2 (got {max_points})")
+    if n <= max_points:
+        return list(items)
+    idx = sorted({round(i * (n - 1) / (max_points - 1)) for i in range(max_points)})
+    return [items[i] for i in idx]
+
+
+def _thin(steps: list, values: list, max_points: int) -> tuple[list, list]:
+    """Downsample paired steps and values together."""
+    pairs = downsample(list(zip(steps, values)), max_points)
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def _run_traces(
+    name: str, records: list[dict], metric: str, color: str, smoothing: float, max_points: int
+) -> list[go.Scatter]:
+    """The traces of one run: raw (faint) and smoothed for train metrics, markers for eval."""
+    steps, values = series(records, metric)
+    if not steps:
+        return []
+    if METRICS[metric][0] == "eval":
+        x, y = _thin(steps, values, max_points)
+        return [
+            go.Scatter(
+                x=x, y=y, name=name, mode="lines+markers", line={"color": color}, legendgroup=name
+            )
+        ]
+    traces = []
+    if smoothing > 0 and metric not in UNSMOOTHED:
+        x, y = _thin(steps, values, max_points)
+        traces.append(
+            go.Scatter(
+                x=x,
+                y=y,
+                name=f"{name} (raw)",
+                mode="lines",
+                opacity=0.3,
+                line={"color": color, "width": 1},
+                legendgroup=name,
+                showlegend=False,
+                hoverinfo="skip",
+            )
+        )
+        values = smooth(values, smoothing)
+    x, y = _thin(steps, values, max_points)
+    traces.append(
+        go.Scatter(
+            x=x, y=y, name=name, mode="lines", line={"color": color, "width": 2}, legendgroup=name
+        )
+    )
+    return traces
+
+
+def curves_figure(
+    runs: dict[str, list[dict]],
+    metric: str,
+    smoothing: float = 0.6,
+    log_y: bool = False,
+    max_points: int = 500,
+    height: int = 300,
+) -> go.Figure:
+    """One metric of several runs overlaid (x: training step); train metrics raw + smoothed."""
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric '{metric}': choose one of {', '.join(METRICS)}")
+    fig = go.Figure()
+    for i, (name, records) in enumerate(runs.items()):
+        for trace in _run_traces(
+            name, records, metric, COLORS[i % len(COLORS)], smoothing, max_points
+        ):
+            fig.add_trace(trace)
+    title = METRICS[metric][1]
+    fig.update_layout(
+        title={"text": title, "font": {"size": 14}},
+        height=height,
+        hovermode="x unified",
+        margin={"l": 10, "r": 10, "t": 40, "b": 10},
+        uirevision=metric,
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1},
+        showlegend=len(runs) > 1,
+    )
+    fig.update_xaxes(title_text="training step")
+    fig.update_yaxes(title_text=title, type="log" if log_y else "linear")
+    if not fig.data:
+        fig.update_xaxes(visible=False)
+        fig.update_yaxes(visible=False)
+        fig.add_annotation(
+            text="no data yet",
+            showarrow=False,
+            x=0.5,
+            y=0.5,
+            xref="paper",
+            yref="paper",
+            font={"size": 14, "color": "gray"},
+        )
+    return fig
+
+
+def format_duration(seconds: float | None) -> str:
+    """'1 h 05 min', '3 min 20 s' or '12 s' ('—' when unknown)."""
+    if not _finite(seconds) or seconds < 0:
+        return "—"
+    s = round(seconds)
+    if s >= 3600:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    if s >= 60:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s} s"

@@ -1,0 +1,346 @@
+"""Attention page: encoder, decoder and cross attention of one sentence, head by head."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core import attention_view as av
+from core import explore as ex
+from core.checkpoint import LoadedModel
+from core.data import tokenize
+from core.decode import Translation, TranslationError
+from core.runs import RunDir
+from pages._shared import (
+    attribution,
+    ensure_app_navigation,
+    link,
+    pick_model,
+    sentence_input,
+    translate,
+    view_state,
+    widget_default,
+    write_url,
+)
+
+URL_KEYS = ("model", "sentence", "beam", "alpha", "max_len", "kind", "layer", "head", "hide")
+SECTIONS = ("Maps", "Decoding playback", "Over training")
+KIND_SHORT = {"encoder": "Encoder self", "decoder_self": "Decoder self", "cross": "Cross"}
+HEAD_WORDS = {"mean": "mean of heads", "max": "max of heads", "rollout": "rollout (to this layer)"}
+FULL_GRID_CELLS = 16  # models with at most this many layer × head cells show the full grid
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def sentence_maps(_t: Translation, key: tuple) -> ex.SentenceMaps:
+    """The numpy maps of a cached translation."""
+    return ex.SentenceMaps.from_translation(_t)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def teacher_forced(_lm: LoadedModel, key: tuple, sentence: str, reference: str):
+    """Teacher-forced maps of a reference, cached per model, sentence and reference."""
+    return ex.teacher_forced_maps(_lm, sentence, reference)
+
+
+@st.cache_data(show_spinner="Reading training snapshots…", max_entries=16)
+def snapshot_series(run_dir: str, sentence: str, steps: tuple) -> ex.SnapshotSeries:
+    """A probe sentence's snapshots (re-read when the run records new ones)."""
+    return ex.snapshot_series(run_dir, sentence)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def probe_sentences(run_dir: str, steps: tuple) -> list[str]:
+    """The probe sentences of a run."""
+    return ex.probe_sentences(run_dir)
+
+
+def chart(fig, key: str, where=st) -> None:
+    """A Plotly chart at full width (its toolbar exports PNG)."""
+    where.plotly_chart(fig, width="stretch", key=key, config={"displaylogo": False})
+
+
+def clamp_widget(key: str, value, options) -> None:
+    """Reset a widget's value to ``value`` when it is not among ``options``."""
+    if st.session_state.get(key) not in options:
+        st.session_state[key] = value if value in options else options[-1]
+
+
+def view_controls(maps: ex.SentenceMaps, state: ex.ViewState) -> bool:
+    """Kind, layer, head and display toggles; returns whether colours are stretched."""
+    cols = st.columns([3, 1, 1.4, 1.4])
+    widget_default("at_kind", state.kind, ex.KINDS)
+    state.kind = cols[0].radio(
+        "Attention kind",
+        ex.KINDS,
+        key="at_kind",
+        horizontal=True,
+        format_func=lambda k: KIND_SHORT[k],
+    )
+    layers = list(range(maps.layers(state.kind)))
+    clamp_widget("at_layer", min(state.layer, layers[-1]), layers)
+    state.layer = cols[1].selectbox("Layer", layers, key="at_layer")
+    heads = ex.head_options(state.kind, maps.heads)
+    clamp_widget("at_head", state.head if state.head in heads else "0", heads)
+    state.head = cols[2].selectbox(
+        "Head", heads, key="at_head", format_func=lambda h: HEAD_WORDS.get(h, f"head {h}")
+    )
+    widget_default("at_hide", state.hide)
+    state.hide = cols[3].toggle(
+        "Hide <bos>/<eos>",
+        key="at_hide",
+        help="Drops the <bos>/<eos> columns and renormalises each row.",
+    )
+    return cols[3].toggle(
+        "Stretch colours",
+        key="at_stretch",
+        help="Top of the colour scale at the 99th percentile instead of 1.",
+    )
+
+
+def head_summary(maps: ex.SentenceMaps, state: ex.ViewState) -> None:
+    """Statistics and label of the chosen head."""
+    if not state.head.isdigit():
+        st.caption("Statistics are per head: pick a head number to see them.")
+        return
+    table = ex.head_table(maps, state.kind)
+    row = table[(table["layer"] == state.layer) & (table["head"] == int(state.head))].iloc[0]
+    st.markdown(f"**{row['label']}**")
+    lines = [
+        f"entropy {row['entropy']:.2f} nats",
+        f"diagonal {row['diagonal']:.0%}",
+        f"previous token {row['previous']:.0%}",
+        f"on <eos> {row['eos']:.0%}",
+    ]
+    if "monotonicity" in row:
+        lines.append(f"monotonicity {row['monotonicity']:.2f}")
+    st.markdown("\n".join(f"- {x}" for x in lines))
+
+
+def maps_section(maps: ex.SentenceMaps, state: ex.ViewState, stretch: bool) -> None:
+    """The chosen head large, the overview grid and the head statistics."""
+    view = ex.select_view(maps, state.kind, state.layer, state.head, state.hide)
+    left, right = st.columns([4, 1])
+    chart(ex.view_figure(view, stretch), "big", left)
+    with right:
+        head_summary(maps, state)
+        head = f"head{state.head}" if state.head.isdigit() else state.head
+        st.download_button(
+            "Weights as CSV",
+            ex.view_csv(view),
+            mime="text/csv",
+            file_name=f"attention_{state.kind}_layer{state.layer}_{head}.csv",
+        )
+        st.caption("Each chart's toolbar (camera icon) saves it as PNG. The URL keeps this view.")
+    n_layers = maps.layers(state.kind)
+    show_all = n_layers * maps.heads <= FULL_GRID_CELLS or st.toggle(
+        f"Overview of all {n_layers} layers × {maps.heads} heads", key="at_all_layers"
+    )
+    layers = None if show_all else [state.layer]
+    chart(ex.grid_view_figure(maps, state.kind, state.hide, layers, stretch), "grid")
+    st.markdown("**Head statistics** (per layer and head; labels are simple rules of thumb)")
+    st.dataframe(
+        ex.head_table(maps, state.kind),
+        hide_index=True,
+        column_config={
+            name: st.column_config.NumberColumn(format="%.2f")
+            for name in ("entropy", "diagonal", "previous", "eos", "bos", "monotonicity")
+        },
+    )
+    st.caption(
+        "entropy: spread of each row (nats); diagonal / previous / eos / bos: mean "
+        "weight on that key; monotonicity: rank correlation of output position with "
+        "its most-attended source position (cross only)."
+    )
+
+
+def playback_section(
+    t: Translation, maps: ex.SentenceMaps, state: ex.ViewState, lm: LoadedModel, key: tuple
+) -> None:
+    """Step through decoding as it happened; compare with a teacher-forced reference."""
+    n_steps = len(maps.output_tokens)
+    layers = list(range(maps.layers("cross")))
+    layer = min(state.layer, layers[-1])
+    step = 0
+    if n_steps > 1:
+        if st.session_state.get("at_step", 0) >= n_steps:
+            st.session_state["at_step"] = n_steps - 1
+        step = st.slider("Output step", 0, n_steps - 1, key="at_step")
+    p = ex.playback_step(maps, t.topk, step, layer)
+    done = " ".join(p.prefix[:-1])
+    st.markdown(
+        f"Step {step}: reads `{p.read}`, produces **`{p.produced}`** — so far: "
+        f"{done} **{p.produced}**"
+    )
+    cols = st.columns([2, 2, 1.6])
+    chart(
+        ex.head_rows_figure(
+            p.cross,
+            p.src_tokens,
+            f"Cross attention, layer {layer}: “{p.produced}” looks at",
+            "source token (key)",
+        ),
+        "play_cross",
+        cols[0],
+    )
+    chart(
+        ex.head_rows_figure(
+            p.self_row,
+            p.self_keys,
+            f"Decoder self-attention, layer {layer}: “{p.read}” looks at",
+            "earlier output token (key)",
+        ),
+        "play_self",
+        cols[1],
+    )
+    if p.topk:
+        chart(av.topk_figure([w for w, _ in p.topk], [q for _, q in p.topk]), "play_topk", cols[2])
+    st.caption(
+        f"Rows: the {maps.heads} heads of layer {layer} at step {step}. These are the "
+        "maps of the decoder as it generated this output, step by step (not one "
+        "teacher-forced pass over a reference)."
+    )
+    compare_section(maps, state, lm, key)
+
+
+def default_reference(sentence: str) -> str:
+    """A reference for the sentence: a picked validation example's, or the d2l book's."""
+    picked = st.session_state.get("references", {})
+    book = {s: r for s, r in ex.D2L_CHECK}
+    return picked.get(sentence) or book.get(" ".join(sentence.lower().split()), "")
+
+
+def compare_section(
+    maps: ex.SentenceMaps, state: ex.ViewState, lm: LoadedModel, key: tuple
+) -> None:
+    """Free-running maps beside a teacher-forced pass over a reference translation."""
+    st.subheader("Teacher-forced vs free-running")
+    if st.session_state.get("at_ref_for") != state.sentence:
+        st.session_state["at_ref"] = default_reference(state.sentence)
+        st.session_state["at_ref_for"] = state.sentence
+    reference = st.text_input("Reference translation (French) to feed in", key="at_ref")
+    if not reference.strip():
+        st.caption("Type a reference to see the decoder's maps when it is fed the reference.")
+        return
+    try:
+        forced = teacher_forced(lm, key, state.sentence, reference)
+    except TranslationError as e:
+        st.error(str(e))
+        return
+    unknown = [w for w in tokenize(reference) if w not in lm.tgt_vocab.stoi]
+    if unknown:
+        st.caption("Not in the model's French vocabulary (fed as <unk>): " + ", ".join(unknown))
+    kind = state.kind if state.kind != "encoder" else "cross"
+    head = state.head if state.head in ex.head_options(kind, maps.heads) else "mean"
+    layer = min(state.layer, maps.layers(kind) - 1)
+    left, right = st.columns(2)
+    for col, m, what, name in (
+        (left, maps, "free-running (the model's own output)", "free"),
+        (right, forced, "teacher-forced (the reference)", "forced"),
+    ):
+        view = ex.select_view(m, kind, layer, head, state.hide)
+        view.title = f"{KIND_SHORT[kind]} attention, {what}"
+        chart(ex.view_figure(view), f"compare_{name}", col)
+    st.caption(
+        "Left: the maps of the model's own output. Right: one pass that feeds the "
+        "reference token by token. They match where the reference equals the output."
+    )
+
+
+def training_section(entry: ex.ModelEntry, state: ex.ViewState, stretch: bool) -> None:
+    """Replay a probe sentence's attention over the training steps of the model's run."""
+    steps = tuple(RunDir(entry.run_dir).snapshot_steps()) if entry.run_dir else ()
+    if not steps:
+        st.info(
+            "This model has no recorded attention snapshots. Runs trained from the Train "
+            "page save the probe sentences' maps at every evaluation."
+        )
+        return
+    probes = probe_sentences(entry.run_dir, steps)
+    if not probes:
+        st.info("The snapshots of this run cannot be read.")
+        return
+    clamp_widget("at_probe", state.sentence if state.sentence in probes else probes[0], probes)
+    probe = st.selectbox(
+        "Probe sentence",
+        probes,
+        key="at_probe",
+        help="The run recorded the maps of these sentences at each evaluation.",
+    )
+    series = snapshot_series(entry.run_dir, probe, steps)
+    if series.skipped:
+        st.warning("Some snapshots could not be read: " + ", ".join(series.skipped))
+    if not series.frames:
+        st.info(f"No snapshot holds “{probe}”.")
+        return
+    clamp_widget("at_train_step", series.steps[-1], series.steps)
+    step = st.select_slider("Training step", series.steps, key="at_train_step")
+    frame = series.frames[series.steps.index(step)]
+    cols = st.columns(4)
+    cols[0].metric("Step", f"{step:,}")
+    for col, name, value in (
+        (cols[1], "Training loss", frame.loss),
+        (cols[2], "Validation loss", frame.val_loss),
+        (cols[3], "Validation BLEU", frame.val_bleu),
+    ):
+        col.metric(
+            name, "—" if value is None else f"{value:.3f}" if "loss" in name else f"{value:.1f}"
+        )
+    st.markdown(f"Output at this step: **{' '.join(frame.maps.output_tokens)}**")
+    layer = min(state.layer, frame.maps.layers(state.kind) - 1)
+    view = ex.select_view(frame.maps, state.kind, layer, state.head, state.hide)
+    view.title += f" — training step {step:,}"
+    left, right = st.columns([3, 2])
+    chart(ex.view_figure(view, stretch), "train_big", left)
+    chart(ex.training_curve_figure(entry.run_dir, step), "train_curve", right)
+    small = frame.maps.layers(state.kind) * frame.maps.heads <= FULL_GRID_CELLS
+    grid_layers = None if small else [layer]
+    chart(
+        ex.grid_view_figure(frame.maps, state.kind, state.hide, grid_layers, stretch), "train_grid"
+    )
+
+
+def main() -> None:
+    """Build the page."""
+    ensure_app_navigation()
+    st.title("Attention")
+    state = view_state()
+    picked = pick_model(state, "at")
+    if picked is None:
+        write_url(state, ("sentence",))
+        attribution()
+        return
+    entry, lm = picked
+    sentence_input(state, "at")
+    settings = state.settings()
+    try:
+        t = translate(lm, entry.path, entry.mtime, state.sentence, settings)
+    except TranslationError as e:
+        st.error(str(e))
+        write_url(state, URL_KEYS)
+        attribution()
+        return
+    key = (entry.path, entry.mtime, state.sentence, settings)
+    maps = sentence_maps(t, key)
+    mode = "greedy" if settings.beam_size == 1 else f"beam {settings.beam_size}"
+    st.markdown(f"**Translation ({mode}):** {t.text or '(empty)'}")
+    for w in t.warnings:
+        st.warning(w)
+    link(
+        "pages/translate.py",
+        "Change decoding on the Translate page",
+        state.to_query(("model", "sentence", "beam", "alpha", "max_len")),
+    )
+    ex.clamp_view(state, maps)
+    stretch = view_controls(maps, state)
+    section = st.radio("Show", SECTIONS, key="at_section", horizontal=True)
+    st.caption(av.reading_hint(state.kind))
+    if section == SECTIONS[0]:
+        maps_section(maps, state, stretch)
+    elif section == SECTIONS[1]:
+        playback_section(t, maps, state, lm, key[:2])
+    else:
+        training_section(entry, state, stretch)
+    write_url(state, URL_KEYS)
+    attribution()
+
+
+main()

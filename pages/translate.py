@@ -1,0 +1,154 @@
+"""Translate page: pick a model, translate a sentence, see its tokens and candidates."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core import explore as ex
+from core.checkpoint import LoadedModel
+from core.decode import Translation, TranslationError
+from pages._shared import (
+    attribution,
+    ensure_app_navigation,
+    link,
+    pick_model,
+    sentence_input,
+    translate,
+    validation_examples,
+    view_state,
+    widget_default,
+    write_url,
+)
+
+URL_KEYS = ("model", "sentence", "beam", "alpha", "max_len")
+
+
+def decode_settings(state: ex.ViewState) -> ex.DecodeSettings:
+    """Greedy or beam search, with beam size, length penalty and maximum length."""
+    cols = st.columns([2, 1, 1, 1])
+    widget_default("tr_mode", "Beam search" if state.beam > 1 else "Greedy")
+    mode = cols[0].radio("Decoding", ["Greedy", "Beam search"], key="tr_mode", horizontal=True)
+    beam = state.beam if state.beam > 1 else 4
+    widget_default("tr_beam", beam)
+    widget_default("tr_alpha", float(state.alpha))
+    widget_default("tr_max_len", int(state.max_len))
+    beam = cols[1].number_input("Beam size", 2, 16, key="tr_beam", disabled=mode == "Greedy")
+    alpha = cols[2].number_input(
+        "Length penalty α",
+        0.0,
+        2.0,
+        step=0.1,
+        key="tr_alpha",
+        disabled=mode == "Greedy",
+        help="GNMT ((5 + length) / 6) ** α",
+    )
+    max_len = cols[3].number_input("Max output length", 1, 200, key="tr_max_len")
+    state.beam = int(beam) if mode == "Beam search" else 1
+    state.alpha, state.max_len = float(alpha), int(max_len)
+    return state.settings()
+
+
+def choose_validation(entry: ex.ModelEntry, lm: LoadedModel, state: ex.ViewState) -> None:
+    """Optionally pick a validation sentence; shows its reference translations."""
+    if not st.toggle("Pick a validation sentence", key="tr_use_val"):
+        return
+    data_key = repr(sorted((lm.meta.get("data_config") or {}).items()))
+    examples, reason = validation_examples(lm.meta, data_key)
+    if not examples:
+        st.info(f"No validation sentences to offer: {reason}.")
+        return
+    sources = [e.source for e in examples]
+
+    def use_example() -> None:
+        if st.session_state["tr_val"]:
+            st.session_state["tr_sentence"] = st.session_state["tr_val"]
+
+    if st.session_state.get("tr_val") not in sources:
+        st.session_state["tr_val"] = state.sentence if state.sentence in sources else None
+    picked = st.selectbox(
+        f"Validation sentence ({len(sources)} spread over the split)",
+        sources,
+        key="tr_val",
+        on_change=use_example,
+        placeholder="Choose a sentence",
+    )
+    if picked:
+        refs = next(e.references for e in examples if e.source == picked)
+        st.session_state.setdefault("references", {})[picked] = refs[0]
+        st.markdown("**References:** " + " · ".join(f"`{r}`" for r in refs))
+
+
+def badge(token: str, color: str) -> str:
+    """A Markdown badge showing a token literally."""
+    safe = token.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
+    return f":{color}-badge[{safe}]"
+
+
+def show_translation(t: Translation, state: ex.ViewState) -> None:
+    """The translation, its source tokens (unknown marked), warnings and candidates."""
+    st.subheader("Translation")
+    st.markdown(f"### {t.text or '(empty output)'}")
+    st.caption(
+        f"log-probability {t.log_prob:.2f} · {len(t.output_tokens)} decoder steps · "
+        + ("greedy" if state.beam == 1 else f"beam {state.beam}, α {state.alpha:g}")
+    )
+    for w in t.warnings:
+        st.warning(w)
+    tokens = [
+        badge(tok, "red" if unk else "gray" if tok.startswith("<") else "blue")
+        for tok, unk in zip(t.src_tokens, t.src_unknown)
+    ]
+    st.markdown("**Source tokens as the model saw them:** " + " ".join(tokens))
+    if any(t.src_unknown):
+        st.caption("Red: not in the model's vocabulary, fed to the model as <unk>.")
+    st.markdown("**Top candidates at each output step** (probability of the next token)")
+    st.dataframe(ex.topk_frame(t), hide_index=True)
+    link("pages/attention.py", "Inspect its attention →", state.to_query())
+
+
+def d2l_section(lm: LoadedModel, entry: ex.ModelEntry, settings: ex.DecodeSettings) -> None:
+    """One click: the d2l chapter's four sentences with BLEU against the book's references."""
+    st.subheader("The d2l.ai chapter's check")
+    st.caption(
+        "Translates "
+        + ", ".join(f"“{s}”" for s, _ in ex.D2L_CHECK)
+        + " and scores them against the book's references."
+    )
+    key = (entry.key, entry.mtime, settings)
+    if st.button("Run the d2l check", key="tr_d2l"):
+        st.session_state["d2l"] = (key, ex.d2l_check(lm, settings))
+    saved = st.session_state.get("d2l")
+    if saved and saved[0] == key:
+        check = saved[1]
+        st.metric("Corpus BLEU (sacreBLEU)", f"{check.bleu:.1f}")
+        st.dataframe(
+            check.rows,
+            hide_index=True,
+            column_config={"bleu": st.column_config.NumberColumn("BLEU (d2l, k=2)", format="%.3f")},
+        )
+
+
+def main() -> None:
+    """Build the page."""
+    ensure_app_navigation()
+    st.title("Translate")
+    st.caption("English → French with an encoder-decoder Transformer (d2l.ai chapter 11.7).")
+    state = view_state()
+    picked = pick_model(state, "tr")
+    if picked is not None:
+        entry, lm = picked
+        choose_validation(entry, lm, state)
+        sentence_input(state, "tr")
+        settings = decode_settings(state)
+        try:
+            t = translate(lm, entry.path, entry.mtime, state.sentence, settings)
+        except TranslationError as e:
+            st.error(str(e))
+        else:
+            show_translation(t, state)
+        d2l_section(lm, entry, settings)
+        write_url(state, URL_KEYS)
+    attribution()
+
+
+main()

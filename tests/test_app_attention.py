@@ -1,0 +1,237 @@
+"""AppTest tests of the Attention page (run on its own, without app.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from core import attention_view as av
+from core import explore as ex
+from core.checkpoint import load_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = str(ROOT / "pages" / "attention.py")
+SHIPPED = ROOT / "checkpoints" / "fra-eng-small.pt"
+
+
+def run_page(query: dict | None = None) -> AppTest:
+    """Run the page once (with URL query parameters) and return the test app."""
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    at.query_params.update(query or {})
+    return at.run()
+
+
+def specs(at: AppTest) -> list[dict]:
+    """The Plotly figures of the page, as JSON."""
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def titles(at: AppTest) -> list[str]:
+    """The titles of the page's charts."""
+    return [s["layout"]["title"]["text"] for s in specs(at)]
+
+
+def assert_clean(at: AppTest) -> None:
+    """No exception reached the page."""
+    assert not at.exception, [e.message for e in at.exception]
+
+
+def query(at: AppTest) -> dict:
+    """The page's URL query parameters as a plain dict."""
+    return {k: at.query_params[k] for k in at.query_params}
+
+
+def json_z(z):
+    """A heatmap's z as a list of rows (Plotly may encode arrays as typed binary data)."""
+    if isinstance(z, dict):
+        flat = np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"]))
+        shape = [int(n) for n in str(z.get("shape", len(flat))).split(",")]
+        return flat.reshape(shape)
+    return z
+
+
+def test_renders_large_heatmap_and_overview(studio_dirs):
+    at = run_page()
+    assert_clean(at)
+    big, grid = specs(at)
+    assert big["layout"]["title"]["text"].startswith("Cross attention (decoder → encoder)")
+    assert big["layout"]["yaxis"]["title"]["text"] == "output token (query)"
+    assert big["layout"]["xaxis"]["title"]["text"] == "source token (key)"
+    assert big["layout"]["yaxis"]["ticktext"] == ["je", "suis", "chez", "moi", ".", "<eos>"]
+    assert big["layout"]["xaxis"]["ticktext"] == ["i'm", "home", ".", "<eos>"]
+    assert "query %{y}" in big["data"][0]["hovertemplate"]
+    assert len(grid["data"]) == 2 * 4  # every layer × head of the tiny model
+    assert grid["layout"]["coloraxis"]["cmax"] == 1.0
+    table = at.dataframe[0].value
+    assert len(table) == 8 and "monotonicity" in table and "label" in table
+    assert at.get("download_button")
+    assert query(at) == {
+        "model": "checkpoints/fra-eng-small.pt",
+        "sentence": "i'm home .",
+        "kind": "cross",
+        "layer": "0",
+        "head": "0",
+    }
+    assert any("Tatoeba" in c.value for c in at.caption)
+
+
+def test_switch_kind_layer_and_head(studio_dirs):
+    at = run_page()
+    at.radio(key="at_kind").set_value("encoder").run()
+    assert titles(at)[0] == "Encoder self-attention (source → source) — layer 0, head 0"
+    at.selectbox(key="at_layer").set_value(1).run()
+    at.selectbox(key="at_head").set_value("rollout").run()
+    assert_clean(at)
+    assert "rollout through layers 0–1" in titles(at)[0]
+    at.radio(key="at_kind").set_value("decoder_self").run()
+    assert_clean(at)
+    assert at.selectbox(key="at_head").value == "0"  # rollout is for the encoder only
+    assert "rollout" not in at.selectbox(key="at_head").options
+    at.selectbox(key="at_head").set_value("max").run()
+    big = specs(at)[0]
+    assert big["layout"]["title"]["text"].endswith("layer 1, max over 4 heads")
+    assert big["layout"]["xaxis"]["title"]["text"] == "earlier output token (key)"
+    assert query(at)["kind"] == "decoder_self" and query(at)["head"] == "max"
+    assert query(at)["layer"] == "1"
+
+
+def test_view_is_restored_from_the_url(studio_dirs):
+    at = run_page({"sentence": "go .", "kind": "encoder", "layer": "1", "head": "3", "hide": "1"})
+    assert_clean(at)
+    assert at.radio(key="at_kind").value == "encoder"
+    assert (at.selectbox(key="at_layer").value, at.selectbox(key="at_head").value) == (1, "3")
+    assert at.toggle(key="at_hide").value is True
+    big = specs(at)[0]
+    assert big["layout"]["title"]["text"].endswith("layer 1, head 3")
+    assert big["layout"]["xaxis"]["ticktext"] == ["go", "."]
+
+
+def test_hiding_specials_renormalises_and_says_so(studio_dirs):
+    at = run_page()
+    at.toggle(key="at_hide").set_value(True).run()
+    assert_clean(at)
+    big, grid = specs(at)
+    assert ex.HIDDEN_NOTE in big["layout"]["title"]["subtitle"]["text"]
+    assert ex.HIDDEN_NOTE in grid["layout"]["title"]["subtitle"]["text"]
+    assert "<eos>" not in big["layout"]["xaxis"]["ticktext"]
+    assert query(at)["hide"] == "1"
+
+
+def test_bad_input_gives_a_clear_message(studio_dirs):
+    at = run_page({"sentence": "zorglub blorp"})
+    assert_clean(at)
+    assert "None of these words" in at.error[0].value and not specs(at)
+    at.text_input(key="at_sentence").set_value("").run()
+    assert "empty" in at.error[0].value and not specs(at)
+    at.text_input(key="at_sentence").set_value("go . " * 40).run()
+    assert "at most 60" in at.error[0].value
+    at.text_input(key="at_sentence").set_value("go .").run()
+    assert_clean(at)
+    assert not at.error and len(specs(at)) == 2
+
+
+def test_beam_search_from_the_url(studio_dirs):
+    at = run_page({"beam": "3", "sentence": "he's calm ."})
+    assert_clean(at)
+    assert any("Translation (beam 3):** il est calme ." in m.value for m in at.markdown)
+    assert query(at)["beam"] == "3"
+
+
+def test_decoding_playback_matches_the_maps(studio_dirs, tiny_checkpoint):
+    at = run_page()
+    at.radio(key="at_section").set_value("Decoding playback").run()
+    at.slider(key="at_step").set_value(2).run()
+    assert_clean(at)
+    assert any("reads `suis`, produces **`chez`**" in m.value for m in at.markdown)
+    cross, self_, topk, free, forced = specs(at)
+    maps = ex.SentenceMaps.from_translation(
+        ex.translate_sentence(load_checkpoint(tiny_checkpoint), "i'm home .")
+    )
+    z = np.asarray(json_z(cross["data"][0]["z"]))
+    np.testing.assert_allclose(z, maps.cross[0, :, 2], atol=1e-6)
+    assert np.asarray(json_z(self_["data"][0]["z"])).shape == (4, 3)
+    assert topk["data"][0]["y"][0] == "0:chez"
+    # the book's reference is filled in: teacher-forced maps shown beside the free-running
+    assert at.text_input(key="at_ref").value == "je suis chez moi ."
+    assert "free-running" in free["layout"]["title"]["text"]
+    assert "teacher-forced" in forced["layout"]["title"]["text"]
+    at.text_input(key="at_ref").set_value("je suis à la maison .").run()
+    assert_clean(at)
+    assert specs(at)[-1]["layout"]["yaxis"]["ticktext"][-3:] == ["maison", ".", "<eos>"]
+
+
+def test_attention_over_training(studio_dirs):
+    at = run_page()
+    at.radio(key="at_section").set_value("Over training").run()
+    assert_clean(at)
+    assert at.selectbox(key="at_probe").value == "i'm home ."
+    assert at.select_slider(key="at_train_step").value == 150
+    at.select_slider(key="at_train_step").set_value(50).run()
+    assert_clean(at)
+    assert [m.value for m in at.metric][0] == "50"
+    assert at.metric[1].value != "—"  # the training loss at step 50
+    big, curve, grid = specs(at)
+    assert big["layout"]["title"]["text"].endswith("training step 50")
+    assert curve["layout"]["shapes"][0]["x0"] == 50
+    assert len(grid["data"]) == 8  # every layer × head of the tiny model, as it was at step 50
+
+
+def test_over_training_without_snapshots_says_so(studio_dirs):
+    shutil.rmtree(studio_dirs["runs"])
+    at = run_page()
+    at.radio(key="at_section").set_value("Over training").run()
+    assert_clean(at)
+    assert "no recorded attention snapshots" in at.info[0].value
+
+
+def test_no_model_points_to_the_train_page(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTENTION_STUDIO_CHECKPOINTS", str(tmp_path / "none"))
+    monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(tmp_path / "none-either"))
+    at = run_page()
+    assert_clean(at)
+    assert "Train page" in at.error[0].value and not specs(at)
+
+
+def test_six_layers_by_eight_heads_stay_usable(studio_dirs, wide_checkpoint):
+    shutil.copy(wide_checkpoint, studio_dirs["checkpoints"] / wide_checkpoint.name)
+    start = time.perf_counter()
+    at = run_page(
+        {
+            "model": "checkpoints/wide-6x8.pt",
+            "max_len": "12",
+            "layer": "5",
+            "head": "7",
+            "sentence": "the cat sees the dog and the dog sees the cat .",
+        }
+    )
+    seconds = time.perf_counter() - start
+    assert_clean(at)
+    big, grid = specs(at)
+    assert big["layout"]["title"]["text"].endswith("layer 5, head 7")
+    assert len(grid["data"]) == 8  # one layer's heads by default
+    at.toggle(key="at_all_layers").set_value(True).run()
+    assert len(specs(at)[1]["data"]) == 48
+    assert len(at.dataframe[0].value) == 48
+    print(f"6x8 model: first render {seconds:.2f} s (AppTest, includes imports)")
+    assert seconds < 30
+
+
+@pytest.mark.skipif(not SHIPPED.is_file(), reason="checkpoints/fra-eng-small.pt not trained yet")
+def test_real_shipped_model(monkeypatch, tmp_path):
+    monkeypatch.setenv("ATTENTION_STUDIO_CHECKPOINTS", str(SHIPPED.parent))
+    monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(tmp_path))
+    at = run_page({"sentence": "i'm home ."})
+    assert_clean(at)
+    assert at.selectbox(key="at_model").value == "checkpoints/fra-eng-small.pt"
+    assert len(specs(at)) == 2
+    for kind in ex.KINDS:
+        at.radio(key="at_kind").set_value(kind).run()
+        assert_clean(at)
+        assert specs(at)[0]["layout"]["title"]["text"].startswith(av.kind_labels(kind)[0])

@@ -1,0 +1,165 @@
+"""AppTest tests of the Translate page (run on its own, without app.py)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = str(ROOT / "pages" / "translate.py")
+SHIPPED = ROOT / "checkpoints" / "fra-eng-small.pt"
+
+
+def run_page(query: dict | None = None) -> AppTest:
+    """Run the page once (with URL query parameters) and return the test app."""
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    at.query_params.update(query or {})
+    return at.run()
+
+
+def texts(at: AppTest) -> str:
+    """All Markdown and captions of the page, joined."""
+    return "\n".join([m.value for m in at.markdown] + [c.value for c in at.caption])
+
+
+def assert_clean(at: AppTest) -> None:
+    """No exception reached the page."""
+    assert not at.exception, [e.message for e in at.exception]
+
+
+def test_renders_with_the_shipped_checkpoint(studio_dirs):
+    at = run_page()
+    assert_clean(at)
+    assert at.selectbox(key="tr_model").value == "checkpoints/fra-eng-small.pt"
+    assert "### je suis chez moi ." in texts(at)
+    assert ":blue-badge[i'm]" in texts(at) and ":gray-badge[<eos>]" in texts(at)
+    topk = at.dataframe[0].value
+    assert list(topk["output token"]) == ["je", "suis", "chez", "moi", ".", "<eos>"]
+    assert "Tatoeba" in texts(at) and "CC-BY 2.0" in texts(at)
+    assert at.query_params["model"] == "checkpoints/fra-eng-small.pt"
+    assert at.query_params["sentence"] == "i'm home ."
+
+
+def test_sentence_from_the_url_and_typed(studio_dirs):
+    at = run_page({"sentence": "go ."})
+    assert "### va !" in texts(at)
+    at.text_input(key="tr_sentence").set_value("he's calm .").run()
+    assert_clean(at)
+    assert "### il est calme ." in texts(at)
+    assert at.query_params["sentence"] == "he's calm ."
+
+
+def test_beam_search(studio_dirs):
+    at = run_page()
+    at.radio(key="tr_mode").set_value("Beam search").run()
+    at.number_input(key="tr_beam").set_value(3).run()
+    assert_clean(at)
+    assert "### je suis chez moi ." in texts(at)
+    assert "beam 3, α 0.6" in texts(at)
+    assert at.query_params["beam"] == "3"
+    at.radio(key="tr_mode").set_value("Greedy").run()
+    assert "beam" not in at.query_params
+
+
+@pytest.mark.parametrize(
+    ("sentence", "message"),
+    [
+        ("", "empty"),
+        ("zorglub blorp", "None of these words"),
+        ("go . " * 40, "at most 60"),
+    ],
+)
+def test_bad_input_gives_a_clear_message(studio_dirs, sentence, message):
+    at = run_page()
+    at.text_input(key="tr_sentence").set_value(sentence).run()
+    assert_clean(at)
+    assert len(at.error) == 1 and message in at.error[0].value
+    assert not at.dataframe or "output token" not in at.dataframe[0].value
+
+
+def test_unknown_words_are_marked(studio_dirs):
+    at = run_page({"sentence": "i'm home zorglub ."})
+    assert_clean(at)
+    assert ":red-badge[zorglub]" in texts(at)
+    assert any("zorglub" in w.value for w in at.warning)
+
+
+def test_d2l_check_in_one_click(studio_dirs):
+    at = run_page()
+    assert not at.metric
+    at.button(key="tr_d2l").click().run()
+    assert_clean(at)
+    assert at.metric[0].value == "100.0"
+    rows = at.dataframe[-1].value
+    assert list(rows["translation"]) == [
+        "va !",
+        "j'ai perdu .",
+        "il est calme .",
+        "je suis chez moi .",
+    ]
+
+
+def test_no_model_points_to_the_train_page(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTENTION_STUDIO_CHECKPOINTS", str(tmp_path / "none"))
+    monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(tmp_path / "none-either"))
+    at = run_page()
+    assert_clean(at)
+    assert "No trained model is available" in at.error[0].value
+    assert "Train page" in at.error[0].value
+
+
+def test_damaged_files_are_listed_not_fatal(studio_dirs):
+    (studio_dirs["checkpoints"] / "broken.pt").write_bytes(b"\x00garbage")
+    at = run_page()
+    assert_clean(at)
+    assert "checkpoints/broken.pt" not in at.selectbox(key="tr_model").options
+    assert any("broken.pt" in m.value for m in at.expander[0].markdown)
+    assert "### je suis chez moi ." in texts(at)
+
+
+def test_model_choice_lists_runs_newest_first(studio_dirs):
+    at = run_page()
+    options = at.selectbox(key="tr_model").options
+    assert len(options) == 3 and any("runs/tiny/best.pt" in o for o in options)
+    at.selectbox(key="tr_model").set_value("runs/tiny/best.pt").run()
+    assert_clean(at)
+    assert at.query_params["model"] == "runs/tiny/best.pt"
+
+
+def test_validation_sentence_fills_the_box_and_shows_references(studio_dirs, tiny_corpus):
+    ckpt = torch.load(studio_dirs["checkpoints"] / "fra-eng-small.pt", weights_only=True)
+    ckpt["data_config"] = {
+        "source": str(tiny_corpus),
+        "split": "head",
+        "num_train": 20,
+        "num_val": 6,
+        "min_freq": 1,
+    }
+    torch.save(ckpt, studio_dirs["checkpoints"] / "fra-eng-small.pt")
+    shutil.rmtree(studio_dirs["runs"])
+    at = run_page()
+    at.toggle(key="tr_use_val").set_value(True).run()
+    assert_clean(at)
+    assert at.selectbox(key="tr_val").options[0] == "i am tall ."
+    at.selectbox(key="tr_val").set_value("he is cold .").run()
+    assert_clean(at)
+    assert at.text_input(key="tr_sentence").value == "he is cold ."
+    assert "**References:** `il a froid .`" in texts(at)
+    assert "### il a froid ." in texts(at)
+
+
+@pytest.mark.skipif(not SHIPPED.is_file(), reason="checkpoints/fra-eng-small.pt not trained yet")
+def test_real_shipped_model(monkeypatch, tmp_path):
+    monkeypatch.setenv("ATTENTION_STUDIO_CHECKPOINTS", str(SHIPPED.parent))
+    monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(tmp_path))
+    at = run_page({"sentence": "i'm home ."})
+    assert_clean(at)
+    assert at.selectbox(key="tr_model").value == "checkpoints/fra-eng-small.pt"
+    assert "### " in texts(at) and not at.error
+    at.button(key="tr_d2l").click().run()
+    assert_clean(at)
+    assert 0.0 <= float(at.metric[0].value) <= 100.0

@@ -1,0 +1,49 @@
+"""Real browser (headless Chromium): launch a tiny run from the Train page, watch, stop."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"  # screenshots (gitignored)
+
+LOSS_POINTS = """() => {
+  const gd = document.querySelector('.js-plotly-plot');
+  return gd && gd.data && gd.data.length ? gd.data[gd.data.length - 1].x.length : 0;
+}"""
+
+
+def test_launch_watch_and_stop_from_the_train_page(
+    browser_page, app_server, tiny_corpus, kill_trainers
+):
+    page = browser_page
+    try:
+        page.goto(app_server["url"] + "/train")
+        page.get_by_text("d2l chapter", exact=True).wait_for(timeout=30_000)
+        page.get_by_text("d2l chapter", exact=True).click()
+        page.get_by_text("file path", exact=True).click()
+        path = page.get_by_label(re.compile("Path to a tab-separated file"))
+        path.fill(str(tiny_corpus))
+        path.press("Enter")
+        page.get_by_text("30 usable pairs, 0 skipped lines.").wait_for(timeout=30_000)
+        page.get_by_text("Advanced: every hyper-parameter").click()
+        page.get_by_label("epochs", exact=True).fill("100000")
+        page.get_by_role("button", name="Launch training").click()
+
+        page.wait_for_url(re.compile(r"[?&]run=\d{8}-\d{6}-d2l"), timeout=30_000)
+        page.wait_for_function(f"({LOSS_POINTS})() >= 2", timeout=90_000)
+        first = page.evaluate(LOSS_POINTS)
+        page.wait_for_function(f"({LOSS_POINTS})() > {first}", timeout=30_000)  # live update
+        assert page.locator('[data-testid="stException"]').count() == 0
+        assert page.get_by_text(re.compile(r"ETA \d")).count() == 1  # progress bar with ETA
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "train_page_running.png"), full_page=True)
+
+        buttons = page.get_by_test_id("stButton")  # not the toolbar's own "Stop"
+        buttons.get_by_role("button", name="Stop", exact=True).click()
+        page.get_by_text("stopped", exact=True).wait_for(timeout=60_000)
+        buttons.get_by_role("button", name="Resume").wait_for(timeout=30_000)
+        page.screenshot(path=str(ARTIFACTS / "train_page_stopped.png"), full_page=True)
+        assert page.locator('[data-testid="stException"]').count() == 0
+    finally:
+        kill_trainers(app_server["runs"])

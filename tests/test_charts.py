@@ -1,0 +1,157 @@
+"""Tests for core.charts: smoothing, downsampling and the data behind the curve figures."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from core import charts
+
+
+def train_records(n: int, start: float = 5.0) -> list[dict]:
+    """n training records with a decaying loss, every 10 steps."""
+    return [
+        {
+            "kind": "train",
+            "step": 10 * (i + 1),
+            "loss": start / (i + 1),
+            "lr": 1e-3,
+            "tokens_per_s": 1000.0 + i,
+            "grad_norm": 1.0,
+        }
+        for i in range(n)
+    ]
+
+
+def eval_records(steps: list[int]) -> list[dict]:
+    """Evaluation records at ``steps``."""
+    return [
+        {"kind": "eval", "step": s, "val_loss": 3.0 - s / 100, "val_bleu": s / 10} for s in steps
+    ]
+
+
+# ----------------------------------------------------------------------------- smooth
+
+
+def test_smooth_zero_weight_is_identity():
+    assert charts.smooth([3.0, 1.0, 2.0], 0.0) == [3.0, 1.0, 2.0]
+
+
+def test_smooth_is_debiased_like_tensorboard():
+    assert charts.smooth([1.0, 2.0, 3.0], 0.5) == pytest.approx([1.0, 5 / 3, 17 / 7])
+    assert charts.smooth([4.0] * 5, 0.9) == pytest.approx([4.0] * 5)  # no pull towards 0
+
+
+@pytest.mark.parametrize("weight", [-0.1, 1.0, 2.0])
+def test_smooth_rejects_bad_weights(weight):
+    with pytest.raises(ValueError, match="smoothing weight"):
+        charts.smooth([1.0], weight)
+
+
+# ----------------------------------------------------------------------------- downsample
+
+
+@pytest.mark.parametrize(
+    ("n", "max_points"), [(0, 5), (3, 5), (5, 5), (6, 5), (1000, 7), (10_001, 500)]
+)
+def test_downsample_keeps_ends_and_the_budget(n, max_points):
+    items = list(range(n))
+    out = charts.downsample(items, max_points)
+    assert len(out) == min(n, max_points)
+    assert out == sorted(out)
+    if n:
+        assert out[0] == 0 and out[-1] == n - 1
+
+
+def test_downsample_is_evenly_spaced():
+    assert charts.downsample(list(range(10)), 4) == [0, 3, 6, 9]
+    with pytest.raises(ValueError, match="max_points"):
+        charts.downsample([1, 2, 3], 1)
+
+
+# ----------------------------------------------------------------------------- series
+
+
+def test_series_reads_one_kind_and_skips_gaps():
+    records = [
+        *train_records(3),
+        *eval_records([20]),
+        {"kind": "train", "step": 40, "loss": None, "tokens_per_s": None},
+        {"kind": "train", "step": 50, "loss": math.nan},
+    ]
+    assert charts.series(records, "loss") == ([10, 20, 30], [5.0, 2.5, 5 / 3])
+    assert charts.series(records, "val_bleu") == ([20], [2.0])
+    assert charts.series(records, "tokens_per_s")[0] == [10, 20, 30]
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def test_train_loss_has_faint_raw_and_smoothed_traces_per_run():
+    fig = charts.curves_figure(
+        {"a": train_records(50), "b": train_records(50, 9.0)}, "loss", smoothing=0.8
+    )
+    names = [t.name for t in fig.data]
+    assert names == ["a (raw)", "a", "b (raw)", "b"]
+    raw, smoothed = fig.data[0], fig.data[1]
+    assert raw.opacity < 1 and raw.line.color == smoothed.line.color
+    assert fig.data[1].line.color != fig.data[3].line.color  # runs get their own colours
+    assert list(raw.y) == [5.0 / (i + 1) for i in range(50)]
+    assert list(smoothed.y) == pytest.approx(charts.smooth(list(raw.y), 0.8))
+    assert fig.layout.showlegend is True and fig.layout.xaxis.title.text == "training step"
+
+
+def test_learning_rate_is_never_smoothed():
+    fig = charts.curves_figure({"a": train_records(5)}, "lr", smoothing=0.9)
+    assert [t.name for t in fig.data] == ["a"] and list(fig.data[0].y) == [1e-3] * 5
+
+
+def test_no_smoothing_draws_one_trace_per_run():
+    fig = charts.curves_figure({"a": train_records(5)}, "loss", smoothing=0.0)
+    assert [t.name for t in fig.data] == ["a"]
+    assert fig.layout.showlegend is False
+
+
+def test_long_curves_are_downsampled_after_smoothing():
+    records = train_records(5000)
+    fig = charts.curves_figure({"a": records}, "loss", smoothing=0.9, max_points=200)
+    raw, smoothed = fig.data
+    assert len(raw.x) == len(smoothed.x) == 200
+    assert raw.x[0] == 10 and raw.x[-1] == 50_000
+    full = charts.smooth([r["loss"] for r in records], 0.9)
+    assert smoothed.y[-1] == pytest.approx(full[-1])  # smoothed over every point
+
+
+def test_eval_metrics_are_markers_and_log_axis_is_optional():
+    fig = charts.curves_figure({"a": eval_records([100, 200, 300])}, "val_bleu", log_y=True)
+    (trace,) = fig.data
+    assert trace.mode == "lines+markers" and list(trace.y) == [10.0, 20.0, 30.0]
+    assert fig.layout.yaxis.type == "log"
+    assert charts.curves_figure({"a": []}, "val_loss").layout.yaxis.type == "linear"
+
+
+def test_empty_figure_says_so():
+    fig = charts.curves_figure({"a": train_records(3)}, "val_bleu")
+    assert len(fig.data) == 0
+    assert fig.layout.annotations[0].text == "no data yet"
+
+
+def test_unknown_metric_is_refused():
+    with pytest.raises(ValueError, match="unknown metric 'bleu'"):
+        charts.curves_figure({}, "bleu")
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (None, "—"),
+        (-1, "—"),
+        (math.inf, "—"),
+        (12.4, "12 s"),
+        (200, "3 min 20 s"),
+        (3900, "1 h 05 min"),
+    ],
+)
+def test_format_duration(seconds, text):
+    assert charts.format_duration(seconds) == text
