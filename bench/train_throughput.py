@@ -21,6 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from core.data import DataConfig, Split, batches, encode_pairs, load_corpus
 from core.model import ModelConfig, Transformer
+from core.trainer import autocast_dtype, cpu_has_native_bf16
 
 SIZES = {
     "d2l chapter (256 wide, 2+2 blocks, 4 heads, FFN 64)": dict(
@@ -32,16 +33,16 @@ SIZES = {
 }
 
 
-def matmul_roofline(n: int = 2048, repeats: int = 5) -> float:
-    """GFLOP/s of an n x n float32 matmul on this machine (median)."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def matmul_roofline(n: int = 2048, repeats: int = 10, dtype=torch.float32) -> float:
+    """Peak GFLOP/s of an n x n matmul on this machine (fastest of several runs)."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     a @ b
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         a @ b
         times.append(time.perf_counter() - start)
-    return 2 * n**3 / median(times) / 1e9
+    return 2 * n**3 / min(times) / 1e9
 
 
 def step_flops(model, opt, batch) -> float:
@@ -51,39 +52,46 @@ def step_flops(model, opt, batch) -> float:
     return counter.get_total_flops()
 
 
+def measure(models, opts, data, repeats, amp) -> dict[str, list[float]]:
+    """Interleaved repeats: target tokens/s of each model's step on the same batches."""
+    speed = {k: [] for k in models}
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+        for k in models:  # warm-up
+            time_steps(models[k], opts[k], data[:2])
+        for _ in range(repeats):
+            for k in models:
+                seconds, tokens = time_steps(models[k], opts[k], data)
+                speed[k].append(tokens / seconds)
+    return speed
+
+
 def compare_with_twin(corpus, name, size, args, roofline) -> None:
-    """Interleaved repeats of our step and the twin's on the same batches."""
+    """Our step and the twin's on the same batches, in fp32 and (if native) bf16 autocast."""
     enc = encode_pairs(corpus.train, corpus.src_vocab, corpus.tgt_vocab)
     data = list(batches(enc, 128, shuffle=True, seed=0))[: args.batches]
     cfg = ModelConfig(len(corpus.src_vocab), len(corpus.tgt_vocab), **size)
     torch.manual_seed(0)
     models = {"ours": Transformer(cfg), "nn.Transformer twin": TorchTwin(cfg)}
     opts = {k: adam(m) for k, m in models.items()}
-    speed = {k: [] for k in models}
-    for k in models:  # warm-up
-        time_steps(models[k], opts[k], data[:2])
-    for _ in range(args.repeats):
-        for k in models:
-            seconds, tokens = time_steps(models[k], opts[k], data)
-            speed[k].append(tokens / seconds)
-    ours, twin = median(speed["ours"]), median(speed["nn.Transformer twin"])
-    flops = sum(step_flops(models["ours"], opts["ours"], b) for b in data[:3]) / 3
-    tokens = sum(int((t[:, 1:] != 0).sum()) for _, t in data[:3]) / 3
     print(f"\n{name}, batch 128, {len(data)} identical batches, {args.repeats} repeats")
-    print(
-        f"  ours:                {ours:8.0f} target tokens/s  (runs: "
-        f"{', '.join(f'{s:.0f}' for s in speed['ours'])})"
-    )
-    print(
-        f"  nn.Transformer twin: {twin:8.0f} target tokens/s  (runs: "
-        f"{', '.join(f'{s:.0f}' for s in speed['nn.Transformer twin'])})"
-    )
-    print(f"  ratio ours / twin:   {ours / twin:8.2f}x")
-    achieved = flops / tokens * ours / 1e9
-    print(
-        f"  our step: {flops / 1e9:.1f} GFLOP per batch, {achieved:.0f} GFLOP/s = "
-        f"{achieved / roofline:.0%} of the {roofline:.0f} GFLOP/s matmul roofline"
-    )
+    precisions = [("fp32", False)] + ([("bf16 autocast", True)] if cpu_has_native_bf16() else [])
+    for label, amp in precisions:
+        speed = measure(models, opts, data, args.repeats, amp)
+        for k, runs in speed.items():
+            print(
+                f"  {label:13s} {k:20s} {median(runs):7.0f} target tokens/s  (runs: "
+                f"{', '.join(f'{s:.0f}' for s in runs)})"
+            )
+        ours, twin = median(speed["ours"]), median(speed["nn.Transformer twin"])
+        print(f"  {label:13s} ratio ours / twin: {ours / twin:.2f}x")
+        if not amp:
+            flops = sum(step_flops(models["ours"], opts["ours"], b) for b in data[:3]) / 3
+            tokens = sum(int((t[:, 1:] != 0).sum()) for _, t in data[:3]) / 3
+            achieved = flops / tokens * ours / 1e9
+            print(
+                f"  our fp32 step: {flops / 1e9:.1f} GFLOP per batch, {achieved:.0f} GFLOP/s "
+                f"= {achieved / roofline:.0%} of the {roofline:.0f} GFLOP/s fp32 roofline"
+            )
 
 
 def bucketing_speedup(corpus, args) -> None:
@@ -104,15 +112,17 @@ def bucketing_speedup(corpus, args) -> None:
         ),
     }
     runs = {k: [] for k in modes}
+    amp = autocast_dtype(torch.device("cpu")) is not None  # as core.trainer would train
     for _ in range(args.bucket_repeats):
         for k, make in modes.items():
             start = time.perf_counter()
             data = make()
-            seconds, tokens = time_steps(model, opt, data)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+                seconds, tokens = time_steps(model, opt, data)
             runs[k].append(time.perf_counter() - start)
     print(
         f"\nEnd to end, realistic size, {len(enc)} fra-eng pairs (one epoch, "
-        f"{args.bucket_repeats} repeats)"
+        f"{args.bucket_repeats} repeats, {'bf16 autocast' if amp else 'fp32'})"
     )
     for k, times in runs.items():
         print(f"  {k:28s} {median(times):7.1f} s/epoch  {tokens / median(times):7.0f} tokens/s")
@@ -125,7 +135,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--batches", type=int, default=12)
-    p.add_argument("--bucket-pairs", type=int, default=40000)
+    p.add_argument("--bucket-pairs", type=int, default=10000)
     p.add_argument("--bucket-repeats", type=int, default=3)
     p.add_argument("--max-vocab", type=int, default=10000)
     p.add_argument("--skip-twin", action="store_true")
@@ -136,7 +146,8 @@ def main() -> None:
     roofline = matmul_roofline()
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-        f"2048^2 matmul: {roofline:.0f} GFLOP/s; vocab {len(corpus.src_vocab)} / "
+        f"2048^2 matmul: {roofline:.0f} GFLOP/s fp32, "
+        f"{matmul_roofline(dtype=torch.bfloat16):.0f} bf16; vocab {len(corpus.src_vocab)} / "
         f"{len(corpus.tgt_vocab)}, {len(corpus.train.pairs)} training pairs (max_len 20)"
     )
     if not args.skip_twin:

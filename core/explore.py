@@ -23,6 +23,7 @@ import plotly.graph_objects as go
 import torch
 
 from core import attention_view as av
+from core import jobs
 from core.checkpoint import CheckpointError, LoadedModel, read_checkpoint
 from core.data import (
     FRA_ENG_ENV,
@@ -37,9 +38,6 @@ from core.decode import Translation, TranslationError, prepare_source, teacher_f
 from core.evaluate import corpus_bleu
 from core.runs import RunDir
 
-ROOT = Path(__file__).resolve().parent.parent
-CHECKPOINTS_ENV = "ATTENTION_STUDIO_CHECKPOINTS"
-RUNS_ENV = "ATTENTION_STUDIO_RUNS"
 SHIPPED_NAME = "fra-eng-small.pt"  # the model the app ships with, under checkpoints/
 KINDS = ("encoder", "decoder_self", "cross")
 HEAD_AGGREGATES = ("mean", "max", "rollout")  # besides a head number; rollout: encoder only
@@ -56,14 +54,12 @@ D2L_CHECK = [  # the sentences and references of d2l.ai chapter 11.7
 
 def checkpoints_dir() -> Path:
     """Where shipped checkpoints live (ATTENTION_STUDIO_CHECKPOINTS or <repo>/checkpoints)."""
-    env = os.environ.get(CHECKPOINTS_ENV)
-    return Path(env) if env else ROOT / "checkpoints"
+    return jobs.checkpoints_root()
 
 
 def runs_dir() -> Path:
     """Where training runs live (ATTENTION_STUDIO_RUNS or <repo>/runs)."""
-    env = os.environ.get(RUNS_ENV)
-    return Path(env) if env else ROOT / "runs"
+    return jobs.runs_root()
 
 
 # ----------------------------------------------------------------------------- models

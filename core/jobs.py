@@ -855,9 +855,6 @@ def list_models(root: Path | None = None) -> list[dict]:
         except CheckpointError as e:
             out.append({**row, "error": str(e)})
             continue
-        except Exception as e:  # noqa: BLE001 - torch.load can raise others (struct.error)
-            out.append({**row, "error": f"{path} is not a readable checkpoint: {e}"})
-            continue
         m = ckpt.get("model_config", {})
         state = ckpt.get("state") or {}
         bleu = state.get("best_bleu")

@@ -7,11 +7,14 @@ Shape key: B batch, S source length, T target length, V target vocabulary.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -40,7 +43,7 @@ class TrainConfig:
     eval_sentences: int = 300  # validation sentences translated for BLEU at each evaluation
     log_every: int = 20  # steps between metric records
     device: str = "auto"  # "auto" (CUDA, then MPS, then CPU), "cuda", "mps" or "cpu"
-    amp: bool = True  # bf16 autocast on CUDA
+    amp: bool = True  # bf16 autocast on CUDA, and on CPUs with native bf16 (AVX512-BF16, AMX)
     seed: int = 0  # seeds parameters, dropout and batch order
     threads: int = 0  # CPU threads for torch (0 = torch's default)
     bucket: bool = True  # length-bucketed batches (False: random batches)
@@ -93,6 +96,25 @@ def device_description(device: torch.device) -> str:
     return device.type
 
 
+@functools.cache
+def cpu_has_native_bf16() -> bool:
+    """True if this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX), read on Linux."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return bool(re.search(r"\b(avx512_bf16|amx_bf16)\b", flags))
+
+
+def autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """bfloat16 where the device runs it fast (CUDA with bf16, native-bf16 CPUs), else None."""
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    if device.type == "cpu" and cpu_has_native_bf16():
+        return torch.bfloat16
+    return None
+
+
 def learning_rate(step: int, cfg: TrainConfig) -> float:
     """Peak lr after linear warm-up, then constant or decaying as 1/sqrt(step)."""
     step = max(step, 1)
@@ -138,8 +160,7 @@ class Trainer:
         self.train_data = encode_pairs(corpus.train, corpus.src_vocab, corpus.tgt_vocab)
         self.val_data = encode_pairs(corpus.val, corpus.src_vocab, corpus.tgt_vocab)
         self.val_groups = corpus.val.groups()[: cfg.eval_sentences]
-        use_amp = cfg.amp and self.device.type == "cuda" and torch.cuda.is_bf16_supported()
-        self.amp_dtype = torch.bfloat16 if use_amp else None
+        self.amp_dtype = autocast_dtype(self.device) if cfg.amp else None
 
     def on(self, event: str, fn: Callback) -> None:
         """Register a callback for "step", "eval" or "end"."""

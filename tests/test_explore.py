@@ -13,6 +13,7 @@ import torch
 
 from core import attention_view as av
 from core import explore as ex
+from core import jobs
 from core.checkpoint import load_checkpoint
 from core.data import tokenize
 from core.decode import TranslationError, prepare_source, teacher_forced
@@ -119,11 +120,11 @@ def test_default_entry_without_shipped_model_is_newest_usable():
 
 
 def test_dirs_follow_environment(monkeypatch, tmp_path):
-    monkeypatch.setenv(ex.CHECKPOINTS_ENV, str(tmp_path / "c"))
-    monkeypatch.setenv(ex.RUNS_ENV, str(tmp_path / "r"))
+    monkeypatch.setenv(jobs.CHECKPOINTS_ENV, str(tmp_path / "c"))
+    monkeypatch.setenv(jobs.RUNS_ENV, str(tmp_path / "r"))
     assert ex.checkpoints_dir() == tmp_path / "c" and ex.runs_dir() == tmp_path / "r"
-    monkeypatch.delenv(ex.CHECKPOINTS_ENV)
-    assert ex.checkpoints_dir() == ex.ROOT / "checkpoints"
+    monkeypatch.delenv(jobs.CHECKPOINTS_ENV)
+    assert ex.checkpoints_dir() == jobs.REPO_ROOT / "checkpoints"
 
 
 # ----------------------------------------------------------------------------- translating
