@@ -13,6 +13,7 @@ import streamlit as st
 from core import charts, jobs
 from core.data import DataError, resolve_corpus
 from core.presets import PRESETS
+from pages._shared import ensure_app_navigation
 
 PRESET_LABELS = {"d2l": "d2l chapter", "small": "small, CPU, ~10 minutes", "base": "base, GPU"}
 DATA_KINDS = ["fra-eng", "file path", "upload"]
@@ -421,7 +422,7 @@ def runs_table(runs: list[jobs.RunInfo]) -> None:
 
 def main() -> None:
     """The Train page."""
-    st.set_page_config(layout="wide")  # again: opened directly, /train came up centered
+    ensure_app_navigation()  # a first request straight to /train must still run app.py
     st.title("Train")
     st.caption(
         "Train an English→French Transformer as a background job: it keeps going "
