@@ -45,10 +45,12 @@ def ensure_app_navigation() -> None:
     With a ``pages/`` folder beside app.py, a fresh server whose first request is a page
     URL (a shared link, a reload) runs that page directly and lists every file of
     ``pages/`` in the sidebar. Turning the legacy flag off and rerunning runs app.py.
+    Done once per session: a rerun would drop the widget event that caused this run.
     """
     from streamlit.runtime.pages_manager import PagesManager
 
-    if PagesManager.uses_pages_directory:
+    if PagesManager.uses_pages_directory and not st.session_state.get("_app_navigation"):
+        st.session_state["_app_navigation"] = True
         PagesManager.uses_pages_directory = False
         st.rerun()
 

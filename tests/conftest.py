@@ -90,15 +90,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def app_server(tmp_path_factory):
-    """Start ``streamlit run app.py`` on a loopback port; yield its base URL.
+def start_server(runs: Path):
+    """Start ``streamlit run app.py`` on a free loopback port; return (process, base URL).
 
-    Runs go to a temporary directory (ATTENTION_STUDIO_RUNS). Skips when Chromium or
-    Playwright is missing; CI installs both.
+    Skips when Chromium or Playwright is missing; CI installs both.
     """
     import shutil
-    import signal
     import subprocess
     import sys
     import time
@@ -108,42 +105,53 @@ def app_server(tmp_path_factory):
         pytest.skip("chromium is not installed (apt-get install chromium)")
     pytest.importorskip("playwright.sync_api")
     port = _free_port()
-    runs = tmp_path_factory.mktemp("browser-runs")
     env = {**os.environ, "ATTENTION_STUDIO_RUNS": str(runs)}
-    log = open(runs / "server.log", "w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            "app.py",
-            "--server.headless=true",
-            "--server.address=127.0.0.1",
-            f"--server.port={port}",
-            "--server.fileWatcherType=none",
-            "--browser.gatherUsageStats=false",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    with open(runs / "server.log", "w") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                "app.py",
+                "--server.headless=true",
+                "--server.address=127.0.0.1",
+                f"--server.port={port}",
+                "--server.fileWatcherType=none",
+                "--browser.gatherUsageStats=false",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     for _ in range(120):
         try:
             if urllib.request.urlopen(url + "/_stcore/health", timeout=1).read() == b"ok":
-                break
+                return proc, url
         except OSError:
             time.sleep(0.5)
-    else:
-        os.killpg(proc.pid, signal.SIGTERM)
-        pytest.fail("streamlit did not start: " + (runs / "server.log").read_text()[-2000:])
-    yield {"url": url, "runs": runs}
+    stop_server(proc)
+    pytest.fail("streamlit did not start: " + (runs / "server.log").read_text()[-2000:])
+
+
+def stop_server(proc) -> None:
+    """Terminate a server started by start_server (its whole process group)."""
+    import signal
+
     os.killpg(proc.pid, signal.SIGTERM)
     proc.wait(timeout=20)
-    log.close()
+
+
+@pytest.fixture(scope="session")
+def app_server(tmp_path_factory):
+    """One app server for the browser tests; runs go to a temporary directory."""
+    runs = tmp_path_factory.mktemp("browser-runs")
+    proc, url = start_server(runs)
+    yield {"url": url, "runs": runs}
+    stop_server(proc)
 
 
 @pytest.fixture
