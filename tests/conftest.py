@@ -81,6 +81,16 @@ def fra_eng() -> Path:
     return FRA_ENG
 
 
+def fake_trainer(run_path):
+    """A process whose command line looks like ``python -m core.train --out RUN`` (sleeps)."""
+    import subprocess
+    import sys
+
+    code = "import time; time.sleep(60)"
+    argv = [sys.executable, "-c", code, "-m", "core.train", "--out", str(run_path)]
+    return subprocess.Popen(argv)
+
+
 def _free_port() -> int:
     """A free TCP port on the loopback interface."""
     import socket

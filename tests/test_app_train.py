@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from core import jobs
 from core.runs import RunDir
+from tests.conftest import fake_trainer
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "data" / "tiny.tsv"
@@ -186,17 +185,7 @@ def test_run_list_shows_every_state(jobs_env, make_run, dead_pid):
     make_run(root, "c-failed", {"state": "failed", "message": "boom"}, job={"created_at": 3})
     make_run(root, "d-died", {"state": "running", "pid": dead_pid()}, job={"created_at": 4})
     live = make_run(root, "e-running", {"state": "running"}, job={"created_at": 5})
-    sleeper = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import time; time.sleep(60)",
-            "-m",
-            "core.train",
-            "--out",
-            str(live.path),
-        ]
-    )
+    sleeper = fake_trainer(live.path)
     try:
         live.write_status(pid=sleeper.pid)
         at = train_page("d-died")

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -18,6 +17,7 @@ from core import jobs
 from core.checkpoint import read_checkpoint
 from core.runs import RunDir
 from core.train import build_parser, configs_from_args
+from tests.conftest import fake_trainer
 
 
 def wait_for(predicate, timeout: float = 90.0, what: str = "condition"):
@@ -149,17 +149,7 @@ def test_state_is_read_from_disk_and_dead_trainers_fail(
 def test_a_live_trainer_found_on_disk_is_running(jobs_env, make_run):
     """A run launched before a server restart: only its files and its process remain."""
     rd = make_run(jobs.runs_root(), "r2", {"state": "running", "step": 40, "progress": 0.4})
-    sleeper = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import time; time.sleep(60)",
-            "-m",
-            "core.train",
-            "--out",
-            str(rd.path),
-        ]
-    )
+    sleeper = fake_trainer(rd.path)
     try:
         rd.write_status(pid=sleeper.pid)
         info = jobs.run_info("r2")
@@ -175,17 +165,7 @@ def test_a_live_trainer_found_on_disk_is_running(jobs_env, make_run):
 def test_stopping_a_starting_run_ends_it_as_stopped(jobs_env, make_run):
     """Before the trainer's SIGTERM handler exists, stop kills it and records 'stopped'."""
     rd = make_run(jobs.runs_root(), "early", {"state": "starting"})
-    loader = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import time; time.sleep(60)",
-            "-m",
-            "core.train",
-            "--out",
-            str(rd.path),
-        ]
-    )
+    loader = fake_trainer(rd.path)
     try:
         rd.write_status(pid=loader.pid)
         assert jobs.run_info("early").state == "starting"
