@@ -81,6 +81,20 @@ def fra_eng() -> Path:
     return FRA_ENG
 
 
+def run_page_script(page: str, query: dict | None = None):
+    """Run a page script on its own once (with URL query parameters); return the AppTest."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "pages" / page), default_timeout=60)
+    at.query_params.update(query or {})
+    return at.run()
+
+
+def assert_clean(at) -> None:
+    """No exception reached the page."""
+    assert not at.exception, [e.message for e in at.exception]
+
+
 def fake_trainer(run_path):
     """A process whose command line looks like ``python -m core.train --out RUN`` (sleeps)."""
     import subprocess

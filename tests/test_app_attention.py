@@ -15,17 +15,15 @@ from streamlit.testing.v1 import AppTest
 from core import attention_view as av
 from core import explore as ex
 from core.checkpoint import load_checkpoint
+from tests.conftest import assert_clean, run_page_script
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGE = str(ROOT / "pages" / "attention.py")
 SHIPPED = ROOT / "checkpoints" / "fra-eng-small.pt"
 
 
 def run_page(query: dict | None = None) -> AppTest:
     """Run the page once (with URL query parameters) and return the test app."""
-    at = AppTest.from_file(PAGE, default_timeout=60)
-    at.query_params.update(query or {})
-    return at.run()
+    return run_page_script("attention.py", query)
 
 
 def specs(at: AppTest) -> list[dict]:
@@ -36,11 +34,6 @@ def specs(at: AppTest) -> list[dict]:
 def titles(at: AppTest) -> list[str]:
     """The titles of the page's charts."""
     return [s["layout"]["title"]["text"] for s in specs(at)]
-
-
-def assert_clean(at: AppTest) -> None:
-    """No exception reached the page."""
-    assert not at.exception, [e.message for e in at.exception]
 
 
 def query(at: AppTest) -> dict:

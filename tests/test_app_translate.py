@@ -9,26 +9,20 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
+from tests.conftest import assert_clean, run_page_script
+
 ROOT = Path(__file__).resolve().parent.parent
-PAGE = str(ROOT / "pages" / "translate.py")
 SHIPPED = ROOT / "checkpoints" / "fra-eng-small.pt"
 
 
 def run_page(query: dict | None = None) -> AppTest:
     """Run the page once (with URL query parameters) and return the test app."""
-    at = AppTest.from_file(PAGE, default_timeout=60)
-    at.query_params.update(query or {})
-    return at.run()
+    return run_page_script("translate.py", query)
 
 
 def texts(at: AppTest) -> str:
     """All Markdown and captions of the page, joined."""
     return "\n".join([m.value for m in at.markdown] + [c.value for c in at.caption])
-
-
-def assert_clean(at: AppTest) -> None:
-    """No exception reached the page."""
-    assert not at.exception, [e.message for e in at.exception]
 
 
 def test_renders_with_the_shipped_checkpoint(studio_dirs):
