@@ -41,19 +41,38 @@ POLL_S = 1.0
 # ----------------------------------------------------------------------------- new run
 
 
-def load_preset(preset: str) -> None:
-    """Put the preset's settings into the form's widgets."""
+def form_key(preset: str, section: str, name: str) -> str:
+    """Widget key of one setting of one preset's form (each preset keeps its own widgets)."""
+    return f"{preset}.{section}.{name}"
+
+
+def seed_form(preset: str) -> None:
+    """Give the preset's widgets their preset values, unless this session already set them.
+
+    Keys carry the preset's name, so a browser that still reports another preset's
+    values (a click that lands while the preset switch reruns) can never overwrite these.
+    Streamlit forgets the widgets of a preset not shown, so their values are remembered.
+    """
+    memory = st.session_state.setdefault("form_memory", {}).setdefault(preset, {})
     for section, values in jobs.defaults(preset).items():
         for name, value in values.items():
-            st.session_state[f"{section}.{name}"] = (
-                "\n".join(value) if isinstance(value, list) else value
-            )
-    st.session_state["loaded_preset"] = preset
+            key = form_key(preset, section, name)
+            if key not in st.session_state:
+                default = "\n".join(value) if isinstance(value, list) else value
+                st.session_state[key] = memory.get(key, default)
 
 
-def field_widget(f: jobs.FormField) -> None:
-    """One hyper-parameter widget; its value lives in session_state[section.name]."""
-    key = f"{f.section}.{f.name}"
+def remember_form(preset: str) -> None:
+    """Keep this preset's widget values for when the user switches back to it."""
+    memory = st.session_state["form_memory"][preset]
+    for f in jobs.form_fields():
+        key = form_key(preset, f.section, f.name)
+        memory[key] = st.session_state[key]
+
+
+def field_widget(preset: str, f: jobs.FormField) -> None:
+    """One hyper-parameter widget; its value lives in session_state[preset.section.name]."""
+    key = form_key(preset, f.section, f.name)
     if f.kind == "bool":
         st.checkbox(f.name, key=key, help=f.help)
     elif f.kind == "choice":
@@ -66,11 +85,11 @@ def field_widget(f: jobs.FormField) -> None:
         st.number_input(f.name, step=STEPS.get(f.name, 0.01), format="%g", key=key, help=f.help)
 
 
-def settings_from_widgets() -> dict:
-    """{"data"|"model"|"train": {...}} read back from the form's widgets."""
+def settings_from_widgets(preset: str) -> dict:
+    """{"data"|"model"|"train": {...}} read back from the preset's widgets."""
     out: dict = {section: {} for section in jobs.SECTIONS}
     for f in jobs.form_fields():
-        value = st.session_state[f"{f.section}.{f.name}"]
+        value = st.session_state[form_key(preset, f.section, f.name)]
         if f.kind == "list":
             value = [line.strip() for line in value.splitlines() if line.strip()]
         out[f.section][f.name] = value
@@ -136,7 +155,7 @@ def launch(preset: str, source: str | None) -> None:
     if source is None:
         st.error("Choose usable data first: a file path or an upload with sentence pairs.")
         return
-    settings = settings_from_widgets()
+    settings = settings_from_widgets(preset)
     settings["data"]["source"] = source
     problems = jobs.validate_settings(preset, settings)
     if problems:
@@ -162,8 +181,7 @@ def new_run_form() -> None:
         key="preset",
         captions=[jobs.describe_settings(jobs.defaults(p)) for p in PRESETS],
     )
-    if st.session_state.get("loaded_preset") != preset:
-        load_preset(preset)
+    seed_form(preset)
     kind = st.radio("Data", DATA_KINDS, key="data_kind")
     source = fra_eng_picker() if kind == "fra-eng" else file_picker(kind)
     with st.form("new_run"):
@@ -172,7 +190,8 @@ def new_run_form() -> None:
                 st.markdown(f"**{title}**")
                 for f in jobs.form_fields():
                     if f.section == section:
-                        field_widget(f)
+                        field_widget(preset, f)
+        remember_form(preset)
         st.caption(f"device 'auto' trains on: {jobs.device_summary()}")
         if st.form_submit_button("Launch training", type="primary", width="stretch"):
             launch(preset, source)

@@ -61,7 +61,7 @@ def fill_tiny_form(at: AppTest, **overrides) -> None:
         **overrides,
     }
     for key, value in values.items():
-        at.number_input(key=key).set_value(value)
+        at.number_input(key=f"d2l.{key}").set_value(value)
 
 
 def badges(at: AppTest) -> list[str]:
@@ -151,7 +151,7 @@ def test_preset_fills_the_advanced_form(jobs_env):
     at = train_page()
     at.radio(key="preset").set_value("d2l").run()
     got = {
-        k: at.number_input(key=k).value
+        k: at.number_input(key=f"d2l.{k}").value
         for k in (
             "data.num_train",
             "data.num_val",
@@ -173,6 +173,20 @@ def test_preset_fills_the_advanced_form(jobs_env):
         "train.epochs": 30,
         "train.batch_size": 128,
     }
+
+
+def test_each_preset_keeps_its_own_form_values(jobs_env):
+    """Switching presets never mixes their values; submitted edits stay with their preset."""
+    at = train_page()
+    at.radio(key="data_kind").set_value("file path").run()  # no data: Launch starts nothing
+    at.number_input(key="small.train.log_every").set_value(7)
+    button(at, "Launch training").click().run()  # a form commits its values on submit
+    assert any("Choose usable data first" in e.value for e in at.error)
+    at.radio(key="preset").set_value("d2l").run()
+    assert at.number_input(key="d2l.train.log_every").value == 1
+    assert at.number_input(key="d2l.train.eval_every").value == 20
+    at.radio(key="preset").set_value("small").run()
+    assert at.number_input(key="small.train.log_every").value == 7
 
 
 # ----------------------------------------------------------------------------- runs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -33,6 +34,9 @@ def test_launch_watch_and_stop_from_the_train_page(
         page.get_by_role("button", name="Launch training").click()
 
         page.wait_for_url(re.compile(r"[?&]run=\d{8}-\d{6}-d2l"), timeout=30_000)
+        run_id = re.search(r"run=([^&]+)", page.url)[1]
+        train = json.loads((app_server["runs"] / run_id / "job.json").read_text())["settings"]
+        assert (train["train"]["log_every"], train["train"]["eval_every"]) == (1, 20)  # d2l's
         page.wait_for_function(f"({LOSS_POINTS})() >= 2", timeout=90_000)  # step 2 logged
         first = page.evaluate(LOSS_POINTS)
         page.wait_for_function(f"({LOSS_POINTS})() > {first}", timeout=60_000)  # live update
