@@ -80,7 +80,7 @@ class TorchTwin(nn.Module):
 
 
 def adam(model):
-    """The optimiser both models use (fused Adam, as core.trainer)."""
+    """The optimiser both models use (fused Adam, as core.train_loop)."""
     return torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
 
 

@@ -15,7 +15,7 @@ import torch
 from common import ROOT, median
 
 from core.checkpoint import load_checkpoint
-from core.decode import translate
+from core.decode import MAX_LEN, greedy_decode, prepare_source, translate
 
 SENTENCE = "i think we should go to the beach tomorrow morning ."  # 10 words + "."
 
@@ -56,6 +56,12 @@ def main() -> None:
             args.repeats,
         )
         print(f"  {name:30s} median {med:6.1f} ms  (min {min(runs):.1f}, max {max(runs):.1f})")
+    ids, _, _, _ = prepare_source(SENTENCE, lm.src_vocab, cfg.max_positions)
+    src = torch.tensor([ids])  # (1, S)
+    lm.model.eval()
+    med, runs = time_ms(lambda: greedy_decode(lm.model, src, MAX_LEN), args.repeats)
+    name = "cached greedy, no maps"
+    print(f"  {name:30s} median {med:6.1f} ms  (min {min(runs):.1f}, max {max(runs):.1f})")
 
 
 if __name__ == "__main__":

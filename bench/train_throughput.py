@@ -21,7 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from core.data import DataConfig, Split, batches, encode_pairs, load_corpus
 from core.model import ModelConfig, Transformer
-from core.trainer import autocast_dtype, cpu_has_native_bf16
+from core.train_loop import autocast_dtype, cpu_has_native_bf16
 
 SIZES = {
     "d2l chapter (256 wide, 2+2 blocks, 4 heads, FFN 64)": dict(
@@ -112,7 +112,7 @@ def bucketing_speedup(corpus, args) -> None:
         ),
     }
     runs = {k: [] for k in modes}
-    amp = autocast_dtype(torch.device("cpu")) is not None  # as core.trainer would train
+    amp = autocast_dtype(torch.device("cpu")) is not None  # as core.train_loop would train
     for _ in range(args.bucket_repeats):
         for k, make in modes.items():
             start = time.perf_counter()

@@ -28,6 +28,12 @@ ATTRIBUTION = (
     "English-French pairs from the Tatoeba Project (tatoeba.org), packaged by "
     "manythings.org/anki, licensed CC-BY 2.0 (France)."
 )
+D2L_TEST_PAIRS = [  # the sentences and references of d2l.ai chapter 11.7's check
+    ("go .", "va !"),
+    ("i lost .", "j'ai perdu ."),
+    ("he's calm .", "il est calme ."),
+    ("i'm home .", "je suis chez moi ."),
+]
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = [PAD, BOS, EOS, UNK]
 MAX_FILE_BYTES = 200 * 1024 * 1024  # refuse text corpora larger than this
@@ -64,6 +70,27 @@ def default_cache_dir() -> Path:
     """Where the downloaded corpus is kept (ATTENTION_STUDIO_CACHE or ~/.cache)."""
     env = os.environ.get("ATTENTION_STUDIO_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "attention-studio"
+
+
+def fra_eng_copy(cache_dir: Path | None = None) -> Path | None:
+    """The local fra-eng.zip a run would read ($FRA_ENG_ZIP, else the cache), or None."""
+    env = os.environ.get(FRA_ENG_ENV)
+    if env:
+        return Path(env) if Path(env).is_file() else None
+    cached = (cache_dir or default_cache_dir()) / "fra-eng.zip"
+    return cached if cached.is_file() else None
+
+
+def corpus_problem(source: str) -> str:
+    """Why a corpus cannot be read without a download ('' when it can)."""
+    if source != "fra-eng":
+        return "" if Path(source).expanduser().is_file() else f"the file {source} is missing"
+    if fra_eng_copy() is not None:
+        return ""
+    return (
+        f"the fra-eng corpus is not on this machine (set {FRA_ENG_ENV} to a copy of "
+        "fra-eng.zip, or train once to download it)"
+    )
 
 
 def sha1_of(path: Path) -> str:
@@ -119,14 +146,12 @@ def resolve_corpus(
             raise DataError(f"Corpus file not found: {path}")
         return path
     env = os.environ.get(FRA_ENG_ENV)
-    if env:
-        if not Path(env).is_file():
-            raise DataError(f"{FRA_ENG_ENV} points to {env}, which is not a file.")
-        return Path(env)
-    cached = (cache_dir or default_cache_dir()) / "fra-eng.zip"
-    if cached.is_file():
-        return cached
-    return download(url, cached, sha1, progress)
+    if env and not Path(env).is_file():
+        raise DataError(f"{FRA_ENG_ENV} points to {env}, which is not a file.")
+    found = fra_eng_copy(cache_dir)
+    if found is not None:
+        return found
+    return download(url, (cache_dir or default_cache_dir()) / "fra-eng.zip", sha1, progress)
 
 
 def _decode(raw: bytes, name: str) -> str:

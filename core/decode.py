@@ -13,6 +13,23 @@ import torch
 from core.data import Vocab, tokenize
 from core.model import AttentionMaps, Transformer
 
+ALPHA = 0.6  # GNMT length-penalty exponent of beam search
+MAX_LEN = 50  # longest output, in tokens
+TOP_K = 5  # candidate words kept per output step
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """How to decode: greedy (beam_size 1) or beam search, and how much to keep."""
+
+    beam_size: int = 1  # 1 = greedy
+    alpha: float = ALPHA  # length penalty exponent (beam search only)
+    max_len: int = MAX_LEN  # longest output, in tokens
+    topk: int = TOP_K  # candidate words shown per output step
+
+
+GREEDY = DecodeSettings()  # the default: greedy decoding
+
 
 class TranslationError(ValueError):
     """A sentence cannot be translated; the message says why and what to do."""
@@ -100,19 +117,6 @@ def greedy_decode(model: Transformer, src: torch.Tensor, max_len: int, need_weig
     return ys[:, 1:], torch.stack(logps, dim=1), maps
 
 
-@torch.no_grad()
-def greedy_decode_uncached(model: Transformer, src: torch.Tensor, max_len: int):
-    """Greedy decoding that re-runs the whole decoder each step (reference for tests)."""
-    memory, src_mask, _ = model.encode(src)
-    ys = torch.full((src.size(0), 1), Vocab.bos_id, dtype=torch.long, device=src.device)
-    for _ in range(max_len):
-        logits, _, _ = model.decoder(ys, memory, src_mask, model.tgt_mask(ys))  # (B, t, V)
-        ys = torch.cat([ys, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-        if (ys[:, 1:] == Vocab.eos_id).any(1).all():
-            break
-    return ys[:, 1:]
-
-
 def length_penalty(length: int, alpha: float) -> float:
     """GNMT length penalty ((5 + length) / 6) ** alpha."""
     return ((5 + length) / 6) ** alpha
@@ -127,7 +131,7 @@ def _reorder(cache: list[dict], index: torch.Tensor) -> None:
 
 @torch.no_grad()
 def beam_search(
-    model: Transformer, src: torch.Tensor, max_len: int, beam_size: int = 4, alpha: float = 0.6
+    model: Transformer, src: torch.Tensor, max_len: int, beam_size: int = 4, alpha: float = ALPHA
 ) -> list[int]:
     """Beam search for one sentence src (1, S) -> best ids (with <eos> if reached)."""
     memory, src_mask, _ = model.encode(src)
@@ -198,9 +202,9 @@ def translate(
     tgt_vocab: Vocab,
     sentence: str,
     beam_size: int = 1,
-    alpha: float = 0.6,
-    max_len: int = 50,
-    topk: int = 5,
+    alpha: float = ALPHA,
+    max_len: int = MAX_LEN,
+    topk: int = TOP_K,
 ) -> Translation:
     """Translate one sentence with greedy (beam_size 1) or beam search, with all maps."""
     was_training = model.training
@@ -246,7 +250,7 @@ def translate_batch(
     tgt_vocab: Vocab,
     sources: list[list[str]],
     batch_size: int = 256,
-    max_len: int = 50,
+    max_len: int = MAX_LEN,
 ) -> list[list[str]]:
     """Greedy translations (word lists, no specials) of tokenized sentences, in order."""
     was_training = model.training

@@ -80,8 +80,8 @@ PRESETS: dict[str, dict[str, dict]] = {
     },
 }
 
-PRESET_HELP = {
-    "d2l": "d2l chapter: first 512 + 128 pairs, width 256, 2 blocks, 4 heads, FFN 64, 30 epochs",
-    "small": "small, CPU, ~10 minutes on all of fra-eng",
-    "base": "base, GPU: the paper's base sizes (512 wide, 6 + 6 blocks, 8 heads)",
+PRESET_LABELS = {  # how the Train page names each preset
+    "d2l": "d2l chapter",
+    "small": "small, CPU, ~10 minutes",
+    "base": "base, GPU",
 }

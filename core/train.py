@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -22,54 +22,20 @@ from core.checkpoint import read_checkpoint, save_checkpoint
 from core.data import DataConfig, DataError, Vocab, load_corpus
 from core.model import ModelConfig, Transformer
 from core.presets import PRESETS
-from core.runs import RunDir
-from core.trainer import TrainConfig, Trainer, TrainState, device_description
-
-MODEL_FLAGS = [
-    f for f in fields(ModelConfig) if f.name not in ("src_vocab_size", "tgt_vocab_size", "pad_id")
-]
+from core.run_dir import RunDir
+from core.settings import DERIVED, add_setting_flags, settings_from_args
+from core.train_loop import TrainConfig, Trainer, TrainState, device_description
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Flags for every field of DataConfig, ModelConfig and TrainConfig."""
+    """--out, --preset, --resume, --no-progress and one flag per setting (core.settings)."""
     p = argparse.ArgumentParser(description="Train an English-French Transformer.")
     p.add_argument("--out", required=True, help="run directory to create (or resume)")
-    p.add_argument(
-        "--data",
-        dest="data.source",
-        default=argparse.SUPPRESS,
-        help="'fra-eng' (download) or a path to a .zip / tab-separated file",
-    )
     p.add_argument("--preset", choices=sorted(PRESETS), default="small")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    groups = [
-        ("data", [f for f in fields(DataConfig) if f.name != "source"]),
-        ("model", MODEL_FLAGS),
-        ("train", list(fields(TrainConfig))),
-    ]
-    for prefix, group in groups:
-        for f in group:
-            flag = "--" + f.name.replace("_", "-")
-            kw = {"dest": f"{prefix}.{f.name}", "default": argparse.SUPPRESS}
-            if f.type in ("bool", bool):
-                kw["action"] = argparse.BooleanOptionalAction
-            elif str(f.type).startswith("list"):
-                kw["nargs"] = "+"
-            else:
-                kw["type"] = {"int": int, "float": float, "str": str}[str(f.type)]
-            p.add_argument(flag, **kw)
+    add_setting_flags(p)
     return p
-
-
-def configs_from_args(args: argparse.Namespace) -> dict[str, dict]:
-    """Preset settings overridden by the flags given on the command line."""
-    cfg = {k: dict(v) for k, v in PRESETS[args.preset].items()}
-    for key, value in vars(args).items():
-        if "." in key:
-            prefix, name = key.split(".", 1)
-            cfg[prefix][name] = value
-    return cfg
 
 
 class RunRecorder:
@@ -209,14 +175,14 @@ def load_run_configs(rd: RunDir, args: argparse.Namespace) -> dict:
     for key in ("epochs", "max_steps", "time_budget"):
         if f"train.{key}" in vars(args):
             configs["train"][key] = getattr(args, f"train.{key}")
-    configs["model"] = {f.name: configs["model"][f.name] for f in MODEL_FLAGS}
+    configs["model"] = {k: v for k, v in configs["model"].items() if k not in DERIVED}
     return configs
 
 
 def train_run(args: argparse.Namespace) -> int:
     """Run (or resume) training in args.out; returns the process exit code."""
     rd = RunDir(args.out)
-    configs = load_run_configs(rd, args) if args.resume else configs_from_args(args)
+    configs = load_run_configs(rd, args) if args.resume else settings_from_args(args)
     rd.create()
     if args.resume:  # a stale STOP from an earlier stop must not end the resumed run
         rd.stop_file.unlink(missing_ok=True)

@@ -6,11 +6,18 @@ import argparse
 import sys
 
 from core.checkpoint import CheckpointError, load_checkpoint
-from core.decode import TranslationError, prepare_source, translate, translate_batch
+from core.decode import (
+    ALPHA,
+    MAX_LEN,
+    TranslationError,
+    prepare_source,
+    translate,
+    translate_batch,
+)
 
 
 def translate_lines(
-    lm, lines: list[str], beam: int = 1, alpha: float = 0.6, max_len: int = 50
+    lm, lines: list[str], beam: int = 1, alpha: float = ALPHA, max_len: int = MAX_LEN
 ) -> tuple[list[str], list[str]]:
     """Translations of ``lines`` in order ("" where a line cannot be translated) and warnings."""
     outs, warnings, todo = [""] * len(lines), [], {}
@@ -41,8 +48,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="Translate English to French with a checkpoint.")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
-    p.add_argument("--alpha", type=float, default=0.6, help="beam length penalty")
-    p.add_argument("--max-len", type=int, default=50, help="longest output, in tokens")
+    p.add_argument("--alpha", type=float, default=ALPHA, help="beam length penalty")
+    p.add_argument("--max-len", type=int, default=MAX_LEN, help="longest output, in tokens")
     p.add_argument("--input", help="a text file with one sentence per line")
     p.add_argument("sentence", nargs="*", help="the sentence to translate")
     args = p.parse_args(argv)

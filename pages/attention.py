@@ -4,53 +4,33 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import attention_view as av
-from core import explore as ex
+from core import attention_figures as figs
+from core import head_stats
+from core.attention_kinds import KINDS, reading_hint
 from core.checkpoint import LoadedModel
-from core.data import tokenize
+from core.data import D2L_TEST_PAIRS, tokenize
 from core.decode import Translation, TranslationError
-from core.runs import RunDir
-from pages._shared import (
-    attribution,
-    ensure_app_navigation,
-    link,
-    pick_model,
-    sentence_input,
+from core.maps import SentenceMaps, head_options, playback_step, select_view, view_csv
+from core.models import ModelEntry
+from core.run_dir import RunDir
+from core.training_figures import training_curve_figure
+from core.view_state import ViewState, clamp_view
+from pages.ui.cached import (
+    probe_sentences,
+    sentence_maps,
+    snapshot_series,
+    teacher_forced,
     translate,
-    view_state,
-    widget_default,
-    write_url,
 )
+from pages.ui.frame import ensure_app_navigation, footer, link
+from pages.ui.model_picker import pick_model
+from pages.ui.view_widgets import sentence_input, view_state, widget_default, write_url
 
 URL_KEYS = ("model", "sentence", "beam", "alpha", "max_len", "kind", "layer", "head", "hide")
 SECTIONS = ("Maps", "Decoding playback", "Over training")
 KIND_SHORT = {"encoder": "Encoder self", "decoder_self": "Decoder self", "cross": "Cross"}
 HEAD_WORDS = {"mean": "mean of heads", "max": "max of heads", "rollout": "rollout (to this layer)"}
 FULL_GRID_CELLS = 16  # models with at most this many layer × head cells show the full grid
-
-
-@st.cache_data(show_spinner=False, max_entries=64)
-def sentence_maps(_t: Translation, key: tuple) -> ex.SentenceMaps:
-    """The numpy maps of a cached translation."""
-    return ex.SentenceMaps.from_translation(_t)
-
-
-@st.cache_data(show_spinner=False, max_entries=32)
-def teacher_forced(_lm: LoadedModel, key: tuple, sentence: str, reference: str):
-    """Teacher-forced maps of a reference, cached per model, sentence and reference."""
-    return ex.teacher_forced_maps(_lm, sentence, reference)
-
-
-@st.cache_data(show_spinner="Reading training snapshots…", max_entries=16)
-def snapshot_series(run_dir: str, sentence: str, steps: tuple) -> ex.SnapshotSeries:
-    """A probe sentence's snapshots (re-read when the run records new ones)."""
-    return ex.snapshot_series(run_dir, sentence)
-
-
-@st.cache_data(show_spinner=False, max_entries=16)
-def probe_sentences(run_dir: str, steps: tuple) -> list[str]:
-    """The probe sentences of a run."""
-    return ex.probe_sentences(run_dir)
 
 
 def chart(fig, key: str, where=st) -> None:
@@ -64,13 +44,13 @@ def clamp_widget(key: str, value, options) -> None:
         st.session_state[key] = value if value in options else options[-1]
 
 
-def view_controls(maps: ex.SentenceMaps, state: ex.ViewState) -> bool:
+def view_controls(maps: SentenceMaps, state: ViewState) -> bool:
     """Kind, layer, head and display toggles; returns whether colours are stretched."""
     cols = st.columns([3, 1, 1.4, 1.4])
-    widget_default("at_kind", state.kind, ex.KINDS)
+    widget_default("at_kind", state.kind, KINDS)
     state.kind = cols[0].radio(
         "Attention kind",
-        ex.KINDS,
+        KINDS,
         key="at_kind",
         horizontal=True,
         format_func=lambda k: KIND_SHORT[k],
@@ -78,7 +58,7 @@ def view_controls(maps: ex.SentenceMaps, state: ex.ViewState) -> bool:
     layers = list(range(maps.layers(state.kind)))
     clamp_widget("at_layer", min(state.layer, layers[-1]), layers)
     state.layer = cols[1].selectbox("Layer", layers, key="at_layer")
-    heads = ex.head_options(state.kind, maps.heads)
+    heads = head_options(state.kind, maps.heads)
     clamp_widget("at_head", state.head if state.head in heads else "0", heads)
     state.head = cols[2].selectbox(
         "Head", heads, key="at_head", format_func=lambda h: HEAD_WORDS.get(h, f"head {h}")
@@ -96,12 +76,12 @@ def view_controls(maps: ex.SentenceMaps, state: ex.ViewState) -> bool:
     )
 
 
-def head_summary(maps: ex.SentenceMaps, state: ex.ViewState) -> None:
+def head_summary(maps: SentenceMaps, state: ViewState) -> None:
     """Statistics and label of the chosen head."""
     if not state.head.isdigit():
         st.caption("Statistics are per head: pick a head number to see them.")
         return
-    table = ex.head_table(maps, state.kind)
+    table = head_stats.head_table(maps, state.kind)
     row = table[(table["layer"] == state.layer) & (table["head"] == int(state.head))].iloc[0]
     st.markdown(f"**{row['label']}**")
     lines = [
@@ -115,17 +95,17 @@ def head_summary(maps: ex.SentenceMaps, state: ex.ViewState) -> None:
     st.markdown("\n".join(f"- {x}" for x in lines))
 
 
-def maps_section(maps: ex.SentenceMaps, state: ex.ViewState, stretch: bool) -> None:
+def maps_section(maps: SentenceMaps, state: ViewState, stretch: bool) -> None:
     """The chosen head large, the overview grid and the head statistics."""
-    view = ex.select_view(maps, state.kind, state.layer, state.head, state.hide)
+    view = select_view(maps, state.kind, state.layer, state.head, state.hide)
     left, right = st.columns([4, 1])
-    chart(ex.view_figure(view, stretch), "big", left)
+    chart(figs.view_figure(view, stretch), "big", left)
     with right:
         head_summary(maps, state)
         head = f"head{state.head}" if state.head.isdigit() else state.head
         st.download_button(
             "Weights as CSV",
-            ex.view_csv(view),
+            view_csv(view),
             mime="text/csv",
             file_name=f"attention_{state.kind}_layer{state.layer}_{head}.csv",
         )
@@ -135,10 +115,10 @@ def maps_section(maps: ex.SentenceMaps, state: ex.ViewState, stretch: bool) -> N
         f"Overview of all {n_layers} layers × {maps.heads} heads", key="at_all_layers"
     )
     layers = None if show_all else [state.layer]
-    chart(ex.grid_view_figure(maps, state.kind, state.hide, layers, stretch), "grid")
+    chart(figs.grid_view_figure(maps, state.kind, state.hide, layers, stretch), "grid")
     st.markdown("**Head statistics** (per layer and head; labels are simple rules of thumb)")
     st.dataframe(
-        ex.head_table(maps, state.kind),
+        head_stats.head_table(maps, state.kind),
         hide_index=True,
         column_config={
             name: st.column_config.NumberColumn(format="%.2f")
@@ -153,7 +133,7 @@ def maps_section(maps: ex.SentenceMaps, state: ex.ViewState, stretch: bool) -> N
 
 
 def playback_section(
-    t: Translation, maps: ex.SentenceMaps, state: ex.ViewState, lm: LoadedModel, key: tuple
+    t: Translation, maps: SentenceMaps, state: ViewState, lm: LoadedModel, key: tuple
 ) -> None:
     """Step through decoding as it happened; compare with a teacher-forced reference."""
     n_steps = len(maps.output_tokens)
@@ -164,7 +144,7 @@ def playback_section(
         if st.session_state.get("at_step", 0) >= n_steps:
             st.session_state["at_step"] = n_steps - 1
         step = st.slider("Output step", 0, n_steps - 1, key="at_step")
-    p = ex.playback_step(maps, t.topk, step, layer)
+    p = playback_step(maps, t.topk, step, layer)
     done = " ".join(p.prefix[:-1])
     st.markdown(
         f"Step {step}: reads `{p.read}`, produces **`{p.produced}`** — so far: "
@@ -172,7 +152,7 @@ def playback_section(
     )
     cols = st.columns([2, 2, 1.6])
     chart(
-        ex.head_rows_figure(
+        figs.head_rows_figure(
             p.cross,
             p.src_tokens,
             f"Cross attention, layer {layer}: “{p.produced}” looks at",
@@ -182,7 +162,7 @@ def playback_section(
         cols[0],
     )
     chart(
-        ex.head_rows_figure(
+        figs.head_rows_figure(
             p.self_row,
             p.self_keys,
             f"Decoder self-attention, layer {layer}: “{p.read}” looks at",
@@ -192,7 +172,9 @@ def playback_section(
         cols[1],
     )
     if p.topk:
-        chart(av.topk_figure([w for w, _ in p.topk], [q for _, q in p.topk]), "play_topk", cols[2])
+        chart(
+            figs.topk_figure([w for w, _ in p.topk], [q for _, q in p.topk]), "play_topk", cols[2]
+        )
     st.caption(
         f"Rows: the {maps.heads} heads of layer {layer} at step {step}. These are the "
         "maps of the decoder as it generated this output, step by step (not one "
@@ -204,13 +186,11 @@ def playback_section(
 def default_reference(sentence: str) -> str:
     """A reference for the sentence: a picked validation example's, or the d2l book's."""
     picked = st.session_state.get("references", {})
-    book = {s: r for s, r in ex.D2L_CHECK}
+    book = {s: r for s, r in D2L_TEST_PAIRS}
     return picked.get(sentence) or book.get(" ".join(sentence.lower().split()), "")
 
 
-def compare_section(
-    maps: ex.SentenceMaps, state: ex.ViewState, lm: LoadedModel, key: tuple
-) -> None:
+def compare_section(maps: SentenceMaps, state: ViewState, lm: LoadedModel, key: tuple) -> None:
     """Free-running maps beside a teacher-forced pass over a reference translation."""
     st.subheader("Teacher-forced vs free-running")
     if st.session_state.get("at_ref_for") != state.sentence:
@@ -229,23 +209,23 @@ def compare_section(
     if unknown:
         st.caption("Not in the model's French vocabulary (fed as <unk>): " + ", ".join(unknown))
     kind = state.kind if state.kind != "encoder" else "cross"
-    head = state.head if state.head in ex.head_options(kind, maps.heads) else "mean"
+    head = state.head if state.head in head_options(kind, maps.heads) else "mean"
     layer = min(state.layer, maps.layers(kind) - 1)
     left, right = st.columns(2)
     for col, m, what, name in (
         (left, maps, "free-running (the model's own output)", "free"),
         (right, forced, "teacher-forced (the reference)", "forced"),
     ):
-        view = ex.select_view(m, kind, layer, head, state.hide)
+        view = select_view(m, kind, layer, head, state.hide)
         view.title = f"{KIND_SHORT[kind]} attention, {what}"
-        chart(ex.view_figure(view), f"compare_{name}", col)
+        chart(figs.view_figure(view), f"compare_{name}", col)
     st.caption(
         "Left: the maps of the model's own output. Right: one pass that feeds the "
         "reference token by token. They match where the reference equals the output."
     )
 
 
-def training_section(entry: ex.ModelEntry, state: ex.ViewState, stretch: bool) -> None:
+def training_section(entry: ModelEntry, state: ViewState, stretch: bool) -> None:
     """Replay a probe sentence's attention over the training steps of the model's run."""
     steps = tuple(RunDir(entry.run_dir).snapshot_steps()) if entry.run_dir else ()
     if not steps:
@@ -286,15 +266,16 @@ def training_section(entry: ex.ModelEntry, state: ex.ViewState, stretch: bool) -
         )
     st.markdown(f"Output at this step: **{' '.join(frame.maps.output_tokens)}**")
     layer = min(state.layer, frame.maps.layers(state.kind) - 1)
-    view = ex.select_view(frame.maps, state.kind, layer, state.head, state.hide)
+    view = select_view(frame.maps, state.kind, layer, state.head, state.hide)
     view.title += f" — training step {step:,}"
     left, right = st.columns([3, 2])
-    chart(ex.view_figure(view, stretch), "train_big", left)
-    chart(ex.training_curve_figure(entry.run_dir, step), "train_curve", right)
+    chart(figs.view_figure(view, stretch), "train_big", left)
+    chart(training_curve_figure(entry.run_dir, step), "train_curve", right)
     small = frame.maps.layers(state.kind) * frame.maps.heads <= FULL_GRID_CELLS
     grid_layers = None if small else [layer]
     chart(
-        ex.grid_view_figure(frame.maps, state.kind, state.hide, grid_layers, stretch), "train_grid"
+        figs.grid_view_figure(frame.maps, state.kind, state.hide, grid_layers, stretch),
+        "train_grid",
     )
 
 
@@ -306,7 +287,7 @@ def main() -> None:
     picked = pick_model(state, "at")
     if picked is None:
         write_url(state, ("sentence",))
-        attribution()
+        footer()
         return
     entry, lm = picked
     sentence_input(state, "at")
@@ -316,7 +297,7 @@ def main() -> None:
     except TranslationError as e:
         st.error(str(e))
         write_url(state, URL_KEYS)
-        attribution()
+        footer()
         return
     key = (entry.path, entry.mtime, state.sentence, settings)
     maps = sentence_maps(t, key)
@@ -325,14 +306,14 @@ def main() -> None:
     for w in t.warnings:
         st.warning(w)
     link(
-        "pages/translate.py",
+        "translate.py",
         "Change decoding on the Translate page",
         state.to_query(("model", "sentence", "beam", "alpha", "max_len")),
     )
-    ex.clamp_view(state, maps)
+    clamp_view(state, maps)
     stretch = view_controls(maps, state)
     section = st.radio("Show", SECTIONS, key="at_section", horizontal=True)
-    st.caption(av.reading_hint(state.kind))
+    st.caption(reading_hint(state.kind))
     if section == SECTIONS[0]:
         maps_section(maps, state, stretch)
     elif section == SECTIONS[1]:
@@ -340,7 +321,7 @@ def main() -> None:
     else:
         training_section(entry, state, stretch)
     write_url(state, URL_KEYS)
-    attribution()
+    footer()
 
 
 main()

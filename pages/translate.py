@@ -4,26 +4,22 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import explore as ex
+from core import d2l_check
 from core.checkpoint import LoadedModel
-from core.decode import Translation, TranslationError
-from pages._shared import (
-    attribution,
-    ensure_app_navigation,
-    link,
-    pick_model,
-    sentence_input,
-    translate,
-    validation_examples,
-    view_state,
-    widget_default,
-    write_url,
-)
+from core.data import D2L_TEST_PAIRS
+from core.decode import DecodeSettings, Translation, TranslationError
+from core.models import ModelEntry
+from core.translation import topk_frame
+from core.view_state import ViewState
+from pages.ui.cached import translate, validation_examples
+from pages.ui.frame import ensure_app_navigation, footer, link
+from pages.ui.model_picker import pick_model
+from pages.ui.view_widgets import sentence_input, view_state, widget_default, write_url
 
 URL_KEYS = ("model", "sentence", "beam", "alpha", "max_len")
 
 
-def decode_settings(state: ex.ViewState) -> ex.DecodeSettings:
+def decode_settings(state: ViewState) -> DecodeSettings:
     """Greedy or beam search, with beam size, length penalty and maximum length."""
     cols = st.columns([2, 1, 1, 1])
     widget_default("tr_mode", "Beam search" if state.beam > 1 else "Greedy")
@@ -48,7 +44,7 @@ def decode_settings(state: ex.ViewState) -> ex.DecodeSettings:
     return state.settings()
 
 
-def choose_validation(entry: ex.ModelEntry, lm: LoadedModel, state: ex.ViewState) -> None:
+def choose_validation(lm: LoadedModel, state: ViewState) -> None:
     """Optionally pick a validation sentence; shows its reference translations."""
     if not st.toggle("Pick a validation sentence", key="tr_use_val"):
         return
@@ -84,7 +80,7 @@ def badge(token: str, color: str) -> str:
     return f":{color}-badge[{safe}]"
 
 
-def show_translation(t: Translation, state: ex.ViewState) -> None:
+def show_translation(t: Translation, state: ViewState) -> None:
     """The translation, its source tokens (unknown marked), warnings and candidates."""
     st.subheader("Translation")
     st.markdown(f"### {t.text or '(empty output)'}")
@@ -102,21 +98,21 @@ def show_translation(t: Translation, state: ex.ViewState) -> None:
     if any(t.src_unknown):
         st.caption("Red: not in the model's vocabulary, fed to the model as <unk>.")
     st.markdown("**Top candidates at each output step** (probability of the next token)")
-    st.dataframe(ex.topk_frame(t), hide_index=True)
-    link("pages/attention.py", "Inspect its attention →", state.to_query())
+    st.dataframe(topk_frame(t), hide_index=True)
+    link("attention.py", "Inspect its attention →", state.to_query())
 
 
-def d2l_section(lm: LoadedModel, entry: ex.ModelEntry, settings: ex.DecodeSettings) -> None:
+def d2l_section(lm: LoadedModel, entry: ModelEntry, settings: DecodeSettings) -> None:
     """One click: the d2l chapter's four sentences with BLEU against the book's references."""
     st.subheader("The d2l.ai chapter's check")
     st.caption(
         "Translates "
-        + ", ".join(f"“{s}”" for s, _ in ex.D2L_CHECK)
+        + ", ".join(f"“{s}”" for s, _ in D2L_TEST_PAIRS)
         + " and scores them against the book's references."
     )
     key = (entry.key, entry.mtime, settings)
     if st.button("Run the d2l check", key="tr_d2l"):
-        st.session_state["d2l"] = (key, ex.d2l_check(lm, settings))
+        st.session_state["d2l"] = (key, d2l_check.d2l_check(lm, settings))
     saved = st.session_state.get("d2l")
     if saved and saved[0] == key:
         check = saved[1]
@@ -137,7 +133,7 @@ def main() -> None:
     picked = pick_model(state, "tr")
     if picked is not None:
         entry, lm = picked
-        choose_validation(entry, lm, state)
+        choose_validation(lm, state)
         sentence_input(state, "tr")
         settings = decode_settings(state)
         try:
@@ -148,7 +144,7 @@ def main() -> None:
             show_translation(t, state)
         d2l_section(lm, entry, settings)
         write_url(state, URL_KEYS)
-    attribution()
+    footer()
 
 
 main()

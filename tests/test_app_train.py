@@ -1,37 +1,37 @@
-"""AppTest tests of the home page and the Train page (one real tiny training run)."""
+"""AppTest tests of the Train page (one real tiny training run)."""
 
 from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core import jobs
-from core.runs import RunDir
-from tests.conftest import fake_trainer
-
-ROOT = Path(__file__).resolve().parent.parent
-TINY = ROOT / "tests" / "data" / "tiny.tsv"
-
-
-def home() -> AppTest:
-    """The app's home page, run once."""
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
-    at.run()
-    return at
+from core import run_status, settings
+from core.places import checkpoints_root, runs_root
+from core.processes import is_trainer
+from core.run_dir import RunDir
+from tests.helpers import (
+    TINY_JOB,
+    TINY_PRESET,
+    assert_clean,
+    fake_trainer,
+    form_values,
+    run_app,
+    run_dirs,
+    wait_for,
+)
 
 
 def train_page(run_id: str | None = None) -> AppTest:
     """The Train page (optionally with ?run=run_id), run once."""
-    at = home()
+    at = run_app()
     if run_id:
         at.query_params["run"] = run_id
     at.switch_page("pages/train.py")
     at.run()
-    assert not at.exception, at.exception
+    assert_clean(at)
     return at
 
 
@@ -43,25 +43,22 @@ def button(at: AppTest, label: str):
 
 
 def fill_tiny_form(at: AppTest, **overrides) -> None:
-    """d2l preset on the tiny corpus, shrunk to train in seconds (until stopped)."""
-    at.radio(key="preset").set_value("d2l").run()
-    at.radio(key="data_kind").set_value("file path").run()
-    at.text_input(key="data_path").set_value(str(TINY)).run()
-    values = {
-        "data.num_train": 24,
-        "data.num_val": 6,
-        "data.min_freq": 1,
-        "model.d_model": 64,
-        "model.d_ff": 128,
-        "model.dropout": 0.0,
-        "train.epochs": 100000,
-        "train.eval_every": 4,
-        "train.log_every": 2,
-        "train.eval_sentences": 6,
-        **overrides,
-    }
-    for key, value in values.items():
-        at.number_input(key=f"d2l.{key}").set_value(value)
+    """The tiny job's settings (tests.helpers.TINY_JOB) typed into the form, then overrides."""
+    at.radio(key="preset").set_value(TINY_PRESET).run()
+    at.radio(key="data_source").set_value("file path").run()
+    at.text_input(key="data_path").set_value(TINY_JOB["data"]["source"]).run()
+    value_types = {f"{f.group}.{f.name}": f.value_type for f in settings.form_fields()}
+    widgets = {"choice": at.selectbox, "list": at.text_area, "bool": at.checkbox}
+    for key, value in {**form_values(TINY_JOB), **overrides}.items():
+        widget = widgets.get(value_types[key], at.number_input)
+        widget(key=f"{TINY_PRESET}.{key}").set_value(value)
+
+
+def tick(at: AppTest) -> bool:
+    """Rerun the page after a moment (AppTest never fires run_every: tick by hand)."""
+    time.sleep(0.3)
+    at.run()
+    return True
 
 
 def badges(at: AppTest) -> list[str]:
@@ -74,35 +71,6 @@ def loss_points(at: AppTest) -> list:
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert spec["layout"]["title"]["text"].startswith("training loss")
     return spec["data"][-1]["x"] if spec["data"] else []
-
-
-def run_dirs(root: Path) -> list[Path]:
-    """Run directories under ``root`` (hidden lock and upload folders excluded)."""
-    return [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
-
-
-# ----------------------------------------------------------------------------- home
-
-
-def test_home_describes_the_app_and_lists_models_and_runs(jobs_env, make_run):
-    make_run(jobs.runs_root(), "20260101-000000-d2l", {"state": "finished"}, checkpoint=True)
-    jobs.promote("20260101-000000-d2l", "best", "fr-demo")
-    (jobs.checkpoints_root() / "broken.pt").write_bytes(b"junk")
-    at = home()
-    assert not at.exception
-    assert at.title[0].value == "Attention Studio"
-    text = " ".join(m.value for m in at.markdown)
-    assert "Training device:" in text and jobs.device_summary() in text
-    assert any("Tatoeba" in c.value and "CC-BY 2.0" in c.value for c in at.caption)
-    links = [p.proto.page for p in at.get("page_link")]
-    assert any(link.endswith("train") for link in links), links
-    assert len(links) == sum(
-        (ROOT / "pages" / f).exists() for f in ("train.py", "translate.py", "attention.py")
-    )
-    models, runs = (d.value for d in at.dataframe)
-    assert list(models["model"]) == ["broken", "fr-demo"]
-    assert "not a readable" in models["problem"][0] and models["best BLEU"][1] == 12.5
-    assert list(runs["run"]) == ["20260101-000000-d2l"] and list(runs["state"]) == ["finished"]
 
 
 # ----------------------------------------------------------------------------- form
@@ -122,14 +90,14 @@ def test_form_refuses_impossible_settings_with_the_reason(jobs_env, key, value, 
     fill_tiny_form(at, **{key: value})
     button(at, "Launch training").click().run()
     assert any(reason in e.value for e in at.error), [e.value for e in at.error]
-    assert run_dirs(jobs.runs_root()) == []  # nothing started
+    assert run_dirs(runs_root()) == []  # nothing started
 
 
 def test_data_file_is_counted_before_launch(jobs_env, tmp_path):
     pairs = tmp_path / "mine.tsv"
     pairs.write_text("Go.\tVa !\nnot a pair\nHi.\tSalut.\n")
     at = train_page()
-    at.radio(key="data_kind").set_value("file path").run()
+    at.radio(key="data_source").set_value("file path").run()
     at.text_input(key="data_path").set_value(str(pairs)).run()
     assert [s.value for s in at.success] == ["2 usable pairs, 1 skipped lines."]
     at.text_input(key="data_path").set_value(str(tmp_path / "missing.tsv")).run()
@@ -140,7 +108,7 @@ def test_data_file_is_counted_before_launch(jobs_env, tmp_path):
 
 def test_upload_is_validated_and_counted(jobs_env):
     at = train_page()
-    at.radio(key="data_kind").set_value("upload").run()
+    at.radio(key="data_source").set_value("upload").run()
     at.file_uploader(key="data_upload").set_value(
         ("pairs.tsv", b"Go.\tVa !\nHi.\tSalut.\nbad\n", "text/tab-separated-values")
     ).run()
@@ -178,7 +146,7 @@ def test_preset_fills_the_advanced_form(jobs_env):
 def test_each_preset_keeps_its_own_form_values(jobs_env):
     """Switching presets never mixes their values; submitted edits stay with their preset."""
     at = train_page()
-    at.radio(key="data_kind").set_value("file path").run()  # no data: Launch starts nothing
+    at.radio(key="data_source").set_value("file path").run()  # no data: Launch starts nothing
     at.number_input(key="small.train.log_every").set_value(7)
     button(at, "Launch training").click().run()  # a form commits its values on submit
     assert any("Choose usable data first" in e.value for e in at.error)
@@ -193,7 +161,7 @@ def test_each_preset_keeps_its_own_form_values(jobs_env):
 
 
 def test_run_list_shows_every_state(jobs_env, make_run, dead_pid):
-    root = jobs.runs_root()
+    root = runs_root()
     make_run(root, "a-finished", {"state": "finished"}, job={"created_at": 1})
     make_run(root, "b-stopped", {"state": "stopped"}, job={"created_at": 2}, checkpoint=True)
     make_run(root, "c-failed", {"state": "failed", "message": "boom"}, job={"created_at": 3})
@@ -219,19 +187,19 @@ def test_run_list_shows_every_state(jobs_env, make_run, dead_pid):
 
 
 def test_resume_and_delete_with_confirmation(jobs_env, make_run):
-    make_run(jobs.runs_root(), "old", {"state": "finished"}, checkpoint=True)
+    make_run(runs_root(), "old", {"state": "finished"}, checkpoint=True)
     at = train_page("old")
     assert "Resume" not in [b.label for b in at.button]  # finished runs are not resumed
     button(at, "Delete run…").click().run()
     assert any("for good" in w.value for w in at.warning)
-    assert (jobs.runs_root() / "old").is_dir()  # not yet
+    assert (runs_root() / "old").is_dir()  # not yet
     button(at, "Yes, delete it").click().run()
-    assert not (jobs.runs_root() / "old").exists()
+    assert not (runs_root() / "old").exists()
     assert "run" not in at.query_params
 
 
 def test_promote_form_validates_the_name(jobs_env, make_run):
-    make_run(jobs.runs_root(), "done", {"state": "finished"}, checkpoint=True)
+    make_run(runs_root(), "done", {"state": "finished"}, checkpoint=True)
     at = train_page("done")
     name = next(t for t in at.text_input if t.label == "Model name")
     name.set_value("../escape")
@@ -240,7 +208,7 @@ def test_promote_form_validates_the_name(jobs_env, make_run):
     name = next(t for t in at.text_input if t.label == "Model name")
     name.set_value("fr-good")
     button(at, "Save model").click().run()
-    assert (jobs.checkpoints_root() / "fr-good.pt").is_file()
+    assert (checkpoints_root() / "fr-good.pt").is_file()
 
 
 def test_launch_shows_live_metrics_and_stops(jobs_env):
@@ -249,23 +217,16 @@ def test_launch_shows_live_metrics_and_stops(jobs_env):
     button(at, "Launch training").click().run()
     assert not at.error, [e.value for e in at.error]
     run_id = at.query_params["run"]
-    rd = RunDir(jobs.runs_root() / run_id)
-    info = jobs.run_info(run_id)
-    assert rd.path.is_dir() and info.alive and jobs.is_trainer(info.pid, rd.path)
+    rd = RunDir(runs_root() / run_id)
+    info = run_status.run_info(run_id)
+    assert rd.path.is_dir() and info.alive and is_trainer(info.pid, rd.path)
 
-    deadline = time.time() + 90
-    while len(loss_points(at)) < 3 and time.time() < deadline:
-        time.sleep(0.5)
-        at.run()  # AppTest never fires run_every: tick by hand
+    wait_for(lambda: tick(at) and len(loss_points(at)) >= 3, what="3 points of the loss curve")
     logged = [r["step"] for r in rd.read_metrics() if r["kind"] == "train"]
     assert len(loss_points(at)) >= 3 and set(loss_points(at)) <= set(logged)
     assert badges(at) == [":blue-badge[running]"]
 
     button(at, "Stop").click().run()
-    deadline = time.time() + 60
-    while badges(at) != [":orange-badge[stopped]"] and time.time() < deadline:
-        time.sleep(0.5)
-        at.run()
-    assert badges(at) == [":orange-badge[stopped]"]
-    assert rd.last.is_file() and not jobs.run_info(run_id).alive
+    wait_for(lambda: tick(at) and badges(at) == [":orange-badge[stopped]"], 60, "the stop")
+    assert rd.last.is_file() and not run_status.run_info(run_id).alive
     assert "Resume" in [b.label for b in at.button]

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from tests.conftest import assert_clean, run_page_script
-
-ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = ROOT / "checkpoints" / "fra-eng-small.pt"
+from tests.helpers import assert_clean, run_page_script
 
 
 def run_page(query: dict | None = None) -> AppTest:
@@ -146,10 +142,7 @@ def test_validation_sentence_fills_the_box_and_shows_references(studio_dirs, tin
     assert "### il a froid ." in texts(at)
 
 
-@pytest.mark.skipif(not SHIPPED.is_file(), reason="checkpoints/fra-eng-small.pt not trained yet")
-def test_real_shipped_model(monkeypatch, tmp_path):
-    monkeypatch.setenv("ATTENTION_STUDIO_CHECKPOINTS", str(SHIPPED.parent))
-    monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(tmp_path))
+def test_real_shipped_model(shipped_model_dirs):
     at = run_page({"sentence": "i'm home ."})
     assert_clean(at)
     assert at.selectbox(key="tr_model").value == "checkpoints/fra-eng-small.pt"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import start_server, stop_server
+from tests.helpers import assert_no_browser_exception, start_server, stop_server
 
 
 @pytest.mark.parametrize("page", ["train", "translate"])
@@ -17,6 +17,6 @@ def test_first_request_to_a_page_url_gets_the_app_navigation(page, tmp_path, bro
         nav.get_by_text("Home", exact=True).wait_for(timeout=60_000)
         names = [t.strip().split("\n")[-1] for t in nav.get_by_role("link").all_inner_texts()]
         assert names == ["Home", "Train", "Translate", "Attention"]
-        assert browser_page.locator('[data-testid="stException"]').count() == 0
+        assert_no_browser_exception(browser_page)
     finally:
         stop_server(proc)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"  # screenshots (gitignored)
+from tests.helpers import ARTIFACTS, assert_no_browser_exception
 
 LOSS_POINTS = """() => {
   const gd = document.querySelector('.js-plotly-plot');
@@ -40,9 +39,9 @@ def test_launch_watch_and_stop_from_the_train_page(
         page.wait_for_function(f"({LOSS_POINTS})() >= 2", timeout=90_000)  # step 2 logged
         first = page.evaluate(LOSS_POINTS)
         page.wait_for_function(f"({LOSS_POINTS})() > {first}", timeout=60_000)  # live update
-        assert page.locator('[data-testid="stException"]').count() == 0
+        assert_no_browser_exception(page)
         assert page.get_by_text(re.compile(r"ETA \d")).count() == 1  # progress bar with ETA
-        ARTIFACTS.mkdir(exist_ok=True)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "train_page_running.png"), full_page=True)
 
         buttons = page.get_by_test_id("stButton")  # not the toolbar's own "Stop"
@@ -50,6 +49,6 @@ def test_launch_watch_and_stop_from_the_train_page(
         page.get_by_text("stopped", exact=True).wait_for(timeout=60_000)
         buttons.get_by_role("button", name="Resume").wait_for(timeout=30_000)
         page.screenshot(path=str(ARTIFACTS / "train_page_stopped.png"), full_page=True)
-        assert page.locator('[data-testid="stException"]').count() == 0
+        assert_no_browser_exception(page)
     finally:
         kill_trainers(app_server["runs"])

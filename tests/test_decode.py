@@ -2,40 +2,22 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
-from core.data import SPECIALS, Vocab
+from core.data import Vocab
 from core.decode import (
     TranslationError,
     beam_search,
     greedy_decode,
-    greedy_decode_uncached,
     teacher_forced,
     translate,
     translate_batch,
 )
-from core.model import ModelConfig, Transformer, subsequent_mask
-
-WORDS_EN = ["i", "am", "cold", "you", "are", "tall", "."]
-WORDS_FR = ["je", "suis", "froid", "tu", "es", "grand", "."]
-
-
-@pytest.fixture(scope="module")
-def random_model():
-    """An untrained model (random weights make long, varied outputs)."""
-    torch.manual_seed(0)
-    cfg = ModelConfig(
-        len(SPECIALS) + 7,
-        len(SPECIALS) + 7,
-        d_model=32,
-        num_heads=4,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        d_ff=64,
-        dropout=0.1,
-    )
-    return Transformer(cfg).eval(), Vocab(SPECIALS + WORDS_EN), Vocab(SPECIALS + WORDS_FR)
+from core.model import subsequent_mask
+from tests.helpers import greedy_decode_uncached
 
 
 def test_cached_greedy_equals_uncached(random_model):
@@ -58,10 +40,13 @@ def test_beam_size_one_equals_greedy(random_model):
         assert beam_search(model, src, 10, beam_size=1, alpha=0.0) == ids
 
 
-def test_wider_beam_scores_at_least_greedy(random_model):
+@pytest.mark.parametrize("row", [[4, 5, 6, 2], [10, 2]])
+def test_wider_beam_scores_at_least_greedy(random_model, row):
     """With no length penalty a wider beam never finds a worse finished hypothesis."""
-    model, _, _ = random_model
-    src = torch.tensor([[4, 5, 6, 7, 2]])
+    model = copy.deepcopy(random_model[0])
+    with torch.no_grad():
+        model.decoder.dense.bias[Vocab.eos_id] += 2.0  # a likelier <eos>: hypotheses finish
+    src = torch.tensor([row])
 
     def score(ids):
         logp, _ = teacher_forced(model, src, ids)
@@ -69,8 +54,8 @@ def test_wider_beam_scores_at_least_greedy(random_model):
 
     greedy = beam_search(model, src, 8, beam_size=1, alpha=0.0)
     wide = beam_search(model, src, 8, beam_size=5, alpha=0.0)
-    if greedy[-1] == wide[-1] == 2:
-        assert score(wide) >= score(greedy) - 1e-5
+    assert greedy[-1] == wide[-1] == Vocab.eos_id  # both finished
+    assert score(wide) >= score(greedy) - 1e-5
 
 
 def test_step_by_step_maps_equal_one_pass_over_the_output(random_model):
@@ -126,8 +111,8 @@ def test_output_length_guard(random_model):
     model, src_vocab, tgt_vocab = random_model
     t = translate(model, src_vocab, tgt_vocab, "i am cold", max_len=3)
     assert len(t.output_tokens) <= 3
-    if t.output_tokens[-1] != "<eos>":
-        assert any("maximum output length" in w for w in t.warnings)
+    stopped = t.output_tokens[-1] != "<eos>"
+    assert stopped == any("maximum output length" in w for w in t.warnings)
 
 
 def test_batched_translation_keeps_order(random_model):

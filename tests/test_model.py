@@ -17,32 +17,9 @@ from core.model import (
     attention,
     subsequent_mask,
 )
+from tests.helpers import toy_model_config
 
 ATOL = 1e-5
-
-
-def tiny_cfg(**kw) -> ModelConfig:
-    """A small config for fast tests."""
-    base = dict(
-        src_vocab_size=23,
-        tgt_vocab_size=19,
-        d_model=16,
-        num_heads=4,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        d_ff=32,
-        dropout=0.0,
-    )
-    return ModelConfig(**{**base, **kw})
-
-
-def padded_batch(vocab: int, lengths: list[int], width: int, seed: int = 0) -> torch.Tensor:
-    """Random ids (B, width) in 4..vocab-1, <pad>=0 after each length."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(4, vocab, (len(lengths), width), generator=g)
-    for i, n in enumerate(lengths):
-        ids[i, n:] = 0
-    return ids
 
 
 def test_d2l_encoder_shape():
@@ -78,7 +55,7 @@ def test_masked_softmax_is_zero_past_valid_length():
 def test_impossible_configs_are_refused(bad, reason):
     """Impossible settings raise a readable ValueError before anything is built."""
     with pytest.raises(ValueError, match=reason):
-        Transformer(tiny_cfg(**bad))
+        Transformer(toy_model_config(**bad))
 
 
 def copy_mha(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
@@ -99,9 +76,8 @@ def copy_ffn_norms(ours, ref, norms: list[str]) -> None:
             getattr(ref, f"norm{i}").load_state_dict(getattr(ours, name).ln.state_dict())
 
 
-@pytest.mark.parametrize("need_weights", [True, False])
-def test_multihead_attention_matches_pytorch(need_weights):
-    """Our MultiHeadAttention equals nn.MultiheadAttention with the same weights."""
+def _attention_against_pytorch(need_weights: bool):
+    """(ours, PyTorch's) output and weights of one MultiHeadAttention with the same weights."""
     torch.manual_seed(0)
     ours = MultiHeadAttention(16, 4, 0.0).eval()
     ref = nn.MultiheadAttention(16, 4, batch_first=True).eval()
@@ -110,16 +86,27 @@ def test_multihead_attention_matches_pytorch(need_weights):
     keep = torch.tensor([7, 4, 1])[:, None] > torch.arange(7)  # (B, Tk) True = real key
     out, w = ours(q, kv, kv, keep[:, None, None, :], need_weights=need_weights)
     ref_out, ref_w = ref(q, kv, kv, key_padding_mask=~keep, average_attn_weights=False)
+    return (out, w), (ref_out, ref_w)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_multihead_attention_matches_pytorch(need_weights):
+    """Our MultiHeadAttention equals nn.MultiheadAttention with the same weights."""
+    (out, _), (ref_out, _) = _attention_against_pytorch(need_weights)
     assert torch.allclose(out, ref_out, atol=ATOL)
-    if need_weights:
-        assert torch.allclose(w, ref_w, atol=ATOL)
+
+
+def test_multihead_attention_weights_match_pytorch():
+    """The per-head weights, when asked for, equal nn.MultiheadAttention's."""
+    (_, w), (_, ref_w) = _attention_against_pytorch(need_weights=True)
+    assert torch.allclose(w, ref_w, atol=ATOL)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_layer_matches_pytorch(norm_first):
     """EncoderLayer equals nn.TransformerEncoderLayer (ReLU, post-LN or pre-LN)."""
     torch.manual_seed(1)
-    cfg = tiny_cfg(norm_first=norm_first)
+    cfg = toy_model_config(norm_first=norm_first)
     ours = EncoderLayer(cfg)
     ref = nn.TransformerEncoderLayer(
         16, 4, 32, dropout=0.0, batch_first=True, norm_first=norm_first
@@ -137,7 +124,7 @@ def test_encoder_layer_matches_pytorch(norm_first):
 def test_decoder_layer_matches_pytorch(norm_first):
     """DecoderLayer equals nn.TransformerDecoderLayer with causal and memory masks."""
     torch.manual_seed(2)
-    cfg = tiny_cfg(norm_first=norm_first)
+    cfg = toy_model_config(norm_first=norm_first)
     ours = DecoderLayer(cfg)
     ref = nn.TransformerDecoderLayer(
         16, 4, 32, dropout=0.0, batch_first=True, norm_first=norm_first
@@ -151,17 +138,6 @@ def test_decoder_layer_matches_pytorch(norm_first):
     out, _, _ = ours(x, memory, mem_keep[:, None, None, :], causal[None, None])
     ref_out = ref(x, memory, tgt_mask=~causal, memory_key_padding_mask=~mem_keep)
     assert torch.allclose(out, ref_out, atol=ATOL)
-
-
-@pytest.fixture(params=[False, True], ids=["post-LN", "pre-LN"])
-def model_and_batch(request):
-    """A seeded tiny model in eval mode and a padded batch."""
-    torch.manual_seed(3)
-    model = Transformer(tiny_cfg(norm_first=request.param, num_decoder_layers=3)).eval()
-    src = padded_batch(23, [7, 4, 2], 7)
-    tgt = padded_batch(19, [6, 6, 3], 6, seed=1)
-    tgt[:, 0] = 1  # <bos>
-    return model, src, tgt
 
 
 def test_fused_path_equals_explicit_path(model_and_batch):
@@ -211,7 +187,7 @@ def test_padding_does_not_change_real_positions(model_and_batch):
 
 def test_positional_encoding_table():
     """Sinusoids as in the paper: P[i, 2j] = sin(i / 10000^(2j/d)), P[i, 2j+1] = cos(...)."""
-    enc = Encoder(tiny_cfg())
+    enc = Encoder(toy_model_config())
     table = enc.pos_encoding.table
     i, j, d = 5, 3, 16
     assert torch.isclose(table[i, 2 * j], torch.sin(torch.tensor(i / 10000 ** (2 * j / d))))
@@ -220,7 +196,7 @@ def test_positional_encoding_table():
 
 def test_embeddings_are_scaled_by_sqrt_d():
     """The encoder input is embedding * sqrt(D) + position (dropout off)."""
-    enc = Encoder(tiny_cfg(num_encoder_layers=1)).eval()
+    enc = Encoder(toy_model_config(num_encoder_layers=1)).eval()
     src = torch.tensor([[5, 6, 7]])
     seen = {}
     enc.layers[0].register_forward_pre_hook(lambda m, args: seen.update(x=args[0]))

@@ -1,4 +1,4 @@
-"""The training loop: Adam with warm-up and decay, label smoothing, clipping, bf16 on CUDA.
+"""The training loop: Adam with warm-up and decay, label smoothing, clipping, bf16 autocast.
 
 The Trainer knows nothing of files or the UI: it reports through callbacks
 ("step", "eval", "end"). ``core.train`` connects it to a run directory.
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import torch
 
-from core.data import Corpus, Vocab, batches, encode_pairs
+from core.data import D2L_TEST_PAIRS, Corpus, Vocab, batches, encode_pairs
 from core.decode import TranslationError, translate
 from core.evaluate import corpus_bleu, evaluate_loss
 from core.model import Transformer
 
-D2L_PROBES = ["go .", "i lost .", "he's calm .", "i'm home ."]
+D2L_PROBES = [source for source, _ in D2L_TEST_PAIRS]  # snapshot sentences by default
 
 
 @dataclass

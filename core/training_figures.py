@@ -10,7 +10,8 @@ import math
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-# metric -> (record kind, axis title)
+from core.run_dir import RunDir
+
 METRICS: dict[str, tuple[str, str]] = {
     "loss": ("train", "training loss (cross-entropy)"),
     "val_loss": ("eval", "validation loss (cross-entropy)"),
@@ -19,7 +20,11 @@ METRICS: dict[str, tuple[str, str]] = {
     "tokens_per_s": ("train", "target tokens per second"),
     "grad_norm": ("train", "gradient norm (before clipping)"),
 }
+
+
 COLORS = qualitative.Plotly
+
+
 UNSMOOTHED = {"lr"}  # a schedule, not a noisy measurement: drawn as is
 
 
@@ -151,13 +156,35 @@ def curves_figure(
     return fig
 
 
-def format_duration(seconds: float | None) -> str:
-    """'1 h 05 min', '3 min 20 s' or '12 s' ('—' when unknown)."""
-    if not _finite(seconds) or seconds < 0:
-        return "—"
-    s = round(seconds)
-    if s >= 3600:
-        return f"{s // 3600} h {s % 3600 // 60:02d} min"
-    if s >= 60:
-        return f"{s // 60} min {s % 60:02d} s"
-    return f"{s} s"
+def training_curve_figure(run_dir, step: int | None = None) -> go.Figure:
+    """Training loss and validation BLEU over steps, with a marker line at ``step``."""
+    records = RunDir(run_dir).read_metrics()
+    train = [(r["step"], r["loss"]) for r in records if r.get("kind") == "train" and "loss" in r]
+    evals = [
+        (r["step"], r["val_bleu"])
+        for r in records
+        if r.get("kind") == "eval" and r.get("val_bleu") is not None
+    ]
+    fig = go.Figure()
+    if train:
+        fig.add_scatter(x=[s for s, _ in train], y=[v for _, v in train], name="training loss")
+    if evals:
+        fig.add_scatter(
+            x=[s for s, _ in evals],
+            y=[v for _, v in evals],
+            name="val BLEU",
+            yaxis="y2",
+            mode="lines+markers",
+        )
+    if step is not None:
+        fig.add_vline(x=step, line_dash="dash", line_color="gray")
+    fig.update_layout(
+        title={"text": "Training so far"},
+        height=300,
+        margin={"t": 50},
+        xaxis={"title": {"text": "step"}},
+        yaxis={"title": {"text": "loss"}},
+        yaxis2={"title": {"text": "BLEU"}, "overlaying": "y", "side": "right"},
+        legend={"orientation": "h", "y": -0.3},
+    )
+    return fig

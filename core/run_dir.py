@@ -1,21 +1,28 @@
-"""A run directory: config.json, metrics.jsonl, status.json, checkpoints, snapshots.
+"""A run directory's files: config.json, metrics.jsonl, status.json, checkpoints, snapshots.
 
-The trainer writes these files; the app and the CLI read them. Writes are atomic
-(temporary file + rename) or append-only, so a reader never sees half a record.
+The trainer writes these files; the app and the CLI read them (the app also writes
+job.json at launch). Writes are atomic (temporary file + rename) or append-only, so a
+reader never sees half a record.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
 import torch
 
 from core.checkpoint import atomic_save
+from core.places import runs_root
 
-STATES = ("starting", "running", "finished", "stopped", "failed")
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # run directory names
+
+
+class RunError(Exception):
+    """A run cannot be found, started, stopped, resumed or deleted; the message says why."""
 
 
 def write_json(path: Path, obj) -> None:
@@ -46,6 +53,7 @@ class RunDir:
         self.snapshots = self.path / "snapshots"
         self.stop_file = self.path / "STOP"
         self.log = self.path / "train.log"
+        self.job = self.path / "job.json"  # launch metadata written by the app, not the trainer
 
     @property
     def name(self) -> str:
@@ -115,3 +123,10 @@ class RunDir:
     def stop_requested(self) -> bool:
         """True if a stop file is present."""
         return self.stop_file.exists()
+
+
+def run_dir(run_id: str) -> RunDir:
+    """The RunDir of ``run_id``; refuses ids that could leave the runs directory."""
+    if not isinstance(run_id, str) or not RUN_ID_RE.fullmatch(run_id) or ".." in run_id:
+        raise RunError(f"'{run_id}' is not a valid run id.")
+    return RunDir(runs_root() / run_id)

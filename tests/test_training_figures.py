@@ -1,4 +1,4 @@
-"""Tests for core.charts: smoothing, downsampling and the data behind the curve figures."""
+"""Tests for core.training_figures: smoothing, downsampling and the training-curve figures."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from core import charts
+from core import training_figures as tf
 
 
 def train_records(n: int, start: float = 5.0) -> list[dict]:
@@ -35,18 +35,18 @@ def eval_records(steps: list[int]) -> list[dict]:
 
 
 def test_smooth_zero_weight_is_identity():
-    assert charts.smooth([3.0, 1.0, 2.0], 0.0) == [3.0, 1.0, 2.0]
+    assert tf.smooth([3.0, 1.0, 2.0], 0.0) == [3.0, 1.0, 2.0]
 
 
 def test_smooth_is_debiased_like_tensorboard():
-    assert charts.smooth([1.0, 2.0, 3.0], 0.5) == pytest.approx([1.0, 5 / 3, 17 / 7])
-    assert charts.smooth([4.0] * 5, 0.9) == pytest.approx([4.0] * 5)  # no pull towards 0
+    assert tf.smooth([1.0, 2.0, 3.0], 0.5) == pytest.approx([1.0, 5 / 3, 17 / 7])
+    assert tf.smooth([4.0] * 5, 0.9) == pytest.approx([4.0] * 5)  # no pull towards 0
 
 
 @pytest.mark.parametrize("weight", [-0.1, 1.0, 2.0])
 def test_smooth_rejects_bad_weights(weight):
     with pytest.raises(ValueError, match="smoothing weight"):
-        charts.smooth([1.0], weight)
+        tf.smooth([1.0], weight)
 
 
 # ----------------------------------------------------------------------------- downsample
@@ -57,17 +57,16 @@ def test_smooth_rejects_bad_weights(weight):
 )
 def test_downsample_keeps_ends_and_the_budget(n, max_points):
     items = list(range(n))
-    out = charts.downsample(items, max_points)
+    out = tf.downsample(items, max_points)
     assert len(out) == min(n, max_points)
     assert out == sorted(out)
-    if n:
-        assert out[0] == 0 and out[-1] == n - 1
+    assert out[:1] == items[:1] and out[-1:] == items[-1:]  # both ends kept (none when empty)
 
 
 def test_downsample_is_evenly_spaced():
-    assert charts.downsample(list(range(10)), 4) == [0, 3, 6, 9]
+    assert tf.downsample(list(range(10)), 4) == [0, 3, 6, 9]
     with pytest.raises(ValueError, match="max_points"):
-        charts.downsample([1, 2, 3], 1)
+        tf.downsample([1, 2, 3], 1)
 
 
 # ----------------------------------------------------------------------------- series
@@ -80,16 +79,16 @@ def test_series_reads_one_kind_and_skips_gaps():
         {"kind": "train", "step": 40, "loss": None, "tokens_per_s": None},
         {"kind": "train", "step": 50, "loss": math.nan},
     ]
-    assert charts.series(records, "loss") == ([10, 20, 30], [5.0, 2.5, 5 / 3])
-    assert charts.series(records, "val_bleu") == ([20], [2.0])
-    assert charts.series(records, "tokens_per_s")[0] == [10, 20, 30]
+    assert tf.series(records, "loss") == ([10, 20, 30], [5.0, 2.5, 5 / 3])
+    assert tf.series(records, "val_bleu") == ([20], [2.0])
+    assert tf.series(records, "tokens_per_s")[0] == [10, 20, 30]
 
 
 # ----------------------------------------------------------------------------- figures
 
 
 def test_train_loss_has_faint_raw_and_smoothed_traces_per_run():
-    fig = charts.curves_figure(
+    fig = tf.curves_figure(
         {"a": train_records(50), "b": train_records(50, 9.0)}, "loss", smoothing=0.8
     )
     names = [t.name for t in fig.data]
@@ -98,60 +97,51 @@ def test_train_loss_has_faint_raw_and_smoothed_traces_per_run():
     assert raw.opacity < 1 and raw.line.color == smoothed.line.color
     assert fig.data[1].line.color != fig.data[3].line.color  # runs get their own colours
     assert list(raw.y) == [5.0 / (i + 1) for i in range(50)]
-    assert list(smoothed.y) == pytest.approx(charts.smooth(list(raw.y), 0.8))
+    assert list(smoothed.y) == pytest.approx(tf.smooth(list(raw.y), 0.8))
     assert fig.layout.showlegend is True and fig.layout.xaxis.title.text == "training step"
 
 
 def test_learning_rate_is_never_smoothed():
-    fig = charts.curves_figure({"a": train_records(5)}, "lr", smoothing=0.9)
+    fig = tf.curves_figure({"a": train_records(5)}, "lr", smoothing=0.9)
     assert [t.name for t in fig.data] == ["a"] and list(fig.data[0].y) == [1e-3] * 5
 
 
 def test_no_smoothing_draws_one_trace_per_run():
-    fig = charts.curves_figure({"a": train_records(5)}, "loss", smoothing=0.0)
+    fig = tf.curves_figure({"a": train_records(5)}, "loss", smoothing=0.0)
     assert [t.name for t in fig.data] == ["a"]
     assert fig.layout.showlegend is False
 
 
 def test_long_curves_are_downsampled_after_smoothing():
     records = train_records(5000)
-    fig = charts.curves_figure({"a": records}, "loss", smoothing=0.9, max_points=200)
+    fig = tf.curves_figure({"a": records}, "loss", smoothing=0.9, max_points=200)
     raw, smoothed = fig.data
     assert len(raw.x) == len(smoothed.x) == 200
     assert raw.x[0] == 10 and raw.x[-1] == 50_000
-    full = charts.smooth([r["loss"] for r in records], 0.9)
+    full = tf.smooth([r["loss"] for r in records], 0.9)
     assert smoothed.y[-1] == pytest.approx(full[-1])  # smoothed over every point
 
 
 def test_eval_metrics_are_markers_and_log_axis_is_optional():
-    fig = charts.curves_figure({"a": eval_records([100, 200, 300])}, "val_bleu", log_y=True)
+    fig = tf.curves_figure({"a": eval_records([100, 200, 300])}, "val_bleu", log_y=True)
     (trace,) = fig.data
     assert trace.mode == "lines+markers" and list(trace.y) == [10.0, 20.0, 30.0]
     assert fig.layout.yaxis.type == "log"
-    assert charts.curves_figure({"a": []}, "val_loss").layout.yaxis.type == "linear"
+    assert tf.curves_figure({"a": []}, "val_loss").layout.yaxis.type == "linear"
 
 
 def test_empty_figure_says_so():
-    fig = charts.curves_figure({"a": train_records(3)}, "val_bleu")
+    fig = tf.curves_figure({"a": train_records(3)}, "val_bleu")
     assert len(fig.data) == 0
     assert fig.layout.annotations[0].text == "no data yet"
 
 
 def test_unknown_metric_is_refused():
     with pytest.raises(ValueError, match="unknown metric 'bleu'"):
-        charts.curves_figure({}, "bleu")
+        tf.curves_figure({}, "bleu")
 
 
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [
-        (None, "—"),
-        (-1, "—"),
-        (math.inf, "—"),
-        (12.4, "12 s"),
-        (200, "3 min 20 s"),
-        (3900, "1 h 05 min"),
-    ],
-)
-def test_format_duration(seconds, text):
-    assert charts.format_duration(seconds) == text
+def test_training_curve_figure(tiny_run):
+    fig = tf.training_curve_figure(tiny_run, 100)
+    assert fig.data[0].name == "training loss" and len(fig.data[0].x) == 15
+    assert fig.layout.shapes[0].x0 == 100

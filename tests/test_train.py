@@ -8,7 +8,6 @@ import pickle
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -17,11 +16,11 @@ from core.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, s
 from core.data import parse_pairs, preprocess
 from core.evaluate import corpus_bleu
 from core.evaluate import main as evaluate_main
-from core.runs import RunDir
-from core.trainer import TrainConfig, learning_rate
+from core.run_dir import RunDir
+from core.train_loop import TrainConfig, learning_rate
 from core.translate import main as translate_main
 from core.translate import translate_lines
-from tests.conftest import ROOT, TINY_ARGS, train_tiny
+from tests.helpers import ROOT, TINY_ARGS, train_tiny, wait_for
 
 
 def train_losses(run) -> list[tuple[int, float]]:
@@ -161,14 +160,13 @@ def start_cli(out, *extra):
 
 
 def wait_for_step(out, proc, step=5, timeout=60.0):
-    """Wait until the run has logged ``step`` steps."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if (RunDir(out).read_status().get("step") or 0) >= step:
-            return
+    """Wait until the run has logged ``step`` steps (its process must stay alive)."""
+
+    def reached() -> bool:
         assert proc.poll() is None, proc.stdout.read().decode()
-        time.sleep(0.2)
-    raise AssertionError("the run did not start in time")
+        return (RunDir(out).read_status().get("step") or 0) >= step
+
+    wait_for(reached, timeout, f"the run to reach step {step}")
 
 
 @pytest.mark.parametrize("how", ["sigterm", "stop-file"])

@@ -1,0 +1,276 @@
+"""Plotly figures of attention: one large map, the layer × head grid, rows per head, top-k.
+
+Every figure names both axes in words; repeated tokens keep their own row and column.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from core.attention_kinds import check_tokens, kind_labels, reading_hint
+from core.maps import SentenceMaps, View, hide_columns
+
+COLORSCALE = "Blues"
+MAX_GRID_TICKS = 20  # the grid shows token tick labels only up to this many tokens
+
+
+def unique_labels(tokens: Sequence[str]) -> list[str]:
+    """Category labels "i:token" so repeated tokens keep their own row/column."""
+    return [f"{i}:{tok}" for i, tok in enumerate(tokens)]
+
+
+def percentile_cap(weights: np.ndarray, q: float = 99) -> float:
+    """Colour-scale maximum at the q-th percentile, so diffuse heads stay visible."""
+    if np.size(weights) == 0:
+        return 1.0
+    cap = float(np.percentile(np.asarray(weights, dtype=np.float64), q))
+    return min(cap, 1.0) if cap > 0 else 1.0
+
+
+def _token_axis(title: str, tokens: Sequence[str], reversed_: bool = False) -> dict:
+    """Layout for a categorical token axis with plain-token tick text."""
+    axis = {
+        "title": {"text": title},
+        "type": "category",
+        "tickmode": "array",
+        "tickvals": unique_labels(tokens),
+        "ticktext": list(tokens),
+    }
+    if reversed_:
+        axis["autorange"] = "reversed"
+    return axis
+
+
+def heatmap_figure(
+    weights2d: np.ndarray,
+    query_tokens: Sequence[str],
+    key_tokens: Sequence[str],
+    kind: str,
+    title: str | None = None,
+    zmax: float = 1.0,
+    note: str | None = None,
+) -> go.Figure:
+    """One large heatmap: rows are queries (first on top), columns are keys.
+
+    Args:
+        weights2d: (Tq, Tk) attention.
+        query_tokens, key_tokens: Tq and Tk tokens.
+        kind: "encoder", "decoder_self" or "cross".
+        title: figure title; defaults to the kind's title.
+        zmax: top of the colour scale (see percentile_cap).
+        note: extra line under the title, e.g. "<bos>/<eos> hidden, rows renormalised".
+    """
+    default_title, query_words, key_words = kind_labels(kind)
+    check_tokens(weights2d.shape, query_tokens, key_tokens)
+    trace = go.Heatmap(
+        z=np.asarray(weights2d, dtype=np.float32),  # (Tq, Tk)
+        x=unique_labels(key_tokens),
+        y=unique_labels(query_tokens),
+        zmin=0.0,
+        zmax=zmax,
+        colorscale=COLORSCALE,
+        colorbar={"title": {"text": "weight"}},
+        hovertemplate="query %{y}<br>key %{x}<br>w=%{z:.3f}<extra></extra>",
+    )
+    subtitle = reading_hint(kind) + (f"<br>{note}" if note else "")
+    fig = go.Figure(trace)
+    fig.update_layout(
+        title={"text": title or default_title, "subtitle": {"text": subtitle}},
+        xaxis=_token_axis(key_words, key_tokens) | {"tickangle": -45},
+        yaxis=_token_axis(query_words, query_tokens, reversed_=True),
+        height=int(min(900, max(420, 22 * len(query_tokens) + 220))),
+        margin={"t": 110},
+    )
+    return fig
+
+
+@functools.lru_cache(maxsize=32)
+def _grid_skeleton(layer_names: tuple, head_names: tuple) -> str:
+    """make_subplots layout and per-cell axis ids as JSON (cached: it is the slow part)."""
+    fig = make_subplots(
+        rows=len(layer_names),
+        cols=len(head_names),
+        shared_xaxes=True,
+        shared_yaxes=True,
+        row_titles=list(layer_names),
+        column_titles=list(head_names),
+        horizontal_spacing=min(0.02, 0.5 / len(head_names)),
+        vertical_spacing=min(0.03, 0.5 / len(layer_names)),
+    )
+    refs = [
+        [fig.get_subplot(r + 1, c + 1) for c in range(len(head_names))]
+        for r in range(len(layer_names))
+    ]
+    axes = [[[s.xaxis.plotly_name, s.yaxis.plotly_name] for s in row] for row in refs]
+    return json.dumps({"layout": fig.layout.to_plotly_json(), "axes": axes})
+
+
+def _grid_axes(layout: dict, axes: list, tokens: tuple, words: tuple) -> None:
+    """Categorical token axes on every cell, y reversed, titles on the outer edge."""
+    query_tokens, key_tokens = tokens
+    common = {"type": "category", "tickmode": "array", "tickfont": {"size": 8}}
+    if max(len(query_tokens), len(key_tokens)) > MAX_GRID_TICKS:
+        common["showticklabels"] = False
+    x_ticks = {"tickvals": unique_labels(key_tokens), "ticktext": list(key_tokens)}
+    y_ticks = {"tickvals": unique_labels(query_tokens), "ticktext": list(query_tokens)}
+    for name, axis in layout.items():
+        if name.startswith("xaxis"):
+            axis.update(common | x_ticks)
+        elif name.startswith("yaxis"):
+            axis.update(common | y_ticks | {"autorange": "reversed"})
+    bottom_left, middle_left = axes[-1][0], axes[(len(axes) - 1) // 2][0]
+    layout[bottom_left[0]]["title"] = {"text": words[1]}
+    layout[middle_left[1]]["title"] = {"text": words[0]}
+
+
+def _grid_trace(z: np.ndarray, axes: list, labels: tuple, cell_name: str) -> dict:
+    """One light heatmap trace (dict, float32, no customdata) on the shared coloraxis."""
+    hover = f"{cell_name}<br>query %{{y}}<br>key %{{x}}<br>w=%{{z:.3f}}<extra></extra>"
+    return {
+        "type": "heatmap",
+        "z": z,  # (Tq, Tk) float32
+        "x": labels[1],
+        "y": labels[0],
+        "xaxis": axes[0].replace("axis", ""),
+        "yaxis": axes[1].replace("axis", ""),
+        "coloraxis": "coloraxis",
+        "hovertemplate": hover,
+    }
+
+
+def grid_figure(
+    weights: np.ndarray,
+    query_tokens: Sequence[str],
+    key_tokens: Sequence[str],
+    kind: str,
+    layer_names: Sequence[str] | None = None,
+    head_names: Sequence[str] | None = None,
+    zmax: float = 1.0,
+) -> go.Figure:
+    """Small multiples, one heatmap per (layer, head), on one shared colour scale.
+
+    Args:
+        weights: (L, H, Tq, Tk) attention.
+        query_tokens, key_tokens: Tq and Tk tokens.
+        kind: "encoder", "decoder_self" or "cross".
+        layer_names, head_names: row/column titles; default "layer i" / "head j" (0-based).
+        zmax: top of the shared colour scale.
+    """
+    title, query_words, key_words = kind_labels(kind)
+    check_tokens(weights.shape, query_tokens, key_tokens)
+    n_layers, n_heads = weights.shape[:2]
+    layer_names = tuple(layer_names or [f"layer {i}" for i in range(n_layers)])
+    head_names = tuple(head_names or [f"head {j}" for j in range(n_heads)])
+    skeleton = json.loads(_grid_skeleton(layer_names, head_names))
+    layout, axes = skeleton["layout"], skeleton["axes"]
+    _grid_axes(layout, axes, (query_tokens, key_tokens), (query_words, key_words))
+    z = np.asarray(weights, dtype=np.float32)  # (L, H, Tq, Tk)
+    labels = (unique_labels(query_tokens), unique_labels(key_tokens))
+    data = [
+        _grid_trace(z[i, j], axes[i][j], labels, f"{layer_names[i]}, {head_names[j]}")
+        for i in range(n_layers)
+        for j in range(n_heads)
+    ]
+    layout |= {
+        "title": {"text": title, "subtitle": {"text": reading_hint(kind)}},
+        "coloraxis": {"colorscale": COLORSCALE, "cmin": 0.0, "cmax": zmax},
+        "height": int(130 + 140 * n_layers),
+        "margin": {"t": 110},
+    }
+    return go.Figure(data=data, layout=layout)
+
+
+def topk_figure(tokens: Sequence[str], probs: Sequence[float]) -> go.Figure:
+    """Horizontal bars of next-token candidates, most likely on top."""
+    if len(tokens) != len(probs):
+        raise ValueError(f"Got {len(tokens)} tokens but {len(probs)} probabilities.")
+    labels = unique_labels(tokens)
+    fig = go.Figure(
+        go.Bar(
+            x=np.asarray(probs, dtype=np.float32),
+            y=labels,
+            orientation="h",
+            text=[f"{p:.2f}" for p in probs],
+            textposition="outside",
+            hovertemplate="%{y}<br>p=%{x:.3f}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title={"text": "Next-token candidates"},
+        xaxis={"title": {"text": "probability"}, "range": [0, 1]},
+        yaxis=_token_axis("candidate token", tokens, reversed_=True),
+        height=int(max(200, 110 + 28 * len(tokens))),
+        margin={"t": 50},
+    )
+    return fig
+
+
+def view_figure(view: View, stretch: bool = False) -> go.Figure:
+    """The large heatmap of a view (colour scale 0..1, or stretched to the 99th percentile)."""
+    zmax = percentile_cap(view.weights) if stretch else 1.0
+    note = "; ".join(x for x in (view.note, "colour scale stretched" if stretch else "") if x)
+    return heatmap_figure(
+        view.weights,
+        view.query_tokens,
+        view.key_tokens,
+        view.kind,
+        title=view.title,
+        zmax=zmax,
+        note=note or None,
+    )
+
+
+def grid_view_figure(
+    maps: SentenceMaps,
+    kind: str,
+    hide: bool = False,
+    layers: Sequence[int] | None = None,
+    stretch: bool = False,
+) -> go.Figure:
+    """Small multiples of the chosen layers (default all) × every head, one colour scale."""
+    w = maps.weights(kind)  # (L, H, Tq, Tk)
+    layers = list(range(w.shape[0])) if layers is None else list(layers)
+    queries, keys = maps.tokens(kind)
+    shown, keys, note = hide_columns(w[layers], keys, hide)  # (L', H, Tq, Tk')
+    zmax = percentile_cap(shown) if stretch else 1.0
+    fig = grid_figure(shown, queries, keys, kind, [f"layer {i}" for i in layers], zmax=zmax)
+    if hide or stretch:
+        extra = "; ".join(x for x in (note, "colour scale stretched" if stretch else "") if x)
+        subtitle = f"{reading_hint(kind)}<br>{extra}"
+        fig.update_layout(title={"subtitle": {"text": subtitle}})
+    if len(layers) == 1:
+        fig.update_layout(height=max(300, int(fig.layout.height)))
+    return fig
+
+
+def head_rows_figure(
+    rows: np.ndarray, key_tokens: Sequence[str], title: str, key_words: str
+) -> go.Figure:
+    """Heads as rows (H, K): how each head of one layer spreads one query's attention."""
+    heads = [f"head {h}" for h in range(rows.shape[0])]
+    fig = go.Figure(
+        go.Heatmap(
+            z=np.asarray(rows, dtype=np.float32),
+            x=unique_labels(key_tokens),
+            y=heads,
+            zmin=0.0,
+            zmax=1.0,
+            colorscale=COLORSCALE,
+            colorbar={"title": {"text": "weight"}},
+            hovertemplate="%{y}<br>key %{x}<br>w=%{z:.3f}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title={"text": title},
+        xaxis={**_token_axis(key_words, key_tokens), "tickangle": -45},
+        yaxis={"title": {"text": "head"}, "autorange": "reversed"},
+        height=int(160 + 28 * len(heads)),
+        margin={"t": 60},
+    )
+    return fig

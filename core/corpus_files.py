@@ -1,0 +1,75 @@
+"""Corpus files a user brings: counted before a run, uploads staged, data described in words."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from core.data import DataError, inspect_file
+from core.places import runs_root
+
+MAX_UPLOAD_BYTES = 20 * 2**20  # largest uploaded corpus accepted
+UPLOADS = ".uploads"  # staged uploads, under the runs root
+
+
+@functools.lru_cache(maxsize=32)
+def _inspect_cached(path: str, mtime: float, size: int) -> dict:
+    """core.data.inspect_file, cached by path, modification time and size."""
+    return inspect_file(path)
+
+
+def inspect_data(source: str | Path) -> dict:
+    """Usable and skipped line counts of a pairs file (DataError if unreadable)."""
+    path = Path(source).expanduser()
+    if not path.is_file():
+        raise DataError(f"Corpus file not found: {path}")
+    st = path.stat()
+    return _inspect_cached(str(path.resolve()), st.st_mtime, st.st_size)
+
+
+def stage_upload(name: str, data: bytes) -> Path:
+    """Save an uploaded corpus (size-limited) under the runs root; returns its path."""
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise DataError(
+            f"{name} is {len(data) / 2**20:.1f} MB; the upload limit is "
+            f"{MAX_UPLOAD_BYTES // 2**20} MB. Pass a path to a local file instead."
+        )
+    if not data.strip():
+        raise DataError(f"{name} is empty.")
+    suffix = Path(name).suffix.lower()
+    suffix = suffix if suffix in (".tsv", ".txt", ".zip") else ".txt"
+    dest = runs_root() / UPLOADS / (hashlib.sha1(data).hexdigest()[:16] + suffix)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if not dest.is_file():
+        tmp = dest.with_name(dest.name + ".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, dest)
+    return dest
+
+
+def source_problems(source: str) -> list[str]:
+    """Why a data source cannot be read (fra-eng is always fine: it is downloaded)."""
+    if source == "fra-eng":
+        return []
+    try:
+        info = inspect_data(source)
+    except DataError as e:
+        return [str(e)]
+    return [] if info["usable"] else [f"{source} has no usable sentence pairs"]
+
+
+def describe_data(data_config: Mapping | None) -> str:
+    """A short description of a run's or model's data, e.g. 'fra-eng (Tatoeba), ≤12 tokens'."""
+    if not data_config:
+        return "data unknown"
+    source = str(data_config.get("source", "fra-eng"))
+    parts = ["fra-eng (Tatoeba)" if source == "fra-eng" else Path(source).name]
+    num_train, num_val = data_config.get("num_train"), data_config.get("num_val")
+    if data_config.get("split") == "head" and (num_train or num_val):
+        parts.append(f"first {num_train or 'all'} + {num_val or 0} pairs")
+    if data_config.get("max_len"):
+        parts.append(f"≤{data_config['max_len']} tokens")
+    return ", ".join(parts)

@@ -1,0 +1,100 @@
+"""The devices training can use: which one, in words, its memory, and what a run needs."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import subprocess
+from pathlib import Path
+
+from core.train_loop import device_description, pick_device
+
+
+def resolve_device(name: str = "auto") -> str:
+    """The device type a run asking for ``name`` would train on: cuda, mps or cpu."""
+    return pick_device(name).type
+
+
+@functools.lru_cache(maxsize=1)
+def device_summary() -> str:
+    """The device a new run would use with device 'auto', in words."""
+    return device_description(pick_device("auto"))
+
+
+def gpu_stats() -> list[dict]:
+    """Utilisation and memory of each NVIDIA GPU (empty without nvidia-smi)."""
+    query = "--query-gpu=name,utilization.gpu,memory.used,memory.total"
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", query, "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=3,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    rows = []
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        with contextlib.suppress(ValueError, IndexError):
+            rows.append(
+                {
+                    "name": parts[0],
+                    "util": float(parts[1]),
+                    "mem_used_mb": float(parts[2]),
+                    "mem_total_mb": float(parts[3]),
+                }
+            )
+    return rows
+
+
+def device_memory(device_type: str) -> int | None:
+    """Bytes a run may use: the GPU's total memory, or the RAM available now (None if unknown)."""
+    if device_type == "cuda":
+        import torch
+
+        return torch.cuda.get_device_properties(0).total_memory
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _vocab_guess(data: dict) -> int:
+    """A generous guess of the vocabulary size these data settings produce."""
+    rows = data.get("num_train") if data.get("split") == "head" else 0
+    rows = rows or data.get("max_pairs") or 200_000
+    return max(8, min(int(data["max_vocab"]), 20_000, 8 + 3 * int(rows)))
+
+
+def estimate_memory(cfg: dict[str, dict]) -> int:
+    """Rough bytes one training step needs: weights, gradients, Adam, activations."""
+    d, m, t = cfg["data"], cfg["model"], cfg["train"]
+    v, dm, ff, h = _vocab_guess(d), m["d_model"], m["d_ff"], m["num_heads"]
+    le, ld = m["num_encoder_layers"], m["num_decoder_layers"]
+    seq, batch = d["max_len"] + 2, t["batch_size"]
+    params = 3 * v * dm + le * (4 * dm * dm + 2 * dm * ff) + ld * (8 * dm * dm + 2 * dm * ff)
+    per_token = (
+        le * (10 * dm + 2 * ff + 3 * h * seq) + ld * (16 * dm + 2 * ff + 5 * h * seq) + 4 * v
+    )  # floats kept for backward per target position
+    return 4 * (4 * params + batch * seq * per_token)
+
+
+def memory_problem(cfg: dict, device_type: str) -> str | None:
+    """A reason if the batch clearly cannot fit in the device's memory."""
+    need, have = estimate_memory(cfg), device_memory(device_type)
+    if have is None or need <= 0.8 * have:
+        return None
+    return (
+        f"a batch of {cfg['train']['batch_size']} needs about {need / 2**30:.1f} GB on "
+        f"{device_type} but only {have / 2**30:.1f} GB is available; lower batch_size, max_len, "
+        "max_vocab or d_model"
+    )

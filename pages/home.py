@@ -1,0 +1,55 @@
+"""Home: what the app is, the device training would use, the models and the runs."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core import models, run_status
+from core.devices import device_summary
+from pages.ui.frame import ensure_app_navigation, footer, page_links
+from pages.ui.model_picker import model_entries
+from pages.ui.run_view import runs_dataframe
+
+
+def show_models() -> None:
+    """Every model the app can offer, or how to get one."""
+    st.subheader("Models")
+    entries = model_entries()
+    if not entries:
+        st.info("No models yet. Train a run, then use “Save as a model” on the Train page.")
+        return
+    st.dataframe(
+        models.models_frame(entries),
+        hide_index=True,
+        column_config={"val BLEU": st.column_config.NumberColumn(format="%.2f")},
+    )
+
+
+def show_runs() -> None:
+    """The training runs on disk with their state."""
+    st.subheader("Training runs")
+    runs = run_status.list_runs()
+    if not runs:
+        st.info("No training runs yet.")
+        return
+    runs_dataframe(runs[:20], "home_runs")
+
+
+def main() -> None:
+    """The Home page."""
+    ensure_app_navigation()
+    st.title("Attention Studio")
+    st.markdown(
+        "Attention Studio trains the encoder-decoder Transformer of *Attention Is All You "
+        "Need* (d2l.ai, chapter 11.7) to translate English into French, and lets you watch "
+        "it learn. Then translate with the model you trained and look inside it: every "
+        "attention head of the encoder, the decoder and the cross attention."
+    )
+    st.markdown(f"**Training device:** {device_summary()}")
+    page_links()
+    show_models()
+    show_runs()
+    footer()
+
+
+main()

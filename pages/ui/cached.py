@@ -1,0 +1,47 @@
+"""Core calls the Translate and Attention pages cache: translations, maps, snapshots."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core import maps, snapshots, translation
+from core.checkpoint import LoadedModel
+from core.decode import DecodeSettings, Translation
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def translate(
+    _lm: LoadedModel, path: str, mtime: float, sentence: str, settings: DecodeSettings
+) -> Translation:
+    """A checked translation with all maps, cached per model file, sentence and settings."""
+    return translation.translate_sentence(_lm, sentence, settings)
+
+
+@st.cache_data(show_spinner="Rebuilding the validation split…", max_entries=8)
+def validation_examples(_meta: dict, data_key: str):
+    """Validation sentences of a model's corpus (slow once, then cached by data settings)."""
+    return translation.validation_examples(_meta)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def sentence_maps(_t: Translation, key: tuple) -> maps.SentenceMaps:
+    """The numpy maps of a cached translation."""
+    return maps.SentenceMaps.from_translation(_t)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def teacher_forced(_lm: LoadedModel, key: tuple, sentence: str, reference: str):
+    """Teacher-forced maps of a reference, cached per model, sentence and reference."""
+    return maps.teacher_forced_maps(_lm, sentence, reference)
+
+
+@st.cache_data(show_spinner="Reading training snapshots…", max_entries=16)
+def snapshot_series(run_dir: str, sentence: str, steps: tuple) -> snapshots.SnapshotSeries:
+    """A probe sentence's snapshots (re-read when the run records new ones)."""
+    return snapshots.snapshot_series(run_dir, sentence)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def probe_sentences(run_dir: str, steps: tuple) -> list[str]:
+    """The probe sentences of a run."""
+    return snapshots.probe_sentences(run_dir)

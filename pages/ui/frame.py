@@ -1,0 +1,86 @@
+"""The app's frame: its pages, the navigation every page runs under, links and the footer.
+
+Multipage by ``st.navigation`` + ``st.Page``: app.py runs ``run_app()``. Streamlit also
+treats a ``pages/`` folder beside app.py as an automatic page list, used for a first
+request straight to a page URL; ``ensure_app_navigation`` then registers the app's own
+navigation (public ``st.navigation``, which ends that mode) and reruns. Only page scripts
+sit in ``pages/`` itself; helpers live in ``pages/ui/``, which Streamlit never lists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import streamlit as st
+from streamlit.errors import StreamlitAPIException
+
+from core.data import ATTRIBUTION
+
+PAGES_DIR = Path(__file__).resolve().parent.parent
+NAV_KEY = "_app_navigation"  # set once app.py's navigation has run in this session
+PAGES = [  # (script in pages/, title, icon, what it is for)
+    ("home.py", "Home", ":material/home:", "what the app is, the models and the runs"),
+    (
+        "train.py",
+        "Train",
+        ":material/model_training:",
+        "configure and launch training, watch the curves live, stop, resume, compare runs",
+    ),
+    (
+        "translate.py",
+        "Translate",
+        ":material/translate:",
+        "translate English sentences with a trained model (greedy or beam search)",
+    ),
+    (
+        "attention.py",
+        "Attention",
+        ":material/grid_on:",
+        "inspect encoder, decoder and cross attention, head by head",
+    ),
+]
+
+
+def app_pages() -> list:
+    """The st.Page of every page script, Home first (the default)."""
+    return [
+        st.Page(PAGES_DIR / script, title=title, icon=icon, default=script == "home.py")
+        for script, title, icon, _ in PAGES
+    ]
+
+
+def run_app() -> None:
+    """Build the navigation and run the page the URL names (app.py's whole job)."""
+    st.session_state[NAV_KEY] = True
+    st.navigation(app_pages()).run()
+
+
+def ensure_app_navigation() -> None:
+    """On a first request straight to a page URL, hand over to the app's navigation.
+
+    Done once per session: a rerun would drop the widget event that caused this run.
+    """
+    if st.session_state.get(NAV_KEY):
+        return
+    st.session_state[NAV_KEY] = True
+    st.navigation(app_pages(), position="hidden")  # ends the pages/ folder's automatic mode
+    st.rerun()
+
+
+def link(script: str, label: str, query: dict | None = None) -> None:
+    """A link to another page of the app (``script`` in pages/), with URL parameters."""
+    with contextlib.suppress(StreamlitAPIException):  # a page run alone has no navigation
+        st.page_link(str(PAGES_DIR / script), label=label, query_params=query)
+
+
+def page_links() -> None:
+    """One link per page except Home, with what it is for."""
+    for script, title, icon, what in PAGES[1:]:
+        st.page_link(str(PAGES_DIR / script), label=f"{title}: {what}", icon=icon)
+
+
+def footer() -> None:
+    """The corpus attribution, shown wherever the data or a model trained on it is used."""
+    st.divider()
+    st.caption(f"Data: {ATTRIBUTION}")

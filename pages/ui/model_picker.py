@@ -1,0 +1,77 @@
+"""The model picker: list the models (cached), choose one, show its caption, load it."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core import models
+from core.checkpoint import CheckpointError, LoadedModel, load_checkpoint
+from core.places import checkpoints_root, runs_root
+from core.view_state import ViewState
+from pages.ui.frame import link
+from pages.ui.view_widgets import widget_default
+
+
+@st.cache_data(show_spinner=False, ttl=5)
+def _list_models(checkpoints: str, runs: str) -> list[models.ModelEntry]:
+    """Models on disk, newest first (re-read every few seconds)."""
+    return models.list_models(checkpoints, runs)
+
+
+def model_entries() -> list[models.ModelEntry]:
+    """Every model the app can offer (from core.models, the one catalogue)."""
+    return _list_models(str(checkpoints_root()), str(runs_root()))
+
+
+@st.cache_resource(show_spinner="Loading the model…", max_entries=4)
+def load_model(path: str, mtime: float) -> LoadedModel:
+    """A checkpoint loaded once per path and modification time (never mutated)."""
+    return load_checkpoint(path)
+
+
+def choose_model(state: ViewState, prefix: str) -> models.ModelEntry | None:
+    """The picker (widget key ``<prefix>_model``); None, with a message, if no model works."""
+    entries = model_entries()
+    usable = [e for e in entries if e.usable]
+    broken = [e for e in entries if not e.usable]
+    entry = None
+    if not usable:
+        st.error(
+            f"No trained model is available yet: nothing usable in `{checkpoints_root()}` "
+            f"or `{runs_root()}`. Train one on the Train page, then come back."
+        )
+        link("train.py", "Go to the Train page")
+    else:
+        by_key = {e.key: e for e in usable}
+        chosen = models.find_entry(usable, state.model) or models.default_entry(usable)
+        widget_default(f"{prefix}_model", chosen.key, list(by_key))
+        state.model = st.selectbox(
+            "Model (newest first)",
+            list(by_key),
+            key=f"{prefix}_model",
+            format_func=lambda k: by_key[k].label,
+        )
+        entry = by_key[state.model]
+    if broken:
+        with st.expander(f"{len(broken)} model file(s) cannot be used"):
+            for e in broken:
+                st.markdown(f"- `{e.key}`: {e.reason}")
+    return entry
+
+
+def pick_model(state: ViewState, prefix: str) -> tuple[models.ModelEntry, LoadedModel] | None:
+    """Choose a model, caption it and load it; None (with a message) when that fails."""
+    entry = choose_model(state, prefix)
+    if entry is None:
+        return None
+    if not any(e.origin == "shipped model" for e in model_entries() if e.usable):
+        st.caption(
+            f"The shipped model `{models.SHIPPED_NAME}` is not in `{checkpoints_root()}` "
+            "yet: showing the models trained here."
+        )
+    st.caption(models.entry_caption(entry))
+    try:
+        return entry, load_model(entry.path, entry.mtime)
+    except CheckpointError as e:
+        st.error(f"This model cannot be loaded: {e}")
+        return None

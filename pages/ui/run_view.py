@@ -1,0 +1,234 @@
+"""The Train page's view of runs: one run's state, actions and live curves; all runs."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core import jobs, models, run_status
+from core.devices import gpu_stats
+from core.models import ModelError
+from core.run_dir import RunError
+from core.run_status import RunInfo
+from core.training_figures import curves_figure
+
+STATE_COLORS = {
+    "starting": "blue",
+    "running": "blue",
+    "finished": "green",
+    "stopped": "orange",
+    "failed": "red",
+}
+CHARTS = ["loss", "val_loss", "val_bleu", "lr", "tokens_per_s", "grad_norm"]
+LOG_METRICS = {"loss", "val_loss", "lr", "grad_norm"}
+POLL_S = 1.0
+
+
+def pick_run(runs: list[RunInfo]) -> RunInfo | None:
+    """The run named in the URL (?run=...), or the newest; the choice goes back to the URL."""
+    ids = [r.run_id for r in runs]
+    wanted = st.query_params.get("run")
+    if wanted and wanted not in ids:
+        st.warning(f"Run '{wanted}' was not found (deleted?). Showing the newest run.")
+    if not ids:
+        return None
+    index = ids.index(wanted) if wanted in ids else 0
+    by_id = {r.run_id: r for r in runs}
+    run_id = st.selectbox("Run", ids, index=index, format_func=lambda i: f"{i} · {by_id[i].data}")
+    if st.query_params.get("run") != run_id:
+        st.query_params["run"] = run_id
+    return by_id[run_id]
+
+
+def run_actions(info: RunInfo) -> None:
+    """Stop, resume, delete (with confirmation)."""
+    row = st.container(horizontal=True)
+    try:
+        if info.alive and row.button(
+            "Stop", type="primary", disabled=info.stopping, help="Save a checkpoint, then stop"
+        ):
+            jobs.stop_run(info.run_id)
+            st.rerun()
+        if (
+            info.resumable
+            and info.state != "finished"
+            and row.button("Resume", type="primary", help="Continue from the last checkpoint")
+        ):
+            jobs.resume_run(info.run_id)
+            st.rerun()
+        if not info.alive and row.button("Delete run…"):
+            st.session_state["confirm_delete"] = info.run_id
+    except RunError as e:
+        st.error(str(e))
+    if st.session_state.get("confirm_delete") == info.run_id and not info.alive:
+        confirm_delete(info.run_id)
+
+
+def confirm_delete(run_id: str) -> None:
+    """Ask before deleting a run and its checkpoints."""
+    st.warning(f"Delete run {run_id}, its metrics and checkpoints for good?")
+    yes, no = st.columns(2)
+    if yes.button("Yes, delete it", type="primary"):
+        try:
+            jobs.delete_run(run_id)
+        except RunError as e:
+            st.error(str(e))
+            return
+        st.session_state.pop("confirm_delete", None)
+        del st.query_params["run"]
+        st.rerun()
+    if no.button("Cancel"):
+        st.session_state.pop("confirm_delete", None)
+        st.rerun()
+
+
+def promote_form(info: RunInfo) -> None:
+    """Save the run's best or last checkpoint under a name, for Translate and Attention."""
+    choices = [w for w, ok in (("best", info.has_best), ("last", info.has_last)) if ok]
+    if not choices or info.alive:
+        return
+    with st.expander("Save as a model (checkpoints/)"), st.form(f"promote-{info.run_id}"):
+        which = st.radio(
+            "Checkpoint",
+            choices,
+            horizontal=True,
+            help="best: highest validation BLEU; last: end of training",
+        )
+        name = st.text_input(
+            "Model name",
+            placeholder="fra-small-v1",
+            help="letters, digits, '.', '_' or '-' (at most 64)",
+        )
+        overwrite = st.checkbox("Replace a model with the same name")
+        if st.form_submit_button("Save model"):
+            try:
+                path = models.promote(info.run_id, which, name, overwrite)
+                st.success(f"Saved as {path.name}: pick it on the Translate page.")
+            except ModelError as e:
+                st.error(str(e))
+
+
+def run_header(info: RunInfo) -> None:
+    """State badge and what the run is."""
+    label = "stopping" if info.stopping else info.state
+    st.badge(label, color=STATE_COLORS.get(info.state, "gray"))
+    started = run_status.when(info.started_at)
+    st.caption(
+        " · ".join(x for x in (f"started {started}", info.data, info.size, info.device) if x)
+    )
+    if info.message:
+        (st.error if info.state == "failed" else st.info)(info.message)
+    elif info.state == "starting":
+        last = run_status.log_tail(info.run_id, 1)
+        st.info(
+            "Starting: loading the corpus and building the model…"
+            + (f"\n\n`{last}`" if last else "")
+        )
+
+
+def progress_line(info: RunInfo) -> None:
+    """Progress bar with step count and ETA."""
+    steps = f"step {info.step:,}" + (f" of {info.total_steps:,}" if info.total_steps else "")
+    eta = f" · ETA {run_status.format_duration(info.eta_s)}" if info.live else ""
+    st.progress(min(max(info.progress, 0.0), 1.0), text=f"{info.progress:.0%} · {steps}{eta}")
+
+
+def chart_grid(run_id: str, compare: list[str], smoothing: float, log_y: bool) -> None:
+    """Training curves of the run (and the runs compared with it)."""
+    records = {rid: run_status.read_metrics(rid) for rid in [run_id, *compare]}
+    cols = st.columns(3)
+    for i, metric in enumerate(CHARTS):
+        fig = curves_figure(
+            records, metric, smoothing, log_y and metric in LOG_METRICS, max_points=400, height=280
+        )
+        with cols[i % 3]:
+            st.plotly_chart(fig, width="stretch", key=f"chart-{metric}")
+    examples = run_status.latest_examples(records[run_id])
+    if not examples.empty:
+        st.markdown("**Latest validation examples**")
+        st.dataframe(examples, hide_index=True)
+
+
+def gpu_line(info: RunInfo) -> None:
+    """Utilisation and memory of the GPU(s) while a CUDA run is live."""
+    if not info.live or not info.device.startswith("cuda"):
+        return
+    for g in gpu_stats():
+        st.caption(
+            f"{g['name']}: {g['util']:.0f}% busy · {g['mem_used_mb'] / 1024:.1f} of "
+            f"{g['mem_total_mb'] / 1024:.1f} GB"
+        )
+
+
+def status_view(run_id: str, was_live: bool) -> None:
+    """State, progress with ETA and GPU use, re-read from the run directory."""
+    try:
+        info = run_status.run_info(run_id)
+    except RunError as e:
+        st.error(str(e))
+        return
+    if was_live and not info.live:
+        st.rerun()  # the run ended: refresh the buttons and switch polling off
+    run_header(info)
+    progress_line(info)
+    gpu_line(info)
+
+
+def curves_view(run_id: str, compare: list[str], smoothing: float, log_y: bool) -> None:
+    """Curves, latest examples and the log's last lines, re-read from the run directory."""
+    chart_grid(run_id, compare, smoothing, log_y)
+    with st.expander("Log (last lines)"):
+        st.code(run_status.log_tail(run_id, 20) or "(empty)", language=None)
+
+
+def run_panel(info: RunInfo, runs: list[RunInfo]) -> None:
+    """Status, actions, chart controls and curves of one run (polled while it is live)."""
+    poll = POLL_S if info.live and not st.session_state.get("paused") else None
+    st.fragment(status_view, run_every=poll)(info.run_id, info.live)
+    run_actions(info)
+    others = [r.run_id for r in runs if r.run_id != info.run_id]
+    c1, c2, c3 = st.columns([3, 2, 1.2], vertical_alignment="bottom")
+    compare = c1.multiselect(
+        "Compare with", others, key="compare", help="Overlay other runs on the same charts"
+    )
+    smoothing = c2.slider(
+        "Smoothing",
+        0.0,
+        0.99,
+        0.6,
+        0.01,
+        key="smoothing",
+        help="Exponential moving average of the training curves",
+    )
+    log_y = c3.toggle("Log y-axis", key="log_y", help="Logarithmic y-axis for losses and rates")
+    c3.toggle(
+        "Pause updates",
+        key="paused",
+        disabled=not info.live,
+        help="Stop redrawing the live charts (keeps your zoom)",
+    )
+    st.fragment(curves_view, run_every=poll)(
+        info.run_id, [c for c in compare if c in others], smoothing, log_y
+    )
+    promote_form(info)
+
+
+def runs_dataframe(runs: list[RunInfo], key: str) -> None:
+    """The runs table (core.run_status.runs_frame) with a progress bar per run."""
+    st.dataframe(
+        run_status.runs_frame(runs),
+        hide_index=True,
+        key=key,
+        column_config={
+            "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0),
+            "best BLEU": st.column_config.NumberColumn("best BLEU", format="%.2f"),
+        },
+    )
+
+
+def runs_table(runs: list[RunInfo]) -> None:
+    """Every run with its state, start time, data, size and best BLEU."""
+    st.header("All runs")
+    if not runs:
+        st.info("No runs yet: pick a preset and data, then press Launch training.")
+        return
+    runs_dataframe(runs, "runs_table")

@@ -1,0 +1,182 @@
+"""The Train page's new-run form: preset, data source and every setting, then Launch.
+
+Each preset keeps its own widgets (keys ``<preset>.<group>.<field>``), so values of two
+presets never mix.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core import corpus_files, jobs, settings
+from core.data import DataError, fra_eng_copy, resolve_corpus
+from core.devices import device_summary
+from core.presets import PRESET_LABELS, PRESETS
+from core.run_dir import RunError
+
+DATA_SOURCES = ["fra-eng", "file path", "upload"]
+STEPS = {  # number_input steps of float settings (others step by 0.01)
+    "lr": 1e-4,
+    "dropout": 0.05,
+    "label_smoothing": 0.05,
+    "val_fraction": 0.01,
+    "test_fraction": 0.01,
+    "time_budget": 60.0,
+    "grad_clip": 0.1,
+}
+
+
+def form_key(preset: str, section: str, name: str) -> str:
+    """Widget key of one setting of one preset's form (each preset keeps its own widgets)."""
+    return f"{preset}.{section}.{name}"
+
+
+def seed_form(preset: str) -> None:
+    """Give the preset's widgets their preset values, unless this session already set them.
+
+    Keys carry the preset's name, so a browser that still reports another preset's
+    values (a click that lands while the preset switch reruns) can never overwrite these.
+    Streamlit forgets the widgets of a preset not shown, so their values are remembered.
+    """
+    memory = st.session_state.setdefault("form_memory", {}).setdefault(preset, {})
+    for section, values in settings.defaults(preset).items():
+        for name, value in values.items():
+            key = form_key(preset, section, name)
+            if key not in st.session_state:
+                default = "\n".join(value) if isinstance(value, list) else value
+                st.session_state[key] = memory.get(key, default)
+
+
+def remember_form(preset: str) -> None:
+    """Keep this preset's widget values for when the user switches back to it."""
+    memory = st.session_state["form_memory"][preset]
+    for f in settings.form_fields():
+        key = form_key(preset, f.group, f.name)
+        memory[key] = st.session_state[key]
+
+
+def field_widget(preset: str, f: settings.FormField) -> None:
+    """One hyper-parameter widget; its value lives in session_state[preset.section.name]."""
+    key = form_key(preset, f.group, f.name)
+    if f.value_type == "bool":
+        st.checkbox(f.name, key=key, help=f.help)
+    elif f.value_type == "choice":
+        st.selectbox(f.name, f.choices, key=key, help=f.help)
+    elif f.value_type == "list":
+        st.text_area(f.name, key=key, help=f.help + " (one per line)", height=110)
+    elif f.value_type == "int":
+        st.number_input(f.name, step=1, key=key, help=f.help)
+    else:
+        st.number_input(f.name, step=STEPS.get(f.name, 0.01), format="%g", key=key, help=f.help)
+
+
+def settings_from_widgets(preset: str) -> dict:
+    """{"data"|"model"|"train": {...}} read back from the preset's widgets."""
+    out: dict = {section: {} for section in settings.GROUPS}
+    for f in settings.form_fields():
+        value = st.session_state[form_key(preset, f.group, f.name)]
+        if f.value_type == "list":
+            value = [line.strip() for line in value.splitlines() if line.strip()]
+        out[f.group][f.name] = value
+    return out
+
+
+def fra_eng_picker() -> str:
+    """fra-eng: say where it comes from; offer to download it now, with progress."""
+    copy = fra_eng_copy()
+    if copy is not None:
+        st.caption(f"fra-eng: using the copy at `{copy}`.")
+        return "fra-eng"
+    st.caption("fra-eng is not downloaded yet (3.4 MB); the run downloads it when it starts.")
+    if st.button("Download fra-eng now"):
+        bar = st.progress(0.0, text="Downloading fra-eng.zip…")
+
+        def update(done: int, total: int | None) -> None:
+            bar.progress(
+                min(1.0, done / total) if total else 0.0,
+                text=f"Downloading fra-eng.zip… {done / 2**20:.1f} MB",
+            )
+
+        try:
+            resolve_corpus("fra-eng", progress=update)
+            st.success("fra-eng downloaded and verified.")
+        except DataError as e:
+            st.error(str(e))
+    return "fra-eng"
+
+
+def file_picker(source_type: str) -> str | None:
+    """A path or an upload of tab-separated pairs, checked and counted before launch."""
+    try:
+        if source_type == "file path":
+            path = st.text_input(
+                "Path to a tab-separated file (English<TAB>French per line)",
+                key="data_path",
+                placeholder="/data/pairs.tsv",
+            )
+            if not path.strip():
+                return None
+            source = path.strip()
+        else:
+            up = st.file_uploader(
+                "Tab-separated pairs (.tsv, .txt or .zip, up to "
+                f"{corpus_files.MAX_UPLOAD_BYTES // 2**20} MB)",
+                type=["tsv", "txt", "zip"],
+                key="data_upload",
+            )
+            if up is None:
+                return None
+            source = str(corpus_files.stage_upload(up.name, up.getvalue()))
+        info = corpus_files.inspect_data(source)
+    except DataError as e:
+        st.error(str(e))
+        return None
+    st.success(f"{info['usable']:,} usable pairs, {info['skipped']:,} skipped lines.")
+    return source
+
+
+def launch(preset: str, source: str | None) -> None:
+    """Validate the form's settings and start the run, or say why not."""
+    if source is None:
+        st.error("Choose usable data first: a file path or an upload with sentence pairs.")
+        return
+    chosen = settings_from_widgets(preset)
+    chosen["data"]["source"] = source
+    problems = settings.validate_settings(preset, chosen)
+    if problems:
+        st.error("Not started. Fix these settings:\n" + "\n".join(f"- {p}" for p in problems))
+        return
+    try:
+        run_id = jobs.start_run(preset, chosen)
+    except RunError as e:
+        st.error(str(e))
+        return
+    st.query_params["run"] = run_id
+    st.rerun()
+
+
+def new_run_form() -> None:
+    """Preset, data and every hyper-parameter (behind 'Advanced'), then Launch."""
+    st.header("New run")
+    preset = st.radio(
+        "Preset",
+        list(PRESETS),
+        format_func=PRESET_LABELS.get,
+        index=1,
+        key="preset",
+        captions=[settings.describe_settings(settings.defaults(p)) for p in PRESETS],
+    )
+    seed_form(preset)
+    source_type = st.radio("Data", DATA_SOURCES, key="data_source")
+    source = fra_eng_picker() if source_type == "fra-eng" else file_picker(source_type)
+    with st.form("new_run"):
+        with st.expander("Advanced: every hyper-parameter"):
+            for group, title in zip(settings.GROUPS, ("Data", "Model", "Training")):
+                st.markdown(f"**{title}**")
+                for f in settings.form_fields():
+                    if f.group == group:
+                        field_widget(preset, f)
+        remember_form(preset)
+        st.caption(f"device 'auto' trains on: {device_summary()}")
+        if st.form_submit_button("Launch training", type="primary", width="stretch"):
+            launch(preset, source)

@@ -1,0 +1,40 @@
+"""Widgets shared by the Translate and Attention pages, and the view state they keep."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core.view_state import ViewState
+
+
+def view_state() -> ViewState:
+    """The shared view state: from the URL on the session's first run, then the session's."""
+    if "view_state" not in st.session_state:
+        st.session_state["view_state"] = ViewState.from_query(st.query_params.to_dict())
+    return st.session_state["view_state"]
+
+
+def write_url(state: ViewState, keys: tuple[str, ...]) -> None:
+    """Put this page's part of the state into the URL, dropping keys at their defaults."""
+    wanted = state.to_query(keys)
+    for key in keys:
+        if key in wanted:
+            if st.query_params.get(key) != wanted[key]:
+                st.query_params[key] = wanted[key]
+        elif key in st.query_params:
+            del st.query_params[key]
+
+
+def widget_default(key: str, value, options=None) -> None:
+    """Seed a widget's session value unless it already holds one (that is among ``options``)."""
+    if key not in st.session_state or (
+        options is not None and st.session_state[key] not in options
+    ):
+        st.session_state[key] = value
+
+
+def sentence_input(state: ViewState, prefix: str) -> str:
+    """The English sentence box (widget key ``<prefix>_sentence``), kept in the view state."""
+    widget_default(f"{prefix}_sentence", state.sentence)
+    state.sentence = st.text_input("English sentence", key=f"{prefix}_sentence", max_chars=1000)
+    return state.sentence

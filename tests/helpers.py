@@ -1,0 +1,388 @@
+"""Test utilities: the one tiny configuration, tiny runs, page runners, servers, fake runs.
+
+Fixtures (tests/conftest.py) are thin wrappers around these; tests import from here.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.settings import to_flags
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "tests" / "data" / "tiny.tsv"  # 30 hand-written sentence pairs
+FRA_ENG = Path(os.environ.get("FRA_ENG_ZIP", ROOT.parent / "shared" / "data" / "fra-eng.zip"))
+SHIPPED = ROOT / "checkpoints" / "fra-eng-small.pt"  # the model the app ships with
+ARTIFACTS = ROOT / "tests" / "artifacts"  # screenshots saved by browser tests (gitignored)
+CHROMIUM = "/usr/bin/chromium"
+
+# ----------------------------------------------------------------------------- tiny config
+
+TINY_PRESET = "d2l"  # the preset the tiny configuration overrides
+TINY_BASE = {  # the tiny model on the tiny corpus: learns it in seconds on a CPU
+    "data": {"source": str(TINY), "split": "head", "min_freq": 1},
+    "model": {"d_model": 64, "num_heads": 4, "d_ff": 128, "dropout": 0.0},
+    "train": {"lr": 0.003, "label_smoothing": 0.0, "seed": 0},
+}
+
+
+def tiny_config(**groups: dict) -> dict[str, dict]:
+    """A fresh copy of TINY_BASE with ``groups`` ({"data"|"model"|"train": {...}}) applied."""
+    config = copy.deepcopy(TINY_BASE)
+    for group, values in groups.items():
+        config[group].update(copy.deepcopy(values))
+    return config
+
+
+TINY_RUN = tiny_config(  # the command-line run: all 30 pairs, 150 epochs, then it finishes
+    data={"num_train": 0},
+    train={"epochs": 150, "eval_every": 50, "log_every": 10},
+)
+TINY_JOB = tiny_config(  # the app's job: 6 pairs held out for validation, trains until stopped
+    data={"num_train": 24, "num_val": 6},
+    train={
+        "epochs": 100000,
+        "eval_every": 4,
+        "log_every": 2,
+        "eval_sentences": 6,
+        "probes": ["go ."],
+    },
+)
+TINY_ARGS = ["--preset", TINY_PRESET, *to_flags(TINY_RUN), "--no-progress"]  # core.train flags
+
+
+def form_values(config: dict[str, dict]) -> dict[str, object]:
+    """The Train form's values of a configuration: {"group.field": value} (no data source).
+
+    Lists become one item per line, as the form's text areas hold them.
+    """
+    return {
+        f"{group}.{name}": "\n".join(value) if isinstance(value, list) else value
+        for group, values in config.items()
+        for name, value in values.items()
+        if (group, name) != ("data", "source")
+    }
+
+
+def train_tiny(out: Path, *extra: str) -> int:
+    """Train the tiny model into ``out`` with the project's own command; returns its code."""
+    from core.train import main
+
+    return main([*TINY_ARGS, "--out", str(out), *extra])
+
+
+# ----------------------------------------------------------------------------- waiting
+
+
+def wait_for(predicate, timeout: float = 90.0, what: str = "condition"):
+    """Poll ``predicate`` until it returns something truthy (returned); fail after ``timeout``."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+# ----------------------------------------------------------------------------- pages (AppTest)
+
+
+def run_app():
+    """The whole app (app.py), run once on its Home page; returns the AppTest."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    return at.run()
+
+
+def run_page_script(page: str, query: dict | None = None):
+    """Run a page script on its own once (with URL query parameters); return the AppTest."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "pages" / page), default_timeout=60)
+    at.query_params.update(query or {})
+    return at.run()
+
+
+def assert_clean(at) -> None:
+    """No exception reached the page."""
+    assert not at.exception, [e.message for e in at.exception]
+
+
+# ----------------------------------------------------------------------------- model files
+
+
+def setup_studio_dirs(root: Path, tiny_checkpoint: Path, tiny_run: Path) -> dict:
+    """checkpoints/ holding the tiny model as the shipped one, runs/ holding the tiny run."""
+    from core.models import SHIPPED_NAME
+
+    ckpts, runs = root / "checkpoints", root / "runs"
+    ckpts.mkdir()
+    shutil.copy(tiny_checkpoint, ckpts / SHIPPED_NAME)
+    shutil.copytree(tiny_run, runs / tiny_run.name)
+    return {"checkpoints": ckpts, "runs": runs, "run": runs / tiny_run.name}
+
+
+def make_wide_checkpoint(path: Path, tiny_checkpoint: Path) -> Path:
+    """An untrained 6 + 6 block, 8-head model with the tiny vocabularies (for size tests)."""
+    from core.checkpoint import load_checkpoint, save_checkpoint
+    from core.model import ModelConfig, Transformer
+
+    tiny = load_checkpoint(tiny_checkpoint)
+    cfg = ModelConfig(
+        len(tiny.src_vocab),
+        len(tiny.tgt_vocab),
+        d_model=64,
+        num_heads=8,
+        num_encoder_layers=6,
+        num_decoder_layers=6,
+        d_ff=64,
+        dropout=0.0,
+    )
+    torch.manual_seed(0)
+    save_checkpoint(
+        path,
+        Transformer(cfg),
+        tiny.src_vocab,
+        tiny.tgt_vocab,
+        data_config=tiny.meta["data_config"],
+        state={"step": 0, "best_bleu": -1.0},
+    )
+    return path
+
+
+# ----------------------------------------------------------------------------- runs by hand
+
+
+def fake_trainer(run_path):
+    """A process whose command line looks like ``python -m core.train --out RUN`` (sleeps)."""
+    code = "import time; time.sleep(60)"
+    argv = [sys.executable, "-c", code, "-m", "core.train", "--out", str(run_path)]
+    return subprocess.Popen(argv)
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def make_run(
+    runs: Path, run_id: str, status: dict, job: dict | None = None, checkpoint: bool = False
+):
+    """A run directory written by hand: status.json, job.json and optionally last/best.pt."""
+    from core.checkpoint import save_checkpoint
+    from core.data import Vocab
+    from core.model import ModelConfig, Transformer
+    from core.run_dir import RunDir, write_json
+
+    rd = RunDir(Path(runs) / run_id)
+    rd.create()
+    rd.write_status(**status)
+    write_json(
+        rd.job, {"run_id": run_id, "created_at": time.time(), "launched_at": 0, **(job or {})}
+    )
+    if checkpoint:
+        cfg = ModelConfig(src_vocab_size=6, tgt_vocab_size=6, d_model=8, num_heads=2, d_ff=16)
+        vocab = Vocab(["<pad>", "<bos>", "<eos>", "<unk>", "go", "va"])
+        rd.write_config({"data": {}, "model": {}, "train": {}})
+        for path in (rd.last, rd.best):
+            save_checkpoint(
+                path,
+                Transformer(cfg),
+                vocab,
+                vocab,
+                run=run_id,
+                state={"step": 7, "best_bleu": 12.5},
+                optimizer={"state": {}},
+            )
+    return rd
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """Run directories under ``root`` (hidden lock and upload folders excluded)."""
+    return [p for p in Path(root).iterdir() if p.is_dir() and not p.name.startswith(".")]
+
+
+def kill_trainers(root: Path) -> None:
+    """SIGKILL every live trainer of the runs under ``root`` (test clean-up)."""
+    from core import processes
+    from core.run_dir import RunDir, read_json
+
+    for path in run_dirs(root) if Path(root).is_dir() else []:
+        pid = (read_json(RunDir(path).job, {}) or {}).get("pid")
+        if processes.is_trainer(pid, path):
+            os.kill(pid, signal.SIGKILL)
+            child = processes._CHILDREN.pop(pid, None)
+            if child is not None:
+                child.wait(timeout=10)
+
+
+# ----------------------------------------------------------------------------- app server
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(runs: Path):
+    """Start ``streamlit run app.py`` on a free loopback port; return (process, base URL).
+
+    Skips when Chromium or Playwright is missing; CI installs both.
+    """
+    if not shutil.which("chromium") and not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    pytest.importorskip("playwright.sync_api")
+    port = free_port()
+    env = {**os.environ, "ATTENTION_STUDIO_RUNS": str(runs)}
+    with open(runs / "server.log", "w") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                "app.py",
+                "--server.headless=true",
+                "--server.address=127.0.0.1",
+                f"--server.port={port}",
+                "--server.fileWatcherType=none",
+                "--browser.gatherUsageStats=false",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(120):
+        try:
+            if urllib.request.urlopen(url + "/_stcore/health", timeout=1).read() == b"ok":
+                return proc, url
+        except OSError:
+            time.sleep(0.5)
+    stop_server(proc)
+    pytest.fail("streamlit did not start: " + (runs / "server.log").read_text()[-2000:])
+
+
+def stop_server(proc) -> None:
+    """Terminate a server started by start_server (its whole process group)."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=20)
+
+
+def assert_no_browser_exception(page) -> None:
+    """No Python exception box on a page in the browser."""
+    assert page.locator('[data-testid="stException"]').count() == 0
+
+
+def launch_chromium(playwright):
+    """Headless Debian Chromium through Playwright (never downloads a browser)."""
+    return playwright.chromium.launch(
+        executable_path=CHROMIUM,
+        args=[
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+        ],
+    )
+
+
+# ----------------------------------------------------------------------------- models in memory
+
+
+@torch.no_grad()
+def greedy_decode_uncached(model, src: torch.Tensor, max_len: int) -> torch.Tensor:
+    """Greedy decoding that re-runs the whole decoder each step (the reference for the cache)."""
+    from core.data import Vocab
+
+    memory, src_mask, _ = model.encode(src)
+    ys = torch.full((src.size(0), 1), Vocab.bos_id, dtype=torch.long, device=src.device)
+    for _ in range(max_len):
+        logits, _, _ = model.decoder(ys, memory, src_mask, model.tgt_mask(ys))  # (B, t, V)
+        ys = torch.cat([ys, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        if (ys[:, 1:] == Vocab.eos_id).any(1).all():
+            break
+    return ys[:, 1:]
+
+
+WORDS_EN = ["i", "am", "cold", "you", "are", "tall", "."]
+WORDS_FR = ["je", "suis", "froid", "tu", "es", "grand", "."]
+
+
+def random_model():
+    """(model, src vocab, tgt vocab): an untrained model (random weights vary the outputs)."""
+    from core.data import SPECIALS, Vocab
+    from core.model import ModelConfig, Transformer
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        len(SPECIALS) + 7,
+        len(SPECIALS) + 7,
+        d_model=32,
+        num_heads=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        d_ff=64,
+        dropout=0.1,
+    )
+    return Transformer(cfg).eval(), Vocab(SPECIALS + WORDS_EN), Vocab(SPECIALS + WORDS_FR)
+
+
+def toy_model_config(**kw):
+    """A small ModelConfig for fast layer tests (16 wide, 4 heads, 2 + 2 blocks)."""
+    from core.model import ModelConfig
+
+    base = dict(
+        src_vocab_size=23,
+        tgt_vocab_size=19,
+        d_model=16,
+        num_heads=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        d_ff=32,
+        dropout=0.0,
+    )
+    return ModelConfig(**{**base, **kw})
+
+
+def padded_batch(vocab: int, lengths: list[int], width: int, seed: int = 0) -> torch.Tensor:
+    """Random ids (B, width) in 4..vocab-1, <pad>=0 after each length."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, vocab, (len(lengths), width), generator=g)
+    for i, n in enumerate(lengths):
+        ids[i, n:] = 0
+    return ids
+
+
+def model_and_batch(norm_first: bool):
+    """(model, src, tgt): a seeded toy model in eval mode (3 decoder blocks), a padded batch."""
+    from core.model import Transformer
+
+    torch.manual_seed(3)
+    model = Transformer(toy_model_config(norm_first=norm_first, num_decoder_layers=3)).eval()
+    src = padded_batch(23, [7, 4, 2], 7)
+    tgt = padded_batch(19, [6, 6, 3], 6, seed=1)
+    tgt[:, 0] = 1  # <bos>
+    return model, src, tgt

@@ -1,0 +1,30 @@
+"""AppTest tests of the app (app.py) and its Home page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core import models
+from core.devices import device_summary
+from core.places import checkpoints_root, runs_root
+from tests.helpers import assert_clean, run_app
+
+
+def test_home_describes_the_app_and_lists_models_and_runs(jobs_env, make_run):
+    make_run(runs_root(), "20260101-000000-d2l", {"state": "finished"}, checkpoint=True)
+    models.promote("20260101-000000-d2l", "best", "fr-demo")
+    (checkpoints_root() / "broken.pt").write_bytes(b"junk")
+    at = run_app()
+    assert_clean(at)
+    assert at.title[0].value == "Attention Studio"
+    text = " ".join(m.value for m in at.markdown)
+    assert "Training device:" in text and device_summary() in text
+    assert any("Tatoeba" in c.value and "CC-BY 2.0" in c.value for c in at.caption)
+    links = [Path(p.proto.page).stem for p in at.get("page_link")]
+    assert links == ["train", "translate", "attention"]
+    table, runs = (d.value for d in at.dataframe)
+    # the one catalogue (core.models, tested in test_models.py) is what Home lists
+    expected = models.models_frame(models.list_models())
+    assert table.fillna(-1).equals(expected.fillna(-1))
+    assert len(table) == 4 and table["val BLEU"].max() == 12.5
+    assert list(runs["run"]) == ["20260101-000000-d2l"] and list(runs["state"]) == ["finished"]

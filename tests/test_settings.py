@@ -1,0 +1,82 @@
+"""Tests for core.settings: preset defaults, validation with reasons, form fields and flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from core import settings
+from core.train import build_parser
+from tests.helpers import TINY_ARGS, TINY_PRESET, TINY_RUN
+
+
+@pytest.mark.parametrize("preset", ["d2l", "small"])
+def test_presets_validate(preset):
+    assert settings.validate_settings(preset, {}) == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        ({"model": {"num_heads": 3}}, "d_model (256) must be divisible by num_heads (3)"),
+        ({"model": {"num_encoder_layers": 0}}, "num_encoder_layers must be at least 1"),
+        ({"model": {"num_decoder_layers": 0}}, "num_decoder_layers must be at least 1"),
+        ({"train": {"batch_size": 10_000_000}}, "a batch of 10000000 needs about"),
+        ({"train": {"batch_size": 0}}, "batch_size must be at least 1"),
+        ({"train": {"epochs": 0, "max_steps": 0, "time_budget": 0}}, "set a limit"),
+        ({"train": {"device": "tpu"}}, "unknown device 'tpu'"),
+        ({"data": {"max_len": 0}}, "max_len must be at least 1"),
+        ({"data": {"source": "/no/such/pairs.tsv"}}, "Corpus file not found"),
+        ({"model": {"width": 3}}, "unknown setting"),
+        ({"optimizer": {}}, "Unknown settings group 'optimizer'"),
+    ],
+)
+def test_impossible_settings_are_refused_with_the_reason(overrides, reason):
+    problems = settings.validate_settings("d2l", overrides)
+    assert any(reason in p for p in problems), problems
+
+
+def test_unknown_preset_is_refused():
+    assert "Unknown preset 'huge'" in settings.validate_settings("huge", {})[0]
+
+
+def test_flags_reach_the_trainer_unchanged():
+    """Every form field passed as flags comes back identical from core.train's parser."""
+    chosen = settings.defaults("small")
+    chosen["data"].update(source="/tmp/pairs.tsv", max_len=9, val_fraction=0.05)
+    chosen["model"].update(d_model=96, norm_first=True, dropout=0.25)
+    chosen["train"].update(amp=False, lr=1.5e-4, probes=["go .", "hi ."], schedule="constant")
+    argv = ["--out", "x", "--preset", "small", *settings.to_flags(chosen)]
+    cfg = settings.settings_from_args(build_parser().parse_args(argv))
+    for group in settings.GROUPS:
+        assert cfg[group] == chosen[group], group
+
+
+def test_tiny_command_line_carries_the_tiny_config():
+    """The tiny run's flags, derived with to_flags, give its settings back to core.train."""
+    cfg = settings.settings_from_args(build_parser().parse_args(["--out", "x", *TINY_ARGS]))
+    assert {g: {k: cfg[g][k] for k in values} for g, values in TINY_RUN.items()} == TINY_RUN
+    assert settings.validate_settings(TINY_PRESET, TINY_RUN) == []
+
+
+def test_form_fields_cover_every_setting_with_help():
+    names = {(f.group, f.name) for f in settings.form_fields()}
+    expected = {(g, n) for g, values in settings.defaults("d2l").items() for n in values}
+    assert names == expected - {("data", "source")}
+    assert all(f.help for f in settings.form_fields())
+    assert next(f for f in settings.form_fields() if f.name == "schedule").value_type == "choice"
+
+
+def test_describe_settings_names_the_book_experiment():
+    text = settings.describe_settings(settings.defaults("d2l"))
+    for part in (
+        "first 512 + 128 pairs",
+        "width 256",
+        "2+2 blocks",
+        "4 heads",
+        "FFN 64",
+        "dropout 0.2",
+        "lr 0.0015",
+        "batch 128",
+        "30 epochs",
+    ):
+        assert part in text

@@ -1,0 +1,143 @@
+"""Tests for core.translation (checked input, top-k, validation sentences) and core.d2l_check."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from core import translation as tr
+from core.d2l_check import d2l_bleu, d2l_check
+from core.data import D2L_TEST_PAIRS
+from core.decode import DecodeSettings, TranslationError
+from tests.helpers import TINY
+
+# ----------------------------------------------------------------------------- translating
+
+
+def test_translate_sentence_and_topk_frame(home_translation):
+    t, _ = home_translation
+    assert t.text == "je suis chez moi ."
+    frame = tr.topk_frame(t)
+    assert list(frame["output token"]) == t.output_tokens
+    assert list(frame.columns[2:]) == [f"#{i}" for i in range(1, 6)]
+    assert frame["#1"].str.startswith("je ").iloc[0]
+
+
+@pytest.mark.parametrize(
+    ("sentence", "match"),
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("qwerty zxcv", "vocabulary"),
+        ("go . " * 31, "at most 60"),
+    ],
+)
+def test_translate_sentence_refuses_bad_input(tiny_model, sentence, match):
+    with pytest.raises(TranslationError, match=match):
+        tr.translate_sentence(tiny_model, sentence)
+
+
+def test_translate_sentence_warns_about_unknown_and_long_input(tiny_model):
+    t = tr.translate_sentence(tiny_model, "i'm home zorglub .")
+    assert any("zorglub" in w for w in t.warnings)
+    short = type(tiny_model)(
+        tiny_model.model,
+        tiny_model.src_vocab,
+        tiny_model.tgt_vocab,
+        {**tiny_model.meta, "data_config": {"max_len": 2}},
+    )
+    assert any(
+        "at most 2 tokens" in w for w in tr.translate_sentence(short, "i am cold .").warnings
+    )
+
+
+def test_beam_search_settings_reach_the_decoder(tiny_model):
+    t = tr.translate_sentence(tiny_model, "he's calm .", DecodeSettings(beam_size=3, topk=2))
+    assert t.text == "il est calme ."
+    assert all(len(step) == 2 for step in t.topk)
+
+
+# ----------------------------------------------------------------------------- the d2l check
+
+
+@pytest.mark.parametrize(
+    ("pred", "label", "expected"),
+    [
+        ("a b c", "a b c", 1.0),
+        ("a b c", "a b", math.sqrt(2 / 3) * (1 / 2) ** 0.25),  # no brevity penalty
+        ("a", "a b", math.exp(-1.0)),  # brevity penalty exp(1 - 2/1), p1 = 1
+        ("x y", "a b", 0.0),
+        ("", "a b", 0.0),
+    ],
+)
+def test_d2l_bleu_known_values(pred, label, expected):
+    assert d2l_bleu(pred.split(), label.split()) == pytest.approx(expected)
+
+
+def test_d2l_check_reproduces_the_book(tiny_model):
+    check = d2l_check(tiny_model)
+    assert [r["source"] for r in check.rows] == [s for s, _ in D2L_TEST_PAIRS]
+    assert [r["translation"] for r in check.rows] == [r for _, r in D2L_TEST_PAIRS]
+    assert all(r["bleu"] == pytest.approx(1.0) for r in check.rows)
+    assert check.bleu == pytest.approx(100.0)
+
+
+def test_d2l_check_scores_untranslatable_rows_zero(tiny_model):
+    empty = type(tiny_model)(
+        tiny_model.model,
+        tiny_model.src_vocab.__class__(tiny_model.src_vocab.itos[:4]),
+        tiny_model.tgt_vocab,
+        tiny_model.meta,
+    )  # knows no words at all
+    check = d2l_check(empty)
+    assert all(r["translation"] == "" and r["bleu"] == 0 and r["note"] for r in check.rows)
+    assert check.bleu == 0.0
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def test_validation_examples_group_references(tmp_path):
+    corpus = tmp_path / "pairs.tsv"
+    lines = [f"I see {i}.\tJe vois {i}." for i in range(40)] + ["Go.\tVa !", "Go.\tMarche."]
+    corpus.write_text("\n".join(lines) + "\n")
+    meta = {
+        "data_config": {
+            "source": str(corpus),
+            "split": "head",
+            "num_train": 30,
+            "num_val": 12,
+            "min_freq": 1,
+        }
+    }
+    examples, reason = tr.validation_examples(meta, n=100)
+    assert reason == ""
+    assert [e.source for e in examples] == [f"i see {i} ." for i in range(30, 40)] + ["go ."]
+    assert examples[-1].references == ["va !", "marche ."]
+    few, _ = tr.validation_examples(meta, n=3)
+    assert [e.source for e in few] == ["i see 30 .", "i see 35 .", "go ."]  # spread out
+
+
+@pytest.mark.parametrize(
+    ("meta", "match"),
+    [
+        ({}, "does not record"),
+        ({"data_config": {"source": "/no/such/file.tsv"}}, "missing"),
+        (
+            {"data_config": {"source": str(TINY), "split": "head", "num_val": 0}},
+            "without a validation split",
+        ),
+        ({"data_config": {"source": str(TINY), "max_len": 0}}, "could not be rebuilt"),
+    ],
+)
+def test_validation_examples_explain_why_there_are_none(meta, match):
+    examples, reason = tr.validation_examples(meta)
+    assert examples == [] and match in reason
+
+
+def test_validation_examples_never_download(monkeypatch, tmp_path):
+    monkeypatch.setenv("FRA_ENG_ZIP", str(tmp_path / "absent.zip"))
+    monkeypatch.setenv("ATTENTION_STUDIO_CACHE", str(tmp_path / "cache"))
+    examples, reason = tr.validation_examples({"data_config": {"source": "fra-eng"}})
+    assert examples == [] and "FRA_ENG_ZIP" in reason
