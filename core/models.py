@@ -97,7 +97,7 @@ def _bleu_at(run_dir: Path | None, step: int | None) -> float | None:
     if run_dir is None or step is None:
         return None
     for rec in reversed(RunDir(run_dir).read_metrics()):
-        if rec.get("kind") == "eval" and rec.get("step") == step and "val_bleu" in rec:
+        if rec.get("record") == "eval" and rec.get("step") == step and "val_bleu" in rec:
             return float(rec["val_bleu"])
     return None
 

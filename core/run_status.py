@@ -196,9 +196,7 @@ def runs_frame(runs: list[RunInfo]) -> pd.DataFrame:
 
 def latest_examples(records: list[dict]) -> pd.DataFrame:
     """The validation translations of the last evaluation that logged some (may be empty)."""
-    examples = next(
-        (r["examples"] for r in reversed(records) if r.get("kind") == "eval" and r.get("examples")),
-        [],
-    )
+    evals = [r for r in records if r.get("record") == "eval" and r.get("examples")]
+    examples = evals[-1]["examples"] if evals else []
     columns = {"src": "English", "out": "model output", "ref": "reference"}
     return pd.DataFrame(examples, columns=list(columns)).rename(columns=columns)

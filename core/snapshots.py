@@ -64,9 +64,9 @@ def _metrics_at(records: list[dict], step: int) -> dict:
     """Training loss (last record ≤ step) and validation metrics at ``step``."""
     out = {"loss": None, "val_loss": None, "val_bleu": None}
     for rec in records:
-        if rec.get("kind") == "train" and rec.get("step", math.inf) <= step and "loss" in rec:
+        if rec.get("record") == "train" and rec.get("step", math.inf) <= step and "loss" in rec:
             out["loss"] = float(rec["loss"])
-        if rec.get("kind") == "eval" and rec.get("step") == step:
+        if rec.get("record") == "eval" and rec.get("step") == step:
             for name in ("val_loss", "val_bleu"):
                 if rec.get(name) is not None:
                     out[name] = float(rec[name])

@@ -54,7 +54,7 @@ class RunRecorder:
 
     def on_step(self, trainer: Trainer, info: dict) -> None:
         """Record training metrics, refresh the status, honour a stop file."""
-        self.rd.append_metrics({"kind": "train", **info})
+        self.rd.append_metrics({"record": "train", **info})
         self.rd.write_status(
             state="running",
             step=info["step"],
@@ -90,7 +90,7 @@ class RunRecorder:
 
     def on_eval(self, trainer: Trainer, info: dict) -> None:
         """Record validation metrics, save checkpoints and the probes' attention maps."""
-        record = {"kind": "eval", **info, "elapsed": trainer.state.elapsed}
+        record = {"record": "eval", **info, "elapsed": trainer.state.elapsed}
         self.rd.append_metrics(record)
         self.save(self.rd.last, with_optimizer=True)
         if info.get("is_best"):

@@ -12,7 +12,7 @@ from plotly.colors import qualitative
 
 from core.run_dir import RunDir
 
-METRICS: dict[str, tuple[str, str]] = {
+METRICS: dict[str, tuple[str, str]] = {  # metric -> (record logging it, axis title)
     "loss": ("train", "training loss (cross-entropy)"),
     "val_loss": ("eval", "validation loss (cross-entropy)"),
     "val_bleu": ("eval", "validation BLEU"),
@@ -34,12 +34,12 @@ def _finite(value) -> bool:
 
 
 def series(records: list[dict], metric: str) -> tuple[list[int], list[float]]:
-    """Steps and values of ``metric`` from records of the metric's kind (gaps skipped)."""
-    kind = METRICS[metric][0]
+    """Steps and values of ``metric`` from the records that log it (gaps skipped)."""
+    record = METRICS[metric][0]
     points = [
         (r["step"], r[metric])
         for r in records
-        if r.get("kind") == kind and "step" in r and _finite(r.get(metric))
+        if r.get("record") == record and "step" in r and _finite(r.get(metric))
     ]
     return [p[0] for p in points], [float(p[1]) for p in points]
 
@@ -159,11 +159,11 @@ def curves_figure(
 def training_curve_figure(run_dir, step: int | None = None) -> go.Figure:
     """Training loss and validation BLEU over steps, with a marker line at ``step``."""
     records = RunDir(run_dir).read_metrics()
-    train = [(r["step"], r["loss"]) for r in records if r.get("kind") == "train" and "loss" in r]
+    train = [(r["step"], r["loss"]) for r in records if r.get("record") == "train" and "loss" in r]
     evals = [
         (r["step"], r["val_bleu"])
         for r in records
-        if r.get("kind") == "eval" and r.get("val_bleu") is not None
+        if r.get("record") == "eval" and r.get("val_bleu") is not None
     ]
     fig = go.Figure()
     if train:

@@ -222,7 +222,7 @@ def test_launch_shows_live_metrics_and_stops(jobs_env):
     assert rd.path.is_dir() and info.alive and is_trainer(info.pid, rd.path)
 
     wait_for(lambda: tick(at) and len(loss_points(at)) >= 3, what="3 points of the loss curve")
-    logged = [r["step"] for r in rd.read_metrics() if r["kind"] == "train"]
+    logged = [r["step"] for r in rd.read_metrics() if r["record"] == "train"]
     assert len(loss_points(at)) >= 3 and set(loss_points(at)) <= set(logged)
     assert badges(at) == [":blue-badge[running]"]
 

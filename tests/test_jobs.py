@@ -98,7 +98,7 @@ def test_lifecycle_start_stop_resume_and_death(jobs_env, tiny_settings, tiny_cor
         what="the resumed run to go on",
     )
     assert info.state == "running" and info.alive
-    steps = [r["step"] for r in run_status.read_metrics(run_id) if r["kind"] == "train"]
+    steps = [r["step"] for r in run_status.read_metrics(run_id) if r["record"] == "train"]
     assert steps == sorted(steps) and steps[-1] > stopped_at  # one continued curve
     assert len(json.loads(rd.job.read_text())["launches"]) == 2
 

@@ -70,7 +70,7 @@ def test_list_models_newest_first_with_details_and_broken_files(
 def test_list_models_reads_val_bleu_of_last_from_metrics(tmp_path, tiny_run):
     runs = tmp_path / "runs"
     shutil.copytree(tiny_run, runs / "tiny")
-    RunDir(runs / "tiny").append_metrics({"kind": "eval", "step": 150, "val_bleu": 42.5})
+    RunDir(runs / "tiny").append_metrics({"record": "eval", "step": 150, "val_bleu": 42.5})
     entries = {e.key: e for e in models.list_models(tmp_path / "none", runs)}
     assert entries["runs/tiny/last.pt"].val_bleu == 42.5
     assert entries["runs/tiny/best.pt"].val_bleu is None  # best_bleu is -1: never measured

@@ -25,7 +25,7 @@ from tests.helpers import ROOT, TINY_ARGS, train_tiny, wait_for
 
 def train_losses(run) -> list[tuple[int, float]]:
     """(step, loss) of every training record of a run."""
-    return [(r["step"], r["loss"]) for r in RunDir(run).read_metrics() if r["kind"] == "train"]
+    return [(r["step"], r["loss"]) for r in RunDir(run).read_metrics() if r["record"] == "train"]
 
 
 def test_tiny_corpus_is_learned_and_translated_exactly(tiny_run, tiny_corpus):
@@ -45,8 +45,8 @@ def test_run_directory_contents(tiny_run):
     status = rd.read_status()
     assert status["state"] == "finished" and status["progress"] == 1.0
     assert status["step"] == 150 and status["device"].startswith("cpu")
-    kinds = {r["kind"] for r in rd.read_metrics()}
-    assert kinds == {"train", "eval"}
+    records = {r["record"] for r in rd.read_metrics()}
+    assert records == {"train", "eval"}
     assert rd.last.is_file() and rd.best.is_file()
     assert rd.snapshot_steps() == [50, 100, 150]
     snap = rd.load_snapshot(150)

@@ -13,7 +13,7 @@ def train_records(n: int, start: float = 5.0) -> list[dict]:
     """n training records with a decaying loss, every 10 steps."""
     return [
         {
-            "kind": "train",
+            "record": "train",
             "step": 10 * (i + 1),
             "loss": start / (i + 1),
             "lr": 1e-3,
@@ -27,7 +27,7 @@ def train_records(n: int, start: float = 5.0) -> list[dict]:
 def eval_records(steps: list[int]) -> list[dict]:
     """Evaluation records at ``steps``."""
     return [
-        {"kind": "eval", "step": s, "val_loss": 3.0 - s / 100, "val_bleu": s / 10} for s in steps
+        {"record": "eval", "step": s, "val_loss": 3.0 - s / 100, "val_bleu": s / 10} for s in steps
     ]
 
 
@@ -76,8 +76,8 @@ def test_series_reads_one_kind_and_skips_gaps():
     records = [
         *train_records(3),
         *eval_records([20]),
-        {"kind": "train", "step": 40, "loss": None, "tokens_per_s": None},
-        {"kind": "train", "step": 50, "loss": math.nan},
+        {"record": "train", "step": 40, "loss": None, "tokens_per_s": None},
+        {"record": "train", "step": 50, "loss": math.nan},
     ]
     assert tf.series(records, "loss") == ([10, 20, 30], [5.0, 2.5, 5 / 3])
     assert tf.series(records, "val_bleu") == ([20], [2.0])
