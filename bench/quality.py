@@ -18,8 +18,8 @@ import time
 
 from common import ROOT, corpus_path
 
-from core.checkpoint import load_checkpoint
-from core.data import DataConfig, load_corpus
+from core.checkpoint import data_config_of, load_checkpoint
+from core.data import load_corpus
 from core.evaluate import evaluate_split
 
 
@@ -54,7 +54,7 @@ def main() -> None:
     subprocess.run(cmd, cwd=ROOT, check=True)
     wall = time.perf_counter() - start
     lm = load_checkpoint(f"{args.out}/best.pt")
-    cfg = DataConfig(**lm.meta["data_config"])
+    cfg = data_config_of(lm.meta)
     cfg.source = corpus_path()
     test = load_corpus(cfg).test
     result = evaluate_split(lm.model, lm.src_vocab, lm.tgt_vocab, test)

@@ -6,6 +6,7 @@ Every figure names both axes in words; repeated tokens keep their own row and co
 from __future__ import annotations
 
 import functools
+import html
 import json
 from collections.abc import Sequence
 
@@ -20,9 +21,14 @@ COLORSCALE = "Blues"
 MAX_GRID_TICKS = 20  # the grid shows token tick labels only up to this many tokens
 
 
+def plotly_text(text: str) -> str:
+    """Text Plotly shows literally: it reads <b>, <a href=...> and &...; in labels as HTML."""
+    return html.escape(str(text), quote=False)
+
+
 def unique_labels(tokens: Sequence[str]) -> list[str]:
-    """Category labels "i:token" so repeated tokens keep their own row/column."""
-    return [f"{i}:{tok}" for i, tok in enumerate(tokens)]
+    """Category labels "i:token" so repeated tokens keep their own row/column (HTML-safe)."""
+    return [f"{i}:{plotly_text(tok)}" for i, tok in enumerate(tokens)]
 
 
 def percentile_cap(weights: np.ndarray, q: float = 99) -> float:
@@ -40,7 +46,7 @@ def _token_axis(title: str, tokens: Sequence[str], reversed_: bool = False) -> d
         "type": "category",
         "tickmode": "array",
         "tickvals": unique_labels(tokens),
-        "ticktext": list(tokens),
+        "ticktext": [plotly_text(t) for t in tokens],
     }
     if reversed_:
         axis["autorange"] = "reversed"
@@ -114,11 +120,9 @@ def _grid_skeleton(layer_names: tuple, head_names: tuple) -> str:
 def _grid_axes(layout: dict, axes: list, tokens: tuple, words: tuple) -> None:
     """Categorical token axes on every cell, y reversed, titles on the outer edge."""
     query_tokens, key_tokens = tokens
-    common = {"type": "category", "tickmode": "array", "tickfont": {"size": 8}}
-    if max(len(query_tokens), len(key_tokens)) > MAX_GRID_TICKS:
-        common["showticklabels"] = False
-    x_ticks = {"tickvals": unique_labels(key_tokens), "ticktext": list(key_tokens)}
-    y_ticks = {"tickvals": unique_labels(query_tokens), "ticktext": list(query_tokens)}
+    common = {"type": "category", "tickmode": "array", "tickfont": {"size": 11}}
+    x_ticks = _grid_ticks(key_tokens) | {"tickangle": -45}
+    y_ticks = _grid_ticks(query_tokens)
     for name, axis in layout.items():
         if name.startswith("xaxis"):
             axis.update(common | x_ticks)
@@ -127,6 +131,13 @@ def _grid_axes(layout: dict, axes: list, tokens: tuple, words: tuple) -> None:
     bottom_left, middle_left = axes[-1][0], axes[(len(axes) - 1) // 2][0]
     layout[bottom_left[0]]["title"] = {"text": words[1]}
     layout[middle_left[1]]["title"] = {"text": words[0]}
+
+
+def _grid_ticks(tokens: Sequence[str]) -> dict:
+    """Tick values and labels: every token, or every k-th beyond MAX_GRID_TICKS (hover has all)."""
+    every = max(1, -(-len(tokens) // MAX_GRID_TICKS))  # ceil(len / MAX_GRID_TICKS)
+    labels = unique_labels(tokens)
+    return {"tickvals": labels[::every], "ticktext": [plotly_text(t) for t in tokens][::every]}
 
 
 def _grid_trace(z: np.ndarray, axes: list, labels: tuple, cell_name: str) -> dict:
@@ -180,7 +191,7 @@ def grid_figure(
     layout |= {
         "title": {"text": title, "subtitle": {"text": reading_hint(kind)}},
         "coloraxis": {"colorscale": COLORSCALE, "cmin": 0.0, "cmax": zmax},
-        "height": int(130 + 140 * n_layers),
+        "height": int(150 + n_layers * max(170, 60 + 16 * len(query_tokens))),
         "margin": {"t": 110},
     }
     return go.Figure(data=data, layout=layout)
@@ -197,13 +208,14 @@ def topk_figure(tokens: Sequence[str], probs: Sequence[float]) -> go.Figure:
             y=labels,
             orientation="h",
             text=[f"{p:.2f}" for p in probs],
-            textposition="outside",
+            textposition="auto",  # inside a long bar, beside a short one: never clipped
+            cliponaxis=False,
             hovertemplate="%{y}<br>p=%{x:.3f}<extra></extra>",
         )
     )
     fig.update_layout(
         title={"text": "Next-token candidates"},
-        xaxis={"title": {"text": "probability"}, "range": [0, 1]},
+        xaxis={"title": {"text": "probability"}, "range": [0, 1.05]},
         yaxis=_token_axis("candidate token", tokens, reversed_=True),
         height=int(max(200, 110 + 28 * len(tokens))),
         margin={"t": 50},

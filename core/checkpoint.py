@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path, PureWindowsPath
 
 import torch
 
-from core.data import Vocab
+from core.data import FRA_ENG_SHA1, DataConfig, Vocab, fra_eng_copy, sha1_of
 from core.model import ModelConfig, Transformer
 
 FORMAT = "attention-studio/1"
@@ -37,16 +37,61 @@ def atomic_save(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def all_finite(state_dict: dict) -> bool:
+    """True if every floating-point tensor of a state dict is finite (no NaN, no inf)."""
+    return all(
+        bool(torch.isfinite(v).all())
+        for v in state_dict.values()
+        if isinstance(v, torch.Tensor) and v.is_floating_point()
+    )
+
+
+def portable_data_config(data_config: dict, path=None) -> dict:
+    """``data_config`` with its source named portably (never a machine path), plus its SHA-1.
+
+    ``path`` is the corpus file that was read (default: the source, if it is a file here).
+    d2l's fra-eng.zip becomes "fra-eng" (by name or by SHA-1), any other file its base
+    name; "source_sha1" identifies the file. The split settings are kept.
+    """
+    cfg = dict(data_config)
+    source = str(cfg.get("source", "fra-eng"))
+    local = source_file(source) if path is None else Path(path)
+    if local is not None and local.is_file():
+        cfg["source_sha1"] = sha1_of(local)
+    elif source == "fra-eng":
+        cfg.setdefault("source_sha1", FRA_ENG_SHA1)
+    fra_eng = source == "fra-eng" or cfg.get("source_sha1") == FRA_ENG_SHA1
+    cfg["source"] = "fra-eng" if fra_eng else PureWindowsPath(source).name
+    return cfg
+
+
+def data_config_of(meta: dict) -> DataConfig:
+    """The DataConfig a checkpoint records (its other keys, such as source_sha1, dropped)."""
+    known = {f.name for f in fields(DataConfig)}
+    return DataConfig(**{k: v for k, v in (meta.get("data_config") or {}).items() if k in known})
+
+
+def source_file(source: str) -> Path | None:
+    """The local file a data source names: fra-eng's local copy, or an absolute path."""
+    if source == "fra-eng":
+        return fra_eng_copy()
+    path = Path(source).expanduser()
+    return path if path.is_absolute() else None
+
+
 def save_checkpoint(
     path, model: Transformer, src_vocab: Vocab, tgt_vocab: Vocab, half: bool = False, **meta
 ) -> None:
     """Save weights, configs (as dicts), vocabularies (as lists) and ``meta``.
 
     ``half`` stores floating-point weights as float16 (a compact file for sharing).
+    Weights that are not all finite are never saved (CheckpointError).
     """
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     if half:
         state = {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
+    if not all_finite(state):
+        raise CheckpointError(f"Not saving {path}: the model's weights hold NaN or inf values.")
     atomic_save(
         {
             "format": FORMAT,
@@ -99,14 +144,24 @@ def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
 
 
 def compact(src, dst, half: bool = True) -> Path:
-    """Copy a checkpoint without optimiser state (and in float16), e.g. to ship or promote."""
+    """Copy a checkpoint without optimiser state (and in float16), e.g. to ship or promote.
+
+    Its data source is written portably (see portable_data_config).
+    """
     ckpt = read_checkpoint(src)
     ckpt.pop("optimizer", None)
     ckpt.pop("rng", None)
+    if ckpt.get("data_config"):
+        ckpt["data_config"] = portable_data_config(ckpt["data_config"])
     if half:
         ckpt["state_dict"] = {
             k: v.half() if v.is_floating_point() else v for k, v in ckpt["state_dict"].items()
         }
+    if not all_finite(ckpt["state_dict"]):
+        raise CheckpointError(
+            f"Not writing {dst}: its weights hold NaN or inf values"
+            + (" in float16 (try --float32)." if half else ".")
+        )
     atomic_save(ckpt, Path(dst))
     return Path(dst)
 

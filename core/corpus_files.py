@@ -9,10 +9,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from core.data import DataError, inspect_file
-from core.places import runs_root
+from core.places import DATA_ENV, corpus_folders, data_root, uploads_root
+from core.places import UPLOADS as UPLOADS  # re-exported: staged uploads' folder name
 
 MAX_UPLOAD_BYTES = 20 * 2**20  # largest uploaded corpus accepted
-UPLOADS = ".uploads"  # staged uploads, under the runs root
 
 
 @functools.lru_cache(maxsize=32)
@@ -21,13 +21,34 @@ def _inspect_cached(path: str, mtime: float, size: int) -> dict:
     return inspect_file(path)
 
 
+def allowed_path(source: str | Path) -> Path:
+    """The resolved path of a corpus the app may read (relative: in the data folder).
+
+    Symlinks and '..' are resolved first; anything outside corpus_folders() is a DataError.
+    """
+    try:
+        path = (data_root() / Path(source).expanduser()).resolve()
+    except (OSError, RuntimeError, ValueError) as e:  # a NUL byte, a symlink loop...
+        raise DataError(f"{source!r} is not a usable file path ({e}).") from e
+    folders = [f.resolve() for f in corpus_folders()]
+    if not any(path.is_relative_to(f) for f in folders):
+        raise DataError(
+            f"Corpus file not found in the app's data folders: {path} is outside them. "
+            f"The app reads corpus files only from {', '.join(map(str, folders))}. Put the "
+            f"file in {folders[0]}, or set {DATA_ENV} to the folder that holds it and "
+            "restart the app."
+        )
+    return path
+
+
 def inspect_data(source: str | Path) -> dict:
-    """Usable and skipped line counts of a pairs file (DataError if unreadable)."""
-    path = Path(source).expanduser()
-    if not path.is_file():
-        raise DataError(f"Corpus file not found: {path}")
-    st = path.stat()
-    return _inspect_cached(str(path.resolve()), st.st_mtime, st.st_size)
+    """Usable and skipped line counts of a pairs file in the app's folders (else DataError)."""
+    path = allowed_path(source)
+    try:
+        st = path.stat()
+    except OSError:
+        return inspect_file(path)  # missing or unreadable: read_text says why, in words
+    return _inspect_cached(str(path), st.st_mtime, st.st_size)
 
 
 def stage_upload(name: str, data: bytes) -> Path:
@@ -35,13 +56,14 @@ def stage_upload(name: str, data: bytes) -> Path:
     if len(data) > MAX_UPLOAD_BYTES:
         raise DataError(
             f"{name} is {len(data) / 2**20:.1f} MB; the upload limit is "
-            f"{MAX_UPLOAD_BYTES // 2**20} MB. Pass a path to a local file instead."
+            f"{MAX_UPLOAD_BYTES // 2**20} MB. Put the file in the data folder {data_root()} "
+            "and give its path instead."
         )
     if not data.strip():
         raise DataError(f"{name} is empty.")
     suffix = Path(name).suffix.lower()
     suffix = suffix if suffix in (".tsv", ".txt", ".zip") else ".txt"
-    dest = runs_root() / UPLOADS / (hashlib.sha1(data).hexdigest()[:16] + suffix)
+    dest = uploads_root() / (hashlib.sha1(data).hexdigest()[:16] + suffix)
     dest.parent.mkdir(parents=True, exist_ok=True)
     if not dest.is_file():
         tmp = dest.with_name(dest.name + ".tmp")

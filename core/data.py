@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import io
+import lzma
 import os
 import random
 import urllib.error
 import urllib.request
 import zipfile
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -36,7 +39,19 @@ D2L_TEST_PAIRS = [  # the sentences and references of d2l.ai chapter 11.7's chec
 ]
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = [PAD, BOS, EOS, UNK]
-MAX_FILE_BYTES = 200 * 1024 * 1024  # refuse text corpora larger than this
+MAX_FILE_BYTES = 200 * 1024 * 1024  # refuse corpora larger than this (zips: once unpacked)
+READ_CHUNK = 1 << 20  # corpus files and zip members are read this many bytes at a time
+UNPACKS = "unpacks to more than"  # what a zip member over MAX_FILE_BYTES does
+# what reading a damaged, encrypted or oddly compressed zip member can raise
+ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    zlib.error,
+    lzma.LZMAError,
+    EOFError,
+    NotImplementedError,
+    RuntimeError,
+    ValueError,
+)
 
 ProgressFn = Callable[[int, int | None], None]  # (bytes done, bytes total or None)
 
@@ -162,21 +177,72 @@ def _decode(raw: bytes, name: str) -> str:
         raise DataError(f"{name} is not UTF-8 text ({e}); save it as UTF-8.") from e
 
 
+def _too_large(name: str, what: str = "is larger than") -> DataError:
+    """The error for a corpus over MAX_FILE_BYTES."""
+    return DataError(f"{name} {what} {MAX_FILE_BYTES / 2**20:g} MB; use a smaller corpus file.")
+
+
+def _read_capped(stream: BinaryIO, name: str, what: str = "is larger than") -> bytes:
+    """All bytes of ``stream`` read in chunks; DataError once more than MAX_FILE_BYTES came out."""
+    chunks, total = [], 0
+    while chunk := stream.read(min(READ_CHUNK, MAX_FILE_BYTES + 1 - total)):
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > MAX_FILE_BYTES:
+            raise _too_large(name, what)
+    return b"".join(chunks)
+
+
+def _pairs_member(zf: zipfile.ZipFile, path: Path) -> zipfile.ZipInfo:
+    """The archive's fra.txt, else its first .txt that is not an _about file."""
+    infos = [i for i in zf.infolist() if i.filename.endswith(".txt") and "_about" not in i.filename]
+    if not infos:
+        raise DataError(f"{path} holds no .txt file of sentence pairs.")
+    return next((i for i in infos if i.filename.endswith("fra.txt")), infos[0])
+
+
+def _read_zip(path: Path) -> str:
+    """The pairs text of a zip archive; its declared and its actual unpacked size are capped."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            info = _pairs_member(zf, path)
+            name = f"{path}:{info.filename}"
+            if info.file_size > MAX_FILE_BYTES:  # declared size; the read below is capped too
+                raise _too_large(name, UNPACKS)
+            with zf.open(info) as member:
+                return _decode(_read_capped(member, name, UNPACKS), name)
+    except ZIP_ERRORS as e:
+        raise DataError(f"{path} is a damaged or unsupported zip archive ({e}).") from e
+
+
+def _check_regular_file(path: Path) -> None:
+    """DataError unless ``path`` is an existing regular file (not a folder or a device)."""
+    if not path.exists():
+        raise DataError(f"Corpus file not found: {path}")
+    if path.is_dir():
+        raise DataError(f"{path} is a folder: give the path of a .tsv, .txt or .zip file in it.")
+    if not path.is_file():
+        raise DataError(
+            f"{path} is not a regular file (a device, pipe or socket?): give the path of a "
+            ".tsv, .txt or .zip file."
+        )
+
+
 def read_text(path: Path) -> str:
     """The corpus text of a .zip (its fra.txt or first .txt) or of a plain text file."""
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise DataError(f"{path} is larger than {MAX_FILE_BYTES // 2**20} MB; use a smaller file.")
-    if zipfile.is_zipfile(path):
-        try:
-            with zipfile.ZipFile(path) as zf:
-                names = [n for n in zf.namelist() if n.endswith(".txt") and "_about" not in n]
-                if not names:
-                    raise DataError(f"{path} holds no .txt file of sentence pairs.")
-                best = next((n for n in names if n.endswith("fra.txt")), names[0])
-                return _decode(zf.read(best), f"{path}:{best}")
-        except zipfile.BadZipFile as e:
-            raise DataError(f"{path} is a damaged zip archive ({e}).") from e
-    return _decode(path.read_bytes(), str(path))
+    path = Path(path)
+    try:
+        _check_regular_file(path)
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise _too_large(str(path))
+        if path.suffix.lower() == ".zip" or zipfile.is_zipfile(path):
+            return _read_zip(path)
+        with path.open("rb") as f:
+            return _decode(_read_capped(f, str(path)), str(path))
+    except OSError as e:
+        raise DataError(
+            f"{path} cannot be read ({e.strerror or e}): check that it is a file you may read."
+        ) from e
 
 
 def parse_pairs(text: str, name: str = "corpus") -> tuple[list[tuple[str, str]], int]:
@@ -303,18 +369,37 @@ def split_by_source(pairs, cfg: DataConfig) -> tuple[Split, Split, Split]:
     return parts["train"], parts["val"], parts["test"]
 
 
+def config_problems(cfg: DataConfig) -> list[str]:
+    """Every reason the data settings are impossible, each naming its field."""
+    problems = [
+        f"{name} must be at least {low} (got {getattr(cfg, name)})"
+        for name, low in (("max_len", 1), ("min_freq", 1), ("max_vocab", len(SPECIALS) + 1))
+        if getattr(cfg, name) < low
+    ]
+    problems += [
+        f"{name} cannot be negative (got {getattr(cfg, name)}; 0 = no limit)"
+        for name in ("num_train", "num_val", "max_pairs")
+        if getattr(cfg, name) < 0
+    ]
+    problems += [
+        f"{name} must be in [0, 1) (got {getattr(cfg, name)})"
+        for name in ("val_fraction", "test_fraction")
+        if not 0 <= getattr(cfg, name) < 1
+    ]
+    if not problems and cfg.val_fraction + cfg.test_fraction >= 1:
+        problems.append("val_fraction + test_fraction must leave data to train on")
+    if cfg.split not in ("random", "head"):
+        problems.append(f"split must be 'random' or 'head' (got {cfg.split!r})")
+    if not isinstance(cfg.source, str) or not cfg.source.strip():
+        problems.append("source must name a corpus ('fra-eng' or a file)")
+    return problems
+
+
 def validate_config(cfg: DataConfig) -> None:
-    """Raise DataError if the data settings are impossible."""
-    if cfg.max_len < 1:
-        raise DataError(f"max_len must be at least 1 (got {cfg.max_len}).")
-    if cfg.min_freq < 1:
-        raise DataError(f"min_freq must be at least 1 (got {cfg.min_freq}).")
-    if cfg.max_vocab < len(SPECIALS) + 1:
-        raise DataError(f"max_vocab must be at least {len(SPECIALS) + 1} (got {cfg.max_vocab}).")
-    if not (0 <= cfg.val_fraction < 1 and 0 <= cfg.test_fraction < 1):
-        raise DataError("val_fraction and test_fraction must be in [0, 1).")
-    if cfg.val_fraction + cfg.test_fraction >= 1:
-        raise DataError("val_fraction + test_fraction must leave data to train on.")
+    """Raise DataError naming every impossible data setting."""
+    problems = config_problems(cfg)
+    if problems:
+        raise DataError("Invalid data settings: " + "; ".join(problems) + ".")
 
 
 def load_corpus(
@@ -356,8 +441,6 @@ def load_corpus(
 def inspect_file(path: str | Path) -> dict:
     """Counts of usable and skipped lines of a pairs file, for showing before a launch."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"Corpus file not found: {path}")
     pairs, skipped = parse_pairs(read_text(path), str(path))
     return {"path": str(path), "usable": len(pairs), "skipped": skipped, "examples": pairs[:3]}
 

@@ -6,13 +6,13 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import fields
+from pathlib import Path
 
 import sacrebleu
 import torch
 import torch.nn.functional as F
 
-from core.data import DataConfig, DataError, Split, Vocab, batches, encode_pairs, load_corpus
+from core.data import DataError, Split, Vocab, batches, encode_pairs, load_corpus
 from core.decode import translate_batch
 from core.model import Transformer
 
@@ -78,7 +78,7 @@ def evaluate_split(
 
 def main(argv=None) -> int:
     """Evaluate a checkpoint on the test split of a corpus; print JSON."""
-    from core.checkpoint import CheckpointError, load_checkpoint
+    from core.checkpoint import CheckpointError, data_config_of, load_checkpoint
 
     p = argparse.ArgumentParser(description="Evaluate a checkpoint: BLEU, loss, speed.")
     p.add_argument("--checkpoint", required=True)
@@ -90,11 +90,14 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     try:
         lm = load_checkpoint(args.checkpoint)
-        saved = lm.meta.get("data_config") or {}
-        known = {f.name for f in fields(DataConfig)}
-        cfg = DataConfig(**{k: v for k, v in saved.items() if k in known})
+        cfg = data_config_of(lm.meta)
         if args.data:
             cfg.source = args.data
+        elif cfg.source != "fra-eng" and not Path(cfg.source).is_file():
+            raise DataError(
+                f"This checkpoint was trained on {cfg.source}, which is not here: "
+                "pass its path with --data."
+            )
         corpus = load_corpus(cfg)
         split = getattr(corpus, args.split)
         if not split.pairs:

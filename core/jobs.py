@@ -17,16 +17,16 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from core import processes
-from core.corpus_files import UPLOADS
+from core.corpus_files import allowed_path
+from core.data import DataError
 from core.devices import resolve_device
-from core.locks import acquire_gpu_lock, launch_lock, write_lock
+from core.locks import acquire_gpu_lock, launch_lock, run_is_held, write_lock
 from core.places import REPO_ROOT, runs_root
 from core.run_dir import RunDir, RunError, read_json, run_dir, write_json
-from core.run_status import LIVE_STATES, RunInfo, list_runs, run_info
-from core.settings import merged_settings, to_flags, validate_settings
+from core.run_status import LIVE_STATES, STOP_GRACE_S, RunInfo, list_runs, run_info
+from core.settings import merged_settings, validate_settings
 
 MAX_CPU_JOBS_ENV = "ATTENTION_STUDIO_MAX_CPU_JOBS"  # concurrent CPU jobs (default 1)
 MAX_GPU_JOBS_ENV = "ATTENTION_STUDIO_MAX_GPU_JOBS"  # concurrent GPU jobs (default 1)
@@ -76,21 +76,25 @@ def _new_run_dir(preset: str) -> RunDir:
 
 
 def _stage_source(rd: RunDir, source: str) -> str:
-    """Absolute corpus path for the trainer; staged uploads are copied into the run."""
+    """The corpus the trainer reads: fra-eng, or a copy inside the run of an allowed file.
+
+    The copy makes the run self-contained, and the trainer never opens a path a user typed.
+    """
     if source == "fra-eng":
         return source
-    path = Path(source).expanduser().resolve()
-    if path.parent == (runs_root() / UPLOADS).resolve():
-        dest = rd.path / ("data" + path.suffix)
+    try:
+        path = allowed_path(source)
+        dest = rd.path / ("data" + path.suffix.lower())
         shutil.copyfile(path, dest)
-        return str(dest)
-    return str(path)
+    except (DataError, OSError) as e:
+        raise RunError(f"Cannot read the corpus: {e}") from e
+    return str(dest)
 
 
 def _launch(rd: RunDir, argv: list[str], job: dict, gpu_fd: int | None) -> None:
     """Start the trainer in its own session, log to train.log, record its pid."""
     job["launched_at"] = time.time()
-    write_json(rd.job, {**job, "pid": None})
+    write_json(rd.job, {**job, "pid": None, "identity": None})
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(rd.log, "ab") as log:
         proc = subprocess.Popen(
@@ -104,7 +108,7 @@ def _launch(rd: RunDir, argv: list[str], job: dict, gpu_fd: int | None) -> None:
             pass_fds=(gpu_fd,) if gpu_fd is not None else (),
         )
     processes.adopt(proc)
-    job["pid"] = proc.pid
+    job["pid"], job["identity"] = proc.pid, processes.identity(proc.pid)
     job.setdefault("launches", []).append({"pid": proc.pid, "at": job["launched_at"]})
     write_json(rd.job, job)
     if gpu_fd is not None:
@@ -125,6 +129,15 @@ def _device_slot(device_type: str, run_id: str):
         os.close(fd)  # the trainer keeps its own copy of the locked file open
 
 
+def _trainer_argv(rd: RunDir, resume: bool = False) -> list[str]:
+    """The trainer's command line: fixed flags and the run directory, never a user value.
+
+    Settings travel as data in ``request.json`` inside the run directory.
+    """
+    argv = [sys.executable, "-m", "core.train", "--out", str(rd.path), "--request"]
+    return argv + ["--resume", "--no-progress"] if resume else argv + ["--no-progress"]
+
+
 def start_run(preset: str, overrides: dict | None = None) -> str:
     """Validate settings, then launch ``python -m core.train`` in a new run; returns its id."""
     overrides = copy.deepcopy(overrides or {})
@@ -137,90 +150,117 @@ def start_run(preset: str, overrides: dict | None = None) -> str:
         rd = _new_run_dir(preset)
         try:
             with _device_slot(device_type, rd.name) as gpu_fd:
-                source = cfg["data"].get("source", "fra-eng")
-                overrides.setdefault("data", {})["source"] = _stage_source(rd, source)
-                argv = [
-                    sys.executable,
-                    "-m",
-                    "core.train",
-                    "--out",
-                    str(rd.path),
-                    "--preset",
-                    preset,
-                    "--no-progress",
-                    *to_flags(overrides),
-                ]
+                cfg["data"]["source"] = _stage_source(rd, cfg["data"].get("source", "fra-eng"))
+                write_json(rd.request, {"settings": cfg})  # the trainer reads settings here
                 job = {
                     "run_id": rd.name,
                     "preset": preset,
-                    "overrides": overrides,
-                    "settings": merged_settings(preset, overrides),
+                    "settings": cfg,
                     "device_type": device_type,
                     "created_at": time.time(),
-                    "argv": argv,
                 }
-                _launch(rd, argv, job, gpu_fd)
+                _launch(rd, _trainer_argv(rd), job, gpu_fd)
         except BaseException:
             shutil.rmtree(rd.path, ignore_errors=True)
             raise
     return rd.name
 
 
+def _check_resumable(rd: RunDir) -> RunInfo:
+    """The run's info if it can be resumed now, else RunError saying why (under the lock)."""
+    info = run_info(rd.name)
+    if info.alive or info.state == "unknown" or run_is_held(rd.path):
+        raise RunError(f"Run {rd.name} is still {info.state}; nothing to resume.")
+    if not info.resumable:
+        raise RunError(
+            f"Run {rd.name} has no last checkpoint (last.pt) to resume from; "
+            "start a new run instead."
+        )
+    return info
+
+
 def resume_run(run_id: str, limits: dict | None = None) -> None:
     """Continue a stopped or failed run from last.pt (``limits``: new epochs, max_steps...)."""
     rd = run_dir(run_id)
-    info = run_info(run_id)
-    if info.alive:
-        raise RunError(f"Run {run_id} is still {info.state}; nothing to resume.")
-    if not info.resumable:
-        raise RunError(
-            f"Run {run_id} has no last checkpoint (last.pt) to resume from; "
-            "start a new run instead."
-        )
-    job = read_json(rd.job, {}) or {"run_id": run_id, "created_at": info.started_at}
-    device_type = job.get("device_type") or resolve_device(
-        rd.read_config().get("train", {}).get("device", "auto")
-    )
     keep = ("epochs", "max_steps", "time_budget")
-    extra = to_flags({"train": {k: v for k, v in (limits or {}).items() if k in keep}})
-    argv = [sys.executable, "-m", "core.train", "--out", str(rd.path), "--resume", "--no-progress"]
-    with launch_lock(), _device_slot(device_type, run_id) as gpu_fd:
-        _launch(rd, argv + extra, {**job, "device_type": device_type, "argv": argv + extra}, gpu_fd)
+    with launch_lock():  # two sessions resuming one run: the second is refused here
+        info = _check_resumable(rd)
+        job = read_json(rd.job, {}) or {"run_id": run_id, "created_at": info.started_at}
+        device_type = job.get("device_type") or resolve_device(
+            rd.read_config().get("train", {}).get("device", "auto")
+        )
+        write_json(rd.request, {"limits": {k: v for k, v in (limits or {}).items() if k in keep}})
+        with _device_slot(device_type, run_id) as gpu_fd:
+            argv = _trainer_argv(rd, resume=True)
+            _launch(rd, argv, {**job, "device_type": device_type}, gpu_fd)
 
 
 def stop_run(run_id: str, wait: float = 0.0) -> RunInfo:
-    """Ask a live run to save a checkpoint and stop (STOP file + SIGTERM)."""
+    """Ask a live run to save a checkpoint and stop (STOP file + SIGTERM to the verified pid).
+
+    A trainer that ignores it for STOP_GRACE_S is killed by ``enforce_stop``.
+    """
     rd = run_dir(run_id)
     info = run_info(run_id)
+    if info.state == "unknown":
+        raise RunError(info.message)
     if not info.alive:
         raise RunError(f"Run {run_id} is not running (it is {info.state}).")
     rd.request_stop()
-    if info.state == "running":
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(info.pid, signal.SIGTERM)  # the trainer saves last.pt, then exits
-    else:
-        _stop_starting(rd, info.pid)
+    processes.signal_trainer(info.pid, rd.path, info.identity)  # it saves last.pt, then exits
+    if info.state == "starting":
+        _wait_gone(info, 5.0)
+        _record_early_stop(rd, info)
     deadline = time.time() + wait
     while time.time() < deadline and run_info(run_id).alive:
         time.sleep(0.2)
-    return run_info(run_id)
+    return enforce_stop(run_id)
 
 
-def _stop_starting(rd: RunDir, pid: int) -> None:
-    """Stop a trainer still loading data (before its SIGTERM handler exists)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    for _ in range(50):
-        if not processes.pid_alive(pid):
-            break
+def _wait_gone(info: RunInfo, seconds: float) -> bool:
+    """Wait up to ``seconds`` for a run's trainer to exit; True once it has."""
+    deadline = time.time() + seconds
+    while processes.check_trainer(info.pid, info.path, info.identity):
+        if time.time() > deadline:
+            return False
         time.sleep(0.1)
-    if not processes.pid_alive(pid) and rd.read_status().get("state") in (None, *LIVE_STATES):
+    return True
+
+
+def _record_early_stop(rd: RunDir, info: RunInfo) -> None:
+    """A trainer stopped while still loading data leaves no final state: write one."""
+    if _wait_gone(info, 0) and rd.read_status().get("state") in (None, *LIVE_STATES):
         rd.write_status(state="stopped", message="Stopped before training began.", eta_s=None)
 
 
-def delete_run(run_id: str) -> None:
-    """Delete a run directory; refused while its trainer is running."""
+def enforce_stop(run_id: str) -> RunInfo:
+    """Kill (SIGKILL) a trainer that ignored a stop request for STOP_GRACE_S, and say so."""
     info = run_info(run_id)
-    if info.alive:
-        raise RunError(f"Run {run_id} is {info.state}; stop it before deleting it.")
-    shutil.rmtree(info.path)
+    if not info.stop_overdue:
+        return info
+    rd = run_dir(run_id)
+    if processes.signal_trainer(info.pid, rd.path, info.identity, signal.SIGKILL):
+        _wait_gone(info, 5.0)
+        last = f" (step {_last_step(rd)})" if rd.last.is_file() else ""
+        rd.write_status(
+            state="stopped",
+            eta_s=None,
+            message=f"The trainer did not stop within {STOP_GRACE_S:.0f} s of the stop request "
+            f"and was killed (SIGKILL). Its last checkpoint{last} is kept; resume continues "
+            "from there.",
+        )
+    return run_info(run_id)
+
+
+def _last_step(rd: RunDir) -> str:
+    """The step of a run's last checkpoint, from status.json's last evaluation, or '?'."""
+    return str(rd.read_status().get("last_eval", "?"))
+
+
+def delete_run(run_id: str) -> None:
+    """Delete a run directory; refused while its trainer may be running."""
+    with launch_lock():  # no launch or resume of this run can start meanwhile
+        info = run_info(run_id)
+        if info.alive or info.state == "unknown" or run_is_held(info.path):
+            raise RunError(f"Run {run_id} is {info.state}; stop it before deleting it.")
+        shutil.rmtree(info.path)

@@ -20,6 +20,7 @@ from core.decode import Translation, TranslationError, prepare_source, teacher_f
 
 HEAD_AGGREGATES = ("mean", "max", "rollout")  # besides a head number; rollout: encoder only
 HIDDEN_NOTE = "<bos>/<eos> columns hidden, rows renormalised"
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # spreadsheets treat such a cell as a formula
 
 
 @dataclass
@@ -132,10 +133,18 @@ def select_view(
     return View(kind, shown, list(queries), keys, f"{title} — layer {layer}, {what}", note)
 
 
+def csv_cell(text: str) -> str:
+    """A text cell a spreadsheet shows as text: a leading ' before a formula start (OWASP)."""
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
 def weights_frame(
     weights2d: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str]
 ) -> pd.DataFrame:
-    """Long table (query_index, query_token, key_index, key_token, weight) for CSV."""
+    """Long table (query_index, query_token, key_index, key_token, weight) for CSV.
+
+    Tokens go through csv_cell, so a spreadsheet never runs one as a formula.
+    """
     check_tokens(weights2d.shape, query_tokens, key_tokens)
     tq, tk = weights2d.shape
     q_idx = np.repeat(np.arange(tq), tk)
@@ -143,19 +152,19 @@ def weights_frame(
     return pd.DataFrame(
         {
             "query_index": q_idx,
-            "query_token": np.asarray(list(query_tokens), dtype=object)[q_idx],
+            "query_token": np.asarray([csv_cell(t) for t in query_tokens], dtype=object)[q_idx],
             "key_index": k_idx,
-            "key_token": np.asarray(list(key_tokens), dtype=object)[k_idx],
+            "key_token": np.asarray([csv_cell(t) for t in key_tokens], dtype=object)[k_idx],
             "weight": np.asarray(weights2d, dtype=np.float64).ravel(),
         }
     )
 
 
 def view_csv(view: View) -> bytes:
-    """The weights of a view as CSV (one row per query/key pair)."""
+    """The weights of a view as CSV (one row per query/key pair; RFC 4180 CRLF line ends)."""
     return (
         weights_frame(view.weights, view.query_tokens, view.key_tokens)
-        .to_csv(index=False)
+        .to_csv(index=False, lineterminator="\r\n")  # so a CR inside a cell gets quoted
         .encode("utf-8")
     )
 

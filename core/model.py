@@ -34,12 +34,29 @@ class ModelConfig:
     pad_id: int = 0  # id of <pad> in both vocabularies
 
     def validate(self) -> None:
-        """Raise ValueError with a readable reason if these sizes cannot build a model."""
+        """Raise ValueError naming every field that cannot build a model, and why."""
+        problems = self.type_problems() or self.size_problems()
+        if problems:
+            raise ValueError("Invalid model settings: " + "; ".join(problems))
+
+    def type_problems(self) -> list[str]:
+        """'<field> must be ...' for each field of the wrong type (all whole numbers but two)."""
+        from dataclasses import fields
+
+        kinds = {"float": ((int, float), "a number"), "bool": ((bool,), "true or false")}
         problems = []
-        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "d_ff"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be at least 1 (got {getattr(self, name)})")
-        for name in ("num_encoder_layers", "num_decoder_layers"):
+        for f in fields(self):
+            value, kind = getattr(self, f.name), str(f.type)
+            types, words = kinds.get(kind, ((int,), "a whole number"))
+            if not isinstance(value, types) or (isinstance(value, bool) and kind != "bool"):
+                problems.append(f"{f.name} must be {words} (got {value!r})")
+        return problems
+
+    def size_problems(self) -> list[str]:
+        """Why these sizes cannot build a model (fields of the right types only)."""
+        problems = []
+        at_least_one = ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "d_ff")
+        for name in (*at_least_one, "num_encoder_layers", "num_decoder_layers"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be at least 1 (got {getattr(self, name)})")
         if self.num_heads >= 1 and self.d_model % self.num_heads:
@@ -50,8 +67,9 @@ class ModelConfig:
             problems.append(f"dropout must be in [0, 1) (got {self.dropout})")
         if self.max_positions < 2:
             problems.append(f"max_positions must be at least 2 (got {self.max_positions})")
-        if problems:
-            raise ValueError("Invalid model settings: " + "; ".join(problems))
+        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
+            problems.append(f"pad_id must be an id of both vocabularies (got {self.pad_id})")
+        return problems
 
 
 @dataclass

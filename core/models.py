@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from core.checkpoint import CheckpointError, atomic_save, read_checkpoint
+from core.checkpoint import CheckpointError, all_finite, atomic_save, read_checkpoint
 from core.corpus_files import describe_data
 from core.model import ModelConfig
 from core.places import checkpoints_root, runs_root
@@ -251,14 +253,32 @@ def promote(run_id: str, which: str, name: str, overwrite: bool = False) -> Path
         ckpt = read_checkpoint(src)
     except CheckpointError as e:
         raise ModelError(f"Run {run_id} has no usable {which} checkpoint: {e}") from e
-    dest = checkpoints_root() / f"{name}.pt"
-    if dest.exists() and not overwrite:
+    if not all_finite(ckpt.get("state_dict") or {}):
         raise ModelError(
-            f"A model named '{name}' already exists; choose another name or allow overwriting."
+            f"Run {run_id}'s {which} checkpoint has NaN or infinite weights; it cannot be "
+            "saved as a model. Use a checkpoint from before training diverged."
         )
     ckpt = {k: v for k, v in ckpt.items() if k not in ("optimizer", "rng")}
     ckpt["promoted_from"] = {"run": run_id, "which": which, "at": time.time()}
-    atomic_save(ckpt, dest)
+    return _publish(ckpt, checkpoints_root() / f"{name}.pt", overwrite)
+
+
+def _publish(ckpt: dict, dest: Path, overwrite: bool) -> Path:
+    """Write ``dest`` whole; without ``overwrite``, never replace a model (even in a race)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    atomic_save(ckpt, tmp)
+    try:
+        if overwrite:
+            os.replace(tmp, dest)
+        else:
+            os.link(tmp, dest)  # fails if dest exists: two sessions cannot both create it
+    except FileExistsError:
+        raise ModelError(
+            f"A model named '{dest.stem}' already exists; choose another name or allow overwriting."
+        ) from None
+    finally:
+        tmp.unlink(missing_ok=True)
     return dest
 
 

@@ -1,9 +1,11 @@
-"""Where the app keeps its files: the run and model directories, set by the environment."""
+"""Where the app keeps its files: runs, models and the corpus folders, set by the environment."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from core.data import default_cache_dir
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -12,6 +14,12 @@ RUNS_ENV = "ATTENTION_STUDIO_RUNS"  # where run directories live (default <repo>
 
 
 CHECKPOINTS_ENV = "ATTENTION_STUDIO_CHECKPOINTS"  # promoted models (default <repo>/checkpoints)
+
+
+DATA_ENV = "ATTENTION_STUDIO_DATA"  # corpus files the app may read (default <repo>/data)
+
+
+UPLOADS = ".uploads"  # staged uploads, under the runs root
 
 
 def runs_root() -> Path:
@@ -24,3 +32,20 @@ def runs_root() -> Path:
 def checkpoints_root() -> Path:
     """Directory of promoted models (ATTENTION_STUDIO_CHECKPOINTS or <repo>/checkpoints)."""
     return Path(os.environ.get(CHECKPOINTS_ENV) or REPO_ROOT / "checkpoints")
+
+
+def data_root() -> Path:
+    """Folder of the user's corpus files (ATTENTION_STUDIO_DATA or <repo>/data), created."""
+    root = Path(os.environ.get(DATA_ENV) or REPO_ROOT / "data").expanduser()
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def uploads_root() -> Path:
+    """Folder of staged uploads (<runs root>/.uploads; not created)."""
+    return runs_root() / UPLOADS
+
+
+def corpus_folders() -> list[Path]:
+    """The only folders the app reads corpus files from: data, download cache, uploads."""
+    return [data_root(), default_cache_dir(), uploads_root()]

@@ -1,11 +1,20 @@
-"""Trainer processes: which pid is our trainer, which is alive, and reaping the finished."""
+"""Trainer processes: which pid is our trainer (checked, never guessed), signals, reaping.
+
+A pid alone is not an identity: after a reboot, or once a trainer has exited, the same
+number can belong to an unrelated process. At launch the app records the trainer's
+identity (the boot id and the process start time, from Linux's /proc); every check and
+every signal compares it first. Where it cannot be read (no /proc, another user's
+process), the answer is "unknown" and nothing is signalled.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 
+PROC = Path("/proc")  # where Linux shows processes (tests point it elsewhere)
 _CHILDREN: dict[int, subprocess.Popen] = {}  # trainers started by this process, reaped by poll()
 
 
@@ -21,8 +30,46 @@ def reap() -> None:
             del _CHILDREN[pid]
 
 
-def pid_alive(pid) -> bool:
-    """True if a process with this pid exists and is not a zombie."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields 3.. of /proc/<pid>/stat (state first), or None where unreadable."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()
+
+
+def identity(pid) -> str | None:
+    """'<boot id>:<start time>' of a running process (a recycled pid cannot repeat it)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    fields = _stat_fields(pid)
+    try:
+        boot = (PROC / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
+    except OSError:
+        return None
+    return f"{boot}:{fields[19]}" if fields and len(fields) > 19 else None  # field 22
+
+
+def _runs_in(pid: int, path: Path) -> bool | None:
+    """Whether the process's command line is ``core.train`` for ``path`` (None: unreadable)."""
+    try:
+        args = (PROC / str(pid) / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        cwd = os.readlink(PROC / str(pid) / "cwd")
+    except OSError:
+        return None
+    target = os.path.realpath(path)
+    return "core.train" in args and any(
+        os.path.realpath(os.path.join(cwd, a)) == target for a in args if a
+    )
+
+
+def check_trainer(pid, path: Path, recorded: str | None) -> bool | None:
+    """True: ``pid`` is the trainer of ``path``; False: it is not (or gone); None: unknown.
+
+    ``recorded`` is the identity written at launch (None for runs from older versions:
+    then the command line alone decides).
+    """
     if not isinstance(pid, int) or pid <= 0:
         return False
     reap()
@@ -31,24 +78,23 @@ def pid_alive(pid) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+        return None  # exists, but belongs to another user: not ours to judge or signal
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None  # no /proc: a pid cannot be verified here
+    if fields[0] == "Z":
+        return False
+    if recorded is not None and identity(pid) != recorded:
+        return False  # the pid was recycled
+    return _runs_in(pid, path)
 
 
-def is_trainer(pid, path: Path) -> bool:
-    """True if ``pid`` is alive and is ``core.train`` writing into ``path``."""
-    if not pid_alive(pid):
+def signal_trainer(pid, path: Path, recorded: str | None, sig: int = signal.SIGTERM) -> bool:
+    """Send ``sig`` to the trainer of ``path`` only if ``pid`` is verified to be it."""
+    if check_trainer(pid, path, recorded) is not True:
         return False
     try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-        cwd = os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        return True  # no /proc: trust the pid
-    target = os.path.realpath(path)
-    return "core.train" in args and any(
-        os.path.realpath(os.path.join(cwd, a)) == target for a in args if a
-    )
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True

@@ -40,6 +40,14 @@ def read_json(path: Path, default=None):
         return default
 
 
+def _ends_mid_line(f) -> bool:
+    """True if a binary file opened for appending is non-empty and lacks a final newline."""
+    if f.seek(0, os.SEEK_END) == 0:
+        return False
+    f.seek(-1, os.SEEK_END)
+    return f.read(1) != b"\n"
+
+
 class RunDir:
     """Paths and readers/writers of one training run's directory."""
 
@@ -54,6 +62,7 @@ class RunDir:
         self.stop_file = self.path / "STOP"
         self.log = self.path / "train.log"
         self.job = self.path / "job.json"  # launch metadata written by the app, not the trainer
+        self.request = self.path / "request.json"  # settings the app asks the trainer to use
 
     @property
     def name(self) -> str:
@@ -65,22 +74,44 @@ class RunDir:
         self.snapshots.mkdir(parents=True, exist_ok=True)
 
     def append_metrics(self, record: dict) -> None:
-        """Append one JSON line and flush it to disk."""
-        with open(self.metrics, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        """Append one JSON line and flush it (never glued onto a half-written line)."""
+        line = json.dumps(record) + "\n"
+        with open(self.metrics, "ab+") as f:
+            if _ends_mid_line(f):  # a crash cut the last record short: start a new line
+                line = "\n" + line
+            f.write(line.encode())
             f.flush()
 
     def read_metrics(self) -> list[dict]:
-        """All complete metric records (a half-written last line is skipped)."""
+        """All complete metric records (a half-written line is skipped)."""
         if not self.metrics.is_file():
             return []
         records = []
         for line in self.metrics.read_text().splitlines():
             try:
-                records.append(json.loads(line))
+                record = json.loads(line)
             except ValueError:
                 continue
+            if isinstance(record, dict):
+                records.append(record)
         return records
+
+    def rewind(self, step: int) -> None:
+        """Forget what was written after the checkpoint at ``step``, before resuming from it.
+
+        Metric records and snapshots of later steps and half-written lines go (metrics.jsonl
+        is rewritten atomically), and so do the trainer's half-written checkpoint files.
+        """
+        kept = [r for r in self.read_metrics() if r.get("step", 0) <= step]
+        tmp = self.metrics.with_name(self.metrics.name + ".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        os.replace(tmp, self.metrics)
+        for later in self.snapshot_steps():
+            if later > step:
+                (self.snapshots / f"step_{later:08d}.pt").unlink(missing_ok=True)
+        half_written = [p.with_name(p.name + ".tmp") for p in (self.last, self.best)]
+        for path in [*half_written, *self.snapshots.glob("*.tmp")]:
+            path.unlink(missing_ok=True)
 
     def write_status(self, **fields) -> dict:
         """Merge ``fields`` into status.json (atomically) and return it."""

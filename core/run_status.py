@@ -15,10 +15,12 @@ from core.corpus_files import describe_data
 from core.locks import launch_lock
 from core.models import size_label
 from core.places import runs_root
-from core.processes import is_trainer
+from core.processes import check_trainer
 from core.run_dir import RUN_ID_RE, RunDir, RunError, read_json, run_dir
 
 LIVE_STATES = ("starting", "running")
+FINAL_STATES = ("finished", "stopped", "failed", "diverged")  # written by the trainer at its end
+STOP_GRACE_S = 30.0  # a trainer still running this long after a stop request is killed
 STARTUP_GRACE_S = 10.0  # a run dir this young without a pid is still being launched
 
 
@@ -28,10 +30,11 @@ class RunInfo:
 
     run_id: str
     path: Path
-    state: str  # starting | running | finished | stopped | failed
-    alive: bool  # its trainer process is running now (and has not written its final state)
+    state: str  # starting | running | finished | stopped | failed | diverged | unknown
+    alive: bool  # its trainer process is verified running (and has not written its end)
     resumable: bool  # not running and last.pt exists
     stopping: bool = False  # a stop was requested and the trainer is still saving
+    stop_requested_at: float | None = None  # when the stop was asked for (live runs)
     message: str = ""  # why it failed or stopped, in words
     progress: float = 0.0  # 0..1
     eta_s: float | None = None  # seconds left (live runs)
@@ -46,6 +49,7 @@ class RunInfo:
     data: str = ""  # short data description
     size: str = ""  # short model size description
     pid: int | None = None
+    identity: str | None = None  # the trainer's recorded process identity (see processes)
     has_best: bool = False
     has_last: bool = False
     status: dict = field(default_factory=dict)  # raw status.json
@@ -55,6 +59,12 @@ class RunInfo:
         """True while the run is starting or running."""
         return self.state in LIVE_STATES
 
+    @property
+    def stop_overdue(self) -> bool:
+        """True when the trainer ignored a stop request for longer than STOP_GRACE_S."""
+        asked = self.stop_requested_at
+        return self.alive and asked is not None and time.time() - asked > STOP_GRACE_S
+
 
 def _effective_state(rd: RunDir, status: dict, job: dict, alive: bool) -> tuple[str, str]:
     """(state, message) from status.json and whether the trainer is alive."""
@@ -62,7 +72,7 @@ def _effective_state(rd: RunDir, status: dict, job: dict, alive: bool) -> tuple[
     fresh = status.get("updated_at", 0) >= job.get("launched_at", 0)  # written by this launch
     if alive:
         return (raw if fresh and raw else "starting"), status.get("message", "")
-    if fresh and raw in ("finished", "stopped", "failed"):
+    if fresh and raw in FINAL_STATES:
         return raw, status.get("message", "")
     if (
         not (job.get("pid") or status.get("pid"))
@@ -86,11 +96,15 @@ def run_info(run_id: str) -> RunInfo:
     status, config = rd.read_status(), rd.read_config()
     job = read_json(rd.job, {}) or {}
     pid = job.get("pid") or status.get("pid")
-    alive = is_trainer(pid, rd.path)
-    state, message = _effective_state(rd, status, job, alive)
-    alive = alive and state in LIVE_STATES  # a trainer that wrote its final state is exiting
+    recorded = job.get("identity") or status.get("identity")
+    check = check_trainer(pid, rd.path, recorded)
+    if check is None:
+        state, message = "unknown", _unknown_message(pid)
+    else:
+        state, message = _effective_state(rd, status, job, check)
+    alive = bool(check) and state in LIVE_STATES  # a trainer that wrote its end is exiting
     if state == "failed" and status.get("state") in LIVE_STATES:
-        _record_death(rd, pid, message)
+        _record_death(rd, pid, recorded, message)
     data = config.get("data") or job.get("settings", {}).get("data", {})
     model = config.get("model") or job.get("settings", {}).get("model", {})
     bleu = status.get("best_bleu")
@@ -99,8 +113,11 @@ def run_info(run_id: str) -> RunInfo:
         path=rd.path,
         state=state,
         alive=alive,
-        resumable=not alive and rd.last.is_file() and rd.config.is_file(),
+        resumable=state not in (*LIVE_STATES, "unknown")
+        and rd.last.is_file()
+        and rd.config.is_file(),
         stopping=alive and rd.stop_requested(),
+        stop_requested_at=_mtime(rd.stop_file) if alive else None,
         message=message,
         progress=float(status.get("progress") or 0.0),
         eta_s=status.get("eta_s") if alive else None,
@@ -115,18 +132,37 @@ def run_info(run_id: str) -> RunInfo:
         data=describe_data(data),
         size=size_label(model),
         pid=pid,
+        identity=recorded,
         has_best=rd.best.is_file(),
         has_last=rd.last.is_file(),
         status=status,
     )
 
 
-def _record_death(rd: RunDir, pid, message: str) -> None:
+def _record_death(rd: RunDir, pid, recorded: str | None, message: str) -> None:
     """Write 'failed' into status.json of a run whose trainer died (unless relaunched)."""
     with launch_lock():
         job = read_json(rd.job, {}) or {}
-        if (job.get("pid") or rd.read_status().get("pid")) == pid and not is_trainer(pid, rd.path):
+        same = (job.get("pid") or rd.read_status().get("pid")) == pid
+        if same and check_trainer(pid, rd.path, recorded) is False:
             rd.write_status(state="failed", message=message, eta_s=None)
+
+
+def _unknown_message(pid) -> str:
+    """Why a run's state cannot be told, and what to do."""
+    return (
+        f"The trainer's process (pid {pid}) cannot be verified on this system (no /proc, "
+        "or a process of another user), so its state is unknown. The app will not signal "
+        "it: check it yourself, and stop it there if it is still running."
+    )
+
+
+def _mtime(path: Path) -> float | None:
+    """A file's modification time, or None when it is absent."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def list_runs() -> list[RunInfo]:
@@ -200,3 +236,15 @@ def latest_examples(records: list[dict]) -> pd.DataFrame:
     examples = evals[-1]["examples"] if evals else []
     columns = {"src": "English", "out": "model output", "ref": "reference"}
     return pd.DataFrame(examples, columns=list(columns)).rename(columns=columns)
+
+
+def metrics_signature(run_ids: list[str]) -> tuple:
+    """(run id, size, modification time) of each run's metrics.jsonl: changes with new lines."""
+    signature = []
+    for run_id in run_ids:
+        try:
+            st = run_dir(run_id).metrics.stat()
+            signature.append((run_id, st.st_size, st.st_mtime_ns))
+        except (OSError, RunError):
+            signature.append((run_id, 0, 0))
+    return tuple(signature)

@@ -117,25 +117,36 @@ def _reasons(check) -> list[str]:
     return []
 
 
+def config_problems(cfg: dict[str, dict]) -> list[str]:
+    """Reasons why the data, model and train groups are not valid configs (none: [])."""
+    if not isinstance(cfg, dict) or any(not isinstance(cfg.get(g), dict) for g in GROUPS):
+        return [f"settings must have the groups {', '.join(GROUPS)}"]
+    d, m, t = cfg["data"], cfg["model"], cfg["train"]
+    vocab = d.get("max_vocab", 1) if isinstance(d.get("max_vocab", 1), int) else 1
+    problems = _reasons(lambda: validate_data_config(DataConfig(**d)))
+    problems += _reasons(
+        lambda: ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, **m).validate()
+    )
+    problems += _reasons(lambda: TrainConfig(**t).validate())
+    max_len, positions = d.get("max_len"), m.get("max_positions", ModelConfig.max_positions)
+    if not problems and max_len + 2 > positions:  # <bos>/<eos> take two positions
+        problems.append(
+            f"max_len ({max_len}) + 2 must fit in the model's max_positions ({positions})"
+        )
+    return problems
+
+
 def validate_settings(preset: str, overrides: dict | None = None) -> list[str]:
     """Human reasons why these settings cannot train (an empty list when they can)."""
     try:
         cfg = merged_settings(preset, overrides)
     except SettingsError as e:
         return [str(e)]
-    d, m, t = cfg["data"], cfg["model"], cfg["train"]
-    problems = _reasons(lambda: validate_data_config(DataConfig(**d)))
-    problems += _reasons(
-        lambda: ModelConfig(
-            src_vocab_size=d.get("max_vocab", 1), tgt_vocab_size=d.get("max_vocab", 1), **m
-        ).validate()
-    )
-    problems += _reasons(lambda: TrainConfig(**t).validate())
-    problems += source_problems(d.get("source", "fra-eng"))
+    problems = config_problems(cfg) + source_problems(cfg["data"].get("source", "fra-eng"))
     if problems:
         return problems
     try:
-        device_type = resolve_device(t["device"])
+        device_type = resolve_device(cfg["train"]["device"])
     except ValueError as e:
         return [str(e)]
     return [p for p in [memory_problem(cfg, device_type)] if p]

@@ -2,7 +2,8 @@
 
 The run directory receives config.json, metrics.jsonl, status.json, last.pt / best.pt
 and attention snapshots. SIGTERM or a STOP file saves a checkpoint and exits as
-"stopped"; ``--resume`` continues the run and its metrics.
+"stopped"; ``--resume`` continues the run exactly where its last checkpoint left it.
+A NaN/inf loss ends the run as "diverged" (exit code 3), keeping the last finite checkpoint.
 """
 
 from __future__ import annotations
@@ -18,13 +19,20 @@ from pathlib import Path
 
 import torch
 
-from core.checkpoint import read_checkpoint, save_checkpoint
-from core.data import DataConfig, DataError, Vocab, load_corpus
+from core.checkpoint import portable_data_config, read_checkpoint, save_checkpoint
+from core.data import SPECIALS, Corpus, DataConfig, DataError, Vocab, load_corpus
+from core.locks import hold_run
 from core.model import ModelConfig, Transformer
 from core.presets import PRESETS
-from core.run_dir import RunDir
-from core.settings import DERIVED, add_setting_flags, settings_from_args
-from core.train_loop import TrainConfig, Trainer, TrainState, device_description
+from core.processes import identity
+from core.run_dir import RunDir, RunError, read_json
+from core.settings import DERIVED, add_setting_flags, config_problems, settings_from_args
+from core.train_loop import TrainConfig, Trainer, TrainState, device_description, rng_state
+
+LIMITS = ("epochs", "max_steps", "time_budget")  # the limits a resumed run may change
+RESUME_CHANGES = (*LIMITS, "lr", "warmup_steps", "grad_clip")  # all it may change (divergence)
+UNK_WARNING = 0.5  # warn when more than this share of the training tokens is <unk>
+DIVERGED_EXIT = 3  # exit code of a run that diverged (2: bad settings or data)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", choices=sorted(PRESETS), default="small")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--request",
+        action="store_true",
+        help="read the settings (or, with --resume, new limits) from <out>/request.json",
+    )
     add_setting_flags(p)
     return p
 
@@ -43,6 +56,9 @@ class RunRecorder:
 
     def __init__(self, rd: RunDir, trainer: Trainer, configs: dict, bar=None):
         self.rd, self.trainer, self.configs, self.bar = rd, trainer, configs, bar
+        path = trainer.corpus.summary.get("path")
+        self.data_config = portable_data_config(configs["data"], path)  # no machine path
+        self.saved_step: int | None = None  # step of the last.pt on disk (None: none yet)
         trainer.on("step", self.on_step)
         trainer.on("eval", self.on_eval)
         trainer.on("end", self.on_end)
@@ -65,16 +81,17 @@ class RunRecorder:
         if self.rd.stop_requested():
             trainer.stop_requested = True
         if self.bar is not None:
-            self.bar.n = round(info["progress"] * 1000)
-            self.bar.set_postfix(loss=f"{info['loss']:.3f}", step=info["step"])
+            self.bar.n = info["step"]
+            self.bar.set_postfix(loss=f"{info['loss']:.3f}")
 
     def save(self, path: Path, with_optimizer: bool) -> None:
-        """Write a checkpoint with configs, vocabularies and (optionally) optimiser state."""
+        """Write a checkpoint with configs, vocabularies and (optionally) optimiser state.
+
+        With the optimiser go the random streams, so a resumed run draws what this one would.
+        """
         t = self.trainer
         extra = (
-            {"optimizer": t.optimizer.state_dict(), "rng": torch.get_rng_state()}
-            if with_optimizer
-            else {}
+            {"optimizer": t.optimizer.state_dict(), "rng": rng_state()} if with_optimizer else {}
         )
         save_checkpoint(
             path,
@@ -82,35 +99,84 @@ class RunRecorder:
             t.corpus.src_vocab,
             t.corpus.tgt_vocab,
             train_config=self.configs["train"],
-            data_config=self.configs["data"],
+            data_config=self.data_config,
             state=asdict(t.state),
             run=self.rd.name,
             **extra,
         )
+        if path == self.rd.last:
+            self.saved_step = t.state.step
 
     def on_eval(self, trainer: Trainer, info: dict) -> None:
         """Record validation metrics, save checkpoints and the probes' attention maps."""
         record = {"record": "eval", **info, "elapsed": trainer.state.elapsed}
         self.rd.append_metrics(record)
-        self.save(self.rd.last, with_optimizer=True)
-        if info.get("is_best"):
+        if info.get("is_best"):  # before last.pt: a resume from last.pt redoes what follows it
             self.save(self.rd.best, with_optimizer=False)
+        self.save(self.rd.last, with_optimizer=True)
         self.rd.save_snapshot(trainer.state.step, trainer.probe_maps())
         self.rd.write_status(best_bleu=trainer.state.best_bleu, last_eval=info["step"])
         if self.rd.stop_requested():
             trainer.stop_requested = True
 
     def on_end(self, trainer: Trainer, info: dict) -> None:
-        """Save the last checkpoint and the final state."""
-        self.save(self.rd.last, with_optimizer=True)
+        """Save the last checkpoint (never after divergence) and the final state."""
+        message = ""
+        if info["outcome"] == "diverged":
+            message = divergence_message(info, self.saved_step)
+        else:
+            self.save(self.rd.last, with_optimizer=True)
         self.rd.stop_file.unlink(missing_ok=True)
+        if self.bar is not None:
+            self.bar.n = info["step"]
+            self.bar.refresh()
         self.rd.write_status(
             state=info["outcome"],
             step=info["step"],
             progress=trainer.progress(),
             eta_s=0.0,
             finished_at=time.time(),
+            message=message,
+            diverged_at=info.get("diverged_at"),
         )
+
+
+def divergence_message(info: dict, saved_step: int | None) -> str:
+    """What happened when training diverged, what is kept and what to do, in one line."""
+    head = (
+        f"Training diverged at step {info['diverged_at']}: the {info['diverged']} became NaN/inf."
+    )
+    if saved_step is None:
+        return (
+            f"{head} No checkpoint was saved before it; lower lr or raise warmup_steps "
+            "and start again."
+        )
+    return (
+        f"{head} The last finite checkpoint (step {saved_step}) is kept; lower lr or raise "
+        "warmup_steps, then resume or start again."
+    )
+
+
+def unk_warnings(corpus: Corpus, data_cfg: DataConfig) -> list[str]:
+    """A warning for each side whose training tokens are mostly <unk> (too few words kept)."""
+    warnings = []
+    for side, vocab, column in (("source", corpus.src_vocab, 0), ("target", corpus.tgt_vocab, 1)):
+        tokens = [token for pair in corpus.train.pairs for token in pair[column]]
+        share = sum(token not in vocab.stoi for token in tokens) / max(len(tokens), 1)
+        if share <= UNK_WARNING:
+            continue
+        remedy = (
+            "raise --max-vocab (the form's max_vocab)"
+            if len(vocab) >= data_cfg.max_vocab
+            else "lower --min-freq (the form's min_freq)"
+        )
+        words = len(vocab) - len(SPECIALS)
+        warnings.append(
+            f"{share:.0%} of the training {side} tokens are <unk> (vocabulary of {words} "
+            f"word{'' if words == 1 else 's'} at min_freq {data_cfg.min_freq}): "
+            f"{remedy} or use more data."
+        )
+    return warnings
 
 
 def prepare(rd: RunDir, configs: dict, resume: bool):
@@ -138,8 +204,11 @@ def prepare(rd: RunDir, configs: dict, resume: bool):
         )
         state = TrainState(**ckpt["state"])
     trainer = Trainer(model, corpus, train_cfg, state)
-    if ckpt is not None and "optimizer" in ckpt:
-        trainer.optimizer.load_state_dict(ckpt["optimizer"])
+    if ckpt is not None:
+        if "optimizer" in ckpt:
+            trainer.optimizer.load_state_dict(ckpt["optimizer"])
+        trainer.rng = ckpt.get("rng")
+        rd.rewind(trainer.state.step)  # what came after the checkpoint is done again
     configs["model"] = asdict(model_cfg)
     configs["summary"] = corpus.summary
     return trainer
@@ -167,70 +236,129 @@ def _download_bar(rd: RunDir):
 
 
 def load_run_configs(rd: RunDir, args: argparse.Namespace) -> dict:
-    """The saved configs of a run to resume, with new limits from the flags."""
+    """The saved configs of a run to resume, with new limits (lr...) from the flags or request."""
     saved = rd.read_config()
     if not saved or not rd.last.is_file():
         raise DataError(f"{rd.path} has no config.json and last.pt to resume from.")
     configs = {k: saved[k] for k in ("data", "model", "train")}
-    for key in ("epochs", "max_steps", "time_budget"):
+    changes = read_request(rd).get("limits", {}) if args.request else {}
+    for key in RESUME_CHANGES:
         if f"train.{key}" in vars(args):
-            configs["train"][key] = getattr(args, f"train.{key}")
+            changes[key] = getattr(args, f"train.{key}")
+    configs["train"].update({k: v for k, v in changes.items() if k in RESUME_CHANGES})
     configs["model"] = {k: v for k, v in configs["model"].items() if k not in DERIVED}
+    return checked(configs)
+
+
+def read_request(rd: RunDir) -> dict:
+    """The app's request.json of a run (its settings or new limits), as data."""
+    request = read_json(rd.request, None)
+    if not isinstance(request, dict):
+        raise DataError(f"{rd.request} is missing or not a JSON object.")
+    return request
+
+
+def checked(configs: dict) -> dict:
+    """The configs if every field is valid, else ValueError naming each problem."""
+    problems = config_problems(configs)
+    if problems:
+        raise ValueError("Invalid settings: " + "; ".join(problems) + ".")
     return configs
+
+
+def new_run_configs(rd: RunDir, args: argparse.Namespace) -> dict:
+    """Settings of a new run: the app's request.json, or the preset and the flags."""
+    if args.request:
+        settings = read_request(rd).get("settings")
+        return checked({g: dict((settings or {}).get(g) or {}) for g in ("data", "model", "train")})
+    return checked(settings_from_args(args))
 
 
 def train_run(args: argparse.Namespace) -> int:
     """Run (or resume) training in args.out; returns the process exit code."""
     rd = RunDir(args.out)
-    configs = load_run_configs(rd, args) if args.resume else settings_from_args(args)
     rd.create()
+    configs = load_run_configs(rd, args) if args.resume else new_run_configs(rd, args)
     if args.resume:  # a stale STOP from an earlier stop must not end the resumed run
         rd.stop_file.unlink(missing_ok=True)
     early_stop = []  # SIGTERM while the corpus loads: stop as soon as training can save
     signal.signal(signal.SIGTERM, lambda *_: early_stop.append(True))
     rd.write_status(
-        state="starting", pid=os.getpid(), started_at=time.time(), resumed=args.resume, message=""
+        state="starting",
+        pid=os.getpid(),
+        identity=identity(os.getpid()),
+        started_at=time.time(),
+        resumed=args.resume,
+        message="",
+        finished_at=None,
+        diverged_at=None,
     )
     trainer = prepare(rd, configs, args.resume)
     rd.write_config(configs)
-    rd.write_status(
-        state="running",
-        message="",
-        device=device_description(trainer.device),
-        total_steps=trainer.total_steps,
-        progress=trainer.progress(),
-        step=trainer.state.step,
-    )
+    start_status(rd, trainer, unk_warnings(trainer.corpus, DataConfig(**configs["data"])))
     signal.signal(signal.SIGTERM, lambda *_: setattr(trainer, "stop_requested", True))
     trainer.stop_requested = bool(early_stop) or rd.stop_requested()
-    bar = None if args.no_progress else _progress_bar(args.out)
-    RunRecorder(rd, trainer, configs, bar)
+    bar = None if args.no_progress else _progress_bar(args.out, trainer)
+    recorder = RunRecorder(rd, trainer, configs, bar)
+    recorder.saved_step = trainer.state.step if args.resume else None
     print(f"training on {device_description(trainer.device)}: {configs['summary']}", flush=True)
     outcome = trainer.run()
     if bar is not None:
         bar.close()
-    print(
-        f"{outcome} at step {trainer.state.step}; best val BLEU "
-        f"{trainer.state.best_bleu:.2f}; run directory {rd.path}",
-        flush=True,
+    return final_report(rd, trainer, outcome)
+
+
+def start_status(rd: RunDir, trainer: Trainer, warnings: list[str]) -> None:
+    """Write the status of a run about to train and print its warnings."""
+    rd.write_status(
+        state="running",
+        message="",
+        warnings=warnings,
+        device=device_description(trainer.device),
+        total_steps=trainer.total_steps,
+        progress=trainer.progress(),
+        step=trainer.state.step,
+        best_bleu=trainer.state.best_bleu,
     )
+    for warning in warnings:
+        print(f"warning: {warning}", flush=True)
+
+
+def final_report(rd: RunDir, trainer: Trainer, outcome: str) -> int:
+    """Print the run's last line and return its exit code (DIVERGED_EXIT after divergence)."""
+    if outcome == "diverged":
+        print(f"error: {rd.read_status().get('message')}", file=sys.stderr, flush=True)
+        return DIVERGED_EXIT
+    if not trainer.val_data:
+        best = "no validation split"
+    elif trainer.state.best_bleu < 0:
+        best = "not evaluated yet"
+    else:
+        best = f"best val BLEU {trainer.state.best_bleu:.2f}"
+    print(f"{outcome} at step {trainer.state.step}; {best}; run directory {rd.path}", flush=True)
     return 0
 
 
-def _progress_bar(desc: str):
-    """A tqdm bar over per-mille of the run, with ETA."""
+def _progress_bar(desc: str, trainer: Trainer):
+    """A tqdm bar over the run's steps (out of its total, when a step limit implies one)."""
     from tqdm import tqdm
 
-    return tqdm(
-        total=1000,
-        desc=desc,
-        bar_format="{l_bar}{bar}| {n_fmt}/1000 [{elapsed}<{remaining}{postfix}]",
-    )
+    return tqdm(total=trainer.total_steps, initial=trainer.state.step, desc=desc, unit="step")
 
 
 def main(argv=None) -> int:
-    """Entry point: parse flags, train, report errors as one readable line."""
+    """Entry point: parse flags, train, report errors as one readable line.
+
+    While it trains, the process holds the run directory's trainer lock, so a second
+    trainer of the same run (two resumes at once) stops at once and touches nothing.
+    """
     args = build_parser().parse_args(argv)
+    try:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        lock = hold_run(args.out)
+    except (RunError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     try:
         return train_run(args)
     except (DataError, ValueError, OSError) as e:
@@ -244,6 +372,8 @@ def main(argv=None) -> int:
             RunDir(args.out).write_status(state="failed", message=f"{type(e).__name__}: {e}")
         traceback.print_exc()
         return 1
+    finally:
+        os.close(lock)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,14 @@ import math
 import random
 import re
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import torch
 
+from core.checkpoint import all_finite
 from core.data import D2L_TEST_PAIRS, Corpus, Vocab, batches, encode_pairs
 from core.decode import TranslationError, translate
 from core.evaluate import corpus_bleu, evaluate_loss
@@ -50,26 +52,74 @@ class TrainConfig:
     probes: list[str] = field(default_factory=lambda: list(D2L_PROBES))  # snapshot sentences
 
     def validate(self) -> None:
-        """Raise ValueError with the reason if these settings cannot train."""
-        problems = []
-        if self.batch_size < 1:
-            problems.append(f"batch_size must be at least 1 (got {self.batch_size})")
-        if not self.lr > 0:
-            problems.append(f"lr must be positive (got {self.lr})")
+        """Raise ValueError naming every field that cannot train, and why."""
+        problems = type_problems(self) or self.value_problems()
+        if problems:
+            raise ValueError("Invalid training settings: " + "; ".join(problems))
+
+    def value_problems(self) -> list[str]:
+        """Why each field's value cannot train (fields of the right types only)."""
+        problems = [
+            f"{n} cannot be negative (got {getattr(self, n)})"
+            for n in NOT_NEGATIVE
+            if getattr(self, n) < 0
+        ]
+        problems += [
+            f"{n} must be at least 1 (got {getattr(self, n)})"
+            for n in AT_LEAST_ONE
+            if getattr(self, n) < 1
+        ]
         if not (self.epochs or self.max_steps or self.time_budget):
             problems.append("set a limit: epochs, max_steps or time_budget")
-        if min(self.epochs, self.max_steps, self.time_budget, self.warmup_steps) < 0:
-            problems.append("limits and warm-up cannot be negative")
+        if not math.isfinite(self.time_budget):
+            problems.append(
+                f"time_budget must be a finite number of seconds (got {self.time_budget})"
+            )
+        if not 0 < self.lr < math.inf:
+            problems.append(f"lr must be positive and finite (got {self.lr})")
         if not 0 <= self.label_smoothing < 1:
             problems.append(f"label_smoothing must be in [0, 1) (got {self.label_smoothing})")
+        if not self.grad_clip >= 0:
+            problems.append(f"grad_clip must be 0 (off) or positive (got {self.grad_clip})")
+        if self.threads < 0:
+            problems.append(f"threads must be 0 (torch's default) or positive (got {self.threads})")
+        if not 0 <= self.seed < 2**32:
+            problems.append(f"seed must be between 0 and {2**32 - 1} (got {self.seed})")
         if self.schedule not in ("inverse_sqrt", "constant"):
             problems.append(f"unknown schedule '{self.schedule}'")
         if self.device not in ("auto", "cpu", "cuda", "mps"):
             problems.append(f"unknown device '{self.device}'")
-        if self.eval_every < 1 or self.log_every < 1:
-            problems.append("eval_every and log_every must be at least 1")
-        if problems:
-            raise ValueError("Invalid training settings: " + "; ".join(problems))
+        return problems
+
+
+NOT_NEGATIVE = (
+    "epochs",
+    "max_steps",
+    "time_budget",
+    "warmup_steps",
+)  # TrainConfig fields: 0 or more
+AT_LEAST_ONE = ("batch_size", "eval_every", "log_every", "eval_sentences")  # 1 or more
+KINDS = {  # a config field's annotation -> (accepted Python types, the words for it)
+    "int": ((int,), "a whole number"),
+    "float": ((int, float), "a number"),
+    "bool": ((bool,), "true or false"),
+    "str": ((str,), "text"),
+}
+
+
+def type_problems(config) -> list[str]:
+    """'<field> must be <kind> (got ...)' for each field of a config dataclass of the wrong type."""
+    problems = []
+    for f in fields(config):
+        value, kind = getattr(config, f.name), str(f.type)
+        if kind.startswith("list"):
+            if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+                problems.append(f"{f.name} must be a list of sentences (got {value!r})")
+            continue
+        types, words = KINDS[kind]
+        if not isinstance(value, types) or (isinstance(value, bool) and kind != "bool"):
+            problems.append(f"{f.name} must be {words} (got {value!r})")
+    return problems
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -125,6 +175,44 @@ def learning_rate(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * math.sqrt(max(cfg.warmup_steps, 1) / step)
 
 
+def rng_state() -> dict:
+    """Every random stream training draws from: torch's CPU, CUDA and MPS generators, Python's.
+
+    (Batches are drawn from their own generator, seeded by the seed and the epoch.)
+    """
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    if torch.backends.mps.is_available():
+        state["mps"] = torch.mps.get_rng_state()
+    return state
+
+
+def set_rng_state(state) -> None:
+    """Continue the random streams saved by rng_state (or an old checkpoint's CPU state)."""
+    if isinstance(state, torch.Tensor):  # older checkpoints saved the CPU state only
+        state = {"torch": state}
+    torch.set_rng_state(state["torch"])
+    if "python" in state:
+        version, internal, gauss = state["python"]
+        random.setstate((version, tuple(internal), gauss))
+    cuda = state.get("cuda")
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
+    if "mps" in state and torch.backends.mps.is_available():
+        torch.mps.set_rng_state(state["mps"])
+
+
+@contextmanager
+def kept_random_streams() -> Iterator[None]:
+    """Run a block (evaluation, probes) without moving training's random streams."""
+    saved = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(saved)
+
+
 @dataclass
 class TrainState:
     """Where training stands; saved in checkpoints so a run can resume."""
@@ -161,6 +249,10 @@ class Trainer:
         self.val_data = encode_pairs(corpus.val, corpus.src_vocab, corpus.tgt_vocab)
         self.val_groups = corpus.val.groups()[: cfg.eval_sentences]
         self.amp_dtype = autocast_dtype(self.device) if cfg.amp else None
+        self.rng: dict | None = None  # random streams to continue (a resumed run), else seeded
+        self.diverged: dict | None = None  # {"diverged_at": step, "diverged": what} once NaN/inf
+        self.window: list[dict] = []  # step results since the last metrics record
+        self.window_start = 0.0  # training seconds (state.elapsed) when the window began
 
     def on(self, event: str, fn: Callback) -> None:
         """Register a callback for "step", "eval" or "end"."""
@@ -198,7 +290,7 @@ class Trainer:
         return self.progress() >= 1.0
 
     def train_step(self, src: torch.Tensor, tgt: torch.Tensor) -> dict:
-        """One optimiser step on a batch src (B, S), tgt (B, T + 1)."""
+        """One optimiser step on a batch src (B, S), tgt (B, T + 1), not taken unless finite."""
         src, tgt = src.to(self.device), tgt.to(self.device)
         tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # (B, T) each
         lr = learning_rate(self.state.step + 1, self.cfg)
@@ -211,10 +303,13 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         clip = self.cfg.grad_clip or float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
-        self.optimizer.step()
+        norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+        value = loss.item()
+        finite = math.isfinite(value) and math.isfinite(norm)
+        if finite:  # a NaN/inf step would poison the weights and Adam's moments
+            self.optimizer.step()
         tokens = int((tgt_out != Vocab.pad_id).sum())
-        return {"loss": loss.item(), "lr": lr, "grad_norm": float(norm), "tokens": tokens}
+        return {"loss": value, "lr": lr, "grad_norm": norm, "tokens": tokens, "finite": finite}
 
     def evaluate(self) -> dict:
         """Validation loss and multi-reference BLEU on a fixed subset of sentences."""
@@ -245,7 +340,10 @@ class Trainer:
         probes = []
         for sentence in self.cfg.probes:
             try:
-                t = translate(self.model, self.corpus.src_vocab, self.corpus.tgt_vocab, sentence)
+                with kept_random_streams():
+                    t = translate(
+                        self.model, self.corpus.src_vocab, self.corpus.tgt_vocab, sentence
+                    )
             except TranslationError:
                 continue
             maps = t.attention
@@ -263,13 +361,23 @@ class Trainer:
         return probes
 
     def run_evaluation(self) -> None:
-        """Evaluate, update the best BLEU and tell the callbacks."""
-        info = self.evaluate()
-        bleu = info.get("val_bleu", -1.0)
-        info["is_best"] = bleu > self.state.best_bleu or "val_bleu" not in info
+        """Evaluate, update the best BLEU and tell the callbacks; non-finite weights diverge."""
+        if not all_finite(self.model.state_dict()):
+            self.diverged = {"diverged_at": self.state.step, "diverged": "weights"}
+            return
+        with kept_random_streams():  # a resumed run draws the same numbers as an unbroken one
+            info = self.evaluate()
+        info["is_best"] = self.is_best(info)
         if info["is_best"]:
-            self.state.best_bleu = bleu
+            self.state.best_bleu = info.get("val_bleu", -1.0)
         self.emit("eval", info)
+
+    def is_best(self, info: dict) -> bool:
+        """A finite evaluation with a better BLEU (without a validation split: any finite one)."""
+        metrics = [info[k] for k in ("val_loss", "val_bleu") if k in info]
+        if not all(math.isfinite(v) for v in metrics):
+            return False
+        return "val_bleu" not in info or info["val_bleu"] > self.state.best_bleu
 
     def epoch_batches(self):
         """Batches of the current epoch, skipping those used before a resume."""
@@ -284,54 +392,73 @@ class Trainer:
             if i >= self.state.batch_in_epoch:
                 yield batch
 
-    def run(self) -> str:
-        """Train until a limit or a stop request; returns "finished" or "stopped"."""
+    def start_random_streams(self) -> None:
+        """Continue a resumed run's saved random streams, or seed them."""
+        if self.rng is not None:
+            set_rng_state(self.rng)
+            return
         torch.manual_seed(self.cfg.seed + self.state.step)
         random.seed(self.cfg.seed + self.state.step)
+
+    def must_stop(self) -> bool:
+        """True once a limit is reached, a stop was asked for, or training diverged."""
+        return self.finished() or self.stop_requested or self.diverged is not None
+
+    def run(self) -> str:
+        """Train until a limit, a stop request or divergence (a NaN/inf loss, gradient or weight).
+
+        Returns "finished", "stopped" or "diverged".
+        """
+        self.start_random_streams()
         self.model.train()
-        window: list[dict] = []
-        t_last = time.perf_counter()
-        while not self.finished() and not self.stop_requested:
-            for src, tgt in self.epoch_batches():
-                out = self.train_step(src, tgt)
-                now = time.perf_counter()
-                self.state.elapsed += now - t_last
-                t_last = now
-                self.state.step += 1
-                self.state.batch_in_epoch += 1
-                self.state.tokens += out["tokens"]
-                window.append({**out, "time": now})
-                if self.state.step % self.cfg.log_every == 0:
-                    self.emit("step", self._summarise(window))
-                    window = [window[-1]]
-                if self.state.step % self.cfg.eval_every == 0:
-                    self.run_evaluation()
-                    t_last = time.perf_counter()  # evaluation time is not training time
-                    window = []
-                if self.finished() or self.stop_requested:
-                    break
-            else:
-                self.state.epoch += 1
-                self.state.batch_in_epoch = 0
-        outcome = "finished" if self.finished() else "stopped"
-        if self.state.step % self.cfg.eval_every:
+        self.window, self.window_start = [], self.state.elapsed
+        while not self.must_stop():
+            self.run_epoch()
+        if self.diverged is None and self.state.step % self.cfg.eval_every:
             self.run_evaluation()
-        self.emit("end", {"outcome": outcome, "step": self.state.step})
+        outcome = "diverged" if self.diverged else "finished" if self.finished() else "stopped"
+        self.emit("end", {"outcome": outcome, "step": self.state.step, **(self.diverged or {})})
         return outcome
 
-    def _summarise(self, window: list[dict]) -> dict:
-        """Mean metrics of the steps since the last record (first entry is the anchor)."""
-        recent = window[1:] if len(window) > 1 else window
-        seconds = window[-1]["time"] - window[0]["time"] if len(window) > 1 else 0.0
-        tokens = sum(r["tokens"] for r in recent)
-        n = len(recent)
+    def run_epoch(self) -> None:
+        """Train on the rest of the current epoch, or until training must stop."""
+        t_last = time.perf_counter()
+        for src, tgt in self.epoch_batches():
+            out = self.train_step(src, tgt)
+            if not out["finite"]:
+                what = "gradient norm" if math.isfinite(out["loss"]) else "loss"
+                self.diverged = {"diverged_at": self.state.step + 1, "diverged": what}
+                return
+            self.state.elapsed += time.perf_counter() - t_last
+            self.after_step(out)
+            t_last = time.perf_counter()  # records and evaluations are not training time
+            if self.must_stop():
+                return
+        self.state.epoch += 1
+        self.state.batch_in_epoch = 0
+
+    def after_step(self, out: dict) -> None:
+        """Count a step taken; record metrics every log_every and evaluate every eval_every."""
+        self.state.step += 1
+        self.state.batch_in_epoch += 1
+        self.state.tokens += out["tokens"]
+        self.window.append(out)
+        if self.state.step % self.cfg.log_every == 0:
+            self.emit("step", self._summarise(self.window, self.state.elapsed - self.window_start))
+            self.window, self.window_start = [], self.state.elapsed
+        if self.state.step % self.cfg.eval_every == 0:
+            self.run_evaluation()
+
+    def _summarise(self, window: list[dict], seconds: float) -> dict:
+        """Mean metrics of the steps of a window that took ``seconds`` of training."""
+        n = len(window)
         return {
             "step": self.state.step,
             "epoch": self.state.epoch + self.state.batch_in_epoch / max(self.steps_per_epoch, 1),
-            "loss": sum(r["loss"] for r in recent) / n,
-            "lr": recent[-1]["lr"],
-            "grad_norm": sum(r["grad_norm"] for r in recent) / n,
-            "tokens_per_s": tokens / seconds if seconds > 0 else None,
+            "loss": sum(r["loss"] for r in window) / n,
+            "lr": window[-1]["lr"],
+            "grad_norm": sum(r["grad_norm"] for r in window) / n,
+            "tokens_per_s": sum(r["tokens"] for r in window) / seconds if seconds > 0 else None,
             "elapsed": self.state.elapsed,
             "progress": self.progress(),
         }

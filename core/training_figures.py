@@ -136,11 +136,14 @@ def curves_figure(
         hovermode="x unified",
         margin={"l": 10, "r": 10, "t": 40, "b": 10},
         uirevision=metric,
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.3, "xanchor": "left", "x": 0},
         showlegend=len(runs) > 1,
     )
     fig.update_xaxes(title_text="training step")
     fig.update_yaxes(title_text=title, type="log" if log_y else "linear")
+    flat = _flat_range([y for trace in fig.data for y in (trace.y or ())], log_y)
+    if flat is not None:
+        fig.update_yaxes(range=flat)
     if not fig.data:
         fig.update_xaxes(visible=False)
         fig.update_yaxes(visible=False)
@@ -154,6 +157,18 @@ def curves_figure(
             font={"size": 14, "color": "gray"},
         )
     return fig
+
+
+def _flat_range(values: list, log_y: bool) -> list[float] | None:
+    """A y range around a constant series (Plotly would draw it from -0.5 to 1), else None."""
+    finite = [float(v) for v in values if _finite(v)]
+    if not finite or max(finite) - min(finite) > 1e-12 * max(1.0, abs(max(finite))):
+        return None
+    v = finite[0]
+    if log_y:
+        return [math.log10(v) - 0.5, math.log10(v) + 0.5] if v > 0 else None
+    pad = abs(v) * 0.5 or 1.0
+    return [v - pad, v + pad]
 
 
 def training_curve_figure(run_dir, step: int | None = None) -> go.Figure:

@@ -24,6 +24,7 @@ from pages.ui.cached import (
 )
 from pages.ui.frame import ensure_app_navigation, footer, link
 from pages.ui.model_picker import pick_model
+from pages.ui.text import code, md
 from pages.ui.view_widgets import sentence_input, view_state, widget_default, write_url
 
 URL_KEYS = ("model", "sentence", "beam", "alpha", "max_len", "kind", "layer", "head", "hide")
@@ -147,15 +148,15 @@ def playback_section(
     p = playback_step(maps, t.topk, step, layer)
     done = " ".join(p.prefix[:-1])
     st.markdown(
-        f"Step {step}: reads `{p.read}`, produces **`{p.produced}`** — so far: "
-        f"{done} **{p.produced}**"
+        f"Step {step}: reads {code(p.read)}, produces **{code(p.produced)}** — so far: "
+        f"{md(done)} **{md(p.produced)}**"
     )
     cols = st.columns([2, 2, 1.6])
     chart(
         figs.head_rows_figure(
             p.cross,
             p.src_tokens,
-            f"Cross attention, layer {layer}: “{p.produced}” looks at",
+            f"Cross attention, layer {layer}: “{figs.plotly_text(p.produced)}” looks at",
             "source token (key)",
         ),
         "play_cross",
@@ -165,7 +166,7 @@ def playback_section(
         figs.head_rows_figure(
             p.self_row,
             p.self_keys,
-            f"Decoder self-attention, layer {layer}: “{p.read}” looks at",
+            f"Decoder self-attention, layer {layer}: “{figs.plotly_text(p.read)}” looks at",
             "earlier output token (key)",
         ),
         "play_self",
@@ -203,11 +204,11 @@ def compare_section(maps: SentenceMaps, state: ViewState, lm: LoadedModel, key: 
     try:
         forced = teacher_forced(lm, key, state.sentence, reference)
     except TranslationError as e:
-        st.error(str(e))
+        st.error(md(e))
         return
     unknown = [w for w in tokenize(reference) if w not in lm.tgt_vocab.stoi]
     if unknown:
-        st.caption("Not in the model's French vocabulary (fed as <unk>): " + ", ".join(unknown))
+        st.caption(md("Not in the model's French vocabulary (fed as <unk>): " + ", ".join(unknown)))
     kind = state.kind if state.kind != "encoder" else "cross"
     head = state.head if state.head in head_options(kind, maps.heads) else "mean"
     layer = min(state.layer, maps.layers(kind) - 1)
@@ -247,9 +248,9 @@ def training_section(entry: ModelEntry, state: ViewState, stretch: bool) -> None
     )
     series = snapshot_series(entry.run_dir, probe, steps)
     if series.skipped:
-        st.warning("Some snapshots could not be read: " + ", ".join(series.skipped))
+        st.warning("Some snapshots could not be read: " + md(", ".join(series.skipped)))
     if not series.frames:
-        st.info(f"No snapshot holds “{probe}”.")
+        st.info(f"No snapshot holds “{md(probe)}”.")
         return
     clamp_widget("at_train_step", series.steps[-1], series.steps)
     step = st.select_slider("Training step", series.steps, key="at_train_step")
@@ -264,7 +265,7 @@ def training_section(entry: ModelEntry, state: ViewState, stretch: bool) -> None
         col.metric(
             name, "—" if value is None else f"{value:.3f}" if "loss" in name else f"{value:.1f}"
         )
-    st.markdown(f"Output at this step: **{' '.join(frame.maps.output_tokens)}**")
+    st.markdown(f"Output at this step: **{md(' '.join(frame.maps.output_tokens))}**")
     layer = min(state.layer, frame.maps.layers(state.kind) - 1)
     view = select_view(frame.maps, state.kind, layer, state.head, state.hide)
     view.title += f" — training step {step:,}"
@@ -295,16 +296,16 @@ def main() -> None:
     try:
         t = translate(lm, entry.path, entry.mtime, state.sentence, settings)
     except TranslationError as e:
-        st.error(str(e))
+        st.error(md(e))
         write_url(state, URL_KEYS)
         footer()
         return
     key = (entry.path, entry.mtime, state.sentence, settings)
     maps = sentence_maps(t, key)
     mode = "greedy" if settings.beam_size == 1 else f"beam {settings.beam_size}"
-    st.markdown(f"**Translation ({mode}):** {t.text or '(empty)'}")
+    st.markdown(f"**Translation ({mode}):** {md(t.text) or '(empty)'}")
     for w in t.warnings:
-        st.warning(w)
+        st.warning(md(w))
     link(
         "translate.py",
         "Change decoding on the Translate page",

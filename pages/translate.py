@@ -14,6 +14,7 @@ from core.view_state import ViewState
 from pages.ui.cached import translate, validation_examples
 from pages.ui.frame import ensure_app_navigation, footer, link
 from pages.ui.model_picker import pick_model
+from pages.ui.text import code, md
 from pages.ui.view_widgets import sentence_input, view_state, widget_default, write_url
 
 URL_KEYS = ("model", "sentence", "beam", "alpha", "max_len")
@@ -51,7 +52,7 @@ def choose_validation(lm: LoadedModel, state: ViewState) -> None:
     data_key = repr(sorted((lm.meta.get("data_config") or {}).items()))
     examples, reason = validation_examples(lm.meta, data_key)
     if not examples:
-        st.info(f"No validation sentences to offer: {reason}.")
+        st.info(f"No validation sentences to offer: {md(reason)}.")
         return
     sources = [e.source for e in examples]
 
@@ -71,25 +72,24 @@ def choose_validation(lm: LoadedModel, state: ViewState) -> None:
     if picked:
         refs = next(e.references for e in examples if e.source == picked)
         st.session_state.setdefault("references", {})[picked] = refs[0]
-        st.markdown("**References:** " + " · ".join(f"`{r}`" for r in refs))
+        st.markdown("**References:** " + " · ".join(code(r) for r in refs))
 
 
 def badge(token: str, color: str) -> str:
     """A Markdown badge showing a token literally."""
-    safe = token.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
-    return f":{color}-badge[{safe}]"
+    return f":{color}-badge[{md(token)}]"
 
 
 def show_translation(t: Translation, state: ViewState) -> None:
     """The translation, its source tokens (unknown marked), warnings and candidates."""
     st.subheader("Translation")
-    st.markdown(f"### {t.text or '(empty output)'}")
+    st.markdown(f"### {md(t.text) or '(empty output)'}")
     st.caption(
         f"log-probability {t.log_prob:.2f} · {len(t.output_tokens)} decoder steps · "
         + ("greedy" if state.beam == 1 else f"beam {state.beam}, α {state.alpha:g}")
     )
     for w in t.warnings:
-        st.warning(w)
+        st.warning(md(w))
     tokens = [
         badge(tok, "red" if unk else "gray" if tok.startswith("<") else "blue")
         for tok, unk in zip(t.src_tokens, t.src_unknown)
@@ -139,7 +139,7 @@ def main() -> None:
         try:
             t = translate(lm, entry.path, entry.mtime, state.sentence, settings)
         except TranslationError as e:
-            st.error(str(e))
+            st.error(md(e))
         else:
             show_translation(t, state)
         d2l_section(lm, entry, settings)

@@ -9,6 +9,20 @@ import pytest
 
 from tests import helpers
 
+# ----------------------------------------------------------------------------- data folder
+
+
+@pytest.fixture(autouse=True)
+def data_folder(monkeypatch) -> Path:
+    """The app's data folder (ATTENTION_STUDIO_DATA) is tests/data, which holds tiny.tsv.
+
+    The app reads corpus files only there, in the download cache and in staged uploads;
+    a test may point the variable elsewhere.
+    """
+    monkeypatch.setenv("ATTENTION_STUDIO_DATA", str(helpers.TINY.parent))
+    return helpers.TINY.parent
+
+
 # ----------------------------------------------------------------------------- tiny model
 
 

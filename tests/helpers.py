@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import shutil
 import signal
 import socket
@@ -122,6 +123,11 @@ def assert_clean(at) -> None:
     assert not at.exception, [e.message for e in at.exception]
 
 
+def plain(markdown: str) -> str:
+    """Markdown as it reads on the page: the backslash escapes of pages.ui.text.md removed."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
+
+
 # ----------------------------------------------------------------------------- model files
 
 
@@ -167,11 +173,18 @@ def make_wide_checkpoint(path: Path, tiny_checkpoint: Path) -> Path:
 # ----------------------------------------------------------------------------- runs by hand
 
 
-def fake_trainer(run_path):
-    """A process whose command line looks like ``python -m core.train --out RUN`` (sleeps)."""
-    code = "import time; time.sleep(60)"
+def fake_trainer(run_path, ignore_sigterm: bool = False):
+    """A process whose command line looks like ``python -m core.train --out RUN`` (sleeps).
+
+    With ``ignore_sigterm`` it ignores SIGTERM, like a hung trainer.
+    """
+    code = "print('ready', flush=True); import time; time.sleep(60)"
+    if ignore_sigterm:
+        code = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); " + code
     argv = [sys.executable, "-c", code, "-m", "core.train", "--out", str(run_path)]
-    return subprocess.Popen(argv)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"  # its signal handling is in place
+    return proc
 
 
 def dead_pid() -> int:
@@ -224,9 +237,9 @@ def kill_trainers(root: Path) -> None:
     from core.run_dir import RunDir, read_json
 
     for path in run_dirs(root) if Path(root).is_dir() else []:
-        pid = (read_json(RunDir(path).job, {}) or {}).get("pid")
-        if processes.is_trainer(pid, path):
-            os.kill(pid, signal.SIGKILL)
+        job = read_json(RunDir(path).job, {}) or {}
+        pid = job.get("pid")
+        if processes.signal_trainer(pid, path, job.get("identity"), signal.SIGKILL):
             child = processes._CHILDREN.pop(pid, None)
             if child is not None:
                 child.wait(timeout=10)
@@ -251,7 +264,11 @@ def start_server(runs: Path):
         pytest.skip("chromium is not installed (apt-get install chromium)")
     pytest.importorskip("playwright.sync_api")
     port = free_port()
-    env = {**os.environ, "ATTENTION_STUDIO_RUNS": str(runs)}
+    env = {
+        **os.environ,
+        "ATTENTION_STUDIO_RUNS": str(runs),
+        "ATTENTION_STUDIO_DATA": str(TINY.parent),
+    }
     with open(runs / "server.log", "w") as log:
         proc = subprocess.Popen(
             [
@@ -260,11 +277,7 @@ def start_server(runs: Path):
                 "streamlit",
                 "run",
                 "app.py",
-                "--server.headless=true",
-                "--server.address=127.0.0.1",
-                f"--server.port={port}",
-                "--server.fileWatcherType=none",
-                "--browser.gatherUsageStats=false",
+                f"--server.port={port}",  # the rest comes from .streamlit/config.toml
             ],
             cwd=ROOT,
             env=env,

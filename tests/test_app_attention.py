@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from core.attention_kinds import KINDS, kind_labels
 from core.maps import HIDDEN_NOTE
-from tests.helpers import assert_clean, run_page_script
+from tests.helpers import assert_clean, plain, run_page_script
 
 
 def run_page(query: dict | None = None) -> AppTest:
@@ -50,8 +50,8 @@ def test_renders_large_heatmap_and_overview(studio_dirs):
     assert big["layout"]["title"]["text"].startswith("Cross attention (decoder → encoder)")
     assert big["layout"]["yaxis"]["title"]["text"] == "output token (query)"
     assert big["layout"]["xaxis"]["title"]["text"] == "source token (key)"
-    assert big["layout"]["yaxis"]["ticktext"] == ["je", "suis", "chez", "moi", ".", "<eos>"]
-    assert big["layout"]["xaxis"]["ticktext"] == ["i'm", "home", ".", "<eos>"]
+    assert big["layout"]["yaxis"]["ticktext"] == ["je", "suis", "chez", "moi", ".", "&lt;eos&gt;"]
+    assert big["layout"]["xaxis"]["ticktext"] == ["i'm", "home", ".", "&lt;eos&gt;"]
     assert "query %{y}" in big["data"][0]["hovertemplate"]
     assert len(grid["data"]) == 2 * 4  # every layer × head of the tiny model
     assert grid["layout"]["coloraxis"]["cmax"] == 1.0
@@ -126,7 +126,7 @@ def test_bad_input_gives_a_clear_message(studio_dirs):
 def test_beam_search_from_the_url(studio_dirs):
     at = run_page({"beam": "3", "sentence": "he's calm ."})
     assert_clean(at)
-    assert any("Translation (beam 3):** il est calme ." in m.value for m in at.markdown)
+    assert any("Translation (beam 3):** il est calme ." in plain(m.value) for m in at.markdown)
     assert query(at)["beam"] == "3"
 
 
@@ -148,7 +148,17 @@ def test_decoding_playback_matches_the_maps(studio_dirs, home_translation):
     assert "teacher-forced" in forced["layout"]["title"]["text"]
     at.text_input(key="at_ref").set_value("je suis à la maison .").run()
     assert_clean(at)
-    assert specs(at)[-1]["layout"]["yaxis"]["ticktext"][-3:] == ["maison", ".", "<eos>"]
+    assert specs(at)[-1]["layout"]["yaxis"]["ticktext"][-3:] == ["maison", ".", "&lt;eos&gt;"]
+
+
+def test_markdown_in_a_reference_is_shown_literally(studio_dirs):
+    at = run_page()
+    at.radio(key="at_section").set_value("Decoding playback").run()
+    at.text_input(key="at_ref").set_value("je suis **x** :red[y] $z$ <b>").run()
+    assert_clean(at)
+    (caption,) = [c.value for c in at.caption if "French vocabulary" in c.value]
+    assert r"\*\*x\*\*\, \:red\[y\]\, \$z\$\, \<b\>" in caption
+    assert plain(caption).endswith("(fed as <unk>): **x**, :red[y], $z$, <b>")
 
 
 def test_attention_over_training(studio_dirs):

@@ -9,8 +9,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from core import run_status, settings
-from core.places import checkpoints_root, runs_root
-from core.processes import is_trainer
+from core.places import DATA_ENV, checkpoints_root, data_root, runs_root
+from core.processes import check_trainer
 from core.run_dir import RunDir
 from tests.helpers import (
     TINY_JOB,
@@ -18,6 +18,7 @@ from tests.helpers import (
     assert_clean,
     fake_trainer,
     form_values,
+    plain,
     run_app,
     run_dirs,
     wait_for,
@@ -89,21 +90,38 @@ def test_form_refuses_impossible_settings_with_the_reason(jobs_env, key, value, 
     at = train_page()
     fill_tiny_form(at, **{key: value})
     button(at, "Launch training").click().run()
-    assert any(reason in e.value for e in at.error), [e.value for e in at.error]
+    assert any(reason in plain(e.value) for e in at.error), [e.value for e in at.error]
     assert run_dirs(runs_root()) == []  # nothing started
 
 
-def test_data_file_is_counted_before_launch(jobs_env, tmp_path):
-    pairs = tmp_path / "mine.tsv"
+def test_data_file_is_counted_before_launch(jobs_env, tmp_path, monkeypatch):
+    monkeypatch.setenv(DATA_ENV, str(tmp_path / "data"))
+    pairs = data_root() / "mine.tsv"
     pairs.write_text("Go.\tVa !\nnot a pair\nHi.\tSalut.\n")
     at = train_page()
     at.radio(key="data_source").set_value("file path").run()
-    at.text_input(key="data_path").set_value(str(pairs)).run()
+    assert str(data_root()) in at.text_input(key="data_path").placeholder
+    assert any(f"data folder `{data_root()}`" in c.value for c in at.caption)
+    at.text_input(key="data_path").set_value("mine.tsv").run()  # read from the data folder
     assert [s.value for s in at.success] == ["2 usable pairs, 1 skipped lines."]
-    at.text_input(key="data_path").set_value(str(tmp_path / "missing.tsv")).run()
+    at.text_input(key="data_path").set_value(str(data_root() / "missing.tsv")).run()
     assert any("Corpus file not found" in e.value for e in at.error)
     button(at, "Launch training").click().run()
     assert any("Choose usable data first" in e.value for e in at.error)
+
+
+@pytest.mark.parametrize("where", ["outside.tsv", "../outside.tsv", "/etc/passwd", "/dev/zero"])
+def test_data_path_outside_the_data_folder_is_refused(jobs_env, tmp_path, monkeypatch, where):
+    monkeypatch.setenv(DATA_ENV, str(tmp_path / "data"))
+    (tmp_path / "outside.tsv").write_text("Go.\tVa !\n")
+    source = str(tmp_path / where) if where == "outside.tsv" else where
+    at = train_page()
+    at.radio(key="data_source").set_value("file path").run()
+    at.text_input(key="data_path").set_value(source).run()
+    assert_clean(at)
+    assert not at.success and len(at.error) == 1
+    message = plain(at.error[0].value)
+    assert "outside" in message and str(data_root()) in message and DATA_ENV in message
 
 
 def test_upload_is_validated_and_counted(jobs_env):
@@ -186,6 +204,16 @@ def test_run_list_shows_every_state(jobs_env, make_run, dead_pid):
         sleeper.wait()
 
 
+def test_run_id_from_the_url_is_shown_literally(jobs_env):
+    """Markdown, links and directives in ?run= are escaped: the warning shows them as typed."""
+    wanted = "**bold**[x](javascript:alert(1)) :red[y] $z$ <b>"
+    at = train_page(wanted)
+    (warning,) = [w.value for w in at.warning]
+    escaped = r"\*\*bold\*\*\[x\]\(javascript\:alert\(1\)\) \:red\[y\] \$z\$ \<b\>"
+    assert f"Run '{escaped}' was not found" in warning
+    assert plain(warning) == f"Run '{wanted}' was not found (deleted?). Showing the newest run."
+
+
 def test_resume_and_delete_with_confirmation(jobs_env, make_run):
     make_run(runs_root(), "old", {"state": "finished"}, checkpoint=True)
     at = train_page("old")
@@ -219,7 +247,7 @@ def test_launch_shows_live_metrics_and_stops(jobs_env):
     run_id = at.query_params["run"]
     rd = RunDir(runs_root() / run_id)
     info = run_status.run_info(run_id)
-    assert rd.path.is_dir() and info.alive and is_trainer(info.pid, rd.path)
+    assert rd.path.is_dir() and info.alive and check_trainer(info.pid, rd.path, info.identity)
 
     wait_for(lambda: tick(at) and len(loss_points(at)) >= 3, what="3 points of the loss curve")
     logged = [r["step"] for r in rd.read_metrics() if r["record"] == "train"]
@@ -230,3 +258,12 @@ def test_launch_shows_live_metrics_and_stops(jobs_env):
     wait_for(lambda: tick(at) and badges(at) == [":orange-badge[stopped]"], 60, "the stop")
     assert rd.last.is_file() and not run_status.run_info(run_id).alive
     assert "Resume" in [b.label for b in at.button]
+
+
+def test_a_diverged_run_says_so(jobs_env, make_run):
+    message = "Training diverged at step 7: the loss became NaN. The last finite checkpoint"
+    make_run(runs_root(), "nan-run", {"state": "diverged", "message": message}, checkpoint=True)
+    at = train_page("nan-run")
+    assert badges(at) == [":red-badge[diverged]"]
+    assert any("Training diverged at step 7" in plain(e.value) for e in at.error)
+    assert "Resume" in [b.label for b in at.button]  # from the last finite checkpoint

@@ -8,7 +8,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from tests.helpers import assert_clean, run_page_script
+from tests.helpers import assert_clean, plain, run_page_script
 
 
 def run_page(query: dict | None = None) -> AppTest:
@@ -17,7 +17,12 @@ def run_page(query: dict | None = None) -> AppTest:
 
 
 def texts(at: AppTest) -> str:
-    """All Markdown and captions of the page, joined."""
+    """All Markdown and captions of the page, joined, as they read (escapes removed)."""
+    return plain(raw_texts(at))
+
+
+def raw_texts(at: AppTest) -> str:
+    """All Markdown and captions of the page, joined, as Markdown source."""
     return "\n".join([m.value for m in at.markdown] + [c.value for c in at.caption])
 
 
@@ -67,7 +72,7 @@ def test_bad_input_gives_a_clear_message(studio_dirs, sentence, message):
     at = run_page()
     at.text_input(key="tr_sentence").set_value(sentence).run()
     assert_clean(at)
-    assert len(at.error) == 1 and message in at.error[0].value
+    assert len(at.error) == 1 and message in plain(at.error[0].value)
     assert not at.dataframe or "output token" not in at.dataframe[0].value
 
 
@@ -76,6 +81,35 @@ def test_unknown_words_are_marked(studio_dirs):
     assert_clean(at)
     assert ":red-badge[zorglub]" in texts(at)
     assert any("zorglub" in w.value for w in at.warning)
+
+
+MARKUP = "**x** :red[y] $z$ <b>"  # bold, a Streamlit colour directive, math, HTML
+ESCAPED = r"\*\*x\*\* \:red\[y\] \$z\$ \<b\>"
+
+
+def test_markdown_in_the_sentence_is_shown_literally(studio_dirs):
+    at = run_page({"sentence": f"i'm home {MARKUP}"})
+    assert_clean(at)
+    for token in ESCAPED.split():
+        assert f":red-badge[{token}]" in raw_texts(at)  # unknown words, escaped
+    (warning,) = [w.value for w in at.warning]
+    assert all(token in warning for token in ESCAPED.split())
+    assert (
+        plain(warning)
+        == f"Not in the model's vocabulary (read as <unk>): {MARKUP.replace(' ', ', ')}."
+    )
+    at.text_input(key="tr_sentence").set_value(MARKUP).run()  # no known word: an error
+    assert_clean(at)
+    assert ESCAPED in at.error[0].value and MARKUP in plain(at.error[0].value)
+
+
+def test_unknown_model_from_the_url_falls_back_with_a_warning(studio_dirs):
+    at = run_page({"model": "checkpoints/**gone**.pt"})
+    assert_clean(at)
+    assert at.selectbox(key="tr_model").value == "checkpoints/fra-eng-small.pt"
+    (warning,) = [w.value for w in at.warning]
+    assert "`checkpoints/**gone**.pt` was not found" in warning
+    assert "### je suis chez moi ." in texts(at)
 
 
 def test_d2l_check_in_one_click(studio_dirs):

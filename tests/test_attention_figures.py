@@ -27,7 +27,7 @@ def test_heatmap_figure_spec(kind):
     assert "query" in fig.layout.yaxis.title.text
     assert "key" in fig.layout.xaxis.title.text
     assert list(fig.layout.yaxis.ticktext) == queries
-    assert list(fig.layout.xaxis.ticktext) == keys
+    assert list(fig.layout.xaxis.ticktext) == [figs.plotly_text(k) for k in keys]
     assert len(set(trace.y)) == 3 and len(set(trace.x)) == 4
     assert trace.zmax == 0.6
     assert "hidden" in fig.layout.title.subtitle.text
@@ -63,7 +63,7 @@ def test_percentile_cap_lowers_scale_for_diffuse_heads():
 def test_topk_figure_bars():
     fig = figs.topk_figure(["le", "la", "<eos>"], [0.6, 0.3, 0.1])
     np.testing.assert_allclose(fig.data[0].x, [0.6, 0.3, 0.1], rtol=1e-6)
-    assert list(fig.layout.yaxis.ticktext) == ["le", "la", "<eos>"]
+    assert list(fig.layout.yaxis.ticktext) == ["le", "la", "&lt;eos&gt;"]  # shown as <eos>
 
 
 # ----------------------------------------------------------------------------- views of a sentence
@@ -115,3 +115,29 @@ def test_head_rows_figure(home_translation):
     fig = figs.head_rows_figure(p.cross, p.src_tokens, "x", "source token (key)")
     assert np.asarray(fig.data[0].z).shape == (4, len(t.src_tokens))
     assert list(fig.data[0].y) == [f"head {h}" for h in range(4)]
+
+
+def test_a_sure_candidate_shows_its_probability():
+    """p = 0.999 must read 1.00 inside its bar, not be clipped at the axis end."""
+    fig = figs.topk_figure(["je", "j'", "<eos>"], [0.999, 0.0008, 0.0002])
+    bar = fig.data[0]
+    assert list(bar.text) == ["1.00", "0.00", "0.00"]
+    assert bar.textposition == "auto" and bar.cliponaxis is False
+    assert fig.layout.xaxis.range[1] > 1
+
+
+def test_grid_ticks_stay_readable_for_long_sentences():
+    tokens = [f"w{i}" for i in range(45)]
+    weights = np.full((1, 2, 45, 45), 1 / 45, dtype=np.float32)
+    layout = figs.grid_figure(weights, tokens, tokens, "encoder").layout
+    assert layout.xaxis.tickfont.size >= 10 and layout.xaxis.tickangle == -45
+    assert 15 <= len(layout.xaxis.tickvals) <= figs.MAX_GRID_TICKS  # every k-th token
+    assert layout.height >= 60 + 16 * 45  # rows sized to the sentence
+
+
+def test_tokens_are_shown_literally_never_as_plotly_html():
+    """A token like <a href=...> must not become a link in a chart."""
+    tokens = ['<a href="http://x">hi</a>', "&amp;", "ok"]
+    fig = figs.heatmap_figure(np.full((3, 3), 1 / 3), tokens, tokens, "encoder")
+    text = " ".join(fig.layout.xaxis.ticktext) + " ".join(fig.data[0].x)
+    assert "<a" not in text and "&lt;a href" in text and "&amp;amp;" in text

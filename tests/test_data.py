@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import io
+import struct
 import zipfile
 
 import pytest
 
+from core import data
 from core.data import (
     FRA_ENG_ENV,
     DataConfig,
@@ -95,6 +98,73 @@ def test_zip_reading_picks_fra_txt(tmp_path):
         zf.writestr("fra-eng/_about.txt", "About\tthis file\n")
         zf.writestr("fra-eng/fra.txt", "Go.\tVa !\nHi.\tSalut !\n")
     assert parse_pairs(read_text(path))[0][1] == ("Hi.", "Salut !")
+
+
+LIMIT = 10_000  # MAX_FILE_BYTES in the zip bomb tests (the zips are smaller on disk)
+
+
+def bomb(path, size: int, declared: int | None = None):
+    """A small zip whose fra.txt unpacks to ``size`` bytes; ``declared`` forges its file_size."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("fra.txt", b"Go.\tVa !\n" * (size // 9))
+    if declared is not None:  # the size fields of the local header and the central directory
+        raw = bytearray(path.read_bytes())
+        for at in (raw.index(b"PK\x03\x04") + 22, raw.rindex(b"PK\x01\x02") + 24):
+            raw[at : at + 4] = struct.pack("<I", declared)
+        path.write_bytes(raw)
+    return path
+
+
+@pytest.fixture
+def unpacked(monkeypatch) -> list[int]:
+    """MAX_FILE_BYTES is LIMIT; the list gets the size of every chunk read out of a zip member."""
+    monkeypatch.setattr(data, "MAX_FILE_BYTES", LIMIT)
+    sizes: list[int] = []
+    read = zipfile.ZipExtFile.read
+
+    def counting_read(self, n=-1):
+        out = read(self, n)
+        sizes.append(len(out))
+        return out
+
+    monkeypatch.setattr(zipfile.ZipExtFile, "read", counting_read)
+    return sizes
+
+
+def test_zip_bomb_is_refused_by_its_declared_size(tmp_path, unpacked):
+    """A member that says it unpacks to more than the limit is refused before any read."""
+    path = bomb(tmp_path / "bomb.zip", 2_000_000)
+    assert path.stat().st_size < LIMIT  # small on disk: only the unpacked size gives it away
+    with pytest.raises(DataError, match=r"bomb\.zip:fra\.txt unpacks to more than"):
+        read_text(path)
+    assert sum(unpacked) == 0
+
+
+def test_zip_bomb_with_a_forged_size_is_refused_without_unpacking_it(tmp_path, unpacked):
+    """A member that claims a small size is never read beyond that claim (or the limit)."""
+    path = bomb(tmp_path / "forged.zip", 2_000_000, declared=LIMIT // 2)
+    with pytest.raises(DataError, match=r"forged\.zip is a damaged or unsupported zip archive"):
+        read_text(path)
+    assert sum(unpacked) <= LIMIT + 1
+
+
+def test_reading_stops_once_past_the_limit(monkeypatch):
+    """However a stream lies about its size, reading stops just past MAX_FILE_BYTES."""
+
+    class Endless(io.RawIOBase):
+        """Zeros for ever, counting what was read."""
+
+        read_so_far = 0
+
+        def read(self, n=-1):
+            self.read_so_far += n
+            return b"\0" * n
+
+    monkeypatch.setattr(data, "MAX_FILE_BYTES", LIMIT)
+    stream = Endless()
+    with pytest.raises(DataError, match="endless unpacks to more than"):
+        data._read_capped(stream, "endless", data.UNPACKS)
+    assert stream.read_so_far == LIMIT + 1
 
 
 def test_download_verifies_checksum(tmp_path):

@@ -78,7 +78,7 @@ def test_lifecycle_start_stop_resume_and_death(jobs_env, tiny_settings, tiny_cor
     rd = RunDir(runs_root() / run_id)
     assert run_id.endswith("-d2l") and (rd.path / "data.tsv").is_file()  # upload copied in
     info = run_status.run_info(run_id)
-    assert info.alive and info.live and processes.is_trainer(info.pid, rd.path)
+    assert info.alive and info.live and processes.check_trainer(info.pid, rd.path, info.identity)
     with pytest.raises(RunError, match="1 CPU training job"):
         jobs.start_run("d2l", tiny_settings)  # the limit is one CPU job
     with pytest.raises(RunError, match="stop it before deleting"):
@@ -115,3 +115,19 @@ def test_lifecycle_start_stop_resume_and_death(jobs_env, tiny_settings, tiny_cor
     finally:
         child.wait(timeout=10)
     assert rd.read_status()["state"] == "failed"  # recorded for every reader
+
+
+def test_user_values_reach_the_trainer_as_data_never_as_argv(jobs_env, tiny_settings, tmp_path):
+    """A probe that looks like a flag stays a probe; the trainer's argv holds no user value."""
+    evil = tmp_path / "elsewhere"
+    tiny_settings["train"]["probes"] = [f"--out={evil}", "--preset=base", "go ."]
+    run_id = jobs.start_run("d2l", tiny_settings)
+    rd = RunDir(runs_root() / run_id)
+    config = wait_for(lambda: rd.read_config(), what="config.json")
+    assert config["train"]["probes"] == [f"--out={evil}", "--preset=base", "go ."]
+    assert config["model"]["d_model"] == tiny_settings["model"]["d_model"]  # not "base"
+    pid = run_status.run_info(run_id).pid
+    argv = open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\0")[:-1]
+    assert argv[1:] == ["-m", "core.train", "--out", str(rd.path), "--request", "--no-progress"]
+    assert json.loads(rd.request.read_text())["settings"]["train"]["probes"][0] == f"--out={evil}"
+    assert not evil.exists()

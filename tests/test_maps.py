@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -111,6 +114,19 @@ def test_view_csv_has_one_row_per_cell(home_translation):
     lines = mp.view_csv(view).decode().splitlines()
     assert lines[0] == "query_index,query_token,key_index,key_token,weight"
     assert len(lines) == 1 + view.weights.size
+
+
+FORMULAS = ['=hyperlink("http://x")', "+cmd", "-1+2", "@sum(1)", "\tx", "\rx"]
+
+
+def test_csv_cells_never_start_a_formula():
+    """OWASP: a token starting with = + - @ TAB or CR is written after a ' (text, not a formula)."""
+    tokens = [*FORMULAS, "ok", "<eos>"]
+    view = mp.View("encoder", np.eye(len(tokens), dtype=np.float32), tokens, tokens, "t")
+    frame = pd.read_csv(io.BytesIO(mp.view_csv(view)), keep_default_na=False)
+    cells = set(frame["query_token"]) | set(frame["key_token"])
+    assert cells == {"'" + t for t in FORMULAS} | {"ok", "<eos>"}
+    assert not any(c.startswith(mp.FORMULA_STARTS) for c in cells)
 
 
 def test_head_options_offer_rollout_only_for_the_encoder():

@@ -50,6 +50,14 @@ def test_masked_softmax_is_zero_past_valid_length():
         (dict(num_decoder_layers=0), "num_decoder_layers"),
         (dict(num_heads=0), "num_heads"),
         (dict(dropout=1.0), "dropout"),
+        (dict(dropout=float("nan")), r"dropout must be in \[0, 1\) \(got nan\)"),
+        (dict(max_positions=1), r"max_positions must be at least 2 \(got 1\)"),
+        (dict(pad_id=19), r"pad_id must be an id of both vocabularies \(got 19\)"),
+        (dict(d_model=16.0), r"d_model must be a whole number \(got 16.0\)"),
+        (dict(num_heads=True), r"num_heads must be a whole number \(got True\)"),
+        (dict(norm_first="yes"), r"norm_first must be true or false \(got 'yes'\)"),
+        (dict(dropout="0.1"), r"dropout must be a number \(got '0.1'\)"),
+        (dict(d_ff=0), r"d_ff must be at least 1 \(got 0\)"),
     ],
 )
 def test_impossible_configs_are_refused(bad, reason):

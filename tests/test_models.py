@@ -173,3 +173,43 @@ def test_models_frame_one_row_per_model(jobs_env, make_run):
         12.5,
         7,
     )
+
+
+def test_promote_refuses_a_checkpoint_with_nan_weights(jobs_env, make_run):
+    import torch
+
+    from core.checkpoint import atomic_save
+
+    rd = make_run(runs_root(), "nan", {"state": "diverged"}, checkpoint=True)
+    ckpt = read_checkpoint(rd.last)
+    name = next(iter(ckpt["state_dict"]))
+    ckpt["state_dict"][name] = torch.full_like(ckpt["state_dict"][name], float("nan"))
+    atomic_save(ckpt, rd.last)
+    with pytest.raises(models.ModelError, match="NaN or infinite"):
+        models.promote("nan", "last", "bad-model")
+    assert not (checkpoints_root() / "bad-model.pt").exists()
+
+
+def test_two_sessions_promoting_one_name_cannot_both_win(jobs_env, make_run):
+    import threading
+
+    make_run(runs_root(), "done", {"state": "finished"}, checkpoint=True)
+    outcomes, start = [], threading.Barrier(4)
+
+    def save() -> None:
+        start.wait()
+        try:
+            models.promote("done", "best", "same-name")
+            outcomes.append("saved")
+        except models.ModelError as e:
+            outcomes.append(str(e))
+
+    threads = [threading.Thread(target=save) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes.count("saved") == 1
+    assert all("already exists" in o for o in outcomes if o != "saved")
+    load_checkpoint(checkpoints_root() / "same-name.pt")
+    assert [p.name for p in checkpoints_root().iterdir()] == ["same-name.pt"]  # no temp left

@@ -80,3 +80,28 @@ def test_describe_settings_names_the_book_experiment():
         "30 epochs",
     ):
         assert part in text
+
+
+@pytest.mark.parametrize(
+    ("group", "field", "value"),
+    [
+        ("data", "num_train", -1),
+        ("data", "num_val", -5),
+        ("data", "max_pairs", -1),
+        ("data", "val_fraction", 1.5),
+        ("data", "test_fraction", -0.1),
+        ("data", "split", "middle"),
+        ("data", "max_len", 0),
+        ("data", "min_freq", 0),
+    ],
+)
+def test_every_bad_data_field_is_named(group, field, value):
+    problems = settings.validate_settings("d2l", {group: {field: value}})
+    assert any(p.startswith(field) for p in problems), problems
+
+
+def test_sentences_must_fit_the_model_positions():
+    problems = settings.validate_settings(
+        "d2l", {"data": {"max_len": 600}, "model": {"max_positions": 512}}
+    )
+    assert problems == ["max_len (600) + 2 must fit in the model's max_positions (512)"]

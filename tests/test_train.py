@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import signal
@@ -12,15 +13,23 @@ import sys
 import pytest
 import torch
 
-from core.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
+from core.checkpoint import (
+    CheckpointError,
+    all_finite,
+    load_checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+)
 from core.data import parse_pairs, preprocess
 from core.evaluate import corpus_bleu
 from core.evaluate import main as evaluate_main
+from core.model import Transformer
 from core.run_dir import RunDir
+from core.settings import to_flags
 from core.train_loop import TrainConfig, learning_rate
 from core.translate import main as translate_main
 from core.translate import translate_lines
-from tests.helpers import ROOT, TINY_ARGS, train_tiny, wait_for
+from tests.helpers import ROOT, TINY_ARGS, TINY_PRESET, TINY_RUN, train_tiny, wait_for
 
 
 def train_losses(run) -> list[tuple[int, float]]:
@@ -212,6 +221,8 @@ def test_stop_leaves_a_resumable_run(tmp_path, how):
         (["--d-model", "30", "--num-heads", "4"], "divisible"),
         (["--num-encoder-layers", "0"], "num_encoder_layers"),
         (["--batch-size", "0"], "batch_size"),
+        (["--max-positions", "10"], "max_positions (10)"),
+        (["--grad-clip", "-1"], "grad_clip must be 0 (off) or positive (got -1.0)"),
     ],
 )
 def test_cli_refuses_bad_settings(tmp_path, capsys, extra, message):
@@ -242,6 +253,9 @@ def test_evaluate_cli_prints_json(tiny_checkpoint, tiny_corpus, capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["bleu"] > 99 and result["loss"] < 0.05 and result["sentences_per_s"] > 0
     assert evaluate_main(["--checkpoint", str(tiny_checkpoint), "--data", "/nope.tsv"]) == 2
+    capsys.readouterr()
+    assert evaluate_main(["--checkpoint", str(tiny_checkpoint)]) == 2  # the file is named only
+    assert "trained on tiny.tsv, which is not here" in capsys.readouterr().err
 
 
 def test_multi_reference_bleu():
@@ -274,3 +288,162 @@ def test_compact_copy_drops_optimizer_and_halves(tiny_checkpoint, tmp_path, caps
     )
     assert load_checkpoint(dst).meta["state"]["step"] == 150
     assert checkpoint_main([str(tmp_path / "nope.pt"), str(dst)]) == 2
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("grad_clip", -1.0, "grad_clip must be 0 (off) or positive (got -1.0)"),
+        ("grad_clip", math.nan, "grad_clip must be 0 (off) or positive"),
+        ("eval_sentences", 0, "eval_sentences must be at least 1 (got 0)"),
+        ("eval_every", 0, "eval_every must be at least 1 (got 0)"),
+        ("log_every", 0, "log_every must be at least 1 (got 0)"),
+        ("epochs", -1, "epochs cannot be negative (got -1)"),
+        ("max_steps", -5, "max_steps cannot be negative (got -5)"),
+        ("time_budget", -60.0, "time_budget cannot be negative (got -60.0)"),
+        ("time_budget", math.inf, "time_budget must be a finite number of seconds"),
+        ("warmup_steps", -1, "warmup_steps cannot be negative (got -1)"),
+        ("threads", -2, "threads must be 0 (torch's default) or positive (got -2)"),
+        ("batch_size", 0, "batch_size must be at least 1 (got 0)"),
+        ("lr", 0.0, "lr must be positive and finite (got 0.0)"),
+        ("lr", math.nan, "lr must be positive and finite (got nan)"),
+        ("lr", math.inf, "lr must be positive and finite (got inf)"),
+        ("label_smoothing", 1.0, "label_smoothing must be in [0, 1) (got 1.0)"),
+        ("label_smoothing", -0.1, "label_smoothing must be in [0, 1) (got -0.1)"),
+        ("seed", -1, "seed must be between 0 and 4294967295 (got -1)"),
+        ("lr", "fast", "lr must be a number (got 'fast')"),
+        ("batch_size", 3.5, "batch_size must be a whole number (got 3.5)"),
+        ("amp", "yes", "amp must be true or false (got 'yes')"),
+        ("probes", "go .", "probes must be a list of sentences"),
+    ],
+)
+def test_each_bad_training_field_is_named(field, value, reason):
+    """Every training setting is checked, and the reason names the field and its value."""
+    with pytest.raises(ValueError) as e:
+        TrainConfig(**{"epochs": 1, field: value}).validate()
+    assert reason in str(e.value)
+
+
+def test_every_negative_limit_is_named_separately():
+    """Negative epochs, max_steps, time_budget and warm-up each get their own reason."""
+    cfg = TrainConfig(epochs=-1, max_steps=-1, time_budget=-1.0, warmup_steps=-1)
+    with pytest.raises(ValueError) as e:
+        cfg.validate()
+    for name in ("epochs", "max_steps", "time_budget", "warmup_steps"):
+        assert f"{name} cannot be negative" in str(e.value)
+
+
+# ----------------------------------------------------------------------------- divergence
+
+
+def nan_loss_at(monkeypatch, step: int) -> None:
+    """Make the model's training loss NaN at optimiser step ``step`` (1-based) of this process."""
+    calls, real_loss = [0], Transformer.loss
+
+    def loss(self, *args, **kwargs):
+        calls[0] += 1
+        value = real_loss(self, *args, **kwargs)
+        return value * math.nan if calls[0] == step else value
+
+    monkeypatch.setattr(Transformer, "loss", loss)
+
+
+DIVERGING = ("--epochs", "0", "--max-steps", "30", "--eval-every", "5", "--log-every", "1")
+
+
+def test_nan_loss_ends_the_run_as_diverged_keeping_the_last_finite_checkpoint(
+    tmp_path, monkeypatch, capsys
+):
+    """A NaN loss at step 13 stops the run; last.pt stays the finite one of step 10."""
+    nan_loss_at(monkeypatch, 13)
+    out = tmp_path / "run"
+    assert train_tiny(out, *DIVERGING) == 3
+    message = (
+        "Training diverged at step 13: the loss became NaN/inf. The last finite checkpoint "
+        "(step 10) is kept; lower lr or raise warmup_steps, then resume or start again."
+    )
+    assert capsys.readouterr().err.strip() == f"error: {message}"
+    status = RunDir(out).read_status()
+    assert status["state"] == "diverged" and status["message"] == message
+    assert status["diverged_at"] == 13 and status["step"] == 12
+    last = read_checkpoint(out / "last.pt")
+    assert last["state"]["step"] == 10 and all_finite(last["state_dict"])
+    assert all_finite(read_checkpoint(out / "best.pt")["state_dict"])
+    load_checkpoint(out / "last.pt")
+    steps = [r["step"] for r in RunDir(out).read_metrics() if r["record"] == "train"]
+    assert steps == list(range(1, 13))  # no NaN record
+    monkeypatch.undo()
+    from core.train import main
+
+    resumed = ["--out", str(out), "--resume", "--lr", "0.001", "--no-progress"]
+    assert main(resumed) == 0  # a lower lr may be set when resuming
+    assert RunDir(out).read_status()["state"] == "finished"
+    assert read_checkpoint(out / "last.pt")["train_config"]["lr"] == 0.001
+
+
+def test_huge_lr_diverges_before_any_checkpoint(tmp_path, capsys):
+    """lr 1e6 blows the weights up at once; nothing non-finite is ever saved."""
+    out = tmp_path / "run"
+    code = train_tiny(out, "--lr", "1e6", "--warmup-steps", "0", *DIVERGING)
+    assert code == 3
+    assert "No checkpoint was saved before it" in capsys.readouterr().err
+    status = RunDir(out).read_status()
+    assert status["state"] == "diverged" and "Training diverged at step" in status["message"]
+    assert not (out / "last.pt").exists() and not (out / "best.pt").exists()
+
+
+def test_a_non_finite_evaluation_is_never_best(tmp_path, monkeypatch):
+    """A NaN validation loss is recorded but never counts as best (not even the first)."""
+    monkeypatch.setattr("core.train_loop.evaluate_loss", lambda *a, **k: math.nan)
+    out = tmp_path / "run"
+    extra = ("--num-train", "24", "--num-val", "6", "--epochs", "0", "--max-steps", "10")
+    assert train_tiny(out, *extra, "--eval-every", "5") == 0
+    evals = [r for r in RunDir(out).read_metrics() if r["record"] == "eval"]
+    assert [r["step"] for r in evals] == [5, 10] and not any(r["is_best"] for r in evals)
+    assert not (out / "best.pt").exists() and (out / "last.pt").is_file()
+
+
+def test_weights_that_are_not_finite_are_never_saved(tmp_path, tiny_model):
+    """all_finite spots NaN and inf; save_checkpoint refuses such weights."""
+    state = {"w": torch.ones(3), "ids": torch.tensor([1, 2])}
+    assert all_finite(state)
+    for bad in (math.nan, math.inf):
+        assert not all_finite({**state, "w": torch.tensor([1.0, bad]).half()})
+    model = Transformer(tiny_model.model.cfg)
+    with torch.no_grad():
+        next(model.parameters())[0] = math.nan
+    with pytest.raises(CheckpointError, match="NaN or inf"):
+        save_checkpoint(tmp_path / "bad.pt", model, tiny_model.src_vocab, tiny_model.tgt_vocab)
+    assert not (tmp_path / "bad.pt").exists()
+
+
+# ----------------------------------------------------------------------------- small corpora
+
+
+def test_mostly_unknown_words_are_warned_about(tmp_path, capsys):
+    """A corpus whose words are seen once each trains on <unk>: status and output say so."""
+    corpus = tmp_path / "rare.tsv"
+    corpus.write_text("".join(f"Word{i} alpha{i}.\tMot{i} beta{i}.\n" for i in range(20)))
+    out = tmp_path / "run"
+    extra = ("--data", str(corpus), "--min-freq", "2", "--epochs", "0", "--max-steps", "2")
+    assert train_tiny(out, *extra) == 0
+    warning = (
+        "67% of the training source tokens are <unk> (vocabulary of 1 word at min_freq 2): "
+        "lower --min-freq (the form's min_freq) or use more data."
+    )
+    warnings = RunDir(out).read_status()["warnings"]
+    assert warnings == [warning, warning.replace("source", "target")]
+    assert f"warning: {warning}" in capsys.readouterr().out
+
+
+def test_final_line_and_progress_bar(tmp_path, capsys, tiny_run):
+    """No validation split is said in words; the progress bar counts steps."""
+    assert RunDir(tiny_run).read_status()["warnings"] == []
+    argv = ["--preset", TINY_PRESET, *to_flags(TINY_RUN), "--epochs", "0", "--max-steps", "12"]
+    from core.train import main
+
+    assert main([*argv, "--out", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr()
+    assert "finished at step 12; no validation split;" in out.out
+    assert "BLEU" not in out.out
+    assert "12/12" in out.err and "/1000" not in out.err

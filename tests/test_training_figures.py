@@ -145,3 +145,19 @@ def test_training_curve_figure(tiny_run):
     fig = tf.training_curve_figure(tiny_run, 100)
     assert fig.data[0].name == "training loss" and len(fig.data[0].x) == 15
     assert fig.layout.shapes[0].x0 == 100
+
+
+@pytest.mark.parametrize("log_y", [False, True])
+def test_a_constant_series_is_drawn_around_its_value(log_y):
+    """d2l's constant learning rate must not sit on an axis from -0.5 to 1."""
+    records = [{"record": "train", "step": s, "lr": 0.0015} for s in range(1, 30)]
+    fig = tf.curves_figure({"r": records}, "lr", log_y=log_y)
+    low, high = fig.layout.yaxis.range
+    value = math.log10(0.0015) if log_y else 0.0015
+    assert low < value < high and high - low <= (1.0 if log_y else 0.0016)
+
+
+def test_compared_runs_put_their_legend_below_the_title():
+    records = [{"record": "train", "step": s, "loss": 1.0 / s} for s in range(1, 30)]
+    fig = tf.curves_figure({"a": records, "b": records}, "loss")
+    assert fig.layout.showlegend and fig.layout.legend.y < 0  # under the plot, not on the title

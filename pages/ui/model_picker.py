@@ -9,6 +9,7 @@ from core.checkpoint import CheckpointError, LoadedModel, load_checkpoint
 from core.places import checkpoints_root, runs_root
 from core.view_state import ViewState
 from pages.ui.frame import link
+from pages.ui.text import code, md
 from pages.ui.view_widgets import widget_default
 
 
@@ -37,13 +38,18 @@ def choose_model(state: ViewState, prefix: str) -> models.ModelEntry | None:
     entry = None
     if not usable:
         st.error(
-            f"No trained model is available yet: nothing usable in `{checkpoints_root()}` "
-            f"or `{runs_root()}`. Train one on the Train page, then come back."
+            f"No trained model is available yet: nothing usable in {code(checkpoints_root())} "
+            f"or {code(runs_root())}. Train one on the Train page, then come back."
         )
         link("train.py", "Go to the Train page")
     else:
         by_key = {e.key: e for e in usable}
         chosen = models.find_entry(usable, state.model) or models.default_entry(usable)
+        if state.model and state.model != chosen.key:
+            st.warning(
+                f"Model {code(state.model)} was not found or cannot be used (renamed, deleted "
+                "or damaged?): showing the default model instead."
+            )
         widget_default(f"{prefix}_model", chosen.key, list(by_key))
         state.model = st.selectbox(
             "Model (newest first)",
@@ -55,7 +61,7 @@ def choose_model(state: ViewState, prefix: str) -> models.ModelEntry | None:
     if broken:
         with st.expander(f"{len(broken)} model file(s) cannot be used"):
             for e in broken:
-                st.markdown(f"- `{e.key}`: {e.reason}")
+                st.markdown(f"- {code(e.key)}: {md(e.reason)}")
     return entry
 
 
@@ -66,12 +72,12 @@ def pick_model(state: ViewState, prefix: str) -> tuple[models.ModelEntry, Loaded
         return None
     if not any(e.origin == "shipped model" for e in model_entries() if e.usable):
         st.caption(
-            f"The shipped model `{models.SHIPPED_NAME}` is not in `{checkpoints_root()}` "
-            "yet: showing the models trained here."
+            f"The shipped model {code(models.SHIPPED_NAME)} is not in "
+            f"{code(checkpoints_root())} yet: showing the models trained here."
         )
-    st.caption(models.entry_caption(entry))
+    st.caption(md(models.entry_caption(entry)))
     try:
         return entry, load_model(entry.path, entry.mtime)
     except CheckpointError as e:
-        st.error(f"This model cannot be loaded: {e}")
+        st.error(f"This model cannot be loaded: {md(e)}")
         return None

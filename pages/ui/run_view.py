@@ -10,6 +10,7 @@ from core.models import ModelError
 from core.run_dir import RunError
 from core.run_status import RunInfo
 from core.training_figures import curves_figure
+from pages.ui.text import code, md
 
 STATE_COLORS = {
     "starting": "blue",
@@ -17,10 +18,13 @@ STATE_COLORS = {
     "finished": "green",
     "stopped": "orange",
     "failed": "red",
+    "diverged": "red",
+    "unknown": "gray",
 }
 CHARTS = ["loss", "val_loss", "val_bleu", "lr", "tokens_per_s", "grad_norm"]
 LOG_METRICS = {"loss", "val_loss", "lr", "grad_norm"}
-POLL_S = 1.0
+POLL_S = 2.0  # seconds between live updates of a running run
+TABLE_POLL_S = 5.0  # seconds between updates of the all-runs table while a run is live
 
 
 def pick_run(runs: list[RunInfo]) -> RunInfo | None:
@@ -28,7 +32,7 @@ def pick_run(runs: list[RunInfo]) -> RunInfo | None:
     ids = [r.run_id for r in runs]
     wanted = st.query_params.get("run")
     if wanted and wanted not in ids:
-        st.warning(f"Run '{wanted}' was not found (deleted?). Showing the newest run.")
+        st.warning(f"Run '{md(wanted)}' was not found (deleted?). Showing the newest run.")
     if not ids:
         return None
     index = ids.index(wanted) if wanted in ids else 0
@@ -58,20 +62,20 @@ def run_actions(info: RunInfo) -> None:
         if not info.alive and row.button("Delete run…"):
             st.session_state["confirm_delete"] = info.run_id
     except RunError as e:
-        st.error(str(e))
+        st.error(md(e))
     if st.session_state.get("confirm_delete") == info.run_id and not info.alive:
         confirm_delete(info.run_id)
 
 
 def confirm_delete(run_id: str) -> None:
     """Ask before deleting a run and its checkpoints."""
-    st.warning(f"Delete run {run_id}, its metrics and checkpoints for good?")
+    st.warning(f"Delete run {md(run_id)}, its metrics and checkpoints for good?")
     yes, no = st.columns(2)
     if yes.button("Yes, delete it", type="primary"):
         try:
             jobs.delete_run(run_id)
         except RunError as e:
-            st.error(str(e))
+            st.error(md(e))
             return
         st.session_state.pop("confirm_delete", None)
         del st.query_params["run"]
@@ -102,9 +106,9 @@ def promote_form(info: RunInfo) -> None:
         if st.form_submit_button("Save model"):
             try:
                 path = models.promote(info.run_id, which, name, overwrite)
-                st.success(f"Saved as {path.name}: pick it on the Translate page.")
+                st.success(f"Saved as {md(path.name)}: pick it on the Translate page.")
             except ModelError as e:
-                st.error(str(e))
+                st.error(md(e))
 
 
 def run_header(info: RunInfo) -> None:
@@ -113,15 +117,21 @@ def run_header(info: RunInfo) -> None:
     st.badge(label, color=STATE_COLORS.get(info.state, "gray"))
     started = run_status.when(info.started_at)
     st.caption(
-        " · ".join(x for x in (f"started {started}", info.data, info.size, info.device) if x)
+        md(" · ".join(x for x in (f"started {started}", info.data, info.size, info.device) if x))
     )
+    if info.stopping:
+        st.info(
+            "Stopping: the trainer saves a checkpoint, then exits. If it has not stopped "
+            f"{run_status.STOP_GRACE_S:.0f} s after the request, it is killed."
+        )
     if info.message:
-        (st.error if info.state == "failed" else st.info)(info.message)
+        alarming = info.state in ("failed", "diverged", "unknown")
+        (st.error if alarming else st.info)(md(info.message))
     elif info.state == "starting":
         last = run_status.log_tail(info.run_id, 1)
         st.info(
             "Starting: loading the corpus and building the model…"
-            + (f"\n\n`{last}`" if last else "")
+            + (f"\n\n{code(last)}" if last else "")
         )
 
 
@@ -132,17 +142,30 @@ def progress_line(info: RunInfo) -> None:
     st.progress(min(max(info.progress, 0.0), 1.0), text=f"{info.progress:.0%} · {steps}{eta}")
 
 
-def chart_grid(run_id: str, compare: list[str], smoothing: float, log_y: bool) -> None:
-    """Training curves of the run (and the runs compared with it)."""
-    records = {rid: run_status.read_metrics(rid) for rid in [run_id, *compare]}
-    cols = st.columns(3)
-    for i, metric in enumerate(CHARTS):
-        fig = curves_figure(
+@st.cache_resource(show_spinner=False, max_entries=16)
+def curve_figures(signature: tuple, smoothing: float, log_y: bool) -> tuple[list, object]:
+    """The six curve figures and the latest examples, rebuilt only when a metrics file grew.
+
+    Shared across sessions and never mutated (``signature`` from run_status).
+    """
+    records = {run_id: run_status.read_metrics(run_id) for run_id, *_ in signature}
+    figures = [
+        curves_figure(
             records, metric, smoothing, log_y and metric in LOG_METRICS, max_points=400, height=280
         )
+        for metric in CHARTS
+    ]
+    return figures, run_status.latest_examples(records[signature[0][0]])
+
+
+def chart_grid(run_id: str, compare: list[str], smoothing: float, log_y: bool) -> None:
+    """Training curves of the run (and the runs compared with it)."""
+    signature = run_status.metrics_signature([run_id, *compare])
+    figures, examples = curve_figures(signature, smoothing, log_y)
+    cols = st.columns(3)
+    for i, (metric, fig) in enumerate(zip(CHARTS, figures)):
         with cols[i % 3]:
             st.plotly_chart(fig, width="stretch", key=f"chart-{metric}")
-    examples = run_status.latest_examples(records[run_id])
     if not examples.empty:
         st.markdown("**Latest validation examples**")
         st.dataframe(examples, hide_index=True)
@@ -162,9 +185,9 @@ def gpu_line(info: RunInfo) -> None:
 def status_view(run_id: str, was_live: bool) -> None:
     """State, progress with ETA and GPU use, re-read from the run directory."""
     try:
-        info = run_status.run_info(run_id)
+        info = jobs.enforce_stop(run_id)  # kills a trainer that ignored a stop request
     except RunError as e:
-        st.error(str(e))
+        st.error(md(e))
         return
     if was_live and not info.live:
         st.rerun()  # the run ended: refresh the buttons and switch polling off
@@ -226,9 +249,18 @@ def runs_dataframe(runs: list[RunInfo], key: str) -> None:
 
 
 def runs_table(runs: list[RunInfo]) -> None:
-    """Every run with its state, start time, data, size and best BLEU."""
+    """Every run with its state, start time, data, size and best BLEU (live while one runs)."""
     st.header("All runs")
     if not runs:
         st.info("No runs yet: pick a preset and data, then press Launch training.")
         return
+    live = any(r.live for r in runs)
+    st.fragment(_runs_table_now, run_every=TABLE_POLL_S if live else None)(live)
+
+
+def _runs_table_now(was_live: bool) -> None:
+    """The runs table re-read from disk (a fragment: it refreshes on its own)."""
+    runs = run_status.list_runs()
     runs_dataframe(runs, "runs_table")
+    if was_live and not any(r.live for r in runs):
+        st.rerun()  # the last live run ended: switch polling off

@@ -11,8 +11,10 @@ import streamlit as st
 from core import corpus_files, jobs, settings
 from core.data import DataError, fra_eng_copy, resolve_corpus
 from core.devices import device_summary
+from core.places import DATA_ENV, data_root
 from core.presets import PRESET_LABELS, PRESETS
 from core.run_dir import RunError
+from pages.ui.text import code, md
 
 DATA_SOURCES = ["fra-eng", "file path", "upload"]
 STEPS = {  # number_input steps of float settings (others step by 0.01)
@@ -85,7 +87,7 @@ def fra_eng_picker() -> str:
     """fra-eng: say where it comes from; offer to download it now, with progress."""
     copy = fra_eng_copy()
     if copy is not None:
-        st.caption(f"fra-eng: using the copy at `{copy}`.")
+        st.caption(f"fra-eng: using the copy at {code(copy)}.")
         return "fra-eng"
     st.caption("fra-eng is not downloaded yet (3.4 MB); the run downloads it when it starts.")
     if st.button("Download fra-eng now"):
@@ -101,7 +103,7 @@ def fra_eng_picker() -> str:
             resolve_corpus("fra-eng", progress=update)
             st.success("fra-eng downloaded and verified.")
         except DataError as e:
-            st.error(str(e))
+            st.error(md(e))
     return "fra-eng"
 
 
@@ -109,10 +111,16 @@ def file_picker(source_type: str) -> str | None:
     """A path or an upload of tab-separated pairs, checked and counted before launch."""
     try:
         if source_type == "file path":
+            folder = data_root()
             path = st.text_input(
                 "Path to a tab-separated file (English<TAB>French per line)",
                 key="data_path",
-                placeholder="/data/pairs.tsv",
+                placeholder=f"pairs.tsv (in {folder})",
+            )
+            st.caption(
+                f"The file must be in the data folder {code(folder)} (or in the corpus "
+                "download cache); a relative path is read from there. To use another "
+                f"folder, set {code(DATA_ENV)} before starting the app."
             )
             if not path.strip():
                 return None
@@ -129,10 +137,10 @@ def file_picker(source_type: str) -> str | None:
             source = str(corpus_files.stage_upload(up.name, up.getvalue()))
         info = corpus_files.inspect_data(source)
     except DataError as e:
-        st.error(str(e))
+        st.error(md(e))
         return None
     st.success(f"{info['usable']:,} usable pairs, {info['skipped']:,} skipped lines.")
-    return source
+    return info["path"]  # resolved: a relative path means the data folder's file
 
 
 def launch(preset: str, source: str | None) -> None:
@@ -144,12 +152,12 @@ def launch(preset: str, source: str | None) -> None:
     chosen["data"]["source"] = source
     problems = settings.validate_settings(preset, chosen)
     if problems:
-        st.error("Not started. Fix these settings:\n" + "\n".join(f"- {p}" for p in problems))
+        st.error("Not started. Fix these settings:\n" + "\n".join(f"- {md(p)}" for p in problems))
         return
     try:
         run_id = jobs.start_run(preset, chosen)
     except RunError as e:
-        st.error(str(e))
+        st.error(md(e))
         return
     st.query_params["run"] = run_id
     st.rerun()

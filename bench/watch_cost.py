@@ -1,0 +1,87 @@
+"""What watching costs: training tokens/s with the Train page open in Chromium vs unwatched.
+
+    python bench/watch_cost.py [--repeats 3] [--seconds 60] [--preset small]
+
+Starts the app on a loopback port, then trains the same run (the preset on fra-eng, a
+fixed time budget) alternately unwatched and watched (the Train page open on it in
+headless Chromium, 1400 px wide), and prints each run's median target tokens/s after
+warm-up, the medians per mode and their ratio. Needs fra-eng.zip ($FRA_ENG_ZIP or
+../shared/data/fra-eng.zip), Debian's Chromium and Playwright.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import ROOT, corpus_path, median
+
+sys.path.insert(0, str(ROOT))
+
+from core import jobs, run_status  # noqa: E402
+from core.run_dir import RunDir  # noqa: E402
+from tests.helpers import launch_chromium, start_server, stop_server  # noqa: E402
+
+
+def tokens_per_s(run_id: str, skip_s: float = 15.0) -> float:
+    """Median logged tokens/s of a run, leaving out its first ``skip_s`` seconds of training."""
+    records = RunDir(Path(os.environ["ATTENTION_STUDIO_RUNS"]) / run_id).read_metrics()
+    rates = [
+        r["tokens_per_s"]
+        for r in records
+        if r.get("record") == "train" and r.get("tokens_per_s") and r["elapsed"] > skip_s
+    ]
+    return median(rates) if rates else float("nan")
+
+
+def train_once(preset: str, seconds: float, page=None, url: str = "") -> float:
+    """One run of ``seconds`` of training; with ``page``, the Train page watches it."""
+    settings = {"data": {"source": "fra-eng"}, "train": {"time_budget": seconds, "epochs": 0}}
+    run_id = jobs.start_run(preset, settings)
+    if page is not None:
+        page.goto(f"{url}/train?run={run_id}")
+    while run_status.run_info(run_id).live:
+        time.sleep(1.0)
+    if page is not None:
+        page.goto("about:blank")
+    return tokens_per_s(run_id)
+
+
+def main() -> None:
+    """Alternate unwatched and watched runs; print the medians and the ratio."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--seconds", type=float, default=60.0)
+    p.add_argument("--preset", default="small")
+    args = p.parse_args()
+    os.environ["FRA_ENG_ZIP"] = corpus_path()
+    runs = Path(tempfile.mkdtemp(prefix="watch-cost-"))
+    os.environ["ATTENTION_STUDIO_RUNS"] = str(runs)
+    proc, url = start_server(runs)
+    from playwright.sync_api import sync_playwright
+
+    rates = {"unwatched": [], "watched": []}
+    try:
+        with sync_playwright() as pw:
+            browser = launch_chromium(pw)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            for i in range(args.repeats):
+                for mode in ("unwatched", "watched") if i % 2 == 0 else ("watched", "unwatched"):
+                    watcher = page if mode == "watched" else None
+                    rate = train_once(args.preset, args.seconds, watcher, url)
+                    rates[mode].append(rate)
+                    print(f"run {i + 1} {mode:9s}: {rate:8.0f} target tokens/s", flush=True)
+            browser.close()
+    finally:
+        stop_server(proc)
+    watched, unwatched = median(rates["watched"]), median(rates["unwatched"])
+    print(f"median unwatched {unwatched:.0f} tokens/s, watched {watched:.0f} tokens/s")
+    print(f"watched / unwatched = {watched / unwatched:.2f} (goal: at least 0.90)")
+
+
+if __name__ == "__main__":
+    main()

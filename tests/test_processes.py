@@ -1,0 +1,104 @@
+"""Tests for core.processes and the app's use of it: a pid is verified before any signal."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from core import jobs, processes, run_status
+from core.places import runs_root
+from core.run_dir import RunError
+from tests.helpers import fake_trainer
+
+
+@pytest.fixture
+def sleeper_run(jobs_env, make_run):
+    """(RunDir, process): a running run whose trainer is a sleeping stand-in."""
+    rd = make_run(runs_root(), "live", {"state": "running"})
+    proc = fake_trainer(rd.path)
+    yield rd, proc
+    proc.kill()
+    proc.wait()
+
+
+def _record(rd, pid: int, identity: str | None) -> None:
+    """Write the launch record the app keeps in job.json."""
+    from core.run_dir import read_json, write_json
+
+    write_json(rd.job, {**read_json(rd.job, {}), "pid": pid, "identity": identity})
+
+
+def test_identity_is_stable_and_tells_processes_apart(sleeper_run):
+    rd, proc = sleeper_run
+    mine = processes.identity(proc.pid)
+    assert mine and mine == processes.identity(proc.pid) and ":" in mine
+    assert processes.check_trainer(proc.pid, rd.path, mine) is True
+    assert processes.check_trainer(proc.pid, rd.path / "other", mine) is False
+
+
+def test_a_recycled_pid_is_not_the_trainer_and_is_never_signalled(sleeper_run):
+    """The pid exists and even runs core.train for this run, but it started at another time."""
+    rd, proc = sleeper_run
+    _record(rd, proc.pid, "another-boot:12345")
+    info = run_status.run_info("live")
+    assert (info.state, info.alive) == ("failed", False)
+    with pytest.raises(RunError, match="not running"):
+        jobs.stop_run("live")
+    time.sleep(0.3)
+    assert proc.poll() is None  # still alive: nothing was sent to it
+
+
+def test_without_proc_the_state_is_unknown_and_nothing_is_signalled(
+    sleeper_run, monkeypatch, tmp_path
+):
+    rd, proc = sleeper_run
+    _record(rd, proc.pid, processes.identity(proc.pid))
+    monkeypatch.setattr(processes, "PROC", tmp_path / "no-proc")  # e.g. macOS, or hidden /proc
+    info = run_status.run_info("live")
+    assert (info.state, info.alive, info.resumable) == ("unknown", False, False)
+    assert "cannot be verified" in info.message
+    for action in (jobs.stop_run, jobs.delete_run, jobs.resume_run):
+        with pytest.raises(RunError):
+            action("live")
+    assert processes.signal_trainer(proc.pid, rd.path, info.identity) is False
+    time.sleep(0.3)
+    assert proc.poll() is None and rd.path.is_dir()
+
+
+def test_a_trainer_that_ignores_stop_is_killed_after_the_grace_period(
+    jobs_env, make_run, monkeypatch
+):
+    rd = make_run(runs_root(), "hung", {"state": "running"})
+    proc = fake_trainer(rd.path, ignore_sigterm=True)
+    try:
+        _record(rd, proc.pid, processes.identity(proc.pid))
+        monkeypatch.setattr(run_status, "STOP_GRACE_S", 0.5)
+        info = jobs.stop_run("hung", wait=0.2)
+        assert info.alive and info.stopping  # SIGTERM ignored, still within the grace period
+        time.sleep(0.6)
+        info = jobs.enforce_stop("hung")
+        assert (info.state, info.alive) == ("stopped", False)
+        assert "did not stop within" in info.message and "SIGKILL" in info.message
+        assert proc.wait(timeout=10) == -9
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_second_trainer_of_a_running_run_stops_at_once(tmp_path, capsys):
+    """Two resumes of one run: the second trainer leaves the first one's files alone."""
+    import os
+
+    from core.locks import hold_run
+    from core.train import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    fd = hold_run(run)  # the first trainer
+    try:
+        assert main(["--out", str(run), "--resume"]) == 2
+        assert "already being trained" in capsys.readouterr().err
+        assert not (run / "status.json").exists()
+    finally:
+        os.close(fd)
