@@ -38,16 +38,22 @@ def tokens_per_s(run_id: str, skip_s: float = 15.0) -> float:
     return median(rates) if rates else float("nan")
 
 
-def train_once(preset: str, seconds: float, page=None, url: str = "") -> float:
+def train_once(preset: str, seconds: float, threads: int, page=None, url: str = "") -> float:
     """One run of ``seconds`` of training; with ``page``, the Train page watches it."""
-    settings = {"data": {"source": "fra-eng"}, "train": {"time_budget": seconds, "epochs": 0}}
+    train = {"time_budget": seconds, "epochs": 0, "threads": threads}
+    settings = {"data": {"source": "fra-eng"}, "train": train}
     run_id = jobs.start_run(preset, settings)
     if page is not None:
         page.goto(f"{url}/train?run={run_id}")
-    while run_status.run_info(run_id).live:
+    while (info := run_status.run_info(run_id)).live:
         time.sleep(1.0)
     if page is not None:
         page.goto("about:blank")
+    if info.state != "finished":
+        from core import processes
+
+        check = processes.check_trainer(info.pid, info.path, info.identity)
+        sys.exit(f"run {run_id} ended as {info.state} (check now: {check}): {info.message}")
     return tokens_per_s(run_id)
 
 
@@ -57,6 +63,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seconds", type=float, default=60.0)
     p.add_argument("--preset", default="small")
+    p.add_argument("--threads", type=int, default=0, help="trainer threads (0: as the app)")
     args = p.parse_args()
     os.environ["FRA_ENG_ZIP"] = corpus_path()
     runs = Path(tempfile.mkdtemp(prefix="watch-cost-"))
@@ -72,7 +79,7 @@ def main() -> None:
             for i in range(args.repeats):
                 for mode in ("unwatched", "watched") if i % 2 == 0 else ("watched", "unwatched"):
                     watcher = page if mode == "watched" else None
-                    rate = train_once(args.preset, args.seconds, watcher, url)
+                    rate = train_once(args.preset, args.seconds, args.threads, watcher, url)
                     rates[mode].append(rate)
                     print(f"run {i + 1} {mode:9s}: {rate:8.0f} target tokens/s", flush=True)
             browser.close()

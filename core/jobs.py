@@ -264,3 +264,19 @@ def delete_run(run_id: str) -> None:
         if info.alive or info.state == "unknown" or run_is_held(info.path):
             raise RunError(f"Run {run_id} is {info.state}; stop it before deleting it.")
         shutil.rmtree(info.path)
+
+
+MAX_NAME_CHARS = 60  # longest run name
+
+
+def rename_run(run_id: str, name: str) -> str:
+    """Give a run a name people recognise (kept in job.json; '' removes it)."""
+    name = " ".join(str(name).split())
+    if len(name) > MAX_NAME_CHARS:
+        raise RunError(f"A run name has at most {MAX_NAME_CHARS} characters (got {len(name)}).")
+    rd = run_dir(run_id)
+    with launch_lock():
+        if not rd.path.is_dir():
+            raise RunError(f"Run '{run_id}' does not exist (deleted, or another runs directory).")
+        write_json(rd.job, {**(read_json(rd.job, {}) or {}), "name": name})
+    return name

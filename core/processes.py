@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 from pathlib import Path
 
 PROC = Path("/proc")  # where Linux shows processes (tests point it elsewhere)
@@ -19,8 +20,15 @@ _CHILDREN: dict[int, subprocess.Popen] = {}  # trainers started by this process,
 
 
 def adopt(proc: subprocess.Popen) -> None:
-    """Remember a trainer started here, so its exit status is collected (no zombies)."""
+    """Remember a trainer started here and collect its exit status when it ends (no zombie)."""
     _CHILDREN[proc.pid] = proc
+    threading.Thread(target=_reap_when_done, args=(proc,), daemon=True).start()
+
+
+def _reap_when_done(proc: subprocess.Popen) -> None:
+    """Wait for a child to exit, then forget it (runs in a daemon thread)."""
+    proc.wait()
+    _CHILDREN.pop(proc.pid, None)
 
 
 def reap() -> None:

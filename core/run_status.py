@@ -20,6 +20,7 @@ from core.run_dir import RUN_ID_RE, RunDir, RunError, read_json, run_dir
 
 LIVE_STATES = ("starting", "running")
 FINAL_STATES = ("finished", "stopped", "failed", "diverged")  # written by the trainer at its end
+RECHECK_S = 0.3  # a trainer that looks gone is checked once more after this long
 STOP_GRACE_S = 30.0  # a trainer still running this long after a stop request is killed
 STARTUP_GRACE_S = 10.0  # a run dir this young without a pid is still being launched
 
@@ -46,6 +47,8 @@ class RunInfo:
     started_at: float | None = None  # first launch (epoch seconds)
     finished_at: float | None = None
     preset: str = ""
+    name: str = ""  # a name the user gave the run ("" = none)
+    heads: int | None = None  # attention heads per layer
     data: str = ""  # short data description
     size: str = ""  # short model size description
     pid: int | None = None
@@ -58,6 +61,13 @@ class RunInfo:
     def live(self) -> bool:
         """True while the run is starting or running."""
         return self.state in LIVE_STATES
+
+    @property
+    def label(self) -> str:
+        """A short description for pickers and legends: name or id, preset, size, data."""
+        parts = [self.name or self.run_id, self.preset]
+        parts += [f"{self.heads} heads" if self.heads else "", self.data]
+        return " · ".join(p for p in parts if p)
 
     @property
     def stop_overdue(self) -> bool:
@@ -98,6 +108,9 @@ def run_info(run_id: str) -> RunInfo:
     pid = job.get("pid") or status.get("pid")
     recorded = job.get("identity") or status.get("identity")
     check = check_trainer(pid, rd.path, recorded)
+    if check is False and status.get("state") in LIVE_STATES:  # about to call it dead:
+        time.sleep(RECHECK_S)  # look once more before saying so
+        check = check_trainer(pid, rd.path, recorded)
     if check is None:
         state, message = "unknown", _unknown_message(pid)
     else:
@@ -129,6 +142,8 @@ def run_info(run_id: str) -> RunInfo:
         started_at=job.get("created_at") or status.get("started_at"),
         finished_at=status.get("finished_at"),
         preset=job.get("preset", ""),
+        name=str(job.get("name") or ""),
+        heads=model.get("num_heads"),
         data=describe_data(data),
         size=size_label(model),
         pid=pid,
@@ -248,3 +263,11 @@ def metrics_signature(run_ids: list[str]) -> tuple:
         except (OSError, RunError):
             signature.append((run_id, 0, 0))
     return tuple(signature)
+
+
+def legend_names(runs: list[RunInfo]) -> dict[str, str]:
+    """run id -> its label, made unique (a run id is added where two labels agree)."""
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[r.label] = counts.get(r.label, 0) + 1
+    return {r.run_id: r.label if counts[r.label] == 1 else f"{r.label} ({r.run_id})" for r in runs}

@@ -73,6 +73,7 @@ class RunRecorder:
         self.rd.append_metrics({"record": "train", **info})
         self.rd.write_status(
             state="running",
+            message="",
             step=info["step"],
             progress=info["progress"],
             eta_s=self.eta(),
@@ -182,8 +183,9 @@ def unk_warnings(corpus: Corpus, data_cfg: DataConfig) -> list[str]:
 def prepare(rd: RunDir, configs: dict, resume: bool):
     """Build the corpus, model and trainer (restored from last.pt when resuming)."""
     data_cfg = DataConfig(**configs["data"])
-    rd.write_status(message="loading the corpus")
+    rd.write_status(message="reading the corpus and building the vocabularies")
     corpus = load_corpus(data_cfg, progress=_download_bar(rd))
+    rd.write_status(message=f"building the model ({corpus.summary.get('train', '?')} pairs)")
     ckpt = read_checkpoint(rd.last) if resume else None
     if ckpt is not None:
         corpus.src_vocab, corpus.tgt_vocab = Vocab(ckpt["src_vocab"]), Vocab(ckpt["tgt_vocab"])
@@ -312,7 +314,9 @@ def start_status(rd: RunDir, trainer: Trainer, warnings: list[str]) -> None:
     """Write the status of a run about to train and print its warnings."""
     rd.write_status(
         state="running",
-        message="",
+        message=f"running the first steps (the first record comes at step {trainer.cfg.log_every})"
+        if not trainer.state.step
+        else "",
         warnings=warnings,
         device=device_description(trainer.device),
         total_steps=trainer.total_steps,

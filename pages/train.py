@@ -22,11 +22,11 @@ def main() -> None:
         "through reloads and closed tabs. The run id stays in the URL."
     )
     runs = run_status.list_runs()
+    with st.expander("New run", expanded=not runs, icon=":material/add:"):
+        new_run_form()
     info = pick_run(runs)
     if info is not None:
         run_panel(info, runs)
-    with st.sidebar:
-        new_run_form()
     runs_table(runs)
 
 

@@ -8,7 +8,7 @@ import time
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core import run_status, settings
+from core import jobs, run_status, settings
 from core.places import DATA_ENV, checkpoints_root, data_root, runs_root
 from core.processes import check_trainer
 from core.run_dir import RunDir
@@ -267,3 +267,49 @@ def test_a_diverged_run_says_so(jobs_env, make_run):
     assert badges(at) == [":red-badge[diverged]"]
     assert any("Training diverged at step 7" in plain(e.value) for e in at.error)
     assert "Resume" in [b.label for b in at.button]  # from the last finite checkpoint
+
+
+def test_runs_are_told_apart_named_and_compared_from_the_url(jobs_env, make_run):
+    root = runs_root()
+    model = {"d_model": 8, "num_heads": 2, "num_encoder_layers": 1, "num_decoder_layers": 1}
+    for run_id, heads in (("a-run", 2), ("b-run", 4)):
+        rd = make_run(root, run_id, {"state": "finished"}, job={"preset": "d2l"})
+        rd.write_config({"data": {"source": "fra-eng"}, "model": {**model, "num_heads": heads}})
+        rd.append_metrics({"record": "train", "step": 1, "loss": 2.0})
+    jobs.rename_run("b-run", "wide heads")
+    at = run_app()
+    at.query_params.update({"run": "a-run", "compare": "b-run"})
+    at.switch_page("pages/train.py").run()
+    assert at.multiselect(key="compare").value == ["b-run"]
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    legend = [t["name"] for t in spec["data"] if t.get("showlegend", True) is not False]
+    assert legend == [
+        "a-run · d2l · 2 heads · fra-eng (Tatoeba)",
+        "wide heads · d2l · 4 heads · fra-eng (Tatoeba)",
+    ]
+    at.multiselect(key="compare").set_value([]).run()
+    assert "compare" not in at.query_params
+
+
+def test_the_preset_choice_survives_a_reload(jobs_env):
+    at = train_page()
+    at.radio(key="preset").set_value("d2l").run()
+    assert at.query_params["preset"] == "d2l"
+    reloaded = run_app()  # a new session, as after a reload, with the same URL
+    reloaded.query_params["preset"] = "d2l"
+    reloaded.switch_page("pages/train.py").run()
+    assert reloaded.radio(key="preset").value == "d2l"
+
+
+def test_a_starting_run_says_what_it_is_doing(jobs_env, make_run):
+    rd = make_run(runs_root(), "early", {"state": "starting"})
+    sleeper = fake_trainer(rd.path)
+    try:
+        message = "reading the corpus and building the vocabularies"
+        rd.write_status(pid=sleeper.pid, message=message)
+        at = train_page("early")
+        progress = at.get("progress")[0].proto.text
+        assert message in plain(progress) and "since launch" in progress
+    finally:
+        sleeper.kill()
+        sleeper.wait()

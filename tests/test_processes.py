@@ -102,3 +102,16 @@ def test_a_second_trainer_of_a_running_run_stops_at_once(tmp_path, capsys):
         assert not (run / "status.json").exists()
     finally:
         os.close(fd)
+
+
+def test_a_finished_trainer_never_stays_a_zombie():
+    """Its exit status is collected as soon as it ends, without anyone polling."""
+    import subprocess
+
+    proc = subprocess.Popen(["sleep", "0.2"])
+    processes.adopt(proc)
+    deadline = time.time() + 10
+    while time.time() < deadline and processes._stat_fields(proc.pid) is not None:
+        time.sleep(0.05)
+    assert processes._stat_fields(proc.pid) is None  # gone from /proc: no defunct child left
+    assert proc.pid not in processes._CHILDREN

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import streamlit as st
 
 from core import jobs, models, run_status
@@ -23,8 +25,9 @@ STATE_COLORS = {
 }
 CHARTS = ["loss", "val_loss", "val_bleu", "lr", "tokens_per_s", "grad_norm"]
 LOG_METRICS = {"loss", "val_loss", "lr", "grad_norm"}
-POLL_S = 2.0  # seconds between live updates of a running run
-TABLE_POLL_S = 5.0  # seconds between updates of the all-runs table while a run is live
+POLL_S = 2.0  # seconds between updates of a live run's state and progress bar
+CURVES_POLL_S = 5.0  # seconds between redraws of its curves (bench/watch_cost.py)
+TABLE_POLL_S = 10.0  # seconds between updates of the all-runs table while a run is live
 
 
 def pick_run(runs: list[RunInfo]) -> RunInfo | None:
@@ -37,7 +40,7 @@ def pick_run(runs: list[RunInfo]) -> RunInfo | None:
         return None
     index = ids.index(wanted) if wanted in ids else 0
     by_id = {r.run_id: r for r in runs}
-    run_id = st.selectbox("Run", ids, index=index, format_func=lambda i: f"{i} · {by_id[i].data}")
+    run_id = st.selectbox("Run", ids, index=index, format_func=lambda i: by_id[i].label)
     if st.query_params.get("run") != run_id:
         st.query_params["run"] = run_id
     return by_id[run_id]
@@ -124,44 +127,55 @@ def run_header(info: RunInfo) -> None:
             "Stopping: the trainer saves a checkpoint, then exits. If it has not stopped "
             f"{run_status.STOP_GRACE_S:.0f} s after the request, it is killed."
         )
-    if info.message:
+    if info.live and not info.step:  # the progress line says what it is doing
+        last = run_status.log_tail(info.run_id, 1)
+        if last:
+            st.caption("Log: " + code(last))
+    elif info.message:
         alarming = info.state in ("failed", "diverged", "unknown")
         (st.error if alarming else st.info)(md(info.message))
-    elif info.state == "starting":
-        last = run_status.log_tail(info.run_id, 1)
-        st.info(
-            "Starting: loading the corpus and building the model…"
-            + (f"\n\n{code(last)}" if last else "")
-        )
 
 
 def progress_line(info: RunInfo) -> None:
-    """Progress bar with step count and ETA."""
+    """Progress bar with step count and ETA (before the first step: what it is doing)."""
+    if info.live and not info.step:
+        waited = run_status.format_duration(time.time() - (info.started_at or time.time()))
+        doing = info.status.get("message") or "starting the trainer"
+        st.progress(0.0, text=f"{md(doing)} · {waited} since launch")
+        return
     steps = f"step {info.step:,}" + (f" of {info.total_steps:,}" if info.total_steps else "")
     eta = f" · ETA {run_status.format_duration(info.eta_s)}" if info.live else ""
     st.progress(min(max(info.progress, 0.0), 1.0), text=f"{info.progress:.0%} · {steps}{eta}")
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def curve_figures(signature: tuple, smoothing: float, log_y: bool) -> tuple[list, object]:
+def curve_figures(
+    signature: tuple, names: tuple, smoothing: float, log_y: bool
+) -> tuple[list, object]:
     """The six curve figures and the latest examples, rebuilt only when a metrics file grew.
 
-    Shared across sessions and never mutated (``signature`` from run_status).
+    Shared across sessions and never mutated (``signature`` from run_status; ``names``: the
+    legend name of each run, in the same order).
     """
-    records = {run_id: run_status.read_metrics(run_id) for run_id, *_ in signature}
+    records = {
+        name: run_status.read_metrics(run_id) for (run_id, *_), name in zip(signature, names)
+    }
     figures = [
         curves_figure(
-            records, metric, smoothing, log_y and metric in LOG_METRICS, max_points=400, height=280
+            records, metric, smoothing, log_y and metric in LOG_METRICS, max_points=300, height=280
         )
         for metric in CHARTS
     ]
-    return figures, run_status.latest_examples(records[signature[0][0]])
+    return figures, run_status.latest_examples(records[names[0]])
 
 
-def chart_grid(run_id: str, compare: list[str], smoothing: float, log_y: bool) -> None:
-    """Training curves of the run (and the runs compared with it)."""
+def chart_grid(
+    run_id: str, compare: list[str], names: dict[str, str], smoothing: float, log_y: bool
+) -> None:
+    """Training curves of the run (and the runs compared with it), named in the legends."""
     signature = run_status.metrics_signature([run_id, *compare])
-    figures, examples = curve_figures(signature, smoothing, log_y)
+    legend = tuple(names.get(rid, rid) for rid in [run_id, *compare])
+    figures, examples = curve_figures(signature, legend, smoothing, log_y)
     cols = st.columns(3)
     for i, (metric, fig) in enumerate(zip(CHARTS, figures)):
         with cols[i % 3]:
@@ -196,23 +210,25 @@ def status_view(run_id: str, was_live: bool) -> None:
     gpu_line(info)
 
 
-def curves_view(run_id: str, compare: list[str], smoothing: float, log_y: bool) -> None:
+def curves_view(
+    run_id: str, compare: list[str], names: dict[str, str], smoothing: float, log_y: bool
+) -> None:
     """Curves, latest examples and the log's last lines, re-read from the run directory."""
-    chart_grid(run_id, compare, smoothing, log_y)
+    chart_grid(run_id, compare, names, smoothing, log_y)
     with st.expander("Log (last lines)"):
         st.code(run_status.log_tail(run_id, 20) or "(empty)", language=None)
 
 
 def run_panel(info: RunInfo, runs: list[RunInfo]) -> None:
     """Status, actions, chart controls and curves of one run (polled while it is live)."""
-    poll = POLL_S if info.live and not st.session_state.get("paused") else None
+    live = info.live and not st.session_state.get("paused")
+    poll, curves_poll = (POLL_S, CURVES_POLL_S) if live else (None, None)
     st.fragment(status_view, run_every=poll)(info.run_id, info.live)
     run_actions(info)
+    names = run_status.legend_names(runs)
     others = [r.run_id for r in runs if r.run_id != info.run_id]
     c1, c2, c3 = st.columns([3, 2, 1.2], vertical_alignment="bottom")
-    compare = c1.multiselect(
-        "Compare with", others, key="compare", help="Overlay other runs on the same charts"
-    )
+    compare = compare_picker(c1, others, names)
     smoothing = c2.slider(
         "Smoothing",
         0.0,
@@ -229,10 +245,43 @@ def run_panel(info: RunInfo, runs: list[RunInfo]) -> None:
         disabled=not info.live,
         help="Stop redrawing the live charts (keeps your zoom)",
     )
-    st.fragment(curves_view, run_every=poll)(
-        info.run_id, [c for c in compare if c in others], smoothing, log_y
-    )
+    st.fragment(curves_view, run_every=curves_poll)(info.run_id, compare, names, smoothing, log_y)
+    name_form(info)
     promote_form(info)
+
+
+def compare_picker(where, others: list[str], names: dict[str, str]) -> list[str]:
+    """Runs to overlay, kept in the URL (``?compare=id,id``) so a link shows the same."""
+    from_url = [c for c in st.query_params.get("compare", "").split(",") if c in others]
+    if "compare" not in st.session_state or not set(st.session_state["compare"]) <= set(others):
+        st.session_state["compare"] = from_url
+    compare = where.multiselect(
+        "Compare with",
+        others,
+        key="compare",
+        format_func=lambda rid: names.get(rid, rid),
+        help="Overlay other runs on the same charts",
+    )
+    if compare:
+        st.query_params["compare"] = ",".join(compare)
+    elif "compare" in st.query_params:
+        del st.query_params["compare"]
+    return compare
+
+
+def name_form(info: RunInfo) -> None:
+    """Give the run a name that says what it is (shown in pickers and legends)."""
+    with st.expander("Name this run"), st.form(f"name-{info.run_id}"):
+        name = st.text_input(
+            "Name", value=info.name, max_chars=jobs.MAX_NAME_CHARS, placeholder="8 heads, lr 1e-3"
+        )
+        if st.form_submit_button("Save name"):
+            try:
+                jobs.rename_run(info.run_id, name)
+            except RunError as e:
+                st.error(md(e))
+                return
+            st.rerun()
 
 
 def runs_dataframe(runs: list[RunInfo], key: str) -> None:

@@ -163,19 +163,36 @@ def launch(preset: str, source: str | None) -> None:
     st.rerun()
 
 
+def url_choice(key: str, options: list[str], default: str) -> None:
+    """Seed a radio from the URL (``?key=``) so a reload keeps the choice."""
+    if key not in st.session_state:
+        wanted = st.query_params.get(key)
+        st.session_state[key] = wanted if wanted in options else default
+
+
+def keep_in_url(key: str, value: str, default: str) -> None:
+    """Write a form choice into the URL (dropped at its default)."""
+    if value != default:
+        st.query_params[key] = value
+    elif key in st.query_params:
+        del st.query_params[key]
+
+
 def new_run_form() -> None:
     """Preset, data and every hyper-parameter (behind 'Advanced'), then Launch."""
-    st.header("New run")
+    url_choice("preset", list(PRESETS), "small")
     preset = st.radio(
         "Preset",
         list(PRESETS),
         format_func=PRESET_LABELS.get,
-        index=1,
         key="preset",
         captions=[settings.describe_settings(settings.defaults(p)) for p in PRESETS],
     )
+    keep_in_url("preset", preset, "small")
     seed_form(preset)
-    source_type = st.radio("Data", DATA_SOURCES, key="data_source")
+    url_choice("data_source", DATA_SOURCES, "fra-eng")
+    source_type = st.radio("Data", DATA_SOURCES, key="data_source", horizontal=True)
+    keep_in_url("data_source", source_type, "fra-eng")
     source = fra_eng_picker() if source_type == "fra-eng" else file_picker(source_type)
     with st.form("new_run"):
         with st.expander("Advanced: every hyper-parameter"):
