@@ -180,9 +180,10 @@ def _check_resumable(rd: RunDir) -> RunInfo:
 
 
 def resume_run(run_id: str, limits: dict | None = None) -> None:
-    """Continue a stopped or failed run from last.pt (``limits``: new epochs, max_steps...)."""
+    """Continue a run from last.pt (``limits``: new epochs, max_steps, time_budget; after a
+    divergence also lr, warmup_steps, grad_clip)."""
     rd = run_dir(run_id)
-    keep = ("epochs", "max_steps", "time_budget")
+    keep = ("epochs", "max_steps", "time_budget", "lr", "warmup_steps", "grad_clip")
     with launch_lock():  # two sessions resuming one run: the second is refused here
         info = _check_resumable(rd)
         job = read_json(rd.job, {}) or {"run_id": run_id, "created_at": info.started_at}

@@ -49,6 +49,7 @@ class RunInfo:
     preset: str = ""
     name: str = ""  # a name the user gave the run ("" = none)
     heads: int | None = None  # attention heads per layer
+    lr: float | None = None  # peak learning rate it trains with
     data: str = ""  # short data description
     size: str = ""  # short model size description
     pid: int | None = None
@@ -144,6 +145,7 @@ def run_info(run_id: str) -> RunInfo:
         preset=job.get("preset", ""),
         name=str(job.get("name") or ""),
         heads=model.get("num_heads"),
+        lr=(config.get("train") or {}).get("lr"),
         data=describe_data(data),
         size=size_label(model),
         pid=pid,

@@ -313,3 +313,15 @@ def test_a_starting_run_says_what_it_is_doing(jobs_env, make_run):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_diverged_run_resumes_with_a_lower_learning_rate(jobs_env, make_run, monkeypatch):
+    rd = make_run(runs_root(), "nan-lr", {"state": "diverged", "message": "x"}, checkpoint=True)
+    rd.write_config({"data": {}, "model": {}, "train": {"lr": 0.01}})
+    asked = {}
+    monkeypatch.setattr(jobs, "resume_run", lambda run_id, limits=None: asked.update(limits))
+    at = train_page("nan-lr")
+    assert at.number_input(key="resume_lr_nan-lr").value == 0.005
+    at.number_input(key="resume_lr_nan-lr").set_value(0.001)
+    next(b for b in at.button if b.label == "Resume").click().run()
+    assert asked == {"lr": 0.001}

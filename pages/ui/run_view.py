@@ -55,12 +55,21 @@ def run_actions(info: RunInfo) -> None:
         ):
             jobs.stop_run(info.run_id)
             st.rerun()
+        if info.resumable and info.state == "diverged":
+            lr = st.number_input(
+                "Learning rate for the resumed run",
+                min_value=1e-7,
+                value=float(info.lr or 1e-3) / 2,
+                format="%g",
+                key=f"resume_lr_{info.run_id}",
+                help="The run diverged: resume from its last finite checkpoint with a lower lr",
+            )
         if (
             info.resumable
             and info.state != "finished"
             and row.button("Resume", type="primary", help="Continue from the last checkpoint")
         ):
-            jobs.resume_run(info.run_id)
+            jobs.resume_run(info.run_id, {"lr": lr} if info.state == "diverged" else None)
             st.rerun()
         if not info.alive and row.button("Delete run…"):
             st.session_state["confirm_delete"] = info.run_id
