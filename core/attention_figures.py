@@ -8,7 +8,8 @@ from __future__ import annotations
 import functools
 import html
 import json
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -18,7 +19,13 @@ from core.attention_kinds import check_tokens, kind_labels, reading_hint
 from core.maps import SentenceMaps, View, hide_columns
 
 COLORSCALE = "Blues"
+BLANK_COLOR = "#d9d9d9"  # blank (NaN) cells are drawn grey, unlike 0 (white)
+BLANK_NAME = "blank"  # the name of the grey traces over blank cells
 MAX_GRID_TICKS = 20  # the grid shows token tick labels only up to this many tokens
+TITLE_CHARS = 44  # title line length that fits a chart in half of a 760 px wide page
+WIDE_TITLE_CHARS = 76  # ... in the whole width of a 760 px wide page
+TITLE_LINE_PX, NOTE_LINE_PX = 24, 17  # height of a title line and of a subtitle line
+TITLE_SHIFT_PX = 12  # Plotly lifts a title anchored at its top by this much per extra line
 
 
 def plotly_text(text: str) -> str:
@@ -32,11 +39,51 @@ def unique_labels(tokens: Sequence[str]) -> list[str]:
 
 
 def percentile_cap(weights: np.ndarray, q: float = 99) -> float:
-    """Colour-scale maximum at the q-th percentile, so diffuse heads stay visible."""
-    if np.size(weights) == 0:
+    """Colour-scale maximum at the q-th percentile, so diffuse heads stay visible (NaN: blank)."""
+    values = np.asarray(weights, dtype=np.float64)
+    values = values[~np.isnan(values)]
+    if values.size == 0:
         return 1.0
-    cap = float(np.percentile(np.asarray(weights, dtype=np.float64), q))
+    cap = float(np.percentile(values, q))
     return min(cap, 1.0) if cap > 0 else 1.0
+
+
+def wrapped_lines(texts: Sequence[str], width: int) -> list[str]:
+    """Each text broken at spaces into lines of at most ``width`` characters, Plotly-escaped."""
+    return [
+        plotly_text(line)
+        for text in texts
+        if text
+        for line in textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)
+    ]
+
+
+def title_layout(
+    title: str, notes: Sequence[str] = (), chars: int = TITLE_CHARS, below: int = 0
+) -> dict:
+    """Title and subtitle wrapped to fit, and a top margin that holds them (+ ``below`` px).
+
+    Plotly never wraps a title, so a long one is cut at the chart's edge; ``chars`` is the
+    longest title line, subtitle lines get 1.4 times as many (smaller font).
+    """
+    head = wrapped_lines([title], chars)
+    sub = wrapped_lines(notes, int(chars * 1.4))
+    shift = TITLE_SHIFT_PX * (len(head) - 1)
+    top = 24 + shift + TITLE_LINE_PX * len(head) + NOTE_LINE_PX * len(sub) + below
+    return {
+        "title": {
+            "text": "<br>".join(head),
+            "x": 0.0,
+            "xanchor": "left",
+            "xref": "container",
+            "y": 1.0,
+            "yanchor": "top",
+            "yref": "container",
+            "pad": {"t": 12 + shift, "l": 12},
+            "subtitle": {"text": "<br>".join(sub), "font": {"size": 12}},
+        },
+        "margin": {"t": top},
+    }
 
 
 def _token_axis(title: str, tokens: Sequence[str], reversed_: bool = False) -> dict:
@@ -61,16 +108,19 @@ def heatmap_figure(
     title: str | None = None,
     zmax: float = 1.0,
     note: str | None = None,
+    blank: Mapping[int, str] | None = None,
 ) -> go.Figure:
     """One large heatmap: rows are queries (first on top), columns are keys.
 
     Args:
-        weights2d: (Tq, Tk) attention.
+        weights2d: (Tq, Tk) attention (NaN cells are drawn blank).
         query_tokens, key_tokens: Tq and Tk tokens.
         kind: "encoder", "decoder_self" or "cross".
         title: figure title; defaults to the kind's title.
         zmax: top of the colour scale (see percentile_cap).
-        note: extra line under the title, e.g. "<bos>/<eos> hidden, rows renormalised".
+        note: what was done to the map ("a; b"), one subtitle line per part.
+        blank: query row -> the hidden tokens that held all its weight (a NaN row),
+            written across the row.
     """
     default_title, query_words, key_words = kind_labels(kind)
     check_tokens(weights2d.shape, query_tokens, key_tokens)
@@ -84,16 +134,59 @@ def heatmap_figure(
         colorbar={"title": {"text": "weight"}},
         hovertemplate="query %{y}<br>key %{x}<br>w=%{z:.3f}<extra></extra>",
     )
-    subtitle = reading_hint(kind) + (f"<br>{note}" if note else "")
-    fig = go.Figure(trace)
+    fig = go.Figure([trace, *blank_cells(weights2d, trace.x, trace.y)])
+    head = title_layout(title or default_title, [reading_hint(kind), *note_lines(note)])
     fig.update_layout(
-        title={"text": title or default_title, "subtitle": {"text": subtitle}},
         xaxis=_token_axis(key_words, key_tokens) | {"tickangle": -45},
         yaxis=_token_axis(query_words, query_tokens, reversed_=True),
-        height=int(min(900, max(420, 22 * len(query_tokens) + 220))),
-        margin={"t": 110},
+        height=int(min(900, max(300, 22 * len(query_tokens) + 110)) + head["margin"]["t"]),
+        annotations=blank_row_labels(blank or {}, query_tokens),
+        **head,
     )
     return fig
+
+
+def blank_cells(z: np.ndarray, x: Sequence[str], y: Sequence[str], axes=("x", "y")) -> list:
+    """A grey trace over the blank (NaN) cells of a heatmap, none when there are none."""
+    blank = np.isnan(np.asarray(z, dtype=np.float32))  # (Tq, Tk)
+    if not blank.any():
+        return []
+    return [
+        {
+            "type": "heatmap",
+            "name": BLANK_NAME,
+            "z": np.where(blank, 1.0, np.nan).astype(np.float32),  # (Tq, Tk)
+            "x": list(x),
+            "y": list(y),
+            "xaxis": axes[0],
+            "yaxis": axes[1],
+            "colorscale": [[0, BLANK_COLOR], [1, BLANK_COLOR]],
+            "showscale": False,
+            "hoverinfo": "skip",
+        }
+    ]
+
+
+def blank_row_labels(blank: Mapping[int, str], query_tokens: Sequence[str]) -> list[dict]:
+    """A label across each blank row: "all weight on <bos> (hidden)"."""
+    labels = unique_labels(query_tokens)
+    return [
+        {
+            "text": plotly_text(f"all weight on {tokens} (hidden)"),
+            "xref": "paper",
+            "x": 0.5,
+            "yref": "y",
+            "y": labels[row],
+            "showarrow": False,
+            "font": {"size": 12, "color": "#444"},
+        }
+        for row, tokens in blank.items()
+    ]
+
+
+def note_lines(note: str | None) -> list[str]:
+    """A view's note ("a; b; c") as one subtitle paragraph per part."""
+    return [part.strip() for part in (note or "").split("; ") if part.strip()]
 
 
 @functools.lru_cache(maxsize=32)
@@ -163,15 +256,17 @@ def grid_figure(
     layer_names: Sequence[str] | None = None,
     head_names: Sequence[str] | None = None,
     zmax: float = 1.0,
+    note: str | None = None,
 ) -> go.Figure:
     """Small multiples, one heatmap per (layer, head), on one shared colour scale.
 
     Args:
-        weights: (L, H, Tq, Tk) attention.
+        weights: (L, H, Tq, Tk) attention (NaN cells are drawn blank).
         query_tokens, key_tokens: Tq and Tk tokens.
         kind: "encoder", "decoder_self" or "cross".
         layer_names, head_names: row/column titles; default "layer i" / "head j" (0-based).
         zmax: top of the shared colour scale.
+        note: what was done to the maps ("a; b"), one subtitle line per part.
     """
     title, query_words, key_words = kind_labels(kind)
     check_tokens(weights.shape, query_tokens, key_tokens)
@@ -188,11 +283,18 @@ def grid_figure(
         for i in range(n_layers)
         for j in range(n_heads)
     ]
-    layout |= {
-        "title": {"text": title, "subtitle": {"text": reading_hint(kind)}},
+    refs = [
+        [a.replace("axis", "") for a in axes[i][j]] for i in range(n_layers) for j in range(n_heads)
+    ]
+    data += [
+        t
+        for cell, ref in zip(z.reshape(-1, *z.shape[2:]), refs)
+        for t in blank_cells(cell, labels[1], labels[0], ref)
+    ]
+    head = title_layout(title, [reading_hint(kind), *note_lines(note)], WIDE_TITLE_CHARS, 28)
+    layout |= head | {
         "coloraxis": {"colorscale": COLORSCALE, "cmin": 0.0, "cmax": zmax},
-        "height": int(150 + n_layers * max(170, 60 + 16 * len(query_tokens))),
-        "margin": {"t": 110},
+        "height": int(40 + head["margin"]["t"] + n_layers * max(170, 60 + 16 * len(query_tokens))),
     }
     return go.Figure(data=data, layout=layout)
 
@@ -235,6 +337,7 @@ def view_figure(view: View, stretch: bool = False) -> go.Figure:
         title=view.title,
         zmax=zmax,
         note=note or None,
+        blank=view.blank,
     )
 
 
@@ -249,22 +352,23 @@ def grid_view_figure(
     w = maps.weights(kind)  # (L, H, Tq, Tk)
     layers = list(range(w.shape[0])) if layers is None else list(layers)
     queries, keys = maps.tokens(kind)
-    shown, keys, note = hide_columns(w[layers], keys, hide)  # (L', H, Tq, Tk')
-    zmax = percentile_cap(shown) if stretch else 1.0
-    fig = grid_figure(shown, queries, keys, kind, [f"layer {i}" for i in layers], zmax=zmax)
-    if hide or stretch:
-        extra = "; ".join(x for x in (note, "colour scale stretched" if stretch else "") if x)
-        subtitle = f"{reading_hint(kind)}<br>{extra}"
-        fig.update_layout(title={"subtitle": {"text": subtitle}})
+    cut = hide_columns(w[layers], queries, keys, hide)  # (L', H, Tq, Tk')
+    zmax = percentile_cap(cut.weights) if stretch else 1.0
+    note = "; ".join(x for x in (cut.note, "colour scale stretched" if stretch else "") if x)
+    names = [f"layer {i}" for i in layers]
+    fig = grid_figure(cut.weights, queries, cut.keys, kind, names, zmax=zmax, note=note)
     if len(layers) == 1:
         fig.update_layout(height=max(300, int(fig.layout.height)))
     return fig
 
 
 def head_rows_figure(
-    rows: np.ndarray, key_tokens: Sequence[str], title: str, key_words: str
+    rows: np.ndarray, key_tokens: Sequence[str], title: str, key_words: str, note: str = ""
 ) -> go.Figure:
-    """Heads as rows (H, K): how each head of one layer spreads one query's attention."""
+    """Heads as rows (H, K): how each head of one layer spreads one query's attention.
+
+    ``title`` and ``note`` (the subtitle) are plain text: they are wrapped and escaped here.
+    """
     heads = [f"head {h}" for h in range(rows.shape[0])]
     fig = go.Figure(
         go.Heatmap(
@@ -278,11 +382,11 @@ def head_rows_figure(
             hovertemplate="%{y}<br>key %{x}<br>w=%{z:.3f}<extra></extra>",
         )
     )
+    head = title_layout(title, [note])
     fig.update_layout(
-        title={"text": title},
         xaxis={**_token_axis(key_words, key_tokens), "tickangle": -45},
         yaxis={"title": {"text": "head"}, "autorange": "reversed"},
-        height=int(160 + 28 * len(heads)),
-        margin={"t": 60},
+        height=int(100 + head["margin"]["t"] + 28 * len(heads)),
+        **head,
     )
     return fig

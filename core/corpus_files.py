@@ -91,7 +91,7 @@ def describe_data(data_config: Mapping | None) -> str:
     parts = ["fra-eng (Tatoeba)" if source == "fra-eng" else Path(source).name]
     num_train, num_val = data_config.get("num_train"), data_config.get("num_val")
     if data_config.get("split") == "head" and (num_train or num_val):
-        parts.append(f"first {num_train or 'all'} + {num_val or 0} pairs")
+        parts.append(f"first {num_train} + {num_val or 0} pairs" if num_train else "all pairs")
     if data_config.get("max_len"):
         parts.append(f"≤{data_config['max_len']} tokens")
     return ", ".join(parts)

@@ -16,6 +16,8 @@ from core.attention_kinds import check_tokens, kind_labels
 if TYPE_CHECKING:
     from core.maps import SentenceMaps
 
+EMPTY_ROW_MASS = 1e-6  # a row with less weight than this on the kept keys has nothing to show
+
 
 def _normalise_rows(weights: np.ndarray) -> np.ndarray:
     """Divide every row by its sum; rows that sum to 0 stay 0 (no NaN)."""
@@ -69,7 +71,7 @@ def hide_special(
     key_tokens: Sequence[str],
     hide: Sequence[str] = ("<bos>", "<eos>"),
 ) -> tuple[np.ndarray, list[int]]:
-    """Drop key columns whose token is in `hide` and renormalise rows.
+    """Drop key columns whose token is in `hide` and renormalise rows (NaN: nothing left).
 
     Args:
         weights: (..., Tq, Tk) attention.
@@ -77,13 +79,18 @@ def hide_special(
         hide: tokens whose key columns are removed.
 
     Returns:
-        ((..., Tq, Tk') renormalised weights, kept key indices).
+        ((..., Tq, Tk') renormalised weights, kept key indices). A row whose whole weight
+        was on hidden keys (less than EMPTY_ROW_MASS left) is NaN, never a row of zeros.
     """
     if len(key_tokens) != weights.shape[-1]:
         raise ValueError(f"Got {len(key_tokens)} key tokens for {weights.shape[-1]} key columns.")
     hidden = set(hide)
     kept = [i for i, tok in enumerate(key_tokens) if tok not in hidden]
-    return _normalise_rows(weights[..., kept]), kept
+    shown = np.asarray(weights, dtype=np.float64)[..., kept]  # (..., Tq, Tk')
+    total = shown.sum(axis=-1, keepdims=True)  # (..., Tq, 1)
+    out = np.full_like(shown, np.nan)
+    np.divide(shown, total, out=out, where=total >= EMPTY_ROW_MASS)
+    return out, kept
 
 
 def _row_entropy(weights: np.ndarray) -> np.ndarray:

@@ -29,8 +29,9 @@ def translate_sentence(
     tokens = tokenize(sentence or "")
     if len(tokens) > MAX_SENTENCE_TOKENS:
         raise TranslationError(
-            f"The sentence has {len(tokens)} tokens; this page translates at most "
-            f"{MAX_SENTENCE_TOKENS}. Split it into shorter sentences."
+            f"The sentence has {len(tokens)} tokens ({len(sentence):,} characters); this "
+            f"page translates at most {MAX_SENTENCE_TOKENS} tokens. Split it into shorter "
+            "sentences."
         )
     t = translate(
         lm.model,

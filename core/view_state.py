@@ -11,6 +11,9 @@ from core.decode import ALPHA, MAX_LEN, DecodeSettings
 from core.maps import HEAD_AGGREGATES, SentenceMaps, head_options
 from core.translation import DEFAULT_SENTENCE
 
+SECTIONS = ("Maps", "Decoding playback", "Over training")  # the Attention page's sections
+PLAYBACK = SECTIONS[1]  # the section whose output step travels in the URL
+
 
 @dataclass
 class ViewState:
@@ -25,6 +28,8 @@ class ViewState:
     layer: int = 0
     head: str = "0"  # a head number, "mean", "max" or "rollout"
     hide: bool = False  # hide <bos>/<eos> columns
+    section: str = SECTIONS[0]  # what the Attention page shows (one of SECTIONS)
+    step: int = 0  # output step of the decoding playback
 
     @classmethod
     def from_query(cls, params: Mapping[str, str]) -> ViewState:
@@ -42,6 +47,9 @@ class ViewState:
         state.beam = min(max(state.beam, 1), 16)
         state.max_len = min(max(state.max_len, 1), 500)
         state.layer = max(state.layer, 0)
+        state.step = max(state.step, 0)
+        if state.section not in SECTIONS:
+            state.section = cls.section
         if state.kind not in KINDS:
             state.kind = cls.kind
         if not (state.head.isdigit() or state.head in HEAD_AGGREGATES):
@@ -55,6 +63,8 @@ class ViewState:
         for f in fields(self):
             if keys is not None and f.name not in keys:
                 continue
+            if f.name == "step" and self.section != PLAYBACK:
+                continue  # the output step means something in the playback only
             value = getattr(self, f.name)
             always = f.name in ("sentence", "model", "kind", "layer", "head")
             if always or value != getattr(default, f.name):
@@ -82,9 +92,10 @@ def _parse(type_name, raw: str):
 
 
 def clamp_view(state: ViewState, maps: SentenceMaps) -> ViewState:
-    """The state with layer and head moved inside what this model and kind have."""
+    """The state with layer, head and output step moved inside what this model and kind have."""
     layers = maps.layers(state.kind)
     state.layer = min(state.layer, layers - 1)
+    state.step = min(state.step, max(len(maps.output_tokens) - 1, 0))
     if state.head not in head_options(state.kind, maps.heads):
         state.head = "0" if not state.head.isdigit() else str(maps.heads - 1)
     return state

@@ -6,15 +6,23 @@ import streamlit as st
 
 from core import attention_figures as figs
 from core import head_stats
-from core.attention_kinds import KINDS, reading_hint
+from core.attention_kinds import KINDS, kind_labels, reading_hint
 from core.checkpoint import LoadedModel
 from core.data import D2L_TEST_PAIRS, tokenize
 from core.decode import Translation, TranslationError
-from core.maps import SentenceMaps, head_options, playback_step, select_view, view_csv
+from core.maps import (
+    SentenceMaps,
+    blank_note,
+    export_name,
+    head_options,
+    playback_step,
+    select_view,
+    view_csv,
+)
 from core.models import ModelEntry
 from core.run_dir import RunDir
 from core.training_figures import training_curve_figure
-from core.view_state import ViewState, clamp_view
+from core.view_state import SECTIONS, ViewState, clamp_view
 from pages.ui.cached import (
     probe_sentences,
     sentence_maps,
@@ -27,16 +35,28 @@ from pages.ui.model_picker import pick_model
 from pages.ui.text import code, md
 from pages.ui.view_widgets import sentence_input, view_state, widget_default, write_url
 
-URL_KEYS = ("model", "sentence", "beam", "alpha", "max_len", "kind", "layer", "head", "hide")
-SECTIONS = ("Maps", "Decoding playback", "Over training")
+URL_KEYS = (
+    "model",
+    "sentence",
+    "beam",
+    "alpha",
+    "max_len",
+    "kind",
+    "layer",
+    "head",
+    "hide",
+    "section",
+    "step",
+)
 KIND_SHORT = {"encoder": "Encoder self", "decoder_self": "Decoder self", "cross": "Cross"}
-HEAD_WORDS = {"mean": "mean of heads", "max": "max of heads", "rollout": "rollout (to this layer)"}
+HEAD_WORDS = {"mean": "mean of heads", "max": "max of heads", "rollout": "rollout"}
 FULL_GRID_CELLS = 16  # models with at most this many layer × head cells show the full grid
 
 
-def chart(fig, key: str, where=st) -> None:
-    """A Plotly chart at full width (its toolbar exports PNG)."""
-    where.plotly_chart(fig, width="stretch", key=key, config={"displaylogo": False})
+def chart(fig, key: str, where=st, name: str = "attention") -> None:
+    """A Plotly chart at full width; its toolbar saves it as ``name``.png."""
+    config = {"displaylogo": False, "toImageButtonOptions": {"filename": name}}
+    where.plotly_chart(fig, width="stretch", key=key, config=config)
 
 
 def clamp_widget(key: str, value, options) -> None:
@@ -47,7 +67,7 @@ def clamp_widget(key: str, value, options) -> None:
 
 def view_controls(maps: SentenceMaps, state: ViewState) -> bool:
     """Kind, layer, head and display toggles; returns whether colours are stretched."""
-    cols = st.columns([3, 1, 1.4, 1.4])
+    cols = st.columns([3, 1, 1.5])
     widget_default("at_kind", state.kind, KINDS)
     state.kind = cols[0].radio(
         "Attention kind",
@@ -62,15 +82,27 @@ def view_controls(maps: SentenceMaps, state: ViewState) -> bool:
     heads = head_options(state.kind, maps.heads)
     clamp_widget("at_head", state.head if state.head in heads else "0", heads)
     state.head = cols[2].selectbox(
-        "Head", heads, key="at_head", format_func=lambda h: HEAD_WORDS.get(h, f"head {h}")
+        "Head",
+        heads,
+        key="at_head",
+        format_func=lambda h: HEAD_WORDS.get(h, f"head {h}"),
+        help="A head, the mean or max over the layer's heads, or (encoder) attention "
+        "rollout through layers 0 to this one.",
     )
+    return display_toggles(state)
+
+
+def display_toggles(state: ViewState) -> bool:
+    """Hide <bos>/<eos> and stretch colours, on a row of their own; returns the stretch."""
+    row = st.container(horizontal=True, gap="large")
     widget_default("at_hide", state.hide)
-    state.hide = cols[3].toggle(
+    state.hide = row.toggle(
         "Hide <bos>/<eos>",
         key="at_hide",
-        help="Drops the <bos>/<eos> columns and renormalises each row.",
+        help="Drops the <bos>/<eos> columns and renormalises each row. A row whose whole "
+        "weight was on them is left blank (decoder self-attention: step 0 reads only <bos>).",
     )
-    return cols[3].toggle(
+    return row.toggle(
         "Stretch colours",
         key="at_stretch",
         help="Top of the colour scale at the 99th percentile instead of 1.",
@@ -99,24 +131,37 @@ def head_summary(maps: SentenceMaps, state: ViewState) -> None:
 def maps_section(maps: SentenceMaps, state: ViewState, stretch: bool) -> None:
     """The chosen head large, the overview grid and the head statistics."""
     view = select_view(maps, state.kind, state.layer, state.head, state.hide)
+    name = export_name(state.model, state.sentence, state.kind, state.layer, state.head)
     left, right = st.columns([4, 1])
-    chart(figs.view_figure(view, stretch), "big", left)
+    chart(figs.view_figure(view, stretch), "big", left, name)
     with right:
         head_summary(maps, state)
-        head = f"head{state.head}" if state.head.isdigit() else state.head
         st.download_button(
             "Weights as CSV",
             view_csv(view),
             mime="text/csv",
-            file_name=f"attention_{state.kind}_layer{state.layer}_{head}.csv",
+            file_name=f"{name}.csv",
+            help="One line per cell. A blank row (all its weight on hidden <bos>/<eos>) "
+            "has an empty weight and a note.",
         )
         st.caption("Each chart's toolbar (camera icon) saves it as PNG. The URL keeps this view.")
+    if view.blank:
+        note = blank_note(view.blank, view.query_tokens, view.weights)
+        left.caption(
+            md(
+                f"Blank rows — {note}. Their whole weight was on the hidden columns, so "
+                "there is nothing left to renormalise; they are not zero."
+            )
+        )
     n_layers = maps.layers(state.kind)
     show_all = n_layers * maps.heads <= FULL_GRID_CELLS or st.toggle(
         f"Overview of all {n_layers} layers × {maps.heads} heads", key="at_all_layers"
     )
     layers = None if show_all else [state.layer]
-    chart(figs.grid_view_figure(maps, state.kind, state.hide, layers, stretch), "grid")
+    grid = figs.grid_view_figure(maps, state.kind, state.hide, layers, stretch)
+    layer = None if show_all else state.layer
+    name = export_name(state.model, state.sentence, state.kind, layer, None, "grid")
+    chart(grid, "grid", name=name)
     st.markdown("**Head statistics** (per layer and head; labels are simple rules of thumb)")
     st.dataframe(
         head_stats.head_table(maps, state.kind),
@@ -133,50 +178,53 @@ def maps_section(maps: SentenceMaps, state: ViewState, stretch: bool) -> None:
     )
 
 
+def output_step(n_steps: int, state: ViewState) -> int:
+    """The playback's output step slider (kept in the view state and the URL)."""
+    state.step = min(state.step, n_steps - 1)
+    if n_steps <= 1:
+        return state.step
+    widget_default("at_step", state.step)
+    if st.session_state["at_step"] >= n_steps:
+        st.session_state["at_step"] = n_steps - 1
+    state.step = st.slider("Output step", 0, n_steps - 1, key="at_step")
+    return state.step
+
+
 def playback_section(
     t: Translation, maps: SentenceMaps, state: ViewState, lm: LoadedModel, key: tuple
 ) -> None:
     """Step through decoding as it happened; compare with a teacher-forced reference."""
-    n_steps = len(maps.output_tokens)
-    layers = list(range(maps.layers("cross")))
-    layer = min(state.layer, layers[-1])
-    step = 0
-    if n_steps > 1:
-        if st.session_state.get("at_step", 0) >= n_steps:
-            st.session_state["at_step"] = n_steps - 1
-        step = st.slider("Output step", 0, n_steps - 1, key="at_step")
+    layer = min(state.layer, maps.layers("cross") - 1)
+    step = output_step(len(maps.output_tokens), state)
     p = playback_step(maps, t.topk, step, layer)
     done = " ".join(p.prefix[:-1])
     st.markdown(
         f"Step {step}: reads {code(p.read)}, produces **{code(p.produced)}** — so far: "
         f"{md(done)} **{md(p.produced)}**"
     )
-    cols = st.columns([2, 2, 1.6])
-    chart(
-        figs.head_rows_figure(
-            p.cross,
-            p.src_tokens,
-            f"Cross attention, layer {layer}: “{figs.plotly_text(p.produced)}” looks at",
-            "source token (key)",
-        ),
-        "play_cross",
-        cols[0],
+    name = export_name(state.model, state.sentence, None, layer, None, f"step {step}")
+    left, right = st.columns(2)
+    cross = figs.head_rows_figure(
+        p.cross,
+        p.src_tokens,
+        f"Cross attention, layer {layer}",
+        "source token (key)",
+        f"step {step}: producing “{p.produced}”, looks at the source",
     )
-    chart(
-        figs.head_rows_figure(
-            p.self_row,
-            p.self_keys,
-            f"Decoder self-attention, layer {layer}: “{figs.plotly_text(p.read)}” looks at",
-            "earlier output token (key)",
-        ),
-        "play_self",
-        cols[1],
+    chart(cross, "play_cross", left, f"{name}_cross")
+    self_ = figs.head_rows_figure(
+        p.self_row,
+        p.self_keys,
+        f"Decoder self-attention, layer {layer}",
+        "earlier output token (key)",
+        f"step {step}: reading “{p.read}”, looks at the tokens read so far",
     )
+    chart(self_, "play_self", right, f"{name}_decoder-self")
+    left, right = st.columns(2)
     if p.topk:
-        chart(
-            figs.topk_figure([w for w, _ in p.topk], [q for _, q in p.topk]), "play_topk", cols[2]
-        )
-    st.caption(
+        bars = figs.topk_figure([w for w, _ in p.topk], [q for _, q in p.topk])
+        chart(bars, "play_topk", left, f"{name}_candidates")
+    right.caption(
         f"Rows: the {maps.heads} heads of layer {layer} at step {step}. These are the "
         "maps of the decoder as it generated this output, step by step (not one "
         "teacher-forced pass over a reference)."
@@ -218,8 +266,9 @@ def compare_section(maps: SentenceMaps, state: ViewState, lm: LoadedModel, key: 
         (right, forced, "teacher-forced (the reference)", "forced"),
     ):
         view = select_view(m, kind, layer, head, state.hide)
-        view.title = f"{KIND_SHORT[kind]} attention, {what}"
-        chart(figs.view_figure(view), f"compare_{name}", col)
+        view.title = f"{kind_labels(kind)[0].split(' (')[0]}, {what}"
+        file = export_name(state.model, state.sentence, kind, layer, head, name)
+        chart(figs.view_figure(view), f"compare_{name}", col, file)
     st.caption(
         "Left: the maps of the model's own output. Right: one pass that feeds the "
         "reference token by token. They match where the reference equals the output."
@@ -269,15 +318,17 @@ def training_section(entry: ModelEntry, state: ViewState, stretch: bool) -> None
     layer = min(state.layer, frame.maps.layers(state.kind) - 1)
     view = select_view(frame.maps, state.kind, layer, state.head, state.hide)
     view.title += f" — training step {step:,}"
+    name = export_name(state.model, probe, state.kind, layer, state.head, f"training step {step}")
     left, right = st.columns([3, 2])
-    chart(figs.view_figure(view, stretch), "train_big", left)
-    chart(training_curve_figure(entry.run_dir, step), "train_curve", right)
+    chart(figs.view_figure(view, stretch), "train_big", left, name)
+    curve = training_curve_figure(entry.run_dir, step)
+    chart(curve, "train_curve", right, export_name(state.model, "", what="training curve"))
     small = frame.maps.layers(state.kind) * frame.maps.heads <= FULL_GRID_CELLS
     grid_layers = None if small else [layer]
-    chart(
-        figs.grid_view_figure(frame.maps, state.kind, state.hide, grid_layers, stretch),
-        "train_grid",
-    )
+    grid = figs.grid_view_figure(frame.maps, state.kind, state.hide, grid_layers, stretch)
+    what = f"grid training step {step}"
+    grid_name = export_name(state.model, probe, state.kind, None if small else layer, None, what)
+    chart(grid, "train_grid", name=grid_name)
 
 
 def main() -> None:
@@ -313,11 +364,12 @@ def main() -> None:
     )
     clamp_view(state, maps)
     stretch = view_controls(maps, state)
-    section = st.radio("Show", SECTIONS, key="at_section", horizontal=True)
+    widget_default("at_section", state.section, SECTIONS)
+    state.section = st.radio("Show", SECTIONS, key="at_section", horizontal=True)
     st.caption(reading_hint(state.kind))
-    if section == SECTIONS[0]:
+    if state.section == SECTIONS[0]:
         maps_section(maps, state, stretch)
-    elif section == SECTIONS[1]:
+    elif state.section == SECTIONS[1]:
         playback_section(t, maps, state, lm, key[:2])
     else:
         training_section(entry, state, stretch)

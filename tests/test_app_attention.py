@@ -9,8 +9,9 @@ import shutil
 import numpy as np
 from streamlit.testing.v1 import AppTest
 
+from core.attention_figures import BLANK_NAME, plotly_text
 from core.attention_kinds import KINDS, kind_labels
-from core.maps import HIDDEN_NOTE
+from core.maps import HIDDEN_NOTE, export_name
 from tests.helpers import assert_clean, plain, run_page_script
 
 
@@ -25,8 +26,24 @@ def specs(at: AppTest) -> list[dict]:
 
 
 def titles(at: AppTest) -> list[str]:
-    """The titles of the page's charts."""
-    return [s["layout"]["title"]["text"] for s in specs(at)]
+    """The titles of the page's charts, their line breaks read as spaces."""
+    return [title(s) for s in specs(at)]
+
+
+def title(spec: dict) -> str:
+    """A chart's title with its line breaks read as spaces."""
+    return spec["layout"]["title"]["text"].replace("<br>", " ")
+
+
+def subtitle(spec: dict) -> str:
+    """A chart's subtitle with its line breaks read as spaces."""
+    return spec["layout"]["title"]["subtitle"]["text"].replace("<br>", " ")
+
+
+def png_names(at: AppTest) -> list[str]:
+    """The file names the charts' toolbars save PNGs under."""
+    configs = [json.loads(c.proto.config) for c in at.get("plotly_chart")]
+    return [c["toImageButtonOptions"]["filename"] for c in configs]
 
 
 def query(at: AppTest) -> dict:
@@ -47,7 +64,7 @@ def test_renders_large_heatmap_and_overview(studio_dirs):
     at = run_page()
     assert_clean(at)
     big, grid = specs(at)
-    assert big["layout"]["title"]["text"].startswith("Cross attention (decoder → encoder)")
+    assert title(big).startswith("Cross attention (decoder → encoder)")
     assert big["layout"]["yaxis"]["title"]["text"] == "output token (query)"
     assert big["layout"]["xaxis"]["title"]["text"] == "source token (key)"
     assert big["layout"]["yaxis"]["ticktext"] == ["je", "suis", "chez", "moi", ".", "&lt;eos&gt;"]
@@ -82,7 +99,7 @@ def test_switch_kind_layer_and_head(studio_dirs):
     assert "rollout" not in at.selectbox(key="at_head").options
     at.selectbox(key="at_head").set_value("max").run()
     big = specs(at)[0]
-    assert big["layout"]["title"]["text"].endswith("layer 1, max over 4 heads")
+    assert title(big).endswith("layer 1, max over 4 heads")
     assert big["layout"]["xaxis"]["title"]["text"] == "earlier output token (key)"
     assert query(at)["kind"] == "decoder_self" and query(at)["head"] == "max"
     assert query(at)["layer"] == "1"
@@ -95,7 +112,7 @@ def test_view_is_restored_from_the_url(studio_dirs):
     assert (at.selectbox(key="at_layer").value, at.selectbox(key="at_head").value) == (1, "3")
     assert at.toggle(key="at_hide").value is True
     big = specs(at)[0]
-    assert big["layout"]["title"]["text"].endswith("layer 1, head 3")
+    assert title(big).endswith("layer 1, head 3")
     assert big["layout"]["xaxis"]["ticktext"] == ["go", "."]
 
 
@@ -104,10 +121,25 @@ def test_hiding_specials_renormalises_and_says_so(studio_dirs):
     at.toggle(key="at_hide").set_value(True).run()
     assert_clean(at)
     big, grid = specs(at)
-    assert HIDDEN_NOTE in big["layout"]["title"]["subtitle"]["text"]
-    assert HIDDEN_NOTE in grid["layout"]["title"]["subtitle"]["text"]
+    assert plotly_text(HIDDEN_NOTE) in subtitle(big) and plotly_text(HIDDEN_NOTE) in subtitle(grid)
     assert "<eos>" not in big["layout"]["xaxis"]["ticktext"]
     assert query(at)["hide"] == "1"
+
+
+def test_hidden_bos_leaves_step_zero_blank_and_says_why(studio_dirs):
+    """Decoder self-attention, <bos> hidden: step 0 read only <bos>, so its row is blank."""
+    at = run_page({"kind": "decoder_self", "hide": "1"})
+    assert_clean(at)
+    big, grid = specs(at)
+    weights = [t for t in grid["data"] if t.get("name") != BLANK_NAME]
+    for fig in (big, *[{"data": [t]} for t in weights]):
+        z = np.asarray(json_z(fig["data"][0]["z"]), dtype=float)
+        assert np.isnan(z[0]).all() and not np.isnan(z[1:]).any()
+    for fig in (big, grid):
+        assert "row 0 (je) attends only to &lt;bos&gt;: left blank" in subtitle(fig)
+    (caption,) = [c.value for c in at.caption if "Blank rows" in c.value]
+    assert "nothing left to renormalise" in plain(caption)
+    assert "row 0 (je) attends only to <bos>" in plain(caption)
 
 
 def test_bad_input_gives_a_clear_message(studio_dirs):
@@ -118,6 +150,11 @@ def test_bad_input_gives_a_clear_message(studio_dirs):
     assert "empty" in at.error[0].value and not specs(at)
     at.text_input(key="at_sentence").set_value("go . " * 40).run()
     assert "at most 60" in at.error[0].value
+    paste = ("go . " * 400)[:1538]  # pasted: kept whole, refused with its length
+    assert not at.text_input(key="at_sentence").max_chars
+    at.text_input(key="at_sentence").set_value(paste).run()
+    assert "1,538 characters" in plain(at.error[0].value)
+    assert at.text_input(key="at_sentence").value == paste
     at.text_input(key="at_sentence").set_value("go .").run()
     assert_clean(at)
     assert not at.error and len(specs(at)) == 2
@@ -144,11 +181,48 @@ def test_decoding_playback_matches_the_maps(studio_dirs, home_translation):
     assert topk["data"][0]["y"][0] == "0:chez"
     # the book's reference is filled in: teacher-forced maps shown beside the free-running
     assert at.text_input(key="at_ref").value == "je suis chez moi ."
-    assert "free-running" in free["layout"]["title"]["text"]
-    assert "teacher-forced" in forced["layout"]["title"]["text"]
+    assert "free-running" in title(free) and "teacher-forced" in title(forced)
     at.text_input(key="at_ref").set_value("je suis à la maison .").run()
     assert_clean(at)
     assert specs(at)[-1]["layout"]["yaxis"]["ticktext"][-3:] == ["maison", ".", "&lt;eos&gt;"]
+
+
+def test_playback_section_and_step_travel_in_the_url(studio_dirs):
+    at = run_page({"section": "Decoding playback", "step": "2"})
+    assert_clean(at)
+    assert at.radio(key="at_section").value == "Decoding playback"
+    assert at.slider(key="at_step").value == 2
+    assert any("reads `suis`, produces **`chez`**" in m.value for m in at.markdown)
+    at.slider(key="at_step").set_value(3).run()
+    assert (query(at)["section"], query(at)["step"]) == ("Decoding playback", "3")
+    at.radio(key="at_section").set_value("Maps").run()
+    assert "section" not in query(at) and "step" not in query(at)
+    at = run_page({"section": "Decoding playback", "step": "99"})  # past the end: the last step
+    assert_clean(at)
+    assert at.slider(key="at_step").value == 5 and query(at)["step"] == "5"
+
+
+def test_playback_titles_are_short_with_the_token_below(studio_dirs):
+    at = run_page({"section": "Decoding playback", "step": "2"})
+    cross, self_ = specs(at)[:2]
+    assert cross["layout"]["title"]["text"] == "Cross attention, layer 0"
+    assert self_["layout"]["title"]["text"] == "Decoder self-attention, layer 0"
+    assert "producing “chez”" in subtitle(cross) and "reading “suis”" in subtitle(self_)
+    lines = [x for spec in specs(at) for x in spec["layout"]["title"]["text"].split("<br>")]
+    assert all(len(line) <= 44 for line in lines)
+
+
+def test_charts_and_csv_save_under_one_readable_name(studio_dirs):
+    at = run_page({"kind": "decoder_self", "layer": "1", "head": "2"})
+    assert_clean(at)
+    name = "fra-eng-small_im-home_decoder-self_layer1_head2"
+    assert name == export_name("checkpoints/fra-eng-small.pt", "i'm home .", "decoder_self", 1, 2)
+    assert png_names(at) == [name, "fra-eng-small_im-home_decoder-self_grid"]
+    at.radio(key="at_section").set_value("Decoding playback").run()
+    assert png_names(at)[:3] == [
+        f"fra-eng-small_im-home_layer1_step-0_{what}"
+        for what in ("cross", "decoder-self", "candidates")
+    ]
 
 
 def test_markdown_in_a_reference_is_shown_literally(studio_dirs):
@@ -172,7 +246,7 @@ def test_attention_over_training(studio_dirs):
     assert [m.value for m in at.metric][0] == "50"
     assert at.metric[1].value != "—"  # the training loss at step 50
     big, curve, grid = specs(at)
-    assert big["layout"]["title"]["text"].endswith("training step 50")
+    assert title(big).endswith("training step 50")
     assert curve["layout"]["shapes"][0]["x0"] == 50
     assert len(grid["data"]) == 8  # every layer × head of the tiny model, as it was at step 50
 
@@ -206,7 +280,7 @@ def test_six_layers_by_eight_heads_stay_usable(studio_dirs, wide_checkpoint):
     )
     assert_clean(at)
     big, grid = specs(at)
-    assert big["layout"]["title"]["text"].endswith("layer 5, head 7")
+    assert title(big).endswith("layer 5, head 7")
     assert len(grid["data"]) == 8  # one layer's heads by default
     at.toggle(key="at_all_layers").set_value(True).run()
     assert len(specs(at)[1]["data"]) == 48
@@ -221,4 +295,4 @@ def test_real_shipped_model(shipped_model_dirs):
     for kind in KINDS:
         at.radio(key="at_kind").set_value(kind).run()
         assert_clean(at)
-        assert specs(at)[0]["layout"]["title"]["text"].startswith(kind_labels(kind)[0])
+        assert titles(at)[0].startswith(kind_labels(kind)[0])

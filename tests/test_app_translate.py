@@ -76,6 +76,24 @@ def test_bad_input_gives_a_clear_message(studio_dirs, sentence, message):
     assert not at.dataframe or "output token" not in at.dataframe[0].value
 
 
+LONG_PASTE = ("i'm home . " * 154)[:1538]  # a 1,538-character paste: 419 tokens
+
+
+def test_a_long_paste_is_kept_and_refused_with_its_length(studio_dirs):
+    """The box keeps a long paste whole (no character cap drops it) and the page names why."""
+    assert len(LONG_PASTE) == 1538
+    at = run_page()
+    box = at.text_input(key="tr_sentence")
+    assert not box.max_chars or box.max_chars >= 100_000
+    box.set_value(LONG_PASTE).run()
+    assert_clean(at)
+    assert at.text_input(key="tr_sentence").value == LONG_PASTE
+    (error,) = [plain(e.value) for e in at.error]
+    assert "The sentence has 419 tokens (1,538 characters)" in error
+    assert "at most 60 tokens" in error and "empty" not in error
+    assert at.query_params["sentence"] == LONG_PASTE  # a shared link keeps it too
+
+
 def test_unknown_words_are_marked(studio_dirs):
     at = run_page({"sentence": "i'm home zorglub ."})
     assert_clean(at)

@@ -2,11 +2,37 @@
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pytest
 
 from core import attention_figures as figs
 from core.maps import HIDDEN_NOTE, playback_step, select_view
+
+
+def subtitle_text(fig) -> str:
+    """A figure's subtitle with its line breaks read as spaces."""
+    return fig.layout.title.subtitle.text.replace("<br>", " ")
+
+
+def title_lines(fig) -> tuple[list[str], list[str]]:
+    """The title's and the subtitle's lines as they read (HTML entities decoded)."""
+    title = fig.layout.title
+    return [html.unescape(x) for x in title.text.split("<br>")], [
+        html.unescape(x) for x in (title.subtitle.text or "").split("<br>") if x
+    ]
+
+
+def assert_title_block_fits(fig, chars: int, below: int = 0) -> None:
+    """Title lines fit ``chars``; the top margin holds title, subtitle and ``below`` px."""
+    title, notes = title_lines(fig)
+    assert all(len(line) <= chars for line in title), title
+    assert all(len(line) <= chars * 1.4 for line in notes), notes
+    layout = fig.layout
+    assert (layout.title.yref, layout.title.yanchor) == ("container", "top")
+    need = figs.TITLE_LINE_PX * len(title) + figs.NOTE_LINE_PX * len(notes) + below
+    assert layout.margin.t >= layout.title.pad.t + need + 8
 
 
 def test_unique_labels_keep_repeated_tokens_apart():
@@ -31,6 +57,7 @@ def test_heatmap_figure_spec(kind):
     assert len(set(trace.y)) == 3 and len(set(trace.x)) == 4
     assert trace.zmax == 0.6
     assert "hidden" in fig.layout.title.subtitle.text
+    assert_title_block_fits(fig, figs.TITLE_CHARS)
 
 
 def test_heatmap_figure_rejects_mismatched_tokens():
@@ -77,7 +104,7 @@ def test_view_figure_labels_axes_and_says_when_hidden(home_translation):
     layout = fig.layout.to_plotly_json()
     assert layout["xaxis"]["title"]["text"] == "source token (key)"
     assert layout["yaxis"]["title"]["text"] == "output token (query)"
-    assert HIDDEN_NOTE in layout["title"]["subtitle"]["text"]
+    assert figs.plotly_text(HIDDEN_NOTE) in subtitle_text(fig)
     assert "<eos>" not in layout["xaxis"]["ticktext"]
     stretched = figs.view_figure(select_view(maps, "cross", 0, 1), stretch=True)
     assert stretched.data[0].zmax == pytest.approx(figs.percentile_cap(maps.cross[0, 1]))
@@ -104,8 +131,8 @@ def test_grid_view_figure_hidden_specials_and_note(home_translation):
     assert all(np.asarray(t.z).shape == (len(maps.output_tokens), 3) for t in fig.data)
     rows = np.asarray(fig.data[0].z).sum(-1)
     np.testing.assert_allclose(rows[rows > 0], 1.0, rtol=1e-5)
-    subtitle = fig.layout.title.subtitle.text
-    assert HIDDEN_NOTE in subtitle and "stretched" in subtitle
+    subtitle = subtitle_text(fig)
+    assert figs.plotly_text(HIDDEN_NOTE) in subtitle and "stretched" in subtitle
     assert fig.layout.coloraxis.cmax < 1.0
 
 
@@ -141,3 +168,66 @@ def test_tokens_are_shown_literally_never_as_plotly_html():
     fig = figs.heatmap_figure(np.full((3, 3), 1 / 3), tokens, tokens, "encoder")
     text = " ".join(fig.layout.xaxis.ticktext) + " ".join(fig.data[0].x)
     assert "<a" not in text and "&lt;a href" in text and "&amp;amp;" in text
+
+
+def test_decoder_self_grid_with_hidden_bos_blanks_step_zero_and_has_room_for_its_notes(
+    home_translation,
+):
+    """Step 0 reads only <bos>: hidden, its row is blank (NaN), named, never all zeros."""
+    _, maps = home_translation
+    fig = figs.grid_view_figure(maps, "decoder_self", hide=True)
+    weights = [t for t in fig.data if t.name != figs.BLANK_NAME]
+    grey = [t for t in fig.data if t.name == figs.BLANK_NAME]
+    assert len(weights) == len(grey) == 8
+    for trace, blank in zip(weights, grey):
+        z, g = np.asarray(trace.z), np.asarray(blank.z)
+        assert np.isnan(z[0]).all() and not np.isnan(z[1:]).any()
+        assert (g[0] == 1).all() and np.isnan(g[1:]).all()  # grey over row 0 only
+        assert (blank.xaxis, blank.yaxis) == (trace.xaxis, trace.yaxis)
+    assert "row 0 (je) attends only to &lt;bos&gt;: left blank" in subtitle_text(fig)
+    assert_title_block_fits(fig, figs.WIDE_TITLE_CHARS, below=28)  # + the head titles
+    heads = [a for a in fig.layout.annotations if a.text.startswith("head")]
+    assert heads and all(a.yanchor == "bottom" and a.y == 1.0 for a in heads)
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder_self", "cross"])
+@pytest.mark.parametrize("hide", [False, True])
+def test_large_map_titles_fit_half_a_narrow_page(home_translation, kind, hide):
+    _, maps = home_translation
+    view = select_view(maps, kind, 1, "max", hide=hide)
+    fig = figs.view_figure(view, stretch=True)
+    assert_title_block_fits(fig, figs.TITLE_CHARS)
+
+
+def test_stretch_ignores_blank_cells():
+    weights = np.array([[np.nan, np.nan], [0.2, 0.1]])
+    assert figs.percentile_cap(weights) == pytest.approx(0.2, rel=0.02)
+    assert figs.percentile_cap(np.full((2, 2), np.nan)) == 1.0
+
+
+def test_playback_titles_are_short_and_name_the_token_below(home_translation):
+    t, maps = home_translation
+    p = playback_step(maps, t.topk, 2, 1)
+    fig = figs.head_rows_figure(
+        p.self_row,
+        p.self_keys,
+        "Decoder self-attention, layer 1",
+        "earlier output token (key)",
+        f"step 2: reading “{p.read}”, looks at the tokens read so far <b>",
+    )
+    assert fig.layout.title.text == "Decoder self-attention, layer 1"
+    assert "“suis”" in subtitle_text(fig) and "&lt;b&gt;" in subtitle_text(fig)
+    assert_title_block_fits(fig, figs.TITLE_CHARS)
+
+
+def test_blank_rows_are_grey_and_labelled_in_the_large_map(home_translation):
+    _, maps = home_translation
+    fig = figs.view_figure(select_view(maps, "decoder_self", 0, 0, hide=True))
+    assert np.isnan(np.asarray(fig.data[0].z)[0]).all()
+    (label,) = fig.layout.annotations
+    assert (label.text, label.y) == ("all weight on &lt;bos&gt; (hidden)", "0:je")
+    weights, grey = fig.data  # blank cells grey, not white like 0
+    assert grey.name == figs.BLANK_NAME and grey.colorscale[0][1] == figs.BLANK_COLOR
+    assert (np.asarray(grey.z)[0] == 1).all() and np.isnan(np.asarray(grey.z)[1:]).all()
+    plain = figs.view_figure(select_view(maps, "decoder_self", 0, 0))
+    assert not plain.layout.annotations and len(plain.data) == 1

@@ -35,7 +35,7 @@ def test_translate_then_inspect_attention(app_server, browser_page, tiny_run):
     model = "runs/browser-tiny/last.pt"
 
     page.goto(f"{url}/translate?" + urlencode({"model": model}))
-    box = page.get_by_label("English sentence")
+    box = page.get_by_role("textbox", name="English sentence")
     box.fill("i'm home .")
     box.press("Enter")
     page.get_by_text("je suis chez moi .", exact=True).first.wait_for(timeout=60_000)
@@ -78,3 +78,104 @@ def test_heatmaps_of_a_long_sentence_redraw_for_every_kind(app_server, browser_p
         assert_no_browser_exception(page)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "attention_long_sentence.png"))
+
+
+# ----------------------------------------------------------------------------- layout at two widths
+
+LAYOUT_PROBLEMS = """() => {
+    const problems = [];
+    const inside = (r, box) => r.left >= box.left - 1 && r.right <= box.right + 1
+                               && r.top >= box.top - 1;
+    for (const plot of document.querySelectorAll('.js-plotly-plot')) {
+        const box = plot.getBoundingClientRect();
+        const title = plot.querySelector('.gtitle');
+        const sub = plot.querySelector('.gtitle-subtitle');
+        const heads = [...plot.querySelectorAll('.annotation')].map(a => a.getBoundingClientRect());
+        const area = plot.querySelector('.cartesianlayer .bg, .nsewdrag');
+        const tops = [...heads.map(h => h.top), area ? area.getBoundingClientRect().top : 1e9];
+        for (const el of [title, sub].filter(Boolean)) {
+            const r = el.getBoundingClientRect();
+            if (!inside(r, box)) problems.push('cut: ' + el.textContent);
+            if (r.bottom > Math.min(...tops) + 1) problems.push('overlaps: ' + el.textContent);
+        }
+    }
+    for (const el of document.querySelectorAll('[data-testid="stWidgetLabel"] *')) {
+        if (el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).overflow === 'hidden') {
+            problems.push('label cut: ' + el.textContent);
+        }
+    }
+    return problems;
+}"""
+SECTIONS = ("Maps", "Decoding playback", "Over training")
+TINY_MODEL = "runs/browser-tiny/last.pt"
+
+
+def settle(page, heatmaps: int = 0) -> None:
+    """Wait for ``heatmaps`` drawn heatmaps and for the app to stop running."""
+    page.wait_for_function(
+        "n => document.querySelectorAll('.js-plotly-plot .hm').length >= n",
+        arg=heatmaps,
+        timeout=90_000,
+    )
+    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=60_000)
+    page.wait_for_timeout(800)
+
+
+def look(page, name: str) -> list[str]:
+    """Save a full-page screenshot under tests/artifacts; return what is cut or overlaps."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    return page.evaluate(LAYOUT_PROBLEMS)
+
+
+def test_pages_read_well_from_760_to_1400_px(app_server, browser_page, tiny_run):
+    runs = Path(app_server["runs"])
+    shutil.copytree(tiny_run, runs / "browser-tiny", dirs_exist_ok=True)
+    url, page = app_server["url"], browser_page
+    problems = {}
+    for width in (760, 1400):
+        page.set_viewport_size({"width": width, "height": 3000})  # the whole page
+        page.goto(f"{url}/translate?" + urlencode({"model": TINY_MODEL, "beam": "4"}))
+        page.get_by_text("je suis chez moi .", exact=True).first.wait_for(timeout=60_000)
+        settle(page)
+        problems[f"translate_{width}"] = look(page, f"translate_{width}")
+        for section in SECTIONS:
+            query = {"model": TINY_MODEL, "kind": "decoder_self", "hide": "1", "section": section}
+            page.goto(f"{url}/attention?" + urlencode({**query, "step": "2"}))
+            settle(page, 4)
+            assert_no_browser_exception(page)
+            name = f"attention_{section.split()[0].lower()}_{width}"
+            problems[name] = look(page, name)
+    assert not any(problems.values()), problems
+
+
+def test_a_long_paste_stays_in_the_box(app_server, browser_page, tiny_run):
+    runs = Path(app_server["runs"])
+    shutil.copytree(tiny_run, runs / "browser-tiny", dirs_exist_ok=True)
+    url, page = app_server["url"], browser_page
+    page.goto(f"{url}/translate?" + urlencode({"model": TINY_MODEL}))
+    box = page.get_by_role("textbox", name="English sentence")
+    paste = ("i'm home . " * 154)[:1538]
+    box.fill(paste)
+    box.press("Enter")
+    page.get_by_text("1,538 characters").first.wait_for(timeout=60_000)
+    assert box.input_value() == paste
+    assert page.get_by_text("The sentence is empty").count() == 0
+
+
+def test_downloads_are_named_by_the_view(app_server, browser_page, tiny_run):
+    runs = Path(app_server["runs"])
+    shutil.copytree(tiny_run, runs / "browser-tiny", dirs_exist_ok=True)
+    url, page = app_server["url"], browser_page
+    query = {"model": TINY_MODEL, "kind": "decoder_self", "layer": "1", "head": "2"}
+    page.goto(f"{url}/attention?" + urlencode(query))
+    settle(page, 9)
+    name = "browser-tiny-last_im-home_decoder-self_layer1_head2"
+    with page.expect_download() as csv:
+        page.get_by_role("button", name="Weights as CSV").click()
+    assert csv.value.suggested_filename == f"{name}.csv"
+    chart = page.locator(".js-plotly-plot").first
+    chart.hover()
+    with page.expect_download(timeout=60_000) as png:
+        chart.get_by_role("button", name="Download plot as a PNG").click()
+    assert png.value.suggested_filename == f"{name}.png"

@@ -37,6 +37,7 @@ def test_uploads_are_size_limited_and_counted(jobs_env, monkeypatch):
             "tiny.tsv, first 24 + 6 pairs, ≤20 tokens",
         ),
         ({"source": "/data/tiny.tsv", "split": "head", "max_len": 20}, "tiny.tsv, ≤20 tokens"),
+        ({"source": "t.tsv", "split": "head", "num_train": 0, "num_val": 128}, "t.tsv, all pairs"),
     ],
 )
 def test_describe_data(data, text):

@@ -71,13 +71,19 @@ def test_hide_special_renormalises_rows():
         [
             [0.5, 0.25, 0.25, 0.0],
             [0.1, 0.3, 0.1, 0.5],
-            [0.5, 0.0, 0.0, 0.5],  # all mass on hidden keys: stays 0
+            [0.5, 0.0, 0.0, 0.5],  # all mass on hidden keys: NaN, never a silent zero row
         ]
     )
     out, kept = hs.hide_special(weights, TOKENS4)
     assert kept == [1, 2]
-    np.testing.assert_allclose(out, [[0.5, 0.5], [0.75, 0.25], [0.0, 0.0]])
-    assert not np.isnan(out).any()
+    np.testing.assert_allclose(out[:2], [[0.5, 0.5], [0.75, 0.25]])
+    assert np.isnan(out[2]).all() and not np.isnan(out[:2]).any()
+
+
+def test_hide_special_blanks_rows_with_only_rounding_left():
+    weights = np.array([[1.0 - 1e-9, 1e-9, 0.0, 0.0]])  # float noise is not attention
+    out, _ = hs.hide_special(weights, TOKENS4)
+    assert np.isnan(out).all()
 
 
 def test_hide_special_rows_sum_to_one_on_full_maps():

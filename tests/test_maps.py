@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 
 import numpy as np
 import pandas as pd
@@ -85,21 +86,48 @@ def test_hiding_specials_drops_columns_and_renormalises_rows():
                 ]
             ]
         ]
-    )  # all on <eos>: stays a zero row, no NaN
+    )  # all on <eos>: blank (NaN) and named, never a silent row of zeros
     maps = _maps(cross, ["a", "b", "<eos>"], ["x", "<eos>"])
     view = mp.select_view(maps, "cross", 0, 0, hide=True)
-    assert view.key_tokens == ["a", "b"] and view.note == mp.HIDDEN_NOTE
-    np.testing.assert_allclose(view.weights, [[2 / 3, 1 / 3], [0.0, 0.0]], rtol=1e-6)
+    assert view.key_tokens == ["a", "b"] and view.note.startswith(mp.HIDDEN_NOTE)
+    np.testing.assert_allclose(view.weights[0], [2 / 3, 1 / 3], rtol=1e-6)
+    assert np.isnan(view.weights[1]).all() and view.blank == {1: "<eos>"}
+    assert "row 1 (<eos>) attends only to <eos>: left blank" in view.note
     self_view = mp.select_view(maps, "decoder_self", 0, 0, hide=True)
     assert self_view.key_tokens == ["x"]  # <bos> hidden from the decoder's keys
-    np.testing.assert_allclose(self_view.weights, [[0.0], [1.0]])
+    assert np.isnan(self_view.weights[0]).all() and self_view.weights[1] == 1.0
+    assert self_view.blank == {0: "<bos>"}
+    assert "row 0 (x) attends only to <bos>: left blank" in self_view.note
+    assert mp.select_view(maps, "cross", 0, 0).blank == {}  # nothing hidden, nothing blank
+
+
+def test_decoder_step_zero_is_blank_not_zero_when_bos_is_hidden(home_translation):
+    """Output step 0 reads only <bos>: hidden, its row has nothing left to renormalise."""
+    _, maps = home_translation
+    view = mp.select_view(maps, "decoder_self", 0, 1, hide=True)
+    assert np.isnan(view.weights[0]).all() and not np.isnan(view.weights[1:]).any()
+    np.testing.assert_allclose(np.nansum(view.weights[1:], -1), 1.0, rtol=1e-5)
+    assert view.blank == {0: "<bos>"} and "row 0 (je) attends only to <bos>" in view.note
+    frame = pd.read_csv(io.BytesIO(mp.view_csv(view)), keep_default_na=False)
+    first, rest = frame[frame["query_index"] == 0], frame[frame["query_index"] > 0]
+    assert (first["weight"] == "").all() and (first["note"] != "").all()
+    assert "all weight on hidden <bos>" in first["note"].iloc[0]
+    assert (rest["note"] == "").all() and rest["weight"].astype(float).notna().all()
+
+
+def test_blank_rows_of_some_heads_only_say_so():
+    weights = np.array([[[[0.0, 1.0], [0.5, 0.5]]], [[[0.5, 0.5], [0.5, 0.5]]]])  # (2, 1, 2, 2)
+    cut = mp.hide_columns(weights, ["p", "q"], ["a", "<eos>"], hide=True)
+    assert cut.blank == {0: "<eos>"} and cut.keys == ["a"]
+    assert "row 0 (p) attends only to <eos> in some heads: left blank" in cut.note
+    assert np.isnan(cut.weights[0, 0, 0]).all() and cut.weights[1, 0, 0] == 1.0
 
 
 def test_weights_frame_long_form():
     weights = np.arange(6, dtype=float).reshape(2, 3)
     frame = mp.weights_frame(weights, ["le", "chat"], ["the", "cat", "<eos>"])
     assert len(frame) == 2 * 3
-    columns = ["query_index", "query_token", "key_index", "key_token", "weight"]
+    columns = ["query_index", "query_token", "key_index", "key_token", "weight", "note"]
     assert list(frame.columns) == columns
     last = frame.iloc[-1]
     assert (last["query_token"], last["key_token"], last["weight"]) == (
@@ -112,7 +140,7 @@ def test_weights_frame_long_form():
 def test_view_csv_has_one_row_per_cell(home_translation):
     view = mp.select_view(home_translation[1], "cross", 0, 0)
     lines = mp.view_csv(view).decode().splitlines()
-    assert lines[0] == "query_index,query_token,key_index,key_token,weight"
+    assert lines[0] == "query_index,query_token,key_index,key_token,weight,note"
     assert len(lines) == 1 + view.weights.size
 
 
@@ -127,6 +155,74 @@ def test_csv_cells_never_start_a_formula():
     cells = set(frame["query_token"]) | set(frame["key_token"])
     assert cells == {"'" + t for t in FORMULAS} | {"ok", "<eos>"}
     assert not any(c.startswith(mp.FORMULA_STARTS) for c in cells)
+
+
+NAME_OK = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ("checkpoints/fra-eng-small.pt", "I'm home.", "cross", 1, "2"),
+            "fra-eng-small_im-home_cross_layer1_head2",
+        ),
+        (
+            ("runs/tiny/best.pt", "go .", "encoder", 0, "rollout"),
+            "tiny-best_go_encoder_layer0_rollout",
+        ),
+        (
+            (
+                "checkpoints/m.pt",
+                "Crème brûlée, s’il vous plaît!",
+                "decoder_self",
+                None,
+                None,
+                "grid",
+            ),
+            "m_creme-brulee-sil-vous-plait_decoder-self_grid",
+        ),
+        (
+            ("checkpoints/m.pt", "你好 <b>**x**</b>", "cross", 0, "mean"),
+            "m_b-x-b_cross_layer0_mean",
+        ),
+        (("checkpoints/m.pt", "日本語", "cross", 0, 0), "m_cross_layer0_head0"),
+        (
+            ("../../etc/passwd", "../../x/..\\y", "cross", 0, "1"),
+            "etc-passwd_x-y_cross_layer0_head1",
+        ),
+        (("", "", None, None, None, ""), "model"),
+        (
+            ("checkpoints/m.pt", "hi", None, 2, None, "step 3 candidates"),
+            "m_hi_layer2_step-3-candidates",
+        ),
+    ],
+)
+def test_export_name_is_a_safe_slug(args, expected):
+    assert mp.export_name(*args) == expected
+
+
+def test_export_name_drops_whole_words_to_stay_short():
+    words = [f"word{i}" for i in range(300)]  # a 1,500-character sentence
+    name = mp.export_name(
+        "checkpoints/fra-eng-small.pt", " ".join(words), "decoder_self", 1, "2", "output"
+    )
+    assert NAME_OK.match(name) and len(name) <= mp.EXPORT_NAME_CHARS
+    model, sentence, *rest = name.split("_")
+    assert model == "fra-eng-small" and rest == ["decoder-self", "layer1", "head2", "output"]
+    assert sentence.split("-") == words[: len(sentence.split("-"))]  # whole words, in order
+    huge = mp.export_name("checkpoints/" + "x" * 500 + ".pt", "a" * 500 + " end", "cross")
+    assert huge == "model_cross"  # a word longer than the limit is dropped, never cut
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["../../..", 'a/b\\c:d*e?f"g<h>i|j', "\x00\n\t", "é" * 200, "x " * 900],
+    ids=["dots", "path-characters", "control-characters", "one-long-accented-word", "long"],
+)
+def test_export_name_never_holds_path_characters(text):
+    name = mp.export_name(text, text, "cross", 0, text, text)
+    assert NAME_OK.match(name) and len(name) <= mp.EXPORT_NAME_CHARS
 
 
 def test_head_options_offer_rollout_only_for_the_encoder():

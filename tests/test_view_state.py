@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.translation import DEFAULT_SENTENCE
-from core.view_state import ViewState, clamp_view
+from core.view_state import SECTIONS, ViewState, clamp_view
 
 
 def test_view_state_round_trips_through_the_url():
@@ -19,6 +19,8 @@ def test_view_state_round_trips_through_the_url():
         layer=1,
         head="rollout",
         hide=True,
+        section="Decoding playback",
+        step=3,
     )
     query = state.to_query()
     assert all(isinstance(v, str) for v in query.values())
@@ -37,6 +39,12 @@ def test_view_state_round_trips_through_the_url():
         ({"beam": "-2", "max_len": "100000"}, {"beam": 1, "max_len": 500}),
         ({"alpha": "nan"}, {"alpha": 0.6}),
         ({"hide": "true"}, {"hide": True}),
+        ({"section": "Sideways", "step": "-4"}, {"section": "Maps", "step": 0}),
+        ({"section": "Over training", "step": "x"}, {"section": "Over training", "step": 0}),
+        (
+            {"section": "Decoding playback", "step": "2"},
+            {"section": "Decoding playback", "step": 2},
+        ),
     ],
 )
 def test_view_state_ignores_malformed_values(query, expected):
@@ -44,9 +52,19 @@ def test_view_state_ignores_malformed_values(query, expected):
     assert {k: getattr(state, k) for k in expected} == expected
 
 
+def test_output_step_travels_only_with_the_playback():
+    assert ViewState(section="Decoding playback", step=2).to_query(("section", "step")) == {
+        "section": "Decoding playback",
+        "step": "2",
+    }
+    assert ViewState(section="Maps", step=2).to_query(("section", "step")) == {}
+    assert set(SECTIONS) == {"Maps", "Decoding playback", "Over training"}
+
+
 def test_clamp_view_keeps_layer_and_head_inside_the_model(home_translation):
     maps = home_translation[1]
-    state = clamp_view(ViewState(kind="cross", layer=9, head="7"), maps)
+    state = clamp_view(ViewState(kind="cross", layer=9, head="7", step=99), maps)
     assert (state.layer, state.head) == (1, "3")
+    assert state.step == len(maps.output_tokens) - 1
     state = clamp_view(ViewState(kind="cross", head="rollout"), maps)
     assert state.head == "0"

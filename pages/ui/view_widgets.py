@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from core.translation import MAX_SENTENCE_TOKENS
 from core.view_state import ViewState
 
 
@@ -34,7 +35,15 @@ def widget_default(key: str, value, options=None) -> None:
 
 
 def sentence_input(state: ViewState, prefix: str) -> str:
-    """The English sentence box (widget key ``<prefix>_sentence``), kept in the view state."""
+    """The English sentence box (widget key ``<prefix>_sentence``), kept in the view state.
+
+    No character limit: a box with one drops a longer paste whole, so the length is
+    checked (and named) by core.translation instead.
+    """
     widget_default(f"{prefix}_sentence", state.sentence)
-    state.sentence = st.text_input("English sentence", key=f"{prefix}_sentence", max_chars=1000)
+    state.sentence = st.text_input(
+        "English sentence",
+        key=f"{prefix}_sentence",
+        help=f"At most {MAX_SENTENCE_TOKENS} words and punctuation marks (tokens).",
+    )
     return state.sentence
