@@ -13,7 +13,7 @@ import re
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -284,18 +284,7 @@ def _publish(ckpt: dict, dest: Path, overwrite: bool) -> Path:
 
 def models_frame(entries: Sequence[ModelEntry]) -> pd.DataFrame:
     """One row per model: key, origin, validation BLEU, step, size, data, problem."""
-    return pd.DataFrame(
-        [
-            {
-                "model": e.key,
-                "origin": e.origin,
-                "val BLEU": e.val_bleu,
-                "step": e.step,
-                "size": e.size if e.usable else "",
-                "data": e.data,
-                "problem": e.reason,
-            }
-            for e in entries
-        ],
-        columns=["model", "origin", "val BLEU", "step", "size", "data", "problem"],
-    )
+    columns = {"key": "model", "origin": "origin", "val_bleu": "val BLEU", "step": "step"}
+    columns |= {"size": "size", "data": "data", "reason": "problem"}
+    rows = [asdict(e) | ({} if e.usable else {"size": ""}) for e in entries]
+    return pd.DataFrame(rows, columns=list(columns)).rename(columns=columns)

@@ -148,16 +148,8 @@ def make_wide_checkpoint(path: Path, tiny_checkpoint: Path) -> Path:
     from core.model import ModelConfig, Transformer
 
     tiny = load_checkpoint(tiny_checkpoint)
-    cfg = ModelConfig(
-        len(tiny.src_vocab),
-        len(tiny.tgt_vocab),
-        d_model=64,
-        num_heads=8,
-        num_encoder_layers=6,
-        num_decoder_layers=6,
-        d_ff=64,
-        dropout=0.0,
-    )
+    sizes = {"d_model": 64, "num_heads": 8, "num_encoder_layers": 6, "num_decoder_layers": 6}
+    cfg = ModelConfig(len(tiny.src_vocab), len(tiny.tgt_vocab), d_ff=64, dropout=0.0, **sizes)
     torch.manual_seed(0)
     save_checkpoint(
         path,
@@ -347,18 +339,12 @@ WORDS_FR = ["je", "suis", "froid", "tu", "es", "grand", "."]
 def random_model():
     """(model, src vocab, tgt vocab): an untrained model (random weights vary the outputs)."""
     from core.data import SPECIALS, Vocab
-    from core.model import ModelConfig, Transformer
+    from core.model import Transformer
 
     torch.manual_seed(0)
-    cfg = ModelConfig(
-        len(SPECIALS) + 7,
-        len(SPECIALS) + 7,
-        d_model=32,
-        num_heads=4,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        d_ff=64,
-        dropout=0.1,
+    vocab = len(SPECIALS) + 7
+    cfg = toy_model_config(
+        src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, d_ff=64, dropout=0.1
     )
     return Transformer(cfg).eval(), Vocab(SPECIALS + WORDS_EN), Vocab(SPECIALS + WORDS_FR)
 

@@ -53,5 +53,9 @@ def test_launch_watch_and_stop_from_the_train_page(
         buttons.get_by_role("button", name="Resume").wait_for(timeout=30_000)
         page.screenshot(path=str(ARTIFACTS / "train_page_stopped.png"), full_page=True)
         assert_no_browser_exception(page)
+    except Exception:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "train_page_failure.png"), full_page=True)
+        raise
     finally:
         kill_trainers(app_server["runs"])

@@ -25,8 +25,8 @@ STATE_COLORS = {
 }
 CHARTS = ["loss", "val_loss", "val_bleu", "lr", "tokens_per_s", "grad_norm"]
 LOG_METRICS = {"loss", "val_loss", "lr", "grad_norm"}
-POLL_S = 2.0  # seconds between updates of a live run's state and progress bar
-CURVES_POLL_S = 5.0  # seconds between redraws of its curves (bench/watch_cost.py)
+POLL_S = 5.0  # seconds between updates of a live run's state and progress bar
+CURVES_POLL_S = 10.0  # seconds between redraws of its curves (bench/watch_cost.py)
 TABLE_POLL_S = 10.0  # seconds between updates of the all-runs table while a run is live
 
 
@@ -186,9 +186,9 @@ def chart_grid(
     legend = tuple(names.get(rid, rid) for rid in [run_id, *compare])
     figures, examples = curve_figures(signature, legend, smoothing, log_y)
     cols = st.columns(3)
-    for i, (metric, fig) in enumerate(zip(CHARTS, figures)):
+    for i, fig in enumerate(figures):
         with cols[i % 3]:
-            st.plotly_chart(fig, width="stretch", key=f"chart-{metric}")
+            st.plotly_chart(fig, width="stretch")  # no key: replaced in place on each redraw
     if not examples.empty:
         st.markdown("**Latest validation examples**")
         st.dataframe(examples, hide_index=True)
