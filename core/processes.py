@@ -65,11 +65,19 @@ def _runs_in(pid: int, path: Path) -> bool | None:
         args = (PROC / str(pid) / "cmdline").read_bytes().decode(errors="replace").split("\0")
         cwd = os.readlink(PROC / str(pid) / "cwd")
     except OSError:
-        return None
+        return _gone_or_unknown(pid)
     target = os.path.realpath(path)
     return "core.train" in args and any(
         os.path.realpath(os.path.join(cwd, a)) == target for a in args if a
     )
+
+
+def _gone_or_unknown(pid: int) -> bool | None:
+    """After /proc could not be read for ``pid``: False if it just exited, None if /proc is
+    unavailable or hides it (it may still be running)."""
+    if (PROC / "self" / "stat").exists() and not (PROC / str(pid)).exists():
+        return False
+    return None
 
 
 def check_trainer(pid, path: Path, recorded: str | None) -> bool | None:
@@ -89,7 +97,7 @@ def check_trainer(pid, path: Path, recorded: str | None) -> bool | None:
         return None  # exists, but belongs to another user: not ours to judge or signal
     fields = _stat_fields(pid)
     if fields is None:
-        return None  # no /proc: a pid cannot be verified here
+        return _gone_or_unknown(pid)
     if fields[0] == "Z":
         return False
     if recorded is not None and identity(pid) != recorded:
