@@ -20,8 +20,8 @@ from common import TorchTwin, adam, corpus_path, median, time_steps
 from torch.utils.flop_counter import FlopCounterMode
 
 from core.data import DataConfig, Split, batches, encode_pairs, load_corpus
+from core.devices import autocast_dtype, cpu_has_native_bf16
 from core.model import ModelConfig, Transformer
-from core.train_loop import autocast_dtype, cpu_has_native_bf16
 
 SIZES = {
     "d2l chapter (256 wide, 2+2 blocks, 4 heads, FFN 64)": dict(

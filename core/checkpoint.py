@@ -8,7 +8,8 @@ from pathlib import Path, PureWindowsPath
 
 import torch
 
-from core.data import FRA_ENG_SHA1, DataConfig, Vocab, fra_eng_copy, sha1_of
+from core.corpus_source import FRA_ENG_SHA1, fra_eng_copy, sha1_of
+from core.data import DataConfig, Vocab
 from core.model import ModelConfig, Transformer
 
 FORMAT = "attention-studio/1"

@@ -5,10 +5,54 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import subprocess
 from pathlib import Path
 
-from core.train_loop import device_description, pick_device
+import torch
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    """CUDA, then Apple MPS, then CPU for "auto"; an explicit name must be available."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' was asked for, but no CUDA GPU is available")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("device 'mps' was asked for, but Apple MPS is not available")
+    return torch.device(name)
+
+
+def device_description(device: torch.device) -> str:
+    """A readable device name, e.g. 'cuda (NVIDIA H100)' or 'cpu (2 threads)'."""
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    if device.type == "cpu":
+        return f"cpu ({torch.get_num_threads()} threads)"
+    return device.type
+
+
+@functools.cache
+def cpu_has_native_bf16() -> bool:
+    """True if this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX), read on Linux."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return bool(re.search(r"\b(avx512_bf16|amx_bf16)\b", flags))
+
+
+def autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """bfloat16 where the device runs it fast (CUDA with bf16, native-bf16 CPUs), else None."""
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    if device.type == "cpu" and cpu_has_native_bf16():
+        return torch.bfloat16
+    return None
 
 
 def resolve_device(name: str = "auto") -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from core.data import default_cache_dir
+from core.corpus_source import default_cache_dir
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

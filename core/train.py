@@ -21,13 +21,14 @@ import torch
 
 from core.checkpoint import portable_data_config, read_checkpoint, save_checkpoint
 from core.data import SPECIALS, Corpus, DataConfig, DataError, Vocab, load_corpus
+from core.devices import device_description
 from core.locks import hold_run
 from core.model import ModelConfig, Transformer
 from core.presets import PRESETS
 from core.processes import identity
 from core.run_dir import RunDir, RunError, read_json
 from core.settings import DERIVED, add_setting_flags, config_problems, settings_from_args
-from core.train_loop import TrainConfig, Trainer, TrainState, device_description, rng_state
+from core.train_loop import TrainConfig, Trainer, TrainState, rng_state
 
 LIMITS = ("epochs", "max_steps", "time_budget")  # the limits a resumed run may change
 RESUME_CHANGES = (*LIMITS, "lr", "warmup_steps", "grad_clip")  # all it may change (divergence)

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from core.checkpoint import LoadedModel
-from core.data import DataConfig, DataError, corpus_problem, load_corpus, tokenize
+from core.corpus_source import corpus_problem
+from core.data import DataConfig, DataError, load_corpus, tokenize
 from core.decode import GREEDY, DecodeSettings, Translation, TranslationError, translate
 
 MAX_SENTENCE_TOKENS = 60  # longer input is refused with a message

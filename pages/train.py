@@ -22,7 +22,7 @@ def main() -> None:
         "through reloads and closed tabs. The run id stays in the URL."
     )
     runs = run_status.list_runs()
-    with st.expander("New run", expanded=not runs, icon=":material/add:"):
+    with st.expander("New run", expanded=True, icon=":material/add:"):
         new_run_form()
     info = pick_run(runs)
     if info is not None:

@@ -21,9 +21,6 @@ def test_launch_watch_and_stop_from_the_train_page(
     page = browser_page
     try:
         page.goto(app_server["url"] + "/train")
-        page.get_by_text("New run", exact=True).wait_for(timeout=30_000)
-        if not page.get_by_text("d2l chapter", exact=True).is_visible():
-            page.get_by_text("New run", exact=True).click()  # folded once runs exist
         page.get_by_text("d2l chapter", exact=True).wait_for(timeout=30_000)
         page.get_by_text("d2l chapter", exact=True).click()
         page.get_by_text("file path", exact=True).click()

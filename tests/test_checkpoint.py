@@ -17,7 +17,7 @@ from core.checkpoint import (
     read_checkpoint,
     save_checkpoint,
 )
-from core.data import FRA_ENG_SHA1, sha1_of
+from core.corpus_source import FRA_ENG_SHA1, sha1_of
 from core.model import Transformer
 from tests.helpers import SHIPPED, TINY
 

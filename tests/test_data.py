@@ -9,22 +9,18 @@ import zipfile
 
 import pytest
 
-from core import data
+from core import corpus_source
+from core.corpus_source import FRA_ENG_ENV, download, parse_pairs, read_text, resolve_corpus
 from core.data import (
-    FRA_ENG_ENV,
     DataConfig,
     DataError,
     Split,
     Vocab,
     batches,
-    download,
     encode_pairs,
     inspect_file,
     load_corpus,
-    parse_pairs,
     preprocess,
-    read_text,
-    resolve_corpus,
     split_by_source,
     tokenize,
 )
@@ -118,7 +114,7 @@ def bomb(path, size: int, declared: int | None = None):
 @pytest.fixture
 def unpacked(monkeypatch) -> list[int]:
     """MAX_FILE_BYTES is LIMIT; the list gets the size of every chunk read out of a zip member."""
-    monkeypatch.setattr(data, "MAX_FILE_BYTES", LIMIT)
+    monkeypatch.setattr(corpus_source, "MAX_FILE_BYTES", LIMIT)
     sizes: list[int] = []
     read = zipfile.ZipExtFile.read
 
@@ -160,10 +156,10 @@ def test_reading_stops_once_past_the_limit(monkeypatch):
             self.read_so_far += n
             return b"\0" * n
 
-    monkeypatch.setattr(data, "MAX_FILE_BYTES", LIMIT)
+    monkeypatch.setattr(corpus_source, "MAX_FILE_BYTES", LIMIT)
     stream = Endless()
     with pytest.raises(DataError, match="endless unpacks to more than"):
-        data._read_capped(stream, "endless", data.UNPACKS)
+        corpus_source._read_capped(stream, "endless", corpus_source.UNPACKS)
     assert stream.read_so_far == LIMIT + 1
 
 

@@ -20,7 +20,8 @@ from core.checkpoint import (
     read_checkpoint,
     save_checkpoint,
 )
-from core.data import parse_pairs, preprocess
+from core.corpus_source import parse_pairs
+from core.data import preprocess
 from core.evaluate import corpus_bleu
 from core.evaluate import main as evaluate_main
 from core.model import Transformer

@@ -9,7 +9,8 @@ from __future__ import annotations
 import streamlit as st
 
 from core import corpus_files, jobs, settings
-from core.data import DataError, fra_eng_copy, resolve_corpus
+from core.corpus_source import fra_eng_copy, resolve_corpus
+from core.data import DataError
 from core.devices import device_summary
 from core.places import DATA_ENV, data_root
 from core.presets import PRESET_LABELS, PRESETS
