@@ -5,6 +5,7 @@ Pure functions over metric records (the dicts of metrics.jsonl); no Streamlit he
 
 from __future__ import annotations
 
+import html
 import math
 
 import plotly.graph_objects as go
@@ -125,8 +126,9 @@ def curves_figure(
         raise ValueError(f"unknown metric '{metric}': choose one of {', '.join(METRICS)}")
     fig = go.Figure()
     for i, (name, records) in enumerate(runs.items()):
+        legend = html.escape(str(name), quote=False)  # a user's run name: shown, never HTML
         for trace in _run_traces(
-            name, records, metric, COLORS[i % len(COLORS)], smoothing, max_points
+            legend, records, metric, COLORS[i % len(COLORS)], smoothing, max_points
         ):
             fig.add_trace(trace)
     title = METRICS[metric][1]

@@ -161,3 +161,10 @@ def test_compared_runs_put_their_legend_below_the_title():
     records = [{"record": "train", "step": s, "loss": 1.0 / s} for s in range(1, 30)]
     fig = tf.curves_figure({"a": records, "b": records}, "loss")
     assert fig.layout.showlegend and fig.layout.legend.y < 0  # under the plot, not on the title
+
+
+def test_a_run_name_in_a_legend_is_text_never_html():
+    records = [{"record": "train", "step": s, "loss": 1.0 / s} for s in range(1, 5)]
+    fig = tf.curves_figure({'<a href="http://x">me</a>': records, "b": records}, "loss")
+    names = [t.name for t in fig.data]
+    assert all("<a" not in n for n in names) and any("&lt;a href" in n for n in names)
