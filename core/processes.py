@@ -73,11 +73,12 @@ def _runs_in(pid: int, path: Path) -> bool | None:
 
 
 def _gone_or_unknown(pid: int) -> bool | None:
-    """After /proc could not be read for ``pid``: False if it just exited, None if /proc is
-    unavailable or hides it (it may still be running)."""
-    if (PROC / "self" / "stat").exists() and not (PROC / str(pid)).exists():
-        return False
-    return None
+    """After /proc could not be read for ``pid``: False if it exited or is exiting (a dying
+    process has no cwd), None if /proc is unavailable or hides it (it may still run)."""
+    if not (PROC / "self" / "stat").exists():
+        return None  # no /proc here at all
+    fields = _stat_fields(pid)
+    return False if fields is None or fields[0] in ("Z", "X") else None  # exited / exiting
 
 
 def check_trainer(pid, path: Path, recorded: str | None) -> bool | None:

@@ -109,8 +109,8 @@ def run_info(run_id: str) -> RunInfo:
     pid = job.get("pid") or status.get("pid")
     recorded = job.get("identity") or status.get("identity")
     check = check_trainer(pid, rd.path, recorded)
-    if check is False and status.get("state") in LIVE_STATES:  # about to call it dead:
-        time.sleep(RECHECK_S)  # look once more before saying so
+    if check is not True and status.get("state") in LIVE_STATES:  # about to call it dead
+        time.sleep(RECHECK_S)  # or unknown: look once more (it may be just exiting)
         check = check_trainer(pid, rd.path, recorded)
     if check is None:
         state, message = "unknown", _unknown_message(pid)
