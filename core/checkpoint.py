@@ -176,6 +176,12 @@ def main(argv=None) -> int:
     p.add_argument("src")
     p.add_argument("dst")
     p.add_argument("--float32", action="store_true", help="keep float32 weights")
+    p.add_argument(
+        "--no-history",
+        action="store_true",
+        help="do not write DST's .history file (the run's metrics and attention snapshots "
+        "up to the checkpoint's step, written when SRC is inside a run directory)",
+    )
     args = p.parse_args(argv)
     try:
         out = compact(args.src, args.dst, half=not args.float32)
@@ -183,6 +189,13 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
+    if not args.no_history:
+        from core.history import write_history
+
+        step = (read_checkpoint(out).get("state") or {}).get("step")
+        history = write_history(Path(args.src).parent, out, step)
+        if history is not None:
+            print(f"wrote {history} ({history.stat().st_size / 1e6:.2f} MB)")
     return 0
 
 

@@ -20,6 +20,7 @@ import pandas as pd
 
 from core.checkpoint import CheckpointError, all_finite, atomic_save, read_checkpoint
 from core.corpus_files import describe_data
+from core.history import history_path, write_history
 from core.model import ModelConfig
 from core.places import checkpoints_root, runs_root
 from core.run_dir import RunDir, RunError, run_dir
@@ -81,17 +82,19 @@ class ModelEntry:
     step: int | None = None  # optimiser steps trained
     val_bleu: float | None = None  # validation BLEU of this checkpoint, if measured
     run_dir: str | None = None  # the run directory with metrics and snapshots, if known
+    history: str | None = None  # its run directory or .history file, for the training replay
     usable: bool = True  # False when the file cannot be read
     reason: str = ""  # why it is not usable
 
     @property
     def label(self) -> str:
-        """One line for a picker."""
+        """One short line for a picker (fits 760 px); entry_caption says the rest."""
         if not self.usable:
-            return f"{self.key} (unusable: {self.reason})"
+            return f"{self.key} (unusable)"
+        heads = f"{self.heads} heads" if self.heads else "heads ?"
         bleu = f"val BLEU {self.val_bleu:.1f}" if self.val_bleu is not None else "no val BLEU"
         step = f"step {self.step:,}" if self.step is not None else "step ?"
-        return f"{self.key} · {self.origin} · {self.data} · {self.size} · {step} · {bleu}"
+        return f"{self.key} · {heads} · {step} · {bleu}"
 
 
 def _bleu_at(run_dir: Path | None, step: int | None) -> float | None:
@@ -164,7 +167,16 @@ def read_entry(path: Path, key: str, run_dir: Path | None, runs: Path) -> ModelE
         step=info["step"],
         val_bleu=bleu,
         run_dir=str(run_dir) if run_dir else _run_with_snapshots(info["run"], runs),
+        history=_history_of(path, run_dir, info["run"], runs),
     )
+
+
+def _history_of(path: Path, run_dir: Path | None, run: str | None, runs: Path) -> str | None:
+    """The training history of a model: its run directory, else the file beside it."""
+    if run_dir is not None:
+        return str(run_dir)
+    beside = history_path(path)
+    return _run_with_snapshots(run, runs) or (str(beside) if beside.is_file() else None)
 
 
 def _run_entries(runs: Path) -> list[ModelEntry]:
@@ -260,7 +272,13 @@ def promote(run_id: str, which: str, name: str, overwrite: bool = False) -> Path
         )
     ckpt = {k: v for k, v in ckpt.items() if k not in ("optimizer", "rng")}
     ckpt["promoted_from"] = {"run": run_id, "which": which, "at": time.time()}
-    return _publish(ckpt, checkpoints_root() / f"{name}.pt", overwrite)
+    dest = _publish(ckpt, checkpoints_root() / f"{name}.pt", overwrite)
+    try:  # the model carries its training history (metrics, snapshots) up to its step
+        if write_history(rd.path, dest, (ckpt.get("state") or {}).get("step")) is None:
+            history_path(dest).unlink(missing_ok=True)  # not an older model's history
+    except (OSError, RuntimeError, ValueError, KeyError) as e:
+        raise ModelError(f"Saved {dest.name}, but not its training history: {e}") from e
+    return dest
 
 
 def _publish(ckpt: dict, dest: Path, overwrite: bool) -> Path:

@@ -7,8 +7,8 @@ import pickle
 import zipfile
 from dataclasses import dataclass, field
 
+from core.history import open_history
 from core.maps import SentenceMaps
-from core.run_dir import RunDir
 
 
 @dataclass
@@ -49,9 +49,9 @@ SNAPSHOT_ERRORS = (
 )
 
 
-def probe_sentences(run_dir) -> list[str]:
-    """The probe sentences recorded in a run's latest readable snapshot."""
-    rd = RunDir(run_dir)
+def probe_sentences(source) -> list[str]:
+    """The probe sentences in the latest readable snapshot of a run or history file."""
+    rd = open_history(source)
     for step in reversed(rd.snapshot_steps()):
         try:
             return [p["sentence"] for p in rd.load_snapshot(step)["probes"]]
@@ -73,9 +73,9 @@ def _metrics_at(records: list[dict], step: int) -> dict:
     return out
 
 
-def snapshot_series(run_dir, sentence: str) -> SnapshotSeries:
-    """Every snapshot of ``sentence`` in a run, with loss and BLEU at each step."""
-    rd = RunDir(run_dir)
+def snapshot_series(source, sentence: str) -> SnapshotSeries:
+    """Every snapshot of ``sentence`` in a run or history file, with loss and BLEU."""
+    rd = open_history(source)
     records = rd.read_metrics()
     series = SnapshotSeries(sentence)
     for step in rd.snapshot_steps():

@@ -11,7 +11,7 @@ import math
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from core.run_dir import RunDir
+from core.history import open_history
 
 METRICS: dict[str, tuple[str, str]] = {  # metric -> (record logging it, axis title)
     "loss": ("train", "training loss (cross-entropy)"),
@@ -173,9 +173,9 @@ def _flat_range(values: list, log_y: bool) -> list[float] | None:
     return [v - pad, v + pad]
 
 
-def training_curve_figure(run_dir, step: int | None = None) -> go.Figure:
-    """Training loss and validation BLEU over steps, with a marker line at ``step``."""
-    records = RunDir(run_dir).read_metrics()
+def training_curve_figure(source, step: int | None = None) -> go.Figure:
+    """Training loss and validation BLEU over steps (of a run or history file), at ``step``."""
+    records = open_history(source).read_metrics()
     train = [(r["step"], r["loss"]) for r in records if r.get("record") == "train" and "loss" in r]
     evals = [
         (r["step"], r["val_bleu"])

@@ -21,6 +21,7 @@ def show_models() -> None:
     st.dataframe(
         models.models_frame(entries),
         hide_index=True,
+        placeholder="—",
         column_config={"val BLEU": st.column_config.NumberColumn(format="%.2f")},
     )
 

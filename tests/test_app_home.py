@@ -28,3 +28,6 @@ def test_home_describes_the_app_and_lists_models_and_runs(jobs_env, make_run):
     assert table.fillna(-1).equals(expected.fillna(-1))
     assert len(table) == 4 and table["val BLEU"].max() == 12.5
     assert list(runs["run"]) == ["20260101-000000-d2l"] and list(runs["state"]) == ["finished"]
+    # a model without a BLEU (the broken file) shows a dash, never the word "None"
+    assert table["val BLEU"].isna().any()
+    assert [d.proto.placeholder for d in at.dataframe] == ["—", "—"]

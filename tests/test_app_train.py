@@ -204,6 +204,36 @@ def test_run_list_shows_every_state(jobs_env, make_run, dead_pid):
         sleeper.wait()
 
 
+def test_all_runs_table_refreshes_itself_while_a_run_is_live(jobs_env, make_run, monkeypatch):
+    """The table is a fragment polling every TABLE_POLL_S while a run is live, else still."""
+    import streamlit as st
+
+    from pages.ui.run_view import TABLE_POLL_S
+
+    polls = {}
+    real_fragment = st.fragment
+
+    def spy(func=None, *, run_every=None, **kw):
+        polls[getattr(func, "__name__", "?")] = run_every
+        return real_fragment(func, run_every=run_every, **kw)
+
+    monkeypatch.setattr(st, "fragment", spy)
+    make_run(runs_root(), "a-finished", {"state": "finished"}, job={"created_at": 1})
+    train_page("a-finished")
+    assert polls["_runs_table_now"] is None  # nothing live: no polling at all
+    live = make_run(runs_root(), "b-running", {"state": "running"}, job={"created_at": 2})
+    sleeper = fake_trainer(live.path)
+    try:
+        live.write_status(pid=sleeper.pid, progress=0.5)
+        at = train_page("a-finished")  # another run is shown: the table alone follows the live one
+        assert polls["_runs_table_now"] == TABLE_POLL_S
+        table = next(d.value for d in at.dataframe if "state" in d.value.columns)
+        assert dict(zip(table["run"], table["progress"]))["b-running"] == 0.5
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 def test_run_id_from_the_url_is_shown_literally(jobs_env):
     """Markdown, links and directives in ?run= are escaped: the warning shows them as typed."""
     wanted = "**bold**[x](javascript:alert(1)) :red[y] $z$ <b>"

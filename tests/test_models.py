@@ -75,6 +75,7 @@ def test_list_models_reads_val_bleu_of_last_from_metrics(tmp_path, tiny_run):
     assert entries["runs/tiny/last.pt"].val_bleu == 42.5
     assert entries["runs/tiny/best.pt"].val_bleu is None  # best_bleu is -1: never measured
     assert "val BLEU 42.5" in entries["runs/tiny/last.pt"].label
+    assert all(len(e.label) <= 80 for e in entries.values())  # a picker line at 760 px
 
 
 def test_list_models_of_missing_directories_is_empty(tmp_path):

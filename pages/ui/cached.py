@@ -36,12 +36,12 @@ def teacher_forced(_lm: LoadedModel, key: tuple, sentence: str, reference: str):
 
 
 @st.cache_data(show_spinner="Reading training snapshots…", max_entries=16)
-def snapshot_series(run_dir: str, sentence: str, steps: tuple) -> snapshots.SnapshotSeries:
-    """A probe sentence's snapshots (re-read when the run records new ones)."""
-    return snapshots.snapshot_series(run_dir, sentence)
+def snapshot_series(source: str, sentence: str, steps: tuple) -> snapshots.SnapshotSeries:
+    """A probe sentence's snapshots in a run or history file (re-read on new ones)."""
+    return snapshots.snapshot_series(source, sentence)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def probe_sentences(run_dir: str, steps: tuple) -> list[str]:
-    """The probe sentences of a run."""
-    return snapshots.probe_sentences(run_dir)
+def probe_sentences(source: str, steps: tuple) -> list[str]:
+    """The probe sentences of a run or history file."""
+    return snapshots.probe_sentences(source)

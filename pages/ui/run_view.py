@@ -298,6 +298,7 @@ def runs_dataframe(runs: list[RunInfo], key: str) -> None:
     st.dataframe(
         run_status.runs_frame(runs),
         hide_index=True,
+        placeholder="—",
         key=key,
         column_config={
             "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0),

@@ -1,0 +1,88 @@
+"""Tests for core.history: a model's training history in one file beside its checkpoint."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from core import history, models, snapshots
+from core.checkpoint import main as checkpoint_main
+from core.places import runs_root
+from core.run_dir import RunDir
+from core.training_figures import training_curve_figure
+from tests.helpers import SHIPPED
+
+
+def test_a_history_file_replays_like_its_run(tmp_path, tiny_run):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    RunDir(run).append_metrics(
+        {"record": "eval", "step": 100, "val_bleu": 9.5, "examples": [{"src": "x", "ref": "y"}]}
+    )
+    dest = history.write_history(run, tmp_path / "model.pt", up_to_step=100)
+    assert dest == tmp_path / "model.history"
+    from_file = snapshots.snapshot_series(dest, "i'm home .")
+    from_run = snapshots.snapshot_series(run, "i'm home .")
+    assert from_file.steps == [50, 100] and from_run.steps == [50, 100, 150]
+    for a, b in zip(from_file.frames, from_run.frames, strict=False):
+        assert (a.loss, a.val_bleu) == (b.loss, b.val_bleu)
+        assert a.maps.output_tokens == b.maps.output_tokens
+        np.testing.assert_allclose(a.maps.cross, b.maps.cross, atol=1e-3)
+    assert from_file.frames[1].val_bleu == 9.5
+    assert snapshots.probe_sentences(dest) == snapshots.probe_sentences(run)
+    records = history.open_history(dest).read_metrics()
+    assert max(r["step"] for r in records) == 100
+    assert all("examples" not in r for r in records)  # no corpus sentences travel with a model
+    curve = training_curve_figure(dest, 50)
+    assert curve.data[0].x[-1] == 100
+
+
+def test_history_holds_no_text_but_the_record_kind():
+    record = {"record": "eval", "step": 5, "val_bleu": 1.0, "path": 3, "examples": [], "x": "y"}
+    assert history.clean_record(record) == {"record": "eval", "step": 5, "val_bleu": 1.0}
+
+
+def test_a_damaged_or_foreign_history_file_has_no_history(tmp_path):
+    (tmp_path / "a.history").write_bytes(b"junk")
+    torch.save({"format": "something else"}, tmp_path / "b.history")
+    for name in ("a.history", "b.history", "missing.history"):
+        h = history.open_history(tmp_path / name)
+        assert h.read_metrics() == [] and h.snapshot_steps() == []
+        assert snapshots.probe_sentences(tmp_path / name) == []
+
+
+def test_a_saved_model_carries_its_history_after_its_run_is_gone(jobs_env, tiny_run):
+    shutil.copytree(tiny_run, runs_root() / "tiny")
+    dest = models.promote("tiny", "last", "keeper")
+    assert history.history_path(dest).is_file()
+    shutil.rmtree(runs_root() / "tiny")
+    entry = models.find_entry(models.list_models(), "checkpoints/keeper.pt")
+    assert entry.run_dir is None and entry.history == str(history.history_path(dest))
+    assert snapshots.snapshot_series(entry.history, "go .").steps == [50, 100, 150]
+
+
+def test_compacting_a_run_checkpoint_writes_its_history(tmp_path, tiny_run, capsys):
+    out = tmp_path / "small.pt"
+    assert checkpoint_main([str(tiny_run / "last.pt"), str(out)]) == 0
+    assert "small.history" in capsys.readouterr().out
+    assert history.open_history(history.history_path(out)).snapshot_steps() == [50, 100, 150]
+    other = tmp_path / "bare.pt"
+    assert checkpoint_main([str(tiny_run / "last.pt"), str(other), "--no-history"]) == 0
+    assert not history.history_path(other).exists()
+
+
+@pytest.mark.skipif(not SHIPPED.is_file(), reason="the shipped model is not trained yet")
+def test_the_shipped_model_ships_its_training_history():
+    path = history.history_path(SHIPPED)
+    assert path.is_file(), "checkpoints/fra-eng-small.history is missing"
+    assert path.stat().st_size < 5 * 2**20  # a few MB at most
+    h = history.open_history(path)
+    steps = h.snapshot_steps()
+    assert len(steps) >= 5 and steps[-1] == torch.load(SHIPPED, weights_only=True)["state"]["step"]
+    assert any(r.get("val_bleu") for r in h.read_metrics())
+    blob = path.read_bytes()
+    for machine_path in (b"/work/", b"/tmp/", b"/home/", b"/root/"):
+        assert machine_path not in blob
