@@ -10,15 +10,18 @@ import html
 import json
 import textwrap
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from core.attention_kinds import check_tokens, kind_labels, reading_hint
+from core.compare import DIFF_WORDS
 from core.maps import SentenceMaps, View, hide_columns
 
 COLORSCALE = "Blues"
+DIFF_COLORSCALE = "RdBu_r"  # differences: blue below 0, white at 0, red above
 BLANK_COLOR = "#d9d9d9"  # blank (NaN) cells are drawn grey, unlike 0 (white)
 BLANK_NAME = "blank"  # the name of the grey traces over blank cells
 MAX_GRID_TICKS = 20  # the grid shows token tick labels only up to this many tokens
@@ -26,6 +29,25 @@ TITLE_CHARS = 44  # title line length that fits a chart in half of a 760 px wide
 WIDE_TITLE_CHARS = 76  # ... in the whole width of a 760 px wide page
 TITLE_LINE_PX, NOTE_LINE_PX = 24, 17  # height of a title line and of a subtitle line
 TITLE_SHIFT_PX = 12  # Plotly lifts a title anchored at its top by this much per extra line
+FULL_GRID_CELLS = 16  # a model with at most this many layer × head cells shows its full grid
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A heatmap's colours: 0..zmax for weights, or −zmax..zmax centred on 0 for differences."""
+
+    colors: str = COLORSCALE
+    name: str = "weight"  # colour bar title
+    hover: str = "w"  # the value's name in the hover text
+    diverging: bool = False  # True: the range is symmetric around 0
+
+    def zmin(self, zmax: float) -> float:
+        """Bottom of the colour range for a top of ``zmax``."""
+        return -zmax if self.diverging else 0.0
+
+
+WEIGHTS = Scale()
+DIFFERENCE = Scale(DIFF_COLORSCALE, DIFF_WORDS, DIFF_WORDS, diverging=True)
 
 
 def plotly_text(text: str) -> str:
@@ -109,6 +131,7 @@ def heatmap_figure(
     zmax: float = 1.0,
     note: str | None = None,
     blank: Mapping[int, str] | None = None,
+    scale: Scale = WEIGHTS,
 ) -> go.Figure:
     """One large heatmap: rows are queries (first on top), columns are keys.
 
@@ -121,6 +144,7 @@ def heatmap_figure(
         note: what was done to the map ("a; b"), one subtitle line per part.
         blank: query row -> the hidden tokens that held all its weight (a NaN row),
             written across the row.
+        scale: WEIGHTS (0..zmax) or DIFFERENCE (−zmax..zmax).
     """
     default_title, query_words, key_words = kind_labels(kind)
     check_tokens(weights2d.shape, query_tokens, key_tokens)
@@ -128,11 +152,11 @@ def heatmap_figure(
         z=np.asarray(weights2d, dtype=np.float32),  # (Tq, Tk)
         x=unique_labels(key_tokens),
         y=unique_labels(query_tokens),
-        zmin=0.0,
+        zmin=scale.zmin(zmax),
         zmax=zmax,
-        colorscale=COLORSCALE,
-        colorbar={"title": {"text": "weight"}},
-        hovertemplate="query %{y}<br>key %{x}<br>w=%{z:.3f}<extra></extra>",
+        colorscale=scale.colors,
+        colorbar={"title": {"text": plotly_text(scale.name)}},
+        hovertemplate=f"query %{{y}}<br>key %{{x}}<br>{scale.hover}=%{{z:.3f}}<extra></extra>",
     )
     fig = go.Figure([trace, *blank_cells(weights2d, trace.x, trace.y)])
     head = title_layout(title or default_title, [reading_hint(kind), *note_lines(note)])
@@ -233,9 +257,9 @@ def _grid_ticks(tokens: Sequence[str]) -> dict:
     return {"tickvals": labels[::every], "ticktext": [plotly_text(t) for t in tokens][::every]}
 
 
-def _grid_trace(z: np.ndarray, axes: list, labels: tuple, cell_name: str) -> dict:
+def _grid_trace(z: np.ndarray, axes: list, labels: tuple, cell_name: str, value: str) -> dict:
     """One light heatmap trace (dict, float32, no customdata) on the shared coloraxis."""
-    hover = f"{cell_name}<br>query %{{y}}<br>key %{{x}}<br>w=%{{z:.3f}}<extra></extra>"
+    hover = f"{cell_name}<br>query %{{y}}<br>key %{{x}}<br>{value}=%{{z:.3f}}<extra></extra>"
     return {
         "type": "heatmap",
         "z": z,  # (Tq, Tk) float32
@@ -257,6 +281,8 @@ def grid_figure(
     head_names: Sequence[str] | None = None,
     zmax: float = 1.0,
     note: str | None = None,
+    scale: Scale = WEIGHTS,
+    title: str | None = None,
 ) -> go.Figure:
     """Small multiples, one heatmap per (layer, head), on one shared colour scale.
 
@@ -267,8 +293,11 @@ def grid_figure(
         layer_names, head_names: row/column titles; default "layer i" / "head j" (0-based).
         zmax: top of the shared colour scale.
         note: what was done to the maps ("a; b"), one subtitle line per part.
+        scale: WEIGHTS (0..zmax) or DIFFERENCE (−zmax..zmax).
+        title: figure title; defaults to the kind's title.
     """
-    title, query_words, key_words = kind_labels(kind)
+    default_title, query_words, key_words = kind_labels(kind)
+    title = title or default_title
     check_tokens(weights.shape, query_tokens, key_tokens)
     n_layers, n_heads = weights.shape[:2]
     layer_names = tuple(layer_names or [f"layer {i}" for i in range(n_layers)])
@@ -279,7 +308,7 @@ def grid_figure(
     z = np.asarray(weights, dtype=np.float32)  # (L, H, Tq, Tk)
     labels = (unique_labels(query_tokens), unique_labels(key_tokens))
     data = [
-        _grid_trace(z[i, j], axes[i][j], labels, f"{layer_names[i]}, {head_names[j]}")
+        _grid_trace(z[i, j], axes[i][j], labels, f"{layer_names[i]}, {head_names[j]}", scale.hover)
         for i in range(n_layers)
         for j in range(n_heads)
     ]
@@ -293,7 +322,12 @@ def grid_figure(
     ]
     head = title_layout(title, [reading_hint(kind), *note_lines(note)], WIDE_TITLE_CHARS, 28)
     layout |= head | {
-        "coloraxis": {"colorscale": COLORSCALE, "cmin": 0.0, "cmax": zmax},
+        "coloraxis": {
+            "colorscale": scale.colors,
+            "cmin": scale.zmin(zmax),
+            "cmax": zmax,
+            "colorbar": {"title": {"text": plotly_text(scale.name)}},
+        },
         "height": int(40 + head["margin"]["t"] + n_layers * max(170, 60 + 16 * len(query_tokens))),
     }
     return go.Figure(data=data, layout=layout)
@@ -325,9 +359,12 @@ def topk_figure(tokens: Sequence[str], probs: Sequence[float]) -> go.Figure:
     return fig
 
 
-def view_figure(view: View, stretch: bool = False) -> go.Figure:
-    """The large heatmap of a view (colour scale 0..1, or stretched to the 99th percentile)."""
-    zmax = percentile_cap(view.weights) if stretch else 1.0
+def view_figure(view: View, stretch: bool = False, zmax: float | None = None) -> go.Figure:
+    """The large heatmap of a view (colour scale 0..1, or stretched to the 99th percentile).
+
+    ``zmax`` sets the top of the scale instead (two maps shown side by side share one).
+    """
+    zmax = zmax if zmax is not None else percentile_cap(view.weights) if stretch else 1.0
     note = "; ".join(x for x in (view.note, "colour scale stretched" if stretch else "") if x)
     return heatmap_figure(
         view.weights,

@@ -5,6 +5,8 @@ H heads, Dh head width (D // H), F feed-forward width, V vocabulary size, L laye
 
 Attention weights are returned explicitly when asked (``need_weights=True``); otherwise
 the fused ``F.scaled_dot_product_attention`` path is used. Both give the same outputs.
+Either path multiplies each head's output by its gate ``head_gate`` (when one is set) before
+W_o, which is how heads are removed at inference (``core.ablate``).
 """
 
 from __future__ import annotations
@@ -138,6 +140,9 @@ class MultiHeadAttention(nn.Module):
         self.W_k = nn.Linear(d_model, d_model)
         self.W_v = nn.Linear(d_model, d_model)
         self.W_o = nn.Linear(d_model, d_model)
+        # gate xi_h on each head's output: None = all 1 (no cost); (H,) or (B, H) otherwise;
+        # a plain attribute, so never in the state_dict (set it with core.ablate.gated)
+        self.head_gate: torch.Tensor | None = None
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, D) -> (B, H, T, Dh)."""
@@ -161,9 +166,14 @@ class MultiHeadAttention(nn.Module):
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
             weights = None
+        return self.W_o(self.merge_heads(out)), weights
+
+    def merge_heads(self, out: torch.Tensor) -> torch.Tensor:
+        """(B, H, Tq, Dh) -> (B, Tq, D), each head's output first scaled by its gate if set."""
         B, H, Tq, Dh = out.shape
-        out = out.transpose(1, 2).reshape(B, Tq, H * Dh)  # (B, Tq, D)
-        return self.W_o(out), weights
+        if self.head_gate is not None:
+            out = out * self.head_gate.reshape(-1, H, 1, 1)  # (B, H, Tq, Dh)
+        return out.transpose(1, 2).reshape(B, Tq, H * Dh)  # (B, Tq, D)
 
 
 class PositionWiseFFN(nn.Module):

@@ -22,6 +22,9 @@ DATA_ENV = "ATTENTION_STUDIO_DATA"  # corpus files the app may read (default <re
 UPLOADS = ".uploads"  # staged uploads, under the runs root
 
 
+ABLATION = ".ablation"  # cached head-importance results (core.ablate), under the runs root
+
+
 def runs_root() -> Path:
     """Directory of run directories (ATTENTION_STUDIO_RUNS or <repo>/runs), created."""
     root = Path(os.environ.get(RUNS_ENV) or REPO_ROOT / "runs")
@@ -44,6 +47,11 @@ def data_root() -> Path:
 def uploads_root() -> Path:
     """Folder of staged uploads (<runs root>/.uploads; not created)."""
     return runs_root() / UPLOADS
+
+
+def ablation_root() -> Path:
+    """Folder of cached head-importance results (<runs root>/.ablation; not created)."""
+    return runs_root() / ABLATION
 
 
 def corpus_folders() -> list[Path]:

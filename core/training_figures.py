@@ -13,14 +13,14 @@ from plotly.colors import qualitative
 
 from core.history import open_history
 
-METRICS: dict[str, tuple[str, str]] = {  # metric -> (record logging it, axis title)
-    "loss": ("train", "training loss (cross-entropy)"),
-    "val_loss": ("eval", "validation loss (cross-entropy)"),
-    "val_bleu": ("eval", "validation BLEU"),
-    "lr": ("train", "learning rate"),
-    "tokens_per_s": ("train", "target tokens per second"),
-    "grad_norm": ("train", "gradient norm (before clipping)"),
-}
+METRICS: dict[str, tuple[str, str, str]] = {  # metric -> (record logging it, title, y axis)
+    "loss": ("train", "training loss (cross-entropy)", "loss"),
+    "val_loss": ("eval", "validation loss (cross-entropy)", "loss"),
+    "val_bleu": ("eval", "validation BLEU", "BLEU"),
+    "lr": ("train", "learning rate", "rate"),
+    "tokens_per_s": ("train", "target tokens per second", "tokens/s"),
+    "grad_norm": ("train", "gradient norm (before clipping)", "norm"),
+}  # the y axis's title is short: a long one runs into the chart's title on a narrow chart
 
 
 COLORS = qualitative.Plotly
@@ -131,7 +131,7 @@ def curves_figure(
             legend, records, metric, COLORS[i % len(COLORS)], smoothing, max_points
         ):
             fig.add_trace(trace)
-    title = METRICS[metric][1]
+    _, title, y_title = METRICS[metric]
     fig.update_layout(
         title={"text": title, "font": {"size": 14}},
         height=height,
@@ -142,7 +142,7 @@ def curves_figure(
         showlegend=len(runs) > 1,
     )
     fig.update_xaxes(title_text="training step")
-    fig.update_yaxes(title_text=title, type="log" if log_y else "linear")
+    fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear")
     flat = _flat_range([y for trace in fig.data for y in (trace.y or ())], log_y)
     if flat is not None:
         fig.update_yaxes(range=flat)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from core.ablate import HeadSpecError, ablated, heads_of
 from core.checkpoint import CheckpointError, load_checkpoint
 from core.decode import (
     ALPHA,
@@ -44,28 +45,39 @@ def translate_lines(
 
 
 def main(argv=None) -> int:
-    """Translate one sentence, or one sentence per line of --input, printing one per line."""
+    """Translate one sentence, or one sentence per line of --input, printing one per line.
+
+    ``--ablate`` removes attention heads first (see core.ablate).
+    """
     p = argparse.ArgumentParser(description="Translate English to French with a checkpoint.")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
     p.add_argument("--alpha", type=float, default=ALPHA, help="beam length penalty")
     p.add_argument("--max-len", type=int, default=MAX_LEN, help="longest output, in tokens")
     p.add_argument("--input", help="a text file with one sentence per line")
+    p.add_argument(
+        "--ablate",
+        default="",
+        metavar="KIND:LAYER:HEAD[,...]",
+        help="remove these attention heads (kinds: encoder, decoder_self, cross; from 0)",
+    )
     p.add_argument("sentence", nargs="*", help="the sentence to translate")
     args = p.parse_args(argv)
     if not args.input and not args.sentence:
         p.error("give a sentence or --input FILE")
     try:
         lm = load_checkpoint(args.checkpoint)
+        heads = heads_of(args.ablate, lm.model.cfg)
         if args.input:
             with open(args.input, encoding="utf-8") as f:
                 lines = f.read().splitlines()
         else:
             lines = [" ".join(args.sentence)]
-    except (CheckpointError, OSError, UnicodeDecodeError) as e:
+    except (CheckpointError, HeadSpecError, OSError, UnicodeDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    outs, warnings = translate_lines(lm, lines, args.beam, args.alpha, args.max_len)
+    with ablated(lm.model, heads):
+        outs, warnings = translate_lines(lm, lines, args.beam, args.alpha, args.max_len)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     print("\n".join(outs))

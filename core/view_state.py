@@ -11,7 +11,13 @@ from core.decode import ALPHA, MAX_LEN, DecodeSettings
 from core.maps import HEAD_AGGREGATES, SentenceMaps, head_options
 from core.translation import DEFAULT_SENTENCE
 
-SECTIONS = ("Maps", "Decoding playback", "Over training")  # the Attention page's sections
+SECTIONS = (  # the Attention page's sections
+    "Maps",
+    "Decoding playback",
+    "Over training",
+    "Remove heads",
+    "Compare",
+)
 PLAYBACK = SECTIONS[1]  # the section whose output step travels in the URL
 
 
@@ -30,6 +36,11 @@ class ViewState:
     hide: bool = False  # hide <bos>/<eos> columns
     section: str = SECTIONS[0]  # what the Attention page shows (one of SECTIONS)
     step: int = 0  # output step of the decoding playback
+    ablate: str = ""  # heads removed, "KIND:LAYER:HEAD,..." (core.ablate's spec)
+    other: str = ""  # the compared model's key ("" = none)
+    other_sentence: str = ""  # the compared sentence ("" = none)
+    forced: str = "A"  # whose output both decoders read when two models' outputs differ
+    token: str = ""  # selected token, "q<i>" (query row) or "k<j>" (key column)
 
     @classmethod
     def from_query(cls, params: Mapping[str, str]) -> ViewState:
@@ -50,6 +61,8 @@ class ViewState:
         state.step = max(state.step, 0)
         if state.section not in SECTIONS:
             state.section = cls.section
+        if state.forced not in ("A", "B"):
+            state.forced = cls.forced
         if state.kind not in KINDS:
             state.kind = cls.kind
         if not (state.head.isdigit() or state.head in HEAD_AGGREGATES):

@@ -5,11 +5,13 @@ from __future__ import annotations
 import streamlit as st
 
 from core import attention_figures as figs
-from core import head_stats
+from core import compare_figures as cmp_figs
+from core import head_stats, token_pick
 from core.attention_kinds import KINDS, kind_labels, reading_hint
 from core.checkpoint import LoadedModel
 from core.data import D2L_TEST_PAIRS, tokenize
 from core.decode import Translation, TranslationError
+from core.history import open_history
 from core.maps import (
     SentenceMaps,
     blank_note,
@@ -20,9 +22,9 @@ from core.maps import (
     view_csv,
 )
 from core.models import ModelEntry
-from core.run_dir import RunDir
 from core.training_figures import training_curve_figure
 from core.view_state import SECTIONS, ViewState, clamp_view
+from pages.ui.ablation_view import ablation_section
 from pages.ui.cached import (
     probe_sentences,
     sentence_maps,
@@ -30,6 +32,8 @@ from pages.ui.cached import (
     teacher_forced,
     translate,
 )
+from pages.ui.charts import chart
+from pages.ui.compare_view import comparison_section
 from pages.ui.frame import ensure_app_navigation, footer, link
 from pages.ui.model_picker import pick_model
 from pages.ui.text import code, md
@@ -47,16 +51,15 @@ URL_KEYS = (
     "hide",
     "section",
     "step",
+    "ablate",
+    "other",
+    "other_sentence",
+    "forced",
+    "token",
 )
 KIND_SHORT = {"encoder": "Encoder self", "decoder_self": "Decoder self", "cross": "Cross"}
 HEAD_WORDS = {"mean": "mean of heads", "max": "max of heads", "rollout": "rollout"}
-FULL_GRID_CELLS = 16  # models with at most this many layer × head cells show the full grid
-
-
-def chart(fig, key: str, where=st, name: str = "attention") -> None:
-    """A Plotly chart at full width; its toolbar saves it as ``name``.png."""
-    config = {"displaylogo": False, "toImageButtonOptions": {"filename": name}}
-    where.plotly_chart(fig, width="stretch", key=key, config=config)
+FULL_GRID_CELLS = figs.FULL_GRID_CELLS  # models with at most this many cells show the full grid
 
 
 def clamp_widget(key: str, value, options) -> None:
@@ -128,12 +131,37 @@ def head_summary(maps: SentenceMaps, state: ViewState) -> None:
     st.markdown("\n".join(f"- {x}" for x in lines))
 
 
+def token_picker(maps: SentenceMaps, state: ViewState) -> token_pick.Highlight | None:
+    """Pick a query row or key column to outline (URL ``token``); where it is drawn, or None."""
+    queries, keys = maps.tokens(state.kind)
+    options = token_pick.pick_options(queries, keys)
+    left, right = st.columns([2, 3], vertical_alignment="bottom")
+    if state.token and state.token not in options:
+        right.caption(md(f"Token {state.token} (from the URL) is not in this map: none outlined."))
+        state.token = ""
+    widget_default("at_token", state.token, options)
+    state.token = left.selectbox(
+        "Outline a token",
+        options,
+        key="at_token",
+        format_func=lambda v: token_pick.pick_label(v, queries, keys),
+        help="A query (row) or key (column), counted with <bos>/<eos>. Clicks on a heatmap "
+        "cannot select it here (Streamlit does not pass them on), so pick it from this list.",
+    )
+    pick = token_pick.resolve_pick(state.token, queries, keys, state.hide)
+    if pick is not None:
+        done = f"{pick.label}: outlined in the large map and in every cell of the overview"
+        right.caption(md(f"Not outlined: {pick.problem}." if pick.problem else f"{done}."))
+    return pick
+
+
 def maps_section(maps: SentenceMaps, state: ViewState, stretch: bool) -> None:
     """The chosen head large, the overview grid and the head statistics."""
     view = select_view(maps, state.kind, state.layer, state.head, state.hide)
     name = export_name(state.model, state.sentence, state.kind, state.layer, state.head)
+    pick = token_picker(maps, state)
     left, right = st.columns([4, 1])
-    chart(figs.view_figure(view, stretch), "big", left, name)
+    chart(cmp_figs.add_highlight(figs.view_figure(view, stretch), pick), "big", left, name)
     with right:
         head_summary(maps, state)
         st.download_button(
@@ -161,7 +189,7 @@ def maps_section(maps: SentenceMaps, state: ViewState, stretch: bool) -> None:
     grid = figs.grid_view_figure(maps, state.kind, state.hide, layers, stretch)
     layer = None if show_all else state.layer
     name = export_name(state.model, state.sentence, state.kind, layer, None, "grid")
-    chart(grid, "grid", name=name)
+    chart(cmp_figs.add_highlight(grid, pick), "grid", name=name)
     st.markdown("**Head statistics** (per layer and head; labels are simple rules of thumb)")
     st.dataframe(
         head_stats.head_table(maps, state.kind),
@@ -277,14 +305,16 @@ def compare_section(maps: SentenceMaps, state: ViewState, lm: LoadedModel, key: 
 
 def training_section(entry: ModelEntry, state: ViewState, stretch: bool) -> None:
     """Replay a probe sentence's attention over the training steps of the model's run."""
-    steps = tuple(RunDir(entry.run_dir).snapshot_steps()) if entry.run_dir else ()
+    source = entry.history
+    steps = tuple(open_history(source).snapshot_steps()) if source else ()
     if not steps:
         st.info(
             "This model has no recorded attention snapshots. Runs trained from the Train "
-            "page save the probe sentences' maps at every evaluation."
+            "page save the probe sentences' maps at every evaluation, and a model saved "
+            "from a run keeps them in a .history file beside it."
         )
         return
-    probes = probe_sentences(entry.run_dir, steps)
+    probes = probe_sentences(source, steps)
     if not probes:
         st.info("The snapshots of this run cannot be read.")
         return
@@ -295,7 +325,7 @@ def training_section(entry: ModelEntry, state: ViewState, stretch: bool) -> None
         key="at_probe",
         help="The run recorded the maps of these sentences at each evaluation.",
     )
-    series = snapshot_series(entry.run_dir, probe, steps)
+    series = snapshot_series(source, probe, steps)
     if series.skipped:
         st.warning("Some snapshots could not be read: " + md(", ".join(series.skipped)))
     if not series.frames:
@@ -321,7 +351,7 @@ def training_section(entry: ModelEntry, state: ViewState, stretch: bool) -> None
     name = export_name(state.model, probe, state.kind, layer, state.head, f"training step {step}")
     left, right = st.columns([3, 2])
     chart(figs.view_figure(view, stretch), "train_big", left, name)
-    curve = training_curve_figure(entry.run_dir, step)
+    curve = training_curve_figure(source, step)
     chart(curve, "train_curve", right, export_name(state.model, "", what="training curve"))
     small = frame.maps.layers(state.kind) * frame.maps.heads <= FULL_GRID_CELLS
     grid_layers = None if small else [layer]
@@ -371,8 +401,12 @@ def main() -> None:
         maps_section(maps, state, stretch)
     elif state.section == SECTIONS[1]:
         playback_section(t, maps, state, lm, key[:2])
-    else:
+    elif state.section == SECTIONS[2]:
         training_section(entry, state, stretch)
+    elif state.section == SECTIONS[3]:
+        ablation_section(entry, lm, t, maps, state, stretch)
+    else:
+        comparison_section(entry, lm, t, maps, state, stretch)
     write_url(state, URL_KEYS)
     footer()
 

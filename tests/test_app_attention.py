@@ -259,6 +259,21 @@ def test_over_training_without_snapshots_says_so(studio_dirs):
     assert "no recorded attention snapshots" in at.info[0].value
 
 
+def test_over_training_replays_a_models_history_file_without_its_run(studio_dirs):
+    from core.history import write_history
+    from core.models import SHIPPED_NAME
+
+    write_history(studio_dirs["run"], studio_dirs["checkpoints"] / SHIPPED_NAME)
+    shutil.rmtree(studio_dirs["runs"])
+    at = run_page()
+    at.radio(key="at_section").set_value("Over training").run()
+    assert_clean(at)
+    assert not at.info
+    assert at.select_slider(key="at_train_step").value == 150
+    big, curve, grid = specs(at)
+    assert title(big).endswith("training step 150") and curve["data"]
+
+
 def test_no_model_points_to_the_train_page(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTENTION_STUDIO_CHECKPOINTS", str(tmp_path / "none"))
     monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(tmp_path / "none-either"))

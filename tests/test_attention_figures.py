@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from core import attention_figures as figs
+from core import compare_figures as cmp_figs
 from core.maps import HIDDEN_NOTE, playback_step, select_view
 
 
@@ -231,3 +232,48 @@ def test_blank_rows_are_grey_and_labelled_in_the_large_map(home_translation):
     assert (np.asarray(grey.z)[0] == 1).all() and np.isnan(np.asarray(grey.z)[1:]).all()
     plain = figs.view_figure(select_view(maps, "decoder_self", 0, 0))
     assert not plain.layout.annotations and len(plain.data) == 1
+
+
+def test_difference_map_is_centred_at_zero_with_a_symmetric_range():
+    diff = np.array([[0.2, -0.5], [np.nan, 0.1]], dtype=np.float32)
+    fig = cmp_figs.diff_figure(diff, ["a", "b"], ["c", "d"], "encoder", "B − A: <b>x</b>")
+    trace = fig.data[0]
+    assert (trace.zmin, trace.zmax) == (-0.5, 0.5)
+    assert (
+        trace.colorscale
+        == figs.heatmap_figure(diff, "ab", "cd", "encoder", scale=figs.DIFFERENCE)
+        .data[0]
+        .colorscale
+    )
+    assert "B − A=" in trace.hovertemplate and "w=" not in trace.hovertemplate
+    assert "&lt;b&gt;" in fig.layout.title.text  # a title is shown literally
+    assert "red where B attends more" in subtitle_text(fig)
+    assert any(t.name == figs.BLANK_NAME for t in fig.data)  # NaN stays grey, not 0 (white)
+    same = cmp_figs.diff_figure(np.zeros((2, 2)), ["a", "b"], ["c", "d"], "encoder", "t")
+    floor = cmp_figs.MIN_DIFF_RANGE
+    assert (same.data[0].zmin, same.data[0].zmax) == (-floor, floor)
+
+
+def test_difference_range_ignores_blanks_and_stretch_uses_a_percentile():
+    diff = np.concatenate([np.full(200, 0.01), [0.9], [np.nan]])
+    assert cmp_figs.diff_range(diff) == pytest.approx(0.9)
+    assert cmp_figs.diff_range(diff, stretch=True) < 0.9
+    assert cmp_figs.diff_range(np.full(3, np.nan)) == 1.0
+
+
+def test_difference_grid_shares_one_diverging_scale():
+    diff = np.random.default_rng(0).normal(0, 0.1, (2, 3, 4, 4)).astype(np.float32)
+    tokens = ["a", "b", "c", "d"]
+    fig = cmp_figs.diff_grid_figure(diff, tokens, tokens, "encoder", [0, 1])
+    axis = fig.layout.coloraxis
+    assert axis.cmin == -axis.cmax == pytest.approx(-np.abs(diff).max(), rel=1e-5)
+    assert len(fig.data) == 2 * 3 and all(t.coloraxis == "coloraxis" for t in fig.data)
+    assert fig.layout.title.text.startswith("B − A, every head")
+    assert "B − A=" in fig.data[0].hovertemplate
+
+
+def test_two_views_side_by_side_can_share_one_scale(home_translation):
+    _, maps = home_translation
+    view = select_view(maps, "cross", 0, "0")
+    assert figs.view_figure(view, zmax=0.3).data[0].zmax == 0.3
+    assert figs.view_figure(view, stretch=True, zmax=0.3).data[0].zmax == 0.3

@@ -1,0 +1,231 @@
+"""Attention page, "Remove heads" section: translate with heads removed; head importance."""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from core import ablation_figures as abfigs
+from core import attention_figures as figs
+from core.ablate import HeadSpec, HeadSpecError, all_heads, heads_of, private_copy, spec_text
+from core.checkpoint import LoadedModel
+from core.data import DataError
+from core.decode import Translation, TranslationError
+from core.head_importance import SENTENCES, HeadImportance, importance_for, lookup_importance
+from core.maps import SentenceMaps, export_name, select_view
+from core.models import ModelEntry
+from core.view_state import ViewState
+from pages.ui.cached import sentence_maps
+from pages.ui.cached_ablation import ablated_translate
+from pages.ui.charts import chart
+from pages.ui.text import md
+from pages.ui.view_widgets import widget_default
+
+HEADS_KEY = "ab_heads"  # the multiselect of heads to remove
+
+
+def ablation_section(
+    entry: ModelEntry,
+    lm: LoadedModel,
+    t: Translation,
+    maps: SentenceMaps,
+    state: ViewState,
+    stretch: bool,
+) -> None:
+    """Pick heads to remove; the translation and maps without them; head importance."""
+    heads = pick_heads(lm, state)
+    if heads:
+        removed_view(entry, lm, (t, maps), heads, state, stretch)
+    else:
+        st.caption(
+            "Pick heads to remove: their output is zeroed before the output projection W_o "
+            "and the sentence is translated again. Their maps are still computed and shown."
+        )
+    importance_panel(entry, lm, state)
+
+
+def pick_heads(lm: LoadedModel, state: ViewState) -> list[HeadSpec]:
+    """The heads-to-remove picker, seeded from the URL; keeps the state's spec in step."""
+    every = {h.label: h for h in all_heads(lm.model.cfg)}
+    try:
+        wanted = heads_of(state.ablate, lm.model.cfg)
+    except HeadSpecError as e:
+        st.warning(md(f"The heads to remove given in the link were ignored: {e}"))
+        wanted = []
+    if HEADS_KEY in st.session_state:  # labels of another model's heads are dropped
+        st.session_state[HEADS_KEY] = [x for x in st.session_state[HEADS_KEY] if x in every]
+    widget_default(HEADS_KEY, [h.label for h in wanted])
+    chosen = st.multiselect(
+        "Heads to remove",
+        list(every),
+        key=HEADS_KEY,
+        placeholder="Choose heads, e.g. Cross L1 H0",
+        help="L: layer, H: head, both counted from 0. Encoder self, decoder self and "
+        "cross attention heads can be mixed.",
+    )
+    heads = [every[label] for label in chosen]
+    state.ablate = spec_text(heads)
+    return heads
+
+
+def translation_card(where, title: str, t: Translation, base: float | None = None) -> None:
+    """A translation with its log-probability (and the change from ``base``)."""
+    where.markdown(f"**{title}:** {md(t.text) or '(empty)'}")
+    delta = None if base is None else f"{t.log_prob - base:+.2f}"
+    where.metric("log-probability", f"{t.log_prob:.2f}", delta, delta_color="normal")
+
+
+def removed_view(
+    entry: ModelEntry,
+    lm: LoadedModel,
+    original: tuple[Translation, SentenceMaps],
+    heads: list[HeadSpec],
+    state: ViewState,
+    stretch: bool,
+) -> None:
+    """The translation with ``heads`` removed beside the original, then their maps."""
+    t, maps = original
+    settings, spec = state.settings(), spec_text(heads)
+    try:
+        cut = ablated_translate(lm, entry.path, entry.mtime, state.sentence, settings, spec)
+    except (TranslationError, HeadSpecError) as e:
+        st.error(md(e))
+        return
+    cut_maps = sentence_maps(cut, (entry.path, entry.mtime, state.sentence, settings, spec))
+    what = f"{len(heads)} head{'s' * (len(heads) != 1)} removed"
+    left, right = st.columns(2)
+    translation_card(left, "Original", t)
+    translation_card(right, what.capitalize(), cut, t.log_prob)
+    for w in cut.warnings:
+        if w not in t.warnings:
+            right.warning(md(w))
+    compare_maps((maps, cut_maps), what, heads, state, stretch)
+
+
+def compare_maps(
+    pair: tuple[SentenceMaps, SentenceMaps],
+    what: str,
+    heads: list[HeadSpec],
+    state: ViewState,
+    stretch: bool,
+) -> None:
+    """The chosen map with and without the heads, then every head of the kind without them."""
+    maps, cut_maps = pair
+    left, right = st.columns(2)
+    for col, m, title, key in ((left, maps, "Original", "orig"), (right, cut_maps, what, "cut")):
+        view = select_view(m, state.kind, state.layer, state.head, state.hide)
+        view.title = f"{title}: {view.title}"
+        name = export_name(state.model, state.sentence, state.kind, state.layer, state.head, key)
+        chart(figs.view_figure(view, stretch), f"ab_{key}", col, name)
+    if state.head.isdigit() and HeadSpec(state.kind, state.layer, int(state.head)) in heads:
+        st.caption(
+            "This head is removed: its map is still computed, but its output is zeroed "
+            "before W_o, so it no longer changes the translation."
+        )
+    n_layers = cut_maps.layers(state.kind)
+    layers = None if n_layers * cut_maps.heads <= figs.FULL_GRID_CELLS else [state.layer]
+    here = [h.label for h in heads if h.kind == state.kind]
+    st.markdown(f"**Every head of this kind, {what}** — removed here: {', '.join(here) or 'none'}")
+    grid = figs.grid_view_figure(cut_maps, state.kind, state.hide, layers, stretch)
+    name = export_name(state.model, state.sentence, state.kind, None, None, "grid removed")
+    chart(grid, "ab_grid", name=name)
+
+
+# ----------------------------------------------------------------------------- importance
+
+
+def importance_panel(entry: ModelEntry, lm: LoadedModel, state: ViewState) -> None:
+    """Head importance on validation sentences: from the disk cache, or computed on request."""
+    st.subheader("Head importance")
+    n = int(
+        st.number_input(
+            "Validation sentences",
+            min_value=1,
+            max_value=5000,
+            value=SENTENCES,
+            step=50,
+            key="ab_sentences",
+            help="The first N sentences of the model's validation split.",
+            width=220,
+        )
+    )
+    result = lookup_importance(entry.path, lm.meta, n)
+    if result is None:
+        st.caption(
+            "Removes each head alone and measures BLEU and loss on the validation "
+            "sentences; beside it a gradient score that needs one backward pass. The "
+            "result is kept on disk for this model."
+        )
+        if not st.button("Compute head importance", key="ab_compute"):
+            return
+        result = compute_importance(entry, lm, n)
+        if result is None:
+            return
+    show_importance(result, state)
+
+
+def compute_importance(entry: ModelEntry, lm: LoadedModel, n: int) -> HeadImportance | None:
+    """Run importance_for with a progress bar and ETA; None, with a message, if it cannot."""
+    bar = st.progress(0.0, text="Starting…")
+    start = time.perf_counter()
+
+    def report(fraction: float, what: str) -> None:
+        left = time_left(time.perf_counter() - start, fraction)
+        bar.progress(fraction, text=f"{what.capitalize()}: {fraction:.0%}{left}")
+
+    try:
+        result = importance_for(private_copy(lm), entry.path, n, progress=report)
+    except (DataError, OSError, ValueError, TypeError) as e:
+        bar.empty()
+        st.error(md(f"Head importance cannot be computed: {e}"))
+        return None
+    bar.empty()
+    return result
+
+
+def time_left(elapsed: float, fraction: float) -> str:
+    """The ETA words, e.g. " — about 12 s left", once enough is done to guess ("" before)."""
+    if fraction < 0.02:
+        return ""
+    return f" — about {elapsed / fraction * (1 - fraction):.0f} s left"
+
+
+def show_importance(result: HeadImportance, state: ViewState) -> None:
+    """Grids of the change in BLEU and loss, the gradient score, agreement, pruning, CSV."""
+    table = result.frame()
+    base = (
+        f"baseline BLEU {result.bleu:.1f}, loss {result.loss:.3f} on {result.sentences} "
+        f"validation sentences ({result.pairs} pairs)"
+    )
+    how = "read from the disk cache" if result.cached else f"computed in {result.seconds:.0f} s"
+    st.markdown(f"Removing each head alone — {base}; {how}.")
+    name = export_name(state.model, "", what="head importance")
+    bleu_tab, loss_tab = st.tabs(["Change in BLEU", "Change in loss"])
+    for tab, column in ((bleu_tab, "delta_bleu"), (loss_tab, "delta_loss")):
+        fig = abfigs.importance_grid_figure(table, column, base)
+        chart(fig, f"ab_imp_{column}", tab, f"{name}_{column}")
+    fig = abfigs.importance_grid_figure(table, "gradient", base)
+    chart(fig, "ab_imp_gradient", name=f"{name}_gradient")
+    left, right = st.columns(2)
+    chart(abfigs.agreement_figure(table, result.agreement()), "ab_agree", left, f"{name}_agree")
+    chart(abfigs.pruning_figure(result.pruning, result.bleu), "ab_prune", right, f"{name}_prune")
+    remove_least_important(result)
+    csv = table.to_csv(index=False, lineterminator="\r\n").encode("utf-8")
+    st.download_button("Importance table as CSV", csv, f"{name}.csv", "text/csv")
+
+
+def remove_least_important(result: HeadImportance) -> None:
+    """Put the k least important heads (smallest BLEU drop) into the picker above."""
+    order = result.order()
+    row = st.container(horizontal=True, vertical_alignment="bottom")
+    row.number_input(
+        "Least important heads", 1, len(order), min(4, len(order)), key="ab_least", width=220
+    )
+
+    row.button("Remove these heads", key="ab_remove", on_click=use_least, args=(order,))
+
+
+def use_least(order: list[HeadSpec]) -> None:
+    """Button callback: the picker holds the first k heads of ``order`` (k from its input)."""
+    st.session_state[HEADS_KEY] = [h.label for h in order[: int(st.session_state["ab_least"])]]

@@ -1,0 +1,318 @@
+"""Attention page, "Compare" section: two models on one sentence, or two sentences on one model."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core import attention_figures as figs
+from core import compare
+from core import compare_figures as cmp_figs
+from core.attention_kinds import kind_labels
+from core.checkpoint import CheckpointError, LoadedModel
+from core.data import D2L_TEST_PAIRS
+from core.decode import Translation, TranslationError
+from core.maps import SentenceMaps, export_name
+from core.models import ModelEntry, find_entry
+from core.token_pick import resolve_pick
+from core.view_state import ViewState
+from pages.ui.cached import sentence_maps, teacher_forced, translate
+from pages.ui.charts import chart
+from pages.ui.model_picker import load_model, model_entries
+from pages.ui.text import code, md
+from pages.ui.view_widgets import widget_default
+
+MODES = ("two models", "two sentences")
+PAIR_FIELDS = {MODES[0]: "other", MODES[1]: "other_sentence"}  # the ViewState field of a mode
+
+
+def comparison_section(
+    entry: ModelEntry,
+    lm: LoadedModel,
+    t: Translation,
+    maps: SentenceMaps,
+    state: ViewState,
+    stretch: bool,
+) -> None:
+    """Two models or two sentences side by side, with the difference of their maps."""
+    first = MODES[1] if state.other_sentence and not state.other else MODES[0]
+    widget_default("cmp_mode", first, MODES)
+    mode = st.radio("Compare:", MODES, key="cmp_mode", horizontal=True)
+    _keep_mode_field(state, mode)
+    if mode == MODES[0]:
+        two_models(entry, lm, t, maps, state, stretch)
+    else:
+        two_sentences(entry, lm, t, maps, state, stretch)
+
+
+def _keep_mode_field(state: ViewState, mode: str) -> None:
+    """Only the chosen mode's field travels in the URL; the other's is kept for a switch back."""
+    saved = st.session_state.setdefault("cmp_saved", {})
+    for other_mode, name in PAIR_FIELDS.items():
+        if other_mode != mode and getattr(state, name):
+            saved[name] = getattr(state, name)
+            setattr(state, name, "")
+    name = PAIR_FIELDS[mode]
+    if not getattr(state, name):
+        setattr(state, name, saved.get(name, ""))
+
+
+def pick_other(entry: ModelEntry, state: ViewState) -> ModelEntry | None:
+    """The compared model B (widget ``cmp_other``): another of the catalogue's models."""
+    usable = [e for e in model_entries() if e.usable and e.key != entry.key]
+    if not usable:
+        st.info(
+            "There is no other model to compare with: train one on the Train page (its "
+            "best.pt and last.pt are listed here), or compare two sentences instead."
+        )
+        return None
+    by_key = {e.key: e for e in usable}
+    sibling = [e for e in usable if entry.run_dir and e.run_dir == entry.run_dir]
+    chosen = find_entry(usable, state.other) or (sibling or usable)[0]
+    if state.other and state.other != chosen.key:
+        st.warning(
+            f"Model {code(state.other)} was not found, cannot be used or is model A itself: "
+            f"comparing with {code(chosen.key)} instead."
+        )
+    widget_default("cmp_other", chosen.key, list(by_key))
+    state.other = st.selectbox(
+        "Model B (compared with the model above, A)",
+        list(by_key),
+        key="cmp_other",
+        format_func=lambda k: by_key[k].label,
+        help="Any model of the catalogue, including the best.pt and last.pt of a run.",
+    )
+    return by_key[state.other]
+
+
+def other_translation(other: ModelEntry, state: ViewState):
+    """(LoadedModel, Translation, SentenceMaps) of model B, or None with a message."""
+    try:
+        lm_b = load_model(other.path, other.mtime)
+    except CheckpointError as e:
+        st.error(f"Model B cannot be loaded: {md(e)}")
+        return None
+    settings = state.settings()
+    try:
+        t_b = translate(lm_b, other.path, other.mtime, state.sentence, settings)
+    except TranslationError as e:
+        st.error(f"Model B cannot translate this sentence: {md(e)}")
+        return None
+    return lm_b, t_b, sentence_maps(t_b, (other.path, other.mtime, state.sentence, settings))
+
+
+def two_models(
+    entry: ModelEntry,
+    lm: LoadedModel,
+    t: Translation,
+    maps: SentenceMaps,
+    state: ViewState,
+    stretch: bool,
+) -> None:
+    """Model A (the page's) and model B on the same sentence: translations, maps, B − A."""
+    other = pick_other(entry, state)
+    loaded = other and other_translation(other, state)
+    if not loaded:
+        return
+    lm_b, t_b, maps_b = loaded
+    st.caption(md(f"A = {entry.key} · B = {other.key}"))
+    translations(("A", t, ""), ("B", t_b, ""))
+    topk_table(t, t_b, export_name(state.model, state.sentence, what="candidates vs other"))
+    models = ((entry, lm, maps), (other, lm_b, maps_b))
+    forced = same_rows(models, t, t_b, state)
+    if forced is None:
+        return
+    note = compare.size_note(*forced, state.kind)
+    if note:
+        st.info(md(note))
+    pair_maps(*forced, state, stretch, by_token=False)
+
+
+def same_rows(models, t: Translation, t_b: Translation, state: ViewState):
+    """(maps A, maps B) with the same rows: free-running, or both forced on one output."""
+    (entry, lm, maps), (other, lm_b, maps_b) = models
+    if state.kind == "encoder":
+        return maps, maps_b  # the source is the same; the decoders' outputs do not matter
+    st.caption(md(compare.outputs_note(t.output_tokens, t_b.output_tokens)))
+    if t.output_tokens == t_b.output_tokens:
+        return maps, maps_b
+    outputs = {"A": t.output_tokens, "B": t_b.output_tokens}
+    widget_default("cmp_forced", state.forced, list(outputs))
+    state.forced = which = st.radio(
+        "Feed both decoders",
+        list(outputs),
+        key="cmp_forced",
+        horizontal=True,
+        format_func=lambda k: f"{k}'s output: {compare.output_text(outputs[k]) or '(empty)'}",
+    )
+    reference = compare.output_text(outputs[which])
+    try:
+        pair = tuple(
+            teacher_forced(m, (e.path, e.mtime), state.sentence, reference)
+            for e, m in ((entry, lm), (other, lm_b))
+        )
+    except TranslationError as e:
+        st.error(md(e))
+        return None
+    unknown = {k: compare.unknown_words(m, reference) for k, m in (("A", lm), ("B", lm_b))}
+    st.caption(
+        md(
+            f"Both decoders read {which}'s output “{reference}” (teacher forcing); "
+            f"{which}'s maps are then its own free-running ones (up to a final <eos>)."
+            + "".join(
+                f" Not in {k}'s French vocabulary (fed as <unk>): {', '.join(w)}."
+                for k, w in unknown.items()
+                if w
+            )
+        )
+    )
+    return pair
+
+
+def two_sentences(
+    entry: ModelEntry,
+    lm: LoadedModel,
+    t: Translation,
+    maps: SentenceMaps,
+    state: ViewState,
+    stretch: bool,
+) -> None:
+    """Sentence A (the page's) and sentence B on the same model, aligned by shared tokens."""
+    suggestion = compare.suggest_sentence(state.sentence, [s for s, _ in D2L_TEST_PAIRS])
+    widget_default("cmp_sentence", state.other_sentence or suggestion)
+    state.other_sentence = st.text_input("Second English sentence (B)", key="cmp_sentence")
+    if not state.other_sentence.strip():
+        st.caption("Type a second sentence to compare its maps with the first one's.")
+        return
+    settings = state.settings()
+    try:
+        t_b = translate(lm, entry.path, entry.mtime, state.other_sentence, settings)
+    except TranslationError as e:
+        st.error(f"Sentence B cannot be translated: {md(e)}")
+        return
+    maps_b = sentence_maps(t_b, (entry.path, entry.mtime, state.other_sentence, settings))
+    translations(("A", t, state.sentence), ("B", t_b, state.other_sentence))
+    topk_table(t, t_b, export_name(state.model, state.sentence, what="candidates vs sentence"))
+    st.caption(
+        "Aligned by token: the maps keep only the rows and columns whose tokens both "
+        "sentences have, matched in order (each occurrence of a repeated word pairs with "
+        "at most one in the other sentence). "
+        "Weights are as each sentence's own pass computed them, not renormalised over the "
+        "shared tokens, so a row need not sum to 1. Decoder rows are each sentence's own "
+        "output tokens."
+    )
+    pair_maps(maps, maps_b, state, stretch, by_token=True)
+
+
+def translations(*sides: tuple[str, Translation, str]) -> None:
+    """The translations side by side: (name, translation, its English sentence or "")."""
+    for col, (name, tr, source) in zip(st.columns(len(sides)), sides):
+        said = f"{md(source)} → " if source else ""
+        col.markdown(f"**{name}:** {said}{md(tr.text) or '(empty)'}")
+        for w in tr.warnings:
+            col.warning(md(w))
+
+
+def topk_table(t_a: Translation, t_b: Translation, name: str) -> None:
+    """Both outputs step by step with their next-token candidates, and a CSV of it."""
+    frame = compare.topk_pair_frame(t_a, t_b)
+    with st.expander("Output tokens and next-token candidates, step by step"):
+        st.dataframe(frame, hide_index=True)
+        st.download_button(
+            "Candidates as CSV",
+            compare.frame_csv(frame),
+            mime="text/csv",
+            file_name=f"{name}.csv",
+            key="cmp_topk_csv",
+        )
+
+
+def only_in(pair: compare.PairView, kind: str) -> None:
+    """The tokens each side has and the other lacks (left out of the aligned maps)."""
+    _, query_words, key_words = kind_labels(kind)
+    axes = (
+        (("query", "source tokens"),)
+        if kind == "encoder"
+        else (("query", query_words), ("key", key_words))
+    )
+    lines = []
+    for side, only in (("A", pair.only_a), ("B", pair.only_b)):
+        parts = [f"{words}: {', '.join(only[axis])}" for axis, words in axes if only[axis]]
+        if parts:
+            lines.append(f"Only in {side} — " + "; ".join(parts) + ".")
+    st.caption(md(" ".join(lines)) if lines else "Every token is in both sentences.")
+
+
+def pair_maps(
+    maps_a: SentenceMaps, maps_b: SentenceMaps, state: ViewState, stretch: bool, by_token: bool
+) -> None:
+    """A's and B's map of the chosen view side by side, B − A below, and B − A of every head."""
+    try:
+        pair = compare.pair_view(
+            maps_a, maps_b, state.kind, state.layer, state.head, state.hide, by_token
+        )
+    except compare.CompareError as e:
+        st.warning(md(e))
+        return
+    layer, head = compare.common_view(maps_a, maps_b, state.kind, state.layer, state.head)
+    if (layer, head) != (state.layer, state.head):
+        st.caption(f"Showing layer {layer}, head {head}: the chosen one is not in both models.")
+    if by_token:
+        only_in(pair, state.kind)
+    pick = None if by_token else resolve_pick(state.token, *maps_a.tokens(state.kind), state.hide)
+    name = export_name(state.model, state.sentence, state.kind, layer, head, "compare")
+    zmax = max(figs.percentile_cap(v.weights) for v in (pair.a, pair.b)) if stretch else 1.0
+    title = f"{compare.DIFF_WORDS}: {pair.a.title}"
+    for col, side, view in zip(st.columns(2), "AB", (pair.a, pair.b)):
+        view.title = f"{side}: {view.title}"
+        fig = cmp_figs.add_highlight(figs.view_figure(view, zmax=zmax), pick)
+        chart(fig, f"cmp_{side}", col, f"{name}_{side.lower()}")
+    diff = cmp_figs.diff_figure(
+        pair.diff, pair.a.query_tokens, pair.a.key_tokens, state.kind, title, pair.a.note, stretch
+    )
+    chart(cmp_figs.add_highlight(diff, pick), "cmp_diff", name=f"{name}_difference")
+    if pair.largest < compare.SAME_WITHIN:
+        st.caption(
+            f"B − A is below {compare.SAME_WITHIN:g} in every cell: the two maps are the same."
+        )
+    row = st.container(horizontal=True, vertical_alignment="center")
+    row.download_button(
+        "A, B and B − A as CSV",
+        compare.pair_csv(pair),
+        mime="text/csv",
+        file_name=f"{name}.csv",
+        key="cmp_csv",
+        help="One line per shared cell: A's weight, B's weight and B − A.",
+    )
+    if pick is not None:
+        row.caption(
+            md(f"Not outlined: {pick.problem}" if pick.problem else f"Outlined: {pick.label}")
+        )
+    difference_grid(maps_a, maps_b, state, stretch, by_token, pick)
+
+
+def difference_grid(
+    maps_a: SentenceMaps,
+    maps_b: SentenceMaps,
+    state: ViewState,
+    stretch: bool,
+    by_token: bool,
+    pick,
+) -> None:
+    """B − A of every layer × head both have (one layer when that is many cells)."""
+    layers, heads = compare.common_size(maps_a, maps_b, state.kind)
+    chosen = None
+    if layers * heads > figs.FULL_GRID_CELLS and not st.toggle(
+        f"Differences of all {layers} layers × {heads} heads", key="cmp_all_layers"
+    ):
+        chosen = [min(state.layer, layers - 1)]
+    try:
+        grid = compare.pair_grid(maps_a, maps_b, state.kind, state.hide, chosen, by_token)
+    except compare.CompareError as e:
+        st.warning(md(e))
+        return
+    fig = cmp_figs.diff_grid_figure(
+        grid.diff, grid.query_tokens, grid.key_tokens, state.kind, grid.layers, grid.note, stretch
+    )
+    layer = None if chosen is None else chosen[0]
+    name = export_name(state.model, state.sentence, state.kind, layer, None, "grid difference")
+    chart(cmp_figs.add_highlight(fig, pick), "cmp_grid", name=name)

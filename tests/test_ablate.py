@@ -1,0 +1,380 @@
+"""Head ablation: head specs, gates on both attention paths, importance, cache and commands."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from core import ablate, evaluate
+from core import head_importance as hi
+from core import translate as translate_cmd
+from core.ablate import (
+    HeadSpec,
+    HeadSpecError,
+    ablated,
+    all_heads,
+    attention_modules,
+    check_heads,
+    gate_table,
+    gated,
+    heads_of,
+    parse_heads,
+    spec_text,
+)
+from core.attention_kinds import KINDS
+from core.checkpoint import atomic_save, load_checkpoint, read_checkpoint
+from core.decode import translate, translate_batch
+from core.model import Transformer
+from tests.helpers import TINY, model_and_batch, toy_model_config
+
+VAL_DATA = {"source": "tiny.tsv", "split": "head", "num_train": 24, "num_val": 6, "min_freq": 1}
+HEAD_KEYS = {"kind", "layer", "head", "bleu", "delta_bleu", "loss", "delta_loss"}
+
+
+@pytest.fixture(autouse=True)
+def runs_root(tmp_path, monkeypatch):
+    """Cached importance results go to a temporary runs root."""
+    monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(tmp_path / "runs"))
+    return tmp_path / "runs"
+
+
+@pytest.fixture
+def toy():
+    """(model, src, tgt): a seeded toy model (2 encoder, 3 decoder blocks, 4 heads), a batch."""
+    return model_and_batch(norm_first=False)
+
+
+@pytest.fixture(scope="module")
+def val_checkpoint(tmp_path_factory, tiny_checkpoint):
+    """The tiny model, its data settings holding 6 validation pairs (the last of tiny.tsv)."""
+    ckpt = read_checkpoint(tiny_checkpoint)
+    ckpt["data_config"] = dict(VAL_DATA)
+    path = tmp_path_factory.mktemp("val") / "tiny-val.pt"
+    atomic_save(ckpt, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def val_model(val_checkpoint):
+    """(LoadedModel, Sample of its 6 validation sentences)."""
+    lm = load_checkpoint(val_checkpoint)
+    cfg = hi.data_settings(lm.meta, str(TINY))
+    return lm, hi.validation_sample(lm, cfg, 100)
+
+
+def logits_of(model, src, tgt, need_weights=False):
+    """The model's logits (B, T, V) on one batch."""
+    with torch.no_grad():
+        return model(src, tgt[:, :-1], need_weights=need_weights)[0]
+
+
+def gates(model) -> list:
+    """The head gate of every attention module."""
+    return [m.head_gate for k in KINDS for m in attention_modules(model, k)]
+
+
+# ----------------------------------------------------------------------------- head specs
+
+
+def test_parse_heads_sorts_and_drops_repeats():
+    heads = parse_heads(" cross:1:0 , encoder:0:2,cross:1:0,, decoder_self:2:3,")
+    assert heads == [
+        HeadSpec("encoder", 0, 2),
+        HeadSpec("decoder_self", 2, 3),
+        HeadSpec("cross", 1, 0),
+    ]
+    assert spec_text(heads) == "encoder:0:2,decoder_self:2:3,cross:1:0"
+    assert parse_heads(spec_text(heads)) == heads
+    assert parse_heads("") == [] and parse_heads(" , ") == []
+    assert heads[2].label == "Cross L1 H0"
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("cross:0", "is not KIND:LAYER:HEAD"),
+        ("cross:0:1:2", "is not KIND:LAYER:HEAD"),
+        ("self:0:1", "Unknown attention kind 'self'"),
+        ("Cross:0:1", "Unknown attention kind"),
+        ("cross:a:1", "whole numbers from 0"),
+        ("cross:-1:0", "whole numbers from 0"),
+        ("cross:0:²", "whole numbers from 0"),
+        ("cross:0:1e3", "whole numbers from 0"),
+        ("cross:0:" + "9" * 5000, "whole numbers from 0"),
+    ],
+)
+def test_malformed_specs_say_what_is_wrong(spec, message):
+    with pytest.raises(HeadSpecError, match=message) as e:
+        parse_heads(f"encoder:0:0,{spec}")
+    assert len(str(e.value)) < 200  # a long input is quoted short
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("encoder:2:0", r"encoder:2:0: this model has 2 encoder layers \(0..1\)"),
+        ("decoder_self:3:0", r"3 decoder layers \(0..2\)"),
+        ("cross:0:4", r"cross:0:4: this model has 4 heads per layer \(0..3\)"),
+    ],
+)
+def test_heads_the_model_lacks_are_named(toy, spec, message):
+    model = toy[0]
+    with pytest.raises(HeadSpecError, match=message):
+        heads_of(spec, model.cfg)
+    with pytest.raises(HeadSpecError, match=message), ablated(model, parse_heads(spec)):
+        pass
+    assert all(g is None for g in gates(model))
+
+
+def test_all_heads_lists_every_head_once():
+    cfg = toy_model_config(num_decoder_layers=3)
+    heads = all_heads(cfg)
+    assert len(heads) == 4 * (2 + 3 + 3) == len(set(heads))
+    assert check_heads(heads, cfg) == heads
+
+
+# ----------------------------------------------------------------------------- gates
+
+
+@pytest.mark.parametrize("need_weights", [False, True], ids=["sdpa", "explicit"])
+def test_removing_no_head_is_exactly_the_model(toy, need_weights):
+    model, src, tgt = toy
+    plain = logits_of(model, src, tgt, need_weights)
+    with ablated(model, []):
+        assert torch.equal(logits_of(model, src, tgt, need_weights), plain)
+    ones = {m: torch.ones(4) for k in KINDS for m in attention_modules(model, k)}
+    with gated(ones):
+        assert torch.equal(logits_of(model, src, tgt, need_weights), plain)
+
+
+@pytest.mark.parametrize("need_weights", [False, True], ids=["sdpa", "explicit"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_removing_every_head_of_a_kind_zeroes_its_attention_output(toy, kind, need_weights):
+    """Equal to the model whose W_o input of that kind is zero (so W_o gives its bias)."""
+    model, src, tgt = toy
+    every = [h for h in all_heads(model.cfg) if h.kind == kind]
+    with ablated(model, every):
+        removed = logits_of(model, src, tgt, need_weights)
+    hooks = [
+        m.W_o.register_forward_pre_hook(lambda mod, args: (torch.zeros_like(args[0]),))
+        for m in attention_modules(model, kind)
+    ]
+    try:
+        zeroed = logits_of(model, src, tgt, need_weights)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert torch.allclose(removed, zeroed, atol=1e-6)
+    assert not torch.allclose(removed, logits_of(model, src, tgt), atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "spec", ["cross:0:1", "encoder:1:3,decoder_self:2:0", "encoder:0:0,decoder_self:1:2,cross:2:3"]
+)
+def test_both_attention_paths_honour_the_gates(toy, spec):
+    model, src, tgt = toy
+    with ablated(model, parse_heads(spec)):
+        fused = logits_of(model, src, tgt, need_weights=False)
+        explicit = logits_of(model, src, tgt, need_weights=True)
+    assert torch.allclose(fused, explicit, atol=1e-5)
+    assert not torch.allclose(fused, logits_of(model, src, tgt), atol=1e-4)
+
+
+@pytest.mark.parametrize("need_weights", [False, True], ids=["sdpa", "explicit"])
+def test_per_sentence_gates_equal_separate_runs(toy, need_weights):
+    """(B, H) gates: each row of a batch has its own heads removed."""
+    model, src, tgt = toy
+    sets = [[], parse_heads("cross:0:1,encoder:1:2"), parse_heads("decoder_self:2:3")]
+    table = gate_table(model, sets)  # module -> (3, H)
+    with gated(table):  # row j of the batch uses set j
+        together = logits_of(model, src, tgt, need_weights)
+    for j, heads in enumerate(sets):
+        with ablated(model, heads):
+            alone = logits_of(model, src[j : j + 1], tgt[j : j + 1], need_weights)
+        assert torch.allclose(together[j : j + 1], alone, atol=1e-5)
+
+
+def test_gates_are_restored_after_an_error(toy):
+    model = toy[0]
+    with pytest.raises(RuntimeError), ablated(model, parse_heads("cross:0:1,encoder:0:0")):
+        assert gates(model).count(None) == len(gates(model)) - 2
+        raise RuntimeError("boom")
+    assert all(g is None for g in gates(model))
+
+
+def test_gates_leave_the_state_dict_alone(toy):
+    model = toy[0]
+    keys = set(model.state_dict())
+    with ablated(model, all_heads(model.cfg)):
+        assert set(model.state_dict()) == keys
+        Transformer(model.cfg).load_state_dict(model.state_dict(), strict=True)
+
+
+def test_a_removed_head_still_has_its_map(random_model):
+    model, src_vocab, tgt_vocab = random_model
+    head = HeadSpec("cross", 1, 2)
+    with ablated(model, [head]):
+        t = translate(model, src_vocab, tgt_vocab, "i am cold .")
+    rows = t.attention.cross[1, 2].sum(-1)  # (T,)
+    assert torch.allclose(rows, torch.ones_like(rows), atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- importance
+
+
+def test_batched_bleu_equals_one_set_at_a_time(val_model, monkeypatch):
+    """Sets packed into passes (split across passes, too) give translate_batch's BLEU."""
+    lm, sample = val_model
+    monkeypatch.setattr(hi, "ROWS_PER_PASS", 4)  # passes cut through the repeated sample
+    sets = [[], parse_heads("cross:0:1"), parse_heads("cross:1:0,encoder:0:3,decoder_self:0:2")]
+    batched = hi.bleu_without(lm, sample, sets)
+    for heads, bleu in zip(sets, batched):
+        with ablated(lm.model, heads):
+            hyps = translate_batch(lm.model, lm.src_vocab, lm.tgt_vocab, sample.sources)
+        assert bleu == pytest.approx(evaluate.corpus_bleu(hyps, sample.references))
+
+
+def test_importance_table_has_one_row_per_head(val_model):
+    lm, sample = val_model
+    seen = []
+    result = hi.head_importance(lm, sample, lambda f, what: seen.append(f))
+    table = result.frame()
+    heads = all_heads(lm.model.cfg)
+    assert len(table) == len(heads) == len(table[["kind", "layer", "head"]].drop_duplicates())
+    assert HEAD_KEYS | {"gradient", "label"} <= set(table)
+    assert (table["delta_bleu"] - (table["bleu"] - result.bleu)).abs().max() < 1e-9
+    assert (table["delta_loss"] - (table["loss"] - result.loss)).abs().max() < 1e-9
+    assert result.sentences == len(sample.sources) == 6 and result.pairs == len(sample.encoded)
+    assert result.loss == pytest.approx(evaluate.evaluate_loss(lm.model, sample.encoded))
+    assert seen == sorted(seen) and seen[-1] == pytest.approx(1.0)
+
+
+def test_pruning_curve_removes_the_least_important_first(val_model):
+    lm, sample = val_model
+    result = hi.head_importance(lm, sample)
+    order = result.order()
+    drops = {HeadSpec(r["kind"], r["layer"], r["head"]): -r["delta_bleu"] for r in result.heads}
+    assert [drops[h] for h in order] == sorted(drops.values())
+    curve = result.pruning
+    assert [p["removed"] for p in curve] == list(range(len(order) + 1))
+    assert curve[0]["bleu"] == result.bleu and curve[-1]["fraction"] == 1.0
+    assert curve[1]["head"] == order[0].label
+    everything = hi.bleu_without(lm, sample, [order])[0]
+    assert curve[-1]["bleu"] == pytest.approx(everything)
+
+
+def test_gradient_score_is_finite_non_negative_and_per_pair(val_model):
+    lm, sample = val_model
+    scores = hi.gradient_scores(lm, sample)
+    assert set(scores) == set(all_heads(lm.model.cfg))
+    values = list(scores.values())
+    assert all(math.isfinite(v) and v >= 0 for v in values) and max(values) > 0
+    one_by_one = hi.gradient_scores(lm, sample, batch_size=1)  # E_x |g(x)|, not |E_x g(x)|
+    assert all(one_by_one[h] == pytest.approx(scores[h], rel=1e-4, abs=1e-7) for h in scores)
+    assert all(p.grad is None for p in lm.model.parameters())  # the model is not touched
+
+
+def test_spearman_of_ranks():
+    import pandas as pd
+
+    a = pd.Series([0.1, 0.5, 0.2, 0.9])
+    assert hi.spearman(a, a**3) == pytest.approx(1.0)
+    assert hi.spearman(a, -a) == pytest.approx(-1.0)
+    assert hi.spearman(a, pd.Series([1.0] * 4)) is None
+
+
+def test_importance_is_cached_on_disk_and_reused(val_checkpoint, runs_root, monkeypatch):
+    lm = load_checkpoint(val_checkpoint)
+    first = hi.importance_for(lm, val_checkpoint, 5)
+    assert not first.cached and list((runs_root / ".ablation").glob("*.json"))
+    assert hi.lookup_importance(val_checkpoint, lm.meta, 5).heads == first.heads
+
+    def never(*args, **kwargs):
+        raise AssertionError("computed again")
+
+    monkeypatch.setattr(hi, "head_importance", never)
+    again = hi.importance_for(lm, val_checkpoint, 5)
+    assert again.cached and again.heads == first.heads and again.pruning == first.pruning
+    assert hi.lookup_importance(val_checkpoint, lm.meta, 4) is None  # another sample size
+    with pytest.raises(AssertionError, match="computed again"):
+        hi.importance_for(lm, val_checkpoint, 4)
+    for damaged in ("{not json", '{"bleu": 1.0}', json.dumps({**first.__dict__, "heads": [1]})):
+        next((runs_root / ".ablation").glob("*.json")).write_text(damaged)
+        assert hi.lookup_importance(val_checkpoint, lm.meta, 5) is None
+    ckpt = read_checkpoint(val_checkpoint)
+    ckpt["state"] = {"step": 12345}  # another file content
+    atomic_save(ckpt, val_checkpoint.parent / "changed.pt")
+    assert hi.lookup_importance(val_checkpoint.parent / "changed.pt", lm.meta, 5) is None
+
+
+def test_no_validation_split_is_a_clear_error(tiny_model):
+    lm = tiny_model  # trained on all 30 pairs
+    with pytest.raises(hi.DataError, match="without a validation split"):
+        hi.validation_sample(lm, hi.data_settings(lm.meta), 10)
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def test_ablate_command_prints_a_baseline_then_one_line_per_head(val_checkpoint, capsys):
+    assert ablate.main(["--checkpoint", str(val_checkpoint), "--sentences", "6"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    base, rows = lines[0], lines[1:]
+    assert base["baseline"] is True and base["sentences"] == 6 and base["heads"] == len(rows)
+    assert len(rows) == len(all_heads(load_checkpoint(val_checkpoint).model.cfg))
+    assert all(set(r) >= HEAD_KEYS for r in rows)
+    assert all(r["delta_bleu"] == pytest.approx(r["bleu"] - base["bleu"]) for r in rows)
+    assert ablate.main(["--checkpoint", str(val_checkpoint), "--sentences", "6"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["cached"] is True
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--sentences", "0"], "--sentences must be at least 1"),
+        (["--data", "/nowhere/pairs.tsv"], "the file /nowhere/pairs.tsv is missing"),
+    ],
+)
+def test_ablate_command_errors_are_one_line(val_checkpoint, capsys, args, message):
+    assert ablate.main(["--checkpoint", str(val_checkpoint), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_ablate_command_without_a_validation_split(tiny_checkpoint, capsys):
+    assert ablate.main(["--checkpoint", str(tiny_checkpoint)]) == 2
+    assert "without a validation split" in capsys.readouterr().err
+
+
+def test_translate_command_removes_heads(val_checkpoint, capsys):
+    spec = "cross:0:0,cross:0:1,cross:0:2,cross:0:3,cross:1:0,cross:1:1"
+    argv = ["--checkpoint", str(val_checkpoint), "--ablate", spec, "i'm home ."]
+    assert translate_cmd.main(argv) == 0
+    out = capsys.readouterr().out.strip()
+    lm = load_checkpoint(val_checkpoint)
+    with ablated(lm.model, parse_heads(spec)):
+        expected = translate(lm.model, lm.src_vocab, lm.tgt_vocab, "i'm home .").text
+    assert out == expected
+    assert expected != translate(lm.model, lm.src_vocab, lm.tgt_vocab, "i'm home .").text
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("attn:0:0", "Unknown attention kind 'attn'"),
+        ("cross:2:0", "cross:2:0: this model has 2 decoder layers"),
+        ("encoder:0:4", "encoder:0:4: this model has 4 heads per layer"),
+        ("cross:0", "'cross:0' is not KIND:LAYER:HEAD"),
+        ("cross:one:0", "whole numbers"),
+    ],
+)
+def test_translate_command_refuses_bad_heads(val_checkpoint, capsys, spec, message):
+    argv = ["--checkpoint", str(val_checkpoint), "--ablate", spec, "i'm home ."]
+    assert translate_cmd.main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "Traceback" not in captured.err
+    assert captured.err.startswith("error: ") and message in captured.err
+    assert len(captured.err.strip().splitlines()) == 1

@@ -1,0 +1,200 @@
+"""Tests for core.compare: differences of two models' maps, two sentences aligned by token."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from core import compare
+from core.attention_kinds import KINDS
+from core.maps import HIDDEN_NOTE, SentenceMaps, teacher_forced_maps
+from core.translation import DEFAULT_SENTENCE
+
+
+def rows_of(shape: tuple[int, ...], seed: int, causal: bool = False) -> np.ndarray:
+    """Random attention rows (each sums to 1) of ``shape``; ``causal``: none after the row."""
+    w = np.random.default_rng(seed).random(shape).astype(np.float32) + 0.01
+    if causal:
+        w = w * np.tril(np.ones(shape[-2:], dtype=np.float32))
+    return w / w.sum(axis=-1, keepdims=True)
+
+
+def fake_maps(src: list[str], out: list[str], layers: int = 2, heads: int = 4, seed: int = 0):
+    """SentenceMaps of random rows for a source and an output (both ending in <eos>)."""
+    s, t = len(src), len(out)
+    return SentenceMaps(
+        rows_of((layers, heads, s, s), seed),
+        rows_of((layers, heads, t, t), seed + 1, causal=True),
+        rows_of((layers, heads, t, s), seed + 2),
+        src,
+        out,
+        ["<bos>", *out[:-1]],
+    )
+
+
+SRC = ["i'm", "home", ".", "<eos>"]
+OUT = ["je", "suis", "chez", "moi", ".", "<eos>"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("head", ["0", "3", "mean", "max"])
+def test_a_model_compared_with_itself_differs_nowhere(kind, head):
+    maps = fake_maps(SRC, OUT)
+    pair = compare.pair_view(maps, maps, kind, 1, head)
+    assert pair.diff.shape == pair.a.weights.shape == maps.weights(kind).shape[2:]
+    assert np.all(pair.diff == 0) and pair.largest == 0
+    grid = compare.pair_grid(maps, maps, kind)
+    assert grid.diff.shape == maps.weights(kind).shape and np.all(grid.diff == 0)
+    assert pair.only_a == pair.only_b == {"query": [], "key": []}
+
+
+def test_difference_is_b_minus_a_cell_by_cell():
+    a = fake_maps(SRC, OUT, seed=0)
+    b = fake_maps(SRC, OUT, seed=5)
+    pair = compare.pair_view(a, b, "cross", 1, "2")
+    np.testing.assert_allclose(pair.diff, b.cross[1, 2] - a.cross[1, 2], atol=1e-6)
+    np.testing.assert_allclose(pair.a.weights, a.cross[1, 2])
+    np.testing.assert_allclose(pair.b.weights, b.cross[1, 2])
+    assert pair.largest == pytest.approx(np.abs(b.cross[1, 2] - a.cross[1, 2]).max())
+    b.cross[0, 1, 2, 3] += 0.5  # B attends more to key 3 at row 2: a positive difference
+    grid = compare.pair_grid(a, b, "cross")
+    assert grid.diff.shape == (2, 4, len(OUT), len(SRC)) and grid.layers == [0, 1]
+    assert grid.diff[0, 1, 2, 3] == pytest.approx(b.cross[0, 1, 2, 3] - a.cross[0, 1, 2, 3])
+    assert grid.diff[0, 1, 2, 3] > 0
+
+
+def test_models_of_different_sizes_compare_what_both_have():
+    small = fake_maps(SRC, OUT, layers=2, heads=4)
+    wide = fake_maps(SRC, OUT, layers=6, heads=8, seed=9)
+    assert compare.common_size(small, wide, "encoder") == (2, 4)
+    note = compare.size_note(small, wide, "encoder")
+    assert "A has 2 layers × 4 heads" in note and "B has 6 × 8" in note
+    assert "layers 0–1 and heads 0–3" in note
+    assert compare.size_note(small, small, "encoder") == ""
+    assert compare.common_view(small, wide, "encoder", 5, "7") == (1, "0")
+    assert compare.common_view(small, wide, "encoder", 5, "mean") == (1, "mean")
+    pair = compare.pair_view(small, wide, "encoder", 5, "7")  # clamped to layer 1, head 0
+    np.testing.assert_allclose(pair.diff, wide.encoder[1, 0] - small.encoder[1, 0], atol=1e-6)
+    assert "layer 1, head 0" in pair.a.title
+    assert compare.pair_grid(small, wide, "cross").diff.shape == (2, 4, len(OUT), len(SRC))
+    assert compare.pair_grid(small, wide, "cross", layers=[1, 5]).layers == [1]
+
+
+def test_different_outputs_cannot_be_subtracted_without_alignment():
+    a = fake_maps(SRC, OUT)
+    b = fake_maps(SRC, ["je", "suis", "à", "la", "maison", ".", "<eos>"], seed=3)
+    with pytest.raises(compare.CompareError, match="different tokens.*same output"):
+        compare.pair_view(a, b, "cross", 0, "0")
+    with pytest.raises(compare.CompareError):
+        compare.pair_grid(a, b, "decoder_self")
+    encoder = compare.pair_view(a, b, "encoder", 0, "0")  # the same source: comparable
+    np.testing.assert_allclose(encoder.diff, b.encoder[0, 0] - a.encoder[0, 0], atol=1e-6)
+
+
+def test_shared_tokens_are_found_in_order():
+    a = ["i", "am", "home", ".", "<eos>"]
+    b = ["i", "am", "cold", "at", "home", ".", "<eos>"]
+    pos_a, pos_b = compare.shared_positions(a, b)
+    assert [a[i] for i in pos_a] == [b[j] for j in pos_b] == ["i", "am", "home", ".", "<eos>"]
+    assert pos_a == sorted(pos_a) and pos_b == sorted(pos_b)
+    assert pos_b == [0, 1, 4, 5, 6]
+    assert compare.left_out(b, pos_b) == ["cold (2)", "at (3)"]
+    crossed = compare.shared_positions(["x", "y"], ["y", "x"])  # order is kept: one match
+    assert len(crossed[0]) == 1
+
+
+def test_two_sentences_are_aligned_on_their_shared_tokens():
+    src_b = ["i'm", "cold", ".", "<eos>"]
+    out_b = ["j'ai", "froid", ".", "<eos>"]
+    a, b = fake_maps(SRC, OUT), fake_maps(src_b, out_b, seed=4)
+    pair = compare.pair_view(a, b, "encoder", 0, "1", by_token=True)
+    assert pair.a.query_tokens == pair.a.key_tokens == ["i'm", ".", "<eos>"]
+    keep_a, keep_b = [0, 2, 3], [0, 2, 3]
+    expected = b.encoder[0, 1][np.ix_(keep_b, keep_b)] - a.encoder[0, 1][np.ix_(keep_a, keep_a)]
+    np.testing.assert_allclose(pair.diff, expected, atol=1e-6)
+    assert pair.only_a == {"query": ["home (1)"], "key": ["home (1)"]}
+    assert pair.only_b == {"query": ["cold (1)"], "key": ["cold (1)"]}
+    cross = compare.pair_view(a, b, "cross", 0, "0", by_token=True)
+    assert cross.a.query_tokens == [".", "<eos>"] and cross.a.key_tokens == ["i'm", ".", "<eos>"]
+    grid = compare.pair_grid(a, b, "cross", by_token=True)
+    assert grid.diff.shape == (2, 4, 2, 3)
+
+
+def test_sentences_with_nothing_in_common_say_so():
+    a = fake_maps(["go", "."], ["va", "!"])
+    b = fake_maps(["run", "!"], ["cours", "?"], seed=2)
+    with pytest.raises(compare.CompareError, match="share no"):
+        compare.pair_view(a, b, "encoder", 0, "0", by_token=True)
+
+
+def test_hidden_specials_are_hidden_on_both_sides_before_aligning():
+    a, b = fake_maps(SRC, OUT), fake_maps(SRC, OUT, seed=8)
+    pair = compare.pair_view(a, b, "cross", 0, "0", hide=True)
+    assert pair.a.key_tokens == ["i'm", "home", "."]
+    np.testing.assert_allclose(pair.a.weights.sum(axis=-1), 1.0, atol=1e-5)
+    grid = compare.pair_grid(a, b, "decoder_self", hide=True)
+    assert grid.key_tokens == OUT[:-1] and grid.note == HIDDEN_NOTE
+    assert np.isnan(grid.diff[:, :, 0]).all()  # step 0 reads only <bos>: blank on both sides
+
+
+def test_pair_csv_has_both_weights_and_the_difference_and_is_formula_safe():
+    a = fake_maps(["=cmd()", ".", "<eos>"], ["-1", "<eos>"])
+    b = fake_maps(["=cmd()", ".", "<eos>"], ["-1", "<eos>"], seed=6)
+    pair = compare.pair_view(a, b, "cross", 0, "0")
+    table = pd.read_csv(io.BytesIO(compare.pair_csv(pair)), keep_default_na=False)
+    assert list(table.columns) == [
+        "query_index",
+        "query_token",
+        "key_index",
+        "key_token",
+        "weight_a",
+        "weight_b",
+        "b_minus_a",
+        "note",
+    ]
+    assert len(table) == 2 * 3
+    assert set(table["key_token"]) == {"'=cmd()", ".", "<eos>"}
+    assert set(table["query_token"]) == {"'-1", "<eos>"}
+    np.testing.assert_allclose(table["b_minus_a"], table["weight_b"] - table["weight_a"], atol=1e-6)
+
+
+def test_blank_rows_leave_an_empty_difference_and_a_note():
+    a, b = fake_maps(SRC, OUT), fake_maps(SRC, OUT, seed=2)
+    pair = compare.pair_view(a, b, "decoder_self", 0, "0", hide=True)
+    assert 0 in pair.a.blank and np.isnan(pair.diff[0]).all()
+    table = pd.read_csv(io.BytesIO(compare.pair_csv(pair)), keep_default_na=False)
+    first = table[table["query_index"] == 0]
+    assert (first["b_minus_a"] == "").all()
+    assert first["note"].str.startswith("A: all weight on hidden <bos>").all()
+    assert "B: all weight on hidden <bos>" in first["note"].iloc[0]
+
+
+def test_outputs_and_candidates_side_by_side(home_translation):
+    t, _ = home_translation
+    frame = compare.topk_pair_frame(t, t)
+    assert len(frame) == len(t.output_tokens) and frame["same"].all()
+    assert list(frame["A token"]) == t.output_tokens
+    assert frame["A candidates"][0].startswith(t.topk[0][0][0])
+    assert compare.output_text(t.output_tokens) == "je suis chez moi ."
+    assert "same output" in compare.outputs_note(t.output_tokens, t.output_tokens)
+    assert "teacher forcing" in compare.outputs_note(t.output_tokens, ["va", "<eos>"])
+    formula = pd.DataFrame({"token": ["=1+1", "ok"], "n": [1, 2]})
+    assert compare.frame_csv(formula).decode().splitlines()[1] == "'=1+1,1"
+
+
+def test_forcing_a_model_on_its_own_output_gives_its_own_maps(tiny_model, home_translation):
+    t, maps = home_translation
+    forced = teacher_forced_maps(tiny_model, DEFAULT_SENTENCE, compare.output_text(t.output_tokens))
+    assert forced.output_tokens == maps.output_tokens
+    pair = compare.pair_view(maps, forced, "cross", 1, "mean")
+    assert np.abs(pair.diff).max() < 1e-4
+    assert compare.unknown_words(tiny_model, "je suis zzz") == ["zzz"]
+
+
+def test_a_suggested_second_sentence_shares_words():
+    picked = compare.suggest_sentence("i'm home .", ["go .", "i'm cold .", "i'm home ."])
+    assert picked == "i'm cold ."
+    assert compare.suggest_sentence("go .", []) == ""

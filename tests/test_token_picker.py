@@ -1,0 +1,209 @@
+"""The token picker: picks from the URL, where they are drawn, outlines, and the page."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from core import attention_figures as figs
+from core import compare_figures as cmp_figs
+from core.maps import select_view
+from core.token_pick import parse_pick, pick_label, pick_options, resolve_pick
+from core.view_state import ViewState
+from tests.helpers import assert_clean, plain, run_page_script
+
+QUERIES = ["je", "suis", "chez", "moi", ".", "<eos>"]
+KEYS = ["i'm", "home", ".", "<eos>"]
+DECODER_KEYS = ["<bos>", "je", "suis", "chez", "moi", "."]
+
+
+@pytest.mark.parametrize(
+    ("token", "expected"),
+    [
+        ("q0", ("query", 0)),
+        ("k12", ("key", 12)),
+        ("", None),
+        ("q", None),
+        ("q-1", None),
+        ("x3", None),
+        ("k1.5", None),
+        ("Q2", None),
+    ],
+)
+def test_picks_are_read_from_the_url_or_ignored(token, expected):
+    assert parse_pick(token) == expected
+
+
+def test_picker_lists_every_query_and_key_with_its_index():
+    options = pick_options(QUERIES, KEYS)
+    assert options[0] == "" and len(options) == 1 + len(QUERIES) + len(KEYS)
+    assert pick_label("", QUERIES, KEYS) == "none"
+    assert pick_label("q2", QUERIES, KEYS) == "query: chez (2)"
+    assert pick_label("k3", QUERIES, KEYS) == "key: <eos> (3)"
+
+
+@pytest.mark.parametrize(
+    ("token", "hide", "axis", "index", "problem"),
+    [
+        ("q2", False, "query", 2, ""),
+        ("q2", True, "query", 2, ""),  # rows are never hidden
+        ("k3", False, "key", 3, ""),
+        ("k1", True, "key", 0, ""),  # <bos> (column 0) hidden: "je" moves to column 0
+        ("k0", True, "key", -1, "hidden"),
+        ("k9", False, "key", -1, "outside this map"),
+        ("q6", True, "query", -1, "outside this map"),
+    ],
+)
+def test_a_pick_is_drawn_where_its_token_is_shown(token, hide, axis, index, problem):
+    pick = resolve_pick(token, QUERIES, DECODER_KEYS, hide)
+    assert (pick.axis, pick.index) == (axis, index)
+    assert problem in pick.problem and bool(pick.problem) == bool(problem)
+    assert resolve_pick("", QUERIES, DECODER_KEYS, hide) is None
+
+
+def test_outline_of_a_row_and_of_a_column():
+    (row,) = cmp_figs.highlight_shapes(resolve_pick("q2", QUERIES, KEYS, False))
+    assert (row["yref"], row["y0"], row["y1"]) == ("y", 1.5, 2.5)
+    assert (row["xref"], row["x0"], row["x1"]) == ("x domain", 0, 1)
+    (col,) = cmp_figs.highlight_shapes(resolve_pick("k1", QUERIES, DECODER_KEYS, True))
+    assert (col["xref"], col["x0"], col["x1"]) == ("x", -0.5, 0.5)
+    assert col["yref"] == "y domain" and col["type"] == "rect"
+    assert cmp_figs.highlight_shapes(resolve_pick("k0", QUERIES, DECODER_KEYS, True)) == []
+
+
+def test_a_pick_is_outlined_on_the_large_map_and_every_grid_cell(home_translation):
+    _, maps = home_translation
+    queries, keys = maps.tokens("decoder_self")
+    pick = resolve_pick("k2", queries, keys, True)  # "suis", column 1 once <bos> is hidden
+    big = figs.view_figure(select_view(maps, "decoder_self", 0, "0", True))
+    (shape,) = cmp_figs.add_highlight(big, pick).layout.shapes
+    assert (shape.x0, shape.x1) == (0.5, 1.5)
+    assert figs.plotly_text(keys[2]) in big.data[0].x[1]  # the outlined column is "suis"
+    grid = cmp_figs.add_highlight(figs.grid_view_figure(maps, "decoder_self", True), pick)
+    cells = maps.layers("decoder_self") * maps.heads
+    assert len(grid.layout.shapes) == cells
+    assert {s.xref for s in grid.layout.shapes} == {
+        t.xaxis or "x" for t in grid.data if t.type == "heatmap"
+    }
+    assert cmp_figs.add_highlight(big, None) is big
+
+
+def test_comparison_and_token_fields_round_trip_through_the_url():
+    state = ViewState(other="runs/a/last.pt", other_sentence="i'm cold .", token="k3")
+    query = state.to_query()
+    assert {query[k] for k in ("other", "other_sentence", "token")} == {
+        "runs/a/last.pt",
+        "i'm cold .",
+        "k3",
+    }
+    assert ViewState.from_query(query) == state
+    assert not {"other", "other_sentence", "token"} & set(ViewState().to_query())
+
+
+# ----------------------------------------------------------------------------- the page
+
+
+def run_page(query: dict):
+    """The Attention page run once with these URL parameters."""
+    return run_page_script("attention.py", query)
+
+
+def shapes(at, index: int) -> list[dict]:
+    """The layout shapes of the page's index-th Plotly chart."""
+    spec = json.loads(at.get("plotly_chart")[index].proto.spec)
+    return spec["layout"].get("shapes", [])
+
+
+def test_picking_a_token_puts_it_in_the_url_and_outlines_it(studio_dirs):
+    at = run_page({"kind": "cross"})
+    assert_clean(at)
+    assert shapes(at, 0) == [] and "token" not in at.query_params
+    at.selectbox(key="at_token").set_value("k1").run()
+    assert_clean(at)
+    assert at.query_params["token"] == "k1"
+    (box,) = shapes(at, 0)
+    assert (box["x0"], box["x1"], box["yref"]) == (0.5, 1.5, "y domain")
+    assert len(shapes(at, 1)) == 2 * 4  # every cell of the tiny model's overview
+    assert any("key 1 (home)" in plain(c.value) for c in at.caption)
+
+
+def test_a_token_from_the_url_survives_hiding_and_bad_ones_are_dropped(studio_dirs):
+    at = run_page({"kind": "cross", "hide": "1", "token": "k3"})  # <eos>, hidden
+    assert_clean(at)
+    assert shapes(at, 0) == []
+    assert any("hidden" in plain(c.value) for c in at.caption)
+    assert at.query_params["token"] == "k3"
+    at = run_page({"kind": "cross", "token": "q99"})
+    assert_clean(at)
+    assert "token" not in at.query_params and shapes(at, 0) == []
+    assert any("not in this map" in plain(c.value) for c in at.caption)
+    assert at.selectbox(key="at_token").value == ""
+
+
+def test_compare_two_models_shows_both_translations_and_the_difference(
+    studio_dirs, wide_checkpoint
+):
+    shutil.copy(wide_checkpoint, studio_dirs["checkpoints"] / "wide.pt")
+    query = {"section": "Compare", "other": "checkpoints/wide.pt", "kind": "cross"}
+    at = run_page(query)
+    assert_clean(at)
+    assert at.query_params["other"] == "checkpoints/wide.pt"
+    text = " ".join(m.value for m in at.markdown)
+    assert "**A:** je suis chez moi" in text and text.count("**B:**") == 1
+    assert any("A has 2 layers × 4 heads" in i.value for i in at.info)
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    titles = [s["layout"]["title"]["text"].replace("<br>", " ") for s in specs]
+    assert titles[0].startswith("A: Cross") and titles[1].startswith("B: Cross")
+    diff = specs[2]
+    assert diff["data"][0]["colorscale"] and diff["data"][0]["zmin"] == -diff["data"][0]["zmax"]
+    assert specs[3]["layout"]["coloraxis"]["cmin"] == -specs[3]["layout"]["coloraxis"]["cmax"]
+    assert len([t for t in specs[3]["data"] if t.get("name") != "blank"]) == 2 * 4
+    assert at.radio(key="cmp_forced").value == "A"  # the outputs differ: both read A's
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert "A, B and B − A as CSV" in labels and "Candidates as CSV" in labels
+
+
+def test_compare_two_sentences_aligns_them(studio_dirs):
+    query = {"section": "Compare", "other_sentence": "i'm cold .", "kind": "encoder"}
+    at = run_page(query)
+    assert_clean(at)
+    assert at.radio(key="cmp_mode").value == "two sentences"
+    assert at.query_params["other_sentence"] == "i'm cold ."
+    assert "other" not in at.query_params
+    assert any("Aligned by token" in plain(c.value) for c in at.caption)
+    assert any("Only in A" in c.value and "home" in plain(c.value) for c in at.caption)
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert specs[0]["layout"]["xaxis"]["ticktext"] == ["i'm", ".", "&lt;eos&gt;"]
+
+
+# ----------------------------------------------------------------------------- real browser
+
+
+def test_compare_and_a_picked_token_draw_in_a_browser(app_server, browser_page, tiny_run):
+    from urllib.parse import urlencode
+
+    from tests.helpers import ARTIFACTS, assert_no_browser_exception
+    from tests.test_browser_attention import LAYOUT_PROBLEMS, settle
+
+    runs = app_server["runs"]
+    shutil.copytree(tiny_run, runs / "browser-tiny", dirs_exist_ok=True)
+    url, page = app_server["url"], browser_page
+    base = {"model": "runs/browser-tiny/last.pt", "kind": "cross"}
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    for width in (760, 1400):
+        page.set_viewport_size({"width": width, "height": 3000})
+        query = {**base, "section": "Compare", "other": "runs/browser-tiny/best.pt"}
+        page.goto(f"{url}/attention?" + urlencode(query))
+        settle(page, 3 + 2 * 4)  # A, B, B − A and the 2 × 4 grid of differences
+        assert_no_browser_exception(page)
+        assert page.get_by_role("button", name="A, B and B − A as CSV").count() == 1
+        assert page.evaluate(LAYOUT_PROBLEMS) == []
+        page.screenshot(path=str(ARTIFACTS / f"attention_compare_{width}.png"), full_page=True)
+        page.goto(f"{url}/attention?" + urlencode({**base, "token": "k1"}))
+        settle(page, 1 + 2 * 4)
+        outlines = page.locator(".js-plotly-plot .shapelayer path").count()
+        assert outlines >= 1 + 2 * 4  # the large map and every cell of the overview
+        assert page.evaluate(LAYOUT_PROBLEMS) == []
+        page.screenshot(path=str(ARTIFACTS / f"attention_token_{width}.png"), full_page=True)
