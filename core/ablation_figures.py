@@ -24,7 +24,7 @@ KIND_COLORS = {"encoder": "#1f77b4", "decoder_self": "#2ca02c", "cross": "#d6272
 METRICS: dict[str, tuple[str, str, str, str, bool]] = {
     "delta_bleu": ("Change in BLEU with the head removed", "ΔBLEU", "RdBu", "+.1f", True),
     "delta_loss": ("Change in loss with the head removed", "Δloss", "RdBu_r", "+.3f", True),
-    "gradient": ("Gradient importance score (Michel et al. 2019)", "score", "Reds", ".3f", False),
+    "gradient": ("Gradient importance score (Michel et al. 2019)", "score", "Reds", ".2~s", False),
 }
 
 
@@ -105,7 +105,7 @@ def agreement_figure(
                 name=plotly_text(KIND_NAMES[kind]),
                 text=labels,
                 marker={"color": KIND_COLORS[kind], "size": 9},
-                hovertemplate=f"%{{text}}<br>score %{{x:.3f}}<br>{short} %{{y:{fmt}}}"
+                hovertemplate=f"%{{text}}<br>score %{{x:.3~s}}<br>{short} %{{y:{fmt}}}"
                 "<extra></extra>",
             )
         )
