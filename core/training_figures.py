@@ -120,15 +120,20 @@ def curves_figure(
     log_y: bool = False,
     max_points: int = 500,
     height: int = 300,
+    legend: bool = True,
 ) -> go.Figure:
-    """One metric of several runs overlaid (x: training step); train metrics raw + smoothed."""
+    """One metric of several runs overlaid (x: training step); train metrics raw + smoothed.
+
+    ``legend=False`` leaves the run names to one shared key (``legend_key_html``), which
+    wraps in a narrow page where a legend in each small chart is cut.
+    """
     if metric not in METRICS:
         raise ValueError(f"unknown metric '{metric}': choose one of {', '.join(METRICS)}")
     fig = go.Figure()
     for i, (name, records) in enumerate(runs.items()):
-        legend = html.escape(str(name), quote=False)  # a user's run name: shown, never HTML
+        label = html.escape(str(name), quote=False)  # a user's run name: shown, never HTML
         for trace in _run_traces(
-            legend, records, metric, COLORS[i % len(COLORS)], smoothing, max_points
+            label, records, metric, COLORS[i % len(COLORS)], smoothing, max_points
         ):
             fig.add_trace(trace)
     _, title, y_title = METRICS[metric]
@@ -139,7 +144,7 @@ def curves_figure(
         margin={"l": 10, "r": 10, "t": 40, "b": 10},
         uirevision=metric,
         legend={"orientation": "h", "yanchor": "top", "y": -0.3, "xanchor": "left", "x": 0},
-        showlegend=len(runs) > 1,
+        showlegend=legend and len(runs) > 1,
     )
     fig.update_xaxes(title_text="training step")
     fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear")
@@ -171,6 +176,16 @@ def _flat_range(values: list, log_y: bool) -> list[float] | None:
         return [math.log10(v) - 0.5, math.log10(v) + 0.5] if v > 0 else None
     pad = abs(v) * 0.5 or 1.0
     return [v - pad, v + pad]
+
+
+def legend_key_html(names: list[str]) -> str:
+    """One colour key for the curves of ``names`` (in curves_figure's order), as safe HTML."""
+    items = [
+        f'<span style="color:{COLORS[i % len(COLORS)]};font-weight:bold">&#9632;</span>&nbsp;'
+        f"{html.escape(str(name))}"
+        for i, name in enumerate(names)
+    ]
+    return '<div style="font-size:0.9rem;line-height:1.6">' + " &nbsp; ".join(items) + "</div>"
 
 
 def training_curve_figure(source, step: int | None = None) -> go.Figure:

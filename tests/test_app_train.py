@@ -312,11 +312,13 @@ def test_runs_are_told_apart_named_and_compared_from_the_url(jobs_env, make_run)
     at.switch_page("pages/train.py").run()
     assert at.multiselect(key="compare").value == ["b-run"]
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
-    legend = [t["name"] for t in spec["data"] if t.get("showlegend", True) is not False]
-    assert legend == [
+    assert [t["name"] for t in spec["data"] if t.get("showlegend", True) is not False] == [
         "a-run · d2l · 2 heads · fra-eng (Tatoeba)",
         "wide heads · d2l · 4 heads · fra-eng (Tatoeba)",
     ]
+    assert spec["layout"]["showlegend"] is False  # one shared key above the six charts instead
+    (key,) = [h.proto.body for h in at.get("html")]
+    assert "a-run · d2l · 2 heads" in key and "wide heads · d2l · 4 heads" in key
     at.multiselect(key="compare").set_value([]).run()
     assert "compare" not in at.query_params
 

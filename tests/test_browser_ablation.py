@@ -1,4 +1,4 @@
-"""Real browser (headless Chromium): remove heads, see the translation and maps change, rank heads."""
+"""Real browser (headless Chromium): remove heads, see the maps change, rank the heads."""
 
 from __future__ import annotations
 

@@ -163,6 +163,14 @@ def test_compared_runs_put_their_legend_below_the_title():
     assert fig.layout.showlegend and fig.layout.legend.y < 0  # under the plot, not on the title
 
 
+def test_one_colour_key_names_the_runs_in_their_colours_as_text():
+    key = tf.legend_key_html(["mine", '<img src=x onerror="alert(1)">'])
+    assert tf.COLORS[0] in key and tf.COLORS[1] in key and "mine" in key
+    assert "<img" not in key and "&lt;img" in key
+    fig = tf.curves_figure({"a": [], "b": []}, "loss", legend=False)
+    assert fig.layout.showlegend is False
+
+
 def test_a_run_name_in_a_legend_is_text_never_html():
     records = [{"record": "train", "step": s, "loss": 1.0 / s} for s in range(1, 5)]
     fig = tf.curves_figure({'<a href="http://x">me</a>': records, "b": records}, "loss")

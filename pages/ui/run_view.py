@@ -11,7 +11,7 @@ from core.devices import gpu_stats
 from core.models import ModelError
 from core.run_dir import RunError
 from core.run_status import RunInfo
-from core.training_figures import curves_figure
+from core.training_figures import curves_figure, legend_key_html
 from pages.ui.text import code, md
 
 STATE_COLORS = {
@@ -171,7 +171,13 @@ def curve_figures(
     }
     figures = [
         curves_figure(
-            records, metric, smoothing, log_y and metric in LOG_METRICS, max_points=300, height=280
+            records,
+            metric,
+            smoothing,
+            log_y and metric in LOG_METRICS,
+            max_points=300,
+            height=280,
+            legend=False,
         )
         for metric in CHARTS
     ]
@@ -185,6 +191,8 @@ def chart_grid(
     signature = run_status.metrics_signature([run_id, *compare])
     legend = tuple(names.get(rid, rid) for rid in [run_id, *compare])
     figures, examples = curve_figures(signature, legend, smoothing, log_y)
+    if compare:
+        st.html(legend_key_html(list(legend)))  # one key for all six charts; it wraps
     cols = st.columns(3)
     for i, fig in enumerate(figures):
         with cols[i % 3]:
@@ -236,7 +244,7 @@ def run_panel(info: RunInfo, runs: list[RunInfo]) -> None:
     run_actions(info)
     names = run_status.legend_names(runs)
     others = [r.run_id for r in runs if r.run_id != info.run_id]
-    c1, c2, c3 = st.columns([3, 2, 1.2], vertical_alignment="bottom")
+    c1, c2 = st.columns([3, 2], vertical_alignment="bottom")
     compare = compare_picker(c1, others, names)
     smoothing = c2.slider(
         "Smoothing",
@@ -247,6 +255,7 @@ def run_panel(info: RunInfo, runs: list[RunInfo]) -> None:
         key="smoothing",
         help="Exponential moving average of the training curves",
     )
+    c3 = st.container(horizontal=True, gap="large")
     log_y = c3.toggle("Log y-axis", key="log_y", help="Logarithmic y-axis for losses and rates")
     c3.toggle(
         "Pause updates",
