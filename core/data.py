@@ -296,3 +296,31 @@ def batches(
         src = pad_batch([encoded[i][0] for i in group], fixed_len)  # (B, S)
         tgt = pad_batch([encoded[i][1] for i in group], fixed_len and fixed_len + 1)  # (B, T)
         yield src, tgt
+
+
+def rank_batches(
+    encoded: list[tuple[np.ndarray, np.ndarray]],
+    batch_size: int,
+    seed: int,
+    bucket: bool = True,
+    rank: int = 0,
+    world_size: int = 1,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, int, int]]:
+    """One training process's share of each shuffled batch of ``batch_size * world_size`` pairs.
+
+    Every process builds the same global batches (same seed), then keeps every
+    ``world_size``-th pair from its ``rank`` on, so the processes of one step train on
+    sentences of one length bucket. Yields (src (b, S), tgt (b, T + 1), target tokens here,
+    target tokens of the global batch); a process left without a pair (a last batch smaller
+    than ``world_size``) gets the batch's first pair, counted as 0 tokens. Alone
+    (``world_size`` 1) it yields what ``batches`` does.
+    """
+    lengths = [max(len(s), len(t)) for s, t in encoded]
+    for group in batch_indices(lengths, batch_size * world_size, True, seed, bucket):
+        mine = group[rank::world_size]
+        here = sum(len(encoded[i][1]) - 1 for i in mine)  # <bos> is input only
+        total = sum(len(encoded[i][1]) - 1 for i in group)
+        mine = mine or group[:1]
+        src = pad_batch([encoded[i][0] for i in mine])  # (b, S)
+        tgt = pad_batch([encoded[i][1] for i in mine])  # (b, T + 1)
+        yield src, tgt, here, total

@@ -4,7 +4,9 @@ Each job is its own OS process writing into its run directory, so it survives pa
 reloads, closed tabs and server restarts; the disk is the source of truth, never a
 Streamlit session. ``ATTENTION_STUDIO_MAX_GPU_JOBS`` GPU jobs (an ``fcntl.flock`` slot
 each, held by the trainer until it exits) and ``ATTENTION_STUDIO_MAX_CPU_JOBS`` CPU jobs
-may run at once (one of each by default). No Streamlit here.
+may run at once (one of each by default). A job of several processes (one run trained by
+``torchrun``, see core.distributed) is one job: the app launches, checks, stops and reaps
+the torchrun agent, which starts and stops its workers. No Streamlit here.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import time
 from core import processes
 from core.corpus_files import allowed_path
 from core.data import DataError
-from core.devices import resolve_device
+from core.devices import device_memory, estimate_memory, resolve_device
 from core.locks import acquire_gpu_lock, launch_lock, run_is_held, write_lock
 from core.places import REPO_ROOT, runs_root
 from core.run_dir import RunDir, RunError, read_json, run_dir, write_json
@@ -48,6 +50,36 @@ def max_cpu_jobs() -> int:
 def max_gpu_jobs() -> int:
     """How many GPU training jobs may run at once (one by default)."""
     return _env_int(MAX_GPU_JOBS_ENV, 1)
+
+
+def max_processes(device_type: str) -> int:
+    """How many processes one run may train with: one per GPU, or per CPU core."""
+    if device_type == "cuda":
+        import torch
+
+        return max(1, torch.cuda.device_count())
+    if device_type == "cpu":
+        return max(1, os.cpu_count() or 1)
+    return 1  # Apple MPS: one process
+
+
+def processes_problem(processes, device_type: str, cfg: dict | None = None) -> str | None:
+    """Why a run cannot train with ``processes`` processes on ``device_type`` (None: it can)."""
+    if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+        return f"processes must be a whole number, 1 or more (got {processes!r})"
+    most = max_processes(device_type)
+    if processes > most:
+        what = "GPU" if device_type == "cuda" else "CPU core" if device_type == "cpu" else ""
+        where = f"{most} {what}{'s' if most > 1 else ''} here" if what else device_type
+        return f"processes ({processes}) cannot exceed {most} on {where}"
+    have = device_memory(device_type) if device_type == "cpu" else None
+    need = estimate_memory(cfg) * processes if cfg and processes > 1 else 0
+    if have is not None and need > 0.8 * have:
+        return (
+            f"{processes} processes need about {need / 2**30:.1f} GB of memory but only "
+            f"{have / 2**30:.1f} GB is available; use fewer processes or a smaller batch_size"
+        )
+    return None
 
 
 def _check_cpu_capacity() -> None:
@@ -129,23 +161,34 @@ def _device_slot(device_type: str, run_id: str):
         os.close(fd)  # the trainer keeps its own copy of the locked file open
 
 
-def _trainer_argv(rd: RunDir, resume: bool = False) -> list[str]:
+def _trainer_argv(rd: RunDir, resume: bool = False, processes: int = 1) -> list[str]:
     """The trainer's command line: fixed flags and the run directory, never a user value.
 
-    Settings travel as data in ``request.json`` inside the run directory.
+    Settings travel as data in ``request.json`` inside the run directory. With several
+    processes (a checked whole number) ``torchrun`` (``python -m torch.distributed.run``)
+    starts them; its agent is the process the app checks, signals and reaps.
     """
-    argv = [sys.executable, "-m", "core.train", "--out", str(rd.path), "--request"]
+    launcher = [sys.executable]
+    if processes > 1:
+        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+    argv = [*launcher, "-m", "core.train", "--out", str(rd.path), "--request"]
     return argv + ["--resume", "--no-progress"] if resume else argv + ["--no-progress"]
 
 
-def start_run(preset: str, overrides: dict | None = None) -> str:
-    """Validate settings, then launch ``python -m core.train`` in a new run; returns its id."""
+def start_run(preset: str, overrides: dict | None = None, processes: int = 1) -> str:
+    """Validate settings, then launch ``python -m core.train`` in a new run; returns its id.
+
+    ``processes`` > 1 trains the run with that many processes (torchrun; each takes
+    ``batch_size`` pairs a step, so a step's batch is ``batch_size * processes``).
+    """
     overrides = copy.deepcopy(overrides or {})
     problems = validate_settings(preset, overrides)
+    if not problems:
+        cfg = merged_settings(preset, overrides)
+        device_type = resolve_device(cfg["train"]["device"])
+        problems = [p for p in [processes_problem(processes, device_type, cfg)] if p]
     if problems:
         raise RunError("Cannot start: " + "; ".join(problems) + ".")
-    cfg = merged_settings(preset, overrides)
-    device_type = resolve_device(cfg["train"]["device"])
     with launch_lock():
         rd = _new_run_dir(preset)
         try:
@@ -157,9 +200,10 @@ def start_run(preset: str, overrides: dict | None = None) -> str:
                     "preset": preset,
                     "settings": cfg,
                     "device_type": device_type,
+                    "processes": processes,
                     "created_at": time.time(),
                 }
-                _launch(rd, _trainer_argv(rd), job, gpu_fd)
+                _launch(rd, _trainer_argv(rd, processes=processes), job, gpu_fd)
         except BaseException:
             shutil.rmtree(rd.path, ignore_errors=True)
             raise
@@ -179,9 +223,10 @@ def _check_resumable(rd: RunDir) -> RunInfo:
     return info
 
 
-def resume_run(run_id: str, limits: dict | None = None) -> None:
+def resume_run(run_id: str, limits: dict | None = None, processes: int | None = None) -> None:
     """Continue a run from last.pt (``limits``: new epochs, max_steps, time_budget; after a
-    divergence also lr, warmup_steps, grad_clip)."""
+    divergence also lr, warmup_steps, grad_clip) with ``processes`` processes (None: as many
+    as its last launch)."""
     rd = run_dir(run_id)
     keep = ("epochs", "max_steps", "time_budget", "lr", "warmup_steps", "grad_clip")
     with launch_lock():  # two sessions resuming one run: the second is refused here
@@ -190,15 +235,21 @@ def resume_run(run_id: str, limits: dict | None = None) -> None:
         device_type = job.get("device_type") or resolve_device(
             rd.read_config().get("train", {}).get("device", "auto")
         )
+        processes = job.get("processes", 1) if processes is None else processes
+        problem = processes_problem(processes, device_type)
+        if problem:
+            raise RunError(f"Cannot resume: {problem}.")
         write_json(rd.request, {"limits": {k: v for k, v in (limits or {}).items() if k in keep}})
         with _device_slot(device_type, run_id) as gpu_fd:
-            argv = _trainer_argv(rd, resume=True)
-            _launch(rd, argv, {**job, "device_type": device_type}, gpu_fd)
+            argv = _trainer_argv(rd, resume=True, processes=processes)
+            job = {**job, "device_type": device_type, "processes": processes}
+            _launch(rd, argv, job, gpu_fd)
 
 
 def stop_run(run_id: str, wait: float = 0.0) -> RunInfo:
     """Ask a live run to save a checkpoint and stop (STOP file + SIGTERM to the verified pid).
 
+    A torchrun agent passes SIGTERM on to its workers, which stop together at one step.
     A trainer that ignores it for STOP_GRACE_S is killed by ``enforce_stop``.
     """
     rd = run_dir(run_id)
@@ -235,7 +286,10 @@ def _record_early_stop(rd: RunDir, info: RunInfo) -> None:
 
 
 def enforce_stop(run_id: str) -> RunInfo:
-    """Kill (SIGKILL) a trainer that ignored a stop request for STOP_GRACE_S, and say so."""
+    """Kill (SIGKILL) a trainer that ignored a stop request for STOP_GRACE_S, and say so.
+
+    A torchrun agent's workers are killed with it (processes.signal_trainer).
+    """
     info = run_info(run_id)
     if not info.stop_overdue:
         return info

@@ -5,10 +5,16 @@ number can belong to an unrelated process. At launch the app records the trainer
 identity (the boot id and the process start time, from Linux's /proc); every check and
 every signal compares it first. Where it cannot be read (no /proc, another user's
 process), the answer is "unknown" and nothing is signalled.
+
+A run trained by several processes is launched as ``python -m torch.distributed.run ...
+-m core.train --out RUN``: the torchrun agent is the trainer the app records, checks,
+signals and reaps; it passes SIGTERM on to its workers (each in a session of its own),
+and a SIGKILL is sent to the verified workers too, since none could pass it on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -106,10 +112,26 @@ def check_trainer(pid, path: Path, recorded: str | None) -> bool | None:
     return _runs_in(pid, path)
 
 
+def workers(pid: int, path: Path) -> list[int]:
+    """The children of ``pid`` that are trainers of ``path`` (a torchrun agent's ranks)."""
+    kids = []
+    for entry in PROC.glob("[0-9]*"):
+        fields = _stat_fields(int(entry.name))
+        if fields and len(fields) > 1 and fields[1] == str(pid) and _runs_in(int(entry.name), path):
+            kids.append(int(entry.name))
+    return kids
+
+
 def signal_trainer(pid, path: Path, recorded: str | None, sig: int = signal.SIGTERM) -> bool:
-    """Send ``sig`` to the trainer of ``path`` only if ``pid`` is verified to be it."""
+    """Send ``sig`` to the trainer of ``path`` only if ``pid`` is verified to be it.
+
+    SIGKILL goes to its workers first (a torchrun agent's), as a killed agent cannot stop them.
+    """
     if check_trainer(pid, path, recorded) is not True:
         return False
+    for worker in workers(pid, path) if sig == signal.SIGKILL else []:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, sig)
     try:
         os.kill(pid, sig)
     except ProcessLookupError:

@@ -18,7 +18,7 @@ from core.data import validate_config as validate_data_config
 from core.devices import memory_problem, resolve_device
 from core.model import ModelConfig
 from core.presets import PRESETS
-from core.train_loop import TrainConfig
+from core.train_config import TrainConfig
 
 GROUPS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
 DERIVED = ("src_vocab_size", "tgt_vocab_size", "pad_id")  # model fields the data decides

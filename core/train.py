@@ -4,6 +4,10 @@ The run directory receives config.json, metrics.jsonl, status.json, last.pt / be
 and attention snapshots. SIGTERM or a STOP file saves a checkpoint and exits as
 "stopped"; ``--resume`` continues the run exactly where its last checkpoint left it.
 A NaN/inf loss ends the run as "diverged" (exit code 3), keeping the last finite checkpoint.
+
+Under ``torchrun --nproc-per-node N -m core.train ...`` the N processes train one run
+(core.distributed): rank 0 alone writes the run's files and evaluates; a stop reaches
+every process at the same step; a run resumes with the same or another number of them.
 """
 
 from __future__ import annotations
@@ -19,16 +23,19 @@ from pathlib import Path
 
 import torch
 
+from core import distributed
 from core.checkpoint import portable_data_config, read_checkpoint, save_checkpoint
 from core.data import SPECIALS, Corpus, DataConfig, DataError, Vocab, load_corpus
 from core.devices import device_description
+from core.distributed import World
 from core.locks import hold_run
 from core.model import ModelConfig, Transformer
 from core.presets import PRESETS
 from core.processes import identity
 from core.run_dir import RunDir, RunError, read_json
 from core.settings import DERIVED, add_setting_flags, config_problems, settings_from_args
-from core.train_loop import TrainConfig, Trainer, TrainState, rng_state
+from core.train_config import TrainConfig
+from core.train_loop import Trainer, TrainState, rng_state
 
 LIMITS = ("epochs", "max_steps", "time_budget")  # the limits a resumed run may change
 RESUME_CHANGES = (*LIMITS, "lr", "warmup_steps", "grad_clip")  # all it may change (divergence)
@@ -92,9 +99,10 @@ class RunRecorder:
         With the optimiser go the random streams, so a resumed run draws what this one would.
         """
         t = self.trainer
-        extra = (
-            {"optimizer": t.optimizer.state_dict(), "rng": rng_state()} if with_optimizer else {}
-        )
+        rng = rng_state()
+        if t.world.distributed:  # each process's streams, for a resume with as many
+            rng["ranks"] = t.rank_rngs
+        extra = {"optimizer": t.optimizer.state_dict(), "rng": rng} if with_optimizer else {}
         save_checkpoint(
             path,
             t.model,
@@ -113,10 +121,11 @@ class RunRecorder:
         """Record validation metrics, save checkpoints and the probes' attention maps."""
         record = {"record": "eval", **info, "elapsed": trainer.state.elapsed}
         self.rd.append_metrics(record)
-        if info.get("is_best"):  # before last.pt: a resume from last.pt redoes what follows it
+        # best.pt and the snapshot before last.pt: a resume from last.pt redoes what follows it
+        if info.get("is_best"):
             self.save(self.rd.best, with_optimizer=False)
-        self.save(self.rd.last, with_optimizer=True)
         self.rd.save_snapshot(trainer.state.step, trainer.probe_maps())
+        self.save(self.rd.last, with_optimizer=True)
         self.rd.write_status(best_bleu=trainer.state.best_bleu, last_eval=info["step"])
         if self.rd.stop_requested():
             trainer.stop_requested = True
@@ -181,12 +190,19 @@ def unk_warnings(corpus: Corpus, data_cfg: DataConfig) -> list[str]:
     return warnings
 
 
-def prepare(rd: RunDir, configs: dict, resume: bool):
+def status_writer(rd: RunDir, world: World):
+    """rd.write_status on rank 0; elsewhere nothing (one process writes the run's files)."""
+    return rd.write_status if world.is_main else lambda **fields: fields
+
+
+def prepare(rd: RunDir, configs: dict, resume: bool, world: World):
     """Build the corpus, model and trainer (restored from last.pt when resuming)."""
     data_cfg = DataConfig(**configs["data"])
-    rd.write_status(message="reading the corpus and building the vocabularies")
-    corpus = load_corpus(data_cfg, progress=_download_bar(rd))
-    rd.write_status(message=f"building the model ({corpus.summary.get('train', '?')} pairs)")
+    write_status = status_writer(rd, world)
+    write_status(message="reading the corpus and building the vocabularies")
+    with distributed.local_first(world):  # one download per machine
+        corpus = load_corpus(data_cfg, progress=_download_bar(rd) if world.is_main else None)
+    write_status(message=f"building the model ({corpus.summary.get('train', '?')} pairs)")
     ckpt = read_checkpoint(rd.last) if resume else None
     if ckpt is not None:
         corpus.src_vocab, corpus.tgt_vocab = Vocab(ckpt["src_vocab"]), Vocab(ckpt["tgt_vocab"])
@@ -206,15 +222,24 @@ def prepare(rd: RunDir, configs: dict, resume: bool):
             {k: v.float() if v.is_floating_point() else v for k, v in ckpt["state_dict"].items()}
         )
         state = TrainState(**ckpt["state"])
-    trainer = Trainer(model, corpus, train_cfg, state)
+    trainer = Trainer(model, corpus, train_cfg, state, world)
     if ckpt is not None:
         if "optimizer" in ckpt:
             trainer.optimizer.load_state_dict(ckpt["optimizer"])
-        trainer.rng = ckpt.get("rng")
-        rd.rewind(trainer.state.step)  # what came after the checkpoint is done again
+        trainer.rng = saved_rng(ckpt.get("rng"), world)
+        if world.is_main:
+            rd.rewind(trainer.state.step)  # what came after the checkpoint is done again
     configs["model"] = asdict(model_cfg)
     configs["summary"] = corpus.summary
     return trainer
+
+
+def saved_rng(rng, world: World):
+    """The random streams this rank continues (None: a rank the saved run lacked; seeded)."""
+    ranks = (rng.get("ranks") or []) if isinstance(rng, dict) else []
+    if world.rank < len(ranks):
+        return ranks[world.rank]
+    return rng if world.is_main else None
 
 
 def _download_bar(rd: RunDir):
@@ -277,16 +302,17 @@ def new_run_configs(rd: RunDir, args: argparse.Namespace) -> dict:
     return checked(settings_from_args(args))
 
 
-def train_run(args: argparse.Namespace) -> int:
-    """Run (or resume) training in args.out; returns the process exit code."""
-    rd = RunDir(args.out)
-    rd.create()
+def train_run(args: argparse.Namespace, world: World | None = None) -> int:
+    """Run (or resume) training in args.out (each process of a torchrun launch); exit code."""
+    world, rd = world or World(), RunDir(args.out)
     configs = load_run_configs(rd, args) if args.resume else new_run_configs(rd, args)
-    if args.resume:  # a stale STOP from an earlier stop must not end the resumed run
-        rd.stop_file.unlink(missing_ok=True)
+    if world.is_main:
+        rd.create()
+        if args.resume:  # a stale STOP from an earlier stop must not end the resumed run
+            rd.stop_file.unlink(missing_ok=True)
     early_stop = []  # SIGTERM while the corpus loads: stop as soon as training can save
     signal.signal(signal.SIGTERM, lambda *_: early_stop.append(True))
-    rd.write_status(
+    status_writer(rd, world)(
         state="starting",
         pid=os.getpid(),
         identity=identity(os.getpid()),
@@ -296,30 +322,36 @@ def train_run(args: argparse.Namespace) -> int:
         finished_at=None,
         diverged_at=None,
     )
-    trainer = prepare(rd, configs, args.resume)
-    rd.write_config(configs)
-    start_status(rd, trainer, unk_warnings(trainer.corpus, DataConfig(**configs["data"])))
+    trainer = prepare(rd, configs, args.resume, world)
     signal.signal(signal.SIGTERM, lambda *_: setattr(trainer, "stop_requested", True))
-    trainer.stop_requested = bool(early_stop) or rd.stop_requested()
+    trainer.stop_requested = bool(early_stop) or (world.is_main and rd.stop_requested())
+    devices = distributed.gather(world, device_description(trainer.device))
+    if not world.is_main:
+        outcome = trainer.run()
+        return DIVERGED_EXIT if outcome == "diverged" else 0
+    rd.write_config(configs)
+    warnings = unk_warnings(trainer.corpus, DataConfig(**configs["data"]))
+    start_status(rd, trainer, warnings, distributed.describe(world, devices[0], devices))
     bar = None if args.no_progress else _progress_bar(args.out, trainer)
     recorder = RunRecorder(rd, trainer, configs, bar)
     recorder.saved_step = trainer.state.step if args.resume else None
-    print(f"training on {device_description(trainer.device)}: {configs['summary']}", flush=True)
+    where = rd.read_status().get("device")
+    print(f"training on {where}: {configs['summary']}", flush=True)
     outcome = trainer.run()
     if bar is not None:
         bar.close()
     return final_report(rd, trainer, outcome)
 
 
-def start_status(rd: RunDir, trainer: Trainer, warnings: list[str]) -> None:
-    """Write the status of a run about to train and print its warnings."""
+def start_status(rd: RunDir, trainer: Trainer, warnings: list[str], devices: dict) -> None:
+    """Write the status of a run about to train (devices: distributed.describe), print warnings."""
     rd.write_status(
+        **devices,
         state="running",
         message=f"running the first steps (the first record comes at step {trainer.cfg.log_every})"
         if not trainer.state.step
         else "",
         warnings=warnings,
-        device=device_description(trainer.device),
         total_steps=trainer.total_steps,
         progress=trainer.progress(),
         step=trainer.state.step,
@@ -351,34 +383,68 @@ def _progress_bar(desc: str, trainer: Trainer):
     return tqdm(total=trainer.total_steps, initial=trainer.state.step, desc=desc, unit="step")
 
 
+def lock_run(out: str, world: World) -> int | None:
+    """Rank 0 takes the run's trainer lock (an fd to keep open; None elsewhere); RunError on
+    every process when it is taken, so no process of a second trainer touches anything."""
+    lock, problem = None, None
+    if world.is_main:
+        try:
+            Path(out).mkdir(parents=True, exist_ok=True)
+            lock = hold_run(out)
+        except (RunError, OSError) as e:
+            problem = e
+    if not distributed.all_true(world, problem is None):
+        raise problem or RunError("the first process could not lock the run directory")
+    return lock
+
+
+def record_failure(out: str, world: World, message: str) -> None:
+    """Write 'failed' and why into the run's status (rank 0; a run directory that exists)."""
+    if world.is_main and Path(out).is_dir():
+        RunDir(out).write_status(state="failed", message=message)
+
+
+def crash_message(e: Exception, world: World) -> str:
+    """A crash in words; with several processes, where to look for the one that failed."""
+    message = f"{type(e).__name__}: {e}"
+    if world.distributed:
+        message = (
+            f"Training with {world.size} processes failed: one of them crashed or stopped "
+            f"answering (train.log has every process's output). {message}"
+        )
+    return message
+
+
 def main(argv=None) -> int:
     """Entry point: parse flags, train, report errors as one readable line.
 
-    While it trains, the process holds the run directory's trainer lock, so a second
-    trainer of the same run (two resumes at once) stops at once and touches nothing.
+    While it trains, the process (rank 0 of a torchrun launch) holds the run directory's
+    trainer lock, so a second trainer of the same run (two resumes at once) stops at once
+    and touches nothing.
     """
     args = build_parser().parse_args(argv)
     try:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        lock = hold_run(args.out)
-    except (RunError, OSError) as e:
+        world = distributed.world_from_env()
+        distributed.start(world)
+        lock = lock_run(args.out, world)
+    except (RunError, OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        return train_run(args)
+        code = train_run(args, world)
     except (DataError, ValueError, OSError) as e:
-        RunDir(args.out).write_status(state="failed", message=str(e)) if Path(
-            args.out
-        ).is_dir() else None
+        record_failure(args.out, world, str(e))
         print(f"error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - record any crash for the app, then re-raise
-        if Path(args.out).is_dir():
-            RunDir(args.out).write_status(state="failed", message=f"{type(e).__name__}: {e}")
+        record_failure(args.out, world, crash_message(e, world))
         traceback.print_exc()
         return 1
     finally:
-        os.close(lock)
+        if lock is not None:
+            os.close(lock)
+    distributed.finish(world)
+    return code
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The training loop: Adam with warm-up and decay, label smoothing, clipping, bf16 autocast.
 
 The Trainer knows nothing of files or the UI: it reports through callbacks
-("step", "eval", "end"). ``core.train`` connects it to a run directory.
+("step", "eval", "end"). ``core.train`` connects it to a run directory. Under torchrun
+each process holds a Trainer with its ``World`` (core.distributed); rank 0 alone evaluates.
 Shape key: B batch, S source length, T target length, V target vocabulary.
 """
 
@@ -12,122 +13,19 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 
 import torch
 
+from core import distributed
 from core.checkpoint import all_finite
-from core.data import D2L_TEST_PAIRS, Corpus, Vocab, batches, encode_pairs
+from core.data import Corpus, Vocab, encode_pairs, rank_batches
 from core.decode import TranslationError, translate
 from core.devices import autocast_dtype, pick_device
+from core.distributed import World
 from core.evaluate import corpus_bleu, evaluate_loss
 from core.model import Transformer
-
-D2L_PROBES = [source for source, _ in D2L_TEST_PAIRS]  # snapshot sentences by default
-
-
-@dataclass
-class TrainConfig:
-    """How to train; saved in every run directory and checkpoint."""
-
-    epochs: int = 10  # passes over the training pairs (0 = no limit)
-    max_steps: int = 0  # optimiser steps (0 = no limit)
-    time_budget: float = 0.0  # wall-clock seconds of training (0 = no limit)
-    batch_size: int = 128  # sentence pairs per step
-    lr: float = 1e-3  # peak learning rate of Adam
-    warmup_steps: int = 400  # linear warm-up length
-    schedule: str = "inverse_sqrt"  # "inverse_sqrt" decay after warm-up, or "constant"
-    label_smoothing: float = 0.1  # as in the paper
-    grad_clip: float = 1.0  # max gradient norm (0 = off)
-    eval_every: int = 500  # steps between evaluations (and one at the end)
-    eval_sentences: int = 300  # validation sentences translated for BLEU at each evaluation
-    log_every: int = 20  # steps between metric records
-    device: str = "auto"  # "auto" (CUDA, then MPS, then CPU), "cuda", "mps" or "cpu"
-    amp: bool = True  # bf16 autocast on CUDA, and on CPUs with native bf16 (AVX512-BF16, AMX)
-    seed: int = 0  # seeds parameters, dropout and batch order
-    threads: int = 0  # CPU threads for torch (0 = torch's default)
-    bucket: bool = True  # length-bucketed batches (False: random batches)
-    probes: list[str] = field(default_factory=lambda: list(D2L_PROBES))  # snapshot sentences
-
-    def validate(self) -> None:
-        """Raise ValueError naming every field that cannot train, and why."""
-        problems = type_problems(self) or self.value_problems()
-        if problems:
-            raise ValueError("Invalid training settings: " + "; ".join(problems))
-
-    def value_problems(self) -> list[str]:
-        """Why each field's value cannot train (fields of the right types only)."""
-        problems = [
-            f"{n} cannot be negative (got {getattr(self, n)})"
-            for n in NOT_NEGATIVE
-            if getattr(self, n) < 0
-        ]
-        problems += [
-            f"{n} must be at least 1 (got {getattr(self, n)})"
-            for n in AT_LEAST_ONE
-            if getattr(self, n) < 1
-        ]
-        if not (self.epochs or self.max_steps or self.time_budget):
-            problems.append("set a limit: epochs, max_steps or time_budget")
-        if not math.isfinite(self.time_budget):
-            problems.append(
-                f"time_budget must be a finite number of seconds (got {self.time_budget})"
-            )
-        if not 0 < self.lr < math.inf:
-            problems.append(f"lr must be positive and finite (got {self.lr})")
-        if not 0 <= self.label_smoothing < 1:
-            problems.append(f"label_smoothing must be in [0, 1) (got {self.label_smoothing})")
-        if not self.grad_clip >= 0:
-            problems.append(f"grad_clip must be 0 (off) or positive (got {self.grad_clip})")
-        if self.threads < 0:
-            problems.append(f"threads must be 0 (torch's default) or positive (got {self.threads})")
-        if not 0 <= self.seed < 2**32:
-            problems.append(f"seed must be between 0 and {2**32 - 1} (got {self.seed})")
-        if self.schedule not in ("inverse_sqrt", "constant"):
-            problems.append(f"unknown schedule '{self.schedule}'")
-        if self.device not in ("auto", "cpu", "cuda", "mps"):
-            problems.append(f"unknown device '{self.device}'")
-        return problems
-
-
-NOT_NEGATIVE = (
-    "epochs",
-    "max_steps",
-    "time_budget",
-    "warmup_steps",
-)  # TrainConfig fields: 0 or more
-AT_LEAST_ONE = ("batch_size", "eval_every", "log_every", "eval_sentences")  # 1 or more
-KINDS = {  # a config field's annotation -> (accepted Python types, the words for it)
-    "int": ((int,), "a whole number"),
-    "float": ((int, float), "a number"),
-    "bool": ((bool,), "true or false"),
-    "str": ((str,), "text"),
-}
-
-
-def type_problems(config) -> list[str]:
-    """'<field> must be <kind> (got ...)' for each field of a config dataclass of the wrong type."""
-    problems = []
-    for f in fields(config):
-        value, kind = getattr(config, f.name), str(f.type)
-        if kind.startswith("list"):
-            if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-                problems.append(f"{f.name} must be a list of sentences (got {value!r})")
-            continue
-        types, words = KINDS[kind]
-        if not isinstance(value, types) or (isinstance(value, bool) and kind != "bool"):
-            problems.append(f"{f.name} must be {words} (got {value!r})")
-    return problems
-
-
-def learning_rate(step: int, cfg: TrainConfig) -> float:
-    """Peak lr after linear warm-up, then constant or decaying as 1/sqrt(step)."""
-    step = max(step, 1)
-    if cfg.warmup_steps and step < cfg.warmup_steps:
-        return cfg.lr * step / cfg.warmup_steps
-    if cfg.schedule == "constant":
-        return cfg.lr
-    return cfg.lr * math.sqrt(max(cfg.warmup_steps, 1) / step)
+from core.train_config import TrainConfig, learning_rate
 
 
 def rng_state() -> dict:
@@ -178,6 +76,7 @@ class TrainState:
     elapsed: float = 0.0  # seconds of training so far (across resumes)
     best_bleu: float = -1.0  # best validation BLEU seen
     tokens: int = 0  # target tokens trained on
+    world_size: int = 1  # training processes (batch_in_epoch counts their global batches)
 
 
 Callback = Callable[["Trainer", dict], None]
@@ -187,17 +86,27 @@ class Trainer:
     """Trains a Transformer on a Corpus and reports through callbacks."""
 
     def __init__(
-        self, model: Transformer, corpus: Corpus, cfg: TrainConfig, state: TrainState | None = None
+        self,
+        model: Transformer,
+        corpus: Corpus,
+        cfg: TrainConfig,
+        state: TrainState | None = None,
+        world: World | None = None,
     ):
         cfg.validate()
-        self.cfg, self.corpus = cfg, corpus
-        self.device = pick_device(cfg.device)
+        self.cfg, self.corpus, self.world = cfg, corpus, world or World()
+        self.device = distributed.device_of(self.world, pick_device(cfg.device))
         self.model = model.to(self.device)
+        self.objective = (  # the loss of a step: the model's own, or through DDP
+            distributed.data_parallel(model, self.world, self.device)
+            if self.world.distributed
+            else model.loss
+        )
         fused = self.device.type in ("cpu", "cuda")  # one kernel per step instead of many
         self.optimizer = torch.optim.Adam(
             model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9, fused=fused
         )
-        self.state = state or TrainState()
+        self.state = state or TrainState(world_size=self.world.size)
         self.callbacks: dict[str, list[Callback]] = {"step": [], "eval": [], "end": []}
         self.stop_requested = False
         self.train_data = encode_pairs(corpus.train, corpus.src_vocab, corpus.tgt_vocab)
@@ -208,6 +117,10 @@ class Trainer:
         self.diverged: dict | None = None  # {"diverged_at": step, "diverged": what} once NaN/inf
         self.window: list[dict] = []  # step results since the last metrics record
         self.window_start = 0.0  # training seconds (state.elapsed) when the window began
+        self.rank_rngs: list[dict] = []  # every process's random streams, for the checkpoint
+        if self.state.world_size != self.world.size:  # resumed with another number
+            done = distributed.regrouped(self.state, cfg.batch_size, self.world)
+            self.state.batch_in_epoch, self.state.world_size = done, self.world.size
 
     def on(self, event: str, fn: Callback) -> None:
         """Register a callback for "step", "eval" or "end"."""
@@ -220,15 +133,19 @@ class Trainer:
 
     @property
     def steps_per_epoch(self) -> int:
-        """Optimiser steps in one epoch."""
-        return math.ceil(len(self.train_data) / self.cfg.batch_size)
+        """Optimiser steps in one epoch (each takes batch_size pairs on every process)."""
+        return math.ceil(len(self.train_data) / (self.cfg.batch_size * self.world.size))
 
     @property
     def total_steps(self) -> int | None:
-        """Step limit implied by epochs / max_steps (None if only a time budget)."""
+        """Step limit implied by epochs / max_steps (None if only a time budget).
+
+        Counted from where the epochs stand (steps per epoch change with the processes)."""
         limits = [self.cfg.max_steps] if self.cfg.max_steps else []
         if self.cfg.epochs:
-            limits.append(self.cfg.epochs * self.steps_per_epoch)
+            spe = self.steps_per_epoch
+            left = (self.cfg.epochs - self.state.epoch) * spe - self.state.batch_in_epoch
+            limits.append(self.state.step + left)
         return min(limits) if limits else None
 
     def progress(self) -> float:
@@ -244,8 +161,14 @@ class Trainer:
         """True once a step, epoch or time limit is reached."""
         return self.progress() >= 1.0
 
-    def train_step(self, src: torch.Tensor, tgt: torch.Tensor) -> dict:
-        """One optimiser step on a batch src (B, S), tgt (B, T + 1), not taken unless finite."""
+    def train_step(
+        self, src: torch.Tensor, tgt: torch.Tensor, tokens: int = 0, step_tokens: int = 0
+    ) -> dict:
+        """One optimiser step on a batch src (B, S), tgt (B, T + 1), not taken unless finite.
+
+        With several processes, ``tokens`` of the step's ``step_tokens`` are here: the loss,
+        weighted by that share times the processes, gives (DDP averaging) the gradient of one
+        process on the whole step."""
         src, tgt = src.to(self.device), tgt.to(self.device)
         tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # (B, T) each
         lr = learning_rate(self.state.step + 1, self.cfg)
@@ -254,17 +177,20 @@ class Trainer:
         with torch.autocast(
             self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None
         ):
-            loss = self.model.loss(src, tgt_in, tgt_out, self.cfg.label_smoothing)
+            loss = self.objective(src, tgt_in, tgt_out, self.cfg.label_smoothing)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        if self.world.distributed:
+            (loss * (self.world.size * tokens / step_tokens)).backward()
+            value = distributed.sums(self.world, [loss.item() * tokens])[0] / step_tokens
+        else:
+            loss.backward()
+            value, step_tokens = loss.item(), int((tgt_out != Vocab.pad_id).sum())
         clip = self.cfg.grad_clip or float("inf")
         norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
-        value = loss.item()
-        finite = math.isfinite(value) and math.isfinite(norm)
+        finite = math.isfinite(value) and math.isfinite(norm)  # the same on every process
         if finite:  # a NaN/inf step would poison the weights and Adam's moments
             self.optimizer.step()
-        tokens = int((tgt_out != Vocab.pad_id).sum())
-        return {"loss": value, "lr": lr, "grad_norm": norm, "tokens": tokens, "finite": finite}
+        return {"loss": value, "lr": lr, "grad_norm": norm, "tokens": step_tokens, "finite": finite}
 
     def evaluate(self) -> dict:
         """Validation loss and multi-reference BLEU on a fixed subset of sentences."""
@@ -316,9 +242,12 @@ class Trainer:
         return probes
 
     def run_evaluation(self) -> None:
-        """Evaluate, update the best BLEU and tell the callbacks; non-finite weights diverge."""
+        """Evaluate (rank 0), update the best BLEU, tell the callbacks; NaN/inf weights diverge."""
         if not all_finite(self.model.state_dict()):
             self.diverged = {"diverged_at": self.state.step, "diverged": "weights"}
+            return
+        self.rank_rngs = distributed.gather(self.world, rng_state())
+        if not self.world.is_main:
             return
         with kept_random_streams():  # a resumed run draws the same numbers as an unbroken one
             info = self.evaluate()
@@ -335,25 +264,33 @@ class Trainer:
         return "val_bleu" not in info or info["val_bleu"] > self.state.best_bleu
 
     def epoch_batches(self):
-        """Batches of the current epoch, skipping those used before a resume."""
-        it = batches(
+        """This process's (src, tgt, tokens, step_tokens) of the epoch, after those used."""
+        it = rank_batches(
             self.train_data,
             self.cfg.batch_size,
-            shuffle=True,
             seed=self.cfg.seed * 1000 + self.state.epoch,
             bucket=self.cfg.bucket,
+            rank=self.world.rank,
+            world_size=self.world.size,
         )
         for i, batch in enumerate(it):
             if i >= self.state.batch_in_epoch:
                 yield batch
 
     def start_random_streams(self) -> None:
-        """Continue a resumed run's saved random streams, or seed them."""
+        """Continue a resumed run's saved random streams, or seed them (each rank its own)."""
         if self.rng is not None:
             set_rng_state(self.rng)
             return
-        torch.manual_seed(self.cfg.seed + self.state.step)
-        random.seed(self.cfg.seed + self.state.step)
+        seed = self.cfg.seed + self.state.step + self.world.rank * distributed.RANK_SEED
+        torch.manual_seed(seed)
+        random.seed(seed)
+
+    def agree(self) -> None:
+        """Each step, all processes take rank 0's time and stop if any was asked to."""
+        self.stop_requested, self.state.elapsed = distributed.agree(
+            self.world, self.stop_requested, self.state.elapsed
+        )
 
     def must_stop(self) -> bool:
         """True once a limit is reached, a stop was asked for, or training diverged."""
@@ -367,19 +304,21 @@ class Trainer:
         self.start_random_streams()
         self.model.train()
         self.window, self.window_start = [], self.state.elapsed
+        self.agree()
         while not self.must_stop():
             self.run_epoch()
         if self.diverged is None and self.state.step % self.cfg.eval_every:
             self.run_evaluation()
         outcome = "diverged" if self.diverged else "finished" if self.finished() else "stopped"
+        self.rank_rngs = distributed.gather(self.world, rng_state())
         self.emit("end", {"outcome": outcome, "step": self.state.step, **(self.diverged or {})})
         return outcome
 
     def run_epoch(self) -> None:
         """Train on the rest of the current epoch, or until training must stop."""
         t_last = time.perf_counter()
-        for src, tgt in self.epoch_batches():
-            out = self.train_step(src, tgt)
+        for src, tgt, tokens, step_tokens in self.epoch_batches():
+            out = self.train_step(src, tgt, tokens, step_tokens)
             if not out["finite"]:
                 what = "gradient norm" if math.isfinite(out["loss"]) else "loss"
                 self.diverged = {"diverged_at": self.state.step + 1, "diverged": what}
@@ -387,6 +326,7 @@ class Trainer:
             self.state.elapsed += time.perf_counter() - t_last
             self.after_step(out)
             t_last = time.perf_counter()  # records and evaluations are not training time
+            self.agree()
             if self.must_stop():
                 return
         self.state.epoch += 1

@@ -1,12 +1,14 @@
 """Tests for core.jobs: start, stop, resume and delete runs; the CPU and GPU job limits.
 
-The lifecycle test starts the real ``python -m core.train`` on the tiny corpus.
+The lifecycle tests start the real ``python -m core.train`` on the tiny corpus (alone, and
+as two processes under torchrun).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 
 import pytest
@@ -17,6 +19,8 @@ from core.locks import acquire_gpu_lock
 from core.places import runs_root
 from core.run_dir import RunDir, RunError
 from tests.helpers import fake_trainer, run_dirs, wait_for
+from tests.test_distributed import processes_of
+from tests.test_processes import gone
 
 
 @pytest.mark.parametrize(
@@ -131,3 +135,84 @@ def test_user_values_reach_the_trainer_as_data_never_as_argv(jobs_env, tiny_sett
     assert argv[1:] == ["-m", "core.train", "--out", str(rd.path), "--request", "--no-progress"]
     assert json.loads(rd.request.read_text())["settings"]["train"]["probes"][0] == f"--out={evil}"
     assert not evil.exists()
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_several_processes_are_launched_through_torchrun(jobs_env, resume):
+    """The command line: torchrun with a checked count, then the same fixed trainer flags."""
+    import sys
+
+    rd = RunDir(runs_root() / "run")
+    tail = ["-m", "core.train", "--out", str(rd.path), "--request"]
+    tail += ["--resume", "--no-progress"] if resume else ["--no-progress"]
+    assert jobs._trainer_argv(rd, resume) == [sys.executable, *tail]
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    assert jobs._trainer_argv(rd, resume, processes=2) == [sys.executable, *torchrun, *tail]
+
+
+@pytest.mark.parametrize(
+    ("processes", "message"),
+    [
+        (0, "processes must be a whole number, 1 or more (got 0)"),
+        ("2", "processes must be a whole number, 1 or more (got '2')"),
+        (True, "processes must be a whole number"),
+        (10_000, "processes (10000) cannot exceed"),
+    ],
+)
+def test_an_impossible_number_of_processes_starts_nothing(
+    jobs_env, tiny_settings, processes, message
+):
+    with pytest.raises(RunError, match=re.escape(message)):
+        jobs.start_run("d2l", tiny_settings, processes=processes)
+    assert run_dirs(runs_root()) == []
+
+
+def test_max_processes_counts_gpus_or_cpu_cores(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert jobs.max_processes("cuda") == 4
+    assert jobs.max_processes("cpu") == os.cpu_count()
+    assert jobs.max_processes("mps") == 1
+
+
+def test_a_two_process_job_starts_stops_resumes_and_dies_as_one(jobs_env, tiny_settings):
+    """The app's torchrun job: recognised, stopped and resumed as one, killed with its workers."""
+    if jobs.max_processes("cpu") < 2:
+        pytest.skip("needs two CPU cores")
+    run_id = jobs.start_run("d2l", tiny_settings, processes=2)
+    rd = RunDir(runs_root() / run_id)
+    info = run_status.run_info(run_id)
+    argv = open(f"/proc/{info.pid}/cmdline", "rb").read().decode().split("\0")[:-1]
+    assert argv[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    assert info.alive and processes.check_trainer(info.pid, rd.path, info.identity)
+    wait_for(lambda: run_status.run_info(run_id).step >= 4 and rd.last.is_file(), what="4 steps")
+    info = run_status.run_info(run_id)
+    assert info.device.endswith(" × 2 processes") and info.status["world_size"] == 2
+    assert len(processes.workers(info.pid, rd.path)) == 2
+
+    info = jobs.stop_run(run_id, wait=60)  # SIGTERM to the agent, which stops both workers
+    assert (info.state, info.alive, info.resumable) == ("stopped", False, True)
+    wait_for(lambda: processes_of(rd.path) == [], 30, "every process of the run to exit")
+    stopped_at = info.step
+
+    jobs.resume_run(run_id)  # with as many processes as before
+    assert json.loads(rd.job.read_text())["processes"] == 2
+    info = wait_for(
+        lambda: (i := run_status.run_info(run_id)).step > stopped_at + 2 and i,
+        what="the resumed run to go on",
+    )
+    assert info.status["world_size"] == 2
+    steps = [r["step"] for r in run_status.read_metrics(run_id) if r["record"] == "train"]
+    assert steps == sorted(set(steps)) and steps[-1] > stopped_at
+    with pytest.raises(RunError, match="stop it before deleting"):
+        jobs.delete_run(run_id)
+
+    workers = processes.workers(info.pid, rd.path)
+    assert len(workers) == 2
+    processes.signal_trainer(info.pid, rd.path, info.identity, signal.SIGKILL)  # as enforce_stop
+    processes._CHILDREN.pop(info.pid).wait(timeout=10)
+    wait_for(lambda: all(gone(w) for w in workers), 30, "the workers to be killed too")
+    info = wait_for(lambda: (i := run_status.run_info(run_id)).state == "failed" and i)
+    jobs.delete_run(run_id)  # nothing holds the run any more
+    assert not rd.path.exists()

@@ -117,3 +117,56 @@ def test_a_finished_trainer_never_stays_a_zombie():
         time.sleep(0.05)
     assert processes._stat_fields(proc.pid) is None  # gone from /proc: no defunct child left
     assert proc.pid not in processes._CHILDREN
+
+
+def fake_agent(run_path):
+    """(agent, worker pid): a stand-in torchrun agent and its worker, each in its own session.
+
+    Both command lines name ``core.train`` and the run, as torchrun's do; both ignore SIGTERM.
+    """
+    import subprocess
+    import sys
+
+    worker = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    code = (
+        "import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        f"w = subprocess.Popen([sys.executable, '-c', {worker!r}, '-m', 'core.train', "
+        f"'--out', {str(run_path)!r}], start_new_session=True); "
+        "print(w.pid, flush=True); time.sleep(60)"
+    )
+    argv = [sys.executable, "-c", code, "-m", "torch.distributed.run", "--nproc-per-node=2"]
+    agent = subprocess.Popen(
+        [*argv, "-m", "core.train", "--out", str(run_path)], stdout=subprocess.PIPE, text=True
+    )
+    return agent, int(agent.stdout.readline())
+
+
+def gone(pid: int) -> bool:
+    """True once ``pid`` has exited (a zombie waiting for its reaper counts as exited)."""
+    fields = processes._stat_fields(pid)
+    return fields is None or fields[0] in ("Z", "X")
+
+
+def test_a_torchrun_agent_is_the_trainer_and_sigkill_reaches_its_workers(jobs_env, make_run):
+    """SIGTERM goes to the agent alone (it passes it on); SIGKILL to its workers as well."""
+    import signal
+
+    rd = make_run(runs_root(), "group", {"state": "running"})
+    agent, worker = fake_agent(rd.path)
+    try:
+        mine = processes.identity(agent.pid)
+        assert processes.check_trainer(agent.pid, rd.path, mine) is True
+        assert processes.workers(agent.pid, rd.path) == [worker]
+        assert processes.workers(agent.pid, rd.path / "other") == []
+        assert processes.signal_trainer(agent.pid, rd.path, mine)  # SIGTERM: ignored here
+        time.sleep(0.3)
+        assert not gone(worker) and agent.poll() is None
+        assert processes.signal_trainer(agent.pid, rd.path, mine, signal.SIGKILL)
+        assert agent.wait(timeout=10) == -signal.SIGKILL
+        deadline = time.time() + 10
+        while not gone(worker) and time.time() < deadline:
+            time.sleep(0.05)
+        assert gone(worker)  # no orphaned worker keeps training
+    finally:
+        agent.kill()
+        agent.wait()

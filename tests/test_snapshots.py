@@ -9,7 +9,7 @@ import pytest
 from core import snapshots
 from core.data import tokenize
 from core.run_dir import RunDir
-from core.train_loop import D2L_PROBES
+from core.train_config import D2L_PROBES
 
 
 def test_snapshot_series_with_metrics(tiny_run):

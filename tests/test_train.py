@@ -27,7 +27,7 @@ from core.evaluate import main as evaluate_main
 from core.model import Transformer
 from core.run_dir import RunDir
 from core.settings import to_flags
-from core.train_loop import TrainConfig, learning_rate
+from core.train_config import TrainConfig, learning_rate
 from core.translate import main as translate_main
 from core.translate import translate_lines
 from tests.helpers import ROOT, TINY_ARGS, TINY_PRESET, TINY_RUN, train_tiny, wait_for
@@ -448,3 +448,26 @@ def test_final_line_and_progress_bar(tmp_path, capsys, tiny_run):
     assert "finished at step 12; no validation split;" in out.out
     assert "BLEU" not in out.out
     assert "12/12" in out.err and "/1000" not in out.err
+
+
+@pytest.mark.parametrize(
+    ("saved_world", "batch_in_epoch", "total_steps"),
+    [(1, 2, 24), (2, 2, 22)],  # 3 epochs of 8 steps; 2 steps of 2 processes = 4 steps of 1
+)
+def test_a_run_resumed_with_fewer_processes_keeps_its_place(
+    tiny_corpus, saved_world, batch_in_epoch, total_steps
+):
+    """Mid-epoch, the pairs already used are skipped; the epochs still end the run."""
+    from core.data import DataConfig, load_corpus
+    from core.model import ModelConfig
+    from core.train_loop import Trainer, TrainState
+
+    corpus = load_corpus(
+        DataConfig(source=str(tiny_corpus), split="head", min_freq=1, num_train=29, num_val=1)
+    )
+    model = Transformer(ModelConfig(len(corpus.src_vocab), len(corpus.tgt_vocab), d_model=16))
+    state = TrainState(step=10, epoch=1, batch_in_epoch=batch_in_epoch, world_size=saved_world)
+    trainer = Trainer(model, corpus, TrainConfig(batch_size=4, epochs=3, device="cpu"), state)
+    assert trainer.steps_per_epoch == 8  # 29 pairs in batches of 4
+    assert trainer.state.batch_in_epoch == 2 * saved_world and trainer.state.world_size == 1
+    assert trainer.total_steps == total_steps

@@ -11,7 +11,7 @@ import streamlit as st
 from core import corpus_files, jobs, settings
 from core.corpus_source import fra_eng_copy, resolve_corpus
 from core.data import DataError
-from core.devices import device_summary
+from core.devices import device_summary, resolve_device
 from core.places import DATA_ENV, data_root
 from core.presets import PRESET_LABELS, PRESETS
 from core.run_dir import RunError
@@ -144,7 +144,30 @@ def file_picker(source_type: str) -> str | None:
     return info["path"]  # resolved: a relative path means the data folder's file
 
 
-def launch(preset: str, source: str | None) -> None:
+def processes_input(advanced) -> int:
+    """How many processes train the run: one per GPU where several are visible (shown
+    next to Launch), else CPU processes to try distributed training (in ``advanced``)."""
+    auto = resolve_device("auto")
+    most = jobs.max_processes(auto)
+    if most < 2:
+        return 1
+    label, where = ("GPUs (training processes)", st) if auto == "cuda" else ("processes", advanced)
+    return int(
+        where.number_input(
+            label,
+            min_value=1,
+            max_value=most,
+            value=1,
+            step=1,
+            key="processes",
+            help=f"Train one run with several processes (torchrun; NCCL on GPUs, Gloo on "
+            f"CPUs; at most {most} here). Each takes batch_size pairs a step, so a step "
+            "learns from batch_size × processes pairs: raise lr with it (see the README).",
+        )
+    )
+
+
+def launch(preset: str, source: str | None, processes: int = 1) -> None:
     """Validate the form's settings and start the run, or say why not."""
     if source is None:
         st.error("Choose usable data first: a file path or an upload with sentence pairs.")
@@ -156,7 +179,7 @@ def launch(preset: str, source: str | None) -> None:
         st.error("Not started. Fix these settings:\n" + "\n".join(f"- {md(p)}" for p in problems))
         return
     try:
-        run_id = jobs.start_run(preset, chosen)
+        run_id = jobs.start_run(preset, chosen, processes)
     except RunError as e:
         st.error(md(e))
         return
@@ -196,13 +219,15 @@ def new_run_form() -> None:
     keep_in_url("data_source", source_type, "fra-eng")
     source = fra_eng_picker() if source_type == "fra-eng" else file_picker(source_type)
     with st.form("new_run"):
-        with st.expander("Advanced: every hyper-parameter"):
+        advanced = st.expander("Advanced: every hyper-parameter")
+        with advanced:
             for group, title in zip(settings.GROUPS, ("Data", "Model", "Training")):
                 st.markdown(f"**{title}**")
                 for f in settings.form_fields():
                     if f.group == group:
                         field_widget(preset, f)
         remember_form(preset)
+        processes = processes_input(advanced)
         st.caption(f"device 'auto' trains on: {device_summary()}")
         if st.form_submit_button("Launch training", type="primary", width="stretch"):
-            launch(preset, source)
+            launch(preset, source, processes)
