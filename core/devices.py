@@ -32,7 +32,8 @@ def device_description(device: torch.device) -> str:
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"
     if device.type == "cpu":
-        return f"cpu ({torch.get_num_threads()} threads)"
+        n = torch.get_num_threads()
+        return f"cpu ({n} thread{'s' * (n != 1)})"
     return device.type
 
 

@@ -175,6 +175,32 @@ def test_each_preset_keeps_its_own_form_values(jobs_env):
     assert at.number_input(key="small.train.log_every").value == 7
 
 
+def test_every_form_widget_carries_its_value_itself(jobs_env):
+    """A browser that missed a rerun shows a widget's own default: it must be the value.
+
+    (With the value only in session_state, the widget's default was 0 / unchecked / empty,
+    and a quick click after a preset switch launched with those.)
+    """
+    at = train_page()
+    for preset in ("d2l", "small"):
+        at.radio(key="preset").set_value(preset).run()
+        by_key = {w.key: w for w in widgets_of(at)}
+        for f in settings.form_fields():
+            value = settings.defaults(preset)[f.group][f.name]
+            widget = by_key[f"{preset}.{f.group}.{f.name}"]
+            shown = widget.proto.default
+            if f.value_type == "choice":
+                shown = widget.options[shown]
+            elif f.value_type == "list":
+                value = "\n".join(value)
+            assert shown == value, (f.name, shown, value)
+
+
+def widgets_of(at: AppTest) -> list:
+    """The form's widgets of every type."""
+    return [*at.number_input, *at.checkbox, *at.selectbox, *at.text_area]
+
+
 # ----------------------------------------------------------------------------- runs
 
 

@@ -30,9 +30,16 @@ def test_launch_watch_and_stop_from_the_train_page(
         page.get_by_text("30 usable pairs, 0 skipped lines.").wait_for(timeout=30_000)
         page.get_by_text("Advanced: every hyper-parameter").click()
         page.get_by_label("epochs", exact=True).fill("100000")
+        before = {p.name for p in app_server["runs"].iterdir()}  # earlier tests' runs
         page.get_by_role("button", name="Launch training").click()
 
-        page.wait_for_url(re.compile(r"[?&]run=\d{8}-\d{6}-d2l"), timeout=30_000)
+        page.wait_for_url(  # the new run's id, not one an earlier test left on the server
+            lambda url: (
+                (m := re.search(r"[?&]run=(\d{8}-\d{6}-d2l)", url)) is not None
+                and m[1] not in before
+            ),
+            timeout=30_000,
+        )
         run_id = re.search(r"run=([^&]+)", page.url)[1]
         train = json.loads((app_server["runs"] / run_id / "job.json").read_text())["settings"]
         assert (train["train"]["log_every"], train["train"]["eval_every"]) == (1, 20)  # d2l's

@@ -124,8 +124,8 @@ def test_only_rank_0_writes_and_records_the_world(pair):
     _, two = pair
     status = RunDir(two).read_status()
     assert status["state"] == "finished" and status["world_size"] == 2
-    assert status["devices"] == ["cpu (1 threads)"] * 2
-    assert status["device"] == "cpu (1 threads) × 2 processes"
+    assert status["devices"] == ["cpu (1 thread)"] * 2
+    assert status["device"] == "cpu (1 thread) × 2 processes"
     evals = [r["step"] for r in RunDir(two).read_metrics() if r["record"] == "eval"]
     assert evals == [12, 24]  # evaluated once per evaluation, not once per process
     assert RunDir(two).snapshot_steps() == [12, 24]

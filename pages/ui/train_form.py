@@ -34,20 +34,14 @@ def form_key(preset: str, section: str, name: str) -> str:
     return f"{preset}.{section}.{name}"
 
 
-def seed_form(preset: str) -> None:
-    """Give the preset's widgets their preset values, unless this session already set them.
-
-    Keys carry the preset's name, so a browser that still reports another preset's
-    values (a click that lands while the preset switch reruns) can never overwrite these.
-    Streamlit forgets the widgets of a preset not shown, so their values are remembered.
-    """
+def form_value(preset: str, f: settings.FormField):
+    """The value a preset's widget starts from: this session's last one, else the preset's."""
     memory = st.session_state.setdefault("form_memory", {}).setdefault(preset, {})
-    for section, values in settings.defaults(preset).items():
-        for name, value in values.items():
-            key = form_key(preset, section, name)
-            if key not in st.session_state:
-                default = "\n".join(value) if isinstance(value, list) else value
-                st.session_state[key] = memory.get(key, default)
+    key = form_key(preset, f.group, f.name)
+    if key in memory:
+        return memory[key]
+    value = settings.defaults(preset)[f.group][f.name]
+    return "\n".join(value) if isinstance(value, list) else value
 
 
 def remember_form(preset: str) -> None:
@@ -59,18 +53,25 @@ def remember_form(preset: str) -> None:
 
 
 def field_widget(preset: str, f: settings.FormField) -> None:
-    """One hyper-parameter widget; its value lives in session_state[preset.section.name]."""
-    key = form_key(preset, f.group, f.name)
+    """One hyper-parameter widget (key ``preset.section.name``), starting at form_value.
+
+    The start value is the widget's own ``value``, never written into session_state: a
+    browser that missed the run which wrote session_state (a quick click after a preset
+    switch) would show, and send back, the widget's bare default (0, unchecked, empty).
+    Keys carry the preset's name, so one preset's values never reach another's widgets.
+    """
+    key, value = form_key(preset, f.group, f.name), form_value(preset, f)
     if f.value_type == "bool":
-        st.checkbox(f.name, key=key, help=f.help)
+        st.checkbox(f.name, value, key=key, help=f.help)
     elif f.value_type == "choice":
-        st.selectbox(f.name, f.choices, key=key, help=f.help)
+        st.selectbox(f.name, f.choices, list(f.choices).index(value), key=key, help=f.help)
     elif f.value_type == "list":
-        st.text_area(f.name, key=key, help=f.help + " (one per line)", height=110)
+        st.text_area(f.name, value, key=key, help=f.help + " (one per line)", height=110)
     elif f.value_type == "int":
-        st.number_input(f.name, step=1, key=key, help=f.help)
+        st.number_input(f.name, value=value, step=1, key=key, help=f.help)
     else:
-        st.number_input(f.name, step=STEPS.get(f.name, 0.01), format="%g", key=key, help=f.help)
+        step = STEPS.get(f.name, 0.01)
+        st.number_input(f.name, value=float(value), step=step, format="%g", key=key, help=f.help)
 
 
 def settings_from_widgets(preset: str) -> dict:
@@ -213,7 +214,6 @@ def new_run_form() -> None:
         captions=[settings.describe_settings(settings.defaults(p)) for p in PRESETS],
     )
     keep_in_url("preset", preset, "small")
-    seed_form(preset)
     url_choice("data_source", DATA_SOURCES, "fra-eng")
     source_type = st.radio("Data", DATA_SOURCES, key="data_source", horizontal=True)
     keep_in_url("data_source", source_type, "fra-eng")
