@@ -23,7 +23,7 @@ from tests.helpers import ARTIFACTS, assert_no_browser_exception, wait_for
 from tests.test_browser_train import LOSS_POINTS
 
 PROCESSES = 2
-MAX_STEPS = 30  # d2l logs every step: the loss curve ends at step 30
+MAX_STEPS = 80  # d2l logs every step: the loss curve ends at step 80 (long enough to watch)
 LIMITS = {"train": {"epochs": 0, "max_steps": MAX_STEPS}}  # typed into the form
 FINISH_S = 180.0  # launch to "finished" on a busy 2-core machine (it took 10-20 s here)
 ENDED = ("failed", "stopped", "diverged", "unknown")  # states that mean the run went wrong
@@ -122,6 +122,9 @@ def test_two_processes_train_one_run_from_the_train_page(
         del launched["data"]["source"], wanted["data"]["source"]  # a copy inside the run
         assert launched == wanted  # the d2l preset and the two limits, nothing else changed
 
+        runs_box = page.get_by_role("combobox", name="Run", exact=True)
+        wait_for(lambda: run_id in runs_box.input_value(), 60, "the page to show the new run")
+        settle(page)
         seen = watch_until_finished(page, run)
         assert seen[0][0] in ("starting", "running"), seen  # the page watched it live
         # the run's end reruns the page, which redraws the curves with the last record
