@@ -152,7 +152,11 @@ def test_two_processes_train_one_run_from_the_train_page(
         assert steps == list(range(1, MAX_STEPS + 1)), steps  # log_every 1
 
         # torchrun's agent and both ranks have exited
-        assert processes.check_trainer(job["pid"], run, job["identity"]) is not True
+        wait_for(  # the torchrun agent exits a moment after its workers
+            lambda: processes.check_trainer(job["pid"], run, job["identity"]) is not True,
+            60,
+            "the torchrun agent to exit",
+        )
         wait_for(lambda: not processes_of(run), 60, "the trainer processes to exit")
 
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
