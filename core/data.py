@@ -29,6 +29,7 @@ D2L_TEST_PAIRS = [  # the sentences and references of d2l.ai chapter 11.7's chec
 ]
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = [PAD, BOS, EOS, UNK]
+UNK_WARNING = 0.5  # warn when more than this share of the training tokens is <unk>
 # what reading a damaged, encrypted or oddly compressed zip member can raise
 
 
@@ -324,3 +325,25 @@ def rank_batches(
         src = pad_batch([encoded[i][0] for i in mine])  # (b, S)
         tgt = pad_batch([encoded[i][1] for i in mine])  # (b, T + 1)
         yield src, tgt, here, total
+
+
+def unk_warnings(corpus: Corpus, data_cfg: DataConfig) -> list[str]:
+    """A warning for each side whose training tokens are mostly <unk> (too few words kept)."""
+    warnings = []
+    for side, vocab, column in (("source", corpus.src_vocab, 0), ("target", corpus.tgt_vocab, 1)):
+        tokens = [token for pair in corpus.train.pairs for token in pair[column]]
+        share = sum(token not in vocab.stoi for token in tokens) / max(len(tokens), 1)
+        if share <= UNK_WARNING:
+            continue
+        remedy = (
+            "raise --max-vocab (the form's max_vocab)"
+            if len(vocab) >= data_cfg.max_vocab
+            else "lower --min-freq (the form's min_freq)"
+        )
+        words = len(vocab) - len(SPECIALS)
+        warnings.append(
+            f"{share:.0%} of the training {side} tokens are <unk> (vocabulary of {words} "
+            f"word{'' if words == 1 else 's'} at min_freq {data_cfg.min_freq}): "
+            f"{remedy} or use more data."
+        )
+    return warnings

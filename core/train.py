@@ -25,7 +25,7 @@ import torch
 
 from core import distributed
 from core.checkpoint import portable_data_config, read_checkpoint, save_checkpoint
-from core.data import SPECIALS, Corpus, DataConfig, DataError, Vocab, load_corpus
+from core.data import DataConfig, DataError, Vocab, load_corpus, unk_warnings
 from core.devices import device_description
 from core.distributed import World
 from core.locks import hold_run
@@ -39,7 +39,6 @@ from core.train_loop import Trainer, TrainState, rng_state
 
 LIMITS = ("epochs", "max_steps", "time_budget")  # the limits a resumed run may change
 RESUME_CHANGES = (*LIMITS, "lr", "warmup_steps", "grad_clip")  # all it may change (divergence)
-UNK_WARNING = 0.5  # warn when more than this share of the training tokens is <unk>
 DIVERGED_EXIT = 3  # exit code of a run that diverged (2: bad settings or data)
 
 
@@ -166,28 +165,6 @@ def divergence_message(info: dict, saved_step: int | None) -> str:
         f"{head} The last finite checkpoint (step {saved_step}) is kept; lower lr or raise "
         "warmup_steps, then resume or start again."
     )
-
-
-def unk_warnings(corpus: Corpus, data_cfg: DataConfig) -> list[str]:
-    """A warning for each side whose training tokens are mostly <unk> (too few words kept)."""
-    warnings = []
-    for side, vocab, column in (("source", corpus.src_vocab, 0), ("target", corpus.tgt_vocab, 1)):
-        tokens = [token for pair in corpus.train.pairs for token in pair[column]]
-        share = sum(token not in vocab.stoi for token in tokens) / max(len(tokens), 1)
-        if share <= UNK_WARNING:
-            continue
-        remedy = (
-            "raise --max-vocab (the form's max_vocab)"
-            if len(vocab) >= data_cfg.max_vocab
-            else "lower --min-freq (the form's min_freq)"
-        )
-        words = len(vocab) - len(SPECIALS)
-        warnings.append(
-            f"{share:.0%} of the training {side} tokens are <unk> (vocabulary of {words} "
-            f"word{'' if words == 1 else 's'} at min_freq {data_cfg.min_freq}): "
-            f"{remedy} or use more data."
-        )
-    return warnings
 
 
 def status_writer(rd: RunDir, world: World):
