@@ -11,6 +11,7 @@ import torch
 from core.corpus_source import FRA_ENG_SHA1, fra_eng_copy, sha1_of
 from core.data import DataConfig, Vocab
 from core.model import ModelConfig, Transformer
+from core.subword import checkpoint_entries, checkpoint_vocabs
 
 FORMAT = "attention-studio/1"
 
@@ -27,6 +28,11 @@ class LoadedModel:
     src_vocab: Vocab
     tgt_vocab: Vocab
     meta: dict = field(default_factory=dict)  # configs, step, metrics, ...
+
+    @property
+    def subword(self) -> bool:
+        """Whether a vocabulary of this model cuts words into pieces (BPE)."""
+        return self.src_vocab.kind != "word" or self.tgt_vocab.kind != "word"
 
 
 def atomic_save(obj, path: Path) -> None:
@@ -97,8 +103,7 @@ def save_checkpoint(
         {
             "format": FORMAT,
             "model_config": asdict(model.cfg),
-            "src_vocab": list(src_vocab.itos),
-            "tgt_vocab": list(tgt_vocab.itos),
+            **checkpoint_entries(src_vocab, tgt_vocab),
             "state_dict": state,
             **meta,
         },
@@ -136,7 +141,7 @@ def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
             k: v.float() if v.is_floating_point() else v for k, v in ckpt["state_dict"].items()
         }
         model.load_state_dict(state)
-        vocabs = Vocab(ckpt["src_vocab"]), Vocab(ckpt["tgt_vocab"])
+        vocabs = checkpoint_vocabs(ckpt)
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise CheckpointError(f"{path} is inconsistent and cannot be loaded: {e}") from e
     model.to(device).eval()

@@ -212,15 +212,16 @@ def pair_grid(
     return PairGrid(diff.astype(np.float32), align.query_tokens, align.key_tokens, chosen, note)
 
 
-def output_text(tokens: Sequence[str]) -> str:
-    """An output as words, without its final <eos> (what teacher forcing feeds)."""
-    words = list(tokens)
-    return " ".join(words[:-1] if words[-1:] == ["<eos>"] else words)
+def cut_differently(a: LoadedModel, b: LoadedModel) -> bool:
+    """Whether two models read or write a sentence as different pieces (compare in words)."""
+    if not (a.subword or b.subword):
+        return False  # word-level models share the words, whatever their vocabularies
+    return a.src_vocab.itos != b.src_vocab.itos or a.tgt_vocab.itos != b.tgt_vocab.itos
 
 
 def unknown_words(lm: LoadedModel, text: str) -> list[str]:
     """Words of ``text`` the model's French vocabulary lacks (teacher forcing feeds <unk>)."""
-    return [w for w in tokenize(text) if w not in lm.tgt_vocab.stoi]
+    return lm.tgt_vocab.unknown(tokenize(text))
 
 
 def suggest_sentence(sentence: str, candidates: Sequence[str]) -> str:

@@ -94,4 +94,6 @@ def describe_data(data_config: Mapping | None) -> str:
         parts.append(f"first {num_train} + {num_val or 0} pairs" if num_train else "all pairs")
     if data_config.get("max_len"):
         parts.append(f"≤{data_config['max_len']} tokens")
+    if data_config.get("tokenizer") == "bpe":
+        parts.append(f"BPE pieces ({data_config.get('bpe_vocab', '?')})")
     return ", ".join(parts)

@@ -46,7 +46,7 @@ def d2l_check(lm: LoadedModel, settings: DecodeSettings = GREEDY) -> D2LCheck:
     for source, reference in D2L_TEST_PAIRS:
         note = ""
         try:
-            words = translate_sentence(lm, source, settings).tokens
+            words = translate_sentence(lm, source, settings).words
         except TranslationError as e:
             words, note = [], str(e)
         ref = tokenize(reference)

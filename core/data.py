@@ -29,6 +29,7 @@ D2L_TEST_PAIRS = [  # the sentences and references of d2l.ai chapter 11.7's chec
 ]
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = [PAD, BOS, EOS, UNK]
+TOKENIZERS = ("word", "bpe")  # d2l's word vocabulary, or byte-pair-encoded pieces
 UNK_WARNING = 0.5  # warn when more than this share of the training tokens is <unk>
 # what reading a damaged, encrypted or oddly compressed zip member can raise
 
@@ -38,8 +39,8 @@ class DataConfig:
     """Which corpus to read and how to turn it into training pairs."""
 
     source: str = "fra-eng"  # "fra-eng" (downloaded, cached) or a path to a .zip / .txt / .tsv
-    max_len: int = 20  # longest sentence kept, in tokens (words and punctuation), each side
-    min_freq: int = 2  # words seen fewer times in training data become <unk>
+    max_len: int = 20  # longest sentence kept, in words and punctuation (before BPE), each side
+    min_freq: int = 2  # words seen fewer times become <unk> (BPE: rarer merges are not made)
     max_vocab: int = 10000  # keep at most this many word types per language (specials included)
     split: str = "random"  # "random": by unique English sentence; "head": first rows as d2l
     # (d2l's "head" also builds the vocabularies from train + val rows, as the book does)
@@ -49,6 +50,8 @@ class DataConfig:
     num_val: int = 0  # "head" split: next rows for validation (d2l: 128)
     max_pairs: int = 0  # read at most this many pairs from the file (0 = all)
     split_seed: int = 0  # seed of the split
+    tokenizer: str = "word"  # "word": d2l's word vocabulary; "bpe": subword pieces (BPE)
+    bpe_vocab: int = 8000  # BPE pieces per language, specials included (tokenizer "bpe")
 
 
 # ----------------------------------------------------------------------------- text
@@ -98,9 +101,35 @@ class Vocab:
 
     pad_id, bos_id, eos_id, unk_id = 0, 1, 2, 3
 
+    kind = "word"  # core.subword.BPEVocab: "bpe"
+
     def encode(self, tokens: list[str]) -> list[int]:
-        """Token strings to ids (unknown words -> <unk>)."""
+        """Words to ids (unknown words -> <unk>)."""
         return [self.stoi.get(t, self.unk_id) for t in tokens]
+
+    def encode_many(self, sentences) -> list[list[int]]:
+        """Ids of many tokenized sentences."""
+        return [self.encode(s) for s in sentences]
+
+    def segment(self, words) -> tuple[list[str], list[int]]:
+        """(tokens the model reads, their ids): here the words themselves."""
+        return list(words), self.encode(words)
+
+    def pieces(self, words) -> list[str]:
+        """The tokens the model reads for these words (a subword vocabulary cuts them)."""
+        return list(words)
+
+    def words(self, tokens) -> list[str]:
+        """Tokens back to words (a subword vocabulary joins its pieces)."""
+        return list(tokens)
+
+    def unknown(self, words) -> list[str]:
+        """The words this vocabulary reads as <unk>."""
+        return [w for w in words if w not in self.stoi]
+
+    def describe(self) -> str:
+        """A short name of this vocabulary, e.g. "words, 6,000 types"."""
+        return f"words, {len(self):,} types"
 
     def decode(self, ids) -> list[str]:
         """Ids to token strings."""
@@ -160,7 +189,12 @@ def config_problems(cfg: DataConfig) -> list[str]:
     """Every reason the data settings are impossible, each naming its field."""
     problems = [
         f"{name} must be at least {low} (got {getattr(cfg, name)})"
-        for name, low in (("max_len", 1), ("min_freq", 1), ("max_vocab", len(SPECIALS) + 1))
+        for name, low in (
+            ("max_len", 1),
+            ("min_freq", 1),
+            ("max_vocab", len(SPECIALS) + 1),
+            ("bpe_vocab", len(SPECIALS) + 1),
+        )
         if getattr(cfg, name) < low
     ]
     problems += [
@@ -177,6 +211,8 @@ def config_problems(cfg: DataConfig) -> list[str]:
         problems.append("val_fraction + test_fraction must leave data to train on")
     if cfg.split not in ("random", "head"):
         problems.append(f"split must be 'random' or 'head' (got {cfg.split!r})")
+    if cfg.tokenizer not in TOKENIZERS:
+        problems.append(f"tokenizer must be 'word' or 'bpe' (got {cfg.tokenizer!r})")
     if not isinstance(cfg.source, str) or not cfg.source.strip():
         problems.append("source must name a corpus ('fra-eng' or a file)")
     return problems
@@ -189,10 +225,20 @@ def validate_config(cfg: DataConfig) -> None:
         raise DataError("Invalid data settings: " + "; ".join(problems) + ".")
 
 
-def load_corpus(
+@dataclass
+class Splits:
+    """The three splits of a corpus and a summary of what was read (no vocabularies yet)."""
+
+    train: Split
+    val: Split
+    test: Split
+    summary: dict
+
+
+def load_splits(
     cfg: DataConfig, cache_dir: Path | None = None, progress: ProgressFn | None = None
-) -> Corpus:
-    """Read, preprocess, filter, split and build vocabularies, as ``cfg`` says."""
+) -> Splits:
+    """Read, preprocess, filter and split, as ``cfg`` says (max_len counts words)."""
     validate_config(cfg)
     path = resolve_corpus(cfg.source, cache_dir, progress)
     raw, skipped = parse_pairs(read_text(path), str(path))
@@ -207,10 +253,6 @@ def load_corpus(
     train, val, test = split_by_source(pairs, cfg)
     if not train.pairs:
         raise DataError(f"{path}: the split left no training pairs.")
-    # d2l builds its vocabularies from all rows it reads (train + val); "head" mimics that
-    seen = train.pairs + val.pairs if cfg.split == "head" else train.pairs
-    src_vocab = Vocab.build([s for s, _ in seen], cfg.min_freq, cfg.max_vocab)
-    tgt_vocab = Vocab.build([t for _, t in seen], cfg.min_freq, cfg.max_vocab)
     summary = {
         "path": str(path),
         "pairs_read": len(raw),
@@ -219,10 +261,31 @@ def load_corpus(
         "train": len(train.pairs),
         "val": len(val.pairs),
         "test": len(test.pairs),
-        "src_vocab": len(src_vocab),
-        "tgt_vocab": len(tgt_vocab),
     }
-    return Corpus(src_vocab, tgt_vocab, train, val, test, summary)
+    return Splits(train, val, test, summary)
+
+
+def build_vocab(sentences: list[list[str]], cfg: DataConfig) -> Vocab:
+    """The vocabulary ``cfg.tokenizer`` asks for, learnt from tokenized sentences."""
+    if cfg.tokenizer == "bpe":
+        from core.subword import BPEVocab
+
+        return BPEVocab.train(sentences, cfg.bpe_vocab, cfg.min_freq)
+    return Vocab.build(sentences, cfg.min_freq, cfg.max_vocab)
+
+
+def load_corpus(
+    cfg: DataConfig, cache_dir: Path | None = None, progress: ProgressFn | None = None
+) -> Corpus:
+    """Read, preprocess, filter, split and build vocabularies, as ``cfg`` says."""
+    splits = load_splits(cfg, cache_dir, progress)
+    train, val = splits.train, splits.val
+    # d2l builds its vocabularies from all rows it reads (train + val); "head" mimics that
+    seen = train.pairs + val.pairs if cfg.split == "head" else train.pairs
+    src_vocab = build_vocab([s for s, _ in seen], cfg)
+    tgt_vocab = build_vocab([t for _, t in seen], cfg)
+    summary = {**splits.summary, "src_vocab": len(src_vocab), "tgt_vocab": len(tgt_vocab)}
+    return Corpus(src_vocab, tgt_vocab, train, val, splits.test, summary)
 
 
 def inspect_file(path: str | Path) -> dict:
@@ -239,12 +302,15 @@ def encode_pairs(
     split: Split, src_vocab: Vocab, tgt_vocab: Vocab
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """(source ids + <eos>, <bos> + target ids + <eos>) arrays for each pair."""
-    out = []
-    for src, tgt in split.pairs:
-        s = np.array(src_vocab.encode(src) + [Vocab.eos_id], dtype=np.int64)
-        t = np.array([Vocab.bos_id] + tgt_vocab.encode(tgt) + [Vocab.eos_id], dtype=np.int64)
-        out.append((s, t))
-    return out
+    sources = src_vocab.encode_many([src for src, _ in split.pairs])
+    targets = tgt_vocab.encode_many([tgt for _, tgt in split.pairs])
+    return [
+        (
+            np.array(s + [Vocab.eos_id], dtype=np.int64),
+            np.array([Vocab.bos_id] + t + [Vocab.eos_id], dtype=np.int64),
+        )
+        for s, t in zip(sources, targets)
+    ]
 
 
 def pad_batch(seqs: list[np.ndarray], length: int | None = None) -> torch.Tensor:
@@ -331,8 +397,8 @@ def unk_warnings(corpus: Corpus, data_cfg: DataConfig) -> list[str]:
     """A warning for each side whose training tokens are mostly <unk> (too few words kept)."""
     warnings = []
     for side, vocab, column in (("source", corpus.src_vocab, 0), ("target", corpus.tgt_vocab, 1)):
-        tokens = [token for pair in corpus.train.pairs for token in pair[column]]
-        share = sum(token not in vocab.stoi for token in tokens) / max(len(tokens), 1)
+        ids = [i for s in vocab.encode_many([p[column] for p in corpus.train.pairs]) for i in s]
+        share = sum(i == Vocab.unk_id for i in ids) / max(len(ids), 1)
         if share <= UNK_WARNING:
             continue
         remedy = (

@@ -41,37 +41,41 @@ class Translation:
 
     src_tokens: list[str]  # the source as the model saw it, with <eos>, unknown words kept
     src_unknown: list[bool]  # True where the word is not in the vocabulary (fed as <unk>)
-    tokens: list[str]  # output words, without <bos>/<eos>
+    tokens: list[str]  # output tokens (words, or BPE pieces), without <bos>/<eos>
     output_tokens: list[str]  # what each decoder step produced: tokens + [<eos>] if reached
     decoder_inputs: list[str]  # what each decoder step read: [<bos>] + tokens
     topk: list[list[tuple[str, float]]]  # per step, the k most likely next words and probs
     log_prob: float  # sum of log-probabilities of output_tokens
     attention: AttentionMaps  # batch dim removed: (L, H, S, S), (L, H, T, T), (L, H, T, S)
     warnings: list[str] = field(default_factory=list)
+    words: list[str] = field(default_factory=list)  # the output as words (pieces joined)
 
     @property
     def text(self) -> str:
-        """The translation as one string."""
-        return " ".join(self.tokens)
+        """The translation as one string of words."""
+        return " ".join(self.words)
 
 
 def prepare_source(sentence: str, src_vocab: Vocab, max_len: int):
-    """Tokenize a sentence -> (ids + <eos>, tokens, unknown flags, warnings)."""
-    tokens = tokenize(sentence)
-    if not tokens:
+    """Tokenize a sentence -> (ids + <eos>, tokens + <eos>, unknown flags, warnings).
+
+    The tokens are what the model reads: words, or a subword vocabulary's pieces.
+    """
+    words = tokenize(sentence)
+    if not words:
         raise TranslationError("The sentence is empty: type a few words to translate.")
+    tokens, ids = src_vocab.segment(words)
     warnings = []
     if len(tokens) > max_len - 1:
         warnings.append(
             f"The sentence has {len(tokens)} tokens; only the first {max_len - 1} were used."
         )
-        tokens = tokens[: max_len - 1]
-    ids = src_vocab.encode(tokens)
+        tokens, ids = tokens[: max_len - 1], ids[: max_len - 1]
     unknown = [i == Vocab.unk_id for i in ids]
     if all(unknown):
         raise TranslationError(
             "None of these words is in the model's English vocabulary: "
-            f"{' '.join(tokens)}. Try simple everyday words (e.g. 'i am cold .')."
+            f"{' '.join(words)}. Try simple everyday words (e.g. 'i am cold .')."
         )
     return ids + [Vocab.eos_id], tokens + ["<eos>"], unknown + [False], warnings
 
@@ -228,18 +232,19 @@ def translate(
     if not out_ids or out_ids[-1] != Vocab.eos_id:
         warnings.append(f"Stopped at the maximum output length ({max_len}) before <eos>.")
     step_logp = logp[0].gather(-1, torch.tensor(out_ids, device=logp.device)[:, None])
-    words = tgt_vocab.decode(out_ids)
-    tokens = [w for w in words if w != "<eos>"]
+    outputs = tgt_vocab.decode(out_ids)
+    tokens = [w for w in outputs if w != "<eos>"]
     return Translation(
         src_tokens,
         unknown,
         tokens,
-        words,
-        ["<bos>"] + words[:-1] if words else ["<bos>"],
+        outputs,
+        ["<bos>"] + outputs[:-1] if outputs else ["<bos>"],
         _topk(logp[0], tgt_vocab, topk),
         float(step_logp.sum()),
         _squeeze(maps),
         warnings,
+        tgt_vocab.words(tokens),
     )
 
 
@@ -252,7 +257,10 @@ def translate_batch(
     batch_size: int = 256,
     max_len: int = MAX_LEN,
 ) -> list[list[str]]:
-    """Greedy translations (word lists, no specials) of tokenized sentences, in order."""
+    """Greedy translations (word lists, no specials) of tokenized sentences, in order.
+
+    With a subword vocabulary the pieces are joined back into words.
+    """
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -261,12 +269,13 @@ def translate_batch(
     results: list[list[str]] = [[] for _ in sources]
     for start in range(0, len(order), batch_size):
         group = order[start : start + batch_size]
-        seqs = [src_vocab.encode(sources[i][: limit - 1]) + [Vocab.eos_id] for i in group]
+        ids = src_vocab.encode_many([sources[i] for i in group])
+        seqs = [s[: limit - 1] + [Vocab.eos_id] for s in ids]
         width = max(len(s) for s in seqs)
         src = torch.tensor([s + [Vocab.pad_id] * (width - len(s)) for s in seqs], device=device)
         out, _, _ = greedy_decode(model, src, min(max_len, limit))  # (B, T)
         for i, row in zip(group, out.tolist()):
-            words = tgt_vocab.decode(_cut_at_eos(row))
-            results[i] = [w for w in words if w != "<eos>"]
+            tokens = tgt_vocab.decode(_cut_at_eos(row))
+            results[i] = tgt_vocab.words([w for w in tokens if w != "<eos>"])
     model.train(was_training)
     return results

@@ -117,7 +117,8 @@ def _vocab_guess(data: dict) -> int:
     """A generous guess of the vocabulary size these data settings produce."""
     rows = data.get("num_train") if data.get("split") == "head" else 0
     rows = rows or data.get("max_pairs") or 200_000
-    return max(8, min(int(data["max_vocab"]), 20_000, 8 + 3 * int(rows)))
+    size = data.get("bpe_vocab", 8000) if data.get("tokenizer") == "bpe" else data["max_vocab"]
+    return max(8, min(int(size), 20_000, 8 + 3 * int(rows)))
 
 
 def estimate_memory(cfg: dict[str, dict]) -> int:

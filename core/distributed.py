@@ -131,6 +131,15 @@ def gather(world: World, obj) -> list:
     return out
 
 
+def from_main(world: World, obj):
+    """Rank 0's ``obj`` on every process (a picklable value; alone: ``obj`` itself)."""
+    if not world.distributed:
+        return obj
+    box = [obj if world.is_main else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def barrier(world: World) -> None:
     """Wait until every process gets here."""
     if world.distributed:

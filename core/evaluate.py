@@ -12,7 +12,7 @@ import sacrebleu
 import torch
 import torch.nn.functional as F
 
-from core.data import DataError, Split, Vocab, batches, encode_pairs, load_corpus
+from core.data import UNK, DataError, Split, Vocab, batches, encode_pairs, load_splits
 from core.decode import translate_batch
 from core.model import Transformer
 
@@ -60,7 +60,10 @@ def evaluate_split(
     max_sentences: int = 0,
     batch_size: int = 256,
 ) -> dict:
-    """BLEU (all references), loss and translation speed on one split."""
+    """BLEU (all references), <unk> share of the output, loss and translation speed.
+
+    The loss is per target token: per word, or per piece for a subword vocabulary.
+    """
     groups = split.groups()
     if max_sentences:
         groups = groups[:max_sentences]
@@ -68,8 +71,10 @@ def evaluate_split(
     hyps = translate_batch(model, src_vocab, tgt_vocab, [g[0] for g in groups], batch_size)
     seconds = time.perf_counter() - start
     loss = evaluate_loss(model, encode_pairs(split, src_vocab, tgt_vocab), batch_size)
+    words = [w for h in hyps for w in h]
     return {
         "bleu": corpus_bleu(hyps, [g[1] for g in groups]),
+        "unk_share": sum(w == UNK for w in words) / max(len(words), 1),  # of output words
         "loss": loss,
         "sentences": len(groups),
         "sentences_per_s": len(groups) / max(seconds, 1e-9),
@@ -98,8 +103,7 @@ def main(argv=None) -> int:
                 f"This checkpoint was trained on {cfg.source}, which is not here: "
                 "pass its path with --data."
             )
-        corpus = load_corpus(cfg)
-        split = getattr(corpus, args.split)
+        split = getattr(load_splits(cfg), args.split)
         if not split.pairs:
             raise DataError(f"The {args.split} split of {cfg.source} is empty.")
         result = evaluate_split(lm.model, lm.src_vocab, lm.tgt_vocab, split, args.max_sentences)

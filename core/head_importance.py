@@ -45,7 +45,7 @@ from core.data import (
     Vocab,
     batches,
     encode_pairs,
-    load_corpus,
+    load_splits,
     pad_batch,
 )
 from core.decode import MAX_LEN, greedy_decode
@@ -106,7 +106,7 @@ def data_settings(meta: Mapping, source: str | None = None) -> DataConfig:
 
 def validation_sample(lm: LoadedModel, cfg: DataConfig, n: int) -> Sample:
     """The first ``n`` validation sentences of the split these settings rebuild."""
-    split = load_corpus(cfg).val
+    split = load_splits(cfg).val
     if not split.pairs:
         raise DataError(
             "This model was trained without a validation split: there are no validation "
@@ -120,7 +120,7 @@ def validation_sample(lm: LoadedModel, cfg: DataConfig, n: int) -> Sample:
 
 def _words(ids: list[int], vocab: Vocab) -> list[str]:
     """Output ids up to the first <eos>, as words."""
-    return vocab.decode(ids[: ids.index(Vocab.eos_id)] if Vocab.eos_id in ids else ids)
+    return vocab.words(vocab.decode(ids[: ids.index(Vocab.eos_id)] if Vocab.eos_id in ids else ids))
 
 
 def bleu_without(

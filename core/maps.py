@@ -354,9 +354,10 @@ def teacher_forced_maps(lm: LoadedModel, sentence: str, reference: str) -> Sente
         raise TranslationError("The reference is empty: type the French translation to force.")
     ids, src_tokens, _, _ = prepare_source(sentence, lm.src_vocab, lm.model.cfg.max_positions)
     limit = lm.model.cfg.max_positions - 1
-    out_ids = (lm.tgt_vocab.encode(ref) + [Vocab.eos_id])[:limit]
+    pieces, ref_ids = lm.tgt_vocab.segment(ref)  # words, or a subword vocabulary's pieces
+    out_ids = (ref_ids + [Vocab.eos_id])[:limit]
     device = next(lm.model.parameters()).device
     _, maps = teacher_forced(lm.model, torch.tensor([ids], device=device), out_ids)
     arrays = (m[:, 0].float().cpu().numpy() for m in (maps.encoder, maps.decoder_self, maps.cross))
-    outputs = (ref + ["<eos>"])[: len(out_ids)]
+    outputs = (pieces + ["<eos>"])[: len(out_ids)]
     return SentenceMaps(*arrays, src_tokens, outputs, ["<bos>"] + outputs[:-1])

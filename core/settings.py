@@ -13,7 +13,7 @@ import re
 from dataclasses import MISSING, dataclass, fields
 
 from core.corpus_files import source_problems
-from core.data import DataConfig, DataError
+from core.data import TOKENIZERS, DataConfig, DataError
 from core.data import validate_config as validate_data_config
 from core.devices import memory_problem, resolve_device
 from core.model import ModelConfig
@@ -30,6 +30,7 @@ class SettingsError(ValueError):
 
 CHOICES = {
     "split": ("random", "head"),
+    "tokenizer": TOKENIZERS,
     "schedule": ("inverse_sqrt", "constant"),
     "device": ("auto", "cpu", "cuda", "mps"),
 }

@@ -25,7 +25,7 @@ import torch
 
 from core import distributed
 from core.checkpoint import portable_data_config, read_checkpoint, save_checkpoint
-from core.data import DataConfig, DataError, Vocab, load_corpus, unk_warnings
+from core.data import DataConfig, DataError, load_corpus, unk_warnings
 from core.devices import device_description
 from core.distributed import World
 from core.locks import hold_run
@@ -34,6 +34,7 @@ from core.presets import PRESETS
 from core.processes import identity
 from core.run_dir import RunDir, RunError, read_json
 from core.settings import DERIVED, add_setting_flags, config_problems, settings_from_args
+from core.subword import checkpoint_entries, checkpoint_vocabs
 from core.train_config import TrainConfig
 from core.train_loop import Trainer, TrainState, rng_state
 
@@ -182,7 +183,10 @@ def prepare(rd: RunDir, configs: dict, resume: bool, world: World):
     write_status(message=f"building the model ({corpus.summary.get('train', '?')} pairs)")
     ckpt = read_checkpoint(rd.last) if resume else None
     if ckpt is not None:
-        corpus.src_vocab, corpus.tgt_vocab = Vocab(ckpt["src_vocab"]), Vocab(ckpt["tgt_vocab"])
+        corpus.src_vocab, corpus.tgt_vocab = checkpoint_vocabs(ckpt)
+    elif world.distributed and data_cfg.tokenizer != "word":  # one tokenizer for every process
+        mine = checkpoint_entries(corpus.src_vocab, corpus.tgt_vocab)
+        corpus.src_vocab, corpus.tgt_vocab = checkpoint_vocabs(distributed.from_main(world, mine))
     model_cfg = ModelConfig(
         src_vocab_size=len(corpus.src_vocab),
         tgt_vocab_size=len(corpus.tgt_vocab),

@@ -29,7 +29,7 @@ def translate_lines(
             warnings.append(f"line {i + 1}: {e}")
             continue
         warnings += [f"line {i + 1}: {n}" for n in notes]
-        todo[i] = tokens[:-1]  # without <eos>
+        todo[i] = lm.src_vocab.words(tokens[:-1])  # without <eos>, pieces joined
     if beam <= 1:
         done = translate_batch(
             lm.model, lm.src_vocab, lm.tgt_vocab, list(todo.values()), max_len=max_len

@@ -10,11 +10,12 @@ import pandas as pd
 
 from core.checkpoint import LoadedModel
 from core.corpus_source import corpus_problem
-from core.data import DataConfig, DataError, load_corpus, tokenize
+from core.data import DataConfig, DataError, load_splits, tokenize
 from core.decode import GREEDY, DecodeSettings, Translation, TranslationError, translate
 
 MAX_SENTENCE_TOKENS = 60  # longer input is refused with a message
 DEFAULT_SENTENCE = "i'm home ."
+CHARS = {"bpe": ", the characters never seen in training"}  # what of a word is <unk>
 
 
 def trained_max_len(meta: Mapping) -> int | None:
@@ -44,10 +45,10 @@ def translate_sentence(
         settings.max_len,
         settings.topk,
     )
-    unknown = [tok for tok, unk in zip(t.src_tokens, t.src_unknown) if unk]
+    unknown = lm.src_vocab.unknown(tokens)
     if unknown:
         t.warnings.append(
-            "Not in the model's vocabulary (read as <unk>): "
+            f"Not in the model's vocabulary (read as <unk>{CHARS.get(lm.src_vocab.kind, '')}): "
             + ", ".join(dict.fromkeys(unknown))
             + "."
         )
@@ -89,7 +90,7 @@ def validation_examples(meta: Mapping, n: int = 200) -> tuple[list[ValidationExa
     if reason := corpus_problem(cfg.source):
         return [], reason
     try:
-        groups = load_corpus(cfg).val.groups()
+        groups = load_splits(cfg).val.groups()
     except (DataError, OSError, ValueError) as e:
         return [], f"the validation data could not be rebuilt: {e}"
     if not groups:

@@ -34,6 +34,7 @@ class ViewState:
     layer: int = 0
     head: str = "0"  # a head number, "mean", "max" or "rollout"
     hide: bool = False  # hide <bos>/<eos> columns
+    words: bool = False  # a subword (BPE) model's pieces merged into words
     section: str = SECTIONS[0]  # what the Attention page shows (one of SECTIONS)
     step: int = 0  # output step of the decoding playback
     ablate: str = ""  # heads removed, "KIND:LAYER:HEAD,..." (core.ablate's spec)

@@ -24,6 +24,7 @@ from core.maps import (
 from core.models import ModelEntry
 from core.training_figures import training_curve_figure
 from core.view_state import SECTIONS, ViewState, clamp_view
+from core.word_maps import shown_maps
 from pages.ui.ablation_view import ablation_section
 from pages.ui.cached import (
     probe_sentences,
@@ -49,6 +50,7 @@ URL_KEYS = (
     "layer",
     "head",
     "hide",
+    "words",
     "section",
     "step",
     "ablate",
@@ -68,7 +70,7 @@ def clamp_widget(key: str, value, options) -> None:
         st.session_state[key] = value if value in options else options[-1]
 
 
-def view_controls(maps: SentenceMaps, state: ViewState) -> bool:
+def view_controls(maps: SentenceMaps, state: ViewState, subword: bool) -> bool:
     """Kind, layer, head and display toggles; returns whether colours are stretched."""
     cols = st.columns([3, 1, 1.5])
     widget_default("at_kind", state.kind, KINDS)
@@ -92,12 +94,23 @@ def view_controls(maps: SentenceMaps, state: ViewState) -> bool:
         help="A head, the mean or max over the layer's heads, or (encoder) attention "
         "rollout through layers 0 to this one.",
     )
-    return display_toggles(state)
+    return display_toggles(state, subword)
 
 
-def display_toggles(state: ViewState) -> bool:
-    """Hide <bos>/<eos> and stretch colours, on a row of their own; returns the stretch."""
+def display_toggles(state: ViewState, subword: bool) -> bool:
+    """Hide <bos>/<eos>, merge pieces, stretch colours, on a row; returns the stretch."""
     row = st.container(horizontal=True, gap="large")
+    if subword:
+        widget_default("at_words", state.words)
+        state.words = row.toggle(
+            "Merge pieces into words",
+            key="at_words",
+            help="This model reads and writes BPE pieces (“##” continues a word). Merged, a "
+            "word's column is the sum over its pieces and its row the mean of its pieces' "
+            "rows, so rows still sum to 1. The decoding playback always shows pieces.",
+        )
+    else:
+        state.words = False
     widget_default("at_hide", state.hide)
     state.hide = row.toggle(
         "Hide <bos>/<eos>",
@@ -282,7 +295,7 @@ def compare_section(maps: SentenceMaps, state: ViewState, lm: LoadedModel, key: 
     except TranslationError as e:
         st.error(md(e))
         return
-    unknown = [w for w in tokenize(reference) if w not in lm.tgt_vocab.stoi]
+    unknown = lm.tgt_vocab.unknown(tokenize(reference))
     if unknown:
         st.caption(md("Not in the model's French vocabulary (fed as <unk>): " + ", ".join(unknown)))
     kind = state.kind if state.kind != "encoder" else "cross"
@@ -334,6 +347,7 @@ def training_section(entry: ModelEntry, state: ViewState, stretch: bool) -> None
     clamp_widget("at_train_step", series.steps[-1], series.steps)
     step = st.select_slider("Training step", series.steps, key="at_train_step")
     frame = series.frames[series.steps.index(step)]
+    shown = shown_maps(frame.maps, state.words)
     cols = st.columns(4)
     cols[0].metric("Step", f"{step:,}")
     for col, name, value in (
@@ -344,18 +358,18 @@ def training_section(entry: ModelEntry, state: ViewState, stretch: bool) -> None
         col.metric(
             name, "—" if value is None else f"{value:.3f}" if "loss" in name else f"{value:.1f}"
         )
-    st.markdown(f"Output at this step: **{md(' '.join(frame.maps.output_tokens))}**")
-    layer = min(state.layer, frame.maps.layers(state.kind) - 1)
-    view = select_view(frame.maps, state.kind, layer, state.head, state.hide)
+    st.markdown(f"Output at this step: **{md(' '.join(shown.output_tokens))}**")
+    layer = min(state.layer, shown.layers(state.kind) - 1)
+    view = select_view(shown, state.kind, layer, state.head, state.hide)
     view.title += f" — training step {step:,}"
     name = export_name(state.model, probe, state.kind, layer, state.head, f"training step {step}")
     left, right = st.columns([3, 2])
     chart(figs.view_figure(view, stretch), "train_big", left, name)
     curve = training_curve_figure(source, step)
     chart(curve, "train_curve", right, export_name(state.model, "", what="training curve"))
-    small = frame.maps.layers(state.kind) * frame.maps.heads <= FULL_GRID_CELLS
+    small = shown.layers(state.kind) * shown.heads <= FULL_GRID_CELLS
     grid_layers = None if small else [layer]
-    grid = figs.grid_view_figure(frame.maps, state.kind, state.hide, grid_layers, stretch)
+    grid = figs.grid_view_figure(shown, state.kind, state.hide, grid_layers, stretch)
     what = f"grid training step {step}"
     grid_name = export_name(state.model, probe, state.kind, None if small else layer, None, what)
     chart(grid, "train_grid", name=grid_name)
@@ -382,7 +396,7 @@ def main() -> None:
         footer()
         return
     key = (entry.path, entry.mtime, state.sentence, settings)
-    maps = sentence_maps(t, key)
+    pieces = sentence_maps(t, key)
     mode = "greedy" if settings.beam_size == 1 else f"beam {settings.beam_size}"
     st.markdown(f"**Translation ({mode}):** {md(t.text) or '(empty)'}")
     for w in t.warnings:
@@ -392,15 +406,16 @@ def main() -> None:
         "Change decoding on the Translate page",
         state.to_query(("model", "sentence", "beam", "alpha", "max_len")),
     )
-    clamp_view(state, maps)
-    stretch = view_controls(maps, state)
+    clamp_view(state, pieces)
+    stretch = view_controls(pieces, state, lm.subword)
+    maps = sentence_maps(t, key, state.words)
     widget_default("at_section", state.section, SECTIONS)
     state.section = st.radio("Show", SECTIONS, key="at_section", horizontal=True)
     st.caption(reading_hint(state.kind))
     if state.section == SECTIONS[0]:
         maps_section(maps, state, stretch)
     elif state.section == SECTIONS[1]:
-        playback_section(t, maps, state, lm, key[:2])
+        playback_section(t, pieces, state, lm, key[:2])
     elif state.section == SECTIONS[2]:
         training_section(entry, state, stretch)
     elif state.section == SECTIONS[3]:

@@ -95,6 +95,8 @@ def show_translation(t: Translation, state: ViewState) -> None:
         for tok, unk in zip(t.src_tokens, t.src_unknown)
     ]
     st.markdown("**Source tokens as the model saw them:** " + " ".join(tokens))
+    if any(tok.startswith("##") for tok in t.src_tokens):
+        st.caption("This model reads BPE pieces: a piece starting with ## continues the word.")
     if any(t.src_unknown):
         st.caption("Red: not in the model's vocabulary, fed to the model as <unk>.")
     st.markdown("**Top candidates at each output step** (probability of the next token)")

@@ -178,7 +178,7 @@ def test_outputs_and_candidates_side_by_side(home_translation):
     assert len(frame) == len(t.output_tokens) and frame["same"].all()
     assert list(frame["A token"]) == t.output_tokens
     assert frame["A candidates"][0].startswith(t.topk[0][0][0])
-    assert compare.output_text(t.output_tokens) == "je suis chez moi ."
+    assert t.text == "je suis chez moi ."
     assert "same output" in compare.outputs_note(t.output_tokens, t.output_tokens)
     assert "teacher forcing" in compare.outputs_note(t.output_tokens, ["va", "<eos>"])
     formula = pd.DataFrame({"token": ["=1+1", "ok"], "n": [1, 2]})
@@ -187,7 +187,7 @@ def test_outputs_and_candidates_side_by_side(home_translation):
 
 def test_forcing_a_model_on_its_own_output_gives_its_own_maps(tiny_model, home_translation):
     t, maps = home_translation
-    forced = teacher_forced_maps(tiny_model, DEFAULT_SENTENCE, compare.output_text(t.output_tokens))
+    forced = teacher_forced_maps(tiny_model, DEFAULT_SENTENCE, t.text)
     assert forced.output_tokens == maps.output_tokens
     pair = compare.pair_view(maps, forced, "cross", 1, "mean")
     assert np.abs(pair.diff).max() < 1e-4

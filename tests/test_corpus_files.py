@@ -38,6 +38,10 @@ def test_uploads_are_size_limited_and_counted(jobs_env, monkeypatch):
         ),
         ({"source": "/data/tiny.tsv", "split": "head", "max_len": 20}, "tiny.tsv, ≤20 tokens"),
         ({"source": "t.tsv", "split": "head", "num_train": 0, "num_val": 128}, "t.tsv, all pairs"),
+        (
+            {"source": "fra-eng", "max_len": 12, "tokenizer": "bpe", "bpe_vocab": 6000},
+            "fra-eng (Tatoeba), ≤12 tokens, BPE pieces (6000)",
+        ),
     ],
 )
 def test_describe_data(data, text):

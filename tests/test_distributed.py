@@ -7,6 +7,7 @@ core.train`` on the tiny corpus, one thread per process. Run as a module
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -190,6 +191,23 @@ def test_a_crashing_process_ends_the_run_without_a_hang(tmp_path, rank):
     assert "injected crash" in log_of(out)
 
 
+def test_every_process_reads_text_with_rank_0s_bpe_tokenizer(tmp_path):
+    """BPE breaks ties at random: the processes must not each train their own tokenizer."""
+    out, record = tmp_path / "run", tmp_path / "vocabs"
+    record.mkdir()
+    proc = launch(
+        out,
+        *FLAGS,
+        *("--tokenizer", "bpe", "--bpe-vocab", "90", "--max-steps", "4", "--batch-size", "4"),
+        module="tests.test_distributed",
+        env={VOCAB_ENV: str(record)},
+    )
+    assert finish(proc, out) == 0, log_of(out)[-3000:]
+    saved = read_checkpoint(out / "last.pt")["tokenizers"]
+    seen = [json.loads((record / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert seen[0] == seen[1] == saved
+
+
 def test_rank_batches_split_each_global_batch_by_length():
     """Two processes share each global batch of one bucket; alone, batches are unchanged."""
     from core.data import batches
@@ -250,5 +268,27 @@ def crashing_main() -> int:
     return train.main()
 
 
+VOCAB_ENV = "ATTENTION_STUDIO_TEST_VOCABS"  # a folder: each process writes its tokenizers
+
+
+def recording_main() -> int:
+    """core.train whose every process writes the BPE tokenizers it trains with."""
+    from core import train
+    from core.subword import checkpoint_entries
+
+    original = train.prepare
+
+    def prepare(rd, configs, resume, world):
+        trainer = original(rd, configs, resume, world)
+        corpus = trainer.corpus
+        entries = checkpoint_entries(corpus.src_vocab, corpus.tgt_vocab)
+        path = Path(os.environ[VOCAB_ENV]) / f"rank{world.rank}.json"
+        path.write_text(json.dumps(entries["tokenizers"]))
+        return trainer
+
+    train.prepare = prepare
+    return train.main()
+
+
 if __name__ == "__main__":
-    sys.exit(crashing_main())
+    sys.exit(crashing_main() if CRASH_ENV in os.environ else recording_main())

@@ -92,7 +92,9 @@ def removed_view(
     except (TranslationError, HeadSpecError) as e:
         st.error(md(e))
         return
-    cut_maps = sentence_maps(cut, (entry.path, entry.mtime, state.sentence, settings, spec))
+    cut_maps = sentence_maps(
+        cut, (entry.path, entry.mtime, state.sentence, settings, spec), state.words
+    )
     what = f"{len(heads)} head{'s' * (len(heads) != 1)} removed"
     left, right = st.columns(2)
     translation_card(left, "Original", t)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import maps, snapshots, translation
+from core import maps, snapshots, translation, word_maps
 from core.checkpoint import LoadedModel
 from core.decode import DecodeSettings, Translation
 
@@ -24,15 +24,17 @@ def validation_examples(_meta: dict, data_key: str):
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def sentence_maps(_t: Translation, key: tuple) -> maps.SentenceMaps:
-    """The numpy maps of a cached translation."""
-    return maps.SentenceMaps.from_translation(_t)
+def sentence_maps(_t: Translation, key: tuple, words: bool = False) -> maps.SentenceMaps:
+    """The numpy maps of a cached translation (subword pieces merged into words if asked)."""
+    return word_maps.shown_maps(maps.SentenceMaps.from_translation(_t), words)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def teacher_forced(_lm: LoadedModel, key: tuple, sentence: str, reference: str):
+def teacher_forced(
+    _lm: LoadedModel, key: tuple, sentence: str, reference: str, words: bool = False
+):
     """Teacher-forced maps of a reference, cached per model, sentence and reference."""
-    return maps.teacher_forced_maps(_lm, sentence, reference)
+    return word_maps.shown_maps(maps.teacher_forced_maps(_lm, sentence, reference), words)
 
 
 @st.cache_data(show_spinner="Reading training snapshots…", max_entries=16)

@@ -15,6 +15,7 @@ from core.maps import SentenceMaps, export_name
 from core.models import ModelEntry, find_entry
 from core.token_pick import resolve_pick
 from core.view_state import ViewState
+from core.word_maps import merged
 from pages.ui.cached import sentence_maps, teacher_forced, translate
 from pages.ui.charts import chart
 from pages.ui.model_picker import load_model, model_entries
@@ -85,7 +86,7 @@ def pick_other(entry: ModelEntry, state: ViewState) -> ModelEntry | None:
 
 
 def other_translation(other: ModelEntry, state: ViewState):
-    """(LoadedModel, Translation, SentenceMaps) of model B, or None with a message."""
+    """(LoadedModel, Translation) of model B, or None with a message."""
     try:
         lm_b = load_model(other.path, other.mtime)
     except CheckpointError as e:
@@ -97,7 +98,7 @@ def other_translation(other: ModelEntry, state: ViewState):
     except TranslationError as e:
         st.error(f"Model B cannot translate this sentence: {md(e)}")
         return None
-    return lm_b, t_b, sentence_maps(t_b, (other.path, other.mtime, state.sentence, settings))
+    return lm_b, t_b
 
 
 def two_models(
@@ -113,12 +114,21 @@ def two_models(
     loaded = other and other_translation(other, state)
     if not loaded:
         return
-    lm_b, t_b, maps_b = loaded
+    lm_b, t_b = loaded
     st.caption(md(f"A = {entry.key} · B = {other.key}"))
+    words = state.words or compare.cut_differently(lm, lm_b)
+    if words and not state.words:
+        st.caption(
+            "A and B cut sentences into different pieces (BPE): both are compared word by "
+            "word, each word's pieces merged."
+        )
+    maps = merged(maps) if words else maps
+    key_b = (other.path, other.mtime, state.sentence, state.settings())
+    maps_b = sentence_maps(t_b, key_b, words)
     translations(("A", t, ""), ("B", t_b, ""))
     topk_table(t, t_b, export_name(state.model, state.sentence, what="candidates vs other"))
     models = ((entry, lm, maps), (other, lm_b, maps_b))
-    forced = same_rows(models, t, t_b, state)
+    forced = same_rows(models, t, t_b, state, words)
     if forced is None:
         return
     note = compare.size_note(*forced, state.kind)
@@ -127,27 +137,27 @@ def two_models(
     pair_maps(*forced, state, stretch, by_token=False)
 
 
-def same_rows(models, t: Translation, t_b: Translation, state: ViewState):
+def same_rows(models, t: Translation, t_b: Translation, state: ViewState, words: bool):
     """(maps A, maps B) with the same rows: free-running, or both forced on one output."""
     (entry, lm, maps), (other, lm_b, maps_b) = models
     if state.kind == "encoder":
         return maps, maps_b  # the source is the same; the decoders' outputs do not matter
-    st.caption(md(compare.outputs_note(t.output_tokens, t_b.output_tokens)))
-    if t.output_tokens == t_b.output_tokens:
+    st.caption(md(compare.outputs_note(maps.output_tokens, maps_b.output_tokens)))
+    if maps.output_tokens == maps_b.output_tokens:
         return maps, maps_b
-    outputs = {"A": t.output_tokens, "B": t_b.output_tokens}
+    outputs = {"A": t.text, "B": t_b.text}
     widget_default("cmp_forced", state.forced, list(outputs))
     state.forced = which = st.radio(
         "Feed both decoders",
         list(outputs),
         key="cmp_forced",
         horizontal=True,
-        format_func=lambda k: f"{k}'s output: {compare.output_text(outputs[k]) or '(empty)'}",
+        format_func=lambda k: f"{k}'s output: {outputs[k] or '(empty)'}",
     )
-    reference = compare.output_text(outputs[which])
+    reference = outputs[which]
     try:
         pair = tuple(
-            teacher_forced(m, (e.path, e.mtime), state.sentence, reference)
+            teacher_forced(m, (e.path, e.mtime), state.sentence, reference, words)
             for e, m in ((entry, lm), (other, lm_b))
         )
     except TranslationError as e:
@@ -189,7 +199,9 @@ def two_sentences(
     except TranslationError as e:
         st.error(f"Sentence B cannot be translated: {md(e)}")
         return
-    maps_b = sentence_maps(t_b, (entry.path, entry.mtime, state.other_sentence, settings))
+    maps_b = sentence_maps(
+        t_b, (entry.path, entry.mtime, state.other_sentence, settings), state.words
+    )
     translations(("A", t, state.sentence), ("B", t_b, state.other_sentence))
     topk_table(t, t_b, export_name(state.model, state.sentence, what="candidates vs sentence"))
     st.caption(
