@@ -223,6 +223,16 @@ def _check_resumable(rd: RunDir) -> RunInfo:
     return info
 
 
+def resume_processes(run_id: str) -> tuple[int, int]:
+    """(processes of the run's last launch, the most it may resume with here)."""
+    rd = run_dir(run_id)
+    job = read_json(rd.job, {}) or {}
+    device_type = job.get("device_type") or resolve_device(
+        rd.read_config().get("train", {}).get("device", "auto")
+    )
+    return int(job.get("processes", 1)), max_processes(device_type)
+
+
 def resume_run(run_id: str, limits: dict | None = None, processes: int | None = None) -> None:
     """Continue a run from last.pt (``limits``: new epochs, max_steps, time_budget; after a
     divergence also lr, warmup_steps, grad_clip) with ``processes`` processes (None: as many

@@ -377,9 +377,33 @@ def test_a_diverged_run_resumes_with_a_lower_learning_rate(jobs_env, make_run, m
     rd = make_run(runs_root(), "nan-lr", {"state": "diverged", "message": "x"}, checkpoint=True)
     rd.write_config({"data": {}, "model": {}, "train": {"lr": 0.01}})
     asked = {}
-    monkeypatch.setattr(jobs, "resume_run", lambda run_id, limits=None: asked.update(limits))
+    monkeypatch.setattr(
+        jobs, "resume_run", lambda run_id, limits=None, processes=None: asked.update(limits)
+    )
     at = train_page("nan-lr")
     assert at.number_input(key="resume_lr_nan-lr").value == 0.005
     at.number_input(key="resume_lr_nan-lr").set_value(0.001)
     next(b for b in at.button if b.label == "Resume").click().run()
     assert asked == {"lr": 0.001}
+
+
+def test_a_run_resumes_with_another_number_of_processes(jobs_env, make_run, monkeypatch):
+    job = {"processes": 2, "device_type": "cpu"}
+    make_run(runs_root(), "two", {"state": "stopped"}, job=job, checkpoint=True)
+    make_run(runs_root(), "alone", {"state": "stopped"}, checkpoint=True)
+    asked = []
+    monkeypatch.setattr(jobs, "max_processes", lambda device_type: 4)
+    monkeypatch.setattr(
+        jobs, "resume_run", lambda run_id, limits=None, processes=None: asked.append(processes)
+    )
+    at = train_page("two")
+    box = at.number_input(key="resume_processes_two")
+    assert box.value == 2 and box.max == 4  # as many as its last launch, by default
+    box.set_value(1).run()
+    next(b for b in at.button if b.label == "Resume").click().run()
+    assert asked == [1]
+    at = train_page("alone")
+    assert at.number_input(key="resume_processes_alone").value == 1
+    monkeypatch.setattr(jobs, "max_processes", lambda device_type: 1)
+    at = train_page("alone")
+    assert not [n for n in at.number_input if n.key == "resume_processes_alone"]

@@ -64,12 +64,13 @@ def run_actions(info: RunInfo) -> None:
                 key=f"resume_lr_{info.run_id}",
                 help="The run diverged: resume from its last finite checkpoint with a lower lr",
             )
-        if (
-            info.resumable
-            and info.state != "finished"
-            and row.button("Resume", type="primary", help="Continue from the last checkpoint")
+        resumable = info.resumable and info.state != "finished"
+        processes = resume_processes(info) if resumable else None
+        if resumable and row.button(
+            "Resume", type="primary", help="Continue from the last checkpoint"
         ):
-            jobs.resume_run(info.run_id, {"lr": lr} if info.state == "diverged" else None)
+            limits = {"lr": lr} if info.state == "diverged" else None
+            jobs.resume_run(info.run_id, limits, processes)
             st.rerun()
         if not info.alive and row.button("Delete run…"):
             st.session_state["confirm_delete"] = info.run_id
@@ -77,6 +78,26 @@ def run_actions(info: RunInfo) -> None:
         st.error(md(e))
     if st.session_state.get("confirm_delete") == info.run_id and not info.alive:
         confirm_delete(info.run_id)
+
+
+def resume_processes(info: RunInfo) -> int | None:
+    """How many processes a resume uses: a box where more than one is possible, else None."""
+    last, most = jobs.resume_processes(info.run_id)
+    if most < 2:
+        return None
+    return int(
+        st.number_input(
+            "Processes for the resumed run",
+            min_value=1,
+            max_value=most,
+            value=min(last, most),
+            step=1,
+            key=f"resume_processes_{info.run_id}",
+            help="torchrun processes (GPUs, or CPU processes) that continue the run; its last "
+            f"launch used {last}. Resuming with another number continues exactly at an "
+            "epoch's end; mid-epoch, the pairs left in that epoch are cut into new batches.",
+        )
+    )
 
 
 def confirm_delete(run_id: str) -> None:
