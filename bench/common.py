@@ -84,21 +84,49 @@ def adam(model):
     return torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
 
 
-def train_step(model, opt, src, tgt, smoothing=0.1) -> int:
-    """One Adam step; returns the number of real target tokens."""
-    loss = model.loss(src, tgt[:, :-1], tgt[:, 1:], smoothing)
+def train_step(model, opt, src, tgt, smoothing=0.1, amp=False) -> int:
+    """One Adam step; returns the number of real target tokens.
+
+    With ``amp``, bf16 autocast covers the loss only and is entered anew each step, as in
+    core.train_loop: autocast caches its casts of the weights until its block ends, so a
+    block around several steps would keep using the first step's bf16 weights.
+    """
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+        loss = model.loss(src, tgt[:, :-1], tgt[:, 1:], smoothing)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
     return int((tgt[:, 1:] != Vocab.pad_id).sum())
 
 
-def time_steps(model, opt, batches) -> tuple[float, int]:
+def time_steps(model, opt, batches, amp=False) -> tuple[float, int]:
     """Seconds and target tokens for one pass of train steps over ``batches``."""
     model.train()
     start = time.perf_counter()
-    tokens = sum(train_step(model, opt, s, t) for s, t in batches)
+    tokens = sum(train_step(model, opt, s, t, amp=amp) for s, t in batches)
     return time.perf_counter() - start, tokens
+
+
+def interleaved_speeds(models, opts, data, repeats, amp=False) -> dict[str, list[float]]:
+    """Target tokens/s of each model's step, per repeat over ``data``, interleaved by batch.
+
+    Each batch is stepped by every model in turn, so a neighbour's load that comes and
+    goes over seconds falls on all of them alike. Two warm-up batches come first.
+    """
+    for k in models:
+        time_steps(models[k], opts[k], data[:2], amp)  # also puts the model in training mode
+    speed = {k: [] for k in models}
+    for _ in range(repeats):
+        seconds, tokens = dict.fromkeys(models, 0.0), 0
+        for src, tgt in data:
+            for k in models:
+                start = time.perf_counter()
+                n = train_step(models[k], opts[k], src, tgt, amp=amp)
+                seconds[k] += time.perf_counter() - start
+            tokens += n
+        for k in models:
+            speed[k].append(tokens / seconds[k])
+    return speed
 
 
 def median(xs) -> float:

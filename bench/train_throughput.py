@@ -1,12 +1,18 @@
-"""Training throughput: our step vs a torch.nn.Transformer twin, and bucketing vs d2l padding.
+"""Training throughput: our step vs a torch.nn.Transformer twin and a d2l transcription.
 
-    python bench/train_throughput.py [--repeats 5] [--batches 12] [--bucket-pairs 8000]
+    python bench/train_throughput.py [--repeats 7] [--batches 12] [--sizes d2l,realistic]
+                                     [--skip-bucketing]
 
-Part 1 times our training step and a same-size model built on torch.nn.Transformer on
-identical fra-eng batches, interleaved, and prints median target tokens/s and the ratio,
-plus the fraction of this CPU's matmul roofline the step reaches.
+Part 1 times one training step (loss, backward, fused Adam) of our model, of a same-size
+model built on torch.nn.Transformer (bench/common.py) and of a plain PyTorch
+transcription of d2l.ai's chapter 11.7 code (bench/d2l_twin.py) on identical fra-eng
+batches, interleaved batch by batch, in fp32 and (on CPUs with native bf16) in bf16
+autocast entered each step as core.train_loop does. It prints median target tokens/s,
+the ratios ours / twin and ours / d2l, and the share of this CPU's fp32 matmul roofline
+our fp32 step reaches.
 Part 2 trains on the same pairs with length-bucketed batches (our loader) and with every
 sentence padded to a fixed num_steps as d2l does, and prints the end-to-end speed-up.
+bench/train_profile.py shows where the step's time goes.
 """
 
 from __future__ import annotations
@@ -16,20 +22,42 @@ import random
 import time
 
 import torch
-from common import TorchTwin, adam, corpus_path, median, time_steps
+from common import TorchTwin, adam, corpus_path, interleaved_speeds, median, time_steps
+from d2l_twin import D2LTransformer
 from torch.utils.flop_counter import FlopCounterMode
 
 from core.data import DataConfig, Split, batches, encode_pairs, load_corpus
 from core.devices import autocast_dtype, cpu_has_native_bf16
 from core.model import ModelConfig, Transformer
 
-SIZES = {
-    "d2l chapter (256 wide, 2+2 blocks, 4 heads, FFN 64)": dict(
-        d_model=256, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=64, dropout=0.2
+SIZES = {  # name: (description, ModelConfig fields)
+    "d2l": (
+        "d2l chapter (256 wide, 2+2 blocks, 4 heads, FFN 64, dropout 0.2)",
+        dict(
+            d_model=256,
+            num_heads=4,
+            num_encoder_layers=2,
+            num_decoder_layers=2,
+            d_ff=64,
+            dropout=0.2,
+        ),
     ),
-    "realistic (256 wide, 3+3 blocks, 8 heads, FFN 1024)": dict(
-        d_model=256, num_heads=8, num_encoder_layers=3, num_decoder_layers=3, d_ff=1024, dropout=0.1
+    "realistic": (
+        "realistic (256 wide, 3+3 blocks, 8 heads, FFN 1024, dropout 0.1)",
+        dict(
+            d_model=256,
+            num_heads=8,
+            num_encoder_layers=3,
+            num_decoder_layers=3,
+            d_ff=1024,
+            dropout=0.1,
+        ),
     ),
+}
+IMPLEMENTATIONS = {  # column: model class, each with loss(src, tgt_in, tgt_out, smoothing)
+    "ours": Transformer,
+    "nn.Transformer twin": TorchTwin,
+    "d2l transcription": D2LTransformer,
 }
 
 
@@ -52,46 +80,50 @@ def step_flops(model, opt, batch) -> float:
     return counter.get_total_flops()
 
 
-def measure(models, opts, data, repeats, amp) -> dict[str, list[float]]:
-    """Interleaved repeats: target tokens/s of each model's step on the same batches."""
-    speed = {k: [] for k in models}
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
-        for k in models:  # warm-up
-            time_steps(models[k], opts[k], data[:2])
-        for _ in range(repeats):
-            for k in models:
-                seconds, tokens = time_steps(models[k], opts[k], data)
-                speed[k].append(tokens / seconds)
-    return speed
-
-
-def compare_with_twin(corpus, name, size, args, roofline) -> None:
-    """Our step and the twin's on the same batches, in fp32 and (if native) bf16 autocast."""
+def training_batches(corpus, count: int) -> list:
+    """The first ``count`` length-bucketed, shuffled training batches of 128 pairs."""
     enc = encode_pairs(corpus.train, corpus.src_vocab, corpus.tgt_vocab)
-    data = list(batches(enc, 128, shuffle=True, seed=0))[: args.batches]
-    cfg = ModelConfig(len(corpus.src_vocab), len(corpus.tgt_vocab), **size)
+    return list(batches(enc, 128, shuffle=True, seed=0))[:count]
+
+
+def print_speeds(label: str, speed: dict[str, list[float]]) -> None:
+    """Median tokens/s of each implementation, its runs, and ours / each other one."""
+    for k, runs in speed.items():
+        print(
+            f"  {label:13s} {k:20s} {median(runs):7.0f} target tokens/s  (runs: "
+            f"{', '.join(f'{s:.0f}' for s in runs)})"
+        )
+    ours = median(speed["ours"])
+    ratios = [f"ours / {k.split()[0]}: {ours / median(v):.2f}x" for k, v in speed.items()]
+    print(f"  {label:13s} " + ",  ".join(ratios[1:]))
+
+
+def print_roofline(model, opt, data, speed: float, roofline: float) -> None:
+    """GFLOP per batch of our fp32 step and the share of the fp32 matmul roofline it reaches."""
+    flops = sum(step_flops(model, opt, b) for b in data[:3]) / 3
+    tokens = sum(int((t[:, 1:] != 0).sum()) for _, t in data[:3]) / 3
+    achieved = flops / tokens * speed / 1e9
+    print(
+        f"  our fp32 step: {flops / 1e9:.1f} GFLOP per batch, {achieved:.0f} GFLOP/s "
+        f"= {achieved / roofline:.0%} of the {roofline:.0f} GFLOP/s fp32 roofline"
+    )
+
+
+def compare_implementations(corpus, size: str, args, roofline) -> None:
+    """Ours, the twin and d2l on the same batches, in fp32 and (if native) bf16 autocast."""
+    description, fields = SIZES[size]
+    data = training_batches(corpus, args.batches)
+    cfg = ModelConfig(len(corpus.src_vocab), len(corpus.tgt_vocab), **fields)
     torch.manual_seed(0)
-    models = {"ours": Transformer(cfg), "nn.Transformer twin": TorchTwin(cfg)}
+    models = {k: make(cfg) for k, make in IMPLEMENTATIONS.items()}
     opts = {k: adam(m) for k, m in models.items()}
-    print(f"\n{name}, batch 128, {len(data)} identical batches, {args.repeats} repeats")
+    print(f"\n{description}, batch 128, {len(data)} identical batches, {args.repeats} repeats")
     precisions = [("fp32", False)] + ([("bf16 autocast", True)] if cpu_has_native_bf16() else [])
     for label, amp in precisions:
-        speed = measure(models, opts, data, args.repeats, amp)
-        for k, runs in speed.items():
-            print(
-                f"  {label:13s} {k:20s} {median(runs):7.0f} target tokens/s  (runs: "
-                f"{', '.join(f'{s:.0f}' for s in runs)})"
-            )
-        ours, twin = median(speed["ours"]), median(speed["nn.Transformer twin"])
-        print(f"  {label:13s} ratio ours / twin: {ours / twin:.2f}x")
+        speed = interleaved_speeds(models, opts, data, args.repeats, amp)
+        print_speeds(label, speed)
         if not amp:
-            flops = sum(step_flops(models["ours"], opts["ours"], b) for b in data[:3]) / 3
-            tokens = sum(int((t[:, 1:] != 0).sum()) for _, t in data[:3]) / 3
-            achieved = flops / tokens * ours / 1e9
-            print(
-                f"  our fp32 step: {flops / 1e9:.1f} GFLOP per batch, {achieved:.0f} GFLOP/s "
-                f"= {achieved / roofline:.0%} of the {roofline:.0f} GFLOP/s fp32 roofline"
-            )
+            print_roofline(models["ours"], opts["ours"], data, median(speed["ours"]), roofline)
 
 
 def bucketing_speedup(corpus, args) -> None:
@@ -100,8 +132,7 @@ def bucketing_speedup(corpus, args) -> None:
     random.Random(0).shuffle(pairs)
     enc = encode_pairs(Split(pairs[: args.bucket_pairs]), corpus.src_vocab, corpus.tgt_vocab)
     num_steps = max(max(len(s), len(t) - 1) for s, t in enc)
-    size = SIZES["realistic (256 wide, 3+3 blocks, 8 heads, FFN 1024)"]
-    cfg = ModelConfig(len(corpus.src_vocab), len(corpus.tgt_vocab), **size)
+    cfg = ModelConfig(len(corpus.src_vocab), len(corpus.tgt_vocab), **SIZES["realistic"][1])
     torch.manual_seed(0)
     model = Transformer(cfg)
     opt = adam(model)
@@ -117,8 +148,7 @@ def bucketing_speedup(corpus, args) -> None:
         for k, make in modes.items():
             start = time.perf_counter()
             data = make()
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
-                seconds, tokens = time_steps(model, opt, data)
+            seconds, tokens = time_steps(model, opt, data, amp)
             runs[k].append(time.perf_counter() - start)
     print(
         f"\nEnd to end, realistic size, {len(enc)} fra-eng pairs (one epoch, "
@@ -133,12 +163,13 @@ def bucketing_speedup(corpus, args) -> None:
 def main() -> None:
     """Run both parts and print their figures."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--batches", type=int, default=12)
     p.add_argument("--bucket-pairs", type=int, default=10000)
     p.add_argument("--bucket-repeats", type=int, default=3)
     p.add_argument("--max-vocab", type=int, default=10000)
-    p.add_argument("--skip-twin", action="store_true")
+    p.add_argument("--sizes", default="d2l,realistic", help="comma-separated: d2l, realistic")
+    p.add_argument("--skip-twin", action="store_true", help="skip part 1 (the comparison)")
     p.add_argument("--skip-bucketing", action="store_true")
     args = p.parse_args()
     torch.set_num_threads(torch.get_num_threads())
@@ -151,8 +182,8 @@ def main() -> None:
         f"{len(corpus.tgt_vocab)}, {len(corpus.train.pairs)} training pairs (max_len 20)"
     )
     if not args.skip_twin:
-        for name, size in SIZES.items():
-            compare_with_twin(corpus, name, size, args, roofline)
+        for size in args.sizes.split(","):
+            compare_implementations(corpus, size, args, roofline)
     if not args.skip_bucketing:
         bucketing_speedup(corpus, args)
 

@@ -6,7 +6,9 @@ H heads, Dh head width (D // H), F feed-forward width, V vocabulary size, L laye
 Attention weights are returned explicitly when asked (``need_weights=True``); otherwise
 the fused ``F.scaled_dot_product_attention`` path is used. Both give the same outputs.
 Either path multiplies each head's output by its gate ``head_gate`` (when one is set) before
-W_o, which is how heads are removed at inference (``core.ablate``).
+W_o, which is how heads are removed at inference (``core.ablate``). Where queries, keys and
+values are one tensor (self-attention; keys and values for the memory), W_q, W_k, W_v run as
+one stacked product; they stay four separate (D, D) linears in the state_dict.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from core.output_loss import projected_cross_entropy
 
 
 @dataclass
@@ -130,8 +134,15 @@ class PositionalEncoding(nn.Module):
         return self.dropout(x + self.table[offset : offset + x.size(1)])
 
 
+def packed_linear(x: torch.Tensor, *layers: nn.Linear) -> tuple[torch.Tensor, ...]:
+    """Several nn.Linear of one input in one matrix product: n views (B, T, D_out)."""
+    weight = torch.cat([m.weight for m in layers])  # (n D_out, D)
+    bias = torch.cat([m.bias for m in layers])  # (n D_out,)
+    return F.linear(x, weight, bias).chunk(len(layers), dim=-1)  # n x (B, T, D_out)
+
+
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention with separate W_q, W_k, W_v, W_o projections."""
+    """Multi-head attention with W_q, W_k, W_v, W_o projections (stacked when inputs agree)."""
 
     def __init__(self, d_model: int, num_heads: int, dropout: float):
         super().__init__()
@@ -151,15 +162,24 @@ class MultiHeadAttention(nn.Module):
 
     def project_kv(self, keys: torch.Tensor, values: torch.Tensor):
         """Keys and values projected and split: two (B, H, Tk, Dh)."""
+        if keys is values:  # memory or self-attention: W_k and W_v in one product
+            return [self.split_heads(x) for x in packed_linear(keys, self.W_k, self.W_v)]
         return self.split_heads(self.W_k(keys)), self.split_heads(self.W_v(values))
+
+    def project(self, queries, keys, values, kv=None):
+        """q (B, H, Tq, Dh) and k, v (B, H, Tk, Dh); ``kv`` gives k, v already projected."""
+        if kv is None and queries is keys is values:  # self-attention: one product
+            q, k, v = packed_linear(queries, self.W_q, self.W_k, self.W_v)  # (B, T, D) each
+            return self.split_heads(q), self.split_heads(k), self.split_heads(v)
+        k, v = kv if kv is not None else self.project_kv(keys, values)  # (B, H, Tk, Dh)
+        return self.split_heads(self.W_q(queries)), k, v
 
     def forward(self, queries, keys, values, mask=None, need_weights=False, kv=None):
         """queries (B, Tq, D), keys/values (B, Tk, D) -> (out (B, Tq, D), weights|None).
 
         ``kv`` gives already projected (k, v) of shape (B, H, Tk, Dh), e.g. from a cache.
         """
-        q = self.split_heads(self.W_q(queries))  # (B, H, Tq, Dh)
-        k, v = kv if kv is not None else self.project_kv(keys, values)  # (B, H, Tk, Dh)
+        q, k, v = self.project(queries, keys, values, kv)  # (B, H, Tq|Tk, Dh)
         p = self.dropout if self.training else 0.0
         if need_weights:
             out, weights = attention(q, k, v, mask, p, self.training)  # (B, H, Tq, Dh)
@@ -371,15 +391,17 @@ class Transformer(nn.Module):
         """Mean cross-entropy of tgt_out (B, T) given src (B, S) and tgt_in (B, T).
 
         The output projection runs only at real (non-pad) target positions, so padding
-        costs nothing in the largest matrix product of the step.
+        costs nothing in the largest matrix product of the step; it is fused with the loss
+        (``core.output_loss``), so the (N, V) logits are made once and read once more.
         """
         memory, src_mask, _ = self.encode(src)
         hidden, _, _ = self.decoder(
             tgt_in, memory, src_mask, self.tgt_mask(tgt_in), project=False
         )  # (B, T, D)
-        keep = tgt_out != self.cfg.pad_id  # (B, T)
-        logits = self.decoder.dense(hidden[keep])  # (N, V), N real target tokens
-        return F.cross_entropy(logits.float(), tgt_out[keep], label_smoothing=label_smoothing)
+        rows = (tgt_out != self.cfg.pad_id).flatten().nonzero().squeeze(1)  # (N,) real tokens
+        real = hidden.flatten(0, 1).index_select(0, rows)  # (N, D)
+        target = tgt_out.flatten()[rows]  # (N,)
+        return projected_cross_entropy(real, self.decoder.dense, target, label_smoothing)
 
     def num_parameters(self) -> int:
         """Number of trainable parameters."""

@@ -186,7 +186,12 @@ class Trainer:
             loss.backward()
             value, step_tokens = loss.item(), int((tgt_out != Vocab.pad_id).sum())
         clip = self.cfg.grad_clip or float("inf")
-        norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        total_norm = torch.nn.utils.get_total_norm(grads)
+        norm = float(total_norm)
+        # as clip_grad_norm_, which scales by min(1, clip / (norm + 1e-6)): no pass for a 1
+        if clip < norm + 1e-6:
+            torch.nn.utils.clip_grads_with_norm_(self.model.parameters(), clip, total_norm)
         finite = math.isfinite(value) and math.isfinite(norm)  # the same on every process
         if finite:  # a NaN/inf step would poison the weights and Adam's moments
             self.optimizer.step()

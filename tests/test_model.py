@@ -1,4 +1,5 @@
-"""The Transformer: shapes, masks, equivalence with PyTorch's layers, fused == explicit."""
+"""The Transformer: shapes, masks, equivalence with PyTorch's layers, fused == explicit,
+and the training loss's fused output layer == PyTorch's cross-entropy (loss and gradients)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from core.model import (
     attention,
     subsequent_mask,
 )
+from core.output_loss import CHUNK_ROWS, projected_cross_entropy
+from tests import helpers
 from tests.helpers import toy_model_config
 
 ATOL = 1e-5
@@ -211,3 +214,124 @@ def test_embeddings_are_scaled_by_sqrt_d():
     enc(src, torch.ones(1, 1, 1, 3, dtype=torch.bool))
     expected = enc.embedding(src) * 4.0 + enc.pos_encoding.table[:3]
     assert torch.allclose(seen["x"], expected)
+
+
+def test_attention_parameters_keep_their_names_and_shapes():
+    """W_q, W_k, W_v, W_o stay four (D, D) linears, whatever product computes them."""
+    mha = MultiHeadAttention(16, 4, 0.0)
+    shapes = {k: tuple(v.shape) for k, v in mha.state_dict().items()}
+    expected = {
+        f"W_{x}.{p}": (16, 16) if p == "weight" else (16,)
+        for x in "qkvo"
+        for p in ("weight", "bias")
+    }
+    assert shapes == expected
+
+
+@pytest.mark.parametrize("same_kv", [True, False])
+def test_packed_projections_equal_separate_ones(same_kv):
+    """One stacked product for q, k, v (self-attention) or k, v gives W_q(x), W_k(x), W_v(x)."""
+    torch.manual_seed(4)
+    mha = MultiHeadAttention(16, 4, 0.0)
+    x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+    keys, values = (x, x) if same_kv else (memory, memory.clone())
+    q, k, v = mha.project(x, keys, values)
+    for got, linear, inp in ((q, mha.W_q, x), (k, mha.W_k, keys), (v, mha.W_v, values)):
+        assert torch.allclose(got, mha.split_heads(linear(inp)), atol=1e-6)
+
+
+def unfused_loss(hidden, dense, target, smoothing):
+    """The output layer's loss as usually written: float logits, then F.cross_entropy."""
+    return nn.functional.cross_entropy(dense(hidden).float(), target, label_smoothing=smoothing)
+
+
+def loss_and_grads(loss_fn, hidden, dense, target, smoothing):
+    """(loss, d hidden, d weight, d bias) of one loss function on fresh leaves."""
+    hidden = hidden.clone().requires_grad_()
+    dense.zero_grad(set_to_none=True)
+    loss = loss_fn(hidden, dense, target, smoothing)
+    (2.0 * loss).backward()  # an upstream gradient other than 1 (DDP's weighting)
+    return loss.detach(), hidden.grad, dense.weight.grad, dense.bias.grad
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("rows", [1, CHUNK_ROWS, 2 * CHUNK_ROWS + 5])
+def test_projected_cross_entropy_equals_pytorch(smoothing, rows):
+    """The fused output layer's loss and gradients equal F.cross_entropy's (float32)."""
+    torch.manual_seed(5)
+    dense = nn.Linear(8, 37)
+    hidden, target = torch.randn(rows, 8), torch.randint(0, 37, (rows,))
+    ours = loss_and_grads(projected_cross_entropy, hidden, dense, target, smoothing)
+    ref = loss_and_grads(unfused_loss, hidden, dense, target, smoothing)
+    for a, b in zip(ours, ref):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_projected_cross_entropy_under_bf16_autocast():
+    """Under bf16 autocast: bf16 products, float32 softmax; the unfused path's, to bf16 rounding."""
+    torch.manual_seed(6)
+    dense = nn.Linear(32, 301)
+    hidden, target = torch.randn(150, 32), torch.randint(0, 301, (150,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ours = loss_and_grads(projected_cross_entropy, hidden, dense, target, 0.1)
+        ref = loss_and_grads(unfused_loss, hidden, dense, target, 0.1)
+    assert [g.dtype for g in ours] == [torch.float32] * 4
+    assert torch.allclose(ours[0], ref[0], rtol=1e-3)  # bf16 keeps 8 bits of mantissa
+    for a, b in zip(ours[1:], ref[1:]):
+        assert torch.allclose(a, b, rtol=0.02, atol=0.01 * float(b.abs().max()))
+
+
+def test_training_gradients_equal_the_unfused_loss(model_and_batch):
+    """Every parameter's gradient of model.loss equals that of full-logits cross-entropy."""
+    model, src, tgt = model_and_batch
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    grads = []
+    for fused in (True, False):
+        model.zero_grad(set_to_none=True)
+        if fused:
+            loss = model.loss(src, tgt_in, tgt_out, 0.1)
+        else:
+            logits, _ = model(src, tgt_in)  # (B, T, V)
+            loss = nn.functional.cross_entropy(
+                logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0, label_smoothing=0.1
+            )
+        loss.backward()
+        grads.append({k: p.grad.clone() for k, p in model.named_parameters()})
+    assert grads[0].keys() == grads[1].keys()
+    for k in grads[0]:
+        assert torch.allclose(grads[0][k], grads[1][k], rtol=1e-4, atol=1e-6), k
+
+
+def load_d2l_transcription():
+    """bench/d2l_twin.py, the benchmarks' plain transcription of d2l's chapter 11.7 code."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "bench" / "d2l_twin.py"
+    spec = importlib.util.spec_from_file_location("d2l_twin", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_d2l_transcription_computes_our_loss():
+    """The benchmarks' d2l transcription, given our weights (attention biases 0), has our loss.
+
+    Both in training mode (dropout is 0 here): d2l masks future positions only in training.
+    """
+    model, src, tgt = helpers.model_and_batch(norm_first=False)  # d2l's AddNorm is post-LN
+    model.train()
+    d2l = load_d2l_transcription().D2LTransformer(model.cfg)
+    names = {"blks.block": "layers.", "attention1": "self_attention"}
+    names["attention2"] = "cross_attention"
+    ours = model.state_dict()
+    with torch.no_grad():
+        for name, p in d2l.named_parameters():
+            for theirs, our in names.items():
+                name = name.replace(theirs, our)
+            p.copy_(ours[name])
+        for name, p in model.named_parameters():
+            if name.split(".")[-2].startswith("W_") and name.endswith("bias"):
+                p.zero_()  # d2l's attention projections have no bias
+    args = (src, tgt[:, :-1], tgt[:, 1:], 0.1)
+    assert torch.allclose(d2l.loss(*args), model.loss(*args), atol=1e-6)
