@@ -79,6 +79,34 @@ class TorchTwin(nn.Module):
         )
 
 
+def budget_command(out, preset: str, minutes: float, *extra: str) -> list[str]:
+    """``python -m core.train`` on fra-eng for ``minutes`` of training (no epoch limit)."""
+    return [
+        sys.executable,
+        "-m",
+        "core.train",
+        *("--data", corpus_path(), "--out", str(out), "--preset", preset),
+        *("--epochs", "0", "--time-budget", str(minutes * 60), "--no-progress"),
+        *extra,
+    ]
+
+
+def held_out_figures(run) -> tuple:
+    """(LoadedModel, figures) of a run's best.pt on its corpus's held-out test split."""
+    from core.checkpoint import data_config_of, load_checkpoint
+    from core.data import load_splits
+    from core.evaluate import evaluate_split
+
+    lm = load_checkpoint(Path(run) / "best.pt")
+    cfg = data_config_of(lm.meta)
+    cfg.source = corpus_path()
+    test = load_splits(cfg).test
+    result = evaluate_split(lm.model, lm.src_vocab, lm.tgt_vocab, test)
+    state = lm.meta["state"]
+    result.update(steps=state["step"], val_bleu=state["best_bleu"], test_pairs=len(test.pairs))
+    return lm, result
+
+
 def adam(model):
     """The optimiser both models use (fused Adam, as core.train_loop)."""
     return torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)

@@ -13,14 +13,9 @@ import argparse
 import json
 import shutil
 import subprocess
-import sys
 import time
 
-from common import ROOT, corpus_path
-
-from core.checkpoint import data_config_of, load_checkpoint
-from core.data import load_corpus
-from core.evaluate import evaluate_split
+from common import ROOT, budget_command, held_out_figures
 
 
 def main() -> None:
@@ -32,38 +27,15 @@ def main() -> None:
     p.add_argument("extra", nargs="*", help="more flags for core.train (after --)")
     args = p.parse_args()
     shutil.rmtree(args.out, ignore_errors=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "core.train",
-        "--data",
-        corpus_path(),
-        "--out",
-        args.out,
-        "--preset",
-        args.preset,
-        "--epochs",
-        "0",
-        "--time-budget",
-        str(args.minutes * 60),
-        "--no-progress",
-        *args.extra,
-    ]
+    cmd = budget_command(args.out, args.preset, args.minutes, *args.extra)
     print("$", " ".join(cmd), flush=True)
     start = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, check=True)
     wall = time.perf_counter() - start
-    lm = load_checkpoint(f"{args.out}/best.pt")
-    cfg = data_config_of(lm.meta)
-    cfg.source = corpus_path()
-    test = load_corpus(cfg).test
-    result = evaluate_split(lm.model, lm.src_vocab, lm.tgt_vocab, test)
+    lm, result = held_out_figures(args.out)
     result.update(
         minutes_training=args.minutes,
         wall_seconds=round(wall, 1),
-        steps=lm.meta["state"]["step"],
-        val_bleu=lm.meta["state"]["best_bleu"],
-        test_pairs=len(test.pairs),
         parameters=lm.model.num_parameters(),
     )
     print(json.dumps(result, indent=2))

@@ -26,43 +26,22 @@ import sys
 import time
 from pathlib import Path
 
-from common import ROOT, corpus_path
+from common import ROOT, budget_command, held_out_figures
 
-from core.checkpoint import data_config_of, load_checkpoint
-from core.data import load_splits
 from core.devices import cpu_has_native_bf16
-from core.evaluate import evaluate_split
 
 TOKENIZERS = ("word", "bpe")
 
 
 def train_command(out: Path, tokenizer: str, args, amp: bool, threads: int) -> list[str]:
     """The core.train command line of one run."""
-    return [
-        sys.executable,
-        "-m",
-        "core.train",
-        "--data",
-        corpus_path(),
-        "--out",
-        str(out),
-        "--preset",
+    return budget_command(
+        out,
         "small",
-        "--epochs",
-        "0",
-        "--time-budget",
-        str(args.minutes * 60),
-        "--tokenizer",
-        tokenizer,
-        "--bpe-vocab",
-        str(args.bpe_vocab),
-        "--amp" if amp else "--no-amp",
-        "--threads",
-        str(threads),
-        "--seed",
-        str(args.seed),
-        "--no-progress",
-    ]
+        args.minutes,
+        *("--tokenizer", tokenizer, "--bpe-vocab", str(args.bpe_vocab)),
+        *("--amp" if amp else "--no-amp", "--threads", str(threads), "--seed", str(args.seed)),
+    )
 
 
 def pinned(core: int):
@@ -97,18 +76,11 @@ def train_pair(args, precision: str) -> dict[str, Path]:
 
 def evaluate(run: Path) -> dict:
     """Test-split figures of a run's best checkpoint."""
-    lm = load_checkpoint(run / "best.pt")
-    cfg = data_config_of(lm.meta)
-    cfg.source = corpus_path()
-    test = load_splits(cfg).test
-    result = evaluate_split(lm.model, lm.src_vocab, lm.tgt_vocab, test)
+    lm, result = held_out_figures(run)
     state = lm.meta["state"]
     result.update(
-        steps=state["step"],
-        val_bleu=state["best_bleu"],
         tokens_per_s=state["tokens"] / max(state["elapsed"], 1e-9),
         vocab=f"{lm.src_vocab.describe()} / {lm.tgt_vocab.describe()}",
-        test_pairs=len(test.pairs),
     )
     return result
 

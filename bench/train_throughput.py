@@ -29,18 +29,12 @@ from torch.utils.flop_counter import FlopCounterMode
 from core.data import DataConfig, Split, batches, encode_pairs, load_corpus
 from core.devices import autocast_dtype, cpu_has_native_bf16
 from core.model import ModelConfig, Transformer
+from core.presets import PRESETS
 
 SIZES = {  # name: (description, ModelConfig fields)
     "d2l": (
         "d2l chapter (256 wide, 2+2 blocks, 4 heads, FFN 64, dropout 0.2)",
-        dict(
-            d_model=256,
-            num_heads=4,
-            num_encoder_layers=2,
-            num_decoder_layers=2,
-            d_ff=64,
-            dropout=0.2,
-        ),
+        dict(PRESETS["d2l"]["model"]),
     ),
     "realistic": (
         "realistic (256 wide, 3+3 blocks, 8 heads, FFN 1024, dropout 0.1)",

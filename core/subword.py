@@ -82,7 +82,7 @@ class BPEVocab(Vocab):
 
     def words(self, tokens: Sequence[str]) -> list[str]:
         """Pieces joined back into words."""
-        return [" ".join(tokens[a:b]).replace(" " + PREFIX, "") for a, b in word_spans(tokens)]
+        return join_pieces(tokens)
 
     def unknown(self, words: Sequence[str]) -> list[str]:
         """The words holding a character this vocabulary has never seen."""
@@ -107,6 +107,14 @@ def word_spans(tokens: Sequence[str]) -> list[tuple[int, int]]:
         else:
             spans.append((i, i + 1))
     return spans
+
+
+def join_pieces(tokens: Sequence[str]) -> list[str]:
+    """The words of a list of pieces: each word's pieces joined, their ``##`` dropped."""
+    return [
+        "".join(t.removeprefix(PREFIX) if i else t for i, t in enumerate(tokens[a:b]))
+        for a, b in word_spans(tokens)
+    ]
 
 
 def vocab_from_meta(itos: Sequence[str], tokenizer: str | None) -> Vocab:

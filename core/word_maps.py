@@ -17,21 +17,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from core.maps import SentenceMaps
-from core.subword import PREFIX, word_spans
+from core.subword import PREFIX, join_pieces, word_spans
 
 
 def has_pieces(maps: SentenceMaps) -> bool:
     """Whether some token of these maps continues a word (merging would change them)."""
     tokens = (*maps.src_tokens, *maps.output_tokens, *maps.decoder_inputs)
     return any(t.startswith(PREFIX) and len(t) > len(PREFIX) for t in tokens)
-
-
-def merge_words(tokens: Sequence[str]) -> list[str]:
-    """The words of a token axis: each word's pieces joined, prefixes dropped."""
-    return [
-        "".join(t.removeprefix(PREFIX) if i else t for i, t in enumerate(tokens[a:b]))
-        for a, b in word_spans(tokens)
-    ]
 
 
 def merge_weights(
@@ -53,9 +45,9 @@ def merged(maps: SentenceMaps) -> SentenceMaps:
         merge_weights(maps.encoder, src, src),  # (L, H, S', S')
         merge_weights(maps.decoder_self, out, inputs),  # (L, H, T', T')
         merge_weights(maps.cross, out, src),  # (L, H, T', S')
-        merge_words(src),
-        merge_words(out),
-        merge_words(inputs),
+        join_pieces(src),
+        join_pieces(out),
+        join_pieces(inputs),
     )
 
 

@@ -9,10 +9,16 @@ from core.checkpoint import load_checkpoint, read_checkpoint
 from core.data import DataConfig, Vocab, encode_pairs, load_corpus, tokenize, unk_warnings
 from core.maps import SentenceMaps
 from core.settings import form_fields, validate_settings
-from core.subword import BPEVocab, checkpoint_entries, checkpoint_vocabs, word_spans
+from core.subword import (
+    BPEVocab,
+    checkpoint_entries,
+    checkpoint_vocabs,
+    join_pieces,
+    word_spans,
+)
 from core.train import main as train_main
 from core.translation import translate_sentence
-from core.word_maps import has_pieces, merge_weights, merge_words, merged
+from core.word_maps import has_pieces, merge_weights, merged
 from tests.helpers import TINY, train_tiny
 
 SENTENCES = [tokenize(s) for s in ("we are eating .", "they are eating .", "we eat apples .")]
@@ -58,7 +64,7 @@ def test_encode_many_matches_one_by_one_and_keeps_empty_sentences(bpe):
 def test_word_spans_join_continuations_but_never_across_specials():
     tokens = ["<bos>", "mange", "##ons", "la", "##s", "<eos>", "##x", "##"]
     assert word_spans(tokens) == [(0, 1), (1, 3), (3, 5), (5, 6), (6, 7), (7, 8)]
-    assert merge_words(tokens) == ["<bos>", "mangeons", "las", "<eos>", "##x", "##"]
+    assert join_pieces(tokens) == ["<bos>", "mangeons", "las", "<eos>", "##x", "##"]
 
 
 def test_checkpoint_entries_round_trip_both_kinds(bpe):
