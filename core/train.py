@@ -401,7 +401,7 @@ def main(argv=None) -> int:
 
     While it trains, the process (rank 0 of a torchrun launch) holds the run directory's
     trainer lock, so a second trainer of the same run (two resumes at once) stops at once
-    and touches nothing.
+    and touches nothing. A process of a torchrun launch ends here (distributed.exit_process).
     """
     args = build_parser().parse_args(argv)
     try:
@@ -416,15 +416,18 @@ def main(argv=None) -> int:
     except (DataError, ValueError, OSError) as e:
         record_failure(args.out, world, str(e))
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # noqa: BLE001 - record any crash for the app, then re-raise
+        code = 2
+    except Exception as e:  # noqa: BLE001 - record any crash for the app, then exit 1
         record_failure(args.out, world, crash_message(e, world))
         traceback.print_exc()
-        return 1
+        code = 1
     finally:
         if lock is not None:
             os.close(lock)
-    distributed.finish(world)
+    if world.distributed:
+        if code in (0, DIVERGED_EXIT):  # every process got here: leave the group together
+            distributed.finish(world)
+        distributed.exit_process(code)  # never returns
     return code
 
 
