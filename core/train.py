@@ -88,7 +88,7 @@ class RunRecorder:
             epoch=info["epoch"],
         )
         if self.rd.stop_requested():
-            trainer.stop_requested = True
+            trainer.stop_asked = True
         if self.bar is not None:
             self.bar.n = info["step"]
             self.bar.set_postfix(loss=f"{info['loss']:.3f}")
@@ -128,7 +128,7 @@ class RunRecorder:
         self.save(self.rd.last, with_optimizer=True)
         self.rd.write_status(best_bleu=trainer.state.best_bleu, last_eval=info["step"])
         if self.rd.stop_requested():
-            trainer.stop_requested = True
+            trainer.stop_asked = True
 
     def on_end(self, trainer: Trainer, info: dict) -> None:
         """Save the last checkpoint (never after divergence) and the final state."""
@@ -304,8 +304,10 @@ def train_run(args: argparse.Namespace, world: World | None = None) -> int:
         diverged_at=None,
     )
     trainer = prepare(rd, configs, args.resume, world)
-    signal.signal(signal.SIGTERM, lambda *_: setattr(trainer, "stop_requested", True))
-    trainer.stop_requested = bool(early_stop) or (world.is_main and rd.stop_requested())
+    # a signal only asks: the processes decide together at the next step (Trainer.agree)
+    signal.signal(signal.SIGTERM, lambda *_: setattr(trainer, "stop_asked", True))
+    if early_stop or (world.is_main and rd.stop_requested()):  # never reset: a signal may
+        trainer.stop_asked = True  # have landed since the handler above was installed
     devices = distributed.gather(world, device_description(trainer.device))
     if not world.is_main:
         outcome = trainer.run()

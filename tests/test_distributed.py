@@ -211,6 +211,34 @@ def test_every_process_reads_text_with_rank_0s_bpe_tokenizer(tmp_path):
     assert not list(record.glob("teardown*")), "a process ran Python's exit handlers"
 
 
+def test_a_stop_asked_just_after_an_agreement_waits_for_the_next(tiny_corpus, monkeypatch):
+    """A SIGTERM lands at any moment in each process: it only asks, and the processes stop
+    at the next step they agree on. Had it stopped one process at once, that process would
+    leave for the end-of-run collectives while the other waits in the next step's."""
+    from core.data import DataConfig, load_corpus
+    from core.model import ModelConfig, Transformer
+    from core.train_config import TrainConfig
+    from core.train_loop import Trainer
+
+    corpus = load_corpus(
+        DataConfig(source=str(tiny_corpus), split="head", min_freq=1, num_train=29, num_val=1)
+    )
+    model = Transformer(ModelConfig(len(corpus.src_vocab), len(corpus.tgt_vocab), d_model=16))
+    trainer = Trainer(model, corpus, TrainConfig(batch_size=4, epochs=3, device="cpu"))
+    agreed, real = [], distributed.agree
+
+    def agree(world, stop, elapsed):
+        out = real(world, stop, elapsed)
+        agreed.append(out[0])
+        if len(agreed) == 3:  # the handler runs just after the agreement of step 2
+            trainer.stop_asked = True
+        return out
+
+    monkeypatch.setattr(distributed, "agree", agree)
+    assert trainer.run() == "stopped"
+    assert agreed == [False, False, False, True] and trainer.state.step == 3
+
+
 def test_rank_batches_split_each_global_batch_by_length():
     """Two processes share each global batch of one bucket; alone, batches are unchanged."""
     from core.data import batches
