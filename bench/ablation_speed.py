@@ -20,10 +20,10 @@ import torch
 from common import ROOT, corpus_path, median
 from decode_latency import SENTENCE, time_ms
 
-from core import head_importance as hi
-from core.ablate import ablated, all_heads, parse_heads
-from core.checkpoint import load_checkpoint
-from core.decode import translate
+from core.attention import importance as hi
+from core.attention.ablation import ablated, all_heads, parse_heads
+from core.model.checkpoints import load_checkpoint, trained_data
+from core.model.decode import translate
 
 REMOVED = "encoder:1:0,decoder_self:0:2,cross:1:3"  # the heads the live re-translation removes
 
@@ -66,7 +66,7 @@ def main() -> None:
     lm = load_checkpoint(args.checkpoint)
     cfg = lm.model.cfg
     start = time.perf_counter()
-    sample = hi.validation_sample(lm, hi.data_settings(lm.meta), args.sentences)
+    sample = hi.validation_sample(lm, trained_data(lm.meta), args.sentences)
     print(
         f"model: {args.checkpoint} ({cfg.d_model} wide, {cfg.num_encoder_layers}+"
         f"{cfg.num_decoder_layers} blocks, {cfg.num_heads} heads, {len(all_heads(cfg))} in all), "

@@ -16,8 +16,8 @@ from torch import nn
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.data import Vocab  # noqa: E402
-from core.model import ModelConfig, PositionalEncoding  # noqa: E402
+from core.corpus.vocab import Vocab  # noqa: E402
+from core.model.transformer import ModelConfig, PositionalEncoding  # noqa: E402
 
 SHARED_ZIP = ROOT.parent / "shared" / "data" / "fra-eng.zip"
 
@@ -93,9 +93,9 @@ def budget_command(out, preset: str, minutes: float, *extra: str) -> list[str]:
 
 def held_out_figures(run) -> tuple:
     """(LoadedModel, figures) of a run's best.pt on its corpus's held-out test split."""
-    from core.checkpoint import data_config_of, load_checkpoint
-    from core.data import load_splits
-    from core.evaluate import evaluate_split
+    from core.corpus.splits import load_splits
+    from core.model.checkpoints import data_config_of, load_checkpoint
+    from core.model.scores import evaluate_split
 
     lm = load_checkpoint(Path(run) / "best.pt")
     cfg = data_config_of(lm.meta)

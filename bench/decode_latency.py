@@ -14,8 +14,8 @@ import time
 import torch
 from common import ROOT, median
 
-from core.checkpoint import load_checkpoint
-from core.decode import MAX_LEN, greedy_decode, prepare_source, translate
+from core.model.checkpoints import load_checkpoint
+from core.model.decode import MAX_LEN, greedy_decode, prepare_source, translate
 
 SENTENCE = "i think we should go to the beach tomorrow morning ."  # 10 words + "."
 

@@ -27,11 +27,12 @@ import time
 import torch
 from common import ROOT, corpus_path, median
 
-from core import distributed
-from core.data import DataConfig, load_corpus
-from core.model import ModelConfig, Transformer
-from core.train_config import TrainConfig
-from core.train_loop import Trainer
+from core.corpus.config import DataConfig
+from core.corpus.splits import load_corpus
+from core.model.transformer import ModelConfig, Transformer
+from core.training import distributed
+from core.training.config import TrainConfig
+from core.training.loop import Trainer
 
 MODEL = dict(  # the "small" preset's model
     d_model=256, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=1024, dropout=0.1

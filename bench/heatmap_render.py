@@ -22,7 +22,7 @@ from common import ROOT, median
 
 sys.path.insert(0, str(ROOT))
 
-from tests.helpers import launch_chromium, start_server, stop_server  # noqa: E402
+from tests.helpers import launch_chromium, start_server, stop_server
 
 SENTENCE = "i think that we should go to the beach together tomorrow morning ."
 KINDS = (

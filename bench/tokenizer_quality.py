@@ -28,7 +28,7 @@ from pathlib import Path
 
 from common import ROOT, budget_command, held_out_figures
 
-from core.devices import cpu_has_native_bf16
+from core.training.devices import cpu_has_native_bf16
 
 TOKENIZERS = ("word", "bpe")
 

@@ -32,8 +32,9 @@ from d2l_twin import D2LTransformer
 from torch.profiler import ProfilerActivity, profile
 from train_throughput import SIZES, training_batches
 
-from core.data import DataConfig, load_corpus
-from core.model import ModelConfig, Transformer
+from core.corpus.config import DataConfig
+from core.corpus.splits import load_corpus
+from core.model.transformer import ModelConfig, Transformer
 
 IMPLEMENTATIONS = {"ours": Transformer, "twin": TorchTwin, "d2l": D2LTransformer}
 PRODUCTS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}

@@ -26,10 +26,12 @@ from common import TorchTwin, adam, corpus_path, interleaved_speeds, median, tim
 from d2l_twin import D2LTransformer
 from torch.utils.flop_counter import FlopCounterMode
 
-from core.data import DataConfig, Split, batches, encode_pairs, load_corpus
-from core.devices import autocast_dtype, cpu_has_native_bf16
-from core.model import ModelConfig, Transformer
-from core.presets import PRESETS
+from core.corpus.batches import batches, encode_pairs
+from core.corpus.config import DataConfig
+from core.corpus.splits import Split, load_corpus
+from core.model.transformer import ModelConfig, Transformer
+from core.training.devices import autocast_dtype, cpu_has_native_bf16
+from core.training.presets import PRESETS
 
 SIZES = {  # name: (description, ModelConfig fields)
     "d2l": (

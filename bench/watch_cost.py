@@ -22,9 +22,10 @@ from common import ROOT, corpus_path, median
 
 sys.path.insert(0, str(ROOT))
 
-from core import jobs, run_status  # noqa: E402
-from core.run_dir import RunDir  # noqa: E402
-from tests.helpers import launch_chromium, start_server, stop_server  # noqa: E402
+from core.runs import jobs
+from core.runs import status as run_status
+from core.runs.run_dir import RunDir
+from tests.helpers import launch_chromium, start_server, stop_server
 
 
 def tokens_per_s(run_id: str, skip_s: float = 15.0) -> float:
@@ -50,7 +51,7 @@ def train_once(preset: str, seconds: float, threads: int, page=None, url: str = 
     if page is not None:
         page.goto("about:blank")
     if info.state != "finished":
-        from core import processes
+        from core.runs import processes
 
         check = processes.check_trainer(info.pid, info.path, info.identity)
         sys.exit(f"run {run_id} ended as {info.state} (check now: {check}): {info.message}")

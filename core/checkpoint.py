@@ -1,182 +1,20 @@
-"""Checkpoints as plain data: tensors plus JSON-able metadata, loaded with weights_only."""
+"""``python -m core.checkpoint SRC DST``: write a compact copy of a checkpoint (and its history).
+
+The library is ``core.model.checkpoints`` (save, load, compact) and ``core.runs.history``.
+"""
 
 from __future__ import annotations
 
-import os
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path, PureWindowsPath
+import argparse
+import sys
+from pathlib import Path
 
-import torch
-
-from core.corpus_source import FRA_ENG_SHA1, fra_eng_copy, sha1_of
-from core.data import DataConfig, Vocab
-from core.model import ModelConfig, Transformer
-from core.subword import checkpoint_entries, checkpoint_vocabs
-
-FORMAT = "attention-studio/1"
+from core.model.checkpoints import CheckpointError, compact, read_checkpoint
+from core.runs.history import write_history
 
 
-class CheckpointError(Exception):
-    """A checkpoint is missing, damaged or not ours; the message says which."""
-
-
-@dataclass
-class LoadedModel:
-    """A model rebuilt from a checkpoint, with its vocabularies and metadata."""
-
-    model: Transformer
-    src_vocab: Vocab
-    tgt_vocab: Vocab
-    meta: dict = field(default_factory=dict)  # configs, step, metrics, ...
-
-    @property
-    def subword(self) -> bool:
-        """Whether a vocabulary of this model cuts words into pieces (BPE)."""
-        return self.src_vocab.kind != "word" or self.tgt_vocab.kind != "word"
-
-
-def atomic_save(obj, path: Path) -> None:
-    """torch.save to a temporary file, then rename: never half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def all_finite(state_dict: dict) -> bool:
-    """True if every floating-point tensor of a state dict is finite (no NaN, no inf)."""
-    return all(
-        bool(torch.isfinite(v).all())
-        for v in state_dict.values()
-        if isinstance(v, torch.Tensor) and v.is_floating_point()
-    )
-
-
-def portable_data_config(data_config: dict, path=None) -> dict:
-    """``data_config`` with its source named portably (never a machine path), plus its SHA-1.
-
-    ``path`` is the corpus file that was read (default: the source, if it is a file here).
-    d2l's fra-eng.zip becomes "fra-eng" (by name or by SHA-1), any other file its base
-    name; "source_sha1" identifies the file. The split settings are kept.
-    """
-    cfg = dict(data_config)
-    source = str(cfg.get("source", "fra-eng"))
-    local = source_file(source) if path is None else Path(path)
-    if local is not None and local.is_file():
-        cfg["source_sha1"] = sha1_of(local)
-    elif source == "fra-eng":
-        cfg.setdefault("source_sha1", FRA_ENG_SHA1)
-    fra_eng = source == "fra-eng" or cfg.get("source_sha1") == FRA_ENG_SHA1
-    cfg["source"] = "fra-eng" if fra_eng else PureWindowsPath(source).name
-    return cfg
-
-
-def data_config_of(meta: dict) -> DataConfig:
-    """The DataConfig a checkpoint records (its other keys, such as source_sha1, dropped)."""
-    known = {f.name for f in fields(DataConfig)}
-    return DataConfig(**{k: v for k, v in (meta.get("data_config") or {}).items() if k in known})
-
-
-def source_file(source: str) -> Path | None:
-    """The local file a data source names: fra-eng's local copy, or an absolute path."""
-    if source == "fra-eng":
-        return fra_eng_copy()
-    path = Path(source).expanduser()
-    return path if path.is_absolute() else None
-
-
-def save_checkpoint(
-    path, model: Transformer, src_vocab: Vocab, tgt_vocab: Vocab, half: bool = False, **meta
-) -> None:
-    """Save weights, configs (as dicts), vocabularies (as lists) and ``meta``.
-
-    ``half`` stores floating-point weights as float16 (a compact file for sharing).
-    Weights that are not all finite are never saved (CheckpointError).
-    """
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    if half:
-        state = {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
-    if not all_finite(state):
-        raise CheckpointError(f"Not saving {path}: the model's weights hold NaN or inf values.")
-    atomic_save(
-        {
-            "format": FORMAT,
-            "model_config": asdict(model.cfg),
-            **checkpoint_entries(src_vocab, tgt_vocab),
-            "state_dict": state,
-            **meta,
-        },
-        path,
-    )
-
-
-def read_checkpoint(path) -> dict:
-    """The raw dict of a checkpoint, loaded safely (no code is ever unpickled)."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"Checkpoint not found: {path}")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - any unreadable file (struct.error, ...) is one case
-        if isinstance(e, MemoryError):
-            raise
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(
-            f"{path} is not a readable Attention Studio checkpoint (damaged, truncated or "
-            f"a foreign file): {first[:200]}"
-        ) from e
-    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not an Attention Studio checkpoint ({FORMAT}).")
-    return ckpt
-
-
-def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
-    """Rebuild the model from the config saved in the checkpoint and load its weights."""
-    ckpt = read_checkpoint(path)
-    try:
-        cfg = ModelConfig(**ckpt["model_config"])
-        model = Transformer(cfg)
-        state = {
-            k: v.float() if v.is_floating_point() else v for k, v in ckpt["state_dict"].items()
-        }
-        model.load_state_dict(state)
-        vocabs = checkpoint_vocabs(ckpt)
-    except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise CheckpointError(f"{path} is inconsistent and cannot be loaded: {e}") from e
-    model.to(device).eval()
-    meta = {k: v for k, v in ckpt.items() if k not in ("state_dict", "optimizer", "rng")}
-    return LoadedModel(model, vocabs[0], vocabs[1], meta)
-
-
-def compact(src, dst, half: bool = True) -> Path:
-    """Copy a checkpoint without optimiser state (and in float16), e.g. to ship or promote.
-
-    Its data source is written portably (see portable_data_config).
-    """
-    ckpt = read_checkpoint(src)
-    ckpt.pop("optimizer", None)
-    ckpt.pop("rng", None)
-    if ckpt.get("data_config"):
-        ckpt["data_config"] = portable_data_config(ckpt["data_config"])
-    if half:
-        ckpt["state_dict"] = {
-            k: v.half() if v.is_floating_point() else v for k, v in ckpt["state_dict"].items()
-        }
-    if not all_finite(ckpt["state_dict"]):
-        raise CheckpointError(
-            f"Not writing {dst}: its weights hold NaN or inf values"
-            + (" in float16 (try --float32)." if half else ".")
-        )
-    atomic_save(ckpt, Path(dst))
-    return Path(dst)
-
-
-def main(argv=None) -> int:
-    """``python -m core.checkpoint SRC DST``: write a compact copy of a checkpoint."""
-    import argparse
-    import sys
-
+def build_parser() -> argparse.ArgumentParser:
+    """SRC, DST, --float32 and --no-history."""
     p = argparse.ArgumentParser(description="Write a compact (float16, no optimiser) copy.")
     p.add_argument("src")
     p.add_argument("dst")
@@ -187,7 +25,12 @@ def main(argv=None) -> int:
         help="do not write DST's .history file (the run's metrics and attention snapshots "
         "up to the checkpoint's step, written when SRC is inside a run directory)",
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    """Write the compact copy and, beside it, the run's history up to its step."""
+    args = build_parser().parse_args(argv)
     try:
         out = compact(args.src, args.dst, half=not args.float32)
     except CheckpointError as e:
@@ -195,8 +38,6 @@ def main(argv=None) -> int:
         return 2
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
     if not args.no_history:
-        from core.history import write_history
-
         step = (read_checkpoint(out).get("state") or {}).get("step")
         history = write_history(Path(args.src).parent, out, step)
         if history is not None:

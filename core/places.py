@@ -1,11 +1,11 @@
-"""Where the app keeps its files: runs, models and the corpus folders, set by the environment."""
+"""Where the app keeps its files: runs, models, the download cache and the corpus folders.
+
+Every folder is set by the environment; nothing else in ``core`` names a folder."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-
-from core.corpus_source import default_cache_dir
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,6 +23,15 @@ UPLOADS = ".uploads"  # staged uploads, under the runs root
 
 
 ABLATION = ".ablation"  # cached head-importance results (core.ablate), under the runs root
+
+
+CACHE_ENV = "ATTENTION_STUDIO_CACHE"  # where the downloaded corpus is kept (default ~/.cache)
+
+
+def default_cache_dir() -> Path:
+    """Where the downloaded corpus is kept (ATTENTION_STUDIO_CACHE or ~/.cache/attention-studio)."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env) if env else Path.home() / ".cache" / "attention-studio"
 
 
 def runs_root() -> Path:

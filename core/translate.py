@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from core.ablate import HeadSpecError, ablated, heads_of
-from core.checkpoint import CheckpointError, load_checkpoint
-from core.decode import (
+from core.attention.ablation import HeadSpecError, ablated, heads_of
+from core.model.checkpoints import CheckpointError, load_checkpoint
+from core.model.decode import (
     ALPHA,
     MAX_LEN,
     TranslationError,

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import attention_figures as figs
-from core import compare_figures as cmp_figs
-from core import head_stats, token_pick
-from core.attention_kinds import KINDS, kind_labels, reading_hint
-from core.checkpoint import LoadedModel
-from core.data import D2L_TEST_PAIRS, tokenize
-from core.decode import Translation, TranslationError
-from core.history import open_history
-from core.maps import (
+from core.attention import head_stats, token_pick
+from core.attention.kinds import KINDS, kind_labels, reading_hint
+from core.attention.maps import (
     SentenceMaps,
     blank_note,
     export_name,
@@ -21,10 +15,16 @@ from core.maps import (
     select_view,
     view_csv,
 )
-from core.models import ModelEntry
-from core.training_figures import training_curve_figure
-from core.view_state import SECTIONS, ViewState, clamp_view
-from core.word_maps import shown_maps
+from core.attention.view_state import SECTIONS, ViewState, clamp_view
+from core.attention.word_maps import shown_maps
+from core.corpus.text import D2L_TEST_PAIRS, tokenize
+from core.figures import attention as figs
+from core.figures import comparison as cmp_figs
+from core.figures.training import training_curve_figure
+from core.model.checkpoints import LoadedModel
+from core.model.decode import Translation, TranslationError
+from core.runs.catalogue import ModelEntry
+from core.runs.history import open_history
 from pages.ui.ablation_view import ablation_section
 from pages.ui.cached import (
     probe_sentences,

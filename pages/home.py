@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import models, run_status
-from core.devices import device_summary
+from core.runs import catalogue as models
+from core.runs import status as run_status
+from core.training.devices import device_summary
 from pages.ui.frame import ensure_app_navigation, footer, page_links
 from pages.ui.model_picker import model_entries
 from pages.ui.run_view import runs_dataframe

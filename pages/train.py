@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import run_status
+from core.runs import status as run_status
 from pages.ui.frame import ensure_app_navigation
 from pages.ui.run_view import pick_run, run_panel, runs_table
 from pages.ui.train_form import new_run_form

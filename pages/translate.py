@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import d2l_check
-from core.checkpoint import LoadedModel
-from core.data import D2L_TEST_PAIRS
-from core.decode import DecodeSettings, Translation, TranslationError
-from core.models import ModelEntry
-from core.translation import topk_frame
-from core.view_state import ViewState
+from core.attention.view_state import ViewState
+from core.corpus.text import D2L_TEST_PAIRS
+from core.model import d2l_check
+from core.model.checked_translation import topk_frame
+from core.model.checkpoints import LoadedModel
+from core.model.decode import DecodeSettings, Translation, TranslationError
+from core.runs.catalogue import ModelEntry
 from pages.ui.cached import translate, validation_examples
 from pages.ui.frame import ensure_app_navigation, footer, link
 from pages.ui.model_picker import pick_model

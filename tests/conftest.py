@@ -49,7 +49,7 @@ def tiny_checkpoint(tiny_run) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model(tiny_checkpoint):
     """The tiny model, loaded once (a LoadedModel; never mutate it)."""
-    from core.checkpoint import load_checkpoint
+    from core.model.checkpoints import load_checkpoint
 
     return load_checkpoint(tiny_checkpoint)
 
@@ -57,8 +57,8 @@ def tiny_model(tiny_checkpoint):
 @pytest.fixture(scope="session")
 def home_translation(tiny_model):
     """(Translation, SentenceMaps) of the tiny model's greedy translation of "i'm home ."."""
-    from core.maps import SentenceMaps
-    from core.translation import DEFAULT_SENTENCE, translate_sentence
+    from core.attention.sentence_maps import SentenceMaps
+    from core.model.checked_translation import DEFAULT_SENTENCE, translate_sentence
 
     t = translate_sentence(tiny_model, DEFAULT_SENTENCE)
     return t, SentenceMaps.from_translation(t)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.settings import to_flags
+from core.training.settings import to_flags
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "data" / "tiny.tsv"  # 30 hand-written sentence pairs
@@ -133,7 +133,7 @@ def plain(markdown: str) -> str:
 
 def setup_studio_dirs(root: Path, tiny_checkpoint: Path, tiny_run: Path) -> dict:
     """checkpoints/ holding the tiny model as the shipped one, runs/ holding the tiny run."""
-    from core.models import SHIPPED_NAME
+    from core.runs.catalogue import SHIPPED_NAME
 
     ckpts, runs = root / "checkpoints", root / "runs"
     ckpts.mkdir()
@@ -144,8 +144,8 @@ def setup_studio_dirs(root: Path, tiny_checkpoint: Path, tiny_run: Path) -> dict
 
 def make_wide_checkpoint(path: Path, tiny_checkpoint: Path) -> Path:
     """An untrained 6 + 6 block, 8-head model with the tiny vocabularies (for size tests)."""
-    from core.checkpoint import load_checkpoint, save_checkpoint
-    from core.model import ModelConfig, Transformer
+    from core.model.checkpoints import load_checkpoint, save_checkpoint
+    from core.model.transformer import ModelConfig, Transformer
 
     tiny = load_checkpoint(tiny_checkpoint)
     sizes = {"d_model": 64, "num_heads": 8, "num_encoder_layers": 6, "num_decoder_layers": 6}
@@ -190,10 +190,10 @@ def make_run(
     runs: Path, run_id: str, status: dict, job: dict | None = None, checkpoint: bool = False
 ):
     """A run directory written by hand: status.json, job.json and optionally last/best.pt."""
-    from core.checkpoint import save_checkpoint
-    from core.data import Vocab
-    from core.model import ModelConfig, Transformer
-    from core.run_dir import RunDir, write_json
+    from core.corpus.vocab import Vocab
+    from core.model.checkpoints import save_checkpoint
+    from core.model.transformer import ModelConfig, Transformer
+    from core.runs.run_dir import RunDir, write_json
 
     rd = RunDir(Path(runs) / run_id)
     rd.create()
@@ -225,8 +225,8 @@ def run_dirs(root: Path) -> list[Path]:
 
 def kill_trainers(root: Path) -> None:
     """SIGKILL every live trainer of the runs under ``root`` (test clean-up)."""
-    from core import processes
-    from core.run_dir import RunDir, read_json
+    from core.runs import processes
+    from core.runs.run_dir import RunDir, read_json
 
     for path in run_dirs(root) if Path(root).is_dir() else []:
         job = read_json(RunDir(path).job, {}) or {}
@@ -320,7 +320,7 @@ def launch_chromium(playwright):
 @torch.no_grad()
 def greedy_decode_uncached(model, src: torch.Tensor, max_len: int) -> torch.Tensor:
     """Greedy decoding that re-runs the whole decoder each step (the reference for the cache)."""
-    from core.data import Vocab
+    from core.corpus.vocab import Vocab
 
     memory, src_mask, _ = model.encode(src)
     ys = torch.full((src.size(0), 1), Vocab.bos_id, dtype=torch.long, device=src.device)
@@ -338,8 +338,8 @@ WORDS_FR = ["je", "suis", "froid", "tu", "es", "grand", "."]
 
 def random_model():
     """(model, src vocab, tgt vocab): an untrained model (random weights vary the outputs)."""
-    from core.data import SPECIALS, Vocab
-    from core.model import Transformer
+    from core.corpus.vocab import SPECIALS, Vocab
+    from core.model.transformer import Transformer
 
     torch.manual_seed(0)
     vocab = len(SPECIALS) + 7
@@ -351,7 +351,7 @@ def random_model():
 
 def toy_model_config(**kw):
     """A small ModelConfig for fast layer tests (16 wide, 4 heads, 2 + 2 blocks)."""
-    from core.model import ModelConfig
+    from core.model.transformer import ModelConfig
 
     base = dict(
         src_vocab_size=23,
@@ -377,7 +377,7 @@ def padded_batch(vocab: int, lengths: list[int], width: int, seed: int = 0) -> t
 
 def model_and_batch(norm_first: bool):
     """(model, src, tgt): a seeded toy model in eval mode (3 decoder blocks), a padded batch."""
-    from core.model import Transformer
+    from core.model.transformer import Transformer
 
     torch.manual_seed(3)
     model = Transformer(toy_model_config(norm_first=norm_first, num_decoder_layers=3)).eval()

@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from core import ablate, evaluate
-from core import head_importance as hi
+from core import ablate as ablate_cmd
 from core import translate as translate_cmd
-from core.ablate import (
+from core.attention import importance as hi
+from core.attention.ablation import (
     HeadSpec,
     HeadSpecError,
     ablated,
@@ -24,10 +24,11 @@ from core.ablate import (
     parse_heads,
     spec_text,
 )
-from core.attention_kinds import KINDS
-from core.checkpoint import atomic_save, load_checkpoint, read_checkpoint
-from core.decode import translate, translate_batch
-from core.model import Transformer
+from core.attention.kinds import KINDS
+from core.model import scores as evaluate
+from core.model.checkpoints import atomic_save, load_checkpoint, read_checkpoint, trained_data
+from core.model.decode import translate, translate_batch
+from core.model.transformer import Transformer
 from tests.helpers import TINY, model_and_batch, toy_model_config
 
 VAL_DATA = {"source": "tiny.tsv", "split": "head", "num_train": 24, "num_val": 6, "min_freq": 1}
@@ -61,7 +62,7 @@ def val_checkpoint(tmp_path_factory, tiny_checkpoint):
 def val_model(val_checkpoint):
     """(LoadedModel, Sample of its 6 validation sentences)."""
     lm = load_checkpoint(val_checkpoint)
-    cfg = hi.data_settings(lm.meta, str(TINY))
+    cfg = trained_data(lm.meta, str(TINY))
     return lm, hi.validation_sample(lm, cfg, 100)
 
 
@@ -313,21 +314,21 @@ def test_importance_is_cached_on_disk_and_reused(val_checkpoint, runs_root, monk
 def test_no_validation_split_is_a_clear_error(tiny_model):
     lm = tiny_model  # trained on all 30 pairs
     with pytest.raises(hi.DataError, match="without a validation split"):
-        hi.validation_sample(lm, hi.data_settings(lm.meta), 10)
+        hi.validation_sample(lm, trained_data(lm.meta), 10)
 
 
 # ----------------------------------------------------------------------------- commands
 
 
 def test_ablate_command_prints_a_baseline_then_one_line_per_head(val_checkpoint, capsys):
-    assert ablate.main(["--checkpoint", str(val_checkpoint), "--sentences", "6"]) == 0
+    assert ablate_cmd.main(["--checkpoint", str(val_checkpoint), "--sentences", "6"]) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     base, rows = lines[0], lines[1:]
     assert base["baseline"] is True and base["sentences"] == 6 and base["heads"] == len(rows)
     assert len(rows) == len(all_heads(load_checkpoint(val_checkpoint).model.cfg))
     assert all(set(r) >= HEAD_KEYS for r in rows)
     assert all(r["delta_bleu"] == pytest.approx(r["bleu"] - base["bleu"]) for r in rows)
-    assert ablate.main(["--checkpoint", str(val_checkpoint), "--sentences", "6"]) == 0
+    assert ablate_cmd.main(["--checkpoint", str(val_checkpoint), "--sentences", "6"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[0])["cached"] is True
 
 
@@ -339,13 +340,13 @@ def test_ablate_command_prints_a_baseline_then_one_line_per_head(val_checkpoint,
     ],
 )
 def test_ablate_command_errors_are_one_line(val_checkpoint, capsys, args, message):
-    assert ablate.main(["--checkpoint", str(val_checkpoint), *args]) == 2
+    assert ablate_cmd.main(["--checkpoint", str(val_checkpoint), *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
 
 
 def test_ablate_command_without_a_validation_split(tiny_checkpoint, capsys):
-    assert ablate.main(["--checkpoint", str(tiny_checkpoint)]) == 2
+    assert ablate_cmd.main(["--checkpoint", str(tiny_checkpoint)]) == 2
     assert "without a validation split" in capsys.readouterr().err
 
 

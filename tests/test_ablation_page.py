@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core.checkpoint import atomic_save, read_checkpoint
-from core.models import SHIPPED_NAME
+from core.model.checkpoints import atomic_save, read_checkpoint
+from core.runs.catalogue import SHIPPED_NAME
 from tests.helpers import assert_clean, plain, run_page_script
 
 SECTION = {"section": "Remove heads"}

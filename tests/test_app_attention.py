@@ -9,9 +9,9 @@ import shutil
 import numpy as np
 from streamlit.testing.v1 import AppTest
 
-from core.attention_figures import BLANK_NAME, plotly_text
-from core.attention_kinds import KINDS, kind_labels
-from core.maps import HIDDEN_NOTE, export_name
+from core.attention.kinds import KINDS, kind_labels
+from core.attention.maps import HIDDEN_NOTE, export_name
+from core.figures.attention import BLANK_NAME, plotly_text
 from tests.helpers import assert_clean, plain, run_page_script
 
 
@@ -260,8 +260,8 @@ def test_over_training_without_snapshots_says_so(studio_dirs):
 
 
 def test_over_training_replays_a_models_history_file_without_its_run(studio_dirs):
-    from core.history import write_history
-    from core.models import SHIPPED_NAME
+    from core.runs.catalogue import SHIPPED_NAME
+    from core.runs.history import write_history
 
     write_history(studio_dirs["run"], studio_dirs["checkpoints"] / SHIPPED_NAME)
     shutil.rmtree(studio_dirs["runs"])

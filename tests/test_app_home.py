@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core import models
-from core.devices import device_summary
 from core.places import checkpoints_root, runs_root
+from core.runs import catalogue as models
+from core.training.devices import device_summary
 from tests.helpers import assert_clean, run_app
 
 

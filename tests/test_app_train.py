@@ -8,10 +8,12 @@ import time
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core import jobs, run_status, settings
 from core.places import DATA_ENV, checkpoints_root, data_root, runs_root
-from core.processes import check_trainer
-from core.run_dir import RunDir
+from core.runs import jobs
+from core.runs import status as run_status
+from core.runs.processes import check_trainer
+from core.runs.run_dir import RunDir
+from core.training import settings
 from tests.helpers import (
     TINY_JOB,
     TINY_PRESET,

@@ -7,9 +7,9 @@ import html
 import numpy as np
 import pytest
 
-from core import attention_figures as figs
-from core import compare_figures as cmp_figs
-from core.maps import HIDDEN_NOTE, playback_step, select_view
+from core.attention.maps import HIDDEN_NOTE, playback_step, select_view
+from core.figures import attention as figs
+from core.figures import comparison as cmp_figs
 
 
 def subtitle_text(fig) -> str:

@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlparse
 
-from core.checkpoint import atomic_save, read_checkpoint
+from core.model.checkpoints import atomic_save, read_checkpoint
 from tests.helpers import assert_no_browser_exception
 from tests.test_ablation_page import VAL_DATA
 from tests.test_browser_attention import look, settle

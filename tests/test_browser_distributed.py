@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from core import processes
-from core.settings import merged_settings
+from core.runs import processes
+from core.training.settings import merged_settings
 from tests.helpers import ARTIFACTS, assert_no_browser_exception, wait_for
 from tests.test_browser_train import LOSS_POINTS
 

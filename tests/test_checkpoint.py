@@ -8,7 +8,8 @@ import shutil
 import pytest
 import torch
 
-from core.checkpoint import (
+from core.corpus.source import FRA_ENG_SHA1, sha1_of
+from core.model.checkpoints import (
     CheckpointError,
     compact,
     data_config_of,
@@ -17,8 +18,7 @@ from core.checkpoint import (
     read_checkpoint,
     save_checkpoint,
 )
-from core.corpus_source import FRA_ENG_SHA1, sha1_of
-from core.model import Transformer
+from core.model.transformer import Transformer
 from tests.helpers import SHIPPED, TINY
 
 MACHINE_PATH = re.compile(r"^(/|[A-Za-z]:[\\/])")  # POSIX root or a Windows drive letter
@@ -80,7 +80,7 @@ def test_a_file_is_named_and_hashed(tmp_path, monkeypatch):
     data = portable_data_config({"source": str(copy), "split": "head"})
     assert data == {"source": "my-pairs.tsv", "split": "head", "source_sha1": sha1_of(TINY)}
     assert portable_data_config({"source": "ignored"}, path=copy)["source_sha1"] == sha1_of(TINY)
-    monkeypatch.setattr("core.checkpoint.FRA_ENG_SHA1", sha1_of(TINY))
+    monkeypatch.setattr("core.model.checkpoints.FRA_ENG_SHA1", sha1_of(TINY))
     assert portable_data_config({"source": str(copy)})["source"] == "fra-eng"
     assert portable_data_config({"source": "fra-eng"}, path=copy)["source"] == "fra-eng"
 

@@ -8,10 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core import compare
-from core.attention_kinds import KINDS
-from core.maps import HIDDEN_NOTE, SentenceMaps, teacher_forced_maps
-from core.translation import DEFAULT_SENTENCE
+from core.attention import comparison as compare
+from core.attention.kinds import KINDS
+from core.attention.maps import HIDDEN_NOTE, teacher_forced_maps
+from core.attention.sentence_maps import SentenceMaps
+from core.model.checked_translation import DEFAULT_SENTENCE
 
 
 def rows_of(shape: tuple[int, ...], seed: int, causal: bool = False) -> np.ndarray:

@@ -11,11 +11,13 @@ import threading
 import time
 from pathlib import Path
 
-from core import jobs, models, run_status
-from core.checkpoint import load_checkpoint
-from core.models import ModelError
+from core.model.checkpoints import load_checkpoint
 from core.places import runs_root
-from core.run_dir import RunDir, RunError
+from core.runs import catalogue as models
+from core.runs import jobs
+from core.runs import status as run_status
+from core.runs.catalogue import ModelError
+from core.runs.run_dir import RunDir, RunError
 from tests.helpers import wait_for
 
 ACTIONS = ("resume", "stop", "stop", "delete", "promote", "start")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from core import corpus_files
-from core.data import DataError
+from core.corpus import user_files as corpus_files
+from core.corpus.source import DataError
 from core.places import DATA_ENV, RUNS_ENV, runs_root
-from core.settings import merged_settings
+from core.training.settings import merged_settings
 from tests.helpers import TINY_JOB, TINY_PRESET
 
 

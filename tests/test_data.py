@@ -9,21 +9,20 @@ import zipfile
 
 import pytest
 
-from core import corpus_source
-from core.corpus_source import FRA_ENG_ENV, download, parse_pairs, read_text, resolve_corpus
-from core.data import (
-    DataConfig,
+from core.corpus import source as corpus_source
+from core.corpus.batches import batches, encode_pairs
+from core.corpus.config import DataConfig
+from core.corpus.source import (
+    FRA_ENG_ENV,
     DataError,
-    Split,
-    Vocab,
-    batches,
-    encode_pairs,
-    inspect_file,
-    load_corpus,
-    preprocess,
-    split_by_source,
-    tokenize,
+    download,
+    parse_pairs,
+    read_text,
+    resolve_corpus,
 )
+from core.corpus.splits import Split, inspect_file, load_corpus, split_by_source
+from core.corpus.text import preprocess, tokenize
+from core.corpus.vocab import Vocab
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ import copy
 import pytest
 import torch
 
-from core.data import Vocab
-from core.decode import (
+from core.corpus.vocab import Vocab
+from core.model.decode import (
     TranslationError,
     beam_search,
     greedy_decode,
@@ -16,7 +16,7 @@ from core.decode import (
     translate,
     translate_batch,
 )
-from core.model import subsequent_mask
+from core.model.transformer import subsequent_mask
 from tests.helpers import greedy_decode_uncached
 
 

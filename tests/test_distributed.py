@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 import torch
 
-from core import distributed
-from core.checkpoint import load_checkpoint, read_checkpoint
-from core.data import rank_batches
-from core.distributed import World
-from core.run_dir import RunDir
-from core.translation import translate_sentence
+from core.corpus.batches import rank_batches
+from core.model.checked_translation import translate_sentence
+from core.model.checkpoints import load_checkpoint, read_checkpoint
+from core.runs.run_dir import RunDir
+from core.training import distributed
+from core.training.distributed import World
 from tests.helpers import ROOT, TINY_ARGS, wait_for
 
 STEPS = 24  # steps of the runs compared
@@ -215,10 +215,11 @@ def test_a_stop_asked_just_after_an_agreement_waits_for_the_next(tiny_corpus, mo
     """A SIGTERM lands at any moment in each process: it only asks, and the processes stop
     at the next step they agree on. Had it stopped one process at once, that process would
     leave for the end-of-run collectives while the other waits in the next step's."""
-    from core.data import DataConfig, load_corpus
-    from core.model import ModelConfig, Transformer
-    from core.train_config import TrainConfig
-    from core.train_loop import Trainer
+    from core.corpus.config import DataConfig
+    from core.corpus.splits import load_corpus
+    from core.model.transformer import ModelConfig, Transformer
+    from core.training.config import TrainConfig
+    from core.training.loop import Trainer
 
     corpus = load_corpus(
         DataConfig(source=str(tiny_corpus), split="head", min_freq=1, num_train=29, num_val=1)
@@ -241,7 +242,7 @@ def test_a_stop_asked_just_after_an_agreement_waits_for_the_next(tiny_corpus, mo
 
 def test_rank_batches_split_each_global_batch_by_length():
     """Two processes share each global batch of one bucket; alone, batches are unchanged."""
-    from core.data import batches
+    from core.corpus.batches import batches
 
     encoded = [(np.ones(n, dtype=np.int64), np.ones(n + 1, dtype=np.int64)) for n in range(1, 30)]
     alone = list(rank_batches(encoded, 4, seed=3))
@@ -285,7 +286,8 @@ CRASH_ENV = "ATTENTION_STUDIO_TEST_CRASH"  # "RANK:STEP": that process raises be
 
 def crashing_main() -> int:
     """core.train whose process RANK raises a RuntimeError before step STEP (a crash)."""
-    from core import train, train_loop
+    from core import train
+    from core.training import loop as train_loop
 
     rank, step = (int(x) for x in os.environ[CRASH_ENV].split(":"))
     original = train_loop.Trainer.train_step
@@ -305,9 +307,10 @@ VOCAB_ENV = "ATTENTION_STUDIO_TEST_VOCABS"  # a folder: each process writes its 
 def recording_main() -> int:
     """core.train whose every process writes the BPE tokenizers it trains with."""
     from core import train
-    from core.subword import checkpoint_entries
+    from core.corpus.bpe import checkpoint_entries
+    from core.runs import training_run
 
-    original = train.prepare
+    original = training_run.prepare
 
     def prepare(rd, configs, resume, world):
         trainer = original(rd, configs, resume, world)
@@ -317,7 +320,7 @@ def recording_main() -> int:
         path.write_text(json.dumps(entries["tokenizers"]))
         return trainer
 
-    train.prepare = prepare
+    training_run.prepare = prepare
     marker = Path(os.environ[VOCAB_ENV]) / f"teardown{os.environ.get('RANK')}"
     atexit.register(marker.touch)  # runs only if the process tears Python down
     return train.main()

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from core.checkpoint import load_checkpoint, read_checkpoint
-from core.run_dir import RunDir, read_json
+from core.model.checkpoints import load_checkpoint, read_checkpoint
+from core.runs.run_dir import RunDir, read_json
 from tests.helpers import ROOT, TINY_ARGS
 
 STEPS = 300

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from core import head_stats as hs
-from core.maps import SentenceMaps
+from core.attention import head_stats as hs
+from core.attention.sentence_maps import SentenceMaps
 
 TOKENS4 = ["<bos>", "le", "chat", "<eos>"]
 

@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from core import history, models, snapshots
+from core.attention import snapshots
 from core.checkpoint import main as checkpoint_main
+from core.figures.training import training_curve_figure
 from core.places import runs_root
-from core.run_dir import RunDir
-from core.training_figures import training_curve_figure
+from core.runs import catalogue as models
+from core.runs import history
+from core.runs.run_dir import RunDir
 from tests.helpers import SHIPPED
 
 

@@ -13,11 +13,13 @@ import signal
 
 import pytest
 
-from core import devices, jobs, processes, run_status, settings
-from core.corpus_files import stage_upload
-from core.locks import acquire_gpu_lock
+from core.corpus.user_files import stage_upload
 from core.places import runs_root
-from core.run_dir import RunDir, RunError
+from core.runs import jobs, processes
+from core.runs import status as run_status
+from core.runs.locks import acquire_gpu_lock
+from core.runs.run_dir import RunDir, RunError
+from core.training import devices, settings
 from tests.helpers import fake_trainer, run_dirs, wait_for
 from tests.test_distributed import processes_of
 from tests.test_processes import gone

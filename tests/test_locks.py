@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from core.locks import acquire_gpu_lock
-from core.run_dir import RunError
+from core.runs.locks import acquire_gpu_lock
+from core.runs.run_dir import RunError
 
 
 def test_gpu_lock_is_exclusive_and_released_with_its_holder(jobs_env):

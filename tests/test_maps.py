@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from core import maps as mp
-from core.attention_kinds import KINDS
-from core.decode import TranslationError, prepare_source, teacher_forced
-from core.head_stats import rollout
+from core.attention import maps as mp
+from core.attention.head_stats import rollout
+from core.attention.kinds import KINDS
+from core.model.decode import TranslationError, prepare_source, teacher_forced
 
 
 def _maps(cross: np.ndarray, src: list[str], out: list[str]) -> mp.SentenceMaps:

@@ -7,7 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from core.model import (
+from core.model.output_loss import CHUNK_ROWS, projected_cross_entropy
+from core.model.transformer import (
     AttentionMaps,
     DecoderLayer,
     Encoder,
@@ -18,7 +19,6 @@ from core.model import (
     attention,
     subsequent_mask,
 )
-from core.output_loss import CHUNK_ROWS, projected_cross_entropy
 from tests import helpers
 from tests.helpers import toy_model_config
 

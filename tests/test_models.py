@@ -8,10 +8,10 @@ import shutil
 
 import pytest
 
-from core import models
-from core.checkpoint import load_checkpoint, read_checkpoint
+from core.model.checkpoints import load_checkpoint, read_checkpoint
 from core.places import checkpoints_root, runs_root
-from core.run_dir import RunDir
+from core.runs import catalogue as models
+from core.runs.run_dir import RunDir
 
 
 def _touch(path, t: float) -> None:
@@ -179,7 +179,7 @@ def test_models_frame_one_row_per_model(jobs_env, make_run):
 def test_promote_refuses_a_checkpoint_with_nan_weights(jobs_env, make_run):
     import torch
 
-    from core.checkpoint import atomic_save
+    from core.model.checkpoints import atomic_save
 
     rd = make_run(runs_root(), "nan", {"state": "diverged"}, checkpoint=True)
     ckpt = read_checkpoint(rd.last)

@@ -6,9 +6,10 @@ import time
 
 import pytest
 
-from core import jobs, processes, run_status
 from core.places import runs_root
-from core.run_dir import RunError
+from core.runs import jobs, processes
+from core.runs import status as run_status
+from core.runs.run_dir import RunError
 from tests.helpers import fake_trainer
 
 
@@ -24,7 +25,7 @@ def sleeper_run(jobs_env, make_run):
 
 def _record(rd, pid: int, identity: str | None) -> None:
     """Write the launch record the app keeps in job.json."""
-    from core.run_dir import read_json, write_json
+    from core.runs.run_dir import read_json, write_json
 
     write_json(rd.job, {**read_json(rd.job, {}), "pid": pid, "identity": identity})
 
@@ -90,7 +91,7 @@ def test_a_second_trainer_of_a_running_run_stops_at_once(tmp_path, capsys):
     """Two resumes of one run: the second trainer leaves the first one's files alone."""
     import os
 
-    from core.locks import hold_run
+    from core.runs.locks import hold_run
     from core.train import main
 
     run = tmp_path / "run"

@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from core.checkpoint import read_checkpoint
-from core.run_dir import RunDir
+from core.model.checkpoints import read_checkpoint
+from core.runs.run_dir import RunDir
 from core.train import main
-from core.train_loop import rng_state, set_rng_state
+from core.training.loop import rng_state, set_rng_state
 from tests.helpers import train_tiny
 
 STEPS = 40  # the whole run

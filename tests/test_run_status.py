@@ -8,9 +8,10 @@ import time
 
 import pytest
 
-from core import jobs, run_status
 from core.places import runs_root
-from core.run_dir import RunDir, RunError
+from core.runs import jobs
+from core.runs import status as run_status
+from core.runs.run_dir import RunDir, RunError
 from tests.helpers import fake_trainer
 
 DIED = "The training process ended unexpectedly (server killed, machine rebooted or a crash)."

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core import settings
 from core.train import build_parser
+from core.training import settings
 from tests.helpers import TINY_ARGS, TINY_PRESET, TINY_RUN
 
 

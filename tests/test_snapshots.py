@@ -6,10 +6,10 @@ import shutil
 
 import pytest
 
-from core import snapshots
-from core.data import tokenize
-from core.run_dir import RunDir
-from core.train_config import D2L_PROBES
+from core.attention import snapshots
+from core.corpus.text import tokenize
+from core.runs.run_dir import RunDir
+from core.training.config import D2L_PROBES
 
 
 def test_snapshot_series_with_metrics(tiny_run):

@@ -5,20 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.checkpoint import load_checkpoint, read_checkpoint
-from core.data import DataConfig, Vocab, encode_pairs, load_corpus, tokenize, unk_warnings
-from core.maps import SentenceMaps
-from core.settings import form_fields, validate_settings
-from core.subword import (
-    BPEVocab,
-    checkpoint_entries,
-    checkpoint_vocabs,
-    join_pieces,
-    word_spans,
-)
+from core.attention.sentence_maps import SentenceMaps
+from core.attention.word_maps import has_pieces, merge_weights, merged
+from core.corpus.batches import encode_pairs
+from core.corpus.bpe import BPEVocab, checkpoint_entries, checkpoint_vocabs, join_pieces, word_spans
+from core.corpus.config import DataConfig
+from core.corpus.splits import load_corpus, unk_warnings
+from core.corpus.text import tokenize
+from core.corpus.vocab import Vocab
+from core.model.checked_translation import translate_sentence
+from core.model.checkpoints import load_checkpoint, read_checkpoint
 from core.train import main as train_main
-from core.translation import translate_sentence
-from core.word_maps import has_pieces, merge_weights, merged
+from core.training.settings import form_fields, validate_settings
 from tests.helpers import TINY, train_tiny
 
 SENTENCES = [tokenize(s) for s in ("we are eating .", "they are eating .", "we eat apples .")]
@@ -114,7 +112,7 @@ def test_a_bpe_run_saves_its_tokenizer_and_translates_in_words(bpe_run):
 
 
 def test_evaluation_scores_words_and_counts_unk_in_the_output(bpe_run, tiny_model):
-    from core.evaluate import evaluate_split
+    from core.model.scores import evaluate_split
 
     split = load_corpus(DataConfig(source=str(TINY), split="head")).train
     word_lm, bpe_lm = tiny_model, load_checkpoint(bpe_run / "last.pt")

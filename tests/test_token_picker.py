@@ -7,11 +7,11 @@ import shutil
 
 import pytest
 
-from core import attention_figures as figs
-from core import compare_figures as cmp_figs
-from core.maps import select_view
-from core.token_pick import parse_pick, pick_label, pick_options, resolve_pick
-from core.view_state import ViewState
+from core.attention.maps import select_view
+from core.attention.token_pick import parse_pick, pick_label, pick_options, resolve_pick
+from core.attention.view_state import ViewState
+from core.figures import attention as figs
+from core.figures import comparison as cmp_figs
 from tests.helpers import assert_clean, plain, run_page_script
 
 QUERIES = ["je", "suis", "chez", "moi", ".", "<eos>"]

@@ -13,21 +13,21 @@ import sys
 import pytest
 import torch
 
-from core.checkpoint import (
+from core.corpus.source import parse_pairs
+from core.corpus.text import preprocess
+from core.evaluate import main as evaluate_main
+from core.model.checkpoints import (
     CheckpointError,
     all_finite,
     load_checkpoint,
     read_checkpoint,
     save_checkpoint,
 )
-from core.corpus_source import parse_pairs
-from core.data import preprocess
-from core.evaluate import corpus_bleu
-from core.evaluate import main as evaluate_main
-from core.model import Transformer
-from core.run_dir import RunDir
-from core.settings import to_flags
-from core.train_config import TrainConfig, learning_rate
+from core.model.scores import corpus_bleu
+from core.model.transformer import Transformer
+from core.runs.run_dir import RunDir
+from core.training.config import TrainConfig, learning_rate
+from core.training.settings import to_flags
 from core.translate import main as translate_main
 from core.translate import translate_lines
 from tests.helpers import ROOT, TINY_ARGS, TINY_PRESET, TINY_RUN, train_tiny, wait_for
@@ -395,7 +395,7 @@ def test_huge_lr_diverges_before_any_checkpoint(tmp_path, capsys):
 
 def test_a_non_finite_evaluation_is_never_best(tmp_path, monkeypatch):
     """A NaN validation loss is recorded but never counts as best (not even the first)."""
-    monkeypatch.setattr("core.train_loop.evaluate_loss", lambda *a, **k: math.nan)
+    monkeypatch.setattr("core.training.loop.evaluate_loss", lambda *a, **k: math.nan)
     out = tmp_path / "run"
     extra = ("--num-train", "24", "--num-val", "6", "--epochs", "0", "--max-steps", "10")
     assert train_tiny(out, *extra, "--eval-every", "5") == 0
@@ -458,9 +458,10 @@ def test_a_run_resumed_with_fewer_processes_keeps_its_place(
     tiny_corpus, saved_world, batch_in_epoch, total_steps
 ):
     """Mid-epoch, the pairs already used are skipped; the epochs still end the run."""
-    from core.data import DataConfig, load_corpus
-    from core.model import ModelConfig
-    from core.train_loop import Trainer, TrainState
+    from core.corpus.config import DataConfig
+    from core.corpus.splits import load_corpus
+    from core.model.transformer import ModelConfig
+    from core.training.loop import Trainer, TrainState
 
     corpus = load_corpus(
         DataConfig(source=str(tiny_corpus), split="head", min_freq=1, num_train=29, num_val=1)

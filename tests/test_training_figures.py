@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from core import training_figures as tf
+from core.figures import training as tf
 
 
 def train_records(n: int, start: float = 5.0) -> list[dict]:

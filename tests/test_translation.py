@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from core import translation as tr
-from core.d2l_check import d2l_bleu, d2l_check
-from core.data import D2L_TEST_PAIRS
-from core.decode import DecodeSettings, TranslationError
+from core.corpus.text import D2L_TEST_PAIRS
+from core.model import checked_translation as tr
+from core.model.d2l_check import d2l_bleu, d2l_check
+from core.model.decode import DecodeSettings, TranslationError
 from tests.helpers import TINY
 
 # ----------------------------------------------------------------------------- translating

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.translation import DEFAULT_SENTENCE
-from core.view_state import SECTIONS, ViewState, clamp_view
+from core.attention.view_state import SECTIONS, ViewState, clamp_view
+from core.model.checked_translation import DEFAULT_SENTENCE
 
 
 def test_view_state_round_trips_through_the_url():

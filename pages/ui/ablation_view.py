@@ -6,16 +6,24 @@ import time
 
 import streamlit as st
 
-from core import ablation_figures as abfigs
-from core import attention_figures as figs
-from core.ablate import HeadSpec, HeadSpecError, all_heads, heads_of, private_copy, spec_text
-from core.checkpoint import LoadedModel
-from core.data import DataError
-from core.decode import Translation, TranslationError
-from core.head_importance import SENTENCES, HeadImportance, importance_for, lookup_importance
-from core.maps import SentenceMaps, export_name, select_view
-from core.models import ModelEntry
-from core.view_state import ViewState
+from core.attention.ablation import (
+    HeadSpec,
+    HeadSpecError,
+    all_heads,
+    heads_of,
+    private_copy,
+    spec_text,
+)
+from core.attention.importance import SENTENCES, HeadImportance, importance_for, lookup_importance
+from core.attention.maps import export_name, select_view
+from core.attention.sentence_maps import SentenceMaps
+from core.attention.view_state import ViewState
+from core.corpus.source import DataError
+from core.figures import attention as figs
+from core.figures import importance as abfigs
+from core.model.checkpoints import LoadedModel
+from core.model.decode import Translation, TranslationError
+from core.runs.catalogue import ModelEntry
 from pages.ui.cached import sentence_maps
 from pages.ui.cached_ablation import ablated_translate
 from pages.ui.charts import chart

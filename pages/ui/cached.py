@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import maps, snapshots, translation, word_maps
-from core.checkpoint import LoadedModel
-from core.decode import DecodeSettings, Translation
+from core.attention import maps, snapshots, word_maps
+from core.model import checked_translation as translation
+from core.model.checkpoints import LoadedModel
+from core.model.decode import DecodeSettings, Translation
 
 
 @st.cache_data(show_spinner=False, max_entries=256)

@@ -6,9 +6,10 @@ import threading
 
 import streamlit as st
 
-from core import ablate, translation
-from core.checkpoint import LoadedModel
-from core.decode import DecodeSettings, Translation
+from core.attention import ablation as ablate
+from core.model import checked_translation as translation
+from core.model.checkpoints import LoadedModel
+from core.model.decode import DecodeSettings, Translation
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)

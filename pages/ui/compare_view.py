@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import attention_figures as figs
-from core import compare
-from core import compare_figures as cmp_figs
-from core.attention_kinds import kind_labels
-from core.checkpoint import CheckpointError, LoadedModel
-from core.data import D2L_TEST_PAIRS
-from core.decode import Translation, TranslationError
-from core.maps import SentenceMaps, export_name
-from core.models import ModelEntry, find_entry
-from core.token_pick import resolve_pick
-from core.view_state import ViewState
-from core.word_maps import merged
+from core.attention import comparison as compare
+from core.attention.kinds import kind_labels
+from core.attention.maps import export_name
+from core.attention.sentence_maps import SentenceMaps
+from core.attention.token_pick import resolve_pick
+from core.attention.view_state import ViewState
+from core.attention.word_maps import merged
+from core.corpus.text import D2L_TEST_PAIRS
+from core.figures import attention as figs
+from core.figures import comparison as cmp_figs
+from core.model.checkpoints import CheckpointError, LoadedModel
+from core.model.decode import Translation, TranslationError
+from core.runs.catalogue import ModelEntry, find_entry
 from pages.ui.cached import sentence_maps, teacher_forced, translate
 from pages.ui.charts import chart
 from pages.ui.model_picker import load_model, model_entries

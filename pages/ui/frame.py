@@ -15,7 +15,7 @@ from pathlib import Path
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from core.data import ATTRIBUTION
+from core.corpus.text import ATTRIBUTION
 
 PAGES_DIR = Path(__file__).resolve().parent.parent
 NAV_KEY = "_app_navigation"  # set once app.py's navigation has run in this session

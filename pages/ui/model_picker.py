@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import models
-from core.checkpoint import CheckpointError, LoadedModel, load_checkpoint
+from core.attention.view_state import ViewState
+from core.model.checkpoints import CheckpointError, LoadedModel, load_checkpoint
 from core.places import checkpoints_root, runs_root
-from core.view_state import ViewState
+from core.runs import catalogue as models
 from pages.ui.frame import link
 from pages.ui.text import code, md
 from pages.ui.view_widgets import widget_default

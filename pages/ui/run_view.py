@@ -6,12 +6,14 @@ import time
 
 import streamlit as st
 
-from core import jobs, models, run_status
-from core.devices import gpu_stats
-from core.models import ModelError
-from core.run_dir import RunError
-from core.run_status import RunInfo
-from core.training_figures import curves_figure, legend_key_html
+from core.figures.training import curves_figure, legend_key_html
+from core.runs import catalogue as models
+from core.runs import jobs
+from core.runs import status as run_status
+from core.runs.catalogue import ModelError
+from core.runs.run_dir import RunError
+from core.runs.status import RunInfo
+from core.training.devices import gpu_stats
 from pages.ui.text import code, md
 
 STATE_COLORS = {

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import corpus_files, jobs, settings
-from core.corpus_source import fra_eng_copy, resolve_corpus
-from core.data import DataError
-from core.devices import device_summary, resolve_device
+from core.corpus import user_files as corpus_files
+from core.corpus.source import DataError, fra_eng_copy, resolve_corpus
 from core.places import DATA_ENV, data_root
-from core.presets import PRESET_LABELS, PRESETS
-from core.run_dir import RunError
+from core.runs import jobs
+from core.runs.run_dir import RunError
+from core.training import settings
+from core.training.devices import device_summary, resolve_device
+from core.training.presets import PRESET_LABELS, PRESETS
 from pages.ui.text import code, md
 
 DATA_SOURCES = ["fra-eng", "file path", "upload"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.translation import MAX_SENTENCE_TOKENS
-from core.view_state import ViewState
+from core.attention.view_state import ViewState
+from core.model.checked_translation import MAX_SENTENCE_TOKENS
 
 
 def view_state() -> ViewState:

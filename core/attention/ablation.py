@@ -1,0 +1,184 @@
+"""Head ablation: remove attention heads at inference, by name.
+
+A removed head's output is multiplied by a gate of 0 before W_o (``MultiHeadAttention.
+head_gate``); its attention weights are still computed. Heads are written
+"KIND:LAYER:HEAD,..." (kinds ``encoder``, ``decoder_self``, ``cross``; layer and head from 0).
+
+Shape key: B batch, H heads. A model with gates set is not safe to share between threads:
+use ``private_copy``.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from core.attention.kinds import KIND_NAMES, KINDS
+from core.model.checkpoints import LoadedModel
+from core.model.transformer import ModelConfig, MultiHeadAttention, Transformer
+
+SHOWN_CHARS = 40  # a bad head specification is quoted up to this many characters
+
+
+class HeadSpecError(ValueError):
+    """A head specification is malformed or names a head this model does not have."""
+
+
+# ----------------------------------------------------------------------------- head specs
+
+
+@dataclass(frozen=True)
+class HeadSpec:
+    """One attention head: its kind ("encoder", "decoder_self", "cross"), layer and head."""
+
+    kind: str
+    layer: int  # from 0
+    head: int  # from 0
+
+    @property
+    def spec(self) -> str:
+        """The head as written in a specification: "cross:1:2"."""
+        return f"{self.kind}:{self.layer}:{self.head}"
+
+    @property
+    def label(self) -> str:
+        """The head in words for a picker: "Cross L1 H2"."""
+        return f"{KIND_NAMES[self.kind]} L{self.layer} H{self.head}"
+
+    def order(self) -> tuple[int, int, int]:
+        """Sort key: kinds in KINDS order, then layer, then head."""
+        return KINDS.index(self.kind), self.layer, self.head
+
+
+def _shown(text: str) -> str:
+    """User text quoted in a message, cut to SHOWN_CHARS."""
+    text = " ".join(str(text).split())
+    return repr(text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…")
+
+
+def parse_head(item: str) -> HeadSpec:
+    """One "KIND:LAYER:HEAD" (layer and head from 0), or HeadSpecError saying what is wrong."""
+    parts = [p.strip() for p in item.split(":")]
+    if len(parts) != 3:
+        raise HeadSpecError(f"{_shown(item)} is not KIND:LAYER:HEAD (e.g. cross:0:1).")
+    kind, layer, head = parts
+    if kind not in KINDS:
+        raise HeadSpecError(
+            f"Unknown attention kind {_shown(kind)} in {_shown(item)}: use encoder, "
+            "decoder_self or cross."
+        )
+    if not (re.fullmatch(r"[0-9]{1,6}", layer) and re.fullmatch(r"[0-9]{1,6}", head)):
+        raise HeadSpecError(f"Layer and head must be whole numbers from 0 in {_shown(item)}.")
+    return HeadSpec(kind, int(layer), int(head))
+
+
+def parse_heads(text: str) -> list[HeadSpec]:
+    """The heads of "KIND:LAYER:HEAD,..." ("" = none), sorted, each once."""
+    items = [part.strip() for part in str(text).split(",")]
+    heads = {parse_head(item) for item in items if item}
+    return sorted(heads, key=HeadSpec.order)
+
+
+def layer_count(cfg: ModelConfig, kind: str) -> int:
+    """Layers of one attention kind in a model."""
+    return cfg.num_encoder_layers if kind == "encoder" else cfg.num_decoder_layers
+
+
+def check_heads(heads: Iterable[HeadSpec], cfg: ModelConfig) -> list[HeadSpec]:
+    """The heads, if this model has every one of them; else HeadSpecError naming the first."""
+    heads = list(heads)
+    for h in heads:
+        layers = layer_count(cfg, h.kind)
+        if not 0 <= h.layer < layers:
+            where = "encoder" if h.kind == "encoder" else "decoder"
+            raise HeadSpecError(
+                f"{h.spec}: this model has {layers} {where} layers (0..{layers - 1})."
+            )
+        if not 0 <= h.head < cfg.num_heads:
+            raise HeadSpecError(
+                f"{h.spec}: this model has {cfg.num_heads} heads per layer "
+                f"(0..{cfg.num_heads - 1})."
+            )
+    return heads
+
+
+def heads_of(text: str, cfg: ModelConfig) -> list[HeadSpec]:
+    """The checked heads of a specification for this model (HeadSpecError if any is bad)."""
+    return check_heads(parse_heads(text), cfg)
+
+
+def spec_text(heads: Iterable[HeadSpec]) -> str:
+    """The specification of some heads: "cross:0:1,cross:1:2" (sorted, each once)."""
+    return ",".join(h.spec for h in sorted(set(heads), key=HeadSpec.order))
+
+
+def all_heads(cfg: ModelConfig) -> list[HeadSpec]:
+    """Every head of a model, in order."""
+    return [
+        HeadSpec(kind, layer, head)
+        for kind in KINDS
+        for layer in range(layer_count(cfg, kind))
+        for head in range(cfg.num_heads)
+    ]
+
+
+# ----------------------------------------------------------------------------- gates
+
+
+def attention_modules(model: Transformer, kind: str) -> list[MultiHeadAttention]:
+    """The MultiHeadAttention of each layer of one kind."""
+    if kind == "encoder":
+        return [layer.attention for layer in model.encoder.layers]
+    if kind == "decoder_self":
+        return [layer.self_attention for layer in model.decoder.layers]
+    return [layer.cross_attention for layer in model.decoder.layers]
+
+
+def gate_table(model: Transformer, head_sets: Sequence[Iterable[HeadSpec]]) -> dict:
+    """{module: (len(head_sets), H) gates}: row j is 0 at the heads set j removes, else 1.
+
+    Only modules that some set touches are listed.
+    """
+    device = next(model.parameters()).device
+    tables: dict[MultiHeadAttention, torch.Tensor] = {}
+    for row, heads in enumerate(head_sets):
+        for h in heads:
+            module = attention_modules(model, h.kind)[h.layer]
+            if module not in tables:
+                tables[module] = torch.ones(len(head_sets), model.cfg.num_heads, device=device)
+            tables[module][row, h.head] = 0.0
+    return tables
+
+
+@contextmanager
+def gated(gates: Mapping[MultiHeadAttention, torch.Tensor]):
+    """Set these modules' head gates ((H,) or (B, H)) inside the block; restore them after."""
+    old = {module: module.head_gate for module in gates}
+    try:
+        for module, gate in gates.items():
+            module.head_gate = gate
+        yield
+    finally:
+        for module, gate in old.items():
+            module.head_gate = gate
+
+
+@contextmanager
+def ablated(model: Transformer, heads: Iterable[HeadSpec]):
+    """Remove ``heads`` (output zeroed before W_o) inside the block; always restored after."""
+    table = gate_table(model, [check_heads(heads, model.cfg)])
+    with gated({module: gates[0] for module, gates in table.items()}):  # (H,) each
+        yield model
+
+
+def private_copy(lm: LoadedModel) -> LoadedModel:
+    """A copy of a loaded model whose gates may be set without touching a shared one."""
+    return LoadedModel(copy.deepcopy(lm.model), lm.src_vocab, lm.tgt_vocab, dict(lm.meta))
+
+
+# ----------------------------------------------------------------------------- command

@@ -1,0 +1,206 @@
+"""Numbers about attention heads: aggregation over heads, rollout, and per-head statistics.
+
+Shapes: ``L`` layers, ``H`` heads, ``Tq`` queries (rows), ``Tk`` keys (columns).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from core.attention.kinds import check_tokens, kind_labels
+from core.attention.sentence_maps import SentenceMaps
+
+EMPTY_ROW_MASS = 1e-6  # a row with less weight than this on the kept keys has nothing to show
+
+
+def _normalise_rows(weights: np.ndarray) -> np.ndarray:
+    """Divide every row by its sum; rows that sum to 0 stay 0 (no NaN)."""
+    total = weights.sum(axis=-1, keepdims=True)
+    out = np.zeros_like(weights, dtype=np.float64)
+    np.divide(weights, total, out=out, where=total > 0)
+    return out
+
+
+def aggregate(weights: np.ndarray, how: str = "mean") -> np.ndarray:
+    """Combine heads by mean or max, keeping a head axis of 1.
+
+    Args:
+        weights: (L, H, Tq, Tk) attention (any leading dims; heads are axis -3).
+        how: "mean" or "max".
+
+    Returns:
+        (L, 1, Tq, Tk) combined attention.
+    """
+    if how == "mean":
+        return weights.mean(axis=-3, keepdims=True)
+    if how == "max":
+        return weights.max(axis=-3, keepdims=True)
+    raise ValueError(f"Unknown head aggregation {how!r}; use 'mean' or 'max'.")
+
+
+def rollout(enc_weights: np.ndarray, add_residual: bool = True) -> np.ndarray:
+    """Attention rollout (Abnar & Zuidema 2020) across encoder layers.
+
+    Args:
+        enc_weights: (L, H, T, T) encoder self-attention.
+        add_residual: mix in the identity (0.5 W + 0.5 I) for the residual stream.
+
+    Returns:
+        (L, T, T) cumulative rollout after each layer, R_l = A_l @ ... @ A_1.
+    """
+    attn = enc_weights.astype(np.float64).mean(axis=1)  # (L, T, T)
+    if add_residual:
+        attn = 0.5 * attn + 0.5 * np.eye(attn.shape[-1])
+    attn = _normalise_rows(attn)  # (L, T, T)
+    out = np.empty_like(attn)  # (L, T, T)
+    current = np.eye(attn.shape[-1])  # (T, T)
+    for layer, a in enumerate(attn):
+        current = a @ current
+        out[layer] = current
+    return out
+
+
+def hide_special(
+    weights: np.ndarray,
+    key_tokens: Sequence[str],
+    hide: Sequence[str] = ("<bos>", "<eos>"),
+) -> tuple[np.ndarray, list[int]]:
+    """Drop key columns whose token is in `hide` and renormalise rows (NaN: nothing left).
+
+    Args:
+        weights: (..., Tq, Tk) attention.
+        key_tokens: Tk key tokens.
+        hide: tokens whose key columns are removed.
+
+    Returns:
+        ((..., Tq, Tk') renormalised weights, kept key indices). A row whose whole weight
+        was on hidden keys (less than EMPTY_ROW_MASS left) is NaN, never a row of zeros.
+    """
+    if len(key_tokens) != weights.shape[-1]:
+        raise ValueError(f"Got {len(key_tokens)} key tokens for {weights.shape[-1]} key columns.")
+    hidden = set(hide)
+    kept = [i for i, tok in enumerate(key_tokens) if tok not in hidden]
+    shown = np.asarray(weights, dtype=np.float64)[..., kept]  # (..., Tq, Tk')
+    total = shown.sum(axis=-1, keepdims=True)  # (..., Tq, 1)
+    out = np.full_like(shown, np.nan)
+    np.divide(shown, total, out=out, where=total >= EMPTY_ROW_MASS)
+    return out, kept
+
+
+def _row_entropy(weights: np.ndarray) -> np.ndarray:
+    """Entropy in nats of every row: (..., Tq, Tk) -> (..., Tq)."""
+    logs = np.log(weights, out=np.zeros_like(weights), where=weights > 0)
+    return -(weights * logs).sum(axis=-1)
+
+
+def diagonal_keys(tq: int, tk: int, kind: str) -> np.ndarray:
+    """Key index on the diagonal for each query; for cross the nearest proportional one."""
+    rows = np.arange(tq)
+    if kind == "cross":
+        return np.floor(rows * (tk - 1) / max(tq - 1, 1) + 0.5).astype(int)
+    return rows
+
+
+def _mean_at(weights: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Mean weight at (rows, cols) per head, ignoring columns out of range: -> (L, H)."""
+    ok = (cols >= 0) & (cols < weights.shape[-1])
+    if rows.size == 0:
+        return np.full(weights.shape[:2], np.nan)
+    picked = np.zeros(weights.shape[:2] + (rows.size,))  # (L, H, n)
+    picked[..., ok] = weights[..., rows[ok], cols[ok]]
+    return picked.mean(axis=-1)
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks with ties given their average rank (as Spearman needs)."""
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(len(values))
+    for value in np.unique(values):
+        tied = values == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman rank correlation; NaN for fewer than 2 points or a constant input."""
+    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan")
+    return float(np.corrcoef(_ranks(np.asarray(x)), _ranks(np.asarray(y)))[0, 1])
+
+
+def monotonicity(weights2d: np.ndarray) -> float:
+    """Spearman correlation of query index with each row's argmax key (1.0 = monotone)."""
+    return spearman(np.arange(weights2d.shape[0]), weights2d.argmax(axis=-1))
+
+
+def head_label(row: dict, tk: int) -> str:
+    """Name a head's pattern; first of diagonal, previous, sink, broad that fires wins."""
+    broad = tk > 1 and row["entropy"] / np.log(tk) >= 0.8
+    if row["diagonal"] >= 0.5:
+        return "diagonal head"
+    if row["previous"] >= 0.5:
+        return "previous-token head"
+    if row["eos"] + row["bos"] >= 0.5:
+        return "sink head"
+    return "broad head" if broad else "mixed"
+
+
+def _token_mass(weights: np.ndarray, key_tokens: Sequence[str], token: str) -> np.ndarray:
+    """Mean over rows of the weight on keys equal to `token`: -> (L, H)."""
+    cols = [i for i, tok in enumerate(key_tokens) if tok == token]
+    return weights[..., cols].sum(axis=-1).mean(axis=-1)
+
+
+def head_stats(
+    weights: np.ndarray,
+    kind: str,
+    query_tokens: Sequence[str],
+    key_tokens: Sequence[str],
+) -> pd.DataFrame:
+    """One row per (layer, head) with entropy, pattern scores and a label.
+
+    Args:
+        weights: (L, H, Tq, Tk) attention of one sentence.
+        kind: "encoder", "decoder_self" or "cross".
+        query_tokens, key_tokens: Tq and Tk tokens.
+
+    Returns:
+        DataFrame: layer, head (0-based), entropy, diagonal, previous, eos, bos,
+        monotonicity (cross only, else NaN), label.
+    """
+    kind_labels(kind)  # raises for an unknown kind
+    check_tokens(weights.shape, query_tokens, key_tokens)
+    w = weights.astype(np.float64)  # (L, H, Tq, Tk)
+    n_layers, n_heads, tq, tk = w.shape
+    rows = np.arange(tq)
+    table = {
+        "entropy": _row_entropy(w).mean(axis=-1),
+        "diagonal": _mean_at(w, rows, diagonal_keys(tq, tk, kind)),
+        "previous": _mean_at(w, rows[1:], rows[1:] - 1),
+        "eos": _token_mass(w, key_tokens, "<eos>"),
+        "bos": _token_mass(w, key_tokens, "<bos>"),
+    }
+    records = []
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            rec = {"layer": layer, "head": head}
+            rec.update({name: float(v[layer, head]) for name, v in table.items()})
+            rec["monotonicity"] = monotonicity(w[layer, head]) if kind == "cross" else np.nan
+            rec["label"] = head_label(rec, tk)
+            records.append(rec)
+    return pd.DataFrame.from_records(records)
+
+
+def head_table(maps: SentenceMaps, kind: str) -> pd.DataFrame:
+    """Head statistics of one kind (entropy, diagonal, previous, <eos>, monotonicity, label)."""
+    queries, keys = maps.tokens(kind)
+    table = head_stats(maps.weights(kind), kind, queries, keys)
+    if kind != "cross":
+        table = table.drop(columns=["monotonicity"])
+    if kind != "decoder_self":
+        table = table.drop(columns=["bos"])
+    return table

@@ -1,0 +1,76 @@
+"""The token picker: a query row or key column picked by index, and where it is drawn.
+
+Plotly heatmap clicks do not reach Streamlit 1.67 (``on_select`` returns an empty selection
+for heatmaps), so a token is picked from a list; the pick travels in the URL as
+``ViewState.token`` and indexes the tokens before <bos>/<eos> columns are hidden.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from core.attention.head_stats import hide_special
+
+
+@dataclass
+class Highlight:
+    """A picked token as drawn: a query row or a key column of the shown map."""
+
+    axis: str  # "query" (a row) or "key" (a column)
+    index: int  # the row or column as drawn (after hidden columns are dropped); -1: not drawn
+    label: str  # e.g. "query 2 (chez)"
+    problem: str = ""  # why nothing is drawn ("" = drawn)
+
+
+def parse_pick(token: str) -> tuple[str, int] | None:
+    """ "q3" -> ("query", 3), "k0" -> ("key", 0); anything else -> None."""
+    text = str(token or "")
+    if len(text) < 2 or text[0] not in "qk" or not text[1:].isdigit():
+        return None
+    return ("query" if text[0] == "q" else "key"), int(text[1:])
+
+
+def pick_options(query_tokens: Sequence[str], key_tokens: Sequence[str]) -> list[str]:
+    """Choices of the token picker: "" (none), "q0".."q<Tq-1>", "k0".."k<Tk-1>"."""
+    return ["", *(f"q{i}" for i in range(len(query_tokens)))] + [
+        f"k{j}" for j in range(len(key_tokens))
+    ]
+
+
+def pick_label(token: str, query_tokens: Sequence[str], key_tokens: Sequence[str]) -> str:
+    """A picker entry in words: "query: chez (2)", "key: home (1)", "none"."""
+    parsed = parse_pick(token)
+    if parsed is None:
+        return "none"
+    axis, i = parsed
+    tokens = query_tokens if axis == "query" else key_tokens
+    return f"{axis}: {tokens[i]} ({i})" if i < len(tokens) else f"{axis} {i}"
+
+
+def resolve_pick(
+    token: str, query_tokens: Sequence[str], key_tokens: Sequence[str], hide: bool
+) -> Highlight | None:
+    """Where a picked token ("q<i>"/"k<j>", indices before hiding) is drawn; None if none.
+
+    A key column moves left past hidden <bos>/<eos> columns; a hidden key or an index
+    outside the map gives a Highlight with a ``problem`` and nothing to draw.
+    """
+    parsed = parse_pick(token)
+    if parsed is None:
+        return None
+    axis, i = parsed
+    tokens = query_tokens if axis == "query" else key_tokens
+    if i >= len(tokens):
+        return Highlight(
+            axis, -1, f"{axis} {i}", f"{axis} {i} is outside this map (0–{len(tokens) - 1})"
+        )
+    label = f"{axis} {i} ({tokens[i]})"
+    if axis == "query" or not hide:
+        return Highlight(axis, i, label)
+    kept = hide_special(np.zeros((1, len(tokens)), np.float32), tokens)[1]
+    if i not in kept:
+        return Highlight(axis, -1, label, f"{label} is hidden (Hide <bos>/<eos> is on)")
+    return Highlight(axis, kept.index(i), label)

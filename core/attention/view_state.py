@@ -1,0 +1,116 @@
+"""What the Translate and Attention pages show, as it travels in the URL."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+
+from core.attention.kinds import KINDS
+from core.attention.maps import HEAD_AGGREGATES, head_options
+from core.attention.sentence_maps import SentenceMaps
+from core.model.checked_translation import DEFAULT_SENTENCE
+from core.model.decode import ALPHA, MAX_LEN, DecodeSettings
+
+SECTIONS = (  # the Attention page's sections
+    "Maps",
+    "Decoding playback",
+    "Over training",
+    "Remove heads",
+    "Compare",
+)
+PLAYBACK = SECTIONS[1]  # the section whose output step travels in the URL
+
+
+@dataclass
+class ViewState:
+    """What the pages show, as it travels in the URL (st.query_params)."""
+
+    model: str = ""  # a ModelEntry key; "" = the default model
+    sentence: str = DEFAULT_SENTENCE
+    beam: int = 1  # beam size (1 = greedy)
+    alpha: float = ALPHA  # beam length penalty
+    max_len: int = MAX_LEN  # longest output
+    kind: str = "cross"  # attention kind shown
+    layer: int = 0
+    head: str = "0"  # a head number, "mean", "max" or "rollout"
+    hide: bool = False  # hide <bos>/<eos> columns
+    words: bool = False  # a subword (BPE) model's pieces merged into words
+    section: str = SECTIONS[0]  # what the Attention page shows (one of SECTIONS)
+    step: int = 0  # output step of the decoding playback
+    ablate: str = ""  # heads removed, "KIND:LAYER:HEAD,..." (core.ablate's spec)
+    other: str = ""  # the compared model's key ("" = none)
+    other_sentence: str = ""  # the compared sentence ("" = none)
+    forced: str = "A"  # whose output both decoders read when two models' outputs differ
+    token: str = ""  # selected token, "q<i>" (query row) or "k<j>" (key column)
+
+    @classmethod
+    def from_query(cls, params: Mapping[str, str]) -> ViewState:
+        """Read the URL's values; missing or malformed ones keep their defaults."""
+        state = cls()
+        for f in fields(cls):
+            raw = params.get(f.name)
+            if raw is None:
+                continue
+            try:
+                value = _parse(f.type, raw)
+            except ValueError:
+                continue
+            setattr(state, f.name, value)
+        state.beam = min(max(state.beam, 1), 16)
+        state.max_len = min(max(state.max_len, 1), 500)
+        state.layer = max(state.layer, 0)
+        state.step = max(state.step, 0)
+        if state.section not in SECTIONS:
+            state.section = cls.section
+        if state.forced not in ("A", "B"):
+            state.forced = cls.forced
+        if state.kind not in KINDS:
+            state.kind = cls.kind
+        if not (state.head.isdigit() or state.head in HEAD_AGGREGATES):
+            state.head = cls.head
+        return state
+
+    def to_query(self, keys: Sequence[str] | None = None) -> dict[str, str]:
+        """The URL's values (of ``keys``, default all): the view's core always, others if set."""
+        default = ViewState()
+        out = {}
+        for f in fields(self):
+            if keys is not None and f.name not in keys:
+                continue
+            if f.name == "step" and self.section != PLAYBACK:
+                continue  # the output step means something in the playback only
+            value = getattr(self, f.name)
+            always = f.name in ("sentence", "model", "kind", "layer", "head")
+            if always or value != getattr(default, f.name):
+                out[f.name] = str(int(value) if isinstance(value, bool) else value)
+        return out
+
+    def settings(self) -> DecodeSettings:
+        """The decoding settings of this state."""
+        return DecodeSettings(self.beam, self.alpha, self.max_len)
+
+
+def _parse(type_name, raw: str):
+    """Parse one URL value for a ViewState field type (raises ValueError)."""
+    name = type_name if isinstance(type_name, str) else type_name.__name__
+    if name == "int":
+        return int(raw)
+    if name == "float":
+        value = float(raw)
+        if not math.isfinite(value):
+            raise ValueError(raw)
+        return value
+    if name == "bool":
+        return raw.lower() in ("1", "true", "yes", "on")
+    return str(raw)
+
+
+def clamp_view(state: ViewState, maps: SentenceMaps) -> ViewState:
+    """The state with layer, head and output step moved inside what this model and kind have."""
+    layers = maps.layers(state.kind)
+    state.layer = min(state.layer, layers - 1)
+    state.step = min(state.step, max(len(maps.output_tokens) - 1, 0))
+    if state.head not in head_options(state.kind, maps.heads):
+        state.head = "0" if not state.head.isdigit() else str(maps.heads - 1)
+    return state

@@ -1,0 +1,30 @@
+"""The types a config dataclass's fields must hold, checked in words (one checker for all)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+FIELD_TYPES = {  # a config field's annotation -> (accepted Python types, the words for it)
+    "int": ((int,), "a whole number"),
+    "float": ((int, float), "a number"),
+    "bool": ((bool,), "true or false"),
+    "str": ((str,), "text"),
+}
+
+
+def type_problems(config) -> list[str]:
+    """'<field> must be <type> (got ...)' for each field of a config dataclass of the wrong type.
+
+    A ``list[str]`` field must be a list of sentences.
+    """
+    problems = []
+    for f in fields(config):
+        value, annotation = getattr(config, f.name), str(f.type)
+        if annotation.startswith("list"):
+            if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+                problems.append(f"{f.name} must be a list of sentences (got {value!r})")
+            continue
+        types, words = FIELD_TYPES[annotation]
+        if not isinstance(value, types) or (isinstance(value, bool) and annotation != "bool"):
+            problems.append(f"{f.name} must be {words} (got {value!r})")
+    return problems

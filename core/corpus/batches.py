@@ -1,0 +1,110 @@
+"""Encoded pairs into padded id tensors: length-bucketed batches, one process's share of them.
+
+Shape key: B batch, S source length, T target length (both padded per batch).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from core.corpus.splits import Split
+from core.corpus.vocab import Vocab
+
+
+def encode_pairs(
+    split: Split, src_vocab: Vocab, tgt_vocab: Vocab
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(source ids + <eos>, <bos> + target ids + <eos>) arrays for each pair."""
+    sources = src_vocab.encode_many([src for src, _ in split.pairs])
+    targets = tgt_vocab.encode_many([tgt for _, tgt in split.pairs])
+    return [
+        (
+            np.array(s + [Vocab.eos_id], dtype=np.int64),
+            np.array([Vocab.bos_id] + t + [Vocab.eos_id], dtype=np.int64),
+        )
+        for s, t in zip(sources, targets)
+    ]
+
+
+def pad_batch(seqs: list[np.ndarray], length: int | None = None) -> torch.Tensor:
+    """Right-pad id arrays with <pad> into one (B, max len) tensor (or truncate to length)."""
+    width = length or max(len(s) for s in seqs)
+    out = np.full((len(seqs), width), Vocab.pad_id, dtype=np.int64)  # (B, width)
+    for i, s in enumerate(seqs):
+        out[i, : min(len(s), width)] = s[:width]
+    return torch.from_numpy(out)
+
+
+def batch_indices(
+    lengths: list[int],
+    batch_size: int,
+    shuffle: bool,
+    seed: int,
+    bucket: bool = True,
+    pool: int = 64,
+) -> list[list[int]]:
+    """Groups of example indices; with ``bucket`` similar lengths share a batch."""
+    idx = list(range(len(lengths)))
+    rng = random.Random(seed)
+    if shuffle:
+        rng.shuffle(idx)
+    if bucket:
+        size = batch_size * pool
+        chunks = [idx[i : i + size] for i in range(0, len(idx), size)]
+        idx = [j for c in chunks for j in sorted(c, key=lambda k: lengths[k])]
+    batches = [idx[i : i + batch_size] for i in range(0, len(idx), batch_size)]
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
+def batches(
+    encoded: list[tuple[np.ndarray, np.ndarray]],
+    batch_size: int,
+    shuffle: bool = True,
+    seed: int = 0,
+    bucket: bool = True,
+    fixed_len: int | None = None,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Yield (src (B, S), tgt (B, T)) id tensors; tgt holds <bos> ... <eos>.
+
+    With ``bucket`` batches are padded only to their longest sentence; ``fixed_len``
+    pads (and truncates) everything to one length, as d2l's ``num_steps`` does.
+    """
+    lengths = [max(len(s), len(t)) for s, t in encoded]
+    for group in batch_indices(lengths, batch_size, shuffle, seed, bucket and not fixed_len):
+        src = pad_batch([encoded[i][0] for i in group], fixed_len)  # (B, S)
+        tgt = pad_batch([encoded[i][1] for i in group], fixed_len and fixed_len + 1)  # (B, T)
+        yield src, tgt
+
+
+def rank_batches(
+    encoded: list[tuple[np.ndarray, np.ndarray]],
+    batch_size: int,
+    seed: int,
+    bucket: bool = True,
+    rank: int = 0,
+    world_size: int = 1,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, int, int]]:
+    """One training process's share of each shuffled batch of ``batch_size * world_size`` pairs.
+
+    Every process builds the same global batches (same seed), then keeps every
+    ``world_size``-th pair from its ``rank`` on, so the processes of one step train on
+    sentences of one length bucket. Yields (src (b, S), tgt (b, T + 1), target tokens here,
+    target tokens of the global batch); a process left without a pair (a last batch smaller
+    than ``world_size``) gets the batch's first pair, counted as 0 tokens. Alone
+    (``world_size`` 1) it yields what ``batches`` does.
+    """
+    lengths = [max(len(s), len(t)) for s, t in encoded]
+    for group in batch_indices(lengths, batch_size * world_size, True, seed, bucket):
+        mine = group[rank::world_size]
+        here = sum(len(encoded[i][1]) - 1 for i in mine)  # <bos> is input only
+        total = sum(len(encoded[i][1]) - 1 for i in group)
+        mine = mine or group[:1]
+        src = pad_batch([encoded[i][0] for i in mine])  # (b, S)
+        tgt = pad_batch([encoded[i][1] for i in mine])  # (b, T + 1)
+        yield src, tgt, here, total

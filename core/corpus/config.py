@@ -1,0 +1,73 @@
+"""Which corpus to read and how to cut it: ``DataConfig`` and its problems."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.config_fields import type_problems
+from core.corpus.source import DataError
+from core.corpus.vocab import SPECIALS
+
+TOKENIZERS = ("word", "bpe")  # d2l's word vocabulary, or byte-pair-encoded pieces
+SPLITS = ("random", "head")  # by unique English sentence, or the first rows as d2l
+
+
+@dataclass
+class DataConfig:
+    """Which corpus to read and how to turn it into training pairs."""
+
+    source: str = "fra-eng"  # "fra-eng" (downloaded, cached) or a path to a .zip / .txt / .tsv
+    max_len: int = 20  # longest sentence kept, in words and punctuation (before BPE), each side
+    min_freq: int = 2  # words seen fewer times become <unk> (BPE: rarer merges are not made)
+    max_vocab: int = 10000  # keep at most this many word types per language (specials included)
+    split: str = "random"  # "random": by unique English sentence; "head": first rows as d2l
+    # (d2l's "head" also builds the vocabularies from train + val rows, as the book does)
+    val_fraction: float = 0.02  # share of unique English sentences held out for validation
+    test_fraction: float = 0.02  # share held out for the final test (never trained on)
+    num_train: int = 0  # "head" split: first rows for training (d2l: 512); 0 = no limit
+    num_val: int = 0  # "head" split: next rows for validation (d2l: 128)
+    max_pairs: int = 0  # read at most this many pairs from the file (0 = all)
+    split_seed: int = 0  # seed of the split
+    tokenizer: str = "word"  # "word": d2l's word vocabulary; "bpe": subword pieces (BPE)
+    bpe_vocab: int = 8000  # BPE pieces per language, specials included (tokenizer "bpe")
+
+    def problems(self) -> list[str]:
+        """Every reason these data settings are impossible, each naming its field ([] if none)."""
+        return type_problems(self) or self.value_problems()
+
+    def validate(self) -> None:
+        """Raise DataError with every one of ``problems()``."""
+        if problems := self.problems():
+            raise DataError("Invalid data settings: " + "; ".join(problems) + ".")
+
+    def value_problems(self) -> list[str]:
+        """Why each field's value is impossible (fields of the right types only)."""
+        problems = [
+            f"{name} must be at least {low} (got {getattr(self, name)})"
+            for name, low in (
+                ("max_len", 1),
+                ("min_freq", 1),
+                ("max_vocab", len(SPECIALS) + 1),
+                ("bpe_vocab", len(SPECIALS) + 1),
+            )
+            if getattr(self, name) < low
+        ]
+        problems += [
+            f"{name} cannot be negative (got {getattr(self, name)}; 0 = no limit)"
+            for name in ("num_train", "num_val", "max_pairs")
+            if getattr(self, name) < 0
+        ]
+        problems += [
+            f"{name} must be in [0, 1) (got {getattr(self, name)})"
+            for name in ("val_fraction", "test_fraction")
+            if not 0 <= getattr(self, name) < 1
+        ]
+        if not problems and self.val_fraction + self.test_fraction >= 1:
+            problems.append("val_fraction + test_fraction must leave data to train on")
+        if self.split not in SPLITS:
+            problems.append(f"split must be 'random' or 'head' (got {self.split!r})")
+        if self.tokenizer not in TOKENIZERS:
+            problems.append(f"tokenizer must be 'word' or 'bpe' (got {self.tokenizer!r})")
+        if not isinstance(self.source, str) or not self.source.strip():
+            problems.append("source must name a corpus ('fra-eng' or a file)")
+        return problems

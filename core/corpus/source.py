@@ -1,0 +1,239 @@
+"""Where the corpus comes from: d2l's fra-eng.zip (downloaded, checked, cached) or a local
+file, read safely (size caps, zip members streamed) and parsed into sentence pairs."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import lzma
+import os
+import urllib.error
+import urllib.request
+import zipfile
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+from core.places import default_cache_dir
+
+FRA_ENG_URL = "http://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"
+
+FRA_ENG_SHA1 = "94646ad1522d915e7b0f9296181140edcf86a4f5"
+
+FRA_ENG_ENV = "FRA_ENG_ZIP"  # environment variable: a local copy of fra-eng.zip
+
+MAX_FILE_BYTES = 200 * 1024 * 1024  # refuse corpora larger than this (zips: once unpacked)
+
+READ_CHUNK = 1 << 20  # corpus files and zip members are read this many bytes at a time
+
+UNPACKS = "unpacks to more than"  # what a zip member over MAX_FILE_BYTES does
+
+ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    zlib.error,
+    lzma.LZMAError,
+    EOFError,
+    NotImplementedError,
+    RuntimeError,
+    ValueError,
+)
+
+ProgressFn = Callable[[int, int | None], None]  # (bytes done, bytes total or None)
+
+
+class DataError(Exception):
+    """A corpus could not be found, fetched, verified or parsed; the message says why."""
+
+
+def fra_eng_copy(cache_dir: Path | None = None) -> Path | None:
+    """The local fra-eng.zip a run would read ($FRA_ENG_ZIP, else the cache), or None."""
+    env = os.environ.get(FRA_ENG_ENV)
+    if env:
+        return Path(env) if Path(env).is_file() else None
+    cached = (cache_dir or default_cache_dir()) / "fra-eng.zip"
+    return cached if cached.is_file() else None
+
+
+def corpus_problem(source: str) -> str:
+    """Why a corpus cannot be read without a download ('' when it can)."""
+    if source != "fra-eng":
+        return "" if Path(source).expanduser().is_file() else f"the file {source} is missing"
+    if fra_eng_copy() is not None:
+        return ""
+    return (
+        f"the fra-eng corpus is not on this machine (set {FRA_ENG_ENV} to a copy of "
+        "fra-eng.zip, or train once to download it)"
+    )
+
+
+def sha1_of(path: Path) -> str:
+    """Hex SHA-1 of a file, read in chunks."""
+    h = hashlib.sha1()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=64)
+def _sha1_cached(path: str, mtime_ns: int, size: int) -> str:
+    """SHA-1 of a file, remembered per path, modification time and size."""
+    return sha1_of(Path(path))
+
+
+def file_sha1(path) -> str:
+    """The SHA-1 of a file's content, computed once per version of it ('' if unreadable)."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return ""
+    return _sha1_cached(str(Path(path).resolve()), st.st_mtime_ns, st.st_size)
+
+
+def download(url: str, dest: Path, sha1: str | None, progress: ProgressFn | None = None) -> Path:
+    """Fetch ``url`` to ``dest`` (via a temp file), verify its SHA-1, return ``dest``."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(dest.suffix + ".part")
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp, open(tmp, "wb") as out:
+            total = resp.headers.get("Content-Length")
+            total = int(total) if total else None
+            done = 0
+            while chunk := resp.read(1 << 16):
+                out.write(chunk)
+                done += len(chunk)
+                if progress:
+                    progress(done, total)
+    except (urllib.error.URLError, OSError, TimeoutError) as e:
+        tmp.unlink(missing_ok=True)
+        raise DataError(
+            f"Could not download {url}: {e}. Check the network connection, or download "
+            f"the file yourself and pass its path (or set {FRA_ENG_ENV})."
+        ) from e
+    if sha1 and (got := sha1_of(tmp)) != sha1:
+        tmp.unlink(missing_ok=True)
+        raise DataError(
+            f"Checksum mismatch for {url}: expected sha1 {sha1}, got {got}. The download "
+            "is corrupt or the file changed; try again or pass a local copy."
+        )
+    os.replace(tmp, dest)
+    return dest
+
+
+def resolve_corpus(
+    source: str = "fra-eng",
+    cache_dir: Path | None = None,
+    progress: ProgressFn | None = None,
+    url: str = FRA_ENG_URL,
+    sha1: str = FRA_ENG_SHA1,
+) -> Path:
+    """Path of a readable corpus file: a local path, or fra-eng from env, cache or web."""
+    if source != "fra-eng":
+        path = Path(source).expanduser()
+        if not path.is_file():
+            raise DataError(f"Corpus file not found: {path}")
+        return path
+    env = os.environ.get(FRA_ENG_ENV)
+    if env and not Path(env).is_file():
+        raise DataError(f"{FRA_ENG_ENV} points to {env}, which is not a file.")
+    found = fra_eng_copy(cache_dir)
+    if found is not None:
+        return found
+    return download(url, (cache_dir or default_cache_dir()) / "fra-eng.zip", sha1, progress)
+
+
+def _decode(raw: bytes, name: str) -> str:
+    """UTF-8 text of a corpus file, or a DataError naming the file."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{name} is not UTF-8 text ({e}); save it as UTF-8.") from e
+
+
+def _too_large(name: str, what: str = "is larger than") -> DataError:
+    """The error for a corpus over MAX_FILE_BYTES."""
+    return DataError(f"{name} {what} {MAX_FILE_BYTES / 2**20:g} MB; use a smaller corpus file.")
+
+
+def _read_capped(stream: BinaryIO, name: str, what: str = "is larger than") -> bytes:
+    """All bytes of ``stream`` read in chunks; DataError once more than MAX_FILE_BYTES came out."""
+    chunks, total = [], 0
+    while chunk := stream.read(min(READ_CHUNK, MAX_FILE_BYTES + 1 - total)):
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > MAX_FILE_BYTES:
+            raise _too_large(name, what)
+    return b"".join(chunks)
+
+
+def _pairs_member(zf: zipfile.ZipFile, path: Path) -> zipfile.ZipInfo:
+    """The archive's fra.txt, else its first .txt that is not an _about file."""
+    infos = [i for i in zf.infolist() if i.filename.endswith(".txt") and "_about" not in i.filename]
+    if not infos:
+        raise DataError(f"{path} holds no .txt file of sentence pairs.")
+    return next((i for i in infos if i.filename.endswith("fra.txt")), infos[0])
+
+
+def _read_zip(path: Path) -> str:
+    """The pairs text of a zip archive; its declared and its actual unpacked size are capped."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            info = _pairs_member(zf, path)
+            name = f"{path}:{info.filename}"
+            if info.file_size > MAX_FILE_BYTES:  # declared size; the read below is capped too
+                raise _too_large(name, UNPACKS)
+            with zf.open(info) as member:
+                return _decode(_read_capped(member, name, UNPACKS), name)
+    except ZIP_ERRORS as e:
+        raise DataError(f"{path} is a damaged or unsupported zip archive ({e}).") from e
+
+
+def _check_regular_file(path: Path) -> None:
+    """DataError unless ``path`` is an existing regular file (not a folder or a device)."""
+    if not path.exists():
+        raise DataError(f"Corpus file not found: {path}")
+    if path.is_dir():
+        raise DataError(f"{path} is a folder: give the path of a .tsv, .txt or .zip file in it.")
+    if not path.is_file():
+        raise DataError(
+            f"{path} is not a regular file (a device, pipe or socket?): give the path of a "
+            ".tsv, .txt or .zip file."
+        )
+
+
+def read_text(path: Path) -> str:
+    """The corpus text of a .zip (its fra.txt or first .txt) or of a plain text file."""
+    path = Path(path)
+    try:
+        _check_regular_file(path)
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise _too_large(str(path))
+        if path.suffix.lower() == ".zip" or zipfile.is_zipfile(path):
+            return _read_zip(path)
+        with path.open("rb") as f:
+            return _decode(_read_capped(f, str(path)), str(path))
+    except OSError as e:
+        raise DataError(
+            f"{path} cannot be read ({e.strerror or e}): check that it is a file you may read."
+        ) from e
+
+
+def parse_pairs(text: str, name: str = "corpus") -> tuple[list[tuple[str, str]], int]:
+    """Tab-separated (source, target) pairs of ``text`` and the count of skipped lines."""
+    pairs, skipped = [], 0
+    for line in io.StringIO(text):
+        if not line.strip():
+            continue
+        cols = line.rstrip("\r\n").split("\t")
+        if len(cols) < 2 or not cols[0].strip() or not cols[1].strip():
+            skipped += 1
+            continue
+        pairs.append((cols[0], cols[1]))
+    if not pairs:
+        raise DataError(
+            f"{name} has no usable sentence pairs: each line needs "
+            f"'source<TAB>target' ({skipped} malformed lines skipped)."
+        )
+    return pairs, skipped

@@ -1,0 +1,153 @@
+"""A corpus read into splits: pairs filtered by length, split by unique English sentence,
+and the vocabularies learnt from the training split."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.corpus.config import SPLITS, DataConfig
+from core.corpus.source import DataError, ProgressFn, parse_pairs, read_text, resolve_corpus
+from core.corpus.text import tokenize
+from core.corpus.vocab import SPECIALS, Vocab
+
+UNK_WARNING = 0.5  # warn when more than this share of the training tokens is <unk>
+
+
+@dataclass
+class Split:
+    """Tokenized pairs of one split (no special tokens)."""
+
+    pairs: list[tuple[list[str], list[str]]] = field(default_factory=list)
+
+    def groups(self) -> list[tuple[list[str], list[list[str]]]]:
+        """Unique source sentences, each with all of its reference translations."""
+        refs: dict[tuple[str, ...], list[list[str]]] = {}
+        for src, tgt in self.pairs:
+            refs.setdefault(tuple(src), []).append(tgt)
+        return [(list(src), r) for src, r in refs.items()]
+
+
+@dataclass
+class Corpus:
+    """Vocabularies, the three splits and a summary of what was read."""
+
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    train: Split
+    val: Split
+    test: Split
+    summary: dict
+
+
+def split_by_source(pairs, cfg: DataConfig) -> tuple[Split, Split, Split]:
+    """Split so that all translations of one English sentence share a split."""
+    if cfg.split == "head":
+        n_train = cfg.num_train or len(pairs)
+        n_val = cfg.num_val
+        return Split(pairs[:n_train]), Split(pairs[n_train : n_train + n_val]), Split([])
+    if cfg.split != "random":
+        raise DataError(f"Unknown split '{cfg.split}': use one of {', '.join(SPLITS)}.")
+    sources = sorted({tuple(s) for s, _ in pairs})
+    random.Random(cfg.split_seed).shuffle(sources)
+    n_val = round(len(sources) * cfg.val_fraction)
+    n_test = round(len(sources) * cfg.test_fraction)
+    where = {s: "val" for s in sources[:n_val]}
+    where.update({s: "test" for s in sources[n_val : n_val + n_test]})
+    parts = {"train": Split(), "val": Split(), "test": Split()}
+    for src, tgt in pairs:
+        parts[where.get(tuple(src), "train")].pairs.append((src, tgt))
+    return parts["train"], parts["val"], parts["test"]
+
+
+@dataclass
+class Splits:
+    """The three splits of a corpus and a summary of what was read (no vocabularies yet)."""
+
+    train: Split
+    val: Split
+    test: Split
+    summary: dict
+
+
+def load_splits(
+    cfg: DataConfig, cache_dir: Path | None = None, progress: ProgressFn | None = None
+) -> Splits:
+    """Read, preprocess, filter and split, as ``cfg`` says (max_len counts words)."""
+    cfg.validate()
+    path = resolve_corpus(cfg.source, cache_dir, progress)
+    raw, skipped = parse_pairs(read_text(path), str(path))
+    if cfg.max_pairs:
+        raw = raw[: cfg.max_pairs]
+    tokenized = [(tokenize(s), tokenize(t)) for s, t in raw]
+    pairs = [
+        (s, t) for s, t in tokenized if 0 < len(s) <= cfg.max_len and 0 < len(t) <= cfg.max_len
+    ]
+    if not pairs:
+        raise DataError(f"{path}: no pair is within max_len={cfg.max_len} tokens.")
+    train, val, test = split_by_source(pairs, cfg)
+    if not train.pairs:
+        raise DataError(f"{path}: the split left no training pairs.")
+    summary = {
+        "path": str(path),
+        "pairs_read": len(raw),
+        "skipped_lines": skipped,
+        "too_long": len(tokenized) - len(pairs),
+        "train": len(train.pairs),
+        "val": len(val.pairs),
+        "test": len(test.pairs),
+    }
+    return Splits(train, val, test, summary)
+
+
+def build_vocab(sentences: list[list[str]], cfg: DataConfig) -> Vocab:
+    """The vocabulary ``cfg.tokenizer`` asks for, learnt from tokenized sentences."""
+    if cfg.tokenizer == "bpe":
+        from core.corpus.bpe import BPEVocab
+
+        return BPEVocab.train(sentences, cfg.bpe_vocab, cfg.min_freq)
+    return Vocab.build(sentences, cfg.min_freq, cfg.max_vocab)
+
+
+def load_corpus(
+    cfg: DataConfig, cache_dir: Path | None = None, progress: ProgressFn | None = None
+) -> Corpus:
+    """Read, preprocess, filter, split and build vocabularies, as ``cfg`` says."""
+    splits = load_splits(cfg, cache_dir, progress)
+    train, val = splits.train, splits.val
+    # d2l builds its vocabularies from all rows it reads (train + val); "head" mimics that
+    seen = train.pairs + val.pairs if cfg.split == "head" else train.pairs
+    src_vocab = build_vocab([s for s, _ in seen], cfg)
+    tgt_vocab = build_vocab([t for _, t in seen], cfg)
+    summary = {**splits.summary, "src_vocab": len(src_vocab), "tgt_vocab": len(tgt_vocab)}
+    return Corpus(src_vocab, tgt_vocab, train, val, splits.test, summary)
+
+
+def inspect_file(path: str | Path) -> dict:
+    """Counts of usable and skipped lines of a pairs file, for showing before a launch."""
+    path = Path(path)
+    pairs, skipped = parse_pairs(read_text(path), str(path))
+    return {"path": str(path), "usable": len(pairs), "skipped": skipped, "examples": pairs[:3]}
+
+
+def unk_warnings(corpus: Corpus, data_cfg: DataConfig) -> list[str]:
+    """A warning for each side whose training tokens are mostly <unk> (too few words kept)."""
+    warnings = []
+    for side, vocab, column in (("source", corpus.src_vocab, 0), ("target", corpus.tgt_vocab, 1)):
+        ids = [i for s in vocab.encode_many([p[column] for p in corpus.train.pairs]) for i in s]
+        share = sum(i == Vocab.unk_id for i in ids) / max(len(ids), 1)
+        if share <= UNK_WARNING:
+            continue
+        remedy = (
+            "raise --max-vocab (the form's max_vocab)"
+            if len(vocab) >= data_cfg.max_vocab
+            else "lower --min-freq (the form's min_freq)"
+        )
+        words = len(vocab) - len(SPECIALS)
+        warnings.append(
+            f"{share:.0%} of the training {side} tokens are <unk> (vocabulary of {words} "
+            f"word{'' if words == 1 else 's'} at min_freq {data_cfg.min_freq}): "
+            f"{remedy} or use more data."
+        )
+    return warnings

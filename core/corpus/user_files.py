@@ -1,0 +1,100 @@
+"""Corpus files a user brings: counted before a run, uploads staged, data described in words."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from core.corpus.source import DataError
+from core.corpus.splits import inspect_file
+from core.places import DATA_ENV, corpus_folders, data_root, uploads_root
+from core.places import UPLOADS as UPLOADS
+
+MAX_UPLOAD_BYTES = 20 * 2**20  # largest uploaded corpus accepted
+
+
+@functools.lru_cache(maxsize=32)
+def _inspect_cached(path: str, mtime: float, size: int) -> dict:
+    """core.data.inspect_file, cached by path, modification time and size."""
+    return inspect_file(path)
+
+
+def allowed_path(source: str | Path) -> Path:
+    """The resolved path of a corpus the app may read (relative: in the data folder).
+
+    Symlinks and '..' are resolved first; anything outside corpus_folders() is a DataError.
+    """
+    try:
+        path = (data_root() / Path(source).expanduser()).resolve()
+    except (OSError, RuntimeError, ValueError) as e:  # a NUL byte, a symlink loop...
+        raise DataError(f"{source!r} is not a usable file path ({e}).") from e
+    folders = [f.resolve() for f in corpus_folders()]
+    if not any(path.is_relative_to(f) for f in folders):
+        raise DataError(
+            f"Corpus file not found in the app's data folders: {path} is outside them. "
+            f"The app reads corpus files only from {', '.join(map(str, folders))}. Put the "
+            f"file in {folders[0]}, or set {DATA_ENV} to the folder that holds it and "
+            "restart the app."
+        )
+    return path
+
+
+def inspect_data(source: str | Path) -> dict:
+    """Usable and skipped line counts of a pairs file in the app's folders (else DataError)."""
+    path = allowed_path(source)
+    try:
+        st = path.stat()
+    except OSError:
+        return inspect_file(path)  # missing or unreadable: read_text says why, in words
+    return _inspect_cached(str(path), st.st_mtime, st.st_size)
+
+
+def stage_upload(name: str, data: bytes) -> Path:
+    """Save an uploaded corpus (size-limited) under the runs root; returns its path."""
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise DataError(
+            f"{name} is {len(data) / 2**20:.1f} MB; the upload limit is "
+            f"{MAX_UPLOAD_BYTES // 2**20} MB. Put the file in the data folder {data_root()} "
+            "and give its path instead."
+        )
+    if not data.strip():
+        raise DataError(f"{name} is empty.")
+    suffix = Path(name).suffix.lower()
+    suffix = suffix if suffix in (".tsv", ".txt", ".zip") else ".txt"
+    dest = uploads_root() / (hashlib.sha1(data).hexdigest()[:16] + suffix)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if not dest.is_file():
+        tmp = dest.with_name(dest.name + ".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, dest)
+    return dest
+
+
+def source_problems(source: str) -> list[str]:
+    """Why a data source cannot be read (fra-eng is always fine: it is downloaded)."""
+    if source == "fra-eng":
+        return []
+    try:
+        info = inspect_data(source)
+    except DataError as e:
+        return [str(e)]
+    return [] if info["usable"] else [f"{source} has no usable sentence pairs"]
+
+
+def describe_data(data_config: Mapping | None) -> str:
+    """A short description of a run's or model's data, e.g. 'fra-eng (Tatoeba), ≤12 tokens'."""
+    if not data_config:
+        return "data unknown"
+    source = str(data_config.get("source", "fra-eng"))
+    parts = ["fra-eng (Tatoeba)" if source == "fra-eng" else Path(source).name]
+    num_train, num_val = data_config.get("num_train"), data_config.get("num_val")
+    if data_config.get("split") == "head" and (num_train or num_val):
+        parts.append(f"first {num_train} + {num_val or 0} pairs" if num_train else "all pairs")
+    if data_config.get("max_len"):
+        parts.append(f"≤{data_config['max_len']} tokens")
+    if data_config.get("tokenizer") == "bpe":
+        parts.append(f"BPE pieces ({data_config.get('bpe_vocab', '?')})")
+    return ", ".join(parts)

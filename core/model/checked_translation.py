@@ -1,0 +1,102 @@
+"""Translation as the pages offer it: checked input, top-k tables and validation sentences."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from core.corpus.source import DataError
+from core.corpus.splits import load_splits
+from core.corpus.text import tokenize
+from core.model.checkpoints import LoadedModel, trained_data
+from core.model.decode import GREEDY, DecodeSettings, Translation, TranslationError, translate
+
+MAX_SENTENCE_TOKENS = 60  # longer input is refused with a message
+DEFAULT_SENTENCE = "i'm home ."
+CHARS = {"bpe": ", the characters never seen in training"}  # what of a word is <unk>
+
+
+def trained_max_len(meta: Mapping) -> int | None:
+    """The longest sentence (tokens) the model saw in training, if recorded."""
+    value = (meta.get("data_config") or {}).get("max_len")
+    return int(value) if value else None
+
+
+def translate_sentence(
+    lm: LoadedModel, sentence: str, settings: DecodeSettings = GREEDY
+) -> Translation:
+    """Translate with all maps; refuse over-long input, warn about unknown or long input."""
+    tokens = tokenize(sentence or "")
+    if len(tokens) > MAX_SENTENCE_TOKENS:
+        raise TranslationError(
+            f"The sentence has {len(tokens)} tokens ({len(sentence):,} characters); this "
+            f"page translates at most {MAX_SENTENCE_TOKENS} tokens. Split it into shorter "
+            "sentences."
+        )
+    t = translate(
+        lm.model,
+        lm.src_vocab,
+        lm.tgt_vocab,
+        sentence or "",
+        settings.beam_size,
+        settings.alpha,
+        settings.max_len,
+        settings.topk,
+    )
+    unknown = lm.src_vocab.unknown(tokens)
+    if unknown:
+        t.warnings.append(
+            f"Not in the model's vocabulary (read as <unk>{CHARS.get(lm.src_vocab.kind, '')}): "
+            + ", ".join(dict.fromkeys(unknown))
+            + "."
+        )
+    limit = trained_max_len(lm.meta)
+    if limit and len(tokens) > limit:
+        t.warnings.append(
+            f"The model was trained on sentences of at most {limit} tokens; "
+            f"this one has {len(tokens)}, so expect a poorer translation."
+        )
+    return t
+
+
+def topk_frame(t: Translation) -> pd.DataFrame:
+    """One row per output step: the chosen token and the k best candidates with probabilities."""
+    rows = []
+    for step, (tok, cands) in enumerate(zip(t.output_tokens, t.topk)):
+        row = {"step": step, "output token": tok}
+        for rank, (word, p) in enumerate(cands, start=1):
+            row[f"#{rank}"] = f"{word} ({p:.2f})"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+@dataclass
+class ValidationExample:
+    """A validation sentence with all of its reference translations."""
+
+    source: str
+    references: list[str]
+
+
+def validation_examples(meta: Mapping, n: int = 200) -> tuple[list[ValidationExample], str]:
+    """Up to ``n`` validation sentences spread over the split, or ([], the reason)."""
+    if not meta.get("data_config"):
+        return [], "this checkpoint does not record its data settings"
+    try:
+        cfg = trained_data(meta)
+    except DataError as e:
+        return [], str(e)
+    try:
+        groups = load_splits(cfg).val.groups()
+    except (DataError, OSError, ValueError) as e:
+        return [], f"the validation data could not be rebuilt: {e}"
+    if not groups:
+        return [], "this model was trained without a validation split"
+    picks = sorted(set(np.linspace(0, len(groups) - 1, min(n, len(groups))).round().astype(int)))
+    return [
+        ValidationExample(" ".join(groups[i][0]), [" ".join(r) for r in groups[i][1]])
+        for i in picks
+    ], ""

@@ -1,0 +1,411 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need" (d2l.ai, chapter 11.7).
+
+Shape key: B batch, S source length, T target length, D model width (d_model),
+H heads, Dh head width (D // H), F feed-forward width, V vocabulary size, L layers.
+
+Attention weights are returned explicitly when asked (``need_weights=True``); otherwise
+the fused ``F.scaled_dot_product_attention`` path is used. Both give the same outputs.
+Either path multiplies each head's output by its gate ``head_gate`` (when one is set) before
+W_o, which is how heads are removed at inference (``core.ablate``). Where queries, keys and
+values are one tensor (self-attention; keys and values for the memory), W_q, W_k, W_v run as
+one stacked product; they stay four separate (D, D) linears in the state_dict.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from core.config_fields import type_problems
+from core.model.output_loss import projected_cross_entropy
+
+
+@dataclass
+class ModelConfig:
+    """Sizes of the encoder-decoder Transformer; saved inside every checkpoint."""
+
+    src_vocab_size: int  # number of source (English) word types, specials included
+    tgt_vocab_size: int  # number of target (French) word types, specials included
+    d_model: int = 256  # model width D (d2l: num_hiddens)
+    num_heads: int = 4  # attention heads H; D must be divisible by H
+    num_encoder_layers: int = 2  # encoder blocks
+    num_decoder_layers: int = 2  # decoder blocks
+    d_ff: int = 64  # position-wise FFN hidden width (d2l: ffn_num_hiddens)
+    dropout: float = 0.2  # dropout on embeddings, attention weights and sublayer outputs
+    max_positions: int = 512  # longest sequence the positional-encoding table covers
+    norm_first: bool = False  # False: post-LN AddNorm as in the paper; True: pre-LN
+    pad_id: int = 0  # id of <pad> in both vocabularies
+
+    def problems(self) -> list[str]:
+        """Every reason these sizes cannot build a model, each naming its field ([] if none)."""
+        return type_problems(self) or self.size_problems()
+
+    def validate(self) -> None:
+        """Raise ValueError with every one of ``problems()``."""
+        if problems := self.problems():
+            raise ValueError("Invalid model settings: " + "; ".join(problems))
+
+    def size_problems(self) -> list[str]:
+        """Why these sizes cannot build a model (fields of the right types only)."""
+        problems = []
+        at_least_one = ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "d_ff")
+        for name in (*at_least_one, "num_encoder_layers", "num_decoder_layers"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be at least 1 (got {getattr(self, name)})")
+        if self.num_heads >= 1 and self.d_model % self.num_heads:
+            problems.append(
+                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            problems.append(f"dropout must be in [0, 1) (got {self.dropout})")
+        if self.max_positions < 2:
+            problems.append(f"max_positions must be at least 2 (got {self.max_positions})")
+        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
+            problems.append(f"pad_id must be an id of both vocabularies (got {self.pad_id})")
+        return problems
+
+
+@dataclass
+class AttentionMaps:
+    """Attention weights of one forward pass, stacked over layers."""
+
+    encoder: torch.Tensor | None = None  # (L, B, H, S, S) encoder self-attention
+    decoder_self: torch.Tensor | None = None  # (L, B, H, T, T) masked decoder self-attention
+    cross: torch.Tensor | None = None  # (L, B, H, T, S) decoder -> encoder attention
+
+
+def subsequent_mask(size: int, device=None) -> torch.Tensor:
+    """Boolean (size, size) mask, True where query i may attend to key j (j <= i)."""
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
+
+
+def attention(q, k, v, mask=None, dropout: float = 0.0, training: bool = False):
+    """Scaled dot-product attention returning ``(out, weights)``.
+
+    Args:
+        q: (B, H, Tq, Dh) queries; k, v: (B, H, Tk, Dh) keys and values.
+        mask: boolean, broadcastable to (B, H, Tq, Tk); True = may attend.
+    Returns:
+        out (B, H, Tq, Dh) and the softmax weights (B, H, Tq, Tk), exactly 0 where masked.
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)  # (B, H, Tq, Tk)
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)
+    dropped = F.dropout(weights, dropout, training) if dropout and training else weights
+    return dropped @ v, weights  # (B, H, Tq, Dh), (B, H, Tq, Tk)
+
+
+class PositionalEncoding(nn.Module):
+    """Adds the fixed sinusoidal position table, then dropout."""
+
+    def __init__(self, d_model: int, dropout: float, max_len: int):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        pos = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # (max_len, 1)
+        div = torch.pow(10000, torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
+        table = torch.zeros(max_len, d_model)  # (max_len, D)
+        table[:, 0::2] = torch.sin(pos / div)
+        table[:, 1::2] = torch.cos(pos / div[: d_model // 2])
+        self.register_buffer("table", table, persistent=False)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """x: (B, T, D) -> (B, T, D), positions starting at ``offset``."""
+        if offset + x.size(1) > self.table.size(0):
+            raise ValueError(
+                f"sequence of {offset + x.size(1)} positions exceeds max_len "
+                f"{self.table.size(0)} of the positional encoding"
+            )
+        return self.dropout(x + self.table[offset : offset + x.size(1)])
+
+
+def packed_linear(x: torch.Tensor, *layers: nn.Linear) -> tuple[torch.Tensor, ...]:
+    """Several nn.Linear of one input in one matrix product: n views (B, T, D_out)."""
+    weight = torch.cat([m.weight for m in layers])  # (n D_out, D)
+    bias = torch.cat([m.bias for m in layers])  # (n D_out,)
+    return F.linear(x, weight, bias).chunk(len(layers), dim=-1)  # n x (B, T, D_out)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with W_q, W_k, W_v, W_o projections (stacked when inputs agree)."""
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float):
+        super().__init__()
+        self.num_heads, self.dropout = num_heads, dropout
+        self.W_q = nn.Linear(d_model, d_model)
+        self.W_k = nn.Linear(d_model, d_model)
+        self.W_v = nn.Linear(d_model, d_model)
+        self.W_o = nn.Linear(d_model, d_model)
+        # gate xi_h on each head's output: None = all 1 (no cost); (H,) or (B, H) otherwise;
+        # a plain attribute, so never in the state_dict (set it with core.ablate.gated)
+        self.head_gate: torch.Tensor | None = None
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) -> (B, H, T, Dh)."""
+        B, T, D = x.shape
+        return x.view(B, T, self.num_heads, D // self.num_heads).transpose(1, 2)
+
+    def project_kv(self, keys: torch.Tensor, values: torch.Tensor):
+        """Keys and values projected and split: two (B, H, Tk, Dh)."""
+        if keys is values:  # memory or self-attention: W_k and W_v in one product
+            return [self.split_heads(x) for x in packed_linear(keys, self.W_k, self.W_v)]
+        return self.split_heads(self.W_k(keys)), self.split_heads(self.W_v(values))
+
+    def project(self, queries, keys, values, kv=None):
+        """q (B, H, Tq, Dh) and k, v (B, H, Tk, Dh); ``kv`` gives k, v already projected."""
+        if kv is None and queries is keys is values:  # self-attention: one product
+            q, k, v = packed_linear(queries, self.W_q, self.W_k, self.W_v)  # (B, T, D) each
+            return self.split_heads(q), self.split_heads(k), self.split_heads(v)
+        k, v = kv if kv is not None else self.project_kv(keys, values)  # (B, H, Tk, Dh)
+        return self.split_heads(self.W_q(queries)), k, v
+
+    def forward(self, queries, keys, values, mask=None, need_weights=False, kv=None):
+        """queries (B, Tq, D), keys/values (B, Tk, D) -> (out (B, Tq, D), weights|None).
+
+        ``kv`` gives already projected (k, v) of shape (B, H, Tk, Dh), e.g. from a cache.
+        """
+        q, k, v = self.project(queries, keys, values, kv)  # (B, H, Tq|Tk, Dh)
+        p = self.dropout if self.training else 0.0
+        if need_weights:
+            out, weights = attention(q, k, v, mask, p, self.training)  # (B, H, Tq, Dh)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            weights = None
+        return self.W_o(self.merge_heads(out)), weights
+
+    def merge_heads(self, out: torch.Tensor) -> torch.Tensor:
+        """(B, H, Tq, Dh) -> (B, Tq, D), each head's output first scaled by its gate if set."""
+        B, H, Tq, Dh = out.shape
+        if self.head_gate is not None:
+            out = out * self.head_gate.reshape(-1, H, 1, 1)  # (B, H, Tq, Dh)
+        return out.transpose(1, 2).reshape(B, Tq, H * Dh)  # (B, Tq, D)
+
+
+class PositionWiseFFN(nn.Module):
+    """Two linear layers with a ReLU between, applied at each position."""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.dense1 = nn.Linear(d_model, d_ff)
+        self.dense2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) -> (B, T, D)."""
+        return self.dense2(F.relu(self.dense1(x)))
+
+
+class AddNorm(nn.Module):
+    """Residual connection and layer norm around a sublayer (post-LN or pre-LN)."""
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool):
+        super().__init__()
+        self.ln = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: torch.Tensor, sublayer):
+        """Apply ``sublayer`` (returns (y, extra)) with residual and norm; -> (x', extra)."""
+        if self.norm_first:
+            y, extra = sublayer(self.ln(x))
+            return x + self.dropout(y), extra
+        y, extra = sublayer(x)
+        return self.ln(x + self.dropout(y)), extra
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention and a position-wise FFN, each wrapped in AddNorm."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attention = MultiHeadAttention(cfg.d_model, cfg.num_heads, cfg.dropout)
+        self.addnorm1 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.ffn = PositionWiseFFN(cfg.d_model, cfg.d_ff)
+        self.addnorm2 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
+
+    def forward(self, x, src_mask, need_weights=False):
+        """x (B, S, D), src_mask (B, 1, 1, S) -> (x (B, S, D), weights (B, H, S, S)|None)."""
+        x, w = self.addnorm1(x, lambda h: self.attention(h, h, h, src_mask, need_weights))
+        x, _ = self.addnorm2(x, lambda h: (self.ffn(h), None))
+        return x, w
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention and FFN, each with AddNorm."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attention = MultiHeadAttention(cfg.d_model, cfg.num_heads, cfg.dropout)
+        self.addnorm1 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.cross_attention = MultiHeadAttention(cfg.d_model, cfg.num_heads, cfg.dropout)
+        self.addnorm2 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.ffn = PositionWiseFFN(cfg.d_model, cfg.d_ff)
+        self.addnorm3 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
+
+    def self_block(self, h, tgt_mask, need_weights, cache):
+        """Masked self-attention; with ``cache`` the new keys/values are appended to it."""
+        if cache is None:
+            return self.self_attention(h, h, h, tgt_mask, need_weights)
+        k, v = self.self_attention.project_kv(h, h)  # (B, H, Tnew, Dh)
+        if "k" in cache:
+            k = torch.cat([cache["k"], k], dim=2)  # (B, H, Tpast + Tnew, Dh)
+            v = torch.cat([cache["v"], v], dim=2)
+        cache["k"], cache["v"] = k, v
+        return self.self_attention(h, None, None, tgt_mask, need_weights, kv=(k, v))
+
+    def cross_block(self, h, memory, src_mask, need_weights, cache):
+        """Encoder-decoder attention; the memory's keys/values are cached once."""
+        if cache is None:
+            return self.cross_attention(h, memory, memory, src_mask, need_weights)
+        if "mk" not in cache:
+            cache["mk"], cache["mv"] = self.cross_attention.project_kv(memory, memory)
+        kv = (cache["mk"], cache["mv"])  # (B, H, S, Dh) each
+        return self.cross_attention(h, None, None, src_mask, need_weights, kv=kv)
+
+    def forward(self, x, memory, src_mask, tgt_mask, need_weights=False, cache=None):
+        """x (B, T, D), memory (B, S, D) -> (x (B, T, D), self (B,H,T,T'), cross (B,H,T,S))."""
+        x, w_self = self.addnorm1(x, lambda h: self.self_block(h, tgt_mask, need_weights, cache))
+        x, w_cross = self.addnorm2(
+            x, lambda h: self.cross_block(h, memory, src_mask, need_weights, cache)
+        )
+        x, _ = self.addnorm3(x, lambda h: (self.ffn(h), None))
+        return x, w_self, w_cross
+
+
+def _stack(weights: list) -> torch.Tensor | None:
+    """Stack per-layer weights into (L, ...) or return None when not recorded."""
+    return torch.stack(weights) if weights and weights[0] is not None else None
+
+
+class Encoder(nn.Module):
+    """Token embedding x sqrt(D), positional encoding and a stack of EncoderLayers."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.d_model = cfg.d_model
+        self.embedding = nn.Embedding(cfg.src_vocab_size, cfg.d_model)
+        self.pos_encoding = PositionalEncoding(cfg.d_model, cfg.dropout, cfg.max_positions)
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_encoder_layers))
+        self.final_ln = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+
+    def forward(self, src, src_mask, need_weights=False):
+        """src (B, S) ids, src_mask (B, 1, 1, S) -> (memory (B, S, D), (L, B, H, S, S)|None)."""
+        x = self.pos_encoding(self.embedding(src) * math.sqrt(self.d_model))  # (B, S, D)
+        maps = []
+        for layer in self.layers:
+            x, w = layer(x, src_mask, need_weights)
+            maps.append(w)
+        return self.final_ln(x), _stack(maps)
+
+
+class Decoder(nn.Module):
+    """Target embedding, positional encoding, DecoderLayers and the output projection."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.d_model = cfg.d_model
+        self.embedding = nn.Embedding(cfg.tgt_vocab_size, cfg.d_model)
+        self.pos_encoding = PositionalEncoding(cfg.d_model, cfg.dropout, cfg.max_positions)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_decoder_layers))
+        self.final_ln = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.dense = nn.Linear(cfg.d_model, cfg.tgt_vocab_size)
+
+    def forward(
+        self, tgt, memory, src_mask, tgt_mask, need_weights=False, cache=None, project=True
+    ):
+        """tgt (B, T) ids -> (logits (B, T, V), self (L,B,H,T,T')|None, cross (L,B,H,T,S)|None).
+
+        With ``cache`` (a list with one dict per layer), ``tgt`` holds only new positions.
+        With ``project=False`` the final states (B, T, D) come back instead of logits.
+        """
+        offset = cache[0]["k"].size(2) if cache and "k" in cache[0] else 0
+        x = self.embedding(tgt) * math.sqrt(self.d_model)  # (B, T, D)
+        x = self.pos_encoding(x, offset)  # (B, T, D)
+        self_maps, cross_maps = [], []
+        for i, layer in enumerate(self.layers):
+            layer_cache = cache[i] if cache is not None else None
+            x, w_self, w_cross = layer(x, memory, src_mask, tgt_mask, need_weights, layer_cache)
+            self_maps.append(w_self)
+            cross_maps.append(w_cross)
+        x = self.final_ln(x)  # (B, T, D)
+        out = self.dense(x) if project else x  # (B, T, V) or (B, T, D)
+        return out, _stack(self_maps), _stack(cross_maps)
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer (EncoderDecoder in the Annotated Transformer)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.encoder = Encoder(cfg)
+        self.decoder = Decoder(cfg)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        """Xavier-uniform for every matrix (as the Annotated Transformer does)."""
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    def src_mask(self, src: torch.Tensor) -> torch.Tensor:
+        """(B, S) ids -> (B, 1, 1, S) boolean, True at real (non-pad) source tokens."""
+        return (src != self.cfg.pad_id)[:, None, None, :]
+
+    def tgt_mask(self, tgt: torch.Tensor) -> torch.Tensor:
+        """(B, T) ids -> (B, 1, T, T): causal and not padded (keys)."""
+        keep = (tgt != self.cfg.pad_id)[:, None, None, :]  # (B, 1, 1, T)
+        return keep & subsequent_mask(tgt.size(1), tgt.device)  # (B, 1, T, T)
+
+    def encode(self, src, need_weights=False):
+        """src (B, S) -> (memory (B, S, D), src_mask (B,1,1,S), encoder maps|None)."""
+        src_mask = self.src_mask(src)
+        memory, maps = self.encoder(src, src_mask, need_weights)
+        return memory, src_mask, maps
+
+    def forward(self, src, tgt_in, need_weights=False):
+        """src (B, S), tgt_in (B, T) -> (logits (B, T, V), AttentionMaps|None)."""
+        memory, src_mask, enc_maps = self.encode(src, need_weights)
+        logits, self_maps, cross_maps = self.decoder(
+            tgt_in, memory, src_mask, self.tgt_mask(tgt_in), need_weights
+        )
+        maps = AttentionMaps(enc_maps, self_maps, cross_maps) if need_weights else None
+        return logits, maps
+
+    def loss(self, src, tgt_in, tgt_out, label_smoothing: float = 0.0) -> torch.Tensor:
+        """Mean cross-entropy of tgt_out (B, T) given src (B, S) and tgt_in (B, T).
+
+        The output projection runs only at real (non-pad) target positions, so padding
+        costs nothing in the largest matrix product of the step; it is fused with the loss
+        (``core.output_loss``), so the (N, V) logits are made once and read once more.
+        """
+        memory, src_mask, _ = self.encode(src)
+        hidden, _, _ = self.decoder(
+            tgt_in, memory, src_mask, self.tgt_mask(tgt_in), project=False
+        )  # (B, T, D)
+        rows = (tgt_out != self.cfg.pad_id).flatten().nonzero().squeeze(1)  # (N,) real tokens
+        real = hidden.flatten(0, 1).index_select(0, rows)  # (N, D)
+        target = tgt_out.flatten()[rows]  # (N,)
+        return projected_cross_entropy(real, self.decoder.dense, target, label_smoothing)
+
+    def num_parameters(self) -> int:
+        """Number of trainable parameters."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+@contextmanager
+def evaluating(model: nn.Module):
+    """The model in eval mode inside the block (dropout off); its mode restored after, always."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)

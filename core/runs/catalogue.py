@@ -1,0 +1,304 @@
+"""The one model catalogue: every checkpoint the app can offer, described, and promotion.
+
+Models are ``checkpoints/**/*.pt`` (the shipped one and those saved from runs) and every
+run's ``best.pt`` / ``last.pt``. Home, Translate and Attention all list them from here.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from core.model.checkpoints import CheckpointError, all_finite, atomic_save, read_checkpoint
+from core.corpus.user_files import describe_data
+from core.runs.history import history_path, write_history
+from core.model.scores import usable_bleu
+from core.model.transformer import ModelConfig
+from core.places import checkpoints_root, runs_root
+from core.runs.run_dir import RunDir, RunError, run_dir
+
+SHIPPED_NAME = "fra-eng-small.pt"  # the model the app ships with, under checkpoints/
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # names of saved models
+ORIGINS = ("shipped model", "saved model", "run best", "run last")
+
+
+class ModelError(Exception):
+    """A model cannot be saved under that name; the message says why."""
+
+
+@functools.lru_cache(maxsize=256)
+def count_parameters(model_json: str) -> int:
+    """Parameters of a Transformer with this ModelConfig (built on the meta device)."""
+    import torch
+
+    from core.model.transformer import Transformer
+
+    with torch.device("meta"):
+        model = Transformer(ModelConfig(**json.loads(model_json)))
+    return sum(p.numel() for p in model.parameters())
+
+
+def size_label(model: dict | None) -> str:
+    """E.g. '1.2 M params · 256 wide · 2+2 blocks · 4 heads' ('size unknown' without one)."""
+    if not model or "d_model" not in model:
+        return "size unknown"
+    label = (
+        f"{model['d_model']} wide · {model.get('num_encoder_layers')}+"
+        f"{model.get('num_decoder_layers')} blocks · {model.get('num_heads')} heads"
+    )
+    if "src_vocab_size" in model:
+        try:
+            params = count_parameters(json.dumps(model, sort_keys=True))
+        except (TypeError, ValueError, RuntimeError):
+            return label
+        label = f"{params / 1e6:.2f} M params · {label}"
+    return label
+
+
+@dataclass
+class ModelEntry:
+    """One model file the app can offer, with what is known about it."""
+
+    key: str  # stable id used in URLs: "checkpoints/<file>" or "runs/<run>/<file>"
+    path: str  # the .pt file
+    origin: str  # where it comes from, in words (see ORIGINS)
+    mtime: float  # modification time (seconds since the epoch)
+    data: str = ""  # where its training data came from
+    size: str = "size unknown"  # parameters, width, blocks and heads in words
+    heads: int | None = None  # attention heads per layer
+    step: int | None = None  # optimiser steps trained
+    val_bleu: float | None = None  # validation BLEU of this checkpoint, if measured
+    run_dir: str | None = None  # the run directory with metrics and snapshots, if known
+    history: str | None = None  # its run directory or .history file, for the training replay
+    usable: bool = True  # False when the file cannot be read
+    reason: str = ""  # why it is not usable
+
+    @property
+    def label(self) -> str:
+        """One short line for a picker (fits 760 px); entry_caption says the rest."""
+        if not self.usable:
+            return f"{self.key} (unusable)"
+        heads = f"{self.heads} heads" if self.heads else "heads ?"
+        bleu = f"val BLEU {self.val_bleu:.1f}" if self.val_bleu is not None else "no val BLEU"
+        step = f"step {self.step:,}" if self.step is not None else "step ?"
+        return f"{self.key} · {heads} · {step} · {bleu}"
+
+
+def _bleu_at(run_dir: Path | None, step: int | None) -> float | None:
+    """The val BLEU recorded at ``step`` in a run's metrics, if any."""
+    if run_dir is None or step is None:
+        return None
+    for rec in reversed(RunDir(run_dir).read_metrics()):
+        if rec.get("record") == "eval" and rec.get("step") == step and "val_bleu" in rec:
+            return float(rec["val_bleu"])
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _checkpoint_info(path: str, mtime_ns: int, size: int) -> dict:
+    """Metadata of a checkpoint file (cached per path, modification time and size)."""
+    ckpt = read_checkpoint(path)
+    cfg = ckpt.get("model_config") or {}
+    state = ckpt.get("state") or {}
+    return {
+        "data_config": ckpt.get("data_config") or {},
+        "size": size_label(cfg),
+        "heads": cfg.get("num_heads"),
+        "step": state.get("step"),
+        "best_bleu": usable_bleu(state.get("best_bleu")),
+        "run": ckpt.get("run"),
+        "promoted_from": ckpt.get("promoted_from"),
+    }
+
+
+def _run_with_snapshots(name: str | None, runs: Path) -> str | None:
+    """The run directory called ``name`` under ``runs`` if it has snapshots."""
+    if not name:
+        return None
+    candidate = runs / str(name)
+    return str(candidate) if RunDir(candidate).snapshot_steps() else None
+
+
+def _origin(path: Path, info: dict) -> str:
+    """Where a file under checkpoints/ comes from, in words."""
+    saved = info.get("promoted_from")
+    if not saved:
+        return "shipped model" if path.name == SHIPPED_NAME else "model file"
+    step = f" at step {info['step']:,}" if info.get("step") is not None else ""
+    return f"saved from run {saved.get('run', '?')}{step}"
+
+
+def read_entry(path: Path, key: str, run_dir: Path | None, runs: Path) -> ModelEntry:
+    """Describe one checkpoint file; a reading error gives an unusable entry, never raises."""
+    try:
+        st = path.stat()
+        info = _checkpoint_info(str(path), st.st_mtime_ns, st.st_size)
+    except (CheckpointError, OSError) as e:
+        mtime = path.stat().st_mtime if path.exists() else 0.0
+        return ModelEntry(key, str(path), "unreadable", mtime, usable=False, reason=str(e))
+    if run_dir is not None:
+        origin = "run best" if path.name == "best.pt" else "run last"
+    else:
+        origin = _origin(path, info)
+    bleu = info["best_bleu"]
+    if origin == "run last":  # best_bleu is the best so far, not necessarily this one's
+        bleu = _bleu_at(run_dir, info["step"])
+    return ModelEntry(
+        key,
+        str(path),
+        origin,
+        st.st_mtime,
+        data=describe_data(info["data_config"]),
+        size=info["size"],
+        heads=info["heads"],
+        step=info["step"],
+        val_bleu=bleu,
+        run_dir=str(run_dir) if run_dir else _run_with_snapshots(info["run"], runs),
+        history=_history_of(path, run_dir, info["run"], runs),
+    )
+
+
+def _history_of(path: Path, run_dir: Path | None, run: str | None, runs: Path) -> str | None:
+    """The training history of a model: its run directory, else the file beside it."""
+    if run_dir is not None:
+        return str(run_dir)
+    beside = history_path(path)
+    return _run_with_snapshots(run, runs) or (str(beside) if beside.is_file() else None)
+
+
+def _run_entries(runs: Path) -> list[ModelEntry]:
+    """Every run's best.pt and last.pt (or a note that a run has none yet)."""
+    entries = []
+    for run in sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        found = [n for n in ("best.pt", "last.pt") if (run / n).is_file()]
+        for name in found:
+            entries.append(read_entry(run / name, f"runs/{run.name}/{name}", run, runs))
+        if not found and (run / "config.json").is_file():
+            reason = "no checkpoint saved yet (training may still be starting)"
+            entries.append(
+                ModelEntry(
+                    f"runs/{run.name}/",
+                    str(run),
+                    "run",
+                    run.stat().st_mtime,
+                    usable=False,
+                    reason=reason,
+                )
+            )
+    return entries
+
+
+def list_models(checkpoints: Path | None = None, runs: Path | None = None) -> list[ModelEntry]:
+    """Every checkpoint under ``checkpoints`` and every run's best/last, newest first."""
+    checkpoints = Path(checkpoints) if checkpoints else checkpoints_root()
+    runs = Path(runs) if runs else runs_root()
+    entries = []
+    if checkpoints.is_dir():
+        for path in sorted(checkpoints.rglob("*.pt")):
+            key = "checkpoints/" + path.relative_to(checkpoints).as_posix()
+            entries.append(read_entry(path, key, None, runs))
+    if runs.is_dir():
+        entries += _run_entries(runs)
+    return sorted(entries, key=lambda e: e.mtime, reverse=True)
+
+
+def default_entry(entries: Sequence[ModelEntry]) -> ModelEntry | None:
+    """The shipped model if it is usable, else the newest usable model, else None."""
+    usable = [e for e in entries if e.usable]
+    shipped = [e for e in usable if e.origin == "shipped model"]
+    return (shipped or usable or [None])[0]
+
+
+def find_entry(entries: Sequence[ModelEntry], key: str | None) -> ModelEntry | None:
+    """The usable entry with this key, or None."""
+    return next((e for e in entries if e.key == key and e.usable), None)
+
+
+def entry_caption(entry: ModelEntry) -> str:
+    """One line under the picker: origin, data, size, step and validation BLEU."""
+    step = f"step {entry.step:,}" if entry.step is not None else "step unknown"
+    bleu = (
+        f"val BLEU {entry.val_bleu:.1f}"
+        if entry.val_bleu is not None
+        else "no validation BLEU recorded"
+    )
+    return f"{entry.origin} · {entry.data} · {entry.size} · {step} · {bleu}"
+
+
+def validate_name(name: str) -> str:
+    """A safe model file name (letters, digits, . _ -), or ModelError saying what is wrong."""
+    name = (name or "").strip()
+    if name.endswith(".pt"):
+        name = name[:-3]
+    if not NAME_RE.fullmatch(name) or name in (".", ".."):
+        raise ModelError(
+            f"'{name}' is not a valid model name: use 1-64 letters, digits, '.', '_' "
+            "or '-', starting with a letter or digit (no slashes or spaces)."
+        )
+    return name
+
+
+def promote(run_id: str, which: str, name: str, overwrite: bool = False) -> Path:
+    """Copy a run's best or last checkpoint to checkpoints/<name>.pt (weights and metadata)."""
+    name = validate_name(name)
+    if which not in ("best", "last"):
+        raise ModelError(f"Choose 'best' or 'last', not '{which}'.")
+    try:
+        rd = run_dir(run_id)
+    except RunError as e:
+        raise ModelError(str(e)) from e
+    src = rd.best if which == "best" else rd.last
+    try:
+        ckpt = read_checkpoint(src)
+    except CheckpointError as e:
+        raise ModelError(f"Run {run_id} has no usable {which} checkpoint: {e}") from e
+    if not all_finite(ckpt.get("state_dict") or {}):
+        raise ModelError(
+            f"Run {run_id}'s {which} checkpoint has NaN or infinite weights; it cannot be "
+            "saved as a model. Use a checkpoint from before training diverged."
+        )
+    ckpt = {k: v for k, v in ckpt.items() if k not in ("optimizer", "rng")}
+    ckpt["promoted_from"] = {"run": run_id, "which": which, "at": time.time()}
+    dest = _publish(ckpt, checkpoints_root() / f"{name}.pt", overwrite)
+    try:  # the model carries its training history (metrics, snapshots) up to its step
+        if write_history(rd.path, dest, (ckpt.get("state") or {}).get("step")) is None:
+            history_path(dest).unlink(missing_ok=True)  # not an older model's history
+    except (OSError, RuntimeError, ValueError, KeyError) as e:
+        raise ModelError(f"Saved {dest.name}, but not its training history: {e}") from e
+    return dest
+
+
+def _publish(ckpt: dict, dest: Path, overwrite: bool) -> Path:
+    """Write ``dest`` whole; without ``overwrite``, never replace a model (even in a race)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    atomic_save(ckpt, tmp)
+    try:
+        if overwrite:
+            os.replace(tmp, dest)
+        else:
+            os.link(tmp, dest)  # fails if dest exists: two sessions cannot both create it
+    except FileExistsError:
+        raise ModelError(
+            f"A model named '{dest.stem}' already exists; choose another name or allow overwriting."
+        ) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return dest
+
+
+def models_frame(entries: Sequence[ModelEntry]) -> pd.DataFrame:
+    """One row per model: key, origin, validation BLEU, step, size, data, problem."""
+    columns = {"key": "model", "origin": "origin", "val_bleu": "val BLEU", "step": "step"}
+    columns |= {"size": "size", "data": "data", "reason": "problem"}
+    rows = [asdict(e) | ({} if e.usable else {"size": ""}) for e in entries]
+    return pd.DataFrame(rows, columns=list(columns)).rename(columns=columns)

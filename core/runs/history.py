@@ -1,0 +1,115 @@
+"""A model's training history in one file beside its checkpoint: metrics and probe snapshots.
+
+A run directory holds the history of its run (metrics.jsonl, snapshots/). A model copied
+out of a run (the shipped model, "Save as a model") keeps it in ``<model>.history``: the
+metric records (numbers only: no validation sentences, no paths) and the probe
+sentences' attention maps at each evaluation, in float16. It is a plain-tensor file,
+loaded with ``weights_only=True``.
+
+``open_history`` gives either kind the same three readers: ``read_metrics``,
+``snapshot_steps`` and ``load_snapshot``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from core.model.checkpoints import atomic_save
+from core.runs.run_dir import RunDir
+
+FORMAT = "attention-studio-history/1"
+SUFFIX = ".history"
+MAX_BYTES = 20 * 2**20  # a history file larger than this is refused, not read
+TEXT_KEYS = ("record",)  # the only text a shipped metric record keeps
+
+
+def history_path(checkpoint) -> Path:
+    """Where the history of a model file lives: ``name.pt`` -> ``name.history``."""
+    return Path(checkpoint).with_suffix(SUFFIX)
+
+
+def clean_record(record: dict) -> dict:
+    """A metric record with numbers only (drops validation examples and any text)."""
+    keep = (int, float, bool, type(None))
+    return {
+        k: v for k, v in record.items() if k in TEXT_KEYS or (isinstance(v, keep) and k != "path")
+    }
+
+
+def _half(probe: dict) -> dict:
+    """A snapshot probe with its maps in float16."""
+    return {k: v.half() if isinstance(v, torch.Tensor) else v for k, v in probe.items()}
+
+
+def pack_history(run_dir, up_to_step: int | None = None) -> dict:
+    """A run's metrics and snapshots up to ``up_to_step`` (all when None), as one dict."""
+    rd = RunDir(run_dir)
+    last = float("inf") if up_to_step is None else up_to_step
+    records = [clean_record(r) for r in rd.read_metrics() if r.get("step", 0) <= last]
+    snapshots = []
+    for step in rd.snapshot_steps():
+        if step <= last:
+            probes = rd.load_snapshot(step)["probes"]
+            snapshots.append({"step": step, "probes": [_half(p) for p in probes]})
+    return {"format": FORMAT, "metrics": records, "snapshots": snapshots}
+
+
+def write_history(run_dir, checkpoint, up_to_step: int | None = None) -> Path | None:
+    """Write a run's history beside ``checkpoint``; None (nothing written) if it has none."""
+    history = pack_history(run_dir, up_to_step)
+    if not history["metrics"] and not history["snapshots"]:
+        return None
+    dest = history_path(checkpoint)
+    atomic_save(history, dest)
+    return dest
+
+
+class HistoryFile:
+    """The readers of a RunDir, over a ``.history`` file (read once, on first use)."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self._data: dict | None = None
+
+    def _load(self) -> dict:
+        """The file's contents; ValueError when it is not a history file."""
+        if self._data is None:
+            if self.path.stat().st_size > MAX_BYTES:
+                raise ValueError(f"{self.path.name} is larger than {MAX_BYTES // 2**20} MB")
+            try:
+                data = torch.load(self.path, map_location="cpu", weights_only=True)
+            except Exception as e:  # a damaged file can fail deep inside the unpickler
+                raise ValueError(f"{self.path.name} cannot be read ({type(e).__name__})") from e
+            if not isinstance(data, dict) or data.get("format") != FORMAT:
+                raise ValueError(f"{self.path.name} is not a training history file")
+            self._data = data
+        return self._data
+
+    def read_metrics(self) -> list[dict]:
+        """The metric records (an unreadable file has none)."""
+        try:
+            return [r for r in self._load()["metrics"] if isinstance(r, dict)]
+        except (OSError, ValueError, RuntimeError, KeyError, TypeError):
+            return []
+
+    def snapshot_steps(self) -> list[int]:
+        """Training steps with a snapshot, in order (an unreadable file has none)."""
+        try:
+            return sorted(int(s["step"]) for s in self._load()["snapshots"])
+        except (OSError, ValueError, RuntimeError, KeyError, TypeError):
+            return []
+
+    def load_snapshot(self, step: int) -> dict:
+        """The snapshot at ``step``: {"step", "probes"} (KeyError when there is none)."""
+        for snapshot in self._load()["snapshots"]:
+            if int(snapshot["step"]) == step:
+                return snapshot
+        raise KeyError(f"no snapshot at step {step}")
+
+
+def open_history(source) -> RunDir | HistoryFile:
+    """The history readers of a run directory or of a ``.history`` file."""
+    path = Path(source)
+    return HistoryFile(path) if path.suffix == SUFFIX else RunDir(path)

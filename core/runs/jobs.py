@@ -1,0 +1,347 @@
+"""Training jobs: start, resume, stop and delete ``python -m core.train`` processes.
+
+Each job is its own OS process writing into its run directory, so it survives page
+reloads, closed tabs and server restarts; the disk is the source of truth, never a
+Streamlit session. ``ATTENTION_STUDIO_MAX_GPU_JOBS`` GPU jobs (an ``fcntl.flock`` slot
+each, held by the trainer until it exits) and ``ATTENTION_STUDIO_MAX_CPU_JOBS`` CPU jobs
+may run at once (one of each by default). A job of several processes (one run trained by
+``torchrun``, see core.distributed) is one job: the app launches, checks, stops and reaps
+the torchrun agent, which starts and stops its workers. No Streamlit here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from core.runs import processes
+from core.corpus.user_files import allowed_path
+from core.corpus.source import DataError
+from core.training.devices import device_memory, estimate_memory, resolve_device
+from core.runs.locks import acquire_gpu_lock, launch_lock, run_is_held, write_lock
+from core.places import REPO_ROOT, runs_root
+from core.runs.run_dir import RunDir, RunError, read_json, run_dir, write_json
+from core.runs.status import LIVE_STATES, STOP_GRACE_S, RunInfo, list_runs, run_info
+from core.training.config import RESUME_CHANGES
+from core.training.settings import merged_settings, validate_settings
+
+MAX_CPU_JOBS_ENV = "ATTENTION_STUDIO_MAX_CPU_JOBS"  # concurrent CPU jobs (default 1)
+MAX_GPU_JOBS_ENV = "ATTENTION_STUDIO_MAX_GPU_JOBS"  # concurrent GPU jobs (default 1)
+
+
+def _env_int(name: str, default: int) -> int:
+    """A positive integer from the environment, or ``default``."""
+    try:
+        return max(1, int(os.environ.get(name, default)))
+    except ValueError:
+        return default
+
+
+def max_cpu_jobs() -> int:
+    """How many CPU training jobs may run at once."""
+    return _env_int(MAX_CPU_JOBS_ENV, 1)
+
+
+def max_gpu_jobs() -> int:
+    """How many GPU training jobs may run at once (one by default)."""
+    return _env_int(MAX_GPU_JOBS_ENV, 1)
+
+
+def max_processes(device_type: str) -> int:
+    """How many processes one run may train with: one per GPU, or per CPU core."""
+    if device_type == "cuda":
+        import torch
+
+        return max(1, torch.cuda.device_count())
+    if device_type == "cpu":
+        return max(1, os.cpu_count() or 1)
+    return 1  # Apple MPS: one process
+
+
+def processes_problem(processes, device_type: str, cfg: dict | None = None) -> str | None:
+    """Why a run cannot train with ``processes`` processes on ``device_type`` (None: it can)."""
+    if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+        return f"processes must be a whole number, 1 or more (got {processes!r})"
+    most = max_processes(device_type)
+    if processes > most:
+        what = "GPU" if device_type == "cuda" else "CPU core" if device_type == "cpu" else ""
+        where = f"{most} {what}{'s' if most > 1 else ''} here" if what else device_type
+        return f"processes ({processes}) cannot exceed {most} on {where}"
+    have = device_memory(device_type) if device_type == "cpu" else None
+    need = estimate_memory(cfg) * processes if cfg and processes > 1 else 0
+    if have is not None and need > 0.8 * have:
+        return (
+            f"{processes} processes need about {need / 2**30:.1f} GB of memory but only "
+            f"{have / 2**30:.1f} GB is available; use fewer processes or a smaller batch_size"
+        )
+    return None
+
+
+def _check_cpu_capacity() -> None:
+    """RunError if the allowed number of CPU jobs are already running."""
+    live = [r for r in list_runs() if r.alive and r.device_type != "cuda"]
+    if len(live) >= max_cpu_jobs():
+        names = ", ".join(r.run_id for r in live)
+        raise RunError(
+            f"{len(live)} CPU training job(s) already running ({names}); the limit is "
+            f"{max_cpu_jobs()} (set {MAX_CPU_JOBS_ENV} to change it). Stop a run or "
+            "wait for it to finish."
+        )
+
+
+def _new_run_dir(preset: str) -> RunDir:
+    """Create a fresh run directory named like 20261122-013000-small."""
+    base = f"{time.strftime('%Y%m%d-%H%M%S')}-{preset}"
+    for i in range(1, 1000):
+        path = runs_root() / (base if i == 1 else f"{base}-{i}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return RunDir(path)
+    raise RunError("Could not create a run directory (too many runs this second).")
+
+
+def _stage_source(rd: RunDir, source: str) -> str:
+    """The corpus the trainer reads: fra-eng, or a copy inside the run of an allowed file.
+
+    The copy makes the run self-contained, and the trainer never opens a path a user typed.
+    """
+    if source == "fra-eng":
+        return source
+    try:
+        path = allowed_path(source)
+        dest = rd.path / ("data" + path.suffix.lower())
+        shutil.copyfile(path, dest)
+    except (DataError, OSError) as e:
+        raise RunError(f"Cannot read the corpus: {e}") from e
+    return str(dest)
+
+
+def _launch(rd: RunDir, argv: list[str], job: dict, gpu_fd: int | None) -> None:
+    """Start the trainer in its own session, log to train.log, record its pid."""
+    job["launched_at"] = time.time()
+    write_json(rd.job, {**job, "pid": None, "identity": None})
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(rd.log, "ab") as log:
+        proc = subprocess.Popen(
+            argv,
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+            pass_fds=(gpu_fd,) if gpu_fd is not None else (),
+        )
+    processes.adopt(proc)
+    job["pid"], job["identity"] = proc.pid, processes.identity(proc.pid)
+    job.setdefault("launches", []).append({"pid": proc.pid, "at": job["launched_at"]})
+    write_json(rd.job, job)
+    if gpu_fd is not None:
+        write_lock(gpu_fd, {"run_id": rd.name, "pid": proc.pid})
+
+
+@contextlib.contextmanager
+def _device_slot(device_type: str, run_id: str):
+    """Hold a GPU slot (yielding its fd for the trainer) or check the CPU job limit."""
+    if device_type != "cuda":
+        _check_cpu_capacity()
+        yield None
+        return
+    fd = acquire_gpu_lock(run_id, max_gpu_jobs())
+    try:
+        yield fd
+    finally:
+        os.close(fd)  # the trainer keeps its own copy of the locked file open
+
+
+def _trainer_argv(rd: RunDir, resume: bool = False, processes: int = 1) -> list[str]:
+    """The trainer's command line: fixed flags and the run directory, never a user value.
+
+    Settings travel as data in ``request.json`` inside the run directory. With several
+    processes (a checked whole number) ``torchrun`` (``python -m torch.distributed.run``)
+    starts them; its agent is the process the app checks, signals and reaps.
+    """
+    launcher = [sys.executable]
+    if processes > 1:
+        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+    argv = [*launcher, "-m", "core.train", "--out", str(rd.path), "--request"]
+    return argv + ["--resume", "--no-progress"] if resume else argv + ["--no-progress"]
+
+
+def start_run(preset: str, overrides: dict | None = None, processes: int = 1) -> str:
+    """Validate settings, then launch ``python -m core.train`` in a new run; returns its id.
+
+    ``processes`` > 1 trains the run with that many processes (torchrun; each takes
+    ``batch_size`` pairs a step, so a step's batch is ``batch_size * processes``).
+    """
+    overrides = copy.deepcopy(overrides or {})
+    problems = validate_settings(preset, overrides)
+    if not problems:
+        cfg = merged_settings(preset, overrides)
+        device_type = resolve_device(cfg["train"]["device"])
+        problems = [p for p in [processes_problem(processes, device_type, cfg)] if p]
+    if problems:
+        raise RunError("Cannot start: " + "; ".join(problems) + ".")
+    with launch_lock():
+        rd = _new_run_dir(preset)
+        try:
+            with _device_slot(device_type, rd.name) as gpu_fd:
+                cfg["data"]["source"] = _stage_source(rd, cfg["data"].get("source", "fra-eng"))
+                write_json(rd.request, {"settings": cfg})  # the trainer reads settings here
+                job = {
+                    "run_id": rd.name,
+                    "preset": preset,
+                    "settings": cfg,
+                    "device_type": device_type,
+                    "processes": processes,
+                    "created_at": time.time(),
+                }
+                _launch(rd, _trainer_argv(rd, processes=processes), job, gpu_fd)
+        except BaseException:
+            shutil.rmtree(rd.path, ignore_errors=True)
+            raise
+    return rd.name
+
+
+def _check_resumable(rd: RunDir) -> RunInfo:
+    """The run's info if it can be resumed now, else RunError saying why (under the lock)."""
+    info = run_info(rd.name)
+    if info.alive or info.state == "unknown" or run_is_held(rd.path):
+        raise RunError(f"Run {rd.name} is still {info.state}; nothing to resume.")
+    if not info.resumable:
+        raise RunError(
+            f"Run {rd.name} has no last checkpoint (last.pt) to resume from; "
+            "start a new run instead."
+        )
+    return info
+
+
+def resume_processes(run_id: str) -> tuple[int, int]:
+    """(processes of the run's last launch, the most it may resume with here)."""
+    rd = run_dir(run_id)
+    job = read_json(rd.job, {}) or {}
+    device_type = job.get("device_type") or resolve_device(
+        rd.read_config().get("train", {}).get("device", "auto")
+    )
+    return int(job.get("processes", 1)), max_processes(device_type)
+
+
+def resume_run(run_id: str, limits: dict | None = None, processes: int | None = None) -> None:
+    """Continue a run from last.pt (``limits``: new epochs, max_steps, time_budget; after a
+    divergence also lr, warmup_steps, grad_clip) with ``processes`` processes (None: as many
+    as its last launch)."""
+    rd = run_dir(run_id)
+    with launch_lock():  # two sessions resuming one run: the second is refused here
+        info = _check_resumable(rd)
+        job = read_json(rd.job, {}) or {"run_id": run_id, "created_at": info.started_at}
+        device_type = job.get("device_type") or resolve_device(
+            rd.read_config().get("train", {}).get("device", "auto")
+        )
+        processes = job.get("processes", 1) if processes is None else processes
+        problem = processes_problem(processes, device_type)
+        if problem:
+            raise RunError(f"Cannot resume: {problem}.")
+        write_json(rd.request, {"limits": {k: v for k, v in (limits or {}).items() if k in RESUME_CHANGES}})
+        with _device_slot(device_type, run_id) as gpu_fd:
+            argv = _trainer_argv(rd, resume=True, processes=processes)
+            job = {**job, "device_type": device_type, "processes": processes}
+            _launch(rd, argv, job, gpu_fd)
+
+
+def stop_run(run_id: str, wait: float = 0.0) -> RunInfo:
+    """Ask a live run to save a checkpoint and stop (STOP file + SIGTERM to the verified pid).
+
+    A torchrun agent passes SIGTERM on to its workers, which stop together at one step.
+    A trainer that ignores it for STOP_GRACE_S is killed by ``enforce_stop``.
+    """
+    rd = run_dir(run_id)
+    info = run_info(run_id)
+    if info.state == "unknown":
+        raise RunError(info.message)
+    if not info.alive:
+        raise RunError(f"Run {run_id} is not running (it is {info.state}).")
+    rd.request_stop()
+    processes.signal_trainer(info.pid, rd.path, info.identity)  # it saves last.pt, then exits
+    if info.state == "starting":
+        _wait_gone(info, 5.0)
+        _record_early_stop(rd, info)
+    deadline = time.time() + wait
+    while time.time() < deadline and run_info(run_id).alive:
+        time.sleep(0.2)
+    return enforce_stop(run_id)
+
+
+def _wait_gone(info: RunInfo, seconds: float) -> bool:
+    """Wait up to ``seconds`` for a run's trainer to exit; True once it has."""
+    deadline = time.time() + seconds
+    while processes.check_trainer(info.pid, info.path, info.identity):
+        if time.time() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _record_early_stop(rd: RunDir, info: RunInfo) -> None:
+    """A trainer stopped while still loading data leaves no final state: write one."""
+    if _wait_gone(info, 0) and rd.read_status().get("state") in (None, *LIVE_STATES):
+        rd.write_status(state="stopped", message="Stopped before training began.", eta_s=None)
+
+
+def enforce_stop(run_id: str) -> RunInfo:
+    """Kill (SIGKILL) a trainer that ignored a stop request for STOP_GRACE_S, and say so.
+
+    A torchrun agent's workers are killed with it (processes.signal_trainer).
+    """
+    info = run_info(run_id)
+    if not info.stop_overdue:
+        return info
+    rd = run_dir(run_id)
+    if processes.signal_trainer(info.pid, rd.path, info.identity, signal.SIGKILL):
+        _wait_gone(info, 5.0)
+        last = f" (step {_last_step(rd)})" if rd.last.is_file() else ""
+        rd.write_status(
+            state="stopped",
+            eta_s=None,
+            message=f"The trainer did not stop within {STOP_GRACE_S:.0f} s of the stop request "
+            f"and was killed (SIGKILL). Its last checkpoint{last} is kept; resume continues "
+            "from there.",
+        )
+    return run_info(run_id)
+
+
+def _last_step(rd: RunDir) -> str:
+    """The step of a run's last checkpoint, from status.json's last evaluation, or '?'."""
+    return str(rd.read_status().get("last_eval", "?"))
+
+
+def delete_run(run_id: str) -> None:
+    """Delete a run directory; refused while its trainer may be running."""
+    with launch_lock():  # no launch or resume of this run can start meanwhile
+        info = run_info(run_id)
+        if info.alive or info.state == "unknown" or run_is_held(info.path):
+            raise RunError(f"Run {run_id} is {info.state}; stop it before deleting it.")
+        shutil.rmtree(info.path)
+
+
+MAX_NAME_CHARS = 60  # longest run name
+
+
+def rename_run(run_id: str, name: str) -> str:
+    """Give a run a name people recognise (kept in job.json; '' removes it)."""
+    name = " ".join(str(name).split())
+    if len(name) > MAX_NAME_CHARS:
+        raise RunError(f"A run name has at most {MAX_NAME_CHARS} characters (got {len(name)}).")
+    rd = run_dir(run_id)
+    with launch_lock():
+        if not rd.path.is_dir():
+            raise RunError(f"Run '{run_id}' does not exist (deleted, or another runs directory).")
+        write_json(rd.job, {**(read_json(rd.job, {}) or {}), "name": name})
+    return name

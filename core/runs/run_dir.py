@@ -1,0 +1,163 @@
+"""A run directory's files: config.json, metrics.jsonl, status.json, checkpoints, snapshots.
+
+The trainer writes these files; the app and the CLI read them (the app also writes
+job.json at launch). Writes are atomic (temporary file + rename) or append-only, so a
+reader never sees half a record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import torch
+
+from core.model.checkpoints import atomic_save
+from core.places import runs_root
+
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # run directory names
+
+
+class RunError(Exception):
+    """A run cannot be found, started, stopped, resumed or deleted; the message says why."""
+
+
+def write_json(path: Path, obj) -> None:
+    """Write JSON atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path, default=None):
+    """Read a JSON file, or ``default`` if it is missing or half-written."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return default
+
+
+def _ends_mid_line(f) -> bool:
+    """True if a binary file opened for appending is non-empty and lacks a final newline."""
+    if f.seek(0, os.SEEK_END) == 0:
+        return False
+    f.seek(-1, os.SEEK_END)
+    return f.read(1) != b"\n"
+
+
+class RunDir:
+    """Paths and readers/writers of one training run's directory."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.config = self.path / "config.json"
+        self.metrics = self.path / "metrics.jsonl"
+        self.status = self.path / "status.json"
+        self.last = self.path / "last.pt"
+        self.best = self.path / "best.pt"
+        self.snapshots = self.path / "snapshots"
+        self.stop_file = self.path / "STOP"
+        self.log = self.path / "train.log"
+        self.job = self.path / "job.json"  # launch metadata written by the app, not the trainer
+        self.request = self.path / "request.json"  # settings the app asks the trainer to use
+
+    @property
+    def name(self) -> str:
+        """The run id (directory name)."""
+        return self.path.name
+
+    def create(self) -> None:
+        """Make the directory tree."""
+        self.snapshots.mkdir(parents=True, exist_ok=True)
+
+    def append_metrics(self, record: dict) -> None:
+        """Append one JSON line and flush it (never glued onto a half-written line)."""
+        line = json.dumps(record) + "\n"
+        with open(self.metrics, "ab+") as f:
+            if _ends_mid_line(f):  # a crash cut the last record short: start a new line
+                line = "\n" + line
+            f.write(line.encode())
+            f.flush()
+
+    def read_metrics(self) -> list[dict]:
+        """All complete metric records (a half-written line is skipped)."""
+        if not self.metrics.is_file():
+            return []
+        records = []
+        for line in self.metrics.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+        return records
+
+    def rewind(self, step: int) -> None:
+        """Forget what was written after the checkpoint at ``step``, before resuming from it.
+
+        Metric records and snapshots of later steps and half-written lines go (metrics.jsonl
+        is rewritten atomically), and so do the trainer's half-written checkpoint files.
+        """
+        kept = [r for r in self.read_metrics() if r.get("step", 0) <= step]
+        tmp = self.metrics.with_name(self.metrics.name + ".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        os.replace(tmp, self.metrics)
+        for later in self.snapshot_steps():
+            if later > step:
+                (self.snapshots / f"step_{later:08d}.pt").unlink(missing_ok=True)
+        half_written = [p.with_name(p.name + ".tmp") for p in (self.last, self.best)]
+        for path in [*half_written, *self.snapshots.glob("*.tmp")]:
+            path.unlink(missing_ok=True)
+
+    def write_status(self, **fields) -> dict:
+        """Merge ``fields`` into status.json (atomically) and return it."""
+        status = read_json(self.status, {}) or {}
+        status.update(fields, updated_at=time.time())
+        write_json(self.status, status)
+        return status
+
+    def read_status(self) -> dict:
+        """The last status written, or {} before the first."""
+        return read_json(self.status, {}) or {}
+
+    def write_config(self, configs: dict) -> None:
+        """Save the run's configs (data, model, train) and corpus summary."""
+        write_json(self.config, configs)
+
+    def read_config(self) -> dict:
+        """The configs the run was started with."""
+        return read_json(self.config, {}) or {}
+
+    def save_snapshot(self, step: int, probes: list[dict]) -> None:
+        """Store the probe sentences' attention maps at a training step."""
+        atomic_save({"step": step, "probes": probes}, self.snapshots / f"step_{step:08d}.pt")
+
+    def snapshot_steps(self) -> list[int]:
+        """Training steps that have an attention snapshot, in order."""
+        if not self.snapshots.is_dir():
+            return []
+        return sorted(int(p.stem.split("_")[1]) for p in self.snapshots.glob("step_*.pt"))
+
+    def load_snapshot(self, step: int) -> dict:
+        """The probe maps saved at ``step`` (plain tensors, loaded with weights_only)."""
+        path = self.snapshots / f"step_{step:08d}.pt"
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+    def request_stop(self) -> None:
+        """Ask the trainer to save and stop at its next step."""
+        self.stop_file.touch()
+
+    def stop_requested(self) -> bool:
+        """True if a stop file is present."""
+        return self.stop_file.exists()
+
+
+def run_dir(run_id: str) -> RunDir:
+    """The RunDir of ``run_id``; refuses ids that could leave the runs directory."""
+    if not isinstance(run_id, str) or not RUN_ID_RE.fullmatch(run_id) or ".." in run_id:
+        raise RunError(f"'{run_id}' is not a valid run id.")
+    return RunDir(runs_root() / run_id)

@@ -1,0 +1,275 @@
+"""Run status as the app shows it: state with dead trainers detected, progress, lists, logs."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from core.corpus.user_files import describe_data
+from core.runs.locks import launch_lock
+from core.model.scores import usable_bleu
+from core.runs.catalogue import size_label
+from core.places import runs_root
+from core.runs.processes import check_trainer
+from core.runs.run_dir import RUN_ID_RE, RunDir, RunError, read_json, run_dir
+
+LIVE_STATES = ("starting", "running")
+FINAL_STATES = ("finished", "stopped", "failed", "diverged")  # written by the trainer at its end
+RECHECK_S = 0.3  # a trainer that looks gone is checked once more after this long
+STOP_GRACE_S = 30.0  # a trainer still running this long after a stop request is killed
+STARTUP_GRACE_S = 10.0  # a run dir this young without a pid is still being launched
+
+
+@dataclass
+class RunInfo:
+    """What the app shows about one run, with the process state checked."""
+
+    run_id: str
+    path: Path
+    state: str  # starting | running | finished | stopped | failed | diverged | unknown
+    alive: bool  # its trainer process is verified running (and has not written its end)
+    resumable: bool  # not running and last.pt exists
+    stopping: bool = False  # a stop was requested and the trainer is still saving
+    stop_requested_at: float | None = None  # when the stop was asked for (live runs)
+    message: str = ""  # why it failed or stopped, in words
+    progress: float = 0.0  # 0..1
+    eta_s: float | None = None  # seconds left (live runs)
+    step: int = 0
+    total_steps: int | None = None
+    best_bleu: float | None = None  # None before any BLEU was measured
+    device: str = ""  # e.g. "cpu (2 threads)"
+    device_type: str = ""  # cpu | cuda | mps (as launched)
+    started_at: float | None = None  # first launch (epoch seconds)
+    finished_at: float | None = None
+    preset: str = ""
+    name: str = ""  # a name the user gave the run ("" = none)
+    heads: int | None = None  # attention heads per layer
+    lr: float | None = None  # peak learning rate it trains with
+    data: str = ""  # short data description
+    size: str = ""  # short model size description
+    pid: int | None = None
+    identity: str | None = None  # the trainer's recorded process identity (see processes)
+    has_best: bool = False
+    has_last: bool = False
+    status: dict = field(default_factory=dict)  # raw status.json
+
+    @property
+    def live(self) -> bool:
+        """True while the run is starting or running."""
+        return self.state in LIVE_STATES
+
+    @property
+    def label(self) -> str:
+        """A short description for pickers and legends: name or id, preset, size, data."""
+        parts = [self.name or self.run_id, self.preset]
+        parts += [f"{self.heads} heads" if self.heads else "", self.data]
+        return " · ".join(p for p in parts if p)
+
+    @property
+    def stop_overdue(self) -> bool:
+        """True when the trainer ignored a stop request for longer than STOP_GRACE_S."""
+        asked = self.stop_requested_at
+        return self.alive and asked is not None and time.time() - asked > STOP_GRACE_S
+
+
+def _effective_state(rd: RunDir, status: dict, job: dict, alive: bool) -> tuple[str, str]:
+    """(state, message) from status.json and whether the trainer is alive."""
+    raw = status.get("state")
+    fresh = status.get("updated_at", 0) >= job.get("launched_at", 0)  # written by this launch
+    if alive:
+        return (raw if fresh and raw else "starting"), status.get("message", "")
+    if fresh and raw in FINAL_STATES:
+        return raw, status.get("message", "")
+    if (
+        not (job.get("pid") or status.get("pid"))
+        and time.time() - job.get("created_at", 0) < STARTUP_GRACE_S
+    ):
+        return "starting", ""
+    msg = "The training process ended unexpectedly (server killed, machine rebooted or a crash)."
+    last = log_tail(rd.path.name, 3, rd=rd).strip().splitlines()
+    if last:
+        msg += f" Last log line: {last[-1][:300]}"
+    if rd.last.is_file():
+        msg += " It can be resumed from its last checkpoint."
+    return "failed", msg
+
+
+def run_info(run_id: str) -> RunInfo:
+    """Status of a run, with dead trainers detected (shown as failed, resumable if possible)."""
+    rd = run_dir(run_id)
+    if not rd.path.is_dir():
+        raise RunError(f"Run '{run_id}' does not exist (deleted, or another runs directory).")
+    status, config = rd.read_status(), rd.read_config()
+    job = read_json(rd.job, {}) or {}
+    pid = job.get("pid") or status.get("pid")
+    recorded = job.get("identity") or status.get("identity")
+    check = check_trainer(pid, rd.path, recorded)
+    if check is not True and status.get("state") in LIVE_STATES:  # about to call it dead
+        time.sleep(RECHECK_S)  # or unknown: look once more (it may be just exiting)
+        check = check_trainer(pid, rd.path, recorded)
+    if check is None:
+        state, message = "unknown", _unknown_message(pid)
+    else:
+        state, message = _effective_state(rd, status, job, check)
+    alive = bool(check) and state in LIVE_STATES  # a trainer that wrote its end is exiting
+    if state == "failed" and status.get("state") in LIVE_STATES:
+        _record_death(rd, pid, recorded, message)
+    data = config.get("data") or job.get("settings", {}).get("data", {})
+    model = config.get("model") or job.get("settings", {}).get("model", {})
+    return RunInfo(
+        run_id=rd.name,
+        path=rd.path,
+        state=state,
+        alive=alive,
+        resumable=state not in (*LIVE_STATES, "unknown")
+        and rd.last.is_file()
+        and rd.config.is_file(),
+        stopping=alive and rd.stop_requested(),
+        stop_requested_at=_mtime(rd.stop_file) if alive else None,
+        message=message,
+        progress=float(status.get("progress") or 0.0),
+        eta_s=status.get("eta_s") if alive else None,
+        step=int(status.get("step") or 0),
+        total_steps=status.get("total_steps"),
+        best_bleu=usable_bleu(status.get("best_bleu")),
+        device=status.get("device", ""),
+        device_type=job.get("device_type", ""),
+        started_at=job.get("created_at") or status.get("started_at"),
+        finished_at=status.get("finished_at"),
+        preset=job.get("preset", ""),
+        name=str(job.get("name") or ""),
+        heads=model.get("num_heads"),
+        lr=(config.get("train") or {}).get("lr"),
+        data=describe_data(data),
+        size=size_label(model),
+        pid=pid,
+        identity=recorded,
+        has_best=rd.best.is_file(),
+        has_last=rd.last.is_file(),
+        status=status,
+    )
+
+
+def _record_death(rd: RunDir, pid, recorded: str | None, message: str) -> None:
+    """Write 'failed' into status.json of a run whose trainer died (unless relaunched)."""
+    with launch_lock():
+        job = read_json(rd.job, {}) or {}
+        same = (job.get("pid") or rd.read_status().get("pid")) == pid
+        if same and check_trainer(pid, rd.path, recorded) is False:
+            rd.write_status(state="failed", message=message, eta_s=None)
+
+
+def _unknown_message(pid) -> str:
+    """Why a run's state cannot be told, and what to do."""
+    return (
+        f"The trainer's process (pid {pid}) cannot be verified on this system (no /proc, "
+        "or a process of another user), so its state is unknown. The app will not signal "
+        "it: check it yourself, and stop it there if it is still running."
+    )
+
+
+def _mtime(path: Path) -> float | None:
+    """A file's modification time, or None when it is absent."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def list_runs() -> list[RunInfo]:
+    """Every run under the runs directory, newest first."""
+    infos = []
+    for path in runs_root().iterdir():
+        if path.is_dir() and not path.name.startswith(".") and RUN_ID_RE.fullmatch(path.name):
+            with contextlib.suppress(RunError):
+                infos.append(run_info(path.name))
+    return sorted(infos, key=lambda r: (r.started_at or 0, r.run_id), reverse=True)
+
+
+def read_metrics(run_id: str) -> list[dict]:
+    """All metric records of a run (train and eval lines)."""
+    return run_dir(run_id).read_metrics()
+
+
+def log_tail(run_id: str, lines: int = 20, rd: RunDir | None = None) -> str:
+    """The last lines of a run's train.log (progress-bar redraws collapsed)."""
+    rd = rd or run_dir(run_id)
+    try:
+        with open(rd.log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 16384))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    rows = [row.rstrip("\r").split("\r")[-1] for row in text.split("\n")]
+    return "\n".join([r for r in rows if r.strip()][-lines:])
+
+
+def format_duration(seconds: float | None) -> str:
+    """'1 h 05 min', '3 min 20 s' or '12 s' ('—' when unknown)."""
+    if not isinstance(seconds, (int, float)) or not seconds >= 0 or seconds == float("inf"):
+        return "—"
+    s = round(seconds)
+    if s >= 3600:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    if s >= 60:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s} s"
+
+
+def when(ts: float | None) -> str:
+    """A local date and time, or '—'."""
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else "—"
+
+
+def runs_frame(runs: list[RunInfo]) -> pd.DataFrame:
+    """One row per run: id, state, best BLEU, progress, start, data, size and device."""
+    return pd.DataFrame(
+        [
+            {
+                "run": r.run_id,
+                "state": r.state,
+                "best BLEU": r.best_bleu,
+                "progress": r.progress,
+                "started": when(r.started_at),
+                "data": r.data,
+                "size": r.size,
+                "device": r.device or r.device_type,
+            }
+            for r in runs
+        ],
+        columns=["run", "state", "best BLEU", "progress", "started", "data", "size", "device"],
+    )
+
+
+def latest_examples(records: list[dict]) -> pd.DataFrame:
+    """The validation translations of the last evaluation that logged some (may be empty)."""
+    evals = [r for r in records if r.get("record") == "eval" and r.get("examples")]
+    examples = evals[-1]["examples"] if evals else []
+    columns = {"src": "English", "out": "model output", "ref": "reference"}
+    return pd.DataFrame(examples, columns=list(columns)).rename(columns=columns)
+
+
+def metrics_signature(run_ids: list[str]) -> tuple:
+    """(run id, size, modification time) of each run's metrics.jsonl: changes with new lines."""
+    signature = []
+    for run_id in run_ids:
+        try:
+            st = run_dir(run_id).metrics.stat()
+            signature.append((run_id, st.st_size, st.st_mtime_ns))
+        except (OSError, RunError):
+            signature.append((run_id, 0, 0))
+    return tuple(signature)
+
+
+def legend_names(runs: list[RunInfo]) -> dict[str, str]:
+    """run id -> its label, made unique (a run id is added where two labels agree)."""
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[r.label] = counts.get(r.label, 0) + 1
+    return {r.run_id: r.label if counts[r.label] == 1 else f"{r.label} ({r.run_id})" for r in runs}

@@ -1,0 +1,102 @@
+"""How to train: ``TrainConfig`` (saved in every run and checkpoint), its problems, the
+learning-rate schedule, the default probe sentences and what a resumed run may change."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from core.config_fields import type_problems
+from core.corpus.text import D2L_TEST_PAIRS
+
+D2L_PROBES = [source for source, _ in D2L_TEST_PAIRS]  # snapshot sentences by default
+SCHEDULES = ("inverse_sqrt", "constant")  # TrainConfig.schedule
+DEVICES = ("auto", "cpu", "cuda", "mps")  # TrainConfig.device
+LIMITS = ("epochs", "max_steps", "time_budget")  # the limits a resumed run may change
+RESUME_CHANGES = (*LIMITS, "lr", "warmup_steps", "grad_clip")  # all it may (after divergence)
+
+
+@dataclass
+class TrainConfig:
+    """How to train; saved in every run directory and checkpoint."""
+
+    epochs: int = 10  # passes over the training pairs (0 = no limit)
+    max_steps: int = 0  # optimiser steps (0 = no limit)
+    time_budget: float = 0.0  # wall-clock seconds of training (0 = no limit)
+    batch_size: int = 128  # sentence pairs per step and process (the step's: times processes)
+    lr: float = 1e-3  # peak learning rate of Adam
+    warmup_steps: int = 400  # linear warm-up length
+    schedule: str = "inverse_sqrt"  # "inverse_sqrt" decay after warm-up, or "constant"
+    label_smoothing: float = 0.1  # as in the paper
+    grad_clip: float = 1.0  # max gradient norm (0 = off)
+    eval_every: int = 500  # steps between evaluations (and one at the end)
+    eval_sentences: int = 300  # validation sentences translated for BLEU at each evaluation
+    log_every: int = 20  # steps between metric records
+    device: str = "auto"  # "auto" (CUDA, then MPS, then CPU), "cuda", "mps" or "cpu"
+    amp: bool = True  # bf16 autocast on CUDA, and on CPUs with native bf16 (AVX512-BF16, AMX)
+    seed: int = 0  # seeds parameters, dropout and batch order
+    threads: int = 0  # CPU threads for torch (0 = torch's default)
+    bucket: bool = True  # length-bucketed batches (False: random batches)
+    probes: list[str] = field(default_factory=lambda: list(D2L_PROBES))  # snapshot sentences
+
+    def problems(self) -> list[str]:
+        """Every reason these settings cannot train, each naming its field ([] when they can)."""
+        return type_problems(self) or self.value_problems()
+
+    def validate(self) -> None:
+        """Raise ValueError with every one of ``problems()``."""
+        if problems := self.problems():
+            raise ValueError("Invalid training settings: " + "; ".join(problems))
+
+    def value_problems(self) -> list[str]:
+        """Why each field's value cannot train (fields of the right types only)."""
+        problems = [
+            f"{n} cannot be negative (got {getattr(self, n)})"
+            for n in NOT_NEGATIVE
+            if getattr(self, n) < 0
+        ]
+        problems += [
+            f"{n} must be at least 1 (got {getattr(self, n)})"
+            for n in AT_LEAST_ONE
+            if getattr(self, n) < 1
+        ]
+        if not (self.epochs or self.max_steps or self.time_budget):
+            problems.append("set a limit: epochs, max_steps or time_budget")
+        if not math.isfinite(self.time_budget):
+            problems.append(
+                f"time_budget must be a finite number of seconds (got {self.time_budget})"
+            )
+        if not 0 < self.lr < math.inf:
+            problems.append(f"lr must be positive and finite (got {self.lr})")
+        if not 0 <= self.label_smoothing < 1:
+            problems.append(f"label_smoothing must be in [0, 1) (got {self.label_smoothing})")
+        if not self.grad_clip >= 0:
+            problems.append(f"grad_clip must be 0 (off) or positive (got {self.grad_clip})")
+        if self.threads < 0:
+            problems.append(f"threads must be 0 (torch's default) or positive (got {self.threads})")
+        if not 0 <= self.seed < 2**32:
+            problems.append(f"seed must be between 0 and {2**32 - 1} (got {self.seed})")
+        if self.schedule not in SCHEDULES:
+            problems.append(f"unknown schedule '{self.schedule}'")
+        if self.device not in DEVICES:
+            problems.append(f"unknown device '{self.device}'")
+        return problems
+
+
+NOT_NEGATIVE = (
+    "epochs",
+    "max_steps",
+    "time_budget",
+    "warmup_steps",
+)  # TrainConfig fields: 0 or more
+AT_LEAST_ONE = ("batch_size", "eval_every", "log_every", "eval_sentences")  # 1 or more
+
+
+def learning_rate(step: int, cfg: TrainConfig) -> float:
+    """Peak lr after linear warm-up, then constant or decaying as 1/sqrt(step)."""
+    step = max(step, 1)
+    if cfg.warmup_steps and step < cfg.warmup_steps:
+        return cfg.lr * step / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return cfg.lr
+    return cfg.lr * math.sqrt(max(cfg.warmup_steps, 1) / step)

@@ -1,0 +1,367 @@
+"""The training loop: Adam with warm-up and decay, label smoothing, clipping, bf16 autocast.
+
+The Trainer knows nothing of files or the UI: it reports through callbacks
+("step", "eval", "end"). ``core.train`` connects it to a run directory. Under torchrun
+each process holds a Trainer with its ``World`` (core.distributed); rank 0 alone evaluates.
+Shape key: B batch, S source length, T target length, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from core.corpus.batches import encode_pairs, rank_batches
+from core.corpus.splits import Corpus
+from core.corpus.vocab import Vocab
+from core.model.checkpoints import all_finite
+from core.model.decode import TranslationError, translate
+from core.model.scores import NO_BLEU, corpus_bleu, evaluate_loss
+from core.model.transformer import Transformer
+from core.training import distributed
+from core.training.config import TrainConfig, learning_rate
+from core.training.devices import autocast_dtype, pick_device
+from core.training.distributed import World
+
+
+def rng_state() -> dict:
+    """Every random stream training draws from: torch's CPU, CUDA and MPS generators, Python's.
+
+    (Batches are drawn from their own generator, seeded by the seed and the epoch.)
+    """
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    if torch.backends.mps.is_available():
+        state["mps"] = torch.mps.get_rng_state()
+    return state
+
+
+def set_rng_state(state) -> None:
+    """Continue the random streams saved by rng_state (or an old checkpoint's CPU state)."""
+    if isinstance(state, torch.Tensor):  # older checkpoints saved the CPU state only
+        state = {"torch": state}
+    torch.set_rng_state(state["torch"])
+    if "python" in state:
+        version, internal, gauss = state["python"]
+        random.setstate((version, tuple(internal), gauss))
+    cuda = state.get("cuda")
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
+    if "mps" in state and torch.backends.mps.is_available():
+        torch.mps.set_rng_state(state["mps"])
+
+
+@contextmanager
+def kept_random_streams() -> Iterator[None]:
+    """Run a block (evaluation, probes) without moving training's random streams."""
+    saved = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(saved)
+
+
+@dataclass
+class TrainState:
+    """Where training stands; saved in checkpoints so a run can resume."""
+
+    step: int = 0  # optimiser steps taken
+    epoch: int = 0  # completed epochs
+    batch_in_epoch: int = 0  # batches of the current epoch already used
+    elapsed: float = 0.0  # seconds of training so far (across resumes)
+    best_bleu: float = NO_BLEU  # best validation BLEU seen
+    tokens: int = 0  # target tokens trained on
+    world_size: int = 1  # training processes (batch_in_epoch counts their global batches)
+
+
+Callback = Callable[["Trainer", dict], None]
+
+
+class Trainer:
+    """Trains a Transformer on a Corpus and reports through callbacks."""
+
+    def __init__(
+        self,
+        model: Transformer,
+        corpus: Corpus,
+        cfg: TrainConfig,
+        state: TrainState | None = None,
+        world: World | None = None,
+    ):
+        cfg.validate()
+        self.cfg, self.corpus, self.world = cfg, corpus, world or World()
+        self.device = distributed.device_of(self.world, pick_device(cfg.device))
+        self.model = model.to(self.device)
+        self.objective = (  # the loss of a step: the model's own, or through DDP
+            distributed.data_parallel(model, self.world, self.device)
+            if self.world.distributed
+            else model.loss
+        )
+        fused = self.device.type in ("cpu", "cuda")  # one kernel per step instead of many
+        self.optimizer = torch.optim.Adam(
+            model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9, fused=fused
+        )
+        self.state = state or TrainState(world_size=self.world.size)
+        self.callbacks: dict[str, list[Callback]] = {"step": [], "eval": [], "end": []}
+        self.stop_asked = False  # this process was asked to stop (a signal, the STOP file)
+        self.stop_requested = False  # all processes stop: stop_asked somewhere, at agree()
+        self.train_data = encode_pairs(corpus.train, corpus.src_vocab, corpus.tgt_vocab)
+        self.val_data = encode_pairs(corpus.val, corpus.src_vocab, corpus.tgt_vocab)
+        self.val_groups = corpus.val.groups()[: cfg.eval_sentences]
+        self.amp_dtype = autocast_dtype(self.device) if cfg.amp else None
+        self.rng: dict | None = None  # random streams to continue (a resumed run), else seeded
+        self.diverged: dict | None = None  # {"diverged_at": step, "diverged": what} once NaN/inf
+        self.window: list[dict] = []  # step results since the last metrics record
+        self.window_start = 0.0  # training seconds (state.elapsed) when the window began
+        self.rank_rngs: list[dict] = []  # every process's random streams, for the checkpoint
+        if self.state.world_size != self.world.size:  # resumed with another number
+            done = distributed.regrouped(self.state, cfg.batch_size, self.world)
+            self.state.batch_in_epoch, self.state.world_size = done, self.world.size
+
+    def on(self, event: str, fn: Callback) -> None:
+        """Register a callback for "step", "eval" or "end"."""
+        self.callbacks[event].append(fn)
+
+    def emit(self, event: str, info: dict) -> None:
+        """Call every callback of an event."""
+        for fn in self.callbacks[event]:
+            fn(self, info)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Optimiser steps in one epoch (each takes batch_size pairs on every process)."""
+        return math.ceil(len(self.train_data) / (self.cfg.batch_size * self.world.size))
+
+    @property
+    def total_steps(self) -> int | None:
+        """Step limit implied by epochs / max_steps (None if only a time budget).
+
+        Counted from where the epochs stand (steps per epoch change with the processes)."""
+        limits = [self.cfg.max_steps] if self.cfg.max_steps else []
+        if self.cfg.epochs:
+            spe = self.steps_per_epoch
+            left = (self.cfg.epochs - self.state.epoch) * spe - self.state.batch_in_epoch
+            limits.append(self.state.step + left)
+        return min(limits) if limits else None
+
+    def progress(self) -> float:
+        """Fraction of the run done, by steps or by time, whichever is further."""
+        done = []
+        if self.total_steps:
+            done.append(self.state.step / self.total_steps)
+        if self.cfg.time_budget:
+            done.append(self.state.elapsed / self.cfg.time_budget)
+        return min(1.0, max(done, default=0.0))
+
+    def finished(self) -> bool:
+        """True once a step, epoch or time limit is reached."""
+        return self.progress() >= 1.0
+
+    def train_step(
+        self, src: torch.Tensor, tgt: torch.Tensor, tokens: int = 0, step_tokens: int = 0
+    ) -> dict:
+        """One optimiser step on a batch src (B, S), tgt (B, T + 1), not taken unless finite.
+
+        With several processes, ``tokens`` of the step's ``step_tokens`` are here: the loss,
+        weighted by that share times the processes, gives (DDP averaging) the gradient of one
+        process on the whole step."""
+        src, tgt = src.to(self.device), tgt.to(self.device)
+        tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # (B, T) each
+        lr = learning_rate(self.state.step + 1, self.cfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        with torch.autocast(
+            self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None
+        ):
+            loss = self.objective(src, tgt_in, tgt_out, self.cfg.label_smoothing)
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.world.distributed:
+            (loss * (self.world.size * tokens / step_tokens)).backward()
+            value = distributed.sums(self.world, [loss.item() * tokens])[0] / step_tokens
+        else:
+            loss.backward()
+            value, step_tokens = loss.item(), int((tgt_out != Vocab.pad_id).sum())
+        clip = self.cfg.grad_clip or float("inf")
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        total_norm = torch.nn.utils.get_total_norm(grads)
+        norm = float(total_norm)
+        # as clip_grad_norm_, which scales by min(1, clip / (norm + 1e-6)): no pass for a 1
+        if clip < norm + 1e-6:
+            torch.nn.utils.clip_grads_with_norm_(self.model.parameters(), clip, total_norm)
+        finite = math.isfinite(value) and math.isfinite(norm)  # the same on every process
+        if finite:  # a NaN/inf step would poison the weights and Adam's moments
+            self.optimizer.step()
+        return {"loss": value, "lr": lr, "grad_norm": norm, "tokens": step_tokens, "finite": finite}
+
+    def evaluate(self) -> dict:
+        """Validation loss and multi-reference BLEU on a fixed subset of sentences."""
+        from core.model.decode import translate_batch
+
+        info = {
+            "step": self.state.step,
+            "epoch": self.state.epoch + self.state.batch_in_epoch / max(self.steps_per_epoch, 1),
+        }
+        if not self.val_data:
+            return info
+        info["val_loss"] = evaluate_loss(self.model, self.val_data, amp_dtype=self.amp_dtype)
+        hyps = translate_batch(
+            self.model,
+            self.corpus.src_vocab,
+            self.corpus.tgt_vocab,
+            [g[0] for g in self.val_groups],
+        )
+        info["val_bleu"] = corpus_bleu(hyps, [g[1] for g in self.val_groups])
+        info["examples"] = [
+            {"src": " ".join(g[0]), "out": " ".join(h), "ref": " ".join(g[1][0])}
+            for g, h in zip(self.val_groups[:3], hyps[:3])
+        ]
+        return info
+
+    def probe_maps(self) -> list[dict]:
+        """Translations and attention maps of the probe sentences (float16, CPU)."""
+        probes = []
+        for sentence in self.cfg.probes:
+            try:
+                with kept_random_streams():
+                    t = translate(
+                        self.model, self.corpus.src_vocab, self.corpus.tgt_vocab, sentence
+                    )
+            except TranslationError:
+                continue
+            maps = t.attention
+            probes.append(
+                {
+                    "sentence": sentence,
+                    "src_tokens": t.src_tokens,
+                    "output_tokens": t.output_tokens,
+                    "decoder_inputs": t.decoder_inputs,
+                    "encoder": maps.encoder.half(),
+                    "decoder_self": maps.decoder_self.half(),
+                    "cross": maps.cross.half(),
+                }
+            )
+        return probes
+
+    def run_evaluation(self) -> None:
+        """Evaluate (rank 0), update the best BLEU, tell the callbacks; NaN/inf weights diverge."""
+        if not all_finite(self.model.state_dict()):
+            self.diverged = {"diverged_at": self.state.step, "diverged": "weights"}
+            return
+        self.rank_rngs = distributed.gather(self.world, rng_state())
+        if not self.world.is_main:
+            return
+        with kept_random_streams():  # a resumed run draws the same numbers as an unbroken one
+            info = self.evaluate()
+        info["is_best"] = self.is_best(info)
+        if info["is_best"]:
+            self.state.best_bleu = info.get("val_bleu", NO_BLEU)
+        self.emit("eval", info)
+
+    def is_best(self, info: dict) -> bool:
+        """A finite evaluation with a better BLEU (without a validation split: any finite one)."""
+        metrics = [info[k] for k in ("val_loss", "val_bleu") if k in info]
+        if not all(math.isfinite(v) for v in metrics):
+            return False
+        return "val_bleu" not in info or info["val_bleu"] > self.state.best_bleu
+
+    def epoch_batches(self):
+        """This process's (src, tgt, tokens, step_tokens) of the epoch, after those used."""
+        it = rank_batches(
+            self.train_data,
+            self.cfg.batch_size,
+            seed=self.cfg.seed * 1000 + self.state.epoch,
+            bucket=self.cfg.bucket,
+            rank=self.world.rank,
+            world_size=self.world.size,
+        )
+        for i, batch in enumerate(it):
+            if i >= self.state.batch_in_epoch:
+                yield batch
+
+    def start_random_streams(self) -> None:
+        """Continue a resumed run's saved random streams, or seed them (each rank its own)."""
+        if self.rng is not None:
+            set_rng_state(self.rng)
+            return
+        seed = self.cfg.seed + self.state.step + self.world.rank * distributed.RANK_SEED
+        torch.manual_seed(seed)
+        random.seed(seed)
+
+    def agree(self) -> None:
+        """Each step, all processes take rank 0's time and stop if any was asked to."""
+        self.stop_requested, self.state.elapsed = distributed.agree(
+            self.world, self.stop_asked, self.state.elapsed
+        )
+
+    def must_stop(self) -> bool:
+        """True once a limit is reached, a stop was asked for, or training diverged."""
+        return self.finished() or self.stop_requested or self.diverged is not None
+
+    def run(self) -> str:
+        """Train until a limit, a stop request or divergence (a NaN/inf loss, gradient or weight).
+
+        Returns "finished", "stopped" or "diverged".
+        """
+        self.start_random_streams()
+        self.model.train()
+        self.window, self.window_start = [], self.state.elapsed
+        self.agree()
+        while not self.must_stop():
+            self.run_epoch()
+        if self.diverged is None and self.state.step % self.cfg.eval_every:
+            self.run_evaluation()
+        outcome = "diverged" if self.diverged else "finished" if self.finished() else "stopped"
+        self.rank_rngs = distributed.gather(self.world, rng_state())
+        self.emit("end", {"outcome": outcome, "step": self.state.step, **(self.diverged or {})})
+        return outcome
+
+    def run_epoch(self) -> None:
+        """Train on the rest of the current epoch, or until training must stop."""
+        t_last = time.perf_counter()
+        for src, tgt, tokens, step_tokens in self.epoch_batches():
+            out = self.train_step(src, tgt, tokens, step_tokens)
+            if not out["finite"]:
+                what = "gradient norm" if math.isfinite(out["loss"]) else "loss"
+                self.diverged = {"diverged_at": self.state.step + 1, "diverged": what}
+                return
+            self.state.elapsed += time.perf_counter() - t_last
+            self.after_step(out)
+            t_last = time.perf_counter()  # records and evaluations are not training time
+            self.agree()
+            if self.must_stop():
+                return
+        self.state.epoch += 1
+        self.state.batch_in_epoch = 0
+
+    def after_step(self, out: dict) -> None:
+        """Count a step taken; record metrics every log_every and evaluate every eval_every."""
+        self.state.step += 1
+        self.state.batch_in_epoch += 1
+        self.state.tokens += out["tokens"]
+        self.window.append(out)
+        if self.state.step % self.cfg.log_every == 0:
+            self.emit("step", self._summarise(self.window, self.state.elapsed - self.window_start))
+            self.window, self.window_start = [], self.state.elapsed
+        if self.state.step % self.cfg.eval_every == 0:
+            self.run_evaluation()
+
+    def _summarise(self, window: list[dict], seconds: float) -> dict:
+        """Mean metrics of the steps of a window that took ``seconds`` of training."""
+        n = len(window)
+        return {
+            "step": self.state.step,
+            "epoch": self.state.epoch + self.state.batch_in_epoch / max(self.steps_per_epoch, 1),
+            "loss": sum(r["loss"] for r in window) / n,
+            "lr": window[-1]["lr"],
+            "grad_norm": sum(r["grad_norm"] for r in window) / n,
+            "tokens_per_s": sum(r["tokens"] for r in window) / seconds if seconds > 0 else None,
+            "elapsed": self.state.elapsed,
+            "progress": self.progress(),
+        }

@@ -1,0 +1,223 @@
+"""Run settings: the form's fields, preset defaults, validation, and command-line flags.
+
+A run's settings are three groups, one per config dataclass: ``data`` (DataConfig),
+``model`` (ModelConfig) and ``train`` (TrainConfig).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import inspect
+import re
+from dataclasses import MISSING, dataclass, fields
+
+from core.corpus.config import SPLITS, TOKENIZERS, DataConfig
+from core.corpus.user_files import source_problems
+from core.corpus.vocab import SPECIALS
+from core.model.transformer import ModelConfig
+from core.training.config import DEVICES, SCHEDULES, TrainConfig
+from core.training.devices import memory_problem, resolve_device
+from core.training.presets import PRESETS
+
+GROUPS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
+DERIVED = ("src_vocab_size", "tgt_vocab_size", "pad_id")  # model fields the data decides
+
+
+class SettingsError(ValueError):
+    """Settings name an unknown preset or group; the message says which."""
+
+
+CHOICES = {"split": SPLITS, "tokenizer": TOKENIZERS, "schedule": SCHEDULES, "device": DEVICES}
+
+
+def field_help(cls) -> dict[str, str]:
+    """The comment after each field of a config dataclass, as help text."""
+    try:
+        src = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return {}
+    return {m[1]: m[2].strip() for m in re.finditer(r"^\s+(\w+)\s*:[^#\n]*#\s*(.+)$", src, re.M)}
+
+
+@dataclass
+class FormField:
+    """One hyper-parameter as the Train form shows it."""
+
+    group: str  # "data", "model" or "train"
+    name: str  # field name in its config dataclass
+    value_type: str  # "int", "float", "bool", "str", "list" or "choice"
+    help: str = ""  # the field's comment in its dataclass
+    choices: tuple = ()  # allowed values of a "choice"
+
+
+def form_fields() -> list[FormField]:
+    """Every tunable field of DataConfig, ModelConfig and TrainConfig, in order."""
+    skip = {*DERIVED, "source"}  # the form picks the data source with its own widgets
+    out = []
+    for section, cls in GROUPS.items():
+        helps = field_help(cls)
+        for f in fields(cls):
+            if f.name in skip:
+                continue
+            value_type = "choice" if f.name in CHOICES else str(f.type).split("[")[0]
+            out.append(
+                FormField(
+                    section, f.name, value_type, helps.get(f.name, ""), CHOICES.get(f.name, ())
+                )
+            )
+    return out
+
+
+def _field_default(f):
+    """The default value of a dataclass field (None when it has none)."""
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return None
+
+
+def defaults(preset: str) -> dict[str, dict]:
+    """Every setting of ``preset``: dataclass defaults overridden by the preset."""
+    if preset not in PRESETS:
+        raise SettingsError(f"Unknown preset '{preset}': choose one of {', '.join(PRESETS)}.")
+    out = {}
+    for section, cls in GROUPS.items():
+        out[section] = {f.name: _field_default(f) for f in fields(cls)}
+        out[section].update(copy.deepcopy(PRESETS[preset].get(section, {})))
+    for name in DERIVED:
+        out["model"].pop(name)
+    return out
+
+
+def merged_settings(preset: str, overrides: dict | None = None) -> dict[str, dict]:
+    """The preset's settings with ``overrides`` ({"data"|"model"|"train": {...}}) applied."""
+    cfg = defaults(preset)
+    for section, values in (overrides or {}).items():
+        if section not in cfg:
+            raise SettingsError(f"Unknown settings group '{section}': use {', '.join(GROUPS)}.")
+        cfg[section].update(values)
+    return cfg
+
+
+def _built(cls, values: dict, **derived):
+    """(a config dataclass built from ``values``, []) or (None, [why it cannot be built])."""
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(str(k) for k in values if k not in known or k in derived)
+    if unknown:
+        return None, [f"unknown setting {name!r}" for name in unknown]
+    return cls(**values, **derived), []
+
+
+def config_problems(cfg: dict[str, dict]) -> list[str]:
+    """Reasons why the data, model and train groups are not valid configs (none: []).
+
+    Each config's own ``problems()`` is the only check of its fields; this adds the one
+    rule across groups (sentences must fit the position table).
+    """
+    if not isinstance(cfg, dict) or any(not isinstance(cfg.get(g), dict) for g in GROUPS):
+        return [f"settings must have the groups {', '.join(GROUPS)}"]
+    data, problems = _built(DataConfig, cfg["data"])
+    vocab = data.max_vocab if data and isinstance(data.max_vocab, int) else len(SPECIALS) + 1
+    model, more = _built(ModelConfig, cfg["model"], src_vocab_size=vocab, tgt_vocab_size=vocab)
+    train, most = _built(TrainConfig, cfg["train"])
+    problems += more + most
+    for config in (data, model, train):
+        problems += config.problems() if config is not None else []
+    if not problems and data.max_len + 2 > model.max_positions:  # <bos>/<eos> take two
+        problems.append(
+            f"max_len ({data.max_len}) + 2 must fit in the model's max_positions "
+            f"({model.max_positions})"
+        )
+    return problems
+
+
+def validate_settings(preset: str, overrides: dict | None = None) -> list[str]:
+    """Human reasons why these settings cannot train (an empty list when they can)."""
+    try:
+        cfg = merged_settings(preset, overrides)
+    except SettingsError as e:
+        return [str(e)]
+    problems = config_problems(cfg) + source_problems(cfg["data"].get("source", "fra-eng"))
+    if problems:
+        return problems
+    try:
+        device_type = resolve_device(cfg["train"]["device"])
+    except ValueError as e:
+        return [str(e)]
+    return [p for p in [memory_problem(cfg, device_type)] if p]
+
+
+def describe_settings(cfg: dict[str, dict]) -> str:
+    """One line of what a run would be, e.g. 'first 512 + 128 pairs · width 256 · ...'."""
+    d, m, t = cfg["data"], cfg["model"], cfg["train"]
+    if d.get("split") == "head":
+        data = f"first {d.get('num_train') or 'all'} + {d.get('num_val', 0)} pairs"
+    else:
+        data = f"random split, sentences up to {d['max_len']} words"
+    limits = [f"{t['epochs']} epochs"] if t.get("epochs") else []
+    limits += [f"{t['max_steps']:,} steps"] if t.get("max_steps") else []
+    limits += [f"{t['time_budget'] / 60:g} min"] if t.get("time_budget") else []
+    return " · ".join(
+        [
+            data,
+            f"width {m['d_model']}",
+            f"{m['num_encoder_layers']}+{m['num_decoder_layers']} blocks",
+            f"{m['num_heads']} heads",
+            f"FFN {m['d_ff']}",
+            f"dropout {m['dropout']:g}",
+            f"lr {t['lr']:g}",
+            f"batch {t['batch_size']}",
+            " or ".join(limits) or "no limit",
+        ]
+    )
+
+
+def to_flags(overrides: dict) -> list[str]:
+    """core.train command-line flags for ``overrides`` (data.source becomes --data)."""
+    argv = []
+    for section in GROUPS:
+        for name, value in overrides.get(section, {}).items():
+            flag = "--" + name.replace("_", "-")
+            if section == "data" and name == "source":
+                argv += [f"--data={value}"]
+            elif isinstance(value, bool):
+                argv.append(flag if value else "--no-" + flag[2:])
+            elif isinstance(value, (list, tuple)):
+                argv += [flag, *map(str, value)] if value else []
+            else:
+                argv.append(f"{flag}={value}")
+    return argv
+
+
+def add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per settable field (``--d-model``, ``--no-amp``...), the inverse of to_flags."""
+    parser.add_argument(
+        "--data",
+        dest="data.source",
+        default=argparse.SUPPRESS,
+        help="'fra-eng' (download) or a path to a .zip / tab-separated file",
+    )
+    for group, cls in GROUPS.items():
+        for f in fields(cls):
+            if f.name in (*DERIVED, "source"):
+                continue
+            kw = {"dest": f"{group}.{f.name}", "default": argparse.SUPPRESS}
+            if f.type in ("bool", bool):
+                kw["action"] = argparse.BooleanOptionalAction
+            elif str(f.type).startswith("list"):
+                kw["nargs"] = "+"
+            else:
+                kw["type"] = {"int": int, "float": float, "str": str}[str(f.type)]
+            parser.add_argument("--" + f.name.replace("_", "-"), **kw)
+
+
+def settings_from_args(args: argparse.Namespace) -> dict[str, dict]:
+    """The preset's settings overridden by the flags given on the command line."""
+    cfg = {k: dict(v) for k, v in PRESETS[args.preset].items()}
+    for key, value in vars(args).items():
+        if "." in key:
+            group, name = key.split(".", 1)
+            cfg.setdefault(group, {})[name] = value
+    return cfg
