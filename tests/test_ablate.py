@@ -278,13 +278,19 @@ def test_gradient_score_is_finite_non_negative_and_per_pair(val_model):
     assert all(p.grad is None for p in lm.model.parameters())  # the model is not touched
 
 
-def test_spearman_of_ranks():
+def test_one_spearman_for_head_statistics_and_importance():
+    """head_stats.spearman is the one rank correlation: average ranks for ties, as pandas."""
+    import numpy as np
     import pandas as pd
 
-    a = pd.Series([0.1, 0.5, 0.2, 0.9])
-    assert hi.spearman(a, a**3) == pytest.approx(1.0)
-    assert hi.spearman(a, -a) == pytest.approx(-1.0)
-    assert hi.spearman(a, pd.Series([1.0] * 4)) is None
+    from core.attention.head_stats import spearman
+
+    a = np.array([0.1, 0.5, 0.2, 0.9])
+    assert spearman(a, a**3) == pytest.approx(1.0)
+    assert spearman(a, -a) == pytest.approx(-1.0)
+    assert np.isnan(spearman(a, np.ones(4)))
+    x, y = np.array([1.0, 1.0, 2.0, 3.0, 5.0]), np.array([2.0, 1.0, 2.0, 4.0, 3.0])
+    assert spearman(x, y) == pytest.approx(pd.Series(x).rank().corr(pd.Series(y).rank()))
 
 
 def test_importance_is_cached_on_disk_and_reused(val_checkpoint, runs_root, monkeypatch):

@@ -33,6 +33,7 @@ from core.attention.ablation import (
     gate_table,
     gated,
 )
+from core.attention.head_stats import spearman
 from core.attention.kinds import KINDS
 from core.corpus.batches import batches, encode_pairs, pad_batch
 from core.corpus.config import DataConfig
@@ -191,21 +192,16 @@ class HeadImportance:
     def agreement(self) -> dict[str, float | None]:
         """Spearman rank correlation of the gradient score with the loss rise and BLEU drop."""
         table = pd.DataFrame(self.heads)
-        return {
-            "loss": spearman(table["gradient"], table["delta_loss"]),
-            "bleu": spearman(table["gradient"], -table["delta_bleu"]),
+        rhos = {
+            "loss": spearman(table["gradient"].to_numpy(), table["delta_loss"].to_numpy()),
+            "bleu": spearman(table["gradient"].to_numpy(), -table["delta_bleu"].to_numpy()),
         }
+        return {what: None if np.isnan(rho) else rho for what, rho in rhos.items()}
 
     def order(self) -> list[HeadSpec]:
         """Heads from least to most important (smallest BLEU drop, then smallest loss rise)."""
         rows = sorted(self.heads, key=lambda r: (-r["delta_bleu"], r["delta_loss"]))
         return [HeadSpec(r["kind"], r["layer"], r["head"]) for r in rows]
-
-
-def spearman(a: pd.Series, b: pd.Series) -> float | None:
-    """Spearman's rho (Pearson correlation of average ranks); None when undefined."""
-    rho = a.rank().corr(b.rank())
-    return None if pd.isna(rho) else float(rho)
 
 
 class Progress:

@@ -9,17 +9,21 @@ from dataclasses import dataclass, fields
 from core.attention.kinds import KINDS
 from core.attention.maps import HEAD_AGGREGATES, head_options
 from core.attention.sentence_maps import SentenceMaps
+from core.corpus.text import D2L_TEST_PAIRS
 from core.model.checked_translation import DEFAULT_SENTENCE
 from core.model.decode import ALPHA, MAX_LEN, DecodeSettings
 
-SECTIONS = (  # the Attention page's sections
-    "Maps",
-    "Decoding playback",
-    "Over training",
-    "Remove heads",
-    "Compare",
-)
-PLAYBACK = SECTIONS[1]  # the section whose output step travels in the URL
+SECTION_KEYS = ("maps", "playback", "training", "ablation", "compare")  # the Attention page's
+PLAYBACK = "playback"  # the section whose output step travels in the URL
+OLD_SECTIONS = {  # the section values of links made before the keys: the labels shown then
+    "Maps": "maps",
+    "Decoding playback": "playback",
+    "Over training": "training",
+    "Remove heads": "ablation",
+    "Compare": "compare",
+}
+MAX_REFERENCE_CHARS = 1000  # a longer reference in a link is ignored
+BOOK_REFERENCES = dict(D2L_TEST_PAIRS)  # the d2l chapter's sentences -> their references
 
 
 @dataclass
@@ -36,13 +40,14 @@ class ViewState:
     head: str = "0"  # a head number, "mean", "max" or "rollout"
     hide: bool = False  # hide <bos>/<eos> columns
     words: bool = False  # a subword (BPE) model's pieces merged into words
-    section: str = SECTIONS[0]  # what the Attention page shows (one of SECTIONS)
+    section: str = SECTION_KEYS[0]  # what the Attention page shows (one of SECTION_KEYS)
     step: int = 0  # output step of the decoding playback
     ablate: str = ""  # heads removed, "KIND:LAYER:HEAD,..." (core.ablate's spec)
     other: str = ""  # the compared model's key ("" = none)
     other_sentence: str = ""  # the compared sentence ("" = none)
     forced: str = "A"  # whose output both decoders read when two models' outputs differ
     token: str = ""  # selected token, "q<i>" (query row) or "k<j>" (key column)
+    reference: str = ""  # French reference of `sentence` to force ("" = the d2l book's, if any)
 
     @classmethod
     def from_query(cls, params: Mapping[str, str]) -> ViewState:
@@ -61,8 +66,11 @@ class ViewState:
         state.max_len = min(max(state.max_len, 1), 500)
         state.layer = max(state.layer, 0)
         state.step = max(state.step, 0)
-        if state.section not in SECTIONS:
+        state.section = OLD_SECTIONS.get(state.section, state.section)
+        if state.section not in SECTION_KEYS:
             state.section = cls.section
+        if len(state.reference) > MAX_REFERENCE_CHARS:
+            state.reference = cls.reference
         if state.forced not in ("A", "B"):
             state.forced = cls.forced
         if state.kind not in KINDS:
@@ -89,6 +97,23 @@ class ViewState:
     def settings(self) -> DecodeSettings:
         """The decoding settings of this state."""
         return DecodeSettings(self.beam, self.alpha, self.max_len)
+
+    def set_sentence(self, sentence: str) -> None:
+        """Show ``sentence``; a reference given for another sentence is dropped."""
+        if sentence != self.sentence:
+            self.sentence, self.reference = sentence, ""
+
+    def forced_reference(self) -> str:
+        """The reference to force: the one given, else the d2l book's for the sentence, else ""."""
+        return self.reference or self._book_reference()
+
+    def set_reference(self, reference: str) -> None:
+        """Force ``reference`` from now on (kept as "" when it is the book's, the default)."""
+        self.reference = "" if reference == self._book_reference() else reference
+
+    def _book_reference(self) -> str:
+        """The d2l book's reference of the sentence ("" if it is not one of the chapter's)."""
+        return BOOK_REFERENCES.get(" ".join(self.sentence.lower().split()), "")
 
 
 def _parse(type_name, raw: str):

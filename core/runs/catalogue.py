@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from core.model.checkpoints import CheckpointError, all_finite, atomic_save, read_checkpoint
 from core.corpus.user_files import describe_data
-from core.runs.history import history_path, write_history
+from core.model.checkpoints import CheckpointError, all_finite, atomic_save, read_checkpoint
 from core.model.scores import usable_bleu
 from core.model.transformer import ModelConfig
 from core.places import checkpoints_root, runs_root
+from core.runs.history import history_path, write_history
 from core.runs.run_dir import RunDir, RunError, run_dir
 
 SHIPPED_NAME = "fra-eng-small.pt"  # the model the app ships with, under checkpoints/

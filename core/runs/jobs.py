@@ -20,15 +20,15 @@ import subprocess
 import sys
 import time
 
-from core.runs import processes
-from core.corpus.user_files import allowed_path
 from core.corpus.source import DataError
-from core.training.devices import device_memory, estimate_memory, resolve_device
-from core.runs.locks import acquire_gpu_lock, launch_lock, run_is_held, write_lock
+from core.corpus.user_files import allowed_path
 from core.places import REPO_ROOT, runs_root
+from core.runs import processes
+from core.runs.locks import acquire_gpu_lock, launch_lock, run_is_held, write_lock
 from core.runs.run_dir import RunDir, RunError, read_json, run_dir, write_json
 from core.runs.status import LIVE_STATES, STOP_GRACE_S, RunInfo, list_runs, run_info
 from core.training.config import RESUME_CHANGES
+from core.training.devices import device_memory, estimate_memory, resolve_device
 from core.training.settings import merged_settings, validate_settings
 
 MAX_CPU_JOBS_ENV = "ATTENTION_STUDIO_MAX_CPU_JOBS"  # concurrent CPU jobs (default 1)
@@ -249,7 +249,9 @@ def resume_run(run_id: str, limits: dict | None = None, processes: int | None = 
         problem = processes_problem(processes, device_type)
         if problem:
             raise RunError(f"Cannot resume: {problem}.")
-        write_json(rd.request, {"limits": {k: v for k, v in (limits or {}).items() if k in RESUME_CHANGES}})
+        write_json(
+            rd.request, {"limits": {k: v for k, v in (limits or {}).items() if k in RESUME_CHANGES}}
+        )
         with _device_slot(device_type, run_id) as gpu_fd:
             argv = _trainer_argv(rd, resume=True, processes=processes)
             job = {**job, "device_type": device_type, "processes": processes}

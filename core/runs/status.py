@@ -12,16 +12,14 @@ from pathlib import Path
 import pandas as pd
 
 from core.corpus.user_files import describe_data
-from core.runs.locks import launch_lock
 from core.model.scores import usable_bleu
-from core.runs.catalogue import size_label
 from core.places import runs_root
+from core.runs.catalogue import size_label
 from core.runs.processes import check_trainer
 from core.runs.run_dir import RUN_ID_RE, RunDir, RunError, read_json, run_dir
 
 LIVE_STATES = ("starting", "running")
 FINAL_STATES = ("finished", "stopped", "failed", "diverged")  # written by the trainer at its end
-RECHECK_S = 0.3  # a trainer that looks gone is checked once more after this long
 STOP_GRACE_S = 30.0  # a trainer still running this long after a stop request is killed
 STARTUP_GRACE_S = 10.0  # a run dir this young without a pid is still being launched
 
@@ -101,7 +99,11 @@ def _effective_state(rd: RunDir, status: dict, job: dict, alive: bool) -> tuple[
 
 
 def run_info(run_id: str) -> RunInfo:
-    """Status of a run, with dead trainers detected (shown as failed, resumable if possible)."""
+    """Status of a run, with dead trainers detected (shown as failed, resumable if possible).
+
+    A read: it never writes a run's files, never waits and takes no lock, so any caller
+    (one holding the launch lock included) may call it.
+    """
     rd = run_dir(run_id)
     if not rd.path.is_dir():
         raise RunError(f"Run '{run_id}' does not exist (deleted, or another runs directory).")
@@ -110,16 +112,13 @@ def run_info(run_id: str) -> RunInfo:
     pid = job.get("pid") or status.get("pid")
     recorded = job.get("identity") or status.get("identity")
     check = check_trainer(pid, rd.path, recorded)
-    if check is not True and status.get("state") in LIVE_STATES:  # about to call it dead
-        time.sleep(RECHECK_S)  # or unknown: look once more (it may be just exiting)
-        check = check_trainer(pid, rd.path, recorded)
+    if check is not True and status.get("state") in LIVE_STATES:  # it may have written its
+        status = rd.read_status()  # end just before exiting: read what it left
     if check is None:
         state, message = "unknown", _unknown_message(pid)
     else:
         state, message = _effective_state(rd, status, job, check)
     alive = bool(check) and state in LIVE_STATES  # a trainer that wrote its end is exiting
-    if state == "failed" and status.get("state") in LIVE_STATES:
-        _record_death(rd, pid, recorded, message)
     data = config.get("data") or job.get("settings", {}).get("data", {})
     model = config.get("model") or job.get("settings", {}).get("model", {})
     return RunInfo(
@@ -154,15 +153,6 @@ def run_info(run_id: str) -> RunInfo:
         has_last=rd.last.is_file(),
         status=status,
     )
-
-
-def _record_death(rd: RunDir, pid, recorded: str | None, message: str) -> None:
-    """Write 'failed' into status.json of a run whose trainer died (unless relaunched)."""
-    with launch_lock():
-        job = read_json(rd.job, {}) or {}
-        same = (job.get("pid") or rd.read_status().get("pid")) == pid
-        if same and check_trainer(pid, rd.path, recorded) is False:
-            rd.write_status(state="failed", message=message, eta_s=None)
 
 
 def _unknown_message(pid) -> str:

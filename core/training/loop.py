@@ -111,7 +111,7 @@ class Trainer:
         self.state = state or TrainState(world_size=self.world.size)
         self.callbacks: dict[str, list[Callback]] = {"step": [], "eval": [], "end": []}
         self.stop_asked = False  # this process was asked to stop (a signal, the STOP file)
-        self.stop_requested = False  # all processes stop: stop_asked somewhere, at agree()
+        self.stop_agreed = False  # all processes stop: stop_asked somewhere, at agree()
         self.train_data = encode_pairs(corpus.train, corpus.src_vocab, corpus.tgt_vocab)
         self.val_data = encode_pairs(corpus.val, corpus.src_vocab, corpus.tgt_vocab)
         self.val_groups = corpus.val.groups()[: cfg.eval_sentences]
@@ -296,13 +296,13 @@ class Trainer:
 
     def agree(self) -> None:
         """Each step, all processes take rank 0's time and stop if any was asked to."""
-        self.stop_requested, self.state.elapsed = distributed.agree(
+        self.stop_agreed, self.state.elapsed = distributed.agree(
             self.world, self.stop_asked, self.state.elapsed
         )
 
     def must_stop(self) -> bool:
         """True once a limit is reached, a stop was asked for, or training diverged."""
-        return self.finished() or self.stop_requested or self.diverged is not None
+        return self.finished() or self.stop_agreed or self.diverged is not None
 
     def run(self) -> str:
         """Train until a limit, a stop request or divergence (a NaN/inf loss, gradient or weight).

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import streamlit as st
 
 from core.attention.view_state import ViewState
 from core.model.checked_translation import MAX_SENTENCE_TOKENS
+
+TRANSLATE_KEYS = ("model", "sentence", "reference", "beam", "alpha", "max_len")  # its URL
+ATTENTION_KEYS = tuple(f.name for f in fields(ViewState))  # the Attention page's URL: all
 
 
 def view_state() -> ViewState:
@@ -34,6 +39,12 @@ def widget_default(key: str, value, options=None) -> None:
         st.session_state[key] = value
 
 
+def clamp_widget(key: str, value, options) -> None:
+    """Reset a widget's value to ``value`` when it is not among ``options``."""
+    if st.session_state.get(key) not in options:
+        st.session_state[key] = value if value in options else options[-1]
+
+
 def sentence_input(state: ViewState, prefix: str) -> str:
     """The English sentence box (widget key ``<prefix>_sentence``), kept in the view state.
 
@@ -41,9 +52,10 @@ def sentence_input(state: ViewState, prefix: str) -> str:
     checked (and named) by core.translation instead.
     """
     widget_default(f"{prefix}_sentence", state.sentence)
-    state.sentence = st.text_input(
+    sentence = st.text_input(
         "English sentence",
         key=f"{prefix}_sentence",
         help=f"At most {MAX_SENTENCE_TOKENS} words and punctuation marks (tokens).",
     )
+    state.set_sentence(sentence)
     return state.sentence

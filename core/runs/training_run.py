@@ -1,0 +1,417 @@
+"""One training run in its run directory: the trainer connected to the run's files.
+
+The run directory receives config.json, metrics.jsonl, status.json, last.pt / best.pt
+and attention snapshots. SIGTERM or a STOP file saves a checkpoint and exits as
+"stopped"; a resume continues the run exactly where its last checkpoint left it.
+A NaN/inf loss ends the run as "diverged" (exit code 3), keeping the last finite checkpoint.
+
+Under ``torchrun --nproc-per-node N -m core.train ...`` the N processes train one run
+(core.training.distributed): rank 0 alone writes the run's files and evaluates; a stop
+reaches every process at the same step; a run resumes with the same or another number of them.
+The command line is ``core.train``; this module never parses it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from core.corpus.bpe import checkpoint_entries, checkpoint_vocabs
+from core.corpus.config import DataConfig
+from core.corpus.source import DataError
+from core.corpus.splits import load_corpus, unk_warnings
+from core.model.checkpoints import portable_data_config, read_checkpoint, save_checkpoint
+from core.model.scores import usable_bleu
+from core.model.transformer import ModelConfig, Transformer
+from core.runs.locks import hold_run
+from core.runs.processes import identity
+from core.runs.run_dir import RunDir, RunError, read_json
+from core.training import distributed
+from core.training.config import RESUME_CHANGES, TrainConfig
+from core.training.devices import device_description
+from core.training.distributed import World
+from core.training.loop import Trainer, TrainState, rng_state
+from core.training.settings import DERIVED, config_problems, settings_from_args
+
+DIVERGED_EXIT = 3  # exit code of a run that diverged (2: bad settings or data)
+
+
+class RunRecorder:
+    """Connects a Trainer to a RunDir: metrics, status, checkpoints, snapshots, stop."""
+
+    def __init__(self, rd: RunDir, trainer: Trainer, configs: dict, bar=None):
+        self.rd, self.trainer, self.configs, self.bar = rd, trainer, configs, bar
+        path = trainer.corpus.summary.get("path")
+        self.data_config = portable_data_config(configs["data"], path)  # no machine path
+        self.saved_step: int | None = None  # step of the last.pt on disk (None: none yet)
+        trainer.on("step", self.on_step)
+        trainer.on("eval", self.on_eval)
+        trainer.on("end", self.on_end)
+
+    def eta(self) -> float | None:
+        """Seconds left, extrapolated from progress so far."""
+        p, t = self.trainer.progress(), self.trainer.state.elapsed
+        return t * (1 - p) / p if p > 0 else None
+
+    def on_step(self, trainer: Trainer, info: dict) -> None:
+        """Record training metrics, refresh the status, honour a stop file."""
+        self.rd.append_metrics({"record": "train", **info})
+        self.rd.write_status(
+            state="running",
+            message="",
+            step=info["step"],
+            progress=info["progress"],
+            eta_s=self.eta(),
+            epoch=info["epoch"],
+        )
+        if self.rd.stop_requested():
+            trainer.stop_asked = True
+        if self.bar is not None:
+            self.bar.n = info["step"]
+            self.bar.set_postfix(loss=f"{info['loss']:.3f}")
+
+    def save(self, path: Path, with_optimizer: bool) -> None:
+        """Write a checkpoint with configs, vocabularies and (optionally) optimiser state.
+
+        With the optimiser go the random streams, so a resumed run draws what this one would.
+        """
+        t = self.trainer
+        rng = rng_state()
+        if t.world.distributed:  # each process's streams, for a resume with as many
+            rng["ranks"] = t.rank_rngs
+        extra = {"optimizer": t.optimizer.state_dict(), "rng": rng} if with_optimizer else {}
+        save_checkpoint(
+            path,
+            t.model,
+            t.corpus.src_vocab,
+            t.corpus.tgt_vocab,
+            train_config=self.configs["train"],
+            data_config=self.data_config,
+            state=asdict(t.state),
+            run=self.rd.name,
+            **extra,
+        )
+        if path == self.rd.last:
+            self.saved_step = t.state.step
+
+    def on_eval(self, trainer: Trainer, info: dict) -> None:
+        """Record validation metrics, save checkpoints and the probes' attention maps."""
+        record = {"record": "eval", **info, "elapsed": trainer.state.elapsed}
+        self.rd.append_metrics(record)
+        # best.pt and the snapshot before last.pt: a resume from last.pt redoes what follows it
+        if info.get("is_best"):
+            self.save(self.rd.best, with_optimizer=False)
+        self.rd.save_snapshot(trainer.state.step, trainer.probe_maps())
+        self.save(self.rd.last, with_optimizer=True)
+        self.rd.write_status(best_bleu=trainer.state.best_bleu, last_eval=info["step"])
+        if self.rd.stop_requested():
+            trainer.stop_asked = True
+
+    def on_end(self, trainer: Trainer, info: dict) -> None:
+        """Save the last checkpoint (never after divergence) and the final state."""
+        message = ""
+        if info["outcome"] == "diverged":
+            message = divergence_message(info, self.saved_step)
+        else:
+            self.save(self.rd.last, with_optimizer=True)
+        self.rd.stop_file.unlink(missing_ok=True)
+        if self.bar is not None:
+            self.bar.n = info["step"]
+            self.bar.refresh()
+        self.rd.write_status(
+            state=info["outcome"],
+            step=info["step"],
+            progress=trainer.progress(),
+            eta_s=0.0,
+            finished_at=time.time(),
+            message=message,
+            diverged_at=info.get("diverged_at"),
+        )
+
+
+def divergence_message(info: dict, saved_step: int | None) -> str:
+    """What happened when training diverged, what is kept and what to do, in one line."""
+    head = (
+        f"Training diverged at step {info['diverged_at']}: the {info['diverged']} became NaN/inf."
+    )
+    if saved_step is None:
+        return (
+            f"{head} No checkpoint was saved before it; lower lr or raise warmup_steps "
+            "and start again."
+        )
+    return (
+        f"{head} The last finite checkpoint (step {saved_step}) is kept; lower lr or raise "
+        "warmup_steps, then resume or start again."
+    )
+
+
+def status_writer(rd: RunDir, world: World):
+    """rd.write_status on rank 0; elsewhere nothing (one process writes the run's files)."""
+    return rd.write_status if world.is_main else lambda **fields: fields
+
+
+def prepare(rd: RunDir, configs: dict, resume: bool, world: World):
+    """Build the corpus, model and trainer (restored from last.pt when resuming)."""
+    data_cfg = DataConfig(**configs["data"])
+    write_status = status_writer(rd, world)
+    write_status(message="reading the corpus and building the vocabularies")
+    with distributed.local_first(world):  # one download per machine
+        corpus = load_corpus(data_cfg, progress=_download_bar(rd) if world.is_main else None)
+    write_status(message=f"building the model ({corpus.summary.get('train', '?')} pairs)")
+    ckpt = read_checkpoint(rd.last) if resume else None
+    if ckpt is not None:
+        corpus.src_vocab, corpus.tgt_vocab = checkpoint_vocabs(ckpt)
+    elif world.distributed and data_cfg.tokenizer != "word":  # one tokenizer for every process
+        mine = checkpoint_entries(corpus.src_vocab, corpus.tgt_vocab)
+        corpus.src_vocab, corpus.tgt_vocab = checkpoint_vocabs(distributed.from_main(world, mine))
+    model_cfg = ModelConfig(
+        src_vocab_size=len(corpus.src_vocab),
+        tgt_vocab_size=len(corpus.tgt_vocab),
+        **configs["model"],
+    )
+    train_cfg = TrainConfig(**configs["train"])
+    if train_cfg.threads:
+        torch.set_num_threads(train_cfg.threads)
+    torch.manual_seed(train_cfg.seed)
+    model = Transformer(model_cfg)
+    state = None
+    if ckpt is not None:
+        model.load_state_dict(
+            {k: v.float() if v.is_floating_point() else v for k, v in ckpt["state_dict"].items()}
+        )
+        state = TrainState(**ckpt["state"])
+    trainer = Trainer(model, corpus, train_cfg, state, world)
+    if ckpt is not None:
+        if "optimizer" in ckpt:
+            trainer.optimizer.load_state_dict(ckpt["optimizer"])
+        trainer.rng = saved_rng(ckpt.get("rng"), world)
+        if world.is_main:
+            rd.rewind(trainer.state.step)  # what came after the checkpoint is done again
+    configs["model"] = asdict(model_cfg)
+    configs["summary"] = corpus.summary
+    return trainer
+
+
+def saved_rng(rng, world: World):
+    """The random streams this rank continues (None: a rank the saved run lacked; seeded)."""
+    ranks = (rng.get("ranks") or []) if isinstance(rng, dict) else []
+    if world.rank < len(ranks):
+        return ranks[world.rank]
+    return rng if world.is_main else None
+
+
+def _download_bar(rd: RunDir):
+    """A progress callback for the corpus download: a tqdm bar and the run's status."""
+    from tqdm import tqdm
+
+    bar, last = {}, [0.0]
+
+    def update(done: int, total: int | None) -> None:
+        if "b" not in bar:
+            bar["b"] = tqdm(total=total, unit="B", unit_scale=True, desc="fra-eng.zip")
+        bar["b"].update(done - bar["b"].n)
+        if time.time() - last[0] > 0.5 or done == total:
+            last[0] = time.time()
+            size = f" / {total / 1e6:.1f}" if total else ""
+            rd.write_status(
+                message=f"downloading fra-eng.zip: {done / 1e6:.1f}{size} MB",
+                download=done / total if total else None,
+            )
+
+    return update
+
+
+def load_run_configs(rd: RunDir, args: argparse.Namespace) -> dict:
+    """The saved configs of a run to resume, with new limits (lr...) from the flags or request."""
+    saved = rd.read_config()
+    if not saved or not rd.last.is_file():
+        raise DataError(f"{rd.path} has no config.json and last.pt to resume from.")
+    configs = {k: saved[k] for k in ("data", "model", "train")}
+    changes = read_request(rd).get("limits", {}) if args.request else {}
+    for key in RESUME_CHANGES:
+        if f"train.{key}" in vars(args):
+            changes[key] = getattr(args, f"train.{key}")
+    configs["train"].update({k: v for k, v in changes.items() if k in RESUME_CHANGES})
+    configs["model"] = {k: v for k, v in configs["model"].items() if k not in DERIVED}
+    return checked(configs)
+
+
+def read_request(rd: RunDir) -> dict:
+    """The app's request.json of a run (its settings or new limits), as data."""
+    request = read_json(rd.request, None)
+    if not isinstance(request, dict):
+        raise DataError(f"{rd.request} is missing or not a JSON object.")
+    return request
+
+
+def checked(configs: dict) -> dict:
+    """The configs if every field is valid, else ValueError naming each problem."""
+    problems = config_problems(configs)
+    if problems:
+        raise ValueError("Invalid settings: " + "; ".join(problems) + ".")
+    return configs
+
+
+def new_run_configs(rd: RunDir, args: argparse.Namespace) -> dict:
+    """Settings of a new run: the app's request.json, or the preset and the flags."""
+    if args.request:
+        settings = read_request(rd).get("settings")
+        return checked({g: dict((settings or {}).get(g) or {}) for g in ("data", "model", "train")})
+    return checked(settings_from_args(args))
+
+
+def train_run(args: argparse.Namespace, world: World | None = None) -> int:
+    """Run (or resume) training in args.out (each process of a torchrun launch); exit code."""
+    world, rd = world or World(), RunDir(args.out)
+    configs = load_run_configs(rd, args) if args.resume else new_run_configs(rd, args)
+    if world.is_main:
+        rd.create()
+        if args.resume:  # a stale STOP from an earlier stop must not end the resumed run
+            rd.stop_file.unlink(missing_ok=True)
+    early_stop = []  # SIGTERM while the corpus loads: stop as soon as training can save
+    signal.signal(signal.SIGTERM, lambda *_: early_stop.append(True))
+    status_writer(rd, world)(
+        state="starting",
+        pid=os.getpid(),
+        identity=identity(os.getpid()),
+        started_at=time.time(),
+        resumed=args.resume,
+        message="",
+        finished_at=None,
+        diverged_at=None,
+    )
+    trainer = prepare(rd, configs, args.resume, world)
+    # a signal only asks: the processes decide together at the next step (Trainer.agree)
+    signal.signal(signal.SIGTERM, lambda *_: setattr(trainer, "stop_asked", True))
+    if early_stop or (world.is_main and rd.stop_requested()):  # never reset: a signal may
+        trainer.stop_asked = True  # have landed since the handler above was installed
+    devices = distributed.gather(world, device_description(trainer.device))
+    if not world.is_main:
+        outcome = trainer.run()
+        return DIVERGED_EXIT if outcome == "diverged" else 0
+    rd.write_config(configs)
+    warnings = unk_warnings(trainer.corpus, DataConfig(**configs["data"]))
+    start_status(rd, trainer, warnings, distributed.describe(world, devices[0], devices))
+    bar = None if args.no_progress else _progress_bar(args.out, trainer)
+    recorder = RunRecorder(rd, trainer, configs, bar)
+    recorder.saved_step = trainer.state.step if args.resume else None
+    where = rd.read_status().get("device")
+    print(f"training on {where}: {configs['summary']}", flush=True)
+    outcome = trainer.run()
+    if bar is not None:
+        bar.close()
+    return final_report(rd, trainer, outcome)
+
+
+def start_status(rd: RunDir, trainer: Trainer, warnings: list[str], devices: dict) -> None:
+    """Write the status of a run about to train (devices: distributed.describe), print warnings."""
+    rd.write_status(
+        **devices,
+        state="running",
+        message=f"running the first steps (the first record comes at step {trainer.cfg.log_every})"
+        if not trainer.state.step
+        else "",
+        warnings=warnings,
+        total_steps=trainer.total_steps,
+        progress=trainer.progress(),
+        step=trainer.state.step,
+        best_bleu=trainer.state.best_bleu,
+    )
+    for warning in warnings:
+        print(f"warning: {warning}", flush=True)
+
+
+def final_report(rd: RunDir, trainer: Trainer, outcome: str) -> int:
+    """Print the run's last line and return its exit code (DIVERGED_EXIT after divergence)."""
+    if outcome == "diverged":
+        print(f"error: {rd.read_status().get('message')}", file=sys.stderr, flush=True)
+        return DIVERGED_EXIT
+    if not trainer.val_data:
+        best = "no validation split"
+    elif usable_bleu(trainer.state.best_bleu) is None:
+        best = "not evaluated yet"
+    else:
+        best = f"best val BLEU {trainer.state.best_bleu:.2f}"
+    print(f"{outcome} at step {trainer.state.step}; {best}; run directory {rd.path}", flush=True)
+    return 0
+
+
+def _progress_bar(desc: str, trainer: Trainer):
+    """A tqdm bar over the run's steps (out of its total, when a step limit implies one)."""
+    from tqdm import tqdm
+
+    return tqdm(total=trainer.total_steps, initial=trainer.state.step, desc=desc, unit="step")
+
+
+def lock_run(out: str, world: World) -> int | None:
+    """Rank 0 takes the run's trainer lock (an fd to keep open; None elsewhere); RunError on
+    every process when it is taken, so no process of a second trainer touches anything."""
+    lock, problem = None, None
+    if world.is_main:
+        try:
+            Path(out).mkdir(parents=True, exist_ok=True)
+            lock = hold_run(out)
+        except (RunError, OSError) as e:
+            problem = e
+    if not distributed.all_true(world, problem is None):
+        raise problem or RunError("the first process could not lock the run directory")
+    return lock
+
+
+def record_failure(out: str, world: World, message: str) -> None:
+    """Write 'failed' and why into the run's status (rank 0; a run directory that exists)."""
+    if world.is_main and Path(out).is_dir():
+        RunDir(out).write_status(state="failed", message=message)
+
+
+def crash_message(e: Exception, world: World) -> str:
+    """A crash in words; with several processes, where to look for the one that failed."""
+    message = f"{type(e).__name__}: {e}"
+    if world.distributed:
+        message = (
+            f"Training with {world.size} processes failed: one of them crashed or stopped "
+            f"answering (train.log has every process's output). {message}"
+        )
+    return message
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train (or resume) the run ``args`` names; errors reported as one readable line; exit code.
+
+    While it trains, the process (rank 0 of a torchrun launch) holds the run directory's
+    trainer lock, so a second trainer of the same run (two resumes at once) stops at once
+    and touches nothing. A process of a torchrun launch ends here (distributed.exit_process).
+    """
+    try:
+        world = distributed.world_from_env()
+        distributed.start(world)
+        lock = lock_run(args.out, world)
+    except (RunError, OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        code = train_run(args, world)
+    except (DataError, ValueError, OSError) as e:
+        record_failure(args.out, world, str(e))
+        print(f"error: {e}", file=sys.stderr)
+        code = 2
+    except Exception as e:  # noqa: BLE001 - record any crash for the app, then exit 1
+        record_failure(args.out, world, crash_message(e, world))
+        traceback.print_exc()
+        code = 1
+    finally:
+        if lock is not None:
+            os.close(lock)
+    if world.distributed:
+        if code in (0, DIVERGED_EXIT):  # every process got here: leave the group together
+            distributed.finish(world)
+        distributed.exit_process(code)  # never returns
+    return code

@@ -1,0 +1,24 @@
+"""What every section of the Attention page draws from: model, translation, maps, view."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.attention.sentence_maps import SentenceMaps
+from core.attention.view_state import ViewState
+from core.model.checkpoints import LoadedModel
+from core.model.decode import Translation
+from core.runs.catalogue import ModelEntry
+
+
+@dataclass(frozen=True)
+class SectionInputs:
+    """The page's chosen model, its translation of the sentence and the maps shown."""
+
+    entry: ModelEntry  # the chosen model (model A when two are compared)
+    lm: LoadedModel  # that model, loaded
+    translation: Translation  # the sentence decoded with the view's settings
+    pieces: SentenceMaps  # its maps over the model's own tokens (BPE pieces unmerged)
+    maps: SentenceMaps  # its maps as shown (pieces merged into words when the view asks)
+    state: ViewState  # the view; sections write their widgets' values back into it
+    stretch: bool  # colour scales topped at the 99th percentile instead of 1
