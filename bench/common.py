@@ -108,7 +108,7 @@ def held_out_figures(run) -> tuple:
 
 
 def adam(model):
-    """The optimiser both models use (fused Adam, as core.train_loop)."""
+    """The optimiser both models use (fused Adam, as core.training.loop)."""
     return torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
 
 
@@ -116,7 +116,7 @@ def train_step(model, opt, src, tgt, smoothing=0.1, amp=False) -> int:
     """One Adam step; returns the number of real target tokens.
 
     With ``amp``, bf16 autocast covers the loss only and is entered anew each step, as in
-    core.train_loop: autocast caches its casts of the weights until its block ends, so a
+    core.training.loop: autocast caches its casts of the weights until its block ends, so a
     block around several steps would keep using the first step's bf16 weights.
     """
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):

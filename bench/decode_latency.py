@@ -2,7 +2,7 @@
 
     python bench/decode_latency.py [--checkpoint checkpoints/fra-eng-small.pt] [--repeats 50]
 
-Prints the median milliseconds of ``core.decode.translate`` (greedy and beam 4, both
+Prints the median milliseconds of ``core.model.decode.translate`` (greedy and beam 4, both
 returning all encoder, decoder-self and cross maps) and of plain cached greedy decoding.
 """
 

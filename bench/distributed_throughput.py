@@ -6,7 +6,7 @@
 Each configuration is launched like the app launches a run: ``python -m
 torch.distributed.run --standalone --nproc-per-node N`` with this script as the worker
 (one plain process for N = 1). Every process trains with the same per-process batch (so N
-processes take N times the pairs a step) through core.train_loop's Trainer: DDP, the
+processes take N times the pairs a step) through core.training.loop's Trainer: DDP, the
 token-weighted loss and the per-step stop agreement included; no evaluation. Printed:
 target tokens/s summed over processes (median of interleaved repeats), the ratio to one
 process, and each process's peak RSS. On a CPU, one process using as many threads as the N

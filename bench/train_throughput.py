@@ -7,7 +7,7 @@ Part 1 times one training step (loss, backward, fused Adam) of our model, of a s
 model built on torch.nn.Transformer (bench/common.py) and of a plain PyTorch
 transcription of d2l.ai's chapter 11.7 code (bench/d2l_twin.py) on identical fra-eng
 batches, interleaved batch by batch, in fp32 and (on CPUs with native bf16) in bf16
-autocast entered each step as core.train_loop does. It prints median target tokens/s,
+autocast entered each step as core.training.loop does. It prints median target tokens/s,
 the ratios ours / twin and ours / d2l, and the share of this CPU's fp32 matmul roofline
 our fp32 step reaches.
 Part 2 trains on the same pairs with length-bucketed batches (our loader) and with every
@@ -139,7 +139,7 @@ def bucketing_speedup(corpus, args) -> None:
         ),
     }
     runs = {k: [] for k in modes}
-    amp = autocast_dtype(torch.device("cpu")) is not None  # as core.train_loop would train
+    amp = autocast_dtype(torch.device("cpu")) is not None  # as core.training.loop would train
     for _ in range(args.bucket_repeats):
         for k, make in modes.items():
             start = time.perf_counter()

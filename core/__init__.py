@@ -1,0 +1,1 @@
+"""Attention Studio's library: one subpackage per idea, layered one way (ARCHITECTURE.md)."""

@@ -19,7 +19,8 @@ from core.training.settings import add_setting_flags
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """--out, --preset, --resume, --no-progress and one flag per setting (core.settings)."""
+    """--out, --preset, --resume, --no-progress and one flag per setting
+    (core.training.settings)."""
     p = argparse.ArgumentParser(description="Train an English-French Transformer.")
     p.add_argument("--out", required=True, help="run directory to create (or resume)")
     p.add_argument("--preset", choices=sorted(PRESETS), default="small")

@@ -15,9 +15,13 @@ from pages.ui.cached import translate, validation_examples
 from pages.ui.frame import ensure_app_navigation, footer, link
 from pages.ui.model_picker import pick_model
 from pages.ui.text import code, md
-from pages.ui.view_widgets import sentence_input, view_state, widget_default, write_url
-
-URL_KEYS = ("model", "sentence", "beam", "alpha", "max_len")
+from pages.ui.view_widgets import (
+    TRANSLATE_KEYS,
+    sentence_input,
+    view_state,
+    widget_default,
+    write_url,
+)
 
 
 def decode_settings(state: ViewState) -> DecodeSettings:
@@ -59,6 +63,7 @@ def choose_validation(lm: LoadedModel, state: ViewState) -> None:
     def use_example() -> None:
         if st.session_state["tr_val"]:
             st.session_state["tr_sentence"] = st.session_state["tr_val"]
+            state.set_sentence(st.session_state["tr_val"])
 
     if st.session_state.get("tr_val") not in sources:
         st.session_state["tr_val"] = state.sentence if state.sentence in sources else None
@@ -71,7 +76,8 @@ def choose_validation(lm: LoadedModel, state: ViewState) -> None:
     )
     if picked:
         refs = next(e.references for e in examples if e.source == picked)
-        st.session_state.setdefault("references", {})[picked] = refs[0]
+        if picked == state.sentence:
+            state.reference = refs[0]  # the Attention page forces it (it travels in the URL)
         st.markdown("**References:** " + " · ".join(code(r) for r in refs))
 
 
@@ -145,7 +151,7 @@ def main() -> None:
         else:
             show_translation(t, state)
         d2l_section(lm, entry, settings)
-        write_url(state, URL_KEYS)
+        write_url(state, TRANSLATE_KEYS)
     footer()
 
 

@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from core.attention.kinds import KINDS, kind_labels
 from core.attention.maps import HIDDEN_NOTE, export_name
+from core.attention.view_state import OLD_SECTIONS
 from core.figures.attention import BLANK_NAME, plotly_text
 from tests.helpers import assert_clean, plain, run_page_script
 
@@ -169,7 +170,7 @@ def test_beam_search_from_the_url(studio_dirs):
 
 def test_decoding_playback_matches_the_maps(studio_dirs, home_translation):
     at = run_page()
-    at.radio(key="at_section").set_value("Decoding playback").run()
+    at.radio(key="at_section").set_value("playback").run()
     at.slider(key="at_step").set_value(2).run()
     assert_clean(at)
     assert any("reads `suis`, produces **`chez`**" in m.value for m in at.markdown)
@@ -188,18 +189,49 @@ def test_decoding_playback_matches_the_maps(studio_dirs, home_translation):
 
 
 def test_playback_section_and_step_travel_in_the_url(studio_dirs):
-    at = run_page({"section": "Decoding playback", "step": "2"})
+    at = run_page({"section": "playback", "step": "2"})
     assert_clean(at)
-    assert at.radio(key="at_section").value == "Decoding playback"
+    assert at.radio(key="at_section").value == "playback"
     assert at.slider(key="at_step").value == 2
     assert any("reads `suis`, produces **`chez`**" in m.value for m in at.markdown)
     at.slider(key="at_step").set_value(3).run()
-    assert (query(at)["section"], query(at)["step"]) == ("Decoding playback", "3")
-    at.radio(key="at_section").set_value("Maps").run()
+    assert (query(at)["section"], query(at)["step"]) == ("playback", "3")
+    at.radio(key="at_section").set_value("maps").run()
     assert "section" not in query(at) and "step" not in query(at)
     at = run_page({"section": "Decoding playback", "step": "99"})  # past the end: the last step
     assert_clean(at)
     assert at.slider(key="at_step").value == 5 and query(at)["step"] == "5"
+
+
+def test_every_section_opens_from_its_key_and_from_its_old_label(studio_dirs):
+    """Links made before the section keys carry the label shown then (section=Over+training)."""
+    labels = ["Maps", "Decoding playback", "Over training", "Remove heads", "Compare"]
+    assert at_section_labels(run_page()) == labels
+    for label, key in OLD_SECTIONS.items():
+        for value in (key, label):
+            at = run_page({"section": value})
+            assert_clean(at)
+            assert at.radio(key="at_section").value == key
+            assert query(at).get("section") == (None if key == "maps" else key)
+
+
+def at_section_labels(at: AppTest) -> list[str]:
+    """The labels the "Show" radio displays."""
+    return list(at.radio(key="at_section").options)
+
+
+def test_the_reference_travels_in_the_url(studio_dirs):
+    at = run_page({"section": "playback"})
+    assert at.text_input(key="at_ref").value == "je suis chez moi ."  # the d2l book's
+    assert "reference" not in query(at)  # the default stays out of the URL
+    at.text_input(key="at_ref").set_value("je suis à la maison .").run()
+    assert query(at)["reference"] == "je suis à la maison ."
+    again = run_page(query(at))  # a reload or a shared link
+    assert_clean(again)
+    assert again.text_input(key="at_ref").value == "je suis à la maison ."
+    at.text_input(key="at_sentence").set_value("go .").run()  # another sentence: its own
+    assert_clean(at)
+    assert at.text_input(key="at_ref").value == "va !" and "reference" not in query(at)
 
 
 def test_playback_titles_are_short_with_the_token_below(studio_dirs):
@@ -218,7 +250,7 @@ def test_charts_and_csv_save_under_one_readable_name(studio_dirs):
     name = "fra-eng-small_im-home_decoder-self_layer1_head2"
     assert name == export_name("checkpoints/fra-eng-small.pt", "i'm home .", "decoder_self", 1, 2)
     assert png_names(at) == [name, "fra-eng-small_im-home_decoder-self_grid"]
-    at.radio(key="at_section").set_value("Decoding playback").run()
+    at.radio(key="at_section").set_value("playback").run()
     assert png_names(at)[:3] == [
         f"fra-eng-small_im-home_layer1_step-0_{what}"
         for what in ("cross", "decoder-self", "candidates")
@@ -227,7 +259,7 @@ def test_charts_and_csv_save_under_one_readable_name(studio_dirs):
 
 def test_markdown_in_a_reference_is_shown_literally(studio_dirs):
     at = run_page()
-    at.radio(key="at_section").set_value("Decoding playback").run()
+    at.radio(key="at_section").set_value("playback").run()
     at.text_input(key="at_ref").set_value("je suis **x** :red[y] $z$ <b>").run()
     assert_clean(at)
     (caption,) = [c.value for c in at.caption if "French vocabulary" in c.value]
@@ -237,7 +269,7 @@ def test_markdown_in_a_reference_is_shown_literally(studio_dirs):
 
 def test_attention_over_training(studio_dirs):
     at = run_page()
-    at.radio(key="at_section").set_value("Over training").run()
+    at.radio(key="at_section").set_value("training").run()
     assert_clean(at)
     assert at.selectbox(key="at_probe").value == "i'm home ."
     assert at.select_slider(key="at_train_step").value == 150
@@ -254,7 +286,7 @@ def test_attention_over_training(studio_dirs):
 def test_over_training_without_snapshots_says_so(studio_dirs):
     shutil.rmtree(studio_dirs["runs"])
     at = run_page()
-    at.radio(key="at_section").set_value("Over training").run()
+    at.radio(key="at_section").set_value("training").run()
     assert_clean(at)
     assert "no recorded attention snapshots" in at.info[0].value
 
@@ -266,7 +298,7 @@ def test_over_training_replays_a_models_history_file_without_its_run(studio_dirs
     write_history(studio_dirs["run"], studio_dirs["checkpoints"] / SHIPPED_NAME)
     shutil.rmtree(studio_dirs["runs"])
     at = run_page()
-    at.radio(key="at_section").set_value("Over training").run()
+    at.radio(key="at_section").set_value("training").run()
     assert_clean(at)
     assert not at.info
     assert at.select_slider(key="at_train_step").value == 150

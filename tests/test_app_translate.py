@@ -192,6 +192,14 @@ def test_validation_sentence_fills_the_box_and_shows_references(studio_dirs, tin
     assert at.text_input(key="tr_sentence").value == "he is cold ."
     assert "**References:** `il a froid .`" in texts(at)
     assert "### il a froid ." in texts(at)
+    # the first reference travels in the view (and URL) to the Attention page's teacher forcing
+    assert at.query_params["reference"] == "il a froid ."
+    shared = {k: at.query_params[k] for k in at.query_params} | {"section": "playback"}
+    attention = run_page_script("attention.py", shared)
+    assert_clean(attention)
+    assert attention.text_input(key="at_ref").value == "il a froid ."
+    at.text_input(key="tr_sentence").set_value("he is tall .").run()
+    assert "reference" not in at.query_params  # it was the other sentence's
 
 
 def test_real_shipped_model(shipped_model_dirs):

@@ -1,4 +1,4 @@
-"""Tests for core.attention_figures: heatmaps, the head grid, top-k bars, views as figures."""
+"""Tests for core.figures.attention: heatmaps, the head grid, top-k bars, views as figures."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Tests for core.compare: differences of two models' maps, two sentences aligned by token."""
+"""Tests for core.attention.comparison: differences of two models' maps, two sentences aligned by
+token."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for core.corpus_files: only the app's folders are read, uploads staged and counted."""
+"""Tests for core.corpus.user_files: only the app's folders are read, uploads staged and counted."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for core.head_stats: hand-made attention maps with known answers."""
+"""Tests for core.attention.head_stats: hand-made attention maps with known answers."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Tests for core.history: a model's training history in one file beside its checkpoint."""
+"""Tests for core.runs.history: a model's training history in one file beside its checkpoint."""
 
 from __future__ import annotations
 

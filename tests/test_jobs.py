@@ -1,4 +1,4 @@
-"""Tests for core.jobs: start, stop, resume and delete runs; the CPU and GPU job limits.
+"""Tests for core.runs.jobs: start, stop, resume and delete runs; the CPU and GPU job limits.
 
 The lifecycle tests start the real ``python -m core.train`` on the tiny corpus (alone, and
 as two processes under torchrun).
@@ -120,7 +120,7 @@ def test_lifecycle_start_stop_resume_and_death(jobs_env, tiny_settings, tiny_cor
             jobs.stop_run(run_id)
     finally:
         child.wait(timeout=10)
-    assert rd.read_status()["state"] == "failed"  # recorded for every reader
+    assert run_status.run_info(run_id).state == "failed"  # every reader sees it, none writes it
 
 
 def test_user_values_reach_the_trainer_as_data_never_as_argv(jobs_env, tiny_settings, tmp_path):

@@ -1,4 +1,4 @@
-"""Tests for core.locks: the GPU slots are exclusive and die with their holder."""
+"""Tests for core.runs.locks: the GPU slots are exclusive and die with their holder."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Tests for core.maps: one sentence's maps, views cut from them, CSV and decoding playback."""
+"""Tests for core.attention.maps: one sentence's maps, views cut from them, CSV and decoding
+playback."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for core.models: the one model catalogue, its descriptions, and promotion."""
+"""Tests for core.runs.catalogue: the one model catalogue, its descriptions, and promotion."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for core.processes and the app's use of it: a pid is verified before any signal."""
+"""Tests for core.runs.processes and the app's use of it: a pid is verified before any signal."""
 
 from __future__ import annotations
 

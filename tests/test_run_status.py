@@ -1,4 +1,4 @@
-"""Tests for core.run_status: states read from disk, dead trainers, run lists, logs, durations."""
+"""Tests for core.runs.status: states read from disk, dead trainers, run lists, logs, durations."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def test_state_is_read_from_disk_and_dead_trainers_fail(
     info = run_status.run_info("r1")
     assert (info.state, info.resumable, info.alive) == (state, resumable, False)
     assert info.message == message
-    assert RunDir(info.path).read_status()["state"] == state  # a death is recorded for everyone
+    written = RunDir(info.path).read_status()["state"]
+    assert written == status["state"]  # a read never writes: every reader sees the same death
 
 
 def test_a_live_trainer_found_on_disk_is_running(jobs_env, make_run):
@@ -93,3 +94,26 @@ def test_log_tail_collapses_progress_redraws(jobs_env, make_run):
 )
 def test_format_duration(seconds, text):
     assert run_status.format_duration(seconds) == text
+
+
+def test_runs_are_listed_under_the_launch_lock_with_a_dead_trainer_on_disk(
+    jobs_env, make_run, dead_pid
+):
+    """Launch, resume and delete list runs while holding the launch lock: a dead trainer
+    found then must not make the read take the lock again (it used to hang every session)."""
+    import threading
+
+    from core.runs.locks import launch_lock
+
+    make_run(runs_root(), "dead", {"state": "running", "pid": dead_pid()}, checkpoint=True)
+    seen = []
+
+    def launch_like() -> None:
+        with launch_lock():
+            seen.extend(r.state for r in run_status.list_runs())
+
+    worker = threading.Thread(target=launch_like, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), "listing runs under the launch lock hung"
+    assert seen == ["failed"]

@@ -1,4 +1,5 @@
-"""Tests for core.settings: preset defaults, validation with reasons, form fields and flags."""
+"""Tests for core.training.settings: preset defaults, validation with reasons, form fields and
+flags."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Tests for core.snapshots: a probe sentence's attention over training, with its metrics."""
+"""Tests for core.attention.snapshots: a probe sentence's attention over training, with its
+metrics."""
 
 from __future__ import annotations
 

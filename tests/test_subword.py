@@ -1,4 +1,4 @@
-"""BPE vocabularies (core.subword), their checkpoints, and maps merged into words."""
+"""BPE vocabularies (core.corpus.bpe), their checkpoints, and maps merged into words."""
 
 from __future__ import annotations
 
@@ -215,7 +215,7 @@ def test_attention_page_shows_pieces_and_merges_them_into_words(bpe_studio):
     assert len(merged_cols) == len(cols) - len(continuing)
     assert len(merged_rows) == len(rows) - sum(r.startswith("##") for r in rows)
     assert at.query_params["words"] == "1"
-    for section in ("Remove heads", "Compare", "Over training"):
+    for section in ("ablation", "compare", "training"):
         at.radio(key="at_section").set_value(section).run()
         assert_clean(at)
 

@@ -1,4 +1,4 @@
-"""Tests for core.training_figures: smoothing, downsampling and the training-curve figures."""
+"""Tests for core.figures.training: smoothing, downsampling and the training-curve figures."""
 
 from __future__ import annotations
 

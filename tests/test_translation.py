@@ -1,4 +1,5 @@
-"""Tests for core.translation (checked input, top-k, validation sentences) and core.d2l_check."""
+"""Tests for core.model.checked_translation (checked input, top-k, validation sentences) and
+core.model.d2l_check."""
 
 from __future__ import annotations
 

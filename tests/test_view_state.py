@@ -1,10 +1,16 @@
-"""Tests for core.view_state: what the pages show, through the URL and back."""
+"""Tests for core.attention.view_state: what the pages show, through the URL and back."""
 
 from __future__ import annotations
 
 import pytest
 
-from core.attention.view_state import SECTIONS, ViewState, clamp_view
+from core.attention.view_state import (
+    MAX_REFERENCE_CHARS,
+    OLD_SECTIONS,
+    SECTION_KEYS,
+    ViewState,
+    clamp_view,
+)
 from core.model.checked_translation import DEFAULT_SENTENCE
 
 
@@ -19,9 +25,10 @@ def test_view_state_round_trips_through_the_url():
         layer=1,
         head="rollout",
         hide=True,
-        section="Decoding playback",
+        section="playback",
         step=3,
         forced="B",
+        reference="je suis calme .",
     )
     query = state.to_query()
     assert all(isinstance(v, str) for v in query.values())
@@ -41,12 +48,13 @@ def test_view_state_round_trips_through_the_url():
         ({"beam": "-2", "max_len": "100000"}, {"beam": 1, "max_len": 500}),
         ({"alpha": "nan"}, {"alpha": 0.6}),
         ({"hide": "true"}, {"hide": True}),
-        ({"section": "Sideways", "step": "-4"}, {"section": "Maps", "step": 0}),
-        ({"section": "Over training", "step": "x"}, {"section": "Over training", "step": 0}),
-        (
-            {"section": "Decoding playback", "step": "2"},
-            {"section": "Decoding playback", "step": 2},
-        ),
+        ({"section": "Sideways", "step": "-4"}, {"section": "maps", "step": 0}),
+        ({"section": "training", "step": "x"}, {"section": "training", "step": 0}),
+        ({"section": "playback", "step": "2"}, {"section": "playback", "step": 2}),
+        ({"section": "Decoding playback", "step": "2"}, {"section": "playback", "step": 2}),
+        ({"section": "compare"}, {"section": "compare"}),
+        ({"reference": "x" * (MAX_REFERENCE_CHARS + 1)}, {"reference": ""}),
+        ({"reference": "il a froid ."}, {"reference": "il a froid ."}),
     ],
 )
 def test_view_state_ignores_malformed_values(query, expected):
@@ -55,12 +63,34 @@ def test_view_state_ignores_malformed_values(query, expected):
 
 
 def test_output_step_travels_only_with_the_playback():
-    assert ViewState(section="Decoding playback", step=2).to_query(("section", "step")) == {
-        "section": "Decoding playback",
+    assert ViewState(section="playback", step=2).to_query(("section", "step")) == {
+        "section": "playback",
         "step": "2",
     }
-    assert ViewState(section="Maps", step=2).to_query(("section", "step")) == {}
-    assert set(SECTIONS) >= {"Maps", "Decoding playback", "Over training"}
+    assert ViewState(section="maps", step=2).to_query(("section", "step")) == {}
+
+
+@pytest.mark.parametrize(("label", "key"), OLD_SECTIONS.items())
+def test_a_link_with_an_old_section_label_opens_that_section(label, key):
+    """Links made before the section keys carried the label shown then (section=Remove+heads)."""
+    assert key in SECTION_KEYS
+    state = ViewState.from_query({"section": label})
+    assert state.section == key
+    assert state.to_query(("section",)) == ({} if key == SECTION_KEYS[0] else {"section": key})
+
+
+def test_reference_belongs_to_its_sentence():
+    state = ViewState.from_query({"sentence": "he is cold .", "reference": "il a froid ."})
+    assert state.forced_reference() == "il a froid ."
+    state.set_sentence("he is cold .")  # the same sentence: the reference stays
+    assert state.to_query(("reference",)) == {"reference": "il a froid ."}
+    state.set_sentence("i'm home .")  # another: the d2l book's reference, kept out of the URL
+    assert state.reference == "" and state.forced_reference() == "je suis chez moi ."
+    state.set_reference("je suis chez moi .")
+    assert state.to_query(("reference",)) == {}
+    state.set_reference("je suis à la maison .")
+    assert state.to_query(("reference",)) == {"reference": "je suis à la maison ."}
+    assert ViewState(sentence="a new one .").forced_reference() == ""
 
 
 def test_clamp_view_keeps_layer_and_head_inside_the_model(home_translation):

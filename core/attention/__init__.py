@@ -1,0 +1,1 @@
+"""What the Attention page computes: maps, head statistics, ablation, importance, comparison."""

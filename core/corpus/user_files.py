@@ -18,7 +18,7 @@ MAX_UPLOAD_BYTES = 20 * 2**20  # largest uploaded corpus accepted
 
 @functools.lru_cache(maxsize=32)
 def _inspect_cached(path: str, mtime: float, size: int) -> dict:
-    """core.data.inspect_file, cached by path, modification time and size."""
+    """core.corpus.inspect_file, cached by path, modification time and size."""
     return inspect_file(path)
 
 

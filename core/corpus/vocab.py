@@ -34,7 +34,7 @@ class Vocab:
 
     pad_id, bos_id, eos_id, unk_id = 0, 1, 2, 3
 
-    kind = "word"  # core.subword.BPEVocab: "bpe"
+    kind = "word"  # core.corpus.bpe.BPEVocab: "bpe"
 
     def encode(self, tokens: list[str]) -> list[int]:
         """Words to ids (unknown words -> <unk>)."""

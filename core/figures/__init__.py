@@ -1,0 +1,1 @@
+"""Every Plotly figure the pages show: attention maps, comparisons, importance, training curves."""

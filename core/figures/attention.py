@@ -6,7 +6,6 @@ Every figure names both axes in words; repeated tokens keep their own row and co
 from __future__ import annotations
 
 import functools
-import html
 import json
 import textwrap
 from collections.abc import Mapping, Sequence
@@ -20,6 +19,7 @@ from core.attention.comparison import DIFF_WORDS
 from core.attention.kinds import check_tokens, kind_labels, reading_hint
 from core.attention.maps import View, hide_columns
 from core.attention.sentence_maps import SentenceMaps
+from core.figures.labels import plotly_text
 
 COLORSCALE = "Blues"
 DIFF_COLORSCALE = "RdBu_r"  # differences: blue below 0, white at 0, red above
@@ -54,11 +54,6 @@ class Scale:
 
 WEIGHTS = Scale()
 DIFFERENCE = Scale(DIFF_COLORSCALE, DIFF_WORDS, DIFF_WORDS, diverging=True)
-
-
-def plotly_text(text: str) -> str:
-    """Text Plotly shows literally: it reads <b>, <a href=...> and &...; in labels as HTML."""
-    return html.escape(str(text), quote=False)
 
 
 def unique_labels(tokens: Sequence[str]) -> list[str]:

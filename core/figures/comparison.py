@@ -1,6 +1,6 @@
 """Plotly figures of comparisons: difference maps B − A, and a picked token's outline.
 
-Built on core.attention_figures (the same heatmaps and grids, on a diverging scale).
+Built on core.figures.attention (the same heatmaps and grids, on a diverging scale).
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ from plotly.subplots import make_subplots
 
 from core.attention.ablation import HeadSpec
 from core.attention.kinds import KIND_NAMES, KINDS
-from core.figures.attention import WIDE_TITLE_CHARS, plotly_text, title_layout
+from core.figures.attention import WIDE_TITLE_CHARS, title_layout
+from core.figures.labels import plotly_text
 
 KIND_COLORS = {"encoder": "#1f77b4", "decoder_self": "#2ca02c", "cross": "#d62728"}
 

@@ -11,6 +11,7 @@ import math
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
+from core.figures.labels import plotly_text
 from core.runs.history import open_history
 
 METRICS: dict[str, tuple[str, str, str]] = {  # metric -> (record logging it, title, y axis)
@@ -131,7 +132,7 @@ def curves_figure(
         raise ValueError(f"unknown metric '{metric}': choose one of {', '.join(METRICS)}")
     fig = go.Figure()
     for i, (name, records) in enumerate(runs.items()):
-        label = html.escape(str(name), quote=False)  # a user's run name: shown, never HTML
+        label = plotly_text(name)  # a user's run name: shown, never HTML
         for trace in _run_traces(
             label, records, metric, COLORS[i % len(COLORS)], smoothing, max_points
         ):
@@ -179,7 +180,10 @@ def _flat_range(values: list, log_y: bool) -> list[float] | None:
 
 
 def legend_key_html(names: list[str]) -> str:
-    """One colour key for the curves of ``names`` (in curves_figure's order), as safe HTML."""
+    """One colour key for the curves of ``names`` (in curves_figure's order), as safe HTML.
+
+    This is HTML for the page (``st.html``), not a Plotly label: names are escaped as HTML.
+    """
     items = [
         f'<span style="color:{COLORS[i % len(COLORS)]};font-weight:bold">&#9632;</span>&nbsp;'
         f"{html.escape(str(name))}"

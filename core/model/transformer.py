@@ -384,7 +384,7 @@ class Transformer(nn.Module):
 
         The output projection runs only at real (non-pad) target positions, so padding
         costs nothing in the largest matrix product of the step; it is fused with the loss
-        (``core.output_loss``), so the (N, V) logits are made once and read once more.
+        (``core.model.output_loss``), so the (N, V) logits are made once and read once more.
         """
         memory, src_mask, _ = self.encode(src)
         hidden, _, _ = self.decoder(

@@ -5,7 +5,7 @@ reloads, closed tabs and server restarts; the disk is the source of truth, never
 Streamlit session. ``ATTENTION_STUDIO_MAX_GPU_JOBS`` GPU jobs (an ``fcntl.flock`` slot
 each, held by the trainer until it exits) and ``ATTENTION_STUDIO_MAX_CPU_JOBS`` CPU jobs
 may run at once (one of each by default). A job of several processes (one run trained by
-``torchrun``, see core.distributed) is one job: the app launches, checks, stops and reaps
+``torchrun``, see core.training.distributed) is one job: the app launches, checks, stops and reaps
 the torchrun agent, which starts and stops its workers. No Streamlit here.
 """
 

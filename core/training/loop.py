@@ -2,7 +2,7 @@
 
 The Trainer knows nothing of files or the UI: it reports through callbacks
 ("step", "eval", "end"). ``core.train`` connects it to a run directory. Under torchrun
-each process holds a Trainer with its ``World`` (core.distributed); rank 0 alone evaluates.
+each process holds a Trainer with its ``World`` (core.training.distributed); rank 0 alone evaluates.
 Shape key: B batch, S source length, T target length, V target vocabulary.
 """
 

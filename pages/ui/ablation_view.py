@@ -27,24 +27,19 @@ from core.runs.catalogue import ModelEntry
 from pages.ui.cached import sentence_maps
 from pages.ui.cached_ablation import ablated_translate
 from pages.ui.charts import chart
+from pages.ui.section_inputs import SectionInputs
 from pages.ui.text import md
 from pages.ui.view_widgets import widget_default
 
 HEADS_KEY = "ab_heads"  # the multiselect of heads to remove
 
 
-def ablation_section(
-    entry: ModelEntry,
-    lm: LoadedModel,
-    t: Translation,
-    maps: SentenceMaps,
-    state: ViewState,
-    stretch: bool,
-) -> None:
+def ablation_section(page: SectionInputs) -> None:
     """Pick heads to remove; the translation and maps without them; head importance."""
+    entry, lm, state = page.entry, page.lm, page.state
     heads = pick_heads(lm, state)
     if heads:
-        removed_view(entry, lm, (t, maps), heads, state, stretch)
+        removed_view(entry, lm, (page.translation, page.maps), heads, state, page.stretch)
     else:
         st.caption(
             "Pick heads to remove: their output is zeroed before the output projection W_o "
@@ -133,8 +128,8 @@ def compare_maps(
             "This head is removed: its map is still computed, but its output is zeroed "
             "before W_o, so it no longer changes the translation."
         )
-    n_layers = cut_maps.layers(state.kind)
-    layers = None if n_layers * cut_maps.heads <= figs.FULL_GRID_CELLS else [state.layer]
+    whole = figs.shows_full_grid(cut_maps.layers(state.kind), cut_maps.heads)
+    layers = None if whole else [state.layer]
     here = [h.label for h in heads if h.kind == state.kind]
     st.markdown(f"**Every head of this kind, {what}** — removed here: {', '.join(here) or 'none'}")
     grid = figs.grid_view_figure(cut_maps, state.kind, state.hide, layers, stretch)

@@ -20,6 +20,7 @@ from core.runs.catalogue import ModelEntry, find_entry
 from pages.ui.cached import sentence_maps, teacher_forced, translate
 from pages.ui.charts import chart
 from pages.ui.model_picker import load_model, model_entries
+from pages.ui.section_inputs import SectionInputs
 from pages.ui.text import code, md
 from pages.ui.view_widgets import widget_default
 
@@ -27,23 +28,18 @@ MODES = ("two models", "two sentences")
 PAIR_FIELDS = {MODES[0]: "other", MODES[1]: "other_sentence"}  # the ViewState field of a mode
 
 
-def comparison_section(
-    entry: ModelEntry,
-    lm: LoadedModel,
-    t: Translation,
-    maps: SentenceMaps,
-    state: ViewState,
-    stretch: bool,
-) -> None:
+def comparison_section(page: SectionInputs) -> None:
     """Two models or two sentences side by side, with the difference of their maps."""
+    state = page.state
     first = MODES[1] if state.other_sentence and not state.other else MODES[0]
     widget_default("cmp_mode", first, MODES)
     mode = st.radio("Compare:", MODES, key="cmp_mode", horizontal=True)
     _keep_mode_field(state, mode)
+    shown = (page.entry, page.lm, page.translation, page.maps, state, page.stretch)
     if mode == MODES[0]:
-        two_models(entry, lm, t, maps, state, stretch)
+        two_models(*shown)
     else:
-        two_sentences(entry, lm, t, maps, state, stretch)
+        two_sentences(*shown)
 
 
 def _keep_mode_field(state: ViewState, mode: str) -> None:
@@ -314,7 +310,7 @@ def difference_grid(
     """B − A of every layer × head both have (one layer when that is many cells)."""
     layers, heads = compare.common_size(maps_a, maps_b, state.kind)
     chosen = None
-    if layers * heads > figs.FULL_GRID_CELLS and not st.toggle(
+    if not figs.shows_full_grid(layers, heads) and not st.toggle(
         f"Differences of all {layers} layers × {heads} heads", key="cmp_all_layers"
     ):
         chosen = [min(state.layer, layers - 1)]

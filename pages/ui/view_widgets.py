@@ -9,8 +9,8 @@ import streamlit as st
 from core.attention.view_state import ViewState
 from core.model.checked_translation import MAX_SENTENCE_TOKENS
 
-TRANSLATE_KEYS = ("model", "sentence", "reference", "beam", "alpha", "max_len")  # its URL
-ATTENTION_KEYS = tuple(f.name for f in fields(ViewState))  # the Attention page's URL: all
+TRANSLATE_KEYS = ("model", "sentence", "reference", "beam", "alpha", "max_len")  # its URL's
+ATTENTION_KEYS = tuple(f.name for f in fields(ViewState))  # the Attention page's: the whole view
 
 
 def view_state() -> ViewState:

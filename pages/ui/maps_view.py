@@ -1,0 +1,122 @@
+"""Attention page, "Maps" section: the chosen head large, every head, head statistics."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core.attention import head_stats, token_pick
+from core.attention.maps import blank_note, export_name, select_view, view_csv
+from core.attention.sentence_maps import SentenceMaps
+from core.attention.view_state import ViewState
+from core.figures import attention as figs
+from core.figures import comparison as cmp_figs
+from pages.ui.charts import chart
+from pages.ui.section_inputs import SectionInputs
+from pages.ui.text import md
+from pages.ui.view_widgets import widget_default
+
+
+def maps_section(page: SectionInputs) -> None:
+    """The chosen head large, the overview grid and the head statistics."""
+    maps, state = page.maps, page.state
+    view = select_view(maps, state.kind, state.layer, state.head, state.hide)
+    name = export_name(state.model, state.sentence, state.kind, state.layer, state.head)
+    pick = token_picker(maps, state)
+    left, right = st.columns([4, 1])
+    chart(cmp_figs.add_highlight(figs.view_figure(view, page.stretch), pick), "big", left, name)
+    with right:
+        head_summary(maps, state)
+        st.download_button(
+            "Weights as CSV",
+            view_csv(view),
+            mime="text/csv",
+            file_name=f"{name}.csv",
+            help="One line per cell. A blank row (all its weight on hidden <bos>/<eos>) "
+            "has an empty weight and a note.",
+        )
+        st.caption("Each chart's toolbar (camera icon) saves it as PNG. The URL keeps this view.")
+    if view.blank:
+        note = blank_note(view.blank, view.query_tokens, view.weights)
+        left.caption(
+            md(
+                f"Blank rows — {note}. Their whole weight was on the hidden columns, so "
+                "there is nothing left to renormalise; they are not zero."
+            )
+        )
+    overview(page, pick)
+    head_table(maps, state)
+
+
+def token_picker(maps: SentenceMaps, state: ViewState) -> token_pick.Highlight | None:
+    """Pick a query row or key column to outline (URL ``token``); where it is drawn, or None."""
+    queries, keys = maps.tokens(state.kind)
+    options = token_pick.pick_options(queries, keys)
+    left, right = st.columns([2, 3], vertical_alignment="bottom")
+    if state.token and state.token not in options:
+        right.caption(md(f"Token {state.token} (from the URL) is not in this map: none outlined."))
+        state.token = ""
+    widget_default("at_token", state.token, options)
+    state.token = left.selectbox(
+        "Outline a token",
+        options,
+        key="at_token",
+        format_func=lambda v: token_pick.pick_label(v, queries, keys),
+        help="A query (row) or key (column), counted with <bos>/<eos>. Clicks on a heatmap "
+        "cannot select it here (Streamlit does not pass them on), so pick it from this list.",
+    )
+    pick = token_pick.resolve_pick(state.token, queries, keys, state.hide)
+    if pick is not None:
+        done = f"{pick.label}: outlined in the large map and in every cell of the overview"
+        right.caption(md(f"Not outlined: {pick.problem}." if pick.problem else f"{done}."))
+    return pick
+
+
+def head_summary(maps: SentenceMaps, state: ViewState) -> None:
+    """Statistics and label of the chosen head."""
+    if not state.head.isdigit():
+        st.caption("Statistics are per head: pick a head number to see them.")
+        return
+    table = head_stats.head_table(maps, state.kind)
+    row = table[(table["layer"] == state.layer) & (table["head"] == int(state.head))].iloc[0]
+    st.markdown(f"**{row['label']}**")
+    lines = [
+        f"entropy {row['entropy']:.2f} nats",
+        f"diagonal {row['diagonal']:.0%}",
+        f"previous token {row['previous']:.0%}",
+        f"on <eos> {row['eos']:.0%}",
+    ]
+    if "monotonicity" in row:
+        lines.append(f"monotonicity {row['monotonicity']:.2f}")
+    st.markdown("\n".join(f"- {x}" for x in lines))
+
+
+def overview(page: SectionInputs, pick: token_pick.Highlight | None) -> None:
+    """Every head of the kind: all layers for a small model, else one layer unless asked."""
+    maps, state = page.maps, page.state
+    n_layers = maps.layers(state.kind)
+    show_all = figs.shows_full_grid(n_layers, maps.heads) or st.toggle(
+        f"Overview of all {n_layers} layers × {maps.heads} heads", key="at_all_layers"
+    )
+    layers = None if show_all else [state.layer]
+    grid = figs.grid_view_figure(maps, state.kind, state.hide, layers, page.stretch)
+    layer = None if show_all else state.layer
+    name = export_name(state.model, state.sentence, state.kind, layer, None, "grid")
+    chart(cmp_figs.add_highlight(grid, pick), "grid", name=name)
+
+
+def head_table(maps: SentenceMaps, state: ViewState) -> None:
+    """The statistics of every head of the kind, with what each column means."""
+    st.markdown("**Head statistics** (per layer and head; labels are simple rules of thumb)")
+    st.dataframe(
+        head_stats.head_table(maps, state.kind),
+        hide_index=True,
+        column_config={
+            name: st.column_config.NumberColumn(format="%.2f")
+            for name in ("entropy", "diagonal", "previous", "eos", "bos", "monotonicity")
+        },
+    )
+    st.caption(
+        "entropy: spread of each row (nats); diagonal / previous / eos / bos: mean "
+        "weight on that key; monotonicity: rank correlation of output position with "
+        "its most-attended source position (cross only)."
+    )

@@ -1,0 +1,114 @@
+"""Attention page, "Decoding playback" section: decoding step by step; teacher forcing beside it."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core.attention.kinds import kind_labels
+from core.attention.maps import export_name, head_options, playback_step, select_view
+from core.attention.view_state import ViewState
+from core.corpus.text import tokenize
+from core.figures import attention as figs
+from core.model.decode import TranslationError
+from pages.ui.cached import teacher_forced
+from pages.ui.charts import chart
+from pages.ui.section_inputs import SectionInputs
+from pages.ui.text import code, md
+from pages.ui.view_widgets import widget_default
+
+
+def playback_section(page: SectionInputs) -> None:
+    """Step through decoding as it happened; compare with a teacher-forced reference."""
+    maps, state = page.pieces, page.state  # the playback always shows the model's own pieces
+    layer = min(state.layer, maps.layers("cross") - 1)
+    step = output_step(len(maps.output_tokens), state)
+    p = playback_step(maps, page.translation.topk, step, layer)
+    done = " ".join(p.prefix[:-1])
+    st.markdown(
+        f"Step {step}: reads {code(p.read)}, produces **{code(p.produced)}** — so far: "
+        f"{md(done)} **{md(p.produced)}**"
+    )
+    name = export_name(state.model, state.sentence, None, layer, None, f"step {step}")
+    left, right = st.columns(2)
+    cross = figs.head_rows_figure(
+        p.cross,
+        p.src_tokens,
+        f"Cross attention, layer {layer}",
+        "source token (key)",
+        f"step {step}: producing “{p.produced}”, looks at the source",
+    )
+    chart(cross, "play_cross", left, f"{name}_cross")
+    self_ = figs.head_rows_figure(
+        p.self_row,
+        p.self_keys,
+        f"Decoder self-attention, layer {layer}",
+        "earlier output token (key)",
+        f"step {step}: reading “{p.read}”, looks at the tokens read so far",
+    )
+    chart(self_, "play_self", right, f"{name}_decoder-self")
+    left, right = st.columns(2)
+    if p.topk:
+        bars = figs.topk_figure([w for w, _ in p.topk], [q for _, q in p.topk])
+        chart(bars, "play_topk", left, f"{name}_candidates")
+    right.caption(
+        f"Rows: the {maps.heads} heads of layer {layer} at step {step}. These are the "
+        "maps of the decoder as it generated this output, step by step (not one "
+        "teacher-forced pass over a reference)."
+    )
+    forced_vs_free(page)
+
+
+def output_step(n_steps: int, state: ViewState) -> int:
+    """The playback's output step slider (kept in the view state and the URL)."""
+    state.step = min(state.step, n_steps - 1)
+    if n_steps <= 1:
+        return state.step
+    widget_default("at_step", state.step)
+    if st.session_state["at_step"] >= n_steps:
+        st.session_state["at_step"] = n_steps - 1
+    state.step = st.slider("Output step", 0, n_steps - 1, key="at_step")
+    return state.step
+
+
+def reference_input(state: ViewState) -> str:
+    """The reference box (widget ``at_ref``), kept in the view state and the URL."""
+    if st.session_state.get("at_ref_for") != state.sentence:
+        st.session_state["at_ref"] = state.forced_reference()
+        st.session_state["at_ref_for"] = state.sentence
+    reference = st.text_input("Reference translation (French) to feed in", key="at_ref")
+    state.set_reference(reference)
+    return reference
+
+
+def forced_vs_free(page: SectionInputs) -> None:
+    """Free-running maps beside a teacher-forced pass over a reference translation."""
+    maps, state, lm = page.pieces, page.state, page.lm
+    st.subheader("Teacher-forced vs free-running")
+    reference = reference_input(state)
+    if not reference.strip():
+        st.caption("Type a reference to see the decoder's maps when it is fed the reference.")
+        return
+    try:
+        forced = teacher_forced(lm, (page.entry.path, page.entry.mtime), state.sentence, reference)
+    except TranslationError as e:
+        st.error(md(e))
+        return
+    unknown = lm.tgt_vocab.unknown(tokenize(reference))
+    if unknown:
+        st.caption(md("Not in the model's French vocabulary (fed as <unk>): " + ", ".join(unknown)))
+    kind = state.kind if state.kind != "encoder" else "cross"
+    head = state.head if state.head in head_options(kind, maps.heads) else "mean"
+    layer = min(state.layer, maps.layers(kind) - 1)
+    left, right = st.columns(2)
+    for col, m, what, name in (
+        (left, maps, "free-running (the model's own output)", "free"),
+        (right, forced, "teacher-forced (the reference)", "forced"),
+    ):
+        view = select_view(m, kind, layer, head, state.hide)
+        view.title = f"{kind_labels(kind)[0].split(' (')[0]}, {what}"
+        file = export_name(state.model, state.sentence, kind, layer, head, name)
+        chart(figs.view_figure(view), f"compare_{name}", col, file)
+    st.caption(
+        "Left: the maps of the model's own output. Right: one pass that feeds the "
+        "reference token by token. They match where the reference equals the output."
+    )

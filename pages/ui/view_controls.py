@@ -1,0 +1,68 @@
+"""The Attention page's controls above every section: kind, layer, head, display."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core.attention.kinds import KIND_NAMES, KINDS
+from core.attention.maps import head_options
+from core.attention.sentence_maps import SentenceMaps
+from core.attention.view_state import ViewState
+from pages.ui.view_widgets import clamp_widget, widget_default
+
+HEAD_WORDS = {"mean": "mean of heads", "max": "max of heads", "rollout": "rollout"}
+
+
+def view_controls(maps: SentenceMaps, state: ViewState, subword: bool) -> bool:
+    """Kind, layer, head and display toggles; returns whether colours are stretched."""
+    cols = st.columns([3, 1, 1.5])
+    widget_default("at_kind", state.kind, KINDS)
+    state.kind = cols[0].radio(
+        "Attention kind",
+        KINDS,
+        key="at_kind",
+        horizontal=True,
+        format_func=lambda k: KIND_NAMES[k],
+    )
+    layers = list(range(maps.layers(state.kind)))
+    clamp_widget("at_layer", min(state.layer, layers[-1]), layers)
+    state.layer = cols[1].selectbox("Layer", layers, key="at_layer")
+    heads = head_options(state.kind, maps.heads)
+    clamp_widget("at_head", state.head if state.head in heads else "0", heads)
+    state.head = cols[2].selectbox(
+        "Head",
+        heads,
+        key="at_head",
+        format_func=lambda h: HEAD_WORDS.get(h, f"head {h}"),
+        help="A head, the mean or max over the layer's heads, or (encoder) attention "
+        "rollout through layers 0 to this one.",
+    )
+    return display_toggles(state, subword)
+
+
+def display_toggles(state: ViewState, subword: bool) -> bool:
+    """Hide <bos>/<eos>, merge pieces, stretch colours, on a row; returns the stretch."""
+    row = st.container(horizontal=True, gap="large")
+    if subword:
+        widget_default("at_words", state.words)
+        state.words = row.toggle(
+            "Merge pieces into words",
+            key="at_words",
+            help="This model reads and writes BPE pieces (“##” continues a word). Merged, a "
+            "word's column is the sum over its pieces and its row the mean of its pieces' "
+            "rows, so rows still sum to 1. The decoding playback always shows pieces.",
+        )
+    else:
+        state.words = False
+    widget_default("at_hide", state.hide)
+    state.hide = row.toggle(
+        "Hide <bos>/<eos>",
+        key="at_hide",
+        help="Drops the <bos>/<eos> columns and renormalises each row. A row whose whole "
+        "weight was on them is left blank (decoder self-attention: step 0 reads only <bos>).",
+    )
+    return row.toggle(
+        "Stretch colours",
+        key="at_stretch",
+        help="Top of the colour scale at the 99th percentile instead of 1.",
+    )
