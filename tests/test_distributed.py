@@ -110,8 +110,11 @@ def test_two_processes_follow_one_process_of_their_whole_batch(pair):
     """Same loss, gradient norm, tokens and weights at every step (float tolerance)."""
     one, two = (train_records(out) for out in pair)
     assert [r["step"] for r in two] == [r["step"] for r in one] == list(range(1, STEPS + 1))
+    # the all-reduce sums in another order than one process: measured up to 1.3e-5 relative
+    # by step 23 on an AMD EPYC (AVX-512), under 1e-5 on an Intel Xeon; a wrong token
+    # weighting or a missed gradient is off by 1e-3 and more from the first steps
     for key in ("loss", "grad_norm"):
-        assert [r[key] for r in two] == pytest.approx([r[key] for r in one], rel=1e-5, abs=1e-6)
+        assert [r[key] for r in two] == pytest.approx([r[key] for r in one], rel=5e-5, abs=1e-6)
     states = [read_checkpoint(out / "last.pt")["state"] for out in pair]
     assert states[0]["tokens"] == states[1]["tokens"]  # throughput counts every process
     weights = [read_checkpoint(out / "last.pt")["state_dict"] for out in pair]

@@ -7,6 +7,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.corpus.bpe import BPEVocab
 from core.corpus.config import SPLITS, DataConfig
 from core.corpus.source import DataError, ProgressFn, parse_pairs, read_text, resolve_corpus
 from core.corpus.text import tokenize
@@ -104,8 +105,6 @@ def load_splits(
 def build_vocab(sentences: list[list[str]], cfg: DataConfig) -> Vocab:
     """The vocabulary ``cfg.tokenizer`` asks for, learnt from tokenized sentences."""
     if cfg.tokenizer == "bpe":
-        from core.corpus.bpe import BPEVocab
-
         return BPEVocab.train(sentences, cfg.bpe_vocab, cfg.min_freq)
     return Vocab.build(sentences, cfg.min_freq, cfg.max_vocab)
 

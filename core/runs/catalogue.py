@@ -17,11 +17,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from core.corpus.user_files import describe_data
 from core.model.checkpoints import CheckpointError, all_finite, atomic_save, read_checkpoint
 from core.model.scores import usable_bleu
-from core.model.transformer import ModelConfig
+from core.model.transformer import ModelConfig, Transformer
 from core.places import checkpoints_root, runs_root
 from core.runs.history import history_path, write_history
 from core.runs.run_dir import RunDir, RunError, run_dir
@@ -38,10 +39,6 @@ class ModelError(Exception):
 @functools.lru_cache(maxsize=256)
 def count_parameters(model_json: str) -> int:
     """Parameters of a Transformer with this ModelConfig (built on the meta device)."""
-    import torch
-
-    from core.model.transformer import Transformer
-
     with torch.device("meta"):
         model = Transformer(ModelConfig(**json.loads(model_json)))
     return sum(p.numel() for p in model.parameters())

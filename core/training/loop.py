@@ -21,7 +21,7 @@ from core.corpus.batches import encode_pairs, rank_batches
 from core.corpus.splits import Corpus
 from core.corpus.vocab import Vocab
 from core.model.checkpoints import all_finite
-from core.model.decode import TranslationError, translate
+from core.model.decode import TranslationError, translate, translate_batch
 from core.model.scores import NO_BLEU, corpus_bleu, evaluate_loss
 from core.model.transformer import Transformer
 from core.training import distributed
@@ -202,8 +202,6 @@ class Trainer:
 
     def evaluate(self) -> dict:
         """Validation loss and multi-reference BLEU on a fixed subset of sentences."""
-        from core.model.decode import translate_batch
-
         info = {
             "step": self.state.step,
             "epoch": self.state.epoch + self.state.batch_in_epoch / max(self.steps_per_epoch, 1),
