@@ -11,8 +11,10 @@ so settings travel as data in the run's ``request.json``. The work is done by
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
+from core.runs.launcher import launch
 from core.runs.training_run import run
 from core.training.presets import PRESETS
 from core.training.settings import add_setting_flags
@@ -31,13 +33,31 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="read the settings (or, with --resume, new limits) from <out>/request.json",
     )
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="train with N processes on this machine, their rendezvous on 127.0.0.1 "
+        "(several machines: run torchrun yourself)",
+    )
     add_setting_flags(p)
     return p
 
 
 def main(argv=None) -> int:
-    """Parse the flags and train (or resume) the run; the exit code."""
-    return run(build_parser().parse_args(argv))
+    """Parse the flags and train (or resume) the run; the exit code.
+
+    With ``--processes N`` (N > 1, outside torchrun) this process starts the N training
+    processes and waits for them (``core.runs.launcher``).
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    if args.processes < 1:
+        print("error: --processes must be 1 or more.", file=sys.stderr)
+        return 2
+    if args.processes > 1 and "WORLD_SIZE" not in os.environ:
+        return launch(argv, args.processes)
+    return run(args)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,12 @@ as two processes under torchrun).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -140,16 +142,15 @@ def test_user_values_reach_the_trainer_as_data_never_as_argv(jobs_env, tiny_sett
 
 
 @pytest.mark.parametrize("resume", [False, True])
-def test_several_processes_are_launched_through_torchrun(jobs_env, resume):
-    """The command line: torchrun with a checked count, then the same fixed trainer flags."""
+def test_several_processes_are_launched_by_the_loopback_agent(jobs_env, resume):
+    """The command line: the same fixed trainer flags, and a checked count of processes."""
     import sys
 
     rd = RunDir(runs_root() / "run")
-    tail = ["-m", "core.train", "--out", str(rd.path), "--request"]
-    tail += ["--resume", "--no-progress"] if resume else ["--no-progress"]
-    assert jobs._trainer_argv(rd, resume) == [sys.executable, *tail]
-    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
-    assert jobs._trainer_argv(rd, resume, processes=2) == [sys.executable, *torchrun, *tail]
+    head = [sys.executable, "-m", "core.train", "--out", str(rd.path), "--request"]
+    tail = ["--resume", "--no-progress"] if resume else ["--no-progress"]
+    assert jobs._trainer_argv(rd, resume) == [*head, *tail]
+    assert jobs._trainer_argv(rd, resume, processes=2) == [*head, "--processes=2", *tail]
 
 
 @pytest.mark.parametrize(
@@ -186,12 +187,15 @@ def test_a_two_process_job_starts_stops_resumes_and_dies_as_one(jobs_env, tiny_s
     rd = RunDir(runs_root() / run_id)
     info = run_status.run_info(run_id)
     argv = open(f"/proc/{info.pid}/cmdline", "rb").read().decode().split("\0")[:-1]
-    assert argv[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    assert argv[1:4] == ["-m", "core.train", "--out"] and "--processes=2" in argv
     assert info.alive and processes.check_trainer(info.pid, rd.path, info.identity)
     wait_for(lambda: run_status.run_info(run_id).step >= 4 and rd.last.is_file(), what="4 steps")
     info = run_status.run_info(run_id)
     assert info.device.endswith(" × 2 processes") and info.status["world_size"] == 2
-    assert len(processes.workers(info.pid, rd.path)) == 2
+    workers = processes.workers(info.pid, rd.path)
+    assert len(workers) == 2
+    listening = listening_addresses([info.pid, *workers])
+    assert listening and all(host == "127.0.0.1" for host, _ in listening), listening
 
     info = jobs.stop_run(run_id, wait=60)  # SIGTERM to the agent, which stops both workers
     assert (info.state, info.alive, info.resumable) == ("stopped", False, True)
@@ -218,3 +222,30 @@ def test_a_two_process_job_starts_stops_resumes_and_dies_as_one(jobs_env, tiny_s
     info = wait_for(lambda: (i := run_status.run_info(run_id)).state == "failed" and i)
     jobs.delete_run(run_id)  # nothing holds the run any more
     assert not rd.path.exists()
+
+
+def listening_addresses(pids: list[int]) -> list[tuple[str, int]]:
+    """(address, port) of every TCP socket these processes listen on (from /proc)."""
+    import ipaddress
+    import socket
+
+    inodes = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    found = []
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            cols = line.split()
+            if cols[3] != "0A" or cols[9] not in inodes:  # 0A: LISTEN
+                continue
+            raw, port = cols[1].split(":")
+            packed = bytes.fromhex(raw)
+            words = b"".join(packed[i : i + 4][::-1] for i in range(0, len(packed), 4))
+            address = ipaddress.ip_address(socket.inet_ntop(family, words))
+            mapped = getattr(address, "ipv4_mapped", None)
+            found.append((str(mapped or address), int(port, 16)))
+    return found

@@ -5,8 +5,8 @@ reloads, closed tabs and server restarts; the disk is the source of truth, never
 Streamlit session. ``ATTENTION_STUDIO_MAX_GPU_JOBS`` GPU jobs (an ``fcntl.flock`` slot
 each, held by the trainer until it exits) and ``ATTENTION_STUDIO_MAX_CPU_JOBS`` CPU jobs
 may run at once (one of each by default). A job of several processes (one run trained by
-``torchrun``, see core.training.distributed) is one job: the app launches, checks, stops and reaps
-the torchrun agent, which starts and stops its workers. No Streamlit here.
+``core.runs.launcher``) is one job: the app launches, checks, stops and reaps the agent,
+which starts and stops its workers. No Streamlit here.
 """
 
 from __future__ import annotations
@@ -166,20 +166,19 @@ def _trainer_argv(rd: RunDir, resume: bool = False, processes: int = 1) -> list[
     """The trainer's command line: fixed flags and the run directory, never a user value.
 
     Settings travel as data in ``request.json`` inside the run directory. With several
-    processes (a checked whole number) ``torchrun`` (``python -m torch.distributed.run``)
-    starts them; its agent is the process the app checks, signals and reaps.
+    processes (a checked whole number) this process becomes their agent
+    (``core.runs.launcher``, rendezvous on loopback): the process the app checks, signals
+    and reaps.
     """
-    launcher = [sys.executable]
-    if processes > 1:
-        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
-    argv = [*launcher, "-m", "core.train", "--out", str(rd.path), "--request"]
+    argv = [sys.executable, "-m", "core.train", "--out", str(rd.path), "--request"]
+    argv += [f"--processes={processes}"] if processes > 1 else []
     return argv + ["--resume", "--no-progress"] if resume else argv + ["--no-progress"]
 
 
 def start_run(preset: str, overrides: dict | None = None, processes: int = 1) -> str:
     """Validate settings, then launch ``python -m core.train`` in a new run; returns its id.
 
-    ``processes`` > 1 trains the run with that many processes (torchrun; each takes
+    ``processes`` > 1 trains the run with that many processes (``core.runs.launcher``; each takes
     ``batch_size`` pairs a step, so a step's batch is ``batch_size * processes``).
     """
     overrides = copy.deepcopy(overrides or {})
@@ -261,7 +260,7 @@ def resume_run(run_id: str, limits: dict | None = None, processes: int | None = 
 def stop_run(run_id: str, wait: float = 0.0) -> RunInfo:
     """Ask a live run to save a checkpoint and stop (STOP file + SIGTERM to the verified pid).
 
-    A torchrun agent passes SIGTERM on to its workers, which stop together at one step.
+    An agent of several processes passes SIGTERM on to its workers; they stop at one step.
     A trainer that ignores it for STOP_GRACE_S is killed by ``enforce_stop``.
     """
     rd = run_dir(run_id)
@@ -300,7 +299,7 @@ def _record_early_stop(rd: RunDir, info: RunInfo) -> None:
 def enforce_stop(run_id: str) -> RunInfo:
     """Kill (SIGKILL) a trainer that ignored a stop request for STOP_GRACE_S, and say so.
 
-    A torchrun agent's workers are killed with it (processes.signal_trainer).
+    An agent's workers are killed with it (processes.signal_trainer).
     """
     info = run_info(run_id)
     if not info.stop_overdue:

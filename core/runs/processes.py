@@ -6,8 +6,8 @@ identity (the boot id and the process start time, from Linux's /proc); every che
 every signal compares it first. Where it cannot be read (no /proc, another user's
 process), the answer is "unknown" and nothing is signalled.
 
-A run trained by several processes is launched as ``python -m torch.distributed.run ...
--m core.train --out RUN``: the torchrun agent is the trainer the app records, checks,
+A run trained by several processes is launched as ``python -m core.train --out RUN
+--processes N``: that agent (``core.runs.launcher``) is the trainer the app records, checks,
 signals and reaps; it passes SIGTERM on to its workers (each in a session of its own),
 and a SIGKILL is sent to the verified workers too, since none could pass it on.
 """

@@ -1,7 +1,8 @@
 """Several training processes (torchrun): ranks, the process group, DDP, agreement.
 
-``torchrun --nproc-per-node N -m core.train ...`` starts N copies of the trainer, each
-told its place by the environment (RANK, WORLD_SIZE, LOCAL_RANK). Without torchrun
+``python -m core.train --processes N`` (``core.runs.launcher``, one machine) or ``torchrun
+--nproc-per-node N -m core.train ...`` starts N copies of the trainer, each told its place
+by the environment (RANK, WORLD_SIZE, LOCAL_RANK). Without either
 (WORLD_SIZE unset or 1) ``World`` is rank 0 of 1 and every helper here does nothing, so
 the single-process path is unchanged. Collectives of a few numbers go over Gloo on the
 CPU; the gradients of a CUDA model over NCCL (DistributedDataParallel picks it).
