@@ -5,9 +5,9 @@ from __future__ import annotations
 import streamlit as st
 
 from core.attention.kinds import reading_hint
-from core.attention.view_state import SECTION_KEYS, ViewState, clamp_view
+from core.attention.view_state import clamp_view
 from core.model.decode import TranslationError
-from pages.ui import ablation_view, compare_view, maps_view, playback_view, training_view
+from pages.ui.attention_sections import pick_section
 from pages.ui.cached import sentence_maps, translate
 from pages.ui.frame import ensure_app_navigation, footer, link
 from pages.ui.model_picker import pick_model
@@ -19,30 +19,8 @@ from pages.ui.view_widgets import (
     TRANSLATE_KEYS,
     sentence_input,
     view_state,
-    widget_default,
     write_url,
 )
-
-SECTIONS = {  # section key (core.attention.view_state.SECTION_KEYS) -> (label, what draws it)
-    "maps": ("Maps", maps_view.maps_section),
-    "playback": ("Decoding playback", playback_view.playback_section),
-    "training": ("Over training", training_view.training_section),
-    "ablation": ("Remove heads", ablation_view.ablation_section),
-    "compare": ("Compare", compare_view.comparison_section),
-}
-
-
-def pick_section(state: ViewState) -> str:
-    """The "Show" radio (widget ``at_section``) over the sections; kept in the view state."""
-    widget_default("at_section", state.section, SECTION_KEYS)
-    state.section = st.radio(
-        "Show",
-        SECTION_KEYS,
-        key="at_section",
-        horizontal=True,
-        format_func=lambda key: SECTIONS[key][0],
-    )
-    return state.section
 
 
 def main() -> None:
@@ -77,7 +55,7 @@ def main() -> None:
     maps = sentence_maps(t, key, state.words)
     section = pick_section(state)
     st.caption(reading_hint(state.kind))
-    SECTIONS[section][1](SectionInputs(entry, lm, t, pieces, maps, state, stretch))
+    section.draw(SectionInputs(entry, lm, t, pieces, maps, state, stretch))
     write_url(state, ATTENTION_KEYS)
     footer()
 

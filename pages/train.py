@@ -1,6 +1,6 @@
 """Train: configure and launch a run, watch it learn live, stop / resume / compare / promote.
 
-Widgets produce settings, ``core.jobs`` does the work; the run id lives in the URL.
+Widgets produce settings, ``core.runs.jobs`` does the work; the run id lives in the URL.
 """
 
 from __future__ import annotations

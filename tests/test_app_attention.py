@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from core.attention.kinds import KINDS, kind_labels
 from core.attention.maps import HIDDEN_NOTE, export_name
-from core.attention.view_state import OLD_SECTIONS
+from core.attention.view_state import OLD_SECTIONS, SECTION_KEYS
 from core.figures.attention import BLANK_NAME, plotly_text
 from tests.helpers import assert_clean, plain, run_page_script
 
@@ -203,21 +203,23 @@ def test_playback_section_and_step_travel_in_the_url(studio_dirs):
     assert at.slider(key="at_step").value == 5 and query(at)["step"] == "5"
 
 
+def test_every_section_key_has_a_label_and_a_view():
+    from pages.ui.attention_sections import SECTIONS
+
+    assert tuple(SECTIONS) == SECTION_KEYS  # core's keys, in the radio's order
+    assert all(callable(section.draw) for section in SECTIONS.values())
+
+
 def test_every_section_opens_from_its_key_and_from_its_old_label(studio_dirs):
     """Links made before the section keys carry the label shown then (section=Over+training)."""
     labels = ["Maps", "Decoding playback", "Over training", "Remove heads", "Compare"]
-    assert at_section_labels(run_page()) == labels
+    assert run_page().radio(key="at_section").options == labels
     for label, key in OLD_SECTIONS.items():
         for value in (key, label):
             at = run_page({"section": value})
             assert_clean(at)
             assert at.radio(key="at_section").value == key
             assert query(at).get("section") == (None if key == "maps" else key)
-
-
-def at_section_labels(at: AppTest) -> list[str]:
-    """The labels the "Show" radio displays."""
-    return list(at.radio(key="at_section").options)
 
 
 def test_the_reference_travels_in_the_url(studio_dirs):
@@ -229,6 +231,9 @@ def test_the_reference_travels_in_the_url(studio_dirs):
     again = run_page(query(at))  # a reload or a shared link
     assert_clean(again)
     assert again.text_input(key="at_ref").value == "je suis à la maison ."
+    at.radio(key="at_section").set_value("maps").run()
+    at.radio(key="at_section").set_value("playback").run()  # back: the box holds it again
+    assert at.text_input(key="at_ref").value == "je suis à la maison ."
     at.text_input(key="at_sentence").set_value("go .").run()  # another sentence: its own
     assert_clean(at)
     assert at.text_input(key="at_ref").value == "va !" and "reference" not in query(at)

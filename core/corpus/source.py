@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -27,6 +27,12 @@ FRA_ENG_ENV = "FRA_ENG_ZIP"  # environment variable: a local copy of fra-eng.zip
 MAX_FILE_BYTES = 200 * 1024 * 1024  # refuse corpora larger than this (zips: once unpacked)
 
 READ_CHUNK = 1 << 20  # corpus files and zip members are read this many bytes at a time
+
+MAX_LINES = 2_000_000  # refuse corpora of more lines than this (blank and malformed included)
+
+MAX_PAIRS = 1_000_000  # refuse more sentence pairs than this (tiny pairs fill memory, not bytes)
+
+MAX_LINE_CHARS = 10_000  # a longer line is skipped as malformed, never held whole
 
 UNPACKS = "unpacks to more than"  # what a zip member over MAX_FILE_BYTES does
 
@@ -220,20 +226,133 @@ def read_text(path: Path) -> str:
         ) from e
 
 
+class _Capped(io.RawIOBase):
+    """A binary stream that raises DataError once more than MAX_FILE_BYTES came out of it."""
+
+    def __init__(self, stream: BinaryIO, name: str, what: str):
+        super().__init__()
+        self.stream, self.name, self.what, self.total = stream, name, what, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.stream.read(min(len(buffer), MAX_FILE_BYTES + 1 - self.total))
+        self.total += len(data)
+        if self.total > MAX_FILE_BYTES:
+            raise _too_large(self.name, self.what)
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def _text_lines(stream: BinaryIO, name: str) -> Iterator[str | None]:
+    """The UTF-8 lines of a binary stream, read in chunks; None for a line over MAX_LINE_CHARS
+    (read past, never held whole)."""
+    text = io.TextIOWrapper(io.BufferedReader(stream, READ_CHUNK), "utf-8-sig", newline="\n")
+    try:
+        while line := text.readline(MAX_LINE_CHARS + 1):
+            if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+                while (rest := text.readline(MAX_LINE_CHARS + 1)) and not rest.endswith("\n"):
+                    pass
+                yield None
+                continue
+            yield line
+    except UnicodeDecodeError as e:
+        raise DataError(f"{name} is not UTF-8 text ({e}); save it as UTF-8.") from e
+
+
+def _zip_lines(path: Path) -> Iterator[str | None]:
+    """The lines of a zip archive's pairs member, its declared and actual size capped."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            info = _pairs_member(zf, path)
+            name = f"{path}:{info.filename}"
+            if info.file_size > MAX_FILE_BYTES:  # declared size; the read below is capped too
+                raise _too_large(name, UNPACKS)
+            with zf.open(info) as member:
+                yield from _text_lines(_Capped(member, name, UNPACKS), name)
+    except ZIP_ERRORS as e:
+        raise DataError(f"{path} is a damaged or unsupported zip archive ({e}).") from e
+
+
+def corpus_lines(path: Path) -> Iterator[str | None]:
+    """The lines of a corpus file (.zip: its fra.txt or first .txt), streamed and capped:
+    at most MAX_FILE_BYTES (unpacked) and MAX_LINES lines; None stands for a line too long."""
+    path = Path(path)
+    try:
+        _check_regular_file(path)
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise _too_large(str(path))
+        if path.suffix.lower() == ".zip" or zipfile.is_zipfile(path):
+            lines = _zip_lines(path)
+        else:
+            lines = _file_lines(path)
+        for count, line in enumerate(lines, start=1):
+            if count > MAX_LINES:
+                raise DataError(
+                    f"{path} has more than {MAX_LINES:,} lines; use a smaller corpus file."
+                )
+            yield line
+    except OSError as e:
+        raise DataError(
+            f"{path} cannot be read ({e.strerror or e}): check that it is a file you may read."
+        ) from e
+
+
+def _file_lines(path: Path) -> Iterator[str | None]:
+    """The lines of a plain text file, capped at MAX_FILE_BYTES."""
+    with path.open("rb") as f:
+        yield from _text_lines(_Capped(f, str(path), "is larger than"), str(path))
+
+
+def split_pair(line: str | None) -> tuple[str, str] | None:
+    """(source, target) of a 'source<TAB>target' line; None for a malformed line."""
+    if line is None:
+        return None
+    cols = line.rstrip("\r\n").split("\t")
+    if len(cols) < 2 or not cols[0].strip() or not cols[1].strip():
+        return None
+    return cols[0], cols[1]
+
+
+def corpus_pairs(path: Path, counts: dict) -> Iterator[tuple[str, str]]:
+    """The sentence pairs of a corpus file, streamed; ``counts`` gets "pairs" and "skipped".
+
+    More than MAX_PAIRS pairs is a DataError (stop reading sooner, e.g. at ``max_pairs``).
+    """
+    counts.update(pairs=0, skipped=0)
+    for line in corpus_lines(path):
+        if line is not None and not line.strip():
+            continue
+        pair = split_pair(line)
+        if pair is None:
+            counts["skipped"] += 1
+            continue
+        counts["pairs"] += 1
+        if counts["pairs"] > MAX_PAIRS:
+            raise DataError(
+                f"{path} has more than {MAX_PAIRS:,} sentence pairs; set max_pairs (at most "
+                f"{MAX_PAIRS:,}) or use a smaller corpus file."
+            )
+        yield pair
+
+
+def no_pairs(name: str, skipped: int) -> DataError:
+    """The error for a corpus without one usable pair."""
+    return DataError(
+        f"{name} has no usable sentence pairs: each line needs "
+        f"'source<TAB>target' ({skipped} malformed lines skipped)."
+    )
+
+
 def parse_pairs(text: str, name: str = "corpus") -> tuple[list[tuple[str, str]], int]:
     """Tab-separated (source, target) pairs of ``text`` and the count of skipped lines."""
     pairs, skipped = [], 0
     for line in io.StringIO(text):
-        if not line.strip():
-            continue
-        cols = line.rstrip("\r\n").split("\t")
-        if len(cols) < 2 or not cols[0].strip() or not cols[1].strip():
-            skipped += 1
-            continue
-        pairs.append((cols[0], cols[1]))
+        if line.strip():
+            pair = split_pair(line)
+            skipped += pair is None
+            pairs += [pair] if pair else []
     if not pairs:
-        raise DataError(
-            f"{name} has no usable sentence pairs: each line needs "
-            f"'source<TAB>target' ({skipped} malformed lines skipped)."
-        )
+        raise no_pairs(name, skipped)
     return pairs, skipped

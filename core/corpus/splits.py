@@ -3,13 +3,14 @@ and the vocabularies learnt from the training split."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.corpus.bpe import BPEVocab
 from core.corpus.config import SPLITS, DataConfig
-from core.corpus.source import DataError, ProgressFn, parse_pairs, read_text, resolve_corpus
+from core.corpus.source import DataError, ProgressFn, corpus_pairs, no_pairs, resolve_corpus
 from core.corpus.text import tokenize
 from core.corpus.vocab import SPECIALS, Vocab
 
@@ -78,13 +79,15 @@ def load_splits(
     """Read, preprocess, filter and split, as ``cfg`` says (max_len counts words)."""
     cfg.validate()
     path = resolve_corpus(cfg.source, cache_dir, progress)
-    raw, skipped = parse_pairs(read_text(path), str(path))
-    if cfg.max_pairs:
-        raw = raw[: cfg.max_pairs]
-    tokenized = [(tokenize(s), tokenize(t)) for s, t in raw]
-    pairs = [
-        (s, t) for s, t in tokenized if 0 < len(s) <= cfg.max_len and 0 < len(t) <= cfg.max_len
-    ]
+    counts: dict = {}
+    pairs, read = [], 0  # streamed: the raw text is never held whole
+    for source, target in itertools.islice(corpus_pairs(path, counts), cfg.max_pairs or None):
+        read += 1
+        s, t = tokenize(source), tokenize(target)
+        if 0 < len(s) <= cfg.max_len and 0 < len(t) <= cfg.max_len:
+            pairs.append((s, t))
+    if not read:
+        raise no_pairs(str(path), counts["skipped"])
     if not pairs:
         raise DataError(f"{path}: no pair is within max_len={cfg.max_len} tokens.")
     train, val, test = split_by_source(pairs, cfg)
@@ -92,9 +95,9 @@ def load_splits(
         raise DataError(f"{path}: the split left no training pairs.")
     summary = {
         "path": str(path),
-        "pairs_read": len(raw),
-        "skipped_lines": skipped,
-        "too_long": len(tokenized) - len(pairs),
+        "pairs_read": read,
+        "skipped_lines": counts["skipped"],
+        "too_long": read - len(pairs),
         "train": len(train.pairs),
         "val": len(val.pairs),
         "test": len(test.pairs),
@@ -126,8 +129,18 @@ def load_corpus(
 def inspect_file(path: str | Path) -> dict:
     """Counts of usable and skipped lines of a pairs file, for showing before a launch."""
     path = Path(path)
-    pairs, skipped = parse_pairs(read_text(path), str(path))
-    return {"path": str(path), "usable": len(pairs), "skipped": skipped, "examples": pairs[:3]}
+    counts: dict = {}
+    examples = []  # streamed: only the first three pairs are kept
+    for pair in corpus_pairs(path, counts):
+        examples += [pair] if len(examples) < 3 else []
+    if not examples:
+        raise no_pairs(str(path), counts["skipped"])
+    return {
+        "path": str(path),
+        "usable": counts["pairs"],
+        "skipped": counts["skipped"],
+        "examples": examples,
+    }
 
 
 def unk_warnings(corpus: Corpus, data_cfg: DataConfig) -> list[str]:

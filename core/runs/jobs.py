@@ -27,8 +27,15 @@ from core.runs import processes
 from core.runs.locks import acquire_gpu_lock, launch_lock, run_is_held, write_lock
 from core.runs.run_dir import RunDir, RunError, read_json, run_dir, write_json
 from core.runs.status import LIVE_STATES, STOP_GRACE_S, RunInfo, list_runs, run_info
+from core.runs.training_run import EARLY_STOP
 from core.training.config import RESUME_CHANGES
-from core.training.devices import device_memory, estimate_memory, resolve_device
+from core.training.devices import (
+    MEMORY_ENV,
+    default_memory_gb,
+    device_memory,
+    estimate_memory,
+    resolve_device,
+)
 from core.training.settings import merged_settings, validate_settings
 
 MAX_CPU_JOBS_ENV = "ATTENTION_STUDIO_MAX_CPU_JOBS"  # concurrent CPU jobs (default 1)
@@ -128,7 +135,7 @@ def _launch(rd: RunDir, argv: list[str], job: dict, gpu_fd: int | None) -> None:
     """Start the trainer in its own session, log to train.log, record its pid."""
     job["launched_at"] = time.time()
     write_json(rd.job, {**job, "pid": None, "identity": None})
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = trainer_env(job.get("processes", 1))
     with open(rd.log, "ab") as log:
         proc = subprocess.Popen(
             argv,
@@ -146,6 +153,15 @@ def _launch(rd: RunDir, argv: list[str], job: dict, gpu_fd: int | None) -> None:
     write_json(rd.job, job)
     if gpu_fd is not None:
         write_lock(gpu_fd, {"run_id": rd.name, "pid": proc.pid})
+
+
+def trainer_env(processes: int, env=None) -> dict[str, str]:
+    """The trainer's environment: unbuffered output, and each CPU process's memory cap (unless
+    the server's environment sets one), so a run never makes the machine swap."""
+    env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
+    if MEMORY_ENV not in env and (gb := default_memory_gb(processes)):
+        env[MEMORY_ENV] = str(gb)
+    return env
 
 
 @contextlib.contextmanager
@@ -293,7 +309,7 @@ def _wait_gone(info: RunInfo, seconds: float) -> bool:
 def _record_early_stop(rd: RunDir, info: RunInfo) -> None:
     """A trainer stopped while still loading data leaves no final state: write one."""
     if _wait_gone(info, 0) and rd.read_status().get("state") in (None, *LIVE_STATES):
-        rd.write_status(state="stopped", message="Stopped before training began.", eta_s=None)
+        rd.write_status(state="stopped", message=EARLY_STOP, eta_s=None)
 
 
 def enforce_stop(run_id: str) -> RunInfo:

@@ -36,11 +36,18 @@ from core.runs.processes import identity
 from core.runs.run_dir import RunDir, RunError, read_json
 from core.training import distributed
 from core.training.config import RESUME_CHANGES, TrainConfig
-from core.training.devices import device_description
+from core.training.devices import (
+    MEMORY_ENV,
+    device_description,
+    limit_memory,
+    memory_limit,
+    resolve_device,
+)
 from core.training.distributed import World
 from core.training.loop import Trainer, TrainState, rng_state
 from core.training.settings import DERIVED, config_problems, settings_from_args
 
+EARLY_STOP = "Stopped before training began."  # status message of a stop while loading
 DIVERGED_EXIT = 3  # exit code of a run that diverged (2: bad settings or data)
 
 
@@ -137,6 +144,15 @@ class RunRecorder:
         )
 
 
+class StoppedEarly(Exception):  # noqa: N818 - a stop, not an error
+    """A stop (SIGTERM) arrived before training began: the process ends at once."""
+
+
+def _stop_now(*_) -> None:
+    """SIGTERM before training: interrupt whatever is loading (nothing learned, nothing lost)."""
+    raise StoppedEarly
+
+
 def divergence_message(info: dict, saved_step: int | None) -> str:
     """What happened when training diverged, what is kept and what to do, in one line."""
     head = (
@@ -230,11 +246,18 @@ def _download_bar(rd: RunDir):
 
 
 def load_run_configs(rd: RunDir, args: argparse.Namespace) -> dict:
-    """The saved configs of a run to resume, with new limits (lr...) from the flags or request."""
-    saved = rd.read_config()
-    if not saved or not rd.last.is_file():
-        raise DataError(f"{rd.path} has no config.json and last.pt to resume from.")
-    configs = {k: saved[k] for k in ("data", "model", "train")}
+    """The saved configs of a run to resume, with new limits (lr...) from the flags or request.
+
+    A run killed before its first checkpoint has only its settings (config.json, or the
+    app's request.json): it starts again from them, as nothing was learned yet.
+    """
+    saved = rd.read_config() or _launch_settings(rd)
+    if not all(isinstance(saved.get(g), dict) for g in ("data", "model", "train")):
+        raise DataError(
+            f"{rd.path} has no checkpoint (last.pt) and no settings (config.json or "
+            "request.json) to resume or start again from."
+        )
+    configs = {k: dict(saved[k]) for k in ("data", "model", "train")}
     changes = read_request(rd).get("limits", {}) if args.request else {}
     for key in RESUME_CHANGES:
         if f"train.{key}" in vars(args):
@@ -242,6 +265,13 @@ def load_run_configs(rd: RunDir, args: argparse.Namespace) -> dict:
     configs["train"].update({k: v for k, v in changes.items() if k in RESUME_CHANGES})
     configs["model"] = {k: v for k, v in configs["model"].items() if k not in DERIVED}
     return checked(configs)
+
+
+def _launch_settings(rd: RunDir) -> dict:
+    """The settings the app launched a run with (its request.json), or {}."""
+    request = read_json(rd.request, None)
+    settings = request.get("settings") if isinstance(request, dict) else None
+    return settings if isinstance(settings, dict) else {}
 
 
 def read_request(rd: RunDir) -> dict:
@@ -271,28 +301,31 @@ def new_run_configs(rd: RunDir, args: argparse.Namespace) -> dict:
 def train_run(args: argparse.Namespace, world: World | None = None) -> int:
     """Run (or resume) training in args.out (each process of a torchrun launch); exit code."""
     world, rd = world or World(), RunDir(args.out)
+    signal.signal(signal.SIGTERM, _stop_now)  # before training: stop at once, nothing to save
     configs = load_run_configs(rd, args) if args.resume else new_run_configs(rd, args)
+    resume = args.resume and rd.last.is_file()
+    if args.resume and not resume:
+        print(f"{rd.path} has no checkpoint yet: starting it again from its settings", flush=True)
+    limit_memory(resolve_device(configs["train"]["device"]))
     if world.is_main:
         rd.create()
         if args.resume:  # a stale STOP from an earlier stop must not end the resumed run
             rd.stop_file.unlink(missing_ok=True)
-    early_stop = []  # SIGTERM while the corpus loads: stop as soon as training can save
-    signal.signal(signal.SIGTERM, lambda *_: early_stop.append(True))
     status_writer(rd, world)(
         state="starting",
         pid=os.getpid(),
         identity=identity(os.getpid()),
         started_at=time.time(),
-        resumed=args.resume,
+        resumed=resume,
         message="",
         finished_at=None,
         diverged_at=None,
     )
-    trainer = prepare(rd, configs, args.resume, world)
+    trainer = prepare(rd, configs, resume, world)
     # a signal only asks: the processes decide together at the next step (Trainer.agree)
     signal.signal(signal.SIGTERM, lambda *_: setattr(trainer, "stop_asked", True))
-    if early_stop or (world.is_main and rd.stop_requested()):  # never reset: a signal may
-        trainer.stop_asked = True  # have landed since the handler above was installed
+    if world.is_main and rd.stop_requested():
+        trainer.stop_asked = True
     devices = distributed.gather(world, device_description(trainer.device))
     if not world.is_main:
         outcome = trainer.run()
@@ -302,7 +335,7 @@ def train_run(args: argparse.Namespace, world: World | None = None) -> int:
     start_status(rd, trainer, warnings, distributed.describe(world, devices[0], devices))
     bar = None if args.no_progress else _progress_bar(args.out, trainer)
     recorder = RunRecorder(rd, trainer, configs, bar)
-    recorder.saved_step = trainer.state.step if args.resume else None
+    recorder.saved_step = trainer.state.step if resume else None
     where = rd.read_status().get("device")
     print(f"training on {where}: {configs['summary']}", flush=True)
     outcome = trainer.run()
@@ -372,6 +405,22 @@ def record_failure(out: str, world: World, message: str) -> None:
         RunDir(out).write_status(state="failed", message=message)
 
 
+def record_stop(out: str, world: World) -> None:
+    """Write 'stopped' into the status of a run stopped before it trained (rank 0)."""
+    if world.is_main and Path(out).is_dir():
+        RunDir(out).write_status(state="stopped", message=EARLY_STOP, eta_s=None)
+
+
+def memory_message() -> str:
+    """What running out of memory means for a run, and what to do."""
+    limit = memory_limit()
+    cap = f" (each process may take {limit / 2**30:.1f} GB, set by {MEMORY_ENV})" if limit else ""
+    return (
+        f"The trainer ran out of memory{cap}. Use a smaller corpus or set max_pairs, or lower "
+        "batch_size, max_len or max_vocab."
+    )
+
+
 def crash_message(e: Exception, world: World) -> str:
     """A crash in words; with several processes, where to look for the one that failed."""
     message = f"{type(e).__name__}: {e}"
@@ -399,6 +448,15 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         code = train_run(args, world)
+    except StoppedEarly:
+        record_stop(args.out, world)
+        print("stopped before training began", flush=True)
+        code = 0
+    except MemoryError:
+        message = memory_message()
+        record_failure(args.out, world, message)
+        print(f"error: {message}", file=sys.stderr)
+        code = 2
     except (DataError, ValueError, OSError) as e:
         record_failure(args.out, world, str(e))
         print(f"error: {e}", file=sys.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import re
 import subprocess
@@ -128,10 +129,11 @@ def estimate_memory(cfg: dict[str, dict]) -> int:
     le, ld = m["num_encoder_layers"], m["num_decoder_layers"]
     seq, batch = d["max_len"] + 2, t["batch_size"]
     params = 3 * v * dm + le * (4 * dm * dm + 2 * dm * ff) + ld * (8 * dm * dm + 2 * dm * ff)
+    positions = 2 * m.get("max_positions", 512) * dm  # the sinusoid table, encoder and decoder
     per_token = (
         le * (10 * dm + 2 * ff + 3 * h * seq) + ld * (16 * dm + 2 * ff + 5 * h * seq) + 4 * v
     )  # floats kept for backward per target position
-    return 4 * (4 * params + batch * seq * per_token)
+    return 4 * (4 * params + positions + batch * seq * per_token)
 
 
 def memory_problem(cfg: dict, device_type: str) -> str | None:
@@ -144,3 +146,47 @@ def memory_problem(cfg: dict, device_type: str) -> str | None:
         f"{device_type} but only {have / 2**30:.1f} GB is available; lower batch_size, max_len, "
         "max_vocab or d_model"
     )
+
+
+MEMORY_ENV = "ATTENTION_STUDIO_TRAINER_MEMORY_GB"  # a CPU trainer's address-space cap (GB)
+MEMORY_SHARE = 0.75  # the app's trainers (all processes of a run) take at most this share of RAM
+
+
+def total_memory() -> int | None:
+    """Bytes of RAM of this machine (None if unknown)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def default_memory_gb(processes: int = 1) -> float | None:
+    """Each process's share of MEMORY_SHARE of the RAM, in GB (the app's default cap)."""
+    total = total_memory()
+    return round(MEMORY_SHARE * total / max(processes, 1) / 2**30, 2) if total else None
+
+
+def memory_limit(env=None) -> int | None:
+    """Bytes of address space a CPU training process may take: ATTENTION_STUDIO_TRAINER_MEMORY_GB
+    (set by the app at launch; unset or 0: no cap)."""
+    env = os.environ if env is None else env
+    try:
+        gb = float(env.get(MEMORY_ENV) or 0)
+    except ValueError:
+        return None
+    return int(gb * 2**30) if gb > 0 and math.isfinite(gb) else None
+
+
+def limit_memory(device_type: str) -> int | None:
+    """Cap this process's address space (CPU runs; CUDA maps far more than it uses), so a run
+    that outgrows it (a corpus of millions of tiny pairs, a batch too large) fails with
+    MemoryError instead of making the machine swap; the cap, or None."""
+    limit = memory_limit() if device_type == "cpu" else None
+    if limit is None:
+        return None
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    return limit

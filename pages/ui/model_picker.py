@@ -20,7 +20,7 @@ def _list_models(checkpoints: str, runs: str) -> list[models.ModelEntry]:
 
 
 def model_entries() -> list[models.ModelEntry]:
-    """Every model the app can offer (from core.models, the one catalogue)."""
+    """Every model the app can offer (from core.runs.catalogue, the one catalogue)."""
     return _list_models(str(checkpoints_root()), str(runs_root()))
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
+from core.attention.comparison import unknown_words
 from core.attention.kinds import kind_labels
 from core.attention.maps import export_name, head_options, playback_step, select_view
 from core.attention.view_state import ViewState
-from core.corpus.text import tokenize
 from core.figures import attention as figs
 from core.model.decode import TranslationError
 from pages.ui.cached import teacher_forced
@@ -71,8 +71,12 @@ def output_step(n_steps: int, state: ViewState) -> int:
 
 
 def reference_input(state: ViewState) -> str:
-    """The reference box (widget ``at_ref``), kept in the view state and the URL."""
-    if st.session_state.get("at_ref_for") != state.sentence:
+    """The reference box (widget ``at_ref``), kept in the view state and the URL.
+
+    Seeded from the view when the sentence changes, and when coming back to this section
+    (Streamlit forgets a widget's value while it is not shown).
+    """
+    if st.session_state.get("at_ref_for") != state.sentence or "at_ref" not in st.session_state:
         st.session_state["at_ref"] = state.forced_reference()
         st.session_state["at_ref_for"] = state.sentence
     reference = st.text_input("Reference translation (French) to feed in", key="at_ref")
@@ -93,7 +97,7 @@ def forced_vs_free(page: SectionInputs) -> None:
     except TranslationError as e:
         st.error(md(e))
         return
-    unknown = lm.tgt_vocab.unknown(tokenize(reference))
+    unknown = unknown_words(lm, reference)
     if unknown:
         st.caption(md("Not in the model's French vocabulary (fed as <unk>): " + ", ".join(unknown)))
     kind = state.kind if state.kind != "encoder" else "cross"

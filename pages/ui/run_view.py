@@ -6,7 +6,7 @@ import time
 
 import streamlit as st
 
-from core.figures.training import curves_figure, legend_key_html
+from core.figures.training import METRICS, curves_figure, legend_key_html
 from core.runs import catalogue as models
 from core.runs import jobs
 from core.runs import status as run_status
@@ -25,7 +25,6 @@ STATE_COLORS = {
     "diverged": "red",
     "unknown": "gray",
 }
-CHARTS = ["loss", "val_loss", "val_bleu", "lr", "tokens_per_s", "grad_norm"]
 LOG_METRICS = {"loss", "val_loss", "lr", "grad_norm"}
 POLL_S = 5.0  # seconds between updates of a live run's state and progress bar
 CURVES_POLL_S = 10.0  # seconds between redraws of its curves (bench/watch_cost.py)
@@ -184,7 +183,7 @@ def progress_line(info: RunInfo) -> None:
 def curve_figures(
     signature: tuple, names: tuple, smoothing: float, log_y: bool
 ) -> tuple[list, object]:
-    """The six curve figures and the latest examples, rebuilt only when a metrics file grew.
+    """A curve figure per metric and the latest examples, rebuilt only when a metrics file grew.
 
     Shared across sessions and never mutated (``signature`` from run_status; ``names``: the
     legend name of each run, in the same order).
@@ -202,7 +201,7 @@ def curve_figures(
             height=280,
             legend=False,
         )
-        for metric in CHARTS
+        for metric in METRICS
     ]
     return figures, run_status.latest_examples(records[names[0]])
 
@@ -215,7 +214,7 @@ def chart_grid(
     legend = tuple(names.get(rid, rid) for rid in [run_id, *compare])
     figures, examples = curve_figures(signature, legend, smoothing, log_y)
     if compare:
-        st.html(legend_key_html(list(legend)))  # one key for all six charts; it wraps
+        st.html(legend_key_html(list(legend)))  # one key for all the charts; it wraps
     cols = st.columns(3)
     for i, fig in enumerate(figures):
         with cols[i % 3]:
@@ -326,7 +325,7 @@ def name_form(info: RunInfo) -> None:
 
 
 def runs_dataframe(runs: list[RunInfo], key: str) -> None:
-    """The runs table (core.run_status.runs_frame) with a progress bar per run."""
+    """The runs table (core.runs.status.runs_frame) with a progress bar per run."""
     st.dataframe(
         run_status.runs_frame(runs),
         hide_index=True,

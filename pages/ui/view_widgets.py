@@ -49,7 +49,7 @@ def sentence_input(state: ViewState, prefix: str) -> str:
     """The English sentence box (widget key ``<prefix>_sentence``), kept in the view state.
 
     No character limit: a box with one drops a longer paste whole, so the length is
-    checked (and named) by core.translation instead.
+    checked (and named) by core.model.checked_translation instead.
     """
     widget_default(f"{prefix}_sentence", state.sentence)
     sentence = st.text_input(

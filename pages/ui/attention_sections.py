@@ -1,0 +1,42 @@
+"""The Attention page's sections: each key's label, the view that draws it, the picker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import streamlit as st
+
+from core.attention.view_state import SECTION_KEYS, ViewState
+from pages.ui import ablation_view, compare_view, maps_view, playback_view, training_view
+from pages.ui.section_inputs import SectionInputs
+from pages.ui.view_widgets import widget_default
+
+
+class Section(NamedTuple):
+    """One section of the Attention page: its label and the view that draws it."""
+
+    label: str  # shown on the "Show" radio
+    draw: Callable[[SectionInputs], None]
+
+
+SECTIONS = {  # key (core.attention.view_state.SECTION_KEYS) -> section
+    "maps": Section("Maps", maps_view.maps_section),
+    "playback": Section("Decoding playback", playback_view.playback_section),
+    "training": Section("Over training", training_view.training_section),
+    "ablation": Section("Remove heads", ablation_view.ablation_section),
+    "compare": Section("Compare", compare_view.comparison_section),
+}
+
+
+def pick_section(state: ViewState) -> Section:
+    """The "Show" radio (widget ``at_section``) over the sections; kept in the view state."""
+    widget_default("at_section", state.section, SECTION_KEYS)
+    state.section = st.radio(
+        "Show",
+        SECTION_KEYS,
+        key="at_section",
+        horizontal=True,
+        format_func=lambda key: SECTIONS[key].label,
+    )
+    return SECTIONS[state.section]

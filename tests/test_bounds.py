@@ -1,0 +1,121 @@
+"""Memory bounds: corpora capped in pairs, lines and line length and read as streams; a trainer
+launched by the app capped in memory, failing clearly instead of making the machine swap."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tracemalloc
+import zipfile
+
+import pytest
+
+from core.corpus import source
+from core.corpus.config import DataConfig
+from core.corpus.source import DataError, corpus_pairs
+from core.corpus.splits import inspect_file, load_splits
+from core.runs import jobs
+from core.training import devices
+from tests.helpers import ROOT
+
+
+def write_pairs(path, n: int, line: bytes = b"ab\tcd\n"):
+    """A corpus of ``n`` copies of one tiny pair."""
+    path.write_bytes(line * n)
+    return path
+
+
+def test_more_pairs_than_the_cap_is_refused_with_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setattr(source, "MAX_PAIRS", 50)
+    path = write_pairs(tmp_path / "many.tsv", 60)
+    with pytest.raises(DataError, match=r"more than 50 sentence pairs; set max_pairs"):
+        load_splits(DataConfig(source=str(path)))
+    with pytest.raises(DataError, match="more than 50 sentence pairs"):
+        inspect_file(path)
+    splits = load_splits(DataConfig(source=str(path), max_pairs=50))  # stops before the cap
+    assert splits.summary["pairs_read"] == 50
+
+
+def test_more_lines_than_the_cap_is_refused(tmp_path, monkeypatch):
+    """Blank and malformed lines count too: a file of empty lines is no way around the cap."""
+    monkeypatch.setattr(source, "MAX_LINES", 100)
+    path = tmp_path / "blank.tsv"
+    path.write_bytes(b"ab\tcd\n" + b"\n" * 200)
+    with pytest.raises(DataError, match=r"more than 100 lines"):
+        inspect_file(path)
+
+
+def test_a_huge_line_is_skipped_as_malformed_without_being_held(tmp_path, monkeypatch):
+    monkeypatch.setattr(source, "MAX_LINE_CHARS", 100)
+    path = tmp_path / "huge.tsv"
+    path.write_bytes(b"go .\tva !\n" + b"x" * 5000 + b"\tlong\n" + b"hi .\tsalut !\n")
+    counts: dict = {}
+    assert list(corpus_pairs(path, counts)) == [("go .", "va !"), ("hi .", "salut !")]
+    assert counts == {"pairs": 2, "skipped": 1}
+    assert inspect_file(path)["skipped"] == 1
+
+
+@pytest.mark.parametrize("zipped", [False, True])
+def test_inspecting_a_corpus_streams_it(tmp_path, monkeypatch, zipped):
+    """Counting 1.7 million tiny pairs (10 MB) holds a few MB, not the pairs (0.4 GB before)."""
+    monkeypatch.setattr(source, "MAX_PAIRS", 10**8)
+    monkeypatch.setattr(source, "MAX_LINES", 10**8)
+    path = write_pairs(tmp_path / "tiny.tsv", 10 * 2**20 // 6)
+    if zipped:
+        with zipfile.ZipFile(tmp_path / "tiny.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+            zf.write(path, "fra.txt")
+        path = tmp_path / "tiny.zip"
+    tracemalloc.start()
+    try:
+        info = inspect_file(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert info["usable"] == 10 * 2**20 // 6 and info["examples"][0] == ("ab", "cd")
+    assert peak < 16 * 2**20, f"inspecting held {peak / 2**20:.0f} MB"
+
+
+def test_a_non_utf8_line_deep_in_a_streamed_file_is_a_clear_error(tmp_path):
+    path = tmp_path / "latin.tsv"
+    path.write_bytes(b"go .\tva !\n" * 100_000 + "caf\u00e9\tcaf\u00e9\n".encode("latin-1"))
+    with pytest.raises(DataError, match="is not UTF-8 text"):
+        inspect_file(path)
+
+
+@pytest.mark.parametrize(
+    ("value", "limit"),
+    [(None, None), ("0", None), ("2", 2 * 2**30), ("0.5", 2**29), ("lots", None), ("inf", None)],
+)
+def test_the_trainer_memory_cap_is_read_from_its_environment(value, limit):
+    env = {} if value is None else {devices.MEMORY_ENV: value}
+    assert devices.memory_limit(env) == limit
+
+
+def test_the_app_gives_each_trainer_process_a_share_of_the_memory():
+    total = devices.total_memory()
+    one = float(jobs.trainer_env(1, {})[devices.MEMORY_ENV])
+    two = float(jobs.trainer_env(2, {})[devices.MEMORY_ENV])
+    assert one == pytest.approx(devices.MEMORY_SHARE * total / 2**30, abs=0.01)
+    assert two == pytest.approx(one / 2, abs=0.01)
+    assert jobs.trainer_env(1, {devices.MEMORY_ENV: "0"})[devices.MEMORY_ENV] == "0"  # kept
+
+
+def test_a_corpus_that_outgrows_the_trainers_memory_fails_clearly(tmp_path):
+    """A million tiny pairs under a 1 GB cap: a 'failed' run that says why, not swapping."""
+    corpus = write_pairs(tmp_path / "tiny.tsv", 1_000_000)
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "core.train", "--out", str(out), "--preset", "d2l"]
+        + ["--data", str(corpus), "--max-steps", "5", "--epochs", "0", "--no-progress"]
+        + ["--device", "cpu"],
+        cwd=ROOT,
+        env={**jobs.trainer_env(1), devices.MEMORY_ENV: "1.0"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "failed" and "ran out of memory" in status["message"]
+    assert "1.0 GB" in status["message"] and "max_pairs" in status["message"]
