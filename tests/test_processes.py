@@ -9,8 +9,8 @@ import pytest
 from core.places import runs_root
 from core.runs import jobs, processes
 from core.runs import status as run_status
-from core.runs.run_dir import RunError
-from tests.helpers import fake_trainer
+from core.runs.run_dir import RunDir, RunError
+from tests.helpers import fake_trainer, wait_for
 
 
 @pytest.fixture
@@ -82,6 +82,21 @@ def test_a_trainer_that_ignores_stop_is_killed_after_the_grace_period(
         assert (info.state, info.alive) == ("stopped", False)
         assert "did not stop within" in info.message and "SIGKILL" in info.message
         assert proc.wait(timeout=10) == -9
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_stop_is_enforced_with_no_page_open(jobs_env, make_run, monkeypatch):
+    """Nobody polls after the request: the server itself kills the trainer after the grace."""
+    rd = make_run(runs_root(), "hung", {"state": "running"})
+    proc = fake_trainer(rd.path, ignore_sigterm=True)
+    try:
+        _record(rd, proc.pid, processes.identity(proc.pid))
+        monkeypatch.setattr(run_status, "STOP_GRACE_S", 0.5)
+        jobs.stop_run("hung")  # and nothing else: no enforce_stop, no run_info
+        assert proc.wait(timeout=10) == -9
+        wait_for(lambda: RunDir(rd.path).read_status()["state"] == "stopped", 10, "the record")
     finally:
         proc.kill()
         proc.wait()

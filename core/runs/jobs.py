@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from core.corpus.source import DataError
@@ -38,6 +39,7 @@ from core.training.devices import (
 )
 from core.training.settings import merged_settings, validate_settings
 
+WATCH_S = 600.0  # longest a stop is watched from the server (the grace period is far shorter)
 MAX_CPU_JOBS_ENV = "ATTENTION_STUDIO_MAX_CPU_JOBS"  # concurrent CPU jobs (default 1)
 MAX_GPU_JOBS_ENV = "ATTENTION_STUDIO_MAX_GPU_JOBS"  # concurrent GPU jobs (default 1)
 
@@ -290,10 +292,32 @@ def stop_run(run_id: str, wait: float = 0.0) -> RunInfo:
     if info.state == "starting":
         _wait_gone(info, 5.0)
         _record_early_stop(rd, info)
+    _enforce_later(run_id)
     deadline = time.time() + wait
     while time.time() < deadline and run_info(run_id).alive:
         time.sleep(0.2)
     return enforce_stop(run_id)
+
+
+def _enforce_later(run_id: str) -> None:
+    """Watch a stopping run from the server and kill its trainer once the grace period is
+    over, whether or not a page is open; the watch ends with the trainer (or after WATCH_S)."""
+
+    def watch() -> None:
+        deadline = time.time() + WATCH_S
+        while time.time() < deadline:
+            time.sleep(0.5)
+            try:
+                info = run_info(run_id)
+                if not info.alive:
+                    return
+                if info.stop_overdue:
+                    enforce_stop(run_id)
+                    return
+            except (RunError, OSError):
+                return
+
+    threading.Thread(target=watch, name=f"stop {run_id}", daemon=True).start()
 
 
 def _wait_gone(info: RunInfo, seconds: float) -> bool:

@@ -306,7 +306,7 @@ def train_run(args: argparse.Namespace, world: World | None = None) -> int:
     resume = args.resume and rd.last.is_file()
     if args.resume and not resume:
         print(f"{rd.path} has no checkpoint yet: starting it again from its settings", flush=True)
-    limit_memory(resolve_device(configs["train"]["device"]))
+    limit_memory(resolve_device(configs["train"].get("device", "auto")))
     if world.is_main:
         rd.create()
         if args.resume:  # a stale STOP from an earlier stop must not end the resumed run
