@@ -28,3 +28,12 @@ def type_problems(config) -> list[str]:
         if not isinstance(value, types) or (isinstance(value, bool) and annotation != "bool"):
             problems.append(f"{f.name} must be {words} (got {value!r})")
     return problems
+
+
+def too_large(config, limits: dict[str, float]) -> list[str]:
+    """'<field> must be at most <limit>' for each field above its limit (what a machine holds)."""
+    return [
+        f"{name} must be at most {limit:,} (got {getattr(config, name)})"
+        for name, limit in limits.items()
+        if getattr(config, name) > limit
+    ]

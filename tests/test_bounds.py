@@ -119,3 +119,34 @@ def test_a_corpus_that_outgrows_the_trainers_memory_fails_clearly(tmp_path):
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "failed" and "ran out of memory" in status["message"]
     assert "1.0 GB" in status["message"] and "max_pairs" in status["message"]
+
+
+def test_snapshots_are_thinned_evenly_keeping_the_first_and_the_last(tmp_path):
+    from core.runs import run_dir
+
+    rd = run_dir.RunDir(tmp_path / "run")
+    rd.create()
+    for step in range(10, 10 * (run_dir.MAX_SNAPSHOTS + 40) + 1, 10):
+        rd.save_snapshot(step, [])
+    steps = rd.snapshot_steps()
+    assert len(steps) <= run_dir.MAX_SNAPSHOTS
+    assert steps[0] == 10 and steps[-1] == 10 * (run_dir.MAX_SNAPSHOTS + 40)
+    gaps = {b - a for a, b in zip(steps, steps[1:])}
+    assert max(gaps) <= 4 * min(gaps)  # spread out: no stretch of training left bare
+
+
+def test_stale_and_excess_uploads_are_deleted(jobs_env, monkeypatch):
+    import os
+    import time
+
+    from core.corpus import user_files
+
+    old = user_files.stage_upload("old.tsv", b"go .\tva !\n")
+    os.utime(old, (time.time() - 2 * user_files.UPLOAD_TTL_S,) * 2)
+    monkeypatch.setattr(user_files, "MAX_UPLOADS_BYTES", 40)
+    first = user_files.stage_upload("a.tsv", b"a .\tb !\n" * 3)  # 24 bytes
+    os.utime(first, (time.time() - 10,) * 2)
+    second = user_files.stage_upload("b.tsv", b"c .\td !\n" * 3)  # 48 in all: over the cap
+    assert not old.exists()  # a day old, unused
+    assert user_files.prune_uploads() == [first] and not first.exists()
+    assert second.exists()

@@ -21,7 +21,18 @@ def test_presets_validate(preset):
         ({"model": {"num_heads": 3}}, "d_model (256) must be divisible by num_heads (3)"),
         ({"model": {"num_encoder_layers": 0}}, "num_encoder_layers must be at least 1"),
         ({"model": {"num_decoder_layers": 0}}, "num_decoder_layers must be at least 1"),
-        ({"train": {"batch_size": 10_000_000}}, "a batch of 10000000 needs about"),
+        ({"train": {"batch_size": 10_000_000}}, "batch_size must be at most 65,536"),
+        (
+            {"train": {"batch_size": 60_000}, "model": {"d_model": 2048, "d_ff": 8192}},
+            "a batch of 60000 needs about",
+        ),
+        ({"model": {"max_positions": 2_000_000_000}}, "max_positions must be at most 4,096"),
+        ({"data": {"max_vocab": 10**9}}, "max_vocab must be at most 200,000"),
+        ({"data": {"max_pairs": 10**9}}, "max_pairs must be at most 1,000,000"),
+        ({"train": {"threads": 10**6}}, "threads must be at most 1,024"),
+        ({"train": {"probes": ["go ."] * 9}}, "probes: at most 8 sentences (got 9)"),
+        ({"train": {"probes": ["word " * 100]}}, "probes: each at most 200 characters"),
+        ({"train": {"time_budget": 1e12}}, "time_budget must be at most"),
         ({"train": {"batch_size": 0}}, "batch_size must be at least 1"),
         ({"train": {"epochs": 0, "max_steps": 0, "time_budget": 0}}, "set a limit"),
         ({"train": {"device": "tpu"}}, "unknown device 'tpu'"),
@@ -103,6 +114,6 @@ def test_every_bad_data_field_is_named(group, field, value):
 
 def test_sentences_must_fit_the_model_positions():
     problems = settings.validate_settings(
-        "d2l", {"data": {"max_len": 600}, "model": {"max_positions": 512}}
+        "d2l", {"data": {"max_len": 150}, "model": {"max_positions": 100}}
     )
-    assert problems == ["max_len (600) + 2 must fit in the model's max_positions (512)"]
+    assert problems == ["max_len (150) + 2 must fit in the model's max_positions (100)"]

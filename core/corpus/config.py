@@ -4,12 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.config_fields import type_problems
-from core.corpus.source import DataError
+from core.config_fields import too_large, type_problems
+from core.corpus.source import MAX_PAIRS, DataError
 from core.corpus.vocab import SPECIALS
 
 TOKENIZERS = ("word", "bpe")  # d2l's word vocabulary, or byte-pair-encoded pieces
 SPLITS = ("random", "head")  # by unique English sentence, or the first rows as d2l
+UPPER = {  # the most each field may be: what the machine and the model can hold
+    "max_len": 200,  # words per sentence (the Translate page reads at most 60)
+    "min_freq": 1_000_000,
+    "max_vocab": 200_000,  # word types per language (the output layer grows with it)
+    "bpe_vocab": 100_000,  # pieces per language
+    "num_train": MAX_PAIRS,
+    "num_val": MAX_PAIRS,
+    "max_pairs": MAX_PAIRS,  # a corpus is read up to this many pairs at most
+    "split_seed": 2**32 - 1,
+}
 
 
 @dataclass
@@ -62,6 +72,7 @@ class DataConfig:
             for name in ("val_fraction", "test_fraction")
             if not 0 <= getattr(self, name) < 1
         ]
+        problems += too_large(self, UPPER)
         if not problems and self.val_fraction + self.test_fraction >= 1:
             problems.append("val_fraction + test_fraction must leave data to train on")
         if self.split not in SPLITS:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from core.places import DATA_ENV, corpus_folders, data_root, uploads_root
 from core.places import UPLOADS as UPLOADS
 
 MAX_UPLOAD_BYTES = 20 * 2**20  # largest uploaded corpus accepted
+MAX_UPLOADS_BYTES = 200 * 2**20  # all staged uploads together (the oldest go first)
+UPLOAD_TTL_S = 24 * 3600.0  # a staged upload no launch used is deleted after a day
 
 
 @functools.lru_cache(maxsize=32)
@@ -66,11 +69,31 @@ def stage_upload(name: str, data: bytes) -> Path:
     suffix = suffix if suffix in (".tsv", ".txt", ".zip") else ".txt"
     dest = uploads_root() / (hashlib.sha1(data).hexdigest()[:16] + suffix)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    prune_uploads()
     if not dest.is_file():
         tmp = dest.with_name(dest.name + ".tmp")
         tmp.write_bytes(data)
         os.replace(tmp, dest)
     return dest
+
+
+def prune_uploads(now: float | None = None) -> list[Path]:
+    """Delete staged uploads older than UPLOAD_TTL_S, then the oldest past MAX_UPLOADS_BYTES.
+
+    A launch copies its corpus into the run, so an upload is only needed between the upload
+    and the launch; the removed paths are returned.
+    """
+    now = time.time() if now is None else now
+    files = sorted(
+        (p for p in uploads_root().glob("*") if p.is_file()), key=lambda p: p.stat().st_mtime
+    )
+    gone = [p for p in files if now - p.stat().st_mtime > UPLOAD_TTL_S]
+    kept = [p for p in files if p not in gone]
+    while kept and sum(p.stat().st_size for p in kept) > MAX_UPLOADS_BYTES:
+        gone.append(kept.pop(0))
+    for path in gone:
+        path.unlink(missing_ok=True)
+    return gone
 
 
 def source_problems(source: str) -> list[str]:

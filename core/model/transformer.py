@@ -21,8 +21,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.config_fields import type_problems
+from core.config_fields import too_large, type_problems
 from core.model.output_loss import projected_cross_entropy
+
+MODEL_UPPER = {  # the most each size may be: what one machine trains and the pages show
+    "src_vocab_size": 1_000_000,
+    "tgt_vocab_size": 1_000_000,
+    "d_model": 4096,
+    "num_heads": 64,
+    "num_encoder_layers": 24,
+    "num_decoder_layers": 24,
+    "d_ff": 16384,
+    "max_positions": 4096,  # the position table is built for encoder and decoder
+}
 
 
 @dataclass
@@ -67,7 +78,7 @@ class ModelConfig:
             problems.append(f"max_positions must be at least 2 (got {self.max_positions})")
         if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
             problems.append(f"pad_id must be an id of both vocabularies (got {self.pad_id})")
-        return problems
+        return problems + too_large(self, MODEL_UPPER)
 
 
 @dataclass

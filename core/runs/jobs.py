@@ -22,7 +22,7 @@ import threading
 import time
 
 from core.corpus.source import DataError
-from core.corpus.user_files import allowed_path
+from core.corpus.user_files import allowed_path, prune_uploads
 from core.places import REPO_ROOT, runs_root
 from core.runs import processes
 from core.runs.locks import acquire_gpu_lock, launch_lock, run_is_held, write_lock
@@ -207,6 +207,7 @@ def start_run(preset: str, overrides: dict | None = None, processes: int = 1) ->
         problems = [p for p in [processes_problem(processes, device_type, cfg)] if p]
     if problems:
         raise RunError("Cannot start: " + "; ".join(problems) + ".")
+    prune_uploads()
     with launch_lock():
         rd = _new_run_dir(preset)
         try:

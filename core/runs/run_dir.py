@@ -21,6 +21,9 @@ from core.places import runs_root
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # run directory names
 
 
+MAX_SNAPSHOTS = 64  # attention snapshots kept per run (thinned evenly past it)
+
+
 class RunError(Exception):
     """A run cannot be found, started, stopped, resumed or deleted; the message says why."""
 
@@ -133,8 +136,13 @@ class RunDir:
         return read_json(self.config, {}) or {}
 
     def save_snapshot(self, step: int, probes: list[dict]) -> None:
-        """Store the probe sentences' attention maps at a training step."""
+        """Store the probe sentences' attention maps at a training step; past MAX_SNAPSHOTS,
+        every other one goes (the first and the last stay), so they stay spread evenly."""
         atomic_save({"step": step, "probes": probes}, self.snapshots / f"step_{step:08d}.pt")
+        steps = self.snapshot_steps()
+        if len(steps) > MAX_SNAPSHOTS:
+            for gone in set(steps) - {*steps[::2], steps[-1]}:
+                (self.snapshots / f"step_{gone:08d}.pt").unlink(missing_ok=True)
 
     def snapshot_steps(self) -> list[int]:
         """Training steps that have an attention snapshot, in order."""

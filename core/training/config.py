@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from core.config_fields import type_problems
+from core.config_fields import too_large, type_problems
 from core.corpus.text import D2L_TEST_PAIRS
 
 D2L_PROBES = [source for source, _ in D2L_TEST_PAIRS]  # snapshot sentences by default
@@ -80,9 +80,34 @@ class TrainConfig:
             problems.append(f"unknown schedule '{self.schedule}'")
         if self.device not in DEVICES:
             problems.append(f"unknown device '{self.device}'")
+        return problems + too_large(self, TRAIN_UPPER) + self.probe_problems()
+
+    def probe_problems(self) -> list[str]:
+        """Why the probe sentences cannot be snapshotted at every evaluation."""
+        problems = []
+        if len(self.probes) > MAX_PROBES:
+            problems.append(f"probes: at most {MAX_PROBES} sentences (got {len(self.probes)})")
+        long = [p for p in self.probes if len(p) > MAX_PROBE_CHARS]
+        if long:
+            problems.append(
+                f"probes: each at most {MAX_PROBE_CHARS} characters (one has {len(long[0])})"
+            )
         return problems
 
 
+MAX_PROBES = 8  # probe sentences snapshotted at each evaluation
+MAX_PROBE_CHARS = 200  # characters of one probe sentence
+TRAIN_UPPER = {  # the most each field may be (lr is free: a huge one diverges, clearly)
+    "epochs": 1_000_000,
+    "max_steps": 10**9,
+    "time_budget": 30 * 24 * 3600.0,  # seconds: 30 days
+    "batch_size": 65_536,
+    "warmup_steps": 10**9,
+    "eval_every": 10**9,
+    "eval_sentences": 100_000,
+    "log_every": 10**9,
+    "threads": 1024,
+}
 NOT_NEGATIVE = (
     "epochs",
     "max_steps",
