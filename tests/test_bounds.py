@@ -150,3 +150,47 @@ def test_stale_and_excess_uploads_are_deleted(jobs_env, monkeypatch):
     assert not old.exists()  # a day old, unused
     assert user_files.prune_uploads() == [first] and not first.exists()
     assert second.exists()
+
+
+def test_the_catalogue_reads_metadata_without_the_weights(tmp_path):
+    """A 400 MB checkpoint is described without its weights entering memory."""
+    import torch
+
+    from core.model.checkpoints import FORMAT, read_metadata
+
+    path = tmp_path / "big.pt"
+    torch.save(
+        {
+            "format": FORMAT,
+            "src_vocab": ["<pad>", "<bos>", "<eos>", "<unk>"],
+            "tgt_vocab": ["<pad>", "<bos>", "<eos>", "<unk>"],
+            "model_config": {},
+            "state_dict": {"w": torch.zeros(100 * 2**20)},
+        },
+        path,
+    )
+
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096
+
+    before = rss()
+    meta = read_metadata(path)
+    assert rss() - before < 50 * 2**20 and "state_dict" not in meta
+
+
+def test_a_damaged_tokenizer_makes_a_model_unusable_not_a_crash(tmp_path, tiny_checkpoint):
+    import torch
+
+    from core.model.checkpoints import CheckpointError, load_checkpoint
+    from core.runs.catalogue import list_models
+
+    ckpt = torch.load(tiny_checkpoint, weights_only=True)
+    ckpt["tokenizers"] = {"src": '{"version": "1.0", "model": {broken'}
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    torch.save(ckpt, folder / "damaged.pt")
+    with pytest.raises(CheckpointError, match="BPE tokenizer is damaged"):
+        load_checkpoint(folder / "damaged.pt")
+    (entry,) = list_models(folder, tmp_path / "runs")
+    assert not entry.usable and "BPE tokenizer is damaged" in entry.reason

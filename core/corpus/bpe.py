@@ -30,7 +30,10 @@ class BPEVocab(Vocab):
         from tokenizers import Tokenizer
 
         self.tokenizer_json = tokenizer_json
-        self.tokenizer = Tokenizer.from_str(tokenizer_json)
+        try:
+            self.tokenizer = Tokenizer.from_str(tokenizer_json)
+        except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception
+            raise ValueError(f"its BPE tokenizer is damaged ({str(e)[:120]})") from None
         size = self.tokenizer.get_vocab_size()
         super().__init__([self.tokenizer.id_to_token(i) for i in range(size)])
 

@@ -159,13 +159,16 @@ def save_checkpoint(
     )
 
 
-def read_checkpoint(path) -> dict:
-    """The raw dict of a checkpoint, loaded safely (no code is ever unpickled)."""
+def read_checkpoint(path, mmap: bool = False) -> dict:
+    """The raw dict of a checkpoint, loaded safely (no code is ever unpickled).
+
+    With ``mmap`` the tensors are mapped from the file, not read: cheap for metadata.
+    """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"Checkpoint not found: {path}")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as e:  # noqa: BLE001 - any unreadable file (struct.error, ...) is one case
         if isinstance(e, MemoryError):
             raise
@@ -177,6 +180,17 @@ def read_checkpoint(path) -> dict:
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not an Attention Studio checkpoint ({FORMAT}).")
     return ckpt
+
+
+def read_metadata(path) -> dict:
+    """A checkpoint's metadata (configs, vocabularies, state...) without reading its weights;
+    CheckpointError if its vocabularies or BPE tokenizers cannot be rebuilt."""
+    ckpt = read_checkpoint(path, mmap=True)
+    try:
+        checkpoint_vocabs(ckpt)
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{path} is inconsistent and cannot be loaded: {e}") from e
+    return {k: v for k, v in ckpt.items() if k not in ("state_dict", "optimizer", "rng")}
 
 
 def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:

@@ -20,7 +20,13 @@ import pandas as pd
 import torch
 
 from core.corpus.user_files import describe_data
-from core.model.checkpoints import CheckpointError, all_finite, atomic_save, read_checkpoint
+from core.model.checkpoints import (
+    CheckpointError,
+    all_finite,
+    atomic_save,
+    read_checkpoint,
+    read_metadata,
+)
 from core.model.scores import usable_bleu
 from core.model.transformer import ModelConfig, Transformer
 from core.places import checkpoints_root, runs_root
@@ -100,10 +106,11 @@ def _bleu_at(run_dir: Path | None, step: int | None) -> float | None:
     return None
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=4096)
 def _checkpoint_info(path: str, mtime_ns: int, size: int) -> dict:
-    """Metadata of a checkpoint file (cached per path, modification time and size)."""
-    ckpt = read_checkpoint(path)
+    """Metadata of a checkpoint file, its weights never read (cached per path, modification
+    time and size: a few hundred bytes each)."""
+    ckpt = read_metadata(path)
     cfg = ckpt.get("model_config") or {}
     state = ckpt.get("state") or {}
     return {
