@@ -9,7 +9,14 @@ from core.corpus.text import D2L_TEST_PAIRS
 from core.model import d2l_check
 from core.model.checked_translation import topk_frame
 from core.model.checkpoints import LoadedModel
-from core.model.decode import DecodeSettings, Translation, TranslationError
+from core.model.decode import (
+    ALPHAS,
+    BEAM_SIZES,
+    MAX_LENS,
+    DecodeSettings,
+    Translation,
+    TranslationError,
+)
 from core.runs.catalogue import ModelEntry
 from pages.ui.cached import translate, validation_examples
 from pages.ui.frame import ensure_app_navigation, footer, link
@@ -33,17 +40,17 @@ def decode_settings(state: ViewState) -> DecodeSettings:
     widget_default("tr_beam", beam)
     widget_default("tr_alpha", float(state.alpha))
     widget_default("tr_max_len", int(state.max_len))
-    beam = cols[1].number_input("Beam size", 2, 16, key="tr_beam", disabled=mode == "Greedy")
+    most = BEAM_SIZES[1]
+    beam = cols[1].number_input("Beam size", 2, most, key="tr_beam", disabled=mode == "Greedy")
     alpha = cols[2].number_input(
         "Length penalty α",
-        0.0,
-        2.0,
+        *ALPHAS,
         step=0.1,
         key="tr_alpha",
         disabled=mode == "Greedy",
         help="GNMT ((5 + length) / 6) ** α",
     )
-    max_len = cols[3].number_input("Max output length", 1, 200, key="tr_max_len")
+    max_len = cols[3].number_input("Max output length", *MAX_LENS, key="tr_max_len")
     state.beam = int(beam) if mode == "Beam search" else 1
     state.alpha, state.max_len = float(alpha), int(max_len)
     return state.settings()

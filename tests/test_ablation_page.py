@@ -147,3 +147,21 @@ def test_head_importance_is_computed_shown_cached_and_used(val_dirs):
     assert any("read from the disk cache" in t for t in texts(again))
     assert "ab_compute" not in [b.key for b in again.button]
     assert len(chart_specs(again)) == 5
+
+
+def test_a_second_head_importance_waits_for_nobody(val_dirs):
+    """While another session computes, a click says so at once instead of queueing a core."""
+    from pages.ui.cached_ablation import heavy_slots
+
+    slots = heavy_slots()
+    assert slots.acquire(blocking=False)  # another session's computation holds the slot
+    try:
+        at = run_page()
+        at = at.button(key="ab_compute").click().run()
+        assert_clean(at)
+        assert any("Another session is computing head importance" in w.value for w in at.warning)
+        assert not chart_specs(at)
+    finally:
+        slots.release()
+    at = run_page().button(key="ab_compute").click().run()  # free again: it computes
+    assert chart_specs(at)

@@ -210,3 +210,22 @@ def test_real_shipped_model(shipped_model_dirs):
     at.button(key="tr_d2l").click().run()
     assert_clean(at)
     assert 0.0 <= float(at.metric[0].value) <= 100.0
+
+
+@pytest.mark.parametrize(
+    ("query", "beam", "alpha", "max_len"),
+    [
+        ({"beam": "4", "alpha": "1000"}, 4, 2.0, 50),  # OverflowError in the beam before
+        ({"beam": "4", "alpha": "-1000"}, 4, 0.0, 50),  # ZeroDivisionError before
+        ({"max_len": "300"}, 4, 0.6, 200),  # the widget reset to 1 before
+        ({"max_len": "-5", "beam": "999"}, 16, 0.6, 1),
+        ({"alpha": "nan", "beam": "2", "max_len": "1e9"}, 2, 0.6, 50),
+    ],
+)
+def test_url_values_land_inside_the_widgets_ranges(studio_dirs, query, beam, alpha, max_len):
+    at = run_page(query)
+    assert_clean(at)
+    assert at.number_input(key="tr_beam").value == beam
+    assert at.number_input(key="tr_alpha").value == pytest.approx(alpha)
+    assert at.number_input(key="tr_max_len").value == max_len
+    assert at.query_params.get("max_len", "50") == str(max_len)

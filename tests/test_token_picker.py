@@ -161,6 +161,8 @@ def test_compare_two_models_shows_both_translations_and_the_difference(
     assert specs[3]["layout"]["coloraxis"]["cmin"] == -specs[3]["layout"]["coloraxis"]["cmax"]
     assert len([t for t in specs[3]["data"] if t.get("name") != "blank"]) == 2 * 4
     assert at.radio(key="cmp_forced").value == "A"  # the outputs differ: both read A's
+    options = at.radio(key="cmp_forced").proto.options  # Markdown: model output escaped
+    assert options[0] == "A\\'s output\\: je suis chez moi \\."
     labels = [b.proto.label for b in at.get("download_button")]
     assert "A, B and B − A as CSV" in labels and "Candidates as CSV" in labels
 

@@ -11,7 +11,7 @@ from core.attention.maps import HEAD_AGGREGATES, head_options
 from core.attention.sentence_maps import SentenceMaps
 from core.corpus.text import D2L_TEST_PAIRS
 from core.model.checked_translation import DEFAULT_SENTENCE
-from core.model.decode import ALPHA, MAX_LEN, DecodeSettings
+from core.model.decode import ALPHA, ALPHAS, BEAM_SIZES, MAX_LEN, MAX_LENS, DecodeSettings
 
 SECTION_KEYS = ("maps", "playback", "training", "ablation", "compare")  # the Attention page's
 PLAYBACK = "playback"  # the section whose output step travels in the URL
@@ -24,6 +24,9 @@ OLD_SECTIONS = {  # the section values of links made before the keys: the labels
 }
 MAX_REFERENCE_CHARS = 1000  # a longer reference in a link is ignored
 BOOK_REFERENCES = dict(D2L_TEST_PAIRS)  # the d2l chapter's sentences -> their references
+
+MAX_TEXT_CHARS = 2000  # a longer text value in a URL falls back to its default
+MAX_INDEX = 10_000  # a layer or step beyond any model: clamped here, then to the model
 
 
 @dataclass
@@ -62,10 +65,14 @@ class ViewState:
             except ValueError:
                 continue
             setattr(state, f.name, value)
-        state.beam = min(max(state.beam, 1), 16)
-        state.max_len = min(max(state.max_len, 1), 500)
-        state.layer = max(state.layer, 0)
-        state.step = max(state.step, 0)
+        state.beam = min(max(state.beam, BEAM_SIZES[0]), BEAM_SIZES[1])
+        state.alpha = min(max(state.alpha, ALPHAS[0]), ALPHAS[1])
+        state.max_len = min(max(state.max_len, MAX_LENS[0]), MAX_LENS[1])
+        state.layer = min(max(state.layer, 0), MAX_INDEX)
+        state.step = min(max(state.step, 0), MAX_INDEX)
+        for name in ("sentence", "other_sentence", "model", "other", "ablate", "token"):
+            if len(getattr(state, name)) > MAX_TEXT_CHARS:
+                setattr(state, name, getattr(cls, name))
         state.section = OLD_SECTIONS.get(state.section, state.section)
         if state.section not in SECTION_KEYS:
             state.section = cls.section

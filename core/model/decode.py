@@ -17,6 +17,9 @@ from core.model.transformer import AttentionMaps, Transformer, evaluating
 ALPHA = 0.6  # GNMT length-penalty exponent of beam search
 MAX_LEN = 50  # longest output, in tokens
 TOP_K = 5  # candidate words kept per output step
+BEAM_SIZES = (1, 16)  # the beam sizes a page offers (1 = greedy): (least, most)
+ALPHAS = (0.0, 2.0)  # the length penalties a page offers
+MAX_LENS = (1, 200)  # the longest outputs a page offers
 
 
 @dataclass(frozen=True)

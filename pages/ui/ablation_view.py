@@ -25,13 +25,18 @@ from core.model.checkpoints import LoadedModel
 from core.model.decode import Translation, TranslationError
 from core.runs.catalogue import ModelEntry
 from pages.ui.cached import sentence_maps
-from pages.ui.cached_ablation import ablated_translate
+from pages.ui.cached_ablation import ablated_translate, heavy_slot
 from pages.ui.charts import chart
 from pages.ui.section_inputs import SectionInputs
 from pages.ui.text import md
 from pages.ui.view_widgets import widget_default
 
 HEADS_KEY = "ab_heads"  # the multiselect of heads to remove
+BUSY = (
+    "Another session is computing head importance on this server right now, and one runs "
+    "at a time. Try again in a minute: its result is kept on disk, so a model's importance "
+    "is computed only once."
+)
 
 
 def ablation_section(page: SectionInputs) -> None:
@@ -91,7 +96,7 @@ def removed_view(
     t, maps = original
     settings, spec = state.settings(), spec_text(heads)
     try:
-        cut = ablated_translate(lm, entry.path, entry.mtime, state.sentence, settings, spec)
+        cut = ablated_translate(lm, entry.path, entry.mtime, state.sentence, settings, tuple(heads))
     except (TranslationError, HeadSpecError) as e:
         st.error(md(e))
         return
@@ -179,12 +184,17 @@ def compute_importance(entry: ModelEntry, lm: LoadedModel, n: int) -> HeadImport
         left = time_left(time.perf_counter() - start, fraction)
         bar.progress(fraction, text=f"{what.capitalize()}: {fraction:.0%}{left}")
 
-    try:
-        result = importance_for(private_copy(lm), entry.path, n, progress=report)
-    except (DataError, OSError, ValueError, TypeError) as e:
-        bar.empty()
-        st.error(md(f"Head importance cannot be computed: {e}"))
-        return None
+    with heavy_slot() as slot:
+        if slot is None:
+            bar.empty()
+            st.warning(BUSY)
+            return None
+        try:
+            result = importance_for(private_copy(lm), entry.path, n, progress=report)
+        except (DataError, OSError, ValueError, TypeError) as e:
+            bar.empty()
+            st.error(md(f"Head importance cannot be computed: {e}"))
+            return None
     bar.empty()
     return result
 

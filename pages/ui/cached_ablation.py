@@ -1,12 +1,15 @@
-"""Cached calls of the "Remove heads" section: translations with heads removed."""
+"""Cached calls of the "Remove heads" section: translations with heads removed, and the
+server's slots for heavy work (head importance), shared by every session."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import streamlit as st
 
 from core.attention import ablation as ablate
+from core.attention.ablation import HeadSpec
 from core.model import checked_translation as translation
 from core.model.checkpoints import LoadedModel
 from core.model.decode import DecodeSettings, Translation
@@ -24,10 +27,36 @@ def private_model(_lm: LoadedModel, path: str, mtime: float) -> tuple[LoadedMode
 
 @st.cache_data(show_spinner=False, max_entries=128)
 def ablated_translate(
-    _lm: LoadedModel, path: str, mtime: float, sentence: str, settings: DecodeSettings, spec: str
+    _lm: LoadedModel,
+    path: str,
+    mtime: float,
+    sentence: str,
+    settings: DecodeSettings,
+    heads: tuple[HeadSpec, ...],
 ) -> Translation:
-    """A checked translation with the heads of ``spec`` removed, cached per model and input."""
+    """A checked translation with ``heads`` removed, cached per model and input."""
     own, lock = private_model(_lm, path, mtime)
-    heads = ablate.heads_of(spec, own.model.cfg)
     with lock, ablate.ablated(own.model, heads):
         return translation.translate_sentence(own, sentence, settings)
+
+
+HEAVY_SLOTS = 1  # head-importance computations the server runs at once (each takes a core)
+
+
+@st.cache_resource(show_spinner=False)
+def heavy_slots() -> threading.BoundedSemaphore:
+    """The server's slots for heavy work, shared by every session."""
+    return threading.BoundedSemaphore(HEAVY_SLOTS)
+
+
+@contextlib.contextmanager
+def heavy_slot():
+    """A slot for heavy work, or None at once when every slot is taken (nobody queues)."""
+    slots = heavy_slots()
+    if not slots.acquire(blocking=False):
+        yield None
+        return
+    try:
+        yield slots
+    finally:
+        slots.release()

@@ -149,7 +149,7 @@ def same_rows(models, t: Translation, t_b: Translation, state: ViewState, words:
         list(outputs),
         key="cmp_forced",
         horizontal=True,
-        format_func=lambda k: f"{k}'s output: {outputs[k] or '(empty)'}",
+        format_func=lambda k: md(f"{k}'s output: {outputs[k] or '(empty)'}"),  # labels are Markdown
     )
     reference = outputs[which]
     try:

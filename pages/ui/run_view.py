@@ -94,7 +94,7 @@ def resume_processes(info: RunInfo) -> int | None:
             value=min(last, most),
             step=1,
             key=f"resume_processes_{info.run_id}",
-            help="torchrun processes (GPUs, or CPU processes) that continue the run; its last "
+            help="Training processes (GPUs, or CPU processes) that continue the run; its last "
             f"launch used {last}. Resuming with another number continues exactly at an "
             "epoch's end; mid-epoch, the pairs left in that epoch are cut into new batches.",
         )
