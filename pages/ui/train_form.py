@@ -162,9 +162,10 @@ def processes_input(advanced) -> int:
             value=1,
             step=1,
             key="processes",
-            help=f"Train one run with several processes (rendezvous on 127.0.0.1; NCCL on GPUs, Gloo on "
-            f"CPUs; at most {most} here). Each takes batch_size pairs a step, so a step "
-            "learns from batch_size × processes pairs: raise lr with it (see the README).",
+            help="Train one run with several processes (on this machine, talking over "
+            f"127.0.0.1; NCCL on GPUs, Gloo on CPUs; at most {most} here). Each takes "
+            "batch_size pairs a step, so a step learns from batch_size × processes pairs: "
+            "raise lr with it (see the README).",
         )
     )
 
