@@ -114,3 +114,31 @@ def test_compact_refuses_weights_float16_cannot_hold(tiny_model, tmp_path):
         compact(src, tmp_path / "small.pt")
     assert not (tmp_path / "small.pt").exists()
     compact(src, tmp_path / "small.pt", half=False)
+
+
+def test_a_checkpoints_corpus_is_found_only_in_the_apps_folders_and_by_content(
+    tmp_path, monkeypatch
+):
+    """Never the current directory's file of that name; never a file of other content."""
+    from pathlib import Path
+
+    from core.corpus.source import DataError, sha1_of
+    from core.model.checkpoints import trained_data
+
+    data_folder = tmp_path / "data"
+    monkeypatch.setenv("ATTENTION_STUDIO_DATA", str(data_folder))
+
+    right = b"go .\tva !\ni lost .\tj'ai perdu .\n"
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "data.tsv").write_bytes(right)
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    meta = {"data_config": {"source": "data.tsv", "source_sha1": sha1_of(Path("data.tsv"))}}
+    with pytest.raises(DataError, match="cannot be rebuilt"):
+        trained_data(meta)  # only in the current directory: not read
+    (data_folder / "data.tsv").write_bytes(b"other .\tautre .\n")
+    with pytest.raises(DataError, match="not the corpus this model was trained on"):
+        trained_data(meta)
+    (data_folder / "data.tsv").write_bytes(right)
+    assert trained_data(meta).source == str(data_folder / "data.tsv")
+    given = tmp_path / "elsewhere" / "data.tsv"  # --data on the command line: taken as given
+    assert trained_data(meta, str(given)).source == str(given)
