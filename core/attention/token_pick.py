@@ -28,7 +28,8 @@ class Highlight:
 def parse_pick(token: str) -> tuple[str, int] | None:
     """ "q3" -> ("query", 3), "k0" -> ("key", 0); anything else -> None."""
     text = str(token or "")
-    if len(text) < 2 or text[0] not in "qk" or not text[1:].isdigit():
+    digits = text[1:]
+    if text[:1] not in ("q", "k") or not (digits.isascii() and digits.isdigit()) or len(digits) > 6:
         return None
     return ("query" if text[0] == "q" else "key"), int(text[1:])
 

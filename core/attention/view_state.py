@@ -82,7 +82,7 @@ class ViewState:
             state.forced = cls.forced
         if state.kind not in KINDS:
             state.kind = cls.kind
-        if not (state.head.isdigit() or state.head in HEAD_AGGREGATES):
+        if not (_is_index(state.head) or state.head in HEAD_AGGREGATES):
             state.head = cls.head
         return state
 
@@ -123,6 +123,11 @@ class ViewState:
         return BOOK_REFERENCES.get(" ".join(self.sentence.lower().split()), "")
 
 
+def _is_index(text: str) -> bool:
+    """True for a head number as a URL may write it: 1 to 4 ASCII digits ("²" is not one)."""
+    return text.isascii() and text.isdigit() and len(text) <= 4
+
+
 def _parse(type_name, raw: str):
     """Parse one URL value for a ViewState field type (raises ValueError)."""
     name = type_name if isinstance(type_name, str) else type_name.__name__
@@ -144,5 +149,5 @@ def clamp_view(state: ViewState, maps: SentenceMaps) -> ViewState:
     state.layer = min(state.layer, layers - 1)
     state.step = min(state.step, max(len(maps.output_tokens) - 1, 0))
     if state.head not in head_options(state.kind, maps.heads):
-        state.head = "0" if not state.head.isdigit() else str(maps.heads - 1)
+        state.head = "0" if not _is_index(state.head) else str(maps.heads - 1)
     return state

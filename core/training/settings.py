@@ -94,9 +94,15 @@ def defaults(preset: str) -> dict[str, dict]:
 def merged_settings(preset: str, overrides: dict | None = None) -> dict[str, dict]:
     """The preset's settings with ``overrides`` ({"data"|"model"|"train": {...}}) applied."""
     cfg = defaults(preset)
+    if not isinstance(overrides or {}, dict):
+        raise SettingsError(
+            "Settings must be groups of fields: {data: ..., model: ..., train: ...}."
+        )
     for section, values in (overrides or {}).items():
         if section not in cfg:
             raise SettingsError(f"Unknown settings group '{section}': use {', '.join(GROUPS)}.")
+        if not isinstance(values, dict):
+            raise SettingsError(f"Settings group '{section}' must map fields to values.")
         cfg[section].update(values)
     return cfg
 

@@ -1,0 +1,263 @@
+"""Property-based tests (hypothesis) of every parser of outside input: whatever comes in, the
+answer is a valid value or a clear error of the parser's own kind, never another exception.
+
+Outside input: URL query strings (the view state), settings and request.json, the head-removal
+spec, the token picker, corpus files and uploads (any bytes, any encoding, huge lines), file
+paths a user typed, run and model names, checkpoint metadata and stored BPE tokenizers.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from core.attention import token_pick
+from core.attention.ablation import HeadSpecError, heads_of, parse_heads
+from core.attention.kinds import KINDS
+from core.attention.view_state import SECTION_KEYS, ViewState
+from core.corpus import user_files
+from core.corpus.bpe import vocab_from_meta
+from core.corpus.source import DataError, corpus_pairs
+from core.corpus.splits import inspect_file
+from core.corpus.vocab import SPECIALS
+from core.model.checkpoints import FORMAT, CheckpointError, read_metadata
+from core.model.decode import ALPHAS, BEAM_SIZES, MAX_LENS
+from core.model.transformer import ModelConfig
+from core.runs import jobs
+from core.runs.catalogue import ModelError, validate_name
+from core.runs.run_dir import RunDir, RunError, write_json
+from core.training import settings as run_settings
+from core.training.presets import PRESETS
+
+FAST = settings(max_examples=500, deadline=None, derandomize=True)
+SLOW = settings(
+    max_examples=100,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=40)
+NASTY = st.one_of(  # what a hand-edited URL, form or JSON file may hold
+    TEXT,
+    st.sampled_from(["", "0", "-1", "1e309", "nan", "inf", "²", "٣", "9" * 5000, "\x00", "../"]),
+    st.from_regex(r"-?[0-9]{1,30}(\.[0-9]{0,5})?", fullmatch=True),
+)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+    max_leaves=12,
+)
+FIELDS = sorted({name for group in PRESETS["small"].values() for name in group})
+
+
+@FAST
+@given(
+    st.dictionaries(
+        st.sampled_from([f.name for f in ViewState.__dataclass_fields__.values()]) | TEXT,
+        NASTY,
+        max_size=8,
+    )
+)
+def test_any_query_string_gives_a_view_inside_every_widgets_range(params):
+    state = ViewState.from_query(params)
+    assert BEAM_SIZES[0] <= state.beam <= BEAM_SIZES[1]
+    assert ALPHAS[0] <= state.alpha <= ALPHAS[1]
+    assert MAX_LENS[0] <= state.max_len <= MAX_LENS[1]
+    assert state.kind in KINDS and state.section in SECTION_KEYS and state.layer >= 0
+    assert state.head.isascii() and (
+        state.head.isdigit() or state.head in ("mean", "max", "rollout")
+    )
+    if state.section != "playback":  # the output step travels with the playback only
+        state.step = 0
+    assert ViewState.from_query(state.to_query()) == state  # what it writes, it reads back
+
+
+@FAST
+@given(
+    st.dictionaries(
+        st.sampled_from(["data", "model", "train", "other"]) | TEXT,
+        st.dictionaries(st.sampled_from(FIELDS) | TEXT, JSON | NASTY, max_size=5) | JSON,
+        max_size=4,
+    )
+)
+def test_any_settings_give_reasons_or_pass(overrides):
+    """The form's and request.json's settings: a list of reasons, never an exception."""
+    merged = {g: dict(PRESETS["d2l"].get(g, {})) for g in ("data", "model", "train")}
+    for group, values in overrides.items():
+        if group in merged and isinstance(values, dict):
+            merged[group].update(values)
+        elif group in merged:
+            merged[group] = values
+    problems = run_settings.config_problems(merged)
+    assert isinstance(problems, list) and all(isinstance(p, str) and p for p in problems)
+
+
+@SLOW
+@given(JSON)
+def test_any_request_json_starts_a_run_or_says_why(tmp_path_factory, request_json):
+    """request.json as the trainer reads it: valid settings, or DataError / ValueError."""
+    from core.runs.training_run import new_run_configs
+    from core.train import build_parser
+
+    rd = RunDir(tmp_path_factory.mktemp("run"))
+    write_json(rd.request, request_json)
+    args = build_parser().parse_args(["--out", str(rd.path), "--request"])
+    try:
+        configs = new_run_configs(rd, args)
+    except (DataError, ValueError):
+        return
+    assert run_settings.config_problems(configs) == []
+
+
+@FAST
+@given(NASTY | st.text(alphabet=string.printable, max_size=60))
+def test_any_head_spec_is_heads_of_this_model_or_a_head_spec_error(text):
+    cfg = ModelConfig(src_vocab_size=8, tgt_vocab_size=8, num_heads=4)
+    try:
+        heads = heads_of(text, cfg)
+    except HeadSpecError as e:
+        assert str(e)
+        return
+    assert heads == parse_heads(",".join(h.spec for h in heads))
+    assert all(0 <= h.layer < 2 and 0 <= h.head < 4 for h in heads)
+
+
+@FAST
+@given(NASTY)
+def test_any_token_pick_is_a_position_or_none(text):
+    picked = token_pick.parse_pick(text)
+    assert picked is None or (picked[0] in ("query", "key") and picked[1] >= 0)
+
+
+@SLOW
+@given(
+    st.binary(max_size=3000)
+    | st.builds(lambda t: t.encode("utf-16"), TEXT)
+    | st.builds(lambda n: b"x" * n + b"\tlong\n", st.integers(0, 30_000))
+)
+def test_any_corpus_bytes_are_counted_or_refused_clearly(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("corpus") / "upload.tsv"
+    path.write_bytes(data)
+    try:
+        info = inspect_file(path)
+    except DataError as e:
+        assert str(e)
+        return
+    counts: dict = {}
+    assert sum(1 for _ in corpus_pairs(path, counts)) == info["usable"] > 0
+
+
+@SLOW
+@given(TEXT | NASTY, st.binary(max_size=500))
+def test_any_upload_is_staged_inside_the_uploads_folder_or_refused(jobs_env, name, data):
+    try:
+        path = user_files.stage_upload(name, data)
+    except DataError:
+        return
+    assert path.parent.resolve() == user_files.uploads_root().resolve()
+    assert path.read_bytes() == data
+
+
+@FAST
+@given(NASTY | st.sampled_from(["/etc/passwd", "~/x", "../../../etc", "tiny.tsv", "a\x00b"]))
+def test_any_typed_path_is_inside_the_apps_folders_or_refused(path):
+    try:
+        resolved = user_files.allowed_path(path)
+    except DataError:
+        return
+    folders = [f.resolve() for f in user_files.corpus_folders()]
+    assert any(resolved.is_relative_to(f) for f in folders)
+
+
+@SLOW
+@given(NASTY | st.text(max_size=80))
+def test_any_run_or_model_name_is_kept_safely_or_refused(jobs_env, name):
+    rd = RunDir(jobs_env["runs"] / "20260101-000000-small")
+    rd.create()
+    try:
+        kept = jobs.rename_run(rd.name, name)
+    except RunError:
+        return
+    assert len(kept) <= jobs.MAX_NAME_CHARS and json.loads(rd.job.read_text())["name"] == kept
+    try:
+        file_name = validate_name(name)
+    except ModelError:
+        return
+    assert "/" not in file_name and ".." not in file_name.replace(".pt", "")
+
+
+@SLOW
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            ["src_vocab", "tgt_vocab", "tokenizers", "model_config", "data_config", "state"]
+        )
+        | TEXT,
+        JSON,
+        max_size=6,
+    )
+)
+def test_any_checkpoint_metadata_is_read_or_refused_clearly(tmp_path_factory, meta):
+    path = tmp_path_factory.mktemp("ckpt") / "model.pt"
+    torch.save({"format": FORMAT, **meta, "state_dict": {}}, path)
+    try:
+        read = read_metadata(path)
+    except CheckpointError as e:
+        assert str(e)
+        return
+    assert "state_dict" not in read
+
+
+@FAST
+@given(st.lists(TEXT, max_size=6), st.none() | TEXT | st.sampled_from(["{}", '{"model": 1}']))
+def test_any_stored_vocabulary_and_tokenizer_rebuild_or_raise_value_error(words, tokenizer):
+    try:
+        vocab = vocab_from_meta(SPECIALS + words, tokenizer)
+    except ValueError as e:
+        assert str(e)
+        return
+    assert vocab.itos[: len(SPECIALS)] == SPECIALS
+
+
+@pytest.mark.parametrize("junk", [b"", b"PK\x03\x04junk", b"\x80\x02}q\x00.", b"x" * 1000])
+def test_any_checkpoint_bytes_are_refused_clearly(tmp_path, junk):
+    path = tmp_path / "junk.pt"
+    path.write_bytes(junk)
+    with pytest.raises(CheckpointError):
+        read_metadata(path)
+
+
+@SLOW
+@given(
+    TEXT | NASTY | st.text(max_size=400),
+    st.dictionaries(st.sampled_from(["beam", "alpha", "max_len"]), NASTY, max_size=3),
+)
+def test_any_typed_sentence_is_translated_or_refused_in_words(tiny_model, sentence, params):
+    """The Translate page's box and URL: a Translation, or a TranslationError to show."""
+    from core.model.checked_translation import translate_sentence
+    from core.model.decode import TranslationError
+
+    state = ViewState.from_query(params)
+    try:
+        t = translate_sentence(tiny_model, sentence, state.settings())
+    except TranslationError as e:
+        assert str(e)
+        return
+    assert t.output_tokens and len(t.output_tokens) <= state.max_len
+
+
+@FAST
+@given(
+    st.sampled_from([*PRESETS, "nope", ""]),
+    st.dictionaries(TEXT | st.sampled_from(["data", "model", "train"]), JSON, max_size=3),
+)
+def test_any_form_submission_gives_reasons_or_none(preset, overrides):
+    """What the Train form sends to validate_settings: reasons in words, or none."""
+    problems = run_settings.validate_settings(preset, overrides)
+    assert isinstance(problems, list) and all(isinstance(p, str) and p for p in problems)
