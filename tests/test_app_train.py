@@ -84,7 +84,8 @@ def loss_points(at: AppTest) -> list:
     [
         ("model.num_heads", 3, "must be divisible by num_heads (3)"),
         ("model.num_encoder_layers", 0, "num_encoder_layers must be at least 1"),
-        ("train.batch_size", 10_000_000, "a batch of 10000000 needs about"),
+        ("train.batch_size", 10_000_000, "batch_size must be at most 65,536"),
+        ("model.max_positions", 2_000_000_000, "max_positions must be at most 4,096"),
         ("model.dropout", 1.5, "dropout must be in [0, 1)"),
     ],
 )

@@ -45,7 +45,7 @@ def test_view_state_round_trips_through_the_url():
         ({"kind": "sideways"}, {"kind": "cross"}),
         ({"forced": "C"}, {"forced": "A"}),
         ({"head": "7x"}, {"head": "0"}),
-        ({"beam": "-2", "max_len": "100000"}, {"beam": 1, "max_len": 500}),
+        ({"beam": "-2", "max_len": "100000"}, {"beam": 1, "max_len": 200}),
         ({"alpha": "nan"}, {"alpha": 0.6}),
         ({"hide": "true"}, {"hide": True}),
         ({"section": "Sideways", "step": "-4"}, {"section": "maps", "step": 0}),

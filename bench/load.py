@@ -1,0 +1,246 @@
+"""The class-room load test: one app served to a class while a training run goes on.
+
+A Streamlit server on this machine's loopback; one training run launched through the app's
+job launcher (``core.runs.jobs``); then ``--sessions`` headless Chromium sessions at once,
+for ``--seconds``, each doing what a student does: translate a sentence, browse the heads
+of the Attention page, remove heads. Every interaction is timed from the request to the
+page showing its result (the translation, the heatmaps). It prints JSON lines and a table:
+errors (goal 0), p50/p95 latency per interaction, the server's peak memory, and the
+trainer's tokens/s alone and under the load (medians of its metric records).
+
+    python bench/load.py [--sessions 10] [--seconds 120] [--alone 60]
+
+Needs Debian's Chromium and the fra-eng corpus (``$FRA_ENG_ZIP`` or ../shared); every
+address it talks to is 127.0.0.1, and it stops by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.common import corpus_path  # noqa: E402
+
+SENTENCES = ["i'm home .", "he's calm .", "i lost .", "go .", "we are cold .", "she is here ."]
+CHROMIUM = "/usr/bin/chromium"
+TIMEOUT_MS = 120_000  # an interaction slower than this counts as an error
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(env: dict) -> tuple[subprocess.Popen, str]:
+    """``streamlit run app.py`` on a free loopback port (config from .streamlit/config.toml)."""
+    port = free_port()
+    log = open(Path(env["ATTENTION_STUDIO_RUNS"]) / "server.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", f"--server.port={port}"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(240):
+        try:
+            if urllib.request.urlopen(url + "/_stcore/health", timeout=1).read() == b"ok":
+                return proc, url
+        except OSError:
+            time.sleep(0.5)
+    raise SystemExit("the server did not start")
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process, in MB (0 when it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class PeakMemory(threading.Thread):
+    """Samples a process's resident memory every 0.2 s; ``peak`` in MB."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.peak, self.done = pid, 0.0, threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            self.peak = max(self.peak, rss_mb(self.pid))
+            time.sleep(0.2)
+
+
+def interactions(url: str, rng: random.Random) -> tuple[str, str, str]:
+    """(what, URL, CSS selector of its result): one thing a student does next."""
+    what = rng.choice(["translate", "browse heads", "remove heads"])
+    sentence = rng.choice(SENTENCES)
+    if what == "translate":
+        query = {"sentence": sentence, "beam": rng.choice(["1", "3"])}
+        return what, f"{url}/translate?{urllib.parse.urlencode(query)}", "h3"
+    layer, head = rng.randrange(2), rng.choice(["0", "1", "2", "3", "mean"])
+    query = {"sentence": sentence, "kind": rng.choice(["encoder", "decoder_self", "cross"])}
+    query |= {"layer": str(layer), "head": head}
+    if what == "remove heads":
+        query |= {"section": "ablation", "ablate": f"cross:{layer}:{rng.randrange(4)}"}
+    return what, f"{url}/attention?{urllib.parse.urlencode(query)}", ".js-plotly-plot .hm"
+
+
+async def student(browser, url: str, seed: int, until: float, results: list) -> None:
+    """One browser session's interactions until ``until``; appends (what, seconds, error)."""
+    rng = random.Random(seed)
+    context = await browser.new_context(viewport={"width": 1280, "height": 900})
+    page = await context.new_page()
+    try:
+        while time.time() < until:
+            what, target, selector = interactions(url, rng)
+            start, error = time.perf_counter(), ""
+            try:
+                await page.goto(target, wait_until="domcontentloaded", timeout=TIMEOUT_MS)
+                await page.locator(selector).first.wait_for(state="visible", timeout=TIMEOUT_MS)
+                await page.wait_for_function(  # Streamlit's "running" indicator gone: done
+                    "!document.querySelector('[data-testid=\"stStatusWidget\"]')",
+                    timeout=TIMEOUT_MS,
+                )
+                if await page.locator('[data-testid="stException"]').count():
+                    error = "exception on the page"
+            except Exception as e:  # noqa: BLE001 - a timeout or a closed page is an error
+                error = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+            results.append((what, time.perf_counter() - start, error))
+            await asyncio.sleep(rng.uniform(0.5, 2.0))  # reading what came back
+    finally:
+        await context.close()
+
+
+async def the_class(url: str, sessions: int, seconds: float, seed: int) -> list:
+    """``sessions`` students at once in one headless Chromium for ``seconds``."""
+    from playwright.async_api import async_playwright
+
+    results: list = []
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        until = time.time() + seconds
+        await asyncio.gather(
+            *(student(browser, url, seed + i, until, results) for i in range(sessions))
+        )
+        await browser.close()
+    return results
+
+
+def train_records(runs: Path, run_id: str) -> list[dict]:
+    """The run's training records so far."""
+    path = runs / run_id / "metrics.jsonl"
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return [r for r in map(json.loads, lines) if r.get("record") == "train"]
+
+
+def median_tokens_per_s(records: list[dict]) -> float | None:
+    """Median tokens/s of some training records."""
+    values = [r["tokens_per_s"] for r in records if r.get("tokens_per_s")]
+    return statistics.median(values) if values else None
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile (nearest rank), None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sessions", type=int, default=10)
+    p.add_argument("--seconds", type=float, default=120.0, help="how long the class works")
+    p.add_argument("--alone", type=float, default=60.0, help="trainer measured alone first")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="load-"))
+    env = {**os.environ, "ATTENTION_STUDIO_RUNS": str(tmp / "runs")}
+    env["FRA_ENG_ZIP"] = corpus_path()
+    (tmp / "runs").mkdir()
+    os.environ.update(env)
+    from core.runs import jobs
+
+    run_id = jobs.start_run(
+        "small", {"train": {"device": "cpu", "time_budget": 0, "max_steps": 10**6, "log_every": 10}}
+    )
+    server, url = start_server(env)
+    memory = PeakMemory(server.pid)
+    memory.start()
+    try:
+        time.sleep(20)  # the trainer reads the corpus and starts
+        first = len(train_records(tmp / "runs", run_id))
+        time.sleep(args.alone)
+        before = train_records(tmp / "runs", run_id)
+        alone = median_tokens_per_s(before[first:])
+        results = asyncio.run(the_class(url, args.sessions, args.seconds, args.seed))
+        loaded = median_tokens_per_s(train_records(tmp / "runs", run_id)[len(before) :])
+    finally:
+        memory.done.set()
+        jobs.stop_run(run_id, wait=30)
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+    report(results, memory.peak, alone, loaded, args)
+    return 0
+
+
+def report(results: list, peak: float, alone, loaded, args) -> None:
+    """JSON lines per interaction kind and overall, then a Markdown table."""
+    rows = []
+    for what in ("translate", "browse heads", "remove heads", "all"):
+        chosen = [r for r in results if what in ("all", r[0])]
+        times = [s for _, s, e in chosen if not e]
+        rows.append(
+            {
+                "interaction": what,
+                "count": len(chosen),
+                "errors": sum(1 for *_, e in chosen if e),
+                "p50_s": percentile(times, 50),
+                "p95_s": percentile(times, 95),
+            }
+        )
+    summary = {
+        "sessions": args.sessions,
+        "seconds": args.seconds,
+        "server_peak_rss_mb": round(peak),
+        "trainer_tokens_per_s_alone": alone,
+        "trainer_tokens_per_s_under_load": loaded,
+        "trainer_ratio": loaded / alone if alone and loaded else None,
+        "error_examples": sorted({e for *_, e in results if e})[:5],
+    }
+    for row in rows + [summary]:
+        print(json.dumps(row))
+    print("\n| interaction | count | errors | p50 s | p95 s |\n|---|---|---|---|---|")
+    for r in rows:
+        fmt = [f"{r[k]:.2f}" if r[k] is not None else "—" for k in ("p50_s", "p95_s")]
+        print(f"| {r['interaction']} | {r['count']} | {r['errors']} | {fmt[0]} | {fmt[1]} |")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
