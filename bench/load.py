@@ -93,7 +93,41 @@ class PeakMemory(threading.Thread):
     def run(self) -> None:
         while not self.done.is_set():
             self.peak = max(self.peak, rss_mb(self.pid))
+            renice_browsers()
             time.sleep(0.2)
+
+
+def renice_browsers() -> None:
+    """Chromium's processes at the lowest priority: in a class they run on the students'
+    machines, so here they take only what the server and the trainer leave."""
+    mine = os.getpid()
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            pid = int(entry.name)
+            if (
+                b"chrom" in (entry / "cmdline").read_bytes()[:200]
+                and _descends(pid, mine, parent)
+                and os.getpriority(os.PRIO_PROCESS, pid) < 19
+            ):
+                os.setpriority(os.PRIO_PROCESS, pid, 19)
+        except (OSError, ValueError, IndexError):
+            continue
+
+
+def _descends(pid: int, ancestor: int, parent: int) -> bool:
+    """Whether ``pid`` (whose parent is ``parent``) descends from ``ancestor``."""
+    for _ in range(8):
+        if parent == ancestor:
+            return True
+        if parent <= 1:
+            return False
+        try:
+            parent = int(Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
 
 
 def interactions(url: str, rng: random.Random) -> tuple[str, str, str]:

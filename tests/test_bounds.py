@@ -194,3 +194,15 @@ def test_a_damaged_tokenizer_makes_a_model_unusable_not_a_crash(tmp_path, tiny_c
         load_checkpoint(folder / "damaged.pt")
     (entry,) = list_models(folder, tmp_path / "runs")
     assert not entry.usable and "BPE tokenizer is damaged" in entry.reason
+
+
+def test_the_apps_trainers_run_below_the_server():
+    """The trainer lowers its own priority when the app asks (the pages answer first)."""
+    env = jobs.trainer_env(1, {})
+    assert env[devices.NICE_ENV] == str(devices.TRAINER_NICE)
+    code = "from core.training.devices import lower_priority; print(lower_priority())"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.stdout.strip() == str(devices.TRAINER_NICE), done.stderr
+    assert devices.lower_priority({}) == 0  # alone (no app): unchanged

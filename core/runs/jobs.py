@@ -32,6 +32,8 @@ from core.runs.training_run import EARLY_STOP
 from core.training.config import RESUME_CHANGES
 from core.training.devices import (
     MEMORY_ENV,
+    NICE_ENV,
+    TRAINER_NICE,
     default_memory_gb,
     device_memory,
     estimate_memory,
@@ -158,11 +160,13 @@ def _launch(rd: RunDir, argv: list[str], job: dict, gpu_fd: int | None) -> None:
 
 
 def trainer_env(processes: int, env=None) -> dict[str, str]:
-    """The trainer's environment: unbuffered output, and each CPU process's memory cap (unless
-    the server's environment sets one), so a run never makes the machine swap."""
+    """The trainer's environment: unbuffered output, each CPU process's memory cap (so a run
+    never makes the machine swap) and its niceness (so the server answers first); the
+    server's environment may set either."""
     env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
     if MEMORY_ENV not in env and (gb := default_memory_gb(processes)):
         env[MEMORY_ENV] = str(gb)
+    env.setdefault(NICE_ENV, str(TRAINER_NICE))  # the pages stay responsive while it trains
     return env
 
 

@@ -40,6 +40,7 @@ from core.training.devices import (
     MEMORY_ENV,
     device_description,
     limit_memory,
+    lower_priority,
     memory_limit,
     resolve_device,
 )
@@ -307,6 +308,7 @@ def train_run(args: argparse.Namespace, world: World | None = None) -> int:
     if args.resume and not resume:
         print(f"{rd.path} has no checkpoint yet: starting it again from its settings", flush=True)
     limit_memory(resolve_device(configs["train"].get("device", "auto")))
+    lower_priority()
     if world.is_main:
         rd.create()
         if args.resume:  # a stale STOP from an earlier stop must not end the resumed run

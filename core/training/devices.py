@@ -149,6 +149,8 @@ def memory_problem(cfg: dict, device_type: str) -> str | None:
 
 
 MEMORY_ENV = "ATTENTION_STUDIO_TRAINER_MEMORY_GB"  # a CPU trainer's address-space cap (GB)
+NICE_ENV = "ATTENTION_STUDIO_TRAINER_NICE"  # the niceness a trainer gives itself at start
+TRAINER_NICE = 10  # the app's trainers: below the server, which answers the pages
 MEMORY_SHARE = 0.75  # the app's trainers (all processes of a run) take at most this share of RAM
 
 
@@ -175,6 +177,18 @@ def memory_limit(env=None) -> int | None:
     except ValueError:
         return None
     return int(gb * 2**30) if gb > 0 and math.isfinite(gb) else None
+
+
+def lower_priority(env=None) -> int:
+    """Raise this process's niceness to ATTENTION_STUDIO_TRAINER_NICE (set by the app at
+    launch, 0-19; unset: unchanged); the niceness it has now."""
+    env = os.environ if env is None else env
+    try:
+        wanted = min(max(int(env.get(NICE_ENV) or 0), 0), 19)
+    except ValueError:
+        wanted = 0
+    now = os.nice(0)
+    return os.nice(wanted - now) if wanted > now else now
 
 
 def limit_memory(device_type: str) -> int | None:
