@@ -2,9 +2,12 @@
 
 A Streamlit server on this machine's loopback; one training run launched through the app's
 job launcher (``core.runs.jobs``); then ``--sessions`` headless Chromium sessions at once,
-for ``--seconds``, each doing what a student does: translate a sentence, browse the heads
-of the Attention page, remove heads. Every interaction is timed from the request to the
-page showing its result (the translation, the heatmaps). It prints JSON lines and a table:
+for ``--seconds``, each doing what a student does: half open the Translate page and type
+one sentence after another; half open the Attention page's "Remove heads" section, switch
+the attention kind (browse heads) and remove one more head at a time. Every interaction is
+timed from the click or the Enter key to the page showing its result (the new translation,
+the new maps) with Streamlit's rerun finished; opening a page is timed on its own.
+It prints JSON lines and a table:
 errors (goal 0), p50/p95 latency per interaction, the server's peak memory, and the
 trainer's tokens/s alone and under the load (medians of its metric records).
 
@@ -130,43 +133,117 @@ def _descends(pid: int, ancestor: int, parent: int) -> bool:
     return False
 
 
-def interactions(url: str, rng: random.Random) -> tuple[str, str, str]:
-    """(what, URL, CSS selector of its result): one thing a student does next."""
-    what = rng.choice(["translate", "browse heads", "remove heads"])
+KIND_WORDS = {
+    "Encoder self": "Encoder self-attention",
+    "Decoder self": "Decoder self-attention",
+    "Cross": "Cross attention",
+}  # radio label -> the large map's title
+HEADS = [f"Cross L{layer} H{head}" for layer in range(2) for head in range(4)]  # shipped model
+
+
+async def timed(results: list, what: str, action) -> None:
+    """Run one interaction (a coroutine function); append (what, seconds, error)."""
+    start, error = time.perf_counter(), ""
+    try:
+        await action()
+    except Exception as e:  # noqa: BLE001 - a timeout or a closed page is an error
+        error = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+    results.append((what, time.perf_counter() - start, error))
+
+
+async def settled(page) -> None:
+    """Wait for the rerun to end (Streamlit's running indicator gone), then check for errors."""
+    await page.wait_for_function(
+        "!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=TIMEOUT_MS
+    )
+    if await page.locator('[data-testid="stException"]').count():
+        raise RuntimeError("exception on the page")
+
+
+async def translator(page, url: str, rng: random.Random, until: float, results: list):
+    """A student on the Translate page: opens it, then types one sentence after another."""
+
+    async def open_page():
+        await page.goto(f"{url}/translate", wait_until="domcontentloaded", timeout=TIMEOUT_MS)
+        await page.locator("h3").nth(1).wait_for(state="visible", timeout=TIMEOUT_MS)
+        await settled(page)
+
+    await timed(results, "open a page", open_page)
+    sentence = SENTENCES[0]  # the page's default sentence
+    while time.time() < until:
+        old = await page.locator("h3").nth(1).inner_text()  # the first says "Translation"
+        sentence = rng.choice([s for s in SENTENCES if s != sentence])  # a new translation
+
+        async def translate(sentence=sentence, old=old):
+            box = page.locator('[data-testid="stTextInput"] input').first
+            await box.fill(sentence)
+            await box.press("Enter")
+            await page.wait_for_function(
+                "old => (document.querySelectorAll('h3')[1] || {}).innerText !== old",
+                arg=old,
+                timeout=TIMEOUT_MS,
+            )
+            await settled(page)
+
+        await timed(results, "translate", translate)
+        await asyncio.sleep(rng.uniform(0.5, 2.0))  # reading what came back
+
+
+async def explorer(page, url: str, rng: random.Random, until: float, results: list):
+    """A student on the Attention page's "Remove heads" section: switches the attention kind
+    (browse heads) and removes one more cross-attention head at a time (remove heads)."""
     sentence = rng.choice(SENTENCES)
-    if what == "translate":
-        query = {"sentence": sentence, "beam": rng.choice(["1", "3"])}
-        return what, f"{url}/translate?{urllib.parse.urlencode(query)}", "h3"
-    layer, head = rng.randrange(2), rng.choice(["0", "1", "2", "3", "mean"])
-    query = {"sentence": sentence, "kind": rng.choice(["encoder", "decoder_self", "cross"])}
-    query |= {"layer": str(layer), "head": head}
-    if what == "remove heads":
-        query |= {"section": "ablation", "ablate": f"cross:{layer}:{rng.randrange(4)}"}
-    return what, f"{url}/attention?{urllib.parse.urlencode(query)}", ".js-plotly-plot .hm"
+
+    async def open_page():
+        query = urllib.parse.urlencode({"sentence": sentence, "section": "ablation"})
+        await page.goto(
+            f"{url}/attention?{query}", wait_until="domcontentloaded", timeout=TIMEOUT_MS
+        )
+        await page.locator('[data-testid="stMultiSelect"] input').first.wait_for(timeout=TIMEOUT_MS)
+        await settled(page)
+
+    await timed(results, "open a page", open_page)
+    kind, removed = "Cross", 0
+    while time.time() < until:
+        if rng.random() < 0.5 or removed >= len(HEADS):
+            kind = rng.choice([k for k in KIND_WORDS if k != kind])
+
+            async def browse(kind=kind):
+                await page.get_by_text(kind, exact=True).first.click()
+                await page.wait_for_function(
+                    "title => [...document.querySelectorAll('.js-plotly-plot .gtitle')]"
+                    ".some(t => t.textContent.includes(title))",
+                    arg=KIND_WORDS[kind],
+                    timeout=TIMEOUT_MS,
+                )
+                await settled(page)
+
+            await timed(results, "browse heads", browse)
+        else:
+            removed += 1
+
+            async def remove(removed=removed):
+                box = page.locator('[data-testid="stMultiSelect"] input').first
+                await box.click()
+                await box.fill(HEADS[removed - 1])
+                await box.press("Enter")
+                await box.press("Escape")
+                what = f"{removed} head{'s' * (removed != 1)} removed"
+                await page.get_by_text(what).first.wait_for(timeout=TIMEOUT_MS)
+                await settled(page)
+
+            await timed(results, "remove heads", remove)
+        await asyncio.sleep(rng.uniform(0.5, 2.0))
 
 
 async def student(browser, url: str, seed: int, until: float, results: list) -> None:
-    """One browser session's interactions until ``until``; appends (what, seconds, error)."""
+    """One browser session (half the class translates, half explores attention)."""
     rng = random.Random(seed)
     context = await browser.new_context(viewport={"width": 1280, "height": 900})
     page = await context.new_page()
     try:
-        while time.time() < until:
-            what, target, selector = interactions(url, rng)
-            start, error = time.perf_counter(), ""
-            try:
-                await page.goto(target, wait_until="domcontentloaded", timeout=TIMEOUT_MS)
-                await page.locator(selector).first.wait_for(state="visible", timeout=TIMEOUT_MS)
-                await page.wait_for_function(  # Streamlit's "running" indicator gone: done
-                    "!document.querySelector('[data-testid=\"stStatusWidget\"]')",
-                    timeout=TIMEOUT_MS,
-                )
-                if await page.locator('[data-testid="stException"]').count():
-                    error = "exception on the page"
-            except Exception as e:  # noqa: BLE001 - a timeout or a closed page is an error
-                error = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
-            results.append((what, time.perf_counter() - start, error))
-            await asyncio.sleep(rng.uniform(0.5, 2.0))  # reading what came back
+        role = translator if seed % 2 == 0 else explorer
+        await role(page, url, rng, until, results)
     finally:
         await context.close()
 
@@ -247,7 +324,7 @@ def main() -> int:
 def report(results: list, peak: float, alone, loaded, args) -> None:
     """JSON lines per interaction kind and overall, then a Markdown table."""
     rows = []
-    for what in ("translate", "browse heads", "remove heads", "all"):
+    for what in ("open a page", "translate", "browse heads", "remove heads", "all"):
         chosen = [r for r in results if what in ("all", r[0])]
         times = [s for _, s, e in chosen if not e]
         rows.append(

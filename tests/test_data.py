@@ -15,9 +15,10 @@ from core.corpus.config import DataConfig
 from core.corpus.source import (
     FRA_ENG_ENV,
     DataError,
+    corpus_lines,
+    corpus_pairs,
     download,
     parse_pairs,
-    read_text,
     resolve_corpus,
 )
 from core.corpus.splits import Split, inspect_file, load_corpus, split_by_source
@@ -71,19 +72,19 @@ def test_non_utf8_and_damaged_zip(tmp_path):
     latin = tmp_path / "latin1.tsv"
     latin.write_bytes("été\tsummer\n".encode("latin-1"))
     with pytest.raises(DataError, match="not UTF-8"):
-        read_text(latin)
+        read_all(latin)
     damaged = tmp_path / "broken.zip"
     good = tmp_path / "good.zip"
     with zipfile.ZipFile(good, "w") as zf:
         zf.writestr("fra-eng/fra.txt", "Go.\tVa !\n" * 200)
     damaged.write_bytes(good.read_bytes()[:-40])
     with pytest.raises(DataError, match="broken.zip"):
-        read_text(damaged)
+        read_all(damaged)
     empty = tmp_path / "empty.zip"
     with zipfile.ZipFile(empty, "w") as zf:
         zf.writestr("readme.md", "nothing")
     with pytest.raises(DataError, match="no .txt"):
-        read_text(empty)
+        read_all(empty)
 
 
 def test_zip_reading_picks_fra_txt(tmp_path):
@@ -92,7 +93,7 @@ def test_zip_reading_picks_fra_txt(tmp_path):
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("fra-eng/_about.txt", "About\tthis file\n")
         zf.writestr("fra-eng/fra.txt", "Go.\tVa !\nHi.\tSalut !\n")
-    assert parse_pairs(read_text(path))[0][1] == ("Hi.", "Salut !")
+    assert list(corpus_pairs(path, {}))[1] == ("Hi.", "Salut !")
 
 
 LIMIT = 10_000  # MAX_FILE_BYTES in the zip bomb tests (the zips are smaller on disk)
@@ -131,7 +132,7 @@ def test_zip_bomb_is_refused_by_its_declared_size(tmp_path, unpacked):
     path = bomb(tmp_path / "bomb.zip", 2_000_000)
     assert path.stat().st_size < LIMIT  # small on disk: only the unpacked size gives it away
     with pytest.raises(DataError, match=r"bomb\.zip:fra\.txt unpacks to more than"):
-        read_text(path)
+        read_all(path)
     assert sum(unpacked) == 0
 
 
@@ -139,7 +140,7 @@ def test_zip_bomb_with_a_forged_size_is_refused_without_unpacking_it(tmp_path, u
     """A member that claims a small size is never read beyond that claim (or the limit)."""
     path = bomb(tmp_path / "forged.zip", 2_000_000, declared=LIMIT // 2)
     with pytest.raises(DataError, match=r"forged\.zip is a damaged or unsupported zip archive"):
-        read_text(path)
+        read_all(path)
     assert sum(unpacked) <= LIMIT + 1
 
 
@@ -157,8 +158,10 @@ def test_reading_stops_once_past_the_limit(monkeypatch):
 
     monkeypatch.setattr(corpus_source, "MAX_FILE_BYTES", LIMIT)
     stream = Endless()
+    capped = corpus_source._Capped(stream, "endless", corpus_source.UNPACKS)
     with pytest.raises(DataError, match="endless unpacks to more than"):
-        corpus_source._read_capped(stream, "endless", corpus_source.UNPACKS)
+        while capped.read(4096):
+            pass
     assert stream.read_so_far == LIMIT + 1
 
 
@@ -303,3 +306,8 @@ def test_real_fra_eng(fra_eng, monkeypatch):
     assert val_src.isdisjoint(tuple(s) for s, _ in c.train.pairs)
     assert len(c.src_vocab) == len(c.tgt_vocab) == 5000
     assert any(len(refs) > 1 for _, refs in c.val.groups())
+
+
+def read_all(path) -> list:
+    """Every line of a corpus file, as the loaders stream them (DataError if unreadable)."""
+    return list(corpus_lines(path))

@@ -150,28 +150,9 @@ def resolve_corpus(
     return download(url, (cache_dir or default_cache_dir()) / "fra-eng.zip", sha1, progress)
 
 
-def _decode(raw: bytes, name: str) -> str:
-    """UTF-8 text of a corpus file, or a DataError naming the file."""
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{name} is not UTF-8 text ({e}); save it as UTF-8.") from e
-
-
 def _too_large(name: str, what: str = "is larger than") -> DataError:
     """The error for a corpus over MAX_FILE_BYTES."""
     return DataError(f"{name} {what} {MAX_FILE_BYTES / 2**20:g} MB; use a smaller corpus file.")
-
-
-def _read_capped(stream: BinaryIO, name: str, what: str = "is larger than") -> bytes:
-    """All bytes of ``stream`` read in chunks; DataError once more than MAX_FILE_BYTES came out."""
-    chunks, total = [], 0
-    while chunk := stream.read(min(READ_CHUNK, MAX_FILE_BYTES + 1 - total)):
-        chunks.append(chunk)
-        total += len(chunk)
-        if total > MAX_FILE_BYTES:
-            raise _too_large(name, what)
-    return b"".join(chunks)
 
 
 def _pairs_member(zf: zipfile.ZipFile, path: Path) -> zipfile.ZipInfo:
@@ -180,20 +161,6 @@ def _pairs_member(zf: zipfile.ZipFile, path: Path) -> zipfile.ZipInfo:
     if not infos:
         raise DataError(f"{path} holds no .txt file of sentence pairs.")
     return next((i for i in infos if i.filename.endswith("fra.txt")), infos[0])
-
-
-def _read_zip(path: Path) -> str:
-    """The pairs text of a zip archive; its declared and its actual unpacked size are capped."""
-    try:
-        with zipfile.ZipFile(path) as zf:
-            info = _pairs_member(zf, path)
-            name = f"{path}:{info.filename}"
-            if info.file_size > MAX_FILE_BYTES:  # declared size; the read below is capped too
-                raise _too_large(name, UNPACKS)
-            with zf.open(info) as member:
-                return _decode(_read_capped(member, name, UNPACKS), name)
-    except ZIP_ERRORS as e:
-        raise DataError(f"{path} is a damaged or unsupported zip archive ({e}).") from e
 
 
 def _check_regular_file(path: Path) -> None:
@@ -207,23 +174,6 @@ def _check_regular_file(path: Path) -> None:
             f"{path} is not a regular file (a device, pipe or socket?): give the path of a "
             ".tsv, .txt or .zip file."
         )
-
-
-def read_text(path: Path) -> str:
-    """The corpus text of a .zip (its fra.txt or first .txt) or of a plain text file."""
-    path = Path(path)
-    try:
-        _check_regular_file(path)
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise _too_large(str(path))
-        if path.suffix.lower() == ".zip" or zipfile.is_zipfile(path):
-            return _read_zip(path)
-        with path.open("rb") as f:
-            return _decode(_read_capped(f, str(path)), str(path))
-    except OSError as e:
-        raise DataError(
-            f"{path} cannot be read ({e.strerror or e}): check that it is a file you may read."
-        ) from e
 
 
 class _Capped(io.RawIOBase):
