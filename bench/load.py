@@ -209,7 +209,8 @@ async def explorer(page, url: str, rng: random.Random, until: float, results: li
             kind = rng.choice([k for k in KIND_WORDS if k != kind])
 
             async def browse(kind=kind):
-                await page.get_by_text(kind, exact=True).first.click()
+                radio = page.locator('[data-testid="stRadio"]').filter(has_text="Attention kind")
+                await radio.get_by_text(kind, exact=True).first.click()
                 await page.wait_for_function(
                     "title => [...document.querySelectorAll('.js-plotly-plot .gtitle')]"
                     ".some(t => t.textContent.includes(title))",
