@@ -205,7 +205,7 @@ async def explorer(page, url: str, rng: random.Random, until: float, results: li
     await timed(results, "open a page", open_page)
     kind, removed = "Cross", 0
     while time.time() < until:
-        if rng.random() < 0.5 or removed >= len(HEADS):
+        if removed and (rng.random() < 0.5 or removed >= len(HEADS)):  # maps once one is out
             kind = rng.choice([k for k in KIND_WORDS if k != kind])
 
             async def browse(kind=kind):

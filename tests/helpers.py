@@ -247,8 +247,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(runs: Path):
-    """Start ``streamlit run app.py`` on a free loopback port; return (process, base URL).
+def start_server(runs: Path, script: str = "app.py"):
+    """Start ``streamlit run SCRIPT`` on a free loopback port; return (process, base URL).
 
     Skips when Chromium or Playwright is missing; CI installs both.
     """
@@ -268,7 +268,7 @@ def start_server(runs: Path):
                 "-m",
                 "streamlit",
                 "run",
-                "app.py",
+                script,
                 f"--server.port={port}",  # the rest comes from .streamlit/config.toml
             ],
             cwd=ROOT,

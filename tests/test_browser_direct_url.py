@@ -20,3 +20,20 @@ def test_first_request_to_a_page_url_gets_the_app_navigation(page, tmp_path, bro
         assert_no_browser_exception(browser_page)
     finally:
         stop_server(proc)
+
+
+def test_an_unexpected_error_shows_no_details_to_the_browser(tmp_path, browser_page):
+    """A short message in the page; the traceback, the message and the paths stay on the
+    server's console (client.showErrorDetails in .streamlit/config.toml)."""
+    from tests.helpers import ROOT
+
+    proc, url = start_server(tmp_path, "tests/data/raises.py")
+    try:
+        browser_page.goto(url)
+        browser_page.get_by_test_id("stException").wait_for(timeout=60_000)
+        shown = browser_page.inner_text("body")
+        assert "Traceback" not in shown and "raises.py" not in shown and str(ROOT) not in shown
+        assert "only the server's console" not in shown and "RuntimeError" not in shown
+    finally:
+        stop_server(proc)
+    assert "only the server's console" in (tmp_path / "server.log").read_text()
