@@ -285,3 +285,29 @@ def test_teacher_forced_maps_follow_the_reference(tiny_model, home_translation):
     np.testing.assert_allclose(same.cross, home_translation[1].cross, atol=1e-5)
     with pytest.raises(TranslationError, match="reference is empty"):
         mp.teacher_forced_maps(tiny_model, "i'm home .", "  ")
+
+
+@pytest.mark.parametrize(
+    ("asked", "shown"),
+    [
+        (("encoder", 0, "rollout"), ("cross", 0, "mean")),  # the decoder has no rollout
+        (("cross", 9, "3"), ("cross", 1, "3")),  # the layer clamped to the model's
+        (("decoder_self", 1, "max"), ("decoder_self", 1, "max")),
+        (("cross", 0, "99"), ("cross", 0, "mean")),
+    ],
+)
+def test_decoder_view_is_the_nearest_decoder_view(home_translation, asked, shown):
+    _, maps = home_translation
+    assert mp.decoder_view(maps, *asked) == shown
+
+
+def test_head_row_and_short_titles(home_translation):
+    from core.attention.head_stats import head_row, head_table
+    from core.attention.kinds import short_title
+
+    _, maps = home_translation
+    table = head_table(maps, "cross")
+    chosen = table[(table["layer"] == 1) & (table["head"] == 2)]
+    assert len(chosen) == 1 and head_row(maps, "cross", 1, 2).equals(chosen.iloc[0])
+    titles = [short_title(k) for k in KINDS]
+    assert titles == ["Encoder self-attention", "Decoder self-attention", "Cross attention"]

@@ -195,6 +195,12 @@ def head_stats(
     return pd.DataFrame.from_records(records)
 
 
+def head_row(maps: SentenceMaps, kind: str, layer: int, head: int) -> pd.Series:
+    """The statistics and label of one head (a row of ``head_table``)."""
+    table = head_table(maps, kind)
+    return table[(table["layer"] == layer) & (table["head"] == head)].iloc[0]
+
+
 def head_table(maps: SentenceMaps, kind: str) -> pd.DataFrame:
     """Head statistics of one kind (entropy, diagonal, previous, <eos>, monotonicity, label)."""
     queries, keys = maps.tokens(kind)

@@ -43,6 +43,11 @@ def kind_labels(kind: str) -> tuple[str, str, str]:
     return KIND_LABELS[kind]
 
 
+def short_title(kind: str) -> str:
+    """The kind's title without its arrows: "Cross attention", "Encoder self-attention"."""
+    return kind_labels(kind)[0].split(" (")[0]
+
+
 def reading_hint(kind: str) -> str:
     """Return a sentence saying how to read a map: each row's query attends to the keys."""
     _, query_words, key_words = kind_labels(kind)

@@ -106,6 +106,14 @@ def blank_note(blank: dict[int, str], queries: Sequence[str], shown: np.ndarray)
     return "; ".join(parts)
 
 
+def decoder_view(maps: SentenceMaps, kind: str, layer: int, head: str) -> tuple[str, int, str]:
+    """(kind, layer, head) of the decoder closest to the one asked for: cross attention
+    for the encoder, the mean of the heads for one this kind lacks, the layer clamped."""
+    kind = kind if kind != "encoder" else "cross"
+    head = head if head in head_options(kind, maps.heads) else "mean"
+    return kind, min(layer, maps.layers(kind) - 1), head
+
+
 def select_view(
     maps: SentenceMaps, kind: str, layer: int, head: str | int, hide: bool = False
 ) -> View:

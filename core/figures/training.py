@@ -14,6 +14,7 @@ from plotly.colors import qualitative
 from core.figures.labels import plotly_text
 from core.runs.history import open_history
 
+LOG_SCALE = {"loss", "val_loss", "lr", "grad_norm"}  # metrics drawn on a log axis if asked
 METRICS: dict[str, tuple[str, str, str]] = {  # metric -> (record logging it, title, y axis)
     "loss": ("train", "training loss (cross-entropy)", "loss"),
     "val_loss": ("eval", "validation loss (cross-entropy)", "loss"),

@@ -76,8 +76,7 @@ def head_summary(maps: SentenceMaps, state: ViewState) -> None:
     if not state.head.isdigit():
         st.caption("Statistics are per head: pick a head number to see them.")
         return
-    table = head_stats.head_table(maps, state.kind)
-    row = table[(table["layer"] == state.layer) & (table["head"] == int(state.head))].iloc[0]
+    row = head_stats.head_row(maps, state.kind, state.layer, int(state.head))
     st.markdown(f"**{row['label']}**")
     lines = [
         f"entropy {row['entropy']:.2f} nats",

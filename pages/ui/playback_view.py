@@ -5,8 +5,8 @@ from __future__ import annotations
 import streamlit as st
 
 from core.attention.comparison import unknown_words
-from core.attention.kinds import kind_labels
-from core.attention.maps import export_name, head_options, playback_step, select_view
+from core.attention.kinds import short_title
+from core.attention.maps import decoder_view, export_name, playback_step, select_view
 from core.attention.view_state import ViewState
 from core.figures import attention as figs
 from core.model.decode import TranslationError
@@ -100,16 +100,14 @@ def forced_vs_free(page: SectionInputs) -> None:
     unknown = unknown_words(lm, reference)
     if unknown:
         st.caption(md("Not in the model's French vocabulary (fed as <unk>): " + ", ".join(unknown)))
-    kind = state.kind if state.kind != "encoder" else "cross"
-    head = state.head if state.head in head_options(kind, maps.heads) else "mean"
-    layer = min(state.layer, maps.layers(kind) - 1)
+    kind, layer, head = decoder_view(maps, state.kind, state.layer, state.head)
     left, right = st.columns(2)
     for col, m, what, name in (
         (left, maps, "free-running (the model's own output)", "free"),
         (right, forced, "teacher-forced (the reference)", "forced"),
     ):
         view = select_view(m, kind, layer, head, state.hide)
-        view.title = f"{kind_labels(kind)[0].split(' (')[0]}, {what}"
+        view.title = f"{short_title(kind)}, {what}"
         file = export_name(state.model, state.sentence, kind, layer, head, name)
         chart(figs.view_figure(view), f"compare_{name}", col, file)
     st.caption(

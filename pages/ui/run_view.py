@@ -6,7 +6,7 @@ import time
 
 import streamlit as st
 
-from core.figures.training import METRICS, curves_figure, legend_key_html
+from core.figures.training import LOG_SCALE, METRICS, curves_figure, legend_key_html
 from core.runs import catalogue as models
 from core.runs import jobs
 from core.runs import status as run_status
@@ -25,7 +25,6 @@ STATE_COLORS = {
     "diverged": "red",
     "unknown": "gray",
 }
-LOG_METRICS = {"loss", "val_loss", "lr", "grad_norm"}
 POLL_S = 5.0  # seconds between updates of a live run's state and progress bar
 CURVES_POLL_S = 10.0  # seconds between redraws of its curves (bench/watch_cost.py)
 TABLE_POLL_S = 10.0  # seconds between updates of the all-runs table while a run is live
@@ -196,7 +195,7 @@ def curve_figures(
             records,
             metric,
             smoothing,
-            log_y and metric in LOG_METRICS,
+            log_y and metric in LOG_SCALE,
             max_points=300,
             height=280,
             legend=False,
