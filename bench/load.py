@@ -25,54 +25,22 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import corpus_path  # noqa: E402
+from tests.helpers import start_server, stop_server  # noqa: E402  (the browser tests' server)
 
 SENTENCES = ["i'm home .", "he's calm .", "i lost .", "go .", "we are cold .", "she is here ."]
 CHROMIUM = "/usr/bin/chromium"
 TIMEOUT_MS = 120_000  # an interaction slower than this counts as an error
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(env: dict) -> tuple[subprocess.Popen, str]:
-    """``streamlit run app.py`` on a free loopback port (config from .streamlit/config.toml)."""
-    port = free_port()
-    log = open(Path(env["ATTENTION_STUDIO_RUNS"]) / "server.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", f"--server.port={port}"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(240):
-        try:
-            if urllib.request.urlopen(url + "/_stcore/health", timeout=1).read() == b"ok":
-                return proc, url
-        except OSError:
-            time.sleep(0.5)
-    raise SystemExit("the server did not start")
 
 
 def rss_mb(pid: int) -> float:
@@ -302,7 +270,7 @@ def main() -> int:
     run_id = jobs.start_run(
         "small", {"train": {"device": "cpu", "time_budget": 0, "max_steps": 10**6, "log_every": 10}}
     )
-    server, url = start_server(env)
+    server, url = start_server(tmp / "runs")
     memory = PeakMemory(server.pid)
     memory.start()
     try:
@@ -316,8 +284,7 @@ def main() -> int:
     finally:
         memory.done.set()
         jobs.stop_run(run_id, wait=30)
-        os.killpg(server.pid, 15)
-        server.wait(timeout=30)
+        stop_server(server)
     report(results, memory.peak, alone, loaded, args)
     return 0
 
