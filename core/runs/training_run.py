@@ -28,11 +28,12 @@ from core.corpus.bpe import checkpoint_entries, checkpoint_vocabs
 from core.corpus.config import DataConfig
 from core.corpus.source import DataError
 from core.corpus.splits import load_corpus, unk_warnings
-from core.model.checkpoints import portable_data_config, read_checkpoint, save_checkpoint
+from core.model.checkpoints import read_checkpoint
 from core.model.scores import usable_bleu
 from core.model.transformer import ModelConfig, Transformer
 from core.runs.locks import hold_run
 from core.runs.processes import identity
+from core.runs.recorder import RunRecorder
 from core.runs.run_dir import RunDir, RunError, read_json
 from core.training import distributed
 from core.training.config import RESUME_CHANGES, TrainConfig
@@ -45,104 +46,11 @@ from core.training.devices import (
     resolve_device,
 )
 from core.training.distributed import World
-from core.training.loop import Trainer, TrainState, rng_state
+from core.training.loop import Trainer, TrainState
 from core.training.settings import DERIVED, config_problems, settings_from_args
 
 EARLY_STOP = "Stopped before training began."  # status message of a stop while loading
 DIVERGED_EXIT = 3  # exit code of a run that diverged (2: bad settings or data)
-
-
-class RunRecorder:
-    """Connects a Trainer to a RunDir: metrics, status, checkpoints, snapshots, stop."""
-
-    def __init__(self, rd: RunDir, trainer: Trainer, configs: dict, bar=None):
-        self.rd, self.trainer, self.configs, self.bar = rd, trainer, configs, bar
-        path = trainer.corpus.summary.get("path")
-        self.data_config = portable_data_config(configs["data"], path)  # no machine path
-        self.saved_step: int | None = None  # step of the last.pt on disk (None: none yet)
-        trainer.on("step", self.on_step)
-        trainer.on("eval", self.on_eval)
-        trainer.on("end", self.on_end)
-
-    def eta(self) -> float | None:
-        """Seconds left, extrapolated from progress so far."""
-        p, t = self.trainer.progress(), self.trainer.state.elapsed
-        return t * (1 - p) / p if p > 0 else None
-
-    def on_step(self, trainer: Trainer, info: dict) -> None:
-        """Record training metrics, refresh the status, honour a stop file."""
-        self.rd.append_metrics({"record": "train", **info})
-        self.rd.write_status(
-            state="running",
-            message="",
-            step=info["step"],
-            progress=info["progress"],
-            eta_s=self.eta(),
-            epoch=info["epoch"],
-        )
-        if self.rd.stop_requested():
-            trainer.stop_asked = True
-        if self.bar is not None:
-            self.bar.n = info["step"]
-            self.bar.set_postfix(loss=f"{info['loss']:.3f}")
-
-    def save(self, path: Path, with_optimizer: bool) -> None:
-        """Write a checkpoint with configs, vocabularies and (optionally) optimiser state.
-
-        With the optimiser go the random streams, so a resumed run draws what this one would.
-        """
-        t = self.trainer
-        rng = rng_state()
-        if t.world.distributed:  # each process's streams, for a resume with as many
-            rng["ranks"] = t.rank_rngs
-        extra = {"optimizer": t.optimizer.state_dict(), "rng": rng} if with_optimizer else {}
-        save_checkpoint(
-            path,
-            t.model,
-            t.corpus.src_vocab,
-            t.corpus.tgt_vocab,
-            train_config=self.configs["train"],
-            data_config=self.data_config,
-            state=asdict(t.state),
-            run=self.rd.name,
-            **extra,
-        )
-        if path == self.rd.last:
-            self.saved_step = t.state.step
-
-    def on_eval(self, trainer: Trainer, info: dict) -> None:
-        """Record validation metrics, save checkpoints and the probes' attention maps."""
-        record = {"record": "eval", **info, "elapsed": trainer.state.elapsed}
-        self.rd.append_metrics(record)
-        # best.pt and the snapshot before last.pt: a resume from last.pt redoes what follows it
-        if info.get("is_best"):
-            self.save(self.rd.best, with_optimizer=False)
-        self.rd.save_snapshot(trainer.state.step, trainer.probe_maps())
-        self.save(self.rd.last, with_optimizer=True)
-        self.rd.write_status(best_bleu=trainer.state.best_bleu, last_eval=info["step"])
-        if self.rd.stop_requested():
-            trainer.stop_asked = True
-
-    def on_end(self, trainer: Trainer, info: dict) -> None:
-        """Save the last checkpoint (never after divergence) and the final state."""
-        message = ""
-        if info["outcome"] == "diverged":
-            message = divergence_message(info, self.saved_step)
-        else:
-            self.save(self.rd.last, with_optimizer=True)
-        self.rd.stop_file.unlink(missing_ok=True)
-        if self.bar is not None:
-            self.bar.n = info["step"]
-            self.bar.refresh()
-        self.rd.write_status(
-            state=info["outcome"],
-            step=info["step"],
-            progress=trainer.progress(),
-            eta_s=0.0,
-            finished_at=time.time(),
-            message=message,
-            diverged_at=info.get("diverged_at"),
-        )
 
 
 class StoppedEarly(Exception):  # noqa: N818 - a stop, not an error
@@ -152,22 +60,6 @@ class StoppedEarly(Exception):  # noqa: N818 - a stop, not an error
 def _stop_now(*_) -> None:
     """SIGTERM before training: interrupt whatever is loading (nothing learned, nothing lost)."""
     raise StoppedEarly
-
-
-def divergence_message(info: dict, saved_step: int | None) -> str:
-    """What happened when training diverged, what is kept and what to do, in one line."""
-    head = (
-        f"Training diverged at step {info['diverged_at']}: the {info['diverged']} became NaN/inf."
-    )
-    if saved_step is None:
-        return (
-            f"{head} No checkpoint was saved before it; lower lr or raise warmup_steps "
-            "and start again."
-        )
-    return (
-        f"{head} The last finite checkpoint (step {saved_step}) is kept; lower lr or raise "
-        "warmup_steps, then resume or start again."
-    )
 
 
 def status_writer(rd: RunDir, world: World):
