@@ -158,9 +158,26 @@ def fake_agent(run_path):
 
 
 def gone(pid: int) -> bool:
-    """True once ``pid`` has exited (a zombie waiting for its reaper counts as exited)."""
+    """True once ``pid`` has exited, every thread of it (a zombie waiting for its reaper counts
+    as exited). A killed process's main thread can be a zombie while its other threads (Gloo's)
+    still exit, and its files (the run's trainer lock) are closed only after the last one."""
+    from pathlib import Path
+
     fields = processes._stat_fields(pid)
-    return fields is None or fields[0] in ("Z", "X")
+    if fields is None or fields[0] not in ("Z", "X"):
+        return fields is None
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return True
+    for task in tasks:
+        try:
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            return False
+    return True
 
 
 def test_a_torchrun_agent_is_the_trainer_and_sigkill_reaches_its_workers(jobs_env, make_run):
