@@ -25,6 +25,9 @@ UPLOADS = ".uploads"  # staged uploads, under the runs root
 ABLATION = ".ablation"  # cached head-importance results (core.ablate), under the runs root
 
 
+ATTRIBUTION = ".attribution"  # cached faithfulness tables (core.attribute), under the runs root
+
+
 CACHE_ENV = "ATTENTION_STUDIO_CACHE"  # where the downloaded corpus is kept (default ~/.cache)
 
 
@@ -61,6 +64,11 @@ def uploads_root() -> Path:
 def ablation_root() -> Path:
     """Folder of cached head-importance results (<runs root>/.ablation; not created)."""
     return runs_root() / ABLATION
+
+
+def attribution_root() -> Path:
+    """Folder of cached attribution faithfulness tables (<runs root>/.attribution)."""
+    return runs_root() / ATTRIBUTION
 
 
 def corpus_folders() -> list[Path]:

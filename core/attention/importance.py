@@ -276,41 +276,61 @@ def head_importance(
 # ----------------------------------------------------------------------------- disk cache
 
 
-def importance_key(checkpoint, cfg: DataConfig, sentences: int) -> str:
-    """Cache key: checkpoint content, data settings, corpus file and sample size."""
+def sample_key(checkpoint, cfg: DataConfig, sentences: int, **facts) -> str:
+    """Cache key of a result on a validation sample: checkpoint content, data settings,
+    corpus file, sample size and the result's own ``facts`` (its version, its options)."""
     corpus = fra_eng_copy() if cfg.source == "fra-eng" else Path(cfg.source)
     facts = {
-        "version": CACHE_VERSION,
         "checkpoint": file_sha1(checkpoint),
         "data": asdict(cfg) | {"source": "fra-eng" if cfg.source == "fra-eng" else ""},
         "corpus": file_sha1(corpus) if corpus else "",
         "sentences": int(sentences),
         "max_len": MAX_LEN,
+        **facts,
     }
     return hashlib.sha1(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
 
+def importance_key(checkpoint, cfg: DataConfig, sentences: int) -> str:
+    """Cache key of head importance: checkpoint, data settings, corpus and sample size."""
+    return sample_key(checkpoint, cfg, sentences, version=CACHE_VERSION)
+
+
+def read_cached(folder: Path, key: str) -> dict | None:
+    """The JSON object stored under ``key`` in ``folder``, or None (missing or unreadable)."""
+    try:
+        data = json.loads((folder / f"{key}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_cached(folder: Path, key: str, data: dict) -> None:
+    """Store a JSON object under ``key`` (temporary file, then rename); failures are ignored."""
+    path = folder / f"{key}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # the cache only saves time
+
+
 def cached_importance(key: str) -> HeadImportance | None:
     """A result stored under ``key``, or None (missing or unreadable)."""
+    data = read_cached(ablation_root(), key)
     try:
-        data = json.loads((ablation_root() / f"{key}.json").read_text(encoding="utf-8"))
         result = HeadImportance(**{**data, "cached": True})
         result.frame(), result.agreement(), result.order()  # readable as a whole
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError):
         return None
     return result
 
 
 def store_importance(key: str, result: HeadImportance) -> None:
-    """Write a result under ``key`` (temporary file, then rename); a failure is ignored."""
-    path = ablation_root() / f"{key}.json"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(asdict(result) | {"cached": False}), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        pass  # the cache only saves time
+    """Write a result under ``key``; a failure is ignored (the cache only saves time)."""
+    write_cached(ablation_root(), key, asdict(result) | {"cached": False})
 
 
 def importance_for(

@@ -53,6 +53,8 @@ class Translation:
     attention: AttentionMaps  # batch dim removed: (L, H, S, S), (L, H, T, T), (L, H, T, S)
     warnings: list[str] = field(default_factory=list)
     words: list[str] = field(default_factory=list)  # the output as words (pieces joined)
+    src_ids: list[int] = field(default_factory=list)  # the ids the encoder read (<eos> included)
+    out_ids: list[int] = field(default_factory=list)  # the ids of output_tokens
 
     @property
     def text(self) -> str:
@@ -249,6 +251,8 @@ def translate(
         _squeeze(maps),
         warnings,
         tgt_vocab.words(tokens),
+        list(ids),
+        list(out_ids),
     )
 
 

@@ -1,0 +1,110 @@
+"""A translation explained: one method's contributions with the tokens of each axis.
+
+``explain`` runs a method on the sentence exactly as the decoder produced it (the ids of a
+``Translation``); ``in_words`` merges a BPE model's pieces back into words the way
+``core.attention.word_maps`` merges attention: a word's row is the mean of its pieces' rows,
+a word's column the sum of its pieces' columns (rows still sum to 1).
+
+Shape key: S source tokens, T output tokens; S', T' after merging into words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from core.attention.word_maps import merge_weights
+from core.attribution.methods import MEAN, Attribution, AttributionError, attribute
+from core.corpus.bpe import PREFIX, join_pieces
+from core.model.checkpoints import LoadedModel
+from core.model.decode import Translation
+
+SHARE_FLAG = 0.5  # an output token taking less than this from the source is flagged
+
+
+@dataclass
+class Explained:
+    """One method's contributions for one translation, with the tokens of its axes."""
+
+    attribution: Attribution
+    source: list[str]  # S source tokens (<eos> included)
+    prefix: list[str]  # T decoder inputs: <bos> + output[:-1]
+    output: list[str]  # T output tokens
+
+    @property
+    def contributions(self) -> np.ndarray:
+        """(T, S + T) rows over [source ; prefix], non-negative, each summing to 1."""
+        return self.attribution.contributions
+
+    @property
+    def source_share(self) -> np.ndarray:
+        """(T,) the part of each output token's contributions that comes from the source."""
+        return self.attribution.source_share
+
+    def flagged(self) -> list[bool]:
+        """Output tokens drawn mostly from the target prefix (Dale et al. 2023's signal)."""
+        return [bool(s < SHARE_FLAG) for s in self.source_share]
+
+    def to_json(self) -> dict:
+        """The command's JSON object (plain lists and numbers)."""
+        a = self.attribution
+        out = {
+            "method": a.method,
+            "source": self.source,
+            "prefix": self.prefix,
+            "output": self.output,
+            "contributions": np.round(self.contributions.astype(float), 6).tolist(),
+            "source_share": np.round(self.source_share.astype(float), 6).tolist(),
+        }
+        if a.raw is not None:
+            out["raw"] = np.round(a.raw.astype(float), 6).tolist()
+        if a.method == "attention":
+            out |= {"layer": a.layer, "head": a.head}
+        if a.completeness is not None:
+            out["completeness_error"] = round(a.completeness, 6)
+        return out | {"seconds": round(a.seconds, 4)}
+
+    def frame(self) -> pd.DataFrame:
+        """One row per output token: its source share, then a column per source/prefix token."""
+        columns = [f"source {i}: {w}" for i, w in enumerate(self.source)]
+        columns += [f"prefix {i}: {w}" for i, w in enumerate(self.prefix)]
+        table = pd.DataFrame(self.contributions, columns=columns)
+        table.insert(0, "source share", self.source_share)
+        table.insert(0, "output", self.output)
+        return table
+
+
+def explain(
+    lm: LoadedModel, t: Translation, method: str, layer: int | None = None, head: str = MEAN
+) -> Explained:
+    """Run ``method`` on a translation (its own ids: what the decoder produced)."""
+    if not t.out_ids or not t.src_ids:
+        raise AttributionError("nothing to explain: the translation is empty")
+    a = attribute(lm.model, t.src_ids, t.out_ids, method, layer, head)
+    return Explained(a, list(t.src_tokens), list(t.decoder_inputs), list(t.output_tokens))
+
+
+def _merge(block: np.ndarray | None, rows: list[str], cols: list[str]):
+    """A (T, N) block of rows over the ``cols`` tokens, merged into words (None stays)."""
+    return None if block is None else merge_weights(block, rows, cols)
+
+
+def in_words(e: Explained) -> Explained:
+    """The explanation with a BPE model's pieces merged into words (unchanged without)."""
+    tokens = (*e.source, *e.output)
+    if not any(t.startswith(PREFIX) and len(t) > len(PREFIX) for t in tokens):
+        return e
+    a, S = e.attribution, e.attribution.source_length
+    parts = []
+    for matrix in (a.contributions, a.raw):
+        if matrix is None:
+            parts.append(None)
+            continue
+        src = _merge(matrix[:, :S], e.output, e.source)  # (T', S')
+        pre = _merge(matrix[:, S:], e.output, e.prefix)  # (T', T')
+        parts.append(np.concatenate([src, pre], axis=1))
+    source = join_pieces(e.source)
+    merged = replace(a, contributions=parts[0], raw=parts[1], source_length=len(source))
+    return Explained(merged, source, join_pieces(e.prefix), join_pieces(e.output))

@@ -1,0 +1,288 @@
+"""Faithfulness: does a method's ranking of source words match what removing them does?
+
+On N validation sentences, each translated by the model itself (greedy), every source word
+is occluded in turn (each of its pieces replaced by <unk>) and the change in the
+log-probability of every output token is recorded: the occlusion effect (T, W). For each
+method, its source part merged into words (T, W) is compared with it:
+
+- Spearman's rho per output token (tokens whose scores or effects are all equal are left
+  out), averaged per sentence; the mean over sentences with a 95% interval
+  (mean +- 1.96 sd / sqrt(n), the normal approximation over sentences);
+- a deletion curve: the drop of log p(y_t) when the method's top-k words for y_t are
+  occluded together, k = 1, 2, 3, averaged over output tokens with at least k words.
+
+A ``random`` ranking (seeded) is the baseline: its expected rho is 0. Results are cached on
+disk per checkpoint, data settings, sample size and methods, like head importance.
+
+Shape key: S source tokens (pieces, <eos> included), T output tokens, W source words
+(<eos> not counted), N copies in one batch, K deletion sizes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from core.attention.head_stats import spearman
+from core.attention.importance import (
+    Progress,
+    Sample,
+    read_cached,
+    sample_key,
+    validation_sample,
+    write_cached,
+)
+from core.attribution.methods import METHOD_NAMES, METHODS, Attribution, attribute
+from core.attribution.passes import run_pass
+from core.corpus.bpe import word_spans
+from core.corpus.source import DataError
+from core.corpus.vocab import Vocab
+from core.model.checkpoints import LoadedModel, trained_data
+from core.model.decode import MAX_LEN, greedy_decode
+from core.model.transformer import Transformer, evaluating
+from core.places import attribution_root
+
+SENTENCES = 200  # validation sentences of the faithfulness sample (the first N)
+DELETION_K = (1, 2, 3)  # how many top words the deletion curve removes
+DEFAULT_METHODS = tuple(m for m in METHODS if m != "integrated-gradients")  # the slow one out
+RANDOM = "random"  # the baseline ranking
+CACHE_VERSION = 1
+DECODE_BATCH = 128  # sentences translated together
+
+ProgressFn = Callable[[float, str], None]
+
+
+@dataclass
+class Case:
+    """One sentence of the sample with the model's own translation."""
+
+    src_ids: list[int]  # S ids, <eos> included
+    out_ids: list[int]  # T ids, <eos> included if reached
+    spans: list[tuple[int, int]]  # W [start, end) source word spans (pieces), <eos> left out
+
+
+def source_words(lm: LoadedModel, words: Sequence[str]) -> list[tuple[int, int]]:
+    """[start, end) of each source word among the pieces the model reads."""
+    pieces, _ = lm.src_vocab.segment(list(words))
+    return word_spans(pieces)
+
+
+def translate_sample(lm: LoadedModel, sample: Sample) -> list[Case]:
+    """Greedy translations of every sample sentence (batched), as Cases."""
+    model, cases = lm.model, []
+    device = next(model.parameters()).device
+    max_len = min(MAX_LEN, model.cfg.max_positions - 1)
+    for start in range(0, len(sample.src_ids), DECODE_BATCH):
+        rows = sample.src_ids[start : start + DECODE_BATCH]
+        src = torch.nn.utils.rnn.pad_sequence(
+            [torch.as_tensor(r) for r in rows], batch_first=True, padding_value=Vocab.pad_id
+        ).to(device)  # (B, S)
+        out, _, _ = greedy_decode(model, src, max_len)  # (B, T)
+        for i, ids in enumerate(out.tolist()):
+            ids = ids[: ids.index(Vocab.eos_id) + 1] if Vocab.eos_id in ids else ids
+            words = sample.sources[start + i]
+            cases.append(Case(list(map(int, rows[i])), ids, source_words(lm, words)))
+    return cases
+
+
+def occluded(src_ids: list[int], spans, chosen: Sequence[int]) -> list[int]:
+    """The source with the pieces of the ``chosen`` words replaced by <unk>."""
+    ids = list(src_ids)
+    for w in chosen:
+        a, b = spans[w]
+        ids[a:b] = [Vocab.unk_id] * (b - a)
+    return ids
+
+
+@torch.no_grad()
+def output_logp(model: Transformer, sources: list[list[int]], out_ids: list[int]) -> torch.Tensor:
+    """log p(y_t) of one output after each of N equally long sources: (N, T)."""
+    device = next(model.parameters()).device
+    src = torch.tensor(sources, device=device)  # (N, S)
+    out = torch.tensor(out_ids, device=device)  # (T,)
+    tgt_in = torch.cat([out.new_tensor([Vocab.bos_id]), out[:-1]]).expand(len(sources), -1)
+    logits, _ = model(src, tgt_in)  # (N, T, V)
+    logp = logits.float().log_softmax(-1)
+    return logp.gather(-1, out.expand(len(sources), -1)[..., None])[..., 0].cpu()  # (N, T)
+
+
+def word_scores(a: Attribution, spans) -> np.ndarray:
+    """A method's source part summed over each word's pieces: (T, W)."""
+    return np.stack([a.source[:, s:e].sum(1) for s, e in spans], axis=1)
+
+
+def deletion_sources(case: Case, scores: np.ndarray, ks=DELETION_K) -> list[list[int]]:
+    """For each output token t and k: the source without its top-k words by ``scores``."""
+    order = np.argsort(-scores, axis=1, kind="stable")  # (T, W)
+    return [
+        occluded(case.src_ids, case.spans, order[t, :k]) for t in range(len(scores)) for k in ks
+    ]
+
+
+def row_spearman(scores: np.ndarray, effects: np.ndarray) -> float:
+    """Mean Spearman rho over output tokens with varying scores and effects (nan if none)."""
+    rhos = [
+        spearman(s, e)
+        for s, e in zip(scores, effects)
+        if len(s) > 1 and np.ptp(s) > 0 and np.ptp(e) > 0
+    ]
+    rhos = [r for r in rhos if not np.isnan(r)]
+    return float(np.mean(rhos)) if rhos else float("nan")
+
+
+ROWS_PER_PASS = 128  # occluded copies per teacher-forced pass
+
+
+def logp_rows(model: Transformer, sources: list[list[int]], out_ids: list[int]) -> torch.Tensor:
+    """``output_logp`` in passes of at most ROWS_PER_PASS copies: (N, T)."""
+    parts = [
+        output_logp(model, sources[i : i + ROWS_PER_PASS], out_ids)
+        for i in range(0, len(sources), ROWS_PER_PASS)
+    ]
+    return torch.cat(parts)
+
+
+def rankings(model, case: Case, methods, rng, clock: dict) -> dict[str, np.ndarray]:
+    """Each method's word scores (T, W) for one case, and the random baseline's."""
+    p = run_pass(model, case.src_ids, case.out_ids)
+    out = {}
+    for m in methods:
+        start = time.perf_counter()
+        out[m] = word_scores(attribute(model, case.src_ids, case.out_ids, m, p=p), case.spans)
+        clock[m] = clock.get(m, 0.0) + time.perf_counter() - start
+    out[RANDOM] = rng.random((len(case.out_ids), len(case.spans)))  # (T, W)
+    return out
+
+
+def measure_case(model, case: Case, methods, rng, clock: dict) -> dict[str, tuple]:
+    """method -> (rho of the sentence, [drops of its output tokens for each k <= W])."""
+    T, W = len(case.out_ids), len(case.spans)
+    ks = [k for k in DELETION_K if k <= W]
+    ranked = rankings(model, case, methods, rng, clock)
+    singles = [occluded(case.src_ids, case.spans, [w]) for w in range(W)]
+    deletions = [deletion_sources(case, scores, ks) for scores in ranked.values()]
+    sources = [case.src_ids, *singles, *(s for block in deletions for s in block)]
+    logp = logp_rows(model, sources, case.out_ids).numpy()  # (1 + W + M T K, T)
+    effects = (logp[0] - logp[1 : 1 + W]).T  # (T, W) how much each word's absence costs y_t
+    removed = logp[1 + W :].reshape(len(ranked), T, len(ks), T)  # (M, T, K, T)
+    steps = np.arange(T)
+    drops = logp[0][None, :, None] - removed[:, steps, :, steps].transpose(1, 0, 2)  # (M, T, K)
+    return {
+        m: (row_spearman(ranked[m], effects), [drops[i, :, j].tolist() for j in range(len(ks))])
+        for i, m in enumerate(ranked)
+    }
+
+
+@dataclass
+class Faithfulness:
+    """Each method's agreement with occlusion on a validation sample, best first."""
+
+    methods: list[dict]  # method, name, spearman, spearman_ci95, deletion, sentences, seconds
+    sentences: int  # sentences in the sample
+    tokens: int  # output tokens explained
+    seconds: float = 0.0
+    cached: bool = False
+
+    def row(self, method: str) -> dict:
+        """The row of one method (KeyError if it was not measured)."""
+        for r in self.methods:
+            if r["method"] == method:
+                return r
+        raise KeyError(method)
+
+
+def summary(method: str, rhos: list[float], drops: list[list[float]], seconds: float) -> dict:
+    """One method's row: mean rho with its 95% interval, mean drop at each k."""
+    rhos = [r for r in rhos if not np.isnan(r)]
+    mean = float(np.mean(rhos)) if rhos else None
+    half = 1.96 * float(np.std(rhos, ddof=1)) / np.sqrt(len(rhos)) if len(rhos) > 1 else None
+    return {
+        "method": method,
+        "name": METHOD_NAMES.get(method, "Random ranking (baseline)"),
+        "spearman": mean,
+        "spearman_ci95": None if half is None else [mean - half, mean + half],
+        "deletion": [float(np.mean(d)) if d else None for d in drops],
+        "sentences": len(rhos),
+        "seconds": seconds,
+    }
+
+
+def faithfulness(
+    lm: LoadedModel,
+    sample: Sample,
+    methods: Sequence[str] = DEFAULT_METHODS,
+    progress: ProgressFn | None = None,
+    seed: int = 0,
+) -> Faithfulness:
+    """Measure every method (and the random baseline) against occlusion on the sample."""
+    start, clock = time.perf_counter(), {}
+    rng = np.random.default_rng(seed)
+    rhos = {m: [] for m in (*methods, RANDOM)}
+    drops = {m: [[] for _ in DELETION_K] for m in rhos}
+    work = Progress(progress, len(sample.sources) + 1)
+    with evaluating(lm.model):
+        cases = translate_sample(lm, sample)
+        work.advance(1, "translating the sample")
+        tokens = 0
+        for i, case in enumerate(cases):
+            if case.spans and case.out_ids:
+                tokens += len(case.out_ids)
+                for m, (rho, by_k) in measure_case(lm.model, case, methods, rng, clock).items():
+                    rhos[m].append(rho)
+                    for k, values in enumerate(by_k):
+                        drops[m][k].extend(values)
+            work.advance(1, f"sentence {i + 1} of {len(cases)}")
+    rows = [summary(m, rhos[m], drops[m], clock.get(m, 0.0)) for m in rhos]
+    rows.sort(key=lambda r: -np.inf if r["spearman"] is None else r["spearman"], reverse=True)
+    return Faithfulness(rows, len(cases), tokens, time.perf_counter() - start)
+
+
+def faithfulness_key(checkpoint, cfg, sentences: int, methods: Sequence[str]) -> str:
+    """Cache key: the sample's facts and the methods measured."""
+    return sample_key(checkpoint, cfg, sentences, version=CACHE_VERSION, methods=sorted(methods))
+
+
+def cached_faithfulness(key: str) -> Faithfulness | None:
+    """A result stored under ``key``, or None."""
+    data = read_cached(attribution_root(), key)
+    try:
+        result = Faithfulness(**{**data, "cached": True})
+        [result.row(r["method"]) for r in result.methods]
+    except (TypeError, KeyError):
+        return None
+    return result
+
+
+def faithfulness_for(
+    lm: LoadedModel,
+    checkpoint,
+    sentences: int = SENTENCES,
+    methods: Sequence[str] = DEFAULT_METHODS,
+    source: str | None = None,
+    progress: ProgressFn | None = None,
+    refresh: bool = False,
+) -> Faithfulness:
+    """Faithfulness of the methods on a checkpoint's validation sample, cached on disk."""
+    cfg = trained_data(lm.meta, source)
+    key = faithfulness_key(checkpoint, cfg, sentences, methods)
+    if not refresh and (hit := cached_faithfulness(key)) is not None:
+        return hit
+    if progress:
+        progress(0.0, "rebuilding the validation split")
+    result = faithfulness(lm, validation_sample(lm, cfg, sentences), methods, progress)
+    write_cached(attribution_root(), key, asdict(result) | {"cached": False})
+    return result
+
+
+def lookup_faithfulness(checkpoint, meta, sentences=SENTENCES, methods=DEFAULT_METHODS):
+    """A cached result for this checkpoint, sample size and methods, or None (never computes)."""
+    try:
+        return cached_faithfulness(
+            faithfulness_key(checkpoint, trained_data(meta), sentences, methods)
+        )
+    except DataError:  # the corpus is not here: nothing can be cached for it
+        return None

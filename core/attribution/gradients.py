@@ -1,0 +1,89 @@
+"""Gradient x input and integrated gradients at the token embeddings, through captum.
+
+The explained quantity is the log-probability of each output token y_t given the source and
+the prefix, log p(y_t | x, y_<t), as a function of the token embeddings e (the embedding
+rows, before the sqrt(D) scale; the positional encoding is part of the function). A token's
+score is the sum over the embedding dimensions of captum's attribution. For output token t
+the batch holds one copy of the sentence and captum's ``target`` picks position t.
+
+Integrated gradients (Sundararajan et al. 2017) integrates from an all-zero embedding
+baseline (positions kept); completeness says the scores of a row sum to
+log p(y_t) - log p_baseline(y_t), and ``Gradients.completeness`` reports how far they are.
+
+Shape key: S source tokens, T output tokens, D model width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from captum.attr import InputXGradient, IntegratedGradients
+
+from core.attribution.passes import Pass, embed_source, embed_target, forward_from_embeddings
+
+IG_STEPS = 32  # integration points of integrated gradients (Gauss-Legendre)
+IG_BATCH = 512  # sentence copies per forward/backward pass of integrated gradients
+
+
+@dataclass
+class Gradients:
+    """Signed scores of one sentence: row t over [source ; prefix]."""
+
+    scores: torch.Tensor  # (T, S + T) signed: sum over D of the attribution
+    completeness: float | None = None  # integrated gradients: sum |delta_t| / sum |change_t|
+
+
+def _forward(model, p: Pass):
+    """The function captum explains: embeddings (B, S, D), (B, T, D) -> (B, T) log p(y_t)."""
+
+    def log_probs(src_emb: torch.Tensor, tgt_emb: torch.Tensor) -> torch.Tensor:
+        logp = forward_from_embeddings(model, src_emb, tgt_emb, p.src_mask, p.tgt_mask)
+        index = p.out_ids.expand(logp.size(0), -1)[..., None]  # (B, T, 1)
+        return logp.gather(-1, index)[..., 0]  # (B, T)
+
+    return log_probs
+
+
+def _inputs(model, p: Pass) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sentence's embeddings, one copy per output token: (T, S, D), (T, T, D)."""
+    T = p.output_length
+    with torch.no_grad():
+        src = embed_source(model, p.src).expand(T, -1, -1).clone()  # (T, S, D)
+        tgt = embed_target(model, p.tgt_in).expand(T, -1, -1).clone()  # (T, T, D)
+    return src.requires_grad_(), tgt.requires_grad_()
+
+
+def _scores(parts) -> torch.Tensor:
+    """captum's attributions (T, S, D), (T, T, D) -> (T, S + T) per-token scores."""
+    return torch.cat([a.sum(-1) for a in parts], dim=1).detach().float()
+
+
+def grad_input(model, p: Pass) -> Gradients:
+    """Gradient x input of every output token's log-probability."""
+    explainer = InputXGradient(_forward(model, p))
+    with torch.enable_grad():
+        parts = explainer.attribute(_inputs(model, p), target=list(range(p.output_length)))
+    return Gradients(_scores(parts))
+
+
+def integrated_gradients(model, p: Pass, steps: int = IG_STEPS) -> Gradients:
+    """Integrated gradients from zero embeddings, with the completeness error."""
+    log_probs = _forward(model, p)
+    explainer = IntegratedGradients(log_probs)
+    inputs = _inputs(model, p)
+    T = p.output_length
+    with torch.enable_grad():
+        parts, delta = explainer.attribute(
+            inputs,
+            baselines=tuple(torch.zeros_like(x) for x in inputs),
+            target=list(range(T)),
+            n_steps=steps,
+            internal_batch_size=max(IG_BATCH, T),
+            return_convergence_delta=True,
+        )
+    with torch.no_grad():
+        zero = log_probs(*(torch.zeros_like(x[:1]) for x in inputs))[0]  # (T,)
+        change = (p.logp - zero).abs().sum()
+    error = float(delta.abs().sum() / change.clamp(min=1e-12))
+    return Gradients(_scores(parts), error)

@@ -1,0 +1,171 @@
+"""Attribution methods: for each output token, one contribution vector over [source ; prefix].
+
+``attribute(model, src_ids, out_ids, method)`` explains the model's log-probability of each
+output token y_t. Row t of the result covers the S source tokens (the encoder's input,
+<eos> included) and then the T decoder inputs (<bos>, y_1 .. y_{T-1}); only <bos> ..
+y_{t-1} can matter to row t. Every method's rows are non-negative and sum to 1; the
+gradient methods normalise absolute values and keep their signed scores in ``raw``.
+
+Methods (``METHODS``):
+- ``attention``: one layer's cross-attention (one head or the heads' mean); no prefix part;
+- ``rollout``: attention rollout through encoder, decoder and cross attention;
+- ``norm``: rollout of norm-based contributions ||a f(x)|| (Kobayashi et al. 2020);
+- ``alti``: ALTI+ (Ferrando et al. 2022), exact for post-LN (``core.attribution.terms``);
+- ``value-zeroing``: Mohebbi et al. 2023, rolled out the same way;
+- ``grad-input``, ``integrated-gradients``: at the embeddings, through captum.
+
+Shape key: S source tokens, T output tokens, L layers, H heads.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from core.attribution.compose import DecoderStep, compose, normalised
+from core.attribution.gradients import grad_input, integrated_gradients
+from core.attribution.mixing import MIXING_METHODS, cross_mixing, self_mixing
+from core.attribution.passes import Pass, run_pass
+from core.attribution.terms import sublayer_terms
+from core.attribution.value_zeroing import value_zeroing_steps
+from core.model.transformer import Transformer, evaluating
+
+METHODS = (
+    "attention",
+    "rollout",
+    "norm",
+    "alti",
+    "value-zeroing",
+    "grad-input",
+    "integrated-gradients",
+)
+METHOD_NAMES = {
+    "attention": "Raw cross-attention",
+    "rollout": "Attention rollout",
+    "norm": "Norm-based",
+    "alti": "ALTI+",
+    "value-zeroing": "Value zeroing",
+    "grad-input": "Gradient × input",
+    "integrated-gradients": "Integrated gradients",
+}
+GRADIENT_METHODS = ("grad-input", "integrated-gradients")
+MEAN = "mean"  # the ``head`` of the attention method that averages the layer's heads
+
+
+class AttributionError(ValueError):
+    """An attribution cannot be computed as asked; the message says why."""
+
+
+@dataclass
+class Attribution:
+    """What each source and prefix token contributes to each output token of one sentence."""
+
+    method: str
+    contributions: np.ndarray  # (T, S + T) non-negative, rows sum to 1
+    source_length: int  # S: the first S columns are source tokens, the rest the prefix
+    raw: np.ndarray | None = None  # (T, S + T) signed scores (gradient methods)
+    layer: int | None = None  # the attention method's layer
+    head: str | None = None  # the attention method's head ("mean" or a number)
+    completeness: float | None = None  # integrated gradients' relative completeness error
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def source_share(self) -> np.ndarray:
+        """(T,) the share of each output token's contributions that comes from the source."""
+        return self.contributions[:, : self.source_length].sum(1)
+
+    @property
+    def source(self) -> np.ndarray:
+        """(T, S) the source part of the contributions."""
+        return self.contributions[:, : self.source_length]
+
+    @property
+    def prefix(self) -> np.ndarray:
+        """(T, T) the target-prefix part of the contributions."""
+        return self.contributions[:, self.source_length :]
+
+
+def mixing_contributions(model: Transformer, p: Pass, method: str) -> torch.Tensor:
+    """Rollout, norm-based or ALTI+ contributions of a recorded pass: (T, S + T)."""
+    encoder = [
+        self_mixing(method, sublayer_terms(layer.addnorm1, layer.attention, x, None, p.src_mask))
+        for layer, x in zip(model.encoder.layers, p.encoder_inputs)
+    ]
+    decoder = []
+    for layer, x, h in zip(model.decoder.layers, p.self_inputs, p.cross_inputs):
+        own = sublayer_terms(layer.addnorm1, layer.self_attention, x, None, p.tgt_mask)
+        decoder.append(DecoderStep(self_mixing(method, own)))
+        cross = sublayer_terms(layer.addnorm2, layer.cross_attention, h, p.memory, p.src_mask)
+        decoder.append(cross_mixing(method, cross))
+    return compose(encoder, decoder)
+
+
+def attention_contributions(model, p: Pass, layer: int, head: str) -> torch.Tensor:
+    """One layer's cross-attention, a head or the heads' mean, as (T, S + T) rows."""
+    L, H = model.cfg.num_decoder_layers, model.cfg.num_heads
+    if not 0 <= layer < L:
+        raise AttributionError(f"layer must be 0..{L - 1} (got {layer})")
+    if head != MEAN and not (str(head).isdigit() and int(head) < H):
+        raise AttributionError(f"head must be 0..{H - 1} or {MEAN!r} (got {head!r})")
+    dec = model.decoder.layers[layer]
+    t = sublayer_terms(
+        dec.addnorm2, dec.cross_attention, p.cross_inputs[layer], p.memory, p.src_mask
+    )
+    weights = t.weights.mean(0) if head == MEAN else t.weights[int(head)]  # (T, S)
+    return torch.cat([weights, weights.new_zeros(p.output_length, p.output_length)], dim=1)
+
+
+def gradient_attribution(model, p: Pass, method: str):
+    """(normalised (T, S + T), signed (T, S + T), completeness) of a gradient method."""
+    g = grad_input(model, p) if method == "grad-input" else integrated_gradients(model, p)
+    causal = torch.cat([torch.ones(p.output_length, p.source_length), p.tgt_mask[0, 0].float()], 1)
+    signed = g.scores * causal  # (T, S + T): later prefix tokens are 0 exactly
+    return normalised(signed.abs()), signed, g.completeness
+
+
+def attribute(
+    model: Transformer,
+    src_ids,
+    out_ids,
+    method: str,
+    layer: int | None = None,
+    head: str = MEAN,
+    p: Pass | None = None,
+) -> Attribution:
+    """Explain each output token of ``out_ids`` (the model's output after ``src_ids``).
+
+    ``layer`` and ``head`` choose what the ``attention`` method shows (default: the last
+    layer's mean over heads). ``p`` reuses an already recorded pass of the same sentence.
+    """
+    if method not in METHODS:
+        raise AttributionError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    if not len(out_ids) or not len(src_ids):
+        raise AttributionError("nothing to explain: the source or the output is empty")
+    start = time.perf_counter()
+    with evaluating(model):
+        p = p or run_pass(model, src_ids, out_ids)
+        raw = completeness = None
+        if method == "attention":
+            layer = model.cfg.num_decoder_layers - 1 if layer is None else layer
+            scores = attention_contributions(model, p, layer, str(head))
+        elif method in MIXING_METHODS:
+            with torch.no_grad():
+                scores = mixing_contributions(model, p, method)
+        elif method == "value-zeroing":
+            scores = compose(*value_zeroing_steps(model, p))
+        else:
+            scores, raw, completeness = gradient_attribution(model, p, method)
+    return Attribution(
+        method,
+        scores.float().cpu().numpy(),
+        p.source_length,
+        None if raw is None else raw.cpu().numpy(),
+        layer if method == "attention" else None,
+        str(head) if method == "attention" else None,
+        completeness,
+        time.perf_counter() - start,
+    )
