@@ -55,6 +55,21 @@ def tiny_model(tiny_checkpoint):
 
 
 @pytest.fixture(scope="session")
+def val_checkpoint(tmp_path_factory, tiny_checkpoint) -> Path:
+    """The tiny model, its data settings holding 6 validation pairs (the last of tiny.tsv)."""
+    path = tmp_path_factory.mktemp("val") / "tiny-val.pt"
+    return helpers.with_validation_split(tiny_checkpoint, path)
+
+
+@pytest.fixture(scope="session")
+def bpe_run(tmp_path_factory) -> Path:
+    """A tiny run trained with --tokenizer bpe by the project's own command (once)."""
+    out = tmp_path_factory.mktemp("bpe") / "run"
+    assert helpers.train_tiny(out, "--tokenizer", "bpe", "--bpe-vocab", "120") == 0
+    return out
+
+
+@pytest.fixture(scope="session")
 def home_translation(tiny_model):
     """(Translation, SentenceMaps) of the tiny model's greedy translation of "i'm home ."."""
     from core.attention.sentence_maps import SentenceMaps

@@ -142,6 +142,19 @@ def setup_studio_dirs(root: Path, tiny_checkpoint: Path, tiny_run: Path) -> dict
     return {"checkpoints": ckpts, "runs": runs, "run": runs / tiny_run.name}
 
 
+VAL_DATA = {"source": "tiny.tsv", "split": "head", "num_train": 24, "num_val": 6, "min_freq": 1}
+
+
+def with_validation_split(checkpoint: Path, path: Path) -> Path:
+    """A copy of ``checkpoint`` whose data settings keep the last 6 pairs for validation."""
+    from core.model.checkpoints import atomic_save, read_checkpoint
+
+    ckpt = read_checkpoint(checkpoint)
+    ckpt["data_config"] = dict(VAL_DATA)
+    atomic_save(ckpt, path)
+    return path
+
+
 def make_wide_checkpoint(path: Path, tiny_checkpoint: Path) -> Path:
     """An untrained 6 + 6 block, 8-head model with the tiny vocabularies (for size tests)."""
     from core.model.checkpoints import load_checkpoint, save_checkpoint

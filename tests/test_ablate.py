@@ -31,7 +31,6 @@ from core.model.decode import translate, translate_batch
 from core.model.transformer import Transformer
 from tests.helpers import TINY, model_and_batch, toy_model_config
 
-VAL_DATA = {"source": "tiny.tsv", "split": "head", "num_train": 24, "num_val": 6, "min_freq": 1}
 HEAD_KEYS = {"kind", "layer", "head", "bleu", "delta_bleu", "loss", "delta_loss"}
 
 
@@ -46,16 +45,6 @@ def runs_root(tmp_path, monkeypatch):
 def toy():
     """(model, src, tgt): a seeded toy model (2 encoder, 3 decoder blocks, 4 heads), a batch."""
     return model_and_batch(norm_first=False)
-
-
-@pytest.fixture(scope="module")
-def val_checkpoint(tmp_path_factory, tiny_checkpoint):
-    """The tiny model, its data settings holding 6 validation pairs (the last of tiny.tsv)."""
-    ckpt = read_checkpoint(tiny_checkpoint)
-    ckpt["data_config"] = dict(VAL_DATA)
-    path = tmp_path_factory.mktemp("val") / "tiny-val.pt"
-    atomic_save(ckpt, path)
-    return path
 
 
 @pytest.fixture(scope="module")

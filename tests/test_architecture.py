@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ("figures", "attribution", "attention", "runs", "training", "model", "corpus")  # top to bottom
+LAYERS = (
+    "figures",
+    "attribution",
+    "attention",
+    "runs",
+    "training",
+    "model",
+    "corpus",
+)  # top to bottom
 COMMANDS = ("train", "translate", "evaluate", "ablate", "checkpoint", "attribute")
 
 
@@ -50,7 +58,12 @@ def test_the_engine_never_imports_runs_or_the_app():
         for path in (ROOT / "core" / layer).glob("*.py"):
             text = path.read_text()
             assert "streamlit" not in text and "from pages" not in text, path
-            assert not imported_core_packages(path) & {"runs", "attention", "attribution", "figures"}, path
+            assert not imported_core_packages(path) & {
+                "runs",
+                "attention",
+                "attribution",
+                "figures",
+            }, path
 
 
 @pytest.mark.parametrize("command", COMMANDS)

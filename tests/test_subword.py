@@ -17,7 +17,7 @@ from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import load_checkpoint, read_checkpoint
 from core.train import main as train_main
 from core.training.settings import form_fields, validate_settings
-from tests.helpers import TINY, train_tiny
+from tests.helpers import TINY
 
 SENTENCES = [tokenize(s) for s in ("we are eating .", "they are eating .", "we eat apples .")]
 
@@ -26,14 +26,6 @@ SENTENCES = [tokenize(s) for s in ("we are eating .", "they are eating .", "we e
 def bpe():
     """A small BPE vocabulary learnt from a few sentences (many times over)."""
     return BPEVocab.train(SENTENCES * 5, size=40, min_freq=2)
-
-
-@pytest.fixture(scope="module")
-def bpe_run(tmp_path_factory):
-    """A tiny run trained with --tokenizer bpe by the project's own command."""
-    out = tmp_path_factory.mktemp("bpe") / "run"
-    assert train_tiny(out, "--tokenizer", "bpe", "--bpe-vocab", "120") == 0
-    return out
 
 
 def test_bpe_keeps_specials_first_and_cuts_rare_words_into_known_pieces(bpe):

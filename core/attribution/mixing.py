@@ -10,8 +10,8 @@ non-negative and sum to 1.
   ||sum_h a^h_ij f^h(u_j)|| with f^h(u) = (u W_V^h + b_V^h) W_O^h, beside the norm of the
   residual ||x_i||, before the layer norm;
 - alti (Ferrando et al. 2022): from the exact decomposition of ``core.attribution.terms``,
-  c_ij = max(0, ||y_i||_1 - ||y_i - T_i(u_j)||_1) with y_i = sum_j T_i(u_j) (biases left
-  out: they are no token's), residual included, layer norm included.
+  c_ij = max(0, ||y_i||_1 - ||y_i - T_i(u_j)||_1) with y_i the sub-layer's real output,
+  residual included, layer norm included (the authors' "min_sum" normalisation).
 
 Shape key: Tq queries, Tk keys, S source tokens, D model width.
 """
@@ -26,10 +26,9 @@ from core.attribution.terms import SublayerTerms
 MIXING_METHODS = ("rollout", "norm", "alti")
 
 
-def alti_scores(pieces: torch.Tensor) -> torch.Tensor:
-    """Pieces (Tq, N, D) that sum to y_i -> ALTI scores (Tq, N), before normalising."""
-    y = pieces.sum(1, keepdim=True)  # (Tq, 1, D)
-    close = y.abs().sum(-1) - (y - pieces).abs().sum(-1)  # (Tq, N)
+def alti_scores(pieces: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Token terms (Tq, N, D) of outputs y (Tq, D) -> ALTI scores (Tq, N), not normalised."""
+    close = y.abs().sum(-1, keepdim=True) - (y[:, None] - pieces).abs().sum(-1)  # (Tq, N)
     return close.clamp(min=0)
 
 
@@ -39,9 +38,10 @@ def _pieces(method: str, t: SublayerTerms) -> tuple[torch.Tensor, torch.Tensor]:
         mean = t.weights.mean(0)  # (Tq, Tk)
         return 0.5 * mean, torch.full_like(mean[:, 0], 0.5)
     if method == "norm":
-        return t.values.norm(dim=-1), t.residual.norm(dim=-1)  # (Tq, Tk), (Tq,)
+        return t.values.norm(dim=-1), t.queries.norm(dim=-1)  # (Tq, Tk), (Tq,)
     if method == "alti":
-        scores = alti_scores(torch.cat([t.keys, t.residual[:, None]], dim=1))  # (Tq, Tk + 1)
+        pieces = torch.cat([t.keys, t.residual[:, None]], dim=1)  # (Tq, Tk + 1, D)
+        scores = alti_scores(pieces, t.output)  # (Tq, Tk + 1)
         return scores[:, :-1], scores[:, -1]
     raise ValueError(f"unknown mixing method {method!r}; choose from {MIXING_METHODS}")
 
@@ -53,7 +53,7 @@ def self_mixing(method: str, t: SublayerTerms) -> torch.Tensor:
         whole = t.keys.clone()  # (Tq, Tq, D)
         diagonal = torch.arange(whole.size(0))
         whole[diagonal, diagonal] += t.residual
-        return normalised(alti_scores(whole))
+        return normalised(alti_scores(whole, t.output))
     return normalised(keys + torch.diag(own))  # (Tq, Tq)
 
 

@@ -1,0 +1,150 @@
+"""Faithfulness of attribution methods (occlusion, Spearman, deletion) and ``core.attribute``."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from core import attribute as attribute_cmd
+from core.attribution import faithfulness as fa
+from core.attribution.methods import METHODS
+from core.attribution.passes import run_pass
+from core.model.checkpoints import load_checkpoint, trained_data
+from tests.helpers import TINY
+
+ROW_KEYS = {"method", "name", "spearman", "spearman_ci95", "deletion", "sentences", "seconds"}
+
+
+@pytest.fixture(autouse=True)
+def runs_root(tmp_path, monkeypatch):
+    """Cached faithfulness tables go to a temporary runs root."""
+    monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(tmp_path / "runs"))
+    return tmp_path / "runs"
+
+
+@pytest.fixture(scope="module")
+def val_cases(val_checkpoint):
+    """(LoadedModel, its validation sample, the model's own translations of it)."""
+    lm = load_checkpoint(val_checkpoint)
+    sample = fa.validation_sample(lm, trained_data(lm.meta, str(TINY)), 6)
+    return lm, sample, fa.translate_sample(lm, sample)
+
+
+def test_occlusion_puts_unk_over_every_piece_of_the_chosen_words():
+    spans = [(0, 2), (2, 3), (3, 5)]
+    assert fa.occluded([9, 8, 7, 6, 5, 2], spans, [0, 2]) == [3, 3, 7, 3, 3, 2]
+    assert fa.occluded([9, 8, 7, 6, 5, 2], spans, []) == [9, 8, 7, 6, 5, 2]
+
+
+def test_batched_log_probs_equal_the_recorded_pass(val_cases):
+    lm, _, cases = val_cases
+    case = cases[0]
+    p = run_pass(lm.model, case.src_ids, case.out_ids)
+    again = fa.logp_rows(lm.model, [case.src_ids] * 3, case.out_ids)
+    assert np.allclose(again.numpy(), p.logp.numpy()[None], atol=1e-5)
+
+
+def test_deletion_removes_each_output_token_s_own_top_words():
+    case = fa.Case([10, 11, 12, 2], [5, 2], [(0, 1), (1, 2), (2, 3)])
+    scores = np.array([[0.1, 0.7, 0.2], [0.5, 0.1, 0.4]])  # (T, W)
+    rows = fa.deletion_sources(case, scores, (1, 2))
+    assert rows == [[10, 3, 12, 2], [10, 3, 3, 2], [3, 11, 12, 2], [3, 11, 3, 2]]
+
+
+def test_spearman_per_token_leaves_out_constant_rows():
+    scores = np.array([[1.0, 2.0, 3.0], [1.0, 1.0, 1.0], [3.0, 2.0, 1.0]])
+    effects = np.array([[0.1, 0.2, 0.3], [0.3, 0.2, 0.1], [0.1, 0.2, 0.3]])
+    assert fa.row_spearman(scores, effects) == pytest.approx((1.0 - 1.0) / 2)
+    assert np.isnan(fa.row_spearman(scores[1:2], effects[1:2]))
+
+
+def test_a_method_that_ranks_by_occlusion_itself_is_perfect(val_cases, monkeypatch):
+    """Scores equal to the occlusion effects give rho = 1: the measure can tell."""
+    lm, _, cases = val_cases
+    case = max(cases, key=lambda c: len(c.spans))
+    singles = [fa.occluded(case.src_ids, case.spans, [w]) for w in range(len(case.spans))]
+    logp = fa.logp_rows(lm.model, [case.src_ids, *singles], case.out_ids).numpy()
+    effects = (logp[0] - logp[1:]).T  # (T, W)
+    monkeypatch.setattr(fa, "rankings", lambda *a: {"oracle": effects, "anti": -effects})
+    result = fa.measure_case(lm.model, case, [], np.random.default_rng(0), {})
+    assert result["oracle"][0] == pytest.approx(1.0) and result["anti"][0] == pytest.approx(-1.0)
+    oracle_k1, anti_k1 = np.mean(result["oracle"][1][0]), np.mean(result["anti"][1][0])
+    assert oracle_k1 >= anti_k1
+
+
+def test_faithfulness_ranks_methods_with_the_random_baseline_and_is_cached(
+    val_checkpoint, runs_root, monkeypatch
+):
+    lm = load_checkpoint(val_checkpoint)
+    first = fa.faithfulness_for(lm, val_checkpoint, 6, ("attention", "alti"), str(TINY))
+    assert [r["method"] for r in first.methods if r["method"] == "random"] == ["random"]
+    assert {r["method"] for r in first.methods} == {"attention", "alti", "random"}
+    for row in first.methods:
+        assert set(row) == ROW_KEYS and len(row["deletion"]) == 3
+        assert row["spearman"] is None or -1 <= row["spearman"] <= 1
+    rhos = [r["spearman"] for r in first.methods if r["spearman"] is not None]
+    assert rhos == sorted(rhos, reverse=True)
+    assert list((runs_root / ".attribution").glob("*.json"))
+    monkeypatch.setattr(fa, "faithfulness", lambda *a, **k: pytest.fail("computed again"))
+    again = fa.faithfulness_for(lm, val_checkpoint, 6, ("alti", "attention"), str(TINY))
+    assert again.cached and again.methods == first.methods
+    assert fa.lookup_faithfulness(val_checkpoint, lm.meta, 5, ("attention", "alti")) is None
+
+
+def test_the_command_prints_one_json_object_per_sentence(val_checkpoint, capsys):
+    for method in METHODS:
+        args = ["--checkpoint", str(val_checkpoint), "--method", method, "i'm home ."]
+        assert attribute_cmd.main(args) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["method"] == method and out["source"][-1] == "<eos>"
+        c = np.array(out["contributions"])
+        assert c.shape == (len(out["output"]), len(out["source"]) + len(out["prefix"]))
+        assert np.allclose(c.sum(1), 1, atol=1e-4) and (c >= 0).all()
+        assert np.allclose(out["source_share"], c[:, : len(out["source"])].sum(1), atol=1e-4)
+        assert ("raw" in out) == (method in ("grad-input", "integrated-gradients"))
+
+
+def test_the_attention_method_takes_a_layer_and_a_head(val_checkpoint, capsys):
+    args = ["--checkpoint", str(val_checkpoint), "--method", "attention", "--layer", "0"]
+    assert attribute_cmd.main([*args, "--head", "1", "i'm home ."]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["layer"], out["head"]) == (0, "1")
+
+
+def test_the_command_prints_the_faithfulness_table(val_checkpoint, capsys):
+    args = ["--checkpoint", str(val_checkpoint), "--faithfulness", "--sentences", "6"]
+    assert attribute_cmd.main([*args, "--data", str(TINY), "--method", "rollout"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["method"] for r in rows] in (["rollout", "random"], ["random", "rollout"])
+    assert all(set(r) == ROW_KEYS for r in rows)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--method", "lime", "hello ."], "unknown method 'lime'"),
+        (["   "], "give a sentence"),
+        (["--method", "alti", "--method", "norm", "hello ."], "one --method"),
+        (["--faithfulness", "--sentences", "0"], "at least 1"),
+        (["--method", "attention", "--layer", "7", "hello ."], "layer must be"),
+        (["--method", "attention", "--head", "x", "hello ."], "head must be"),
+    ],
+)
+def test_bad_input_is_a_one_line_error_and_exit_2(val_checkpoint, capsys, args, message):
+    assert attribute_cmd.main(["--checkpoint", str(val_checkpoint), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_an_unreadable_checkpoint_is_a_one_line_error(tmp_path, capsys):
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    assert attribute_cmd.main(["--checkpoint", str(bad), "hello ."]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_model_trained_without_validation_pairs_says_so(tiny_checkpoint, capsys):
+    assert attribute_cmd.main(["--checkpoint", str(tiny_checkpoint), "--faithfulness"]) == 2
+    assert "validation" in capsys.readouterr().err
