@@ -20,6 +20,8 @@ import argparse
 import json
 import sys
 
+from tqdm import tqdm
+
 from core.attribution.explain import explain, in_words
 from core.attribution.faithfulness import DEFAULT_METHODS, SENTENCES, faithfulness_for
 from core.attribution.methods import MEAN, METHODS, AttributionError
@@ -62,13 +64,26 @@ def problem(args) -> str | None:
     return None
 
 
+def progress_bar():
+    """A progress callback drawing a tqdm bar (with ETA) on a terminal's stderr."""
+    bar = tqdm(
+        total=1000, disable=not sys.stderr.isatty(), bar_format="{l_bar}{bar}| {remaining} left"
+    )
+
+    def report(fraction: float, what: str) -> None:
+        bar.set_description(what)
+        bar.update(int(fraction * 1000) - bar.n)
+
+    return report
+
+
 def run(args) -> list[str]:
     """The lines to print."""
     lm = load_checkpoint(args.checkpoint)
     if args.faithfulness:
         methods = tuple(args.method or DEFAULT_METHODS)
         result = faithfulness_for(
-            lm, args.checkpoint, args.sentences, methods, args.data, None, args.refresh
+            lm, args.checkpoint, args.sentences, methods, args.data, progress_bar(), args.refresh
         )
         return [json.dumps(row) for row in result.methods]
     t = translate_sentence(lm, " ".join(args.sentence), DecodeSettings(beam_size=args.beam))

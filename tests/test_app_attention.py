@@ -212,7 +212,14 @@ def test_every_section_key_has_a_label_and_a_view():
 
 def test_every_section_opens_from_its_key_and_from_its_old_label(studio_dirs):
     """Links made before the section keys carry the label shown then (section=Over+training)."""
-    labels = ["Maps", "Decoding playback", "Over training", "Remove heads", "Compare"]
+    labels = [
+        "Maps",
+        "Decoding playback",
+        "Over training",
+        "Remove heads",
+        "Compare",
+        "Attribution",
+    ]
     assert run_page().radio(key="at_section").options == labels
     for label, key in OLD_SECTIONS.items():
         for value in (key, label):

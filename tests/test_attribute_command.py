@@ -12,7 +12,7 @@ from core.attribution import faithfulness as fa
 from core.attribution.methods import METHODS
 from core.attribution.passes import run_pass
 from core.model.checkpoints import load_checkpoint, trained_data
-from tests.helpers import TINY
+from tests.helpers import TINY, with_validation_split
 
 ROW_KEYS = {"method", "name", "spearman", "spearman_ci95", "deletion", "sentences", "seconds"}
 
@@ -148,3 +148,18 @@ def test_an_unreadable_checkpoint_is_a_one_line_error(tmp_path, capsys):
 def test_a_model_trained_without_validation_pairs_says_so(tiny_checkpoint, capsys):
     assert attribute_cmd.main(["--checkpoint", str(tiny_checkpoint), "--faithfulness"]) == 2
     assert "validation" in capsys.readouterr().err
+
+
+def test_a_bpe_model_occludes_whole_words(bpe_run, tmp_path):
+    """Faithfulness of a BPE model: a word's pieces are occluded together, scores summed."""
+    checkpoint = with_validation_split(bpe_run / "last.pt", tmp_path / "bpe-val.pt")
+    lm = load_checkpoint(checkpoint)
+    sample = fa.validation_sample(lm, trained_data(lm.meta, str(TINY)), 6)
+    cases = fa.translate_sample(lm, sample)
+    pieces = [lm.src_vocab.segment(words)[0] for words in sample.sources]
+    assert any(len(p) > len(w) for p, w in zip(pieces, sample.sources))  # some word is cut
+    for case, words in zip(cases, sample.sources):
+        assert len(case.spans) == len(words) and case.spans[-1][1] == len(case.src_ids) - 1
+    result = fa.faithfulness(lm, sample, ("alti", "grad-input"))
+    assert {r["method"] for r in result.methods} == {"alti", "grad-input", "random"}
+    assert result.tokens == sum(len(c.out_ids) for c in cases if c.spans)

@@ -75,6 +75,8 @@ def test_any_query_string_gives_a_view_inside_every_widgets_range(params):
     )
     if state.section != "playback":  # the output step travels with the playback only
         state.step = 0
+    if state.section != "attribution":  # the method travels with the attribution only
+        state.method = ViewState.method
     assert ViewState.from_query(state.to_query()) == state  # what it writes, it reads back
 
 

@@ -62,6 +62,17 @@ def test_view_state_ignores_malformed_values(query, expected):
     assert {k: getattr(state, k) for k in expected} == expected
 
 
+def test_attribution_method_travels_only_with_its_section():
+    assert ViewState(section="attribution", method="norm").to_query(("method",)) == {
+        "method": "norm"
+    }
+    assert ViewState(section="maps", method="norm").to_query(("method",)) == {}
+    assert ViewState(section="attribution").to_query(("method",)) == {}  # the default
+    state = ViewState.from_query({"section": "attribution", "method": "rollout"})
+    assert (state.section, state.method) == ("attribution", "rollout")
+    assert ViewState.from_query({"method": "x" * 3000}).method == ViewState.method
+
+
 def test_output_step_travels_only_with_the_playback():
     assert ViewState(section="playback", step=2).to_query(("section", "step")) == {
         "section": "playback",

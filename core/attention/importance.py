@@ -83,7 +83,7 @@ def validation_sample(lm: LoadedModel, cfg: DataConfig, n: int) -> Sample:
     if not split.pairs:
         raise DataError(
             "This model was trained without a validation split: there are no validation "
-            "sentences to measure heads on."
+            "sentences to measure on."
         )
     return sample_from_split(split, lm.src_vocab, lm.tgt_vocab, n)
 

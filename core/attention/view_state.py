@@ -13,8 +13,17 @@ from core.corpus.text import D2L_TEST_PAIRS
 from core.model.checked_translation import DEFAULT_SENTENCE
 from core.model.decode import ALPHA, ALPHAS, BEAM_SIZES, MAX_LEN, MAX_LENS, DecodeSettings
 
-SECTION_KEYS = ("maps", "playback", "training", "ablation", "compare")  # the Attention page's
+SECTION_KEYS = (  # the Attention page's
+    "maps",
+    "playback",
+    "training",
+    "ablation",
+    "compare",
+    "attribution",
+)
 PLAYBACK = "playback"  # the section whose output step travels in the URL
+ATTRIBUTION = "attribution"  # the section whose attribution method travels in the URL
+SECTION_FIELDS = {"step": PLAYBACK, "method": ATTRIBUTION}  # fields only one section writes
 OLD_SECTIONS = {  # the section values of links made before the keys: the labels shown then
     "Maps": "maps",
     "Decoding playback": "playback",
@@ -51,6 +60,7 @@ class ViewState:
     forced: str = "A"  # whose output both decoders read when two models' outputs differ
     token: str = ""  # selected token, "q<i>" (query row) or "k<j>" (key column)
     reference: str = ""  # French reference of `sentence` to force ("" = the d2l book's, if any)
+    method: str = "alti"  # attribution method, one of core.attribution.methods.METHODS
 
     @classmethod
     def from_query(cls, params: Mapping[str, str]) -> ViewState:
@@ -70,7 +80,7 @@ class ViewState:
         state.max_len = min(max(state.max_len, MAX_LENS[0]), MAX_LENS[1])
         state.layer = min(max(state.layer, 0), MAX_INDEX)
         state.step = min(max(state.step, 0), MAX_INDEX)
-        for name in ("sentence", "other_sentence", "model", "other", "ablate", "token"):
+        for name in ("sentence", "other_sentence", "model", "other", "ablate", "token", "method"):
             if len(getattr(state, name)) > MAX_TEXT_CHARS:
                 setattr(state, name, getattr(cls, name))
         state.section = OLD_SECTIONS.get(state.section, state.section)
@@ -93,8 +103,8 @@ class ViewState:
         for f in fields(self):
             if keys is not None and f.name not in keys:
                 continue
-            if f.name == "step" and self.section != PLAYBACK:
-                continue  # the output step means something in the playback only
+            if f.name in SECTION_FIELDS and self.section != SECTION_FIELDS[f.name]:
+                continue  # the output step (the method) means something in one section only
             value = getattr(self, f.name)
             always = f.name in ("sentence", "model", "kind", "layer", "head")
             if always or value != getattr(default, f.name):

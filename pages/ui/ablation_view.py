@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import streamlit as st
 
 from core.attention.ablation import (
@@ -27,15 +25,16 @@ from core.runs.catalogue import ModelEntry
 from pages.ui.cached import sentence_maps
 from pages.ui.cached_ablation import ablated_translate, heavy_slot
 from pages.ui.charts import chart
+from pages.ui.progress import progress_bar
 from pages.ui.section_inputs import SectionInputs
 from pages.ui.text import md
 from pages.ui.view_widgets import widget_default
 
 HEADS_KEY = "ab_heads"  # the multiselect of heads to remove
 BUSY = (
-    "Another session is computing head importance on this server right now, and one runs "
-    "at a time. Try again in a minute: its result is kept on disk, so a model's importance "
-    "is computed only once."
+    "Another session is computing head importance or attribution faithfulness on this "
+    "server right now, and one runs at a time. Try again in a minute: its result is kept "
+    "on disk, so a model's importance is computed only once."
 )
 
 
@@ -177,13 +176,7 @@ def importance_panel(entry: ModelEntry, lm: LoadedModel, state: ViewState) -> No
 
 def compute_importance(entry: ModelEntry, lm: LoadedModel, n: int) -> HeadImportance | None:
     """Run importance_for with a progress bar and ETA; None, with a message, if it cannot."""
-    bar = st.progress(0.0, text="Starting…")
-    start = time.perf_counter()
-
-    def report(fraction: float, what: str) -> None:
-        left = time_left(time.perf_counter() - start, fraction)
-        bar.progress(fraction, text=f"{what.capitalize()}: {fraction:.0%}{left}")
-
+    bar, report = progress_bar()
     with heavy_slot() as slot:
         if slot is None:
             bar.empty()
@@ -197,13 +190,6 @@ def compute_importance(entry: ModelEntry, lm: LoadedModel, n: int) -> HeadImport
             return None
     bar.empty()
     return result
-
-
-def time_left(elapsed: float, fraction: float) -> str:
-    """The ETA words, e.g. " — about 12 s left", once enough is done to guess ("" before)."""
-    if fraction < 0.02:
-        return ""
-    return f" — about {elapsed / fraction * (1 - fraction):.0f} s left"
 
 
 def show_importance(result: HeadImportance, state: ViewState) -> None:

@@ -8,7 +8,14 @@ from typing import NamedTuple
 import streamlit as st
 
 from core.attention.view_state import SECTION_KEYS, ViewState
-from pages.ui import ablation_view, compare_view, maps_view, playback_view, training_view
+from pages.ui import (
+    ablation_view,
+    attribution_view,
+    compare_view,
+    maps_view,
+    playback_view,
+    training_view,
+)
 from pages.ui.section_inputs import SectionInputs
 from pages.ui.view_widgets import widget_default
 
@@ -26,6 +33,7 @@ SECTIONS = {  # key (core.attention.view_state.SECTION_KEYS) -> section
     "training": Section("Over training", training_view.training_section),
     "ablation": Section("Remove heads", ablation_view.ablation_section),
     "compare": Section("Compare", compare_view.comparison_section),
+    "attribution": Section("Attribution", attribution_view.attribution_section),
 }
 
 

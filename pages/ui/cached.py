@@ -1,10 +1,12 @@
-"""Core calls the Translate and Attention pages cache: translations, maps, snapshots."""
+"""Core calls the Translate and Attention pages cache: translations, maps, snapshots,
+attributions."""
 
 from __future__ import annotations
 
 import streamlit as st
 
 from core.attention import maps, snapshots, word_maps
+from core.attribution.explain import Explained, explain
 from core.model import checked_translation as translation
 from core.model.checkpoints import LoadedModel
 from core.model.decode import DecodeSettings, Translation
@@ -48,3 +50,12 @@ def snapshot_series(source: str, sentence: str, steps: tuple) -> snapshots.Snaps
 def probe_sentences(source: str, steps: tuple) -> list[str]:
     """The probe sentences of a run or history file."""
     return snapshots.probe_sentences(source)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def explanation(
+    _lm: LoadedModel, _t: Translation, key: tuple, method: str, layer: int | None, head: str
+) -> Explained:
+    """One method's attribution of a cached translation (``key``: model file, sentence and
+    decoding settings), over the model's own tokens; merge into words with in_words."""
+    return explain(_lm, _t, method, layer, head)

@@ -7,6 +7,7 @@ from dataclasses import fields
 import streamlit as st
 
 from core.attention.view_state import ViewState
+from core.attribution.methods import METHODS
 from core.model.checked_translation import MAX_SENTENCE_TOKENS
 
 TRANSLATE_KEYS = ("model", "sentence", "reference", "beam", "alpha", "max_len")  # its URL's
@@ -16,7 +17,10 @@ ATTENTION_KEYS = tuple(f.name for f in fields(ViewState))  # the Attention page'
 def view_state() -> ViewState:
     """The shared view state: from the URL on the session's first run, then the session's."""
     if "view_state" not in st.session_state:
-        st.session_state["view_state"] = ViewState.from_query(st.query_params.to_dict())
+        state = ViewState.from_query(st.query_params.to_dict())
+        if state.method not in METHODS:  # checked here: core.attention sits below attribution
+            state.method = ViewState.method
+        st.session_state["view_state"] = state
     return st.session_state["view_state"]
 
 

@@ -1,0 +1,172 @@
+"""Attention page, "Attribution" section: what attention shows beside what the tokens contribute."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core.attention.kinds import KIND_NAMES
+from core.attention.maps import csv_cell, decoder_view, export_name, select_view
+from core.attention.sentence_maps import SentenceMaps
+from core.attention.view_state import ViewState
+from core.attribution.explain import SHARE_FLAG, Explained, in_words
+from core.attribution.gradients import IG_STEPS
+from core.attribution.methods import MEAN, METHOD_NAMES, METHODS, AttributionError
+from core.figures import attention as figs
+from core.figures import attribution as attr_figs
+from pages.ui.cached import explanation
+from pages.ui.charts import chart
+from pages.ui.faithfulness_view import faithfulness_panel
+from pages.ui.section_inputs import SectionInputs
+from pages.ui.text import md
+from pages.ui.view_widgets import widget_default
+
+METHOD_WORDS = {  # method -> what it measures, for the caption beside the picker
+    "attention": "the cross-attention weights of the view's layer and head, read as they "
+    "are; they ignore the target prefix, the residual stream and what the values carry.",
+    "rollout": "Abnar & Zuidema 2020. Encoder self, decoder self and cross attention "
+    "multiplied through the layers, the residual counted as half of each step.",
+    "norm": "Kobayashi et al. 2020. A token's share is the size of its weighted, transformed "
+    "value ‖α f(x)‖, not the weight α alone; rolled out through the layers.",
+    "alti": "Ferrando et al. 2022. Each sub-layer's output is split into per-token terms "
+    "(residual and layer norm included), scored by distance and rolled out.",
+    "value-zeroing": "Mohebbi et al. 2023. How much each token's representation changes when "
+    "one token's value vector is zeroed; rolled out through the layers.",
+    "grad-input": "the gradient of log p(output token) times the token embeddings; absolute "
+    "values, each row normalised to 1.",
+    "integrated-gradients": "Sundararajan et al. 2017. Gradients integrated from zero "
+    f"embeddings in {IG_STEPS} steps; slow: about 2 s for a 15-token sentence.",
+}
+DALE = (
+    "**Source share.** Each bar is the part of an output token's contributions that comes "
+    "from the English source; the rest comes from the French prefix it has already "
+    "written. Dale et al. (2023) found that translations whose tokens draw little on the "
+    "source (measured with ALTI+) are often hallucinations: the decoder goes on from its "
+    f"own prefix instead of translating. Bars under {SHARE_FLAG:.1f} are red. A flag is a "
+    "hint to look closer, not a verdict: function words and `<eos>` often lean on the prefix."
+)
+
+
+def attribution_section(page: SectionInputs) -> None:
+    """The method picker, attention beside contributions, source shares, faithfulness."""
+    state = page.state
+    method = pick_method(state)
+    layer, head = cross_choice(page.maps, state)
+    shown = explained_or_error(page, method, layer, head)
+    row = st.container(horizontal=True, gap="medium")  # side by side where both fit
+    S, T = len(page.maps.src_tokens), len(page.maps.output_tokens)
+    attention_panel(row.container(width=attr_figs.panel_width(S)), page, layer, head)
+    if shown is not None:
+        right = row.container(width=attr_figs.panel_width(S + T))
+        contribution_panel(right, page, shown, (layer, head))
+        share_panel(page, shown)
+    faithfulness_panel(page.entry, page.lm, state)
+
+
+def pick_method(state: ViewState) -> str:
+    """The method picker (widget ``atr_method``), kept in the view state and the URL."""
+    widget_default("atr_method", state.method, METHODS)
+    left, right = st.columns([1, 2], vertical_alignment="center")
+    state.method = left.selectbox(
+        "Attribution method",
+        METHODS,
+        key="atr_method",
+        format_func=lambda m: METHOD_NAMES[m],
+        help="How each output token's log-probability is split over the source tokens and "
+        "the French prefix the decoder had read. Every method's rows sum to 1.",
+    )
+    right.caption(md(f"{METHOD_NAMES[state.method]}: {METHOD_WORDS[state.method]}"))
+    return state.method
+
+
+def cross_choice(maps: SentenceMaps, state: ViewState) -> tuple[int, str]:
+    """(layer, head) of cross attention nearest the view: its layer clamped, a head or the mean.
+
+    Says so in a caption when the view shows something else (another kind, max, rollout).
+    """
+    _, layer, head = decoder_view(maps, "cross", state.layer, state.head)
+    head = head if head.isdigit() else MEAN
+    if (state.kind, state.layer, state.head) != ("cross", layer, head):
+        asked = f"{KIND_NAMES[state.kind]} attention, layer {state.layer}, {head_words(state.head)}"
+        st.caption(
+            md(
+                f"The view is set to {asked}. This section reads cross attention (output "
+                f"tokens over source tokens), so it shows layer {layer}, {head_words(head)}."
+            )
+        )
+    return layer, head
+
+
+def head_words(head: str) -> str:
+    """A head choice in words: "head 2", "mean of heads", "max of heads" or "rollout"."""
+    if head.isdigit():
+        return f"head {head}"
+    return head if head == "rollout" else f"{head} of heads"
+
+
+def explained_or_error(
+    page: SectionInputs, method: str, layer: int, head: str
+) -> tuple[Explained, Explained] | None:
+    """(over the model's own tokens, as shown): the cached attribution; None after st.error."""
+    state, entry = page.state, page.entry
+    key = (entry.path, entry.mtime, state.sentence, state.settings())
+    where = (layer, head) if method == "attention" else (None, MEAN)
+    slow = " (about 2 s for a 15-token sentence)" if method == "integrated-gradients" else ""
+    try:
+        with st.spinner(f"Computing {METHOD_NAMES[method]}{slow}…"):
+            pieces = explanation(page.lm, page.translation, key, method, *where)
+    except AttributionError as e:
+        st.error(md(f"{METHOD_NAMES[method]} cannot explain this translation: {e}"))
+        return None
+    return pieces, in_words(pieces) if state.words else pieces
+
+
+def attention_panel(col, page: SectionInputs, layer: int, head: str) -> None:
+    """Left: the cross-attention map of the chosen layer and head."""
+    state = page.state
+    col.markdown("**What attention shows**")
+    view = select_view(page.maps, "cross", layer, head, state.hide)
+    name = export_name(state.model, state.sentence, "cross", layer, head, "attribution")
+    chart(figs.view_figure(view, page.stretch), "atr_attention", col, name)
+
+
+def contribution_panel(
+    col, page: SectionInputs, shown: tuple[Explained, Explained], where: tuple[int, str]
+) -> None:
+    """Right: output tokens × [source | prefix] of the method, with its CSV."""
+    pieces, e = shown
+    state, a = page.state, e.attribution
+    col.markdown("**What the tokens contribute**")
+    title, notes = METHOD_NAMES[a.method], []
+    if a.method == "attention":
+        title += f" — layer {where[0]}, {head_words(where[1])}"
+        notes.append("attention reads the source only: the prefix block is 0")
+    elif a.raw is not None:
+        notes.append("absolute scores, each row normalised to 1")
+    if a.completeness is not None:
+        notes.append(f"completeness error {a.completeness:.1%}")
+    visible = attr_figs.visible_prefix(pieces, state.words)
+    fig = attr_figs.contribution_figure(e, title, visible, page.stretch, notes)
+    name = export_name(state.model, state.sentence, what=a.method)
+    chart(fig, "atr_matrix", col, name)
+    table = e.frame()
+    table["output"] = table["output"].map(csv_cell)
+    col.download_button(
+        "Contributions as CSV",
+        table.to_csv(index=False, lineterminator="\r\n").encode("utf-8"),
+        f"{name}.csv",
+        "text/csv",
+        help="One row per output token: its source share, then a column per source token "
+        "and per prefix token (later prefix tokens are 0).",
+    )
+
+
+def share_panel(page: SectionInputs, shown: tuple[Explained, Explained]) -> None:
+    """The source share of every output token, flagged under SHARE_FLAG, and what it means."""
+    e, state = shown[1], page.state
+    method = e.attribution.method
+    title = f"How much each output token takes from the source ({METHOD_NAMES[method]})"
+    name = export_name(state.model, state.sentence, what=f"{method} source share")
+    chart(attr_figs.source_share_figure(e, title), "atr_share", name=name)
+    if method == "attention":
+        st.caption("Raw attention has no prefix part, so every share is 1: pick another method.")
+    st.caption(DALE)

@@ -1,0 +1,173 @@
+"""Attribution section, faithfulness: which method agrees with removing the words it ranks."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core.attention.ablation import private_copy
+from core.attention.maps import export_name
+from core.attention.view_state import ViewState
+from core.attribution.faithfulness import (
+    DEFAULT_METHODS,
+    RANDOM,
+    SENTENCES,
+    Faithfulness,
+    faithfulness_for,
+    lookup_faithfulness,
+)
+from core.attribution.methods import METHODS, AttributionError
+from core.corpus.source import DataError
+from core.figures import attribution as attr_figs
+from core.model.checkpoints import LoadedModel, trained_data
+from core.runs.catalogue import ModelEntry
+from pages.ui.cached_ablation import heavy_slot
+from pages.ui.charts import chart
+from pages.ui.progress import progress_bar
+from pages.ui.text import md
+
+SLOW_METHOD = "integrated-gradients"  # left out by default: about 2 s per sentence
+SLOW_SECONDS = 2.0  # its time per sentence of about 15 tokens
+BUSY = (
+    "Another session is measuring faithfulness or computing head importance on this server "
+    "right now, and one runs at a time. Try again in a minute: results are kept on disk, so "
+    "each model's faithfulness is measured only once per number of sentences."
+)
+NO_CORPUS = (
+    "Faithfulness cannot be measured for this model here: it needs the validation sentences "
+    "of the model's training corpus, and that corpus is not on this server (or the file "
+    "there is not the one the model was trained on). Whoever runs the app can add it; the "
+    "details below say what is missing."
+)
+HOW = (
+    "Each validation sentence is translated by the model (greedy), then every source word "
+    "is replaced by `<unk>` in turn and the change in log p of each output token is "
+    "recorded (occlusion). **Spearman ρ**: how well a method's ranking of the source words "
+    "agrees with that, per output token, averaged over sentences (95% interval over "
+    "sentences). **Drop at k**: the mean fall in log p of an output token when the "
+    "method's top-k words for it are removed together; bigger means the method found the "
+    "words the output depends on."
+)
+
+
+def faithfulness_panel(entry: ModelEntry, lm: LoadedModel, state: ViewState) -> None:
+    """The methods ranked against occlusion: from the disk cache, or measured on request."""
+    st.subheader("Faithfulness: which method agrees with occlusion?")
+    st.caption(HOW)
+    row = st.container(horizontal=True, vertical_alignment="bottom", gap="large")
+    n = int(
+        row.number_input(
+            "Validation sentences",
+            min_value=10,
+            max_value=1000,
+            value=SENTENCES,
+            step=50,
+            key="atr_sentences",
+            help="The first N sentences of the model's validation split.",
+            width=220,
+        )
+    )
+    slow = row.toggle(
+        "Include integrated gradients",
+        key="atr_slow",
+        help=f"About {SLOW_SECONDS:.0f} s more per sentence. Tables with and without it are "
+        "kept apart on disk.",
+    )
+    methods = METHODS if slow else DEFAULT_METHODS
+    result = lookup_faithfulness(entry.path, lm.meta, n, methods)
+    if result is None:
+        result = measure_on_request(entry, lm, n, methods)
+    if result is not None:
+        show_faithfulness(result, n, state)
+
+
+def measure_on_request(entry, lm, n: int, methods) -> Faithfulness | None:
+    """The button that measures faithfulness (with a warning for the slow method), or None."""
+    if not corpus_here(lm):
+        return None
+    st.caption("The result is kept on disk for this model and number of sentences.")
+    if SLOW_METHOD in methods:
+        st.warning(
+            f"Integrated gradients are slow: about {SLOW_SECONDS:.0f} s per sentence, so "
+            f"roughly {duration_words(n * SLOW_SECONDS)} more for {n} sentences."
+        )
+    if not st.button(f"Measure faithfulness on {n} validation sentences", key="atr_measure"):
+        return None
+    return measure(entry, lm, n, methods)
+
+
+def duration_words(seconds: float) -> str:
+    """A duration for people: "40 s", "7 minutes"."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} minutes"
+
+
+def corpus_here(lm: LoadedModel) -> bool:
+    """Whether the model's training corpus is on this machine; else an error that says so."""
+    try:
+        trained_data(lm.meta)
+    except DataError as e:
+        no_corpus(e)
+        return False
+    return True
+
+
+def no_corpus(e: Exception) -> None:
+    """The page's own words for a missing corpus, the library's below for the server's admin."""
+    st.error(NO_CORPUS)
+    with st.expander("Details (for whoever runs the server)"):
+        st.caption(md(e))
+
+
+def measure(entry: ModelEntry, lm: LoadedModel, n: int, methods) -> Faithfulness | None:
+    """Run faithfulness_for with a progress bar and ETA; None, with a message, if it cannot."""
+    bar, report = progress_bar()
+    with heavy_slot() as slot:
+        if slot is None:
+            bar.empty()
+            st.warning(BUSY)
+            return None
+        try:
+            result = faithfulness_for(private_copy(lm), entry.path, n, methods, progress=report)
+        except DataError as e:  # e.g. a model trained without a validation split
+            bar.empty()
+            st.error(md(f"Faithfulness cannot be measured for this model: {e}"))
+            return None
+        except (AttributionError, OSError, ValueError, TypeError) as e:
+            bar.empty()
+            st.error(md(f"Faithfulness cannot be measured: {e}"))
+            return None
+    bar.empty()
+    return result
+
+
+def baseline_words(result: Faithfulness) -> str:
+    """The random ranking's row in words: what a method has to beat."""
+    r = result.row(RANDOM)
+    rho = "n/a" if r["spearman"] is None else f"{r['spearman']:+.2f}"
+    drops = ", ".join("n/a" if d is None else f"{d:.2f}" for d in r["deletion"])
+    return (
+        f"Baseline: a random ranking of the source words scores ρ = {rho} (0 expected) and "
+        f"drops log p by {drops} at k = 1, 2, 3. A method is informative only where it "
+        "beats these numbers."
+    )
+
+
+def show_faithfulness(result: Faithfulness, n: int, state: ViewState) -> None:
+    """The ranked table, the random baseline in words, the deletion curves and the CSV."""
+    how = "read from the disk cache" if result.cached else f"measured in {result.seconds:.3g} s"
+    only = " (all the validation split holds)" if result.sentences < n else ""
+    st.markdown(
+        f"Methods ranked by agreement with occlusion on {result.sentences} validation "
+        f"sentences{only}, {result.tokens} output tokens; {how}."
+    )
+    table = attr_figs.faithfulness_table(result)
+    number = st.column_config.NumberColumn(format="%.3f")
+    st.dataframe(
+        table,
+        hide_index=True,
+        column_config={c: number for c in table.columns if c not in ("method", "sentences")},
+    )
+    st.caption(baseline_words(result))
+    name = export_name(state.model, "", what=f"faithfulness {result.sentences}")
+    chart(attr_figs.deletion_figure(result), "atr_deletion", name=name)
+    csv = table.to_csv(index=False, lineterminator="\r\n").encode("utf-8")
+    st.download_button("Faithfulness table as CSV", csv, f"{name}.csv", "text/csv")
