@@ -133,6 +133,8 @@ def vocab_from_meta(itos: Sequence[str], tokenizer: str | None) -> Vocab:
 def checkpoint_vocabs(ckpt: dict) -> tuple[Vocab, Vocab]:
     """The (source, target) vocabularies a checkpoint dict records."""
     tokenizers = ckpt.get("tokenizers") or {}
+    if not isinstance(tokenizers, dict):
+        raise ValueError(f"its tokenizers are a {type(tokenizers).__name__}, not a mapping")
     return (
         vocab_from_meta(ckpt["src_vocab"], tokenizers.get("src")),
         vocab_from_meta(ckpt["tgt_vocab"], tokenizers.get("tgt")),
