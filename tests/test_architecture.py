@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = (
     "figures",
+    "alignment",
     "attribution",
     "attention",
     "runs",
@@ -20,7 +21,7 @@ LAYERS = (
     "model",
     "corpus",
 )  # top to bottom
-COMMANDS = ("train", "translate", "evaluate", "ablate", "checkpoint", "attribute")
+COMMANDS = ("train", "translate", "evaluate", "ablate", "checkpoint", "attribute", "align")
 
 
 def imported_core_packages(path: Path) -> set[str]:
@@ -62,6 +63,7 @@ def test_the_engine_never_imports_runs_or_the_app():
                 "runs",
                 "attention",
                 "attribution",
+                "alignment",
                 "figures",
             }, path
 

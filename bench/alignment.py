@@ -1,0 +1,142 @@
+"""Word alignment: the shipped model's attention against a statistical aligner, by AER.
+
+    python bench/alignment.py [--checkpoint checkpoints/fra-eng-small.pt] [--gold studio|FILES]
+        [--eflomal PATH] [--train-pairs N] [--pairs 500] [--repeats 5]
+
+Part 1: every layer x head x mode of the model on the gold set (AWO and AWI), the best
+reader first. Part 2: eflomal (Östling & Tiedemann 2016; GPLv3, so it runs here as an
+external program and is never imported by the app: ``pip install eflomal`` in any
+environment and pass ``--eflomal path/to/eflomal-align``, or have it on PATH) aligns the
+model's own training pairs with the gold pairs appended, unsupervised, as is usual; the
+gold part is scored forward, reverse, intersected, united and grow-diag-final-and. Part 3:
+the time of the full AER grid over ``--pairs`` pairs (the gold set repeated), medians.
+
+Needs fra-eng.zip (FRA_ENG_ZIP, else ../shared/data/fra-eng.zip) for part 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from common import ROOT, corpus_path, median
+
+from core.alignment.aer import grow_diag_final_and, intersect, score, union
+from core.alignment.gold import GOLD_DIR, parse_link_line, studio_gold
+from core.alignment.grid import alignment_grid
+from core.corpus.splits import load_splits
+from core.model.checkpoints import load_checkpoint, trained_data
+
+REFERENCE = GOLD_DIR / "reference.json"  # the page shows this figure beside the model's
+
+
+def model_grid(lm, pairs, gold) -> None:
+    """Part 1: the model's readers, best first."""
+    grid = alignment_grid(lm, pairs, gold)
+    rows = sorted(grid.rows, key=lambda r: (r.aer, -r.precision))
+    print(f"model: {len(rows)} readers on {len(pairs)} gold pairs ({grid.seconds:.2f} s)")
+    for r in rows[:8]:
+        print(
+            f"  layer {r.layer!s:>3} head {r.head:>4} {r.mode}: "
+            f"AER {r.aer:.3f}  P {r.precision:.3f}  R {r.recall:.3f}"
+        )
+    worst = rows[-1]
+    print(f"  ... worst: layer {worst.layer} head {worst.head} {worst.mode}: AER {worst.aer:.3f}")
+
+
+def eflomal_links(program: str, lines: list[str], folder: Path) -> tuple[list, list]:
+    """Run eflomal on ``src ||| tgt`` lines -> (forward links, reverse links) per line."""
+    data = folder / "pairs.txt"
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    fwd, rev = folder / "fwd.txt", folder / "rev.txt"
+    cmd = [program, "-i", str(data), "-f", str(fwd), "-r", str(rev), "--model", "3", "--overwrite"]
+    subprocess.run(cmd, check=True, capture_output=True)
+    read = lambda p: [parse_link_line(x).sure for x in p.read_text().splitlines()]  # noqa: E731
+    return read(fwd), read(rev)
+
+
+def statistical(program: str, lm, pairs, gold, train_pairs: int) -> dict:
+    """Part 2: eflomal on the training pairs + the gold pairs, the gold part scored; the
+    grow-diag-final-and figure as the page's reference (a dict)."""
+    corpus_path()
+    train = load_splits(trained_data(lm.meta)).train.pairs[:train_pairs]
+    lines = [f"{' '.join(s)} ||| {' '.join(t)}" for s, t in [*train, *pairs]]
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        fwd, rev = eflomal_links(program, lines, Path(tmp))
+    seconds = time.perf_counter() - start
+    fwd, rev = fwd[-len(pairs) :], rev[-len(pairs) :]
+    print(f"\neflomal, {len(train):,} training pairs + {len(pairs)} gold pairs ({seconds:.0f} s):")
+    sizes = [(len(s), len(t)) for s, t in pairs]
+    kinds = {
+        "forward (en->fr)": fwd,
+        "reverse (fr->en)": rev,
+        "intersection": [intersect(a, b) for a, b in zip(fwd, rev)],
+        "union": [union(a, b) for a, b in zip(fwd, rev)],
+        "grow-diag-final-and": [
+            grow_diag_final_and(a, b, n, m) for (a, b), (n, m) in zip(zip(fwd, rev), sizes)
+        ],
+    }
+    for name, links in kinds.items():
+        s = score(links, gold)
+        print(f"  {name:22s} AER {s.aer:.3f}  P {s.precision:.3f}  R {s.recall:.3f}")
+    best = score(kinds["grow-diag-final-and"], gold)
+    return {
+        "aligner": "eflomal (grow-diag-final-and)",
+        "aer": round(best.aer, 4),
+        "precision": round(best.precision, 4),
+        "recall": round(best.recall, 4),
+        "pairs": len(pairs),
+        "how": f"eflomal --model 3 on {len(train):,} training pairs of the shipped model's "
+        "split with the gold pairs appended; both directions symmetrised (bench/alignment.py)",
+    }
+
+
+def grid_speed(lm, pairs, gold, n: int, repeats: int) -> None:
+    """Part 3: seconds of the full grid over n pairs."""
+    k = -(-n // len(pairs))
+    many, many_gold = (pairs * k)[:n], (gold * k)[:n]
+    runs = [alignment_grid(lm, many, many_gold).seconds for _ in range(repeats)]
+    print(
+        f"\nfull grid (every layer x head x mode), {n} pairs: median {median(runs):.2f} s "
+        f"(runs {', '.join(f'{r:.2f}' for r in runs)}; goal < 5 s)"
+    )
+
+
+def main() -> None:
+    """Print the model's AER grid, the statistical aligner's AER and the grid's speed."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", default=str(ROOT / "checkpoints" / "fra-eng-small.pt"))
+    p.add_argument("--eflomal", default=shutil.which("eflomal-align"))
+    p.add_argument("--train-pairs", type=int, default=200_000)
+    p.add_argument("--pairs", type=int, default=500)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--write-reference", action="store_true", help="store eflomal's figure")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    lm = load_checkpoint(args.checkpoint)
+    pairs, gold = studio_gold()
+    model_grid(lm, pairs, gold)
+    if args.eflomal:
+        reference = statistical(args.eflomal, lm, pairs, gold, args.train_pairs)
+        if args.write_reference:
+            REFERENCE.write_text(json.dumps(reference, indent=1) + "\n", encoding="utf-8")
+            print(f"  written to {REFERENCE.relative_to(ROOT)}")
+    else:
+        print(
+            "\neflomal-align not found: pip install eflomal (GPLv3; in any environment) "
+            "and pass --eflomal"
+        )
+    grid_speed(lm, pairs, gold, args.pairs, args.repeats)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""``python -m core.align``: word alignments from cross-attention, and their error rate.
+
+    python -m core.align --checkpoint CK --data PAIRS [--gold LINKS] [--one-indexed]
+        [--layer L] [--head H|mean] [--mode awo|awi] [--threshold X]
+
+``PAIRS`` holds one ``english tokens ||| french tokens`` line per pair. Without ``--gold``
+the command prints one line of Pharaoh links (``i-j``, source word i, target word j,
+0-indexed) per pair, read from the chosen layer, head and mode (what is not given comes
+from the model's best reader on the shipped gold set, ``core/alignment/gold``). With
+``--gold`` it prints
+one JSON line per reader (``layer``, ``head``, ``mode``, ``aer``, ``precision``,
+``recall``, ``pairs``; every layer x head x mode unless ``--layer``/``--head``/``--mode``
+narrow it), then ``{"best": {...}}``. The library is ``core.alignment``, the same functions
+the Attention page calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from core.alignment.extract import MODES, Reader, links, pair_maps, readers
+from core.alignment.gold import (
+    GoldError,
+    check_gold,
+    read_links,
+    read_pairs,
+    studio_gold,
+    write_links,
+)
+from core.alignment.grid import alignment_grid
+from core.model.checkpoints import CheckpointError, load_checkpoint
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command's flags."""
+    p = argparse.ArgumentParser(description="Word alignments from cross-attention, and AER.")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--data", required=True, help="a file of 'english ||| french' lines")
+    p.add_argument("--gold", help="Pharaoh links per pair: i-j sure, ipj possible")
+    p.add_argument("--one-indexed", action="store_true", help="the gold links count from 1")
+    p.add_argument("--layer", help="a decoder layer, or 'all' (the mean of every layer)")
+    p.add_argument("--head", help="a head number, or 'mean'")
+    p.add_argument("--mode", help="awo (the step that predicts a word) or awi (that reads it)")
+    p.add_argument("--threshold", type=float, help="link every source word at or above this share")
+    return p
+
+
+def chosen_readers(args, layers: int, heads: int) -> list[Reader]:
+    """The readers the flags ask for (raises ValueError naming a bad flag)."""
+    every = readers(layers, heads)
+    if args.threshold is not None and not 0 < args.threshold <= 1:
+        raise ValueError(f"--threshold must be in (0, 1] (got {args.threshold})")
+    if args.mode is not None and args.mode not in MODES:
+        raise ValueError(f"--mode must be one of {', '.join(MODES)} (got {args.mode!r})")
+    if (
+        args.layer is not None
+        and args.layer != "all"
+        and not (args.layer.isdigit() and int(args.layer) < layers)
+    ):
+        raise ValueError(f"--layer must be 0..{layers - 1} or 'all' (got {args.layer!r})")
+    if (
+        args.head is not None
+        and args.head != "mean"
+        and not (args.head.isdigit() and int(args.head) < heads)
+    ):
+        raise ValueError(f"--head must be 0..{heads - 1} or 'mean' (got {args.head!r})")
+    keep = [
+        r
+        for r in every
+        if (args.mode is None or r.mode == args.mode)
+        and (args.layer is None or str(r.layer_label) == args.layer)
+        and (args.head is None or r.head_label == args.head)
+    ]
+    if not keep:
+        raise ValueError(
+            "no reader matches --layer/--head (the mean of all layers has head 'mean')"
+        )
+    return keep
+
+
+def run(args) -> list[str]:
+    """The lines to print."""
+    lm = load_checkpoint(args.checkpoint)
+    pairs = read_pairs(args.data)
+    cfg = lm.model.cfg
+    picked = chosen_readers(args, cfg.num_decoder_layers, cfg.num_heads)
+    if args.gold is None:
+        best = alignment_grid(lm, *studio_gold(), picked, args.threshold).best.reader()
+        return [write_links(links(m, best, args.threshold)) for m in pair_maps(lm, pairs)]
+    gold = read_links(args.gold, args.one_indexed)
+    check_gold(pairs, gold)
+    grid = alignment_grid(lm, pairs, gold, picked, args.threshold)
+    return [json.dumps(r.to_json()) for r in grid.rows] + [
+        json.dumps({"best": grid.best.to_json()})
+    ]
+
+
+def main(argv=None) -> int:
+    """Print alignments, or the AER of every reader."""
+    args = parser().parse_args(argv)
+    try:
+        print("\n".join(run(args)))
+    except (CheckpointError, GoldError, ValueError, OSError) as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Word alignment: gold links, error rate (AER) and links read from cross-attention."""

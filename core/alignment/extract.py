@@ -1,0 +1,164 @@
+"""Word alignments read from cross-attention: for each target word, the source word(s) it attends.
+
+A pair (English words, French words) is teacher-forced through the model and its
+cross-attention kept: rows are decoder steps, columns source pieces. Target piece k can be
+read at two steps:
+
+- **AWO** (attention when outputting): step k, the step that *predicts* piece k;
+- **AWI** (attention when inputting, the "shift" of Chen et al. 2020): step k + 1, the step
+  that *reads* piece k as its input.
+
+A reader takes one layer and one head, a layer's mean over heads (``head=None``), or the
+mean over every layer and head (``layer=None``). Each target piece links to the source piece
+with the largest weight (argmax), or to every source piece whose weight, renormalised over
+real source pieces, reaches a threshold. The source ``<eos>`` is never aligned. Pieces map
+to words: two words are linked when any of their pieces are (BPE).
+
+Shape key: L layers, H heads, T decoder steps (target pieces + 1), S source pieces (+ <eos>),
+N pairs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from core.corpus.bpe import word_spans
+from core.corpus.vocab import Vocab
+from core.model.checkpoints import LoadedModel
+from core.model.transformer import evaluating
+
+MODES = ("awo", "awi")
+BATCH = 64  # pairs teacher-forced together
+Link = tuple[int, int]  # (source word, target word), 0-indexed
+
+
+@dataclass(frozen=True)
+class Reader:
+    """Which attention an alignment is read from."""
+
+    layer: int | None  # a decoder layer, or None: the mean of every layer and head
+    head: int | None  # a head, or None: the layer's mean over heads
+    mode: str = "awo"  # "awo" or "awi"
+
+    @property
+    def head_label(self) -> str:
+        """The head as the command prints it: a number or "mean"."""
+        return "mean" if self.head is None else str(self.head)
+
+    @property
+    def layer_label(self) -> str | int:
+        """The layer as the command prints it: a number or "all"."""
+        return "all" if self.layer is None else self.layer
+
+
+@dataclass
+class PairMaps:
+    """One pair's cross-attention over pieces, with each piece's word."""
+
+    cross: np.ndarray  # (L, H, T, S) T = target pieces + 1, S = source pieces + <eos>
+    src_words: np.ndarray  # (S - 1,) the word of each source piece
+    tgt_words: np.ndarray  # (T - 1,) the word of each target piece
+
+
+def piece_words(pieces: Sequence[str]) -> np.ndarray:
+    """The word index of each piece (a ``##`` piece belongs to the word before it)."""
+    index = np.zeros(len(pieces), dtype=np.int64)
+    for w, (a, b) in enumerate(word_spans(pieces)):
+        index[a:b] = w
+    return index
+
+
+def encoded(lm: LoadedModel, src: Sequence[str], tgt: Sequence[str]):
+    """(source ids + <eos>, target ids, source piece words, target piece words)."""
+    src_pieces, src_ids = lm.src_vocab.segment(list(src))
+    tgt_pieces, tgt_ids = lm.tgt_vocab.segment(list(tgt))
+    return src_ids + [Vocab.eos_id], tgt_ids, piece_words(src_pieces), piece_words(tgt_pieces)
+
+
+@torch.no_grad()
+def pair_maps(
+    lm: LoadedModel,
+    pairs: Sequence[tuple[Sequence[str], Sequence[str]]],
+    batch: int = BATCH,
+    tick=None,
+) -> list[PairMaps]:
+    """Teacher-force every pair (in batches) and keep its cross-attention."""
+    model, out = lm.model, []
+    device = next(model.parameters()).device
+    rows = [encoded(lm, s, t) for s, t in pairs]
+    with evaluating(model):
+        for start in range(0, len(rows), batch):
+            chunk = rows[start : start + batch]
+            S = max(len(r[0]) for r in chunk)
+            T = max(len(r[1]) for r in chunk) + 1
+            src = torch.full((len(chunk), S), Vocab.pad_id, dtype=torch.long)
+            tgt = torch.full((len(chunk), T), Vocab.pad_id, dtype=torch.long)
+            for i, (s_ids, t_ids, _, _) in enumerate(chunk):
+                src[i, : len(s_ids)] = torch.tensor(s_ids)
+                tgt[i, : len(t_ids) + 1] = torch.tensor([Vocab.bos_id, *t_ids])
+            _, maps = model(src.to(device), tgt.to(device), need_weights=True)
+            cross = maps.cross.float().cpu().numpy()  # (L, B, H, T, S)
+            for i, (s_ids, t_ids, sw, tw) in enumerate(chunk):
+                m = cross[:, i, :, : len(t_ids) + 1, : len(s_ids)]  # (L, H, T_i, S_i)
+                out.append(PairMaps(np.ascontiguousarray(m), sw, tw))
+            if tick:
+                tick(len(chunk))
+    return out
+
+
+def read(maps: PairMaps, reader: Reader) -> np.ndarray:
+    """The (target pieces, source pieces) weights a reader sees, <eos> column dropped."""
+    if reader.layer is None:
+        w = maps.cross.mean(axis=(0, 1))  # (T, S)
+    elif reader.head is None:
+        w = maps.cross[reader.layer].mean(axis=0)
+    else:
+        w = maps.cross[reader.layer, reader.head]
+    rows = slice(0, -1) if reader.mode == "awo" else slice(1, None)
+    return w[rows, :-1]  # (T - 1, S - 1)
+
+
+def links(maps: PairMaps, reader: Reader, threshold: float | None = None) -> set[Link]:
+    """Word links (source word, target word) of one pair under a reader."""
+    w = read(maps, reader)  # (T - 1, S - 1)
+    if w.size == 0:
+        return set()
+    if threshold is None:
+        pairs = zip(w.argmax(axis=1), range(len(w)))
+    else:
+        share = w / np.clip(w.sum(axis=1, keepdims=True), 1e-12, None)
+        pairs = zip(*np.nonzero(threshold <= share.T))
+    return {(int(maps.src_words[s]), int(maps.tgt_words[t])) for s, t in pairs}
+
+
+def readers(layers: int, heads: int) -> list[Reader]:
+    """Every reader: each layer x (each head, the mean), the mean of all, in both modes."""
+    out = []
+    for mode in MODES:
+        for layer in range(layers):
+            out += [Reader(layer, h, mode) for h in range(heads)] + [Reader(layer, None, mode)]
+        out.append(Reader(None, None, mode))
+    return out
+
+
+def from_sentence(
+    cross: np.ndarray, src_tokens: Sequence[str], output_tokens: Sequence[str]
+) -> PairMaps:
+    """A translated sentence's maps as a pair: cross (L, H, T, S) over its own tokens.
+
+    ``output_tokens`` are the decoder's outputs (<eos> last, if reached); the target pieces
+    are those before <eos>, so rows number pieces + 1 as for a teacher-forced pair.
+    """
+    pieces = (
+        list(output_tokens[:-1])
+        if output_tokens and output_tokens[-1] == "<eos>"
+        else list(output_tokens)
+    )
+    rows = len(pieces) + 1
+    if cross.shape[2] < rows:  # stopped before <eos>: pad one empty row
+        cross = np.concatenate([cross, np.zeros_like(cross[:, :, :1])], axis=2)
+    return PairMaps(cross[:, :, :rows], piece_words(src_tokens[:-1]), piece_words(pieces))
