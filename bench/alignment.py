@@ -29,6 +29,7 @@ import torch
 from common import ROOT, corpus_path, median
 
 from core.alignment.aer import grow_diag_final_and, intersect, score, union
+from core.alignment.from_attribution import attribution_scores
 from core.alignment.gold import GOLD_DIR, parse_link_line, studio_gold
 from core.alignment.grid import alignment_grid
 from core.corpus.splits import load_splits
@@ -47,6 +48,9 @@ def model_grid(lm, pairs, gold) -> None:
             f"  layer {r.layer!s:>3} head {r.head:>4} {r.mode}: "
             f"AER {r.aer:.3f}  P {r.precision:.3f}  R {r.recall:.3f}"
         )
+    for method in ("alti", "rollout", "norm", "value-zeroing", "grad-input"):
+        r = attribution_scores(lm, pairs, gold, method)
+        print(f"  attribution {method:>13} awo: AER {r['aer']:.3f}  P {r['precision']:.3f}")
     worst = rows[-1]
     print(f"  ... worst: layer {worst.layer} head {worst.head} {worst.mode}: AER {worst.aer:.3f}")
 

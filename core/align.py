@@ -10,7 +10,8 @@ from the model's best reader on the shipped gold set, ``core/alignment/gold``). 
 ``--gold`` it prints
 one JSON line per reader (``layer``, ``head``, ``mode``, ``aer``, ``precision``,
 ``recall``, ``pairs``; every layer x head x mode unless ``--layer``/``--head``/``--mode``
-narrow it), then ``{"best": {...}}``. The library is ``core.alignment``, the same functions
+narrow it), then one line per ``--method`` (an attribution method's source part read as a
+map, AWO), then ``{"best": {...}}`` (the best attention reader). The library is ``core.alignment``, the same functions
 the Attention page calls.
 """
 
@@ -21,6 +22,7 @@ import json
 import sys
 
 from core.alignment.extract import MODES, Reader, links, pair_maps, readers
+from core.alignment.from_attribution import attribution_scores
 from core.alignment.gold import (
     GoldError,
     check_gold,
@@ -30,6 +32,7 @@ from core.alignment.gold import (
     write_links,
 )
 from core.alignment.grid import alignment_grid
+from core.attribution.methods import METHODS
 from core.model.checkpoints import CheckpointError, load_checkpoint
 
 
@@ -44,12 +47,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--head", help="a head number, or 'mean'")
     p.add_argument("--mode", help="awo (the step that predicts a word) or awi (that reads it)")
     p.add_argument("--threshold", type=float, help="link every source word at or above this share")
+    p.add_argument("--method", action="append", help="with --gold: also an attribution method")
     return p
 
 
 def chosen_readers(args, layers: int, heads: int) -> list[Reader]:
     """The readers the flags ask for (raises ValueError naming a bad flag)."""
     every = readers(layers, heads)
+    if unknown := [m for m in args.method or [] if m not in METHODS]:
+        raise ValueError(f"unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}")
     if args.threshold is not None and not 0 < args.threshold <= 1:
         raise ValueError(f"--threshold must be in (0, 1] (got {args.threshold})")
     if args.mode is not None and args.mode not in MODES:
@@ -92,9 +98,9 @@ def run(args) -> list[str]:
     gold = read_links(args.gold, args.one_indexed)
     check_gold(pairs, gold)
     grid = alignment_grid(lm, pairs, gold, picked, args.threshold)
-    return [json.dumps(r.to_json()) for r in grid.rows] + [
-        json.dumps({"best": grid.best.to_json()})
-    ]
+    extra = [attribution_scores(lm, pairs, gold, m) for m in args.method or []]
+    rows = [r.to_json() for r in grid.rows] + extra + [{"best": grid.best.to_json()}]
+    return [json.dumps(r) for r in rows]
 
 
 def main(argv=None) -> int:

@@ -116,3 +116,21 @@ def test_one_indexed_gold_is_read_as_such(tiny_checkpoint, tmp_path, files, caps
     one = capsys.readouterr().out
     assert align_cmd.main([*base, "--gold", str(files[1])]) == 0
     assert capsys.readouterr().out == one
+
+
+def test_an_attribution_method_aligns_through_the_same_reader(tiny_checkpoint, files, capsys):
+    """The attention "method" is the last layer's mean over heads: the same AER as that reader."""
+    pairs, gold = files
+    args = ["--checkpoint", str(tiny_checkpoint), "--data", str(pairs), "--gold", str(gold)]
+    assert align_cmd.main([*args, "--method", "attention", "--method", "alti"]) == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    by_method = {r["method"]: r for r in rows if "method" in r}
+    last_mean = next(
+        r
+        for r in rows
+        if r.get("layer") == 1 and r.get("head") == "mean" and r.get("mode") == "awo"
+    )
+    assert by_method["attention"]["aer"] == pytest.approx(last_mean["aer"])
+    assert 0 <= by_method["alti"]["aer"] <= 1 and "best" in rows[-1]
+    assert align_cmd.main([*args, "--method", "lime"]) == 2
+    assert "unknown method" in capsys.readouterr().err
