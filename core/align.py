@@ -11,8 +11,8 @@ from the model's best reader on the shipped gold set, ``core/alignment/gold``). 
 one JSON line per reader (``layer``, ``head``, ``mode``, ``aer``, ``precision``,
 ``recall``, ``pairs``; every layer x head x mode unless ``--layer``/``--head``/``--mode``
 narrow it), then one line per ``--method`` (an attribution method's source part read as a
-map, AWO), then ``{"best": {...}}`` (the best attention reader). The library is ``core.alignment``, the same functions
-the Attention page calls.
+map, AWO), then ``{"best": {...}}`` (the best attention reader). The library is
+``core.alignment``, the same functions the Attention page calls.
 """
 
 from __future__ import annotations
