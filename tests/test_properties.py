@@ -77,6 +77,8 @@ def test_any_query_string_gives_a_view_inside_every_widgets_range(params):
         state.step = 0
     if state.section != "attribution":  # the method travels with the attribution only
         state.method = ViewState.method
+    if state.section != "alignment":  # the alignment mode travels with the alignment only
+        state.align = ViewState.align
     assert ViewState.from_query(state.to_query()) == state  # what it writes, it reads back
 
 

@@ -73,6 +73,15 @@ def test_attribution_method_travels_only_with_its_section():
     assert ViewState.from_query({"method": "x" * 3000}).method == ViewState.method
 
 
+def test_alignment_mode_travels_only_with_its_section():
+    assert ViewState(section="alignment", align="awi").to_query(("align",)) == {"align": "awi"}
+    assert ViewState(section="maps", align="awi").to_query(("align",)) == {}
+    assert ViewState(section="alignment").to_query(("align",)) == {}  # the default, AWO
+    state = ViewState.from_query({"section": "alignment", "align": "awi"})
+    assert (state.section, state.align) == ("alignment", "awi")
+    assert ViewState.from_query({"align": "AWI"}).align == "awo"  # only the two modes
+
+
 def test_output_step_travels_only_with_the_playback():
     assert ViewState(section="playback", step=2).to_query(("section", "step")) == {
         "section": "playback",

@@ -20,10 +20,17 @@ SECTION_KEYS = (  # the Attention page's
     "ablation",
     "compare",
     "attribution",
+    "alignment",
 )
 PLAYBACK = "playback"  # the section whose output step travels in the URL
 ATTRIBUTION = "attribution"  # the section whose attribution method travels in the URL
-SECTION_FIELDS = {"step": PLAYBACK, "method": ATTRIBUTION}  # fields only one section writes
+ALIGNMENT = "alignment"  # the section whose alignment mode travels in the URL
+SECTION_FIELDS = {  # fields only one section writes
+    "step": PLAYBACK,
+    "method": ATTRIBUTION,
+    "align": ALIGNMENT,
+}
+ALIGN_MODES = ("awo", "awi")  # core.alignment.extract.MODES (a layer above: checked by a test)
 OLD_SECTIONS = {  # the section values of links made before the keys: the labels shown then
     "Maps": "maps",
     "Decoding playback": "playback",
@@ -61,6 +68,7 @@ class ViewState:
     token: str = ""  # selected token, "q<i>" (query row) or "k<j>" (key column)
     reference: str = ""  # French reference of `sentence` to force ("" = the d2l book's, if any)
     method: str = "alti"  # attribution method, one of core.attribution.methods.METHODS
+    align: str = ALIGN_MODES[0]  # alignment mode: "awo" (the step that predicts) or "awi"
 
     @classmethod
     def from_query(cls, params: Mapping[str, str]) -> ViewState:
@@ -90,6 +98,8 @@ class ViewState:
             state.reference = cls.reference
         if state.forced not in ("A", "B"):
             state.forced = cls.forced
+        if state.align not in ALIGN_MODES:
+            state.align = cls.align
         if state.kind not in KINDS:
             state.kind = cls.kind
         if not (_is_index(state.head) or state.head in HEAD_AGGREGATES):
@@ -104,7 +114,7 @@ class ViewState:
             if keys is not None and f.name not in keys:
                 continue
             if f.name in SECTION_FIELDS and self.section != SECTION_FIELDS[f.name]:
-                continue  # the output step (the method) means something in one section only
+                continue  # the output step (method, mode) means something in one section only
             value = getattr(self, f.name)
             always = f.name in ("sentence", "model", "kind", "layer", "head")
             if always or value != getattr(default, f.name):

@@ -10,6 +10,7 @@ import streamlit as st
 from core.attention.view_state import SECTION_KEYS, ViewState
 from pages.ui import (
     ablation_view,
+    alignment_view,
     attribution_view,
     compare_view,
     maps_view,
@@ -34,6 +35,7 @@ SECTIONS = {  # key (core.attention.view_state.SECTION_KEYS) -> section
     "ablation": Section("Remove heads", ablation_view.ablation_section),
     "compare": Section("Compare", compare_view.comparison_section),
     "attribution": Section("Attribution", attribution_view.attribution_section),
+    "alignment": Section("Alignment", alignment_view.alignment_section),
 }
 
 

@@ -1,4 +1,4 @@
-"""A progress bar with an ETA for heavy work (head importance, faithfulness)."""
+"""Progress bars with an ETA for heavy work (head importance, faithfulness, alignment)."""
 
 from __future__ import annotations
 
@@ -24,3 +24,27 @@ def progress_bar():
         bar.progress(fraction, text=f"{what.capitalize()}: {fraction:.0%}{left}")
 
     return bar, report
+
+
+class LateProgress:
+    """A ``report(fraction, what)`` whose progress bar appears only once work runs past
+    ``after`` seconds, so quick work shows nothing; ``done()`` removes the bar."""
+
+    def __init__(self, after: float = 1.0):
+        self.after, self.bar = after, None
+        self.start = time.perf_counter()
+
+    def __call__(self, fraction: float, what: str) -> None:
+        elapsed = time.perf_counter() - self.start
+        if self.bar is None and elapsed < self.after:
+            return
+        text = f"{what.capitalize()}: {fraction:.0%}{time_left(elapsed, fraction)}"
+        if self.bar is None:
+            self.bar = st.progress(fraction, text=text)
+        else:
+            self.bar.progress(fraction, text=text)
+
+    def done(self) -> None:
+        """Remove the bar, if it appeared."""
+        if self.bar is not None:
+            self.bar.empty()
