@@ -95,3 +95,10 @@ def test_batched_pairs_equal_one_at_a_time(tiny_model, mode):
     alone = [ex.pair_maps(tiny_model, [p])[0] for p in pairs]
     for a, b in zip(together, alone):
         assert np.allclose(a.cross, b.cross, atol=1e-5)
+
+
+def test_a_translation_cut_before_eos_leaves_its_last_word_unread_in_awi():
+    cross = one_hot_rows([0, 1], 3)  # two output pieces, no <eos> row
+    m = ex.from_sentence(cross, ["a", "b", "<eos>"], ["x", "y"])
+    assert ex.links(m, ex.Reader(0, 0, "awo")) == {(0, 0), (1, 1)}
+    assert ex.links(m, ex.Reader(0, 0, "awi")) == {(1, 0)}  # y's reading step never came

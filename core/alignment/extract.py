@@ -127,8 +127,8 @@ def links(maps: PairMaps, reader: Reader, threshold: float | None = None) -> set
     w = read(maps, reader)  # (T - 1, S - 1)
     if w.size == 0:
         return set()
-    if threshold is None:
-        pairs = zip(w.argmax(axis=1), range(len(w)))
+    if threshold is None:  # a row without weight (a translation cut before <eos>) links none
+        pairs = ((s, t) for t, s in enumerate(w.argmax(axis=1)) if w[t].sum() > 0)
     else:
         share = w / np.clip(w.sum(axis=1, keepdims=True), 1e-12, None)
         pairs = zip(*np.nonzero(threshold <= share.T))

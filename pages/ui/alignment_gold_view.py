@@ -1,0 +1,137 @@
+"""Alignment section, the gold set: every reader's AER, the best reader, a statistical aligner."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core.alignment.extract import MODES
+from core.alignment.gold import GoldError
+from core.alignment.grid import AlignmentGrid
+from core.attention.maps import export_name
+from core.attention.view_state import ViewState
+from core.figures import alignment_grid as grid_figs
+from core.figures.attribution import PANEL_PX
+from pages.ui.cached_alignment import alignment_grid
+from pages.ui.charts import chart
+from pages.ui.gold_sets import (
+    MAX_GOLD_BYTES,
+    GoldSet,
+    reference_score,
+    shipped_gold,
+    uploaded_gold,
+)
+from pages.ui.section_inputs import SectionInputs
+from pages.ui.text import md
+
+SHIPPED, UPLOAD = "shipped", "upload"
+AER_WORDS = (
+    "Every reader (each decoder layer's heads and their mean, and the mean of all layers, in "
+    "both modes) links the words of each gold pair; its links are scored against links a "
+    "person made. **AER** (alignment error rate, Och & Ney 2003) = 1 − (|A∩S| + |A∩P|) / "
+    "(|A| + |S|), with A the reader's links, S the sure and P the possible gold links: 0 is "
+    "perfect, lower is better. **Precision**: the share of the reader's links that are gold "
+    "(sure or possible); **recall**: the share of the sure links the reader found."
+)
+FORMATS = (
+    "Pairs: one `english tokens ||| french tokens` line per pair, tokenized as the model "
+    "reads them. Gold: one line per pair of Pharaoh links, `i-j` sure and `ipj` possible, i "
+    "the English and j the French word, counted from 0 (tick 1-indexed for files counted "
+    f"from 1, such as the Hansards set). At most {MAX_GOLD_BYTES // 2**20} MB each."
+)
+
+
+def gold_panel(page: SectionInputs) -> None:
+    """Pick a gold set, score every reader on it (cached), show the grid, the best, the table."""
+    st.subheader("Which head aligns words? AER on a gold set")
+    st.caption(AER_WORDS)
+    gold = pick_gold()
+    if gold is None:
+        return
+    entry = page.entry
+    try:
+        grid = alignment_grid(page.lm, entry.path, entry.mtime, gold.key, gold.pairs, gold.links)
+    except (GoldError, ValueError, RuntimeError, IndexError) as e:
+        st.error(md(f"The readers cannot be scored on {gold.name}: {' '.join(str(e).split())}"))
+        return
+    show_grid(grid, gold, page.state)
+
+
+def pick_gold() -> GoldSet | None:
+    """The shipped gold set or two uploaded files (widget ``al_gold``); None until usable."""
+    try:
+        shipped = shipped_gold()
+    except (GoldError, OSError) as e:
+        st.error(md(f"The shipped gold set cannot be read: {e}"))
+        shipped = None
+    words = {
+        SHIPPED: shipped.name.capitalize() if shipped else "Shipped gold set",
+        UPLOAD: "Upload",
+    }
+    source = st.radio(
+        "Gold set", (SHIPPED, UPLOAD), key="al_gold", horizontal=True, format_func=words.get
+    )
+    if source == SHIPPED:
+        return shipped
+    return upload_gold()
+
+
+def upload_gold() -> GoldSet | None:
+    """Two uploaders and the 1-indexed checkbox; the GoldSet, or None after a message."""
+    st.caption(FORMATS)
+    row = st.container(horizontal=True, gap="medium")
+    pairs = row.file_uploader("Pairs (english ||| french)", key="al_pairs_file", width=PANEL_PX)
+    links = row.file_uploader("Gold links (Pharaoh)", key="al_gold_file", width=PANEL_PX)
+    one = st.checkbox("1-indexed (Hansards / NAACL 2003)", key="al_one_indexed")
+    if pairs is None or links is None:
+        st.info("Upload both files to score every reader on them.")
+        return None
+    try:
+        return uploaded_gold((pairs.name, pairs.getvalue()), (links.name, links.getvalue()), one)
+    except GoldError as e:
+        st.error(md(e))
+        return None
+
+
+def show_grid(grid: AlignmentGrid, gold: GoldSet, state: ViewState) -> None:
+    """The best reader in words, one heatmap per mode, the table and CSV, the reference."""
+    best = grid.best
+    st.markdown(
+        f"{len(grid.rows)} readers scored on {md(gold.name)} in {grid.seconds:.2f} s. "
+        f"**Best: {grid_figs.reader_words(best)}, {best.mode.upper()}**: AER {best.aer:.3f} "
+        f"(precision {best.precision:.3f}, recall {best.recall:.3f})."
+    )
+    if gold.shipped:
+        reference_line()
+    zrange = grid_figs.aer_range(grid.rows)
+    row = st.container(horizontal=True, gap="medium")  # side by side where both fit
+    name = export_name(state.model, "", what="alignment aer")
+    for mode in MODES:
+        fig = grid_figs.aer_grid_figure(grid.rows, mode, zrange)
+        chart(fig, f"al_grid_{mode}", row.container(width=PANEL_PX), f"{name}_{mode}")
+    table = grid_figs.grid_table(grid.rows)
+    number = st.column_config.NumberColumn(format="%.3f")
+    st.dataframe(
+        table, hide_index=True, column_config={c: number for c in ("AER", "precision", "recall")}
+    )
+    csv = table.to_csv(index=False, lineterminator="\r\n").encode("utf-8")
+    st.download_button(
+        "AER of every reader as CSV", csv, f"{name}.csv", "text/csv", key="al_grid_csv"
+    )
+
+
+def reference_line() -> None:
+    """What a statistical aligner scores on the shipped set, when bench/alignment.py wrote it."""
+    ref = reference_score()
+    if ref is None:
+        st.caption(
+            "No statistical aligner's score is recorded here: run `python bench/alignment.py` "
+            "to compare with eflomal on the shipped set."
+        )
+        return
+    st.caption(
+        md(
+            f"For comparison, {ref['aligner']} scores AER {ref['aer']:.3f} (precision "
+            f"{ref['precision']:.3f}, recall {ref['recall']:.3f}) on the shipped set's "
+            f"{ref['pairs']} pairs: {ref['how']}."
+        )
+    )

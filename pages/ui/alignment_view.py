@@ -1,0 +1,108 @@
+"""Attention page, "Alignment" section: the word links one reader of cross-attention gives."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core.alignment.extract import MODES, Reader, from_sentence, links, read
+from core.alignment.gold import write_links
+from core.attention.maps import csv_cell, export_name
+from core.attention.view_state import ViewState
+from core.corpus.bpe import join_pieces
+from core.figures import alignment as align_figs
+from core.figures.attribution import panel_width
+from pages.ui.alignment_gold_view import gold_panel
+from pages.ui.attribution_view import cross_choice
+from pages.ui.charts import chart
+from pages.ui.section_inputs import SectionInputs
+from pages.ui.view_widgets import widget_default
+
+HOW = (
+    "Each French token is linked to the English word its row of cross-attention weighs most "
+    "(the source `<eos>` column is left out). **AWO** reads the decoder step that outputs "
+    "the token; **AWI** the next step, which reads it as its input: Chen et al. (2020) found "
+    "the next step often aligns better. A word cut into pieces (BPE) is linked to a word "
+    "when any of its pieces is."
+)
+
+
+def alignment_section(page: SectionInputs) -> None:
+    """The reader picker, its weights with the links circled, the links as lines and text."""
+    st.caption(HOW)
+    reader = pick_reader(page)
+    sentence_links(page, reader)
+    gold_panel(page)
+
+
+def pick_reader(page: SectionInputs) -> Reader:
+    """The mode (widget ``al_mode``, kept in the URL) and "mean of all layers" (``al_all``)."""
+    state = page.state
+    widget_default("al_mode", state.align, MODES)
+    row = st.container(horizontal=True, vertical_alignment="bottom", gap="large")
+    state.align = row.segmented_control(
+        "Read each French token at",
+        MODES,
+        key="al_mode",
+        required=True,  # a click on the chosen mode keeps it
+        format_func=lambda m: align_figs.MODE_NAMES[m],
+        help="AWO: the decoder step that outputs the token. AWI: the next one, which reads it.",
+    )
+    every = row.checkbox(
+        "Mean of all layers",
+        key="al_all",
+        help="Average every decoder layer and head instead of the view's layer and head.",
+    )
+    if every:
+        return Reader(None, None, state.align)
+    layer, head = cross_choice(page.pieces, state)
+    return Reader(layer, int(head) if head.isdigit() else None, state.align)
+
+
+def sentence_links(page: SectionInputs, reader: Reader) -> None:
+    """The reader's matrix beside the lines view, then the Pharaoh line and the CSV."""
+    p, state = page.pieces, page.state
+    pair = from_sentence(p.cross, p.src_tokens, p.output_tokens)
+    src, tgt = align_figs.sentence_pieces(pair, p.src_tokens, p.output_tokens)
+    if not tgt:
+        st.info("The translation is empty: there is nothing to align.")
+        return
+    weights, found = read(pair, reader), links(pair, reader)  # (T, S), {(s, t)}
+    name = link_name(state, reader)
+    row = st.container(horizontal=True, gap="medium")  # side by side where both fit
+    title = f"{align_figs.MODE_NAMES[reader.mode]} — {align_figs.reader_words(reader)}"
+    notes = [align_figs.ROW_WORDS[reader.mode]]
+    marked = align_figs.link_cells(pair, found)
+    fig = align_figs.link_matrix_figure(weights, src, tgt, marked, title, notes, page.stretch)
+    chart(fig, "al_matrix", row.container(width=panel_width(len(src))), name)
+    words = join_pieces(src), join_pieces(tgt)
+    strengths = align_figs.link_weights(weights, pair, found)
+    lines = align_figs.link_lines_figure(*words, strengths, f"{len(found)} links as lines")
+    right = row.container(width=panel_width(max(map(len, words))))
+    chart(lines, "al_lines", right, f"{name}_lines")
+    links_text(weights, pair, found, (src, tgt), name)
+
+
+def link_name(state: ViewState, reader: Reader) -> str:
+    """The exports' file name: model, sentence, layer, head and mode."""
+    if reader.layer is None:
+        return export_name(state.model, state.sentence, what=f"alignment {reader.mode} all")
+    head = reader.head_label
+    return export_name(state.model, state.sentence, "cross", reader.layer, head, reader.mode)
+
+
+def links_text(weights, pair, found, pieces, name: str) -> None:
+    """The links as a Pharaoh line (source-target, 0-indexed) and as a CSV with weights."""
+    st.markdown("**Links** (Pharaoh: English word – French word, counted from 0)")
+    st.code(write_links(found) or "(none)", language=None)
+    table = align_figs.links_table(weights, pair, found, *pieces)
+    for column in ("English word", "French word"):
+        table[column] = table[column].map(csv_cell)
+    st.download_button(
+        "Links as CSV",
+        table.to_csv(index=False, lineterminator="\r\n").encode("utf-8"),
+        f"{name}.csv",
+        "text/csv",
+        key="al_links_csv",
+        help="One row per link: both words, their positions and the link's weight (the "
+        "largest weight over the words' pieces).",
+    )

@@ -1,0 +1,25 @@
+"""Cached calls of the "Alignment" section: every reader's alignment error rate on a gold set."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core.alignment import grid
+from core.model.checkpoints import LoadedModel
+from pages.ui.progress import LateProgress
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def alignment_grid(
+    _lm: LoadedModel, path: str, mtime: float, gold_key: str, _pairs: list, _gold: list
+) -> grid.AlignmentGrid:
+    """Every reader's AER on a gold set (``gold_key``: a hash of its content), per model file.
+
+    A progress bar shows when it runs past a second; created and removed in here, it is
+    replayed as nothing on a cache hit.
+    """
+    report = LateProgress()
+    try:
+        return grid.alignment_grid(_lm, _pairs, _gold, progress=report)
+    finally:
+        report.done()

@@ -1,0 +1,172 @@
+"""AppTest of the Attention page's "Alignment" section (word links, AER on a gold set)."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+from streamlit.testing.v1 import AppTest
+
+from core.alignment.gold import studio_gold
+from tests.helpers import assert_clean, plain, run_page_script
+from tests.test_app_attribution import query, specs, title, z_of
+
+SECTION = {"section": "alignment"}
+SENTENCE = "the cat sees the dog ."  # "the" twice; the tiny model: "le chat voit le chien ."
+PAIRS = b"the cat sees the dog . ||| le chat voit le chien .\ni'm home . ||| je suis chez moi .\n"
+
+
+def run_page(query: dict | None = None) -> AppTest:
+    """The Attention page on its "Alignment" section (with more URL parameters)."""
+    return run_page_script("attention.py", {**SECTION, **(query or {})})
+
+
+def charts(at: AppTest) -> dict[str, dict]:
+    """The section's Plotly figures by their first title words."""
+    return {title(s).split(" — ")[0].split(",")[0]: s for s in specs(at)}
+
+
+def pharaoh(at: AppTest) -> set[tuple[int, int]]:
+    """The links of the Pharaoh line shown under the charts."""
+    (line,) = [c.value for c in at.code]
+    return {tuple(map(int, link.split("-"))) for link in line.split()}
+
+
+def test_the_reader_s_links_are_circled_drawn_and_written(studio_dirs):
+    at = run_page({"sentence": SENTENCE, "layer": "1", "head": "2"})
+    assert_clean(at)
+    matrix = charts(at)["AWO (attention when outputting)"]
+    assert title(matrix).endswith("— layer 1, head 2")
+    assert "the step that outputs it" in matrix["layout"]["title"]["subtitle"]["text"]
+    x, y = matrix["layout"]["xaxis"], matrix["layout"]["yaxis"]
+    assert x["ticktext"] == ["the", "cat", "sees", "the", "dog", "."]  # no <eos> column
+    assert y["ticktext"] == ["le", "chat", "voit", "le", "chien", "."]  # no <eos> row
+    links = pharaoh(at)
+    circles = matrix["data"][-1]
+    cells = {
+        (x["tickvals"].index(a), y["tickvals"].index(b)) for a, b in zip(circles["x"], circles["y"])
+    }
+    assert cells == links and len(links) == 6  # one word per piece: the cells are the links
+    z = z_of(matrix)  # (T, S)
+    assert all(z[t].argmax() == s for s, t in links)  # each French token's largest weight
+    lines = charts(at)[f"{len(links)} links as lines"]
+    assert sum(t.get("name") == "link" for t in lines["data"]) == len(links)
+    labels = [b.label for b in at.get("download_button")]
+    assert {"Links as CSV", "AER of every reader as CSV"} <= set(labels)
+
+
+def test_the_mode_travels_in_the_url_and_moves_the_row(studio_dirs):
+    at = run_page({"sentence": SENTENCE})
+    assert_clean(at)
+    assert "align" not in query(at)  # the default, AWO
+    awo = z_of(charts(at)["AWO (attention when outputting)"])
+    at.button_group(key="al_mode").set_value("awi").run()
+    assert_clean(at)
+    assert query(at)["align"] == "awi"
+    awi = z_of(charts(at)["AWI (attention when inputting)"])
+    assert not np.allclose(awo, awi)
+    again = run_page(query(at))  # a reload or a shared link
+    assert_clean(again)
+    assert again.button_group(key="al_mode").value == "awi"
+    assert np.allclose(z_of(charts(again)["AWI (attention when inputting)"]), awi)
+    at.radio(key="at_section").set_value("maps").run()
+    assert "align" not in query(at)  # it means something in this section only
+    bad = run_page({"align": "<b>bogus</b>"})
+    assert_clean(bad)
+    assert bad.button_group(key="al_mode").value == "awo" and "align" not in query(bad)
+
+
+def test_other_views_read_the_layer_s_cross_attention_or_every_layer(studio_dirs):
+    at = run_page({"sentence": SENTENCE, "kind": "encoder", "layer": "1", "head": "rollout"})
+    assert_clean(at)
+    assert title(specs(at)[0]).endswith("— layer 1, mean of heads")
+    assert any("This section reads cross attention" in plain(c.value) for c in at.caption)
+    at.checkbox(key="al_all").check().run()
+    assert_clean(at)
+    assert title(specs(at)[0]).endswith("— mean of all layers and heads")
+
+
+def test_the_shipped_gold_set_gives_every_reader_s_aer(studio_dirs):
+    at = run_page()
+    assert_clean(at)
+    n = len(studio_gold()[0])
+    assert at.radio(key="al_gold").options[0] == f"The shipped gold set ({n} pairs)"
+    table = at.dataframe[0].value
+    assert len(table) == 2 * (2 * (4 + 1) + 1)  # 2 modes × (2 layers × (4 heads + mean) + all)
+    assert list(table["AER"]) == sorted(table["AER"]) and set(table["pairs"]) == {n}
+    best = table.iloc[0]
+    (words,) = [plain(m.value) for m in at.markdown if "readers scored" in m.value]
+    assert f"AER {best['AER']:.3f}" in words and f"{best['mode']}" in words
+    grids = [s for s in specs(at) if title(s).startswith("AER of each reader")]
+    assert len(grids) == 2
+    stars = [v for g in grids for row in g["data"][0]["text"] for v in row if "★" in v]
+    assert len(stars) == 2  # the best cell of each mode
+    assert any("bench/alignment.py" in c.value or "scores AER" in c.value for c in at.caption)
+
+
+def upload(at: AppTest, pairs: bytes, gold: bytes, name: str = "hand.gold") -> AppTest:
+    """Pick "Upload" and give both files."""
+    at.radio(key="al_gold").set_value("upload").run()
+    at.file_uploader(key="al_pairs_file").set_value(("mine.txt", pairs, "text/plain"))
+    at.file_uploader(key="al_gold_file").set_value((name, gold, "text/plain"))
+    return at.run()
+
+
+def test_an_uploaded_gold_set_is_scored_and_a_bad_line_is_named(studio_dirs):
+    at = run_page({"sentence": SENTENCE})
+    at = upload(at, PAIRS, b"0-0 1-1 2-2 3-3 4-4 5-5\n0-0 0-1 1-2 1-3 2-4\n")
+    assert_clean(at)
+    assert not at.error and set(at.dataframe[0].value["pairs"]) == {2}
+    assert any("hand.gold (2 pairs)" in plain(m.value) for m in at.markdown)
+    at = upload(at, PAIRS, b"0-0 1-1\n0-0 1 x 2-2\n", "my <b>links</b>.txt")
+    assert_clean(at)
+    (error,) = [plain(e.value) for e in at.error]
+    assert error.startswith("my <b>links</b>.txt, line 2: '1' is not a link")
+    assert not at.dataframe
+    at = upload(at, PAIRS, b"1-1 6-6\n1-1 3-5\n", "naacl.wa")  # counted from 1...
+    assert "naacl.wa, line 1" in plain(at.error[0].value)  # ...read as from 0: out of range
+    at.checkbox(key="al_one_indexed").check().run()
+    assert not at.error and len(at.dataframe[0].value) == 22
+
+
+def test_a_bpe_model_s_pieces_link_whole_words(studio_dirs, bpe_run):
+    shutil.copytree(bpe_run, studio_dirs["runs"] / "bpe")
+    at = run_page({"model": "runs/bpe/last.pt", "sentence": "we are eating apples ."})
+    assert_clean(at)
+    matrix = specs(at)[0]
+    pieces = matrix["layout"]["xaxis"]["ticktext"]
+    assert any(t.startswith("##") for t in pieces)  # the matrix shows the model's pieces
+    lines = specs(at)[1]
+    words = lines["layout"]["xaxis2"]["ticktext"]
+    assert not any(w.startswith("##") for w in words) and len(words) < len(pieces)
+    assert max(s for s, _ in pharaoh(at)) < len(words)  # links count words, not pieces
+    assert at.dataframe
+
+
+def test_a_slow_grid_shows_a_progress_bar_that_a_cache_hit_replays_harmlessly(
+    studio_dirs, monkeypatch
+):
+    from pages.ui import cached_alignment, progress
+
+    shown = []
+
+    class Eager(progress.LateProgress):
+        """A progress bar from the first report on, as if the grid took more than a second."""
+
+        def __init__(self):
+            super().__init__(after=0.0)
+
+        def __call__(self, fraction: float, what: str) -> None:
+            super().__call__(fraction, what)
+            shown.append(self.bar is not None)
+
+    monkeypatch.setattr(cached_alignment, "LateProgress", Eager)
+    cached_alignment.alignment_grid.clear()
+    first = run_page()  # computed: the bar comes and goes inside the cached call
+    assert_clean(first)
+    assert shown and all(shown) and not first.get("progress")
+    reports = len(shown)
+    again = run_page()  # a cache hit replays what the call drew: a bar, then nothing
+    assert_clean(again)
+    assert len(shown) == reports  # not computed again
+    assert len(again.dataframe[0].value) == 22 and not again.get("progress")
