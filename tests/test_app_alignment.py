@@ -170,3 +170,20 @@ def test_a_slow_grid_shows_a_progress_bar_that_a_cache_hit_replays_harmlessly(
     assert_clean(again)
     assert len(shown) == reports  # not computed again
     assert len(again.dataframe[0].value) == 22 and not again.get("progress")
+
+
+def test_the_best_reader_can_be_shown_in_the_view_above(studio_dirs):
+    at = run_page({"kind": "encoder", "layer": "0", "head": "2"})
+    best = at.dataframe[0].value.iloc[0]
+    at.button(key="al_use_best").click().run()
+    assert_clean(at)
+    assert at.radio(key="at_kind").value == "cross"
+    assert at.button_group(key="al_mode").value == best["mode"].lower()
+    if best["layer"] == "all":
+        assert at.checkbox(key="al_all").value
+    else:
+        assert (str(at.selectbox(key="at_layer").value), at.selectbox(key="at_head").value) == (
+            str(best["layer"]),
+            str(best["head"]),
+        )
+    assert query(at)["kind"] == "cross"

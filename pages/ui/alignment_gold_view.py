@@ -6,7 +6,7 @@ import streamlit as st
 
 from core.alignment.extract import MODES
 from core.alignment.gold import GoldError
-from core.alignment.grid import AlignmentGrid
+from core.alignment.grid import AlignmentGrid, GridRow
 from core.attention.maps import export_name
 from core.attention.view_state import ViewState
 from core.figures import alignment_grid as grid_figs
@@ -100,6 +100,13 @@ def show_grid(grid: AlignmentGrid, gold: GoldSet, state: ViewState) -> None:
         f"**Best: {grid_figs.reader_words(best)}, {best.mode.upper()}**: AER {best.aer:.3f} "
         f"(precision {best.precision:.3f}, recall {best.recall:.3f})."
     )
+    st.button(
+        "Show the best reader above",
+        key="al_use_best",
+        on_click=use_best,
+        args=(best,),
+        help="Cross attention, the best reader's layer, head and mode in the view above.",
+    )
     if gold.shipped:
         reference_line()
     zrange = grid_figs.aer_range(grid.rows)
@@ -117,6 +124,15 @@ def show_grid(grid: AlignmentGrid, gold: GoldSet, state: ViewState) -> None:
     st.download_button(
         "AER of every reader as CSV", csv, f"{name}.csv", "text/csv", key="al_grid_csv"
     )
+
+
+def use_best(best: GridRow) -> None:
+    """Button callback: the view above shows the best reader (kind, layer, head, mode)."""
+    st.session_state["at_kind"] = "cross"
+    st.session_state["al_mode"] = best.mode
+    st.session_state["al_all"] = best.layer == "all"
+    if best.layer != "all":
+        st.session_state["at_layer"], st.session_state["at_head"] = best.layer, best.head
 
 
 def reference_line() -> None:
