@@ -31,3 +31,19 @@ def test_home_describes_the_app_and_lists_models_and_runs(jobs_env, make_run):
     # a model without a BLEU (the broken file) shows a dash, never the word "None"
     assert table["val BLEU"].isna().any()
     assert [d.proto.placeholder for d in at.dataframe] == ["—", "—"]
+
+
+def test_run_names_show_in_the_runs_tables(jobs_env, make_run):
+    make_run(runs_root(), "20260101-000000-d2l", {"state": "finished"}, {"name": "my first"})
+    make_run(runs_root(), "20260102-000000-d2l", {"state": "finished"})
+    at = run_app()
+    runs = at.dataframe[-1].value
+    assert list(runs.columns[:2]) == ["run", "name"]
+    assert dict(zip(runs["run"], runs["name"])) == {
+        "20260101-000000-d2l": "my first",
+        "20260102-000000-d2l": "",
+    }
+    at.switch_page("pages/train.py").run()
+    assert_clean(at)
+    table = next(d.value for d in at.dataframe if "name" in d.value.columns)
+    assert "my first" in list(table["name"])

@@ -97,6 +97,22 @@ def test_form_refuses_impossible_settings_with_the_reason(jobs_env, key, value, 
     assert run_dirs(runs_root()) == []  # nothing started
 
 
+@pytest.mark.parametrize("processes", [0, -3, 99])
+def test_form_refuses_an_impossible_number_of_processes_with_the_reason(
+    jobs_env, monkeypatch, processes
+):
+    monkeypatch.setattr(jobs, "max_processes", lambda device_type: 4)
+    at = train_page()
+    fill_tiny_form(at)
+    box = at.number_input(key="processes")
+    assert box.min is None and box.max is None  # the browser never blocks Launch silently
+    box.set_value(processes)
+    button(at, "Launch training").click().run()
+    errors = [plain(e.value) for e in at.error]
+    assert any("Not started. Fix these settings" in e and "processes" in e for e in errors), errors
+    assert run_dirs(runs_root()) == []  # nothing started
+
+
 def test_data_file_is_counted_before_launch(jobs_env, tmp_path, monkeypatch):
     monkeypatch.setenv(DATA_ENV, str(tmp_path / "data"))
     pairs = data_root() / "mine.tsv"
@@ -106,11 +122,21 @@ def test_data_file_is_counted_before_launch(jobs_env, tmp_path, monkeypatch):
     assert str(data_root()) in at.text_input(key="data_path").placeholder
     assert any(f"data folder `{data_root()}`" in c.value for c in at.caption)
     at.text_input(key="data_path").set_value("mine.tsv").run()  # read from the data folder
-    assert [s.value for s in at.success] == ["2 usable pairs, 1 skipped lines."]
+    assert [s.value for s in at.success] == ["2 usable pairs, 1 skipped line."]
     at.text_input(key="data_path").set_value(str(data_root() / "missing.tsv")).run()
     assert any("Corpus file not found" in e.value for e in at.error)
     button(at, "Launch training").click().run()
     assert any("Choose usable data first" in e.value for e in at.error)
+
+
+def test_the_data_folder_exists_once_the_file_path_option_names_it(jobs_env, tmp_path, monkeypatch):
+    folder = tmp_path / "fresh clone" / "data"
+    monkeypatch.setenv(DATA_ENV, str(folder))
+    at = train_page()
+    at.radio(key="data_source").set_value("file path").run()
+    assert folder.is_dir()
+    caption = next(plain(c.value) for c in at.caption if str(folder) in c.value)
+    assert "creates it" in caption
 
 
 @pytest.mark.parametrize("where", ["outside.tsv", "../outside.tsv", "/etc/passwd", "/dev/zero"])
@@ -133,7 +159,24 @@ def test_upload_is_validated_and_counted(jobs_env):
     at.file_uploader(key="data_upload").set_value(
         ("pairs.tsv", b"Go.\tVa !\nHi.\tSalut.\nbad\n", "text/tab-separated-values")
     ).run()
-    assert [s.value for s in at.success] == ["2 usable pairs, 1 skipped lines."]
+    assert [s.value for s in at.success] == ["2 usable pairs, 1 skipped line."]
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"Go.\tVa !\n\xff\xfe bad bytes\n", "mes paires.txt is not UTF-8"),
+        (b"no tab here\n", "mes paires.txt has no usable sentence pairs"),
+        (b"no tab here\n", "(1 malformed line skipped)"),
+    ],
+)
+def test_upload_errors_name_the_users_file(jobs_env, data, reason):
+    at = train_page()
+    at.radio(key="data_source").set_value("upload").run()
+    at.file_uploader(key="data_upload").set_value(("mes paires.txt", data, "text/plain")).run()
+    errors = [plain(e.value) for e in at.error]
+    assert len(errors) == 1 and reason in errors[0], errors
+    assert ".uploads" not in errors[0]
 
 
 def test_preset_fills_the_advanced_form(jobs_env):
@@ -326,6 +369,26 @@ def test_a_diverged_run_says_so(jobs_env, make_run):
     assert badges(at) == [":red-badge[diverged]"]
     assert any("Training diverged at step 7" in plain(e.value) for e in at.error)
     assert "Resume" in [b.label for b in at.button]  # from the last finite checkpoint
+
+
+@pytest.mark.parametrize(
+    ("preset", "data", "warned"),
+    [
+        ("d2l", {"split": "head", "num_train": 512, "num_val": 128}, True),
+        ("small", {"split": "head", "num_train": 300, "num_val": 20}, True),
+        ("small", {"split": "random", "max_pairs": 900}, True),
+        ("small", {"split": "random"}, False),
+    ],
+)
+def test_a_run_on_few_pairs_says_why_its_bleu_is_low(jobs_env, make_run, preset, data, warned):
+    status = {"state": "finished", "step": 120, "best_bleu": 5.1}
+    job = {"preset": preset, "settings": {"data": data, "model": {}, "train": {}}}
+    make_run(runs_root(), "few", status, job)
+    at = train_page("few")
+    notes = [plain(m.value) for m in [*at.info, *at.caption] if "generalise" in m.value]
+    assert bool(notes) == warned, notes
+    if warned:
+        assert "pairs" in notes[0] and "<unk>" in notes[0]
 
 
 def test_runs_are_told_apart_named_and_compared_from_the_url(jobs_env, make_run):

@@ -277,3 +277,44 @@ def test_two_views_side_by_side_can_share_one_scale(home_translation):
     view = select_view(maps, "cross", 0, "0")
     assert figs.view_figure(view, zmax=0.3).data[0].zmax == 0.3
     assert figs.view_figure(view, stretch=True, zmax=0.3).data[0].zmax == 0.3
+
+
+def test_removed_heads_are_outlined_and_labelled_in_the_grid(home_translation):
+    _, maps = home_translation
+    fig = figs.grid_view_figure(maps, "cross", removed=[(0, 1), (1, 3)])
+    marked = {(s.xref, s.yref) for s in fig.layout.shapes}
+    assert marked == {("x2 domain", "y2 domain"), ("x8 domain", "y8 domain")}  # cells 2 and 8
+    assert all(s.line.color == figs.REMOVED_COLOR for s in fig.layout.shapes)
+    labels = [a for a in fig.layout.annotations if figs.REMOVED_WORD in (a.text or "")]
+    assert {(a.xref, a.yref) for a in labels} == marked
+    assert "head 1" in {a.text for a in fig.layout.annotations}  # the titles are kept
+
+
+def test_removed_heads_of_other_layers_are_not_marked_in_one_layer(home_translation):
+    _, maps = home_translation
+    fig = figs.grid_view_figure(maps, "cross", layers=[1], removed=[(0, 1), (1, 3)])
+    assert [(s.xref, s.yref) for s in fig.layout.shapes] == [("x4 domain", "y4 domain")]
+    assert not figs.grid_view_figure(maps, "cross").layout.shapes
+
+
+BPE_SENTENCE = "the@@ re@@ mark@@ able cat@@ s were sit@@ ting on the mat@@ s in it ."
+
+
+@pytest.mark.parametrize("heads", [1, 2, 4, 8])
+def test_grid_labels_of_a_16_piece_sentence_never_crowd_a_cell(heads):
+    tokens = BPE_SENTENCE.split()
+    assert len(tokens) == 16
+    weights = np.full((2, heads, 16, 16), 1 / 16, dtype=np.float32)
+    layout = figs.grid_figure(weights, tokens, tokens, "encoder").layout
+    shown = len(layout.xaxis.tickvals)
+    assert shown == len(layout.xaxis.ticktext) <= figs.grid_x_ticks(heads)
+    cell_px = figs.GRID_PLOT_PX / heads
+    assert cell_px / shown >= figs.TICK_GAP_PX  # tilted labels this far apart do not overlap
+    assert shown >= 2
+
+
+def test_grid_tick_labels_are_short():
+    tokens = ["internationalisation", "a", "b"]
+    layout = figs.grid_figure(np.full((1, 1, 3, 3), 1 / 3), tokens, tokens, "encoder").layout
+    assert layout.xaxis.ticktext[0] == "internat…"[: figs.GRID_TICK_CHARS - 1] + "…"
+    assert all(len(t) <= figs.GRID_TICK_CHARS for t in layout.xaxis.ticktext)

@@ -100,12 +100,14 @@ EOS_COLUMN = np.tile([0.0, 0.0, 0.0, 1.0], (4, 1))
 BOS_COLUMN = np.tile([1.0, 0.0, 0.0, 0.0], (4, 1))
 HALF_HALF = np.tile([0.5, 0.5, 0.0, 0.0], (4, 1))
 HEAD_CASES = [
-    pytest.param(np.eye(4), ABCD, "diagonal", 1.0, "diagonal head", id="diagonal"),
-    pytest.param(_shifted_identity(4), ABCD, "previous", 1.0, "previous-token head", id="prev"),
-    pytest.param(EOS_COLUMN, TOKENS4, "eos", 1.0, "sink head", id="eos-sink"),
-    pytest.param(BOS_COLUMN, TOKENS4, "bos", 1.0, "sink head", id="bos-sink"),
-    pytest.param(np.full((4, 4), 0.25), ABCD, "entropy", math.log(4), "broad head", id="uniform"),
-    pytest.param(HALF_HALF, ABCD, "entropy", math.log(2), "mixed", id="mixed"),
+    pytest.param(np.eye(4), ABCD, "diagonal", 1.0, hs.LABELS["diagonal"], id="diagonal"),
+    pytest.param(_shifted_identity(4), ABCD, "previous", 1.0, hs.LABELS["previous"], id="prev"),
+    pytest.param(EOS_COLUMN, TOKENS4, "eos", 1.0, hs.LABELS["sink"], id="eos-sink"),
+    pytest.param(BOS_COLUMN, TOKENS4, "bos", 1.0, hs.LABELS["sink"], id="bos-sink"),
+    pytest.param(
+        np.full((4, 4), 0.25), ABCD, "entropy", math.log(4), hs.LABELS["broad"], id="uniform"
+    ),
+    pytest.param(HALF_HALF, ABCD, "entropy", math.log(2), hs.LABELS["mixed"], id="mixed"),
 ]
 
 
@@ -152,7 +154,48 @@ def test_cross_diagonal_uses_proportional_position():
     cross[[0, 1, 2], [0, 2, 3]] = 1.0  # round(i * 3 / 2): 0, 1.5 -> 2, 3
     stats = hs.head_stats(_one_head(cross), "cross", list("abc"), list("wxyz"))
     assert stats.loc[0, "diagonal"] == pytest.approx(1.0)
-    assert stats.loc[0, "label"] == "diagonal head"
+    assert stats.loc[0, "label"] == "monotonic (follows source order)"
+
+
+@pytest.mark.parametrize("matrix", [np.eye(4), _shifted_identity(4)], ids=["diag", "prev"])
+def test_cross_heads_never_get_self_attention_labels(matrix):
+    stats = hs.head_stats(_one_head(matrix), "cross", list("abcd"), list("wxyz"))
+    label = stats.loc[0, "label"]
+    assert "diagonal" not in label and "previous" not in label
+    assert math.isnan(stats.loc[0, "previous"])
+
+
+def test_cross_far_from_the_rescaled_diagonal_is_not_monotonic():
+    cross = np.zeros((4, 8))
+    cross[np.arange(4), [7, 5, 2, 0]] = 1.0  # reversed: far from 0, 2, 5, 7
+    stats = hs.head_stats(_one_head(cross), "cross", list("abcd"), list("stuvwxyz"))
+    assert stats.loc[0, "diagonal"] == pytest.approx(0.0)
+    assert stats.loc[0, "label"] != hs.LABELS["monotonic"]
+
+
+def test_decoder_self_label_is_measured_on_the_map_as_drawn():
+    queries = ["le", "chat", "noir", "<eos>"]  # the outputs
+    keys = ["<bos>", "le", "chat", "noir"]  # the decoder's inputs
+    own = np.eye(4)  # each position on its own input: the diagonal with <bos> shown
+    stats = hs.head_stats(_one_head(own), "decoder_self", queries, keys)
+    assert stats.loc[0, "label"] == hs.LABELS["diagonal"]
+    drawn = hs.head_stats(_one_head(own), "decoder_self", queries, keys, hide=True)
+    assert drawn.loc[0, "label"] == hs.LABELS["previous"]  # <bos> hidden: one column left
+    assert drawn.loc[0, "diagonal"] == pytest.approx(0.0)
+    assert math.isnan(drawn.loc[0, "bos"])  # not drawn, not measured
+
+
+def test_a_sink_head_is_labelled_by_what_is_left_when_hidden():
+    weights = np.tile([0.0, 0.0, 0.0, 1.0], (4, 1))
+    weights[:3, :3] += 0.3 * np.eye(4)[:3, :3]
+    weights /= weights.sum(axis=-1, keepdims=True)  # mostly on <eos>, the rest on itself
+    tokens = ["a", "b", "c", "<eos>"]
+    assert (
+        hs.head_stats(_one_head(weights), "encoder", tokens, tokens).loc[0, "label"]
+        == (hs.LABELS["sink"])
+    )
+    drawn = hs.head_stats(_one_head(weights), "encoder", tokens, tokens, hide=True)
+    assert drawn.loc[0, "label"] == hs.LABELS["diagonal"]
 
 
 def test_head_table_columns_per_kind_and_labels():
@@ -163,9 +206,11 @@ def test_head_table_columns_per_kind_and_labels():
     enc = np.stack([prev, diag])[None].astype(np.float32)  # (1, 2, 5, 5)
     maps = SentenceMaps(enc, enc, enc, tokens, tokens, ["<bos>"] + tokens[:-1])
     table = hs.head_table(maps, "encoder")
-    assert list(table["label"]) == ["previous-token head", "diagonal head"]
+    assert list(table["label"]) == [hs.LABELS["previous"], hs.LABELS["diagonal"]]
     assert "monotonicity" not in table and "bos" not in table
     flipped = np.stack([diag[::-1], diag])[None].astype(np.float32)  # reversed, in order
     maps = SentenceMaps(enc, enc, flipped, tokens, tokens, ["<bos>"] + tokens[:-1])
-    assert hs.head_table(maps, "cross")["monotonicity"].tolist() == pytest.approx([-1.0, 1.0])
+    cross_table = hs.head_table(maps, "cross")
+    assert cross_table["monotonicity"].tolist() == pytest.approx([-1.0, 1.0])
+    assert "previous" not in cross_table and "near diagonal" in cross_table
     assert "bos" in hs.head_table(maps, "decoder_self")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import colorsys
 import tomllib
 from urllib.parse import urlparse
 
@@ -28,6 +29,15 @@ def test_shipped_config_serves_loopback_only():
     config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     assert config["server"]["address"] == "127.0.0.1"
     assert config["browser"]["gatherUsageStats"] is False
+
+
+def test_shipped_theme_marks_focus_in_a_calm_colour():
+    """Streamlit's default primary colour is red: focused inputs would read as errors."""
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    primary = config.get("theme", {}).get("primaryColor", "#ff4b4b")
+    rgb = [int(primary.lstrip("#")[i : i + 2], 16) / 255 for i in (0, 2, 4)]
+    hue = colorsys.rgb_to_hls(*rgb)[0] * 360
+    assert 180 <= hue <= 260, f"primaryColor {primary} (hue {hue:.0f}°) is not a blue"
 
 
 def test_a_started_app_listens_on_loopback_only(app_server):

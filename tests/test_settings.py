@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from core.train import build_parser
-from core.training import settings
+from core.training import devices, settings
 from tests.helpers import TINY_ARGS, TINY_PRESET, TINY_RUN
 
 
@@ -92,6 +92,37 @@ def test_describe_settings_names_the_book_experiment():
         "30 epochs",
     ):
         assert part in text
+
+
+@pytest.mark.parametrize(
+    ("preset", "tokens"), [("small", "BPE subwords (6,000)"), ("d2l", "word tokens")]
+)
+def test_describe_settings_names_the_tokenizer(preset, tokens):
+    assert tokens in settings.describe_settings(settings.defaults(preset))
+
+
+@pytest.mark.parametrize(
+    ("n_bytes", "text"),
+    [
+        (int(1.5 * 2**30), "1.5 GB"),
+        (int(2_345.6 * 2**30), "2,346 GB"),
+        (int(3_576_352_429.6 * 2**30), "3.6 billion GB"),
+        (int(4.2e15 * 2**30), "4.2e+15 GB"),
+    ],
+)
+def test_memory_sizes_read_as_numbers(n_bytes, text):
+    assert devices.gigabytes(n_bytes) == text
+
+
+def test_a_huge_model_is_refused_with_a_readable_size(monkeypatch):
+    monkeypatch.setattr(devices, "device_memory", lambda device_type: 16 * 2**30)
+    huge = {
+        "model": {"d_model": 4096, "d_ff": 16384, "num_encoder_layers": 24},
+        "data": {"max_len": 200},
+        "train": {"batch_size": 65536},
+    }
+    problems = settings.validate_settings("small", huge)
+    assert len(problems) == 1 and "needs about 101,492 GB on cpu but only 16.0 GB" in problems[0]
 
 
 @pytest.mark.parametrize(

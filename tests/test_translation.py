@@ -3,6 +3,7 @@ core.model.d2l_check."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -23,6 +24,21 @@ def test_translate_sentence_and_topk_frame(home_translation):
     assert list(frame["output token"]) == t.output_tokens
     assert list(frame.columns[2:]) == [f"#{i}" for i in range(1, 6)]
     assert frame["#1"].str.startswith("je ").iloc[0]
+
+
+@pytest.mark.parametrize(
+    ("p", "text"),
+    [(0.9123, "0.912"), (0.05, "0.050"), (0.0012, "0.001"), (0.000042, "4.2e-05"), (0.0, "0")],
+)
+def test_small_probabilities_stay_readable(p, text):
+    assert tr.probability_text(p) == text
+
+
+def test_topk_frame_never_rounds_alternatives_to_zero(home_translation):
+    t, _ = home_translation
+    small = dataclasses.replace(t, topk=[[("je", 0.9987), ("j'", 0.0008), ("tu", 0.00003)]])
+    frame = tr.topk_frame(small)
+    assert list(frame.iloc[0, 2:]) == ["je (0.999)", "j' (8.0e-04)", "tu (3.0e-05)"]
 
 
 @pytest.mark.parametrize(

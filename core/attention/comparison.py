@@ -25,6 +25,7 @@ from core.attention.maps import (
     weights_frame,
 )
 from core.corpus.text import tokenize
+from core.model.checked_translation import probability_text
 from core.model.checkpoints import LoadedModel
 from core.model.decode import Translation
 
@@ -243,10 +244,10 @@ def outputs_note(tokens_a: Sequence[str], tokens_b: Sequence[str]) -> str:
 
 
 def _candidates(topk: Sequence, step: int) -> str:
-    """E.g. "je 0.91 · j' 0.05" (the first CANDIDATES_SHOWN candidates of a step)."""
+    """E.g. "je 0.912 · j' 0.050" (the first CANDIDATES_SHOWN candidates of a step)."""
     if step >= len(topk):
         return ""
-    return " · ".join(f"{w} {p:.2f}" for w, p in list(topk[step])[:CANDIDATES_SHOWN])
+    return " · ".join(f"{w} {probability_text(p)}" for w, p in list(topk[step])[:CANDIDATES_SHOWN])
 
 
 def topk_pair_frame(t_a: Translation, t_b: Translation) -> pd.DataFrame:

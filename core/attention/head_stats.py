@@ -14,6 +14,17 @@ from core.attention.kinds import check_tokens, kind_labels
 from core.attention.sentence_maps import SentenceMaps
 
 EMPTY_ROW_MASS = 1e-6  # a row with less weight than this on the kept keys has nothing to show
+PATTERN_SHARE = 0.5  # a head follows a pattern when this share of its weight follows it
+BROAD_ENTROPY = 0.8  # ... is broad when its rows' entropy reaches this share of the maximum
+NEAR_DIAGONAL_KEYS = 1  # cross: "near the diagonal" is within this many keys of it
+LABELS = {  # each says what was measured, on the map as drawn
+    "diagonal": "diagonal (weight on its own column)",
+    "previous": "sub-diagonal (weight one column left)",
+    "monotonic": "monotonic (follows source order)",
+    "sink": "sink (weight on <bos>/<eos>)",
+    "broad": "broad (weight spread out)",
+    "mixed": "mixed (no single pattern)",
+}
 
 
 def _normalise_rows(weights: np.ndarray) -> np.ndarray:
@@ -105,13 +116,31 @@ def diagonal_keys(tq: int, tk: int, kind: str) -> np.ndarray:
 
 
 def _mean_at(weights: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """Mean weight at (rows, cols) per head, ignoring columns out of range: -> (L, H)."""
-    ok = (cols >= 0) & (cols < weights.shape[-1])
+    """Mean weight at (rows, cols) per head over rows drawn (not NaN), 0 out of range: (L, H)."""
     if rows.size == 0:
         return np.full(weights.shape[:2], np.nan)
+    ok = (cols >= 0) & (cols < weights.shape[-1])
     picked = np.zeros(weights.shape[:2] + (rows.size,))  # (L, H, n)
     picked[..., ok] = weights[..., rows[ok], cols[ok]]
-    return picked.mean(axis=-1)
+    drawn = ~np.isnan(weights[..., rows, :]).all(axis=-1)  # (L, H, n)
+    return _nan_mean(np.where(drawn, picked, np.nan))
+
+
+def _near_diagonal(weights: np.ndarray, reach: int = NEAR_DIAGONAL_KEYS) -> np.ndarray:
+    """Share of each row's weight within ``reach`` keys of the rescaled diagonal: (L, H)."""
+    tq, tk = weights.shape[-2:]
+    centre = diagonal_keys(tq, tk, "cross")  # (Tq,)
+    near = np.abs(np.arange(tk)[None, :] - centre[:, None]) <= reach  # (Tq, Tk)
+    share = np.where(near, np.nan_to_num(weights), 0.0).sum(axis=-1)  # (L, H, Tq)
+    drawn = ~np.isnan(weights).all(axis=-1)  # (L, H, Tq)
+    return _nan_mean(np.where(drawn, share, np.nan))
+
+
+def _nan_mean(values: np.ndarray) -> np.ndarray:
+    """Mean over the last axis ignoring NaN; NaN where everything is NaN (no warning)."""
+    count = (~np.isnan(values)).sum(axis=-1)
+    total = np.nansum(values, axis=-1)
+    return np.divide(total, count, out=np.full(total.shape, np.nan), where=count > 0)
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:
@@ -137,22 +166,31 @@ def monotonicity(weights2d: np.ndarray) -> float:
     return spearman(np.arange(weights2d.shape[0]), weights2d.argmax(axis=-1))
 
 
-def head_label(row: dict, tk: int) -> str:
-    """Name a head's pattern; first of diagonal, previous, sink, broad that fires wins."""
-    broad = tk > 1 and row["entropy"] / np.log(tk) >= 0.8
-    if row["diagonal"] >= 0.5:
-        return "diagonal head"
-    if row["previous"] >= 0.5:
-        return "previous-token head"
-    if row["eos"] + row["bos"] >= 0.5:
-        return "sink head"
-    return "broad head" if broad else "mixed"
+def head_label(row: dict, tk: int, kind: str) -> str:
+    """Name a head's pattern on the map as drawn; the first rule that fires wins.
+
+    Self-attention: diagonal, sub-diagonal (one column left), sink, broad. Cross
+    attention has no diagonal of its own (two languages, two lengths): monotonic when
+    most weight lies near the rescaled diagonal, then sink and broad.
+    """
+    broad = tk > 1 and row["entropy"] / np.log(tk) >= BROAD_ENTROPY
+    if kind == "cross" and row["diagonal"] >= PATTERN_SHARE:
+        return LABELS["monotonic"]
+    if kind != "cross" and row["diagonal"] >= PATTERN_SHARE:
+        return LABELS["diagonal"]
+    if kind != "cross" and row["previous"] >= PATTERN_SHARE:
+        return LABELS["previous"]
+    if np.nansum([row["eos"], row.get("bos", np.nan)]) >= PATTERN_SHARE:
+        return LABELS["sink"]
+    return LABELS["broad"] if broad else LABELS["mixed"]
 
 
 def _token_mass(weights: np.ndarray, key_tokens: Sequence[str], token: str) -> np.ndarray:
-    """Mean over rows of the weight on keys equal to `token`: -> (L, H)."""
+    """Mean over drawn rows of the weight on keys equal to `token` (NaN if none): (L, H)."""
     cols = [i for i, tok in enumerate(key_tokens) if tok == token]
-    return weights[..., cols].sum(axis=-1).mean(axis=-1)
+    if not cols:
+        return np.full(weights.shape[:2], np.nan)
+    return _nan_mean(weights[..., cols].sum(axis=-1))
 
 
 def head_stats(
@@ -160,27 +198,34 @@ def head_stats(
     kind: str,
     query_tokens: Sequence[str],
     key_tokens: Sequence[str],
+    hide: bool = False,
 ) -> pd.DataFrame:
-    """One row per (layer, head) with entropy, pattern scores and a label.
+    """One row per (layer, head) with entropy, pattern scores and a label, on the map drawn.
 
     Args:
         weights: (L, H, Tq, Tk) attention of one sentence.
         kind: "encoder", "decoder_self" or "cross".
         query_tokens, key_tokens: Tq and Tk tokens.
+        hide: measure the map with <bos>/<eos> columns hidden (see hide_special), as drawn.
 
     Returns:
-        DataFrame: layer, head (0-based), entropy, diagonal, previous, eos, bos,
-        monotonicity (cross only, else NaN), label.
+        DataFrame: layer, head (0-based), entropy, diagonal (cross: share near the rescaled
+        diagonal), previous (one column left of the diagonal; NaN for cross), eos, bos
+        (NaN when hidden), monotonicity (cross only, else NaN), label.
     """
     kind_labels(kind)  # raises for an unknown kind
     check_tokens(weights.shape, query_tokens, key_tokens)
     w = weights.astype(np.float64)  # (L, H, Tq, Tk)
+    if hide:
+        w, kept = hide_special(w, key_tokens)  # (L, H, Tq, Tk'), NaN rows: nothing drawn
+        key_tokens = [key_tokens[i] for i in kept]
     n_layers, n_heads, tq, tk = w.shape
     rows = np.arange(tq)
+    cross = kind == "cross"
     table = {
-        "entropy": _row_entropy(w).mean(axis=-1),
-        "diagonal": _mean_at(w, rows, diagonal_keys(tq, tk, kind)),
-        "previous": _mean_at(w, rows[1:], rows[1:] - 1),
+        "entropy": _nan_mean(_row_entropy(w)),
+        "diagonal": _near_diagonal(w) if cross else _mean_at(w, rows, rows),
+        "previous": np.full(w.shape[:2], np.nan) if cross else _mean_at(w, rows[1:], rows[:-1]),
         "eos": _token_mass(w, key_tokens, "<eos>"),
         "bos": _token_mass(w, key_tokens, "<bos>"),
     }
@@ -189,23 +234,31 @@ def head_stats(
         for head in range(n_heads):
             rec = {"layer": layer, "head": head}
             rec.update({name: float(v[layer, head]) for name, v in table.items()})
-            rec["monotonicity"] = monotonicity(w[layer, head]) if kind == "cross" else np.nan
-            rec["label"] = head_label(rec, tk)
+            rec["monotonicity"] = _monotonicity_drawn(w[layer, head]) if cross else np.nan
+            rec["label"] = head_label(rec, tk, kind)
             records.append(rec)
     return pd.DataFrame.from_records(records)
 
 
-def head_row(maps: SentenceMaps, kind: str, layer: int, head: int) -> pd.Series:
+def _monotonicity_drawn(weights2d: np.ndarray) -> float:
+    """monotonicity over the rows that are drawn (a NaN row has no argmax)."""
+    drawn = ~np.isnan(weights2d).all(axis=-1)
+    return monotonicity(np.nan_to_num(weights2d[drawn], nan=0.0))
+
+
+def head_row(maps: SentenceMaps, kind: str, layer: int, head: int, hide: bool = False) -> pd.Series:
     """The statistics and label of one head (a row of ``head_table``)."""
-    table = head_table(maps, kind)
+    table = head_table(maps, kind, hide)
     return table[(table["layer"] == layer) & (table["head"] == head)].iloc[0]
 
 
-def head_table(maps: SentenceMaps, kind: str) -> pd.DataFrame:
-    """Head statistics of one kind (entropy, diagonal, previous, <eos>, monotonicity, label)."""
+def head_table(maps: SentenceMaps, kind: str, hide: bool = False) -> pd.DataFrame:
+    """Head statistics of one kind on its map as drawn (<bos>/<eos> hidden if ``hide``)."""
     queries, keys = maps.tokens(kind)
-    table = head_stats(maps.weights(kind), kind, queries, keys)
-    if kind != "cross":
+    table = head_stats(maps.weights(kind), kind, queries, keys, hide)
+    if kind == "cross":
+        table = table.drop(columns=["previous"]).rename(columns={"diagonal": "near diagonal"})
+    else:
         table = table.drop(columns=["monotonicity"])
     if kind != "decoder_self":
         table = table.drop(columns=["bos"])

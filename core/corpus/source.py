@@ -287,11 +287,16 @@ def corpus_pairs(path: Path, counts: dict) -> Iterator[tuple[str, str]]:
         yield pair
 
 
+def counted(n: int, word: str, words: str | None = None) -> str:
+    """``n`` and a noun in the right number: '1 line', '2 lines', '1,000 pairs'."""
+    return f"{n:,} {word if n == 1 else words or word + 's'}"
+
+
 def no_pairs(name: str, skipped: int) -> DataError:
     """The error for a corpus without one usable pair."""
     return DataError(
         f"{name} has no usable sentence pairs: each line needs "
-        f"'source<TAB>target' ({skipped} malformed lines skipped)."
+        f"'source<TAB>target' ({counted(skipped, 'malformed line')} skipped)."
     )
 
 

@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from core.corpus.source import DataError
+from core.corpus.source import DataError, counted
 from core.corpus.splits import inspect_file
 from core.places import DATA_ENV, corpus_folders, data_root, uploads_root
 from core.places import UPLOADS as UPLOADS
@@ -53,6 +53,22 @@ def inspect_data(source: str | Path) -> dict:
     except OSError:
         return inspect_file(path)  # missing or unreadable: read_text says why, in words
     return _inspect_cached(str(path), st.st_mtime, st.st_size)
+
+
+def inspect_upload(name: str, staged: str | Path) -> dict:
+    """inspect_data of a staged upload; its errors name the user's file, not the copy."""
+    try:
+        return inspect_data(staged)
+    except DataError as e:
+        message = str(e)
+        for copy in {str(staged), str(Path(staged).resolve())}:
+            message = message.replace(copy, name)
+        raise DataError(message) from e
+
+
+def describe_counts(info: Mapping) -> str:
+    """What inspect_data found, in words: '2 usable pairs, 1 skipped line.'."""
+    return f"{counted(info['usable'], 'usable pair')}, {counted(info['skipped'], 'skipped line')}."
 
 
 def stage_upload(name: str, data: bytes) -> Path:

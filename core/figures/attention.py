@@ -26,10 +26,15 @@ DIFF_COLORSCALE = "RdBu_r"  # differences: blue below 0, white at 0, red above
 BLANK_COLOR = "#d9d9d9"  # blank (NaN) cells are drawn grey, unlike 0 (white)
 BLANK_NAME = "blank"  # the name of the grey traces over blank cells
 MAX_GRID_TICKS = 20  # the grid shows token tick labels only up to this many tokens
+GRID_PLOT_PX = 560  # width of a grid's cells together in a 760 px page (the narrow layout)
+TICK_GAP_PX = 18  # labels tilted 45° this far apart never overlap (11 px font)
+GRID_TICK_CHARS = 8  # a grid's tick label is cut to this many characters
 TITLE_CHARS = 44  # title line length that fits a chart in half of a 760 px wide page
 WIDE_TITLE_CHARS = 76  # ... in the whole width of a 760 px wide page
 TITLE_LINE_PX, NOTE_LINE_PX = 24, 17  # height of a title line and of a subtitle line
 TITLE_SHIFT_PX = 12  # Plotly lifts a title anchored at its top by this much per extra line
+REMOVED_COLOR = "#d62728"  # the outline and label of a removed head's cell in a grid
+REMOVED_WORD = "removed"
 FULL_GRID_CELLS = 16  # a model with at most this many layer × head cells shows its full grid
 
 
@@ -239,8 +244,8 @@ def _grid_axes(layout: dict, axes: list, tokens: tuple, words: tuple) -> None:
     """Categorical token axes on every cell, y reversed, titles on the outer edge."""
     query_tokens, key_tokens = tokens
     common = {"type": "category", "tickmode": "array", "tickfont": {"size": 11}}
-    x_ticks = _grid_ticks(key_tokens) | {"tickangle": -45}
-    y_ticks = _grid_ticks(query_tokens)
+    x_ticks = _grid_ticks(key_tokens, grid_x_ticks(len(axes[0]))) | {"tickangle": -45}
+    y_ticks = _grid_ticks(query_tokens, MAX_GRID_TICKS)
     for name, axis in layout.items():
         if name.startswith("xaxis"):
             axis.update(common | x_ticks)
@@ -251,11 +256,22 @@ def _grid_axes(layout: dict, axes: list, tokens: tuple, words: tuple) -> None:
     layout[middle_left[1]]["title"] = {"text": words[0]}
 
 
-def _grid_ticks(tokens: Sequence[str]) -> dict:
-    """Tick values and labels: every token, or every k-th beyond MAX_GRID_TICKS (hover has all)."""
-    every = max(1, -(-len(tokens) // MAX_GRID_TICKS))  # ceil(len / MAX_GRID_TICKS)
+def grid_x_ticks(heads: int) -> int:
+    """How many key labels fit under one cell of a grid ``heads`` cells wide, never overlapping."""
+    return max(2, min(MAX_GRID_TICKS, GRID_PLOT_PX // heads // TICK_GAP_PX))
+
+
+def short_token(token: str, chars: int = GRID_TICK_CHARS) -> str:
+    """A token cut to ``chars`` characters ("…" marks the cut) for a small cell's tick."""
+    return token if len(token) <= chars else token[: chars - 1] + "…"
+
+
+def _grid_ticks(tokens: Sequence[str], most: int) -> dict:
+    """Tick values and short labels: every token, or every k-th beyond ``most`` (hover has all)."""
+    every = max(1, -(-len(tokens) // most))  # ceil(len / most)
     labels = unique_labels(tokens)
-    return {"tickvals": labels[::every], "ticktext": [plotly_text(t) for t in tokens][::every]}
+    text = [plotly_text(short_token(t)) for t in tokens]
+    return {"tickvals": labels[::every], "ticktext": text[::every]}
 
 
 def _grid_trace(z: np.ndarray, axes: list, labels: tuple, cell_name: str, value: str) -> dict:
@@ -284,6 +300,7 @@ def grid_figure(
     note: str | None = None,
     scale: Scale = WEIGHTS,
     title: str | None = None,
+    removed: Sequence[tuple[int, int]] = (),
 ) -> go.Figure:
     """Small multiples, one heatmap per (layer, head), on one shared colour scale.
 
@@ -296,6 +313,7 @@ def grid_figure(
         note: what was done to the maps ("a; b"), one subtitle line per part.
         scale: WEIGHTS (0..zmax) or DIFFERENCE (−zmax..zmax).
         title: figure title; defaults to the kind's title.
+        removed: (row, column) of the cells whose head is removed: outlined and labelled.
     """
     default_title, query_words, key_words = kind_labels(kind)
     title = title or default_title
@@ -331,7 +349,30 @@ def grid_figure(
         },
         "height": int(40 + head["margin"]["t"] + n_layers * max(170, 60 + 16 * len(query_tokens))),
     }
+    marks = [removed_mark(axes[i][j]) for i, j in removed]
+    layout["shapes"] = [m[0] for m in marks]
+    layout["annotations"] = layout.get("annotations", []) + [m[1] for m in marks]
     return go.Figure(data=data, layout=layout)
+
+
+def removed_mark(axes: Sequence[str]) -> tuple[dict, dict]:
+    """An outline around one grid cell and a "removed" label in its top right corner."""
+    xref, yref = (f"{a.replace('axis', '')} domain" for a in axes)
+    box = {"xref": xref, "yref": yref, "x0": 0, "x1": 1, "y0": 0, "y1": 1}
+    shape = {"type": "rect", **box, "line": {"color": REMOVED_COLOR, "width": 3}}
+    label = {
+        "text": f"<b>{REMOVED_WORD}</b>",
+        "xref": xref,
+        "yref": yref,
+        "x": 1,
+        "y": 1,
+        "xanchor": "right",
+        "yanchor": "top",
+        "showarrow": False,
+        "font": {"size": 11, "color": REMOVED_COLOR},
+        "bgcolor": "rgba(255, 255, 255, 0.8)",
+    }
+    return shape, label
 
 
 def topk_figure(tokens: Sequence[str], probs: Sequence[float]) -> go.Figure:
@@ -385,8 +426,12 @@ def grid_view_figure(
     hide: bool = False,
     layers: Sequence[int] | None = None,
     stretch: bool = False,
+    removed: Sequence[tuple[int, int]] = (),
 ) -> go.Figure:
-    """Small multiples of the chosen layers (default all) × every head, one colour scale."""
+    """Small multiples of the chosen layers (default all) × every head, one colour scale.
+
+    ``removed``: the (layer, head) pairs of removed heads, outlined and labelled in the grid.
+    """
     w = maps.weights(kind)  # (L, H, Tq, Tk)
     layers = list(range(w.shape[0])) if layers is None else list(layers)
     queries, keys = maps.tokens(kind)
@@ -394,7 +439,10 @@ def grid_view_figure(
     zmax = percentile_cap(cut.weights) if stretch else 1.0
     note = "; ".join(x for x in (cut.note, "colour scale stretched" if stretch else "") if x)
     names = [f"layer {i}" for i in layers]
-    fig = grid_figure(cut.weights, queries, cut.keys, kind, names, zmax=zmax, note=note)
+    cells = [(layers.index(layer), head) for layer, head in removed if layer in layers]
+    fig = grid_figure(
+        cut.weights, queries, cut.keys, kind, names, zmax=zmax, note=note, removed=cells
+    )
     if len(layers) == 1:
         fig.update_layout(height=max(300, int(fig.layout.height)))
     return fig

@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 from core.attention.ablation import HeadSpec
 from core.attention.kinds import KIND_NAMES, KINDS
 from core.figures.attention import WIDE_TITLE_CHARS, title_layout
-from core.figures.labels import plotly_text
+from core.figures.labels import PLAIN_NUMBERS, SCORE_FORMAT, plotly_text
 
 KIND_COLORS = {"encoder": "#1f77b4", "decoder_self": "#2ca02c", "cross": "#d62728"}
 
@@ -25,7 +25,13 @@ KIND_COLORS = {"encoder": "#1f77b4", "decoder_self": "#2ca02c", "cross": "#d6272
 METRICS: dict[str, tuple[str, str, str, str, bool]] = {
     "delta_bleu": ("Change in BLEU with the head removed", "ΔBLEU", "RdBu", "+.1f", True),
     "delta_loss": ("Change in loss with the head removed", "Δloss", "RdBu_r", "+.3f", True),
-    "gradient": ("Gradient importance score (Michel et al. 2019)", "score", "Reds", ".2~s", False),
+    "gradient": (
+        "Gradient importance score (Michel et al. 2019)",
+        "score",
+        "Reds",
+        SCORE_FORMAT,
+        False,
+    ),
 }
 
 
@@ -67,7 +73,12 @@ def importance_grid_figure(table: pd.DataFrame, column: str, baseline: str) -> g
     head = title_layout(title, [baseline, note], WIDE_TITLE_CHARS, 20)
     layers = max(g.shape[0] for g in grids)
     fig.update_layout(
-        coloraxis={"colorscale": scale, "cmin": cmin, "cmax": cmax, "colorbar_title": short},
+        coloraxis={
+            "colorscale": scale,
+            "cmin": cmin,
+            "cmax": cmax,
+            "colorbar": {"title": {"text": short}} | PLAIN_NUMBERS,
+        },
         height=int(110 + head["margin"]["t"] + max(150, 44 * layers)),
         **head,
     )
@@ -106,14 +117,14 @@ def agreement_figure(
                 name=plotly_text(KIND_NAMES[kind]),
                 text=labels,
                 marker={"color": KIND_COLORS[kind], "size": 9},
-                hovertemplate=f"%{{text}}<br>score %{{x:.3~s}}<br>{short} %{{y:{fmt}}}"
+                hovertemplate=f"%{{text}}<br>score %{{x:{SCORE_FORMAT}}}<br>{short} %{{y:{fmt}}}"
                 "<extra></extra>",
             )
         )
     head = title_layout("Gradient score vs real effect", [rho_words(rho)])
     fig.update_layout(
-        xaxis={"title": {"text": "gradient score (cheap: one backward pass)"}},
-        yaxis={"title": {"text": f"{short} with the head removed (measured)"}},
+        xaxis={"title": {"text": "gradient score (cheap: one backward pass)"}} | PLAIN_NUMBERS,
+        yaxis={"title": {"text": f"{short} with the head removed (measured)"}} | PLAIN_NUMBERS,
         height=int(340 + head["margin"]["t"]),
         legend={"orientation": "h", "y": -0.25},
         **head,

@@ -11,7 +11,7 @@ import math
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from core.figures.labels import plotly_text
+from core.figures.labels import PLAIN_NUMBERS, log_ticks, plotly_text
 from core.runs.history import open_history
 
 LOG_SCALE = {"loss", "val_loss", "lr", "grad_norm"}  # metrics drawn on a log axis if asked
@@ -148,9 +148,12 @@ def curves_figure(
         legend={"orientation": "h", "yanchor": "top", "y": -0.3, "xanchor": "left", "x": 0},
         showlegend=legend and len(runs) > 1,
     )
-    fig.update_xaxes(title_text="training step")
-    fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear")
-    flat = _flat_range([y for trace in fig.data for y in (trace.y or ())], log_y)
+    fig.update_xaxes(title_text="training step", **PLAIN_NUMBERS)
+    fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear", **PLAIN_NUMBERS)
+    values = [y for trace in fig.data for y in (trace.y or ())]
+    if log_y:
+        fig.update_yaxes(**log_ticks(values))
+    flat = _flat_range(values, log_y)
     if flat is not None:
         fig.update_yaxes(range=flat)
     if not fig.data:
@@ -219,9 +222,9 @@ def training_curve_figure(source, step: int | None = None) -> go.Figure:
         title={"text": "Training so far"},
         height=300,
         margin={"t": 50},
-        xaxis={"title": {"text": "step"}},
-        yaxis={"title": {"text": "loss"}},
-        yaxis2={"title": {"text": "BLEU"}, "overlaying": "y", "side": "right"},
+        xaxis={"title": {"text": "step"}} | PLAIN_NUMBERS,
+        yaxis={"title": {"text": "loss"}} | PLAIN_NUMBERS,
+        yaxis2={"title": {"text": "BLEU"}, "overlaying": "y", "side": "right"} | PLAIN_NUMBERS,
         legend={"orientation": "h", "y": -0.3},
     )
     return fig

@@ -62,13 +62,20 @@ def translate_sentence(
     return t
 
 
+def probability_text(p: float) -> str:
+    """A probability that stays readable when small: 0.912, 0.050, then 4.2e-05 below 0.001."""
+    if p == 0:
+        return "0"
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
 def topk_frame(t: Translation) -> pd.DataFrame:
     """One row per output step: the chosen token and the k best candidates with probabilities."""
     rows = []
     for step, (tok, cands) in enumerate(zip(t.output_tokens, t.topk)):
         row = {"step": step, "output token": tok}
         for rank, (word, p) in enumerate(cands, start=1):
-            row[f"#{rank}"] = f"{word} ({p:.2f})"
+            row[f"#{rank}"] = f"{word} ({probability_text(p)})"
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -37,6 +37,7 @@ from core.training.devices import (
     default_memory_gb,
     device_memory,
     estimate_memory,
+    gigabytes,
     resolve_device,
 )
 from core.training.settings import merged_settings, validate_settings
@@ -88,10 +89,20 @@ def processes_problem(processes, device_type: str, cfg: dict | None = None) -> s
     need = estimate_memory(cfg) * processes if cfg and processes > 1 else 0
     if have is not None and need > 0.8 * have:
         return (
-            f"{processes} processes need about {need / 2**30:.1f} GB of memory but only "
-            f"{have / 2**30:.1f} GB is available; use fewer processes or a smaller batch_size"
+            f"{processes} processes need about {gigabytes(need)} of memory but only "
+            f"{gigabytes(have)} is available; use fewer processes or a smaller batch_size"
         )
     return None
+
+
+def launch_problems(preset: str, overrides: dict | None, processes) -> list[str]:
+    """Human reasons why a new run cannot start with these settings and processes ([]: it can)."""
+    problems = validate_settings(preset, overrides)
+    if problems:
+        return problems
+    cfg = merged_settings(preset, overrides)
+    device_type = resolve_device(cfg["train"]["device"])
+    return [p for p in [processes_problem(processes, device_type, cfg)] if p]
 
 
 def _check_cpu_capacity() -> None:
@@ -204,13 +215,11 @@ def start_run(preset: str, overrides: dict | None = None, processes: int = 1) ->
     ``batch_size`` pairs a step, so a step's batch is ``batch_size * processes``).
     """
     overrides = copy.deepcopy(overrides or {})
-    problems = validate_settings(preset, overrides)
-    if not problems:
-        cfg = merged_settings(preset, overrides)
-        device_type = resolve_device(cfg["train"]["device"])
-        problems = [p for p in [processes_problem(processes, device_type, cfg)] if p]
+    problems = launch_problems(preset, overrides, processes)
     if problems:
         raise RunError("Cannot start: " + "; ".join(problems) + ".")
+    cfg = merged_settings(preset, overrides)
+    device_type = resolve_device(cfg["train"]["device"])
     prune_uploads()
     with launch_lock():
         rd = _new_run_dir(preset)

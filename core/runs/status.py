@@ -22,6 +22,7 @@ LIVE_STATES = ("starting", "running")
 FINAL_STATES = ("finished", "stopped", "failed", "diverged")  # written by the trainer at its end
 STOP_GRACE_S = 30.0  # a trainer still running this long after a stop request is killed
 STARTUP_GRACE_S = 10.0  # a run dir this young without a pid is still being launched
+FEW_PAIRS = 5000  # a run trained on at most this many pairs cannot generalise (d2l: 512)
 
 
 @dataclass
@@ -50,6 +51,7 @@ class RunInfo:
     heads: int | None = None  # attention heads per layer
     lr: float | None = None  # peak learning rate it trains with
     data: str = ""  # short data description
+    train_pairs: int | None = None  # most pairs it trains on, if its settings cap them
     size: str = ""  # short model size description
     pid: int | None = None
     identity: str | None = None  # the trainer's recorded process identity (see processes)
@@ -146,12 +148,36 @@ def run_info(run_id: str) -> RunInfo:
         heads=model.get("num_heads"),
         lr=(config.get("train") or {}).get("lr"),
         data=describe_data(data),
+        train_pairs=train_pairs_cap(data),
         size=size_label(model),
         pid=pid,
         identity=recorded,
         has_best=rd.best.is_file(),
         has_last=rd.last.is_file(),
         status=status,
+    )
+
+
+def train_pairs_cap(data: dict) -> int | None:
+    """The most training pairs a run's data settings allow (None: the whole corpus)."""
+    caps = [data.get("num_train")] if data.get("split") == "head" else []
+    caps.append(data.get("max_pairs"))
+    caps = [int(c) for c in caps if isinstance(c, int) and not isinstance(c, bool) and c > 0]
+    return min(caps) if caps else None
+
+
+def few_pairs_note(info: RunInfo) -> str:
+    """Why a run on few pairs (the d2l preset: 512) translates poorly ("" when it has plenty)."""
+    pairs = info.train_pairs
+    if info.preset != "d2l" and (pairs is None or pairs > FEW_PAIRS):
+        return ""
+    how_many = f"at most {pairs:,}" if pairs else "few"
+    book = " (the d2l preset reproduces the book's experiment)" if info.preset == "d2l" else ""
+    return (
+        f"This run trains on {how_many} sentence pairs{book}: too few to generalise. Expect a "
+        "low validation BLEU (around 5 for d2l) and examples full of <unk>, for words it "
+        "never saw. That is the book's point: the model and its attention work, the data is "
+        "too small. For usable translations, train the small preset on all of fra-eng."
     )
 
 
@@ -218,11 +244,13 @@ def when(ts: float | None) -> str:
 
 
 def runs_frame(runs: list[RunInfo]) -> pd.DataFrame:
-    """One row per run: id, state, best BLEU, progress, start, data, size and device."""
+    """One row per run: id, the user's name, state, best BLEU, progress, start, data, size and
+    device."""
     return pd.DataFrame(
         [
             {
                 "run": r.run_id,
+                "name": r.name,
                 "state": r.state,
                 "best BLEU": r.best_bleu,
                 "progress": r.progress,
@@ -233,7 +261,17 @@ def runs_frame(runs: list[RunInfo]) -> pd.DataFrame:
             }
             for r in runs
         ],
-        columns=["run", "state", "best BLEU", "progress", "started", "data", "size", "device"],
+        columns=[
+            "run",
+            "name",
+            "state",
+            "best BLEU",
+            "progress",
+            "started",
+            "data",
+            "size",
+            "device",
+        ],
     )
 
 

@@ -136,14 +136,29 @@ def estimate_memory(cfg: dict[str, dict]) -> int:
     return 4 * (4 * params + positions + batch * seq * per_token)
 
 
+def gigabytes(n_bytes: float) -> str:
+    """A memory size for people: '1.5 GB', '2,346 GB', '3.6 billion GB', '4.2e+15 GB'."""
+    gb = n_bytes / 2**30
+    if gb < 1000:
+        return f"{gb:.1f} GB"
+    if gb < 1e6:
+        return f"{gb:,.0f} GB"
+    if gb >= 1e15:
+        return f"{gb:.1e} GB"
+    scale, word = (
+        (1e12, "trillion") if gb >= 1e12 else (1e9, "billion") if gb >= 1e9 else (1e6, "million")
+    )
+    return f"{gb / scale:.1f} {word} GB"
+
+
 def memory_problem(cfg: dict, device_type: str) -> str | None:
     """A reason if the batch clearly cannot fit in the device's memory."""
     need, have = estimate_memory(cfg), device_memory(device_type)
     if have is None or need <= 0.8 * have:
         return None
     return (
-        f"a batch of {cfg['train']['batch_size']} needs about {need / 2**30:.1f} GB on "
-        f"{device_type} but only {have / 2**30:.1f} GB is available; lower batch_size, max_len, "
+        f"a batch of {cfg['train']['batch_size']} needs about {gigabytes(need)} on "
+        f"{device_type} but only {gigabytes(have)} is available; lower batch_size, max_len, "
         "max_vocab or d_model"
     )
 

@@ -162,6 +162,10 @@ def describe_settings(cfg: dict[str, dict]) -> str:
         data = f"first {d.get('num_train') or 'all'} + {d.get('num_val', 0)} pairs"
     else:
         data = f"random split, sentences up to {d['max_len']} words"
+    if d.get("tokenizer") == "bpe":
+        data += f" · BPE subwords ({d.get('bpe_vocab', DataConfig.bpe_vocab):,})"
+    else:
+        data += " · word tokens"
     limits = [f"{t['epochs']} epochs"] if t.get("epochs") else []
     limits += [f"{t['max_steps']:,} steps"] if t.get("max_steps") else []
     limits += [f"{t['time_budget'] / 60:g} min"] if t.get("time_budget") else []

@@ -135,8 +135,12 @@ def compare_maps(
     whole = figs.shows_full_grid(cut_maps.layers(state.kind), cut_maps.heads)
     layers = None if whole else [state.layer]
     here = [h.label for h in heads if h.kind == state.kind]
-    st.markdown(f"**Every head of this kind, {what}** — removed here: {', '.join(here) or 'none'}")
-    grid = figs.grid_view_figure(cut_maps, state.kind, state.hide, layers, stretch)
+    st.markdown(
+        f"**Every head of this kind, {what}** — removed here (outlined in red): "
+        f"{', '.join(here) or 'none'}"
+    )
+    removed = [(h.layer, h.head) for h in heads if h.kind == state.kind]
+    grid = figs.grid_view_figure(cut_maps, state.kind, state.hide, layers, stretch, removed)
     name = export_name(state.model, state.sentence, state.kind, None, None, "grid removed")
     chart(grid, "ab_grid", name=name)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from core.attention import head_stats, token_pick
@@ -76,17 +77,23 @@ def head_summary(maps: SentenceMaps, state: ViewState) -> None:
     if not state.head.isdigit():
         st.caption("Statistics are per head: pick a head number to see them.")
         return
-    row = head_stats.head_row(maps, state.kind, state.layer, int(state.head))
-    st.markdown(f"**{row['label']}**")
-    lines = [
-        f"entropy {row['entropy']:.2f} nats",
-        f"diagonal {row['diagonal']:.0%}",
-        f"previous token {row['previous']:.0%}",
-        f"on <eos> {row['eos']:.0%}",
+    row = head_stats.head_row(maps, state.kind, state.layer, int(state.head), state.hide)
+    st.markdown(f"**{md(row['label'])}**")
+    shares = {
+        "diagonal": "on the diagonal",
+        "near diagonal": "near the rescaled diagonal",
+        "previous": "one column left of the diagonal",
+        "eos": "on <eos>",
+        "bos": "on <bos>",
+    }
+    lines = [f"entropy {row['entropy']:.2f} nats"] + [
+        f"{words} {row[name]:.0%}"
+        for name, words in shares.items()
+        if name in row and pd.notna(row[name])
     ]
-    if "monotonicity" in row:
+    if "monotonicity" in row and pd.notna(row["monotonicity"]):
         lines.append(f"monotonicity {row['monotonicity']:.2f}")
-    st.markdown("\n".join(f"- {x}" for x in lines))
+    st.markdown("\n".join(f"- {md(x)}" for x in lines))
 
 
 def overview(page: SectionInputs, pick: token_pick.Highlight | None) -> None:
@@ -107,15 +114,25 @@ def head_table(maps: SentenceMaps, state: ViewState) -> None:
     """The statistics of every head of the kind, with what each column means."""
     st.markdown("**Head statistics** (per layer and head; labels are simple rules of thumb)")
     st.dataframe(
-        head_stats.head_table(maps, state.kind),
+        head_stats.head_table(maps, state.kind, state.hide),
         hide_index=True,
         column_config={
             name: st.column_config.NumberColumn(format="%.2f")
-            for name in ("entropy", "diagonal", "previous", "eos", "bos", "monotonicity")
+            for name in (
+                "entropy",
+                "diagonal",
+                "near diagonal",
+                "previous",
+                "eos",
+                "bos",
+                "monotonicity",
+            )
         },
     )
     st.caption(
-        "entropy: spread of each row (nats); diagonal / previous / eos / bos: mean "
-        "weight on that key; monotonicity: rank correlation of output position with "
-        "its most-attended source position (cross only)."
+        "Measured on the maps as drawn (hidden columns removed). entropy: spread of each "
+        "row (nats); diagonal / previous: mean weight on the row's own column / one column "
+        "left; near diagonal (cross): weight within one key of the diagonal stretched "
+        "across the two lengths; eos / bos: weight on that key; monotonicity: rank "
+        "correlation of output position with its most-attended source position (cross)."
     )

@@ -164,6 +164,8 @@ def run_header(info: RunInfo) -> None:
     elif info.message:
         alarming = info.state in ("failed", "diverged", "unknown")
         (st.error if alarming else st.info)(md(info.message))
+    if note := run_status.few_pairs_note(info):
+        st.info(md(note))
 
 
 def progress_line(info: RunInfo) -> None:

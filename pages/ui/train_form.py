@@ -113,37 +113,44 @@ def fra_eng_picker() -> str:
 def file_picker(source_type: str) -> str | None:
     """A path or an upload of tab-separated pairs, checked and counted before launch."""
     try:
-        if source_type == "file path":
-            folder = data_root()
-            path = st.text_input(
-                "Path to a tab-separated file (English<TAB>French per line)",
-                key="data_path",
-                placeholder=f"pairs.tsv (in {folder})",
-            )
-            st.caption(
-                f"The file must be in the data folder {code(folder)} (or in the corpus "
-                "download cache); a relative path is read from there. To use another "
-                f"folder, set {code(DATA_ENV)} before starting the app."
-            )
-            if not path.strip():
-                return None
-            source = path.strip()
-        else:
-            up = st.file_uploader(
-                "Tab-separated pairs (.tsv, .txt or .zip, up to "
-                f"{corpus_files.MAX_UPLOAD_BYTES // 2**20} MB)",
-                type=["tsv", "txt", "zip"],
-                key="data_upload",
-            )
-            if up is None:
-                return None
-            source = str(corpus_files.stage_upload(up.name, up.getvalue()))
-        info = corpus_files.inspect_data(source)
+        info = path_picker() if source_type == "file path" else upload_picker()
     except DataError as e:
         st.error(md(e))
         return None
-    st.success(f"{info['usable']:,} usable pairs, {info['skipped']:,} skipped lines.")
+    if info is None:
+        return None
+    st.success(corpus_files.describe_counts(info))
     return info["path"]  # resolved: a relative path means the data folder's file
+
+
+def path_picker() -> dict | None:
+    """A path in the data folder (created on first use), counted; None until one is typed."""
+    folder = data_root()  # created here when missing: a fresh clone has no data/ yet
+    path = st.text_input(
+        "Path to a tab-separated file (English<TAB>French per line)",
+        key="data_path",
+        placeholder=f"pairs.tsv (in {folder})",
+    )
+    st.caption(
+        f"The file must be in the data folder {code(folder)} (the app creates it when "
+        "missing; or in the corpus download cache); a relative path is read from there. "
+        f"To use another folder, set {code(DATA_ENV)} before starting the app."
+    )
+    return corpus_files.inspect_data(path.strip()) if path.strip() else None
+
+
+def upload_picker() -> dict | None:
+    """An uploaded file, staged and counted (errors name the user's file); None until one."""
+    up = st.file_uploader(
+        "Tab-separated pairs (.tsv, .txt or .zip, up to "
+        f"{corpus_files.MAX_UPLOAD_BYTES // 2**20} MB)",
+        type=["tsv", "txt", "zip"],
+        key="data_upload",
+    )
+    if up is None:
+        return None
+    staged = corpus_files.stage_upload(up.name, up.getvalue())
+    return corpus_files.inspect_upload(up.name, staged)
 
 
 def processes_input(advanced) -> int:
@@ -156,9 +163,7 @@ def processes_input(advanced) -> int:
     label, where = ("GPUs (training processes)", st) if auto == "cuda" else ("processes", advanced)
     return int(
         where.number_input(
-            label,
-            min_value=1,
-            max_value=most,
+            label,  # no min/max: the browser would block Launch without saying why
             value=1,
             step=1,
             key="processes",
@@ -177,7 +182,7 @@ def launch(preset: str, source: str | None, processes: int = 1) -> None:
         return
     chosen = settings_from_widgets(preset)
     chosen["data"]["source"] = source
-    problems = settings.validate_settings(preset, chosen)
+    problems = jobs.launch_problems(preset, chosen, processes)
     if problems:
         st.error("Not started. Fix these settings:\n" + "\n".join(f"- {md(p)}" for p in problems))
         return
