@@ -464,7 +464,7 @@ def test_a_run_resumes_with_another_number_of_processes(jobs_env, make_run, monk
     )
     at = train_page("two")
     box = at.number_input(key="resume_processes_two")
-    assert box.value == 2 and box.max == 4  # as many as its last launch, by default
+    assert box.value == 2  # as many as its last launch, by default
     box.set_value(1).run()
     next(b for b in at.button if b.label == "Resume").click().run()
     assert asked == [1]
@@ -473,3 +473,16 @@ def test_a_run_resumes_with_another_number_of_processes(jobs_env, make_run, monk
     monkeypatch.setattr(jobs, "max_processes", lambda device_type: 1)
     at = train_page("alone")
     assert not [n for n in at.number_input if n.key == "resume_processes_alone"]
+
+
+@pytest.mark.parametrize("processes", [0, -3, 99])
+def test_resume_refuses_an_impossible_number_of_processes_with_the_reason(
+    jobs_env, make_run, monkeypatch, processes
+):
+    job = {"processes": 2, "device_type": "cpu"}
+    make_run(runs_root(), "two", {"state": "stopped"}, job=job, checkpoint=True)
+    monkeypatch.setattr(jobs, "max_processes", lambda device_type: 4)
+    at = train_page("two")
+    at.number_input(key="resume_processes_two").set_value(processes).run()
+    next(b for b in at.button if b.label == "Resume").click().run()
+    assert [e.value for e in at.error if "process" in e.value.lower()], [e.value for e in at.error]

@@ -88,13 +88,11 @@ def resume_processes(info: RunInfo) -> int | None:
     return int(
         st.number_input(
             "Processes for the resumed run",
-            min_value=1,
-            max_value=most,
-            value=min(last, most),
+            value=min(last, most),  # no bounds: a bad number gets its reason on Resume
             step=1,
             key=f"resume_processes_{info.run_id}",
-            help="Training processes (GPUs, or CPU processes) that continue the run; its last "
-            f"launch used {last}. Resuming with another number continues exactly at an "
+            help=f"Training processes (GPUs, or CPU processes; at most {most} here) that "
+            f"continue the run; its last launch used {last}. Resuming with another number continues exactly at an "
             "epoch's end; mid-epoch, the pairs left in that epoch are cut into new batches.",
         )
     )
