@@ -92,8 +92,9 @@ def resume_processes(info: RunInfo) -> int | None:
             step=1,
             key=f"resume_processes_{info.run_id}",
             help=f"Training processes (GPUs, or CPU processes; at most {most} here) that "
-            f"continue the run; its last launch used {last}. Resuming with another number continues exactly at an "
-            "epoch's end; mid-epoch, the pairs left in that epoch are cut into new batches.",
+            f"continue the run; its last launch used {last}. Resuming with another number "
+            "continues exactly at an epoch's end; mid-epoch, the pairs left in that epoch are "
+            "cut into new batches.",
         )
     )
 
