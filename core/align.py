@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from core.alignment.extract import MODES, Reader, links, pair_maps, readers
 from core.alignment.from_attribution import attribution_scores
@@ -96,7 +97,7 @@ def run(args) -> list[str]:
         best = alignment_grid(lm, *studio_gold(), picked, args.threshold).best.reader()
         return [write_links(links(m, best, args.threshold)) for m in pair_maps(lm, pairs)]
     gold = read_links(args.gold, args.one_indexed)
-    check_gold(pairs, gold)
+    check_gold(pairs, gold, (Path(args.data).name, Path(args.gold).name))
     grid = alignment_grid(lm, pairs, gold, picked, args.threshold)
     extra = [attribution_scores(lm, pairs, gold, m) for m in args.method or []]
     rows = [r.to_json() for r in grid.rows] + extra + [{"best": grid.best.to_json()}]

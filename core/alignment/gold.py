@@ -118,9 +118,20 @@ def link_problem(pair: Pair, links: GoldLinks) -> str | None:
     return None
 
 
-def check_gold(pairs: list[Pair], links: list[GoldLinks]) -> None:
-    """Raise GoldError naming the line when counts differ or a link is out of range."""
+def check_gold(
+    pairs: list[Pair], links: list[GoldLinks], names: tuple[str, str] | None = None
+) -> None:
+    """Raise GoldError naming the line when counts differ or a link is out of range.
+
+    ``names`` (pairs file, links file) puts the files' names in the message.
+    """
+    pairs_name, links_name = names or ("", "")
     if len(pairs) != len(links):
+        if names:
+            raise GoldError(
+                f"{links_name}: {len(links)} lines of links for the {len(pairs)} pairs of "
+                f"{pairs_name}; it needs one line (maybe empty) per pair"
+            )
         first = min(len(pairs), len(links)) + 1
         raise GoldError(
             f"{len(pairs)} pairs but {len(links)} lines of links: line {first} has no "
@@ -129,7 +140,12 @@ def check_gold(pairs: list[Pair], links: list[GoldLinks]) -> None:
     for number, (pair, gold) in enumerate(zip(pairs, links), 1):
         problem = link_problem(pair, gold)
         if problem:
-            raise GoldError(f"pair {number} (line {number} of both files): {problem}")
+            where = (
+                f"{links_name}, line {number}"
+                if names
+                else f"pair {number} (line {number} of both files)"
+            )
+            raise GoldError(f"{where}: {problem}")
 
 
 def write_links(links: GoldLinks | set[Link]) -> str:

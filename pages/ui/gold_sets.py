@@ -12,7 +12,7 @@ from core.alignment.gold import (
     GOLD_DIR,
     GoldError,
     GoldLinks,
-    link_problem,
+    check_gold,
     parse_link_line,
     parse_pair_line,
     studio_gold,
@@ -97,15 +97,7 @@ def uploaded_gold(pairs_file: tuple[str, bytes], gold_file: tuple[str, bytes], o
     pairs = checked_pairs(pairs_name, pairs_file[1])
     lines = text_lines(gold_name, gold_file[1])
     links = parsed(gold_name, lines, lambda line: parse_link_line(line, one_indexed))
-    if len(links) != len(pairs):
-        raise GoldError(
-            f"{gold_name}: {len(links)} lines of links for the {len(pairs)} pairs of "
-            f"{pairs_name}; it needs one line (maybe empty) per pair"
-        )
-    for number, (pair, gold) in enumerate(zip(pairs, links), 1):
-        problem = link_problem(pair, gold)
-        if problem:
-            raise GoldError(f"{gold_name}, line {number}: {problem}")
+    check_gold(pairs, links, (pairs_name, gold_name))
     key = content_key(pairs_file[1], gold_file[1], b"1" if one_indexed else b"0")
     return GoldSet(f"{gold_name} ({len(pairs)} pairs)", pairs, links, key)
 
