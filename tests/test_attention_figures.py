@@ -10,6 +10,7 @@ import pytest
 from core.attention.maps import HIDDEN_NOTE, playback_step, select_view
 from core.figures import attention as figs
 from core.figures import comparison as cmp_figs
+from core.figures import playback as playback_figs
 
 
 def subtitle_text(fig) -> str:
@@ -89,7 +90,7 @@ def test_percentile_cap_lowers_scale_for_diffuse_heads():
 
 
 def test_topk_figure_bars():
-    fig = figs.topk_figure(["le", "la", "<eos>"], [0.6, 0.3, 0.1])
+    fig = playback_figs.topk_figure(["le", "la", "<eos>"], [0.6, 0.3, 0.1])
     np.testing.assert_allclose(fig.data[0].x, [0.6, 0.3, 0.1], rtol=1e-6)
     assert list(fig.layout.yaxis.ticktext) == ["le", "la", "&lt;eos&gt;"]  # shown as <eos>
 
@@ -140,14 +141,14 @@ def test_grid_view_figure_hidden_specials_and_note(home_translation):
 def test_head_rows_figure(home_translation):
     t, maps = home_translation
     p = playback_step(maps, t.topk, 2, 0)
-    fig = figs.head_rows_figure(p.cross, p.src_tokens, "x", "source token (key)")
+    fig = playback_figs.head_rows_figure(p.cross, p.src_tokens, "x", "source token (key)")
     assert np.asarray(fig.data[0].z).shape == (4, len(t.src_tokens))
     assert list(fig.data[0].y) == [f"head {h}" for h in range(4)]
 
 
 def test_a_sure_candidate_shows_its_probability():
     """p = 0.999 must read 1.00 inside its bar, not be clipped at the axis end."""
-    fig = figs.topk_figure(["je", "j'", "<eos>"], [0.999, 0.0008, 0.0002])
+    fig = playback_figs.topk_figure(["je", "j'", "<eos>"], [0.999, 0.0008, 0.0002])
     bar = fig.data[0]
     assert list(bar.text) == ["1.00", "0.00", "0.00"]
     assert bar.textposition == "auto" and bar.cliponaxis is False
@@ -209,7 +210,7 @@ def test_stretch_ignores_blank_cells():
 def test_playback_titles_are_short_and_name_the_token_below(home_translation):
     t, maps = home_translation
     p = playback_step(maps, t.topk, 2, 1)
-    fig = figs.head_rows_figure(
+    fig = playback_figs.head_rows_figure(
         p.self_row,
         p.self_keys,
         "Decoder self-attention, layer 1",

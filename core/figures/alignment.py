@@ -73,7 +73,7 @@ def links_table(weights, maps: PairMaps, links, src_pieces, tgt_pieces) -> pd.Da
     return pd.DataFrame(rows, columns=columns)
 
 
-def _token_axis(title: str, labels: Sequence[str], tokens: Sequence[str]) -> dict:
+def token_axis(title: str, labels: Sequence[str], tokens: Sequence[str]) -> dict:
     """A categorical axis: one category per position, the plain token as its tick."""
     return {
         "title": {"text": title},
@@ -128,8 +128,8 @@ def link_matrix_figure(
     head = title_layout(title, lines)
     fig = go.Figure([heat, *blank_cells(z, x, y), circles])
     fig.update_layout(
-        xaxis=_token_axis("English token (source)", x, src_pieces) | {"tickangle": -45},
-        yaxis=_token_axis("French token (target)", y, tgt_pieces) | {"autorange": "reversed"},
+        xaxis=token_axis("English token (source)", x, src_pieces) | {"tickangle": -45},
+        yaxis=token_axis("French token (target)", y, tgt_pieces) | {"autorange": "reversed"},
         height=int(min(900, max(300, 22 * len(tgt_pieces) + 110)) + head["margin"]["t"]),
         **head,
     )

@@ -1,4 +1,4 @@
-"""Plotly figures of attention: one large map, the layer × head grid, rows per head, top-k.
+"""Plotly figures of attention: one large map and the layer × head grid.
 
 Every figure names both axes in words; repeated tokens keep their own row and column.
 """
@@ -114,7 +114,7 @@ def title_layout(
     }
 
 
-def _token_axis(title: str, tokens: Sequence[str], reversed_: bool = False) -> dict:
+def token_axis(title: str, tokens: Sequence[str], reversed_: bool = False) -> dict:
     """Layout for a categorical token axis with plain-token tick text."""
     axis = {
         "title": {"text": title},
@@ -167,8 +167,8 @@ def heatmap_figure(
     fig = go.Figure([trace, *blank_cells(weights2d, trace.x, trace.y)])
     head = title_layout(title or default_title, [reading_hint(kind), *note_lines(note)])
     fig.update_layout(
-        xaxis=_token_axis(key_words, key_tokens) | {"tickangle": -45},
-        yaxis=_token_axis(query_words, query_tokens, reversed_=True),
+        xaxis=token_axis(key_words, key_tokens) | {"tickangle": -45},
+        yaxis=token_axis(query_words, query_tokens, reversed_=True),
         height=int(min(900, max(300, 22 * len(query_tokens) + 110)) + head["margin"]["t"]),
         annotations=blank_row_labels(blank or {}, query_tokens),
         **head,
@@ -375,32 +375,6 @@ def removed_mark(axes: Sequence[str]) -> tuple[dict, dict]:
     return shape, label
 
 
-def topk_figure(tokens: Sequence[str], probs: Sequence[float]) -> go.Figure:
-    """Horizontal bars of next-token candidates, most likely on top."""
-    if len(tokens) != len(probs):
-        raise ValueError(f"Got {len(tokens)} tokens but {len(probs)} probabilities.")
-    labels = unique_labels(tokens)
-    fig = go.Figure(
-        go.Bar(
-            x=np.asarray(probs, dtype=np.float32),
-            y=labels,
-            orientation="h",
-            text=[f"{p:.2f}" for p in probs],
-            textposition="auto",  # inside a long bar, beside a short one: never clipped
-            cliponaxis=False,
-            hovertemplate="%{y}<br>p=%{x:.3f}<extra></extra>",
-        )
-    )
-    fig.update_layout(
-        title={"text": "Next-token candidates"},
-        xaxis={"title": {"text": "probability"}, "range": [0, 1.05]},
-        yaxis=_token_axis("candidate token", tokens, reversed_=True),
-        height=int(max(200, 110 + 28 * len(tokens))),
-        margin={"t": 50},
-    )
-    return fig
-
-
 def view_figure(view: View, stretch: bool = False, zmax: float | None = None) -> go.Figure:
     """The large heatmap of a view (colour scale 0..1, or stretched to the 99th percentile).
 
@@ -445,34 +419,4 @@ def grid_view_figure(
     )
     if len(layers) == 1:
         fig.update_layout(height=max(300, int(fig.layout.height)))
-    return fig
-
-
-def head_rows_figure(
-    rows: np.ndarray, key_tokens: Sequence[str], title: str, key_words: str, note: str = ""
-) -> go.Figure:
-    """Heads as rows (H, K): how each head of one layer spreads one query's attention.
-
-    ``title`` and ``note`` (the subtitle) are plain text: they are wrapped and escaped here.
-    """
-    heads = [f"head {h}" for h in range(rows.shape[0])]
-    fig = go.Figure(
-        go.Heatmap(
-            z=np.asarray(rows, dtype=np.float32),
-            x=unique_labels(key_tokens),
-            y=heads,
-            zmin=0.0,
-            zmax=1.0,
-            colorscale=COLORSCALE,
-            colorbar={"title": {"text": "weight"}},
-            hovertemplate="%{y}<br>key %{x}<br>w=%{z:.3f}<extra></extra>",
-        )
-    )
-    head = title_layout(title, [note])
-    fig.update_layout(
-        xaxis={**_token_axis(key_words, key_tokens), "tickangle": -45},
-        yaxis={"title": {"text": "head"}, "autorange": "reversed"},
-        height=int(100 + head["margin"]["t"] + 28 * len(heads)),
-        **head,
-    )
     return fig

@@ -9,6 +9,7 @@ from core.attention.kinds import short_title
 from core.attention.maps import decoder_view, export_name, playback_step, select_view
 from core.attention.view_state import ViewState
 from core.figures import attention as figs
+from core.figures import playback as playback_figs
 from core.model.decode import TranslationError
 from pages.ui.cached import teacher_forced
 from pages.ui.charts import chart
@@ -30,7 +31,7 @@ def playback_section(page: SectionInputs) -> None:
     )
     name = export_name(state.model, state.sentence, None, layer, None, f"step {step}")
     left, right = st.columns(2)
-    cross = figs.head_rows_figure(
+    cross = playback_figs.head_rows_figure(
         p.cross,
         p.src_tokens,
         f"Cross attention, layer {layer}",
@@ -38,7 +39,7 @@ def playback_section(page: SectionInputs) -> None:
         f"step {step}: producing “{p.produced}”, looks at the source",
     )
     chart(cross, "play_cross", left, f"{name}_cross")
-    self_ = figs.head_rows_figure(
+    self_ = playback_figs.head_rows_figure(
         p.self_row,
         p.self_keys,
         f"Decoder self-attention, layer {layer}",
@@ -48,7 +49,7 @@ def playback_section(page: SectionInputs) -> None:
     chart(self_, "play_self", right, f"{name}_decoder-self")
     left, right = st.columns(2)
     if p.topk:
-        bars = figs.topk_figure([w for w, _ in p.topk], [q for _, q in p.topk])
+        bars = playback_figs.topk_figure([w for w, _ in p.topk], [q for _, q in p.topk])
         chart(bars, "play_topk", left, f"{name}_candidates")
     right.caption(
         f"Rows: the {maps.heads} heads of layer {layer} at step {step}. These are the "
