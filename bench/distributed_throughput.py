@@ -62,7 +62,7 @@ def worker(args) -> None:
 def timed_steps(trainer: Trainer, warmup: int, steps: int) -> tuple[int, float]:
     """(target tokens of all processes, rank 0's seconds) of ``steps`` steps after ``warmup``."""
     tokens, start = 0, 0.0
-    for i, (src, tgt, here, total) in enumerate(trainer.epoch_batches()):
+    for i, (src, tgt, here, total, _) in enumerate(trainer.epoch_batches()):
         if i == warmup:
             distributed.barrier(trainer.world)
             start = time.perf_counter()

@@ -28,6 +28,9 @@ ABLATION = ".ablation"  # cached head-importance results (core.ablate), under th
 ATTRIBUTION = ".attribution"  # cached faithfulness tables (core.attribute), under the runs root
 
 
+TRAJECTORIES = ".trajectories"  # cached head trajectories (core.trajectories), under the runs root
+
+
 CACHE_ENV = "ATTENTION_STUDIO_CACHE"  # where the downloaded corpus is kept (default ~/.cache)
 
 
@@ -69,6 +72,11 @@ def ablation_root() -> Path:
 def attribution_root() -> Path:
     """Folder of cached attribution faithfulness tables (<runs root>/.attribution)."""
     return runs_root() / ATTRIBUTION
+
+
+def trajectories_root() -> Path:
+    """Folder of cached per-head trajectories over training (<runs root>/.trajectories)."""
+    return runs_root() / TRAJECTORIES
 
 
 def corpus_folders() -> list[Path]:

@@ -2,6 +2,13 @@
 
     python -m core.train --out runs/my-run [--preset small] [--d-model 256 ...]
     python -m core.train --out runs/my-run --resume [--max-steps 5000]
+    python -m core.train --out runs/aligned --align-teacher checkpoints/fra-eng-small.pt
+        [--align-weight 0.05 --align-layer 0 --align-head 0]
+
+``--align-teacher CK`` (the teacher's best attention reader) or ``--align-links FILE
+--align-pairs FILE`` (a statistical aligner's Pharaoh links and its ``english ||| french``
+lines) train one cross-attention head toward alignments of the training pairs (Garg et al.
+2019; ``core.alignment.teacher``), with weight ``--align-weight``.
 
 One flag per setting (``core.training.settings``); the app launches it with ``--request``,
 so settings travel as data in the run's ``request.json``. The work is done by
@@ -13,11 +20,18 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
+from core.alignment.teacher import prepare_alignments, read_source
+from core.corpus.config import DataConfig
+from core.corpus.source import DataError
+from core.model.checkpoints import CheckpointError
 from core.runs.launcher import launch
 from core.runs.training_run import run
 from core.training.presets import PRESETS
-from core.training.settings import add_setting_flags
+from core.training.settings import add_setting_flags, settings_from_args
+
+ALIGN_WEIGHT = 0.05  # Garg et al.'s lambda, when alignments are given without a weight
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,8 +54,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="train with N processes on this machine, their rendezvous on 127.0.0.1 "
         "(several machines: run torchrun yourself)",
     )
+    p.add_argument("--align-teacher", help="a checkpoint whose best reader aligns the pairs")
+    p.add_argument("--align-links", help="Pharaoh links of the training pairs (an aligner's)")
+    p.add_argument("--align-pairs", help="the 'english ||| french' lines those links align")
     add_setting_flags(p)
     return p
+
+
+def with_alignments(args: argparse.Namespace) -> None:
+    """Write the run's alignments (not again in a process the launcher started, nor on
+    resume) and set the alignment settings: where they came from, a default weight."""
+    if not (args.align_teacher or args.align_links or args.align_pairs) or args.resume:
+        return
+    path = Path(args.out) / "alignments.txt"
+    if "WORLD_SIZE" in os.environ and path.is_file():
+        source = read_source(path)
+    else:
+        data = DataConfig(**settings_from_args(args)["data"])
+        source = prepare_alignments(
+            path, data, args.align_teacher, args.align_links, args.align_pairs, not args.no_progress
+        )
+    setattr(args, "train.align_source", source)
+    if not vars(args).get("train.align_weight"):
+        setattr(args, "train.align_weight", ALIGN_WEIGHT)
 
 
 def main(argv=None) -> int:
@@ -54,6 +89,11 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.processes < 1:
         print("error: --processes must be 1 or more.", file=sys.stderr)
+        return 2
+    try:
+        with_alignments(args)
+    except (ValueError, OSError, DataError, CheckpointError) as e:  # GoldError is a ValueError
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     if args.processes > 1 and "WORLD_SIZE" not in os.environ:
         return launch(argv, args.processes)

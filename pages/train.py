@@ -9,6 +9,7 @@ import streamlit as st
 
 from core.runs import status as run_status
 from pages.ui.frame import ensure_app_navigation
+from pages.ui.launch_note import fold_key, form_open_at_first, just_launched, launched_note
 from pages.ui.run_view import pick_run, run_panel, runs_table
 from pages.ui.train_form import new_run_form
 
@@ -22,8 +23,13 @@ def main() -> None:
         "through reloads and closed tabs. The run id stays in the URL."
     )
     runs = run_status.list_runs()
-    with st.expander("New run", expanded=True, icon=":material/add:"):
+    launched = just_launched()  # then the form is folded up and the new run shown below it
+    with st.expander(
+        "New run", form_open_at_first(), key=fold_key("new_run"), icon=":material/add:"
+    ):
         new_run_form()
+    if launched:
+        launched_note(launched, runs)
     info = pick_run(runs)
     if info is not None:
         run_panel(info, runs)

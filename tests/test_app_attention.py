@@ -220,6 +220,8 @@ def test_every_section_opens_from_its_key_and_from_its_old_label(studio_dirs):
         "Compare",
         "Attribution",
         "Alignment",
+        "Inside a head",
+        "Logit lens",
     ]
     assert run_page().radio(key="at_section").options == labels
     for label, key in OLD_SECTIONS.items():
@@ -290,7 +292,7 @@ def test_attention_over_training(studio_dirs):
     assert_clean(at)
     assert [m.value for m in at.metric][0] == "50"
     assert at.metric[1].value != "—"  # the training loss at step 50
-    big, curve, grid = specs(at)
+    big, curve, grid = specs(at)[:3]  # then the heads over training
     assert title(big).endswith("training step 50")
     assert curve["layout"]["shapes"][0]["x0"] == 50
     assert len(grid["data"]) == 8  # every layer × head of the tiny model, as it was at step 50
@@ -315,7 +317,7 @@ def test_over_training_replays_a_models_history_file_without_its_run(studio_dirs
     assert_clean(at)
     assert not at.info
     assert at.select_slider(key="at_train_step").value == 150
-    big, curve, grid = specs(at)
+    big, curve, grid = specs(at)[:3]  # then the heads over training
     assert title(big).endswith("training step 150") and curve["data"]
 
 

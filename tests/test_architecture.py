@@ -21,7 +21,17 @@ LAYERS = (
     "model",
     "corpus",
 )  # top to bottom
-COMMANDS = ("train", "translate", "evaluate", "ablate", "checkpoint", "attribute", "align")
+COMMANDS = (
+    "train",
+    "translate",
+    "evaluate",
+    "ablate",
+    "checkpoint",
+    "attribute",
+    "align",
+    "runs_table",
+    "inside_head",
+)
 
 
 def imported_core_packages(path: Path) -> set[str]:

@@ -1,5 +1,5 @@
-"""Tests for core.attention.comparison: differences of two models' maps, two sentences aligned by
-token."""
+"""Tests for core.attention.comparison: differences of two models' maps, two sentences on one
+merged axis (shared tokens matched, differing ones marked, none dropped)."""
 
 from __future__ import annotations
 
@@ -96,40 +96,76 @@ def test_different_outputs_cannot_be_subtracted_without_alignment():
     np.testing.assert_allclose(encoder.diff, b.encoder[0, 0] - a.encoder[0, 0], atol=1e-6)
 
 
-def test_shared_tokens_are_found_in_order():
+def test_merged_positions_keep_every_token_of_both_in_order():
     a = ["i", "am", "home", ".", "<eos>"]
     b = ["i", "am", "cold", "at", "home", ".", "<eos>"]
-    pos_a, pos_b = compare.shared_positions(a, b)
-    assert [a[i] for i in pos_a] == [b[j] for j in pos_b] == ["i", "am", "home", ".", "<eos>"]
-    assert pos_a == sorted(pos_a) and pos_b == sorted(pos_b)
-    assert pos_b == [0, 1, 4, 5, 6]
-    assert compare.left_out(b, pos_b) == ["cold (2)", "at (3)"]
-    crossed = compare.shared_positions(["x", "y"], ["y", "x"])  # order is kept: one match
-    assert len(crossed[0]) == 1
+    pos_a, pos_b, labels = compare.merged_positions(a, b)
+    assert [i for i in pos_a if i is not None] == list(range(len(a)))  # every token of A
+    assert [j for j in pos_b if j is not None] == list(range(len(b)))  # and of B, in order
+    assert labels == ["i", "am", "cold (B only)", "at (B only)", "home", ".", "<eos>"]
+    crossed = compare.merged_positions(["x", "y"], ["y", "x"])[2]  # never crossing: one match
+    assert crossed == ["y (B only)", "x", "y (A only)"]
+    assert compare.merged_positions(["go"], [])[:2] == ([0], [None])
 
 
-def test_two_sentences_are_aligned_on_their_shared_tokens():
-    src_b = ["i'm", "cold", ".", "<eos>"]
-    out_b = ["j'ai", "froid", ".", "<eos>"]
-    a, b = fake_maps(SRC, OUT), fake_maps(src_b, out_b, seed=4)
+B_SRC = ["i'm", "cold", ".", "<eos>"]
+B_OUT = ["j'ai", "froid", ".", "<eos>"]
+
+
+def test_two_sentences_keep_every_row_of_both_in_cross_attention():
+    """Issue #21, item 9: the words that differ used to be dropped, leaving only ./<eos>."""
+    a, b = fake_maps(SRC, OUT), fake_maps(B_SRC, B_OUT, seed=4)
+    pair = compare.pair_view(a, b, "cross", 0, "0", by_token=True)
+    assert (
+        pair.a.query_tokens
+        == pair.b.query_tokens
+        == [
+            "je ≠ j'ai",
+            "suis ≠ froid",
+            "chez (A only)",
+            "moi (A only)",
+            ".",
+            "<eos>",
+        ]
+    )
+    assert pair.a.key_tokens == ["i'm", "home ≠ cold", ".", "<eos>"]
+    np.testing.assert_allclose(pair.a.weights, a.cross[0, 0])  # all of A's rows, in order
+    rows_b = [0, 1, 4, 5]  # B's four rows; rows 2 and 3 hold words only A has
+    np.testing.assert_allclose(pair.b.weights[rows_b], b.cross[0, 0])
+    assert np.isnan(pair.b.weights[[2, 3]]).all() and np.isnan(pair.diff[[2, 3]]).all()
+    expected = b.cross[0, 0] - a.cross[0, 0][[0, 1, 4, 5]]
+    np.testing.assert_allclose(pair.diff[rows_b], expected, atol=1e-6)
+    assert pair.only_a == {
+        "query": ["je (0)", "suis (1)", "chez (2)", "moi (3)"],
+        "key": ["home (1)"],
+    }
+    assert pair.only_b == {"query": ["j'ai (0)", "froid (1)"], "key": ["cold (1)"]}
+    grid = compare.pair_grid(a, b, "cross", by_token=True)
+    assert grid.diff.shape == (2, 4, 6, 4) and grid.query_tokens == pair.a.query_tokens
+    np.testing.assert_allclose(grid.diff[0, 0], pair.diff, atol=1e-6, equal_nan=True)
+    table = pd.read_csv(io.BytesIO(compare.pair_csv(pair)), keep_default_na=False)
+    assert len(table) == 6 * 4 and set(table["query_token"]) >= {"chez (A only)", "je ≠ j'ai"}
+    missing = table[table["query_token"] == "moi (A only)"]
+    assert (missing["weight_b"] == "").all() and (missing["b_minus_a"] == "").all()
+    assert (missing["note"] == "B: no such row or column in sentence B").all()
+
+
+def test_two_sentences_share_encoder_rows_and_mark_the_rest():
+    a, b = fake_maps(SRC, OUT), fake_maps(B_SRC, B_OUT, seed=4)
     pair = compare.pair_view(a, b, "encoder", 0, "1", by_token=True)
-    assert pair.a.query_tokens == pair.a.key_tokens == ["i'm", ".", "<eos>"]
-    keep_a, keep_b = [0, 2, 3], [0, 2, 3]
-    expected = b.encoder[0, 1][np.ix_(keep_b, keep_b)] - a.encoder[0, 1][np.ix_(keep_a, keep_a)]
-    np.testing.assert_allclose(pair.diff, expected, atol=1e-6)
+    assert pair.a.query_tokens == pair.a.key_tokens == ["i'm", "home ≠ cold", ".", "<eos>"]
+    np.testing.assert_allclose(pair.diff, b.encoder[0, 1] - a.encoder[0, 1], atol=1e-6)
     assert pair.only_a == {"query": ["home (1)"], "key": ["home (1)"]}
     assert pair.only_b == {"query": ["cold (1)"], "key": ["cold (1)"]}
-    cross = compare.pair_view(a, b, "cross", 0, "0", by_token=True)
-    assert cross.a.query_tokens == [".", "<eos>"] and cross.a.key_tokens == ["i'm", ".", "<eos>"]
-    grid = compare.pair_grid(a, b, "cross", by_token=True)
-    assert grid.diff.shape == (2, 4, 2, 3)
 
 
-def test_sentences_with_nothing_in_common_say_so():
+def test_sentences_with_nothing_in_common_are_compared_place_by_place():
     a = fake_maps(["go", "."], ["va", "!"])
     b = fake_maps(["run", "!"], ["cours", "?"], seed=2)
-    with pytest.raises(compare.CompareError, match="share no"):
-        compare.pair_view(a, b, "encoder", 0, "0", by_token=True)
+    pair = compare.pair_view(a, b, "cross", 0, "0", by_token=True)
+    assert pair.a.query_tokens == ["va ≠ cours", "! ≠ ?"]
+    assert pair.a.key_tokens == ["go ≠ run", ". ≠ !"]
+    np.testing.assert_allclose(pair.diff, b.cross[0, 0] - a.cross[0, 0], atol=1e-6)
 
 
 def test_hidden_specials_are_hidden_on_both_sides_before_aligning():

@@ -21,12 +21,13 @@ import pytest
 import torch
 
 from core.corpus.batches import rank_batches
+from core.corpus.text import tokenize
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import load_checkpoint, read_checkpoint
 from core.runs.run_dir import RunDir
 from core.training import distributed
 from core.training.distributed import World
-from tests.helpers import ROOT, TINY_ARGS, wait_for
+from tests.helpers import ROOT, TINY, TINY_ARGS, wait_for
 
 STEPS = 24  # steps of the runs compared
 FLAGS = [  # 29 pairs in batches of 4: each epoch ends with 1 pair, which one process lacks
@@ -172,6 +173,16 @@ def test_the_time_budget_ends_every_process(tmp_path):
     status = RunDir(out).read_status()
     assert status["state"] == "finished" and status["progress"] == 1.0
     assert read_checkpoint(out / "last.pt")["state"]["elapsed"] >= 3
+
+
+def test_the_apps_launcher_exits_cleanly_when_its_run_finishes(tmp_path):
+    """``core.train --processes 2`` (what the app launches) exits 0 with no traceback: it
+    used to close the store's listening socket a second time (EBADF) and exit 1."""
+    out = tmp_path / "run"
+    proc = launch(out, *FLAGS, "--processes", "2", "--max-steps", "2", processes=1)
+    assert finish(proc, out) == 0, log_of(out)[-3000:]
+    assert "Traceback" not in log_of(out)
+    assert RunDir(out).read_status()["state"] == "finished"
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -331,3 +342,21 @@ def recording_main() -> int:
 
 if __name__ == "__main__":
     sys.exit(crashing_main() if CRASH_ENV in os.environ else recording_main())
+
+
+def test_two_processes_train_a_head_to_align_from_the_launchers_alignments(tmp_path):
+    """``--processes 2`` with an aligner's files: the launcher writes the run's alignments
+    once, both processes read them, and the supervised step runs through DDP."""
+    lines = (line.split("\t")[:2] for line in TINY.read_text(encoding="utf-8").splitlines())
+    pairs = [(tokenize(s), tokenize(t)) for s, t in lines]
+    p, k = tmp_path / "pairs.txt", tmp_path / "links.txt"
+    p.write_text("".join(f"{' '.join(s)} ||| {' '.join(t)}\n" for s, t in pairs))
+    k.write_text("".join(f"0-0 {len(s) - 1}-{len(t) - 1}\n" for s, t in pairs))
+    out = tmp_path / "run"
+    flags = [*FLAGS, "--align-links", str(k), "--align-pairs", str(p), "--align-weight", "0.5"]
+    proc = launch(out, *flags, "--processes", "2", processes=1)
+    assert finish(proc, out) == 0, log_of(out)[-3000:]
+    records = [r for r in RunDir(out).read_metrics() if r["record"] == "train"]
+    assert records and all("align_loss" in r for r in records)
+    assert json.loads((out / "config.json").read_text())["train"]["align_weight"] == 0.5
+    assert RunDir(out).read_status()["world_size"] == 2

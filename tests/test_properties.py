@@ -79,6 +79,12 @@ def test_any_query_string_gives_a_view_inside_every_widgets_range(params):
         state.method = ViewState.method
     if state.section != "alignment":  # the alignment mode travels with the alignment only
         state.align = ViewState.align
+    if state.section != "training":  # the training steps travel with "Over training" only
+        state.train_step, state.diff_from = ViewState.train_step, ViewState.diff_from
+    if state.section != "inside":  # the query token and lines mode travel with it only
+        state.query, state.lines_all = ViewState.query, ViewState.lines_all
+    if state.section != "lens":  # the logit lens's colouring travels with it only
+        state.lens = ViewState.lens
     assert ViewState.from_query(state.to_query()) == state  # what it writes, it reads back
 
 

@@ -177,7 +177,21 @@ def test_compare_two_sentences_aligns_them(studio_dirs):
     assert any("Aligned by token" in plain(c.value) for c in at.caption)
     assert any("Only in A" in c.value and "home" in plain(c.value) for c in at.caption)
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    assert specs[0]["layout"]["xaxis"]["ticktext"] == ["i'm", ".", "&lt;eos&gt;"]
+    assert specs[0]["layout"]["xaxis"]["ticktext"] == ["i'm", "home ≠ cold", ".", "&lt;eos&gt;"]
+
+
+def test_compare_two_sentences_keeps_the_cross_attention_rows_that_differ(studio_dirs):
+    """Issue #21, item 9: only the shared ./<eos> rows used to be left."""
+    at = run_page({"section": "Compare", "other_sentence": "i'm cold .", "kind": "cross"})
+    assert_clean(at)
+    sides = [m.value for m in at.markdown if m.value.startswith(("**A:**", "**B:**"))]
+    outputs = [plain(v).split("→ ", 1)[1].split() for v in sides]  # A's and B's French
+    assert len(outputs) == 2 and outputs[0] != outputs[1], outputs
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    for spec in specs[:3]:  # A, B and B − A
+        rows = " ".join(spec["layout"]["yaxis"]["ticktext"])
+        assert all(w in rows for w in outputs[0] + outputs[1]), (rows, outputs)
+    assert len(specs[0]["layout"]["yaxis"]["ticktext"]) >= max(map(len, outputs)) + 1  # <eos>
 
 
 # ----------------------------------------------------------------------------- real browser

@@ -339,14 +339,14 @@ def test_every_negative_limit_is_named_separately():
 
 def nan_loss_at(monkeypatch, step: int) -> None:
     """Make the model's training loss NaN at optimiser step ``step`` (1-based) of this process."""
-    calls, real_loss = [0], Transformer.loss
+    calls, real_terms = [0], Transformer.loss_terms
 
-    def loss(self, *args, **kwargs):
+    def loss_terms(self, *args, **kwargs):
         calls[0] += 1
-        value = real_loss(self, *args, **kwargs)
-        return value * math.nan if calls[0] == step else value
+        value, align = real_terms(self, *args, **kwargs)
+        return (value * math.nan if calls[0] == step else value), align
 
-    monkeypatch.setattr(Transformer, "loss", loss)
+    monkeypatch.setattr(Transformer, "loss_terms", loss_terms)
 
 
 DIVERGING = ("--epochs", "0", "--max-steps", "30", "--eval-every", "5", "--log-every", "1")

@@ -40,51 +40,76 @@ class CompareError(ValueError):
 
 @dataclass
 class Alignment:
-    """The rows and columns of map A and map B that hold the same tokens, in order."""
+    """Which row and column of map A and of map B each compared row and column holds.
 
-    rows_a: list[int]
-    rows_b: list[int]
-    cols_a: list[int]
-    cols_b: list[int]
-    query_tokens: list[str]  # the shared query tokens, in order
-    key_tokens: list[str]  # the shared key tokens, in order
+    ``None``: that side has no such row or column (the other sentence's word): NaN there.
+    """
+
+    rows_a: list[int | None]
+    rows_b: list[int | None]
+    cols_a: list[int | None]
+    cols_b: list[int | None]
+    query_tokens: list[str]  # the label of each compared row
+    key_tokens: list[str]  # the label of each compared column
 
     def cut(self, weights: np.ndarray, side: str) -> np.ndarray:
-        """(..., Tq, Tk) weights of side "a" or "b" -> (..., Tq', Tk') on the shared tokens."""
+        """(..., Tq, Tk) weights of side "a" or "b" -> (..., Tq', Tk'), NaN where it has none."""
         rows, cols = (self.rows_a, self.cols_a) if side == "a" else (self.rows_b, self.cols_b)
-        return np.asarray(weights)[..., rows, :][..., cols]  # (..., Tq', Tk')
+        w = np.asarray(weights, dtype=np.float32)  # (..., Tq, Tk)
+        w = np.concatenate([w, np.full_like(w[..., :1, :], np.nan)], axis=-2)  # (..., Tq+1, Tk)
+        w = w[..., [-1 if r is None else r for r in rows], :]  # (..., Tq', Tk); -1: NaN row
+        w = np.concatenate([w, np.full_like(w[..., :1], np.nan)], axis=-1)  # (..., Tq', Tk+1)
+        return w[..., [-1 if c is None else c for c in cols]]  # (..., Tq', Tk'); -1: NaN column
 
 
-def shared_positions(a: Sequence[str], b: Sequence[str]) -> tuple[list[int], list[int]]:
-    """Positions in ``a`` and in ``b`` of the tokens they share, matched in order.
+def merged_label(tok_a: str | None, tok_b: str | None) -> str:
+    """The label of a compared row or column: "home", "home ≠ cold", "at (B only)"."""
+    if tok_b is None:
+        return f"{tok_a} (A only)"
+    if tok_a is None:
+        return f"{tok_b} (B only)"
+    return tok_a if tok_a == tok_b else f"{tok_a} ≠ {tok_b}"
 
-    The matching blocks of difflib.SequenceMatcher: runs of equal tokens, never crossing.
+
+def merged_positions(
+    a: Sequence[str], b: Sequence[str]
+) -> tuple[list[int | None], list[int | None], list[str]]:
+    """Every position of ``a`` and of ``b`` on one axis, in order, and each one's label.
+
+    Runs of equal tokens are matched (difflib.SequenceMatcher, never crossing); between
+    them, differing tokens are paired place by place ("home ≠ cold"), and the longer run's
+    extra tokens stand alone (None on the other side). No token of either is left out.
     """
     matcher = difflib.SequenceMatcher(None, list(a), list(b), autojunk=False)
-    blocks = [blk for blk in matcher.get_matching_blocks() if blk.size]
-    pos_a = [blk.a + k for blk in blocks for k in range(blk.size)]
-    pos_b = [blk.b + k for blk in blocks for k in range(blk.size)]
-    return pos_a, pos_b
+    pos_a: list[int | None] = []
+    pos_b: list[int | None] = []
+    for _, i1, i2, j1, j2 in matcher.get_opcodes():
+        for k in range(max(i2 - i1, j2 - j1)):
+            pos_a.append(i1 + k if i1 + k < i2 else None)
+            pos_b.append(j1 + k if j1 + k < j2 else None)
+    labels = [
+        merged_label(None if i is None else a[i], None if j is None else b[j])
+        for i, j in zip(pos_a, pos_b)
+    ]
+    return pos_a, pos_b, labels
 
 
-def left_out(tokens: Sequence[str], kept: Sequence[int]) -> list[str]:
-    """The tokens (with their position, "home (3)") that are not among the kept positions."""
-    chosen = set(kept)
-    return [f"{tok} ({i})" for i, tok in enumerate(tokens) if i not in chosen]
+def unmatched(
+    mine: Sequence[str], theirs: Sequence[str], pos_mine: Sequence, pos_theirs: Sequence
+) -> list[str]:
+    """My tokens (with their position, "home (3)") that the other side lacks at that place."""
+    return [
+        f"{mine[i]} ({i})"
+        for i, j in zip(pos_mine, pos_theirs)
+        if i is not None and (j is None or mine[i] != theirs[j])
+    ]
 
 
 def align_tokens(a: View, b: View) -> Alignment:
-    """Rows and columns of two views aligned on the tokens they share (raises when none)."""
-    rows_a, rows_b = shared_positions(a.query_tokens, b.query_tokens)
-    cols_a, cols_b = shared_positions(a.key_tokens, b.key_tokens)
-    if not rows_a or not cols_a:
-        axis = "query (row)" if not rows_a else "key (column)"
-        raise CompareError(
-            f"The two sentences share no {axis} token in this view, so there is nothing to "
-            "align: pick sentences with words in common, or another attention kind."
-        )
-    queries = [a.query_tokens[i] for i in rows_a]
-    return Alignment(rows_a, rows_b, cols_a, cols_b, queries, [a.key_tokens[j] for j in cols_a])
+    """Rows and columns of two views on one merged axis each: every token of both."""
+    rows_a, rows_b, queries = merged_positions(a.query_tokens, b.query_tokens)
+    cols_a, cols_b, keys = merged_positions(a.key_tokens, b.key_tokens)
+    return Alignment(rows_a, rows_b, cols_a, cols_b, queries, keys)
 
 
 def same_tokens(a: View, b: View) -> Alignment:
@@ -127,13 +152,13 @@ def common_view(maps_a: SentenceMaps, maps_b: SentenceMaps, kind: str, layer: in
 
 @dataclass
 class PairView:
-    """One view of two maps on shared rows and columns, and their difference B − A."""
+    """One view of two maps on the same (or merged) rows and columns, and B − A."""
 
-    a: View  # (Tq', Tk') A's weights on the shared tokens
-    b: View  # (Tq', Tk') B's weights on the shared tokens
-    diff: np.ndarray  # (Tq', Tk') B − A; NaN where either side is blank
-    only_a: dict[str, list[str]] = field(default_factory=dict)  # axis -> tokens only in A
-    only_b: dict[str, list[str]] = field(default_factory=dict)  # axis -> tokens only in B
+    a: View  # (Tq', Tk') A's weights; NaN rows/columns: only B has that token
+    b: View  # (Tq', Tk') B's weights; NaN rows/columns: only A has that token
+    diff: np.ndarray  # (Tq', Tk') B − A; NaN where either side is blank or has no such token
+    only_a: dict[str, list[str]] = field(default_factory=dict)  # axis -> A's tokens B lacks there
+    only_b: dict[str, list[str]] = field(default_factory=dict)  # axis -> B's tokens A lacks there
 
     @property
     def largest(self) -> float:
@@ -143,7 +168,7 @@ class PairView:
 
 
 def _cut_view(view: View, align: Alignment, side: str) -> View:
-    """A view restricted to the aligned rows and columns (blank rows renumbered)."""
+    """A view on the aligned rows and columns (blank rows renumbered; NaN where it has none)."""
     rows = align.rows_a if side == "a" else align.rows_b
     blank = {new: view.blank[old] for new, old in enumerate(rows) if old in view.blank}
     weights = align.cut(view.weights, side)  # (Tq', Tk')
@@ -161,19 +186,21 @@ def pair_view(
     hide: bool = False,
     by_token: bool = False,
 ) -> PairView:
-    """The view (kind, layer, head) of A and B and B − A, on the same or shared tokens.
+    """The view (kind, layer, head) of A and B and B − A, on the same or merged tokens.
 
-    ``by_token``: align on shared tokens (two sentences); else the tokens must be equal.
+    ``by_token``: every row and column of both on one merged axis (two sentences; see
+    merged_positions); else the tokens must be equal.
     """
     layer, head = common_view(maps_a, maps_b, kind, layer, head)
     va = select_view(maps_a, kind, layer, head, hide)
     vb = select_view(maps_b, kind, layer, head, hide)
     align = align_tokens(va, vb) if by_token else same_tokens(va, vb)
     a, b = _cut_view(va, align, "a"), _cut_view(vb, align, "b")
-    only_a = {"query": left_out(va.query_tokens, align.rows_a)}
-    only_a["key"] = left_out(va.key_tokens, align.cols_a)
-    only_b = {"query": left_out(vb.query_tokens, align.rows_b)}
-    only_b["key"] = left_out(vb.key_tokens, align.cols_b)
+    qa, qb, ka, kb = va.query_tokens, vb.query_tokens, va.key_tokens, vb.key_tokens
+    only_a = {"query": unmatched(qa, qb, align.rows_a, align.rows_b)}
+    only_a["key"] = unmatched(ka, kb, align.cols_a, align.cols_b)
+    only_b = {"query": unmatched(qb, qa, align.rows_b, align.rows_a)}
+    only_b["key"] = unmatched(kb, ka, align.cols_b, align.cols_a)
     return PairView(a, b, (b.weights - a.weights).astype(np.float32), only_a, only_b)
 
 
@@ -276,22 +303,28 @@ def frame_csv(frame: pd.DataFrame) -> bytes:
 
 
 def pair_frame(pair: PairView) -> pd.DataFrame:
-    """Long table of a pair: one row per shared cell, A's and B's weight and B − A.
+    """Long table of a pair: one row per compared cell, A's and B's weight and B − A.
 
-    Indices count the shared tokens; a blank row (all weight on hidden keys) has an empty
-    weight and a note. Tokens and notes are CSV-safe (maps.weights_frame).
+    Indices count the compared rows and columns; an empty weight has a note: a blank row
+    (all weight on hidden keys), or a token that side's sentence does not have. Tokens and
+    notes are CSV-safe (maps.weights_frame).
     """
     a = weights_frame(pair.a.weights, pair.a.query_tokens, pair.a.key_tokens, pair.a.blank)
     b = weights_frame(pair.b.weights, pair.b.query_tokens, pair.b.key_tokens, pair.b.blank)
     frame = a.drop(columns=["weight", "note"])
     frame["weight_a"], frame["weight_b"] = a["weight"], b["weight"]
     frame["b_minus_a"] = np.asarray(pair.diff, dtype=np.float64).ravel()
-    notes = ("A: " + a["note"]).where(a["note"] != "", "")
-    notes_b = ("B: " + b["note"]).where(b["note"] != "", "")
-    frame["note"] = (notes + "; " + notes_b).str.strip("; ")
+    frame["note"] = (_side_notes("A", a) + "; " + _side_notes("B", b)).str.strip("; ")
     return frame
 
 
+def _side_notes(side: str, cells: pd.DataFrame) -> pd.Series:
+    """Why each of one side's weights is empty, e.g. "B: no such row or column in sentence B"."""
+    absent = cells["weight"].isna() & (cells["note"] == "")
+    note = cells["note"].mask(absent, f"no such row or column in sentence {side}")
+    return (f"{side}: " + note).where(note != "", "")
+
+
 def pair_csv(pair: PairView) -> bytes:
-    """A pair's cells as CSV (indices count the shared tokens; empty weight: blank row)."""
+    """A pair's cells as CSV (indices count the compared rows and columns; see pair_frame)."""
     return frame_csv(pair_frame(pair))

@@ -263,3 +263,27 @@ def head_table(maps: SentenceMaps, kind: str, hide: bool = False) -> pd.DataFram
     if kind != "decoder_self":
         table = table.drop(columns=["bos"])
     return table
+
+
+SUPERVISED_LABEL = "trained to align"  # added to the label of a head trained toward alignments
+
+
+def supervised_head(meta: dict) -> tuple[int, int, str] | None:
+    """(layer, head, what) of the cross-attention head a checkpoint was trained to align
+    (Garg et al. 2019, ``core.train --align-teacher/--align-links``), or None."""
+    train = meta.get("train_config") or {}
+    if not train.get("align_weight"):
+        return None
+    what = f"weight {train['align_weight']:g}; alignments from {train.get('align_source') or '?'}"
+    return int(train.get("align_layer", 0)), int(train.get("align_head", 0)), what
+
+
+def mark_supervised(table: pd.DataFrame, kind: str, meta: dict) -> pd.DataFrame:
+    """The head table with the supervised cross-attention head's label saying so."""
+    found = supervised_head(meta)
+    if kind != "cross" or found is None:
+        return table
+    chosen = (table["layer"] == found[0]) & (table["head"] == found[1])
+    table = table.copy()
+    table.loc[chosen, "label"] = table.loc[chosen, "label"] + f" · {SUPERVISED_LABEL}"
+    return table

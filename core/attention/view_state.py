@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
 from core.attention.kinds import KINDS
+from core.attention.logit_lens import LENS_COLORS
 from core.attention.maps import HEAD_AGGREGATES, head_options
 from core.attention.sentence_maps import SentenceMaps
 from core.corpus.text import D2L_TEST_PAIRS
@@ -21,14 +22,24 @@ SECTION_KEYS = (  # the Attention page's
     "compare",
     "attribution",
     "alignment",
+    "inside",
+    "lens",
 )
 PLAYBACK = "playback"  # the section whose output step travels in the URL
 ATTRIBUTION = "attribution"  # the section whose attribution method travels in the URL
 ALIGNMENT = "alignment"  # the section whose alignment mode travels in the URL
+TRAINING = "training"  # the section whose training step and compared step travel in the URL
+INSIDE = "inside"  # the section whose query token and lines mode travel in the URL
+LENS = "lens"  # the section whose colouring travels in the URL
 SECTION_FIELDS = {  # fields only one section writes
     "step": PLAYBACK,
     "method": ATTRIBUTION,
     "align": ALIGNMENT,
+    "train_step": TRAINING,
+    "diff_from": TRAINING,
+    "query": INSIDE,
+    "lines_all": INSIDE,
+    "lens": LENS,
 }
 ALIGN_MODES = ("awo", "awi")  # core.alignment.extract.MODES (a layer above: checked by a test)
 OLD_SECTIONS = {  # the section values of links made before the keys: the labels shown then
@@ -43,6 +54,7 @@ BOOK_REFERENCES = dict(D2L_TEST_PAIRS)  # the d2l chapter's sentences -> their r
 
 MAX_TEXT_CHARS = 2000  # a longer text value in a URL falls back to its default
 MAX_INDEX = 10_000  # a layer or step beyond any model: clamped here, then to the model
+MAX_TRAINING_STEP = 10**12  # a training step beyond any run: clamped here, then to its snapshots
 
 
 @dataclass
@@ -69,6 +81,11 @@ class ViewState:
     reference: str = ""  # French reference of `sentence` to force ("" = the d2l book's, if any)
     method: str = "alti"  # attribution method, one of core.attribution.methods.METHODS
     align: str = ALIGN_MODES[0]  # alignment mode: "awo" (the step that predicts) or "awi"
+    train_step: int = -1  # "Over training": the snapshot step shown (-1 = the latest, followed)
+    diff_from: int = -1  # "Over training": step A of B − A, B the step shown (-1 = none)
+    query: int = 0  # "Inside a head": the query token of the q·k view (its position)
+    lines_all: bool = False  # "Inside a head": lines of every head of the layer, in colours
+    lens: str = LENS_COLORS[0]  # "Logit lens": colour by the chosen word's "prob" or "rank"
 
     @classmethod
     def from_query(cls, params: Mapping[str, str]) -> ViewState:
@@ -88,6 +105,9 @@ class ViewState:
         state.max_len = min(max(state.max_len, MAX_LENS[0]), MAX_LENS[1])
         state.layer = min(max(state.layer, 0), MAX_INDEX)
         state.step = min(max(state.step, 0), MAX_INDEX)
+        state.train_step = min(max(state.train_step, -1), MAX_TRAINING_STEP)
+        state.diff_from = min(max(state.diff_from, -1), MAX_TRAINING_STEP)
+        state.query = min(max(state.query, 0), MAX_INDEX)
         for name in ("sentence", "other_sentence", "model", "other", "ablate", "token", "method"):
             if len(getattr(state, name)) > MAX_TEXT_CHARS:
                 setattr(state, name, getattr(cls, name))
@@ -100,6 +120,8 @@ class ViewState:
             state.forced = cls.forced
         if state.align not in ALIGN_MODES:
             state.align = cls.align
+        if state.lens not in LENS_COLORS:
+            state.lens = cls.lens
         if state.kind not in KINDS:
             state.kind = cls.kind
         if not (_is_index(state.head) or state.head in HEAD_AGGREGATES):

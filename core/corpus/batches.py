@@ -46,8 +46,14 @@ def batch_indices(
     seed: int,
     bucket: bool = True,
     pool: int = 64,
+    max_tokens: int = 0,
 ) -> list[list[int]]:
-    """Groups of example indices; with ``bucket`` similar lengths share a batch."""
+    """Groups of example indices; with ``bucket`` similar lengths share a batch.
+
+    With ``max_tokens`` a batch holds as many pairs as fit in that many padded tokens
+    (pairs x the longest of them, fairseq's ``--max-tokens``) instead of ``batch_size``
+    pairs; ``batch_size`` then only sizes the pools sorted by length.
+    """
     idx = list(range(len(lengths)))
     rng = random.Random(seed)
     if shuffle:
@@ -56,10 +62,29 @@ def batch_indices(
         size = batch_size * pool
         chunks = [idx[i : i + size] for i in range(0, len(idx), size)]
         idx = [j for c in chunks for j in sorted(c, key=lambda k: lengths[k])]
-    batches = [idx[i : i + batch_size] for i in range(0, len(idx), batch_size)]
+    if max_tokens:
+        batches = token_batches(idx, lengths, max_tokens)
+    else:
+        batches = [idx[i : i + batch_size] for i in range(0, len(idx), batch_size)]
     if shuffle:
         rng.shuffle(batches)
     return batches
+
+
+def token_batches(idx: list[int], lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Consecutive runs of ``idx`` whose padded size (pairs x longest) fits ``max_tokens``;
+    a pair longer than the budget alone."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    width = 0
+    for j in idx:
+        wider = max(width, lengths[j])
+        if current and (len(current) + 1) * wider > max_tokens:
+            batches.append(current)
+            current, wider = [], lengths[j]
+        current.append(j)
+        width = wider
+    return batches + ([current] if current else [])
 
 
 def batches(
@@ -82,6 +107,35 @@ def batches(
         yield src, tgt
 
 
+def rank_groups(
+    encoded: list[tuple[np.ndarray, np.ndarray]],
+    batch_size: int,
+    seed: int,
+    bucket: bool = True,
+    rank: int = 0,
+    world_size: int = 1,
+    max_tokens: int = 0,
+) -> Iterator[tuple[list[int], int, int]]:
+    """One training process's share of each shuffled batch of ``batch_size * world_size`` pairs.
+
+    Every process builds the same global batches (same seed), then keeps every
+    ``world_size``-th pair from its ``rank`` on, so the processes of one step train on
+    sentences of one length bucket. Yields (the indices of its pairs, target tokens here,
+    target tokens of the global batch); a process left without a pair (a last batch smaller
+    than ``world_size``) gets the batch's first pair, counted as 0 tokens. With
+    ``max_tokens`` the global batch holds ``max_tokens * world_size`` padded tokens.
+    """
+    lengths = [max(len(s), len(t)) for s, t in encoded]
+    groups = batch_indices(
+        lengths, batch_size * world_size, True, seed, bucket, max_tokens=max_tokens * world_size
+    )
+    for group in groups:
+        mine = group[rank::world_size]
+        here = sum(len(encoded[i][1]) - 1 for i in mine)  # <bos> is input only
+        total = sum(len(encoded[i][1]) - 1 for i in group)
+        yield mine or group[:1], here, total
+
+
 def rank_batches(
     encoded: list[tuple[np.ndarray, np.ndarray]],
     batch_size: int,
@@ -90,21 +144,10 @@ def rank_batches(
     rank: int = 0,
     world_size: int = 1,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, int, int]]:
-    """One training process's share of each shuffled batch of ``batch_size * world_size`` pairs.
-
-    Every process builds the same global batches (same seed), then keeps every
-    ``world_size``-th pair from its ``rank`` on, so the processes of one step train on
-    sentences of one length bucket. Yields (src (b, S), tgt (b, T + 1), target tokens here,
-    target tokens of the global batch); a process left without a pair (a last batch smaller
-    than ``world_size``) gets the batch's first pair, counted as 0 tokens. Alone
-    (``world_size`` 1) it yields what ``batches`` does.
-    """
-    lengths = [max(len(s), len(t)) for s, t in encoded]
-    for group in batch_indices(lengths, batch_size * world_size, True, seed, bucket):
-        mine = group[rank::world_size]
-        here = sum(len(encoded[i][1]) - 1 for i in mine)  # <bos> is input only
-        total = sum(len(encoded[i][1]) - 1 for i in group)
-        mine = mine or group[:1]
+    """The batches of ``rank_groups`` as (src (b, S), tgt (b, T + 1), target tokens here,
+    target tokens of the global batch). Alone (``world_size`` 1) it yields what ``batches``
+    does."""
+    for mine, here, total in rank_groups(encoded, batch_size, seed, bucket, rank, world_size):
         src = pad_batch([encoded[i][0] for i in mine])  # (b, S)
         tgt = pad_batch([encoded[i][1] for i in mine])  # (b, T + 1)
         yield src, tgt, here, total

@@ -79,6 +79,12 @@ class BPEVocab(Vocab):
             out.append(list(next(it).ids) if s else [])
         return out
 
+    def word_ids_many(self, sentences: Sequence[Sequence[str]]) -> list[list[int]]:
+        """For each sentence, the index of the word each of its pieces comes from."""
+        todo = [list(s) for s in sentences]
+        done = iter(self.tokenizer.encode_batch([s for s in todo if s], is_pretokenized=True))
+        return [list(next(done).word_ids) if s else [] for s in todo]
+
     def pieces(self, words: Sequence[str]) -> list[str]:
         """The pieces the model reads for these words."""
         return self.segment(words)[0]

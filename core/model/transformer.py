@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.config_fields import too_large, type_problems
+from core.model.align_loss import AlignTarget, alignment_loss
 from core.model.output_loss import projected_cross_entropy
 
 MODEL_UPPER = {  # the most each size may be: what one machine trains and the pages show
@@ -279,19 +280,25 @@ class DecoderLayer(nn.Module):
         kv = (cache["mk"], cache["mv"])  # (B, H, S, Dh) each
         return self.cross_attention(h, None, None, src_mask, need_weights, kv=kv)
 
-    def forward(self, x, memory, src_mask, tgt_mask, need_weights=False, cache=None):
-        """x (B, T, D), memory (B, S, D) -> (x (B, T, D), self (B,H,T,T'), cross (B,H,T,S))."""
+    def forward(
+        self, x, memory, src_mask, tgt_mask, need_weights=False, cache=None, need_cross=None
+    ):
+        """x (B, T, D), memory (B, S, D) -> (x (B, T, D), self (B,H,T,T'), cross (B,H,T,S)).
+
+        ``need_cross`` (default ``need_weights``): the cross-attention weights alone."""
+        need_cross = need_weights if need_cross is None else need_cross
         x, w_self = self.addnorm1(x, lambda h: self.self_block(h, tgt_mask, need_weights, cache))
         x, w_cross = self.addnorm2(
-            x, lambda h: self.cross_block(h, memory, src_mask, need_weights, cache)
+            x, lambda h: self.cross_block(h, memory, src_mask, need_cross, cache)
         )
         x, _ = self.addnorm3(x, lambda h: (self.ffn(h), None))
         return x, w_self, w_cross
 
 
 def _stack(weights: list) -> torch.Tensor | None:
-    """Stack per-layer weights into (L, ...) or return None when not recorded."""
-    return torch.stack(weights) if weights and weights[0] is not None else None
+    """Stack the recorded per-layer weights into (L', ...), or None when none was recorded."""
+    kept = [w for w in weights if w is not None]
+    return torch.stack(kept) if kept else None
 
 
 class Encoder(nn.Module):
@@ -328,12 +335,21 @@ class Decoder(nn.Module):
         self.dense = nn.Linear(cfg.d_model, cfg.tgt_vocab_size)
 
     def forward(
-        self, tgt, memory, src_mask, tgt_mask, need_weights=False, cache=None, project=True
+        self,
+        tgt,
+        memory,
+        src_mask,
+        tgt_mask,
+        need_weights=False,
+        cache=None,
+        project=True,
+        cross_layer=None,
     ):
         """tgt (B, T) ids -> (logits (B, T, V), self (L,B,H,T,T')|None, cross (L,B,H,T,S)|None).
 
         With ``cache`` (a list with one dict per layer), ``tgt`` holds only new positions.
         With ``project=False`` the final states (B, T, D) come back instead of logits.
+        ``cross_layer``: only that layer's cross-attention weights, as (1, B, H, T, S).
         """
         offset = cache[0]["k"].size(2) if cache and "k" in cache[0] else 0
         x = self.embedding(tgt) * math.sqrt(self.d_model)  # (B, T, D)
@@ -341,7 +357,10 @@ class Decoder(nn.Module):
         self_maps, cross_maps = [], []
         for i, layer in enumerate(self.layers):
             layer_cache = cache[i] if cache is not None else None
-            x, w_self, w_cross = layer(x, memory, src_mask, tgt_mask, need_weights, layer_cache)
+            need_cross = need_weights or i == cross_layer
+            x, w_self, w_cross = layer(
+                x, memory, src_mask, tgt_mask, need_weights, layer_cache, need_cross
+            )
             self_maps.append(w_self)
             cross_maps.append(w_cross)
         x = self.final_ln(x)  # (B, T, D)
@@ -391,20 +410,30 @@ class Transformer(nn.Module):
         return logits, maps
 
     def loss(self, src, tgt_in, tgt_out, label_smoothing: float = 0.0) -> torch.Tensor:
-        """Mean cross-entropy of tgt_out (B, T) given src (B, S) and tgt_in (B, T).
+        """Mean cross-entropy of tgt_out (B, T) given src (B, S) and tgt_in (B, T)."""
+        return self.loss_terms(src, tgt_in, tgt_out, label_smoothing)[0]
 
-        The output projection runs only at real (non-pad) target positions, so padding
-        costs nothing in the largest matrix product of the step; it is fused with the loss
-        (``core.model.output_loss``), so the (N, V) logits are made once and read once more.
+    def loss_terms(
+        self, src, tgt_in, tgt_out, label_smoothing: float = 0.0, align: AlignTarget | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean cross-entropy, alignment loss of ``align``'s head (0 without one)).
+
+        The output projection runs only at real (non-pad) target positions, fused with the
+        loss (``core.model.output_loss``): the (N, V) logits are made once, read once more.
+        The alignment loss is ``core.model.align_loss`` (Garg et al. 2019).
         """
         memory, src_mask, _ = self.encode(src)
-        hidden, _, _ = self.decoder(
-            tgt_in, memory, src_mask, self.tgt_mask(tgt_in), project=False
-        )  # (B, T, D)
+        layer = align.layer if align is not None else None
+        hidden, _, cross = self.decoder(
+            tgt_in, memory, src_mask, self.tgt_mask(tgt_in), project=False, cross_layer=layer
+        )  # (B, T, D), (1, B, H, T, S) | None
         rows = (tgt_out != self.cfg.pad_id).flatten().nonzero().squeeze(1)  # (N,) real tokens
         real = hidden.flatten(0, 1).index_select(0, rows)  # (N, D)
         target = tgt_out.flatten()[rows]  # (N,)
-        return projected_cross_entropy(real, self.decoder.dense, target, label_smoothing)
+        ce = projected_cross_entropy(real, self.decoder.dense, target, label_smoothing)
+        if align is None:
+            return ce, ce.new_zeros(())
+        return ce, alignment_loss(cross[0, :, align.head], align.target)
 
     def num_parameters(self) -> int:
         """Number of trainable parameters."""

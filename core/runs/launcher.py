@@ -109,8 +109,8 @@ def launch(argv: list[str], processes: int) -> int:
     try:
         return supervise(workers, asked)
     finally:
-        del store
-        sock.close()
+        del store  # it owns the listening socket (master_listen_fd) and closes it
+        sock.detach()  # so never close that fd again (EBADF, or someone else's fd)
 
 
 def supervise(workers: list[subprocess.Popen], asked: list[float]) -> int:

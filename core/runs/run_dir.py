@@ -66,6 +66,8 @@ class RunDir:
         self.log = self.path / "train.log"
         self.job = self.path / "job.json"  # launch metadata written by the app, not the trainer
         self.request = self.path / "request.json"  # settings the app asks the trainer to use
+        self.notes = self.path / "notes.json"  # the user's note and tags (core.runs.notes)
+        self.alignments = self.path / "alignments.txt"  # supervision (core.corpus.supervision)
 
     @property
     def name(self) -> str:

@@ -15,6 +15,7 @@ from core.corpus.user_files import describe_data
 from core.model.scores import usable_bleu
 from core.places import runs_root
 from core.runs.catalogue import size_label
+from core.runs.log_lines import last_message, starting_words
 from core.runs.processes import check_trainer
 from core.runs.run_dir import RUN_ID_RE, RunDir, RunError, read_json, run_dir
 
@@ -53,6 +54,8 @@ class RunInfo:
     data: str = ""  # short data description
     train_pairs: int | None = None  # most pairs it trains on, if its settings cap them
     size: str = ""  # short model size description
+    supervision: str = ""  # the head trained to align and from what ("" = none)
+    processes: int = 1  # training processes of its last launch
     pid: int | None = None
     identity: str | None = None  # the trainer's recorded process identity (see processes)
     has_best: bool = False
@@ -92,9 +95,9 @@ def _effective_state(rd: RunDir, status: dict, job: dict, alive: bool) -> tuple[
     ):
         return "starting", ""
     msg = "The training process ended unexpectedly (server killed, machine rebooted or a crash)."
-    last = log_tail(rd.path.name, 3, rd=rd).strip().splitlines()
+    last = last_message(log_tail(rd.path.name, 20, rd=rd))
     if last:
-        msg += f" Last log line: {last[-1][:300]}"
+        msg += f" Last log line: {last[:300]}"
     if rd.last.is_file():
         msg += " It can be resumed from its last checkpoint."
     return "failed", msg
@@ -150,11 +153,24 @@ def run_info(run_id: str) -> RunInfo:
         data=describe_data(data),
         train_pairs=train_pairs_cap(data),
         size=size_label(model),
+        supervision=supervision_label(config.get("train") or {}),
+        processes=_whole(job.get("processes") or status.get("world_size")) or 1,
         pid=pid,
         identity=recorded,
         has_best=rd.best.is_file(),
         has_last=rd.last.is_file(),
         status=status,
+    )
+
+
+def supervision_label(train: dict) -> str:
+    """e.g. "cross layer 0 head 0 trained to align (weight 0.05; alignments from ...)"."""
+    if not train.get("align_weight"):
+        return ""
+    return (
+        f"cross layer {train.get('align_layer', 0)} head {train.get('align_head', 0)} trained "
+        f"to align (weight {train['align_weight']:g}; alignments from "
+        f"{train.get('align_source') or '?'})"
     )
 
 
@@ -213,6 +229,24 @@ def read_metrics(run_id: str) -> list[dict]:
     return run_dir(run_id).read_metrics()
 
 
+def _whole(value) -> int | None:
+    """A positive whole number read from a run's files, else None."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return value if ok else None
+
+
+def log_message(run_id: str) -> str:
+    """The last line of a run's log that says something: torchrun's banner of asterisks,
+    its OMP_NUM_THREADS notice and library warnings left out ("" when none does)."""
+    return last_message(log_tail(run_id, 20))
+
+
+def doing_now(info: RunInfo) -> str:
+    """What a live run without a step yet is doing: its status message, else "starting 2
+    processes" (or "starting the trainer")."""
+    return info.status.get("message") or starting_words(info.processes)
+
+
 def log_tail(run_id: str, lines: int = 20, rd: RunDir | None = None) -> str:
     """The last lines of a run's train.log (progress-bar redraws collapsed)."""
     rd = rd or run_dir(run_id)
@@ -241,38 +275,6 @@ def format_duration(seconds: float | None) -> str:
 def when(ts: float | None) -> str:
     """A local date and time, or '—'."""
     return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else "—"
-
-
-def runs_frame(runs: list[RunInfo]) -> pd.DataFrame:
-    """One row per run: id, the user's name, state, best BLEU, progress, start, data, size and
-    device."""
-    return pd.DataFrame(
-        [
-            {
-                "run": r.run_id,
-                "name": r.name,
-                "state": r.state,
-                "best BLEU": r.best_bleu,
-                "progress": r.progress,
-                "started": when(r.started_at),
-                "data": r.data,
-                "size": r.size,
-                "device": r.device or r.device_type,
-            }
-            for r in runs
-        ],
-        columns=[
-            "run",
-            "name",
-            "state",
-            "best BLEU",
-            "progress",
-            "started",
-            "data",
-            "size",
-            "device",
-        ],
-    )
 
 
 def latest_examples(records: list[dict]) -> pd.DataFrame:

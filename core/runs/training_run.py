@@ -28,6 +28,7 @@ from core.corpus.bpe import checkpoint_entries, checkpoint_vocabs
 from core.corpus.config import DataConfig
 from core.corpus.source import DataError
 from core.corpus.splits import load_corpus, unk_warnings
+from core.corpus.supervision import read_supervision
 from core.model.checkpoints import read_checkpoint
 from core.model.scores import usable_bleu
 from core.model.transformer import ModelConfig, Transformer
@@ -97,7 +98,7 @@ def prepare(rd: RunDir, configs: dict, resume: bool, world: World):
             {k: v.float() if v.is_floating_point() else v for k, v in ckpt["state_dict"].items()}
         )
         state = TrainState(**ckpt["state"])
-    trainer = Trainer(model, corpus, train_cfg, state, world)
+    trainer = Trainer(model, corpus, train_cfg, state, world, run_alignments(rd, train_cfg))
     if ckpt is not None:
         if "optimizer" in ckpt:
             trainer.optimizer.load_state_dict(ckpt["optimizer"])
@@ -107,6 +108,18 @@ def prepare(rd: RunDir, configs: dict, resume: bool, world: World):
     configs["model"] = asdict(model_cfg)
     configs["summary"] = corpus.summary
     return trainer
+
+
+def run_alignments(rd: RunDir, cfg: TrainConfig) -> dict | None:
+    """The run's alignments of its training pairs when it trains a head to align, else None."""
+    if not cfg.align_weight:
+        return None
+    if not rd.alignments.is_file():
+        raise DataError(
+            "align_weight is set, but the run has no alignments: start it with "
+            "python -m core.train --align-teacher CHECKPOINT (or --align-links and --align-pairs)"
+        )
+    return read_supervision(rd.alignments)
 
 
 def saved_rng(rng, world: World):

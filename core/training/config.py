@@ -24,6 +24,7 @@ class TrainConfig:
     max_steps: int = 0  # optimiser steps (0 = no limit)
     time_budget: float = 0.0  # wall-clock seconds of training (0 = no limit)
     batch_size: int = 128  # sentence pairs per step and process (the step's: times processes)
+    batch_tokens: int = 0  # padded tokens per step and process in place of batch_size (0: off)
     lr: float = 1e-3  # peak learning rate of Adam
     warmup_steps: int = 400  # linear warm-up length
     schedule: str = "inverse_sqrt"  # "inverse_sqrt" decay after warm-up, or "constant"
@@ -38,6 +39,10 @@ class TrainConfig:
     threads: int = 0  # CPU threads for torch (0 = torch's default)
     bucket: bool = True  # length-bucketed batches (False: random batches)
     probes: list[str] = field(default_factory=lambda: list(D2L_PROBES))  # snapshot sentences
+    align_weight: float = 0.0  # weight of the alignment loss on one head (Garg et al.; 0 = off)
+    align_layer: int = 0  # decoder layer of the cross-attention head trained to align
+    align_head: int = 0  # the head of that layer trained to align
+    align_source: str = ""  # where the training pairs' alignments came from (core.train)
 
     def problems(self) -> list[str]:
         """Every reason these settings cannot train, each naming its field ([] when they can)."""
@@ -66,6 +71,8 @@ class TrainConfig:
             problems.append(
                 f"time_budget must be a finite number of seconds (got {self.time_budget})"
             )
+        if not 0 <= self.align_weight < math.inf:
+            problems.append(f"align_weight must be 0 (off) or positive (got {self.align_weight})")
         if not 0 < self.lr < math.inf:
             problems.append(f"lr must be positive and finite (got {self.lr})")
         if not 0 <= self.label_smoothing < 1:
@@ -80,6 +87,8 @@ class TrainConfig:
             problems.append(f"unknown schedule '{self.schedule}'")
         if self.device not in DEVICES:
             problems.append(f"unknown device '{self.device}'")
+        if len(self.align_source) > MAX_PROBE_CHARS:
+            problems.append(f"align_source: at most {MAX_PROBE_CHARS} characters")
         return problems + too_large(self, TRAIN_UPPER) + self.probe_problems()
 
     def probe_problems(self) -> list[str]:
@@ -102,17 +111,23 @@ TRAIN_UPPER = {  # the most each field may be (lr is free: a huge one diverges, 
     "max_steps": 10**9,
     "time_budget": 30 * 24 * 3600.0,  # seconds: 30 days
     "batch_size": 65_536,
+    "batch_tokens": 10_000_000,
     "warmup_steps": 10**9,
     "eval_every": 10**9,
     "eval_sentences": 100_000,
     "log_every": 10**9,
     "threads": 1024,
+    "align_layer": 1024,
+    "align_head": 1024,
 }
 NOT_NEGATIVE = (
     "epochs",
     "max_steps",
     "time_budget",
     "warmup_steps",
+    "batch_tokens",
+    "align_layer",
+    "align_head",
 )  # TrainConfig fields: 0 or more
 AT_LEAST_ONE = ("batch_size", "eval_every", "log_every", "eval_sentences")  # 1 or more
 

@@ -182,9 +182,10 @@ class TransformerLoss(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, src, tgt_in, tgt_out, label_smoothing: float) -> torch.Tensor:
-        """Mean cross-entropy over this rank's real target tokens (Transformer.loss)."""
-        return self.model.loss(src, tgt_in, tgt_out, label_smoothing)
+    def forward(self, src, tgt_in, tgt_out, label_smoothing: float, align=None):
+        """(mean cross-entropy over this rank's real target tokens, alignment loss): the
+        model's ``loss_terms``."""
+        return self.model.loss_terms(src, tgt_in, tgt_out, label_smoothing, align)
 
 
 def data_parallel(model: nn.Module, world: World, device: torch.device) -> nn.Module:

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 import torch
 
-from core.corpus.batches import encode_pairs, rank_batches
+from core.corpus.batches import batch_indices, encode_pairs, pad_batch, rank_groups
 from core.corpus.splits import Corpus
+from core.corpus.supervision import alignment_targets, piece_links
 from core.corpus.vocab import Vocab
+from core.model.align_loss import AlignTarget
 from core.model.checkpoints import all_finite
 from core.model.decode import TranslationError, translate, translate_batch
 from core.model.scores import NO_BLEU, corpus_bleu, evaluate_loss
@@ -94,15 +96,20 @@ class Trainer:
         cfg: TrainConfig,
         state: TrainState | None = None,
         world: World | None = None,
+        alignments: dict | None = None,
     ):
+        """``alignments`` (word links by pair, core.corpus.supervision) are needed when
+        ``cfg.align_weight`` is set: they train one cross-attention head to align."""
         cfg.validate()
+        if cfg.align_weight and alignments is None:
+            raise ValueError("align_weight is set, but no alignments of the training pairs")
         self.cfg, self.corpus, self.world = cfg, corpus, world or World()
         self.device = distributed.device_of(self.world, pick_device(cfg.device))
         self.model = model.to(self.device)
         self.objective = (  # the loss of a step: the model's own, or through DDP
             distributed.data_parallel(model, self.world, self.device)
             if self.world.distributed
-            else model.loss
+            else model.loss_terms
         )
         fused = self.device.type in ("cpu", "cuda")  # one kernel per step instead of many
         self.optimizer = torch.optim.Adam(
@@ -114,6 +121,11 @@ class Trainer:
         self.stop_agreed = False  # all processes stop: stop_asked somewhere, at agree()
         self.train_data = encode_pairs(corpus.train, corpus.src_vocab, corpus.tgt_vocab)
         self.val_data = encode_pairs(corpus.val, corpus.src_vocab, corpus.tgt_vocab)
+        self.train_links = (  # each training pair's piece links, or None (not supervised)
+            piece_links(corpus.train.pairs, corpus.src_vocab, corpus.tgt_vocab, alignments)
+            if cfg.align_weight
+            else None
+        )
         self.val_groups = corpus.val.groups()[: cfg.eval_sentences]
         self.amp_dtype = autocast_dtype(self.device) if cfg.amp else None
         self.rng: dict | None = None  # random streams to continue (a resumed run), else seeded
@@ -121,8 +133,12 @@ class Trainer:
         self.window: list[dict] = []  # step results since the last metrics record
         self.window_start = 0.0  # training seconds (state.elapsed) when the window began
         self.rank_rngs: list[dict] = []  # every process's random streams, for the checkpoint
+        self.epoch_lengths: dict[tuple[int, int], int] = {}  # (epoch, processes): batches
         if self.state.world_size != self.world.size:  # resumed with another number
             done = distributed.regrouped(self.state, cfg.batch_size, self.world)
+            if cfg.batch_tokens:  # the same share of the epoch
+                old = self.epoch_length(self.state.epoch, self.state.world_size)
+                done = round(self.state.batch_in_epoch / old * self.steps_per_epoch)
             self.state.batch_in_epoch, self.state.world_size = done, self.world.size
 
     def on(self, event: str, fn: Callback) -> None:
@@ -136,8 +152,26 @@ class Trainer:
 
     @property
     def steps_per_epoch(self) -> int:
-        """Optimiser steps in one epoch (each takes batch_size pairs on every process)."""
+        """Optimiser steps in the current epoch (each takes batch_size pairs on every process,
+        or batch_tokens padded tokens)."""
+        if self.cfg.batch_tokens:
+            return self.epoch_length(self.state.epoch, self.world.size)
         return math.ceil(len(self.train_data) / (self.cfg.batch_size * self.world.size))
+
+    def epoch_length(self, epoch: int, processes: int) -> int:
+        """Batches of an epoch cut by token budget for that many processes (counted once)."""
+        if (epoch, processes) not in self.epoch_lengths:
+            lengths = [max(len(s), len(t)) for s, t in self.train_data]
+            groups = batch_indices(
+                lengths,
+                self.cfg.batch_size * processes,
+                True,
+                self.cfg.seed * 1000 + epoch,
+                self.cfg.bucket,
+                max_tokens=self.cfg.batch_tokens * processes,
+            )
+            self.epoch_lengths[(epoch, processes)] = len(groups)
+        return self.epoch_lengths[(epoch, processes)]
 
     @property
     def total_steps(self) -> int | None:
@@ -162,16 +196,23 @@ class Trainer:
 
     def finished(self) -> bool:
         """True once a step, epoch or time limit is reached."""
-        return self.progress() >= 1.0
+        epochs_done = bool(self.cfg.epochs) and self.state.epoch >= self.cfg.epochs
+        return epochs_done or self.progress() >= 1.0
 
     def train_step(
-        self, src: torch.Tensor, tgt: torch.Tensor, tokens: int = 0, step_tokens: int = 0
+        self,
+        src: torch.Tensor,
+        tgt: torch.Tensor,
+        tokens: int = 0,
+        step_tokens: int = 0,
+        align: AlignTarget | None = None,
     ) -> dict:
         """One optimiser step on a batch src (B, S), tgt (B, T + 1), not taken unless finite.
 
         With several processes, ``tokens`` of the step's ``step_tokens`` are here: the loss,
         weighted by that share times the processes, gives (DDP averaging) the gradient of one
-        process on the whole step."""
+        process on the whole step. With ``align`` the loss adds ``align_weight`` times the
+        alignment loss of its head; "loss" reports the cross-entropy alone."""
         src, tgt = src.to(self.device), tgt.to(self.device)
         tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # (B, T) each
         lr = learning_rate(self.state.step + 1, self.cfg)
@@ -180,13 +221,16 @@ class Trainer:
         with torch.autocast(
             self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None
         ):
-            loss = self.objective(src, tgt_in, tgt_out, self.cfg.label_smoothing)
+            loss, align_loss = self.objective(
+                src, tgt_in, tgt_out, self.cfg.label_smoothing, self.to_device(align)
+            )
+        total = loss + self.cfg.align_weight * align_loss if align is not None else loss
         self.optimizer.zero_grad(set_to_none=True)
         if self.world.distributed:
-            (loss * (self.world.size * tokens / step_tokens)).backward()
+            (total * (self.world.size * tokens / step_tokens)).backward()
             value = distributed.sums(self.world, [loss.item() * tokens])[0] / step_tokens
         else:
-            loss.backward()
+            total.backward()
             value, step_tokens = loss.item(), int((tgt_out != Vocab.pad_id).sum())
         clip = self.cfg.grad_clip or float("inf")
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
@@ -198,7 +242,16 @@ class Trainer:
         finite = math.isfinite(value) and math.isfinite(norm)  # the same on every process
         if finite:  # a NaN/inf step would poison the weights and Adam's moments
             self.optimizer.step()
-        return {"loss": value, "lr": lr, "grad_norm": norm, "tokens": step_tokens, "finite": finite}
+        out = {"loss": value, "lr": lr, "grad_norm": norm, "tokens": step_tokens, "finite": finite}
+        if align is not None:
+            out["align_loss"] = align_loss.item()
+        return out
+
+    def to_device(self, align: AlignTarget | None) -> AlignTarget | None:
+        """The alignment target on the training device."""
+        if align is None:
+            return None
+        return AlignTarget(align.layer, align.head, align.target.to(self.device))
 
     def evaluate(self) -> dict:
         """Validation loss and multi-reference BLEU on a fixed subset of sentences."""
@@ -270,18 +323,29 @@ class Trainer:
         return "val_bleu" not in info or info["val_bleu"] > self.state.best_bleu
 
     def epoch_batches(self):
-        """This process's (src, tgt, tokens, step_tokens) of the epoch, after those used."""
-        it = rank_batches(
+        """This process's (src, tgt, tokens, step_tokens, align) of the epoch, after those used."""
+        it = rank_groups(
             self.train_data,
             self.cfg.batch_size,
             seed=self.cfg.seed * 1000 + self.state.epoch,
             bucket=self.cfg.bucket,
             rank=self.world.rank,
             world_size=self.world.size,
+            max_tokens=self.cfg.batch_tokens,
         )
-        for i, batch in enumerate(it):
+        for i, (mine, here, total) in enumerate(it):
             if i >= self.state.batch_in_epoch:
-                yield batch
+                src = pad_batch([self.train_data[j][0] for j in mine])  # (b, S)
+                tgt = pad_batch([self.train_data[j][1] for j in mine])  # (b, T + 1)
+                yield src, tgt, here, total, self.align_target(mine, src, tgt)
+
+    def align_target(self, mine: list[int], src, tgt) -> AlignTarget | None:
+        """The supervised head's target distributions for these pairs (None: no supervision)."""
+        if self.train_links is None:
+            return None
+        links = [self.train_links[j] for j in mine]
+        target = alignment_targets(links, src.size(1), tgt.size(1) - 1)  # (b, T, S)
+        return AlignTarget(self.cfg.align_layer, self.cfg.align_head, target)
 
     def start_random_streams(self) -> None:
         """Continue a resumed run's saved random streams, or seed them (each rank its own)."""
@@ -323,8 +387,8 @@ class Trainer:
     def run_epoch(self) -> None:
         """Train on the rest of the current epoch, or until training must stop."""
         t_last = time.perf_counter()
-        for src, tgt, tokens, step_tokens in self.epoch_batches():
-            out = self.train_step(src, tgt, tokens, step_tokens)
+        for src, tgt, tokens, step_tokens, align in self.epoch_batches():
+            out = self.train_step(src, tgt, tokens, step_tokens, align)
             if not out["finite"]:
                 what = "gradient norm" if math.isfinite(out["loss"]) else "loss"
                 self.diverged = {"diverged_at": self.state.step + 1, "diverged": what}
@@ -353,7 +417,9 @@ class Trainer:
     def _summarise(self, window: list[dict], seconds: float) -> dict:
         """Mean metrics of the steps of a window that took ``seconds`` of training."""
         n = len(window)
+        aligned = [r["align_loss"] for r in window if "align_loss" in r]
         return {
+            **({"align_loss": sum(aligned) / len(aligned)} if aligned else {}),
             "step": self.state.step,
             "epoch": self.state.epoch + self.state.batch_in_epoch / max(self.steps_per_epoch, 1),
             "loss": sum(r["loss"] for r in window) / n,

@@ -22,6 +22,7 @@ from core.training.presets import PRESETS
 
 GROUPS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
 DERIVED = ("src_vocab_size", "tgt_vocab_size", "pad_id")  # model fields the data decides
+COMMAND_ONLY = ("align_weight", "align_layer", "align_head", "align_source")  # core.train sets
 
 
 class SettingsError(ValueError):
@@ -53,7 +54,7 @@ class FormField:
 
 def form_fields() -> list[FormField]:
     """Every tunable field of DataConfig, ModelConfig and TrainConfig, in order."""
-    skip = {*DERIVED, "source"}  # the form picks the data source with its own widgets
+    skip = {*DERIVED, "source", *COMMAND_ONLY}  # the form picks the data source itself
     out = []
     for section, cls in GROUPS.items():
         helps = field_help(cls)
@@ -136,6 +137,23 @@ def config_problems(cfg: dict[str, dict]) -> list[str]:
             f"max_len ({data.max_len}) + 2 must fit in the model's max_positions "
             f"({model.max_positions})"
         )
+    return problems + ([] if problems else align_problems(model, train))
+
+
+def align_problems(model: ModelConfig, train: TrainConfig) -> list[str]:
+    """Why the head trained to align is not one of the model's (only when supervision is on)."""
+    if not train.align_weight:
+        return []
+    problems = []
+    if train.align_layer >= model.num_decoder_layers:
+        problems.append(
+            f"align_layer must be below num_decoder_layers ({model.num_decoder_layers}) "
+            f"(got {train.align_layer})"
+        )
+    if train.align_head >= model.num_heads:
+        problems.append(
+            f"align_head must be below num_heads ({model.num_heads}) (got {train.align_head})"
+        )
     return problems
 
 
@@ -166,6 +184,9 @@ def describe_settings(cfg: dict[str, dict]) -> str:
         data += f" · BPE subwords ({d.get('bpe_vocab', DataConfig.bpe_vocab):,})"
     else:
         data += " · word tokens"
+    if t.get("align_weight"):
+        layer, head = t.get("align_layer", 0), t.get("align_head", 0)
+        data += f" · cross layer {layer} head {head} trained to align"
     limits = [f"{t['epochs']} epochs"] if t.get("epochs") else []
     limits += [f"{t['max_steps']:,} steps"] if t.get("max_steps") else []
     limits += [f"{t['time_budget'] / 60:g} min"] if t.get("time_budget") else []

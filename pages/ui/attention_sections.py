@@ -13,6 +13,8 @@ from pages.ui import (
     alignment_view,
     attribution_view,
     compare_view,
+    inside_head_view,
+    logit_lens_view,
     maps_view,
     playback_view,
     training_view,
@@ -36,6 +38,8 @@ SECTIONS = {  # key (core.attention.view_state.SECTION_KEYS) -> section
     "compare": Section("Compare", compare_view.comparison_section),
     "attribution": Section("Attribution", attribution_view.attribution_section),
     "alignment": Section("Alignment", alignment_view.alignment_section),
+    "inside": Section("Inside a head", inside_head_view.inside_head_section),
+    "lens": Section("Logit lens", logit_lens_view.logit_lens_section),
 }
 
 

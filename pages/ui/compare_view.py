@@ -202,12 +202,13 @@ def two_sentences(
     translations(("A", t, state.sentence), ("B", t_b, state.other_sentence))
     topk_table(t, t_b, export_name(state.model, state.sentence, what="candidates vs sentence"))
     st.caption(
-        "Aligned by token: the maps keep only the rows and columns whose tokens both "
-        "sentences have, matched in order (each occurrence of a repeated word pairs with "
-        "at most one in the other sentence). "
-        "Weights are as each sentence's own pass computed them, not renormalised over the "
-        "shared tokens, so a row need not sum to 1. Decoder rows are each sentence's own "
-        "output tokens."
+        "Aligned by token: every row and column of both sentences is shown. Tokens both "
+        "have are matched in order (each occurrence of a repeated word pairs with at most "
+        "one in the other sentence); between them, differing words are paired place by "
+        "place and labelled “A's ≠ B's”, and a word left without a partner is labelled "
+        "“(A only)” or “(B only)”: grey in the other sentence's map and in B − A. "
+        "Weights are as each sentence's own pass computed them. Decoder rows are each "
+        "sentence's own output tokens."
     )
     pair_maps(maps, maps_b, state, stretch, by_token=True)
 
@@ -236,7 +237,7 @@ def topk_table(t_a: Translation, t_b: Translation, name: str) -> None:
 
 
 def only_in(pair: compare.PairView, kind: str) -> None:
-    """The tokens each side has and the other lacks (left out of the aligned maps)."""
+    """The tokens each side has and the other lacks at that place (marked in the maps)."""
     _, query_words, key_words = kind_labels(kind)
     axes = (
         (("query", "source tokens"),)
@@ -290,7 +291,7 @@ def pair_maps(
         mime="text/csv",
         file_name=f"{name}.csv",
         key="cmp_csv",
-        help="One line per shared cell: A's weight, B's weight and B − A.",
+        help="One line per compared cell: A's weight, B's weight and B − A.",
     )
     if pick is not None:
         row.caption(

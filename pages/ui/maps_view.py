@@ -26,7 +26,7 @@ def maps_section(page: SectionInputs) -> None:
     left, right = st.columns([4, 1])
     chart(cmp_figs.add_highlight(figs.view_figure(view, page.stretch), pick), "big", left, name)
     with right:
-        head_summary(maps, state)
+        head_summary(maps, state, page.lm.meta)
         st.download_button(
             "Weights as CSV",
             view_csv(view),
@@ -45,7 +45,7 @@ def maps_section(page: SectionInputs) -> None:
             )
         )
     overview(page, pick)
-    head_table(maps, state)
+    head_table(maps, state, page.lm.meta)
 
 
 def token_picker(maps: SentenceMaps, state: ViewState) -> token_pick.Highlight | None:
@@ -72,13 +72,16 @@ def token_picker(maps: SentenceMaps, state: ViewState) -> token_pick.Highlight |
     return pick
 
 
-def head_summary(maps: SentenceMaps, state: ViewState) -> None:
-    """Statistics and label of the chosen head."""
+def head_summary(maps: SentenceMaps, state: ViewState, meta: dict) -> None:
+    """Statistics and label of the chosen head (and whether it was trained to align)."""
     if not state.head.isdigit():
         st.caption("Statistics are per head: pick a head number to see them.")
         return
     row = head_stats.head_row(maps, state.kind, state.layer, int(state.head), state.hide)
     st.markdown(f"**{md(row['label'])}**")
+    supervised = head_stats.supervised_head(meta)
+    if state.kind == "cross" and supervised and supervised[:2] == (state.layer, int(state.head)):
+        st.info(md(f"This head was trained to align words (Garg et al. 2019): {supervised[2]}."))
     shares = {
         "diagonal": "on the diagonal",
         "near diagonal": "near the rescaled diagonal",
@@ -110,11 +113,12 @@ def overview(page: SectionInputs, pick: token_pick.Highlight | None) -> None:
     chart(cmp_figs.add_highlight(grid, pick), "grid", name=name)
 
 
-def head_table(maps: SentenceMaps, state: ViewState) -> None:
+def head_table(maps: SentenceMaps, state: ViewState, meta: dict) -> None:
     """The statistics of every head of the kind, with what each column means."""
     st.markdown("**Head statistics** (per layer and head; labels are simple rules of thumb)")
+    table = head_stats.head_table(maps, state.kind, state.hide)
     st.dataframe(
-        head_stats.head_table(maps, state.kind, state.hide),
+        head_stats.mark_supervised(table, state.kind, meta),
         hide_index=True,
         column_config={
             name: st.column_config.NumberColumn(format="%.2f")

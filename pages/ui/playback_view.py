@@ -11,15 +11,28 @@ from core.attention.view_state import ViewState
 from core.figures import attention as figs
 from core.figures import playback as playback_figs
 from core.model.decode import TranslationError
+from pages.ui import player
 from pages.ui.cached import teacher_forced
 from pages.ui.charts import chart
 from pages.ui.section_inputs import SectionInputs
 from pages.ui.text import code, md
-from pages.ui.view_widgets import widget_default
+from pages.ui.view_widgets import widget_default, write_url
+
+PLAYER = "at_play"  # the play button's key
 
 
 def playback_section(page: SectionInputs) -> None:
     """Step through decoding as it happened; compare with a teacher-forced reference."""
+    n_steps, state = len(page.pieces.output_tokens), page.state
+    if n_steps > 1:
+        player.play_button(PLAYER, state.step >= n_steps - 1)
+    st.fragment(decoding_step, run_every=player.run_every(PLAYER))(page)
+    forced_vs_free(page)
+
+
+def decoding_step(page: SectionInputs) -> None:
+    """The step slider and what the decoder did at that step (a fragment: it ticks while
+    playing)."""
     maps, state = page.pieces, page.state  # the playback always shows the model's own pieces
     layer = min(state.layer, maps.layers("cross") - 1)
     step = output_step(len(maps.output_tokens), state)
@@ -56,7 +69,8 @@ def playback_section(page: SectionInputs) -> None:
         "maps of the decoder as it generated this output, step by step (not one "
         "teacher-forced pass over a reference)."
     )
-    forced_vs_free(page)
+    write_url(state, ("step",))  # a fragment's own run does not reach the page's write_url
+    player.rerun_if_stopped(PLAYER)
 
 
 def output_step(n_steps: int, state: ViewState) -> int:
@@ -67,6 +81,7 @@ def output_step(n_steps: int, state: ViewState) -> int:
     widget_default("at_step", state.step)
     if st.session_state["at_step"] >= n_steps:
         st.session_state["at_step"] = n_steps - 1
+    st.session_state["at_step"] = player.next_index(PLAYER, st.session_state["at_step"], n_steps)
     state.step = st.slider("Output step", 0, n_steps - 1, key="at_step")
     return state.step
 

@@ -14,6 +14,13 @@ from core.runs.catalogue import ModelError
 from core.runs.run_dir import RunError
 from core.runs.status import RunInfo
 from core.training.devices import gpu_stats
+from pages.ui.runs_table_view import (
+    notes_form,
+    runs_dataframe,
+    settings_chart,
+    settings_diff,
+    table_controls,
+)
 from pages.ui.text import code, md
 
 STATE_COLORS = {
@@ -151,13 +158,15 @@ def run_header(info: RunInfo) -> None:
     st.caption(
         md(" · ".join(x for x in (f"started {started}", info.data, info.size, info.device) if x))
     )
+    if info.supervision:
+        st.caption(md(info.supervision[0].upper() + info.supervision[1:] + "."))
     if info.stopping:
         st.info(
             "Stopping: the trainer saves a checkpoint, then exits. If it has not stopped "
             f"{run_status.STOP_GRACE_S:.0f} s after the request, it is killed."
         )
     if info.live and not info.step:  # the progress line says what it is doing
-        last = run_status.log_tail(info.run_id, 1)
+        last = run_status.log_message(info.run_id)  # torchrun's banner and warnings skipped
         if last:
             st.caption("Log: " + code(last))
     elif info.message:
@@ -171,7 +180,7 @@ def progress_line(info: RunInfo) -> None:
     """Progress bar with step count and ETA (before the first step: what it is doing)."""
     if info.live and not info.step:
         waited = run_status.format_duration(time.time() - (info.started_at or time.time()))
-        doing = info.status.get("message") or "starting the trainer"
+        doing = run_status.doing_now(info)  # e.g. "starting 2 processes"
         st.progress(0.0, text=f"{md(doing)} · {waited} since launch")
         return
     steps = f"step {info.step:,}" + (f" of {info.total_steps:,}" if info.total_steps else "")
@@ -286,7 +295,9 @@ def run_panel(info: RunInfo, runs: list[RunInfo]) -> None:
         help="Stop redrawing the live charts (keeps your zoom)",
     )
     st.fragment(curves_view, run_every=curves_poll)(info.run_id, compare, names, smoothing, log_y)
+    settings_diff(runs, [info.run_id, *compare])
     name_form(info)
+    notes_form(info)
     promote_form(info)
 
 
@@ -324,33 +335,22 @@ def name_form(info: RunInfo) -> None:
             st.rerun()
 
 
-def runs_dataframe(runs: list[RunInfo], key: str) -> None:
-    """The runs table (core.runs.status.runs_frame) with a progress bar per run."""
-    st.dataframe(
-        run_status.runs_frame(runs),
-        hide_index=True,
-        placeholder="—",
-        key=key,
-        column_config={
-            "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0),
-            "best BLEU": st.column_config.NumberColumn("best BLEU", format="%.2f"),
-        },
-    )
-
-
 def runs_table(runs: list[RunInfo]) -> None:
-    """Every run with its state, start time, data, size and best BLEU (live while one runs)."""
+    """Every run with its settings, final metrics, note and tags (live while one runs),
+    filtered and searched; their settings against their results in a chart."""
     st.header("All runs")
     if not runs:
         st.info("No runs yet: pick a preset and data, then press Launch training.")
         return
+    view = table_controls(runs)
     live = any(r.live for r in runs)
-    st.fragment(_runs_table_now, run_every=TABLE_POLL_S if live else None)(live)
+    st.fragment(_runs_table_now, run_every=TABLE_POLL_S if live else None)(live, view)
+    settings_chart(runs, view)
 
 
-def _runs_table_now(was_live: bool) -> None:
+def _runs_table_now(was_live: bool, view) -> None:
     """The runs table re-read from disk (a fragment: it refreshes on its own)."""
     runs = run_status.list_runs()
-    runs_dataframe(runs, "runs_table")
+    runs_dataframe(runs, "runs_table", view)
     if was_live and not any(r.live for r in runs):
         st.rerun()  # the last live run ended: switch polling off

@@ -16,6 +16,7 @@ from core.runs.run_dir import RunError
 from core.training import settings
 from core.training.devices import device_summary, resolve_device
 from core.training.presets import PRESET_LABELS, PRESETS
+from pages.ui.launch_note import fold_key, note_launch
 from pages.ui.text import code, md
 
 DATA_SOURCES = ["fra-eng", "file path", "upload"]
@@ -191,6 +192,7 @@ def launch(preset: str, source: str | None, processes: int = 1) -> None:
     except RunError as e:
         st.error(md(e))
         return
+    note_launch(run_id)  # the next run of the page folds the form and shows this run
     st.query_params["run"] = run_id
     st.rerun()
 
@@ -226,7 +228,9 @@ def new_run_form() -> None:
     keep_in_url("data_source", source_type, "fra-eng")
     source = fra_eng_picker() if source_type == "fra-eng" else file_picker(source_type)
     with st.form("new_run"):
-        advanced = st.expander("Advanced: every hyper-parameter")
+        advanced = st.expander(  # a new key after each launch: drawn closed (launch_note)
+            "Advanced: every hyper-parameter", key=fold_key("advanced")
+        )
         with advanced:
             for group, title in zip(settings.GROUPS, ("Data", "Model", "Training")):
                 st.markdown(f"**{title}**")

@@ -5,16 +5,29 @@ from __future__ import annotations
 import streamlit as st
 
 from core.attention.maps import export_name, select_view
-from core.attention.snapshots import SnapshotFrame
+from core.attention.snapshots import SnapshotFrame, SnapshotSeries
+from core.attention.view_state import ViewState
 from core.attention.word_maps import shown_maps
 from core.figures import attention as figs
 from core.figures.training import training_curve_figure
 from core.runs.history import open_history
+from pages.ui import player
 from pages.ui.cached import probe_sentences, snapshot_series
+from pages.ui.cached_trajectories import run_is_live
 from pages.ui.charts import chart
 from pages.ui.section_inputs import SectionInputs
 from pages.ui.text import md
-from pages.ui.view_widgets import clamp_widget
+from pages.ui.trajectories_view import difference_panel, head_trajectories_now, trajectories_panel
+from pages.ui.view_widgets import clamp_widget, write_url
+
+PLAYER = "at_train"  # the play button's key
+LATEST = -1  # ViewState.train_step: follow the latest snapshot
+LIVE_POLL_S = 10.0  # seconds between looks for a live run's new snapshots (bench/watch_cost.py)
+URL_KEYS = ("train_step", "diff_from")
+LIVE_WORDS = {
+    True: "Training is running: the view follows new snapshots as they arrive.",
+    False: "Training is running: move the slider to the last step to follow new snapshots.",
+}
 
 
 def training_section(page: SectionInputs) -> None:
@@ -45,9 +58,59 @@ def training_section(page: SectionInputs) -> None:
     if not series.frames:
         st.info(f"No snapshot holds “{md(probe)}”.")
         return
-    clamp_widget("at_train_step", series.steps[-1], series.steps)
-    step = st.select_slider("Training step", series.steps, key="at_train_step")
-    snapshot_at(page, probe, step, series.frames[series.steps.index(step)])
+    live = run_is_live(page.entry.run_dir)
+    if live and not player.playing(PLAYER):
+        st.fragment(watch_snapshots, run_every=LIVE_POLL_S)(source, steps)
+    result = head_trajectories_now(page, steps)
+    row = st.container(horizontal=True, vertical_alignment="center", gap="medium")
+    player.play_button(PLAYER, state.train_step in (LATEST, series.steps[-1]), row)
+    if live:
+        row.caption(LIVE_WORDS[state.train_step == LATEST])
+    st.fragment(replay, run_every=player.run_every(PLAYER))(page, probe, series, result)
+    trajectories_panel(page, result, shown_step(series.steps, state.train_step))
+
+
+def watch_snapshots(source: str, steps: tuple) -> None:
+    """A live run's new snapshots: rerun the page when one arrives (a cheap directory read)."""
+    if tuple(open_history(source).snapshot_steps()) != steps:
+        st.rerun()
+
+
+def shown_step(steps: list[int], wanted: int) -> int:
+    """The snapshot step to show: the latest for LATEST, else the last one at or before
+    ``wanted`` (the first when it is before them all)."""
+    if wanted == LATEST:
+        return steps[-1]
+    earlier = [s for s in steps if s <= wanted]
+    return earlier[-1] if earlier else steps[0]
+
+
+def _picked(state: ViewState, steps: list[int]) -> None:
+    """The slider moved: follow the latest step when it is at the end, else keep the step."""
+    value = st.session_state["at_train_step"]
+    state.train_step = LATEST if value == steps[-1] else value
+
+
+def replay(page: SectionInputs, probe: str, series: SnapshotSeries, result) -> None:
+    """The slider, the maps at its step and B − A (a fragment: it ticks while playing)."""
+    state, steps = page.state, series.steps
+    index = steps.index(shown_step(steps, state.train_step))
+    index = player.next_index(PLAYER, index, len(steps))
+    if player.playing(PLAYER) or state.train_step != LATEST:
+        state.train_step = steps[index]
+    st.session_state["at_train_step"] = steps[index]
+    step = st.select_slider(
+        "Training step",
+        steps,
+        key="at_train_step",
+        on_change=_picked,
+        args=(state, steps),
+        help="At the last step the view follows new snapshots of a run in progress.",
+    )
+    snapshot_at(page, probe, step, series.frames[index])
+    difference_panel(page, series, step, result)
+    write_url(state, URL_KEYS)  # a fragment's own run does not reach the page's write_url
+    player.rerun_if_stopped(PLAYER)
 
 
 def snapshot_at(page: SectionInputs, probe: str, step: int, frame: SnapshotFrame) -> None:

@@ -1,0 +1,141 @@
+"""Inside one head: its query and key vectors, their products, scores, mask and softmax.
+
+bertviz's "neuron view" for the three kinds of an encoder-decoder. One head's q and k are
+recomputed with the model's own modules: ``MultiHeadAttention.project`` (W_q, W_k, stacked
+with W_v where the model stacks them) and ``split_heads``, on what the attention read in a
+teacher-forced pass over the translation (``core.attention.forced_pass``). The weights are
+rebuilt step by step as ``core.model.transformer.attention`` makes them; a test checks they
+equal the model's own maps (``need_weights=True``) within 1e-6, masks included.
+
+Shape key: Tq queries, Tk keys, Dh head width.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from core.attention.forced_pass import ForcedPass, attention_module, forced_pass
+from core.attention.kinds import kind_labels
+from core.model.checkpoints import LoadedModel
+from core.model.decode import Translation
+from core.model.transformer import Transformer
+
+
+class InsideHeadError(ValueError):
+    """A layer, head or token outside this model or translation; the message says which."""
+
+
+@dataclass
+class HeadScores:
+    """One head of one layer over every query: q, k, scaled scores, mask and weights."""
+
+    q: torch.Tensor  # (Tq, Dh) queries
+    k: torch.Tensor  # (Tk, Dh) keys
+    scores: torch.Tensor  # (Tq, Tk) q·k / sqrt(Dh), before the mask
+    mask: torch.Tensor  # (Tq, Tk) boolean, True = may attend
+    weights: torch.Tensor  # (Tq, Tk) softmax over the allowed keys, exactly 0 where masked
+
+
+@dataclass
+class QueryKey:
+    """One query of one head, taken apart: what the q·k view draws."""
+
+    kind: str  # "encoder", "decoder_self" or "cross"
+    layer: int
+    head: int
+    query: int  # the query's position among query_tokens
+    query_tokens: list[str]  # Tq tokens of the queries (rows of the head's map)
+    key_tokens: list[str]  # Tk tokens of the keys
+    q: np.ndarray  # (Dh,) the query vector
+    keys: np.ndarray  # (Tk, Dh) every key vector
+    products: np.ndarray  # (Tk, Dh) q ⊙ k_j: each row sums to q·k_j
+    scores: np.ndarray  # (Tk,) q·k_j / sqrt(Dh), before the mask
+    mask: np.ndarray  # (Tk,) True where the query may attend to key j
+    weights: np.ndarray  # (Tk,) the softmax over the allowed keys, 0 where masked
+
+    @property
+    def head_width(self) -> int:
+        """Dh, the head's width: the scores are divided by its square root."""
+        return int(self.q.shape[0])
+
+    def to_json(self) -> dict:
+        """Plain lists, for ``python -m core.inside_head``."""
+        rounded = {
+            name: np.round(getattr(self, name).astype(np.float64), 6).tolist()
+            for name in ("q", "keys", "scores", "weights")
+        }
+        return {
+            "kind": self.kind,
+            "layer": self.layer,
+            "head": self.head,
+            "query": self.query,
+            "query_token": self.query_tokens[self.query],
+            "key_tokens": self.key_tokens,
+            "head_width": self.head_width,
+            "mask": self.mask.tolist(),
+            **rounded,
+        }
+
+
+def translation_tokens(t: Translation, kind: str) -> tuple[list[str], list[str]]:
+    """(query tokens, key tokens) of a kind, the model's own pieces (as SentenceMaps)."""
+    return {
+        "encoder": (t.src_tokens, t.src_tokens),
+        "decoder_self": (t.output_tokens, t.decoder_inputs),
+        "cross": (t.output_tokens, t.src_tokens),
+    }[kind]
+
+
+def head_scores(model: Transformer, p: ForcedPass, kind: str, layer: int, head: int) -> HeadScores:
+    """One head's q, k, scores, mask and weights for every query of a recorded pass."""
+    mha = attention_module(model, kind, layer)
+    if not 0 <= head < mha.num_heads:
+        raise InsideHeadError(
+            f"Head {head}: this model has {mha.num_heads} heads per layer (0..{mha.num_heads - 1})."
+        )
+    a = p.inputs[kind][layer]
+    with torch.no_grad():
+        q, k, _ = mha.project(a.queries, a.keys, a.keys)  # (1, H, Tq|Tk, Dh), as the model
+    q, k = q[0, head].float(), k[0, head].float()  # (Tq, Dh), (Tk, Dh)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (Tq, Tk)
+    mask = a.mask.expand(1, 1, q.size(0), k.size(0))[0, 0]  # (Tq, Tk)
+    filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)  # (Tq, Tk)
+    weights = filled.softmax(dim=-1).masked_fill(~mask, 0.0)  # (Tq, Tk)
+    return HeadScores(q, k, scores, mask, weights)
+
+
+def query_key_view(
+    lm: LoadedModel, t: Translation, kind: str, layer: int, head: int, query: int
+) -> QueryKey:
+    """The q·k view of one query of one head, for a translation fed back by teacher forcing."""
+    kind_labels(kind)  # raises for an unknown kind
+    queries, keys = translation_tokens(t, kind)
+    if not 0 <= query < len(queries):
+        raise InsideHeadError(
+            f"Query {query} is outside this {kind} map: it has {len(queries)} query tokens "
+            f"(0..{len(queries) - 1})."
+        )
+    try:
+        s = head_scores(lm.model, forced_pass(lm.model, t.src_ids, t.out_ids), kind, layer, head)
+    except InsideHeadError:
+        raise
+    except ValueError as e:  # a layer outside the model
+        raise InsideHeadError(str(e)) from e
+    q = s.q[query]  # (Dh,)
+    arrays = (q, s.k, q * s.k, s.scores[query], s.weights[query])  # products q ⊙ k: (Tk, Dh)
+    vectors = [a.cpu().numpy().astype(np.float32) for a in arrays]
+    return QueryKey(
+        kind,
+        layer,
+        head,
+        query,
+        list(queries),
+        list(keys),
+        *vectors[:4],
+        s.mask[query].cpu().numpy(),
+        vectors[4],
+    )

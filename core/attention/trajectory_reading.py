@@ -1,0 +1,192 @@
+"""Reading head trajectories: each head's largest change, when heads specialise, the stages
+of training (a heuristic), and what changed between two steps.
+
+Tables are ``Trajectories.frame(basis)``: one row per (step, kind, layer, head).
+
+**Stages (heuristic).** Voita et al. (2021) found NMT training goes through a target-side
+language-model stage, then word-by-word translation, then reordering, by measuring how much
+predictions draw on the source. Attention weights alone cannot measure that; this reads two
+signals off the cross-attention heads instead, and says so wherever it is shown:
+
+- *source focus*: how far the cross heads' mean entropy has fallen from its highest to its
+  lowest over the run (0 = as diffuse as it ever was, 1 = as sharp). Before it is halfway the
+  decoder does not yet look at any particular source word: **target-side LM**.
+- *cross diagonality*: the cross heads' mean share near the rescaled diagonal. From halfway
+  focus until diagonality peaks: **word-by-word**. After the peak, if diagonality falls by at
+  least ``REORDER_DROP`` while the focus stays past halfway: **reordering** (sharp but off
+  the diagonal). A run that never gets there is said not to.
+
+Shape key: L layers, H heads, Tq queries, Tk keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from core.attention.head_stats import PATTERN_SHARE
+from core.attention.kinds import KINDS
+from core.attention.sentence_maps import SentenceMaps
+
+HEAD = ["kind", "layer", "head"]
+HALFWAY = 0.5  # source focus past this share of its rise: the decoder reads the source
+REORDER_DROP = 0.02  # cross diagonality this far below its peak (focus kept): reordering
+STAGES = ("target-side LM", "word-by-word", "reordering")
+PATTERNS = {  # a head's pattern at a step, Voita et al. 2019's names where they apply
+    "previous": "positional (previous token)",
+    "diagonal": "positional (own token)",
+    "monotonic": "monotonic (source order)",
+    "special": "<bos>/<eos> sink",
+}
+NO_PATTERN = "none yet"
+
+
+def largest_change(table: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Each head's step of largest change in ``metric`` between consecutive snapshots.
+
+    Returns one row per head: kind, layer, head, step (the later step of the biggest jump),
+    change (signed), value (at that step); heads with fewer than two numbers are left out.
+    """
+    rows = []
+    for (kind, layer, head), h in table.sort_values("step").groupby(HEAD, sort=False):
+        h = h[h[metric].notna()]
+        if len(h) < 2:
+            continue
+        jumps = np.diff(h[metric].to_numpy())
+        i = int(np.argmax(np.abs(jumps)))
+        step, value = int(h["step"].iloc[i + 1]), float(h[metric].iloc[i + 1])
+        where = {"kind": kind, "layer": layer, "head": head, "step": step}
+        rows.append(where | {"change": float(jumps[i]), "value": value})
+    return pd.DataFrame(rows, columns=[*HEAD, "step", "change", "value"])
+
+
+def step_difference(table: pd.DataFrame, step_a: int, step_b: int, metric: str) -> pd.DataFrame:
+    """Every head's ``metric`` at A and B and B − A, the largest |B − A| first."""
+    a = table[table["step"] == step_a].set_index(HEAD)[metric].rename("a")
+    b = table[table["step"] == step_b].set_index(HEAD)[metric].rename("b")
+    both = pd.concat([a, b], axis=1).dropna().reset_index()
+    both["b_minus_a"] = both["b"] - both["a"]
+    order = both["b_minus_a"].abs().sort_values(ascending=False, kind="stable").index
+    return both.loc[order].reset_index(drop=True)
+
+
+def pattern(row, kind: str) -> str:
+    """A head's pattern at one step (a key of PATTERNS, or NO_PATTERN)."""
+    if kind != "cross" and row["previous"] >= PATTERN_SHARE:
+        return "previous"
+    if row["diagonal"] >= PATTERN_SHARE:
+        return "monotonic" if kind == "cross" else "diagonal"
+    if row["special"] >= PATTERN_SHARE:
+        return "special"
+    return NO_PATTERN
+
+
+def specialisation(table: pd.DataFrame) -> pd.DataFrame:
+    """When each head took the pattern it ends with: kind, layer, head, pattern, since (step;
+    None when it ends with none). A head that keeps its pattern from the first step has it
+    ``since`` that step: it may have had it from the start."""
+    rows = []
+    for (kind, layer, head), h in table.sort_values("step").groupby(HEAD, sort=False):
+        labels = [pattern(r, kind) for _, r in h.iterrows()]
+        final, steps = labels[-1], h["step"].tolist()
+        i = len(labels) - 1
+        while i > 0 and labels[i - 1] == final:
+            i -= 1
+        since = None if final == NO_PATTERN else int(steps[i])
+        name = PATTERNS.get(final, NO_PATTERN)
+        rows.append({"kind": kind, "layer": layer, "head": head, "pattern": name, "since": since})
+    return pd.DataFrame(rows, columns=[*HEAD, "pattern", "since"])
+
+
+@dataclass
+class Stages:
+    """The stage heuristic over a run: its two signals and each step's stage."""
+
+    steps: list[int]
+    focus: list[float]  # source focus, 0..1 (see the module's docstring)
+    diagonal: list[float]  # cross diagonality
+    stage: list[str]  # one of STAGES per step
+    seen: list[str] = field(default_factory=list)  # stages the run went through, in order
+
+    def spans(self) -> list[tuple[str, int, int]]:
+        """(stage, first step, last step) of each run of one stage."""
+        out: list[tuple[str, int, int]] = []
+        for step, name in zip(self.steps, self.stage):
+            if out and out[-1][0] == name:
+                out[-1] = (name, out[-1][1], step)
+            else:
+                out.append((name, step, step))
+        return out
+
+    def summary(self) -> str:
+        """The stages in words, e.g. "target-side LM (steps 250–500), then word-by-word …"."""
+        parts = [
+            f"{n} (steps {a:,}–{b:,})" if a != b else f"{n} (step {a:,})"
+            for n, a, b in self.spans()
+        ]
+        missing = [s for s in STAGES if s not in self.seen]
+        text = ", then ".join(parts)
+        return text + (f"; not seen: {', '.join(missing)}" if missing else "")
+
+
+def stages(table: pd.DataFrame) -> Stages | None:
+    """The stage heuristic over the cross heads' trajectories; None with fewer than 3 steps."""
+    cross = table[table["kind"] == "cross"].groupby("step")[["entropy", "diagonal"]].mean()
+    if len(cross) < 3:
+        return None
+    entropy, diagonal = cross["entropy"].to_numpy(), cross["diagonal"].to_numpy()
+    spread = entropy.max() - entropy.min()
+    focus = (entropy.max() - entropy) / spread if spread > 0 else np.zeros_like(entropy)
+    focused = np.flatnonzero(focus >= HALFWAY)
+    first = int(focused[0]) if focused.size else len(entropy)
+    peak = first + int(np.argmax(diagonal[first:])) if first < len(entropy) else len(entropy)
+    dropped = [
+        i
+        for i in range(peak + 1, len(entropy))
+        if diagonal[i] <= diagonal[peak] - REORDER_DROP and focus[i] >= HALFWAY
+    ]
+    reorder = dropped[0] if dropped else len(entropy)  # stages follow each other, never back
+    labels = [
+        STAGES[0] if i < first else STAGES[1] if i < reorder else STAGES[2]
+        for i in range(len(entropy))
+    ]
+    seen = [s for s in STAGES if s in labels]
+    return Stages(cross.index.tolist(), focus.tolist(), diagonal.tolist(), labels, seen)
+
+
+@dataclass
+class MapDifference:
+    """B − A of one kind's maps of a probe sentence at two steps, heads by change."""
+
+    diff: np.ndarray  # (L, H, Tq, Tk) B − A on the rows and columns both steps have
+    query_tokens: list[str]  # Tq, B's
+    key_tokens: list[str]  # Tk, B's
+    order: list[tuple[int, int, float]]  # (layer, head, mean |B − A|), the largest first
+    note: str = ""  # what was cut to compare, in words ("" when the two maps match in size)
+
+
+def map_difference(a: SentenceMaps, b: SentenceMaps, kind: str) -> MapDifference:
+    """B − A of ``kind``; where the outputs differ in length, the first rows (and decoder
+    keys) both have are compared, position by position, and the note says so."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown attention kind {kind!r}")
+    wa, wb = a.weights(kind), b.weights(kind)
+    tq, tk = min(wa.shape[2], wb.shape[2]), min(wa.shape[3], wb.shape[3])
+    diff = wb[:, :, :tq, :tk].astype(np.float64) - wa[:, :, :tq, :tk]  # (L, H, Tq, Tk)
+    queries, keys = b.tokens(kind)
+    note = ""
+    if wa.shape[2:] != wb.shape[2:]:
+        note = (
+            f"the outputs differ in length ({wa.shape[2]} and {wb.shape[2]} steps): the first "
+            f"{tq} steps are compared position by position"
+        )
+    elif kind != "encoder" and a.output_tokens != b.output_tokens:
+        note = "the outputs differ: rows are compared position by position"
+    change = np.abs(diff).mean(axis=(2, 3))  # (L, H)
+    order = sorted(
+        ((int(i), int(j), float(change[i, j])) for i, j in np.ndindex(change.shape)),
+        key=lambda x: -x[2],
+    )
+    return MapDifference(diff, list(queries[:tq]), list(keys[:tk]), order, note)

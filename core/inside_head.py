@@ -1,0 +1,88 @@
+"""``python -m core.inside_head``: one head's q·k taken apart, or the decoder's logit lens, as JSON.
+
+    python -m core.inside_head --checkpoint CK --sentence S --kind cross --layer L --head H
+        --query I [--beam N]
+    python -m core.inside_head --checkpoint CK --sentence S --logit-lens [--top K] [--beam N]
+
+The first form prints one JSON line: ``kind``, ``layer``, ``head``, ``query``,
+``query_token``, ``key_tokens``, ``head_width``, the query vector ``q``, the key vectors
+``keys``, the scaled ``scores`` q·k/√d_k, the ``mask`` and the softmax ``weights``. The
+second prints one JSON line per output step: ``step``, ``reads``, ``chosen`` and, per
+decoder layer, its ``top`` words with probabilities and the chosen word's rank and
+probability. The library is ``core.attention.query_key`` and ``core.attention.logit_lens``,
+the same functions the Attention page calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from core.attention.kinds import KINDS
+from core.attention.logit_lens import TOP_K, logit_lens
+from core.attention.query_key import InsideHeadError, query_key_view
+from core.model.checked_translation import translate_sentence
+from core.model.checkpoints import CheckpointError, load_checkpoint
+from core.model.decode import BEAM_SIZES, DecodeSettings, TranslationError
+
+MAX_TOP = 100  # the most words --top may ask for
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command's flags."""
+    p = argparse.ArgumentParser(description="Inside one attention head, or the logit lens.")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--sentence", required=True, help="the English sentence to translate")
+    p.add_argument("--kind", default="cross", help=f"one of {', '.join(KINDS)}")
+    p.add_argument("--layer", type=int, default=0, help="layer, counted from 0")
+    p.add_argument("--head", type=int, default=0, help="head, counted from 0")
+    p.add_argument("--query", type=int, default=0, help="query token's position, from 0")
+    p.add_argument("--logit-lens", action="store_true", help="the decoder's logit lens instead")
+    p.add_argument("--top", type=int, default=TOP_K, help="logit lens: words kept per cell")
+    p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
+    return p
+
+
+def problem(args) -> str | None:
+    """What is wrong with the flags, in one line (None if nothing)."""
+    if not args.sentence.strip():
+        return "give a sentence to translate (--sentence)"
+    if args.kind not in KINDS:
+        return f"unknown attention kind {args.kind!r}; use one of {', '.join(KINDS)}"
+    if min(args.layer, args.head, args.query) < 0:
+        return "--layer, --head and --query count from 0"
+    if not 1 <= args.top <= MAX_TOP:
+        return f"--top must be 1..{MAX_TOP}"
+    if not BEAM_SIZES[0] <= args.beam <= BEAM_SIZES[1]:
+        return f"--beam must be {BEAM_SIZES[0]}..{BEAM_SIZES[1]}"
+    return None
+
+
+def run(args) -> list[str]:
+    """The lines to print."""
+    lm = load_checkpoint(args.checkpoint)
+    t = translate_sentence(lm, args.sentence, DecodeSettings(beam_size=args.beam))
+    if args.logit_lens:
+        rows = logit_lens(lm, t, args.top).rows()
+        return [json.dumps(row, ensure_ascii=False) for row in rows]
+    v = query_key_view(lm, t, args.kind, args.layer, args.head, args.query)
+    return [json.dumps(v.to_json(), ensure_ascii=False)]
+
+
+def main(argv=None) -> int:
+    """Print one head's q·k view or the logit lens of a checkpoint's translation."""
+    args = parser().parse_args(argv)
+    if message := problem(args):
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    try:
+        print("\n".join(run(args)))
+    except (CheckpointError, InsideHeadError, TranslationError) as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

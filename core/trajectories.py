@@ -1,0 +1,89 @@
+"""``python -m core.trajectories``: every attention head's numbers over training, as JSON lines.
+
+    python -m core.trajectories --run DIR [--sentences N] [--probes-only]
+    python -m core.trajectories --checkpoint CK [--sentences N] [--probes-only]
+
+``--run`` reads a run directory's snapshots; ``--checkpoint`` a model's training history
+(the run directory it sits in, else the ``.history`` file beside it), and measures that
+model too. The first line sums up: steps, steps with a model, which metrics each basis has,
+notes, and the stages heuristic (``core.attention.trajectory_reading``). Then one line per
+(basis, step, kind, layer, head): entropy, diagonal, previous, special, aer (null where not
+measured). ``probes``: the probe sentences at every snapshot; ``validation``: the first N
+validation sentences, teacher-forced, with each cross head's AER on the shipped gold set,
+at steps where a checkpoint was saved. The library is ``core.alignment.head_aer``, the
+function the Attention page calls; results are cached in ``<runs>/.trajectories/``.
+Bad input: one line on stderr, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from core.alignment.head_aer import head_trajectories
+from core.attention.trajectories import SENTENCES, as_json_lines, history_of
+from core.attention.trajectory_reading import stages
+from core.model.checkpoints import CheckpointError, read_metadata
+from core.runs.history import open_history
+
+MAX_SENTENCES = 10_000
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command's flags."""
+    p = argparse.ArgumentParser(description="Every attention head's numbers over training.")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--run", help="a run directory (with snapshots/)")
+    where.add_argument("--checkpoint", help="a model file: its run's or .history file's history")
+    p.add_argument("--sentences", type=int, default=SENTENCES, help="validation sentences")
+    p.add_argument("--probes-only", action="store_true", help="skip the validation sentences")
+    return p
+
+
+def source_of(args) -> tuple[Path, Path | None]:
+    """(the history to read, the checkpoint to measure too); ValueError naming what is wrong."""
+    if not 1 <= args.sentences <= MAX_SENTENCES:
+        raise ValueError(f"--sentences must be 1..{MAX_SENTENCES} (got {args.sentences})")
+    if args.run is not None:
+        run = Path(args.run)
+        if not run.is_dir():
+            raise ValueError(f"--run {run} is not a directory")
+        source, checkpoint = run, None
+    else:
+        checkpoint = Path(args.checkpoint)
+        read_metadata(checkpoint)  # CheckpointError when it is not one of ours
+        source = history_of(checkpoint)
+        if source is None:
+            raise ValueError(f"{checkpoint} has no training history (no run, no .history file)")
+    if not open_history(source).snapshot_steps():
+        raise ValueError(f"{source} holds no readable attention snapshots")
+    return source, checkpoint
+
+
+def run(args) -> list[str]:
+    """The lines to print."""
+    source, checkpoint = source_of(args)
+    result = head_trajectories(
+        source, checkpoint, args.sentences, "off" if args.probes_only else "measure"
+    )
+    lines = as_json_lines(result)
+    found = stages(result.frame("probes"))
+    lines[0] |= {"source": str(source), "stages": found.summary() if found else None}
+    return [json.dumps(line) for line in lines]
+
+
+def main(argv=None) -> int:
+    """Print the trajectories as JSON lines."""
+    args = parser().parse_args(argv)
+    try:
+        print("\n".join(run(args)))
+    except (CheckpointError, ValueError, OSError) as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+"""Cached calls of the "Inside a head" and "Logit lens" sections."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core.attention import logit_lens, query_key
+from core.model.checkpoints import LoadedModel
+from core.model.decode import Translation
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def query_key_view(
+    _lm: LoadedModel, _t: Translation, key: tuple, kind: str, layer: int, head: int, query: int
+) -> query_key.QueryKey:
+    """One query of one head taken apart (``key``: model file, sentence, decoding settings)."""
+    return query_key.query_key_view(_lm, _t, kind, layer, head, query)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def lens(_lm: LoadedModel, _t: Translation, key: tuple) -> logit_lens.LogitLens:
+    """The logit lens of a cached translation (``key``: model file, sentence, settings)."""
+    return logit_lens.logit_lens(_lm, _t)

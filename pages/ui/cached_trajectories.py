@@ -1,0 +1,37 @@
+"""Cached calls of the "Over training" section: head trajectories and whether a run is live."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from core.alignment.head_aer import head_trajectories
+from core.attention.trajectories import Trajectories
+from core.runs import status as run_status
+from core.runs.run_dir import RunError
+from pages.ui.progress import LateProgress
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def trajectories(
+    source: str, checkpoint: str | None, steps: tuple, sentences: int, generation: int
+) -> Trajectories:
+    """Every head's trajectory on the probe maps, plus the validation numbers already on
+    disk (re-read when new snapshots arrive, ``steps``, or after a measurement,
+    ``generation``). A progress bar shows when it runs past a second."""
+    report = LateProgress()
+    try:
+        return head_trajectories(source, checkpoint, sentences, "cached", progress=report)
+    finally:
+        report.done()
+
+
+def run_is_live(run_dir: str | None) -> bool:
+    """Whether the run a model comes from is training now (False for no run or a bad one)."""
+    if not run_dir:
+        return False
+    try:
+        return run_status.run_info(Path(run_dir).name).live
+    except (RunError, OSError, ValueError):
+        return False

@@ -1,0 +1,53 @@
+"""Attention page, "Logit lens" section: each decoder layer's top words at each output step."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core.attention.logit_lens import LENS_COLORS
+from core.attention.maps import export_name
+from core.figures import logit_lens as figs
+from pages.ui import cached_inside_head as cached
+from pages.ui.charts import chart
+from pages.ui.section_inputs import SectionInputs
+from pages.ui.text import md
+from pages.ui.view_widgets import widget_default
+
+COLOR_WORDS = {"prob": "probability of the chosen word", "rank": "rank of the chosen word"}
+
+
+def logit_lens_section(page: SectionInputs) -> None:
+    """The lens chart (colour by the chosen word's probability or rank) and what it projects."""
+    state = page.state
+    key = (page.entry.path, page.entry.mtime, state.sentence, state.settings())
+    lens = cached.lens(page.lm, page.translation, key)
+    widget_default("at_lens", state.lens, LENS_COLORS)
+    state.lens = st.radio(
+        "Colour",
+        LENS_COLORS,
+        key="at_lens",
+        horizontal=True,
+        format_func=lambda c: COLOR_WORDS[c],
+    )
+    name = export_name(state.model, state.sentence, None, None, None, f"logit lens {state.lens}")
+    chart(figs.logit_lens_figure(lens, state.lens), "lens", name=name)
+    last = lens.layers - 1
+    settled = [
+        next((i for i in range(lens.layers) if (lens.chosen_rank[i:, t] == 0).all()), None)
+        for t in range(len(lens.output_tokens))
+    ]
+    early = sum(s is not None and s < last for s in settled)
+    how = (
+        "pre-LN: the final layer norm comes first, as after its last layer"
+        if page.lm.model.cfg.norm_first
+        else "post-LN (d2l's AddNorm): each layer's output is already layer-normed, so "
+        "nothing else is applied"
+    )
+    st.caption(
+        md(
+            f"Projected: {lens.projected}. This model is {how}. Layer {last}'s lens is the "
+            "model's own output. The translation is fed back by teacher forcing: each step "
+            f"reads the words the model wrote before it. {early} of "
+            f"{len(lens.output_tokens)} chosen words are the top word from an earlier layer on."
+        )
+    )

@@ -1,0 +1,185 @@
+"""Attention page, "Over training": every head's trajectory, the stages heuristic, and B − A
+between two steps of the run."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from core.alignment.head_aer import head_trajectories
+from core.attention.kinds import KIND_NAMES
+from core.attention.maps import export_name
+from core.attention.snapshots import SnapshotSeries
+from core.attention.trajectories import METRIC_NAMES, METRICS, SENTENCES, Trajectories
+from core.attention.trajectory_reading import (
+    largest_change,
+    map_difference,
+    specialisation,
+    stages,
+    step_difference,
+)
+from core.attention.word_maps import shown_maps
+from core.corpus.source import DataError
+from core.figures.trajectories import map_difference_figure, stage_figure, trajectory_figure
+from core.model.checkpoints import CheckpointError
+from core.runs.history import open_history
+from pages.ui import cached_trajectories as cached
+from pages.ui.cached_ablation import heavy_slot
+from pages.ui.charts import chart
+from pages.ui.progress import progress_bar
+from pages.ui.section_inputs import SectionInputs
+from pages.ui.text import md
+from pages.ui.view_widgets import widget_default
+
+BASIS_WORDS = {
+    "probes": "probe sentences as translated at each snapshot (every step)",
+    "validation": "validation sentences, teacher-forced (steps with a saved model)",
+}
+NO_DIFF = -1
+STAGES_HOW = (
+    "**A heuristic, not a measurement.** Voita et al. (2021) found that NMT training goes "
+    "through a target-side language-model stage, then word-by-word translation, then "
+    "reordering, by measuring how much predictions draw on the source. Attention weights "
+    "cannot measure that; this reads two signals of the cross-attention heads on the probe "
+    "sentences instead. *Source focus*: how far their entropy has fallen from its highest to "
+    "its lowest (0–1); below ½ the decoder does not yet look at particular source words "
+    "(target-side LM). *Cross diagonality*: from ½ focus until it peaks, word-by-word; a later "
+    "drop of 0.02 or more with the focus kept is read as reordering. Short probe sentences "
+    "make diagonality high from the start."
+)
+HEADS_HOW = (
+    "A head's pattern at a step: ≥ ½ of its weight on the previous position (positional, "
+    "Voita et al. 2019), on its own position (positional; cross: near the diagonal, "
+    "monotonic), or on <bos>/<eos> (a sink). *Since*: the first step from which it kept the "
+    "pattern it ends with. Syntactic and rare-word heads (Voita et al. 2019) need dependency "
+    "parses and word frequencies, which this does not compute."
+)
+
+
+def head_trajectories_now(page: SectionInputs, steps: tuple) -> Trajectories:
+    """The trajectories of the model's history: probe maps, and validation numbers on disk."""
+    generation = st.session_state.get("at_traj_generation", 0)
+    return cached.trajectories(page.entry.history, page.entry.path, steps, SENTENCES, generation)
+
+
+def trajectories_panel(page: SectionInputs, result: Trajectories, step: int) -> None:
+    """Every head's numbers over training, beside the loss; the stages; when heads specialise."""
+    st.subheader("Every head over training")
+    source, state = page.entry.history, page.state
+    for note in result.notes:
+        st.warning(md(note))
+    availability(result)
+    bases = [b for b in ("probes", "validation") if not result.frame(b).empty]
+    row = st.container(horizontal=True, vertical_alignment="bottom", gap="medium")
+    basis = row.radio("Measured on", bases, key="at_traj_basis", horizontal=True)
+    metric = row.selectbox(
+        "Number",
+        [m for m in METRICS if m in result.available()[basis]],
+        key="at_traj_metric",
+        format_func=lambda m: METRIC_NAMES[m],
+    )
+    table = result.frame(basis)
+    marks = largest_change(table, metric)
+    records = open_history(source).read_metrics()
+    fig = trajectory_figure(table, metric, state.kind, marks, records, step, BASIS_WORDS[basis])
+    chart(fig, "traj_lines", name=export_name(state.model, "", state.kind, what=f"{metric} heads"))
+    if result.pending:
+        measure_button(page, result)
+    stages_and_heads(result)
+
+
+def availability(result: Trajectories) -> None:
+    """Which numbers each basis has, at which steps, in a small table."""
+    have = result.available()
+    rows = []
+    for basis, steps in (("probes", result.steps), ("validation", result.model_steps)):
+        done = sorted(set(result.frame(basis)["step"])) if steps else []
+        where = ", ".join(f"{s:,}" for s in done) or "none"
+        rows.append(
+            {"measured on": BASIS_WORDS[basis], "steps": where}
+            | {m: "✓" if m in have[basis] else "—" for m in METRICS}
+        )
+    st.dataframe(pd.DataFrame(rows), hide_index=True)
+    st.caption(
+        "AER (cross heads, AWO links on the shipped gold set) needs a model: it is measured "
+        "at steps where the run saved a checkpoint (best.pt, last.pt, the shipped model), "
+        "and from the probe maps only where a probe sentence and its output are a gold pair."
+    )
+
+
+def measure_button(page: SectionInputs, result: Trajectories) -> None:
+    """Measure the validation numbers of the saved checkpoints not measured yet."""
+    n = len(result.pending)
+    label = f"Measure on {SENTENCES} validation sentences at {n} saved step{'s' * (n != 1)}"
+    if not st.button(label, key="at_traj_measure"):
+        return
+    bar, report = progress_bar()
+    with heavy_slot() as slot:
+        if slot is None:
+            bar.empty()
+            st.warning("The server is busy with another heavy computation; try again soon.")
+            return
+        try:
+            head_trajectories(page.entry.history, page.entry.path, SENTENCES, progress=report)
+        except (DataError, CheckpointError, OSError, ValueError) as e:
+            bar.empty()
+            st.error(md(f"The validation numbers cannot be measured: {e}"))
+            return
+    bar.empty()
+    st.session_state["at_traj_generation"] = st.session_state.get("at_traj_generation", 0) + 1
+    st.rerun()
+
+
+def stages_and_heads(result: Trajectories) -> None:
+    """The stages heuristic over the run, and when each head took its pattern."""
+    probes = result.frame("probes")
+    found = stages(probes)
+    left, right = st.columns([3, 2])
+    if found is None:
+        left.info("The stages need at least three snapshots.")
+    else:
+        left.markdown(f"**Stages (heuristic):** {md(found.summary())}.")
+        chart(stage_figure(found), "traj_stages", left, "training stages")
+        left.caption(STAGES_HOW)
+    heads = specialisation(probes)
+    heads["kind"] = heads["kind"].map(KIND_NAMES)
+    right.markdown("**When heads specialise** (probe sentences)")
+    right.dataframe(heads, hide_index=True, height=300)
+    right.caption(HEADS_HOW)
+
+
+def difference_panel(
+    page: SectionInputs, series: SnapshotSeries, step_b: int, result: Trajectories
+) -> None:
+    """B − A of the probe's maps between another step A and the step shown (B), the most
+    changed heads first, and every head's numbers at A and B."""
+    state = page.state
+    options = [NO_DIFF, *[s for s in series.steps if s != step_b]]
+    widget_default("at_diff_from", state.diff_from if state.diff_from in options else NO_DIFF)
+    if st.session_state["at_diff_from"] not in options:  # B moved onto A
+        st.session_state["at_diff_from"] = NO_DIFF
+    state.diff_from = st.selectbox(
+        "Compare with step (A)",
+        options,
+        key="at_diff_from",
+        format_func=lambda s: "no comparison" if s == NO_DIFF else f"step {s:,}",
+        help="Show B − A, B the step above, for every head of the chosen kind.",
+    )
+    if state.diff_from == NO_DIFF:
+        return
+    frames = dict(zip(series.steps, series.frames))
+    a = shown_maps(frames[state.diff_from].maps, state.words)
+    b = shown_maps(frames[step_b].maps, state.words)
+    diff = map_difference(a, b, state.kind)
+    fig = map_difference_figure(diff, state.kind, state.diff_from, step_b)
+    what = f"step {step_b} minus {state.diff_from}"
+    chart(fig, "train_diff", name=export_name(state.model, series.sentence, state.kind, what=what))
+    table = step_difference(result.frame("probes"), state.diff_from, step_b, "entropy")
+    table = table[table["kind"] == state.kind].rename(
+        columns={"a": f"entropy at {state.diff_from:,}", "b": f"entropy at {step_b:,}"}
+    )
+    st.caption(
+        f"{md(diff.note) + '. ' if diff.note else ''}Heads ordered by how much their map "
+        "changed (mean |B − A| over the cells); below, their entropy at A and B."
+    )
+    st.dataframe(table.drop(columns=["kind"]), hide_index=True)
