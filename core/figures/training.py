@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import math
+from datetime import datetime
 
 import plotly.graph_objects as go
 from plotly.colors import qualitative
@@ -22,13 +23,17 @@ METRICS: dict[str, tuple[str, str, str]] = {  # metric -> (record logging it, ti
     "lr": ("train", "learning rate", "rate"),
     "tokens_per_s": ("train", "target tokens per second", "tokens/s"),
     "grad_norm": ("train", "gradient norm (before clipping)", "norm"),
+    "cpu_percent": ("train", "process CPU (100 % = one core)", "CPU %"),
+    "rss_mb": ("train", "resident memory of the trainer", "MB"),
+    "gpu_mem_mb": ("train", "GPU memory held by torch", "MB"),
 }  # the y axis's title is short: a long one runs into the chart's title on a narrow chart
+OPTIONAL = {"cpu_percent", "rss_mb", "gpu_mem_mb"}  # charted only when a run logged them
 
 
 COLORS = qualitative.Plotly
 
 
-UNSMOOTHED = {"lr"}  # a schedule, not a noisy measurement: drawn as is
+UNSMOOTHED = {"lr", "rss_mb", "gpu_mem_mb"}  # a schedule, not a noisy measurement: drawn as is
 
 
 def _finite(value) -> bool:
@@ -36,15 +41,32 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def series(records: list[dict], metric: str) -> tuple[list[int], list[float]]:
-    """Steps and values of ``metric`` from the records that log it (gaps skipped)."""
-    record = METRICS[metric][0]
+X_AXES = {  # x-axis choice: (record field, axis title)
+    "step": ("step", "training step"),
+    "relative": ("elapsed", "training time (minutes)"),
+    "wall": ("time", "wall-clock time"),
+}
+
+
+def series(records: list[dict], metric: str, x_axis: str = "step") -> tuple[list, list[float]]:
+    """x and values of ``metric`` from the records that log it (gaps skipped).
+
+    x is the step, the minutes of training (``relative``; evaluations not counted, as in
+    the time budget) or the wall-clock time the record was written (``wall``; records of
+    runs made before it was logged have none and are left out).
+    """
+    record, key = METRICS[metric][0], X_AXES[x_axis][0]
     points = [
-        (r["step"], r[metric])
+        (r[key], r[metric])
         for r in records
-        if r.get("record") == record and "step" in r and _finite(r.get(metric))
+        if r.get("record") == record and _finite(r.get(key)) and _finite(r.get(metric))
     ]
-    return [p[0] for p in points], [float(p[1]) for p in points]
+    xs = [p[0] for p in points]
+    if x_axis == "relative":
+        xs = [x / 60 for x in xs]
+    elif x_axis == "wall":
+        xs = [datetime.fromtimestamp(x) for x in xs]
+    return xs, [float(p[1]) for p in points]
 
 
 def smooth(values: list[float], weight: float) -> list[float]:
@@ -76,10 +98,16 @@ def _thin(steps: list, values: list, max_points: int) -> tuple[list, list]:
 
 
 def _run_traces(
-    name: str, records: list[dict], metric: str, color: str, smoothing: float, max_points: int
+    name: str,
+    records: list[dict],
+    metric: str,
+    color: str,
+    smoothing: float,
+    max_points: int,
+    x_axis: str = "step",
 ) -> list[go.Scatter]:
     """The traces of one run: raw (faint) and smoothed for train metrics, markers for eval."""
-    steps, values = series(records, metric)
+    steps, values = series(records, metric, x_axis)
     if not steps:
         return []
     if METRICS[metric][0] == "eval":
@@ -123,19 +151,23 @@ def curves_figure(
     max_points: int = 500,
     height: int = 300,
     legend: bool = True,
+    x_axis: str = "step",
 ) -> go.Figure:
-    """One metric of several runs overlaid (x: training step); train metrics raw + smoothed.
+    """One metric of several runs overlaid; train metrics raw + smoothed. x: ``x_axis``, one
+    of X_AXES (step, minutes of training, wall-clock time).
 
     ``legend=False`` leaves the run names to one shared key (``legend_key_html``), which
     wraps in a narrow page where a legend in each small chart is cut.
     """
     if metric not in METRICS:
         raise ValueError(f"unknown metric '{metric}': choose one of {', '.join(METRICS)}")
+    if x_axis not in X_AXES:
+        raise ValueError(f"unknown x-axis '{x_axis}': choose one of {', '.join(X_AXES)}")
     fig = go.Figure()
     for i, (name, records) in enumerate(runs.items()):
         label = plotly_text(name)  # a user's run name: shown, never HTML
         for trace in _run_traces(
-            label, records, metric, COLORS[i % len(COLORS)], smoothing, max_points
+            label, records, metric, COLORS[i % len(COLORS)], smoothing, max_points, x_axis
         ):
             fig.add_trace(trace)
     _, title, y_title = METRICS[metric]
@@ -148,7 +180,7 @@ def curves_figure(
         legend={"orientation": "h", "yanchor": "top", "y": -0.3, "xanchor": "left", "x": 0},
         showlegend=legend and len(runs) > 1,
     )
-    fig.update_xaxes(title_text="training step", **PLAIN_NUMBERS)
+    fig.update_xaxes(title_text=X_AXES[x_axis][1], **({} if x_axis == "wall" else PLAIN_NUMBERS))
     fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear", **PLAIN_NUMBERS)
     values = [y for trace in fig.data for y in (trace.y or ())]
     if log_y:

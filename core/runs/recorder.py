@@ -12,6 +12,7 @@ from pathlib import Path
 
 from core.model.checkpoints import portable_data_config, save_checkpoint
 from core.runs.run_dir import RunDir
+from core.runs.system import ProcessMeter
 from core.training.loop import Trainer, rng_state
 
 
@@ -23,6 +24,7 @@ class RunRecorder:
         path = trainer.corpus.summary.get("path")
         self.data_config = portable_data_config(configs["data"], path)  # no machine path
         self.saved_step: int | None = None  # step of the last.pt on disk (None: none yet)
+        self.meter = ProcessMeter()  # what the process costs, sampled at each record
         trainer.on("step", self.on_step)
         trainer.on("eval", self.on_eval)
         trainer.on("end", self.on_end)
@@ -34,7 +36,8 @@ class RunRecorder:
 
     def on_step(self, trainer: Trainer, info: dict) -> None:
         """Record training metrics, refresh the status, honour a stop file."""
-        self.rd.append_metrics({"record": "train", **info})
+        system = self.meter.sample()  # CPU %, resident memory (GPU memory on CUDA)
+        self.rd.append_metrics({"record": "train", **info, **system, "time": time.time()})
         self.rd.write_status(
             state="running",
             message="",
@@ -75,7 +78,7 @@ class RunRecorder:
 
     def on_eval(self, trainer: Trainer, info: dict) -> None:
         """Record validation metrics, save checkpoints and the probes' attention maps."""
-        record = {"record": "eval", **info, "elapsed": trainer.state.elapsed}
+        record = {"record": "eval", **info, "elapsed": trainer.state.elapsed, "time": time.time()}
         self.rd.append_metrics(record)
         # best.pt and the snapshot before last.pt: a resume from last.pt redoes what follows it
         if info.get("is_best"):

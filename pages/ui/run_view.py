@@ -6,12 +6,12 @@ import time
 
 import streamlit as st
 
-from core.figures.training import LOG_SCALE, METRICS, curves_figure, legend_key_html
+from core.figures.training import LOG_SCALE, METRICS, OPTIONAL, curves_figure, legend_key_html
 from core.runs import catalogue as models
-from core.runs import jobs
+from core.runs import exports, jobs
 from core.runs import status as run_status
 from core.runs.catalogue import ModelError
-from core.runs.run_dir import RunError
+from core.runs.run_dir import RunDir, RunError
 from core.runs.status import RunInfo
 from core.training.devices import gpu_stats
 from pages.ui.runs_table_view import (
@@ -190,7 +190,7 @@ def progress_line(info: RunInfo) -> None:
 
 @st.cache_resource(show_spinner=False, max_entries=16)
 def curve_figures(
-    signature: tuple, names: tuple, smoothing: float, log_y: bool
+    signature: tuple, names: tuple, smoothing: float, log_y: bool, x_axis: str = "step"
 ) -> tuple[list, object]:
     """A curve figure per metric and the latest examples, rebuilt only when a metrics file grew.
 
@@ -209,19 +209,26 @@ def curve_figures(
             max_points=300,
             height=280,
             legend=False,
+            x_axis=x_axis,
         )
         for metric in METRICS
+        if metric not in OPTIONAL or any(metric in r for rs in records.values() for r in rs)
     ]
     return figures, run_status.latest_examples(records[names[0]])
 
 
 def chart_grid(
-    run_id: str, compare: list[str], names: dict[str, str], smoothing: float, log_y: bool
+    run_id: str,
+    compare: list[str],
+    names: dict[str, str],
+    smoothing: float,
+    log_y: bool,
+    x_axis: str = "step",
 ) -> None:
     """Training curves of the run (and the runs compared with it), named in the legends."""
     signature = run_status.metrics_signature([run_id, *compare])
     legend = tuple(names.get(rid, rid) for rid in [run_id, *compare])
-    figures, examples = curve_figures(signature, legend, smoothing, log_y)
+    figures, examples = curve_figures(signature, legend, smoothing, log_y, x_axis)
     if compare:
         st.html(legend_key_html(list(legend)))  # one key for all the charts; it wraps
     cols = st.columns(3)
@@ -259,10 +266,15 @@ def status_view(run_id: str, was_live: bool) -> None:
 
 
 def curves_view(
-    run_id: str, compare: list[str], names: dict[str, str], smoothing: float, log_y: bool
+    run_id: str,
+    compare: list[str],
+    names: dict[str, str],
+    smoothing: float,
+    log_y: bool,
+    x_axis: str = "step",
 ) -> None:
     """Curves, latest examples and the log's last lines, re-read from the run directory."""
-    chart_grid(run_id, compare, names, smoothing, log_y)
+    chart_grid(run_id, compare, names, smoothing, log_y, x_axis)
     with st.expander("Log (last lines)"):
         st.code(run_status.log_tail(run_id, 20) or "(empty)", language=None)
 
@@ -294,11 +306,60 @@ def run_panel(info: RunInfo, runs: list[RunInfo]) -> None:
         disabled=not info.live,
         help="Stop redrawing the live charts (keeps your zoom)",
     )
-    st.fragment(curves_view, run_every=curves_poll)(info.run_id, compare, names, smoothing, log_y)
+    x_axis = x_axis_picker()
+    view = st.fragment(curves_view, run_every=curves_poll)
+    view(info.run_id, compare, names, smoothing, log_y, x_axis)
+    downloads(info)
     settings_diff(runs, [info.run_id, *compare])
     name_form(info)
     notes_form(info)
     promote_form(info)
+
+
+def downloads(info: RunInfo) -> None:
+    """The run's metrics as CSV and its settings as JSON (as the files are now)."""
+    rd = RunDir(info.path)
+    row = st.container(horizontal=True)
+    row.download_button(
+        "Metrics as CSV",
+        exports.metrics_csv(rd),
+        file_name=f"{info.run_id}-metrics.csv",
+        mime="text/csv",
+        help="One row per record (training windows, evaluations), every metric a column",
+    )
+    row.download_button(
+        "Settings as JSON",
+        exports.config_json(rd),
+        file_name=f"{info.run_id}-config.json",
+        mime="application/json",
+        help="The data, model and training settings the run was started with",
+    )
+
+
+X_LABELS = {"step": "step", "relative": "training time", "wall": "wall-clock time"}
+
+
+def x_axis_picker() -> str:
+    """The charts' x-axis (URL ``x``): step, minutes of training or wall-clock time."""
+    if "x_axis" not in st.session_state:
+        wanted = st.query_params.get("x", "step")
+        st.session_state["x_axis"] = wanted if wanted in X_LABELS else "step"
+    choice = (
+        st.segmented_control(
+            "x-axis",
+            list(X_LABELS),
+            format_func=X_LABELS.get,
+            key="x_axis",
+            help="Training time leaves out evaluations, as the time budget does; wall-clock "
+            "time is when each record was written (runs recorded before it was logged have none)",
+        )
+        or "step"
+    )
+    if choice == "step":
+        st.query_params.pop("x", None)
+    else:
+        st.query_params["x"] = choice
+    return choice
 
 
 def compare_picker(where, others: list[str], names: dict[str, str]) -> list[str]:
