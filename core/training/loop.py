@@ -30,6 +30,7 @@ from core.training import distributed
 from core.training.config import TrainConfig, learning_rate
 from core.training.devices import autocast_dtype, pick_device
 from core.training.distributed import World
+from core.training.monitor import layer_norms, weight_histograms
 
 
 def rng_state() -> dict:
@@ -259,6 +260,7 @@ class Trainer:
             "step": self.state.step,
             "epoch": self.state.epoch + self.state.batch_in_epoch / max(self.steps_per_epoch, 1),
         }
+        info["histograms"] = weight_histograms(self.model)  # of the weights, per layer group
         if not self.val_data:
             return info
         info["val_loss"] = evaluate_loss(self.model, self.val_data, amp_dtype=self.amp_dtype)
@@ -426,6 +428,7 @@ class Trainer:
             "lr": window[-1]["lr"],
             "grad_norm": sum(r["grad_norm"] for r in window) / n,
             "tokens_per_s": sum(r["tokens"] for r in window) / seconds if seconds > 0 else None,
+            "layer_norms": layer_norms(self.model),  # weights, and the last step's gradients
             "elapsed": self.state.elapsed,
             "progress": self.progress(),
         }

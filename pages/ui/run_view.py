@@ -6,6 +6,7 @@ import time
 
 import streamlit as st
 
+from core.figures import layers as layer_figs
 from core.figures.training import LOG_SCALE, METRICS, OPTIONAL, curves_figure, legend_key_html
 from core.runs import catalogue as models
 from core.runs import exports, jobs
@@ -275,8 +276,25 @@ def curves_view(
 ) -> None:
     """Curves, latest examples and the log's last lines, re-read from the run directory."""
     chart_grid(run_id, compare, names, smoothing, log_y, x_axis)
+    with st.expander("Layers: weight and gradient norms, weight histograms"):
+        layers_view(run_id)
     with st.expander("Log (last lines)"):
         st.code(run_status.log_tail(run_id, 20) or "(empty)", language=None)
+
+
+def layers_view(run_id: str) -> None:
+    """Each layer group's norms over training and its weights' histogram at evaluations."""
+    records = run_status.read_metrics(run_id)
+    if not any("layer_norms" in r for r in records):
+        st.caption("This run logged no layer norms (runs started before they were logged).")
+        return
+    left, right = st.columns(2)
+    left.plotly_chart(layer_figs.norms_figure(records, "weights"), width="stretch")
+    right.plotly_chart(layer_figs.norms_figure(records, "grads"), width="stretch")
+    groups = layer_figs.histogram_groups(records)
+    if groups:
+        group = st.selectbox("Histogram of", groups, key="hist_group")
+        st.plotly_chart(layer_figs.histogram_figure(records, group), width="stretch")
 
 
 def run_panel(info: RunInfo, runs: list[RunInfo]) -> None:
