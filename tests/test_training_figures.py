@@ -176,3 +176,8 @@ def test_a_run_name_in_a_legend_is_text_never_html():
     fig = tf.curves_figure({'<a href="http://x">me</a>': records, "b": records}, "loss")
     names = [t.name for t in fig.data]
     assert all("<a" not in n for n in names) and any("&lt;a href" in n for n in names)
+
+
+def test_a_long_run_name_wraps_inside_its_key_entry():
+    key = tf.legend_key_html(["x" * 60, "short"])
+    assert key.count("overflow-wrap:anywhere") == 2 and "x" * 60 in key

@@ -220,12 +220,13 @@ def legend_key_html(names: list[str]) -> str:
 
     This is HTML for the page (``st.html``), not a Plotly label: names are escaped as HTML.
     """
-    items = [
-        f'<span style="color:{COLORS[i % len(COLORS)]};font-weight:bold">&#9632;</span>&nbsp;'
-        f"{html.escape(str(name))}"
+    items = [  # each entry wraps inside itself, even a long name without spaces
+        f'<span style="display:inline-block;max-width:100%;overflow-wrap:anywhere;'
+        f'margin-right:1rem"><span style="color:{COLORS[i % len(COLORS)]};font-weight:bold">'
+        f"&#9632;</span>&nbsp;{html.escape(str(name))}</span>"
         for i, name in enumerate(names)
     ]
-    return '<div style="font-size:0.9rem;line-height:1.6">' + " &nbsp; ".join(items) + "</div>"
+    return '<div style="font-size:0.9rem;line-height:1.6">' + " ".join(items) + "</div>"
 
 
 def training_curve_figure(source, step: int | None = None) -> go.Figure:
