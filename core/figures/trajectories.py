@@ -153,7 +153,7 @@ def map_difference_figure(
     order = md.order[:top] if top else md.order
     cols = min(DIFF_COLUMNS, len(order))
     rows = math.ceil(len(order) / cols)
-    titles = [f"layer {i} head {j} · mean |Δ| {c:.3f}" for i, j, c in order]
+    titles = [f"L{i} H{j} · |Δ| {c:.3f}" for i, j, c in order]  # short: no overlap
     fig = make_subplots(
         rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.04, vertical_spacing=0.12
     )
