@@ -27,7 +27,7 @@ from core.attribution.methods import METHODS, attribute
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import load_checkpoint
 
-SENTENCE = "i think tom is going to win the race tomorrow because he trained hard ."  # 15
+SENTENCE = "i don't know if tom will be able to come to the party tomorrow ."  # 15 words
 GOALS_MS = {  # the goals for one 15-token sentence
     "attention": 50,
     "rollout": 50,

@@ -26,7 +26,7 @@ from core.attention.query_key import query_key_view
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import load_checkpoint
 
-SENTENCE = "i think tom is going to win the race tomorrow because he trained hard ."  # 15
+SENTENCE = "i don't know if tom will be able to come to the party tomorrow ."  # 15 words
 GOALS_MS = {"q·k view, one head": 100, "logit lens": 50}
 
 

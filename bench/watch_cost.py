@@ -1,11 +1,14 @@
 """What watching costs: training tokens/s with the Train page open in Chromium vs unwatched.
 
     python bench/watch_cost.py [--repeats 3] [--seconds 60] [--preset small]
+        [--page train|attention]
 
 Starts the app on a loopback port, then trains the same run (the preset on fra-eng, a
-fixed time budget) alternately unwatched and watched (the Train page open on it in
-headless Chromium, 1400 px wide), and prints each run's median target tokens/s after
-warm-up, the medians per mode and their ratio. Needs fra-eng.zip ($FRA_ENG_ZIP or
+fixed time budget) alternately unwatched and watched (headless Chromium, 1400 px wide:
+the Train page open on it, or with ``--page attention`` the Attention page's "Over
+training" section on the run's last.pt, following new snapshots as they arrive, opened
+once the first evaluation has saved it), and prints each run's median target tokens/s
+after warm-up, the medians per mode and their ratio. Needs fra-eng.zip ($FRA_ENG_ZIP or
 ../shared/data/fra-eng.zip), Debian's Chromium and Playwright.
 """
 
@@ -17,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 from common import ROOT, corpus_path, median
 
@@ -39,13 +43,29 @@ def tokens_per_s(run_id: str, skip_s: float = 15.0) -> float:
     return median(rates) if rates else float("nan")
 
 
-def train_once(preset: str, seconds: float, threads: int, page=None, url: str = "") -> float:
-    """One run of ``seconds`` of training; with ``page``, the Train page watches it."""
+def watch(page, url: str, run_id: str, which: str) -> None:
+    """Open the watching page on the run (Attention: once its first last.pt is there)."""
+    if which == "train":
+        page.goto(f"{url}/train?run={run_id}")
+        return
+    last = Path(os.environ["ATTENTION_STUDIO_RUNS"]) / run_id / "last.pt"
+    while not last.exists() and run_status.run_info(run_id).live:
+        time.sleep(0.5)
+    query = urlencode({"model": f"runs/{run_id}/last.pt", "section": "training"})
+    page.goto(f"{url}/attention?{query}")
+
+
+def train_once(
+    preset: str, seconds: float, threads: int, page=None, url: str = "", which: str = "train"
+) -> float:
+    """One run of ``seconds`` of training; with ``page``, the chosen page watches it."""
     train = {"time_budget": seconds, "epochs": 0, "threads": threads}
+    if which == "attention":  # a snapshot every 100 steps, watched or not: views to follow
+        train["eval_every"] = 100
     settings = {"data": {"source": "fra-eng"}, "train": train}
     run_id = jobs.start_run(preset, settings)
     if page is not None:
-        page.goto(f"{url}/train?run={run_id}")
+        watch(page, url, run_id, which)
     while (info := run_status.run_info(run_id)).live:
         time.sleep(1.0)
     if page is not None:
@@ -65,6 +85,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=60.0)
     p.add_argument("--preset", default="small")
     p.add_argument("--threads", type=int, default=0, help="trainer threads (0: as the app)")
+    p.add_argument("--page", choices=("train", "attention"), default="train")
     args = p.parse_args()
     os.environ["FRA_ENG_ZIP"] = corpus_path()
     runs = Path(tempfile.mkdtemp(prefix="watch-cost-"))
@@ -80,7 +101,9 @@ def main() -> None:
             for i in range(args.repeats):
                 for mode in ("unwatched", "watched") if i % 2 == 0 else ("watched", "unwatched"):
                     watcher = page if mode == "watched" else None
-                    rate = train_once(args.preset, args.seconds, args.threads, watcher, url)
+                    rate = train_once(
+                        args.preset, args.seconds, args.threads, watcher, url, args.page
+                    )
                     rates[mode].append(rate)
                     print(f"run {i + 1} {mode:9s}: {rate:8.0f} target tokens/s", flush=True)
             browser.close()

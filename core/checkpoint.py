@@ -1,6 +1,8 @@
 """``python -m core.checkpoint SRC DST``: write a compact copy of a checkpoint (and its history).
 
-The library is ``core.model.checkpoints`` (save, load, compact) and ``core.runs.history``.
+The library is ``core.model.checkpoints`` (save, load, compact), ``core.runs.history`` and
+``core.alignment.head_aer.store_in_history`` (every head's validation numbers at each snapshot
+model of the run, kept in the history so the copy shows them without the run or the corpus).
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from core.alignment.head_aer import store_in_history
+from core.corpus.source import DataError
 from core.model.checkpoints import CheckpointError, compact, read_checkpoint
 from core.runs.history import write_history
 
@@ -25,6 +29,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not write DST's .history file (the run's metrics and attention snapshots "
         "up to the checkpoint's step, written when SRC is inside a run directory)",
     )
+    p.add_argument(
+        "--no-trajectories",
+        action="store_true",
+        help="do not measure every head on the validation sentences at the run's snapshot "
+        "models and keep the numbers in the .history file",
+    )
     return p
 
 
@@ -40,6 +50,11 @@ def main(argv=None) -> int:
     if not args.no_history:
         step = (read_checkpoint(out).get("state") or {}).get("step")
         history = write_history(Path(args.src).parent, out, step)
+        if history is not None and not args.no_trajectories:
+            try:  # every head's numbers at each step with a snapshot model, for Over training
+                store_in_history(Path(args.src).parent, out, step)
+            except (DataError, CheckpointError, OSError, ValueError) as e:
+                print(f"note: no validation numbers over training in the history: {e}")
         if history is not None:
             print(f"wrote {history} ({history.stat().st_size / 1e6:.2f} MB)")
     return 0

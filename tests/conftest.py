@@ -70,6 +70,15 @@ def bpe_run(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def val_run(tmp_path_factory) -> Path:
+    """A tiny run with 6 validation pairs and a model kept at each of its 4 evaluations."""
+    out = tmp_path_factory.mktemp("val-run") / "run"
+    extra = ("--num-train", "24", "--num-val", "6", "--eval-sentences", "6", "--epochs", "160")
+    assert helpers.train_tiny(out, *extra, "--eval-every", "40") == 0
+    return out
+
+
+@pytest.fixture(scope="session")
 def home_translation(tiny_model):
     """(Translation, SentenceMaps) of the tiny model's greedy translation of "i'm home ."."""
     from core.attention.sentence_maps import SentenceMaps

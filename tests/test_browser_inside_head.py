@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 from tests.helpers import SHIPPED, assert_no_browser_exception
 from tests.test_browser_attention import TINY_MODEL, look, settle
 
-LONG_REAL = "i think tom is going to win the race tomorrow because he trained hard ."
+LONG_REAL = "i don't know if tom will be able to come to the party tomorrow ."  # 15 words, 15 out
 VIEWS = {  # name -> (query, heatmaps drawn when the section is done)
     "inside": ({"section": "inside", "kind": "decoder_self", "layer": "1", "head": "2"}, 4),
     "inside_all": ({"section": "inside", "query": "3", "lines_all": "1", "token": "q3"}, 4),

@@ -3,12 +3,17 @@
 ``core.attention.trajectories`` measures every head at every snapshot; this module, a layer
 above it, adds what only alignment knows: the AER of each cross head (AWO, argmax links) on
 the shipped gold set, from a snapshot's model when it has one, and from the probe maps
-alone when a probe sentence and the output it got at that step are a gold pair.
+alone when a probe sentence and the output it got at that step are a gold pair; and what
+only attribution knows: the share of the source in the model's predictions at each step
+(ALTI+, Voita et al. 2021's question of how much a prediction draws on the source).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
 
 from core.alignment.aer import score
 from core.alignment.extract import Reader, from_sentence, links
@@ -16,9 +21,19 @@ from core.alignment.gold import studio_gold
 from core.alignment.grid import alignment_grid
 from core.attention.importance import ProgressFn
 from core.attention.sentence_maps import SentenceMaps
-from core.attention.trajectories import SENTENCES, Trajectories, trajectories
+from core.attention.trajectories import (
+    SENTENCES,
+    STORED_KEY,
+    Rows,
+    Trajectories,
+    stored_section,
+    trajectories,
+)
+from core.attribution.methods import attribute
 from core.corpus.bpe import join_pieces
+from core.corpus.vocab import Vocab
 from core.model.checkpoints import LoadedModel
+from core.runs.history import add_section, history_path
 
 MODE = "awo"  # read at the step that predicts each word (the better mode on our models)
 
@@ -59,6 +74,16 @@ def probe_head_aer(probes: Sequence[SentenceMaps]) -> dict[tuple[int, int], floa
     }
 
 
+def source_share(lm: LoadedModel, rows: Rows) -> float:
+    """The source's share in predicting each reference token, by ALTI+ (Ferrando et al. 2022):
+    the mean over a sentence's tokens (<eos> included), then over sentences; NaN for none."""
+    shares = [
+        float(attribute(lm.model, src, [*tgt, Vocab.eos_id], "alti").source_share.mean())
+        for src, tgt in rows
+    ]
+    return float(np.mean(shares)) if shares else float("nan")
+
+
 def head_trajectories(
     source,
     checkpoint=None,
@@ -75,5 +100,24 @@ def head_trajectories(
         validation,
         aer=cross_head_aer,
         probe_aer=probe_head_aer,
+        share=source_share,
         progress=progress,
     )
+
+
+def store_in_history(
+    run_dir,
+    checkpoint,
+    up_to_step: int | None = None,
+    sentences: int = SENTENCES,
+    progress: ProgressFn | None = None,
+) -> Path | None:
+    """Measure the run's validation numbers at every step with a model (up to the model's
+    step) and keep them in ``checkpoint``'s ``.history`` file, so that a model copied out of
+    its run shows them without the run or the corpus; None when there is no history file."""
+    path = history_path(checkpoint)
+    if not path.is_file():
+        return None
+    t = head_trajectories(run_dir, None, sentences, "measure", progress=progress)
+    add_section(path, STORED_KEY, stored_section(t, up_to_step))
+    return path

@@ -10,13 +10,17 @@ Two bases, because a snapshot holds only the probe sentences' maps:
 
 - ``probes``: every snapshot; the probe sentences as the model translated them then
   (free-running), averaged over probes. AER only where a probe and its output are a gold pair.
-- ``validation``: only at steps where a checkpoint of the run was saved (``best.pt``,
-  ``last.pt``, or any other ``.pt`` in the run directory; beside a ``.history`` file, its
-  model); the first N validation sentences teacher-forced on their first reference, and
-  AER on the gold set.
+- ``validation``: at steps with a model: the run's snapshot models
+  (``snapshots/model_<step>.pt``, float16, kept at up to ``TrainConfig.snapshot_models``
+  evaluations), ``best.pt``, ``last.pt`` and any other ``.pt`` in the run directory (beside a
+  ``.history`` file, its model); the first N validation sentences teacher-forced on their
+  first reference, AER on the gold set, and one number of the whole model per step: the
+  source share of its predictions (``ShareFn``; ALTI+ in ``core.alignment.head_aer``).
+  A ``.history`` file can carry these numbers for its snapshot steps (``stored``), measured
+  when it was written from its run, so a shipped model has them without its corpus.
 
 Each step's numbers are cached on disk (``<runs>/.trajectories/``) by content: a snapshot by
-its bytes, a checkpoint by its SHA-1 with the data settings, N and whether AER was asked.
+its bytes, a checkpoint by its SHA-1 with the data settings, N and what was asked.
 
 Shape key: L layers, B sentences, H heads, Tq queries, Tk keys.
 """
@@ -70,10 +74,14 @@ BASES = ("probes", "validation")
 SENTENCES = 100  # validation sentences of the ``validation`` basis (the first N)
 VALIDATION = ("off", "cached", "measure")  # the validation basis: none, from the cache, all
 BATCH = 64  # sentences teacher-forced together
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+STORED_KEY = "trajectories"  # a .history file's section of validation numbers per step
+COST = {"probes": 1, "validation": 40}  # relative cost of a step of each basis (progress)
 
 AerFn = Callable[[LoadedModel], dict]  # model -> {(layer, head): AER} of its cross heads
 ProbeAerFn = Callable[[list[SentenceMaps]], dict | None]  # probes -> the same, or None
+Rows = Sequence[tuple[list[int], list[int]]]  # teacher-forced (source ids, reference ids)
+ShareFn = Callable[[LoadedModel, Rows], float]  # model, rows -> source share of predictions
 
 
 @dataclass
@@ -81,6 +89,7 @@ class Trajectories:
     """Every head's numbers at every snapshot step: one record per (basis, step, head)."""
 
     records: list[dict] = field(default_factory=list)  # basis, step, kind, layer, head, METRICS
+    model_records: list[dict] = field(default_factory=list)  # step, source_share (validation)
     steps: list[int] = field(default_factory=list)  # snapshot steps, in order
     model_steps: list[int] = field(default_factory=list)  # steps with a loadable model
     sentences: int = 0  # validation sentences per step of the ``validation`` basis
@@ -95,6 +104,11 @@ class Trajectories:
             self.records, columns=["basis", "step", "kind", "layer", "head", *METRICS]
         )
         return table if basis is None else table[table["basis"] == basis].reset_index(drop=True)
+
+    def model_frame(self) -> pd.DataFrame:
+        """The whole model's numbers per step (validation basis): step, source_share."""
+        table = pd.DataFrame.from_records(self.model_records, columns=["step", "source_share"])
+        return table.sort_values("step").reset_index(drop=True)
 
     def available(self) -> dict[str, list[str]]:
         """Which metrics each basis has numbers for (a metric all NaN is left out)."""
@@ -228,7 +242,7 @@ def snapshot_models(source, checkpoint=None) -> dict[int, Path]:
     if path.suffix == SUFFIX:
         found.append(path.with_suffix(".pt"))
     elif path.is_dir():
-        found += sorted(path.glob("*.pt"))
+        found += sorted(path.glob("*.pt")) + sorted((path / "snapshots").glob("model_*.pt"))
     steps = set(open_history(source).snapshot_steps())
     out: dict[int, Path] = {}
     for pt in found:
@@ -272,6 +286,7 @@ class _Validation:
 
     sentences: int
     aer: AerFn | None
+    share: ShareFn | None = None
     sample: object = None
     vocab: tuple = ()
 
@@ -286,9 +301,10 @@ class _Validation:
 
 def validation_step(
     step: int, checkpoint: Path, how: _Validation, measure: bool = True
-) -> tuple[list[dict], bool] | None:
-    """(the ``validation`` records of one checkpoint, whether they came from the disk cache);
-    None when they are not cached and ``measure`` is False."""
+) -> tuple[dict, bool] | None:
+    """({"records": the ``validation`` records of one checkpoint, "model": {step,
+    source_share}}, whether it came from the disk cache); None when it is not cached and
+    ``measure`` is False."""
     meta = read_metadata(checkpoint)
     key = sample_key(
         checkpoint,
@@ -297,16 +313,47 @@ def validation_step(
         version=CACHE_VERSION,
         what="trajectory",
         aer=how.aer is not None,
+        share=how.share is not None,
     )
     if (hit := read_cached(trajectories_root(), key)) is not None:
-        return hit["records"], True
+        return hit | {"model": hit["model"] | {"step": step}}, True
     if not measure:
         return None
     lm = load_checkpoint(checkpoint)
+    rows = how.rows(lm)
     aer = how.aer(lm) if how.aer else None
-    records = _records("validation", step, validation_means(lm, how.rows(lm)), aer)
-    write_cached(trajectories_root(), key, {"records": records})
-    return records, False
+    share = how.share(lm, rows) if how.share else float("nan")
+    records = _records("validation", step, validation_means(lm, rows), aer)
+    done = {"records": records, "model": {"step": step, "source_share": share}}
+    write_cached(trajectories_root(), key, done)
+    return done, False
+
+
+def stored(reader, sentences: int) -> dict[int, dict]:
+    """{step: {"records", "model"}} a ``.history`` file carries for ``sentences`` validation
+    sentences ({} for a run directory, another N, or none stored)."""
+    section = reader.section(STORED_KEY) if isinstance(reader, HistoryFile) else None
+    if not isinstance(section, dict) or section.get("sentences") != sentences:
+        return {}
+    try:
+        return {int(s["model"]["step"]): s for s in section["steps"]}
+    except (KeyError, TypeError, ValueError):
+        return {}
+
+
+def stored_section(t: Trajectories, up_to_step: int | None = None) -> dict:
+    """The validation numbers of ``t`` per step, as a ``.history`` file carries them."""
+    last = float("inf") if up_to_step is None else up_to_step
+    model = {int(r["step"]): r for r in t.model_records}
+    steps = [
+        {
+            "records": [r for r in t.records if r["basis"] == "validation" and r["step"] == s],
+            "model": model.get(s, {"step": s, "source_share": float("nan")}),
+        }
+        for s in t.model_steps
+        if s <= last and s not in t.pending
+    ]
+    return {"sentences": t.sentences, "steps": steps}
 
 
 def trajectories(
@@ -316,29 +363,42 @@ def trajectories(
     validation: str = "measure",
     aer: AerFn | None = None,
     probe_aer: ProbeAerFn | None = None,
+    share: ShareFn | None = None,
     progress: ProgressFn | None = None,
 ) -> Trajectories:
     """Every head's trajectory over a run's (or a .history file's) snapshots, cached per step.
 
     ``validation`` (one of VALIDATION): "off" reads the probe maps only (cheap: what a live
-    view polls), "cached" adds the validation numbers already on disk, "measure" all of them.
+    view polls), "cached" adds the validation numbers already on disk (or in the history
+    file), "measure" all of them.
     """
     if validation not in VALIDATION:
         raise ValueError(f"validation must be one of {', '.join(VALIDATION)} (got {validation!r})")
     start, reader = time.perf_counter(), open_history(source)
     out = Trajectories(steps=reader.snapshot_steps(), sentences=sentences)
     models = snapshot_models(source, checkpoint) if validation != "off" else {}
-    out.model_steps = sorted(models)
+    kept = stored(reader, sentences) if validation != "off" else {}
+    out.model_steps = sorted(set(models) | set(kept))
     jobs = [("probes", s) for s in out.steps] + [("validation", s) for s in out.model_steps]
-    how = _Validation(sentences, aer)
-    for i, (basis, step) in enumerate(jobs):
+    how, total = _Validation(sentences, aer, share), sum(COST[b] for b, _ in jobs)
+    done_cost = 0
+    for basis, step in jobs:
         if progress:
-            progress(i / len(jobs), f"{basis} at step {step:,}")
+            progress(done_cost / max(total, 1), f"{basis} at step {step:,}")
+        done_cost += COST[basis]
         try:
             if basis == "probes":
                 records, cached = probe_step(source, step, probe_aer)
-            elif done := validation_step(step, models[step], how, validation == "measure"):
-                records, cached = done
+            elif step in kept:
+                out.records += kept[step]["records"]
+                out.model_records.append(kept[step]["model"])
+                continue
+            elif (
+                found := validation_step(step, models[step], how, validation == "measure")
+            ) is not None:
+                done, cached = found
+                records = done["records"]
+                out.model_records.append(done["model"])
             else:
                 out.pending.append(step)
                 continue
@@ -362,5 +422,10 @@ def _reason(e: Exception) -> str:
 def as_json_lines(t: Trajectories) -> list[dict]:
     """The command's JSON lines: one summary, then one record per (basis, step, head)."""
     head = asdict(t) | {"records": len(t.records), "available": t.available()}
-    clean = [{k: (None if v != v else v) for k, v in r.items()} for r in t.records]  # NaN: null
-    return [head, *clean]
+    head["model_records"] = [_nulls(r) for r in t.model_records]
+    return [head, *map(_nulls, t.records)]
+
+
+def _nulls(record: dict) -> dict:
+    """A record with NaN as None (JSON's null)."""
+    return {k: (None if v != v else v) for k, v in record.items()}

@@ -156,6 +156,33 @@ def stages(table: pd.DataFrame) -> Stages | None:
     return Stages(cross.index.tolist(), focus.tolist(), diagonal.tolist(), labels, seen)
 
 
+SHARE_DIP = 0.01  # the source share this far below where it started: a dip (Voita et al. 2021)
+
+
+def source_share_reading(model: pd.DataFrame) -> str | None:
+    """The source share over training in words (``Trajectories.model_frame()``); None with
+    fewer than two measured steps.
+
+    Voita et al. (2021) measured it (with LRP) and saw it fall first, while the model is a
+    target-side language model, then rise as it learns to translate. This says where the
+    share started, where it was lowest, and where it ended, and whether it dipped first."""
+    m = model[model["source_share"].notna()].sort_values("step")
+    if len(m) < 2:
+        return None
+    steps, share = m["step"].to_numpy(), m["source_share"].to_numpy()
+    low = int(np.argmin(share))
+    text = (
+        f"source share of the predictions (ALTI+, validation sentences) {share[0]:.3f} at step "
+        f"{steps[0]:,}, lowest {share[low]:.3f} at step {steps[low]:,}, {share[-1]:.3f} at "
+        f"step {steps[-1]:,}"
+    )
+    if 0 < low < len(share) - 1 and share[low] <= share[0] - SHARE_DIP:
+        return text + ": it fell first, then rose (the dip Voita et al. 2021 saw in the LM stage)"
+    if share[-1] > share[0]:
+        return text + ": it rose from the first measurement (no dip seen at these steps)"
+    return text + ": it did not rise over the run"
+
+
 @dataclass
 class MapDifference:
     """B − A of one kind's maps of a probe sentence at two steps, heads by change."""

@@ -62,16 +62,20 @@ def trajectory_figure(
     records: list[dict],
     step: int | None = None,
     basis_words: str = "",
+    share: pd.DataFrame | None = None,
 ) -> go.Figure:
     """One line per head of ``kind`` (``metric`` over steps), its largest change starred,
-    and the run's loss and BLEU below on the same steps."""
+    the run's loss and BLEU below on the same steps, and under them the model's source share
+    (``Trajectories.model_frame()``) when one was measured."""
+    share = None if share is None else share[share["source_share"].notna()]
+    rows = 3 if share is not None and not share.empty else 2
     fig = make_subplots(
-        rows=2,
+        rows=rows,
         cols=1,
         shared_xaxes=True,
-        row_heights=[0.64, 0.36],
-        vertical_spacing=0.1,
-        specs=[[{}], [{"secondary_y": True}]],
+        row_heights=[0.64, 0.36] if rows == 2 else [0.52, 0.26, 0.22],
+        vertical_spacing=0.1 if rows == 2 else 0.07,
+        specs=[[{}], [{"secondary_y": True}], *([[{}]] if rows == 3 else [])],
     )
     part = table[table["kind"] == kind].sort_values("step")
     for (layer, head), h in part.groupby(["layer", "head"]):
@@ -100,19 +104,30 @@ def trajectory_figure(
         fig.add_trace(star, row=1, col=1)
     for trace, on_bleu in _loss_traces(records):
         fig.add_trace(trace, row=2, col=1, secondary_y=on_bleu)
+    if rows == 3:
+        line = go.Scatter(
+            x=share["step"],
+            y=share["source_share"],
+            name="source share (ALTI+)",
+            mode="lines+markers",
+            line={"color": "#9467bd"},
+            hovertemplate="step %{x}: %{y:.3f} of each prediction from the source<extra></extra>",
+        )
+        fig.add_trace(line, row=3, col=1)
+        fig.update_yaxes(title_text="source share", row=3, col=1, **PLAIN_NUMBERS)
     if step is not None:
         fig.add_vline(x=step, line_dash="dash", line_color="gray")
     title = f"{kind_labels(kind)[0]}: {METRIC_NAMES[metric]}"
     subtitle = f"one line per head{'; ' + basis_words if basis_words else ''}; ★ largest change"
     fig.update_layout(
         title={"text": plotly_text(title), "subtitle": {"text": plotly_text(subtitle)}},
-        height=560,
+        height=560 if rows == 2 else 700,
         margin={"t": 90, "l": 10, "r": 10, "b": 10},
         legend={"orientation": "h", "yanchor": "top", "y": -0.08, "x": 0},
         hovermode="closest",
     )
     fig.update_xaxes(**PLAIN_NUMBERS)
-    fig.update_xaxes(title_text="training step", row=2, col=1)
+    fig.update_xaxes(title_text="training step", row=rows, col=1)
     fig.update_yaxes(title_text=metric, row=1, col=1, **PLAIN_NUMBERS)
     fig.update_yaxes(title_text="loss", row=2, col=1, secondary_y=False, **PLAIN_NUMBERS)
     fig.update_yaxes(title_text="BLEU", row=2, col=1, secondary_y=True, **PLAIN_NUMBERS)

@@ -66,6 +66,14 @@ def write_history(run_dir, checkpoint, up_to_step: int | None = None) -> Path | 
     return dest
 
 
+def add_section(path, name: str, payload: dict) -> None:
+    """Add (or replace) a section of plain data in a history file, atomically."""
+    data = HistoryFile(path)._load()
+    if name in ("format", "metrics", "snapshots"):
+        raise ValueError(f"{name!r} is a history file's own section")
+    atomic_save(data | {name: payload}, Path(path))
+
+
 class HistoryFile:
     """The readers of a RunDir, over a ``.history`` file (read once, on first use)."""
 
@@ -100,6 +108,13 @@ class HistoryFile:
             return sorted(int(s["step"]) for s in self._load()["snapshots"])
         except (OSError, ValueError, RuntimeError, KeyError, TypeError):
             return []
+
+    def section(self, name: str):
+        """Another section the file carries (e.g. per-step numbers), or None."""
+        try:
+            return self._load().get(name)
+        except (OSError, ValueError, RuntimeError):
+            return None
 
     def load_snapshot(self, step: int) -> dict:
         """The snapshot at ``step``: {"step", "probes"} (KeyError when there is none)."""

@@ -52,10 +52,11 @@ class RunRecorder:
             self.bar.n = info["step"]
             self.bar.set_postfix(loss=f"{info['loss']:.3f}")
 
-    def save(self, path: Path, with_optimizer: bool) -> None:
+    def save(self, path: Path, with_optimizer: bool, half: bool = False) -> None:
         """Write a checkpoint with configs, vocabularies and (optionally) optimiser state.
 
         With the optimiser go the random streams, so a resumed run draws what this one would.
+        ``half`` stores the weights in float16 (the snapshot models).
         """
         t = self.trainer
         rng = rng_state()
@@ -71,6 +72,7 @@ class RunRecorder:
             data_config=self.data_config,
             state=asdict(t.state),
             run=self.rd.name,
+            half=half,
             **extra,
         )
         if path == self.rd.last:
@@ -84,6 +86,9 @@ class RunRecorder:
         if info.get("is_best"):
             self.save(self.rd.best, with_optimizer=False)
         self.rd.save_snapshot(trainer.state.step, trainer.probe_maps())
+        if keep := trainer.cfg.snapshot_models:  # the model too, for heads over training
+            self.save(self.rd.snapshot_model(trainer.state.step), with_optimizer=False, half=True)
+            self.rd.thin_snapshot_models(keep)
         self.save(self.rd.last, with_optimizer=True)
         self.rd.write_status(best_bleu=trainer.state.best_bleu, last_eval=info["step"])
         if self.rd.stop_requested():

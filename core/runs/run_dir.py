@@ -22,6 +22,17 @@ RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # run directory n
 
 
 MAX_SNAPSHOTS = 64  # attention snapshots kept per run (thinned evenly past it)
+MODEL_PREFIX = "model_"  # snapshots/model_<step>.pt: the model at a snapshot step (float16)
+
+
+def thinned(steps: list[int], keep: int) -> set[int]:
+    """The steps to delete so that at most ``keep`` stay: past it, every other one goes
+    (the first and the last stay), so the kept ones stay spread evenly."""
+    if len(steps) <= keep:
+        return set()
+    if keep < 2:
+        return set(steps) - set(steps[-keep:] if keep else [])
+    return set(steps) - {*steps[::2], steps[-1]}
 
 
 class RunError(Exception):
@@ -114,6 +125,9 @@ class RunDir:
         for later in self.snapshot_steps():
             if later > step:
                 (self.snapshots / f"step_{later:08d}.pt").unlink(missing_ok=True)
+        for later in self.snapshot_model_steps():
+            if later > step:
+                self.snapshot_model(later).unlink(missing_ok=True)
         half_written = [p.with_name(p.name + ".tmp") for p in (self.last, self.best)]
         for path in [*half_written, *self.snapshots.glob("*.tmp")]:
             path.unlink(missing_ok=True)
@@ -141,16 +155,32 @@ class RunDir:
         """Store the probe sentences' attention maps at a training step; past MAX_SNAPSHOTS,
         every other one goes (the first and the last stay), so they stay spread evenly."""
         atomic_save({"step": step, "probes": probes}, self.snapshots / f"step_{step:08d}.pt")
-        steps = self.snapshot_steps()
-        if len(steps) > MAX_SNAPSHOTS:
-            for gone in set(steps) - {*steps[::2], steps[-1]}:
-                (self.snapshots / f"step_{gone:08d}.pt").unlink(missing_ok=True)
+        for gone in thinned(self.snapshot_steps(), MAX_SNAPSHOTS):
+            (self.snapshots / f"step_{gone:08d}.pt").unlink(missing_ok=True)
 
     def snapshot_steps(self) -> list[int]:
         """Training steps that have an attention snapshot, in order."""
+        return self._steps("step_")
+
+    def _steps(self, prefix: str) -> list[int]:
+        """The steps of ``snapshots/<prefix><step>.pt`` files, in order."""
         if not self.snapshots.is_dir():
             return []
-        return sorted(int(p.stem.split("_")[1]) for p in self.snapshots.glob("step_*.pt"))
+        found = (p.stem[len(prefix) :] for p in self.snapshots.glob(f"{prefix}*.pt"))
+        return sorted(int(s) for s in found if s.isdigit())
+
+    def snapshot_model(self, step: int) -> Path:
+        """Where the model of a snapshot step is (``snapshots/model_<step>.pt``)."""
+        return self.snapshots / f"{MODEL_PREFIX}{step:08d}.pt"
+
+    def snapshot_model_steps(self) -> list[int]:
+        """Snapshot steps whose model was kept, in order."""
+        return self._steps(MODEL_PREFIX)
+
+    def thin_snapshot_models(self, keep: int) -> None:
+        """Keep at most ``keep`` snapshot models, spread evenly (the last always stays)."""
+        for gone in thinned(self.snapshot_model_steps(), keep):
+            self.snapshot_model(gone).unlink(missing_ok=True)
 
     def load_snapshot(self, step: int) -> dict:
         """The probe maps saved at ``step`` (plain tensors, loaded with weights_only)."""

@@ -39,6 +39,7 @@ class TrainConfig:
     threads: int = 0  # CPU threads for torch (0 = torch's default)
     bucket: bool = True  # length-bucketed batches (False: random batches)
     probes: list[str] = field(default_factory=lambda: list(D2L_PROBES))  # snapshot sentences
+    snapshot_models: int = 20  # models kept at snapshot steps, float16, for heads over training
     align_weight: float = 0.0  # weight of the alignment loss on one head (Garg et al.; 0 = off)
     align_layer: int = 0  # decoder layer of the cross-attention head trained to align
     align_head: int = 0  # the head of that layer trained to align
@@ -119,6 +120,7 @@ TRAIN_UPPER = {  # the most each field may be (lr is free: a huge one diverges, 
     "threads": 1024,
     "align_layer": 1024,
     "align_head": 1024,
+    "snapshot_models": 64,  # as many as the attention snapshots a run keeps
 }
 NOT_NEGATIVE = (
     "epochs",
@@ -128,6 +130,7 @@ NOT_NEGATIVE = (
     "batch_tokens",
     "align_layer",
     "align_head",
+    "snapshot_models",
 )  # TrainConfig fields: 0 or more
 AT_LEAST_ONE = ("batch_size", "eval_every", "log_every", "eval_sentences")  # 1 or more
 

@@ -6,15 +6,19 @@ import time
 
 import streamlit as st
 
+from core.alignment.head_aer import store_in_history
+from core.corpus.source import DataError
 from core.figures import layers as layer_figs
 from core.figures.training import LOG_SCALE, METRICS, OPTIONAL, curves_figure, legend_key_html
+from core.model.checkpoints import CheckpointError, read_metadata
 from core.runs import catalogue as models
 from core.runs import exports, jobs
 from core.runs import status as run_status
 from core.runs.catalogue import ModelError
-from core.runs.run_dir import RunDir, RunError
+from core.runs.run_dir import RunDir, RunError, run_dir
 from core.runs.status import RunInfo
 from core.training.devices import gpu_stats
+from pages.ui.progress import progress_bar
 from pages.ui.runs_table_view import (
     notes_form,
     runs_dataframe,
@@ -143,12 +147,34 @@ def promote_form(info: RunInfo) -> None:
             help="letters, digits, '.', '_' or '-' (at most 64)",
         )
         overwrite = st.checkbox("Replace a model with the same name")
+        heads = st.checkbox(
+            "Keep every head's numbers over training",
+            value=True,
+            help="Measures every head on 100 validation sentences at each model the run kept "
+            "(about a second each) and stores them in the model's .history file, for the "
+            "Attention page's Over training section.",
+        )
         if st.form_submit_button("Save model"):
             try:
                 path = models.promote(info.run_id, which, name, overwrite)
-                st.success(f"Saved as {md(path.name)}: pick it on the Translate page.")
             except ModelError as e:
                 st.error(md(e))
+                return
+            st.success(f"Saved as {md(path.name)}: pick it on the Translate page.")
+            if heads:
+                keep_trajectories(info, path)
+
+
+def keep_trajectories(info: RunInfo, path) -> None:
+    """Measure the run's heads at its kept models into the saved model's history (with a bar)."""
+    bar, report = progress_bar()
+    try:
+        step = (read_metadata(path).get("state") or {}).get("step")
+        store_in_history(run_dir(info.run_id).path, path, step, progress=report)
+    except (DataError, CheckpointError, RunError, OSError, ValueError) as e:
+        st.warning(md(f"The model is saved, without its heads' numbers over training: {e}"))
+    finally:
+        bar.empty()
 
 
 def run_header(info: RunInfo) -> None:

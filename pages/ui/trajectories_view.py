@@ -14,6 +14,7 @@ from core.attention.trajectories import METRIC_NAMES, METRICS, SENTENCES, Trajec
 from core.attention.trajectory_reading import (
     largest_change,
     map_difference,
+    source_share_reading,
     specialisation,
     stages,
     step_difference,
@@ -33,7 +34,7 @@ from pages.ui.view_widgets import widget_default
 
 BASIS_WORDS = {
     "probes": "probe sentences as translated at each snapshot (every step)",
-    "validation": "validation sentences, teacher-forced (steps with a saved model)",
+    "validation": "validation sentences, teacher-forced (steps with a kept model)",
 }
 NO_DIFF = -1
 STAGES_HOW = (
@@ -81,7 +82,9 @@ def trajectories_panel(page: SectionInputs, result: Trajectories, step: int) -> 
     table = result.frame(basis)
     marks = largest_change(table, metric)
     records = open_history(source).read_metrics()
-    fig = trajectory_figure(table, metric, state.kind, marks, records, step, BASIS_WORDS[basis])
+    share = result.model_frame() if basis == "validation" else None
+    words = BASIS_WORDS[basis]
+    fig = trajectory_figure(table, metric, state.kind, marks, records, step, words, share)
     chart(fig, "traj_lines", name=export_name(state.model, "", state.kind, what=f"{metric} heads"))
     if result.pending:
         measure_button(page, result)
@@ -101,9 +104,11 @@ def availability(result: Trajectories) -> None:
         )
     st.dataframe(pd.DataFrame(rows), hide_index=True)
     st.caption(
-        "AER (cross heads, AWO links on the shipped gold set) needs a model: it is measured "
-        "at steps where the run saved a checkpoint (best.pt, last.pt, the shipped model), "
-        "and from the probe maps only where a probe sentence and its output are a gold pair."
+        "The validation numbers, AER (cross heads, AWO links on the shipped gold set) and the "
+        "source share (ALTI+) need the model of that step: a run keeps one at up to "
+        "`snapshot_models` evaluations (default 20), besides best.pt and last.pt; a model "
+        "saved from a run carries them in its .history file. From the probe maps alone, AER "
+        "is measured only where a probe sentence and its output are a gold pair."
     )
 
 
@@ -141,6 +146,8 @@ def stages_and_heads(result: Trajectories) -> None:
         left.markdown(f"**Stages (heuristic):** {md(found.summary())}.")
         chart(stage_figure(found), "traj_stages", left, "training stages")
         left.caption(STAGES_HOW)
+    if reading := source_share_reading(result.model_frame()):
+        left.markdown(f"**Measured:** {md(reading[0].upper() + reading[1:])}.")
     heads = specialisation(probes)
     heads["kind"] = heads["kind"].map(KIND_NAMES)
     right.markdown("**When heads specialise** (probe sentences)")
