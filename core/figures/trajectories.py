@@ -152,9 +152,9 @@ def stage_figure(stages: Stages) -> go.Figure:
             "text": "Stages of training (a heuristic from attention weights)",
             "subtitle": {"text": "bands: target-side LM, word-by-word, reordering"},
         },
-        height=340,
+        height=370,
         margin={"t": 90, "l": 10, "r": 10, "b": 10},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.3, "x": 0},  # below the x title
         xaxis={"title": {"text": "training step"}} | PLAIN_NUMBERS,
         yaxis={"title": {"text": "value"}, "range": [0, 1.05]} | PLAIN_NUMBERS,
     )
