@@ -50,3 +50,24 @@ def test_play_steps_through_training_and_decoding(app_server, browser_page, tiny
     page.get_by_role("button", name="▶ Play").click()
     page.wait_for_function("() => location.search.includes('step=2')", timeout=30_000)
     assert_no_browser_exception(page)
+
+
+def test_the_shipped_models_heads_on_validation_sentences(app_server, browser_page):
+    """A fresh clone's shipped model: every step's validation numbers and source share come
+    from its .history file (no run, no corpus needed), at 760 and 1400 px."""
+    url, page = app_server["url"], browser_page
+    problems = {}
+    for width in (760, 1400):
+        page.set_viewport_size({"width": width, "height": 3600})
+        page.goto(f"{url}/attention?" + urlencode({"section": "training"}))
+        settle(page, 4)
+        page.get_by_text("Every head over training").first.wait_for(timeout=60_000)
+        radio = page.locator("[data-testid=stRadio] label").filter(has_text="validation")
+        radio.first.click()
+        page.get_by_text("Source share of the predictions").first.wait_for(timeout=60_000)
+        settle(page, 4)
+        assert page.get_by_text("source share (ALTI+)").count() >= 1  # the chart's legend
+        assert_no_browser_exception(page)
+        name = f"attention_trajectories_shipped_{width}"
+        problems[name] = look(page, name)
+    assert not any(problems.values()), problems

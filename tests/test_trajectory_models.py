@@ -122,11 +122,16 @@ def test_source_share_is_alti_plus_on_the_references(val_run):
     assert math.isnan(source_share(lm, []))
 
 
-def test_a_bpe_run_measures_its_kept_models(runs_env, bpe_run):
-    result = head_trajectories(bpe_run, sentences=4)
-    assert result.model_steps == RunDir(bpe_run).snapshot_model_steps()
-    # the tiny BPE run has no validation split: each step says so, none fails
-    assert all("validation" in n for n in result.notes)
+def test_a_bpe_run_measures_its_kept_models(runs_env, tmp_path):
+    out = tmp_path / "bpe"
+    extra = ("--tokenizer", "bpe", "--bpe-vocab", "120", "--num-train", "24", "--num-val", "6")
+    assert helpers.train_tiny(out, *extra, "--epochs", "60", "--eval-every", "20") == 0
+    result = head_trajectories(out, sentences=6)
+    assert result.model_steps == RunDir(out).snapshot_model_steps() == [20, 40, 60]
+    assert not result.notes and not result.pending
+    cross = result.frame("validation").query("kind == 'cross'")
+    assert sorted(set(cross["step"])) == [20, 40, 60] and cross["aer"].between(0, 1).all()
+    assert result.model_frame()["source_share"].between(0, 1).all()
 
 
 # ----------------------------------------------------------------------------- history files
@@ -230,3 +235,14 @@ def test_the_figure_shows_the_source_share_under_the_loss(runs_env, val_run):
 
 def test_an_empty_result_has_an_empty_model_frame():
     assert Trajectories().model_frame().empty
+
+
+def test_a_large_model_keeps_fewer_copies():
+    from core.runs.recorder import KEPT_MODELS_BYTES, models_to_keep
+
+    small = torch.nn.Linear(10, 10)  # 110 parameters
+    assert models_to_keep(20, small) == 20 and models_to_keep(0, small) == 0
+    eighth = torch.nn.Linear(1, KEPT_MODELS_BYTES // 16, bias=False, device="meta")  # no memory
+    assert models_to_keep(20, eighth) == 8  # each float16 copy is an eighth of the budget
+    huge = torch.nn.Linear(1, KEPT_MODELS_BYTES, bias=False, device="meta")  # over it alone
+    assert models_to_keep(20, huge) == 1

@@ -86,7 +86,9 @@ class RunRecorder:
         if info.get("is_best"):
             self.save(self.rd.best, with_optimizer=False)
         self.rd.save_snapshot(trainer.state.step, trainer.probe_maps())
-        if keep := trainer.cfg.snapshot_models:  # the model too, for heads over training
+        if keep := models_to_keep(
+            trainer.cfg.snapshot_models, trainer.model
+        ):  # heads over training
             self.save(self.rd.snapshot_model(trainer.state.step), with_optimizer=False, half=True)
             self.rd.thin_snapshot_models(keep)
         self.save(self.rd.last, with_optimizer=True)
@@ -114,6 +116,18 @@ class RunRecorder:
             message=message,
             diverged_at=info.get("diverged_at"),
         )
+
+
+KEPT_MODELS_BYTES = 2**30  # the most disk a run's kept snapshot models take (float16)
+
+
+def models_to_keep(asked: int, model) -> int:
+    """How many snapshot models a run keeps: ``asked`` (``TrainConfig.snapshot_models``), fewer
+    when that many float16 copies would pass KEPT_MODELS_BYTES (at least one when asked)."""
+    if not asked:
+        return 0
+    size = 2 * sum(p.numel() for p in model.parameters())  # bytes in float16
+    return min(asked, max(1, KEPT_MODELS_BYTES // max(size, 1)))
 
 
 def divergence_message(info: dict, saved_step: int | None) -> str:

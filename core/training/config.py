@@ -39,7 +39,7 @@ class TrainConfig:
     threads: int = 0  # CPU threads for torch (0 = torch's default)
     bucket: bool = True  # length-bucketed batches (False: random batches)
     probes: list[str] = field(default_factory=lambda: list(D2L_PROBES))  # snapshot sentences
-    snapshot_models: int = 20  # models kept at snapshot steps, float16, for heads over training
+    snapshot_models: int = 20  # models kept at snapshots (float16, 1 GB a run at most; 0 = none)
     align_weight: float = 0.0  # weight of the alignment loss on one head (Garg et al.; 0 = off)
     align_layer: int = 0  # decoder layer of the cross-attention head trained to align
     align_head: int = 0  # the head of that layer trained to align
