@@ -91,3 +91,23 @@ def test_save_as_a_model_keeps_the_heads_numbers(jobs_env, val_run):
     assert any("Saved as kept.pt" in plain(s.value) for s in at.success)
     section = HistoryFile(history_path(jobs_env["checkpoints"] / "kept.pt")).section(STORED_KEY)
     assert [s["model"]["step"] for s in section["steps"]] == RunDir(val_run).snapshot_steps()
+
+
+def test_save_as_a_model_while_the_server_is_busy_saves_and_says_why(jobs_env, val_run):
+    from pages.ui.cached_ablation import heavy_slots
+
+    shutil.copytree(val_run, jobs_env["runs"] / "val")
+    slots = heavy_slots()
+    assert slots.acquire(blocking=False)  # another session's heavy computation holds the slot
+    try:
+        at = run_page_script("train.py", {"run": "val"})
+        next(t for t in at.text_input if t.label == "Model name").set_value("busy")
+        next(b for b in at.button if b.label == "Save model").click().run()
+        assert_clean(at)
+    finally:
+        slots.release()
+    assert (jobs_env["checkpoints"] / "busy.pt").is_file()
+    assert any("server is busy" in plain(w.value) for w in at.warning)
+    assert (
+        HistoryFile(history_path(jobs_env["checkpoints"] / "busy.pt")).section(STORED_KEY) is None
+    )

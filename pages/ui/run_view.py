@@ -18,6 +18,7 @@ from core.runs.catalogue import ModelError
 from core.runs.run_dir import RunDir, RunError, run_dir
 from core.runs.status import RunInfo
 from core.training.devices import gpu_stats
+from pages.ui.cached_ablation import heavy_slot
 from pages.ui.progress import progress_bar
 from pages.ui.runs_table_view import (
     notes_form,
@@ -168,13 +169,16 @@ def promote_form(info: RunInfo) -> None:
 def keep_trajectories(info: RunInfo, path) -> None:
     """Measure the run's heads at its kept models into the saved model's history (with a bar)."""
     bar, report = progress_bar()
-    try:
-        step = (read_metadata(path).get("state") or {}).get("step")
-        store_in_history(run_dir(info.run_id).path, path, step, progress=report)
-    except (DataError, CheckpointError, RunError, OSError, ValueError) as e:
-        st.warning(md(f"The model is saved, without its heads' numbers over training: {e}"))
-    finally:
-        bar.empty()
+    with heavy_slot() as slot:
+        try:
+            if slot is None:
+                raise ValueError("the server is busy with another heavy computation")
+            step = (read_metadata(path).get("state") or {}).get("step")
+            store_in_history(run_dir(info.run_id).path, path, step, progress=report)
+        except (DataError, CheckpointError, RunError, OSError, ValueError) as e:
+            st.warning(md(f"The model is saved, without its heads' numbers over training: {e}"))
+        finally:
+            bar.empty()
 
 
 def run_header(info: RunInfo) -> None:
