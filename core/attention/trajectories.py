@@ -60,6 +60,7 @@ from core.model.checkpoints import (
 from core.model.transformer import evaluating
 from core.places import trajectories_root
 from core.runs.history import SUFFIX, HistoryFile, open_history
+from core.runs.run_dir import RunDir
 
 METRICS = ("entropy", "diagonal", "previous", "special", "aer")  # a head's numbers at a step
 MAP_METRICS = METRICS[:4]  # those read from the maps alone
@@ -235,15 +236,16 @@ def history_of(checkpoint) -> Path | None:
 
 
 def snapshot_models(source, checkpoint=None) -> dict[int, Path]:
-    """Checkpoints saved at a snapshot step: {step: path} (the run's .pt files, the model
-    beside a .history file, and ``checkpoint`` when given)."""
+    """Checkpoints saved at a snapshot step: {step: path} (``checkpoint`` when given, the
+    run's .pt files, then its kept snapshot models; the model beside a .history file)."""
     path = Path(source)
     found = [Path(checkpoint)] if checkpoint else []
     if path.suffix == SUFFIX:
         found.append(path.with_suffix(".pt"))
     elif path.is_dir():
-        found += sorted(path.glob("*.pt")) + sorted((path / "snapshots").glob("model_*.pt"))
-    steps = set(open_history(source).snapshot_steps())
+        found += sorted(path.glob("*.pt"))
+    reader = open_history(source)
+    steps = set(reader.snapshot_steps())
     out: dict[int, Path] = {}
     for pt in found:
         try:
@@ -252,7 +254,10 @@ def snapshot_models(source, checkpoint=None) -> dict[int, Path]:
             continue
         if step in steps:
             out.setdefault(step, pt)
-    return out
+    if isinstance(reader, RunDir):  # a kept model's step is in its name: no file to open
+        for step in steps.intersection(reader.snapshot_model_steps()):
+            out.setdefault(step, reader.snapshot_model(step))
+    return dict(sorted(out.items()))
 
 
 def _snapshot_digest(source, step: int) -> str:

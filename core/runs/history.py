@@ -68,9 +68,9 @@ def write_history(run_dir, checkpoint, up_to_step: int | None = None) -> Path | 
 
 def add_section(path, name: str, payload: dict) -> None:
     """Add (or replace) a section of plain data in a history file, atomically."""
-    data = HistoryFile(path)._load()
     if name in ("format", "metrics", "snapshots"):
         raise ValueError(f"{name!r} is a history file's own section")
+    data = HistoryFile(path)._load()
     atomic_save(data | {name: payload}, Path(path))
 
 

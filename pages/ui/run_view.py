@@ -6,20 +6,14 @@ import time
 
 import streamlit as st
 
-from core.alignment.head_aer import store_in_history
-from core.corpus.source import DataError
 from core.figures import layers as layer_figs
 from core.figures.training import LOG_SCALE, METRICS, OPTIONAL, curves_figure, legend_key_html
-from core.model.checkpoints import CheckpointError, read_metadata
-from core.runs import catalogue as models
 from core.runs import exports, jobs
 from core.runs import status as run_status
-from core.runs.catalogue import ModelError
-from core.runs.run_dir import RunDir, RunError, run_dir
+from core.runs.run_dir import RunDir, RunError
 from core.runs.status import RunInfo
 from core.training.devices import gpu_stats
-from pages.ui.cached_ablation import heavy_slot
-from pages.ui.progress import progress_bar
+from pages.ui.promote_view import promote_form
 from pages.ui.runs_table_view import (
     notes_form,
     runs_dataframe,
@@ -128,57 +122,6 @@ def confirm_delete(run_id: str) -> None:
     if no.button("Cancel"):
         st.session_state.pop("confirm_delete", None)
         st.rerun()
-
-
-def promote_form(info: RunInfo) -> None:
-    """Save the run's best or last checkpoint under a name, for Translate and Attention."""
-    choices = [w for w, ok in (("best", info.has_best), ("last", info.has_last)) if ok]
-    if not choices or info.alive:
-        return
-    with st.expander("Save as a model (checkpoints/)"), st.form(f"promote-{info.run_id}"):
-        which = st.radio(
-            "Checkpoint",
-            choices,
-            horizontal=True,
-            help="best: highest validation BLEU; last: end of training",
-        )
-        name = st.text_input(
-            "Model name",
-            placeholder="fra-small-v1",
-            help="letters, digits, '.', '_' or '-' (at most 64)",
-        )
-        overwrite = st.checkbox("Replace a model with the same name")
-        heads = st.checkbox(
-            "Keep every head's numbers over training",
-            value=True,
-            help="Measures every head on 100 validation sentences at each model the run kept "
-            "(about a second each) and stores them in the model's .history file, for the "
-            "Attention page's Over training section.",
-        )
-        if st.form_submit_button("Save model"):
-            try:
-                path = models.promote(info.run_id, which, name, overwrite)
-            except ModelError as e:
-                st.error(md(e))
-                return
-            st.success(f"Saved as {md(path.name)}: pick it on the Translate page.")
-            if heads:
-                keep_trajectories(info, path)
-
-
-def keep_trajectories(info: RunInfo, path) -> None:
-    """Measure the run's heads at its kept models into the saved model's history (with a bar)."""
-    bar, report = progress_bar()
-    with heavy_slot() as slot:
-        try:
-            if slot is None:
-                raise ValueError("the server is busy with another heavy computation")
-            step = (read_metadata(path).get("state") or {}).get("step")
-            store_in_history(run_dir(info.run_id).path, path, step, progress=report)
-        except (DataError, CheckpointError, RunError, OSError, ValueError) as e:
-            st.warning(md(f"The model is saved, without its heads' numbers over training: {e}"))
-        finally:
-            bar.empty()
 
 
 def run_header(info: RunInfo) -> None:
