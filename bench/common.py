@@ -38,7 +38,7 @@ class TorchTwin(nn.Module):
         self.cfg = cfg
         self.src_emb = nn.Embedding(cfg.src_vocab_size, cfg.d_model)
         self.tgt_emb = nn.Embedding(cfg.tgt_vocab_size, cfg.d_model)
-        self.pos = PositionalEncoding(cfg.d_model, cfg.dropout, cfg.max_positions)
+        self.pos = PositionalEncoding(cfg.d_model, cfg.dropout, cfg.max_positions, "bernoulli")
         self.transformer = nn.Transformer(
             cfg.d_model,
             cfg.num_heads,

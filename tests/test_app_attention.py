@@ -358,3 +358,14 @@ def test_real_shipped_model(shipped_model_dirs):
         at.radio(key="at_kind").set_value(kind).run()
         assert_clean(at)
         assert titles(at)[0].startswith(kind_labels(kind)[0])
+
+
+def test_a_model_newer_than_the_cached_list_opens_from_its_url(studio_dirs):
+    """The model list is re-read every 5 s; a URL naming a model made since re-reads it."""
+    at = run_page()  # caches the list without the new run
+    assert_clean(at)
+    shutil.copytree(studio_dirs["runs"] / "tiny", studio_dirs["runs"] / "brand-new")
+    at = run_page({"model": "runs/brand-new/last.pt"})
+    assert_clean(at)
+    assert not [w for w in at.warning if "was not found" in w.value]
+    assert at.selectbox(key="at_model").value == "runs/brand-new/last.pt"

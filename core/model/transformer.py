@@ -5,6 +5,10 @@ H heads, Dh head width (D // H), F feed-forward width, V vocabulary size, L laye
 
 Attention weights are returned explicitly when asked (``need_weights=True``); otherwise
 the fused ``F.scaled_dot_product_attention`` path is used. Both give the same outputs.
+Training on the CPU takes the explicit path too: there SDPA's backward falls back to its
+float32 "math" kernel whenever dropout is on (and its bf16 fused backward was 8x slower
+at d2l's shapes), and the explicit path draws its dropout masks cheaply (core.model.dropout).
+With ``dropout_masks="bernoulli"`` training keeps SDPA and torch's masks (older runs' path).
 Either path multiplies each head's output by its gate ``head_gate`` (when one is set) before
 W_o, which is how heads are removed at inference (``core.ablate``). Where queries, keys and
 values are one tensor (self-attention; keys and values for the memory), W_q, W_k, W_v run as
@@ -23,6 +27,7 @@ from torch import nn
 
 from core.config_fields import too_large, type_problems
 from core.model.align_loss import AlignTarget, alignment_loss
+from core.model.dropout import MASKS, Dropout, dropout
 from core.model.output_loss import projected_cross_entropy
 
 MODEL_UPPER = {  # the most each size may be: what one machine trains and the pages show
@@ -52,6 +57,7 @@ class ModelConfig:
     max_positions: int = 512  # longest sequence the positional-encoding table covers
     norm_first: bool = False  # False: post-LN AddNorm as in the paper; True: pre-LN
     pad_id: int = 0  # id of <pad> in both vocabularies
+    dropout_masks: str = "bits"  # "bits": 16-bit masks (core.model.dropout); "bernoulli": torch's
 
     def problems(self) -> list[str]:
         """Every reason these sizes cannot build a model, each naming its field ([] if none)."""
@@ -75,6 +81,8 @@ class ModelConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             problems.append(f"dropout must be in [0, 1) (got {self.dropout})")
+        if self.dropout_masks not in MASKS:
+            problems.append(f"dropout_masks must be one of {MASKS} (got {self.dropout_masks!r})")
         if self.max_positions < 2:
             problems.append(f"max_positions must be at least 2 (got {self.max_positions})")
         if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
@@ -96,7 +104,7 @@ def subsequent_mask(size: int, device=None) -> torch.Tensor:
     return torch.ones(size, size, dtype=torch.bool, device=device).tril()
 
 
-def attention(q, k, v, mask=None, dropout: float = 0.0, training: bool = False):
+def attention(q, k, v, mask=None, p: float = 0.0, training: bool = False, masks="bits"):
     """Scaled dot-product attention returning ``(out, weights)``.
 
     Args:
@@ -111,16 +119,16 @@ def attention(q, k, v, mask=None, dropout: float = 0.0, training: bool = False):
     weights = scores.softmax(dim=-1)  # (B, H, Tq, Tk)
     if mask is not None:
         weights = weights.masked_fill(~mask, 0.0)
-    dropped = F.dropout(weights, dropout, training) if dropout and training else weights
+    dropped = dropout(weights, p, training, masks)  # (B, H, Tq, Tk)
     return dropped @ v, weights  # (B, H, Tq, Dh), (B, H, Tq, Tk)
 
 
 class PositionalEncoding(nn.Module):
     """Adds the fixed sinusoidal position table, then dropout."""
 
-    def __init__(self, d_model: int, dropout: float, max_len: int):
+    def __init__(self, d_model: int, dropout: float, max_len: int, masks: str = "bits"):
         super().__init__()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout, masks)
         pos = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # (max_len, 1)
         div = torch.pow(10000, torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
         table = torch.zeros(max_len, d_model)  # (max_len, D)
@@ -148,9 +156,9 @@ def packed_linear(x: torch.Tensor, *layers: nn.Linear) -> tuple[torch.Tensor, ..
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with W_q, W_k, W_v, W_o projections (stacked when inputs agree)."""
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float):
+    def __init__(self, d_model: int, num_heads: int, dropout: float, masks: str = "bits"):
         super().__init__()
-        self.num_heads, self.dropout = num_heads, dropout
+        self.num_heads, self.dropout, self.masks = num_heads, dropout, masks
         self.W_q = nn.Linear(d_model, d_model)
         self.W_k = nn.Linear(d_model, d_model)
         self.W_v = nn.Linear(d_model, d_model)
@@ -185,12 +193,11 @@ class MultiHeadAttention(nn.Module):
         """
         q, k, v = self.project(queries, keys, values, kv)  # (B, H, Tq|Tk, Dh)
         p = self.dropout if self.training else 0.0
-        if need_weights:
-            out, weights = attention(q, k, v, mask, p, self.training)  # (B, H, Tq, Dh)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-            weights = None
-        return self.W_o(self.merge_heads(out)), weights
+        if need_weights or (self.training and self.masks == "bits" and q.device.type == "cpu"):
+            out, weights = attention(q, k, v, mask, p, self.training, self.masks)
+            return self.W_o(self.merge_heads(out)), weights if need_weights else None
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        return self.W_o(self.merge_heads(out)), None
 
     def merge_heads(self, out: torch.Tensor) -> torch.Tensor:
         """(B, H, Tq, Dh) -> (B, Tq, D), each head's output first scaled by its gate if set."""
@@ -216,10 +223,10 @@ class PositionWiseFFN(nn.Module):
 class AddNorm(nn.Module):
     """Residual connection and layer norm around a sublayer (post-LN or pre-LN)."""
 
-    def __init__(self, d_model: int, dropout: float, norm_first: bool):
+    def __init__(self, d_model: int, dropout: float, norm_first: bool, masks: str = "bits"):
         super().__init__()
         self.ln = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout, masks)
         self.norm_first = norm_first
 
     def forward(self, x: torch.Tensor, sublayer):
@@ -236,10 +243,12 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.attention = MultiHeadAttention(cfg.d_model, cfg.num_heads, cfg.dropout)
-        self.addnorm1 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.attention = MultiHeadAttention(
+            cfg.d_model, cfg.num_heads, cfg.dropout, cfg.dropout_masks
+        )
+        self.addnorm1 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.dropout_masks)
         self.ffn = PositionWiseFFN(cfg.d_model, cfg.d_ff)
-        self.addnorm2 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.addnorm2 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.dropout_masks)
 
     def forward(self, x, src_mask, need_weights=False):
         """x (B, S, D), src_mask (B, 1, 1, S) -> (x (B, S, D), weights (B, H, S, S)|None)."""
@@ -253,12 +262,16 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.self_attention = MultiHeadAttention(cfg.d_model, cfg.num_heads, cfg.dropout)
-        self.addnorm1 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
-        self.cross_attention = MultiHeadAttention(cfg.d_model, cfg.num_heads, cfg.dropout)
-        self.addnorm2 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.self_attention = MultiHeadAttention(
+            cfg.d_model, cfg.num_heads, cfg.dropout, cfg.dropout_masks
+        )
+        self.addnorm1 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.dropout_masks)
+        self.cross_attention = MultiHeadAttention(
+            cfg.d_model, cfg.num_heads, cfg.dropout, cfg.dropout_masks
+        )
+        self.addnorm2 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.dropout_masks)
         self.ffn = PositionWiseFFN(cfg.d_model, cfg.d_ff)
-        self.addnorm3 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.addnorm3 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.dropout_masks)
 
     def self_block(self, h, tgt_mask, need_weights, cache):
         """Masked self-attention; with ``cache`` the new keys/values are appended to it."""
@@ -308,7 +321,9 @@ class Encoder(nn.Module):
         super().__init__()
         self.d_model = cfg.d_model
         self.embedding = nn.Embedding(cfg.src_vocab_size, cfg.d_model)
-        self.pos_encoding = PositionalEncoding(cfg.d_model, cfg.dropout, cfg.max_positions)
+        self.pos_encoding = PositionalEncoding(
+            cfg.d_model, cfg.dropout, cfg.max_positions, cfg.dropout_masks
+        )
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_encoder_layers))
         self.final_ln = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
 
@@ -329,7 +344,9 @@ class Decoder(nn.Module):
         super().__init__()
         self.d_model = cfg.d_model
         self.embedding = nn.Embedding(cfg.tgt_vocab_size, cfg.d_model)
-        self.pos_encoding = PositionalEncoding(cfg.d_model, cfg.dropout, cfg.max_positions)
+        self.pos_encoding = PositionalEncoding(
+            cfg.d_model, cfg.dropout, cfg.max_positions, cfg.dropout_masks
+        )
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_decoder_layers))
         self.final_ln = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
         self.dense = nn.Linear(cfg.d_model, cfg.tgt_vocab_size)

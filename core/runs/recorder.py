@@ -12,7 +12,7 @@ from pathlib import Path
 
 from core.model.checkpoints import portable_data_config, save_checkpoint
 from core.runs.run_dir import RunDir
-from core.runs.system import ProcessMeter
+from core.runs.system import ProcessMeter, trim_heap
 from core.training.loop import Trainer, rng_state
 
 
@@ -36,6 +36,7 @@ class RunRecorder:
 
     def on_step(self, trainer: Trainer, info: dict) -> None:
         """Record training metrics, refresh the status, honour a stop file."""
+        trim_heap()  # the free heap back to the system, before memory is sampled
         system = self.meter.sample()  # CPU %, resident memory (GPU memory on CUDA)
         self.rd.append_metrics({"record": "train", **info, **system, "time": time.time()})
         self.rd.write_status(

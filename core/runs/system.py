@@ -8,6 +8,8 @@ holds on the current CUDA device, when one is in use.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import resource
 import sys
@@ -16,6 +18,29 @@ import time
 import torch
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _glibc_trim():
+    """glibc's ``malloc_trim``, or None where the C library is another (macOS, musl)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+MALLOC_TRIM = _glibc_trim() if sys.platform.startswith("linux") else None
+
+
+def trim_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc); elsewhere nothing.
+
+    Each batch has its own shape, so a training step frees and allocates buffers of
+    sizes glibc has not seen, and its heap keeps the freed ones: a "small" run on one
+    thread grew from 0.8 GB after setup to 1.75 GB in 240 steps, of which 0.5 GB was free
+    heap that ``malloc_trim`` gave back. The recorder trims at every metrics record.
+    """
+    if MALLOC_TRIM is not None:
+        MALLOC_TRIM(0)
 
 
 def resident_mb() -> float:

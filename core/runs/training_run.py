@@ -36,6 +36,7 @@ from core.runs.locks import hold_run
 from core.runs.processes import identity
 from core.runs.recorder import RunRecorder
 from core.runs.run_dir import RunDir, RunError, read_json
+from core.runs.system import trim_heap
 from core.training import distributed
 from core.training.config import RESUME_CHANGES, TrainConfig
 from core.training.devices import (
@@ -229,6 +230,7 @@ def train_run(args: argparse.Namespace, world: World | None = None) -> int:
         diverged_at=None,
     )
     trainer = prepare(rd, configs, resume, world)
+    trim_heap()  # what reading and encoding the corpus freed
     # a signal only asks: the processes decide together at the next step (Trainer.agree)
     signal.signal(signal.SIGTERM, lambda *_: setattr(trainer, "stop_asked", True))
     if world.is_main and rd.stop_requested():

@@ -15,6 +15,7 @@ from dataclasses import MISSING, dataclass, fields
 from core.corpus.config import SPLITS, TOKENIZERS, DataConfig
 from core.corpus.user_files import source_problems
 from core.corpus.vocab import SPECIALS
+from core.model.dropout import MASKS
 from core.model.transformer import ModelConfig
 from core.training.config import DEVICES, SCHEDULES, TrainConfig
 from core.training.devices import memory_problem, resolve_device
@@ -29,7 +30,13 @@ class SettingsError(ValueError):
     """Settings name an unknown preset or group; the message says which."""
 
 
-CHOICES = {"split": SPLITS, "tokenizer": TOKENIZERS, "schedule": SCHEDULES, "device": DEVICES}
+CHOICES = {
+    "split": SPLITS,
+    "tokenizer": TOKENIZERS,
+    "schedule": SCHEDULES,
+    "device": DEVICES,
+    "dropout_masks": MASKS,
+}
 
 
 def field_help(cls) -> dict[str, str]:

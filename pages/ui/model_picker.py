@@ -33,6 +33,9 @@ def load_model(path: str, mtime: float) -> LoadedModel:
 def choose_model(state: ViewState, prefix: str) -> models.ModelEntry | None:
     """The picker (widget key ``<prefix>_model``); None, with a message, if no model works."""
     entries = model_entries()
+    if state.model and models.find_entry([e for e in entries if e.usable], state.model) is None:
+        _list_models.clear()  # asked for a model newer than the list (re-read every 5 s)
+        entries = model_entries()
     usable = [e for e in entries if e.usable]
     broken = [e for e in entries if not e.usable]
     entry = None
