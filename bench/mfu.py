@@ -1,7 +1,7 @@
 """Model FLOPs utilisation: the trainer's useful FLOP/s against this machine's matmul peak.
 
     python bench/mfu.py [--presets d2l,small] [--precisions fp32,bf16] [--rounds 5]
-                        [--steps 20] [--device cpu|cuda]
+                        [--steps 20] [--device cpu|cuda] [--ceiling]
 
 For each preset and precision, in each round (medians over rounds):
 
@@ -14,7 +14,11 @@ For each preset and precision, in each round (medians over rounds):
 - **peak FLOP/s**: the best of plain matrix products of the model's own shapes (tokens of a
   batch x d_model by d_model x 3 d_model, by d_model x d_ff, d_ff x d_model, and the output
   layer's d_model x V) in the same precision, timed in the same round;
-- **MFU** = trainer / peak.
+- **MFU** = trainer / peak;
+- with ``--ceiling``, the step once more under ``torch.profiler``: the self time of its
+  matrix products (mm, addmm, bmm, baddbmm) and of the fused Adam step, the products' own
+  GFLOP/s inside the step, and the **ceiling**: the MFU of a step that did nothing but its
+  products and Adam, at the speed they run there (the rest of the step counted as free).
 
 Needs fra-eng.zip (FRA_ENG_ZIP, else ../shared/data/fra-eng.zip).
 """
@@ -28,6 +32,7 @@ import time
 
 import torch
 from common import corpus_path, median
+from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
 from core.corpus.config import DataConfig
@@ -111,6 +116,43 @@ def peak_speed(trainer: Trainer, tokens: int, repeats: int = 5) -> float:
     return best
 
 
+PRODUCTS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
+
+
+def step_parts(trainer: Trainer, batches: list) -> tuple[float, float, float]:
+    """(FLOPs, seconds in matrix products, seconds in Adam) of the trainer's steps, profiled."""
+    flops = sum(step_flops(trainer, b) for b in batches)
+    with profile(activities=[ProfilerActivity.CPU, *cuda_activity(trainer.device)]) as prof:
+        for src, tgt, here, total, align in batches:
+            trainer.train_step(src, tgt, here, total, align)
+        sync(trainer.device)
+    products = adam = 0.0
+    on_gpu = trainer.device.type == "cuda"
+    for e in prof.key_averages():  # a GPU's kernel time, else the CPU's
+        seconds = (e.self_device_time_total if on_gpu else e.self_cpu_time_total) / 1e6
+        if e.key in PRODUCTS:
+            products += seconds
+        elif "adam" in e.key.lower() and e.key.startswith("aten::"):
+            adam += seconds
+    return flops, products, adam
+
+
+def cuda_activity(device: torch.device) -> list:
+    """The profiler's CUDA activity where the step runs on a GPU."""
+    return [ProfilerActivity.CUDA] if device.type == "cuda" else []
+
+
+def ceiling(trainer: Trainer, batches: list, peak: float) -> dict:
+    """The products' own FLOP/s in the step, and the MFU of a step of products and Adam only."""
+    flops, products, adam = step_parts(trainer, batches)
+    return {
+        "products_gflops": flops / products / 1e9,
+        "products_ms": products / len(batches) * 1e3,
+        "adam_ms": adam / len(batches) * 1e3,
+        "ceiling": flops / (products + adam) / peak,
+    }
+
+
 def measure(preset: str, precision: str, args) -> dict:
     """Medians over rounds of trainer FLOP/s, peak FLOP/s and their ratio."""
     trainer = trainer_for(preset, precision == "bf16", args.device)
@@ -124,7 +166,7 @@ def measure(preset: str, precision: str, args) -> dict:
         ours, peak = trainer_speed(trainer, chunk), peak_speed(trainer, tokens)
         rounds.append((ours, peak, ours / peak))
     ours, peak, ratio = (median([x[i] for x in rounds]) for i in range(3))
-    return {
+    row = {
         "preset": preset,
         "precision": precision,
         "trainer_gflops": ours / 1e9,
@@ -132,6 +174,9 @@ def measure(preset: str, precision: str, args) -> dict:
         "mfu": ratio,
         "rounds": len(rounds),
     }
+    if args.ceiling:
+        row.update(ceiling(trainer, batches[: args.steps], peak))
+    return row
 
 
 def main() -> None:
@@ -142,6 +187,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--ceiling", action="store_true", help="also profile the step's products")
     args = p.parse_args()
     bf16 = args.device == "cuda" or cpu_has_native_bf16()
     precisions = [x for x in args.precisions.split(",") if x == "fp32" or bf16]
@@ -154,6 +200,15 @@ def main() -> None:
             f"| {r['preset']} | {r['precision']} | {r['trainer_gflops']:.0f} | "
             f"{r['peak_gflops']:.0f} | {r['mfu']:.1%} |"
         )
+    if args.ceiling:
+        head = "products in the step GFLOP/s | products ms/step | Adam ms/step | ceiling"
+        print(f"\n| preset | precision | {head} |")
+        print("|---|---|---|---|---|---|")
+        for r in rows:
+            print(
+                f"| {r['preset']} | {r['precision']} | {r['products_gflops']:.0f} | "
+                f"{r['products_ms']:.1f} | {r['adam_ms']:.1f} | {r['ceiling']:.1%} |"
+            )
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """The best model ten minutes can buy: train settings for one fixed budget, then test BLEU.
 
     python bench/sweep.py [--minutes 10] [--mode pinned|alone] [--only NAME,NAME]
-                          [--out DIR] [--list]
+                          [--seed 0] [--out DIR] [--list]
 
     # the README's table: --only was,lr2e-3,tokens2600,d384,3+3,ffn512,bpe8000,dropout0
-    # then --only d0-tokens2600,d0-lr2e-3; and --mode alone --only was,small
+    # then --only d0-tokens2600,d0-lr2e-3, then --only linear,linear-lr2e-3,linear-lr3e-3,
+    # linear-tokens2600; and --mode alone --only was,dropout0,small (--seed 0 and 1)
 
 Each setting is the "small" preset with a few flags changed (``SETTINGS`` below), trained
 with the project's own command (``python -m core.train``) for the same number of minutes on
@@ -34,29 +35,36 @@ from pathlib import Path
 
 from common import ROOT, budget_command, held_out_figures
 
-WAS = ["--dropout", "0.1"]  # the "small" preset before this sweep: what the first round varies
-SETTINGS: dict[str, list[str]] = {  # name -> flags over the "small" preset
-    "small": [],  # the preset as it is now (the first round's winner, dropout 0)
-    "was": WAS,  # the preset as it was on 25 November 2026 before the sweep (see --list)
+OLD_SCHEDULE = ["--schedule", "inverse_sqrt", "--lr", "0.001"]  # before the third round
+WAS = ["--dropout", "0.1", *OLD_SCHEDULE]  # the "small" preset before this sweep (see --list)
+SETTINGS: dict[str, list[str]] = {  # name -> flags over the "small" preset (later flags win)
+    "small": [],  # the preset as it is now (the third round's winner)
+    "was": WAS,  # the preset as it was on 25 November 2026 before the sweep
+    # the first round: one change each to the preset as it was
     "lr2e-3": [*WAS, "--lr", "0.002"],
     "ffn512": [*WAS, "--d-ff", "512"],
     "3+3": [*WAS, "--num-encoder-layers", "3", "--num-decoder-layers", "3"],
     "d384": [*WAS, "--d-model", "384", "--num-heads", "6", "--d-ff", "1536"],
     "tokens2600": [*WAS, "--batch-tokens", "2600", "--lr", "0.0014"],
     "bpe8000": [*WAS, "--bpe-vocab", "8000", "--max-vocab", "8000"],
-    "dropout0": ["--dropout", "0"],
+    "dropout0": OLD_SCHEDULE,  # the first round's winner: dropout 0 (the preset's since)
     # the second round: no dropout with the first round's runners-up
-    "d0-tokens2600": ["--dropout", "0", "--batch-tokens", "2600", "--lr", "0.0014"],
-    "d0-lr2e-3": ["--dropout", "0", "--lr", "0.002"],
-    # not run yet (25 November 2026)
-    "d0-ffn512": ["--dropout", "0", "--d-ff", "512"],
-    "d0-tokens5200": ["--dropout", "0", "--batch-tokens", "5200", "--lr", "0.002"],
-    "d0-3+3": ["--dropout", "0", "--num-encoder-layers", "3", "--num-decoder-layers", "3"],
-    "d0-bpe4000": ["--dropout", "0", "--bpe-vocab", "4000", "--max-vocab", "4000"],
+    "d0-tokens2600": [*OLD_SCHEDULE, "--batch-tokens", "2600", "--lr", "0.0014"],
+    "d0-lr2e-3": [*OLD_SCHEDULE, "--lr", "0.002"],
+    # not run (25 November 2026)
+    "d0-ffn512": [*OLD_SCHEDULE, "--d-ff", "512"],
+    "d0-3+3": [*OLD_SCHEDULE, "--num-encoder-layers", "3", "--num-decoder-layers", "3"],
+    "d0-bpe4000": [*OLD_SCHEDULE, "--bpe-vocab", "4000", "--max-vocab", "4000"],
+    # the third round: no dropout, the learning rate decaying to zero at the end of the budget
+    "linear": ["--lr", "0.001"],
+    "linear-lr2e-3": [],  # the winner: the preset now
+    "linear-lr3e-3": ["--lr", "0.003"],
+    "linear-tokens2600": ["--batch-tokens", "2600"],
 }
 PRESET_AS_SWEPT = {  # the "small" preset's settings the sweep started from (for --list)
     "model": "d_model 256, 4 heads, 2+2 blocks, d_ff 1024, dropout 0.1 (now 0)",
-    "train": "batch 128 pairs, lr 1e-3, inverse_sqrt, warm-up 400, label smoothing 0.1",
+    "train": "batch 128 pairs, lr 1e-3 (now 2e-3), inverse_sqrt (now linear), warm-up 400, "
+    "label smoothing 0.1",
     "data": "BPE 6000, max_len 12 words",
 }
 
@@ -66,9 +74,9 @@ def pinned(core: int):
     return lambda: os.sched_setaffinity(0, {core})
 
 
-def command(name: str, out: Path, minutes: float, threads: int) -> list[str]:
+def command(name: str, out: Path, minutes: float, threads: int, seed: int = 0) -> list[str]:
     """The core.train command of one setting."""
-    extra = [*SETTINGS[name], "--threads", str(threads), "--seed", "0"]
+    extra = [*SETTINGS[name], "--threads", str(threads), "--seed", str(seed)]
     return budget_command(out, "small", minutes, *extra)
 
 
@@ -81,7 +89,7 @@ def train(names: list[str], args) -> dict[str, float]:
         shutil.rmtree(out, ignore_errors=True)
         pin = args.mode == "pinned"
         procs[name] = subprocess.Popen(
-            command(name, out, args.minutes, 1 if pin else 0),
+            command(name, out, args.minutes, 1 if pin else 0, args.seed),
             cwd=ROOT,
             preexec_fn=pinned(cores[i % len(cores)]) if pin else None,
             stdout=subprocess.DEVNULL,
@@ -105,6 +113,7 @@ def score(name: str, args, peak_mb: float) -> dict:
         "setting": name,
         "flags": " ".join(SETTINGS[name]),
         "mode": args.mode,
+        "seed": args.seed,
         "minutes": args.minutes,
         "test_bleu": round(result["bleu"], 2),
         "val_bleu": round(result["val_bleu"], 2),
@@ -150,6 +159,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--mode", choices=("pinned", "alone"), default="pinned")
+    p.add_argument("--seed", type=int, default=0, help="the runs' seed (batches, weights, masks)")
     p.add_argument("--only", default="", help="comma-separated setting names (default: all)")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "sweep"))
     p.add_argument("--list", action="store_true", help="print the settings and exit")

@@ -1,7 +1,11 @@
-"""Where a training step's time goes, at the d2l chapter's size on real fra-eng batches.
+"""Where a training step's time goes, at a preset's size on real fra-eng batches.
 
-    python bench/train_profile.py [--precision bf16|fp32] [--models ours,twin,d2l]
-                                  [--batches 12] [--repeats 5] [--top 12]
+    python bench/train_profile.py [--preset d2l|small] [--precision bf16|fp32]
+                                  [--models ours,twin,d2l] [--batches 12] [--repeats 5]
+                                  [--top 12]
+
+``--preset d2l`` (default): the d2l chapter's model on word batches (vocabulary 10,000,
+sentences up to 20 words); ``--preset small``: the "small" preset's model and data (BPE).
 
 For each implementation (ours, the torch.nn.Transformer twin, the d2l transcription) it
 times the step (loss, backward, fused Adam) on the same length-bucketed batches of 128
@@ -35,6 +39,7 @@ from train_throughput import SIZES, training_batches
 from core.corpus.config import DataConfig
 from core.corpus.splits import load_corpus
 from core.model.transformer import ModelConfig, Transformer
+from core.training.presets import PRESETS
 
 IMPLEMENTATIONS = {"ours": Transformer, "twin": TorchTwin, "d2l": D2LTransformer}
 PRODUCTS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
@@ -88,16 +93,23 @@ def print_profile(name: str, wall_ms: float, kinds: dict, ops: dict, top: int) -
 def main() -> None:
     """Time and profile each implementation's step and print where its time goes."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", choices=["d2l", "small"], default="d2l")
     p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
     p.add_argument("--models", default="ours,twin,d2l", help="comma-separated: ours, twin, d2l")
     p.add_argument("--batches", type=int, default=12)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--top", type=int, default=12)
     args = p.parse_args()
-    corpus = load_corpus(DataConfig(source=corpus_path(), max_len=20, max_vocab=10000))
+    if args.preset == "small":
+        data_cfg = DataConfig(**{**PRESETS["small"]["data"], "source": corpus_path()})
+        size, fields = "the small preset", PRESETS["small"]["model"]
+    else:
+        data_cfg = DataConfig(source=corpus_path(), max_len=20, max_vocab=10000)
+        size, fields = SIZES["d2l"]
+    corpus = load_corpus(data_cfg)
     data = training_batches(corpus, args.batches)
     vocab = len(corpus.tgt_vocab)
-    cfg = ModelConfig(len(corpus.src_vocab), vocab, **SIZES["d2l"][1])
+    cfg = ModelConfig(len(corpus.src_vocab), vocab, **fields)
     names, amp = args.models.split(","), args.precision == "bf16"
     torch.manual_seed(0)
     models = {k: IMPLEMENTATIONS[k](cfg) for k in names}
@@ -106,7 +118,7 @@ def main() -> None:
     tokens = sum(int((t[:, 1:] != 0).sum()) for _, t in data)
     walls = {k: [tokens / s * 1e3 / len(data) for s in v] for k, v in speeds.items()}  # ms/step
     print(
-        f"{SIZES['d2l'][0]}, vocab {len(corpus.src_vocab)} / {vocab}, batch 128, "
+        f"{size}, vocab {len(corpus.src_vocab)} / {vocab}, batch 128, "
         f"{len(data)} batches, {args.precision}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads"
     )

@@ -29,6 +29,15 @@ def test_cached_greedy_equals_uncached(random_model):
     assert torch.equal(cached, plain[:, : cached.size(1)])
 
 
+def test_greedy_without_scores_keeps_no_log_probabilities(random_model):
+    """scores=False: the same ids, and no (B, T, V) log-probabilities held to the end."""
+    model, _, _ = random_model
+    src = torch.tensor([[4, 5, 6, 2, 0], [7, 8, 9, 10, 2]])
+    ids, logp, _ = greedy_decode(model, src, 12)
+    lean, none, _ = greedy_decode(model, src, 12, scores=False)
+    assert torch.equal(ids, lean) and none is None and logp.shape[:2] == ids.shape
+
+
 def test_beam_size_one_equals_greedy(random_model):
     """A beam of one is greedy decoding."""
     model, _, _ = random_model

@@ -335,3 +335,25 @@ def test_d2l_transcription_computes_our_loss():
                 p.zero_()  # d2l's attention projections have no bias
     args = (src, tgt[:, :-1], tgt[:, 1:], 0.1)
     assert torch.allclose(d2l.loss(*args), model.loss(*args), atol=1e-6)
+
+
+@pytest.mark.parametrize("amp", [None, torch.bfloat16])
+def test_validation_loss_equals_the_full_logits_cross_entropy(model_and_batch, amp):
+    """evaluate_loss (through the fused output layer) equals F.cross_entropy on all logits."""
+    from core.corpus.vocab import Vocab
+    from core.model.scores import evaluate_loss
+
+    model, src, tgt = model_and_batch
+    pairs = [(s[s != Vocab.pad_id].numpy(), t[t != Vocab.pad_id].numpy()) for s, t in zip(src, tgt)]
+    ours = evaluate_loss(model, pairs, batch_size=2, amp_dtype=amp)  # batches of 2 and 1
+    total, count = 0.0, 0
+    with torch.no_grad(), torch.autocast("cpu", dtype=amp or torch.bfloat16, enabled=bool(amp)):
+        model.eval()
+        for s, t in zip(src, tgt):
+            keep_s, keep_t = s[s != Vocab.pad_id][None], t[t != Vocab.pad_id][None]
+            logits, _ = model(keep_s, keep_t[:, :-1])  # (1, T, V)
+            total += float(
+                nn.functional.cross_entropy(logits[0].float(), keep_t[0, 1:], reduction="sum")
+            )
+            count += keep_t.size(1) - 1
+    assert ours == pytest.approx(total / count, rel=1e-5 if amp is None else 1e-2)

@@ -87,9 +87,12 @@ def test_the_trainer_logs_what_it_costs_the_machine(tmp_path):
     sample = meter.sample()
     assert 0 < sample["cpu_percent"] <= 100 * 64 and sample["rss_mb"] > 10
     assert abs(resident_mb() - sample["rss_mb"]) < 200
+    assert sample["peak_rss_mb"] >= sample["rss_mb"] - 1  # the most it has held, so far
     out = tmp_path / "run"
     assert train_tiny(out, "--epochs", "20") == 0
     train = [r for r in RunDir(out).read_metrics() if r["record"] == "train"]
-    assert train and all({"cpu_percent", "rss_mb", "time"} <= set(r) for r in train)
+    assert train and all({"cpu_percent", "rss_mb", "peak_rss_mb", "time"} <= set(r) for r in train)
+    peaks = [r["peak_rss_mb"] for r in train]
+    assert peaks == sorted(peaks)  # a peak never falls
     rows = list(csv.reader(io.StringIO(metrics_csv(RunDir(out)).decode())))
     assert {"cpu_percent", "rss_mb", "time"} <= set(rows[0])

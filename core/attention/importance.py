@@ -119,7 +119,7 @@ def bleu_without(
         sets = torch.tensor([j for j, _ in chunk], device=device)  # (B,)
         src = pad_batch([sample.src_ids[i] for _, i in chunk]).to(device)  # (B, S)
         with gated({m: t[sets] for m, t in table.items()}):  # (B, H) each
-            out, _, _ = greedy_decode(model, src, max_len)  # (B, T)
+            out, _, _ = greedy_decode(model, src, max_len, scores=False)  # (B, T)
         for (j, i), ids in zip(chunk, out.tolist()):
             words[j][i] = _words(ids, lm.tgt_vocab)
         if tick:

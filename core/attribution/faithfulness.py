@@ -81,7 +81,7 @@ def translate_sample(lm: LoadedModel, sample: Sample) -> list[Case]:
         src = torch.nn.utils.rnn.pad_sequence(
             [torch.as_tensor(r) for r in rows], batch_first=True, padding_value=Vocab.pad_id
         ).to(device)  # (B, S)
-        out, _, _ = greedy_decode(model, src, max_len)  # (B, T)
+        out, _, _ = greedy_decode(model, src, max_len, scores=False)  # (B, T)
         for i, ids in enumerate(out.tolist()):
             ids = ids[: ids.index(Vocab.eos_id) + 1] if Vocab.eos_id in ids else ids
             words = sample.sources[start + i]

@@ -97,11 +97,15 @@ def _assemble(rows: list[torch.Tensor], square: bool) -> torch.Tensor:
 
 
 @torch.no_grad()
-def greedy_decode(model: Transformer, src: torch.Tensor, max_len: int, need_weights=False):
+def greedy_decode(
+    model: Transformer, src: torch.Tensor, max_len: int, need_weights=False, scores=True
+):
     """Cached greedy decoding of (B, S) ids -> (ids (B, T) without <bos>, logp (B, T, V), maps).
 
     Each step feeds only the newest token; keys/values of earlier steps come from the cache.
-    Rows after a sequence's <eos> are to be ignored by the caller.
+    Rows after a sequence's <eos> are to be ignored by the caller. With ``scores=False``
+    logp is None: the (B, T, V) log-probabilities are not kept (256 sentences that run to
+    50 tokens over 6,000 words would hold 0.3 GB, and twice that while stacked).
     """
     memory, src_mask, enc_maps = model.encode(src, need_weights)
     cache = [{} for _ in model.decoder.layers]
@@ -114,7 +118,7 @@ def greedy_decode(model: Transformer, src: torch.Tensor, max_len: int, need_weig
         )  # logits (B, 1, V)
         logp = logits[:, -1].float().log_softmax(-1)  # (B, V)
         nxt = logp.argmax(-1)  # (B,)
-        logps.append(logp)
+        logps += [logp] if scores else []
         self_rows.append(w_self)
         cross_rows.append(w_cross)
         ys = torch.cat([ys, nxt[:, None]], dim=1)  # (B, t + 2)
@@ -124,7 +128,7 @@ def greedy_decode(model: Transformer, src: torch.Tensor, max_len: int, need_weig
     maps = None
     if need_weights:
         maps = AttentionMaps(enc_maps, _assemble(self_rows, True), _assemble(cross_rows, False))
-    return ys[:, 1:], torch.stack(logps, dim=1), maps
+    return ys[:, 1:], torch.stack(logps, dim=1) if scores else None, maps
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -280,7 +284,7 @@ def translate_batch(
             seqs = [s[: limit - 1] + [Vocab.eos_id] for s in ids]
             width = max(len(s) for s in seqs)
             src = torch.tensor([s + [Vocab.pad_id] * (width - len(s)) for s in seqs], device=device)
-            out, _, _ = greedy_decode(model, src, min(max_len, limit))  # (B, T)
+            out, _, _ = greedy_decode(model, src, min(max_len, limit), scores=False)  # (B, T)
             for i, row in zip(group, out.tolist()):
                 tokens = tgt_vocab.decode(_cut_at_eos(row))
                 results[i] = tgt_vocab.words([w for w in tokens if w != "<eos>"])

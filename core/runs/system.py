@@ -2,8 +2,8 @@
 
 CPU is the process's CPU time over wall time since the last sample, all threads together
 (100 % is one core busy); memory is the resident set now (Linux ``/proc/self/statm``,
-elsewhere the peak ``getrusage`` reports); GPU memory is what torch's caching allocator
-holds on the current CUDA device, when one is in use.
+elsewhere the peak ``getrusage`` reports) and the peak so far (``getrusage``); GPU memory
+is what torch's caching allocator holds on the current CUDA device, when one is in use.
 """
 
 from __future__ import annotations
@@ -43,14 +43,19 @@ def trim_heap() -> None:
         MALLOC_TRIM(0)
 
 
+def peak_resident_mb() -> float:
+    """The most resident memory this process has held so far, in MB (``getrusage``)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, B on macOS
+    return peak * (1 if sys.platform == "darwin" else 1024) / 1e6
+
+
 def resident_mb() -> float:
     """Resident memory of this process in MB (the peak where /proc is missing)."""
     try:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * PAGE / 1e6
     except (OSError, ValueError, IndexError):
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB on Linux, B on macOS
-        return peak / (1e6 if sys.platform == "darwin" else 1e3)
+        return peak_resident_mb()
 
 
 class ProcessMeter:
@@ -61,11 +66,12 @@ class ProcessMeter:
         self.cpu, self.wall = time.process_time(), time.perf_counter()
 
     def sample(self) -> dict:
-        """{"cpu_percent", "rss_mb"} (+ "gpu_mem_mb" on CUDA) since the last sample."""
+        """{"cpu_percent", "rss_mb", "peak_rss_mb"} (+ "gpu_mem_mb" on CUDA) now."""
         cpu, wall = time.process_time(), time.perf_counter()
         busy = 100 * (cpu - self.cpu) / max(wall - self.wall, 1e-9)
         self.cpu, self.wall = cpu, wall
         out = {"cpu_percent": round(busy, 1), "rss_mb": round(resident_mb(), 1)}
+        out["peak_rss_mb"] = round(peak_resident_mb(), 1)  # since the process started
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             out["gpu_mem_mb"] = round(torch.cuda.memory_allocated() / 1e6, 1)
         return out

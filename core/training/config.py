@@ -10,7 +10,7 @@ from core.config_fields import too_large, type_problems
 from core.corpus.text import D2L_TEST_PAIRS
 
 D2L_PROBES = [source for source, _ in D2L_TEST_PAIRS]  # snapshot sentences by default
-SCHEDULES = ("inverse_sqrt", "constant")  # TrainConfig.schedule
+SCHEDULES = ("inverse_sqrt", "constant", "linear")  # TrainConfig.schedule
 DEVICES = ("auto", "cpu", "cuda", "mps")  # TrainConfig.device
 LIMITS = ("epochs", "max_steps", "time_budget")  # the limits a resumed run may change
 RESUME_CHANGES = (*LIMITS, "lr", "warmup_steps", "grad_clip")  # all it may (after divergence)
@@ -27,7 +27,7 @@ class TrainConfig:
     batch_tokens: int = 0  # padded tokens per step and process in place of batch_size (0: off)
     lr: float = 1e-3  # peak learning rate of Adam
     warmup_steps: int = 400  # linear warm-up length
-    schedule: str = "inverse_sqrt"  # "inverse_sqrt" decay after warm-up, or "constant"
+    schedule: str = "inverse_sqrt"  # after warm-up: "inverse_sqrt", "constant" or "linear" (to 0)
     label_smoothing: float = 0.1  # as in the paper
     grad_clip: float = 1.0  # max gradient norm (0 = off)
     eval_every: int = 500  # steps between evaluations (and one at the end)
@@ -135,11 +135,18 @@ NOT_NEGATIVE = (
 AT_LEAST_ONE = ("batch_size", "eval_every", "log_every", "eval_sentences")  # 1 or more
 
 
-def learning_rate(step: int, cfg: TrainConfig) -> float:
-    """Peak lr after linear warm-up, then constant or decaying as 1/sqrt(step)."""
+def learning_rate(step: int, cfg: TrainConfig, progress: float = 0.0) -> float:
+    """Peak lr after linear warm-up, then constant, decaying as 1/sqrt(step), or "linear".
+
+    "linear" decays to zero at the run's end: the peak times 1 - ``progress``, the fraction
+    of the run done before this step (by steps or by time budget, whichever is further;
+    ``Trainer.progress``), as in budgeted training (Li et al. 2020), never above the ramp."""
     step = max(step, 1)
-    if cfg.warmup_steps and step < cfg.warmup_steps:
-        return cfg.lr * step / cfg.warmup_steps
+    warm = min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else 1.0
+    if cfg.schedule == "linear":  # the lower of the warm-up ramp and the decay: continuous
+        return cfg.lr * min(warm, 1.0 - min(max(progress, 0.0), 1.0))
+    if warm < 1.0:
+        return cfg.lr * warm
     if cfg.schedule == "constant":
         return cfg.lr
     return cfg.lr * math.sqrt(max(cfg.warmup_steps, 1) / step)

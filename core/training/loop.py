@@ -216,7 +216,7 @@ class Trainer:
         alignment loss of its head; "loss" reports the cross-entropy alone."""
         src, tgt = src.to(self.device), tgt.to(self.device)
         tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # (B, T) each
-        lr = learning_rate(self.state.step + 1, self.cfg)
+        lr = learning_rate(self.state.step + 1, self.cfg, self.progress())
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         with torch.autocast(
