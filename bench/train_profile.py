@@ -2,7 +2,7 @@
 
     python bench/train_profile.py [--preset d2l|small] [--precision bf16|fp32]
                                   [--models ours,twin,d2l] [--batches 12] [--repeats 5]
-                                  [--top 12]
+                                  [--top 12] [--max-vocab 10000]
 
 ``--preset d2l`` (default): the d2l chapter's model on word batches (vocabulary 10,000,
 sentences up to 20 words); ``--preset small``: the "small" preset's model and data (BPE).
@@ -95,6 +95,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", choices=["d2l", "small"], default="d2l")
     p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
+    p.add_argument("--max-vocab", type=int, default=10000, help="d2l: words kept (200: the book's)")
     p.add_argument("--models", default="ours,twin,d2l", help="comma-separated: ours, twin, d2l")
     p.add_argument("--batches", type=int, default=12)
     p.add_argument("--repeats", type=int, default=5)
@@ -104,7 +105,7 @@ def main() -> None:
         data_cfg = DataConfig(**{**PRESETS["small"]["data"], "source": corpus_path()})
         size, fields = "the small preset", PRESETS["small"]["model"]
     else:
-        data_cfg = DataConfig(source=corpus_path(), max_len=20, max_vocab=10000)
+        data_cfg = DataConfig(source=corpus_path(), max_len=20, max_vocab=args.max_vocab)
         size, fields = SIZES["d2l"]
     corpus = load_corpus(data_cfg)
     data = training_batches(corpus, args.batches)
