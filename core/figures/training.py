@@ -28,23 +28,15 @@ METRICS: dict[str, tuple[str, str, str]] = {  # metric -> (record logging it, ti
     "peak_rss_mb": ("train", "peak resident memory of the trainer", "MB"),
     "gpu_mem_mb": ("train", "GPU memory held by torch", "MB"),
 }  # the y axis's title is short: a long one runs into the chart's title on a narrow chart
-OPTIONAL = {
-    "cpu_percent",
-    "rss_mb",
-    "peak_rss_mb",
-    "gpu_mem_mb",
-}  # charted only when a run logged them
+# charted only when a run logged them
+OPTIONAL = {"cpu_percent", "rss_mb", "peak_rss_mb", "gpu_mem_mb"}
 
 
 COLORS = qualitative.Plotly
 
 
-UNSMOOTHED = {
-    "lr",
-    "rss_mb",
-    "peak_rss_mb",
-    "gpu_mem_mb",
-}  # a schedule, not a noisy measurement: drawn as is
+# a schedule, or a reading that is not noisy: drawn as is
+UNSMOOTHED = {"lr", "rss_mb", "peak_rss_mb", "gpu_mem_mb"}
 
 
 def _finite(value) -> bool:

@@ -118,7 +118,8 @@ def greedy_decode(
         )  # logits (B, 1, V)
         logp = logits[:, -1].float().log_softmax(-1)  # (B, V)
         nxt = logp.argmax(-1)  # (B,)
-        logps += [logp] if scores else []
+        if scores:
+            logps.append(logp)
         self_rows.append(w_self)
         cross_rows.append(w_cross)
         ys = torch.cat([ys, nxt[:, None]], dim=1)  # (B, t + 2)
