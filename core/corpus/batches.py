@@ -5,14 +5,19 @@ Shape key: B batch, S source length, T target length (both padded per batch).
 
 from __future__ import annotations
 
+import queue
 import random
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 import numpy as np
 import torch
 
 from core.corpus.splits import Split
 from core.corpus.vocab import Vocab
+
+T = TypeVar("T")
 
 
 def encode_pairs(
@@ -151,3 +156,47 @@ def rank_batches(
         src = pad_batch([encoded[i][0] for i in mine])  # (b, S)
         tgt = pad_batch([encoded[i][1] for i in mine])  # (b, T + 1)
         yield src, tgt, here, total
+
+
+def prefetched(items: Iterable[T], depth: int = 2) -> Iterator[T]:
+    """``items`` in order, made by a background thread up to ``depth`` ahead of the caller.
+
+    The next batches are padded (and, for a GPU, pinned) while the caller's step runs. An
+    exception raised while making an item is raised here, at that item; closing this
+    iterator (or leaving a ``for`` loop over it and dropping it) stops the thread.
+    """
+    made: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    end = object()  # put after the last item
+
+    def put(entry) -> bool:
+        """Queue one entry unless the caller has gone; False once it has."""
+        while not stop.is_set():
+            try:
+                made.put(entry, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def make() -> None:
+        try:
+            for item in items:
+                if not put((item, None)):
+                    return
+            put((end, None))
+        except BaseException as error:  # noqa: BLE001 - handed to the caller, raised there
+            put((end, error))
+
+    thread = threading.Thread(target=make, name="batch-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = made.get()
+            if error is not None:
+                raise error
+            if item is end:
+                return
+            yield item
+    finally:
+        stop.set()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from core.corpus.batches import batch_indices, encode_pairs, pad_batch, rank_groups
+from core.corpus.batches import batch_indices, encode_pairs, pad_batch, prefetched, rank_groups
 from core.corpus.splits import Corpus
 from core.corpus.supervision import alignment_targets, piece_links
 from core.corpus.vocab import Vocab
@@ -129,6 +129,11 @@ class Trainer:
         )
         self.val_groups = corpus.val.groups()[: cfg.eval_sentences]
         self.amp_dtype = autocast_dtype(self.device) if cfg.amp else None
+        # On a GPU the next batches are made (and pinned) by a thread while a step runs, and a
+        # step reads the device once, at its end. On the CPU a batch takes under 1 ms of a
+        # step of 100+ ms and a read costs nothing, so the plain path is kept (tests use both).
+        self.prefetch = self.device.type == "cuda"
+        self.one_sync = self.device.type == "cuda" and not self.world.distributed
         self.rng: dict | None = None  # random streams to continue (a resumed run), else seeded
         self.diverged: dict | None = None  # {"diverged_at": step, "diverged": what} once NaN/inf
         self.window: list[dict] = []  # step results since the last metrics record
@@ -214,7 +219,8 @@ class Trainer:
         weighted by that share times the processes, gives (DDP averaging) the gradient of one
         process on the whole step. With ``align`` the loss adds ``align_weight`` times the
         alignment loss of its head; "loss" reports the cross-entropy alone."""
-        src, tgt = src.to(self.device), tgt.to(self.device)
+        src = src.to(self.device, non_blocking=True)  # from pinned memory on a GPU
+        tgt = tgt.to(self.device, non_blocking=True)
         tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # (B, T) each
         lr = learning_rate(self.state.step + 1, self.cfg, self.progress())
         for group in self.optimizer.param_groups:
@@ -227,15 +233,24 @@ class Trainer:
             )
         total = loss + self.cfg.align_weight * align_loss if align is not None else loss
         self.optimizer.zero_grad(set_to_none=True)
+        if self.one_sync:
+            total.backward()
+            return self.step_on_device(loss, tgt_out, lr, align_loss if align else None)
         if self.world.distributed:
             (total * (self.world.size * tokens / step_tokens)).backward()
             value = distributed.sums(self.world, [loss.item() * tokens])[0] / step_tokens
         else:
             total.backward()
             value, step_tokens = loss.item(), int((tgt_out != Vocab.pad_id).sum())
+        out = self.step_on_host(value, step_tokens, lr)
+        if align is not None:
+            out["align_loss"] = align_loss.item()
+        return out
+
+    def step_on_host(self, value: float, step_tokens: int, lr: float) -> dict:
+        """Clip (when needed) and take the Adam step if the loss and gradient are finite."""
         clip = self.cfg.grad_clip or float("inf")
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        total_norm = torch.nn.utils.get_total_norm(grads)
+        total_norm = torch.nn.utils.get_total_norm(self.grads())
         norm = float(total_norm)
         # as clip_grad_norm_, which scales by min(1, clip / (norm + 1e-6)): no pass for a 1
         if clip < norm + 1e-6:
@@ -243,16 +258,47 @@ class Trainer:
         finite = math.isfinite(value) and math.isfinite(norm)  # the same on every process
         if finite:  # a NaN/inf step would poison the weights and Adam's moments
             self.optimizer.step()
-        out = {"loss": value, "lr": lr, "grad_norm": norm, "tokens": step_tokens, "finite": finite}
-        if align is not None:
-            out["align_loss"] = align_loss.item()
-        return out
+        return {"loss": value, "lr": lr, "grad_norm": norm, "tokens": step_tokens, "finite": finite}
+
+    def step_on_device(
+        self, loss: torch.Tensor, tgt_out: torch.Tensor, lr: float, align_loss=None
+    ) -> dict:
+        """The same step as ``step_on_host``, queued without waiting for the device.
+
+        Clipping always scales by min(1, clip / (norm + 1e-6)) (by exactly 1 when the norm
+        is under the limit, so the gradients are unchanged), and the fused Adam kernel skips
+        the update on the device when the loss or the norm is not finite (``found_inf``, as
+        under a GradScaler). The loss, the norm, the token count (and the alignment loss)
+        come back in one read."""
+        total_norm = torch.nn.utils.get_total_norm(self.grads())
+        if self.cfg.grad_clip:
+            torch.nn.utils.clip_grads_with_norm_(
+                self.model.parameters(), self.cfg.grad_clip, total_norm
+            )
+        finite = torch.isfinite(loss.detach()) & torch.isfinite(total_norm)
+        self.optimizer.found_inf = (~finite).float()
+        try:
+            self.optimizer.step()
+        finally:
+            del self.optimizer.found_inf
+        read = [loss.detach().float(), total_norm.float(), (tgt_out != Vocab.pad_id).sum().float()]
+        if align_loss is not None:
+            read.append(align_loss.detach().float())
+        value, norm, count, *aligned = torch.stack(read).tolist()  # the step's one host read
+        finite_here = math.isfinite(value) and math.isfinite(norm)
+        out = {"loss": value, "lr": lr, "grad_norm": norm, "tokens": int(count)}
+        out["finite"] = finite_here
+        return {**out, "align_loss": aligned[0]} if aligned else out
+
+    def grads(self) -> list[torch.Tensor]:
+        """The parameters' gradients (those that have one)."""
+        return [p.grad for p in self.model.parameters() if p.grad is not None]
 
     def to_device(self, align: AlignTarget | None) -> AlignTarget | None:
         """The alignment target on the training device."""
         if align is None:
             return None
-        return AlignTarget(align.layer, align.head, align.target.to(self.device))
+        return AlignTarget(align.layer, align.head, align.target.to(self.device, non_blocking=True))
 
     def evaluate(self) -> dict:
         """Validation loss and multi-reference BLEU on a fixed subset of sentences."""
@@ -341,6 +387,14 @@ class Trainer:
                 tgt = pad_batch([self.train_data[j][1] for j in mine])  # (b, T + 1)
                 yield src, tgt, here, total, self.align_target(mine, src, tgt)
 
+    def pinned(self, batches):
+        """The batches in page-locked memory on a CUDA machine (copied to the GPU without a
+        wait), else as they are."""
+        for src, tgt, tokens, step_tokens, align in batches:
+            if self.device.type == "cuda":
+                src, tgt = src.pin_memory(), tgt.pin_memory()
+            yield src, tgt, tokens, step_tokens, align
+
     def align_target(self, mine: list[int], src, tgt) -> AlignTarget | None:
         """The supervised head's target distributions for these pairs (None: no supervision)."""
         if self.train_links is None:
@@ -389,7 +443,8 @@ class Trainer:
     def run_epoch(self) -> None:
         """Train on the rest of the current epoch, or until training must stop."""
         t_last = time.perf_counter()
-        for src, tgt, tokens, step_tokens, align in self.epoch_batches():
+        batches = prefetched(self.pinned(self.epoch_batches())) if self.prefetch else None
+        for src, tgt, tokens, step_tokens, align in batches or self.epoch_batches():
             out = self.train_step(src, tgt, tokens, step_tokens, align)
             if not out["finite"]:
                 what = "gradient norm" if math.isfinite(out["loss"]) else "loss"
