@@ -443,8 +443,10 @@ class Trainer:
     def run_epoch(self) -> None:
         """Train on the rest of the current epoch, or until training must stop."""
         t_last = time.perf_counter()
-        batches = prefetched(self.pinned(self.epoch_batches())) if self.prefetch else None
-        for src, tgt, tokens, step_tokens, align in batches or self.epoch_batches():
+        batches = self.epoch_batches()
+        if self.prefetch:  # made ahead by a thread (a GPU run)
+            batches = prefetched(self.pinned(batches))
+        for src, tgt, tokens, step_tokens, align in batches:
             out = self.train_step(src, tgt, tokens, step_tokens, align)
             if not out["finite"]:
                 what = "gradient norm" if math.isfinite(out["loss"]) else "loss"
