@@ -10,7 +10,7 @@ import torch
 from core.model.checkpoints import read_checkpoint
 from core.runs.run_dir import RunDir
 from core.train import main
-from core.training.loop import rng_state, set_rng_state
+from core.training.random_streams import rng_state, set_rng_state
 from tests.helpers import train_tiny
 
 STEPS = 40  # the whole run

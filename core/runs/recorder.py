@@ -13,7 +13,8 @@ from pathlib import Path
 from core.model.checkpoints import portable_data_config, save_checkpoint
 from core.runs.run_dir import RunDir
 from core.runs.system import ProcessMeter, trim_heap
-from core.training.loop import Trainer, rng_state
+from core.training.loop import Trainer
+from core.training.random_streams import rng_state
 
 
 class RunRecorder:

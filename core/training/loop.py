@@ -11,8 +11,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -31,44 +30,7 @@ from core.training.config import TrainConfig, learning_rate
 from core.training.devices import autocast_dtype, pick_device
 from core.training.distributed import World
 from core.training.monitor import layer_norms, weight_histograms
-
-
-def rng_state() -> dict:
-    """Every random stream training draws from: torch's CPU, CUDA and MPS generators, Python's.
-
-    (Batches are drawn from their own generator, seeded by the seed and the epoch.)
-    """
-    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    if torch.backends.mps.is_available():
-        state["mps"] = torch.mps.get_rng_state()
-    return state
-
-
-def set_rng_state(state) -> None:
-    """Continue the random streams saved by rng_state (or an old checkpoint's CPU state)."""
-    if isinstance(state, torch.Tensor):  # older checkpoints saved the CPU state only
-        state = {"torch": state}
-    torch.set_rng_state(state["torch"])
-    if "python" in state:
-        version, internal, gauss = state["python"]
-        random.setstate((version, tuple(internal), gauss))
-    cuda = state.get("cuda")
-    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(cuda)
-    if "mps" in state and torch.backends.mps.is_available():
-        torch.mps.set_rng_state(state["mps"])
-
-
-@contextmanager
-def kept_random_streams() -> Iterator[None]:
-    """Run a block (evaluation, probes) without moving training's random streams."""
-    saved = rng_state()
-    try:
-        yield
-    finally:
-        set_rng_state(saved)
+from core.training.random_streams import kept_random_streams, rng_state, set_rng_state
 
 
 @dataclass
@@ -129,9 +91,8 @@ class Trainer:
         )
         self.val_groups = corpus.val.groups()[: cfg.eval_sentences]
         self.amp_dtype = autocast_dtype(self.device) if cfg.amp else None
-        # On a GPU the next batches are made (and pinned) by a thread while a step runs, and a
-        # step reads the device once, at its end. On the CPU a batch takes under 1 ms of a
-        # step of 100+ ms and a read costs nothing, so the plain path is kept (tests use both).
+        # A GPU run makes its next batches in a thread and reads the device once a step; on
+        # the CPU a batch takes < 1 ms of a 100+ ms step and a read waits for nothing.
         self.prefetch = self.device.type == "cuda"
         self.one_sync = self.device.type == "cuda" and not self.world.distributed
         self.rng: dict | None = None  # random streams to continue (a resumed run), else seeded
@@ -275,8 +236,8 @@ class Trainer:
             torch.nn.utils.clip_grads_with_norm_(
                 self.model.parameters(), self.cfg.grad_clip, total_norm
             )
-        finite = torch.isfinite(loss.detach()) & torch.isfinite(total_norm)
-        self.optimizer.found_inf = (~finite).float()
+        found_inf = ~(torch.isfinite(loss.detach()) & torch.isfinite(total_norm))
+        self.optimizer.found_inf = found_inf.float()
         try:
             self.optimizer.step()
         finally:
@@ -285,9 +246,8 @@ class Trainer:
         if align_loss is not None:
             read.append(align_loss.detach().float())
         value, norm, count, *aligned = torch.stack(read).tolist()  # the step's one host read
-        finite_here = math.isfinite(value) and math.isfinite(norm)
-        out = {"loss": value, "lr": lr, "grad_norm": norm, "tokens": int(count)}
-        out["finite"] = finite_here
+        finite = math.isfinite(value) and math.isfinite(norm)
+        out = {"loss": value, "lr": lr, "grad_norm": norm, "tokens": int(count), "finite": finite}
         return {**out, "align_loss": aligned[0]} if aligned else out
 
     def grads(self) -> list[torch.Tensor]:
@@ -388,8 +348,7 @@ class Trainer:
                 yield src, tgt, here, total, self.align_target(mine, src, tgt)
 
     def pinned(self, batches):
-        """The batches in page-locked memory on a CUDA machine (copied to the GPU without a
-        wait), else as they are."""
+        """The batches in page-locked memory on a GPU (copied there without a wait)."""
         for src, tgt, tokens, step_tokens, align in batches:
             if self.device.type == "cuda":
                 src, tgt = src.pin_memory(), tgt.pin_memory()
