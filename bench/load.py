@@ -11,7 +11,15 @@ It prints JSON lines and a table:
 errors (goal 0), p50/p95 latency per interaction, the server's peak memory, and the
 trainer's tokens/s alone and under the load (medians of its metric records).
 
-    python bench/load.py [--sessions 10] [--seconds 120] [--alone 60]
+With ``--hostile`` the class works twice, the second time beside a hostile session (issue
+31): it launches the settings whose snapshots once reached 1.29 GB each, opens
+``?max_len=200`` links on a model that never ends its output (64 heads, 24 + 24 layers),
+uploads a 2,000-pair gold file of 100-word sentences and then a 2,000-pair short one, and
+tries to overwrite the shipped model. It reports what each attempt met, the ordinary
+sessions' p95 with it against without it, the server's peak memory in each phase and how
+much the runs folder grew, against the quota.
+
+    python bench/load.py [--sessions 10] [--seconds 120] [--alone 60] [--hostile]
 
 Needs Debian's Chromium and the fra-eng corpus (``$FRA_ENG_ZIP`` or ../shared); every
 address it talks to is 127.0.0.1, and it stops by itself.
@@ -24,6 +32,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -217,19 +226,129 @@ async def student(browser, url: str, seed: int, until: float, results: list) -> 
         await context.close()
 
 
-async def the_class(url: str, sessions: int, seconds: float, seed: int) -> list:
-    """``sessions`` students at once in one headless Chromium for ``seconds``."""
+async def the_class(
+    url: str, sessions: int, seconds: float, seed: int, seen: list | None = None
+) -> list:
+    """``sessions`` students at once in one headless Chromium for ``seconds`` (and the hostile
+    session beside them when ``seen`` is a list: what it met goes there)."""
     from playwright.async_api import async_playwright
 
     results: list = []
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         until = time.time() + seconds
-        await asyncio.gather(
-            *(student(browser, url, seed + i, until, results) for i in range(sessions))
-        )
+        work = [student(browser, url, seed + i, until, results) for i in range(sessions)]
+        work += [hostile(browser, url, until, seen)] if seen is not None else []
+        await asyncio.gather(*work)
         await browser.close()
     return results
+
+
+# ----------------------------------------------------------------------------- the hostile one
+
+HOSTILE_RUN = "20260101-000000-hostile"  # a finished run whose model never ends its output
+HOSTILE_SETTINGS = {  # issue 31, item 1: 1.29 GB snapshots at every step
+    "model": {"d_model": 64, "num_heads": 64, "num_encoder_layers": 24, "num_decoder_layers": 24},
+    "train": {"eval_every": 1, "probes": ["!" * 200] * 8},
+}
+
+
+def never_ending_run(runs: Path, shipped: Path) -> None:
+    """A finished run whose best.pt is an untrained model of the audit's shape (64 heads,
+    24 + 24 layers) with the shipped vocabularies: it never emits <eos>."""
+    import torch
+
+    from core.model.checkpoints import load_checkpoint, save_checkpoint
+    from core.model.transformer import ModelConfig, Transformer
+    from core.runs.run_dir import RunDir, write_json
+
+    lm = load_checkpoint(shipped)
+    sizes = {k: v for k, v in HOSTILE_SETTINGS["model"].items()}
+    cfg = ModelConfig(len(lm.src_vocab), len(lm.tgt_vocab), d_ff=64, dropout=0.0, **sizes)
+    torch.manual_seed(0)
+    rd = RunDir(runs / HOSTILE_RUN)
+    rd.create()
+    state = {"step": 1, "best_bleu": 0.0}
+    save_checkpoint(rd.best, Transformer(cfg), lm.src_vocab, lm.tgt_vocab, state=state)
+    rd.write_status(state="finished", message="")
+    write_json(rd.job, {"run_id": HOSTILE_RUN, "created_at": 1.0, "launched_at": 0})
+
+
+def gold_files(words: int, pairs: int = 2000) -> tuple[bytes, bytes]:
+    """(pairs file, links file) of ``pairs`` sentences of ``words`` words each."""
+    side = " ".join(["go"] * words)
+    text = "".join(f"{side} ||| {side}\n" for _ in range(pairs)).encode()
+    links = "".join(" ".join(f"{i}-{i}" for i in range(words)) + "\n" for _ in range(pairs))
+    return text, links.encode()
+
+
+async def hostile(browser, url: str, until: float, seen: list) -> None:
+    """The hostile session: what one browser tried against everyone else, and what it met."""
+    from core.runs import jobs
+    from core.runs.run_dir import RunError
+
+    try:  # what the Train form's Launch does with these settings
+        await asyncio.to_thread(jobs.start_run, "d2l", HOSTILE_SETTINGS)
+        seen.append(("launch the 1.29 GB-snapshot settings", "started (NOT refused)"))
+    except RunError as e:
+        seen.append(("launch the 1.29 GB-snapshot settings", f"refused: {str(e)[:110]}"))
+    context = await browser.new_context(viewport={"width": 1280, "height": 900})
+    page = await context.new_page()
+    model = f"runs/{HOSTILE_RUN}/best.pt"
+    rounds = 0
+    while time.time() < until:
+        rounds += 1
+        for i in range(4):  # distinct links: each would have been a new cache entry
+            sentence = " ".join(["go"] * (3 + (rounds * 4 + i) % 20)) + " ."
+            query = urllib.parse.urlencode({"model": model, "max_len": 200, "sentence": sentence})
+            await page.goto(f"{url}/translate?{query}", timeout=TIMEOUT_MS)
+            await (
+                page.get_by_text("was cut from 200")
+                .or_(page.get_by_text("holds at most"))
+                .first.wait_for(timeout=TIMEOUT_MS)
+            )
+            await settled(page)
+        seen.append(("open ?max_len=200 links on the never-ending model", "cut or refused"))
+        await upload_gold(page, url, gold_files(100), seen, "2,000 pairs of 100 words")
+        await upload_gold(page, url, gold_files(6), seen, "2,000 pairs of 6 words")
+        await overwrite_shipped(page, url, seen)
+    await context.close()
+
+
+async def upload_gold(page, url: str, files: tuple[bytes, bytes], seen: list, what: str) -> None:
+    """The Alignment section's upload of a gold set; what the page answered."""
+    query = urllib.parse.urlencode({"section": "alignment", "sentence": "go ."})
+    await page.goto(f"{url}/attention?{query}", timeout=TIMEOUT_MS)
+    await page.get_by_text("Upload", exact=True).click(timeout=TIMEOUT_MS)
+    inputs = page.locator('[data-testid="stFileUploaderDropzoneInput"]')
+    await inputs.nth(0).set_input_files(
+        {"name": "pairs.txt", "mimeType": "text/plain", "buffer": files[0]}
+    )
+    await inputs.nth(1).set_input_files(
+        {"name": "gold.txt", "mimeType": "text/plain", "buffer": files[1]}
+    )
+    answers = ["readers scored", "the server scores at most", "one runs at a time"]
+    found = page.get_by_text(answers[0])
+    for words in answers[1:]:
+        found = found.or_(page.get_by_text(words))
+    await found.first.wait_for(timeout=TIMEOUT_MS)
+    await settled(page)
+    text = await page.locator("body").inner_text()
+    answer = next((a for a in answers if a in text), "?")
+    seen.append((f"upload a gold set of {what}", answer))
+
+
+async def overwrite_shipped(page, url: str, seen: list) -> None:
+    """Train page: "Save as a model" of the hostile run under the shipped model's name."""
+    await page.goto(f"{url}/train?run={HOSTILE_RUN}", timeout=TIMEOUT_MS)
+    await page.get_by_text("Save as a model").click(timeout=TIMEOUT_MS)
+    await page.get_by_label("Model name").fill("fra-eng-small")
+    await page.get_by_text("Replace a model with the same name").click()
+    await page.get_by_role("button", name="Save model").click()
+    answer = page.get_by_text("is the shipped model").or_(page.get_by_text("Saved as"))
+    await answer.first.wait_for(timeout=TIMEOUT_MS)
+    text = await page.locator("body").inner_text()
+    seen.append(("overwrite the shipped model", "refused" if "shipped model" in text else "SAVED"))
 
 
 def train_records(runs: Path, run_id: str) -> list[dict]:
@@ -259,37 +378,80 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=120.0, help="how long the class works")
     p.add_argument("--alone", type=float, default=60.0, help="trainer measured alone first")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hostile", action="store_true", help="then again beside a hostile session")
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="load-"))
     env = {**os.environ, "ATTENTION_STUDIO_RUNS": str(tmp / "runs")}
     env["FRA_ENG_ZIP"] = corpus_path()
+    env["ATTENTION_STUDIO_CHECKPOINTS"] = str(tmp / "checkpoints")  # the shipped model's copy
     (tmp / "runs").mkdir()
+    shutil.copytree(ROOT / "checkpoints", tmp / "checkpoints")
     os.environ.update(env)
-    from core.runs import jobs
+    from core.runs import budget, jobs
 
     run_id = jobs.start_run(
         "small", {"train": {"device": "cpu", "time_budget": 0, "max_steps": 10**6, "log_every": 10}}
     )
+    if args.hostile:
+        never_ending_run(tmp / "runs", tmp / "checkpoints" / "fra-eng-small.pt")
     server, url = start_server(tmp / "runs")
     memory = PeakMemory(server.pid)
     memory.start()
+    phases, seen = {}, []
     try:
         time.sleep(20)  # the trainer reads the corpus and starts
         first = len(train_records(tmp / "runs", run_id))
         time.sleep(args.alone)
         before = train_records(tmp / "runs", run_id)
         alone = median_tokens_per_s(before[first:])
-        results = asyncio.run(the_class(url, args.sessions, args.seconds, args.seed))
-        loaded = median_tokens_per_s(train_records(tmp / "runs", run_id)[len(before) :])
+        for phase in ("class", "class + hostile") if args.hostile else ("class",):
+            memory.peak, held = 0.0, budget.folder_bytes(tmp / "runs")
+            mark = len(train_records(tmp / "runs", run_id))
+            hostile_seen = seen if phase != "class" else None
+            results = asyncio.run(
+                the_class(url, args.sessions, args.seconds, args.seed, hostile_seen)
+            )
+            loaded = median_tokens_per_s(train_records(tmp / "runs", run_id)[mark:])
+            phases[phase] = (results, memory.peak, loaded, budget.folder_bytes(tmp / "runs") - held)
+        shipped = (tmp / "checkpoints" / "fra-eng-small.pt").read_bytes()
+        intact = shipped == (ROOT / "checkpoints" / "fra-eng-small.pt").read_bytes()
+        quota = budget.quota_bytes(budget.folder_bytes(tmp / "runs"))
     finally:
         memory.done.set()
         jobs.stop_run(run_id, wait=30)
         stop_server(server)
-    report(results, memory.peak, alone, loaded, args)
+    for phase, (results, peak, loaded, grew) in phases.items():
+        print(f"\n## {phase}")
+        report(results, peak, alone, loaded, args, {"runs_folder_grew_mb": grew / 2**20})
+    if args.hostile:
+        compare(phases, seen, intact, quota)
     return 0
 
 
-def report(results: list, peak: float, alone, loaded, args) -> None:
+def compare(phases: dict, seen: list, intact: bool, quota: int) -> None:
+    """What the hostile session met, and what it cost the others (JSON lines and a table)."""
+    p95 = {
+        phase: percentile([s for what, s, e in results if not e and what != "open a page"], 95)
+        for phase, (results, *_) in phases.items()
+    }
+    errors = sum(1 for *_, e in phases["class + hostile"][0] if e)
+    summary = {
+        "ordinary_errors_with_hostile": errors,
+        "p95_without_s": p95["class"],
+        "p95_with_s": p95["class + hostile"],
+        "p95_ratio": p95["class + hostile"] / p95["class"] if p95["class"] else None,
+        "server_peak_rss_mb_with_hostile": round(phases["class + hostile"][1]),
+        "runs_folder_grew_mb": round(phases["class + hostile"][3] / 2**20, 1),
+        "quota_gb": round(quota / 2**30, 1),
+        "shipped_model_intact": intact,
+    }
+    print("\n## the hostile session")
+    for what, answer in dict(seen).items():
+        print(json.dumps({"hostile": what, "met": answer}))
+    print(json.dumps(summary))
+
+
+def report(results: list, peak: float, alone, loaded, args, more: dict | None = None) -> None:
     """JSON lines per interaction kind and overall, then a Markdown table."""
     rows = []
     for what in ("open a page", "translate", "browse heads", "remove heads", "all"):
@@ -312,6 +474,7 @@ def report(results: list, peak: float, alone, loaded, args) -> None:
         "trainer_tokens_per_s_under_load": loaded,
         "trainer_ratio": loaded / alone if alone and loaded else None,
         "error_examples": sorted({e for *_, e in results if e})[:5],
+        **(more or {}),
     }
     for row in rows + [summary]:
         print(json.dumps(row))

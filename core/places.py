@@ -79,6 +79,33 @@ def trajectories_root() -> Path:
     return runs_root() / TRAJECTORIES
 
 
+def shown_path(path) -> str:
+    """A path as a message shows it, never this machine's layout: inside one of the app's
+    folders, that folder's name and the rest ('data/pairs.tsv', 'runs/<id>/last.pt',
+    'uploads/<file>'); inside the project, relative to it; elsewhere, its base name."""
+    p = Path(path)
+    try:
+        resolved = p.expanduser().resolve()
+    except (OSError, RuntimeError, ValueError):
+        return p.name
+    folders = [
+        (uploads_root(), "uploads"),
+        (data_root(), "data"),
+        (runs_root(), "runs"),
+        (checkpoints_root(), "checkpoints"),
+        (default_cache_dir(), "download-cache"),
+        (REPO_ROOT, ""),
+    ]
+    for root, label in folders:
+        try:
+            inside = resolved.relative_to(root.resolve()).as_posix()
+        except (ValueError, OSError, RuntimeError):
+            continue
+        inside = "" if inside == "." else inside
+        return f"{label}/{inside}" if label else inside or "."
+    return p.name
+
+
 def corpus_folders() -> list[Path]:
     """The only folders the app reads corpus files from: data, download cache, uploads."""
     return [data_root(), default_cache_dir(), uploads_root()]

@@ -10,6 +10,7 @@ from core.training.devices import device_summary
 from pages.ui.frame import ensure_app_navigation, footer, page_links
 from pages.ui.model_picker import model_entries
 from pages.ui.runs_table_view import runs_dataframe
+from pages.ui.text import spreadsheet_safe
 
 
 def show_models() -> None:
@@ -20,7 +21,7 @@ def show_models() -> None:
         st.info("No models yet. Train a run, then use “Save as a model” on the Train page.")
         return
     st.dataframe(
-        models.models_frame(entries),
+        spreadsheet_safe(models.models_frame(entries)),
         hide_index=True,
         placeholder="—",
         column_config={"val BLEU": st.column_config.NumberColumn(format="%.2f")},

@@ -21,7 +21,7 @@ from core.runs.catalogue import ModelEntry
 from pages.ui.cached import translate, validation_examples
 from pages.ui.frame import ensure_app_navigation, footer, link
 from pages.ui.model_picker import pick_model
-from pages.ui.text import code, md
+from pages.ui.text import code, md, spreadsheet_safe
 from pages.ui.view_widgets import (
     TRANSLATE_KEYS,
     sentence_input,
@@ -113,7 +113,7 @@ def show_translation(t: Translation, state: ViewState) -> None:
     if any(t.src_unknown):
         st.caption("Red: not in the model's vocabulary, fed to the model as <unk>.")
     st.markdown("**Top candidates at each output step** (probability of the next token)")
-    st.dataframe(topk_frame(t), hide_index=True)
+    st.dataframe(spreadsheet_safe(topk_frame(t)), hide_index=True)
     link("attention.py", "Inspect its attention →", state.to_query())
 
 
@@ -133,7 +133,7 @@ def d2l_section(lm: LoadedModel, entry: ModelEntry, settings: DecodeSettings) ->
         check = saved[1]
         st.metric("Corpus BLEU (sacreBLEU)", f"{check.bleu:.1f}")
         st.dataframe(
-            check.rows,
+            spreadsheet_safe(check.rows),
             hide_index=True,
             column_config={"bleu": st.column_config.NumberColumn("BLEU (d2l, k=2)", format="%.3f")},
         )

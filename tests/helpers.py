@@ -6,6 +6,7 @@ Fixtures (tests/conftest.py) are thin wrappers around these; tests import from h
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 import re
 import shutil
@@ -142,7 +143,14 @@ def setup_studio_dirs(root: Path, tiny_checkpoint: Path, tiny_run: Path) -> dict
     return {"checkpoints": ckpts, "runs": runs, "run": runs / tiny_run.name}
 
 
-VAL_DATA = {"source": "tiny.tsv", "split": "head", "num_train": 24, "num_val": 6, "min_freq": 1}
+VAL_DATA = {  # tiny.tsv as a checkpoint records it (by name and SHA-1), 6 pairs for validation
+    "source": "tiny.tsv",
+    "source_sha1": hashlib.sha1(TINY.read_bytes()).hexdigest(),
+    "split": "head",
+    "num_train": 24,
+    "num_val": 6,
+    "min_freq": 1,
+}
 
 
 def with_validation_split(checkpoint: Path, path: Path) -> Path:
@@ -260,10 +268,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(runs: Path, script: str = "app.py"):
+def start_server(runs: Path, script: str = "app.py", env: dict | None = None):
     """Start ``streamlit run SCRIPT`` on a free loopback port; return (process, base URL).
 
-    Skips when Chromium or Playwright is missing; CI installs both.
+    ``env``: more environment variables of the server (e.g. how it knows its users). Skips
+    when Chromium or Playwright is missing; CI installs both.
     """
     if not shutil.which("chromium") and not Path(CHROMIUM).exists():
         pytest.skip("chromium is not installed (apt-get install chromium)")
@@ -273,6 +282,7 @@ def start_server(runs: Path, script: str = "app.py"):
         **os.environ,
         "ATTENTION_STUDIO_RUNS": str(runs),
         "ATTENTION_STUDIO_DATA": str(TINY.parent),
+        **(env or {}),
     }
     with open(runs / "server.log", "w") as log:
         proc = subprocess.Popen(

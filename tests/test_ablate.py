@@ -331,7 +331,7 @@ def test_ablate_command_prints_a_baseline_then_one_line_per_head(val_checkpoint,
     "args, message",
     [
         (["--sentences", "0"], "--sentences must be at least 1"),
-        (["--data", "/nowhere/pairs.tsv"], "the file /nowhere/pairs.tsv is missing"),
+        (["--data", "/nowhere/pairs.tsv"], "the file pairs.tsv is missing"),
     ],
 )
 def test_ablate_command_errors_are_one_line(val_checkpoint, capsys, args, message):

@@ -11,11 +11,10 @@ from streamlit.testing.v1 import AppTest
 
 from core.model.checkpoints import atomic_save, read_checkpoint
 from core.runs.catalogue import SHIPPED_NAME
-from tests.helpers import assert_clean, plain, run_page_script
+from tests.helpers import VAL_DATA, assert_clean, plain, run_page_script
 
 SECTION = {"section": "Remove heads"}
 CROSS = [f"Cross L{layer} H{head}" for layer in range(2) for head in range(4)]
-VAL_DATA = {"source": "tiny.tsv", "split": "head", "num_train": 24, "num_val": 6, "min_freq": 1}
 
 
 @pytest.fixture

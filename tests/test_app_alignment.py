@@ -187,3 +187,40 @@ def test_the_best_reader_can_be_shown_in_the_view_above(studio_dirs):
             str(best["head"]),
         )
     assert query(at)["kind"] == "cross"
+
+
+def test_a_link_with_a_huge_index_is_named_not_a_crash(studio_dirs):
+    """Found by the audit: a 5,000-digit index raised a plain ValueError (int's digit limit)."""
+    at = upload(run_page(), PAIRS, b"0-0\n" + b"1" * 5000 + b"-1\n", "huge.gold")
+    assert_clean(at)
+    (error,) = [plain(e.value) for e in at.error]
+    assert error.startswith("huge.gold, line 2: '111") and "at most 6 digits" in error
+    assert len(error) < 400
+
+
+def test_an_uploaded_gold_set_is_scored_in_the_servers_one_heavy_slot(studio_dirs):
+    """Found by the audit: each tab scored its own upload in parallel, outside the slot."""
+    from pages.ui.cached_ablation import heavy_slots
+    from pages.ui.cached_alignment import alignment_grid
+
+    alignment_grid.clear()
+    slots = heavy_slots()
+    assert slots.acquire(blocking=False)  # another session's heavy job holds the slot
+    try:
+        at = upload(run_page(), PAIRS, b"0-0 1-1\n0-0\n", "busy.gold")
+        assert_clean(at)
+        assert any("one runs at a time" in w.value for w in at.warning) and not at.dataframe
+    finally:
+        slots.release()
+    at.run()
+    assert not at.warning and len(at.dataframe[0].value) == 22  # scored once the slot is free
+
+
+def test_an_uploaded_gold_set_past_the_scoring_bound_is_refused(studio_dirs, monkeypatch):
+    from core.runs import budget
+
+    monkeypatch.setattr(budget, "SCORING_CELLS", 100)
+    at = upload(run_page(), PAIRS, b"0-0 1-1\n0-0\n", "big.gold")
+    assert_clean(at)
+    assert any("the server scores at most" in plain(e.value) for e in at.error)
+    assert not at.dataframe

@@ -6,13 +6,14 @@ from pathlib import Path
 
 from core.places import checkpoints_root, runs_root
 from core.runs import catalogue as models
+from core.runs.promotion import promote
 from core.training.devices import device_summary
 from tests.helpers import assert_clean, run_app
 
 
 def test_home_describes_the_app_and_lists_models_and_runs(jobs_env, make_run):
     make_run(runs_root(), "20260101-000000-d2l", {"state": "finished"}, checkpoint=True)
-    models.promote("20260101-000000-d2l", "best", "fr-demo")
+    promote("20260101-000000-d2l", "best", "fr-demo")
     (checkpoints_root() / "broken.pt").write_bytes(b"junk")
     at = run_app()
     assert_clean(at)

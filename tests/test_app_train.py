@@ -119,8 +119,9 @@ def test_data_file_is_counted_before_launch(jobs_env, tmp_path, monkeypatch):
     pairs.write_text("Go.\tVa !\nnot a pair\nHi.\tSalut.\n")
     at = train_page()
     at.radio(key="data_source").set_value("file path").run()
-    assert str(data_root()) in at.text_input(key="data_path").placeholder
-    assert any(f"data folder `{data_root()}`" in c.value for c in at.caption)
+    assert at.text_input(key="data_path").placeholder == "pairs.tsv (in data/)"
+    assert any("data folder `data/`" in c.value for c in at.caption)  # no server path
+    assert not any(str(data_root()) in c.value for c in at.caption)
     at.text_input(key="data_path").set_value("mine.tsv").run()  # read from the data folder
     assert [s.value for s in at.success] == ["2 usable pairs, 1 skipped line."]
     at.text_input(key="data_path").set_value(str(data_root() / "missing.tsv")).run()
@@ -135,8 +136,8 @@ def test_the_data_folder_exists_once_the_file_path_option_names_it(jobs_env, tmp
     at = train_page()
     at.radio(key="data_source").set_value("file path").run()
     assert folder.is_dir()
-    caption = next(plain(c.value) for c in at.caption if str(folder) in c.value)
-    assert "creates it" in caption
+    caption = next(plain(c.value) for c in at.caption if "data folder" in c.value)
+    assert "creates it" in caption and str(folder) not in caption
 
 
 @pytest.mark.parametrize("where", ["outside.tsv", "../outside.tsv", "/etc/passwd", "/dev/zero"])
@@ -150,7 +151,8 @@ def test_data_path_outside_the_data_folder_is_refused(jobs_env, tmp_path, monkey
     assert_clean(at)
     assert not at.success and len(at.error) == 1
     message = plain(at.error[0].value)
-    assert "outside" in message and str(data_root()) in message and DATA_ENV in message
+    assert "outside" in message and "data folder (data/)" in message and DATA_ENV in message
+    assert str(tmp_path) not in message  # no folder of the server
 
 
 def test_upload_is_validated_and_counted(jobs_env):
@@ -444,7 +446,9 @@ def test_a_diverged_run_resumes_with_a_lower_learning_rate(jobs_env, make_run, m
     rd.write_config({"data": {}, "model": {}, "train": {"lr": 0.01}})
     asked = {}
     monkeypatch.setattr(
-        jobs, "resume_run", lambda run_id, limits=None, processes=None: asked.update(limits)
+        jobs,
+        "resume_run",
+        lambda run_id, limits=None, processes=None, user=None: asked.update(limits),
     )
     at = train_page("nan-lr")
     assert at.number_input(key="resume_lr_nan-lr").value == 0.005
@@ -460,7 +464,9 @@ def test_a_run_resumes_with_another_number_of_processes(jobs_env, make_run, monk
     asked = []
     monkeypatch.setattr(jobs, "max_processes", lambda device_type: 4)
     monkeypatch.setattr(
-        jobs, "resume_run", lambda run_id, limits=None, processes=None: asked.append(processes)
+        jobs,
+        "resume_run",
+        lambda run_id, limits=None, processes=None, user=None: asked.append(processes),
     )
     at = train_page("two")
     box = at.number_input(key="resume_processes_two")

@@ -8,7 +8,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from tests.helpers import assert_clean, plain, run_page_script
+from tests.helpers import VAL_DATA, assert_clean, plain, run_page_script
 
 
 def run_page(query: dict | None = None) -> AppTest:
@@ -174,13 +174,7 @@ def test_model_choice_lists_runs_newest_first(studio_dirs):
 
 def test_validation_sentence_fills_the_box_and_shows_references(studio_dirs, tiny_corpus):
     ckpt = torch.load(studio_dirs["checkpoints"] / "fra-eng-small.pt", weights_only=True)
-    ckpt["data_config"] = {
-        "source": str(tiny_corpus),
-        "split": "head",
-        "num_train": 20,
-        "num_val": 6,
-        "min_freq": 1,
-    }
+    ckpt["data_config"] = {**VAL_DATA, "num_train": 20}  # found by name and SHA-1
     torch.save(ckpt, studio_dirs["checkpoints"] / "fra-eng-small.pt")
     shutil.rmtree(studio_dirs["runs"])
     at = run_page()

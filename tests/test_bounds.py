@@ -123,14 +123,15 @@ def test_a_corpus_that_outgrows_the_trainers_memory_fails_clearly(tmp_path):
 
 def test_snapshots_are_thinned_evenly_keeping_the_first_and_the_last(tmp_path):
     from core.runs import run_dir
+    from core.runs.budget import MAX_SNAPSHOTS
 
     rd = run_dir.RunDir(tmp_path / "run")
     rd.create()
-    for step in range(10, 10 * (run_dir.MAX_SNAPSHOTS + 40) + 1, 10):
+    for step in range(10, 10 * (MAX_SNAPSHOTS + 40) + 1, 10):
         rd.save_snapshot(step, [])
     steps = rd.snapshot_steps()
-    assert len(steps) <= run_dir.MAX_SNAPSHOTS
-    assert steps[0] == 10 and steps[-1] == 10 * (run_dir.MAX_SNAPSHOTS + 40)
+    assert len(steps) <= MAX_SNAPSHOTS
+    assert steps[0] == 10 and steps[-1] == 10 * (MAX_SNAPSHOTS + 40)
     gaps = {b - a for a, b in zip(steps, steps[1:])}
     assert max(gaps) <= 4 * min(gaps)  # spread out: no stretch of training left bare
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from core.model.checkpoints import load_checkpoint
 from core.places import runs_root
-from core.runs import catalogue as models
 from core.runs import jobs
 from core.runs import status as run_status
 from core.runs.catalogue import ModelError
+from core.runs.promotion import promote
 from core.runs.run_dir import RunDir, RunError
 from tests.helpers import wait_for
 
@@ -47,7 +47,7 @@ def _act(action: str, run_id: str, settings: dict, seed: int) -> str:
         elif action == "delete":
             jobs.delete_run(run_id)
         elif action == "promote":
-            models.promote(run_id, "last", f"copy-{seed % 2}", overwrite=seed % 3 == 0)
+            promote(run_id, "last", f"copy-{seed % 2}", overwrite=seed % 3 == 0)
         else:
             jobs.start_run("d2l", settings)
     except (RunError, ModelError) as e:

@@ -14,6 +14,7 @@ from core.figures.training import training_curve_figure
 from core.places import runs_root
 from core.runs import catalogue as models
 from core.runs import history
+from core.runs.promotion import promote
 from core.runs.run_dir import RunDir
 from tests.helpers import SHIPPED
 
@@ -58,7 +59,7 @@ def test_a_damaged_or_foreign_history_file_has_no_history(tmp_path):
 
 def test_a_saved_model_carries_its_history_after_its_run_is_gone(jobs_env, tiny_run):
     shutil.copytree(tiny_run, runs_root() / "tiny")
-    dest = models.promote("tiny", "last", "keeper")
+    dest = promote("tiny", "last", "keeper")
     assert history.history_path(dest).is_file()
     shutil.rmtree(runs_root() / "tiny")
     entry = models.find_entry(models.list_models(), "checkpoints/keeper.pt")

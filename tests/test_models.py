@@ -11,6 +11,8 @@ import pytest
 from core.model.checkpoints import load_checkpoint, read_checkpoint
 from core.places import checkpoints_root, runs_root
 from core.runs import catalogue as models
+from core.runs.budget import parameters
+from core.runs.promotion import promote
 from core.runs.run_dir import RunDir
 
 
@@ -55,8 +57,7 @@ def test_list_models_newest_first_with_details_and_broken_files(
     assert shipped.usable and shipped.origin == "shipped model"
     assert (shipped.heads, shipped.step) == (4, 150)
     params = sum(p.numel() for p in load_checkpoint(tiny_checkpoint).model.parameters())
-    model_json = json.dumps(read_checkpoint(tiny_checkpoint)["model_config"], sort_keys=True)
-    assert models.count_parameters(model_json) == params
+    assert parameters(read_checkpoint(tiny_checkpoint)["model_config"]) == params
     assert shipped.size == f"{params / 1e6:.2f} M params · 64 wide · 2+2 blocks · 4 heads"
     assert shipped.data.startswith("tiny.tsv, ")
     assert shipped.run_dir == str(runs / "tiny")  # found through the checkpoint's run name
@@ -105,13 +106,13 @@ def test_list_models_survives_a_damaged_metrics_file(tmp_path, tiny_run):
 
 def test_promote_copies_weights_without_optimizer(jobs_env, make_run):
     make_run(runs_root(), "done", {"state": "finished"}, checkpoint=True)
-    dest = models.promote("done", "best", "fr-tiny")
+    dest = promote("done", "best", "fr-tiny")
     assert dest == checkpoints_root() / "fr-tiny.pt"
     ckpt = read_checkpoint(dest)
     assert "optimizer" not in ckpt and ckpt["promoted_from"]["run"] == "done"
     with pytest.raises(models.ModelError, match="already exists"):
-        models.promote("done", "last", "fr-tiny")
-    assert models.promote("done", "last", "fr-tiny.pt", overwrite=True) == dest
+        promote("done", "last", "fr-tiny")
+    assert promote("done", "last", "fr-tiny.pt", overwrite=True) == dest
     (checkpoints_root() / "junk.pt").write_bytes(b"not a checkpoint")
     entries = {e.key: e for e in models.list_models()}
     saved = entries["checkpoints/fr-tiny.pt"]
@@ -141,21 +142,21 @@ def test_promote_copies_weights_without_optimizer(jobs_env, make_run):
 def test_promote_refuses_unsafe_names(jobs_env, name, make_run):
     make_run(runs_root(), "done", {"state": "finished"}, checkpoint=True)
     with pytest.raises(models.ModelError, match="not a valid model name"):
-        models.promote("done", "best", name)
+        promote("done", "best", name)
     assert not checkpoints_root().exists() or not any(checkpoints_root().iterdir())
 
 
 def test_promote_needs_a_checkpoint(jobs_env, make_run):
     make_run(runs_root(), "empty", {"state": "failed"})
     with pytest.raises(models.ModelError, match="no usable best checkpoint"):
-        models.promote("empty", "best", "x")
+        promote("empty", "best", "x")
     with pytest.raises(models.ModelError, match="'best' or 'last'"):
-        models.promote("empty", "middle", "x")
+        promote("empty", "middle", "x")
 
 
 def test_models_frame_one_row_per_model(jobs_env, make_run):
     make_run(runs_root(), "done", {"state": "finished"}, checkpoint=True)
-    models.promote("done", "best", "fr-demo")
+    promote("done", "best", "fr-demo")
     (checkpoints_root() / "broken.pt").write_bytes(b"junk")
     frame = models.models_frame(models.list_models())
     assert list(frame.columns) == ["model", "origin", "val BLEU", "step", "size", "data", "problem"]
@@ -187,7 +188,7 @@ def test_promote_refuses_a_checkpoint_with_nan_weights(jobs_env, make_run):
     ckpt["state_dict"][name] = torch.full_like(ckpt["state_dict"][name], float("nan"))
     atomic_save(ckpt, rd.last)
     with pytest.raises(models.ModelError, match="NaN or infinite"):
-        models.promote("nan", "last", "bad-model")
+        promote("nan", "last", "bad-model")
     assert not (checkpoints_root() / "bad-model.pt").exists()
 
 
@@ -200,7 +201,7 @@ def test_two_sessions_promoting_one_name_cannot_both_win(jobs_env, make_run):
     def save() -> None:
         start.wait()
         try:
-            models.promote("done", "best", "same-name")
+            promote("done", "best", "same-name")
             outcomes.append("saved")
         except models.ModelError as e:
             outcomes.append(str(e))

@@ -237,12 +237,11 @@ def test_an_empty_result_has_an_empty_model_frame():
     assert Trajectories().model_frame().empty
 
 
-def test_a_large_model_keeps_fewer_copies():
-    from core.runs.recorder import KEPT_MODELS_BYTES, models_to_keep
+def test_a_large_model_keeps_fewer_copies_and_one_past_the_budget_none():
+    from core.runs.budget import KEPT_MODELS_BYTES, models_to_keep
 
-    small = torch.nn.Linear(10, 10)  # 110 parameters
-    assert models_to_keep(20, small) == 20 and models_to_keep(0, small) == 0
-    eighth = torch.nn.Linear(1, KEPT_MODELS_BYTES // 16, bias=False, device="meta")  # no memory
-    assert models_to_keep(20, eighth) == 8  # each float16 copy is an eighth of the budget
-    huge = torch.nn.Linear(1, KEPT_MODELS_BYTES, bias=False, device="meta")  # over it alone
-    assert models_to_keep(20, huge) == 1
+    shape = {"num_heads": 4, "num_encoder_layers": 2, "num_decoder_layers": 2}
+    assert models_to_keep(20, 110, shape) == 20 and models_to_keep(0, 110, shape) == 0
+    eighth = KEPT_MODELS_BYTES // 16  # parameters whose float16 copy is an eighth of the budget
+    assert models_to_keep(20, eighth, shape) == 8
+    assert models_to_keep(20, KEPT_MODELS_BYTES, shape) == 0  # one copy alone passes it

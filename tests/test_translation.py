@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from core.corpus.source import sha1_of
 from core.corpus.text import D2L_TEST_PAIRS
 from core.model import checked_translation as tr
 from core.model.d2l_check import d2l_bleu, d2l_check
@@ -115,13 +116,15 @@ def test_d2l_check_scores_untranslatable_rows_zero(tiny_model):
 # ----------------------------------------------------------------------------- validation
 
 
-def test_validation_examples_group_references(tmp_path):
+def test_validation_examples_group_references(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTENTION_STUDIO_DATA", str(tmp_path))  # the corpus is in the data folder
     corpus = tmp_path / "pairs.tsv"
     lines = [f"I see {i}.\tJe vois {i}." for i in range(40)] + ["Go.\tVa !", "Go.\tMarche."]
     corpus.write_text("\n".join(lines) + "\n")
     meta = {
         "data_config": {
-            "source": str(corpus),
+            "source": "pairs.tsv",
+            "source_sha1": sha1_of(corpus),
             "split": "head",
             "num_train": 30,
             "num_val": 12,
@@ -136,16 +139,20 @@ def test_validation_examples_group_references(tmp_path):
     assert [e.source for e in few] == ["i see 30 .", "i see 35 .", "go ."]  # spread out
 
 
+TINY_DATA = {"source": "tiny.tsv", "source_sha1": sha1_of(TINY)}  # as a checkpoint records it
+
+
 @pytest.mark.parametrize(
     ("meta", "match"),
     [
         ({}, "does not record"),
-        ({"data_config": {"source": "/no/such/file.tsv"}}, "missing"),
+        ({"data_config": {"source": "/no/such/file.tsv", "source_sha1": "0" * 40}}, "missing"),
+        ({"data_config": {"source": "/no/such/file.tsv"}}, "does not record its corpus's SHA-1"),
         (
-            {"data_config": {"source": str(TINY), "split": "head", "num_val": 0}},
+            {"data_config": {**TINY_DATA, "split": "head", "num_val": 0}},
             "without a validation split",
         ),
-        ({"data_config": {"source": str(TINY), "max_len": 0}}, "could not be rebuilt"),
+        ({"data_config": {**TINY_DATA, "max_len": 0}}, "could not be rebuilt"),
     ],
 )
 def test_validation_examples_explain_why_there_are_none(meta, match):

@@ -19,7 +19,8 @@ GOLD_DIR = Path(__file__).resolve().parent / "gold"  # the shipped set (README.m
 STUDIO_PAIRS = GOLD_DIR / "studio.src-tgt"
 STUDIO_LINKS = GOLD_DIR / "studio.gold"
 SEPARATOR = "|||"
-LINK = re.compile(r"(\d+)([-p])(\d+)")  # i-j sure, ipj possible
+MAX_INDEX_DIGITS = 6  # a token index has at most this many digits (a sentence of a million)
+LINK = re.compile(rf"(\d{{1,{MAX_INDEX_DIGITS}}})([-p])(\d{{1,{MAX_INDEX_DIGITS}}})")  # i-j, ipj
 
 Link = tuple[int, int]  # (English token, French token), 0-indexed
 Pair = tuple[list[str], list[str]]  # (English tokens, French tokens)
@@ -78,7 +79,11 @@ def parse_link(token: str, one_indexed: bool = False) -> tuple[Link, bool]:
     """``i-j`` or ``ipj`` -> ((i, j) counted from 0, whether it is sure)."""
     m = LINK.fullmatch(token)
     if m is None:
-        raise GoldError(f"{token!r} is not a link: write i-j (sure) or ipj (possible)")
+        shown = token if len(token) <= 40 else token[:39] + "…"
+        raise GoldError(
+            f"{shown!r} is not a link: write i-j (sure) or ipj (possible), each index at most "
+            f"{MAX_INDEX_DIGITS} digits"
+        )
     first = 1 if one_indexed else 0
     i, j = int(m[1]) - first, int(m[3]) - first
     if i < 0 or j < 0:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -45,6 +44,7 @@ from core.model.decode import MAX_LEN, greedy_decode
 from core.model.scores import corpus_bleu, evaluate_loss
 from core.model.transformer import evaluating
 from core.places import ablation_root
+from core.runs.disk_cache import read_cached, write_cached
 
 SENTENCES = 200  # validation sentences of the importance sample (the first N of the split)
 ROWS_PER_PASS = 256  # sentences decoded together in one batched greedy pass
@@ -294,27 +294,6 @@ def sample_key(checkpoint, cfg: DataConfig, sentences: int, **facts) -> str:
 def importance_key(checkpoint, cfg: DataConfig, sentences: int) -> str:
     """Cache key of head importance: checkpoint, data settings, corpus and sample size."""
     return sample_key(checkpoint, cfg, sentences, version=CACHE_VERSION)
-
-
-def read_cached(folder: Path, key: str) -> dict | None:
-    """The JSON object stored under ``key`` in ``folder``, or None (missing or unreadable)."""
-    try:
-        data = json.loads((folder / f"{key}.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def write_cached(folder: Path, key: str, data: dict) -> None:
-    """Store a JSON object under ``key`` (temporary file, then rename); failures are ignored."""
-    path = folder / f"{key}.json"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        pass  # the cache only saves time
 
 
 def cached_importance(key: str) -> HeadImportance | None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from core.attention.sentence_maps import SentenceMaps
 from core.runs.history import open_history
+from core.runs.run_dir import RunDir
 
 
 @dataclass
@@ -78,7 +79,13 @@ def snapshot_series(source, sentence: str) -> SnapshotSeries:
     rd = open_history(source)
     records = rd.read_metrics()
     series = SnapshotSeries(sentence)
-    for step in rd.snapshot_steps():
+    steps = rd.readable_steps() if isinstance(rd, RunDir) else rd.snapshot_steps()
+    if len(steps) < len(rd.snapshot_steps()):
+        series.skipped.append(
+            f"{len(rd.snapshot_steps()) - len(steps)} snapshots left out, spread evenly "
+            "(together they would pass what the server reads)"
+        )
+    for step in steps:
         try:
             probes = rd.load_snapshot(step)["probes"]
             probe = next((p for p in probes if p["sentence"] == sentence), None)

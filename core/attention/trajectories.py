@@ -40,15 +40,13 @@ import torch
 from core.attention.head_stats import NEAR_DIAGONAL_KEYS
 from core.attention.importance import (
     ProgressFn,
-    read_cached,
     sample_key,
     validation_sample,
-    write_cached,
 )
 from core.attention.kinds import KINDS
 from core.attention.sentence_maps import SentenceMaps
 from core.attention.snapshots import SNAPSHOT_ERRORS
-from core.corpus.source import DataError
+from core.corpus.source import DataError, file_sha1
 from core.corpus.vocab import Vocab
 from core.model.checkpoints import (
     CheckpointError,
@@ -59,6 +57,8 @@ from core.model.checkpoints import (
 )
 from core.model.transformer import evaluating
 from core.places import trajectories_root
+from core.runs import budget
+from core.runs.disk_cache import read_cached, write_cached
 from core.runs.history import SUFFIX, HistoryFile, open_history
 from core.runs.run_dir import RunDir
 
@@ -261,11 +261,13 @@ def snapshot_models(source, checkpoint=None) -> dict[int, Path]:
 
 
 def _snapshot_digest(source, step: int) -> str:
-    """What a snapshot's content is, for the cache: its file's SHA-1 (a history file's + step)."""
+    """What a snapshot's content is, for the cache: its file's SHA-1 (a history file's + step),
+    read in chunks and once per version of the file."""
     reader = open_history(source)
-    path = reader.path if isinstance(reader, HistoryFile) else reader.snapshots
-    path = path if isinstance(reader, HistoryFile) else path / f"step_{step:08d}.pt"
-    return hashlib.sha1(path.read_bytes()).hexdigest() + f":{step}"
+    path = reader.path if isinstance(reader, HistoryFile) else reader.snapshot_path(step)
+    if not (digest := file_sha1(path)):
+        raise FileNotFoundError(f"the snapshot of step {step} cannot be read")
+    return f"{digest}:{step}"
 
 
 def probe_step(source, step: int, probe_aer: ProbeAerFn | None) -> tuple[list[dict], bool]:
@@ -384,6 +386,7 @@ def trajectories(
     models = snapshot_models(source, checkpoint) if validation != "off" else {}
     kept = stored(reader, sentences) if validation != "off" else {}
     out.model_steps = sorted(set(models) | set(kept))
+    fit_rows(out, reader)
     jobs = [("probes", s) for s in out.steps] + [("validation", s) for s in out.model_steps]
     how, total = _Validation(sentences, aer, share), sum(COST[b] for b, _ in jobs)
     done_cost = 0
@@ -416,6 +419,34 @@ def trajectories(
     if progress:
         progress(1.0, "done")
     return out
+
+
+def fit_rows(out: Trajectories, reader) -> None:
+    """Thin the steps evenly so that every head's rows at them fit budget.TRAJECTORY_ROWS
+    (half for each basis), saying so in a note."""
+    rows = _rows_per_step(reader, out.steps)
+    share = budget.TRAJECTORY_ROWS // 2
+    steps = budget.steps_that_fit(out.steps, rows, share)
+    model_steps = budget.steps_that_fit(out.model_steps, rows, share)
+    if (len(steps), len(model_steps)) != (len(out.steps), len(out.model_steps)):
+        out.notes.append(
+            f"{len(steps)} of {len(out.steps)} snapshots and {len(model_steps)} of "
+            f"{len(out.model_steps)} kept models are read, spread evenly: with {rows:,} heads "
+            f"per step, more would pass the {budget.TRAJECTORY_ROWS:,} rows the server holds."
+        )
+    out.steps, out.model_steps = steps, model_steps
+
+
+def _rows_per_step(reader, steps: list[int]) -> int:
+    """Heads of every kind and layer, from the newest readable snapshot (0: none is)."""
+    for step in reversed(steps):
+        try:
+            probe = reader.load_snapshot(step)["probes"][0]
+            heads, enc = probe["encoder"].shape[1], probe["encoder"].shape[0]
+            return int(heads * (enc + 2 * probe["cross"].shape[0]))
+        except (*SNAPSHOT_ERRORS, IndexError):
+            continue
+    return 0
 
 
 def _reason(e: Exception) -> str:

@@ -31,10 +31,8 @@ from core.attention.head_stats import spearman
 from core.attention.importance import (
     Progress,
     Sample,
-    read_cached,
     sample_key,
     validation_sample,
-    write_cached,
 )
 from core.attribution.methods import METHOD_NAMES, METHODS, Attribution, attribute
 from core.attribution.passes import run_pass
@@ -45,6 +43,7 @@ from core.model.checkpoints import LoadedModel, trained_data
 from core.model.decode import MAX_LEN, greedy_decode
 from core.model.transformer import Transformer, evaluating
 from core.places import attribution_root
+from core.runs.disk_cache import read_cached, write_cached
 
 SENTENCES = 200  # validation sentences of the faithfulness sample (the first N)
 DELETION_K = (1, 2, 3)  # how many top words the deletion curve removes

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from core.places import default_cache_dir
+from core.places import default_cache_dir, shown_path
 
 FRA_ENG_URL = "http://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"
 
@@ -65,7 +65,11 @@ def fra_eng_copy(cache_dir: Path | None = None) -> Path | None:
 def corpus_problem(source: str) -> str:
     """Why a corpus cannot be read without a download ('' when it can)."""
     if source != "fra-eng":
-        return "" if Path(source).expanduser().is_file() else f"the file {source} is missing"
+        return (
+            ""
+            if Path(source).expanduser().is_file()
+            else f"the file {shown_path(source)} is missing"
+        )
     if fra_eng_copy() is not None:
         return ""
     return (
@@ -139,11 +143,11 @@ def resolve_corpus(
     if source != "fra-eng":
         path = Path(source).expanduser()
         if not path.is_file():
-            raise DataError(f"Corpus file not found: {path}")
+            raise DataError(f"Corpus file not found: {shown_path(path)}")
         return path
     env = os.environ.get(FRA_ENG_ENV)
     if env and not Path(env).is_file():
-        raise DataError(f"{FRA_ENG_ENV} points to {env}, which is not a file.")
+        raise DataError(f"{FRA_ENG_ENV} points to {shown_path(env)}, which is not a file.")
     found = fra_eng_copy(cache_dir)
     if found is not None:
         return found
@@ -159,20 +163,22 @@ def _pairs_member(zf: zipfile.ZipFile, path: Path) -> zipfile.ZipInfo:
     """The archive's fra.txt, else its first .txt that is not an _about file."""
     infos = [i for i in zf.infolist() if i.filename.endswith(".txt") and "_about" not in i.filename]
     if not infos:
-        raise DataError(f"{path} holds no .txt file of sentence pairs.")
+        raise DataError(f"{shown_path(path)} holds no .txt file of sentence pairs.")
     return next((i for i in infos if i.filename.endswith("fra.txt")), infos[0])
 
 
 def _check_regular_file(path: Path) -> None:
     """DataError unless ``path`` is an existing regular file (not a folder or a device)."""
     if not path.exists():
-        raise DataError(f"Corpus file not found: {path}")
+        raise DataError(f"Corpus file not found: {shown_path(path)}")
     if path.is_dir():
-        raise DataError(f"{path} is a folder: give the path of a .tsv, .txt or .zip file in it.")
+        raise DataError(
+            f"{shown_path(path)} is a folder: give the path of a .tsv, .txt or .zip file in it."
+        )
     if not path.is_file():
         raise DataError(
-            f"{path} is not a regular file (a device, pipe or socket?): give the path of a "
-            ".tsv, .txt or .zip file."
+            f"{shown_path(path)} is not a regular file (a device, pipe or socket?): give the "
+            "path of a .tsv, .txt or .zip file."
         )
 
 
@@ -216,13 +222,13 @@ def _zip_lines(path: Path) -> Iterator[str | None]:
     try:
         with zipfile.ZipFile(path) as zf:
             info = _pairs_member(zf, path)
-            name = f"{path}:{info.filename}"
+            name = f"{shown_path(path)}:{info.filename}"
             if info.file_size > MAX_FILE_BYTES:  # declared size; the read below is capped too
                 raise _too_large(name, UNPACKS)
             with zf.open(info) as member:
                 yield from _text_lines(_Capped(member, name, UNPACKS), name)
     except ZIP_ERRORS as e:
-        raise DataError(f"{path} is a damaged or unsupported zip archive ({e}).") from e
+        raise DataError(f"{shown_path(path)} is a damaged or unsupported zip archive ({e}).") from e
 
 
 def corpus_lines(path: Path) -> Iterator[str | None]:
@@ -232,7 +238,7 @@ def corpus_lines(path: Path) -> Iterator[str | None]:
     try:
         _check_regular_file(path)
         if path.stat().st_size > MAX_FILE_BYTES:
-            raise _too_large(str(path))
+            raise _too_large(shown_path(path))
         if path.suffix.lower() == ".zip" or zipfile.is_zipfile(path):
             lines = _zip_lines(path)
         else:
@@ -240,19 +246,21 @@ def corpus_lines(path: Path) -> Iterator[str | None]:
         for count, line in enumerate(lines, start=1):
             if count > MAX_LINES:
                 raise DataError(
-                    f"{path} has more than {MAX_LINES:,} lines; use a smaller corpus file."
+                    f"{shown_path(path)} has more than {MAX_LINES:,} lines; use a smaller "
+                    "corpus file."
                 )
             yield line
     except OSError as e:
         raise DataError(
-            f"{path} cannot be read ({e.strerror or e}): check that it is a file you may read."
+            f"{shown_path(path)} cannot be read ({e.strerror or e}): check that it is a file "
+            "you may read."
         ) from e
 
 
 def _file_lines(path: Path) -> Iterator[str | None]:
     """The lines of a plain text file, capped at MAX_FILE_BYTES."""
     with path.open("rb") as f:
-        yield from _text_lines(_Capped(f, str(path), "is larger than"), str(path))
+        yield from _text_lines(_Capped(f, shown_path(path), "is larger than"), shown_path(path))
 
 
 def split_pair(line: str | None) -> tuple[str, str] | None:
@@ -281,8 +289,8 @@ def corpus_pairs(path: Path, counts: dict) -> Iterator[tuple[str, str]]:
         counts["pairs"] += 1
         if counts["pairs"] > MAX_PAIRS:
             raise DataError(
-                f"{path} has more than {MAX_PAIRS:,} sentence pairs; set max_pairs (at most "
-                f"{MAX_PAIRS:,}) or use a smaller corpus file."
+                f"{shown_path(path)} has more than {MAX_PAIRS:,} sentence pairs; set max_pairs "
+                f"(at most {MAX_PAIRS:,}) or use a smaller corpus file."
             )
         yield pair
 

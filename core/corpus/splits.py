@@ -13,6 +13,7 @@ from core.corpus.config import SPLITS, DataConfig
 from core.corpus.source import DataError, ProgressFn, corpus_pairs, no_pairs, resolve_corpus
 from core.corpus.text import tokenize
 from core.corpus.vocab import SPECIALS, Vocab
+from core.places import shown_path
 
 UNK_WARNING = 0.5  # warn when more than this share of the training tokens is <unk>
 
@@ -87,12 +88,12 @@ def load_splits(
         if 0 < len(s) <= cfg.max_len and 0 < len(t) <= cfg.max_len:
             pairs.append((s, t))
     if not read:
-        raise no_pairs(str(path), counts["skipped"])
+        raise no_pairs(shown_path(path), counts["skipped"])
     if not pairs:
-        raise DataError(f"{path}: no pair is within max_len={cfg.max_len} tokens.")
+        raise DataError(f"{shown_path(path)}: no pair is within max_len={cfg.max_len} tokens.")
     train, val, test = split_by_source(pairs, cfg)
     if not train.pairs:
-        raise DataError(f"{path}: the split left no training pairs.")
+        raise DataError(f"{shown_path(path)}: the split left no training pairs.")
     summary = {
         "path": str(path),
         "pairs_read": read,
@@ -134,7 +135,7 @@ def inspect_file(path: str | Path) -> dict:
     for pair in corpus_pairs(path, counts):
         examples += [pair] if len(examples) < 3 else []
     if not examples:
-        raise no_pairs(str(path), counts["skipped"])
+        raise no_pairs(shown_path(path), counts["skipped"])
     return {
         "path": str(path),
         "usable": counts["pairs"],

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from core.corpus.source import DataError, counted
 from core.corpus.splits import inspect_file
-from core.places import DATA_ENV, corpus_folders, data_root, uploads_root
+from core.places import DATA_ENV, corpus_folders, data_root, shown_path, uploads_root
 from core.places import UPLOADS as UPLOADS
 
 MAX_UPLOAD_BYTES = 20 * 2**20  # largest uploaded corpus accepted
@@ -37,10 +37,10 @@ def allowed_path(source: str | Path) -> Path:
     folders = [f.resolve() for f in corpus_folders()]
     if not any(path.is_relative_to(f) for f in folders):
         raise DataError(
-            f"Corpus file not found in the app's data folders: {path} is outside them. "
-            f"The app reads corpus files only from {', '.join(map(str, folders))}. Put the "
-            f"file in {folders[0]}, or set {DATA_ENV} to the folder that holds it and "
-            "restart the app."
+            f"Corpus file not found in the app's data folders: {Path(str(source)).name} is "
+            "outside them. The app reads corpus files only from its data folder "
+            f"({shown_path(folders[0])}), its download cache and uploads. Put the file in the "
+            f"data folder, or set {DATA_ENV} to the folder that holds it and restart the app."
         )
     return path
 
@@ -61,7 +61,7 @@ def inspect_upload(name: str, staged: str | Path) -> dict:
         return inspect_data(staged)
     except DataError as e:
         message = str(e)
-        for copy in {str(staged), str(Path(staged).resolve())}:
+        for copy in {shown_path(staged), str(staged), str(Path(staged).resolve())}:
             message = message.replace(copy, name)
         raise DataError(message) from e
 
@@ -76,8 +76,8 @@ def stage_upload(name: str, data: bytes) -> Path:
     if len(data) > MAX_UPLOAD_BYTES:
         raise DataError(
             f"{name} is {len(data) / 2**20:.1f} MB; the upload limit is "
-            f"{MAX_UPLOAD_BYTES // 2**20} MB. Put the file in the data folder {data_root()} "
-            "and give its path instead."
+            f"{MAX_UPLOAD_BYTES // 2**20} MB. Put the file in the data folder "
+            f"({shown_path(data_root())}) and give its path instead."
         )
     if not data.strip():
         raise DataError(f"{name} is empty.")

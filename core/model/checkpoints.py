@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path, PureWindowsPath
@@ -21,9 +22,10 @@ from core.corpus.source import (
 )
 from core.corpus.vocab import Vocab
 from core.model.transformer import ModelConfig, Transformer
-from core.places import corpus_folders
+from core.places import corpus_folders, runs_root, shown_path
 
 FORMAT = "attention-studio/1"
+RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # a run directory's name
 
 
 class CheckpointError(Exception):
@@ -92,36 +94,44 @@ def trained_data(meta: Mapping, source: str | None = None) -> DataConfig:
     """The data settings a checkpoint records, with its corpus found on this machine.
 
     ``source`` (a path given on the command line) replaces the recorded corpus. A recorded
-    name is looked up in the app's corpus folders only (``places``), never in the current
-    directory, and a file whose SHA-1 differs from the one recorded is refused: it is not
-    the corpus the model was trained on. DataError says why, and what to do.
+    name is looked up only in the app's own folders (the corpus folders of ``places`` and the
+    copy inside the model's run), never by a recorded absolute path nor in the current
+    directory, and only a file whose SHA-1 is the one recorded is used: it is the corpus
+    the model was trained on. DataError says why not, and what to do.
     """
     cfg = data_config_of(meta)
     recorded = (meta.get("data_config") or {}).get("source_sha1")
     if source:
         cfg.source = source
     elif cfg.source != "fra-eng":
-        cfg.source = _recorded_corpus(cfg.source, recorded)
+        cfg.source = _recorded_corpus(cfg.source, recorded, meta.get("run"))
     if reason := corpus_problem(cfg.source):
         hint = "" if source else " (pass the corpus with --data, or put it in the data folder)"
         raise DataError(f"The validation sentences cannot be rebuilt: {reason}{hint}.")
     return cfg
 
 
-def _recorded_corpus(source: str, sha1: str | None) -> str:
-    """The recorded corpus here: an absolute path as recorded, else the file of that base name
-    in a corpus folder; with a recorded SHA-1, only a file whose content matches it."""
+def _recorded_corpus(source: str, sha1: str | None, run: str | None = None) -> str:
+    """The recorded corpus here: the file of that base name in a corpus folder, or the copy
+    of it inside the model's run (``runs/<run>/data.*``), whose content has the recorded
+    SHA-1; DataError when none does (or no SHA-1 was recorded to check against)."""
     name = PureWindowsPath(source).name
     found = [folder / name for folder in corpus_folders() if name and (folder / name).is_file()]
-    if Path(source).is_absolute() and Path(source).is_file():
-        found.insert(0, Path(source))
+    if isinstance(run, str) and RUN_NAME.fullmatch(run):
+        found += sorted((runs_root() / run).glob("data.*"))
+    if not sha1:
+        raise DataError(
+            f"The validation sentences cannot be rebuilt: this model does not record its "
+            f"corpus's SHA-1, so no file named {name} can be checked to be it; pass the corpus "
+            "with --data."
+        )
     for path in found:
-        if not sha1 or file_sha1(path) == sha1:
+        if path.is_file() and file_sha1(path) == sha1:
             return str(path)
     if found:
         raise DataError(
-            f"{found[0]} is not the corpus this model was trained on (its SHA-1 differs from "
-            "the one the checkpoint records); pass the right file with --data."
+            f"{shown_path(found[0])} is not the corpus this model was trained on (its SHA-1 "
+            "differs from the one the checkpoint records); pass the right file with --data."
         )
     return f"{corpus_folders()[0] / name}"
 
@@ -146,7 +156,9 @@ def save_checkpoint(
     if half:
         state = {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
     if not all_finite(state):
-        raise CheckpointError(f"Not saving {path}: the model's weights hold NaN or inf values.")
+        raise CheckpointError(
+            f"Not saving {shown_path(path)}: the model's weights hold NaN or inf values."
+        )
     atomic_save(
         {
             "format": FORMAT,
@@ -166,7 +178,7 @@ def read_checkpoint(path, mmap: bool = False) -> dict:
     """
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"Checkpoint not found: {path}")
+        raise CheckpointError(f"Checkpoint not found: {shown_path(path)}")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as e:  # noqa: BLE001 - any unreadable file (struct.error, ...) is one case
@@ -174,12 +186,20 @@ def read_checkpoint(path, mmap: bool = False) -> dict:
             raise
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(
-            f"{path} is not a readable Attention Studio checkpoint (damaged, truncated or "
+            f"{shown_path(path)} is not a readable Attention Studio checkpoint (damaged, "
+            "truncated or "
             f"a foreign file): {first[:200]}"
         ) from e
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not an Attention Studio checkpoint ({FORMAT}).")
+        raise CheckpointError(
+            f"{shown_path(path)} is not an Attention Studio checkpoint ({FORMAT})."
+        )
     return ckpt
+
+
+def _inconsistent(path, e: Exception) -> CheckpointError:
+    """The error for a checkpoint whose parts do not fit together."""
+    return CheckpointError(f"{shown_path(path)} is inconsistent and cannot be loaded: {e}")
 
 
 def read_metadata(path) -> dict:
@@ -189,7 +209,9 @@ def read_metadata(path) -> dict:
     try:
         checkpoint_vocabs(ckpt)
     except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"{path} is inconsistent and cannot be loaded: {e}") from e
+        raise CheckpointError(
+            f"{shown_path(path)} is inconsistent and cannot be loaded: {e}"
+        ) from e
     return {k: v for k, v in ckpt.items() if k not in ("state_dict", "optimizer", "rng")}
 
 
@@ -205,7 +227,9 @@ def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
         model.load_state_dict(state)
         vocabs = checkpoint_vocabs(ckpt)
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise CheckpointError(f"{path} is inconsistent and cannot be loaded: {e}") from e
+        raise CheckpointError(
+            f"{shown_path(path)} is inconsistent and cannot be loaded: {e}"
+        ) from e
     model.to(device).eval()
     meta = {k: v for k, v in ckpt.items() if k not in ("state_dict", "optimizer", "rng")}
     return LoadedModel(model, vocabs[0], vocabs[1], meta)

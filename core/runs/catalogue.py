@@ -1,4 +1,4 @@
-"""The one model catalogue: every checkpoint the app can offer, described, and promotion.
+"""The one model catalogue: every checkpoint the app can offer, described.
 
 Models are ``checkpoints/**/*.pt`` (the shipped one and those saved from runs) and every
 run's ``best.pt`` / ``last.pt``. Home, Translate and Attention all list them from here.
@@ -7,31 +7,20 @@ run's ``best.pt`` / ``last.pt``. Home, Translate and Attention all list them fro
 from __future__ import annotations
 
 import functools
-import json
-import os
 import re
-import threading
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
-import torch
 
 from core.corpus.user_files import describe_data
-from core.model.checkpoints import (
-    CheckpointError,
-    all_finite,
-    atomic_save,
-    read_checkpoint,
-    read_metadata,
-)
+from core.model.checkpoints import CheckpointError, read_metadata
 from core.model.scores import usable_bleu
-from core.model.transformer import ModelConfig, Transformer
 from core.places import checkpoints_root, runs_root
-from core.runs.history import history_path, write_history
-from core.runs.run_dir import RunDir, RunError, run_dir
+from core.runs.budget import parameters
+from core.runs.history import history_path
+from core.runs.run_dir import RunDir
 
 SHIPPED_NAME = "fra-eng-small.pt"  # the model the app ships with, under checkpoints/
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # names of saved models
@@ -40,14 +29,6 @@ ORIGINS = ("shipped model", "saved model", "run best", "run last")
 
 class ModelError(Exception):
     """A model cannot be saved under that name; the message says why."""
-
-
-@functools.lru_cache(maxsize=256)
-def count_parameters(model_json: str) -> int:
-    """Parameters of a Transformer with this ModelConfig (built on the meta device)."""
-    with torch.device("meta"):
-        model = Transformer(ModelConfig(**json.loads(model_json)))
-    return sum(p.numel() for p in model.parameters())
 
 
 def size_label(model: dict | None) -> str:
@@ -60,7 +41,7 @@ def size_label(model: dict | None) -> str:
     )
     if "src_vocab_size" in model:
         try:
-            params = count_parameters(json.dumps(model, sort_keys=True))
+            params = parameters(model)
         except (TypeError, ValueError, RuntimeError):
             return label
         label = f"{params / 1e6:.2f} M params · {label}"
@@ -249,55 +230,6 @@ def validate_name(name: str) -> str:
             "or '-', starting with a letter or digit (no slashes or spaces)."
         )
     return name
-
-
-def promote(run_id: str, which: str, name: str, overwrite: bool = False) -> Path:
-    """Copy a run's best or last checkpoint to checkpoints/<name>.pt (weights and metadata)."""
-    name = validate_name(name)
-    if which not in ("best", "last"):
-        raise ModelError(f"Choose 'best' or 'last', not '{which}'.")
-    try:
-        rd = run_dir(run_id)
-    except RunError as e:
-        raise ModelError(str(e)) from e
-    src = rd.best if which == "best" else rd.last
-    try:
-        ckpt = read_checkpoint(src)
-    except CheckpointError as e:
-        raise ModelError(f"Run {run_id} has no usable {which} checkpoint: {e}") from e
-    if not all_finite(ckpt.get("state_dict") or {}):
-        raise ModelError(
-            f"Run {run_id}'s {which} checkpoint has NaN or infinite weights; it cannot be "
-            "saved as a model. Use a checkpoint from before training diverged."
-        )
-    ckpt = {k: v for k, v in ckpt.items() if k not in ("optimizer", "rng")}
-    ckpt["promoted_from"] = {"run": run_id, "which": which, "at": time.time()}
-    dest = _publish(ckpt, checkpoints_root() / f"{name}.pt", overwrite)
-    try:  # the model carries its training history (metrics, snapshots) up to its step
-        if write_history(rd.path, dest, (ckpt.get("state") or {}).get("step")) is None:
-            history_path(dest).unlink(missing_ok=True)  # not an older model's history
-    except (OSError, RuntimeError, ValueError, KeyError) as e:
-        raise ModelError(f"Saved {dest.name}, but not its training history: {e}") from e
-    return dest
-
-
-def _publish(ckpt: dict, dest: Path, overwrite: bool) -> Path:
-    """Write ``dest`` whole; without ``overwrite``, never replace a model (even in a race)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    atomic_save(ckpt, tmp)
-    try:
-        if overwrite:
-            os.replace(tmp, dest)
-        else:
-            os.link(tmp, dest)  # fails if dest exists: two sessions cannot both create it
-    except FileExistsError:
-        raise ModelError(
-            f"A model named '{dest.stem}' already exists; choose another name or allow overwriting."
-        ) from None
-    finally:
-        tmp.unlink(missing_ok=True)
-    return dest
 
 
 def models_frame(entries: Sequence[ModelEntry]) -> pd.DataFrame:

@@ -35,6 +35,23 @@ def metrics_csv(rd: RunDir) -> bytes:
     return out.getvalue().encode("utf-8")
 
 
+def table_csv(frame) -> bytes:
+    """A table (a DataFrame, e.g. the runs table) as CSV whose text cells a spreadsheet cannot
+    run; a list cell (tags) is written as its items joined by ", "."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([text_cell(str(c)) for c in frame.columns])
+    for row in frame.itertuples(index=False):
+        cells = [", ".join(map(str, v)) if _nested(v) else _plain(v) for v in row]
+        writer.writerow([text_cell(_blank_nan(c)) for c in cells])
+    return out.getvalue().encode("utf-8")
+
+
+def _blank_nan(value) -> object:
+    """NaN (a missing number in a table) as an empty cell."""
+    return "" if isinstance(value, float) and value != value else value
+
+
 def config_json(rd: RunDir) -> bytes:
     """The run's settings (data, model, train groups and the corpus summary) as JSON."""
     return (json.dumps(rd.read_config(), indent=2, ensure_ascii=False) + "\n").encode("utf-8")

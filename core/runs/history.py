@@ -12,16 +12,19 @@ loaded with ``weights_only=True``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
 
 from core.model.checkpoints import atomic_save
-from core.runs.run_dir import RunDir
+from core.runs.budget import sizeof
+from core.runs.run_dir import RunDir, thinned
 
 FORMAT = "attention-studio-history/1"
 SUFFIX = ".history"
-MAX_BYTES = 20 * 2**20  # a history file larger than this is refused, not read
+MAX_BYTES = 20 * 2**20  # a history file larger than this is neither written nor read
+PACKED_SHARE = 0.9  # what a packed history may take of MAX_BYTES (the file adds headers)
 TEXT_KEYS = ("record",)  # the only text a shipped metric record keeps
 
 
@@ -44,16 +47,34 @@ def _half(probe: dict) -> dict:
 
 
 def pack_history(run_dir, up_to_step: int | None = None) -> dict:
-    """A run's metrics and snapshots up to ``up_to_step`` (all when None), as one dict."""
+    """A run's metrics and snapshots up to ``up_to_step`` (all when None), as one dict of
+    less than MAX_BYTES: past it, every other snapshot goes (the first and the last stay),
+    then every other training record."""
     rd = RunDir(run_dir)
     last = float("inf") if up_to_step is None else up_to_step
     records = [clean_record(r) for r in rd.read_metrics() if r.get("step", 0) <= last]
+    steps = [s for s in rd.snapshot_steps() if s <= last]
+    while len(steps) > 2 and rd.snapshot_bytes(steps) > PACKED_SHARE * MAX_BYTES // 2:
+        steps = [s for s in steps if s not in thinned(steps, len(steps) - 1)]
     snapshots = []
-    for step in rd.snapshot_steps():
-        if step <= last:
-            probes = rd.load_snapshot(step)["probes"]
-            snapshots.append({"step": step, "probes": [_half(p) for p in probes]})
-    return {"format": FORMAT, "metrics": records, "snapshots": snapshots}
+    for step in steps:
+        probes = rd.load_snapshot(step)["probes"]
+        snapshots.append({"step": step, "probes": [_half(p) for p in probes]})
+    history = {"format": FORMAT, "metrics": records, "snapshots": snapshots}
+    while sizeof(history) > PACKED_SHARE * MAX_BYTES and len(history["metrics"]) > 2:
+        history["metrics"] = _thinned_records(history["metrics"])
+    if sizeof(history) > PACKED_SHARE * MAX_BYTES:
+        raise ValueError(f"the run's history would pass {MAX_BYTES // 2**20} MB")
+    return history
+
+
+def _thinned_records(records: list[dict]) -> list[dict]:
+    """Every other training record gone (the first and the last stay); evaluations kept,
+    unless they are all that is left, then every other one of them."""
+    train = [i for i, r in enumerate(records) if r.get("record") == "train"]
+    pool = train if len(train) > 2 else list(range(len(records)))
+    gone = {pool[i] for i in range(1, len(pool) - 1, 2)}
+    return [r for i, r in enumerate(records) if i not in gone]
 
 
 def write_history(run_dir, checkpoint, up_to_step: int | None = None) -> Path | None:
@@ -62,8 +83,18 @@ def write_history(run_dir, checkpoint, up_to_step: int | None = None) -> Path | 
     if not history["metrics"] and not history["snapshots"]:
         return None
     dest = history_path(checkpoint)
-    atomic_save(history, dest)
+    _save_within_limit(history, dest)
     return dest
+
+
+def _save_within_limit(data: dict, dest: Path) -> None:
+    """Write a history file, or ValueError (and nothing written) when it passes MAX_BYTES."""
+    tmp = dest.with_name(dest.name + ".new")
+    atomic_save(data, tmp)
+    if tmp.stat().st_size > MAX_BYTES:
+        tmp.unlink(missing_ok=True)
+        raise ValueError(f"{dest.name} would pass {MAX_BYTES // 2**20} MB; it is not written")
+    os.replace(tmp, dest)
 
 
 def add_section(path, name: str, payload: dict) -> None:
@@ -71,7 +102,7 @@ def add_section(path, name: str, payload: dict) -> None:
     if name in ("format", "metrics", "snapshots"):
         raise ValueError(f"{name!r} is a history file's own section")
     data = HistoryFile(path)._load()
-    atomic_save(data | {name: payload}, Path(path))
+    _save_within_limit(data | {name: payload}, Path(path))
 
 
 class HistoryFile:

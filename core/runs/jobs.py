@@ -24,8 +24,9 @@ import time
 from core.corpus.source import DataError
 from core.corpus.user_files import allowed_path, prune_uploads
 from core.places import REPO_ROOT, runs_root
-from core.runs import processes
+from core.runs import budget, processes
 from core.runs.locks import acquire_gpu_lock, launch_lock, run_is_held, write_lock
+from core.runs.owners import OwnershipError, User, check_create, check_owner, owner_of, run_owner
 from core.runs.run_dir import RunDir, RunError, read_json, run_dir, write_json
 from core.runs.status import LIVE_STATES, STOP_GRACE_S, RunInfo, list_runs, run_info
 from core.runs.training_run import EARLY_STOP
@@ -102,7 +103,9 @@ def launch_problems(preset: str, overrides: dict | None, processes) -> list[str]
         return problems
     cfg = merged_settings(preset, overrides)
     device_type = resolve_device(cfg["train"]["device"])
-    return [p for p in [processes_problem(processes, device_type, cfg)] if p]
+    return [p for p in [processes_problem(processes, device_type, cfg)] if p] + (
+        budget.run_problems(cfg)
+    )
 
 
 def _check_cpu_capacity() -> None:
@@ -115,6 +118,30 @@ def _check_cpu_capacity() -> None:
             f"{max_cpu_jobs()} (set {MAX_CPU_JOBS_ENV} to change it). Stop a run or "
             "wait for it to finish."
         )
+
+
+def _live_runs() -> set[str]:
+    """The ids of the runs whose trainer is running now."""
+    return {r.run_id for r in list_runs() if r.alive}
+
+
+def check_room(need: int, what: str, owner: str | None, exclude: str | None = None) -> None:
+    """RunError unless ``need`` more bytes fit the quota (and the owner's share of it)."""
+    live = _live_runs()
+    try:
+        budget.check_room(need, what, owner, live.__contains__, exclude)
+    except budget.BudgetError as e:
+        raise RunError(str(e)) from None
+
+
+def _corpus_bytes(source: str) -> int:
+    """Bytes of the corpus copy a run of this source keeps (fra-eng is not copied)."""
+    if source == "fra-eng":
+        return 0
+    try:
+        return allowed_path(source).stat().st_size
+    except (DataError, OSError):
+        return 0  # the launch says why it cannot read it
 
 
 def _new_run_dir(preset: str) -> RunDir:
@@ -151,6 +178,7 @@ def _launch(rd: RunDir, argv: list[str], job: dict, gpu_fd: int | None) -> None:
     job["launched_at"] = time.time()
     write_json(rd.job, {**job, "pid": None, "identity": None})
     env = trainer_env(job.get("processes", 1))
+    _trim_log(rd.log)
     with open(rd.log, "ab") as log:
         proc = subprocess.Popen(
             argv,
@@ -168,6 +196,23 @@ def _launch(rd: RunDir, argv: list[str], job: dict, gpu_fd: int | None) -> None:
     write_json(rd.job, job)
     if gpu_fd is not None:
         write_lock(gpu_fd, {"run_id": rd.name, "pid": proc.pid})
+
+
+def _trim_log(path) -> None:
+    """Keep a trainer log within half of budget.LOG_BYTES before a launch appends to it (its
+    start goes: the last lines are the ones the page shows)."""
+    keep = budget.LOG_BYTES // 2
+    try:
+        if path.stat().st_size <= keep:
+            return
+        with open(path, "rb") as f:
+            f.seek(-keep, os.SEEK_END)
+            tail = f.read()
+    except OSError:
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(b"[earlier lines cut]\n" + tail[tail.find(b"\n") + 1 :])
+    os.replace(tmp, path)
 
 
 def trainer_env(processes: int, env=None) -> dict[str, str]:
@@ -208,12 +253,20 @@ def _trainer_argv(rd: RunDir, resume: bool = False, processes: int = 1) -> list[
     return argv + ["--resume", "--no-progress"] if resume else argv + ["--no-progress"]
 
 
-def start_run(preset: str, overrides: dict | None = None, processes: int = 1) -> str:
+def start_run(
+    preset: str, overrides: dict | None = None, processes: int = 1, user: User | None = None
+) -> str:
     """Validate settings, then launch ``python -m core.train`` in a new run; returns its id.
 
     ``processes`` > 1 trains the run with that many processes (``core.runs.launcher``; each takes
-    ``batch_size`` pairs a step, so a step's batch is ``batch_size * processes``).
+    ``batch_size`` pairs a step, so a step's batch is ``batch_size * processes``). The run's
+    disk budget must fit the quota (``core.runs.budget``); ``user`` (None: the command line)
+    becomes its owner where users are known.
     """
+    try:
+        check_create(user, "a run")
+    except OwnershipError as e:
+        raise RunError(str(e)) from None
     overrides = copy.deepcopy(overrides or {})
     problems = launch_problems(preset, overrides, processes)
     if problems:
@@ -221,7 +274,10 @@ def start_run(preset: str, overrides: dict | None = None, processes: int = 1) ->
     cfg = merged_settings(preset, overrides)
     device_type = resolve_device(cfg["train"]["device"])
     prune_uploads()
+    owner = owner_of(user)
     with launch_lock():
+        need = budget.run_budget(cfg, _corpus_bytes(cfg["data"].get("source", "fra-eng"))).total
+        check_room(need, "this run", owner)
         rd = _new_run_dir(preset)
         try:
             with _device_slot(device_type, rd.name) as gpu_fd:
@@ -234,6 +290,8 @@ def start_run(preset: str, overrides: dict | None = None, processes: int = 1) ->
                     "device_type": device_type,
                     "processes": processes,
                     "created_at": time.time(),
+                    "budget_bytes": need,  # the most disk it may take (core.runs.budget)
+                    "owner": owner,
                 }
                 _launch(rd, _trainer_argv(rd, processes=processes), job, gpu_fd)
         except BaseException:
@@ -265,14 +323,23 @@ def resume_processes(run_id: str) -> tuple[int, int]:
     return int(job.get("processes", 1)), max_processes(device_type)
 
 
-def resume_run(run_id: str, limits: dict | None = None, processes: int | None = None) -> None:
+def resume_run(
+    run_id: str,
+    limits: dict | None = None,
+    processes: int | None = None,
+    user: User | None = None,
+) -> None:
     """Continue a run from last.pt (``limits``: new epochs, max_steps, time_budget; after a
     divergence also lr, warmup_steps, grad_clip) with ``processes`` processes (None: as many
-    as its last launch)."""
+    as its last launch); its budget must still fit the quota."""
     rd = run_dir(run_id)
+    check_owner(user, rd, "resume")
     with launch_lock():  # two sessions resuming one run: the second is refused here
         info = _check_resumable(rd)
         job = read_json(rd.job, {}) or {"run_id": run_id, "created_at": info.started_at}
+        need = max(_run_budget(rd, job), budget.folder_bytes(rd.path))
+        check_room(need, f"run {run_id}", run_owner(rd), exclude=run_id)
+        job["budget_bytes"] = need
         device_type = job.get("device_type") or resolve_device(
             rd.read_config().get("train", {}).get("device", "auto")
         )
@@ -289,7 +356,19 @@ def resume_run(run_id: str, limits: dict | None = None, processes: int | None = 
             _launch(rd, argv, job, gpu_fd)
 
 
-def stop_run(run_id: str, wait: float = 0.0) -> RunInfo:
+def _run_budget(rd: RunDir, job: dict) -> int:
+    """A run's disk budget: as recorded at launch, else from its settings and corpus copy."""
+    if isinstance(job.get("budget_bytes"), int):
+        return job["budget_bytes"]
+    settings = rd.read_config() or job.get("settings") or {}
+    try:
+        corpus = sum(p.stat().st_size for p in rd.path.glob("data.*") if p.is_file())
+        return budget.run_budget(settings, corpus).total
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
+def stop_run(run_id: str, wait: float = 0.0, user: User | None = None) -> RunInfo:
     """Ask a live run to save a checkpoint and stop (STOP file + SIGTERM to the verified pid).
 
     An agent of several processes passes SIGTERM on to its workers; they stop at one step.
@@ -297,6 +376,7 @@ def stop_run(run_id: str, wait: float = 0.0) -> RunInfo:
     """
     rd = run_dir(run_id)
     info = run_info(run_id)
+    check_owner(user, rd, "stop")
     if info.state == "unknown":
         raise RunError(info.message)
     if not info.alive:
@@ -377,8 +457,9 @@ def _last_step(rd: RunDir) -> str:
     return str(rd.read_status().get("last_eval", "?"))
 
 
-def delete_run(run_id: str) -> None:
+def delete_run(run_id: str, user: User | None = None) -> None:
     """Delete a run directory; refused while its trainer may be running."""
+    check_owner(user, run_dir(run_id), "delete")
     with launch_lock():  # no launch or resume of this run can start meanwhile
         info = run_info(run_id)
         if info.alive or info.state == "unknown" or run_is_held(info.path):
@@ -389,12 +470,13 @@ def delete_run(run_id: str) -> None:
 MAX_NAME_CHARS = 60  # longest run name
 
 
-def rename_run(run_id: str, name: str) -> str:
+def rename_run(run_id: str, name: str, user: User | None = None) -> str:
     """Give a run a name people recognise (kept in job.json; '' removes it)."""
     name = " ".join(str(name).split())
     if len(name) > MAX_NAME_CHARS:
         raise RunError(f"A run name has at most {MAX_NAME_CHARS} characters (got {len(name)}).")
     rd = run_dir(run_id)
+    check_owner(user, rd, "rename")
     with launch_lock():
         if not rd.path.is_dir():
             raise RunError(f"Run '{run_id}' does not exist (deleted, or another runs directory).")

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from core.runs.locks import launch_lock
+from core.runs.owners import User, check_owner
 from core.runs.run_dir import RunDir, RunError, run_dir
 
 MAX_NOTE_CHARS = 2000  # longest note
@@ -86,10 +87,11 @@ def read_notes(run_path) -> RunNotes:
     return RunNotes(_CONTROL.sub("", note)[:MAX_NOTE_CHARS].strip(), tags)
 
 
-def write_notes(run_id: str, note: object, tags: object) -> RunNotes:
+def write_notes(run_id: str, note: object, tags: object, user: User | None = None) -> RunNotes:
     """Check and save a run's note and tags (NotesError or RunError saying why not)."""
     notes = RunNotes(clean_note(note), parse_tags(tags))
     rd = run_dir(run_id)
+    check_owner(user, rd, "annotate")
     with launch_lock():  # never into a directory being deleted
         if not rd.path.is_dir():
             raise RunError(f"Run '{run_id}' does not exist (deleted, or another runs directory).")

@@ -11,7 +11,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from core.model.checkpoints import portable_data_config, save_checkpoint
-from core.runs.run_dir import RunDir
+from core.runs import budget
+from core.runs.run_dir import RunDir, read_json
 from core.runs.system import ProcessMeter, trim_heap
 from core.training.loop import Trainer
 from core.training.random_streams import rng_state
@@ -26,6 +27,14 @@ class RunRecorder:
         self.data_config = portable_data_config(configs["data"], path)  # no machine path
         self.saved_step: int | None = None  # step of the last.pt on disk (None: none yet)
         self.meter = ProcessMeter()  # what the process costs, sampled at each record
+        self.parameters = sum(p.numel() for p in trainer.model.parameters())
+        self.keep_snapshots = budget.snapshots_to_keep(configs)  # thinned evenly past it
+        self.keep_models = budget.models_to_keep(
+            trainer.cfg.snapshot_models, self.parameters, configs["model"]
+        )
+        self.allowed = run_allowance(rd, configs)  # the most disk the run may take
+        self.stride = max(1, int(rd.read_status().get("metrics_stride") or 1))  # records kept
+        self.records = 0  # training records seen (every ``stride``-th is written)
         trainer.on("step", self.on_step)
         trainer.on("eval", self.on_eval)
         trainer.on("end", self.on_end)
@@ -39,8 +48,13 @@ class RunRecorder:
         """Record training metrics, refresh the status, honour a stop file."""
         trim_heap()  # the free heap back to the system, before memory is sampled
         system = self.meter.sample()  # CPU %, resident memory (GPU memory on CUDA)
-        self.rd.append_metrics({"record": "train", **info, **system, "time": time.time()})
+        self.records += 1
+        if self.records % self.stride == 0 and self.rd.append_metrics(
+            {"record": "train", **info, **system, "time": time.time()}
+        ):  # thinned past budget.METRICS_BYTES: from now on, half as many records
+            self.stride *= 2
         self.rd.write_status(
+            metrics_stride=self.stride,
             state="running",
             message="",
             step=info["step"],
@@ -87,16 +101,40 @@ class RunRecorder:
         # best.pt and the snapshot before last.pt: a resume from last.pt redoes what follows it
         if info.get("is_best"):
             self.save(self.rd.best, with_optimizer=False)
-        self.rd.save_snapshot(trainer.state.step, trainer.probe_maps())
-        if keep := models_to_keep(
-            trainer.cfg.snapshot_models, trainer.model
-        ):  # heads over training
+        self.keep_snapshot(trainer)
+        if self.keep_models and self.fits(budget.KEPT_BYTES_PER_PARAM * self.parameters):
             self.save(self.rd.snapshot_model(trainer.state.step), with_optimizer=False, half=True)
-            self.rd.thin_snapshot_models(keep)
+            self.rd.thin_snapshot_models(self.keep_models)
         self.save(self.rd.last, with_optimizer=True)
         self.rd.write_status(best_bleu=trainer.state.best_bleu, last_eval=info["step"])
         if self.rd.stop_requested():
             trainer.stop_asked = True
+
+    def fits(self, more: int) -> bool:
+        """Whether ``more`` bytes keep the run within its allowance (``run_allowance``)."""
+        return budget.folder_bytes(self.rd.path) + more <= self.allowed
+
+    def keep_snapshot(self, trainer: Trainer) -> None:
+        """Write the probes' maps at this step, unless they pass budget.SNAPSHOT_BYTES or the
+        run's allowance (then a warning in the status says so), and thin the snapshots."""
+        probes = trainer.probe_maps()
+        size = budget.sizeof(probes)
+        if size > budget.SNAPSHOT_BYTES or not self.fits(size) or not self.keep_snapshots:
+            limit = budget.size_words(budget.SNAPSHOT_BYTES)
+            self.warn(
+                "Attention snapshots not kept",
+                f"Attention snapshots not kept (the first at step {trainer.state.step}): one "
+                f"would take {budget.size_words(size)}; each may take {limit}, and the whole "
+                f"run {budget.size_words(self.allowed)}.",
+            )
+            return
+        self.rd.save_snapshot(trainer.state.step, probes, self.keep_snapshots)
+
+    def warn(self, head: str, message: str) -> None:
+        """Add a warning to the run's status, once per ``head`` (its first words)."""
+        warnings = list(self.rd.read_status().get("warnings") or [])
+        if not any(str(w).startswith(head) for w in warnings):
+            self.rd.write_status(warnings=[*warnings, message][-8:])
 
     def on_end(self, trainer: Trainer, info: dict) -> None:
         """Save the last checkpoint (never after divergence) and the final state."""
@@ -120,16 +158,14 @@ class RunRecorder:
         )
 
 
-KEPT_MODELS_BYTES = 2**30  # the most disk a run's kept snapshot models take (float16)
-
-
-def models_to_keep(asked: int, model) -> int:
-    """How many snapshot models a run keeps: ``asked`` (``TrainConfig.snapshot_models``), fewer
-    when that many float16 copies would pass KEPT_MODELS_BYTES (at least one when asked)."""
-    if not asked:
-        return 0
-    size = 2 * sum(p.numel() for p in model.parameters())  # bytes in float16
-    return min(asked, max(1, KEPT_MODELS_BYTES // max(size, 1)))
+def run_allowance(rd: RunDir, settings: dict) -> int:
+    """The most disk a run may take: the budget the app recorded when it launched the run
+    (job.json), else the budget of its settings with its corpus copy."""
+    recorded = (read_json(rd.job, {}) or {}).get("budget_bytes")
+    if isinstance(recorded, int) and recorded > 0:
+        return recorded
+    corpus = sum(p.stat().st_size for p in rd.path.glob("data.*") if p.is_file())
+    return budget.run_budget(settings, corpus).total
 
 
 def divergence_message(info: dict, saved_step: int | None) -> str:

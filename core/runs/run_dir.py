@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -17,12 +18,13 @@ import torch
 
 from core.model.checkpoints import atomic_save
 from core.places import runs_root
+from core.runs.budget import MAX_SNAPSHOTS, METRICS_BYTES, SNAPSHOT_BYTES, SNAPSHOTS_BYTES
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # run directory names
 
 
-MAX_SNAPSHOTS = 64  # attention snapshots kept per run (thinned evenly past it)
 MODEL_PREFIX = "model_"  # snapshots/model_<step>.pt: the model at a snapshot step (float16)
+PARSED_METRICS_BYTES = 64 * 2**20  # metrics files whose records the process keeps parsed
 
 
 def thinned(steps: list[int], keep: int) -> set[int]:
@@ -62,6 +64,55 @@ def _ends_mid_line(f) -> bool:
     return f.read(1) != b"\n"
 
 
+_parsed: dict[str, tuple[tuple, int, list[dict]]] = {}  # path -> (version, offset, records)
+_parsed_lock = threading.Lock()
+
+
+def read_records(path: Path) -> list[dict]:
+    """The complete JSON-object lines of a metrics file, parsed once per version of the file
+    in this process (a file that only grew is read from where the last read ended); shared
+    between callers, so never mutate the records. At most PARSED_METRICS_BYTES of files stay
+    parsed (the least recently read go first)."""
+    key = str(path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return []
+    with _parsed_lock:
+        version, offset, records = _parsed.pop(key, ((None, None, None), 0, []))
+        if version[:2] != (st.st_dev, st.st_ino) or st.st_size < offset:
+            offset, records = 0, []  # a new file (rewritten, rewound): read it whole
+        if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != version:
+            more, offset = _parse_from(path, offset)
+            records = records + more
+        _parsed[key] = ((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns), offset, records)
+        _forget_oldest()
+        return list(records)
+
+
+def _parse_from(path: Path, offset: int) -> tuple[list[dict], int]:
+    """(the complete records after byte ``offset``, the offset after the last complete line)."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read()
+    end = data.rfind(b"\n") + 1  # a last line without its newline is still being written
+    records = []
+    for line in data[:end].splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records, offset + end
+
+
+def _forget_oldest() -> None:
+    """Drop the least recently read files' records past PARSED_METRICS_BYTES (caller locks)."""
+    while len(_parsed) > 1 and sum(v[1] for v in _parsed.values()) > PARSED_METRICS_BYTES:
+        del _parsed[next(iter(_parsed))]
+
+
 class RunDir:
     """Paths and readers/writers of one training run's directory."""
 
@@ -89,28 +140,44 @@ class RunDir:
         """Make the directory tree."""
         self.snapshots.mkdir(parents=True, exist_ok=True)
 
-    def append_metrics(self, record: dict) -> None:
-        """Append one JSON line and flush it (never glued onto a half-written line)."""
+    def append_metrics(self, record: dict) -> bool:
+        """Append one JSON line and flush it (never glued onto a half-written line); past
+        METRICS_BYTES the file is thinned (``thin_metrics``). True when it was thinned."""
         line = json.dumps(record) + "\n"
         with open(self.metrics, "ab+") as f:
             if _ends_mid_line(f):  # a crash cut the last record short: start a new line
                 line = "\n" + line
             f.write(line.encode())
             f.flush()
+            size = f.tell()
+        if size <= METRICS_BYTES:
+            return False
+        self.thin_metrics()
+        return True
+
+    def thin_metrics(self) -> None:
+        """Halve the training records (every other one goes; the first and the last stay), and
+        the evaluations too where they fill half the file, so metrics.jsonl stays under
+        METRICS_BYTES, spread evenly over the run; rewritten atomically."""
+        records = self.read_metrics()
+        train = [i for i, r in enumerate(records) if r.get("record") == "train"]
+        gone = {train[i] for i in range(1, len(train) - 1, 2)}
+        evals = [i for i, r in enumerate(records) if r.get("record") == "eval"]
+        eval_bytes = sum(len(json.dumps(records[i])) for i in evals)
+        if eval_bytes > METRICS_BYTES // 2:
+            gone |= {evals[i] for i in range(1, len(evals) - 1, 2)}
+        self._write_records([r for i, r in enumerate(records) if i not in gone])
+
+    def _write_records(self, records: list[dict]) -> None:
+        """Replace metrics.jsonl with these records, atomically."""
+        tmp = self.metrics.with_name(self.metrics.name + ".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+        os.replace(tmp, self.metrics)
 
     def read_metrics(self) -> list[dict]:
-        """All complete metric records (a half-written line is skipped)."""
-        if not self.metrics.is_file():
-            return []
-        records = []
-        for line in self.metrics.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-        return records
+        """All complete metric records (a half-written line is skipped), parsed once per file
+        version in this process and shared: never mutate the records."""
+        return read_records(self.metrics)
 
     def rewind(self, step: int) -> None:
         """Forget what was written after the checkpoint at ``step``, before resuming from it.
@@ -118,19 +185,24 @@ class RunDir:
         Metric records and snapshots of later steps and half-written lines go (metrics.jsonl
         is rewritten atomically), and so do the trainer's half-written checkpoint files.
         """
-        kept = [r for r in self.read_metrics() if r.get("step", 0) <= step]
-        tmp = self.metrics.with_name(self.metrics.name + ".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        os.replace(tmp, self.metrics)
+        self._write_records([r for r in self.read_metrics() if r.get("step", 0) <= step])
         for later in self.snapshot_steps():
             if later > step:
-                (self.snapshots / f"step_{later:08d}.pt").unlink(missing_ok=True)
+                self.snapshot_path(later).unlink(missing_ok=True)
         for later in self.snapshot_model_steps():
             if later > step:
                 self.snapshot_model(later).unlink(missing_ok=True)
         half_written = [p.with_name(p.name + ".tmp") for p in (self.last, self.best)]
         for path in [*half_written, *self.snapshots.glob("*.tmp")]:
             path.unlink(missing_ok=True)
+
+    def restart(self) -> None:
+        """Forget an attempt that left no checkpoint, before starting the run again from its
+        settings: its metrics, snapshots, best.pt and status go (its settings stay)."""
+        self.metrics.unlink(missing_ok=True)
+        for path in (self.best, *self.snapshots.glob("*.pt"), *self.snapshots.glob("*.tmp")):
+            path.unlink(missing_ok=True)
+        write_json(self.status, {"updated_at": time.time()})
 
     def write_status(self, **fields) -> dict:
         """Merge ``fields`` into status.json (atomically) and return it."""
@@ -151,12 +223,13 @@ class RunDir:
         """The configs the run was started with."""
         return read_json(self.config, {}) or {}
 
-    def save_snapshot(self, step: int, probes: list[dict]) -> None:
-        """Store the probe sentences' attention maps at a training step; past MAX_SNAPSHOTS,
-        every other one goes (the first and the last stay), so they stay spread evenly."""
-        atomic_save({"step": step, "probes": probes}, self.snapshots / f"step_{step:08d}.pt")
-        for gone in thinned(self.snapshot_steps(), MAX_SNAPSHOTS):
-            (self.snapshots / f"step_{gone:08d}.pt").unlink(missing_ok=True)
+    def save_snapshot(self, step: int, probes: list[dict], keep: int = MAX_SNAPSHOTS) -> None:
+        """Store the probe sentences' attention maps at a training step; past ``keep``
+        (``budget.snapshots_to_keep``), every other one goes (the first and the last stay),
+        so they stay spread evenly."""
+        atomic_save({"step": step, "probes": probes}, self.snapshot_path(step))
+        for gone in thinned(self.snapshot_steps(), keep):
+            self.snapshot_path(gone).unlink(missing_ok=True)
 
     def snapshot_steps(self) -> list[int]:
         """Training steps that have an attention snapshot, in order."""
@@ -182,9 +255,34 @@ class RunDir:
         for gone in thinned(self.snapshot_model_steps(), keep):
             self.snapshot_model(gone).unlink(missing_ok=True)
 
+    def snapshot_path(self, step: int) -> Path:
+        """Where the probe maps of a step are (``snapshots/step_<step>.pt``)."""
+        return self.snapshots / f"step_{step:08d}.pt"
+
+    def snapshot_bytes(self, steps: list[int]) -> int:
+        """Bytes of the snapshot files of these steps on disk (missing ones count 0)."""
+        total = 0
+        for step in steps:
+            try:
+                total += self.snapshot_path(step).stat().st_size
+            except OSError:
+                continue
+        return total
+
+    def readable_steps(self, limit: int = SNAPSHOTS_BYTES) -> list[int]:
+        """The snapshot steps whose files together fit ``limit`` bytes: every other one goes
+        (the first and the last stay) until they do (runs written before the limits)."""
+        steps = self.snapshot_steps()
+        while len(steps) > 2 and self.snapshot_bytes(steps) > limit:
+            steps = [s for s in steps if s not in thinned(steps, len(steps) - 1)]
+        return steps
+
     def load_snapshot(self, step: int) -> dict:
-        """The probe maps saved at ``step`` (plain tensors, loaded with weights_only)."""
-        path = self.snapshots / f"step_{step:08d}.pt"
+        """The probe maps saved at ``step`` (plain tensors, loaded with weights_only);
+        ValueError for a file past budget.SNAPSHOT_BYTES (written before the limit), unread."""
+        path = self.snapshot_path(step)
+        if path.stat().st_size > SNAPSHOT_BYTES + 2**20:
+            raise ValueError(f"the snapshot of step {step} is too large to read on this server")
         return torch.load(path, map_location="cpu", weights_only=True)
 
     def request_stop(self) -> None:

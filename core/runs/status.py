@@ -49,6 +49,7 @@ class RunInfo:
     finished_at: float | None = None
     preset: str = ""
     name: str = ""  # a name the user gave the run ("" = none)
+    owner: str | None = None  # who made it, where users are known (core.runs.owners)
     heads: int | None = None  # attention heads per layer
     lr: float | None = None  # peak learning rate it trains with
     data: str = ""  # short data description
@@ -148,6 +149,7 @@ def run_info(run_id: str) -> RunInfo:
         finished_at=status.get("finished_at"),
         preset=job.get("preset", ""),
         name=str(job.get("name") or ""),
+        owner=job.get("owner") if isinstance(job.get("owner"), str) else None,
         heads=model.get("num_heads"),
         lr=(config.get("train") or {}).get("lr"),
         data=describe_data(data),

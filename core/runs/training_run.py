@@ -32,6 +32,8 @@ from core.corpus.supervision import read_supervision
 from core.model.checkpoints import read_checkpoint
 from core.model.scores import usable_bleu
 from core.model.transformer import ModelConfig, Transformer
+from core.places import shown_path
+from core.runs import budget
 from core.runs.locks import hold_run
 from core.runs.processes import identity
 from core.runs.recorder import RunRecorder
@@ -107,7 +109,7 @@ def prepare(rd: RunDir, configs: dict, resume: bool, world: World):
         if world.is_main:
             rd.rewind(trainer.state.step)  # what came after the checkpoint is done again
     configs["model"] = asdict(model_cfg)
-    configs["summary"] = corpus.summary
+    configs["summary"] = {**corpus.summary, "path": shown_path(corpus.summary.get("path", ""))}
     return trainer
 
 
@@ -161,7 +163,7 @@ def load_run_configs(rd: RunDir, args: argparse.Namespace) -> dict:
     saved = rd.read_config() or _launch_settings(rd)
     if not all(isinstance(saved.get(g), dict) for g in ("data", "model", "train")):
         raise DataError(
-            f"{rd.path} has no checkpoint (last.pt) and no settings (config.json or "
+            f"{shown_path(rd.path)} has no checkpoint (last.pt) and no settings (config.json or "
             "request.json) to resume or start again from."
         )
     configs = {k: dict(saved[k]) for k in ("data", "model", "train")}
@@ -198,11 +200,18 @@ def checked(configs: dict) -> dict:
 
 
 def new_run_configs(rd: RunDir, args: argparse.Namespace) -> dict:
-    """Settings of a new run: the app's request.json, or the preset and the flags."""
+    """Settings of a new run (the app's request.json, or the preset and the flags), within
+    this server's limits (``core.runs.budget``)."""
     if args.request:
         settings = read_request(rd).get("settings")
-        return checked({g: dict((settings or {}).get(g) or {}) for g in ("data", "model", "train")})
-    return checked(settings_from_args(args))
+        configs = checked(
+            {g: dict((settings or {}).get(g) or {}) for g in ("data", "model", "train")}
+        )
+    else:
+        configs = checked(settings_from_args(args))
+    if problems := budget.run_problems(configs):
+        raise ValueError("Invalid settings: " + "; ".join(problems) + ".")
+    return configs
 
 
 def train_run(args: argparse.Namespace, world: World | None = None) -> int:
@@ -212,13 +221,15 @@ def train_run(args: argparse.Namespace, world: World | None = None) -> int:
     configs = load_run_configs(rd, args) if args.resume else new_run_configs(rd, args)
     resume = args.resume and rd.last.is_file()
     if args.resume and not resume:
-        print(f"{rd.path} has no checkpoint yet: starting it again from its settings", flush=True)
+        print(f"{rd.name} has no checkpoint yet: starting it again from its settings", flush=True)
     limit_memory(resolve_device(configs["train"].get("device", "auto")))
     lower_priority()
     if world.is_main:
         rd.create()
         if args.resume:  # a stale STOP from an earlier stop must not end the resumed run
             rd.stop_file.unlink(missing_ok=True)
+        if args.resume and not resume:  # as a resume rewinds past its checkpoint: from zero
+            rd.restart()
     status_writer(rd, world)(
         state="starting",
         pid=os.getpid(),
@@ -282,7 +293,10 @@ def final_report(rd: RunDir, trainer: Trainer, outcome: str) -> int:
         best = "not evaluated yet"
     else:
         best = f"best val BLEU {trainer.state.best_bleu:.2f}"
-    print(f"{outcome} at step {trainer.state.step}; {best}; run directory {rd.path}", flush=True)
+    print(
+        f"{outcome} at step {trainer.state.step}; {best}; run directory {shown_path(rd.path)}",
+        flush=True,
+    )
     return 0
 
 

@@ -77,7 +77,7 @@ def form_fields() -> list[FormField]:
     return out
 
 
-def _field_default(f):
+def field_default(f):
     """The default value of a dataclass field (None when it has none)."""
     if f.default is not MISSING:
         return f.default
@@ -92,7 +92,7 @@ def defaults(preset: str) -> dict[str, dict]:
         raise SettingsError(f"Unknown preset '{preset}': choose one of {', '.join(PRESETS)}.")
     out = {}
     for section, cls in GROUPS.items():
-        out[section] = {f.name: _field_default(f) for f in fields(cls)}
+        out[section] = {f.name: field_default(f) for f in fields(cls)}
         out[section].update(copy.deepcopy(PRESETS[preset].get(section, {})))
     for name in DERIVED:
         out["model"].pop(name)

@@ -11,6 +11,8 @@ from core.attention.maps import export_name
 from core.attention.view_state import ViewState
 from core.figures import alignment_grid as grid_figs
 from core.figures.attribution import PANEL_PX
+from core.runs import budget
+from pages.ui.cached_ablation import heavy_slot
 from pages.ui.cached_alignment import alignment_grid
 from pages.ui.charts import chart
 from pages.ui.gold_sets import (
@@ -21,7 +23,7 @@ from pages.ui.gold_sets import (
     uploaded_gold,
 )
 from pages.ui.section_inputs import SectionInputs
-from pages.ui.text import md
+from pages.ui.text import md, spreadsheet_safe
 
 SHIPPED, UPLOAD = "shipped", "upload"
 AER_WORDS = (
@@ -47,13 +49,35 @@ def gold_panel(page: SectionInputs) -> None:
     gold = pick_gold()
     if gold is None:
         return
-    entry = page.entry
     try:
-        grid = alignment_grid(page.lm, entry.path, entry.mtime, gold.key, gold.pairs, gold.links)
+        grid = scored(page, gold)
     except (GoldError, ValueError, RuntimeError, IndexError) as e:
         st.error(md(f"The readers cannot be scored on {gold.name}: {' '.join(str(e).split())}"))
         return
-    show_grid(grid, gold, page.state)
+    if grid is not None:
+        show_grid(grid, gold, page.state)
+
+
+def scored(page: SectionInputs, gold: GoldSet) -> AlignmentGrid | None:
+    """Every reader's AER on a gold set: cached for every session; an uploaded set within the
+    server's bounds (budget.SCORING_CELLS) and in its one slot for heavy work, or None after
+    a message saying why not now."""
+    entry, lm = page.entry, page.lm
+    args = (lm, entry.path, entry.mtime, gold.key, gold.pairs, gold.links)
+    found, grid = alignment_grid.peek(*args)
+    if found or gold.shipped:
+        return grid if found else alignment_grid(*args)
+    if problem := budget.scoring_problem(vars(lm.model.cfg), gold.pairs, lm.src_vocab.kind):
+        st.error(md(problem))
+        return None
+    with heavy_slot() as slot:
+        if slot is None:
+            st.warning(
+                "Another session is running a heavy computation on this server right now, and "
+                "one runs at a time. Try again in a minute."
+            )
+            return None
+        return alignment_grid(*args)
 
 
 def pick_gold() -> GoldSet | None:
@@ -87,7 +111,7 @@ def upload_gold() -> GoldSet | None:
         return None
     try:
         return uploaded_gold((pairs.name, pairs.getvalue()), (links.name, links.getvalue()), one)
-    except GoldError as e:
+    except ValueError as e:  # GoldError, and anything else a file could make the parser raise
         st.error(md(e))
         return None
 
@@ -118,7 +142,9 @@ def show_grid(grid: AlignmentGrid, gold: GoldSet, state: ViewState) -> None:
     table = grid_figs.grid_table(grid.rows)
     number = st.column_config.NumberColumn(format="%.3f")
     st.dataframe(
-        table, hide_index=True, column_config={c: number for c in ("AER", "precision", "recall")}
+        spreadsheet_safe(table),
+        hide_index=True,
+        column_config={c: number for c in ("AER", "precision", "recall")},
     )
     csv = table.to_csv(index=False, lineterminator="\r\n").encode("utf-8")
     st.download_button(

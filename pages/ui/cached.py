@@ -1,38 +1,82 @@
 """Core calls the Translate and Attention pages cache: translations, maps, snapshots,
-attributions."""
+attributions, kept for every session within the server's byte budget (``shared_cache``)."""
 
 from __future__ import annotations
 
-import streamlit as st
+from dataclasses import replace
 
 from core.attention import maps, snapshots, word_maps
 from core.attribution.explain import Explained, explain
+from core.corpus.text import tokenize
 from core.model import checked_translation as translation
 from core.model.checkpoints import LoadedModel
-from core.model.decode import DecodeSettings, Translation
+from core.model.decode import DecodeSettings, Translation, TranslationError
+from core.runs import budget
+from pages.ui.shared_cache import shared
 
 
-@st.cache_data(show_spinner=False, max_entries=256)
+def fitted(lm: LoadedModel, sentence: str, settings: DecodeSettings):
+    """(settings, note): the decoding settings whose translation fits the server's budget
+    (budget.TRANSLATION_BYTES), with the longest output cut when it must be, and a note
+    saying so ("" when nothing changed); TranslationError when no output length fits."""
+    words = tokenize(sentence or "")
+    if not words or len(words) > translation.MAX_SENTENCE_TOKENS:
+        return settings, ""  # translate_sentence says what is wrong with it
+    cfg = vars(lm.model.cfg)
+    src = budget.source_len(words, lm.src_vocab.kind, cfg["max_positions"])
+    longest = budget.longest_output(cfg, src, settings.max_len)
+    limit = budget.size_words(budget.TRANSLATION_BYTES)
+    if longest == 0:
+        need = budget.size_words(budget.translation_bytes(cfg, src, 1))
+        raise TranslationError(
+            f"This sentence's attention maps would take {need} with this model "
+            f"({cfg['num_heads']} heads, {cfg['num_encoder_layers']}+"
+            f"{cfg['num_decoder_layers']} layers), and the server holds at most {limit} per "
+            "translation: use a shorter sentence."
+        )
+    if longest >= settings.max_len:
+        return settings, ""
+    note = (
+        f"The longest output was cut from {settings.max_len} to {longest} tokens: with this "
+        f"model's {cfg['num_heads']} heads and {cfg['num_encoder_layers']}+"
+        f"{cfg['num_decoder_layers']} layers, longer outputs' maps would pass the {limit} "
+        "the server holds per translation."
+    )
+    return replace(settings, max_len=longest), note
+
+
 def translate(
-    _lm: LoadedModel, path: str, mtime: float, sentence: str, settings: DecodeSettings
+    lm: LoadedModel, path: str, mtime: float, sentence: str, settings: DecodeSettings
 ) -> Translation:
-    """A checked translation with all maps, cached per model file, sentence and settings."""
-    return translation.translate_sentence(_lm, sentence, settings)
+    """A checked translation with all maps, cached per model file, sentence and settings,
+    within the server's budget for one translation."""
+    settings, note = fitted(lm, sentence, settings)
+    return _translate(lm, path, mtime, sentence, settings, note)
 
 
-@st.cache_data(show_spinner="Rebuilding the validation split…", max_entries=8)
+@shared()
+def _translate(
+    _lm: LoadedModel, path: str, mtime: float, sentence: str, settings: DecodeSettings, note: str
+) -> Translation:
+    """translate_sentence, with ``note`` among its warnings."""
+    t = translation.translate_sentence(_lm, sentence, settings)
+    t.warnings += [note] if note else []
+    return t
+
+
+@shared(spinner="Rebuilding the validation split…")
 def validation_examples(_meta: dict, data_key: str):
     """Validation sentences of a model's corpus (slow once, then cached by data settings)."""
     return translation.validation_examples(_meta)
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@shared()
 def sentence_maps(_t: Translation, key: tuple, words: bool = False) -> maps.SentenceMaps:
     """The numpy maps of a cached translation (subword pieces merged into words if asked)."""
     return word_maps.shown_maps(maps.SentenceMaps.from_translation(_t), words)
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
+@shared()
 def teacher_forced(
     _lm: LoadedModel, key: tuple, sentence: str, reference: str, words: bool = False
 ):
@@ -40,19 +84,19 @@ def teacher_forced(
     return word_maps.shown_maps(maps.teacher_forced_maps(_lm, sentence, reference), words)
 
 
-@st.cache_data(show_spinner="Reading training snapshots…", max_entries=16)
+@shared(spinner="Reading training snapshots…")
 def snapshot_series(source: str, sentence: str, steps: tuple) -> snapshots.SnapshotSeries:
     """A probe sentence's snapshots in a run or history file (re-read on new ones)."""
     return snapshots.snapshot_series(source, sentence)
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
+@shared()
 def probe_sentences(source: str, steps: tuple) -> list[str]:
     """The probe sentences of a run or history file."""
     return snapshots.probe_sentences(source)
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@shared()
 def explanation(
     _lm: LoadedModel, _t: Translation, key: tuple, method: str, layer: int | None, head: str
 ) -> Explained:

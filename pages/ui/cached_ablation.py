@@ -13,9 +13,11 @@ from core.attention.ablation import HeadSpec
 from core.model import checked_translation as translation
 from core.model.checkpoints import LoadedModel
 from core.model.decode import DecodeSettings, Translation
+from pages.ui.cached import fitted
+from pages.ui.shared_cache import MODELS, shared
 
 
-@st.cache_resource(show_spinner=False, max_entries=4)
+@shared(pool=MODELS)
 def private_model(_lm: LoadedModel, path: str, mtime: float) -> tuple[LoadedModel, threading.Lock]:
     """A copy of the model whose head gates this section sets, and the lock that guards it.
 
@@ -25,19 +27,36 @@ def private_model(_lm: LoadedModel, path: str, mtime: float) -> tuple[LoadedMode
     return ablate.private_copy(_lm), threading.Lock()
 
 
-@st.cache_data(show_spinner=False, max_entries=128)
 def ablated_translate(
-    _lm: LoadedModel,
+    lm: LoadedModel,
     path: str,
     mtime: float,
     sentence: str,
     settings: DecodeSettings,
     heads: tuple[HeadSpec, ...],
 ) -> Translation:
-    """A checked translation with ``heads`` removed, cached per model and input."""
+    """A checked translation with ``heads`` removed, cached per model and input, within the
+    server's budget for one translation."""
+    settings, note = fitted(lm, sentence, settings)
+    return _ablated_translate(lm, path, mtime, sentence, settings, heads, note)
+
+
+@shared()
+def _ablated_translate(
+    _lm: LoadedModel,
+    path: str,
+    mtime: float,
+    sentence: str,
+    settings: DecodeSettings,
+    heads: tuple[HeadSpec, ...],
+    note: str,
+) -> Translation:
+    """translate_sentence of the private copy with ``heads`` removed, ``note`` in its warnings."""
     own, lock = private_model(_lm, path, mtime)
     with lock, ablate.ablated(own.model, heads):
-        return translation.translate_sentence(own, sentence, settings)
+        t = translation.translate_sentence(own, sentence, settings)
+    t.warnings += [note] if note else []
+    return t
 
 
 HEAVY_SLOTS = 1  # head-importance computations the server runs at once (each takes a core)

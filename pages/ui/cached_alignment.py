@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import streamlit as st
-
 from core.alignment import grid
 from core.model.checkpoints import LoadedModel
 from pages.ui.progress import LateProgress
+from pages.ui.shared_cache import shared
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
+@shared()
 def alignment_grid(
     _lm: LoadedModel, path: str, mtime: float, gold_key: str, _pairs: list, _gold: list
 ) -> grid.AlignmentGrid:

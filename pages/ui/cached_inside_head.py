@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import streamlit as st
-
 from core.attention import logit_lens, query_key
 from core.model.checkpoints import LoadedModel
 from core.model.decode import Translation
+from pages.ui.shared_cache import shared
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@shared()
 def query_key_view(
     _lm: LoadedModel, _t: Translation, key: tuple, kind: str, layer: int, head: int, query: int
 ) -> query_key.QueryKey:
@@ -17,7 +16,7 @@ def query_key_view(
     return query_key.query_key_view(_lm, _t, kind, layer, head, query)
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
+@shared()
 def lens(_lm: LoadedModel, _t: Translation, key: tuple) -> logit_lens.LogitLens:
     """The logit lens of a cached translation (``key``: model file, sentence, settings)."""
     return logit_lens.logit_lens(_lm, _t)

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import streamlit as st
-
 from core.alignment.head_aer import head_trajectories
 from core.attention.trajectories import Trajectories
 from core.runs import status as run_status
 from core.runs.run_dir import RunError
 from pages.ui.progress import LateProgress
+from pages.ui.shared_cache import shared
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
+@shared()
 def trajectories(
     source: str, checkpoint: str | None, steps: tuple, sentences: int, generation: int
 ) -> Trajectories:

@@ -21,7 +21,7 @@ from pages.ui.cached import sentence_maps, teacher_forced, translate
 from pages.ui.charts import chart
 from pages.ui.model_picker import load_model, model_entries
 from pages.ui.section_inputs import SectionInputs
-from pages.ui.text import code, md
+from pages.ui.text import code, md, spreadsheet_safe
 from pages.ui.view_widgets import widget_default
 
 MODES = ("two models", "two sentences")
@@ -226,7 +226,7 @@ def topk_table(t_a: Translation, t_b: Translation, name: str) -> None:
     """Both outputs step by step with their next-token candidates, and a CSV of it."""
     frame = compare.topk_pair_frame(t_a, t_b)
     with st.expander("Output tokens and next-token candidates, step by step"):
-        st.dataframe(frame, hide_index=True)
+        st.dataframe(spreadsheet_safe(frame), hide_index=True)
         st.download_button(
             "Candidates as CSV",
             compare.frame_csv(frame),

@@ -23,7 +23,7 @@ from core.runs.catalogue import ModelEntry
 from pages.ui.cached_ablation import heavy_slot
 from pages.ui.charts import chart
 from pages.ui.progress import progress_bar
-from pages.ui.text import md
+from pages.ui.text import md, spreadsheet_safe
 
 SLOW_METHOD = "integrated-gradients"  # left out by default: about 2 s per sentence
 SLOW_SECONDS = 2.0  # its time per sentence of about 15 tokens
@@ -162,7 +162,7 @@ def show_faithfulness(result: Faithfulness, n: int, state: ViewState) -> None:
     table = attr_figs.faithfulness_table(result)
     number = st.column_config.NumberColumn(format="%.3f")
     st.dataframe(
-        table,
+        spreadsheet_safe(table),
         hide_index=True,
         column_config={c: number for c in table.columns if c not in ("method", "sentences")},
     )

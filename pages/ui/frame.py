@@ -16,6 +16,7 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from core.corpus.text import ATTRIBUTION
+from pages.ui.identity import user_line
 
 PAGES_DIR = Path(__file__).resolve().parent.parent
 NAV_KEY = "_app_navigation"  # set once app.py's navigation has run in this session
@@ -53,7 +54,9 @@ def app_pages() -> list:
 def run_app() -> None:
     """Build the navigation and run the page the URL names (app.py's whole job)."""
     st.session_state[NAV_KEY] = True
-    st.navigation(app_pages()).run()
+    page = st.navigation(app_pages())
+    user_line()  # who is signed in, where the server knows its users
+    page.run()
 
 
 def ensure_app_navigation() -> None:

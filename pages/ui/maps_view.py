@@ -13,7 +13,7 @@ from core.figures import attention as figs
 from core.figures import comparison as cmp_figs
 from pages.ui.charts import chart
 from pages.ui.section_inputs import SectionInputs
-from pages.ui.text import md
+from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_widgets import widget_default
 
 
@@ -118,7 +118,7 @@ def head_table(maps: SentenceMaps, state: ViewState, meta: dict) -> None:
     st.markdown("**Head statistics** (per layer and head; labels are simple rules of thumb)")
     table = head_stats.head_table(maps, state.kind, state.hide)
     st.dataframe(
-        head_stats.mark_supervised(table, state.kind, meta),
+        spreadsheet_safe(head_stats.mark_supervised(table, state.kind, meta)),
         hide_index=True,
         column_config={
             name: st.column_config.NumberColumn(format="%.2f")

@@ -5,10 +5,12 @@ from __future__ import annotations
 import streamlit as st
 
 from core.attention.view_state import ViewState
-from core.model.checkpoints import CheckpointError, LoadedModel, load_checkpoint
-from core.places import checkpoints_root, runs_root
+from core.model.checkpoints import CheckpointError, LoadedModel, load_checkpoint, read_metadata
+from core.places import checkpoints_root, runs_root, shown_path
+from core.runs import budget
 from core.runs import catalogue as models
 from pages.ui.frame import link
+from pages.ui.shared_cache import MODELS, shared
 from pages.ui.text import code, md
 from pages.ui.view_widgets import widget_default
 
@@ -24,9 +26,22 @@ def model_entries() -> list[models.ModelEntry]:
     return _list_models(str(checkpoints_root()), str(runs_root()))
 
 
-@st.cache_resource(show_spinner="Loading the model…", max_entries=4)
 def load_model(path: str, mtime: float) -> LoadedModel:
-    """A checkpoint loaded once per path and modification time (never mutated)."""
+    """A checkpoint loaded once per path and modification time (never mutated), unless its
+    weights pass what the server opens (budget.MODEL_BYTES): then CheckpointError says so."""
+    cfg = read_metadata(path).get("model_config") or {}
+    try:
+        problem = budget.model_problem(budget.parameters(cfg))
+    except (TypeError, ValueError, RuntimeError):
+        problem = None  # load_checkpoint says what is wrong with it
+    if problem:
+        raise CheckpointError(problem)
+    return _loaded(path, mtime)
+
+
+@shared(spinner="Loading the model…", pool=MODELS)
+def _loaded(path: str, mtime: float) -> LoadedModel:
+    """A checkpoint loaded (kept among the server's open models, within their bytes)."""
     return load_checkpoint(path)
 
 
@@ -41,8 +56,9 @@ def choose_model(state: ViewState, prefix: str) -> models.ModelEntry | None:
     entry = None
     if not usable:
         st.error(
-            f"No trained model is available yet: nothing usable in {code(checkpoints_root())} "
-            f"or {code(runs_root())}. Train one on the Train page, then come back."
+            "No trained model is available yet: nothing usable in "
+            f"{code(shown_path(checkpoints_root()))} or {code(shown_path(runs_root()))}. Train "
+            "one on the Train page, then come back."
         )
         link("train.py", "Go to the Train page")
     else:
@@ -76,7 +92,7 @@ def pick_model(state: ViewState, prefix: str) -> tuple[models.ModelEntry, Loaded
     if not any(e.origin == "shipped model" for e in model_entries() if e.usable):
         st.caption(
             f"The shipped model {code(models.SHIPPED_NAME)} is not in "
-            f"{code(checkpoints_root())} yet: showing the models trained here."
+            f"{code(shown_path(checkpoints_root()))} yet: showing the models trained here."
         )
     st.caption(md(models.entry_caption(entry)))
     try:

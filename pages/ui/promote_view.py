@@ -8,11 +8,12 @@ import streamlit as st
 from core.alignment.head_aer import store_in_history
 from core.corpus.source import DataError
 from core.model.checkpoints import CheckpointError, read_metadata
-from core.runs import catalogue as models
 from core.runs.catalogue import ModelError
+from core.runs.promotion import promote
 from core.runs.run_dir import RunError, run_dir
 from core.runs.status import RunInfo
 from pages.ui.cached_ablation import heavy_slot
+from pages.ui.identity import current_user, not_yours
 from pages.ui.progress import progress_bar
 from pages.ui.text import md
 
@@ -20,7 +21,7 @@ from pages.ui.text import md
 def promote_form(info: RunInfo) -> None:
     """Save the run's best or last checkpoint under a name, for Translate and Attention."""
     choices = [w for w, ok in (("best", info.has_best), ("last", info.has_last)) if ok]
-    if not choices or info.alive:
+    if not choices or info.alive or not_yours(info.owner, f"run {info.run_id}"):
         return
     with st.expander("Save as a model (checkpoints/)"), st.form(f"promote-{info.run_id}"):
         which = st.radio(
@@ -34,7 +35,11 @@ def promote_form(info: RunInfo) -> None:
             placeholder="fra-small-v1",
             help="letters, digits, '.', '_' or '-' (at most 64)",
         )
-        overwrite = st.checkbox("Replace a model with the same name")
+        overwrite = st.checkbox(
+            "Replace a model with the same name",
+            help="Only a model saved from a run, by you (or by anyone, for a teacher); never "
+            "the shipped model",
+        )
         heads = st.checkbox(
             "Keep every head's numbers over training",
             value=True,
@@ -44,7 +49,7 @@ def promote_form(info: RunInfo) -> None:
         )
         if st.form_submit_button("Save model"):
             try:
-                path = models.promote(info.run_id, which, name, overwrite)
+                path = promote(info.run_id, which, name, overwrite, user=current_user())
             except ModelError as e:
                 st.error(md(e))
                 return

@@ -13,6 +13,7 @@ from core.runs import status as run_status
 from core.runs.run_dir import RunDir, RunError
 from core.runs.status import RunInfo
 from core.training.devices import gpu_stats
+from pages.ui.identity import current_user, not_yours
 from pages.ui.promote_view import promote_form
 from pages.ui.runs_table_view import (
     notes_form,
@@ -21,7 +22,7 @@ from pages.ui.runs_table_view import (
     settings_diff,
     table_controls,
 )
-from pages.ui.text import code, md
+from pages.ui.text import code, md, spreadsheet_safe
 
 STATE_COLORS = {
     "starting": "blue",
@@ -54,13 +55,18 @@ def pick_run(runs: list[RunInfo]) -> RunInfo | None:
 
 
 def run_actions(info: RunInfo) -> None:
-    """Stop, resume, delete (with confirmation)."""
+    """Stop, resume, delete (with confirmation): for the run's owner or a teacher, where the
+    server knows its users; others are told whose run it is."""
+    if reason := not_yours(info.owner, f"run {info.run_id}"):
+        st.caption(md(reason))
+        return
+    user = current_user()
     row = st.container(horizontal=True)
     try:
         if info.alive and row.button(
             "Stop", type="primary", disabled=info.stopping, help="Save a checkpoint, then stop"
         ):
-            jobs.stop_run(info.run_id)
+            jobs.stop_run(info.run_id, user=user)
             st.rerun()
         if info.resumable and info.state == "diverged":
             lr = st.number_input(
@@ -77,7 +83,7 @@ def run_actions(info: RunInfo) -> None:
             "Resume", type="primary", help="Continue from the last checkpoint"
         ):
             limits = {"lr": lr} if info.state == "diverged" else None
-            jobs.resume_run(info.run_id, limits, processes)
+            jobs.resume_run(info.run_id, limits, processes, user=user)
             st.rerun()
         if not info.alive and row.button("Delete run…"):
             st.session_state["confirm_delete"] = info.run_id
@@ -112,7 +118,7 @@ def confirm_delete(run_id: str) -> None:
     yes, no = st.columns(2)
     if yes.button("Yes, delete it", type="primary"):
         try:
-            jobs.delete_run(run_id)
+            jobs.delete_run(run_id, user=current_user())
         except RunError as e:
             st.error(md(e))
             return
@@ -211,7 +217,7 @@ def chart_grid(
             st.plotly_chart(fig, width="stretch")  # no key: replaced in place on each redraw
     if not examples.empty:
         st.markdown("**Latest validation examples**")
-        st.dataframe(examples, hide_index=True)
+        st.dataframe(spreadsheet_safe(examples), hide_index=True)
 
 
 def gpu_line(info: RunInfo) -> None:
@@ -313,7 +319,7 @@ def downloads(info: RunInfo) -> None:
     row = st.container(horizontal=True)
     row.download_button(
         "Metrics as CSV",
-        exports.metrics_csv(rd),
+        lambda: exports.metrics_csv(rd),  # made on the click, not on every rerun
         file_name=f"{info.run_id}-metrics.csv",
         mime="text/csv",
         help="One row per record (training windows, evaluations), every metric a column",
@@ -374,13 +380,15 @@ def compare_picker(where, others: list[str], names: dict[str, str]) -> list[str]
 
 def name_form(info: RunInfo) -> None:
     """Give the run a name that says what it is (shown in pickers and legends)."""
+    if not_yours(info.owner, f"run {info.run_id}"):
+        return
     with st.expander("Name this run"), st.form(f"name-{info.run_id}"):
         name = st.text_input(
             "Name", value=info.name, max_chars=jobs.MAX_NAME_CHARS, placeholder="8 heads, lr 1e-3"
         )
         if st.form_submit_button("Save name"):
             try:
-                jobs.rename_run(info.run_id, name)
+                jobs.rename_run(info.run_id, name, user=current_user())
             except RunError as e:
                 st.error(md(e))
                 return

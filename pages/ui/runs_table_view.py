@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from core.figures.runs import chart_rows, runs_parcoords, varying_settings
+from core.runs import exports
 from core.runs.config_diff import config_diff, diff_frame
 from core.runs.notes import MAX_NOTE_CHARS, MAX_TAG_CHARS, MAX_TAGS, read_notes, write_notes
 from core.runs.run_dir import RunError
@@ -26,7 +27,8 @@ from core.runs.table import (
     runs_frame,
     setting_names,
 )
-from pages.ui.text import md
+from pages.ui.identity import current_user, not_yours
+from pages.ui.text import md, spreadsheet_safe
 
 STATES = (*LIVE_STATES, *FINAL_STATES, "unknown")  # every state a run can show
 FORMATS = {  # number formats of the result columns
@@ -93,12 +95,21 @@ def runs_dataframe(runs: list[RunInfo], key: str, view: TableView | None = None)
         st.caption(f"{len(kept)} of {len(rows)} runs match the filters.")
     if not kept:
         return
+    frame = runs_frame(kept, view.columns)
     st.dataframe(
-        runs_frame(kept, view.columns),
+        spreadsheet_safe(frame),
         hide_index=True,
         placeholder="—",
         key=key,
         column_config=column_config(),
+    )
+    st.download_button(
+        "Runs table as CSV",
+        lambda: exports.table_csv(frame),  # made on the click
+        file_name="runs.csv",
+        mime="text/csv",
+        key=f"{key}_csv",
+        help="The rows and columns shown, as a spreadsheet reads them (text never as a formula)",
     )
 
 
@@ -127,6 +138,12 @@ def settings_chart(runs: list[RunInfo], view: TableView) -> None:
 def notes_form(info: RunInfo) -> None:
     """Edit the run's note and tags (kept in its own folder, notes.json)."""
     notes = read_notes(info.path)
+    if not_yours(info.owner, f"run {info.run_id}"):
+        if notes.note or notes.tags:
+            with st.expander("Notes and tags"):
+                st.markdown(md(notes.note) or "(no note)")
+                st.caption("Tags: " + md(", ".join(notes.tags) or "none"))
+        return
     with st.expander("Notes and tags"), st.form(f"notes-{info.run_id}"):
         note = st.text_area(
             "Note",
@@ -142,7 +159,7 @@ def notes_form(info: RunInfo) -> None:
         )
         if st.form_submit_button("Save notes"):
             try:
-                write_notes(info.run_id, note, tags)
+                write_notes(info.run_id, note, tags, user=current_user())
             except RunError as e:
                 st.error(md(e))
                 return
@@ -160,4 +177,4 @@ def settings_diff(runs: list[RunInfo], run_ids: list[str]) -> None:
     if not rows:
         st.caption("The compared runs have the same settings.")
         return
-    st.dataframe(diff_frame(rows), hide_index=True, key="settings_diff")
+    st.dataframe(spreadsheet_safe(diff_frame(rows)), hide_index=True, key="settings_diff")

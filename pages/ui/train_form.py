@@ -10,12 +10,13 @@ import streamlit as st
 
 from core.corpus import user_files as corpus_files
 from core.corpus.source import DataError, fra_eng_copy, resolve_corpus
-from core.places import DATA_ENV, data_root
+from core.places import DATA_ENV, data_root, shown_path
 from core.runs import jobs
 from core.runs.run_dir import RunError
 from core.training import settings
 from core.training.devices import device_summary, resolve_device
 from core.training.presets import PRESET_LABELS, PRESETS
+from pages.ui.identity import current_user
 from pages.ui.launch_note import fold_key, note_launch
 from pages.ui.text import code, md
 
@@ -130,10 +131,10 @@ def path_picker() -> dict | None:
     path = st.text_input(
         "Path to a tab-separated file (English<TAB>French per line)",
         key="data_path",
-        placeholder=f"pairs.tsv (in {folder})",
+        placeholder=f"pairs.tsv (in {shown_path(folder)})",
     )
     st.caption(
-        f"The file must be in the data folder {code(folder)} (the app creates it when "
+        f"The file must be in the data folder {code(shown_path(folder))} (the app creates it when "
         "missing; or in the corpus download cache); a relative path is read from there. "
         f"To use another folder, set {code(DATA_ENV)} before starting the app."
     )
@@ -188,7 +189,7 @@ def launch(preset: str, source: str | None, processes: int = 1) -> None:
         st.error("Not started. Fix these settings:\n" + "\n".join(f"- {md(p)}" for p in problems))
         return
     try:
-        run_id = jobs.start_run(preset, chosen, processes)
+        run_id = jobs.start_run(preset, chosen, processes, user=current_user())
     except RunError as e:
         st.error(md(e))
         return

@@ -29,7 +29,7 @@ from pages.ui.cached_ablation import heavy_slot
 from pages.ui.charts import chart
 from pages.ui.progress import progress_bar
 from pages.ui.section_inputs import SectionInputs
-from pages.ui.text import md
+from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_widgets import widget_default
 
 BASIS_WORDS = {
@@ -102,7 +102,7 @@ def availability(result: Trajectories) -> None:
             {"measured on": BASIS_WORDS[basis], "steps": where}
             | {m: "✓" if m in have[basis] else "—" for m in METRICS}
         )
-    st.dataframe(pd.DataFrame(rows), hide_index=True)
+    st.dataframe(spreadsheet_safe(pd.DataFrame(rows)), hide_index=True)
     st.caption(
         "The validation numbers, AER (cross heads, AWO links on the shipped gold set) and the "
         "source share (ALTI+) need the model of that step: a run keeps one at up to "
@@ -151,7 +151,7 @@ def stages_and_heads(result: Trajectories) -> None:
     heads = specialisation(probes)
     heads["kind"] = heads["kind"].map(KIND_NAMES)
     right.markdown("**When heads specialise** (probe sentences)")
-    right.dataframe(heads, hide_index=True, height=300)
+    right.dataframe(spreadsheet_safe(heads), hide_index=True, height=300)
     right.caption(HEADS_HOW)
 
 
@@ -189,4 +189,4 @@ def difference_panel(
         f"{md(diff.note) + '. ' if diff.note else ''}Heads ordered by how much their map "
         "changed (mean |B − A| over the cells); below, their entropy at A and B."
     )
-    st.dataframe(table.drop(columns=["kind"]), hide_index=True)
+    st.dataframe(spreadsheet_safe(table.drop(columns=["kind"])), hide_index=True)

@@ -1,0 +1,552 @@
+"""What a browser can make this server hold, known before it exists, and the limits.
+
+Every artifact a click can cause has its bytes estimated here from settings and shapes
+before it is made, and a limit that is checked where it is written as well as at launch:
+
+| artifact | estimated from | checked at |
+|---|---|---|
+| a run's probe snapshot | heads, layers, probes, positions | launch; the recorder, writing |
+| a run's snapshots, kept models | the above, parameters | launch; the recorder thins |
+| a run's metrics.jsonl | its cadence (capped) | ``RunDir.append_metrics`` thins |
+| a run on disk (all of it) | the sum (``run_budget``) | launch, resume (quota); recorder |
+| a saved model and its history | checkpoint and history size | "Save as a model" (quota) |
+| a translation with its maps | heads, layers, source and output | before decoding (pages) |
+| an alignment-scoring job | pairs x layers x heads x words | before scoring (pages) |
+| a model opened by the server | parameters | before loading (pages) |
+
+The runs folder and the saved models share one quota (``ATTENTION_STUDIO_QUOTA_GB``; by
+default half of what the disk leaves them), and each user a share of it where users are
+known (``ATTENTION_STUDIO_USER_QUOTA_GB``). A live run counts for what it may still grow
+to (its budget, recorded in job.json at launch), not only for what it holds now.
+
+Shape key: H heads, Le / Ld encoder / decoder layers, S source tokens, T output tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from core.corpus.text import tokenize
+from core.model.checkpoints import CheckpointError, read_checkpoint
+from core.model.decode import MAX_LEN
+from core.model.transformer import ModelConfig, Transformer
+from core.places import checkpoints_root, runs_root
+from core.training.settings import GROUPS, field_default
+
+MB = 2**20
+GB = 2**30
+
+# ----------------------------------------------------------------------------- the limits
+
+SNAPSHOT_BYTES = 4 * MB  # one evaluation's probe maps (float16, every probe together)
+SNAPSHOTS_BYTES = 32 * MB  # a run's probe snapshots together (thinned evenly past it)
+MAX_SNAPSHOTS = 64  # and at most this many of them
+KEPT_MODELS_BYTES = 512 * MB  # a run's kept snapshot models together (float16)
+TRAJECTORY_ROWS = 50_000  # heads x steps a model's trajectories hold (both bases together)
+METRICS_BYTES = 8 * MB  # a run's metrics.jsonl (older records thinned past it)
+LOG_BYTES = 4 * MB  # a trainer's log (the start of a long log is cut on resume)
+TRANSLATION_BYTES = 16 * MB  # one translation with all its maps, in the server's memory
+SCORING_CELLS = 64_000_000  # attention weights one alignment-scoring job holds (float32)
+MODEL_BYTES = 256 * MB  # the float32 weights of a model the server opens for the pages
+MODELS_CACHE_BYTES = 768 * MB  # the models the server keeps open (and their private copies)
+SERVER_CACHE_BYTES = 512 * MB  # results the server keeps for every session (default)
+CACHE_ITEM_BYTES = 64 * MB  # the largest one result the server keeps
+DISK_CACHE_BYTES = 128 * MB  # each disk cache folder (.ablation, .attribution, .trajectories)
+MAX_SAVED_MODELS = 200  # models saved from runs ("Save as a model"), all users together
+
+QUOTA_ENV = "ATTENTION_STUDIO_QUOTA_GB"  # runs + saved models on disk (default: see quota)
+USER_QUOTA_ENV = "ATTENTION_STUDIO_USER_QUOTA_GB"  # each user's share (default: a quarter)
+CACHE_ENV = "ATTENTION_STUDIO_SERVER_CACHE_MB"  # the server's shared results, in MB
+QUOTA_SHARE = 0.5  # by default the app's folders may hold half of what the disk leaves them
+USER_SHARE = 0.25  # by default one user may hold a quarter of the quota
+
+CHECKPOINT_BYTES_PER_PARAM = 4  # best.pt: float32 weights
+LAST_BYTES_PER_PARAM = 12  # last.pt: float32 weights and Adam's two moments
+KEPT_BYTES_PER_PARAM = 2  # a kept snapshot model: float16 weights
+FLOAT16, FLOAT32 = 2, 4
+PROBE_OVERHEAD = 4096  # a probe's tokens and the file's headers, besides its maps
+TOKEN_BYTES = 64  # a token string, pickled or in memory
+RECORD_BYTES = 4096  # the largest metrics record the estimate allows (an eval with examples)
+FIXED_RUN_BYTES = 256 * 1024  # config, status, job, request, notes and locks
+QUOTA_MIN_BYTES = 1 * GB  # the default quota is never below this
+
+
+class BudgetError(Exception):
+    """Something a user asked for would pass a limit; the message says which and what to do."""
+
+
+def size_words(n_bytes: float) -> str:
+    """A size for people: '640 KB', '12.3 MB', '1.45 GB'."""
+    if n_bytes >= GB:
+        return f"{n_bytes / GB:.2f} GB"
+    if n_bytes >= MB:
+        return f"{n_bytes / MB:.1f} MB"
+    return f"{max(n_bytes, 0) / 1024:.0f} KB"
+
+
+# ----------------------------------------------------------------------------- shapes
+
+
+def attention_cells(model: Mapping, src_len: int, out_len: int) -> int:
+    """Weights in one sentence's maps of all three kinds: H (Le S² + Ld (T² + T S))."""
+    heads, enc, dec = model["num_heads"], model["num_encoder_layers"], model["num_decoder_layers"]
+    return heads * (enc * src_len**2 + dec * (out_len**2 + out_len * src_len))
+
+
+def source_len(words: list[str], tokenizer: str, max_positions: int) -> int:
+    """The most source tokens (with <eos>) a model reads for these words: words, or at most
+    one subword piece per character (``core.model.decode.prepare_source`` cuts the rest)."""
+    n = len(words) if tokenizer == "word" else sum(len(w) for w in words)
+    return min(n, max_positions - 1) + 1
+
+
+def output_len(max_len: int, max_positions: int) -> int:
+    """The most output steps decoding takes (``core.model.decode.translate`` clamps max_len)."""
+    return max(1, min(max_len, max_positions - 1))
+
+
+def translation_bytes(model: Mapping, src_len: int, max_len: int) -> int:
+    """One translation with its maps in memory (float32), its tokens and top-k lists."""
+    out = output_len(max_len, model.get("max_positions", 512))
+    tokens = (4 * src_len + 24 * out) * TOKEN_BYTES  # the token lists, ids and top-k tables
+    return FLOAT32 * attention_cells(model, src_len, out) + tokens
+
+
+def longest_output(model: Mapping, src_len: int, max_len: int, limit: int = TRANSLATION_BYTES):
+    """The longest output (<= max_len) whose translation fits ``limit``; 0 when none does."""
+    low, high = 0, output_len(max_len, model.get("max_positions", 512))
+    while low < high:  # the largest fitting length: translation_bytes grows with it
+        mid = (low + high + 1) // 2
+        low, high = (
+            (mid, high) if translation_bytes(model, src_len, mid) <= limit else (low, mid - 1)
+        )
+    return low
+
+
+@functools.lru_cache(maxsize=256)
+def _parameters(model_json: str) -> int:
+    """Parameters of a Transformer with this ModelConfig (built on the meta device)."""
+    with torch.device("meta"):
+        model = Transformer(ModelConfig(**json.loads(model_json)))
+    return sum(p.numel() for p in model.parameters())
+
+
+def parameters(model: Mapping) -> int:
+    """Parameters of a model of these sizes (a ModelConfig as a dict, vocabularies included)."""
+    known = {f.name for f in fields(ModelConfig)}
+    return _parameters(json.dumps({k: v for k, v in model.items() if k in known}, sort_keys=True))
+
+
+def complete(settings: Mapping) -> dict:
+    """Settings with every field of the config dataclasses (its default where one is missing),
+    so a request or config.json that names only what it changes is estimated whole."""
+    out = {}
+    for group, cls in GROUPS.items():
+        given = settings.get(group) if isinstance(settings.get(group), Mapping) else {}
+        defaults = {f.name: field_default(f) for f in fields(cls)}
+        out[group] = {**defaults, **given}
+    return out
+
+
+def vocab_bound(data: Mapping) -> int:
+    """The most types a vocabulary of these data settings holds (specials included)."""
+    return int(data["bpe_vocab"] if data.get("tokenizer") == "bpe" else data["max_vocab"])
+
+
+def model_bound(settings: Mapping) -> dict:
+    """The model's sizes with its vocabularies at their largest."""
+    vocab = vocab_bound(settings["data"])
+    return {**settings["model"], "src_vocab_size": vocab, "tgt_vocab_size": vocab}
+
+
+# ----------------------------------------------------------------------------- a run
+
+
+def snapshot_bytes(settings: Mapping) -> int:
+    """One evaluation's probe snapshot on disk: every probe's maps in float16 (decoded up to
+    MAX_LEN tokens, as the trainer does), with its tokens."""
+    settings = complete(settings)
+    model, data = settings["model"], settings["data"]
+    positions = model.get("max_positions", 512)
+    total = 0
+    for probe in settings["train"].get("probes") or []:
+        src = source_len(tokenize(probe), data.get("tokenizer", "word"), positions)
+        out = output_len(MAX_LEN, positions)
+        total += FLOAT16 * attention_cells(model, src, out) + PROBE_OVERHEAD
+        total += (src + 2 * out) * TOKEN_BYTES
+    return total
+
+
+def rows_per_step(model: Mapping) -> int:
+    """Rows a trajectory holds per step: one per head of every layer of every kind."""
+    return model["num_heads"] * (model["num_encoder_layers"] + 2 * model["num_decoder_layers"])
+
+
+def steps_that_fit(steps: list[int], rows: int, share: int = TRAJECTORY_ROWS) -> list[int]:
+    """``steps`` thinned evenly (the first and the last stay) until ``rows`` rows per step fit
+    in ``share`` rows."""
+    most = max(2, share // max(rows, 1))
+    while len(steps) > most:
+        steps = [s for i, s in enumerate(steps) if i % 2 == 0 or i == len(steps) - 1]
+    return steps
+
+
+def snapshots_to_keep(settings: Mapping) -> int:
+    """How many probe snapshots a run keeps: MAX_SNAPSHOTS, fewer where SNAPSHOTS_BYTES or
+    the trajectories' rows (half of TRAJECTORY_ROWS) would be passed."""
+    settings = complete(settings)
+    one = max(snapshot_bytes(settings), 1)
+    rows = TRAJECTORY_ROWS // 2 // rows_per_step(settings["model"])
+    return max(0, min(MAX_SNAPSHOTS, SNAPSHOTS_BYTES // one, rows))
+
+
+def models_to_keep(asked: int, n_parameters: int, model: Mapping) -> int:
+    """How many snapshot models a run keeps: ``asked``, fewer where KEPT_MODELS_BYTES or the
+    trajectories' rows would be passed (none when one model alone passes them)."""
+    if not asked:
+        return 0
+    one = max(KEPT_BYTES_PER_PARAM * n_parameters, 1)
+    rows = TRAJECTORY_ROWS // 2 // rows_per_step(model)
+    return max(0, min(asked, KEPT_MODELS_BYTES // one, rows))
+
+
+def metrics_bytes(train: Mapping) -> int:
+    """metrics.jsonl at its largest: its records (from the step limit and cadence, when the run
+    has one), never past METRICS_BYTES and one thinning's second copy."""
+    cap = 2 * METRICS_BYTES + RECORD_BYTES
+    steps = train.get("max_steps") or 0
+    if not steps:
+        return cap
+    records = steps // max(train["log_every"], 1) + steps // max(train["eval_every"], 1) + 2
+    return min(cap, records * RECORD_BYTES)
+
+
+@dataclass
+class RunBudget:
+    """What a run may hold on disk at most, part by part, and what it keeps."""
+
+    parameters: int  # of the model, vocabularies at their largest
+    snapshot: int  # bytes of one evaluation's probe snapshot
+    snapshots_kept: int  # probe snapshots kept (thinned evenly past it)
+    models_kept: int  # snapshot models kept
+    parts: dict[str, int] = field(default_factory=dict)  # what takes how many bytes
+
+    @property
+    def total(self) -> int:
+        """Every part together."""
+        return sum(self.parts.values())
+
+    def words(self) -> str:
+        """E.g. 'checkpoints 210 MB, kept models 160 MB, snapshots 1.2 MB, ...'."""
+        parts = sorted(self.parts.items(), key=lambda kv: -kv[1])
+        return ", ".join(f"{name} {size_words(n)}" for name, n in parts if n)
+
+
+def run_budget(settings: Mapping, corpus_bytes: int = 0) -> RunBudget:
+    """The most disk a run of these settings takes (each checkpoint written beside the one it
+    replaces, as a save does); ``corpus_bytes``: the copy of its corpus in the run."""
+    settings = complete(settings)
+    model = model_bound(settings)
+    n = parameters(model)
+    snap, keep = snapshot_bytes(settings), snapshots_to_keep(settings)
+    models = models_to_keep(settings["train"].get("snapshot_models", 0), n, model)
+    vocab = 2 * vocab_bound(settings["data"]) * TOKEN_BYTES  # both vocabularies in each file
+    last, best = LAST_BYTES_PER_PARAM * n + vocab, CHECKPOINT_BYTES_PER_PARAM * n + vocab
+    kept = KEPT_BYTES_PER_PARAM * n + vocab
+    parts = {
+        "checkpoints": last + best + last,  # a save writes the new file before the old goes
+        "kept models": (models + 1) * kept if models else 0,
+        "snapshots": (keep + 1) * snap,
+        "metrics": metrics_bytes(settings["train"]),
+        "corpus copy": int(corpus_bytes),
+        "log and records": LOG_BYTES + FIXED_RUN_BYTES,
+    }
+    return RunBudget(n, snap, keep, models, parts)
+
+
+def run_problems(settings: Mapping) -> list[str]:
+    """Why a run of these settings would pass a limit of this server ([] when it would not)."""
+    settings = complete(settings)
+    snap = snapshot_bytes(settings)
+    if snap <= SNAPSHOT_BYTES:
+        return []
+    model, probes = settings["model"], settings["train"].get("probes") or []
+    return [
+        f"probes: their attention maps would take {size_words(snap)} at each evaluation "
+        f"({len(probes)} probe sentences, {model['num_heads']} heads, "
+        f"{model['num_encoder_layers']}+{model['num_decoder_layers']} layers, up to "
+        f"{output_len(MAX_LEN, model.get('max_positions', 512))} output tokens); the limit is "
+        f"{size_words(SNAPSHOT_BYTES)}: use fewer or shorter probe sentences, or fewer heads "
+        "or layers"
+    ]
+
+
+# ----------------------------------------------------------------------------- in memory
+
+
+def sizeof(value, seen: set | None = None) -> int:
+    """Bytes a value holds in memory: arrays and tensors by their data, containers and
+    dataclasses by what they hold (each object counted once)."""
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return 0
+    seen.add(id(value))
+    if isinstance(value, torch.Tensor):
+        return value.untyped_storage().nbytes() if value.device.type != "meta" else 0
+    if isinstance(value, np.ndarray):
+        return value.nbytes + 128
+    if isinstance(value, (str, bytes, int, float, bool, type(None))):
+        return sys.getsizeof(value)
+    return sys.getsizeof(value) + sum(sizeof(v, seen) for v in _children(value))
+
+
+def _children(value) -> Iterable:
+    """What a container, dataclass or plain object holds."""
+    if isinstance(value, Mapping):
+        return [*value.keys(), *value.values()]
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return value
+    if is_dataclass(value):
+        return [getattr(value, f.name) for f in fields(value)]
+    if hasattr(value, "__dict__"):
+        return list(vars(value).values())
+    return []
+
+
+def scoring_cells(model: Mapping, pairs: Iterable, tokenizer: str = "word") -> int:
+    """Attention weights (all three kinds) a scoring job teacher-forcing these pairs holds."""
+    positions = model.get("max_positions", 512)
+    return sum(
+        attention_cells(
+            model,
+            source_len(list(src), tokenizer, positions),
+            source_len(list(tgt), tokenizer, positions),  # <bos> + the target's tokens
+        )
+        for src, tgt in pairs
+    )
+
+
+def scoring_problem(model: Mapping, pairs: list, tokenizer: str = "word") -> str | None:
+    """Why scoring every reader on these pairs would pass SCORING_CELLS (None: it would not)."""
+    cells = scoring_cells(model, pairs, tokenizer)
+    if cells <= SCORING_CELLS:
+        return None
+    return (
+        f"Scoring {len(pairs):,} pairs with this model ({model['num_heads']} heads, "
+        f"{model['num_encoder_layers']}+{model['num_decoder_layers']} layers) would hold "
+        f"{size_words(FLOAT32 * cells)} of attention maps; the server scores at most "
+        f"{size_words(FLOAT32 * SCORING_CELLS)} at once. Use fewer or shorter pairs "
+        "(python -m core.align takes any number)."
+    )
+
+
+def model_problem(n_parameters: int) -> str | None:
+    """Why the server will not open a model of this many parameters (None: it will)."""
+    need = FLOAT32 * n_parameters
+    if need <= MODEL_BYTES:
+        return None
+    return (
+        f"This model has {n_parameters / 1e6:,.0f} M parameters ({size_words(need)} in memory); "
+        f"the server opens models up to {size_words(MODEL_BYTES)}. Use it from the command line "
+        "(python -m core.translate, core.attribute, ...)."
+    )
+
+
+def server_cache_bytes() -> int:
+    """Bytes of results the server keeps for every session (ATTENTION_STUDIO_SERVER_CACHE_MB)."""
+    try:
+        return max(0, int(float(os.environ[CACHE_ENV]) * MB))
+    except (KeyError, ValueError):
+        return SERVER_CACHE_BYTES
+
+
+# ----------------------------------------------------------------------------- on disk
+
+
+def folder_bytes(path: Path) -> int:
+    """Bytes of the files under a folder (symlinks not followed; files that vanish skipped)."""
+    total = 0
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                total += folder_bytes(Path(entry.path))
+            else:
+                total += entry.stat(follow_symlinks=False).st_size
+        except OSError:
+            continue
+    return total
+
+
+@dataclass
+class Holder:
+    """One thing on disk the quota counts: a run, a saved model, or the app's own files."""
+
+    what: str  # "run", "model" or "other"
+    name: str  # run id, model file name, or folder name
+    size: int  # bytes it holds now
+    charge: int  # bytes it counts for (a live run: what it may still grow to)
+    owner: str | None = None  # who made it, where users are known
+
+    def words(self) -> str:
+        """E.g. 'run 20261126-010203-small (1.20 GB)'."""
+        return f"{self.what} {self.name} ({size_words(self.size)})"
+
+
+def _read_json(path: Path) -> dict:
+    """A small JSON file as a dict ({} when missing or damaged)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def holders(live: Callable[[str], bool] | None = None) -> list[Holder]:
+    """Everything in the runs folder and the saved models, with what each counts for.
+
+    ``live(run_id)`` tells whether a run's trainer is running (then it counts for the larger
+    of its size and its recorded budget); by default runs count for their size.
+    """
+    out: list[Holder] = []
+    runs = runs_root()
+    for entry in sorted(os.scandir(runs), key=lambda e: e.name):
+        path = Path(entry.path)
+        if not entry.is_dir(follow_symlinks=False):
+            out.append(Holder("other", entry.name, _size(path), _size(path)))
+            continue
+        size = folder_bytes(path)
+        if entry.name.startswith("."):
+            out.append(Holder("other", entry.name, size, size))
+            continue
+        job = _read_json(path / "job.json")
+        budget = job.get("budget_bytes") if isinstance(job.get("budget_bytes"), int) else 0
+        charge = max(size, budget) if live is not None and live(entry.name) else size
+        out.append(Holder("run", entry.name, size, charge, job.get("owner")))
+    models = checkpoints_root()
+    for path in sorted(models.rglob("*.pt")) if models.is_dir() else []:
+        size = _size(path) + _size(path.with_suffix(".history"))
+        out.append(Holder("model", path.name, size, size, _model_owner(path)))
+    return out
+
+
+def _size(path: Path) -> int:
+    """A file's size (0 when it is gone)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _model_owner(path: Path) -> str | None:
+    """Who saved a model (its metadata's ``promoted_from.owner``; None for the others)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return _recorded_owner(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=4096)
+def _recorded_owner(path: str, mtime_ns: int, size: int) -> str | None:
+    """The owner a checkpoint file records, read once per file version (weights never read)."""
+    try:
+        promoted = read_checkpoint(path, mmap=True).get("promoted_from")
+    except CheckpointError:
+        return None
+    owner = promoted.get("owner") if isinstance(promoted, dict) else None
+    return owner if isinstance(owner, str) else None
+
+
+def _env_gb(name: str) -> int | None:
+    """A size in GB from the environment, as bytes (None when unset or unreadable)."""
+    try:
+        value = float(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+    return int(value * GB) if value > 0 else None
+
+
+def quota_bytes(used: int) -> int:
+    """The bytes the runs folder and saved models may hold together: ATTENTION_STUDIO_QUOTA_GB,
+    else QUOTA_SHARE of what they hold plus the disk's free space (at least QUOTA_MIN_BYTES)."""
+    if (set_by_env := _env_gb(QUOTA_ENV)) is not None:
+        return set_by_env
+    free = shutil.disk_usage(runs_root()).free
+    return max(QUOTA_MIN_BYTES, int(QUOTA_SHARE * (free + used)))
+
+
+def user_quota_bytes(quota: int) -> int:
+    """What one user's runs and models may hold (ATTENTION_STUDIO_USER_QUOTA_GB, else a share)."""
+    set_by_env = _env_gb(USER_QUOTA_ENV)
+    return set_by_env if set_by_env is not None else int(USER_SHARE * quota)
+
+
+def check_room(
+    need: int,
+    what: str,
+    owner: str | None = None,
+    live: Callable[[str], bool] | None = None,
+    exclude: str | None = None,
+) -> None:
+    """BudgetError unless ``need`` more bytes fit the quota (and ``owner``'s share of it, where
+    users are known); the message names what to delete. ``exclude``: a run whose own charge
+    ``need`` replaces (a resume)."""
+    found = [h for h in holders(live) if not (h.what == "run" and h.name == exclude)]
+    used = sum(h.charge for h in found)
+    quota = quota_bytes(sum(h.size for h in found))
+    if used + need > quota:
+        raise BudgetError(
+            f"Not enough room: {what} may take up to {size_words(need)} on disk, and the runs "
+            f"and saved models already take {size_words(used)} of the {size_words(quota)} "
+            f"this server allows ({QUOTA_ENV}). {_delete_hint(found, owner)}"
+        )
+    if owner is None:
+        return
+    mine = [h for h in found if h.owner == owner]
+    share = user_quota_bytes(quota)
+    if sum(h.charge for h in mine) + need > share:
+        raise BudgetError(
+            f"Not enough room: {what} may take up to {size_words(need)} on disk, and your runs "
+            f"and saved models already take {size_words(sum(h.charge for h in mine))} of the "
+            f"{size_words(share)} each user may hold ({USER_QUOTA_ENV}). "
+            f"{_delete_hint(mine, owner)}"
+        )
+
+
+def _delete_hint(found: list[Holder], owner: str | None) -> str:
+    """'Delete runs or saved models first; the largest: run A (1.2 GB), model b.pt (20 MB).'"""
+    yours = [h for h in found if h.what in ("run", "model") and (owner is None or h.owner == owner)]
+    largest = sorted(yours, key=lambda h: -h.size)[:3]
+    if not largest:
+        return "Ask whoever runs the server to make room or raise the quota."
+    return (
+        "Delete runs or saved models you no longer need; the largest: "
+        + ", ".join(h.words() for h in largest)
+        + "."
+    )
+
+
+def saved_models_problem() -> str | None:
+    """Why no more models can be saved from runs (None: they can)."""
+    folder = checkpoints_root()
+    saved = [p for p in folder.rglob("*.pt")] if folder.is_dir() else []
+    if len(saved) < MAX_SAVED_MODELS:
+        return None
+    return (
+        f"This server keeps at most {MAX_SAVED_MODELS} saved models, and there are "
+        f"{len(saved)}: replace one of yours, or ask whoever runs the server to remove some."
+    )

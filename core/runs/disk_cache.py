@@ -1,0 +1,65 @@
+"""The app's disk caches (``.ablation``, ``.attribution``, ``.trajectories`` under the runs
+folder): JSON objects stored by key, each folder kept under budget.DISK_CACHE_BYTES.
+
+A hit marks its file as used (its modification time), so past the limit the least recently
+used results go first. A failure to write is ignored: a cache only saves time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+from core.runs.budget import DISK_CACHE_BYTES
+
+
+def read_cached(folder: Path, key: str) -> dict | None:
+    """The JSON object stored under ``key`` in ``folder``, or None (missing or unreadable)."""
+    path = folder / f"{key}.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(path)  # used now: the last to go
+    return data if isinstance(data, dict) else None
+
+
+def write_cached(folder: Path, key: str, data: dict, limit: int = DISK_CACHE_BYTES) -> None:
+    """Store a JSON object under ``key`` (temporary file, then rename), then keep the folder
+    within ``limit`` bytes; failures are ignored."""
+    path = folder / f"{key}.json"
+    text = json.dumps(data)
+    if len(text) > limit:
+        return  # larger than the whole cache: not kept
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        return
+    prune(folder, limit, keep=path)
+
+
+def prune(folder: Path, limit: int, keep: Path | None = None) -> list[Path]:
+    """Delete the least recently used files of ``folder`` until it holds at most ``limit``
+    bytes (``keep`` stays); the deleted paths are returned."""
+    files = []
+    for path in folder.glob("*.json"):
+        with contextlib.suppress(OSError):
+            st = path.stat()
+            files.append((st.st_mtime_ns, st.st_size, path))
+    total, gone = sum(size for _, size, _ in files), []
+    for _, size, path in sorted(files):
+        if total <= limit:
+            break
+        if path == keep:
+            continue
+        with contextlib.suppress(OSError):
+            path.unlink()
+            total -= size
+            gone.append(path)
+    return gone

@@ -1,0 +1,158 @@
+"""Who may undo what (issue 31, item 10): where the server knows its users (Streamlit's login
+or a proxy's header), runs and saved models belong to whoever made them; others may view
+and compare, only the owner or a teacher may stop, resume, delete, rename, annotate, save
+from or replace. Without an identity the app behaves as it always did."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from core.runs import jobs, owners
+from core.runs.catalogue import ModelError
+from core.runs.notes import write_notes
+from core.runs.promotion import promote
+from core.runs.run_dir import RunDir, RunError, read_json
+from tests.helpers import ROOT, assert_clean, plain
+
+ALICE, BOB, VISITOR = owners.User("alice"), owners.User("bob"), owners.User()
+TEACHER = owners.User("carol", teacher=True)
+
+
+@pytest.fixture
+def by_header(monkeypatch):
+    """The server knows its users from the X-Forwarded-User header; carol is a teacher."""
+    monkeypatch.setenv(owners.IDENTITY_ENV, "header:X-Forwarded-User")
+    monkeypatch.setenv(owners.TEACHERS_ENV, "carol, dave")
+
+
+def test_identity_sources_and_teachers_from_the_operators_settings(monkeypatch):
+    monkeypatch.delenv(owners.IDENTITY_ENV, raising=False)
+    assert owners.identity_mode() == "" and owners.may_change(VISITOR, "alice")
+    for value, mode in (("streamlit", "streamlit"), ("header:X-User", "header"), ("header:", "")):
+        monkeypatch.setenv(owners.IDENTITY_ENV, value)
+        assert owners.identity_mode() == mode
+    monkeypatch.setenv(owners.IDENTITY_ENV, "header:bad header")  # not a header name: off
+    assert owners.identity_mode() == ""
+    monkeypatch.setenv(owners.TEACHERS_ENV, " carol ,dave,")
+    assert owners.user_named("carol").teacher and not owners.user_named("alice").teacher
+    assert owners.user_named("  al  ice ").name == "al ice"
+    assert owners.user_named("x" * 500).name is None and owners.user_named(None).name is None
+
+
+@pytest.mark.parametrize(
+    "user, owner, allowed",
+    [
+        (ALICE, "alice", True),
+        (BOB, "alice", False),
+        (TEACHER, "alice", True),
+        (VISITOR, "alice", False),
+        (BOB, None, False),  # made before users were known: a teacher's
+        (TEACHER, None, True),
+        (None, "alice", True),  # the command line: the operator
+    ],
+)
+def test_who_may_change_what_where_users_are_known(by_header, user, owner, allowed):
+    assert owners.may_change(user, owner) is allowed
+
+
+def _run_of(runs, name: str, owner: str | None, state: str = "stopped") -> RunDir:
+    rd = RunDir(runs / name)
+    rd.create()
+    rd.write_status(state=state)
+    rd.job.write_text(json.dumps({"run_id": name, "owner": owner, "launched_at": 0}))
+    return rd
+
+
+def test_only_the_owner_or_a_teacher_may_rename_annotate_resume_or_delete(jobs_env, by_header):
+    rd = _run_of(jobs_env["runs"], "20260101-000000-d2l", "alice")
+    for action in (
+        lambda u: jobs.rename_run(rd.name, "mine now", user=u),
+        lambda u: write_notes(rd.name, "=HYPERLINK()", "x", user=u),
+        lambda u: jobs.resume_run(rd.name, user=u),
+        lambda u: jobs.delete_run(rd.name, user=u),
+    ):
+        with pytest.raises(RunError, match="belongs to alice: only its owner or a teacher"):
+            action(BOB)
+        with pytest.raises(RunError, match="Sign in to"):
+            action(VISITOR)
+    assert rd.path.is_dir() and "name" not in read_json(rd.job)
+    assert jobs.rename_run(rd.name, "alice's", user=ALICE) == "alice's"
+    assert jobs.rename_run(rd.name, "checked", user=TEACHER) == "checked"
+    jobs.delete_run(rd.name, user=ALICE)
+    assert not rd.path.exists()
+
+
+def test_a_run_records_who_started_it_and_a_visitor_may_not_start_one(
+    jobs_env, by_header, tiny_settings
+):
+    from tests.helpers import TINY_PRESET
+
+    with pytest.raises(RunError, match="Sign in to make a run"):
+        jobs.start_run(TINY_PRESET, tiny_settings, user=VISITOR)
+    run_id = jobs.start_run(TINY_PRESET, tiny_settings, user=ALICE)
+    assert read_json(RunDir(jobs_env["runs"] / run_id).job)["owner"] == "alice"
+    with pytest.raises(RunError, match="belongs to alice"):
+        jobs.stop_run(run_id, user=BOB)
+    jobs.stop_run(run_id, wait=30, user=ALICE)
+
+
+def test_without_an_identity_everyone_may_do_everything_as_before(jobs_env, monkeypatch):
+    monkeypatch.delenv(owners.IDENTITY_ENV, raising=False)
+    rd = _run_of(jobs_env["runs"], "20260101-000000-d2l", "alice")
+    assert jobs.rename_run(rd.name, "renamed", user=VISITOR) == "renamed"
+    jobs.delete_run(rd.name, user=BOB)
+
+
+def test_a_saved_model_is_replaced_only_by_its_owner_or_a_teacher(jobs_env, by_header, tiny_run):
+    shutil.copytree(tiny_run, jobs_env["runs"] / "done")
+    (jobs_env["runs"] / "done" / "job.json").write_text(json.dumps({"owner": "alice"}))
+    dest = promote("done", "last", "alice-model", user=ALICE)
+    with pytest.raises(ModelError, match="belongs to alice"):
+        promote("done", "last", "bob-copy", user=BOB)  # bob may not save from alice's run
+    before = dest.read_bytes()
+    (jobs_env["runs"] / "done" / "job.json").write_text(json.dumps({"owner": "bob"}))
+    with pytest.raises(ModelError, match="Model alice-model belongs to alice"):
+        promote("done", "last", "alice-model", overwrite=True, user=BOB)
+    assert dest.read_bytes() == before
+    promote("done", "last", "alice-model", overwrite=True, user=TEACHER)
+
+
+# ----------------------------------------------------------------------------- the page
+
+
+def train_page(monkeypatch, runs, user: dict, run_id: str) -> AppTest:
+    """The Train page on ``run_id`` as a user signed in with Streamlit's own login."""
+    monkeypatch.setenv(owners.IDENTITY_ENV, "streamlit")
+    monkeypatch.setenv(owners.TEACHERS_ENV, "carol@school.org")
+    monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(runs))
+    at = AppTest.from_file(str(ROOT / "pages" / "train.py"), default_timeout=60)
+    at.user = user
+    at.query_params["run"] = run_id
+    return at.run()
+
+
+@pytest.mark.parametrize(
+    "who, may",
+    [
+        ({"is_logged_in": True, "email": "alice@school.org"}, True),
+        ({"is_logged_in": True, "email": "bob@school.org"}, False),
+        ({"is_logged_in": True, "email": "carol@school.org"}, True),  # a teacher
+        ({"is_logged_in": False}, False),
+    ],
+)
+def test_the_train_page_offers_a_runs_actions_to_its_owner_and_teachers_only(
+    tmp_path, monkeypatch, who, may
+):
+    rd = _run_of(tmp_path, "20260101-000000-d2l", "alice@school.org")
+    at = train_page(monkeypatch, tmp_path, who, rd.name)
+    assert_clean(at)
+    labels = [b.label for b in at.button]
+    captions = " ".join(plain(c.value) for c in at.caption)
+    assert ("Delete run…" in labels) is may
+    assert ("Save name" in [b.label for b in at.button]) is may  # the rename form
+    if not may:
+        assert "belongs to alice@school.org" in captions or "Sign in to change" in captions
