@@ -309,9 +309,15 @@ async def hostile(browser, url: str, until: float, seen: list) -> None:
             )
             await settled(page)
         seen.append(("open ?max_len=200 links on the never-ending model", "cut or refused"))
-        await upload_gold(page, url, gold_files(100), seen, "2,000 pairs of 100 words")
-        await upload_gold(page, url, gold_files(6), seen, "2,000 pairs of 6 words")
-        await overwrite_shipped(page, url, seen)
+        for attempt, args in (
+            (upload_gold, (gold_files(100), seen, "2,000 pairs of 100 words")),
+            (upload_gold, (gold_files(6), seen, "2,000 pairs of 6 words")),
+            (overwrite_shipped, (seen,)),
+        ):
+            try:
+                await attempt(page, url, *args)
+            except Exception as e:  # noqa: BLE001 - the bench reports it and goes on
+                seen.append((attempt.__name__, f"bench error: {str(e).splitlines()[0][:100]}"))
     await context.close()
 
 
@@ -342,7 +348,7 @@ async def overwrite_shipped(page, url: str, seen: list) -> None:
     """Train page: "Save as a model" of the hostile run under the shipped model's name."""
     await page.goto(f"{url}/train?run={HOSTILE_RUN}", timeout=TIMEOUT_MS)
     await page.get_by_text("Save as a model").click(timeout=TIMEOUT_MS)
-    await page.get_by_label("Model name").fill("fra-eng-small")
+    await page.get_by_role("textbox", name="Model name").fill("fra-eng-small")
     await page.get_by_text("Replace a model with the same name").click()
     await page.get_by_role("button", name="Save model").click()
     answer = page.get_by_text("is the shipped model").or_(page.get_by_text("Saved as"))
@@ -446,8 +452,11 @@ def compare(phases: dict, seen: list, intact: bool, quota: int) -> None:
         "shipped_model_intact": intact,
     }
     print("\n## the hostile session")
-    for what, answer in dict(seen).items():
-        print(json.dumps({"hostile": what, "met": answer}))
+    counts: dict = {}
+    for what, answer in seen:
+        counts[(what, answer)] = counts.get((what, answer), 0) + 1
+    for (what, answer), n in counts.items():
+        print(json.dumps({"hostile": what, "met": answer, "times": n}))
     print(json.dumps(summary))
 
 

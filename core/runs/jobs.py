@@ -103,9 +103,8 @@ def launch_problems(preset: str, overrides: dict | None, processes) -> list[str]
         return problems
     cfg = merged_settings(preset, overrides)
     device_type = resolve_device(cfg["train"]["device"])
-    return [p for p in [processes_problem(processes, device_type, cfg)] if p] + (
-        budget.run_problems(cfg)
-    )
+    problems = [p for p in [processes_problem(processes, device_type, cfg)] if p]
+    return problems + budget.run_problems(cfg)  # what this server holds of it
 
 
 def _check_cpu_capacity() -> None:

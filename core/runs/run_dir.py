@@ -95,16 +95,21 @@ def _parse_from(path: Path, offset: int) -> tuple[list[dict], int]:
     with open(path, "rb") as f:
         f.seek(offset)
         data = f.read()
-    end = data.rfind(b"\n") + 1  # a last line without its newline is still being written
-    records = []
-    for line in data[:end].splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
+    end = data.rfind(b"\n") + 1
+    records = [r for r in map(_record, data[:end].splitlines()) if r is not None]
+    if (last := _record(data[end:])) is not None:  # whole, only its newline still to come
+        records.append(last)
+        end = len(data)
     return records, offset + end
+
+
+def _record(line: bytes) -> dict | None:
+    """One JSON object line as a dict (None: half-written, damaged or not an object)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def _forget_oldest() -> None:

@@ -34,8 +34,8 @@ def fitted(lm: LoadedModel, sentence: str, settings: DecodeSettings):
             f"{cfg['num_decoder_layers']} layers), and the server holds at most {limit} per "
             "translation: use a shorter sentence."
         )
-    if longest >= settings.max_len:
-        return settings, ""
+    if longest >= budget.output_len(settings.max_len, cfg["max_positions"]):
+        return settings, ""  # all it would decode fits
     note = (
         f"The longest output was cut from {settings.max_len} to {longest} tokens: with this "
         f"model's {cfg['num_heads']} heads and {cfg['num_encoder_layers']}+"

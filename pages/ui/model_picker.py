@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import streamlit as st
 
 from core.attention.view_state import ViewState
@@ -29,14 +31,19 @@ def model_entries() -> list[models.ModelEntry]:
 def load_model(path: str, mtime: float) -> LoadedModel:
     """A checkpoint loaded once per path and modification time (never mutated), unless its
     weights pass what the server opens (budget.MODEL_BYTES): then CheckpointError says so."""
-    cfg = read_metadata(path).get("model_config") or {}
-    try:
-        problem = budget.model_problem(budget.parameters(cfg))
-    except (TypeError, ValueError, RuntimeError):
-        problem = None  # load_checkpoint says what is wrong with it
-    if problem:
+    if problem := _open_problem(path, mtime):
         raise CheckpointError(problem)
     return _loaded(path, mtime)
+
+
+@functools.lru_cache(maxsize=256)
+def _open_problem(path: str, mtime: float) -> str | None:
+    """Why the server will not open this model file (None: it will), once per file version."""
+    cfg = read_metadata(path).get("model_config") or {}
+    try:
+        return budget.model_problem(budget.parameters(cfg))
+    except (TypeError, ValueError, RuntimeError):
+        return None  # load_checkpoint says what is wrong with it
 
 
 @shared(spinner="Loading the model…", pool=MODELS)
