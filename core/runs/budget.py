@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 from core.corpus.text import tokenize
@@ -295,30 +296,40 @@ def run_problems(settings: Mapping) -> list[str]:
 
 
 def sizeof(value, seen: set | None = None) -> int:
-    """Bytes a value holds in memory: arrays and tensors by their data, containers and
-    dataclasses by what they hold (each object counted once)."""
+    """Bytes a value holds in memory: arrays, tensors, models and tables by their data;
+    containers, dataclasses and this project's own objects by what they hold (each object
+    counted once). Anything else (a lock, a class, a library's object) by its own size."""
     seen = set() if seen is None else seen
     if id(value) in seen:
         return 0
     seen.add(id(value))
     if isinstance(value, torch.Tensor):
         return value.untyped_storage().nbytes() if value.device.type != "meta" else 0
+    if isinstance(value, torch.nn.Module):
+        tensors = [*value.parameters(), *value.buffers()]
+        return sum(sizeof(t, seen) for t in tensors)
     if isinstance(value, np.ndarray):
         return value.nbytes + 128
-    if isinstance(value, (str, bytes, int, float, bool, type(None))):
-        return sys.getsizeof(value)
+    if isinstance(value, pd.DataFrame):
+        return int(value.memory_usage(deep=True).sum())
+    if isinstance(value, pd.Series):
+        return int(value.memory_usage(deep=True))
+    if hasattr(value, "to_plotly_json") and not isinstance(value, type):  # a Plotly figure
+        return sizeof(value.to_plotly_json(), seen)
     return sys.getsizeof(value) + sum(sizeof(v, seen) for v in _children(value))
 
 
 def _children(value) -> Iterable:
-    """What a container, dataclass or plain object holds."""
+    """What a container, a dataclass or an object of this project holds (nothing else)."""
     if isinstance(value, Mapping):
         return [*value.keys(), *value.values()]
     if isinstance(value, (list, tuple, set, frozenset)):
         return value
+    if isinstance(value, type):
+        return []
     if is_dataclass(value):
         return [getattr(value, f.name) for f in fields(value)]
-    if hasattr(value, "__dict__"):
+    if type(value).__module__.startswith(("core.", "pages.")) and hasattr(value, "__dict__"):
         return list(vars(value).values())
     return []
 

@@ -22,6 +22,7 @@ from pages.ui.runs_table_view import (
     settings_diff,
     table_controls,
 )
+from pages.ui.shared_cache import shared
 from pages.ui.text import code, md, spreadsheet_safe
 
 STATE_COLORS = {
@@ -168,7 +169,7 @@ def progress_line(info: RunInfo) -> None:
     st.progress(min(max(info.progress, 0.0), 1.0), text=f"{info.progress:.0%} · {steps}{eta}")
 
 
-@st.cache_resource(show_spinner=False, max_entries=16)
+@shared()
 def curve_figures(
     signature: tuple, names: tuple, smoothing: float, log_y: bool, x_axis: str = "step"
 ) -> tuple[list, object]:
