@@ -319,3 +319,30 @@ def test_sizes_are_measured_in_bytes_held():
     arrays = {"a": torch.zeros(1000), "b": [torch.zeros(10, dtype=torch.float16)] * 3}
     assert 4000 + 20 <= budget.sizeof(arrays) < 4000 + 20 + 2000  # the shared one counted once
     assert budget.size_words(3 * budget.MB) == "3.0 MB"
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(
+    shape=SHAPES,
+    words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=20),
+    max_len=st.integers(1, 60),
+    seed=st.integers(0, 3),
+)
+def test_any_translation_is_within_its_estimate(shape, words, max_len, seed):
+    """A translation with every map, of any tiny model shape, sentence and output length,
+    holds no more than budget.translation_bytes says before it is made."""
+    from core.model.checked_translation import translate_sentence
+    from core.model.checkpoints import LoadedModel
+    from core.model.decode import DecodeSettings, TranslationError
+
+    vocab = Vocab([*SPECIALS, *WORDS])
+    model = {**shape, "d_model": 4 * shape["num_heads"]}
+    cfg = ModelConfig(len(vocab), len(vocab), dropout=0.0, **model)
+    torch.manual_seed(seed)
+    lm = LoadedModel(Transformer(cfg).eval(), vocab, vocab)
+    try:
+        t = translate_sentence(lm, " ".join(words), DecodeSettings(max_len=max_len))
+    except TranslationError:
+        return
+    src = budget.source_len(words, "word", shape["max_positions"])
+    assert budget.sizeof(t) <= budget.translation_bytes(model, src, max_len)

@@ -75,7 +75,7 @@ CHECKPOINT_BYTES_PER_PARAM = 4  # best.pt: float32 weights
 LAST_BYTES_PER_PARAM = 12  # last.pt: float32 weights and Adam's two moments
 KEPT_BYTES_PER_PARAM = 2  # a kept snapshot model: float16 weights
 FLOAT16, FLOAT32 = 2, 4
-PROBE_OVERHEAD = 4096  # a probe's tokens and the file's headers, besides its maps
+PROBE_OVERHEAD = 4096  # a probe or translation: its objects, warnings and file headers
 TOKEN_BYTES = 64  # a token string, pickled or in memory
 RECORD_BYTES = 4096  # the largest metrics record the estimate allows (an eval with examples)
 FIXED_RUN_BYTES = 256 * 1024  # config, status, job, request, notes and locks
@@ -120,7 +120,7 @@ def translation_bytes(model: Mapping, src_len: int, max_len: int) -> int:
     """One translation with its maps in memory (float32), its tokens and top-k lists."""
     out = output_len(max_len, model.get("max_positions", 512))
     tokens = (4 * src_len + 24 * out) * TOKEN_BYTES  # the token lists, ids and top-k tables
-    return FLOAT32 * attention_cells(model, src_len, out) + tokens
+    return FLOAT32 * attention_cells(model, src_len, out) + tokens + PROBE_OVERHEAD
 
 
 def longest_output(model: Mapping, src_len: int, max_len: int, limit: int = TRANSLATION_BYTES):
