@@ -7,13 +7,13 @@ import streamlit as st
 from core.attention.kinds import reading_hint
 from core.attention.view_state import clamp_view
 from core.model.decode import TranslationError
-from pages.ui.attention_sections import pick_section
+from pages.ui.attention.controls import view_controls
+from pages.ui.attention.inputs import SectionInputs
+from pages.ui.attention.sections import pick_section
 from pages.ui.cached import sentence_maps, translate
 from pages.ui.frame import ensure_app_navigation, footer, link
 from pages.ui.model_picker import pick_model
-from pages.ui.section_inputs import SectionInputs
 from pages.ui.text import md
-from pages.ui.view_controls import view_controls
 from pages.ui.view_widgets import (
     ATTENTION_KEYS,
     TRANSLATE_KEYS,

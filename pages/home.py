@@ -9,8 +9,8 @@ from core.runs import status as run_status
 from core.training.devices import device_summary
 from pages.ui.frame import ensure_app_navigation, footer, page_links
 from pages.ui.model_picker import model_entries
-from pages.ui.runs_table_view import runs_dataframe
 from pages.ui.text import spreadsheet_safe
+from pages.ui.train.runs_table_view import runs_dataframe
 
 
 def show_models() -> None:

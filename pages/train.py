@@ -9,9 +9,9 @@ import streamlit as st
 
 from core.runs import status as run_status
 from pages.ui.frame import ensure_app_navigation
-from pages.ui.launch_note import fold_key, form_open_at_first, just_launched, launched_note
-from pages.ui.run_view import pick_run, run_panel, runs_table
-from pages.ui.train_form import new_run_form
+from pages.ui.train.form import new_run_form
+from pages.ui.train.launch_note import fold_key, form_open_at_first, just_launched, launched_note
+from pages.ui.train.run_view import pick_run, run_panel, runs_table
 
 
 def main() -> None:

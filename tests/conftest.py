@@ -9,6 +9,36 @@ import pytest
 
 from tests import helpers
 
+# ----------------------------------------------------------------------------- tiers
+
+SLOW_PREFIXES = ("test_browser_", "test_app_")  # real browsers; whole pages run by AppTest
+SLOW_FILES = {  # files whose every test starts processes: trainers, torchrun, commands
+    "test_architecture.py",  # lint-imports and each command as its own process
+    "test_distributed.py",
+    "test_faults.py",
+    "test_processes.py",
+}
+SLOW_FIXTURES = {  # a test that asks for one of these starts a process, reads fra-eng or
+    "app_server",  # runs a whole page (the app's folders set up for AppTest)
+    "browser_page",
+    "fra_eng",
+    "jobs_env",
+    "kill_trainers",
+    "shipped_model_dirs",
+    "studio_dirs",
+}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The ``slow`` tier: by file (browsers, torchrun, subprocesses), by fixture (trainers the
+    app launches, app servers, the real corpus) or by the test's own marker."""
+    for item in items:
+        name = item.path.name
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if name.startswith(SLOW_PREFIXES) or name in SLOW_FILES or fixtures & SLOW_FIXTURES:
+            item.add_marker(pytest.mark.slow)
+
+
 # ----------------------------------------------------------------------------- data folder
 
 

@@ -150,7 +150,7 @@ def test_head_importance_is_computed_shown_cached_and_used(val_dirs):
 
 def test_a_second_head_importance_waits_for_nobody(val_dirs):
     """While another session computes, a click says so at once instead of queueing a core."""
-    from pages.ui.cached_ablation import heavy_slots
+    from pages.ui.heavy_work import heavy_slots
 
     slots = heavy_slots()
     assert slots.acquire(blocking=False)  # another session's computation holds the slot

@@ -178,6 +178,7 @@ def diagonal_mass(checkpoint, pairs, layer: int, head: int) -> float:
     return float(np.mean(masses))
 
 
+@pytest.mark.slow  # trains with the command
 def test_the_command_trains_the_chosen_head_to_align(tmp_path, tiny_checkpoint):
     pairs = tiny_pairs()
     p, k = write_aligner_files(tmp_path, pairs)

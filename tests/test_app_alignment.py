@@ -146,7 +146,8 @@ def test_a_bpe_model_s_pieces_link_whole_words(studio_dirs, bpe_run):
 def test_a_slow_grid_shows_a_progress_bar_that_a_cache_hit_replays_harmlessly(
     studio_dirs, monkeypatch
 ):
-    from pages.ui import cached_alignment, progress
+    from pages.ui import progress
+    from pages.ui.attention import cached_alignment
 
     shown = []
 
@@ -200,8 +201,8 @@ def test_a_link_with_a_huge_index_is_named_not_a_crash(studio_dirs):
 
 def test_an_uploaded_gold_set_is_scored_in_the_servers_one_heavy_slot(studio_dirs):
     """Found by the audit: each tab scored its own upload in parallel, outside the slot."""
-    from pages.ui.cached_ablation import heavy_slots
-    from pages.ui.cached_alignment import alignment_grid
+    from pages.ui.attention.cached_alignment import alignment_grid
+    from pages.ui.heavy_work import heavy_slots
 
     alignment_grid.clear()
     slots = heavy_slots()

@@ -204,7 +204,7 @@ def test_playback_section_and_step_travel_in_the_url(studio_dirs):
 
 
 def test_every_section_key_has_a_label_and_a_view():
-    from pages.ui.attention_sections import SECTIONS
+    from pages.ui.attention.sections import SECTIONS
 
     assert tuple(SECTIONS) == SECTION_KEYS  # core's keys, in the radio's order
     assert all(callable(section.draw) for section in SECTIONS.values())

@@ -24,7 +24,7 @@ def test_home_describes_the_app_and_lists_models_and_runs(jobs_env, make_run):
     links = [Path(p.proto.page).stem for p in at.get("page_link")]
     assert links == ["train", "translate", "attention"]
     table, runs = (d.value for d in at.dataframe)
-    # the one catalogue (core.runs.catalogue, tested in test_models.py) is what Home lists
+    # the one catalogue (core.runs.catalogue, tested in test_catalogue.py) is what Home lists
     expected = models.models_frame(models.list_models())
     assert table.fillna(-1).equals(expected.fillna(-1))
     assert len(table) == 4 and table["val BLEU"].max() == 12.5

@@ -94,7 +94,7 @@ def test_save_as_a_model_keeps_the_heads_numbers(jobs_env, val_run):
 
 
 def test_save_as_a_model_while_the_server_is_busy_saves_and_says_why(jobs_env, val_run):
-    from pages.ui.cached_ablation import heavy_slots
+    from pages.ui.heavy_work import heavy_slots
 
     shutil.copytree(val_run, jobs_env["runs"] / "val")
     slots = heavy_slots()

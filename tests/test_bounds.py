@@ -56,6 +56,7 @@ def test_a_huge_line_is_skipped_as_malformed_without_being_held(tmp_path, monkey
     assert inspect_file(path)["skipped"] == 1
 
 
+@pytest.mark.slow  # writes and reads a 10 MB corpus twice
 @pytest.mark.parametrize("zipped", [False, True])
 def test_inspecting_a_corpus_streams_it(tmp_path, monkeypatch, zipped):
     """Counting 1.7 million tiny pairs (10 MB) holds a few MB, not the pairs (0.4 GB before)."""
@@ -101,6 +102,7 @@ def test_the_app_gives_each_trainer_process_a_share_of_the_memory():
     assert jobs.trainer_env(1, {devices.MEMORY_ENV: "0"})[devices.MEMORY_ENV] == "0"  # kept
 
 
+@pytest.mark.slow  # a trainer process
 def test_a_corpus_that_outgrows_the_trainers_memory_fails_clearly(tmp_path):
     """A million tiny pairs under a 1 GB cap: a 'failed' run that says why, not swapping."""
     corpus = write_pairs(tmp_path / "tiny.tsv", 1_000_000)
@@ -197,6 +199,7 @@ def test_a_damaged_tokenizer_makes_a_model_unusable_not_a_crash(tmp_path, tiny_c
     assert not entry.usable and "BPE tokenizer is damaged" in entry.reason
 
 
+@pytest.mark.slow  # a trainer process
 def test_the_apps_trainers_run_below_the_server():
     """The trainer lowers its own priority when the app asks (the pages answer first)."""
     env = jobs.trainer_env(1, {})

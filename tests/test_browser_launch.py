@@ -14,7 +14,7 @@ import pytest
 from tests.helpers import ARTIFACTS, assert_no_browser_exception
 from tests.test_browser_distributed import settle
 
-NOTE = ".st-key-launched"  # pages.ui.launch_note's note on the run just launched
+NOTE = ".st-key-launched"  # pages.ui.train.launch_note's note on the run just launched
 IN_VIEW = """(selector) => {
   const box = document.querySelector(selector);
   if (!box) return false;

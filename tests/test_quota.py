@@ -120,6 +120,7 @@ def test_saving_past_the_quota_or_the_count_is_refused(run_to_save, monkeypatch)
 # ----------------------------------------------------------------------------- restart
 
 
+@pytest.mark.slow  # two trainer processes
 def test_a_run_killed_before_its_first_checkpoint_restarts_afresh(tmp_path, tiny_settings):
     """SIGKILL after the first logged steps, before the first checkpoint; then --resume:
     its records start again at step 1 (not 1, 2, 1, 2, 3 ...), its snapshots and status too."""

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from core.runs.run_dir import RunDir, write_json
 from core.runs.training_run import EARLY_STOP
 from core.train import main
@@ -28,6 +30,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow  # a trainer process
 def test_sigterm_while_the_corpus_loads_stops_at_once(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(

@@ -179,6 +179,7 @@ def wait_for_step(out, proc, step=5, timeout=60.0):
     wait_for(reached, timeout, f"the run to reach step {step}")
 
 
+@pytest.mark.slow  # a trainer process, stopped
 @pytest.mark.parametrize("how", ["sigterm", "stop-file"])
 def test_stop_leaves_a_resumable_run(tmp_path, how):
     """SIGTERM or a STOP file saves last.pt and exits as 'stopped'; resume finishes it."""

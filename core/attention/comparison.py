@@ -39,7 +39,7 @@ class CompareError(ValueError):
 
 
 @dataclass
-class Alignment:
+class TokenMatch:
     """Which row and column of map A and of map B each compared row and column holds.
 
     ``None``: that side has no such row or column (the other sentence's word): NaN there.
@@ -105,14 +105,14 @@ def unmatched(
     ]
 
 
-def align_tokens(a: View, b: View) -> Alignment:
+def align_tokens(a: View, b: View) -> TokenMatch:
     """Rows and columns of two views on one merged axis each: every token of both."""
     rows_a, rows_b, queries = merged_positions(a.query_tokens, b.query_tokens)
     cols_a, cols_b, keys = merged_positions(a.key_tokens, b.key_tokens)
-    return Alignment(rows_a, rows_b, cols_a, cols_b, queries, keys)
+    return TokenMatch(rows_a, rows_b, cols_a, cols_b, queries, keys)
 
 
-def same_tokens(a: View, b: View) -> Alignment:
+def same_tokens(a: View, b: View) -> TokenMatch:
     """The identity alignment of two views on the same tokens (raises when they differ)."""
     if a.query_tokens != b.query_tokens or a.key_tokens != b.key_tokens:
         raise CompareError(
@@ -121,7 +121,7 @@ def same_tokens(a: View, b: View) -> Alignment:
             "difference is possible: feed both decoders the same output."
         )
     rows, cols = list(range(len(a.query_tokens))), list(range(len(a.key_tokens)))
-    return Alignment(rows, rows, cols, cols, list(a.query_tokens), list(a.key_tokens))
+    return TokenMatch(rows, rows, cols, cols, list(a.query_tokens), list(a.key_tokens))
 
 
 def common_size(maps_a: SentenceMaps, maps_b: SentenceMaps, kind: str) -> tuple[int, int]:
@@ -167,7 +167,7 @@ class PairView:
         return float(values.max()) if values.size else float("nan")
 
 
-def _cut_view(view: View, align: Alignment, side: str) -> View:
+def _cut_view(view: View, align: TokenMatch, side: str) -> View:
     """A view on the aligned rows and columns (blank rows renumbered; NaN where it has none)."""
     rows = align.rows_a if side == "a" else align.rows_b
     blank = {new: view.blank[old] for new, old in enumerate(rows) if old in view.blank}

@@ -60,13 +60,15 @@ class Trainer:
         state: TrainState | None = None,
         world: World | None = None,
         alignments: dict | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ):
         """``alignments`` (word links by pair, core.corpus.supervision) are needed when
-        ``cfg.align_weight`` is set: they train one cross-attention head to align."""
+        ``cfg.align_weight`` is set: they train one cross-attention head to align. ``clock``
+        measures training time (the time budget and tokens/s); a test may give its own."""
         cfg.validate()
         if cfg.align_weight and alignments is None:
             raise ValueError("align_weight is set, but no alignments of the training pairs")
-        self.cfg, self.corpus, self.world = cfg, corpus, world or World()
+        self.cfg, self.corpus, self.world, self.clock = cfg, corpus, world or World(), clock
         self.device = distributed.device_of(self.world, pick_device(cfg.device))
         self.model = model.to(self.device)
         self.objective = (  # the loss of a step: the model's own, or through DDP
@@ -401,7 +403,7 @@ class Trainer:
 
     def run_epoch(self) -> None:
         """Train on the rest of the current epoch, or until training must stop."""
-        t_last = time.perf_counter()
+        t_last = self.clock()
         batches = self.epoch_batches()
         if self.prefetch:  # made ahead by a thread (a GPU run)
             batches = prefetched(self.pinned(batches))
@@ -411,9 +413,9 @@ class Trainer:
                 what = "gradient norm" if math.isfinite(out["loss"]) else "loss"
                 self.diverged = {"diverged_at": self.state.step + 1, "diverged": what}
                 return
-            self.state.elapsed += time.perf_counter() - t_last
+            self.state.elapsed += self.clock() - t_last
             self.after_step(out)
-            t_last = time.perf_counter()  # records and evaluations are not training time
+            t_last = self.clock()  # records and evaluations are not training time
             self.agree()
             if self.must_stop():
                 return

@@ -24,11 +24,11 @@ from core.corpus.source import DataError
 from core.figures.trajectories import map_difference_figure, stage_figure, trajectory_figure
 from core.model.checkpoints import CheckpointError
 from core.runs.history import open_history
-from pages.ui import cached_trajectories as cached
-from pages.ui.cached_ablation import heavy_slot
+from pages.ui.attention import cached_trajectories as cached
+from pages.ui.attention.inputs import SectionInputs
 from pages.ui.charts import chart
+from pages.ui.heavy_work import heavy_slot
 from pages.ui.progress import progress_bar
-from pages.ui.section_inputs import SectionInputs
 from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_widgets import widget_default
 

@@ -17,10 +17,10 @@ from core.figures import comparison as cmp_figs
 from core.model.checkpoints import CheckpointError, LoadedModel
 from core.model.decode import Translation, TranslationError
 from core.runs.catalogue import ModelEntry, find_entry
+from pages.ui.attention.inputs import SectionInputs
 from pages.ui.cached import sentence_maps, teacher_forced, translate
 from pages.ui.charts import chart
 from pages.ui.model_picker import load_model, model_entries
-from pages.ui.section_inputs import SectionInputs
 from pages.ui.text import code, md, spreadsheet_safe
 from pages.ui.view_widgets import widget_default
 

@@ -11,13 +11,17 @@ from core.attention.word_maps import shown_maps
 from core.figures import attention as figs
 from core.figures.training import training_curve_figure
 from core.runs.history import open_history
-from pages.ui import player
+from pages.ui.attention import player
+from pages.ui.attention.cached_trajectories import run_is_live
+from pages.ui.attention.inputs import SectionInputs
+from pages.ui.attention.trajectories_view import (
+    difference_panel,
+    head_trajectories_now,
+    trajectories_panel,
+)
 from pages.ui.cached import probe_sentences, snapshot_series
-from pages.ui.cached_trajectories import run_is_live
 from pages.ui.charts import chart
-from pages.ui.section_inputs import SectionInputs
 from pages.ui.text import md
-from pages.ui.trajectories_view import difference_panel, head_trajectories_now, trajectories_panel
 from pages.ui.view_widgets import clamp_widget, write_url
 
 PLAYER = "at_train"  # the play button's key

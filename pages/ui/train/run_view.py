@@ -14,16 +14,16 @@ from core.runs.run_dir import RunDir, RunError
 from core.runs.status import RunInfo
 from core.training.devices import gpu_stats
 from pages.ui.identity import current_user, not_yours
-from pages.ui.promote_view import promote_form
-from pages.ui.runs_table_view import (
+from pages.ui.shared_cache import shared
+from pages.ui.text import code, md, spreadsheet_safe
+from pages.ui.train.promote_view import promote_form
+from pages.ui.train.runs_table_view import (
     notes_form,
     runs_dataframe,
     settings_chart,
     settings_diff,
     table_controls,
 )
-from pages.ui.shared_cache import shared
-from pages.ui.text import code, md, spreadsheet_safe
 
 STATE_COLORS = {
     "starting": "blue",

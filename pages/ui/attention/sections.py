@@ -8,18 +8,18 @@ from typing import NamedTuple
 import streamlit as st
 
 from core.attention.view_state import SECTION_KEYS, ViewState
-from pages.ui import (
+from pages.ui.attention import (
     ablation_view,
     alignment_view,
     attribution_view,
-    compare_view,
+    comparison_view,
     inside_head_view,
     logit_lens_view,
     maps_view,
+    over_training_view,
     playback_view,
-    training_view,
 )
-from pages.ui.section_inputs import SectionInputs
+from pages.ui.attention.inputs import SectionInputs
 from pages.ui.view_widgets import widget_default
 
 
@@ -33,9 +33,9 @@ class Section(NamedTuple):
 SECTIONS = {  # key (core.attention.view_state.SECTION_KEYS) -> section
     "maps": Section("Maps", maps_view.maps_section),
     "playback": Section("Decoding playback", playback_view.playback_section),
-    "training": Section("Over training", training_view.training_section),
+    "training": Section("Over training", over_training_view.training_section),
     "ablation": Section("Remove heads", ablation_view.ablation_section),
-    "compare": Section("Compare", compare_view.comparison_section),
+    "compare": Section("Compare", comparison_view.comparison_section),
     "attribution": Section("Attribution", attribution_view.attribution_section),
     "alignment": Section("Alignment", alignment_view.alignment_section),
     "inside": Section("Inside a head", inside_head_view.inside_head_section),

@@ -11,8 +11,8 @@ from core.attention.sentence_maps import SentenceMaps
 from core.attention.view_state import ViewState
 from core.figures import attention as figs
 from core.figures import comparison as cmp_figs
+from pages.ui.attention.inputs import SectionInputs
 from pages.ui.charts import chart
-from pages.ui.section_inputs import SectionInputs
 from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_widgets import widget_default
 

@@ -22,11 +22,12 @@ from core.figures import importance as abfigs
 from core.model.checkpoints import LoadedModel
 from core.model.decode import Translation, TranslationError
 from core.runs.catalogue import ModelEntry
+from pages.ui.attention.cached_ablation import ablated_translate
+from pages.ui.attention.inputs import SectionInputs
 from pages.ui.cached import sentence_maps
-from pages.ui.cached_ablation import ablated_translate, heavy_slot
 from pages.ui.charts import chart
+from pages.ui.heavy_work import heavy_slot
 from pages.ui.progress import progress_bar
-from pages.ui.section_inputs import SectionInputs
 from pages.ui.text import md
 from pages.ui.view_widgets import widget_default
 

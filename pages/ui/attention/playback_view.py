@@ -11,10 +11,10 @@ from core.attention.view_state import ViewState
 from core.figures import attention as figs
 from core.figures import playback as playback_figs
 from core.model.decode import TranslationError
-from pages.ui import player
+from pages.ui.attention import player
+from pages.ui.attention.inputs import SectionInputs
 from pages.ui.cached import teacher_forced
 from pages.ui.charts import chart
-from pages.ui.section_inputs import SectionInputs
 from pages.ui.text import code, md
 from pages.ui.view_widgets import widget_default, write_url
 

@@ -13,10 +13,10 @@ from core.attribution.gradients import IG_STEPS
 from core.attribution.methods import MEAN, METHOD_NAMES, METHODS, AttributionError
 from core.figures import attention as figs
 from core.figures import attribution as attr_figs
+from pages.ui.attention.faithfulness_view import faithfulness_panel
+from pages.ui.attention.inputs import SectionInputs
 from pages.ui.cached import explanation
 from pages.ui.charts import chart
-from pages.ui.faithfulness_view import faithfulness_panel
-from pages.ui.section_inputs import SectionInputs
 from pages.ui.text import md
 from pages.ui.view_widgets import widget_default
 

@@ -11,10 +11,10 @@ from core.attention.view_state import ViewState
 from core.corpus.bpe import join_pieces
 from core.figures import alignment as align_figs
 from core.figures.attribution import panel_width
-from pages.ui.alignment_gold_view import gold_panel
-from pages.ui.attribution_view import cross_choice
+from pages.ui.attention.alignment_gold_view import gold_panel
+from pages.ui.attention.attribution_view import cross_choice
+from pages.ui.attention.inputs import SectionInputs
 from pages.ui.charts import chart
-from pages.ui.section_inputs import SectionInputs
 from pages.ui.view_widgets import widget_default
 
 HOW = (

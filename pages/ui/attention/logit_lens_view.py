@@ -7,9 +7,9 @@ import streamlit as st
 from core.attention.logit_lens import LENS_COLORS
 from core.attention.maps import export_name
 from core.figures import logit_lens as figs
-from pages.ui import cached_inside_head as cached
+from pages.ui.attention import cached_inside_head as cached
+from pages.ui.attention.inputs import SectionInputs
 from pages.ui.charts import chart
-from pages.ui.section_inputs import SectionInputs
 from pages.ui.text import md
 from pages.ui.view_widgets import widget_default
 

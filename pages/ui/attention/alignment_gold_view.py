@@ -12,17 +12,17 @@ from core.attention.view_state import ViewState
 from core.figures import alignment_grid as grid_figs
 from core.figures.attribution import PANEL_PX
 from core.runs import budget
-from pages.ui.cached_ablation import heavy_slot
-from pages.ui.cached_alignment import alignment_grid
-from pages.ui.charts import chart
-from pages.ui.gold_sets import (
+from pages.ui.attention.cached_alignment import alignment_grid
+from pages.ui.attention.gold_sets import (
     MAX_GOLD_BYTES,
     GoldSet,
     reference_score,
     shipped_gold,
     uploaded_gold,
 )
-from pages.ui.section_inputs import SectionInputs
+from pages.ui.attention.inputs import SectionInputs
+from pages.ui.charts import chart
+from pages.ui.heavy_work import heavy_slot
 from pages.ui.text import md, spreadsheet_safe
 
 SHIPPED, UPLOAD = "shipped", "upload"

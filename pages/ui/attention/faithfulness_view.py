@@ -20,8 +20,8 @@ from core.corpus.source import DataError
 from core.figures import attribution as attr_figs
 from core.model.checkpoints import LoadedModel, trained_data
 from core.runs.catalogue import ModelEntry
-from pages.ui.cached_ablation import heavy_slot
 from pages.ui.charts import chart
+from pages.ui.heavy_work import heavy_slot
 from pages.ui.progress import progress_bar
 from pages.ui.text import md, spreadsheet_safe
 

@@ -1,12 +1,9 @@
-"""Cached calls of the "Remove heads" section: translations with heads removed, and the
-server's slots for heavy work (head importance), shared by every session."""
+"""Cached calls of the "Remove heads" section: translations with heads removed, shared by
+every session."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
-
-import streamlit as st
 
 from core.attention import ablation as ablate
 from core.attention.ablation import HeadSpec
@@ -57,25 +54,3 @@ def _ablated_translate(
         t = translation.translate_sentence(own, sentence, settings)
     t.warnings += [note] if note else []
     return t
-
-
-HEAVY_SLOTS = 1  # head-importance computations the server runs at once (each takes a core)
-
-
-@st.cache_resource(show_spinner=False)
-def heavy_slots() -> threading.BoundedSemaphore:
-    """The server's slots for heavy work, shared by every session."""
-    return threading.BoundedSemaphore(HEAVY_SLOTS)
-
-
-@contextlib.contextmanager
-def heavy_slot():
-    """A slot for heavy work, or None at once when every slot is taken (nobody queues)."""
-    slots = heavy_slots()
-    if not slots.acquire(blocking=False):
-        yield None
-        return
-    try:
-        yield slots
-    finally:
-        slots.release()

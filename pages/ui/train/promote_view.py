@@ -12,7 +12,7 @@ from core.runs.catalogue import ModelError
 from core.runs.promotion import promote
 from core.runs.run_dir import RunError, run_dir
 from core.runs.status import RunInfo
-from pages.ui.cached_ablation import heavy_slot
+from pages.ui.heavy_work import heavy_slot
 from pages.ui.identity import current_user, not_yours
 from pages.ui.progress import progress_bar
 from pages.ui.text import md

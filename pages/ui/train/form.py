@@ -17,8 +17,8 @@ from core.training import settings
 from core.training.devices import device_summary, resolve_device
 from core.training.presets import PRESET_LABELS, PRESETS
 from pages.ui.identity import current_user
-from pages.ui.launch_note import fold_key, note_launch
 from pages.ui.text import code, md
+from pages.ui.train.launch_note import fold_key, note_launch
 
 DATA_SOURCES = ["fra-eng", "file path", "upload"]
 STEPS = {  # number_input steps of float settings (others step by 0.01)

@@ -1,0 +1,1 @@
+"""The Attention page's sections, their inputs and their cached calls."""
