@@ -14,6 +14,7 @@ import json
 import sys
 
 from core.attention.importance import SENTENCES, importance_for
+from core.command_line import CommandError, run_command
 from core.corpus.source import DataError
 from core.model.checkpoints import CheckpointError, load_checkpoint
 
@@ -28,8 +29,8 @@ def json_lines(result) -> list[str]:
     return [json.dumps(base)] + [json.dumps(row) for row in result.heads]
 
 
-def main(argv=None) -> int:
-    """Print head importance of a checkpoint as JSON lines."""
+def build_parser() -> argparse.ArgumentParser:
+    """--checkpoint, --data, --sentences and --refresh."""
     p = argparse.ArgumentParser(
         description="BLEU and loss on validation sentences with each attention head removed."
     )
@@ -39,18 +40,21 @@ def main(argv=None) -> int:
     )
     p.add_argument("--sentences", type=int, default=SENTENCES, help="first N validation sentences")
     p.add_argument("--refresh", action="store_true", help="recompute, ignoring a cached result")
-    args = p.parse_args(argv)
+    return p
+
+
+def run(args: argparse.Namespace) -> list[str]:
+    """Head importance of the checkpoint, as JSON lines."""
     if args.sentences < 1:
-        print("error: --sentences must be at least 1.", file=sys.stderr)
-        return 2
-    try:
-        lm = load_checkpoint(args.checkpoint)
-        result = importance_for(lm, args.checkpoint, args.sentences, args.data, None, args.refresh)
-    except (CheckpointError, DataError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print("\n".join(json_lines(result)))
-    return 0
+        raise CommandError("--sentences must be at least 1.")
+    lm = load_checkpoint(args.checkpoint)
+    result = importance_for(lm, args.checkpoint, args.sentences, args.data, None, args.refresh)
+    return json_lines(result)
+
+
+def main(argv=None) -> int:
+    """Print head importance of a checkpoint as JSON lines."""
+    return run_command(build_parser(), run, (CheckpointError, DataError), argv)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from core.alignment.gold import (
 )
 from core.alignment.grid import alignment_grid
 from core.attribution.methods import METHODS
+from core.command_line import run_command
 from core.model.checkpoints import CheckpointError, load_checkpoint
 
 
@@ -106,13 +107,7 @@ def run(args) -> list[str]:
 
 def main(argv=None) -> int:
     """Print alignments, or the AER of every reader."""
-    args = parser().parse_args(argv)
-    try:
-        print("\n".join(run(args)))
-    except (CheckpointError, GoldError, ValueError, OSError) as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
-    return 0
+    return run_command(parser(), run, (CheckpointError, GoldError, ValueError, OSError), argv)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from tqdm import tqdm
 from core.attribution.explain import explain, in_words
 from core.attribution.faithfulness import DEFAULT_METHODS, SENTENCES, faithfulness_for
 from core.attribution.methods import MEAN, METHODS, AttributionError
+from core.command_line import CommandError, run_command
 from core.corpus.source import DataError
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError, load_checkpoint
@@ -78,7 +79,9 @@ def progress_bar():
 
 
 def run(args) -> list[str]:
-    """The lines to print."""
+    """The lines to print (CommandError when a flag's value cannot be used)."""
+    if message := problem(args):
+        raise CommandError(message)
     lm = load_checkpoint(args.checkpoint)
     if args.faithfulness:
         methods = tuple(args.method or DEFAULT_METHODS)
@@ -93,16 +96,12 @@ def run(args) -> list[str]:
 
 def main(argv=None) -> int:
     """Print an attribution (or the faithfulness table) of a checkpoint."""
-    args = parser().parse_args(argv)
-    if message := problem(args):
-        print(f"error: {message}", file=sys.stderr)
-        return 2
-    try:
-        print("\n".join(run(args)))
-    except (CheckpointError, DataError, AttributionError, TranslationError) as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
-    return 0
+    return run_command(
+        parser(),
+        run,
+        (CheckpointError, DataError, AttributionError, TranslationError),
+        argv,
+    )
 
 
 if __name__ == "__main__":

@@ -8,10 +8,10 @@ model of the run, kept in the history so the copy shows them without the run or 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from core.alignment.head_aer import store_in_history
+from core.command_line import run_command
 from core.corpus.source import DataError
 from core.model.checkpoints import CheckpointError, compact, read_checkpoint
 from core.runs.history import write_history
@@ -38,26 +38,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
+def run(args: argparse.Namespace) -> list[str]:
     """Write the compact copy and, beside it, the run's history up to its step."""
-    args = build_parser().parse_args(argv)
-    try:
-        out = compact(args.src, args.dst, half=not args.float32)
-    except CheckpointError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
-    if not args.no_history:
-        step = (read_checkpoint(out).get("state") or {}).get("step")
-        history = write_history(Path(args.src).parent, out, step)
-        if history is not None and not args.no_trajectories:
-            try:  # every head's numbers at each step with a snapshot model, for Over training
-                store_in_history(Path(args.src).parent, out, step)
-            except (DataError, CheckpointError, OSError, ValueError) as e:
-                print(f"note: no validation numbers over training in the history: {e}")
-        if history is not None:
-            print(f"wrote {history} ({history.stat().st_size / 1e6:.2f} MB)")
-    return 0
+    out = compact(args.src, args.dst, half=not args.float32)
+    lines = [f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)"]
+    if args.no_history:
+        return lines
+    step = (read_checkpoint(out).get("state") or {}).get("step")
+    history = write_history(Path(args.src).parent, out, step)
+    if history is not None and not args.no_trajectories:
+        try:  # every head's numbers at each step with a snapshot model, for Over training
+            store_in_history(Path(args.src).parent, out, step)
+        except (DataError, CheckpointError, OSError, ValueError) as e:
+            lines.append(f"note: no validation numbers over training in the history: {e}")
+    if history is not None:
+        lines.append(f"wrote {history} ({history.stat().st_size / 1e6:.2f} MB)")
+    return lines
+
+
+def main(argv=None) -> int:
+    """Write a compact copy of a checkpoint, with its history."""
+    return run_command(build_parser(), run, (CheckpointError,), argv)
 
 
 if __name__ == "__main__":

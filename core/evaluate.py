@@ -10,14 +10,15 @@ import json
 import sys
 from pathlib import Path
 
+from core.command_line import run_command
 from core.corpus.source import DataError
 from core.corpus.splits import load_splits
 from core.model.checkpoints import CheckpointError, data_config_of, load_checkpoint
 from core.model.scores import evaluate_split
 
 
-def main(argv=None) -> int:
-    """Evaluate a checkpoint on the test split of a corpus; print JSON."""
+def build_parser() -> argparse.ArgumentParser:
+    """--checkpoint, --data, --split and --max-sentences."""
     p = argparse.ArgumentParser(description="Evaluate a checkpoint: BLEU, loss, speed.")
     p.add_argument("--checkpoint", required=True)
     p.add_argument(
@@ -25,26 +26,30 @@ def main(argv=None) -> int:
     )
     p.add_argument("--split", default="test", choices=["train", "val", "test"])
     p.add_argument("--max-sentences", type=int, default=0, help="0 = the whole split")
-    args = p.parse_args(argv)
-    try:
-        lm = load_checkpoint(args.checkpoint)
-        cfg = data_config_of(lm.meta)
-        if args.data:
-            cfg.source = args.data
-        elif cfg.source != "fra-eng" and not Path(cfg.source).is_file():
-            raise DataError(
-                f"This checkpoint was trained on {cfg.source}, which is not here: "
-                "pass its path with --data."
-            )
-        split = getattr(load_splits(cfg), args.split)
-        if not split.pairs:
-            raise DataError(f"The {args.split} split of {cfg.source} is empty.")
-        result = evaluate_split(lm.model, lm.src_vocab, lm.tgt_vocab, split, args.max_sentences)
-    except (CheckpointError, DataError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps({"checkpoint": args.checkpoint, "split": args.split, **result}, indent=2))
-    return 0
+    return p
+
+
+def run(args: argparse.Namespace) -> list[str]:
+    """BLEU, loss and speed of the checkpoint on the split, as one JSON object."""
+    lm = load_checkpoint(args.checkpoint)
+    cfg = data_config_of(lm.meta)
+    if args.data:
+        cfg.source = args.data
+    elif cfg.source != "fra-eng" and not Path(cfg.source).is_file():
+        raise DataError(
+            f"This checkpoint was trained on {cfg.source}, which is not here: "
+            "pass its path with --data."
+        )
+    split = getattr(load_splits(cfg), args.split)
+    if not split.pairs:
+        raise DataError(f"The {args.split} split of {cfg.source} is empty.")
+    result = evaluate_split(lm.model, lm.src_vocab, lm.tgt_vocab, split, args.max_sentences)
+    return [json.dumps({"checkpoint": args.checkpoint, "split": args.split, **result}, indent=2)]
+
+
+def main(argv=None) -> int:
+    """Evaluate a checkpoint on the test split of a corpus; print JSON."""
+    return run_command(build_parser(), run, (CheckpointError, DataError), argv)
 
 
 if __name__ == "__main__":

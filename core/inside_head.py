@@ -22,6 +22,7 @@ import sys
 from core.attention.kinds import KINDS
 from core.attention.logit_lens import TOP_K, logit_lens
 from core.attention.query_key import InsideHeadError, query_key_view
+from core.command_line import CommandError, run_command
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError, load_checkpoint
 from core.model.decode import BEAM_SIZES, DecodeSettings, TranslationError
@@ -60,7 +61,9 @@ def problem(args) -> str | None:
 
 
 def run(args) -> list[str]:
-    """The lines to print."""
+    """The lines to print (CommandError when a flag's value cannot be used)."""
+    if message := problem(args):
+        raise CommandError(message)
     lm = load_checkpoint(args.checkpoint)
     t = translate_sentence(lm, args.sentence, DecodeSettings(beam_size=args.beam))
     if args.logit_lens:
@@ -72,16 +75,7 @@ def run(args) -> list[str]:
 
 def main(argv=None) -> int:
     """Print one head's q·k view or the logit lens of a checkpoint's translation."""
-    args = parser().parse_args(argv)
-    if message := problem(args):
-        print(f"error: {message}", file=sys.stderr)
-        return 2
-    try:
-        print("\n".join(run(args)))
-    except (CheckpointError, InsideHeadError, TranslationError) as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
-    return 0
+    return run_command(parser(), run, (CheckpointError, InsideHeadError, TranslationError), argv)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from core.command_line import CommandError, run_command
 from core.places import RUNS_ENV
 from core.runs.status import list_runs
 from core.runs.table import filter_rows, run_rows
@@ -26,8 +27,8 @@ def plain(value):
     return value
 
 
-def main(argv=None) -> int:
-    """Print one JSON object per run under --runs (newest first) that passes the filters."""
+def build_parser() -> argparse.ArgumentParser:
+    """--runs, --search, --state and --tag."""
     p = argparse.ArgumentParser(
         description="Every run's settings, final metrics, note and tags as JSON lines."
     )
@@ -39,16 +40,22 @@ def main(argv=None) -> int:
     p.add_argument(
         "--tag", action="append", default=[], help="keep runs with this tag (repeatable)"
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def run(args: argparse.Namespace) -> list[str]:
+    """One JSON object per run under --runs (newest first) that passes the filters."""
     if args.runs:
         if not Path(args.runs).is_dir():
-            print(f"error: {args.runs} is not a directory of runs.", file=sys.stderr)
-            return 2
+            raise CommandError(f"{args.runs} is not a directory of runs.")
         os.environ[RUNS_ENV] = str(Path(args.runs).resolve())
     rows = filter_rows(run_rows(list_runs()), args.search, args.state, args.tag)
-    for row in rows:
-        print(json.dumps({k: plain(v) for k, v in row.items()}, ensure_ascii=False))
-    return 0
+    return [json.dumps({k: plain(v) for k, v in row.items()}, ensure_ascii=False) for row in rows]
+
+
+def main(argv=None) -> int:
+    """Print the runs table's rows as JSON lines."""
+    return run_command(build_parser(), run, (), argv)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from core.alignment.teacher import prepare_alignments, read_source
+from core.command_line import CommandError, run_command
 from core.corpus.config import DataConfig
 from core.corpus.source import DataError
 from core.model.checkpoints import CheckpointError
@@ -79,6 +80,16 @@ def with_alignments(args: argparse.Namespace) -> None:
         setattr(args, "train.align_weight", ALIGN_WEIGHT)
 
 
+def train(args: argparse.Namespace, argv: list[str]) -> int:
+    """Train (or resume) the run ``args`` names, or start its processes; the exit code."""
+    if args.processes < 1:
+        raise CommandError("--processes must be 1 or more.")
+    with_alignments(args)
+    if args.processes > 1 and "WORLD_SIZE" not in os.environ:
+        return launch(argv, args.processes)
+    return run(args)
+
+
 def main(argv=None) -> int:
     """Parse the flags and train (or resume) the run; the exit code.
 
@@ -86,18 +97,8 @@ def main(argv=None) -> int:
     processes and waits for them (``core.runs.launcher``).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
-    if args.processes < 1:
-        print("error: --processes must be 1 or more.", file=sys.stderr)
-        return 2
-    try:
-        with_alignments(args)
-    except (ValueError, OSError, DataError, CheckpointError) as e:  # GoldError is a ValueError
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
-    if args.processes > 1 and "WORLD_SIZE" not in os.environ:
-        return launch(argv, args.processes)
-    return run(args)
+    errors = (ValueError, OSError, DataError, CheckpointError)  # GoldError is a ValueError
+    return run_command(build_parser(), lambda args: train(args, argv), errors, argv)
 
 
 if __name__ == "__main__":

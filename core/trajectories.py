@@ -25,6 +25,7 @@ from pathlib import Path
 from core.alignment.head_aer import head_trajectories
 from core.attention.trajectories import SENTENCES, as_json_lines, history_of
 from core.attention.trajectory_reading import stages
+from core.command_line import run_command
 from core.model.checkpoints import CheckpointError, read_metadata
 from core.runs.history import open_history
 
@@ -76,13 +77,7 @@ def run(args) -> list[str]:
 
 def main(argv=None) -> int:
     """Print the trajectories as JSON lines."""
-    args = parser().parse_args(argv)
-    try:
-        print("\n".join(run(args)))
-    except (CheckpointError, ValueError, OSError) as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
-    return 0
+    return run_command(parser(), run, (CheckpointError, ValueError, OSError), argv)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from core.attention.ablation import HeadSpecError, ablated, heads_of
+from core.command_line import CommandError, run_command
 from core.model.checkpoints import CheckpointError, load_checkpoint
 from core.model.decode import (
     ALPHA,
@@ -44,11 +45,8 @@ def translate_lines(
     return outs, warnings
 
 
-def main(argv=None) -> int:
-    """Translate one sentence, or one sentence per line of --input, printing one per line.
-
-    ``--ablate`` removes attention heads first (see core.ablate).
-    """
+def build_parser() -> argparse.ArgumentParser:
+    """--checkpoint, decoding flags, --input, --ablate and the sentence."""
     p = argparse.ArgumentParser(description="Translate English to French with a checkpoint.")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
@@ -62,26 +60,35 @@ def main(argv=None) -> int:
         help="remove these attention heads (kinds: encoder, decoder_self, cross; from 0)",
     )
     p.add_argument("sentence", nargs="*", help="the sentence to translate")
-    args = p.parse_args(argv)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print one translation per line (warnings on stderr); 1 when none could be made."""
     if not args.input and not args.sentence:
-        p.error("give a sentence or --input FILE")
-    try:
-        lm = load_checkpoint(args.checkpoint)
-        heads = heads_of(args.ablate, lm.model.cfg)
-        if args.input:
-            with open(args.input, encoding="utf-8") as f:
-                lines = f.read().splitlines()
-        else:
-            lines = [" ".join(args.sentence)]
-    except (CheckpointError, HeadSpecError, OSError, UnicodeDecodeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise CommandError("give a sentence or --input FILE")
+    lm = load_checkpoint(args.checkpoint)
+    heads = heads_of(args.ablate, lm.model.cfg)
+    if args.input:
+        with open(args.input, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    else:
+        lines = [" ".join(args.sentence)]
     with ablated(lm.model, heads):
         outs, warnings = translate_lines(lm, lines, args.beam, args.alpha, args.max_len)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     print("\n".join(outs))
     return 0 if any(outs) or not lines else 1
+
+
+def main(argv=None) -> int:
+    """Translate one sentence, or one sentence per line of --input, printing one per line.
+
+    ``--ablate`` removes attention heads first (see core.ablate).
+    """
+    errors = (CheckpointError, HeadSpecError, OSError, UnicodeDecodeError)
+    return run_command(build_parser(), run, errors, argv)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import ast
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -21,17 +22,23 @@ LAYERS = (
     "model",
     "corpus",
 )  # top to bottom
-COMMANDS = (
-    "train",
-    "translate",
-    "evaluate",
-    "ablate",
-    "checkpoint",
-    "attribute",
-    "align",
-    "runs_table",
-    "inside_head",
-)
+BASICS = ("places", "config_fields", "command_line")  # the floor under every layer
+
+
+def find_commands() -> tuple[str, ...]:
+    """The commands, found by a rule: the modules at the top of ``core`` with a ``main`` that
+    calls ``run_command`` and runs as a script (``python -m core.<command>``)."""
+    found = []
+    for path in sorted((ROOT / "core").glob("*.py")):
+        text = path.read_text()
+        tree = ast.parse(text)
+        mains = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"]
+        if mains and 'if __name__ == "__main__":' in text:
+            found.append(path.stem)
+    return tuple(found)
+
+
+COMMANDS = find_commands()
 
 
 def imported_core_packages(path: Path) -> set[str]:
@@ -78,18 +85,56 @@ def test_the_engine_never_imports_runs_or_the_app():
             }, path
 
 
+def test_the_top_of_core_holds_the_commands_and_the_basics_only():
+    """Every module at the top of ``core`` is a command or a basic, and pyproject's layers
+    name the same commands (a command added is found, a stray module is not one)."""
+    tops = {p.stem for p in (ROOT / "core").glob("*.py")} - {"__init__"}
+    assert tops == set(COMMANDS) | set(BASICS), tops ^ (set(COMMANDS) | set(BASICS))
+    assert len(COMMANDS) >= 10 and "trajectories" in COMMANDS
+    layers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    top, *_, floor = layers["contracts"][0]["layers"]
+    assert {n.strip() for n in top.split("|")} == set(COMMANDS)
+    assert {n.strip() for n in floor.split("|")} == set(BASICS)
+
+
 @pytest.mark.parametrize("command", COMMANDS)
-def test_commands_stay_where_users_call_them(command):
-    """``python -m core.<command> --help`` works and the module is thin (flags and a call)."""
+def test_each_command_is_thin_and_uses_the_one_main(command):
+    """Flags and one library call; parse, run, print and errors through ``run_command``."""
+    path = ROOT / "core" / f"{command}.py"
+    tree = ast.parse(path.read_text())
+    (main,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"]
+    calls = {n.func.id for n in ast.walk(main) if isinstance(n, ast.Call) and hasattr(n.func, "id")}
+    assert "run_command" in calls, f"{command}.main does not call run_command"
+    assert "print(" not in ast.get_source_segment(path.read_text(), main)
+    assert len(path.read_text().splitlines()) <= 120
+
+
+HELP = """
+import contextlib, io, runpy, sys
+for name in sys.argv[1:]:
+    sys.argv, out, code = [name, "--help"], io.StringIO(), None
+    with contextlib.redirect_stdout(out):
+        try:
+            runpy.run_module("core." + name, run_name="__main__", alter_sys=True)
+        except SystemExit as e:
+            code = e.code
+    print(name, code, "usage:" in out.getvalue())
+"""
+
+
+def test_commands_stay_where_users_call_them():
+    """``python -m core.<command> --help`` of every command answers with its usage (run as
+    ``-m`` runs them, all in one process)."""
     done = subprocess.run(
-        [sys.executable, "-m", f"core.{command}", "--help"],
+        [sys.executable, "-c", HELP, *COMMANDS],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
-    assert done.returncode == 0 and "usage:" in done.stdout, done.stderr[-2000:]
-    assert len((ROOT / "core" / f"{command}.py").read_text().splitlines()) <= 120
+    assert done.returncode == 0, done.stderr[-2000:]
+    answers = [line.split() for line in done.stdout.splitlines()]
+    assert answers == [[c, "0", "True"] for c in COMMANDS], done.stdout
 
 
 def test_every_core_module_says_what_it_is():

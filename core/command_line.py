@@ -1,0 +1,45 @@
+"""The commands' one main: parse the flags, check them, run, print.
+
+Every ``python -m core.<command>`` is a module at the top of ``core`` whose ``main`` calls
+``run_command(parser, run, errors, argv)``: ``run(args)`` does the work through the library
+and returns the lines to print (or an exit code, for the trainer). An error a user can fix
+(``CommandError``, or one of the command's ``errors``) is one line on stderr, ``error: ...``,
+and exit code 2; anything else is a bug and shows its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterable
+
+USAGE_ERROR = 2  # exit code of a command given something it cannot use
+
+
+class CommandError(Exception):
+    """What a command was given cannot be used; the message says what to give instead."""
+
+
+def one_line(error: BaseException) -> str:
+    """An error's message on one line."""
+    return " ".join(str(error).split())
+
+
+def run_command(
+    parser: argparse.ArgumentParser,
+    run: Callable[[argparse.Namespace], Iterable[str] | int],
+    errors: tuple[type[BaseException], ...] = (),
+    argv: list[str] | None = None,
+) -> int:
+    """Parse ``argv``, call ``run`` and print the lines it returns; the exit code."""
+    args = parser.parse_args(argv)
+    try:
+        out = run(args)
+        if isinstance(out, int):
+            return out
+        for line in out:
+            print(line, flush=True)
+    except (CommandError, *errors) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return USAGE_ERROR
+    return 0
