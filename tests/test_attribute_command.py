@@ -10,8 +10,8 @@ import pytest
 from core import attribute as attribute_cmd
 from core.attribution import faithfulness as fa
 from core.attribution.methods import METHODS
-from core.attribution.passes import run_pass
 from core.model.checkpoints import load_checkpoint, trained_data
+from core.model.record import teacher_forced
 from tests.helpers import TINY, with_validation_split
 
 ROW_KEYS = {"method", "name", "spearman", "spearman_ci95", "deletion", "sentences", "seconds"}
@@ -41,7 +41,7 @@ def test_occlusion_puts_unk_over_every_piece_of_the_chosen_words():
 def test_batched_log_probs_equal_the_recorded_pass(val_cases):
     lm, _, cases = val_cases
     case = cases[0]
-    p = run_pass(lm.model, case.src_ids, case.out_ids)
+    p = teacher_forced(lm.model, case.src_ids, case.out_ids)
     again = fa.logp_rows(lm.model, [case.src_ids] * 3, case.out_ids)
     assert np.allclose(again.numpy(), p.logp.numpy()[None], atol=1e-5)
 

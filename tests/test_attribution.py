@@ -12,11 +12,11 @@ from core.attribution import value_zeroing
 from core.attribution.explain import explain, in_words
 from core.attribution.gradients import IG_STEPS, integrated_gradients
 from core.attribution.methods import METHODS, AttributionError, attribute
-from core.attribution.passes import run_pass
 from core.attribution.terms import sublayer_terms
 from core.corpus.bpe import join_pieces, word_spans
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import load_checkpoint
+from core.model.record import teacher_forced
 from core.model.transformer import ModelConfig, Transformer
 from tests.helpers import model_and_batch
 
@@ -44,9 +44,9 @@ def relative(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 def test_the_recorded_pass_is_the_model_s_own_forward(norm_first):
     model = shaken(norm_first)
-    p = run_pass(model, SRC, OUT)
+    p = teacher_forced(model, SRC, OUT)
     logits, _ = model(p.src, p.tgt_in)
-    expected = logits[0].log_softmax(-1).gather(-1, p.out_ids[:, None])[:, 0]
+    expected = logits[0].log_softmax(-1).gather(-1, p.out_ids[0][:, None])[:, 0]
     torch.testing.assert_close(p.logp, expected, rtol=0, atol=1e-6)
 
 
@@ -54,7 +54,7 @@ def test_the_recorded_pass_is_the_model_s_own_forward(norm_first):
 def test_every_sublayer_is_rebuilt_from_its_token_terms(norm_first):
     """The ALTI+ decomposition is exact: sum of terms = the real sub-layer output (1e-4)."""
     model = shaken(norm_first)
-    p = run_pass(model, SRC, OUT)
+    p = teacher_forced(model, SRC, OUT)
     checked = 0
     for layer, x in zip(model.encoder.layers, p.encoder_inputs):
         t = sublayer_terms(layer.addnorm1, layer.attention, x, None, p.src_mask)
@@ -80,7 +80,7 @@ def test_every_sublayer_is_rebuilt_from_its_token_terms(norm_first):
 
 def test_the_decomposition_holds_on_a_trained_model(tiny_model):
     model = tiny_model.model
-    p = run_pass(model, SRC[:3] + [2], [5, 6, 2])
+    p = teacher_forced(model, SRC[:3] + [2], [5, 6, 2])
     for layer, x in zip(model.encoder.layers, p.encoder_inputs):
         t = sublayer_terms(layer.addnorm1, layer.attention, x, None, p.src_mask)
         assert relative(t.rebuilt(), t.output) < 1e-4
@@ -185,7 +185,7 @@ def test_value_zeroing_a_token_whose_values_are_already_zero_changes_nothing():
 
 def test_integrated_gradients_is_complete_within_five_percent(tiny_model):
     t = translate_sentence(tiny_model, "i'm home .")
-    p = run_pass(tiny_model.model, t.src_ids, t.out_ids)
+    p = teacher_forced(tiny_model.model, t.src_ids, t.out_ids)
     g = integrated_gradients(tiny_model.model, p, IG_STEPS)
     assert g.completeness is not None and g.completeness < 0.05
     a = attribute(tiny_model.model, t.src_ids, t.out_ids, "integrated-gradients")

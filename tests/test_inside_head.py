@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from core import inside_head as command
-from core.attention.forced_pass import forced_pass
 from core.attention.kinds import KINDS
 from core.attention.logit_lens import LENS_COLORS, lens_log_probs, logit_lens
 from core.attention.query_key import InsideHeadError, head_scores, query_key_view
@@ -19,6 +18,7 @@ from core.figures.labels import plotly_text
 from core.figures.logit_lens import logit_lens_figure
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import LoadedModel, load_checkpoint
+from core.model.record import teacher_forced
 from core.model.transformer import Transformer, subsequent_mask
 from tests.helpers import random_model, toy_model_config
 
@@ -50,7 +50,7 @@ def model_maps(lm, p):
 
 def test_the_recorded_pass_is_the_models_own_forward(case):
     lm, t = case
-    p = forced_pass(lm.model, t.src_ids, t.out_ids)
+    p = teacher_forced(lm.model, t.src_ids, t.out_ids)
     logits, _ = model_maps(lm, p)
     assert torch.equal(p.logits, logits)
     assert len(p.decoder_outputs) == lm.model.cfg.num_decoder_layers
@@ -60,7 +60,7 @@ def test_the_recorded_pass_is_the_models_own_forward(case):
 def test_rebuilt_weights_equal_the_models_maps_for_every_head(case, kind):
     """q from W_q, k from W_k, scaled, masked, softmaxed: the model's map within 1e-6."""
     lm, t = case
-    p = forced_pass(lm.model, t.src_ids, t.out_ids)
+    p = teacher_forced(lm.model, t.src_ids, t.out_ids)
     _, maps = model_maps(lm, p)
     model_w = getattr(maps, kind)[:, 0]  # (L, H, Tq, Tk)
     for layer in range(model_w.shape[0]):
@@ -108,7 +108,7 @@ def test_a_head_or_token_outside_the_model_is_refused_in_words(tiny_model, where
 def test_the_last_layers_lens_is_the_models_output(case):
     """The last decoder layer through the output layer: the model's distribution, argmax rank 0."""
     lm, t = case
-    p = forced_pass(lm.model, t.src_ids, t.out_ids)
+    p = teacher_forced(lm.model, t.src_ids, t.out_ids)
     lens_logp = lens_log_probs(lm.model, p.decoder_outputs)  # (L, T, V)
     assert torch.allclose(lens_logp[-1], p.logits[0].log_softmax(-1), atol=1e-5)
     lens = logit_lens(lm, t, k=3)

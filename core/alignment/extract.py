@@ -29,6 +29,7 @@ import torch
 from core.corpus.bpe import word_spans
 from core.corpus.vocab import Vocab
 from core.model.checkpoints import LoadedModel
+from core.model.record import record
 from core.model.transformer import evaluating
 
 MODES = ("awo", "awi")
@@ -100,8 +101,10 @@ def pair_maps(
             for i, (s_ids, t_ids, _, _) in enumerate(chunk):
                 src[i, : len(s_ids)] = torch.tensor(s_ids)
                 tgt[i, : len(t_ids) + 1] = torch.tensor([Vocab.bos_id, *t_ids])
-            _, maps = model(src.to(device), tgt.to(device), need_weights=True)
-            cross = maps.cross.float().cpu().numpy()  # (L, B, H, T, S)
+            recorded = record(model, src.to(device), tgt.to(device)).attention["cross"]
+            cross = (
+                torch.stack([a.weights for a in recorded]).float().cpu().numpy()
+            )  # (L, B, H, T, S)
             for i, (s_ids, t_ids, sw, tw) in enumerate(chunk):
                 m = cross[:, i, :, : len(t_ids) + 1, : len(s_ids)]  # (L, H, T_i, S_i)
                 out.append(PairMaps(np.ascontiguousarray(m), sw, tw))

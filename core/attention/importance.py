@@ -41,6 +41,7 @@ from core.corpus.splits import Split, load_splits
 from core.corpus.vocab import Vocab
 from core.model.checkpoints import LoadedModel, trained_data
 from core.model.decode import MAX_LEN, greedy_decode
+from core.model.record import forced_logits
 from core.model.scores import corpus_bleu, evaluate_loss
 from core.model.transformer import evaluating
 from core.places import ablation_root
@@ -157,7 +158,7 @@ def gradient_scores(lm: LoadedModel, sample: Sample, batch_size: int = GRADIENT_
             src, tgt = src.to(device), tgt.to(device)  # (B, S), (B, T + 1)
             ones = [torch.ones(src.size(0), H, device=device, requires_grad=True) for _ in sums]
             with gated(dict(zip(modules.values(), ones))):
-                logits, _ = model(src, tgt[:, :-1])  # (B, T, V)
+                logits = forced_logits(model, src, tgt[:, :-1])  # (B, T, V)
             losses = sentence_losses(logits, tgt[:, 1:])  # (B,)
             grads = torch.autograd.grad(losses.sum(), ones)  # each (B, H)
             for key, g in zip(modules, grads):

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from core.attention.forced_pass import forced_pass
 from core.model.checkpoints import LoadedModel
 from core.model.decode import Translation
+from core.model.record import teacher_forced
 from core.model.transformer import Transformer
 
 TOP_K = 5  # words kept per layer and step
@@ -91,7 +91,7 @@ def lens_log_probs(model: Transformer, outputs: list[torch.Tensor]) -> torch.Ten
 
 def logit_lens(lm: LoadedModel, t: Translation, k: int = TOP_K) -> LogitLens:
     """The lens of a translation: top ``k`` words and the chosen word's rank, per layer × step."""
-    p = forced_pass(lm.model, t.src_ids, t.out_ids)
+    p = teacher_forced(lm.model, t.src_ids, t.out_ids)
     logp = lens_log_probs(lm.model, p.decoder_outputs)  # (L, T, V)
     chosen = torch.tensor(t.out_ids, device=logp.device)  # (T,)
     chosen_logp = logp.gather(-1, chosen.expand(logp.size(0), -1)[..., None])  # (L, T, 1)

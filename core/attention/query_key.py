@@ -3,7 +3,7 @@
 bertviz's "neuron view" for the three kinds of an encoder-decoder. One head's q and k are
 recomputed with the model's own modules: ``MultiHeadAttention.project`` (W_q, W_k, stacked
 with W_v where the model stacks them) and ``split_heads``, on what the attention read in a
-teacher-forced pass over the translation (``core.attention.forced_pass``). The weights are
+teacher-forced pass over the translation (``core.model.record``). The weights are
 rebuilt step by step as ``core.model.transformer.attention`` makes them; a test checks they
 equal the model's own maps (``need_weights=True``) within 1e-6, masks included.
 
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from core.attention.forced_pass import ForcedPass, attention_module, forced_pass
 from core.attention.kinds import kind_labels
 from core.model.checkpoints import LoadedModel
 from core.model.decode import Translation
+from core.model.record import Record, attention_module, teacher_forced
 from core.model.transformer import Transformer
 
 
@@ -90,14 +90,14 @@ def translation_tokens(t: Translation, kind: str) -> tuple[list[str], list[str]]
     }[kind]
 
 
-def head_scores(model: Transformer, p: ForcedPass, kind: str, layer: int, head: int) -> HeadScores:
+def head_scores(model: Transformer, p: Record, kind: str, layer: int, head: int) -> HeadScores:
     """One head's q, k, scores, mask and weights for every query of a recorded pass."""
     mha = attention_module(model, kind, layer)
     if not 0 <= head < mha.num_heads:
         raise InsideHeadError(
             f"Head {head}: this model has {mha.num_heads} heads per layer (0..{mha.num_heads - 1})."
         )
-    a = p.inputs[kind][layer]
+    a = p.attention[kind][layer]
     with torch.no_grad():
         q, k, _ = mha.project(a.queries, a.keys, a.keys)  # (1, H, Tq|Tk, Dh), as the model
     q, k = q[0, head].float(), k[0, head].float()  # (Tq, Dh), (Tk, Dh)
@@ -120,7 +120,7 @@ def query_key_view(
             f"(0..{len(queries) - 1})."
         )
     try:
-        s = head_scores(lm.model, forced_pass(lm.model, t.src_ids, t.out_ids), kind, layer, head)
+        s = head_scores(lm.model, teacher_forced(lm.model, t.src_ids, t.out_ids), kind, layer, head)
     except InsideHeadError:
         raise
     except ValueError as e:  # a layer outside the model

@@ -55,6 +55,7 @@ from core.model.checkpoints import (
     read_metadata,
     trained_data,
 )
+from core.model.record import record
 from core.model.transformer import evaluating
 from core.places import trajectories_root
 from core.runs import budget
@@ -211,7 +212,7 @@ def validation_means(lm: LoadedModel, rows: Sequence[tuple[list[int], list[int]]
             for i, (s, t) in enumerate(chunk):
                 src[i, : len(s)] = torch.tensor(s)
                 tgt[i, : len(t) + 1] = torch.tensor([Vocab.bos_id, *t])
-            _, maps = model(src.to(device), tgt.to(device), need_weights=True)
+            maps = record(model, src.to(device), tgt.to(device)).maps()  # the recorded pass
             lengths = {"encoder": (s_len, s_len), "decoder_self": (t_len, t_len)}
             lengths["cross"] = (t_len, s_len)
             for kind in KINDS:

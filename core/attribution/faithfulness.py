@@ -35,12 +35,12 @@ from core.attention.importance import (
     validation_sample,
 )
 from core.attribution.methods import METHOD_NAMES, METHODS, Attribution, attribute
-from core.attribution.passes import run_pass
 from core.corpus.bpe import word_spans
 from core.corpus.source import DataError
 from core.corpus.vocab import Vocab
 from core.model.checkpoints import LoadedModel, trained_data
 from core.model.decode import MAX_LEN, greedy_decode
+from core.model.record import forced_logits, teacher_forced
 from core.model.transformer import Transformer, evaluating
 from core.places import attribution_root
 from core.runs.disk_cache import read_cached, write_cached
@@ -104,8 +104,7 @@ def output_logp(model: Transformer, sources: list[list[int]], out_ids: list[int]
     src = torch.tensor(sources, device=device)  # (N, S)
     out = torch.tensor(out_ids, device=device)  # (T,)
     tgt_in = torch.cat([out.new_tensor([Vocab.bos_id]), out[:-1]]).expand(len(sources), -1)
-    logits, _ = model(src, tgt_in)  # (N, T, V)
-    logp = logits.float().log_softmax(-1)
+    logp = forced_logits(model, src, tgt_in).float().log_softmax(-1)  # (N, T, V)
     return logp.gather(-1, out.expand(len(sources), -1)[..., None])[..., 0].cpu()  # (N, T)
 
 
@@ -147,7 +146,7 @@ def logp_rows(model: Transformer, sources: list[list[int]], out_ids: list[int]) 
 
 def rankings(model, case: Case, methods, rng, clock: dict) -> dict[str, np.ndarray]:
     """Each method's word scores (T, W) for one case, and the random baseline's."""
-    p = run_pass(model, case.src_ids, case.out_ids)
+    p = teacher_forced(model, case.src_ids, case.out_ids)
     out = {}
     for m in methods:
         start = time.perf_counter()

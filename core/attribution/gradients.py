@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from captum.attr import InputXGradient, IntegratedGradients
 
-from core.attribution.passes import Pass, embed_source, embed_target, forward_from_embeddings
+from core.model.record import Record, embed_source, embed_target, forward_from_embeddings
 
 IG_STEPS = 32  # integration points of integrated gradients (Gauss-Legendre)
 IG_BATCH = 512  # sentence copies per forward/backward pass of integrated gradients
@@ -34,7 +34,7 @@ class Gradients:
     completeness: float | None = None  # integrated gradients: sum |delta_t| / sum |change_t|
 
 
-def _forward(model, p: Pass):
+def _forward(model, p: Record):
     """The function captum explains: embeddings (B, S, D), (B, T, D) -> (B, T) log p(y_t)."""
 
     def log_probs(src_emb: torch.Tensor, tgt_emb: torch.Tensor) -> torch.Tensor:
@@ -45,7 +45,7 @@ def _forward(model, p: Pass):
     return log_probs
 
 
-def _inputs(model, p: Pass) -> tuple[torch.Tensor, torch.Tensor]:
+def _inputs(model, p: Record) -> tuple[torch.Tensor, torch.Tensor]:
     """The sentence's embeddings, one copy per output token: (T, S, D), (T, T, D)."""
     T = p.output_length
     with torch.no_grad():
@@ -59,7 +59,7 @@ def _scores(parts) -> torch.Tensor:
     return torch.cat([a.sum(-1) for a in parts], dim=1).detach().float()
 
 
-def grad_input(model, p: Pass) -> Gradients:
+def grad_input(model, p: Record) -> Gradients:
     """Gradient x input of every output token's log-probability."""
     explainer = InputXGradient(_forward(model, p))
     with torch.enable_grad():
@@ -67,7 +67,7 @@ def grad_input(model, p: Pass) -> Gradients:
     return Gradients(_scores(parts))
 
 
-def integrated_gradients(model, p: Pass, steps: int = IG_STEPS) -> Gradients:
+def integrated_gradients(model, p: Record, steps: int = IG_STEPS) -> Gradients:
     """Integrated gradients from zero embeddings, with the completeness error."""
     log_probs = _forward(model, p)
     explainer = IntegratedGradients(log_probs)

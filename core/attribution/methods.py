@@ -28,9 +28,9 @@ import torch
 from core.attribution.compose import DecoderStep, compose, normalised
 from core.attribution.gradients import grad_input, integrated_gradients
 from core.attribution.mixing import MIXING_METHODS, cross_mixing, self_mixing
-from core.attribution.passes import Pass, run_pass
 from core.attribution.terms import sublayer_terms
 from core.attribution.value_zeroing import value_zeroing_steps
+from core.model.record import Record, teacher_forced
 from core.model.transformer import Transformer, evaluating
 
 METHODS = (
@@ -89,7 +89,7 @@ class Attribution:
         return self.contributions[:, self.source_length :]
 
 
-def mixing_contributions(model: Transformer, p: Pass, method: str) -> torch.Tensor:
+def mixing_contributions(model: Transformer, p: Record, method: str) -> torch.Tensor:
     """Rollout, norm-based or ALTI+ contributions of a recorded pass: (T, S + T)."""
     encoder = [
         self_mixing(method, sublayer_terms(layer.addnorm1, layer.attention, x, None, p.src_mask))
@@ -104,22 +104,19 @@ def mixing_contributions(model: Transformer, p: Pass, method: str) -> torch.Tens
     return compose(encoder, decoder)
 
 
-def attention_contributions(model, p: Pass, layer: int, head: str) -> torch.Tensor:
+def attention_contributions(model, p: Record, layer: int, head: str) -> torch.Tensor:
     """One layer's cross-attention, a head or the heads' mean, as (T, S + T) rows."""
     L, H = model.cfg.num_decoder_layers, model.cfg.num_heads
     if not 0 <= layer < L:
         raise AttributionError(f"layer must be 0..{L - 1} (got {layer})")
     if head != MEAN and not (str(head).isdigit() and int(head) < H):
         raise AttributionError(f"head must be 0..{H - 1} or {MEAN!r} (got {head!r})")
-    dec = model.decoder.layers[layer]
-    t = sublayer_terms(
-        dec.addnorm2, dec.cross_attention, p.cross_inputs[layer], p.memory, p.src_mask
-    )
-    weights = t.weights.mean(0) if head == MEAN else t.weights[int(head)]  # (T, S)
+    recorded = p.attention["cross"][layer].weights[0]  # (H, T, S)
+    weights = recorded.mean(0) if head == MEAN else recorded[int(head)]  # (T, S)
     return torch.cat([weights, weights.new_zeros(p.output_length, p.output_length)], dim=1)
 
 
-def gradient_attribution(model, p: Pass, method: str):
+def gradient_attribution(model, p: Record, method: str):
     """(normalised (T, S + T), signed (T, S + T), completeness) of a gradient method."""
     g = grad_input(model, p) if method == "grad-input" else integrated_gradients(model, p)
     causal = torch.cat([torch.ones(p.output_length, p.source_length), p.tgt_mask[0, 0].float()], 1)
@@ -134,7 +131,7 @@ def attribute(
     method: str,
     layer: int | None = None,
     head: str = MEAN,
-    p: Pass | None = None,
+    p: Record | None = None,
 ) -> Attribution:
     """Explain each output token of ``out_ids`` (the model's output after ``src_ids``).
 
@@ -147,7 +144,7 @@ def attribute(
         raise AttributionError("nothing to explain: the source or the output is empty")
     start = time.perf_counter()
     with evaluating(model):
-        p = p or run_pass(model, src_ids, out_ids)
+        p = p or teacher_forced(model, src_ids, out_ids)
         raw = completeness = None
         if method == "attention":
             layer = model.cfg.num_decoder_layers - 1 if layer is None else layer

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from core.attribution.compose import DecoderStep, normalised
-from core.attribution.passes import Pass, ffn_sublayer
+from core.model.record import Record, ffn_sublayer
 
 
 def zeroed_values(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,7 +61,7 @@ def encoder_matrix(layer, x: torch.Tensor, src_mask: torch.Tensor) -> torch.Tens
     return normalised(change(base, run(kv)))  # (S, S)
 
 
-def _decoder_layer(layer, x, memory, p: Pass, self_kv, cross_kv):
+def _decoder_layer(layer, x, memory, p: Record, self_kv, cross_kv):
     """A decoder layer at input x (N, T, D) with given projected keys/values: (N, T, D)."""
     y = layer.addnorm1(x, lambda q: layer.self_attention(q, None, None, p.tgt_mask, kv=self_kv))[0]
     y = layer.addnorm2(y, lambda q: layer.cross_attention(q, None, None, p.src_mask, kv=cross_kv))[
@@ -71,7 +71,7 @@ def _decoder_layer(layer, x, memory, p: Pass, self_kv, cross_kv):
 
 
 @torch.no_grad()
-def decoder_step(layer, x: torch.Tensor, p: Pass) -> DecoderStep:
+def decoder_step(layer, x: torch.Tensor, p: Record) -> DecoderStep:
     """One decoder layer's value-zeroing step at its input x (1, T, D)."""
     T, S = x.size(1), p.memory.size(1)
     self_kv = kv_of(layer.addnorm1, layer.self_attention, x)  # (1, H, T, Dh) each
@@ -89,7 +89,7 @@ def decoder_step(layer, x: torch.Tensor, p: Pass) -> DecoderStep:
     return DecoderStep(rows[:, :T], rows[:, T:])
 
 
-def value_zeroing_steps(model, p: Pass) -> tuple[list[torch.Tensor], list[DecoderStep]]:
+def value_zeroing_steps(model, p: Record) -> tuple[list[torch.Tensor], list[DecoderStep]]:
     """Every layer's value-zeroing mixing: encoder matrices (S, S) and decoder steps."""
     encoder = [
         encoder_matrix(layer, x, p.src_mask)

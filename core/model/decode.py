@@ -12,6 +12,7 @@ import torch
 
 from core.corpus.text import tokenize
 from core.corpus.vocab import Vocab
+from core.model.record import record
 from core.model.transformer import AttentionMaps, Transformer, evaluating
 
 ALPHA = 0.6  # GNMT length-penalty exponent of beam search
@@ -188,8 +189,8 @@ def beam_search(
 def teacher_forced(model: Transformer, src: torch.Tensor, out_ids: list[int]):
     """One explicit pass over <bos> + out_ids -> (logp (1, T, V), AttentionMaps)."""
     tgt = torch.tensor([[Vocab.bos_id] + out_ids], device=src.device)  # (1, T + 1)
-    logits, maps = model(src, tgt[:, :-1], need_weights=True)  # (1, T, V)
-    return logits.float().log_softmax(-1), maps
+    r = record(model, src, tgt[:, :-1])  # the recorded pass: logits (1, T, V) and maps
+    return r.logits.float().log_softmax(-1), r.maps()
 
 
 def _topk(logp: torch.Tensor, vocab: Vocab, k: int) -> list[list[tuple[str, float]]]:
