@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 if TYPE_CHECKING:
-    from core.model.transformer import ModelConfig
+    from core.model.config import ModelConfig
 
 
 def sequence_mask(X, valid_len, value=0.0):

@@ -29,7 +29,8 @@ from common import ROOT, corpus_path, median
 
 from core.corpus.config import DataConfig
 from core.corpus.splits import load_corpus
-from core.model.transformer import ModelConfig, Transformer
+from core.model.config import ModelConfig
+from core.model.transformer import Transformer
 from core.training import distributed
 from core.training.config import TrainConfig
 from core.training.loop import Trainer

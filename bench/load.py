@@ -259,7 +259,8 @@ def never_ending_run(runs: Path, shipped: Path) -> None:
     import torch
 
     from core.model.checkpoints import load_checkpoint, save_checkpoint
-    from core.model.transformer import ModelConfig, Transformer
+    from core.model.config import ModelConfig
+    from core.model.transformer import Transformer
     from core.runs.run_dir import RunDir, write_json
 
     lm = load_checkpoint(shipped)

@@ -37,7 +37,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from core.corpus.config import DataConfig
 from core.corpus.splits import load_corpus
-from core.model.transformer import ModelConfig, Transformer
+from core.model.config import ModelConfig
+from core.model.transformer import Transformer
 from core.training.config import TrainConfig
 from core.training.devices import cpu_has_native_bf16
 from core.training.loop import Trainer

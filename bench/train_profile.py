@@ -38,7 +38,8 @@ from train_throughput import SIZES, training_batches
 
 from core.corpus.config import DataConfig
 from core.corpus.splits import load_corpus
-from core.model.transformer import ModelConfig, Transformer
+from core.model.config import ModelConfig
+from core.model.transformer import Transformer
 from core.training.presets import PRESETS
 
 IMPLEMENTATIONS = {"ours": Transformer, "twin": TorchTwin, "d2l": D2LTransformer}

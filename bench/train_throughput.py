@@ -29,7 +29,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from core.corpus.batches import batches, encode_pairs
 from core.corpus.config import DataConfig
 from core.corpus.splits import Split, load_corpus
-from core.model.transformer import ModelConfig, Transformer
+from core.model.config import ModelConfig
+from core.model.transformer import Transformer
 from core.training.devices import autocast_dtype, cpu_has_native_bf16
 from core.training.presets import PRESETS
 

@@ -166,7 +166,8 @@ def with_validation_split(checkpoint: Path, path: Path) -> Path:
 def make_wide_checkpoint(path: Path, tiny_checkpoint: Path) -> Path:
     """An untrained 6 + 6 block, 8-head model with the tiny vocabularies (for size tests)."""
     from core.model.checkpoints import load_checkpoint, save_checkpoint
-    from core.model.transformer import ModelConfig, Transformer
+    from core.model.config import ModelConfig
+    from core.model.transformer import Transformer
 
     tiny = load_checkpoint(tiny_checkpoint)
     sizes = {"d_model": 64, "num_heads": 8, "num_encoder_layers": 6, "num_decoder_layers": 6}
@@ -213,7 +214,8 @@ def make_run(
     """A run directory written by hand: status.json, job.json and optionally last/best.pt."""
     from core.corpus.vocab import Vocab
     from core.model.checkpoints import save_checkpoint
-    from core.model.transformer import ModelConfig, Transformer
+    from core.model.config import ModelConfig
+    from core.model.transformer import Transformer
     from core.runs.run_dir import RunDir, write_json
 
     rd = RunDir(Path(runs) / run_id)
@@ -382,7 +384,7 @@ def random_model():
 
 def toy_model_config(**kw):
     """A small ModelConfig for fast layer tests (16 wide, 4 heads, 2 + 2 blocks)."""
-    from core.model.transformer import ModelConfig
+    from core.model.config import ModelConfig
 
     base = dict(
         src_vocab_size=23,

@@ -118,7 +118,7 @@ def test_the_supervised_head_is_the_one_forward_returns(random_model):
 def tiny_trainer(weight: float, alignments: dict | None, seed: int = 0) -> Trainer:
     data = DataConfig(**{**helpers.TINY_RUN["data"], "source": str(helpers.TINY)})
     corpus = load_corpus(data)
-    from core.model.transformer import ModelConfig
+    from core.model.config import ModelConfig
 
     torch.manual_seed(seed)
     model = Transformer(

@@ -16,8 +16,9 @@ from core.attribution.terms import sublayer_terms
 from core.corpus.bpe import join_pieces, word_spans
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import load_checkpoint
+from core.model.config import ModelConfig
 from core.model.record import teacher_forced
-from core.model.transformer import ModelConfig, Transformer
+from core.model.transformer import Transformer
 from tests.helpers import model_and_batch
 
 SRC, OUT = [4, 5, 6, 7, 8, 2], [5, 6, 7, 8, 2]  # ids of a toy sentence and its "translation"

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from core.corpus.vocab import SPECIALS, Vocab
 from core.model.checkpoints import atomic_save
-from core.model.transformer import ModelConfig, Transformer
+from core.model.config import ModelConfig
+from core.model.transformer import Transformer
 from core.runs import budget, disk_cache, history, run_dir
 from core.runs.run_dir import RunDir
 from core.training.loop import Trainer

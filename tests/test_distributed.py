@@ -231,7 +231,8 @@ def test_a_stop_asked_just_after_an_agreement_waits_for_the_next(tiny_corpus, mo
     leave for the end-of-run collectives while the other waits in the next step's."""
     from core.corpus.config import DataConfig
     from core.corpus.splits import load_corpus
-    from core.model.transformer import ModelConfig, Transformer
+    from core.model.config import ModelConfig
+    from core.model.transformer import Transformer
     from core.training.config import TrainConfig
     from core.training.loop import Trainer
 

@@ -11,8 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from core.model.config import ModelConfig
 from core.model.dropout import LEVELS, BitsDropout, Dropout, drop_rate, dropout, keep_mask
-from core.model.transformer import ModelConfig, MultiHeadAttention, Transformer
+from core.model.transformer import MultiHeadAttention, Transformer
 from core.training.settings import add_setting_flags, settings_from_args
 
 

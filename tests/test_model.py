@@ -7,13 +7,13 @@ import pytest
 import torch
 from torch import nn
 
+from core.model.config import ModelConfig
 from core.model.output_loss import CHUNK_ROWS, projected_cross_entropy
 from core.model.transformer import (
     AttentionMaps,
     DecoderLayer,
     Encoder,
     EncoderLayer,
-    ModelConfig,
     MultiHeadAttention,
     Transformer,
     attention,

@@ -26,8 +26,8 @@ from core.corpus.source import DataError, corpus_pairs
 from core.corpus.splits import inspect_file
 from core.corpus.vocab import SPECIALS
 from core.model.checkpoints import FORMAT, CheckpointError, read_metadata
+from core.model.config import ModelConfig
 from core.model.decode import ALPHAS, BEAM_SIZES, MAX_LENS
-from core.model.transformer import ModelConfig
 from core.runs import jobs
 from core.runs.catalogue import ModelError, validate_name
 from core.runs.run_dir import RunDir, RunError, write_json

@@ -37,7 +37,7 @@ def test_linear_schedule_follows_the_time_budget(tiny_corpus):
     """A time-limited run decays by the share of its budget spent, and ends near zero."""
     from core.corpus.config import DataConfig
     from core.corpus.splits import load_corpus
-    from core.model.transformer import ModelConfig
+    from core.model.config import ModelConfig
     from core.training.loop import Trainer
 
     corpus = load_corpus(

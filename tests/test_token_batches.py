@@ -9,7 +9,8 @@ import torch
 from core.corpus.batches import batch_indices, rank_groups, token_batches
 from core.corpus.config import DataConfig
 from core.corpus.splits import load_corpus
-from core.model.transformer import ModelConfig, Transformer
+from core.model.config import ModelConfig
+from core.model.transformer import Transformer
 from core.training.config import TrainConfig
 from core.training.loop import Trainer, TrainState
 from tests import helpers

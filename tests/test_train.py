@@ -451,7 +451,7 @@ def test_a_run_resumed_with_fewer_processes_keeps_its_place(
     """Mid-epoch, the pairs already used are skipped; the epochs still end the run."""
     from core.corpus.config import DataConfig
     from core.corpus.splits import load_corpus
-    from core.model.transformer import ModelConfig
+    from core.model.config import ModelConfig
     from core.training.loop import Trainer, TrainState
 
     corpus = load_corpus(

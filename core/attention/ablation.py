@@ -20,7 +20,8 @@ import torch
 
 from core.attention.kinds import KIND_NAMES, KINDS
 from core.model.checkpoints import LoadedModel
-from core.model.transformer import ModelConfig, MultiHeadAttention, Transformer
+from core.model.config import ModelConfig
+from core.model.transformer import MultiHeadAttention, Transformer
 
 SHOWN_CHARS = 40  # a bad head specification is quoted up to this many characters
 

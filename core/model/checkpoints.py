@@ -21,7 +21,8 @@ from core.corpus.source import (
     sha1_of,
 )
 from core.corpus.vocab import Vocab
-from core.model.transformer import ModelConfig, Transformer
+from core.model.config import ModelConfig
+from core.model.transformer import Transformer
 from core.places import corpus_folders, runs_root, shown_path
 
 FORMAT = "attention-studio/1"

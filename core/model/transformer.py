@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.model.align_loss import AlignTarget, alignment_loss
-from core.model.config import MODEL_UPPER, ModelConfig  # noqa: F401 (its home before)
+from core.model.config import ModelConfig
 from core.model.dropout import Dropout, dropout
 from core.model.output_loss import projected_cross_entropy
 

@@ -39,8 +39,9 @@ import torch
 
 from core.corpus.text import tokenize
 from core.model.checkpoints import CheckpointError, read_checkpoint
+from core.model.config import ModelConfig
 from core.model.decode import MAX_LEN
-from core.model.transformer import ModelConfig, Transformer
+from core.model.transformer import Transformer
 from core.places import checkpoints_root, runs_root
 from core.training.settings import GROUPS, field_default
 

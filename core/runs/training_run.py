@@ -30,8 +30,9 @@ from core.corpus.source import DataError
 from core.corpus.splits import load_corpus, unk_warnings
 from core.corpus.supervision import read_supervision
 from core.model.checkpoints import read_checkpoint
+from core.model.config import ModelConfig
 from core.model.scores import usable_bleu
-from core.model.transformer import ModelConfig, Transformer
+from core.model.transformer import Transformer
 from core.places import shown_path
 from core.runs import budget
 from core.runs.locks import hold_run

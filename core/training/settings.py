@@ -15,8 +15,8 @@ from dataclasses import MISSING, dataclass, fields
 from core.corpus.config import SPLITS, TOKENIZERS, DataConfig
 from core.corpus.user_files import source_problems
 from core.corpus.vocab import SPECIALS
+from core.model.config import ModelConfig
 from core.model.dropout import MASKS
-from core.model.transformer import ModelConfig
 from core.training.config import DEVICES, SCHEDULES, TrainConfig
 from core.training.devices import memory_problem, resolve_device
 from core.training.presets import PRESETS
