@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -142,3 +143,18 @@ def test_every_core_module_says_what_it_is():
     for path in sorted((ROOT / "core").rglob("*.py")):
         if path.name != "__init__.py":
             assert ast.get_docstring(ast.parse(path.read_text())), path
+
+
+def test_architecture_md_is_the_one_inventory():
+    """Every module under core/ and pages/ is named in ARCHITECTURE.md, and every module it
+    names exists: one inventory that cannot drift."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    modules = {
+        p.relative_to(ROOT).as_posix()
+        for base in ("core", "pages")
+        for p in (ROOT / base).rglob("*.py")
+        if p.name != "__init__.py"
+    }
+    named = set(re.findall(r"`((?:core|pages)/[\w/]+\.py)`", text))
+    assert modules - named == set(), "not in ARCHITECTURE.md"
+    assert named - modules == set(), "named in ARCHITECTURE.md but gone"
