@@ -181,7 +181,7 @@ def measure(preset: str, precision: str, args) -> dict:
 
 
 def main() -> None:
-    """Print one line per preset and precision, then the table for the README."""
+    """Print one line per preset and precision, then the table for bench/README.md."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--presets", default="d2l,small")
     p.add_argument("--precisions", default="fp32,bf16")

@@ -3,7 +3,7 @@
     python bench/sweep.py [--minutes 10] [--mode pinned|alone] [--only NAME,NAME]
                           [--seed 0] [--out DIR] [--list]
 
-    # the README's table: --only was,lr2e-3,tokens2600,d384,3+3,ffn512,bpe8000,dropout0
+    # bench/README.md's table: --only was,lr2e-3,tokens2600,d384,3+3,ffn512,bpe8000,dropout0
     # then --only d0-tokens2600,d0-lr2e-3, then --only linear,linear-lr2e-3,linear-lr3e-3,
     # linear-tokens2600; and --mode alone --only was,dropout0,small (--seed 0 and 1)
 

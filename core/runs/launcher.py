@@ -7,7 +7,7 @@ torchrun would tell them (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
 itself (``torch.distributed.run --standalone``) opens its store on every interface, where
 any host that reaches the machine could write keys; its Gloo and NCCL sockets follow the
 host name's address. Here the collectives are bound to the loopback interface too.
-Several machines: run torchrun yourself (README, "Training with several processes").
+Several machines: run torchrun yourself (docs/training.md, "Training with several processes").
 
 The agent passes SIGTERM on to every worker; when one worker fails, the others are stopped
 (SIGTERM, then SIGKILL after ``GRACE_S``) and the agent exits with the failed worker's code.

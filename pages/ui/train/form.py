@@ -172,7 +172,7 @@ def processes_input(advanced) -> int:
             help="Train one run with several processes (on this machine, talking over "
             f"127.0.0.1; NCCL on GPUs, Gloo on CPUs; at most {most} here). Each takes "
             "batch_size pairs a step, so a step learns from batch_size × processes pairs: "
-            "raise lr with it (see the README).",
+            "raise lr with it (see docs/training.md).",
         )
     )
 
