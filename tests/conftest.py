@@ -12,20 +12,24 @@ from tests import helpers
 # ----------------------------------------------------------------------------- tiers
 
 SLOW_PREFIXES = ("test_browser_", "test_app_")  # real browsers; whole pages run by AppTest
-SLOW_FILES = {  # files whose every test starts processes: trainers, torchrun, commands
-    "test_architecture.py",  # lint-imports and each command as its own process
+SLOW_FILES = {  # files whose every test starts processes or trains, or runs hundreds of cases
+    "test_architecture.py",  # lint-imports and the commands as their own process
     "test_distributed.py",
     "test_faults.py",
     "test_processes.py",
+    "test_properties.py",  # every parser of outside input, 100 to 500 generated inputs each
+    "test_resume.py",  # trains a run twice, broken and unbroken
 }
-SLOW_FIXTURES = {  # a test that asks for one of these starts a process, reads fra-eng or
-    "app_server",  # runs a whole page (the app's folders set up for AppTest)
+SLOW_FIXTURES = {  # a test asking for one of these starts a process, trains a run of its own
+    "app_server",  # (the tiny run every test shares is trained once, quickly), runs a whole
+    "bpe_run",  # page (the folders AppTest needs) or reads fra-eng
     "browser_page",
     "fra_eng",
     "jobs_env",
     "kill_trainers",
     "shipped_model_dirs",
     "studio_dirs",
+    "val_run",
 }
 
 
