@@ -22,6 +22,7 @@ SLOW_FILES = {  # files whose every test starts processes or trains, or runs hun
 }
 SLOW_FIXTURES = {  # a test asking for one of these starts a process, trains a run of its own
     "app_server",  # (the tiny run every test shares is trained once, quickly), runs a whole
+    "chromium",
     "bpe_run",  # page (the folders AppTest needs) or reads fra-eng
     "browser_page",
     "fra_eng",
@@ -214,15 +215,27 @@ def app_server(tmp_path_factory):
     helpers.stop_server(proc)
 
 
-@pytest.fixture
-def browser_page(app_server):
-    """A Playwright page in headless Debian Chromium (never downloads a browser)."""
+@pytest.fixture(scope="session")
+def chromium():
+    """Headless Debian Chromium through Playwright, started once for the whole session (never
+    downloads a browser); each test opens its own context in it (``browser_page``)."""
+    pytest.importorskip("playwright.sync_api")
     from playwright.sync_api import sync_playwright
 
+    if not Path(helpers.CHROMIUM).exists():
+        pytest.skip("chromium is not installed (apt-get install chromium)")
     with sync_playwright() as p:
         browser = helpers.launch_chromium(p)
-        yield browser.new_page(viewport={"width": 1400, "height": 1000})
+        yield browser
         browser.close()
+
+
+@pytest.fixture
+def browser_page(app_server, chromium):
+    """A Playwright page of its own (a fresh context: no cookies or storage of another test)."""
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    yield context.new_page()
+    context.close()
 
 
 @pytest.fixture

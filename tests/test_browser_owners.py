@@ -34,30 +34,24 @@ def class_server(tmp_path_factory):
 
 
 @pytest.mark.parametrize("user, may", [("bob", False), ("alice", True), ("carol", True)])
-def test_a_run_shows_its_actions_to_its_owner_and_teachers_only(class_server, user, may):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = helpers.launch_chromium(p)
-        context = browser.new_context(
-            viewport={"width": 1400, "height": 1000},
-            extra_http_headers={"X-Forwarded-User": user},
-        )
-        page = context.new_page()
-        try:
-            page.goto(f"{class_server['url']}/train?run={RUN}")
-            page.get_by_text("All runs", exact=True).wait_for(timeout=60_000)
-            page.get_by_text(f"Signed in as {user}").wait_for(timeout=30_000)
-            ARTIFACTS.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / f"owners_{user}.png"))
-            delete = page.get_by_role("button", name="Delete run…")
-            if may:
-                delete.wait_for(timeout=30_000)
-            assert (delete.count() == 1) is may
-            if not may:
-                page.get_by_text("belongs to alice").first.wait_for(timeout=10_000)
-            assert_no_browser_exception(page)
-            ARTIFACTS.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / f"owners_{user}.png"))
-        finally:
-            browser.close()
+def test_a_run_shows_its_actions_to_its_owner_and_teachers_only(class_server, chromium, user, may):
+    context = chromium.new_context(
+        viewport={"width": 1400, "height": 1000},
+        extra_http_headers={"X-Forwarded-User": user},
+    )
+    page = context.new_page()
+    try:
+        page.goto(f"{class_server['url']}/train?run={RUN}")
+        page.get_by_text("All runs", exact=True).wait_for(timeout=60_000)
+        page.get_by_text(f"Signed in as {user}").wait_for(timeout=30_000)
+        delete = page.get_by_role("button", name="Delete run…")
+        if may:
+            delete.wait_for(timeout=30_000)
+        assert (delete.count() == 1) is may
+        if not may:
+            page.get_by_text("belongs to alice").first.wait_for(timeout=10_000)
+        assert_no_browser_exception(page)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"owners_{user}.png"))
+    finally:
+        context.close()
