@@ -16,6 +16,9 @@ RUNS_ENV = "ATTENTION_STUDIO_RUNS"  # where run directories live (default <repo>
 CHECKPOINTS_ENV = "ATTENTION_STUDIO_CHECKPOINTS"  # promoted models (default <repo>/checkpoints)
 
 
+MODELS_ENV = "ATTENTION_STUDIO_MODELS"  # Hugging Face model folders an operator offers (none)
+
+
 DATA_ENV = "ATTENTION_STUDIO_DATA"  # corpus files the app may read (default <repo>/data)
 
 
@@ -50,6 +53,13 @@ def runs_root() -> Path:
 def checkpoints_root() -> Path:
     """Directory of promoted models (ATTENTION_STUDIO_CHECKPOINTS or <repo>/checkpoints)."""
     return Path(os.environ.get(CHECKPOINTS_ENV) or REPO_ROOT / "checkpoints")
+
+
+def models_root() -> Path | None:
+    """The operator's folder of Hugging Face model folders (ATTENTION_STUDIO_MODELS), if set;
+    model folders under checkpoints/ are offered either way."""
+    value = os.environ.get(MODELS_ENV)
+    return Path(value).expanduser() if value else None
 
 
 def data_root() -> Path:
@@ -93,6 +103,7 @@ def shown_path(path) -> str:
         (data_root(), "data"),
         (runs_root(), "runs"),
         (checkpoints_root(), "checkpoints"),
+        *([(models_root(), "models")] if models_root() else []),
         (default_cache_dir(), "download-cache"),
         (REPO_ROOT, ""),
     ]

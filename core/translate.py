@@ -1,4 +1,5 @@
-"""``python -m core.translate``: translate sentences with a checkpoint."""
+"""``python -m core.translate``: translate sentences with a checkpoint, a Hugging Face model
+folder or (online) a hub id."""
 
 from __future__ import annotations
 
@@ -7,21 +8,30 @@ import sys
 
 from core.attention.ablation import HeadSpecError, ablated, heads_of
 from core.command_line import CommandError, run_command
-from core.model.checkpoints import CheckpointError, load_checkpoint
+from core.model.checkpoints import CheckpointError
 from core.model.decode import (
     ALPHA,
     MAX_LEN,
+    DecodeSettings,
     TranslationError,
     prepare_source,
     translate,
     translate_batch,
 )
+from core.model.opened import is_hugging_face, open_model, translate_any
 
 
 def translate_lines(
-    lm, lines: list[str], beam: int = 1, alpha: float = ALPHA, max_len: int = MAX_LEN
+    lm,
+    lines: list[str],
+    beam: int = 1,
+    alpha: float = ALPHA,
+    max_len: int = MAX_LEN,
+    target_lang: str = "",
 ) -> tuple[list[str], list[str]]:
     """Translations of ``lines`` in order ("" where a line cannot be translated) and warnings."""
+    if is_hugging_face(lm):
+        return _hf_lines(lm, lines, DecodeSettings(beam, alpha, max_len, target_lang=target_lang))
     outs, warnings, todo = [""] * len(lines), [], {}
     for i, line in enumerate(lines):
         try:
@@ -45,10 +55,36 @@ def translate_lines(
     return outs, warnings
 
 
+def _hf_lines(lm, lines: list[str], settings: DecodeSettings) -> tuple[list[str], list[str]]:
+    """A Hugging Face model's translations of ``lines`` (``generate``, one line at a time)."""
+    outs, warnings = [""] * len(lines), []
+    for i, line in enumerate(lines):
+        try:
+            t = translate_any(lm, line, settings)
+        except TranslationError as e:
+            warnings.append(f"line {i + 1}: {e}")
+            continue
+        outs[i] = t.text
+        warnings += [f"line {i + 1}: {w}" for w in t.warnings]
+    return outs, warnings
+
+
 def build_parser() -> argparse.ArgumentParser:
     """--checkpoint, decoding flags, --input, --ablate and the sentence."""
-    p = argparse.ArgumentParser(description="Translate English to French with a checkpoint.")
-    p.add_argument("--checkpoint", required=True)
+    p = argparse.ArgumentParser(
+        description="Translate English to French with a checkpoint, or with a Hugging Face "
+        "encoder-decoder (a save_pretrained folder, or a hub id when online)."
+    )
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a studio checkpoint (.pt), a Hugging Face model folder or hub id",
+    )
+    p.add_argument(
+        "--target-lang",
+        default="",
+        help="a multilingual model's target language code (M2M100 __fr__, NLLB fra_Latn)",
+    )
     p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
     p.add_argument("--alpha", type=float, default=ALPHA, help="beam length penalty")
     p.add_argument("--max-len", type=int, default=MAX_LEN, help="longest output, in tokens")
@@ -67,15 +103,17 @@ def run(args: argparse.Namespace) -> int:
     """Print one translation per line (warnings on stderr); 1 when none could be made."""
     if not args.input and not args.sentence:
         raise CommandError("give a sentence or --input FILE")
-    lm = load_checkpoint(args.checkpoint)
-    heads = heads_of(args.ablate, lm.model.cfg)
+    lm = open_model(args.checkpoint, hub=True)
+    heads = heads_of(args.ablate, lm.cfg)
     if args.input:
         with open(args.input, encoding="utf-8") as f:
             lines = f.read().splitlines()
     else:
         lines = [" ".join(args.sentence)]
     with ablated(lm.model, heads):
-        outs, warnings = translate_lines(lm, lines, args.beam, args.alpha, args.max_len)
+        outs, warnings = translate_lines(
+            lm, lines, args.beam, args.alpha, args.max_len, args.target_lang
+        )
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     print("\n".join(outs))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from core.attention.families import section_problem, source_label
 from core.attention.kinds import reading_hint
 from core.attention.view_state import clamp_view
 from core.model.decode import TranslationError
@@ -18,6 +19,7 @@ from pages.ui.view_widgets import (
     ATTENTION_KEYS,
     TRANSLATE_KEYS,
     sentence_input,
+    target_language,
     view_state,
     write_url,
 )
@@ -34,7 +36,8 @@ def main() -> None:
         footer()
         return
     entry, lm = picked
-    sentence_input(state, "at")
+    target_language(lm, state, "at")
+    sentence_input(state, "at", source_label(lm))
     settings = state.settings()
     try:
         t = translate(lm, entry.path, entry.mtime, state.sentence, settings)
@@ -55,7 +58,10 @@ def main() -> None:
     maps = sentence_maps(t, key, state.words)
     section = pick_section(state)
     st.caption(reading_hint(state.kind))
-    section.draw(SectionInputs(entry, lm, t, pieces, maps, state, stretch))
+    if problem := section_problem(lm, state.section):
+        st.info(md(problem))
+    else:
+        section.draw(SectionInputs(entry, lm, t, pieces, maps, state, stretch))
     write_url(state, ATTENTION_KEYS)
     footer()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from core.attention.families import source_label
 from core.attention.view_state import ViewState
 from core.corpus.text import D2L_TEST_PAIRS
 from core.model import d2l_check
@@ -25,6 +26,7 @@ from pages.ui.text import code, md, spreadsheet_safe
 from pages.ui.view_widgets import (
     TRANSLATE_KEYS,
     sentence_input,
+    target_language,
     view_state,
     widget_default,
     write_url,
@@ -149,7 +151,8 @@ def main() -> None:
     if picked is not None:
         entry, lm = picked
         choose_validation(lm, state)
-        sentence_input(state, "tr")
+        target_language(lm, state, "tr")
+        sentence_input(state, "tr", source_label(lm))
         settings = decode_settings(state)
         try:
             t = translate(lm, entry.path, entry.mtime, state.sentence, settings)

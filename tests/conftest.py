@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 
 import pytest
@@ -245,3 +246,22 @@ def shipped_model_dirs(monkeypatch, tmp_path):
         pytest.skip("checkpoints/fra-eng-small.pt not trained yet")
     monkeypatch.setenv("ATTENTION_STUDIO_CHECKPOINTS", str(helpers.SHIPPED.parent))
     monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(tmp_path))
+
+
+@pytest.fixture(scope="session")
+def hf_models(tmp_path_factory) -> dict:
+    """{family: folder} of tiny random Hugging Face encoder-decoders (tests/hf_tiny.py),
+    built offline once per session."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from tests.hf_tiny import FAMILIES, save_tiny
+
+    root = tmp_path_factory.mktemp("hf")
+    return {family: save_tiny(root / family, family) for family in FAMILIES}
+
+
+@pytest.fixture(scope="session")
+def hf_loaded(hf_models) -> dict:
+    """{family: HFModel} of the tiny models, loaded once per session (never changed)."""
+    from core.model import hugging_face as hf
+
+    return {family: hf.load(folder) for family, folder in hf_models.items()}

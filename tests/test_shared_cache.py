@@ -48,7 +48,7 @@ def test_sessions_asking_the_same_question_share_one_computation():
 
 
 def fake_model(heads: int, layers: int, kind: str = "word", positions: int = 512):
-    """What cached.fitted reads of a loaded model: its sizes and its vocabulary's kind."""
+    """What cached.fitted reads of a loaded model: its sizes and whether it reads pieces."""
     cfg = SimpleNamespace(
         num_heads=heads,
         num_encoder_layers=layers,
@@ -56,7 +56,7 @@ def fake_model(heads: int, layers: int, kind: str = "word", positions: int = 512
         max_positions=positions,
         d_model=64,
     )
-    return SimpleNamespace(model=SimpleNamespace(cfg=cfg), src_vocab=SimpleNamespace(kind=kind))
+    return SimpleNamespace(cfg=cfg, subword=kind != "word")
 
 
 def test_a_small_models_translation_is_left_as_asked():
@@ -68,7 +68,7 @@ def test_the_longest_output_is_cut_to_what_the_budget_holds():
     lm = fake_model(16, 12)
     settings, note = cached.fitted(lm, "i am cold .", DecodeSettings(max_len=200))
     assert 1 <= settings.max_len < 200 and "was cut from 200 to" in note
-    cfg = vars(lm.model.cfg)
+    cfg = vars(lm.cfg)
     assert budget.translation_bytes(cfg, 5, settings.max_len) <= budget.TRANSLATION_BYTES
     assert budget.translation_bytes(cfg, 5, settings.max_len + 1) > budget.TRANSLATION_BYTES
 

@@ -171,14 +171,27 @@ def gated(gates: Mapping[MultiHeadAttention, torch.Tensor]):
 
 @contextmanager
 def ablated(model: Transformer, heads: Iterable[HeadSpec]):
-    """Remove ``heads`` (output zeroed before W_o) inside the block; always restored after."""
+    """Remove ``heads`` (output zeroed before W_o) inside the block; always restored after.
+
+    A Hugging Face model's heads are zeroed at its output projections' input, for the
+    calling thread only (``core.model.hugging_face.heads_removed``)."""
+    if not isinstance(model, Transformer):
+        from core.model import hugging_face as hf
+
+        heads = check_heads(heads, hf.studio_config(model.config.to_dict()))
+        with hf.heads_removed(model, [(h.kind, h.layer, h.head) for h in heads]):
+            yield model
+        return
     table = gate_table(model, [check_heads(heads, model.cfg)])
     with gated({module: gates[0] for module, gates in table.items()}):  # (H,) each
         yield model
 
 
 def private_copy(lm: LoadedModel) -> LoadedModel:
-    """A copy of a loaded model whose gates may be set without touching a shared one."""
+    """A copy of a loaded model whose gates may be set without touching a shared one (a
+    Hugging Face model itself: its heads are removed per thread)."""
+    if getattr(lm, "family", "studio") != "studio":
+        return lm
     return LoadedModel(copy.deepcopy(lm.model), lm.src_vocab, lm.tgt_vocab, dict(lm.meta))
 
 

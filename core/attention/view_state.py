@@ -66,6 +66,7 @@ class ViewState:
     beam: int = 1  # beam size (1 = greedy)
     alpha: float = ALPHA  # beam length penalty
     max_len: int = MAX_LEN  # longest output
+    target_lang: str = ""  # a multilingual Hugging Face model's target language code
     kind: str = "cross"  # attention kind shown
     layer: int = 0
     head: str = "0"  # a head number, "mean", "max" or "rollout"
@@ -108,7 +109,16 @@ class ViewState:
         state.train_step = min(max(state.train_step, -1), MAX_TRAINING_STEP)
         state.diff_from = min(max(state.diff_from, -1), MAX_TRAINING_STEP)
         state.query = min(max(state.query, 0), MAX_INDEX)
-        for name in ("sentence", "other_sentence", "model", "other", "ablate", "token", "method"):
+        for name in (
+            "sentence",
+            "other_sentence",
+            "model",
+            "other",
+            "ablate",
+            "token",
+            "method",
+            "target_lang",
+        ):
             if len(getattr(state, name)) > MAX_TEXT_CHARS:
                 setattr(state, name, getattr(cls, name))
         state.section = OLD_SECTIONS.get(state.section, state.section)
@@ -145,7 +155,7 @@ class ViewState:
 
     def settings(self) -> DecodeSettings:
         """The decoding settings of this state."""
-        return DecodeSettings(self.beam, self.alpha, self.max_len)
+        return DecodeSettings(self.beam, self.alpha, self.max_len, target_lang=self.target_lang)
 
     def set_sentence(self, sentence: str) -> None:
         """Show ``sentence``; a reference given for another sentence is dropped."""

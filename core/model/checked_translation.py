@@ -12,7 +12,8 @@ from core.corpus.source import DataError
 from core.corpus.splits import load_splits
 from core.corpus.text import tokenize
 from core.model.checkpoints import LoadedModel, trained_data
-from core.model.decode import GREEDY, DecodeSettings, Translation, TranslationError, translate
+from core.model.decode import GREEDY, DecodeSettings, Translation, TranslationError
+from core.model.opened import is_hugging_face, translate_any
 
 MAX_SENTENCE_TOKENS = 60  # longer input is refused with a message
 DEFAULT_SENTENCE = "i'm home ."
@@ -36,16 +37,9 @@ def translate_sentence(
             f"page translates at most {MAX_SENTENCE_TOKENS} tokens. Split it into shorter "
             "sentences."
         )
-    t = translate(
-        lm.model,
-        lm.src_vocab,
-        lm.tgt_vocab,
-        sentence or "",
-        settings.beam_size,
-        settings.alpha,
-        settings.max_len,
-        settings.topk,
-    )
+    t = translate_any(lm, sentence or "", settings)
+    if is_hugging_face(lm):
+        return t  # its tokenizer has no word list to name unknown words by
     unknown = lm.src_vocab.unknown(tokens)
     if unknown:
         t.warnings.append(

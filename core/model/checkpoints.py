@@ -42,6 +42,13 @@ class LoadedModel:
     tgt_vocab: Vocab
     meta: dict = field(default_factory=dict)  # configs, step, metrics, ...
 
+    family = "studio"  # the studio's own Transformer (core.model.hugging_face: "hugging face")
+
+    @property
+    def cfg(self) -> ModelConfig:
+        """The model's sizes."""
+        return self.model.cfg
+
     @property
     def subword(self) -> bool:
         """Whether a vocabulary of this model cuts words into pieces (BPE)."""
@@ -178,6 +185,12 @@ def read_checkpoint(path, mmap: bool = False) -> dict:
     With ``mmap`` the tensors are mapped from the file, not read: cheap for metadata.
     """
     path = Path(path)
+    if path.is_dir() and (path / "config.json").is_file():
+        raise CheckpointError(
+            f"{shown_path(path)} is a Hugging Face model folder: the Translate and Attention "
+            "pages and `python -m core.translate` open it; this reads the studio's own "
+            "checkpoints (.pt)."
+        )
     if not path.is_file():
         raise CheckpointError(f"Checkpoint not found: {shown_path(path)}")
     try:

@@ -31,6 +31,7 @@ class DecodeSettings:
     alpha: float = ALPHA  # length penalty exponent (beam search only)
     max_len: int = MAX_LEN  # longest output, in tokens
     topk: int = TOP_K  # candidate words shown per output step
+    target_lang: str = ""  # a multilingual model's target language code ("" = its default)
 
 
 GREEDY = DecodeSettings()  # the default: greedy decoding

@@ -60,6 +60,7 @@ LOG_BYTES = 4 * MB  # a trainer's log (the start of a long log is cut on resume)
 TRANSLATION_BYTES = 16 * MB  # one translation with all its maps, in the server's memory
 SCORING_CELLS = 64_000_000  # attention weights one alignment-scoring job holds (float32)
 MODEL_BYTES = 256 * MB  # the float32 weights of a model the server opens for the pages
+HF_MODEL_BYTES = 640 * MB  # the same for a Hugging Face model (opus-mt-en-fr: ~300 MB)
 MODELS_CACHE_BYTES = 768 * MB  # the models the server keeps open (and their private copies)
 SERVER_CACHE_BYTES = 512 * MB  # results the server keeps for every session (default)
 CACHE_ITEM_BYTES = 64 * MB  # the largest one result the server keeps
@@ -362,14 +363,15 @@ def scoring_problem(model: Mapping, pairs: list, tokenizer: str = "word") -> str
     )
 
 
-def model_problem(n_parameters: int) -> str | None:
-    """Why the server will not open a model of this many parameters (None: it will)."""
+def model_problem(n_parameters: int, limit: int = MODEL_BYTES) -> str | None:
+    """Why the server will not open a model of this many parameters (None: it will);
+    ``limit``: MODEL_BYTES, or HF_MODEL_BYTES for a Hugging Face model."""
     need = FLOAT32 * n_parameters
-    if need <= MODEL_BYTES:
+    if need <= limit:
         return None
     return (
         f"This model has {n_parameters / 1e6:,.0f} M parameters ({size_words(need)} in memory); "
-        f"the server opens models up to {size_words(MODEL_BYTES)}. Use it from the command line "
+        f"the server opens models up to {size_words(limit)}. Use it from the command line "
         "(python -m core.translate, core.attribute, ...)."
     )
 

@@ -1,7 +1,9 @@
 """The one model catalogue: every checkpoint the app can offer, described.
 
-Models are ``checkpoints/**/*.pt`` (the shipped one and those saved from runs) and every
-run's ``best.pt`` / ``last.pt``. Home, Translate and Attention all list them from here.
+Models are ``checkpoints/**/*.pt`` (the shipped one and those saved from runs), every
+run's ``best.pt`` / ``last.pt``, and Hugging Face encoder-decoder folders (``save_pretrained``
+layout) under ``checkpoints/`` or the operator's models folder (``ATTENTION_STUDIO_MODELS``).
+Home, Translate and Attention all list them from here.
 """
 
 from __future__ import annotations
@@ -15,16 +17,19 @@ from pathlib import Path
 import pandas as pd
 
 from core.corpus.user_files import describe_data
+from core.model import hugging_face as hf
 from core.model.checkpoints import CheckpointError, read_metadata
 from core.model.scores import usable_bleu
-from core.places import checkpoints_root, runs_root
+from core.places import checkpoints_root, models_root, runs_root
 from core.runs.budget import parameters
 from core.runs.history import history_path
 from core.runs.run_dir import RunDir
 
 SHIPPED_NAME = "fra-eng-small.pt"  # the model the app ships with, under checkpoints/
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # names of saved models
-ORIGINS = ("shipped model", "saved model", "run best", "run last")
+ORIGINS = ("shipped model", "saved model", "run best", "run last", "Hugging Face model")
+HF_ORIGIN = ORIGINS[-1]
+MAX_MODEL_FOLDERS = 200  # Hugging Face folders listed per root (deeper or more are skipped)
 
 
 class ModelError(Exception):
@@ -71,6 +76,8 @@ class ModelEntry:
         """One short line for a picker (fits 760 px); entry_caption says the rest."""
         if not self.usable:
             return f"{self.key} (unusable)"
+        if self.origin == HF_ORIGIN:
+            return f"{self.key} · {self.heads} heads · {self.data}"
         heads = f"{self.heads} heads" if self.heads else "heads ?"
         bleu = f"val BLEU {self.val_bleu:.1f}" if self.val_bleu is not None else "no val BLEU"
         step = f"step {self.step:,}" if self.step is not None else "step ?"
@@ -182,8 +189,56 @@ def _run_entries(runs: Path) -> list[ModelEntry]:
     return entries
 
 
+@functools.lru_cache(maxsize=1024)
+def _folder_info(path: str, mtime_ns: int) -> dict:
+    """What a Hugging Face model folder's files say (config and weight headers, cached per
+    folder and config modification time)."""
+    return hf.describe(path)
+
+
+def folder_entry(folder: Path, key: str) -> ModelEntry:
+    """One Hugging Face model folder; an unusable entry with the reason, never raises."""
+    try:
+        info = _folder_info(str(folder), (folder / hf.CONFIG).stat().st_mtime_ns)
+    except (hf.HFModelError, OSError, ValueError, KeyError, TypeError) as e:
+        mtime = folder.stat().st_mtime if folder.exists() else 0.0
+        return ModelEntry(key, str(folder), "unreadable", mtime, usable=False, reason=str(e))
+    langs = f"{info.get('source_lang', '?')}→{info.get('target_lang', '?')}"
+    known = info.get("source_lang") or info.get("target_lang")
+    return ModelEntry(
+        key,
+        str(folder),
+        HF_ORIGIN,
+        (folder / hf.CONFIG).stat().st_mtime,
+        data=f"Hugging Face {info['model_type']}" + (f" · {langs}" if known else ""),
+        size=hf.size_label(info),
+        heads=info["model_config"]["num_heads"],
+    )
+
+
+def model_folders(root: Path) -> list[Path]:
+    """Hugging Face model folders (holding config.json) at most two levels under ``root``."""
+    if not root.is_dir():
+        return []
+    found = [c.parent for c in (*root.glob("*/config.json"), *root.glob("*/*/config.json"))]
+    return sorted(p for p in found if not any(part.startswith(".") for part in p.parts[-2:]))[
+        :MAX_MODEL_FOLDERS
+    ]
+
+
+def folder_entries(checkpoints: Path) -> list[ModelEntry]:
+    """Every Hugging Face model folder under checkpoints/ and the operator's models folder."""
+    roots = [(checkpoints, "checkpoints")] + ([(models_root(), "models")] if models_root() else [])
+    return [
+        folder_entry(folder, f"{label}/{folder.relative_to(root).as_posix()}/")
+        for root, label in roots
+        for folder in model_folders(root)
+    ]
+
+
 def list_models(checkpoints: Path | None = None, runs: Path | None = None) -> list[ModelEntry]:
-    """Every checkpoint under ``checkpoints`` and every run's best/last, newest first."""
+    """Every checkpoint under ``checkpoints``, every run's best/last and every Hugging Face
+    model folder, newest first."""
     checkpoints = Path(checkpoints) if checkpoints else checkpoints_root()
     runs = Path(runs) if runs else runs_root()
     entries = []
@@ -191,6 +246,7 @@ def list_models(checkpoints: Path | None = None, runs: Path | None = None) -> li
         for path in sorted(checkpoints.rglob("*.pt")):
             key = "checkpoints/" + path.relative_to(checkpoints).as_posix()
             entries.append(read_entry(path, key, None, runs))
+        entries += folder_entries(checkpoints)
     if runs.is_dir():
         entries += _run_entries(runs)
     return sorted(entries, key=lambda e: e.mtime, reverse=True)
@@ -210,6 +266,8 @@ def find_entry(entries: Sequence[ModelEntry], key: str | None) -> ModelEntry | N
 
 def entry_caption(entry: ModelEntry) -> str:
     """One line under the picker: origin, data, size, step and validation BLEU."""
+    if entry.origin == HF_ORIGIN:
+        return f"{entry.origin} · {entry.size} · not trained here: no steps or validation BLEU"
     step = f"step {entry.step:,}" if entry.step is not None else "step unknown"
     bleu = (
         f"val BLEU {entry.val_bleu:.1f}"

@@ -22,8 +22,8 @@ def fitted(lm: LoadedModel, sentence: str, settings: DecodeSettings):
     words = tokenize(sentence or "")
     if not words or len(words) > translation.MAX_SENTENCE_TOKENS:
         return settings, ""  # translate_sentence says what is wrong with it
-    cfg = vars(lm.model.cfg)
-    src = budget.source_len(words, lm.src_vocab.kind, cfg["max_positions"])
+    cfg = vars(lm.cfg)
+    src = budget.source_len(words, "bpe" if lm.subword else "word", cfg["max_positions"])
     longest = budget.longest_output(cfg, src, settings.max_len)
     limit = budget.size_words(budget.TRANSLATION_BYTES)
     if longest == 0:

@@ -7,7 +7,9 @@ import functools
 import streamlit as st
 
 from core.attention.view_state import ViewState
-from core.model.checkpoints import CheckpointError, LoadedModel, load_checkpoint, read_metadata
+from core.model import hugging_face as hf
+from core.model.checkpoints import CheckpointError, LoadedModel, read_metadata
+from core.model.opened import open_model
 from core.places import checkpoints_root, runs_root, shown_path
 from core.runs import budget
 from core.runs import catalogue as models
@@ -39,6 +41,12 @@ def load_model(path: str, mtime: float) -> LoadedModel:
 @functools.lru_cache(maxsize=256)
 def _open_problem(path: str, mtime: float) -> str | None:
     """Why the server will not open this model file (None: it will), once per file version."""
+    if hf.is_model_folder(path):
+        try:
+            params = hf.describe(path)["parameters"]
+        except hf.HFModelError as e:
+            return str(e)
+        return budget.model_problem(params, budget.HF_MODEL_BYTES)
     cfg = read_metadata(path).get("model_config") or {}
     try:
         return budget.model_problem(budget.parameters(cfg))
@@ -48,8 +56,9 @@ def _open_problem(path: str, mtime: float) -> str | None:
 
 @shared(spinner="Loading the model…", pool=MODELS)
 def _loaded(path: str, mtime: float) -> LoadedModel:
-    """A checkpoint loaded (kept among the server's open models, within their bytes)."""
-    return load_checkpoint(path)
+    """A checkpoint or Hugging Face model folder loaded (kept among the server's open models,
+    within their bytes)."""
+    return open_model(path, max_bytes=budget.HF_MODEL_BYTES)
 
 
 def choose_model(state: ViewState, prefix: str) -> models.ModelEntry | None:

@@ -10,7 +10,9 @@ from core.attention.view_state import ViewState
 from core.attribution.methods import METHODS
 from core.model.checked_translation import MAX_SENTENCE_TOKENS
 
-TRANSLATE_KEYS = ("model", "sentence", "reference", "beam", "alpha", "max_len")  # its URL's
+TRANSLATE_KEYS = (  # the Translate page's URL keys
+    *("model", "sentence", "reference", "beam", "alpha", "max_len", "target_lang"),
+)
 ATTENTION_KEYS = tuple(f.name for f in fields(ViewState))  # the Attention page's: the whole view
 
 
@@ -49,7 +51,28 @@ def clamp_widget(key: str, value, options) -> None:
         st.session_state[key] = value if value in options else options[-1]
 
 
-def sentence_input(state: ViewState, prefix: str) -> str:
+def target_language(lm, state: ViewState, prefix: str) -> None:
+    """A multilingual Hugging Face model's target language (widget ``<prefix>_target``);
+    nothing for a model that translates into one language."""
+    codes = list(lm.meta.get("language_codes") or []) if lm.family != "studio" else []
+    if not codes:
+        state.target_lang = ""
+        return
+    default = state.target_lang if state.target_lang in codes else codes[0]
+    for code in codes:  # French first, when the model has it
+        if code.strip("_<>").lower().startswith(("fr", "fra")) and state.target_lang not in codes:
+            default = code
+            break
+    widget_default(f"{prefix}_target", default, codes)
+    state.target_lang = st.selectbox(
+        "Target language",
+        codes,
+        key=f"{prefix}_target",
+        help="Forced as the first output token (forced_bos_token_id), as the model expects.",
+    )
+
+
+def sentence_input(state: ViewState, prefix: str, label: str = "English sentence") -> str:
     """The English sentence box (widget key ``<prefix>_sentence``), kept in the view state.
 
     No character limit: a box with one drops a longer paste whole, so the length is
@@ -57,7 +80,7 @@ def sentence_input(state: ViewState, prefix: str) -> str:
     """
     widget_default(f"{prefix}_sentence", state.sentence)
     sentence = st.text_input(
-        "English sentence",
+        label,
         key=f"{prefix}_sentence",
         help=f"At most {MAX_SENTENCE_TOKENS} words and punctuation marks (tokens).",
     )

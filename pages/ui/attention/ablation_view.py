@@ -55,9 +55,9 @@ def ablation_section(page: SectionInputs) -> None:
 
 def pick_heads(lm: LoadedModel, state: ViewState) -> list[HeadSpec]:
     """The heads-to-remove picker, seeded from the URL; keeps the state's spec in step."""
-    every = {h.label: h for h in all_heads(lm.model.cfg)}
+    every = {h.label: h for h in all_heads(lm.cfg)}
     try:
-        wanted = heads_of(state.ablate, lm.model.cfg)
+        wanted = heads_of(state.ablate, lm.cfg)
     except HeadSpecError as e:
         st.warning(md(f"The heads to remove given in the link were ignored: {e}"))
         wanted = []
@@ -164,6 +164,12 @@ def importance_panel(entry: ModelEntry, lm: LoadedModel, state: ViewState) -> No
             width=220,
         )
     )
+    if lm.family != "studio":
+        st.info(
+            "Head importance decodes the model's validation sentences with the studio's batched "
+            "decoder; for Hugging Face models it is not built yet."
+        )
+        return
     result = lookup_importance(entry.path, lm.meta, n)
     if result is None:
         st.caption(

@@ -104,6 +104,9 @@ def forced_vs_free(page: SectionInputs) -> None:
     """Free-running maps beside a teacher-forced pass over a reference translation."""
     maps, state, lm = page.pieces, page.state, page.lm
     st.subheader("Teacher-forced vs free-running")
+    if lm.family != "studio":
+        st.info("Feeding a reference to a Hugging Face model is not built yet.")
+        return
     reference = reference_input(state)
     if not reference.strip():
         st.caption("Type a reference to see the decoder's maps when it is fed the reference.")

@@ -1,0 +1,36 @@
+"""Which of the Attention page's sections read which family of models, and one line saying
+why where a section does not read a Hugging Face model (``core.model.hugging_face``)."""
+
+from __future__ import annotations
+
+from core.model.opened import is_hugging_face
+
+HF_SECTIONS = ("maps", "playback", "ablation")  # read from a Translation and head removal
+HF_NOT_YET = {  # the other sections read the studio's own modules or its training files
+    "training": "A Hugging Face model was not trained here: it has no snapshots to replay.",
+    "compare": "Compare reads two of the studio's own models; for Hugging Face models it is "
+    "not built yet.",
+    "attribution": "Attribution differentiates the studio's own modules; reading a Hugging "
+    "Face model this way is not built yet.",
+    "alignment": "Alignment scoring teacher-forces through the studio's own modules and "
+    "vocabularies; for Hugging Face models it is not built yet.",
+    "inside": "Inside a head rebuilds q·k from the studio's own projections; for Hugging Face "
+    "models (T5: no 1/√d, a relative-position bias) it is not built yet.",
+    "lens": "The logit lens projects through the studio's own output layer; through a Hugging "
+    "Face model's final norm and lm_head it is not built yet.",
+}
+
+
+def section_problem(lm, section: str) -> str | None:
+    """Why this section cannot show this model (None: it can)."""
+    if is_hugging_face(lm) and section not in HF_SECTIONS:
+        return HF_NOT_YET.get(section, "Not available for Hugging Face models.")
+    return None
+
+
+def source_label(lm) -> str:
+    """The sentence box's label: "English sentence", or the model's source language."""
+    if not is_hugging_face(lm):
+        return "English sentence"
+    source, _ = lm.languages
+    return "Source sentence" + (f" ({source})" if source != "source" else "")

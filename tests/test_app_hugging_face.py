@@ -1,0 +1,86 @@
+"""AppTest tests of a Hugging Face model folder on the Translate and Attention pages: listed
+by the picker with its size and languages, translated, its maps shown, heads removed, and one
+line where a section does not read it yet."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from core.attention.ablation import HeadSpec, ablated
+from core.attention.families import HF_NOT_YET
+from core.attention.view_state import SECTION_KEYS
+from core.model import hugging_face as hf
+from core.model.decode import DecodeSettings
+from tests.helpers import assert_clean, plain, run_page_script
+
+
+@pytest.fixture
+def hf_dirs(studio_dirs, hf_models) -> dict:
+    """The studio's folders with the tiny Marian and M2M100 models under checkpoints/."""
+    for family in ("marian", "m2m_100"):
+        shutil.copytree(hf_models[family], studio_dirs["checkpoints"] / family)
+    return studio_dirs
+
+
+def texts(at) -> str:
+    return plain("\n".join([m.value for m in at.markdown] + [c.value for c in at.caption]))
+
+
+def test_the_translate_page_lists_and_translates_a_model_folder(hf_dirs):
+    at = run_page_script(
+        "translate.py", {"model": "checkpoints/marian/", "sentence": "i am cold ."}
+    )
+    assert_clean(at)
+    assert at.selectbox(key="tr_model").value == "checkpoints/marian/"
+    labels = at.selectbox(key="tr_model").options  # as the picker writes them
+    assert any("checkpoints/marian/ · 4 heads · Hugging Face marian · en→fr" in x for x in labels)
+    assert "marian · 0.04 M params · 32 wide · 2+2 layers · 4 heads · en→fr" in texts(at)
+    assert at.text_input(key="tr_sentence").label == "Source sentence (en)"
+    assert "Source tokens as the model saw them" in texts(at)
+    assert ":gray-badge[</s>]" in texts(at)
+
+
+def test_a_multilingual_model_offers_its_target_languages(hf_dirs):
+    at = run_page_script("translate.py", {"model": "checkpoints/m2m_100/"})
+    assert_clean(at)
+    box = at.selectbox(key="tr_target")
+    assert box.options == ["__de__", "__en__", "__fr__"] and box.value == "__fr__"
+    assert at.dataframe[0].value["output token"].iloc[0] == "__fr__"
+    box.set_value("__de__").run()
+    assert_clean(at)
+    assert at.dataframe[0].value["output token"].iloc[0] == "__de__"
+    assert at.query_params["target_lang"] == "__de__"
+
+
+@pytest.mark.parametrize("section", SECTION_KEYS)
+def test_every_attention_section_shows_the_model_or_says_why_not(hf_dirs, section):
+    query = {"model": "checkpoints/marian/", "sentence": "the boy is tall .", "section": section}
+    at = run_page_script("attention.py", query)
+    assert_clean(at)
+    if section in HF_NOT_YET:
+        assert plain(at.info[-1].value) == HF_NOT_YET[section]
+    elif section in ("maps", "playback"):
+        specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+        assert specs, "no map drawn"
+        drawn = json.dumps(specs)
+        assert "&lt;/s&gt;" in drawn  # the model's own </s>, escaped for Plotly
+        assert section == "playback" or "3:tall" in drawn  # the source on the cross map
+
+
+def test_removing_heads_changes_the_hugging_face_translation(hf_dirs, hf_loaded):
+    sentence = "the boy is tall ."
+    query = {"model": "checkpoints/marian/", "sentence": sentence, "section": "ablation"}
+    at = run_page_script("attention.py", query)
+    box = at.multiselect(key="ab_heads")
+    box.set_value([o for o in box.options if o.startswith("cross")]).run()
+    assert_clean(at)
+    heads = [HeadSpec("cross", layer, head) for layer in range(2) for head in range(4)]
+    with ablated(hf_loaded["marian"].model, heads):
+        cut = hf.translate(hf_loaded["marian"], sentence, DecodeSettings())
+    full = hf.translate(hf_loaded["marian"], sentence, DecodeSettings())
+    assert cut.text != full.text
+    assert cut.text in texts(at) and full.text in texts(at)
+    assert "Head importance decodes" in " ".join(i.value for i in at.info)

@@ -1,0 +1,232 @@
+"""Hugging Face encoder-decoders behind the studio's interface (core.model.hugging_face),
+on tiny random Marian, BART, T5 and M2M100 models built offline (tests/hf_tiny.py)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+
+import pytest
+import torch
+
+from core.attention.ablation import HeadSpec, ablated
+from core.corpus.bpe import join_pieces
+from core.model import hugging_face as hf
+from core.model.checked_translation import translate_sentence
+from core.model.checkpoints import CheckpointError, read_checkpoint
+from core.model.decode import DecodeSettings
+from core.model.opened import open_model
+from tests.hf_tiny import FAMILIES, LANGUAGES, save_tiny, tiny_config, word_tokenizer
+
+SENTENCE = "the boy is tall ."
+KINDS = ("encoder", "decoder_self", "cross")
+
+
+def _target(family: str) -> str:
+    return "__fr__" if family == "m2m_100" else ""
+
+
+def _plain_generate(hm, sentence: str, **kwargs) -> list[int]:
+    """What ``generate`` itself returns for this sentence, cut after </s>."""
+    src = hm.tokenizer(sentence, return_tensors="pt").input_ids
+    out = hm.model.generate(input_ids=src, do_sample=False, **kwargs)[0].tolist()
+    eos = hm.model.config.eos_token_id
+    return out[1 : out.index(eos, 1) + 1] if eos in out[1:] else out[1:]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("beam", [1, 3])
+def test_translation_is_what_generate_returns(hf_loaded, family, beam):
+    hm = hf_loaded[family]
+    settings = DecodeSettings(beam_size=beam, alpha=1.0, max_len=9, target_lang=_target(family))
+    t = hf.translate(hm, SENTENCE, settings, settings.target_lang or None)
+    kwargs = {"num_beams": beam, "max_new_tokens": 9}
+    kwargs |= {"length_penalty": 1.0} if beam > 1 else {}
+    if family == "m2m_100":
+        kwargs["forced_bos_token_id"] = hm.tokenizer.convert_tokens_to_ids("__fr__")
+    assert t.out_ids == _plain_generate(hm, SENTENCE, **kwargs)
+    assert len(t.output_tokens) == len(t.out_ids) == len(t.decoder_inputs)
+    assert t.src_ids == hm.tokenizer(SENTENCE).input_ids
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_map_equals_the_attentions_generate_saw(hf_loaded, family):
+    """Greedy decoding's own per-step attentions (output_attentions, with its key/value
+    cache) equal the maps the studio shows, row by row, within 1e-6."""
+    hm = hf_loaded[family]
+    settings = DecodeSettings(max_len=7, target_lang=_target(family))
+    t = hf.translate(hm, SENTENCE, settings, settings.target_lang or None)
+    src = torch.tensor([t.src_ids])
+    kwargs = hf.generate_kwargs(hm, settings, settings.target_lang or None)
+    with torch.no_grad():
+        out = hm.model.generate(
+            input_ids=src, output_attentions=True, return_dict_in_generate=True, **kwargs
+        )
+    enc = torch.stack(out.encoder_attentions)[:, 0]  # (L, H, S, S)
+    torch.testing.assert_close(t.attention.encoder, enc, atol=1e-6, rtol=0)
+    for step, (self_rows, cross_rows) in enumerate(
+        zip(out.decoder_attentions, out.cross_attentions)
+    ):
+        if step >= len(t.out_ids):
+            break
+        for layer in range(hm.cfg.num_decoder_layers):
+            got_self = t.attention.decoder_self[layer, :, step, : step + 1]
+            torch.testing.assert_close(got_self, self_rows[layer][0, :, -1], atol=1e-6, rtol=0)
+            got_cross = t.attention.cross[layer, :, step]
+            torch.testing.assert_close(got_cross, cross_rows[layer][0, :, -1], atol=1e-6, rtol=0)
+    for kind in KINDS:  # every row a distribution over the keys it may read
+        weights = getattr(t.attention, kind)
+        sums = weights.sum(-1)
+        assert torch.allclose(sums, torch.ones_like(sums), atol=1e-5)
+
+
+def _zeroed_by_hand(hm, kind: str, layer: int, head: int):
+    """A copy of the model whose output projection ignores one head: its columns zeroed."""
+    model = copy.deepcopy(hm.model)
+    out, _, width = hf.head_geometry(hf.attention_modules(model, kind)[layer])
+    with torch.no_grad():
+        out.weight[:, head * width : (head + 1) * width] = 0.0
+    return model
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_removing_a_head_equals_zeroing_its_slice_by_hand(hf_loaded, family, kind):
+    hm = hf_loaded[family]
+    src = torch.tensor([hm.tokenizer(SENTENCE).input_ids])
+    dec = torch.tensor([[hm.model.config.decoder_start_token_id, 5, 9, 7]])
+    by_hand = _zeroed_by_hand(hm, kind, 1, 2)
+    with torch.no_grad():
+        expected = by_hand(input_ids=src, decoder_input_ids=dec).logits
+        with ablated(hm.model, [HeadSpec(kind, 1, 2)]):
+            got = hm.model(input_ids=src, decoder_input_ids=dec).logits
+        after = hm.model(input_ids=src, decoder_input_ids=dec).logits
+        plain = copy.deepcopy(hm.model)(input_ids=src, decoder_input_ids=dec).logits
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+    assert not torch.allclose(got, after)  # it did remove something, and put it back
+    torch.testing.assert_close(after, plain, atol=0, rtol=0)
+
+
+def test_heads_are_removed_for_the_removing_thread_only(hf_loaded):
+    """A model shared by sessions: one session removing heads changes nobody else's pass."""
+    hm = hf_loaded["marian"]
+    src = torch.tensor([hm.tokenizer(SENTENCE).input_ids])
+    dec = torch.tensor([[0, 5, 9]])
+    with torch.no_grad():
+        plain = hm.model(input_ids=src, decoder_input_ids=dec).logits
+    seen, inside, leave = {}, threading.Event(), threading.Event()
+
+    def remover():
+        with ablated(hm.model, [HeadSpec("cross", 0, h) for h in range(4)]):
+            inside.set()
+            leave.wait(10)
+
+    thread = threading.Thread(target=remover)
+    thread.start()
+    inside.wait(10)
+    with torch.no_grad():
+        seen["other"] = hm.model(input_ids=src, decoder_input_ids=dec).logits
+    leave.set()
+    thread.join()
+    torch.testing.assert_close(seen["other"], plain, atol=0, rtol=0)
+
+
+def test_a_multilingual_model_starts_with_the_chosen_language(hf_loaded):
+    hm = hf_loaded["m2m_100"]
+    assert hm.meta["language_codes"] == sorted(LANGUAGES)
+    for code in ("__fr__", "__de__"):
+        t = hf.translate(hm, SENTENCE, DecodeSettings(max_len=4, target_lang=code), code)
+        assert t.output_tokens[0] == code
+    with pytest.raises(ValueError, match="not a language code of this model"):
+        hf.translate(hm, SENTENCE, DecodeSettings(max_len=4), "xx_Zzzz")
+
+
+def test_description_reads_headers_only(hf_models, hf_loaded):
+    info = hf.describe(hf_models["marian"])
+    assert (info["source_lang"], info["target_lang"]) == ("en", "fr")
+    assert info["model_config"]["num_heads"] == 4
+    assert info["model_config"]["num_encoder_layers"] == 2
+    stored = sum(p.numel() for p in hf_loaded["t5"].model.parameters())
+    assert hf.describe(hf_models["t5"])["parameters"] == stored
+    assert "en→fr" in hf.size_label(info) and "2+2 layers" in hf.size_label(info)
+
+
+def test_tokens_follow_the_studio_convention():
+    """SentencePiece-style ▁ word starts become ## continuations that join back into the
+    words the tokenizer decodes."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE(unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Metaspace()
+    tk.decoder = decoders.Metaspace()
+    text = ["the tallest boys are walking home", "walking boys talk", "tall homes"] * 5
+    tk.train_from_iterator(text, trainers.BpeTrainer(vocab_size=40, special_tokens=["<unk>"]))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>")
+    hm = hf.HFModel(None, tokenizer, None, {"tokens": hf.tokenizer_kind(tokenizer)})
+    assert hm.meta["tokens"] == "metaspace"
+    ids = tokenizer("the tallest boys walking").input_ids
+    shown = hf.shown_tokens(hm, ids)
+    assert any(t.startswith("##") for t in shown)
+    assert join_pieces(shown) == hf.words_of(hm, ids) == ["the", "tallest", "boys", "walking"]
+
+
+def test_the_page_translation_reads_a_hugging_face_model(hf_loaded):
+    t = translate_sentence(hf_loaded["bart"], SENTENCE, DecodeSettings(max_len=5))
+    assert t.attention.cross.shape[-1] == len(t.src_tokens)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_bad_model_folders_say_why_in_one_line(tmp_path, hf_models):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cases = {}
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases["has no config.json"] = empty
+    gpt = tmp_path / "gpt2"
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=40)).save_pretrained(gpt)
+    word_tokenizer().save_pretrained(gpt)
+    cases["this is a gpt2"] = gpt
+    pickled = tmp_path / "pickled"
+    save_tiny(pickled, "marian")
+    (pickled / "model.safetensors").rename(pickled / "pytorch_model.bin")
+    cases["no safetensors weights"] = pickled
+    alien = tmp_path / "alien"
+    save_tiny(alien, "marian")
+    config = json.loads((alien / "config.json").read_text())
+    (alien / "config.json").write_text(json.dumps(config | {"auto_map": {"x": "y.Z"}}))
+    cases["remote code"] = alien
+    mismatched = tmp_path / "mismatched"
+    save_tiny(mismatched, "marian")
+    big = word_tokenizer(codes=[f"__x{i}__" for i in range(40)])
+    big.save_pretrained(mismatched)
+    cases["does not belong to this model"] = mismatched
+    for needle, folder in cases.items():
+        with pytest.raises(CheckpointError) as err:
+            open_model(str(folder))
+        assert needle in str(err.value) and "\n" not in str(err.value), err.value
+        assert str(tmp_path) not in str(err.value)  # no server path shown
+    with pytest.raises(CheckpointError, match="opens models of at most"):
+        open_model(str(hf_models["marian"]), max_bytes=1000)
+
+
+def test_a_hub_id_offline_is_one_line(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(CheckpointError, match="offline"):
+        open_model("Helsinki-NLP/opus-mt-en-fr", hub=True)
+    with pytest.raises(CheckpointError, match="not found"):
+        open_model("Helsinki-NLP/opus-mt-en-fr")  # not a hub id unless the caller allows it
+
+
+def test_a_studio_command_names_a_model_folder(hf_models):
+    with pytest.raises(CheckpointError, match="Hugging Face model folder"):
+        read_checkpoint(hf_models["t5"])
+
+
+def test_tiny_configs_are_encoder_decoders():
+    for family in FAMILIES:
+        assert tiny_config(family, 50).is_encoder_decoder
