@@ -74,10 +74,15 @@ def rollout(enc_weights: np.ndarray, add_residual: bool = True) -> np.ndarray:
     return out
 
 
+BOUNDARY_TOKENS = (  # the studio's <bos>/<eos>; a Hugging Face model's <s>, </s> and the
+    *("<bos>", "<eos>", "<s>", "</s>", "<pad>"),  # <pad> Marian and T5 start decoding from
+)
+
+
 def hide_special(
     weights: np.ndarray,
     key_tokens: Sequence[str],
-    hide: Sequence[str] = ("<bos>", "<eos>"),
+    hide: Sequence[str] = BOUNDARY_TOKENS,
 ) -> tuple[np.ndarray, list[int]]:
     """Drop key columns whose token is in `hide` and renormalise rows (NaN: nothing left).
 

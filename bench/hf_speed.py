@@ -1,0 +1,138 @@
+"""A Hugging Face encoder-decoder at the size people study, against its own ``generate``.
+
+Builds a random-weight model with opus-mt-en-fr's configuration (MarianMT: d 512, 6+6
+layers, 8 heads, FFN 2048, a 59,514-token vocabulary, ~75 M parameters) and a word-level
+tokenizer of that size, saves it with ``save_pretrained`` into a temporary folder, and
+prints (medians of interleaved repeats):
+
+- load: seconds to open the folder as the studio does (``core.model.hugging_face.load``);
+- translate: one 20-token sentence, 20 output tokens, plain greedy ``generate`` against the
+  studio's translation with every map of all three kinds (``generate`` + one teacher-forced
+  pass with ``output_attentions``), and the ratio;
+- the same with beam 4;
+- remove heads: the translation with all cross-attention heads of one layer removed;
+- memory: the process's peak resident set after loading and translating.
+
+    python bench/hf_speed.py --repeats 5
+
+Random weights never emit </s>, so every output runs to the same 20 tokens in both columns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from core.attention.ablation import HeadSpec, ablated  # noqa: E402
+from core.model import hugging_face as hf  # noqa: E402
+from core.model.decode import DecodeSettings  # noqa: E402
+
+OPUS_EN_FR = {  # Helsinki-NLP/opus-mt-en-fr's config.json, sizes only
+    "vocab_size": 59514,
+    "decoder_vocab_size": 59514,
+    "d_model": 512,
+    "encoder_layers": 6,
+    "decoder_layers": 6,
+    "encoder_attention_heads": 8,
+    "decoder_attention_heads": 8,
+    "encoder_ffn_dim": 2048,
+    "decoder_ffn_dim": 2048,
+    "max_position_embeddings": 512,
+    "pad_token_id": 59513,
+    "eos_token_id": 0,
+    "decoder_start_token_id": 59513,
+    "scale_embedding": True,
+    "share_encoder_decoder_embeddings": True,
+}
+SENTENCE = " ".join(f"w{i}" for i in range(19)) + " ."  # 20 words, 21 tokens with </s>
+
+
+def build(folder: Path) -> None:
+    """Save a random opus-mt-en-fr-sized Marian model and a tokenizer of its vocabulary."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
+
+    words = ["</s>", "<unk>", ".", *(f"w{i}" for i in range(59514 - 4)), "<pad>"]
+    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tk.post_processor = processors.TemplateProcessing(
+        single="$A </s>", special_tokens=[("</s>", 0)]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tk, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
+    torch.manual_seed(0)
+    MarianMTModel(MarianConfig(**OPUS_EN_FR)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "opus-mt-en-fr-random"
+        build(folder)
+        hf.load(folder)  # the first load imports transformers: not what a server pays per model
+        loads = [timed(lambda: hf.load(folder)) for _ in range(args.repeats)]
+        hm = hf.load(folder)
+        params = sum(p.numel() for p in hm.model.parameters())
+        src = hf.encode_source(hm, SENTENCE)
+        rows = {}
+        for beam in (1, 4):
+            settings = DecodeSettings(beam_size=beam, max_len=20)
+            kwargs = hf.generate_kwargs(hm, settings, None)
+
+            def plain(kwargs=kwargs):
+                with torch.no_grad():
+                    hm.model.generate(input_ids=src, **kwargs)
+
+            def studio(settings=settings):
+                hf.translate(hm, SENTENCE, settings)
+
+            plain(), studio()  # warm-up
+            pairs = [(timed(plain), timed(studio)) for _ in range(args.repeats)]
+            rows[beam] = [statistics.median(col) for col in zip(*pairs)]
+        heads = [HeadSpec("cross", 5, h) for h in range(8)]
+        with ablated(hm.model, heads):
+            removed = statistics.median(
+                timed(lambda: hf.translate(hm, SENTENCE, DecodeSettings(max_len=20)))
+                for _ in range(args.repeats)
+            )
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    figures = {
+        "parameters_m": round(params / 1e6, 1),
+        "threads": args.threads,
+        "load_s": round(statistics.median(loads), 2),
+        "greedy_generate_s": round(rows[1][0], 3),
+        "greedy_with_every_map_s": round(rows[1][1], 3),
+        "greedy_ratio": round(rows[1][1] / rows[1][0], 2),
+        "beam4_generate_s": round(rows[4][0], 3),
+        "beam4_with_every_map_s": round(rows[4][1], 3),
+        "beam4_ratio": round(rows[4][1] / rows[4][0], 2),
+        "greedy_8_heads_removed_s": round(removed, 3),
+        "peak_rss_mb": round(peak_mb),
+    }
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
