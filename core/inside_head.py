@@ -24,8 +24,9 @@ from core.attention.logit_lens import TOP_K, logit_lens
 from core.attention.query_key import InsideHeadError, query_key_view
 from core.command_line import CommandError, run_command
 from core.model.checked_translation import translate_sentence
-from core.model.checkpoints import CheckpointError, load_checkpoint
+from core.model.checkpoints import CheckpointError
 from core.model.decode import BEAM_SIZES, DecodeSettings, TranslationError
+from core.model.opened import is_hugging_face, open_model
 
 MAX_TOP = 100  # the most words --top may ask for
 
@@ -33,8 +34,12 @@ MAX_TOP = 100  # the most words --top may ask for
 def parser() -> argparse.ArgumentParser:
     """The command's flags."""
     p = argparse.ArgumentParser(description="Inside one attention head, or the logit lens.")
-    p.add_argument("--checkpoint", required=True)
-    p.add_argument("--sentence", required=True, help="the English sentence to translate")
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a studio checkpoint (.pt); with --logit-lens also a Hugging Face model folder",
+    )
+    p.add_argument("--sentence", required=True, help="the source sentence to translate")
     p.add_argument("--kind", default="cross", help=f"one of {', '.join(KINDS)}")
     p.add_argument("--layer", type=int, default=0, help="layer, counted from 0")
     p.add_argument("--head", type=int, default=0, help="head, counted from 0")
@@ -64,7 +69,12 @@ def run(args) -> list[str]:
     """The lines to print (CommandError when a flag's value cannot be used)."""
     if message := problem(args):
         raise CommandError(message)
-    lm = load_checkpoint(args.checkpoint)
+    lm = open_model(args.checkpoint, hub=True)
+    if is_hugging_face(lm) and not args.logit_lens:
+        raise CommandError(
+            "the q·k view reads the studio's own projections; for a Hugging Face model only "
+            "--logit-lens is built yet"
+        )
     t = translate_sentence(lm, args.sentence, DecodeSettings(beam_size=args.beam))
     if args.logit_lens:
         rows = logit_lens(lm, t, args.top).rows()

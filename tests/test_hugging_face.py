@@ -230,3 +230,36 @@ def test_a_studio_command_names_a_model_folder(hf_models):
 def test_tiny_configs_are_encoder_decoders():
     for family in FAMILIES:
         assert tiny_config(family, 50).is_encoder_decoder
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_last_layers_lens_is_the_models_own_output(hf_loaded, family):
+    """The lens goes through what the model applies after its last layer (final norm of a
+    pre-LN family, T5's rescaling, lm_head, final_logits_bias): the last layer's lens equals
+    the model's own log-probabilities."""
+    from core.attention.logit_lens import logit_lens
+
+    hm = hf_loaded[family]
+    settings = DecodeSettings(max_len=6, target_lang=_target(family))
+    t = hf.translate(hm, SENTENCE, settings, settings.target_lang or None)
+    src = torch.tensor([t.src_ids])
+    dec = torch.tensor([[hm.model.config.decoder_start_token_id, *t.out_ids[:-1]]])
+    outputs, logits = hf.decoder_layer_outputs(hm, src, dec)
+    lens = hf.lens_log_probs(hm, outputs)  # (L, T, V)
+    assert lens.shape[0] == hm.cfg.num_decoder_layers
+    torch.testing.assert_close(lens[-1], logits[0].float().log_softmax(-1), atol=1e-5, rtol=0)
+    shown = logit_lens(hm, t)
+    if family in ("bart", "t5"):  # greedy without logits processors: the top word is chosen
+        assert (shown.chosen_rank[-1] == 0).all()  # (Marian bans <pad>, M2M100 forces __fr__)
+    assert "lm_head" in shown.projected
+    assert ("final norm" in shown.projected) == (family in ("t5", "m2m_100"))
+
+
+def test_the_lens_command_reads_a_model_folder(hf_models, capsys):
+    from core.inside_head import main
+
+    assert main(["--checkpoint", str(hf_models["t5"]), "--sentence", SENTENCE, "--logit-lens"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows and len(rows[0]["layers"]) == 2
+    assert main(["--checkpoint", str(hf_models["t5"]), "--sentence", SENTENCE]) == 2
+    assert "only --logit-lens" in capsys.readouterr().err

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from core.model.opened import is_hugging_face
 
-HF_SECTIONS = ("maps", "playback", "ablation")  # read from a Translation and head removal
+HF_SECTIONS = ("maps", "playback", "ablation", "lens")  # Translation, head removal, the lens
 HF_NOT_YET = {  # the other sections read the studio's own modules or its training files
     "training": "A Hugging Face model was not trained here: it has no snapshots to replay.",
     "compare": "Compare reads two of the studio's own models; for Hugging Face models it is "
@@ -16,8 +16,6 @@ HF_NOT_YET = {  # the other sections read the studio's own modules or its traini
     "vocabularies; for Hugging Face models it is not built yet.",
     "inside": "Inside a head rebuilds q·k from the studio's own projections; for Hugging Face "
     "models (T5: no 1/√d, a relative-position bias) it is not built yet.",
-    "lens": "The logit lens projects through the studio's own output layer; through a Hugging "
-    "Face model's final norm and lm_head it is not built yet.",
 }
 
 

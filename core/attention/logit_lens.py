@@ -14,13 +14,16 @@ Shape key: L decoder layers, T output steps, V target vocabulary, K top words ke
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from core.model import hugging_face as hf
 from core.model.checkpoints import LoadedModel
 from core.model.decode import Translation
+from core.model.opened import is_hugging_face
 from core.model.record import teacher_forced
 from core.model.transformer import Transformer
 
@@ -89,15 +92,31 @@ def lens_log_probs(model: Transformer, outputs: list[torch.Tensor]) -> torch.Ten
     return dec.dense(dec.final_ln(stacked)).float().log_softmax(-1)  # (L, T, V)
 
 
+def _hf_lens(hm, t: Translation) -> tuple[torch.Tensor, Callable, str]:
+    """A Hugging Face model's lens: (L, T, V) log-probs, ids -> tokens, what it projects."""
+    device = next(hm.model.parameters()).device
+    src = torch.tensor([t.src_ids], device=device)  # (1, S)
+    start = hm.model.config.decoder_start_token_id
+    dec = torch.tensor([[start, *t.out_ids[:-1]]], device=device)  # (1, T)
+    outputs, _ = hf.decoder_layer_outputs(hm, src, dec)
+    words = hf.lens_projection(hm.model)
+    return hf.lens_log_probs(hm, outputs), lambda ids: hf.shown_tokens(hm, ids), words
+
+
 def logit_lens(lm: LoadedModel, t: Translation, k: int = TOP_K) -> LogitLens:
-    """The lens of a translation: top ``k`` words and the chosen word's rank, per layer × step."""
-    p = teacher_forced(lm.model, t.src_ids, t.out_ids)
-    logp = lens_log_probs(lm.model, p.decoder_outputs)  # (L, T, V)
+    """The lens of a translation: top ``k`` words and the chosen word's rank, per layer × step
+    (a Hugging Face model's through its own final norm and lm_head)."""
+    if is_hugging_face(lm):
+        logp, decode, projected = _hf_lens(lm, t)
+    else:
+        p = teacher_forced(lm.model, t.src_ids, t.out_ids)
+        logp = lens_log_probs(lm.model, p.decoder_outputs)  # (L, T, V)
+        decode, projected = lm.tgt_vocab.decode, projected_words(lm.model)
     chosen = torch.tensor(t.out_ids, device=logp.device)  # (T,)
     chosen_logp = logp.gather(-1, chosen.expand(logp.size(0), -1)[..., None])  # (L, T, 1)
     rank = (logp > chosen_logp).sum(-1)  # (L, T)
     top_logp, top_ids = logp.topk(min(k, logp.size(-1)), dim=-1)  # (L, T, K)
-    words = [[lm.tgt_vocab.decode(row.tolist()) for row in layer] for layer in top_ids]
+    words = [[decode(row.tolist()) for row in layer] for layer in top_ids]
     return LogitLens(
         list(t.output_tokens),
         list(t.decoder_inputs),
@@ -105,5 +124,5 @@ def logit_lens(lm: LoadedModel, t: Translation, k: int = TOP_K) -> LogitLens:
         top_logp.exp().cpu().numpy().astype(np.float32),
         rank.cpu().numpy(),
         chosen_logp[..., 0].exp().cpu().numpy().astype(np.float32),
-        projected_words(lm.model),
+        projected,
     )

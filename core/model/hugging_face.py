@@ -277,7 +277,9 @@ def load(folder, device: str | torch.device = "cpu", max_bytes: int | None = Non
     model.to(device).eval()
     info["tokens"] = tokenizer_kind(tokenizer)
     info["language_codes"] = language_codes(tokenizer) if _multilingual(model.config) else []
-    return HFModel(model, tokenizer, studio_config(model.config.to_dict()), info)
+    cfg = studio_config(model.config.to_dict())
+    cfg.norm_first = final_norm(model) is not None  # a final norm after the stack: pre-LN
+    return HFModel(model, tokenizer, cfg, info)
 
 
 def check_tokenizer(tokenizer, config) -> None:
@@ -553,3 +555,64 @@ def heads_removed(model: nn.Module, heads: Iterable[tuple[str, int, int]]):
         yield model
     finally:
         _REMOVED.masks = before
+
+
+# ----------------------------------------------------------------------------- logit lens
+
+
+def final_norm(model: nn.Module) -> nn.Module | None:
+    """The decoder's final norm of a pre-LN family (mBART / M2M100 / NLLB ``layer_norm``,
+    T5's ``final_layer_norm``); None for a post-LN one (Marian, BART)."""
+    decoder = model.get_decoder()
+    return getattr(decoder, "layer_norm", None) or getattr(decoder, "final_layer_norm", None)
+
+
+def lens_projection(model: nn.Module) -> str:
+    """What the logit lens projects through, in words."""
+    steps = []
+    if (norm := final_norm(model)) is not None:
+        steps.append(f"the decoder's final norm ({type(norm).__name__})")
+    if getattr(model.config, "scale_decoder_outputs", False):
+        steps.append("the d^-1/2 rescaling of tied embeddings (T5)")
+    steps.append("lm_head")
+    if getattr(model, "final_logits_bias", None) is not None:
+        steps.append("final_logits_bias")
+    return "each decoder layer's output through " + ", then ".join(steps)
+
+
+@torch.no_grad()
+def decoder_layer_outputs(hm: HFModel, src: torch.Tensor, decoder_inputs: torch.Tensor):
+    """(L x (1, T, D) each decoder layer's output, read by forward hooks; logits (1, T, V))."""
+    captured: list[torch.Tensor] = []
+
+    def keep(module, args, output):
+        captured.append(output[0] if isinstance(output, tuple) else output)
+
+    hooks = [layer.register_forward_hook(keep) for layer in _layers(hm.model.get_decoder())]
+    try:
+        out = hm.model(
+            input_ids=src,
+            attention_mask=torch.ones_like(src),
+            decoder_input_ids=decoder_inputs,
+            return_dict=True,
+        )
+    finally:
+        for h in hooks:
+            h.remove()
+    return captured, out.logits
+
+
+@torch.no_grad()
+def lens_log_probs(hm: HFModel, outputs: list[torch.Tensor]) -> torch.Tensor:
+    """L x (1, T, D) decoder layer outputs -> (L, T, V) log-probabilities, through what the
+    model applies after its last layer (``lens_projection``)."""
+    h = torch.cat(outputs)  # (L, T, D)
+    if (norm := final_norm(hm.model)) is not None:
+        h = norm(h)
+    if getattr(hm.model.config, "scale_decoder_outputs", False):
+        h = h * hm.model.config.d_model**-0.5
+    logits = hm.model.get_output_embeddings()(h)  # (L, T, V)
+    bias = getattr(hm.model, "final_logits_bias", None)
+    if bias is not None:
+        logits = logits + bias
+    return logits.float().log_softmax(-1)

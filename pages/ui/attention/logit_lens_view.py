@@ -39,9 +39,8 @@ def logit_lens_section(page: SectionInputs) -> None:
     early = sum(s is not None and s < last for s in settled)
     how = (
         "pre-LN: the final layer norm comes first, as after its last layer"
-        if page.lm.model.cfg.norm_first
-        else "post-LN (d2l's AddNorm): each layer's output is already layer-normed, so "
-        "nothing else is applied"
+        if page.lm.cfg.norm_first
+        else "post-LN: each layer's output is already layer-normed, so no norm is added"
     )
     st.caption(
         md(
