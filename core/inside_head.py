@@ -26,7 +26,7 @@ from core.command_line import CommandError, run_command
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError
 from core.model.decode import BEAM_SIZES, DecodeSettings, TranslationError
-from core.model.opened import is_hugging_face, open_model
+from core.model.opened import open_model
 
 MAX_TOP = 100  # the most words --top may ask for
 
@@ -37,7 +37,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--checkpoint",
         required=True,
-        help="a studio checkpoint (.pt); with --logit-lens also a Hugging Face model folder",
+        help="a studio checkpoint (.pt), a Hugging Face model folder or hub id",
     )
     p.add_argument("--sentence", required=True, help="the source sentence to translate")
     p.add_argument("--kind", default="cross", help=f"one of {', '.join(KINDS)}")
@@ -70,11 +70,6 @@ def run(args) -> list[str]:
     if message := problem(args):
         raise CommandError(message)
     lm = open_model(args.checkpoint, hub=True)
-    if is_hugging_face(lm) and not args.logit_lens:
-        raise CommandError(
-            "the q·k view reads the studio's own projections; for a Hugging Face model only "
-            "--logit-lens is built yet"
-        )
     t = translate_sentence(lm, args.sentence, DecodeSettings(beam_size=args.beam))
     if args.logit_lens:
         rows = logit_lens(lm, t, args.top).rows()

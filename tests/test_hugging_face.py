@@ -255,11 +255,32 @@ def test_the_last_layers_lens_is_the_models_own_output(hf_loaded, family):
     assert ("final norm" in shown.projected) == (family in ("t5", "m2m_100"))
 
 
-def test_the_lens_command_reads_a_model_folder(hf_models, capsys):
+def test_the_inside_head_command_reads_a_model_folder(hf_models, capsys):
     from core.inside_head import main
 
     assert main(["--checkpoint", str(hf_models["t5"]), "--sentence", SENTENCE, "--logit-lens"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert rows and len(rows[0]["layers"]) == 2
-    assert main(["--checkpoint", str(hf_models["t5"]), "--sentence", SENTENCE]) == 2
-    assert "only --logit-lens" in capsys.readouterr().err
+    assert main(["--checkpoint", str(hf_models["t5"]), "--sentence", SENTENCE]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert view["score"] == "q·k (no 1/√d) + position bias" and len(view["bias"]) == 6
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_qk_view_rebuilds_the_models_weights(hf_loaded, family, kind):
+    """q and k by the module's own projections, its own scale (T5: none) and T5's
+    relative-position bias rebuild the weights output_attentions returns, within 1e-6."""
+    from core.attention.query_key import hf_head_scores, query_key_view
+
+    hm = hf_loaded[family]
+    settings = DecodeSettings(max_len=6, target_lang=_target(family))
+    t = hf.translate(hm, SENTENCE, settings, settings.target_lang or None)
+    maps = getattr(t.attention, kind)  # (L, H, Tq, Tk)
+    for layer in range(2):
+        for head in range(4):
+            s = hf_head_scores(hm, t, kind, layer, head)
+            torch.testing.assert_close(s.weights, maps[layer, head], atol=1e-6, rtol=0)
+    v = query_key_view(hm, t, kind, 1, 2, 0)
+    assert (v.bias is not None) == (family == "t5")
+    assert v.score_words == ("q·k (no 1/√d) + position bias" if family == "t5" else "q·k / √8")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from core.model.opened import is_hugging_face
 
-HF_SECTIONS = ("maps", "playback", "ablation", "lens")  # Translation, head removal, the lens
+HF_SECTIONS = ("maps", "playback", "ablation", "lens", "inside")  # what reads them today
 HF_NOT_YET = {  # the other sections read the studio's own modules or its training files
     "training": "A Hugging Face model was not trained here: it has no snapshots to replay.",
     "compare": "Compare reads two of the studio's own models; for Hugging Face models it is "
@@ -14,8 +14,6 @@ HF_NOT_YET = {  # the other sections read the studio's own modules or its traini
     "Face model this way is not built yet.",
     "alignment": "Alignment scoring teacher-forces through the studio's own modules and "
     "vocabularies; for Hugging Face models it is not built yet.",
-    "inside": "Inside a head rebuilds q·k from the studio's own projections; for Hugging Face "
-    "models (T5: no 1/√d, a relative-position bias) it is not built yet.",
 }
 
 

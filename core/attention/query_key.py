@@ -19,8 +19,10 @@ import numpy as np
 import torch
 
 from core.attention.kinds import kind_labels
+from core.model import hugging_face as hf
 from core.model.checkpoints import LoadedModel
 from core.model.decode import Translation
+from core.model.opened import is_hugging_face
 from core.model.record import Record, attention_module, teacher_forced
 from core.model.transformer import Transformer
 
@@ -35,9 +37,11 @@ class HeadScores:
 
     q: torch.Tensor  # (Tq, Dh) queries
     k: torch.Tensor  # (Tk, Dh) keys
-    scores: torch.Tensor  # (Tq, Tk) q·k / sqrt(Dh), before the mask
+    scores: torch.Tensor  # (Tq, Tk) q·k / sqrt(Dh) (+ a position bias), before the mask
     mask: torch.Tensor  # (Tq, Tk) boolean, True = may attend
     weights: torch.Tensor  # (Tq, Tk) softmax over the allowed keys, exactly 0 where masked
+    scale: float = 0.0  # what q·k is multiplied by (0: 1/sqrt(Dh))
+    bias: torch.Tensor | None = None  # (Tq, Tk) a relative-position bias added (T5)
 
 
 @dataclass
@@ -56,11 +60,24 @@ class QueryKey:
     scores: np.ndarray  # (Tk,) q·k_j / sqrt(Dh), before the mask
     mask: np.ndarray  # (Tk,) True where the query may attend to key j
     weights: np.ndarray  # (Tk,) the softmax over the allowed keys, 0 where masked
+    scale: float = 0.0  # what q·k is multiplied by (0: 1/sqrt(Dh), the paper's)
+    bias: np.ndarray | None = None  # (Tk,) a relative-position bias added to q·k (T5)
 
     @property
     def head_width(self) -> int:
         """Dh, the head's width: the scores are divided by its square root."""
         return int(self.q.shape[0])
+
+    @property
+    def score_words(self) -> str:
+        """How a score is made, e.g. 'q·k / √64' or 'q·k + position bias (no 1/√d)'."""
+        plain = not self.scale or abs(self.scale - self.head_width**-0.5) < 1e-9
+        words = (
+            f"q·k / √{self.head_width}"
+            if plain
+            else ("q·k (no 1/√d)" if self.scale == 1.0 else f"q·k × {self.scale:.3g}")
+        )
+        return words + (" + position bias" if self.bias is not None else "")
 
     def to_json(self) -> dict:
         """Plain lists, for ``python -m core.inside_head``."""
@@ -77,6 +94,8 @@ class QueryKey:
             "key_tokens": self.key_tokens,
             "head_width": self.head_width,
             "mask": self.mask.tolist(),
+            "score": self.score_words,
+            "bias": None if self.bias is None else np.round(self.bias, 6).tolist(),
             **rounded,
         }
 
@@ -108,6 +127,31 @@ def head_scores(model: Transformer, p: Record, kind: str, layer: int, head: int)
     return HeadScores(q, k, scores, mask, weights)
 
 
+def _mask(kind: str, tq: int, tk: int) -> torch.Tensor:
+    """(Tq, Tk) what one unpadded sentence may attend to: all keys, or the causal triangle."""
+    allowed = torch.ones(tq, tk, dtype=torch.bool)
+    return allowed.tril() if kind == "decoder_self" else allowed
+
+
+def hf_head_scores(hm, t: Translation, kind: str, layer: int, head: int) -> HeadScores:
+    """A Hugging Face model's head, rebuilt from what its attention module read: its own
+    projections and scale (T5: none) and T5's relative-position bias."""
+    modules = hf.attention_modules(hm.model, kind)
+    if not 0 <= layer < len(modules):
+        raise InsideHeadError(f"Layer {layer}: this model has {len(modules)} layers of {kind}.")
+    _, heads, _ = hf.head_geometry(modules[layer])
+    if not 0 <= head < heads:
+        raise InsideHeadError(f"Head {head}: this model has {heads} heads per layer.")
+    a = hf.attention_inputs(hm, t.src_ids, t.out_ids, kind, layer)
+    q, k = hf.head_vectors(modules[layer], a, head)  # (Tq, Dh), (Tk, Dh)
+    bias = None if a.bias is None else a.bias[0, head].float()  # (Tq, Tk)
+    scores = q @ k.transpose(-2, -1) * a.scale + (0.0 if bias is None else bias)  # (Tq, Tk)
+    mask = _mask(kind, q.size(0), k.size(0))
+    filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = filled.softmax(dim=-1).masked_fill(~mask, 0.0)  # (Tq, Tk)
+    return HeadScores(q, k, scores, mask, weights, a.scale, bias)
+
+
 def query_key_view(
     lm: LoadedModel, t: Translation, kind: str, layer: int, head: int, query: int
 ) -> QueryKey:
@@ -120,7 +164,11 @@ def query_key_view(
             f"(0..{len(queries) - 1})."
         )
     try:
-        s = head_scores(lm.model, teacher_forced(lm.model, t.src_ids, t.out_ids), kind, layer, head)
+        if is_hugging_face(lm):
+            s = hf_head_scores(lm, t, kind, layer, head)
+        else:
+            p = teacher_forced(lm.model, t.src_ids, t.out_ids)
+            s = head_scores(lm.model, p, kind, layer, head)
     except InsideHeadError:
         raise
     except ValueError as e:  # a layer outside the model
@@ -138,4 +186,6 @@ def query_key_view(
         *vectors[:4],
         s.mask[query].cpu().numpy(),
         vectors[4],
+        s.scale,
+        None if s.bias is None else s.bias[query].cpu().numpy().astype(np.float32),
     )

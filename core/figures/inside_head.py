@@ -105,7 +105,7 @@ def scores_figure(v: QueryKey) -> go.Figure:
         shared_yaxes=True,
         horizontal_spacing=0.04,
         column_widths=[0.42, 0.16, 0.42],
-        subplot_titles=(f"q·k / √{v.head_width}", "mask", "softmax"),
+        subplot_titles=(v.score_words, "mask", "softmax"),
     )
     colors = np.where(v.mask, "#4292c6", MASKED_COLOR).tolist()
     fig.add_trace(

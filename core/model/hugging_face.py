@@ -616,3 +616,75 @@ def lens_log_probs(hm: HFModel, outputs: list[torch.Tensor]) -> torch.Tensor:
     if bias is not None:
         logits = logits + bias
     return logits.float().log_softmax(-1)
+
+
+# ----------------------------------------------------------------------------- q·k
+
+
+@dataclass
+class AttentionInputs:
+    """What one attention module read in a teacher-forced pass, and how it scores."""
+
+    queries: torch.Tensor  # (1, Tq, D) its input
+    keys: torch.Tensor  # (1, Tk, D) the same for self-attention, the encoder's output for cross
+    scale: float  # what q·k is multiplied by: 1/sqrt(Dh), or 1 (T5)
+    bias: torch.Tensor | None  # (1, H, Tq, Tk) T5's relative-position bias (None elsewhere)
+    weights: torch.Tensor  # (1, H, Tq, Tk) the weights the model returned
+
+
+def forced_inputs(hm: HFModel, src_ids, out_ids) -> tuple[torch.Tensor, torch.Tensor]:
+    """((1, S) source, (1, T) decoder inputs: the start token + out_ids[:-1])."""
+    device = _device(hm)
+    start = hm.model.config.decoder_start_token_id
+    return (
+        torch.tensor([list(src_ids)], device=device),
+        torch.tensor([[start, *list(out_ids)[:-1]]], device=device),
+    )
+
+
+@torch.no_grad()
+def attention_inputs(hm: HFModel, src_ids, out_ids, kind: str, layer: int) -> AttentionInputs:
+    """Teacher-force ``out_ids`` and keep what one attention module read (hooks)."""
+    module = attention_modules(hm.model, kind)[layer]
+    seen: dict = {}
+
+    def before(mod, args, kwargs):
+        x = args[0] if args else kwargs["hidden_states"]
+        seen["q"], seen["k"] = x, kwargs.get("key_value_states")
+
+    def after(mod, args, kwargs, output):
+        if getattr(mod, "has_relative_attention_bias", None) is not None:  # T5: its bias
+            seen["bias"] = output[1]
+
+    hooks = [
+        module.register_forward_pre_hook(before, with_kwargs=True),
+        module.register_forward_hook(after, with_kwargs=True),
+    ]
+    src, dec = forced_inputs(hm, src_ids, out_ids)
+    try:
+        out = hm.model(
+            input_ids=src, decoder_input_ids=dec, output_attentions=True, return_dict=True
+        )
+    finally:
+        for h in hooks:
+            h.remove()
+    maps = {
+        "encoder": out.encoder_attentions,
+        "decoder_self": out.decoder_attentions,
+        "cross": out.cross_attentions,
+    }[kind]
+    keys = seen["k"] if seen["k"] is not None else seen["q"]
+    scale = float(getattr(module, "scaling", head_geometry(module)[2] ** -0.5))
+    return AttentionInputs(seen["q"], keys, scale, seen.get("bias"), maps[layer])
+
+
+def head_vectors(module: nn.Module, inputs: AttentionInputs, head: int):
+    """One head's (Tq, Dh) queries and (Tk, Dh) keys, by the module's own projections."""
+    _, _, width = head_geometry(module)
+    q_proj = getattr(module, "q_proj", None) or module.q
+    k_proj = getattr(module, "k_proj", None) or module.k
+    cut = slice(head * width, (head + 1) * width)
+    with torch.no_grad():
+        q = q_proj(inputs.queries)[0, :, cut]  # (Tq, Dh)
+        k = k_proj(inputs.keys)[0, :, cut]  # (Tk, Dh)
+    return q.float(), k.float()

@@ -38,7 +38,7 @@ def inside_head_section(page: SectionInputs) -> None:
         md(
             f"q = x W_q and k_j = x_j W_k of head {head}, recomputed from the model's own "
             "layers on one teacher-forced pass over this translation (its own output fed "
-            f"back), over the model's own tokens. score_j = q·k_j / √{v.head_width}; the "
+            f"back), over the model's own tokens. score_j = {v.score_words}; the "
             "softmax runs over the keys the mask allows: the weights are row "
             f"{query} of this head's map in the Maps section (pieces unmerged)."
         )
