@@ -28,8 +28,9 @@ from core.attribution.methods import MEAN, METHODS, AttributionError
 from core.command_line import CommandError, run_command
 from core.corpus.source import DataError
 from core.model.checked_translation import translate_sentence
-from core.model.checkpoints import CheckpointError, load_checkpoint
+from core.model.checkpoints import CheckpointError
 from core.model.decode import BEAM_SIZES, DecodeSettings, TranslationError
+from core.model.opened import is_hugging_face, open_model
 
 
 def parser() -> argparse.ArgumentParser:
@@ -82,7 +83,9 @@ def run(args) -> list[str]:
     """The lines to print (CommandError when a flag's value cannot be used)."""
     if message := problem(args):
         raise CommandError(message)
-    lm = load_checkpoint(args.checkpoint)
+    lm = open_model(args.checkpoint, hub=True)
+    if args.faithfulness and is_hugging_face(lm):
+        raise CommandError("--faithfulness reads the studio's own checkpoints only (not built yet)")
     if args.faithfulness:
         methods = tuple(args.method or DEFAULT_METHODS)
         result = faithfulness_for(

@@ -62,6 +62,13 @@ def test_every_attention_section_shows_the_model_or_says_why_not(hf_dirs, sectio
     assert_clean(at)
     if section in HF_NOT_YET:
         assert plain(at.info[-1].value) == HF_NOT_YET[section]
+    elif section == "attribution":  # the default method (ALTI+) says why not; then rollout
+        infos = " ".join(plain(i.value) for i in at.info)
+        assert "ALTI+ decomposes each sub-layer" in infos and "Faithfulness ranks" in infos
+        at.selectbox(key="atr_method").set_value("rollout").run()
+        assert_clean(at)
+        assert "ALTI+" not in " ".join(i.value for i in at.info)
+        assert len(at.get("plotly_chart")) >= 2  # cross-attention beside the contributions
     elif section == "inside":  # Marian scales by 1/√d like the paper
         assert "score_j = q·k / √8" in texts(at) and at.get("plotly_chart")
     elif section == "lens":

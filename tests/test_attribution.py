@@ -10,7 +10,7 @@ import torch
 
 from core.attribution import value_zeroing
 from core.attribution.explain import explain, in_words
-from core.attribution.gradients import IG_STEPS, integrated_gradients
+from core.attribution.gradients import IG_STEPS, integrated_gradients, studio_task
 from core.attribution.methods import METHODS, AttributionError, attribute
 from core.attribution.terms import sublayer_terms
 from core.corpus.bpe import join_pieces, word_spans
@@ -187,7 +187,7 @@ def test_value_zeroing_a_token_whose_values_are_already_zero_changes_nothing():
 def test_integrated_gradients_is_complete_within_five_percent(tiny_model):
     t = translate_sentence(tiny_model, "i'm home .")
     p = teacher_forced(tiny_model.model, t.src_ids, t.out_ids)
-    g = integrated_gradients(tiny_model.model, p, IG_STEPS)
+    g = integrated_gradients(studio_task(tiny_model.model, p), IG_STEPS)
     assert g.completeness is not None and g.completeness < 0.05
     a = attribute(tiny_model.model, t.src_ids, t.out_ids, "integrated-gradients")
     assert a.completeness < 0.05

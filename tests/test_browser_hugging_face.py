@@ -38,10 +38,8 @@ def test_a_hugging_face_model_in_a_real_browser(hf_server, chromium, width):
         page.goto(f"{hf_server}/attention?" + urlencode(query))
         wait_for_heatmaps(page, "Cross attention", 1 + 2 * 4)  # large map + 2 layers × 4 heads
         assert_no_browser_exception(page)
-        page.get_by_text("Attribution", exact=True).click()
-        page.get_by_text("Attribution differentiates the studio's own modules").wait_for(
-            timeout=60_000
-        )
+        page.get_by_text("Compare", exact=True).click()
+        page.get_by_text("Compare reads two of the studio's own models").wait_for(timeout=60_000)
         assert_no_browser_exception(page)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"hugging_face_{width}.png"), full_page=True)

@@ -7,6 +7,7 @@ import copy
 import json
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -284,3 +285,79 @@ def test_the_qk_view_rebuilds_the_models_weights(hf_loaded, family, kind):
     v = query_key_view(hm, t, kind, 1, 2, 0)
     assert (v.bias is not None) == (family == "t5")
     assert v.score_words == ("q·k (no 1/√d) + position bias" if family == "t5" else "q·k / √8")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_embeddings_path_is_the_models_own(hf_loaded, family):
+    """What the gradient methods differentiate (inputs_embeds, Marian's √D included) gives
+    the same log-probabilities as the model fed ids."""
+    hm = hf_loaded[family]
+    src, dec = hf.forced_inputs(hm, hm.tokenizer(SENTENCE).input_ids, [5, 9, 7, 1])
+    with torch.no_grad():
+        by_ids = hm.model(input_ids=src, decoder_input_ids=dec).logits.float().log_softmax(-1)
+        by_embeddings = hf.log_probs_from_embeddings(hm, *hf.embeddings(hm, src, dec))
+    torch.testing.assert_close(by_embeddings, by_ids, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("method", ["attention", "rollout", "grad-input", "integrated-gradients"])
+def test_attribution_rows_are_distributions(hf_loaded, family, method):
+    from core.attribution.hugging_face import attribute
+    from core.attribution.methods import AttributionError
+
+    hm = hf_loaded[family]
+    settings = DecodeSettings(max_len=5, target_lang=_target(family))
+    t = hf.translate(hm, SENTENCE, settings, settings.target_lang or None)
+    if family == "t5" and method == "integrated-gradients":  # degenerate: refused, one line
+        with pytest.raises(AttributionError, match="does not converge for T5"):
+            attribute(hm, t.src_ids, t.out_ids, method)
+        return
+    a = attribute(hm, t.src_ids, t.out_ids, method)
+    assert a.contributions.shape == (len(t.out_ids), len(t.src_ids) + len(t.out_ids))
+    assert (a.contributions >= 0).all()
+    assert abs(a.contributions.sum(1) - 1).max() < 1e-5
+    T, S = len(t.out_ids), len(t.src_ids)
+    prefix = a.contributions[:, S:]
+    assert (prefix[np.triu_indices(T, 1)] == 0).all()  # no output token reads a later one
+    if method == "integrated-gradients":
+        assert a.completeness < 0.05  # completeness within 5 %
+
+
+def test_gradient_x_input_equals_captums_on_the_same_embeddings(hf_loaded):
+    from captum.attr import InputXGradient
+
+    from core.attribution.hugging_face import attribute, task
+
+    hm = hf_loaded["marian"]
+    t = hf.translate(hm, SENTENCE, DecodeSettings(max_len=4))
+    job = task(hm, t.src_ids, t.out_ids)
+    T = len(t.out_ids)
+    inputs = tuple(x.detach().expand(T, -1, -1).clone().requires_grad_() for x in job.embeddings)
+    parts = InputXGradient(job.log_probs).attribute(inputs, target=list(range(T)))
+    expected = torch.cat([p.sum(-1) for p in parts], dim=1)  # (T, S + T)
+    S = len(t.src_ids)
+    expected[:, S:] = expected[:, S:] * torch.ones(T, T).tril()
+    got = attribute(hm, t.src_ids, t.out_ids, "grad-input").raw
+    np.testing.assert_allclose(got, expected.detach().numpy(), atol=1e-6)
+
+
+def test_the_other_methods_say_why_not_in_one_line(hf_loaded):
+    from core.attribution.hugging_face import attribute
+    from core.attribution.methods import AttributionError
+
+    t = hf.translate(hf_loaded["t5"], SENTENCE, DecodeSettings(max_len=3))
+    for method in ("norm", "alti", "value-zeroing"):
+        with pytest.raises(AttributionError, match="not built yet") as err:
+            attribute(hf_loaded["t5"], t.src_ids, t.out_ids, method)
+        assert "\n" not in str(err.value)
+
+
+def test_the_attribute_command_reads_a_model_folder(hf_models, capsys):
+    from core.attribute import main
+
+    folder = str(hf_models["bart"])
+    assert main(["--checkpoint", folder, "--method", "rollout", SENTENCE]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["method"] == "rollout" and out["source"][-1] == "</s>"
+    assert main(["--checkpoint", folder, "--method", "alti", SENTENCE]) == 2
+    assert "not built yet" in capsys.readouterr().err

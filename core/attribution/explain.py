@@ -16,10 +16,12 @@ import numpy as np
 import pandas as pd
 
 from core.attention.word_maps import merge_weights
+from core.attribution import hugging_face as hf_attribution
 from core.attribution.methods import MEAN, Attribution, AttributionError, attribute
 from core.corpus.bpe import PREFIX, join_pieces
 from core.model.checkpoints import LoadedModel
 from core.model.decode import Translation
+from core.model.opened import is_hugging_face
 
 SHARE_FLAG = 0.5  # an output token taking less than this from the source is flagged
 
@@ -82,7 +84,10 @@ def explain(
     """Run ``method`` on a translation (its own ids: what the decoder produced)."""
     if not t.out_ids or not t.src_ids:
         raise AttributionError("nothing to explain: the translation is empty")
-    a = attribute(lm.model, t.src_ids, t.out_ids, method, layer, head)
+    if is_hugging_face(lm):
+        a = hf_attribution.attribute(lm, t.src_ids, t.out_ids, method, layer, head)
+    else:
+        a = attribute(lm.model, t.src_ids, t.out_ids, method, layer, head)
     return Explained(a, list(t.src_tokens), list(t.decoder_inputs), list(t.output_tokens))
 
 

@@ -15,6 +15,7 @@ Shape key: S source tokens, T output tokens, D model width, V vocabulary.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -34,23 +35,38 @@ class Gradients:
     completeness: float | None = None  # integrated gradients: sum |delta_t| / sum |change_t|
 
 
-def _forward(model, p: Record):
-    """The function captum explains: embeddings (B, S, D), (B, T, D) -> (B, T) log p(y_t)."""
+@dataclass
+class GradientTask:
+    """What the gradient methods explain: log p(y_t) of every output token as a function of
+    the token embeddings, at one sentence's embeddings."""
+
+    embeddings: tuple[torch.Tensor, torch.Tensor]  # (1, S, D) source, (1, T, D) prefix
+    log_probs: Callable  # (B, S, D), (B, T, D) -> (B, T) log p(y_t) of the output tokens
+    logp: torch.Tensor  # (T,) the sentence's own log p(y_t)
+
+    @property
+    def output_length(self) -> int:
+        """T, the number of output tokens explained."""
+        return self.embeddings[1].size(1)
+
+
+def studio_task(model, p: Record) -> GradientTask:
+    """The task of the studio's own model on a recorded pass."""
 
     def log_probs(src_emb: torch.Tensor, tgt_emb: torch.Tensor) -> torch.Tensor:
         logp = forward_from_embeddings(model, src_emb, tgt_emb, p.src_mask, p.tgt_mask)
         index = p.out_ids.expand(logp.size(0), -1)[..., None]  # (B, T, 1)
         return logp.gather(-1, index)[..., 0]  # (B, T)
 
-    return log_probs
-
-
-def _inputs(model, p: Record) -> tuple[torch.Tensor, torch.Tensor]:
-    """The sentence's embeddings, one copy per output token: (T, S, D), (T, T, D)."""
-    T = p.output_length
     with torch.no_grad():
-        src = embed_source(model, p.src).expand(T, -1, -1).clone()  # (T, S, D)
-        tgt = embed_target(model, p.tgt_in).expand(T, -1, -1).clone()  # (T, T, D)
+        pair = embed_source(model, p.src), embed_target(model, p.tgt_in)  # (1, S, D), (1, T, D)
+    return GradientTask(pair, log_probs, p.logp)
+
+
+def _inputs(task: GradientTask) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sentence's embeddings, one copy per output token: (T, S, D), (T, T, D)."""
+    T = task.output_length
+    src, tgt = (x.detach().expand(T, -1, -1).clone() for x in task.embeddings)
     return src.requires_grad_(), tgt.requires_grad_()
 
 
@@ -59,20 +75,20 @@ def _scores(parts) -> torch.Tensor:
     return torch.cat([a.sum(-1) for a in parts], dim=1).detach().float()
 
 
-def grad_input(model, p: Record) -> Gradients:
+def grad_input(task: GradientTask) -> Gradients:
     """Gradient x input of every output token's log-probability."""
-    explainer = InputXGradient(_forward(model, p))
+    explainer = InputXGradient(task.log_probs)
     with torch.enable_grad():
-        parts = explainer.attribute(_inputs(model, p), target=list(range(p.output_length)))
+        parts = explainer.attribute(_inputs(task), target=list(range(task.output_length)))
     return Gradients(_scores(parts))
 
 
-def integrated_gradients(model, p: Record, steps: int = IG_STEPS) -> Gradients:
+def integrated_gradients(task: GradientTask, steps: int = IG_STEPS) -> Gradients:
     """Integrated gradients from zero embeddings, with the completeness error."""
-    log_probs = _forward(model, p)
+    log_probs = task.log_probs
     explainer = IntegratedGradients(log_probs)
-    inputs = _inputs(model, p)
-    T = p.output_length
+    inputs = _inputs(task)
+    T = task.output_length
     with torch.enable_grad():
         parts, delta = explainer.attribute(
             inputs,
@@ -84,6 +100,6 @@ def integrated_gradients(model, p: Record, steps: int = IG_STEPS) -> Gradients:
         )
     with torch.no_grad():
         zero = log_probs(*(torch.zeros_like(x[:1]) for x in inputs))[0]  # (T,)
-        change = (p.logp - zero).abs().sum()
+        change = (task.logp - zero).abs().sum()
     error = float(delta.abs().sum() / change.clamp(min=1e-12))
     return Gradients(_scores(parts), error)

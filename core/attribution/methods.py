@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from core.attribution.compose import DecoderStep, compose, normalised
-from core.attribution.gradients import grad_input, integrated_gradients
+from core.attribution.gradients import grad_input, integrated_gradients, studio_task
 from core.attribution.mixing import MIXING_METHODS, cross_mixing, self_mixing
 from core.attribution.terms import sublayer_terms
 from core.attribution.value_zeroing import value_zeroing_steps
@@ -118,7 +118,8 @@ def attention_contributions(model, p: Record, layer: int, head: str) -> torch.Te
 
 def gradient_attribution(model, p: Record, method: str):
     """(normalised (T, S + T), signed (T, S + T), completeness) of a gradient method."""
-    g = grad_input(model, p) if method == "grad-input" else integrated_gradients(model, p)
+    task = studio_task(model, p)
+    g = grad_input(task) if method == "grad-input" else integrated_gradients(task)
     causal = torch.cat([torch.ones(p.output_length, p.source_length), p.tgt_mask[0, 0].float()], 1)
     signed = g.scores * causal  # (T, S + T): later prefix tokens are 0 exactly
     return normalised(signed.abs()), signed, g.completeness

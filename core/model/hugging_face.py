@@ -688,3 +688,30 @@ def head_vectors(module: nn.Module, inputs: AttentionInputs, head: int):
         q = q_proj(inputs.queries)[0, :, cut]  # (Tq, Dh)
         k = k_proj(inputs.keys)[0, :, cut]  # (Tk, Dh)
     return q.float(), k.float()
+
+
+# ----------------------------------------------------------------------------- gradients
+
+
+def _embedded(stack: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """(B, N) ids -> (B, N, D): what the stack reads as ``inputs_embeds``: its token
+    embedding, with Marian's √D scale (BART and M2M100 scale inside the embedding module)."""
+    return stack.embed_tokens(ids) * getattr(stack, "embed_scale", 1.0)
+
+
+@torch.no_grad()
+def embeddings(hm: HFModel, src: torch.Tensor, dec: torch.Tensor):
+    """((B, S, D), (B, T, D)) the token embeddings the encoder and decoder read."""
+    return _embedded(hm.model.get_encoder(), src), _embedded(hm.model.get_decoder(), dec)
+
+
+def log_probs_from_embeddings(hm: HFModel, src_emb: torch.Tensor, dec_emb: torch.Tensor):
+    """(B, S, D), (B, T, D) token embeddings -> (B, T, V) log-probabilities, as the model
+    computes them from ids (tested): what the gradient methods differentiate."""
+    out = hm.model(
+        inputs_embeds=src_emb,
+        attention_mask=torch.ones(src_emb.shape[:2], dtype=torch.long, device=src_emb.device),
+        decoder_inputs_embeds=dec_emb,
+        return_dict=True,
+    )
+    return out.logits.float().log_softmax(-1)

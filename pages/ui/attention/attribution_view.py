@@ -10,6 +10,7 @@ from core.attention.sentence_maps import SentenceMaps
 from core.attention.view_state import ViewState
 from core.attribution.explain import SHARE_FLAG, Explained, in_words
 from core.attribution.gradients import IG_STEPS
+from core.attribution.hugging_face import method_problem
 from core.attribution.methods import MEAN, METHOD_NAMES, METHODS, AttributionError
 from core.figures import attention as figs
 from core.figures import attribution as attr_figs
@@ -111,6 +112,9 @@ def explained_or_error(
     key = (entry.path, entry.mtime, state.sentence, state.settings())
     where = (layer, head) if method == "attention" else (None, MEAN)
     slow = " (about 2 s for a 15-token sentence)" if method == "integrated-gradients" else ""
+    if page.lm.family != "studio" and (problem := method_problem(page.lm, method)):
+        st.info(md(problem))
+        return None
     try:
         with st.spinner(f"Computing {METHOD_NAMES[method]}{slow}…"):
             pieces = explanation(page.lm, page.translation, key, method, *where)

@@ -52,6 +52,13 @@ HOW = (
 def faithfulness_panel(entry: ModelEntry, lm: LoadedModel, state: ViewState) -> None:
     """The methods ranked against occlusion: from the disk cache, or measured on request."""
     st.subheader("Faithfulness: which method agrees with occlusion?")
+    if lm.family != "studio":
+        st.info(
+            "Faithfulness ranks the methods against occlusion on the model's validation "
+            "sentences, with the studio's own batched passes; for Hugging Face models it is "
+            "not built yet."
+        )
+        return
     st.caption(HOW)
     row = st.container(horizontal=True, vertical_alignment="bottom", gap="large")
     n = int(
