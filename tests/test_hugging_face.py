@@ -361,3 +361,20 @@ def test_the_attribute_command_reads_a_model_folder(hf_models, capsys):
     assert out["method"] == "rollout" and out["source"][-1] == "</s>"
     assert main(["--checkpoint", folder, "--method", "alti", SENTENCE]) == 2
     assert "not built yet" in capsys.readouterr().err
+
+
+def test_feeding_the_models_own_output_gives_its_own_maps(hf_loaded):
+    """Playback's reference: the model's own translation, fed back through the tokenizer's
+    target side, gives the maps of the translation itself."""
+    from core.attention.maps import teacher_forced_maps
+
+    hm = hf_loaded["marian"]
+    t = hf.translate(hm, SENTENCE, DecodeSettings(max_len=6))
+    assert t.out_ids[-1] == hm.model.config.eos_token_id
+    forced = teacher_forced_maps(hm, SENTENCE, t.text)
+    assert forced.output_tokens == t.output_tokens and forced.decoder_inputs == t.decoder_inputs
+    for kind in KINDS:
+        np.testing.assert_allclose(getattr(forced, kind), getattr(t.attention, kind), atol=1e-6)
+    with pytest.raises(ValueError, match="reference is empty"):
+        teacher_forced_maps(hm, SENTENCE, "  ")
+    assert hf.unknown_target_words(hm, "je suis zzz") == ["zzz"]

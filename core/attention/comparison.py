@@ -25,9 +25,11 @@ from core.attention.maps import (
     weights_frame,
 )
 from core.corpus.text import tokenize
+from core.model import hugging_face as hf
 from core.model.checked_translation import probability_text
 from core.model.checkpoints import LoadedModel
 from core.model.decode import Translation
+from core.model.opened import is_hugging_face
 
 DIFF_WORDS = "B − A"  # what a difference map shows
 SAME_WITHIN = 1e-6  # two maps whose cells all differ by less than this are the same
@@ -249,6 +251,8 @@ def cut_differently(a: LoadedModel, b: LoadedModel) -> bool:
 
 def unknown_words(lm: LoadedModel, text: str) -> list[str]:
     """Words of ``text`` the model's French vocabulary lacks (teacher forcing feeds <unk>)."""
+    if is_hugging_face(lm):
+        return hf.unknown_target_words(lm, text)
     return lm.tgt_vocab.unknown(tokenize(text))
 
 

@@ -19,8 +19,10 @@ from core.attention.kinds import check_tokens, kind_labels
 from core.attention.sentence_maps import SentenceMaps
 from core.corpus.text import tokenize
 from core.corpus.vocab import Vocab
+from core.model import hugging_face as hf
 from core.model.checkpoints import LoadedModel
 from core.model.decode import TranslationError, prepare_source, teacher_forced
+from core.model.opened import is_hugging_face
 
 HEAD_AGGREGATES = ("mean", "max", "rollout")  # besides a head number; rollout: encoder only
 HIDDEN_NOTE = "<bos>/<eos> columns hidden, rows renormalised"
@@ -300,8 +302,15 @@ def playback_step(maps: SentenceMaps, topk: Sequence, step: int, layer: int) -> 
     )
 
 
-def teacher_forced_maps(lm: LoadedModel, sentence: str, reference: str) -> SentenceMaps:
-    """Maps of one teacher-forced pass that feeds the reference instead of the model's output."""
+def teacher_forced_maps(
+    lm: LoadedModel, sentence: str, reference: str, target_lang: str | None = None
+) -> SentenceMaps:
+    """Maps of one teacher-forced pass that feeds the reference instead of the model's output
+    (a Hugging Face model's reference read by its own tokenizer)."""
+    if is_hugging_face(lm):
+        src_tokens, outputs, inputs, m = hf.forced_maps(lm, sentence, reference, target_lang)
+        arrays = (x.numpy() for x in (m.encoder, m.decoder_self, m.cross))
+        return SentenceMaps(*arrays, src_tokens, outputs, inputs)
     ref = tokenize(reference or "")
     if not ref:
         raise TranslationError("The reference is empty: type the French translation to force.")

@@ -715,3 +715,39 @@ def log_probs_from_embeddings(hm: HFModel, src_emb: torch.Tensor, dec_emb: torch
         return_dict=True,
     )
     return out.logits.float().log_softmax(-1)
+
+
+# ----------------------------------------------------------------------------- forcing
+
+
+def target_ids(hm: HFModel, text: str, target_lang: str | None = None) -> list[int]:
+    """A target sentence as the decoder's output ids (with </s>; a multilingual model's
+    language code first), cut to the model's positions."""
+    ids = hm.tokenizer(text_target=text)["input_ids"]
+    if (bos := forced_bos(hm, target_lang)) is not None:
+        ids = [bos, *ids]
+    return ids[: hm.cfg.max_positions - 1]
+
+
+def forced_maps(hm: HFModel, sentence: str, reference: str, target_lang: str | None = None):
+    """Teacher-force ``reference`` after ``sentence``: (source tokens, output tokens,
+    decoder-input tokens, AttentionMaps with (L, H, Tq, Tk) per kind)."""
+    if not (reference or "").strip():
+        raise TranslationError("The reference is empty: type the translation to force.")
+    src = encode_source(hm, sentence)  # (1, S)
+    out_ids = target_ids(hm, reference, target_lang)
+    _, dec = forced_inputs(hm, src[0].tolist(), out_ids)  # (1, T)
+    _, maps = forced_pass(hm, src, dec)
+    squeezed = AttentionMaps(
+        *(m[:, 0].float().cpu() for m in (maps.encoder, maps.decoder_self, maps.cross))
+    )
+    tokens = shown_tokens(hm, out_ids)
+    return shown_tokens(hm, src[0].tolist()), tokens, shown_tokens(hm, dec[0].tolist()), squeezed
+
+
+def unknown_target_words(hm: HFModel, text: str) -> list[str]:
+    """Words of ``text`` that the tokenizer reads (partly) as its unknown token."""
+    unk = hm.tokenizer.unk_token_id
+    if unk is None:
+        return []
+    return [w for w in text.split() if unk in hm.tokenizer(text_target=w)["input_ids"]]

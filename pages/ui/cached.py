@@ -78,10 +78,17 @@ def sentence_maps(_t: Translation, key: tuple, words: bool = False) -> maps.Sent
 
 @shared()
 def teacher_forced(
-    _lm: LoadedModel, key: tuple, sentence: str, reference: str, words: bool = False
+    _lm: LoadedModel,
+    key: tuple,
+    sentence: str,
+    reference: str,
+    words: bool = False,
+    target_lang: str = "",
 ):
-    """Teacher-forced maps of a reference, cached per model, sentence and reference."""
-    return word_maps.shown_maps(maps.teacher_forced_maps(_lm, sentence, reference), words)
+    """Teacher-forced maps of a reference, cached per model, sentence, reference and (for a
+    multilingual model) target language."""
+    forced = maps.teacher_forced_maps(_lm, sentence, reference, target_lang or None)
+    return word_maps.shown_maps(forced, words)
 
 
 @shared(spinner="Reading training snapshots…")

@@ -16,7 +16,7 @@ from core.figures import attention as figs
 from core.figures import comparison as cmp_figs
 from core.model.checkpoints import CheckpointError, LoadedModel
 from core.model.decode import Translation, TranslationError
-from core.runs.catalogue import ModelEntry, find_entry
+from core.runs.catalogue import HF_ORIGIN, ModelEntry, find_entry
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.cached import sentence_maps, teacher_forced, translate
 from pages.ui.charts import chart
@@ -55,8 +55,11 @@ def _keep_mode_field(state: ViewState, mode: str) -> None:
 
 
 def pick_other(entry: ModelEntry, state: ViewState) -> ModelEntry | None:
-    """The compared model B (widget ``cmp_other``): another of the catalogue's models."""
-    usable = [e for e in model_entries() if e.usable and e.key != entry.key]
+    """The compared model B (widget ``cmp_other``): another of the studio's own models (a
+    Hugging Face model is not offered: comparing across families is not built yet)."""
+    usable = [
+        e for e in model_entries() if e.usable and e.key != entry.key and e.origin != HF_ORIGIN
+    ]
     if not usable:
         st.info(
             "There is no other model to compare with: train one on the Train page (its "

@@ -104,15 +104,13 @@ def forced_vs_free(page: SectionInputs) -> None:
     """Free-running maps beside a teacher-forced pass over a reference translation."""
     maps, state, lm = page.pieces, page.state, page.lm
     st.subheader("Teacher-forced vs free-running")
-    if lm.family != "studio":
-        st.info("Feeding a reference to a Hugging Face model is not built yet.")
-        return
     reference = reference_input(state)
     if not reference.strip():
         st.caption("Type a reference to see the decoder's maps when it is fed the reference.")
         return
     try:
-        forced = teacher_forced(lm, (page.entry.path, page.entry.mtime), state.sentence, reference)
+        where = (page.entry.path, page.entry.mtime)
+        forced = teacher_forced(lm, where, state.sentence, reference, False, state.target_lang)
     except TranslationError as e:
         st.error(md(e))
         return
