@@ -253,10 +253,11 @@ def hf_models(tmp_path_factory) -> dict:
     """{family: folder} of tiny random Hugging Face encoder-decoders (tests/hf_tiny.py),
     built offline once per session."""
     os.environ["HF_HUB_OFFLINE"] = "1"
-    from tests.hf_tiny import FAMILIES, save_tiny
+    from tests.hf_tiny import FAMILIES, save_marian_spm, save_tiny
 
     root = tmp_path_factory.mktemp("hf")
-    return {family: save_tiny(root / family, family) for family in FAMILIES}
+    folders = {family: save_tiny(root / family, family) for family in FAMILIES}
+    return folders | {"marian-spm": save_marian_spm(root / "marian-spm")}
 
 
 @pytest.fixture(scope="session")

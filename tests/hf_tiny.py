@@ -93,3 +93,52 @@ def save_tiny(folder, family: str = "marian", seed: int = 0) -> Path:
         config = json.loads(path.read_text()) | {"source_lang": "en", "target_lang": "fr"}
         path.write_text(json.dumps(config))
     return folder
+
+
+def save_marian_spm(folder, seed: int = 0) -> Path:
+    """A tiny random Marian model with opus-mt's own tokenizer layout: a SentencePiece
+    model trained here on a few test sentences (source.spm = target.spm), vocab.json,
+    ``MarianTokenizer`` (en→fr), as Helsinki-NLP's folders hold them."""
+    import warnings
+
+    import sentencepiece as spm
+    from transformers import MarianMTModel, MarianTokenizer
+
+    folder = Path(folder)
+    work = folder.with_name(folder.name + "-spm")
+    work.mkdir(parents=True, exist_ok=True)
+    lines = [f"{e} ." for e in (ENGLISH, FRENCH)] + ["the boy is tall .", "le garçon est grand ."]
+    (work / "corpus.txt").write_text("\n".join(lines * 20), encoding="utf-8")
+    spm.SentencePieceTrainer.train(
+        input=str(work / "corpus.txt"),
+        model_prefix=str(work / "sp"),
+        vocab_size=40,
+        character_coverage=1.0,
+        bos_id=-1,
+        eos_id=-1,
+        unk_id=0,
+        pad_id=-1,
+        minloglevel=2,
+    )
+    sp = spm.SentencePieceProcessor(model_file=str(work / "sp.model"))
+    vocab = {"</s>": 0, "<unk>": 1}
+    for i in range(sp.get_piece_size()):
+        vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    vocab["<pad>"] = len(vocab)
+    (work / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Recommended: pip install sacremoses."
+        tokenizer = MarianTokenizer(
+            source_spm=str(work / "sp.model"),
+            target_spm=str(work / "sp.model"),
+            vocab=str(work / "vocab.json"),
+            source_lang="en",
+            target_lang="fr",
+        )
+    config = tiny_config("marian", len(vocab))
+    config.pad_token_id = config.decoder_start_token_id = vocab["<pad>"]
+    config.eos_token_id = config.forced_eos_token_id = 0
+    torch.manual_seed(seed)
+    MarianMTModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

@@ -378,3 +378,20 @@ def test_feeding_the_models_own_output_gives_its_own_maps(hf_loaded):
     with pytest.raises(ValueError, match="reference is empty"):
         teacher_forced_maps(hm, SENTENCE, "  ")
     assert hf.unknown_target_words(hm, "je suis zzz") == ["zzz"]
+
+
+def test_opus_mt_layout_with_its_sentencepiece_tokenizer(hf_loaded):
+    """MarianTokenizer over a SentencePiece model (source.spm, target.spm, vocab.json), as
+    Helsinki-NLP's folders hold it: languages read, pieces shown with ## and joined back into
+    the decoded words, a reference fed through the target side."""
+    from core.attention.maps import teacher_forced_maps
+
+    hm = hf_loaded["marian-spm"]
+    assert type(hm.tokenizer).__name__ == "MarianTokenizer"
+    assert hm.meta["tokens"] == "metaspace" and hm.languages == ("en", "fr")
+    t = hf.translate(hm, "the boy is tall .", DecodeSettings(max_len=8))
+    words = [w.removeprefix("\u2581") for w in join_pieces(t.src_tokens[:-1])]
+    assert words == ["the", "boy", "is", "tall", "."]  # a bare ▁ piece stays its own start
+    assert any(tok.startswith("##") for tok in t.src_tokens)
+    forced = teacher_forced_maps(hm, "the boy is tall .", "le garçon est grand .")
+    assert forced.output_tokens[-1] == "</s>" and forced.cross.shape[-1] == len(t.src_tokens)

@@ -25,6 +25,7 @@ import os
 import re
 import struct
 import threading
+import warnings
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -266,7 +267,9 @@ def load(folder, device: str | torch.device = "cpu", max_bytes: int | None = Non
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        with warnings.catch_warnings():  # MarianTokenizer: "Recommended: pip install sacremoses"
+            warnings.filterwarnings("ignore", message=".*sacremoses.*")
+            tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         model = AutoModelForSeq2SeqLM.from_pretrained(
             folder, attn_implementation="eager", local_files_only=True, use_safetensors=True
         )
