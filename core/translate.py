@@ -9,64 +9,8 @@ import sys
 from core.attention.ablation import HeadSpecError, ablated, heads_of
 from core.command_line import CommandError, run_command
 from core.model.checkpoints import CheckpointError
-from core.model.decode import (
-    ALPHA,
-    MAX_LEN,
-    DecodeSettings,
-    TranslationError,
-    prepare_source,
-    translate,
-    translate_batch,
-)
-from core.model.opened import is_hugging_face, open_model, translate_any
-
-
-def translate_lines(
-    lm,
-    lines: list[str],
-    beam: int = 1,
-    alpha: float = ALPHA,
-    max_len: int = MAX_LEN,
-    target_lang: str = "",
-) -> tuple[list[str], list[str]]:
-    """Translations of ``lines`` in order ("" where a line cannot be translated) and warnings."""
-    if is_hugging_face(lm):
-        return _hf_lines(lm, lines, DecodeSettings(beam, alpha, max_len, target_lang=target_lang))
-    outs, warnings, todo = [""] * len(lines), [], {}
-    for i, line in enumerate(lines):
-        try:
-            _, tokens, _, notes = prepare_source(line, lm.src_vocab, lm.model.cfg.max_positions)
-        except TranslationError as e:
-            warnings.append(f"line {i + 1}: {e}")
-            continue
-        warnings += [f"line {i + 1}: {n}" for n in notes]
-        todo[i] = lm.src_vocab.words(tokens[:-1])  # without <eos>, pieces joined
-    if beam <= 1:
-        done = translate_batch(
-            lm.model, lm.src_vocab, lm.tgt_vocab, list(todo.values()), max_len=max_len
-        )
-        for i, words in zip(todo, done):
-            outs[i] = " ".join(words)
-    else:
-        for i in todo:
-            outs[i] = translate(
-                lm.model, lm.src_vocab, lm.tgt_vocab, lines[i], beam, alpha, max_len
-            ).text
-    return outs, warnings
-
-
-def _hf_lines(lm, lines: list[str], settings: DecodeSettings) -> tuple[list[str], list[str]]:
-    """A Hugging Face model's translations of ``lines`` (``generate``, one line at a time)."""
-    outs, warnings = [""] * len(lines), []
-    for i, line in enumerate(lines):
-        try:
-            t = translate_any(lm, line, settings)
-        except TranslationError as e:
-            warnings.append(f"line {i + 1}: {e}")
-            continue
-        outs[i] = t.text
-        warnings += [f"line {i + 1}: {w}" for w in t.warnings]
-    return outs, warnings
+from core.model.decode import ALPHA, MAX_LEN
+from core.model.opened import open_model, translate_lines
 
 
 def build_parser() -> argparse.ArgumentParser:

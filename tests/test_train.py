@@ -23,13 +23,13 @@ from core.model.checkpoints import (
     read_checkpoint,
     save_checkpoint,
 )
+from core.model.opened import translate_lines
 from core.model.scores import corpus_bleu
 from core.model.transformer import Transformer
 from core.runs.run_dir import RunDir
 from core.training.config import TrainConfig
 from core.training.settings import to_flags
 from core.translate import main as translate_main
-from core.translate import translate_lines
 from tests.helpers import ROOT, TINY_ARGS, TINY_PRESET, TINY_RUN, train_tiny, wait_for
 
 
