@@ -69,6 +69,9 @@ def test_every_attention_section_shows_the_model_or_says_why_not(hf_dirs, sectio
         assert_clean(at)
         assert "ALTI+" not in " ".join(i.value for i in at.info)
         assert len(at.get("plotly_chart")) >= 2  # cross-attention beside the contributions
+    elif section == "alignment":
+        assert "Links" in texts(at) and at.get("plotly_chart")
+        assert "22 readers scored on" in texts(at)  # the shipped gold set, every reader
     elif section == "inside":  # Marian scales by 1/√d like the paper
         assert "score_j = q·k / √8" in texts(at) and at.get("plotly_chart")
     elif section == "lens":

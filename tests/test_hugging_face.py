@@ -395,3 +395,69 @@ def test_opus_mt_layout_with_its_sentencepiece_tokenizer(hf_loaded):
     assert any(tok.startswith("##") for tok in t.src_tokens)
     forced = teacher_forced_maps(hm, "the boy is tall .", "le garçon est grand .")
     assert forced.output_tokens[-1] == "</s>" and forced.cross.shape[-1] == len(t.src_tokens)
+
+
+@pytest.mark.parametrize("family", [*FAMILIES, "marian-spm"])
+def test_gold_pairs_are_read_over_the_models_own_pieces(hf_loaded, family):
+    """Each gold word is cut into the model's pieces; the kept block of the cross-attention
+    is the pass's own (specials before the pieces left out), one row and column per piece
+    plus </s>."""
+    from core.alignment.hugging_face import framed, hf_pair_maps, word_pieces
+
+    hm = hf_loaded[family]
+    src, tgt = ["the", "boy", "is", "tall", "."], ["le", "garçon", "est", "grand", "."]
+    [(cross, src_words, tgt_words)] = hf_pair_maps(hm, [(src, tgt)])
+    s_ids, _ = word_pieces(hm, src, target=False)
+    t_ids, _ = word_pieces(hm, tgt, target=True)
+    assert cross.shape == (2, 4, len(t_ids) + 1, len(s_ids) + 1)
+    assert sorted(set(src_words)) == list(range(5)) and sorted(set(tgt_words)) == list(range(5))
+    s_pre, s_post = framed(hm, src, target=False)
+    t_pre, _ = framed(hm, tgt, target=True)
+    if family == "m2m_100":  # forced to French first, as the model translates
+        t_pre = [hm.tokenizer.convert_tokens_to_ids("__fr__"), *t_pre]
+    eos = hm.model.config.eos_token_id
+    source, dec = hf.forced_inputs(hm, s_pre + s_ids + s_post, t_pre + t_ids + [eos])
+    _, maps = hf.forced_pass(hm, source, dec)
+    whole = maps.cross[:, 0].numpy()
+    block = whole[:, :, len(t_pre) : len(t_pre) + len(t_ids) + 1]
+    np.testing.assert_allclose(cross, block[..., len(s_pre) : len(s_pre) + len(s_ids) + 1])
+
+
+def test_every_reader_is_scored_on_a_gold_set(hf_loaded):
+    from core.alignment.gold import GoldLinks
+    from core.alignment.grid import alignment_grid
+
+    pairs = [(["the", "boy", "is", "tall", "."], ["le", "garçon", "est", "grand", "."])] * 2
+    gold = [GoldLinks({(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)})] * 2
+    grid = alignment_grid(hf_loaded["t5"], pairs, gold)
+    assert len(grid.rows) == 2 * (2 * (4 + 1) + 1)  # modes x (layers x (heads + mean) + all)
+    assert all(0.0 <= row.aer <= 1.0 for row in grid.rows)
+
+
+def test_a_translations_links_leave_out_leading_specials(hf_loaded):
+    from core.alignment.extract import Reader, alignable, from_sentence, links
+    from core.attention.sentence_maps import SentenceMaps
+
+    hm = hf_loaded["m2m_100"]
+    settings = DecodeSettings(max_len=5, target_lang="__fr__")
+    t = hf.translate(hm, SENTENCE, settings, "__fr__")
+    maps = alignable(SentenceMaps.from_translation(t))
+    assert maps.output_tokens[0] != "__fr__" and maps.cross.shape[2] == len(t.out_ids) - 1
+    pair = from_sentence(maps.cross, maps.src_tokens, maps.output_tokens)
+    found = links(pair, Reader(1, 0, "awo"))
+    assert all(0 <= s < 5 and t_ >= 0 for s, t_ in found)
+
+
+def test_the_align_command_reads_a_model_folder(hf_models, tmp_path, capsys):
+    from core.align import main
+
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text(
+        "the boy is tall . ||| le garçon est grand .\ni am cold . ||| je suis froid .\n"
+    )
+    assert main(["--checkpoint", str(hf_models["marian-spm"]), "--data", str(pairs)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    for line, (n_src, n_tgt) in zip(lines, [(5, 5), (4, 4)]):
+        found = [tuple(map(int, link.split("-"))) for link in line.split()]
+        assert found and all(0 <= s < n_src and 0 <= t < n_tgt for s, t in found)

@@ -26,9 +26,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from core.alignment.hugging_face import hf_pair_maps
+from core.attention.head_stats import BOUNDARY_TOKENS
+from core.attention.sentence_maps import SentenceMaps
 from core.corpus.bpe import word_spans
 from core.corpus.vocab import Vocab
 from core.model.checkpoints import LoadedModel
+from core.model.hugging_face import LANGUAGE_CODE
+from core.model.opened import is_hugging_face
 from core.model.record import record
 from core.model.transformer import evaluating
 
@@ -87,7 +92,10 @@ def pair_maps(
     batch: int = BATCH,
     tick=None,
 ) -> list[PairMaps]:
-    """Teacher-force every pair (in batches) and keep its cross-attention."""
+    """Teacher-force every pair (in batches) and keep its cross-attention (a Hugging Face
+    model's through ``core.alignment.hugging_face``)."""
+    if is_hugging_face(lm):
+        return [PairMaps(*parts) for parts in hf_pair_maps(lm, pairs, tick)]
     model, out = lm.model, []
     device = next(model.parameters()).device
     rows = [encoded(lm, s, t) for s, t in pairs]
@@ -158,10 +166,37 @@ def from_sentence(
     """
     pieces = (
         list(output_tokens[:-1])
-        if output_tokens and output_tokens[-1] == "<eos>"
+        if output_tokens and output_tokens[-1] in ("<eos>", "</s>")
         else list(output_tokens)
     )
     rows = len(pieces) + 1
     if cross.shape[2] < rows:  # stopped before <eos>: pad one empty row
         cross = np.concatenate([cross, np.zeros_like(cross[:, :, :1])], axis=2)
     return PairMaps(cross[:, :, :rows], piece_words(src_tokens[:-1]), piece_words(pieces))
+
+
+def _leading_specials(tokens: Sequence[str]) -> int:
+    """How many tokens at the start are specials (``<s>``, a language code), not words."""
+    n = 0
+    while n < len(tokens) - 1 and (
+        tokens[n] in BOUNDARY_TOKENS or LANGUAGE_CODE.fullmatch(tokens[n])
+    ):
+        n += 1
+    return n
+
+
+def alignable(maps: SentenceMaps) -> SentenceMaps:
+    """A sentence's maps without the specials a tokenizer puts first (BART's ``<s>``, a
+    multilingual model's language codes): what alignment reads (the studio's own maps come
+    back unchanged)."""
+    s, o = _leading_specials(maps.src_tokens), _leading_specials(maps.output_tokens)
+    if not s and not o:
+        return maps
+    return SentenceMaps(
+        maps.encoder[..., s:, s:],
+        maps.decoder_self[..., o:, o:],
+        maps.cross[..., o:, s:],
+        list(maps.src_tokens[s:]),
+        list(maps.output_tokens[o:]),
+        list(maps.decoder_inputs[o:]),
+    )

@@ -78,7 +78,7 @@ def alignment_grid(
             progress(0.5 * done[0] / n, "reading the cross-attention")
 
     maps = pair_maps(lm, pairs, tick=tick)
-    cfg = lm.model.cfg
+    cfg = lm.cfg
     chosen = list(only) if only is not None else readers(cfg.num_decoder_layers, cfg.num_heads)
     rows = []
     for i, reader in enumerate(chosen):

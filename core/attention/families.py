@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from core.model.opened import is_hugging_face
 
-HF_SECTIONS = ("maps", "playback", "ablation", "lens", "inside", "attribution")  # today
+HF_SECTIONS = ("maps", "playback", "ablation", "lens", "inside", "attribution", "alignment")
 HF_NOT_YET = {  # the other sections read the studio's own modules or its training files
     "training": "A Hugging Face model was not trained here: it has no snapshots to replay.",
     "compare": "Compare reads two of the studio's own models; for Hugging Face models it is "
     "not built yet.",
-    "alignment": "Alignment scoring teacher-forces through the studio's own modules and "
-    "vocabularies; for Hugging Face models it is not built yet.",
 }
 
 

@@ -67,7 +67,7 @@ def scored(page: SectionInputs, gold: GoldSet) -> AlignmentGrid | None:
     found, grid = alignment_grid.peek(*args)
     if found or gold.shipped:
         return grid if found else alignment_grid(*args)
-    if problem := budget.scoring_problem(vars(lm.model.cfg), gold.pairs, lm.src_vocab.kind):
+    if problem := budget.scoring_problem(vars(lm.cfg), gold.pairs, "bpe" if lm.subword else "word"):
         st.error(md(problem))
         return None
     with heavy_slot() as slot:

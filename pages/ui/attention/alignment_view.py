@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.alignment.extract import MODES, Reader, from_sentence, links, read
+from core.alignment.extract import MODES, Reader, alignable, from_sentence, links, read
 from core.alignment.gold import write_links
 from core.attention.maps import csv_cell, export_name
 from core.attention.view_state import ViewState
@@ -60,7 +60,7 @@ def pick_reader(page: SectionInputs) -> Reader:
 
 def sentence_links(page: SectionInputs, reader: Reader) -> None:
     """The reader's matrix beside the lines view, then the Pharaoh line and the CSV."""
-    p, state = page.pieces, page.state
+    p, state = alignable(page.pieces), page.state
     pair = from_sentence(p.cross, p.src_tokens, p.output_tokens)
     src, tgt = align_figs.sentence_pieces(pair, p.src_tokens, p.output_tokens)
     if not tgt:
