@@ -11,7 +11,10 @@ prints (medians of interleaved repeats):
   pass with ``output_attentions``), and the ratio;
 - the same with beam 4;
 - remove heads: the translation with all cross-attention heads of one layer removed;
-- memory: the process's peak resident set after loading and translating.
+- memory: the process's peak resident set after loading and translating;
+- page: the Attention page's own work (Streamlit's AppTest, in this process: what the server
+  computes, not the browser's drawing) the first time, model load included, and after a
+  new sentence typed (the model already open), 20 output tokens.
 
     python bench/hf_speed.py --repeats 5
 
@@ -76,6 +79,30 @@ def build(folder: Path) -> None:
     tokenizer.save_pretrained(folder)
 
 
+def page_seconds(folder: Path, repeats: int) -> tuple[float, float]:
+    """(first run with the model load, median run after a new sentence) of the Attention page
+    over this model folder, through AppTest."""
+    import os
+
+    from streamlit.testing.v1 import AppTest
+
+    os.environ["ATTENTION_STUDIO_CHECKPOINTS"] = str(folder.parent)
+    os.environ["ATTENTION_STUDIO_RUNS"] = str(folder.parent.parent / "runs")
+    page = Path(__file__).resolve().parent.parent / "pages" / "attention.py"
+    at = AppTest.from_file(str(page), default_timeout=600)
+    at.query_params.update({"model": f"checkpoints/{folder.name}/", "max_len": "20"})
+    at.query_params["sentence"] = SENTENCE
+    first = timed(at.run)
+    assert not at.exception, [e.message for e in at.exception]
+    again = []
+    for i in range(repeats):
+        box = at.text_input(key="at_sentence")
+        box.set_value(" ".join(f"w{i * 7 + j}" for j in range(19)) + " .")
+        again.append(timed(box.run))
+        assert not at.exception, [e.message for e in at.exception]
+    return first, statistics.median(again)
+
+
 def timed(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -89,7 +116,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp) / "opus-mt-en-fr-random"
+        folder = Path(tmp) / "checkpoints" / "opus-mt-en-fr-random"
         build(folder)
         hf.load(folder)  # the first load imports transformers: not what a server pays per model
         loads = [timed(lambda: hf.load(folder)) for _ in range(args.repeats)]
@@ -117,6 +144,7 @@ def main() -> None:
                 timed(lambda: hf.translate(hm, SENTENCE, DecodeSettings(max_len=20)))
                 for _ in range(args.repeats)
             )
+        page_first, page_again = page_seconds(folder, args.repeats)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     figures = {
         "parameters_m": round(params / 1e6, 1),
@@ -129,6 +157,8 @@ def main() -> None:
         "beam4_with_every_map_s": round(rows[4][1], 3),
         "beam4_ratio": round(rows[4][1] / rows[4][0], 2),
         "greedy_8_heads_removed_s": round(removed, 3),
+        "page_first_run_s": round(page_first, 2),
+        "page_new_sentence_s": round(page_again, 2),
         "peak_rss_mb": round(peak_mb),
     }
     print(json.dumps(figures))
