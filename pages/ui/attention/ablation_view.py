@@ -152,6 +152,12 @@ def compare_maps(
 def importance_panel(entry: ModelEntry, lm: LoadedModel, state: ViewState) -> None:
     """Head importance on validation sentences: from the disk cache, or computed on request."""
     st.subheader("Head importance")
+    if lm.family != "studio":
+        st.info(
+            "Head importance decodes the model's validation sentences with the studio's batched "
+            "decoder; for Hugging Face models it is not built yet."
+        )
+        return
     n = int(
         st.number_input(
             "Validation sentences",
@@ -164,12 +170,6 @@ def importance_panel(entry: ModelEntry, lm: LoadedModel, state: ViewState) -> No
             width=220,
         )
     )
-    if lm.family != "studio":
-        st.info(
-            "Head importance decodes the model's validation sentences with the studio's batched "
-            "decoder; for Hugging Face models it is not built yet."
-        )
-        return
     result = lookup_importance(entry.path, lm.meta, n)
     if result is None:
         st.caption(
