@@ -81,6 +81,7 @@ def test_every_attention_section_shows_the_model_or_says_why_not(hf_dirs, sectio
         assert specs, "no map drawn"
         drawn = json.dumps(specs)
         assert "&lt;/s&gt;" in drawn  # the model's own </s>, escaped for Plotly
+        assert at.toggle(key="at_hide").label == "Hide </s>/<pad>"  # Marian's own boundaries
         assert section == "playback" or "3:tall" in drawn  # the source on the cross map
 
 

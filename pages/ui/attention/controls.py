@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from core.attention.head_stats import BOUNDARY_TOKENS
 from core.attention.kinds import KIND_NAMES, KINDS
 from core.attention.maps import head_options
 from core.attention.sentence_maps import SentenceMaps
@@ -37,10 +38,18 @@ def view_controls(maps: SentenceMaps, state: ViewState, subword: bool) -> bool:
         help="A head, the mean or max over the layer's heads, or (encoder) attention "
         "rollout through layers 0 to this one.",
     )
-    return display_toggles(state, subword)
+    return display_toggles(state, subword, boundary_words(maps))
 
 
-def display_toggles(state: ViewState, subword: bool) -> bool:
+def boundary_words(maps: SentenceMaps) -> str:
+    """The boundary tokens these maps have, as the hide toggle names them: "<bos>/<eos>", or
+    a Hugging Face model's "<s>/</s>/<pad>" (those it has)."""
+    tokens = {*maps.src_tokens, *maps.decoder_inputs, *maps.output_tokens}
+    found = [t for t in BOUNDARY_TOKENS if t in tokens]
+    return "/".join(found) if found and "<eos>" not in found else "<bos>/<eos>"
+
+
+def display_toggles(state: ViewState, subword: bool, boundary: str = "<bos>/<eos>") -> bool:
     """Hide <bos>/<eos>, merge pieces, stretch colours, on a row; returns the stretch."""
     row = st.container(horizontal=True, gap="large")
     if subword:
@@ -56,10 +65,11 @@ def display_toggles(state: ViewState, subword: bool) -> bool:
         state.words = False
     widget_default("at_hide", state.hide)
     state.hide = row.toggle(
-        "Hide <bos>/<eos>",
+        f"Hide {boundary}",
         key="at_hide",
-        help="Drops the <bos>/<eos> columns and renormalises each row. A row whose whole "
-        "weight was on them is left blank (decoder self-attention: step 0 reads only <bos>).",
+        help=f"Drops the {boundary} columns and renormalises each row. A row whose whole "
+        "weight was on them is left blank (decoder self-attention: step 0 reads only the "
+        "start token).",
     )
     return row.toggle(
         "Stretch colours",

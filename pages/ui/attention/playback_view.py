@@ -95,7 +95,7 @@ def reference_input(state: ViewState) -> str:
     if st.session_state.get("at_ref_for") != state.sentence or "at_ref" not in st.session_state:
         st.session_state["at_ref"] = state.forced_reference()
         st.session_state["at_ref_for"] = state.sentence
-    reference = st.text_input("Reference translation (French) to feed in", key="at_ref")
+    reference = st.text_input("Reference translation to feed in", key="at_ref")
     state.set_reference(reference)
     return reference
 
