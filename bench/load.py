@@ -394,7 +394,7 @@ def main() -> int:
     (tmp / "runs").mkdir()
     shutil.copytree(ROOT / "checkpoints", tmp / "checkpoints")
     os.environ.update(env)
-    from core.runs import budget, jobs
+    from core.runs import jobs, quota
 
     run_id = jobs.start_run(
         "small", {"train": {"device": "cpu", "time_budget": 0, "max_steps": 10**6, "log_every": 10}}
@@ -412,17 +412,17 @@ def main() -> int:
         before = train_records(tmp / "runs", run_id)
         alone = median_tokens_per_s(before[first:])
         for phase in ("class", "class + hostile") if args.hostile else ("class",):
-            memory.peak, held = 0.0, budget.folder_bytes(tmp / "runs")
+            memory.peak, held = 0.0, quota.folder_bytes(tmp / "runs")
             mark = len(train_records(tmp / "runs", run_id))
             hostile_seen = seen if phase != "class" else None
             results = asyncio.run(
                 the_class(url, args.sessions, args.seconds, args.seed, hostile_seen)
             )
             loaded = median_tokens_per_s(train_records(tmp / "runs", run_id)[mark:])
-            phases[phase] = (results, memory.peak, loaded, budget.folder_bytes(tmp / "runs") - held)
+            phases[phase] = (results, memory.peak, loaded, quota.folder_bytes(tmp / "runs") - held)
         shipped = (tmp / "checkpoints" / "fra-eng-small.pt").read_bytes()
         intact = shipped == (ROOT / "checkpoints" / "fra-eng-small.pt").read_bytes()
-        quota = budget.quota_bytes(budget.folder_bytes(tmp / "runs"))
+        limit = quota.quota_bytes(quota.folder_bytes(tmp / "runs"))
     finally:
         memory.done.set()
         jobs.stop_run(run_id, wait=30)
@@ -431,7 +431,7 @@ def main() -> int:
         print(f"\n## {phase}")
         report(results, peak, alone, loaded, args, {"runs_folder_grew_mb": grew / 2**20})
     if args.hostile:
-        compare(phases, seen, intact, quota)
+        compare(phases, seen, intact, limit)
     return 0
 
 

@@ -99,3 +99,15 @@ def test_removing_heads_changes_the_hugging_face_translation(hf_dirs, hf_loaded)
     assert cut.text != full.text
     assert cut.text in texts(at) and full.text in texts(at)
     assert "Head importance decodes" in " ".join(i.value for i in at.info)
+
+
+def test_a_hugging_face_translation_is_fitted_by_its_own_tokenizer(hf_loaded):
+    """The budget counts the pieces the model's tokenizer really makes."""
+    from core.runs import budget
+    from pages.ui.cached import fitted
+
+    hm = hf_loaded["marian"]
+    settings, note = fitted(hm, "the boy is tall .", DecodeSettings(max_len=200))
+    src = len(hm.tokenizer("the boy is tall .")["input_ids"])
+    longest = budget.longest_output(vars(hm.cfg), src, 200)
+    assert (settings.max_len, bool(note)) == ((longest, True) if longest < 63 else (200, False))

@@ -19,7 +19,7 @@ from core.corpus.vocab import SPECIALS, Vocab
 from core.model.checkpoints import atomic_save
 from core.model.config import ModelConfig
 from core.model.transformer import Transformer
-from core.runs import budget, disk_cache, history, run_dir
+from core.runs import budget, disk_cache, history, quota, run_dir
 from core.runs.run_dir import RunDir
 from core.training.loop import Trainer
 from core.training.settings import merged_settings
@@ -121,7 +121,7 @@ def test_a_finished_run_holds_less_than_its_budget(tiny_run):
     """The tiny run the test session trained, measured against the budget of its settings."""
     cfg = json.loads((tiny_run / "config.json").read_text())
     plan = budget.run_budget(cfg)  # the command line read tiny.tsv in place: no copy
-    assert budget.folder_bytes(tiny_run) <= plan.total
+    assert quota.folder_bytes(tiny_run) <= plan.total
     assert len(RunDir(tiny_run).snapshot_steps()) <= plan.snapshots_kept
     assert TINY_RUN["train"]["eval_every"] == 50  # the run evaluated and snapshotted
 

@@ -13,6 +13,7 @@ import torch
 
 from core.attention.ablation import HeadSpec, ablated
 from core.corpus.bpe import join_pieces
+from core.model import hf_folder, hf_inside
 from core.model import hugging_face as hf
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError, read_checkpoint
@@ -85,7 +86,7 @@ def test_every_map_equals_the_attentions_generate_saw(hf_loaded, family):
 def _zeroed_by_hand(hm, kind: str, layer: int, head: int):
     """A copy of the model whose output projection ignores one head: its columns zeroed."""
     model = copy.deepcopy(hm.model)
-    out, _, width = hf.head_geometry(hf.attention_modules(model, kind)[layer])
+    out, _, width = hf_inside.head_geometry(hf_inside.attention_modules(model, kind)[layer])
     with torch.no_grad():
         out.weight[:, head * width : (head + 1) * width] = 0.0
     return model
@@ -144,13 +145,13 @@ def test_a_multilingual_model_starts_with_the_chosen_language(hf_loaded):
 
 
 def test_description_reads_headers_only(hf_models, hf_loaded):
-    info = hf.describe(hf_models["marian"])
+    info = hf_folder.describe(hf_models["marian"])
     assert (info["source_lang"], info["target_lang"]) == ("en", "fr")
     assert info["model_config"]["num_heads"] == 4
     assert info["model_config"]["num_encoder_layers"] == 2
     stored = sum(p.numel() for p in hf_loaded["t5"].model.parameters())
-    assert hf.describe(hf_models["t5"])["parameters"] == stored
-    assert "en→fr" in hf.size_label(info) and "2+2 layers" in hf.size_label(info)
+    assert hf_folder.describe(hf_models["t5"])["parameters"] == stored
+    assert "en→fr" in hf_folder.size_label(info) and "2+2 layers" in hf_folder.size_label(info)
 
 
 def test_tokens_follow_the_studio_convention():
@@ -245,8 +246,8 @@ def test_the_last_layers_lens_is_the_models_own_output(hf_loaded, family):
     t = hf.translate(hm, SENTENCE, settings, settings.target_lang or None)
     src = torch.tensor([t.src_ids])
     dec = torch.tensor([[hm.model.config.decoder_start_token_id, *t.out_ids[:-1]]])
-    outputs, logits = hf.decoder_layer_outputs(hm, src, dec)
-    lens = hf.lens_log_probs(hm, outputs)  # (L, T, V)
+    outputs, logits = hf_inside.decoder_layer_outputs(hm, src, dec)
+    lens = hf_inside.lens_log_probs(hm, outputs)  # (L, T, V)
     assert lens.shape[0] == hm.cfg.num_decoder_layers
     torch.testing.assert_close(lens[-1], logits[0].float().log_softmax(-1), atol=1e-5, rtol=0)
     shown = logit_lens(hm, t)
@@ -295,7 +296,7 @@ def test_the_embeddings_path_is_the_models_own(hf_loaded, family):
     src, dec = hf.forced_inputs(hm, hm.tokenizer(SENTENCE).input_ids, [5, 9, 7, 1])
     with torch.no_grad():
         by_ids = hm.model(input_ids=src, decoder_input_ids=dec).logits.float().log_softmax(-1)
-        by_embeddings = hf.log_probs_from_embeddings(hm, *hf.embeddings(hm, src, dec))
+        by_embeddings = hf_inside.log_probs_from_embeddings(hm, *hf_inside.embeddings(hm, src, dec))
     torch.testing.assert_close(by_embeddings, by_ids, atol=1e-5, rtol=0)
 
 

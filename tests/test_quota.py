@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from core.model.checkpoints import read_metadata
-from core.runs import budget, jobs
+from core.runs import budget, jobs, quota
 from core.runs.catalogue import SHIPPED_NAME, ModelError
 from core.runs.owners import User
 from core.runs.promotion import promote
@@ -27,12 +27,12 @@ def test_a_launch_past_the_quota_is_refused_and_says_what_to_delete(
     jobs_env, tiny_settings, monkeypatch, tiny_run
 ):
     shutil.copytree(tiny_run, jobs_env["runs"] / "20260101-000000-old")
-    held = budget.folder_bytes(jobs_env["runs"])
-    monkeypatch.setenv(budget.QUOTA_ENV, str((held + 10_000) / budget.GB))
+    held = quota.folder_bytes(jobs_env["runs"])
+    monkeypatch.setenv(quota.QUOTA_ENV, str((held + 10_000) / budget.GB))
     with pytest.raises(RunError, match="Not enough room: this run may take up to") as e:
         jobs.start_run(TINY_PRESET, tiny_settings)
     assert "largest: run 20260101-000000-old" in str(e.value)
-    assert budget.QUOTA_ENV in str(e.value)
+    assert quota.QUOTA_ENV in str(e.value)
     assert [p.name for p in run_dirs(jobs_env["runs"])] == ["20260101-000000-old"]  # nothing
 
 
@@ -43,7 +43,7 @@ def test_a_launch_records_its_budget_and_a_live_run_counts_for_it(
     job = read_json(RunDir(jobs_env["runs"] / run_id).job)
     assert job["budget_bytes"] >= budget.run_budget(job["settings"]).total  # + its corpus copy
     wait_for(lambda: RunDir(jobs_env["runs"] / run_id).last.is_file(), what="a checkpoint")
-    charged = {h.name: h.charge for h in budget.holders(lambda rid: rid == run_id)}
+    charged = {h.name: h.charge for h in quota.holders(lambda rid: rid == run_id)}
     assert charged[run_id] == job["budget_bytes"]  # what it may still grow to
     jobs.stop_run(run_id, wait=30)
 
@@ -53,34 +53,34 @@ def test_a_resume_past_the_quota_is_refused(jobs_env, make_run, monkeypatch):
     (rd.path / "config.json").write_text(json.dumps({"data": {}, "model": {}, "train": {}}))
     job = read_json(rd.job) | {"budget_bytes": 50 * budget.MB}
     rd.job.write_text(json.dumps(job))
-    monkeypatch.setenv(budget.QUOTA_ENV, str(10 * budget.MB / budget.GB))
+    monkeypatch.setenv(quota.QUOTA_ENV, str(10 * budget.MB / budget.GB))
     with pytest.raises(RunError, match="Not enough room: run 20260101-000000-d2l may take"):
         jobs.resume_run(rd.name)
 
 
 def test_the_default_quota_is_half_of_what_the_disk_leaves_the_app(monkeypatch, tmp_path):
     monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(tmp_path))
-    monkeypatch.delenv(budget.QUOTA_ENV, raising=False)
+    monkeypatch.delenv(quota.QUOTA_ENV, raising=False)
     free = shutil.disk_usage(tmp_path).free
-    assert abs(budget.quota_bytes(10**9) - (free + 10**9) / 2) < 2**30  # free changes a bit
-    monkeypatch.setenv(budget.QUOTA_ENV, "2.5")
-    assert budget.quota_bytes(0) == int(2.5 * budget.GB)
-    monkeypatch.setenv(budget.USER_QUOTA_ENV, "0.5")
-    assert budget.user_quota_bytes(10 * budget.GB) == budget.GB // 2
+    assert abs(quota.quota_bytes(10**9) - (free + 10**9) / 2) < 2**30  # free changes a bit
+    monkeypatch.setenv(quota.QUOTA_ENV, "2.5")
+    assert quota.quota_bytes(0) == int(2.5 * budget.GB)
+    monkeypatch.setenv(quota.USER_QUOTA_ENV, "0.5")
+    assert quota.user_quota_bytes(10 * budget.GB) == budget.GB // 2
 
 
 def test_each_user_has_a_share_of_the_quota(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("ATTENTION_STUDIO_CHECKPOINTS", str(tmp_path / "ckpts"))
-    monkeypatch.setenv(budget.QUOTA_ENV, str(100 * budget.MB / budget.GB))
+    monkeypatch.setenv(quota.QUOTA_ENV, str(100 * budget.MB / budget.GB))
     for name, owner in (("a1", "alice"), ("a2", "alice"), ("b1", "bob")):
         rd = RunDir(tmp_path / "runs" / name)
         rd.create()
         (rd.path / "last.pt").write_bytes(b"x" * 10 * budget.MB)
         rd.job.write_text(json.dumps({"owner": owner}))
-    budget.check_room(10 * budget.MB, "this run", "bob")  # bob holds 10 of his 25 MB
+    quota.check_room(10 * budget.MB, "this run", "bob")  # bob holds 10 of his 25 MB
     with pytest.raises(budget.BudgetError, match="your runs and saved models already take") as e:
-        budget.check_room(10 * budget.MB, "this run", "alice")  # alice holds 20 of hers
+        quota.check_room(10 * budget.MB, "this run", "alice")  # alice holds 20 of hers
     assert "a1" in str(e.value) and "b1" not in str(e.value)  # only what alice may delete
 
 
@@ -108,11 +108,11 @@ def test_nobody_replaces_the_shipped_model_from_a_browser(run_to_save):
 def test_saving_past_the_quota_or_the_count_is_refused(run_to_save, monkeypatch):
     dest = promote("done", "last", "mine", user=BROWSER)
     assert read_metadata(dest)["promoted_from"]["owner"] is None  # no users known
-    monkeypatch.setattr(budget, "MAX_SAVED_MODELS", 2)
+    monkeypatch.setattr(quota, "MAX_SAVED_MODELS", 2)
     with pytest.raises(ModelError, match="keeps at most 2 saved models"):
         promote("done", "last", "another", user=BROWSER)
     promote("done", "last", "mine", overwrite=True, user=BROWSER)  # a replacement: no new file
-    monkeypatch.setenv(budget.QUOTA_ENV, str(budget.MB / budget.GB))
+    monkeypatch.setenv(quota.QUOTA_ENV, str(budget.MB / budget.GB))
     with pytest.raises(ModelError, match="Not enough room: model mine may take"):
         promote("done", "last", "mine", overwrite=True, user=BROWSER)
 

@@ -56,7 +56,7 @@ def fake_model(heads: int, layers: int, kind: str = "word", positions: int = 512
         max_positions=positions,
         d_model=64,
     )
-    return SimpleNamespace(cfg=cfg, subword=kind != "word")
+    return SimpleNamespace(cfg=cfg, subword=kind != "word", family="studio")
 
 
 def test_a_small_models_translation_is_left_as_asked():

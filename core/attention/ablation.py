@@ -174,12 +174,12 @@ def ablated(model: Transformer, heads: Iterable[HeadSpec]):
     """Remove ``heads`` (output zeroed before W_o) inside the block; always restored after.
 
     A Hugging Face model's heads are zeroed at its output projections' input, for the
-    calling thread only (``core.model.hugging_face.heads_removed``)."""
+    calling thread only (``core.model.hf_inside.heads_removed``)."""
     if not isinstance(model, Transformer):
-        from core.model import hugging_face as hf
+        from core.model import hf_folder, hf_inside
 
-        heads = check_heads(heads, hf.studio_config(model.config.to_dict()))
-        with hf.heads_removed(model, [(h.kind, h.layer, h.head) for h in heads]):
+        heads = check_heads(heads, hf_folder.studio_config(model.config.to_dict()))
+        with hf_inside.heads_removed(model, [(h.kind, h.layer, h.head) for h in heads]):
             yield model
         return
     table = gate_table(model, [check_heads(heads, model.cfg)])

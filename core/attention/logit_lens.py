@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from core.model import hf_inside
 from core.model import hugging_face as hf
 from core.model.checkpoints import LoadedModel
 from core.model.decode import Translation
@@ -98,9 +99,9 @@ def _hf_lens(hm, t: Translation) -> tuple[torch.Tensor, Callable, str]:
     src = torch.tensor([t.src_ids], device=device)  # (1, S)
     start = hm.model.config.decoder_start_token_id
     dec = torch.tensor([[start, *t.out_ids[:-1]]], device=device)  # (1, T)
-    outputs, _ = hf.decoder_layer_outputs(hm, src, dec)
-    words = hf.lens_projection(hm.model)
-    return hf.lens_log_probs(hm, outputs), lambda ids: hf.shown_tokens(hm, ids), words
+    outputs, _ = hf_inside.decoder_layer_outputs(hm, src, dec)
+    words = hf_inside.lens_projection(hm.model)
+    return hf_inside.lens_log_probs(hm, outputs), lambda ids: hf.shown_tokens(hm, ids), words
 
 
 def logit_lens(lm: LoadedModel, t: Translation, k: int = TOP_K) -> LogitLens:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from core.attention.kinds import kind_labels
-from core.model import hugging_face as hf
+from core.model import hf_inside
 from core.model.checkpoints import LoadedModel
 from core.model.decode import Translation
 from core.model.opened import is_hugging_face
@@ -136,14 +136,14 @@ def _mask(kind: str, tq: int, tk: int) -> torch.Tensor:
 def hf_head_scores(hm, t: Translation, kind: str, layer: int, head: int) -> HeadScores:
     """A Hugging Face model's head, rebuilt from what its attention module read: its own
     projections and scale (T5: none) and T5's relative-position bias."""
-    modules = hf.attention_modules(hm.model, kind)
+    modules = hf_inside.attention_modules(hm.model, kind)
     if not 0 <= layer < len(modules):
         raise InsideHeadError(f"Layer {layer}: this model has {len(modules)} layers of {kind}.")
-    _, heads, _ = hf.head_geometry(modules[layer])
+    _, heads, _ = hf_inside.head_geometry(modules[layer])
     if not 0 <= head < heads:
         raise InsideHeadError(f"Head {head}: this model has {heads} heads per layer.")
-    a = hf.attention_inputs(hm, t.src_ids, t.out_ids, kind, layer)
-    q, k = hf.head_vectors(modules[layer], a, head)  # (Tq, Dh), (Tk, Dh)
+    a = hf_inside.attention_inputs(hm, t.src_ids, t.out_ids, kind, layer)
+    q, k = hf_inside.head_vectors(modules[layer], a, head)  # (Tq, Dh), (Tk, Dh)
     bias = None if a.bias is None else a.bias[0, head].float()  # (Tq, Tk)
     scores = q @ k.transpose(-2, -1) * a.scale + (0.0 if bias is None else bias)  # (Tq, Tk)
     mask = _mask(kind, q.size(0), k.size(0))

@@ -24,6 +24,7 @@ import torch
 from core.attribution.compose import DecoderStep, compose, normalised
 from core.attribution.gradients import GradientTask, grad_input, integrated_gradients
 from core.attribution.methods import MEAN, METHOD_NAMES, Attribution, AttributionError
+from core.model import hf_inside
 from core.model import hugging_face as hf
 
 HF_METHODS = ("attention", "rollout", "grad-input", "integrated-gradients")
@@ -61,10 +62,10 @@ def task(hm: hf.HFModel, src_ids, out_ids) -> GradientTask:
     out = torch.tensor([list(out_ids)], device=src.device)  # (1, T)
 
     def log_probs(src_emb: torch.Tensor, dec_emb: torch.Tensor) -> torch.Tensor:
-        logp = hf.log_probs_from_embeddings(hm, src_emb, dec_emb)  # (B, T, V)
+        logp = hf_inside.log_probs_from_embeddings(hm, src_emb, dec_emb)  # (B, T, V)
         return logp.gather(-1, out.expand(logp.size(0), -1)[..., None])[..., 0]  # (B, T)
 
-    pair = hf.embeddings(hm, src, dec)
+    pair = hf_inside.embeddings(hm, src, dec)
     with torch.no_grad():
         own = log_probs(*pair)[0]  # (T,)
     return GradientTask(pair, log_probs, own)

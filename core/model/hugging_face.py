@@ -19,15 +19,9 @@ Shape key: S source tokens, T decoder steps, L layers, H heads, V vocabulary.
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import re
-import struct
-import threading
 import warnings
-from collections.abc import Iterable, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,25 +31,15 @@ from torch import nn
 from core.corpus.bpe import PREFIX
 from core.model.config import ModelConfig
 from core.model.decode import DecodeSettings, Translation, TranslationError
+from core.model.hf_folder import FAMILY, HFModelError, describe, studio_config
 from core.model.transformer import AttentionMaps
 from core.places import shown_path
 
-FAMILY = "hugging face"
-CONFIG = "config.json"
-WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "source.spm", "spiece.model")
-CONFIG_BYTES = 1 << 20  # a config.json larger than this is not a model's config
-HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-LANGUAGE_CODE = re.compile(
+LANGUAGE_CODE = re.compile(  # M2M100 __fr__, NLLB fra_Latn, multi-target Marian >>fra<<
     r"^(__[a-z]{2,3}(_[A-Za-z]+)?__|[a-z]{2,3}_[A-Z][a-z]{3}|>>[a-z_]{2,8}<<)$"
 )
 MULTILINGUAL = ("m2m_100", "nllb_moe", "mbart")  # model types whose target language is forced
 WORD_STARTS = ("\u2581", "\u0120")  # SentencePiece's ▁ and byte-level BPE's Ġ
-
-
-class HFModelError(Exception):
-    """A folder or hub id is not a Hugging Face encoder-decoder the studio can open; the
-    message says why in one line."""
 
 
 @dataclass
@@ -75,178 +59,7 @@ class HFModel:
         return self.meta.get("source_lang") or "source", self.meta.get("target_lang") or "target"
 
 
-def is_model_folder(path) -> bool:
-    """Whether ``path`` is a folder holding a model's ``config.json``."""
-    p = Path(path)
-    return p.is_dir() and (p / CONFIG).is_file()
-
-
-def read_config(folder) -> dict:
-    """A model folder's config.json as a dict; HFModelError when it is missing or not JSON."""
-    path = Path(folder) / CONFIG
-    if not path.is_file():
-        raise HFModelError(
-            f"{shown_path(folder)} has no config.json: a Hugging Face model folder holds "
-            "config.json, model.safetensors and the tokenizer files (save_pretrained)."
-        )
-    if path.stat().st_size > CONFIG_BYTES:
-        raise HFModelError(f"{shown_path(path)} is too large to be a model's config.")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise HFModelError(f"{shown_path(path)} cannot be read as JSON: {e}") from e
-    if not isinstance(config, dict):
-        raise HFModelError(f"{shown_path(path)} is not a model configuration.")
-    return config
-
-
-def _first(config: dict, *names, default=None):
-    """The first of ``names`` present in ``config``."""
-    return next((config[n] for n in names if config.get(n) is not None), default)
-
-
-def studio_config(config: dict) -> ModelConfig:
-    """A Hugging Face config's sizes as the studio's ModelConfig (layers, heads, width)."""
-    layers = _first(config, "encoder_layers", "num_layers", default=1)
-    d_model = int(_first(config, "d_model", "hidden_size", default=1))
-    return ModelConfig(
-        src_vocab_size=int(config.get("vocab_size") or 1),
-        tgt_vocab_size=int(_first(config, "decoder_vocab_size", "vocab_size", default=1)),
-        d_model=d_model,
-        num_heads=int(_first(config, "encoder_attention_heads", "num_heads", default=1)),
-        num_encoder_layers=int(layers),
-        num_decoder_layers=int(
-            _first(config, "decoder_layers", "num_decoder_layers", default=layers)
-        ),
-        d_ff=int(_first(config, "encoder_ffn_dim", "d_ff", default=1)),
-        dropout=0.0,
-        max_positions=int(_first(config, "max_position_embeddings", "n_positions", default=512)),
-        norm_first=bool(
-            config.get("normalize_before") or config.get("model_type") in ("t5", "mt5", "umt5")
-        ),
-        pad_id=int(config.get("pad_token_id") or 0),
-    )
-
-
-def check_encoder_decoder(config: dict) -> None:
-    """HFModelError unless the config describes an encoder-decoder."""
-    kind = str(config.get("model_type") or "unknown")
-    if not config.get("is_encoder_decoder"):
-        raise HFModelError(
-            f"The studio reads encoder-decoder models; this is a {kind} (decoder-only or "
-            "encoder-only)."
-        )
-    if config.get("auto_map"):
-        raise HFModelError(
-            f"This {kind} needs its own code (auto_map); the studio never runs a model's "
-            "remote code."
-        )
-
-
-def safetensors_parameters(folder) -> int:
-    """Parameters stored in a folder's safetensors files, read from their headers only
-    (HFModelError when the folder has no safetensors weights)."""
-    folder = Path(folder)
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise HFModelError(
-            f"{shown_path(folder)} has no safetensors weights (model.safetensors): the studio "
-            "opens no pickled weights (pytorch_model.bin); save with save_pretrained."
-        )
-    total = 0
-    for path in files:
-        with open(path, "rb") as f:
-            (size,) = struct.unpack("<Q", f.read(8))
-            if size > 100 << 20:
-                raise HFModelError(f"{shown_path(path)} is not a safetensors file.")
-            try:
-                header = json.loads(f.read(size))
-            except ValueError as e:
-                raise HFModelError(f"{shown_path(path)} is not a safetensors file: {e}") from e
-        total += sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
-    return total
-
-
-def languages(folder, config: dict) -> dict:
-    """What the files say of a model's languages: source_lang / target_lang (Marian's
-    tokenizer config), and the language codes a multilingual model can be forced to."""
-    out = {}
-    path = Path(folder) / "tokenizer_config.json"
-    if path.is_file() and path.stat().st_size <= 16 * CONFIG_BYTES:
-        try:
-            tok = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
-            tok = {}
-        for key, name in (("source_lang", "source_lang"), ("src_lang", "source_lang")):
-            if isinstance(tok.get(key), str):
-                out[name] = tok[key]
-        for key, name in (("target_lang", "target_lang"), ("tgt_lang", "target_lang")):
-            if isinstance(tok.get(key), str):
-                out[name] = tok[key]
-    return out
-
-
-def describe(folder) -> dict:
-    """What the picker shows of a model folder, its weights never read: model type,
-    parameters, layers, heads, width and languages (HFModelError when it cannot be opened)."""
-    config = read_config(folder)
-    check_encoder_decoder(config)
-    if not any((Path(folder) / name).is_file() for name in TOKENIZER_FILES):
-        raise HFModelError(
-            f"{shown_path(folder)} has no tokenizer files (tokenizer.json or "
-            "tokenizer_config.json): save the tokenizer beside the model."
-        )
-    cfg = studio_config(config)
-    return {
-        "family": FAMILY,
-        "model_type": str(config.get("model_type") or "unknown"),
-        "parameters": safetensors_parameters(folder),
-        "model_config": vars(cfg),
-        **languages(folder, config),
-    }
-
-
-def size_label(info: dict) -> str:
-    """E.g. 'marian · 74.6 M params · 512 wide · 6+6 layers · 8 heads · en→fr'."""
-    cfg = info.get("model_config") or {}
-    langs = ""
-    if info.get("source_lang") or info.get("target_lang"):
-        langs = f" · {info.get('source_lang', '?')}→{info.get('target_lang', '?')}"
-    return (
-        f"{info.get('model_type', '?')} · {info.get('parameters', 0) / 1e6:.2f} M params · "
-        f"{cfg.get('d_model')} wide · {cfg.get('num_encoder_layers')}+"
-        f"{cfg.get('num_decoder_layers')} layers · {cfg.get('num_heads')} heads{langs}"
-    )
-
-
 # ----------------------------------------------------------------------------- loading
-
-
-def resolve(spec: str) -> Path:
-    """A model folder, or a hub id downloaded into Hugging Face's cache (command line only);
-    HFModelError when offline or not found."""
-    path = Path(spec)
-    if path.is_dir():
-        return path
-    if not HUB_ID.fullmatch(spec or ""):
-        raise HFModelError(f"{spec} is neither a model folder nor a hub id (owner/name).")
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
-        raise HFModelError(
-            f"{spec} is a hub id and this machine is offline (HF_HUB_OFFLINE): download it "
-            "elsewhere with save_pretrained and pass the folder."
-        )
-    try:
-        from huggingface_hub import snapshot_download
-
-        patterns = [CONFIG, "*.safetensors", "*.safetensors.index.json", "generation_config.json"]
-        patterns += [*TOKENIZER_FILES, "special_tokens_map.json", "vocab.json", "*.spm"]
-        patterns += ["sentencepiece.bpe.model", "target.spm"]
-        return Path(snapshot_download(spec, allow_patterns=patterns))
-    except Exception as e:  # noqa: BLE001 - network and hub errors of every kind
-        raise HFModelError(
-            f"{spec} could not be downloaded from the Hugging Face hub ({type(e).__name__}): "
-            "offline, or no such model."
-        ) from e
 
 
 def load(folder, device: str | torch.device = "cpu", max_bytes: int | None = None) -> HFModel:
@@ -283,6 +96,13 @@ def load(folder, device: str | torch.device = "cpu", max_bytes: int | None = Non
     cfg = studio_config(model.config.to_dict())
     cfg.norm_first = final_norm(model) is not None  # a final norm after the stack: pre-LN
     return HFModel(model, tokenizer, cfg, info)
+
+
+def final_norm(model: nn.Module) -> nn.Module | None:
+    """The decoder's final norm of a pre-LN family (mBART / M2M100 / NLLB ``layer_norm``,
+    T5's ``final_layer_norm``); None for a post-LN one (Marian, BART)."""
+    decoder = model.get_decoder()
+    return getattr(decoder, "layer_norm", None) or getattr(decoder, "final_layer_norm", None)
 
 
 def check_tokenizer(tokenizer, config) -> None:
@@ -479,162 +299,6 @@ def translate(
     )
 
 
-# ----------------------------------------------------------------------------- heads
-
-
-def _layers(stack: nn.Module) -> Sequence[nn.Module]:
-    """The layers of an encoder or decoder stack (``layers``, or T5's ``block``)."""
-    layers = getattr(stack, "layers", None)
-    layers = layers if layers is not None else getattr(stack, "block", None)
-    if layers is None:
-        raise HFModelError(
-            f"The studio does not know where the layers of a {type(stack).__name__} are."
-        )
-    return layers
-
-
-def _attention_of(layer: nn.Module, kind: str) -> nn.Module:
-    """One layer's attention of ``kind``: BART-like ``self_attn`` / ``encoder_attn``, or
-    T5's ``layer[0].SelfAttention`` / ``layer[1].EncDecAttention``."""
-    if hasattr(layer, "self_attn"):
-        return layer.encoder_attn if kind == "cross" else layer.self_attn
-    if hasattr(layer, "layer"):
-        return layer.layer[1].EncDecAttention if kind == "cross" else layer.layer[0].SelfAttention
-    raise HFModelError(f"The studio does not know where a {type(layer).__name__}'s heads are.")
-
-
-def attention_modules(model: nn.Module, kind: str) -> list[nn.Module]:
-    """The attention modules of one kind, one per layer."""
-    stack = model.get_encoder() if kind == "encoder" else model.get_decoder()
-    return [_attention_of(layer, kind) for layer in _layers(stack)]
-
-
-def head_geometry(module: nn.Module) -> tuple[nn.Linear, int, int]:
-    """(output projection, heads, head width) of one attention module."""
-    out = getattr(module, "out_proj", None) or getattr(module, "o", None)
-    heads = getattr(module, "num_heads", None) or getattr(module, "n_heads", None)
-    width = getattr(module, "head_dim", None) or getattr(module, "key_value_proj_dim", None)
-    if out is None or not heads or not width:
-        raise HFModelError(f"The studio does not know the heads of a {type(module).__name__}.")
-    return out, int(heads), int(width)
-
-
-_REMOVED = threading.local()  # this thread's {output projection: (H * Dh,) keep mask}
-
-
-def _zero_removed(module: nn.Module, args: tuple):
-    """Forward pre-hook of an output projection: zero the removed heads' slices of its input
-    (B, T, H * Dh), for the thread that removed them only."""
-    keep = getattr(_REMOVED, "masks", {}).get(module)
-    if keep is None:
-        return None
-    return (args[0] * keep.to(args[0].dtype), *args[1:])
-
-
-def _install_hooks(model: nn.Module) -> None:
-    """Give every output projection the pre-hook once (it does nothing until heads are
-    removed): a model shared by many sessions is never changed while one of them reads it."""
-    if getattr(model, "_studio_hooks", False):
-        return
-    for kind in ("encoder", "decoder_self", "cross"):
-        for module in attention_modules(model, kind):
-            head_geometry(module)[0].register_forward_pre_hook(_zero_removed)
-    model._studio_hooks = True
-
-
-@contextmanager
-def heads_removed(model: nn.Module, heads: Iterable[tuple[str, int, int]]):
-    """Within the block, in this thread, each (kind, layer, head) contributes nothing: its
-    slice of the output projection's input is zeroed."""
-    _install_hooks(model)
-    masks: dict[nn.Linear, torch.Tensor] = {}
-    for kind, layer, head in heads:
-        out, n, width = head_geometry(attention_modules(model, kind)[layer])
-        mask = masks.setdefault(out, torch.ones(n * width, device=out.weight.device))
-        mask[head * width : (head + 1) * width] = 0.0
-    before = getattr(_REMOVED, "masks", {})
-    _REMOVED.masks = masks
-    try:
-        yield model
-    finally:
-        _REMOVED.masks = before
-
-
-# ----------------------------------------------------------------------------- logit lens
-
-
-def final_norm(model: nn.Module) -> nn.Module | None:
-    """The decoder's final norm of a pre-LN family (mBART / M2M100 / NLLB ``layer_norm``,
-    T5's ``final_layer_norm``); None for a post-LN one (Marian, BART)."""
-    decoder = model.get_decoder()
-    return getattr(decoder, "layer_norm", None) or getattr(decoder, "final_layer_norm", None)
-
-
-def lens_projection(model: nn.Module) -> str:
-    """What the logit lens projects through, in words."""
-    steps = []
-    if (norm := final_norm(model)) is not None:
-        steps.append(f"the decoder's final norm ({type(norm).__name__})")
-    if getattr(model.config, "scale_decoder_outputs", False):
-        steps.append("the d^-1/2 rescaling of tied embeddings (T5)")
-    steps.append("lm_head")
-    if getattr(model, "final_logits_bias", None) is not None:
-        steps.append("final_logits_bias")
-    return "each decoder layer's output through " + ", then ".join(steps)
-
-
-@torch.no_grad()
-def decoder_layer_outputs(hm: HFModel, src: torch.Tensor, decoder_inputs: torch.Tensor):
-    """(L x (1, T, D) each decoder layer's output, read by forward hooks; logits (1, T, V))."""
-    captured: list[torch.Tensor] = []
-
-    def keep(module, args, output):
-        captured.append(output[0] if isinstance(output, tuple) else output)
-
-    hooks = [layer.register_forward_hook(keep) for layer in _layers(hm.model.get_decoder())]
-    try:
-        out = hm.model(
-            input_ids=src,
-            attention_mask=torch.ones_like(src),
-            decoder_input_ids=decoder_inputs,
-            return_dict=True,
-        )
-    finally:
-        for h in hooks:
-            h.remove()
-    return captured, out.logits
-
-
-@torch.no_grad()
-def lens_log_probs(hm: HFModel, outputs: list[torch.Tensor]) -> torch.Tensor:
-    """L x (1, T, D) decoder layer outputs -> (L, T, V) log-probabilities, through what the
-    model applies after its last layer (``lens_projection``)."""
-    h = torch.cat(outputs)  # (L, T, D)
-    if (norm := final_norm(hm.model)) is not None:
-        h = norm(h)
-    if getattr(hm.model.config, "scale_decoder_outputs", False):
-        h = h * hm.model.config.d_model**-0.5
-    logits = hm.model.get_output_embeddings()(h)  # (L, T, V)
-    bias = getattr(hm.model, "final_logits_bias", None)
-    if bias is not None:
-        logits = logits + bias
-    return logits.float().log_softmax(-1)
-
-
-# ----------------------------------------------------------------------------- q·k
-
-
-@dataclass
-class AttentionInputs:
-    """What one attention module read in a teacher-forced pass, and how it scores."""
-
-    queries: torch.Tensor  # (1, Tq, D) its input
-    keys: torch.Tensor  # (1, Tk, D) the same for self-attention, the encoder's output for cross
-    scale: float  # what q·k is multiplied by: 1/sqrt(Dh), or 1 (T5)
-    bias: torch.Tensor | None  # (1, H, Tq, Tk) T5's relative-position bias (None elsewhere)
-    weights: torch.Tensor  # (1, H, Tq, Tk) the weights the model returned
-
-
 def forced_inputs(hm: HFModel, src_ids, out_ids) -> tuple[torch.Tensor, torch.Tensor]:
     """((1, S) source, (1, T) decoder inputs: the start token + out_ids[:-1])."""
     device = _device(hm)
@@ -643,81 +307,6 @@ def forced_inputs(hm: HFModel, src_ids, out_ids) -> tuple[torch.Tensor, torch.Te
         torch.tensor([list(src_ids)], device=device),
         torch.tensor([[start, *list(out_ids)[:-1]]], device=device),
     )
-
-
-@torch.no_grad()
-def attention_inputs(hm: HFModel, src_ids, out_ids, kind: str, layer: int) -> AttentionInputs:
-    """Teacher-force ``out_ids`` and keep what one attention module read (hooks)."""
-    module = attention_modules(hm.model, kind)[layer]
-    seen: dict = {}
-
-    def before(mod, args, kwargs):
-        x = args[0] if args else kwargs["hidden_states"]
-        seen["q"], seen["k"] = x, kwargs.get("key_value_states")
-
-    def after(mod, args, kwargs, output):
-        if getattr(mod, "has_relative_attention_bias", None) is not None:  # T5: its bias
-            seen["bias"] = output[1]
-
-    hooks = [
-        module.register_forward_pre_hook(before, with_kwargs=True),
-        module.register_forward_hook(after, with_kwargs=True),
-    ]
-    src, dec = forced_inputs(hm, src_ids, out_ids)
-    try:
-        out = hm.model(
-            input_ids=src, decoder_input_ids=dec, output_attentions=True, return_dict=True
-        )
-    finally:
-        for h in hooks:
-            h.remove()
-    maps = {
-        "encoder": out.encoder_attentions,
-        "decoder_self": out.decoder_attentions,
-        "cross": out.cross_attentions,
-    }[kind]
-    keys = seen["k"] if seen["k"] is not None else seen["q"]
-    scale = float(getattr(module, "scaling", head_geometry(module)[2] ** -0.5))
-    return AttentionInputs(seen["q"], keys, scale, seen.get("bias"), maps[layer])
-
-
-def head_vectors(module: nn.Module, inputs: AttentionInputs, head: int):
-    """One head's (Tq, Dh) queries and (Tk, Dh) keys, by the module's own projections."""
-    _, _, width = head_geometry(module)
-    q_proj = getattr(module, "q_proj", None) or module.q
-    k_proj = getattr(module, "k_proj", None) or module.k
-    cut = slice(head * width, (head + 1) * width)
-    with torch.no_grad():
-        q = q_proj(inputs.queries)[0, :, cut]  # (Tq, Dh)
-        k = k_proj(inputs.keys)[0, :, cut]  # (Tk, Dh)
-    return q.float(), k.float()
-
-
-# ----------------------------------------------------------------------------- gradients
-
-
-def _embedded(stack: nn.Module, ids: torch.Tensor) -> torch.Tensor:
-    """(B, N) ids -> (B, N, D): what the stack reads as ``inputs_embeds``: its token
-    embedding, with Marian's √D scale (BART and M2M100 scale inside the embedding module)."""
-    return stack.embed_tokens(ids) * getattr(stack, "embed_scale", 1.0)
-
-
-@torch.no_grad()
-def embeddings(hm: HFModel, src: torch.Tensor, dec: torch.Tensor):
-    """((B, S, D), (B, T, D)) the token embeddings the encoder and decoder read."""
-    return _embedded(hm.model.get_encoder(), src), _embedded(hm.model.get_decoder(), dec)
-
-
-def log_probs_from_embeddings(hm: HFModel, src_emb: torch.Tensor, dec_emb: torch.Tensor):
-    """(B, S, D), (B, T, D) token embeddings -> (B, T, V) log-probabilities, as the model
-    computes them from ids (tested): what the gradient methods differentiate."""
-    out = hm.model(
-        inputs_embeds=src_emb,
-        attention_mask=torch.ones(src_emb.shape[:2], dtype=torch.long, device=src_emb.device),
-        decoder_inputs_embeds=dec_emb,
-        return_dict=True,
-    )
-    return out.logits.float().log_softmax(-1)
 
 
 # ----------------------------------------------------------------------------- forcing

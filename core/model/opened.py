@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from core.model import hf_folder
 from core.model import hugging_face as hf
 from core.model.checkpoints import CheckpointError, LoadedModel, load_checkpoint
 from core.model.decode import (
@@ -28,22 +29,22 @@ AnyModel = LoadedModel | hf.HFModel  # what open_model returns
 
 def is_hugging_face(lm) -> bool:
     """Whether a loaded model is a Hugging Face one."""
-    return getattr(lm, "family", "") == hf.FAMILY
+    return getattr(lm, "family", "") == hf_folder.FAMILY
 
 
 def open_model(spec: str, device="cpu", max_bytes: int | None = None, hub: bool = False):
     """A studio checkpoint, or a Hugging Face model folder (a hub id too when ``hub``);
     CheckpointError in one line when it cannot be opened."""
-    looks_like_hub = hub and not Path(spec).exists() and hf.HUB_ID.fullmatch(spec or "")
-    if hf.is_model_folder(spec) or looks_like_hub:
+    looks_like_hub = hub and not Path(spec).exists() and hf_folder.HUB_ID.fullmatch(spec or "")
+    if hf_folder.is_model_folder(spec) or looks_like_hub:
         try:
-            return hf.load(hf.resolve(spec), device, max_bytes)
-        except hf.HFModelError as e:
+            return hf.load(hf_folder.resolve(spec), device, max_bytes)
+        except hf_folder.HFModelError as e:
             raise CheckpointError(str(e)) from e
     if Path(spec).is_dir():  # a folder without config.json: read_config says so
         try:
-            hf.read_config(spec)
-        except hf.HFModelError as e:
+            hf_folder.read_config(spec)
+        except hf_folder.HFModelError as e:
             raise CheckpointError(str(e)) from e
     return load_checkpoint(spec, device)
 

@@ -14,10 +14,7 @@ before it is made, and a limit that is checked where it is written as well as at
 | an alignment-scoring job | pairs x layers x heads x words | before scoring (pages) |
 | a model opened by the server | parameters | before loading (pages) |
 
-The runs folder and the saved models share one quota (``ATTENTION_STUDIO_QUOTA_GB``; by
-default half of what the disk leaves them), and each user a share of it where users are
-known (``ATTENTION_STUDIO_USER_QUOTA_GB``). A live run counts for what it may still grow
-to (its budget, recorded in job.json at launch), not only for what it holds now.
+What all of it holds on disk together is checked against the quota (``core.runs.quota``).
 
 Shape key: H heads, Le / Ld encoder / decoder layers, S source tokens, T output tokens.
 """
@@ -27,22 +24,18 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
 from core.corpus.text import tokenize
-from core.model.checkpoints import CheckpointError, read_checkpoint
 from core.model.config import ModelConfig
 from core.model.decode import MAX_LEN
 from core.model.transformer import Transformer
-from core.places import checkpoints_root, runs_root
 from core.training.settings import GROUPS, field_default
 
 MB = 2**20
@@ -65,13 +58,8 @@ MODELS_CACHE_BYTES = 768 * MB  # the models the server keeps open (and their pri
 SERVER_CACHE_BYTES = 512 * MB  # results the server keeps for every session (default)
 CACHE_ITEM_BYTES = 64 * MB  # the largest one result the server keeps
 DISK_CACHE_BYTES = 128 * MB  # each disk cache folder (.ablation, .attribution, .trajectories)
-MAX_SAVED_MODELS = 200  # models saved from runs ("Save as a model"), all users together
 
-QUOTA_ENV = "ATTENTION_STUDIO_QUOTA_GB"  # runs + saved models on disk (default: see quota)
-USER_QUOTA_ENV = "ATTENTION_STUDIO_USER_QUOTA_GB"  # each user's share (default: a quarter)
 CACHE_ENV = "ATTENTION_STUDIO_SERVER_CACHE_MB"  # the server's shared results, in MB
-QUOTA_SHARE = 0.5  # by default the app's folders may hold half of what the disk leaves them
-USER_SHARE = 0.25  # by default one user may hold a quarter of the quota
 
 CHECKPOINT_BYTES_PER_PARAM = 4  # best.pt: float32 weights
 LAST_BYTES_PER_PARAM = 12  # last.pt: float32 weights and Adam's two moments
@@ -81,7 +69,6 @@ PROBE_OVERHEAD = 4096  # a probe or translation: its objects, warnings and file 
 TOKEN_BYTES = 64  # a token string, pickled or in memory
 RECORD_BYTES = 4096  # the largest metrics record the estimate allows (an eval with examples)
 FIXED_RUN_BYTES = 256 * 1024  # config, status, job, request, notes and locks
-QUOTA_MIN_BYTES = 1 * GB  # the default quota is never below this
 
 
 class BudgetError(Exception):
@@ -382,185 +369,3 @@ def server_cache_bytes() -> int:
         return max(0, int(float(os.environ[CACHE_ENV]) * MB))
     except (KeyError, ValueError):
         return SERVER_CACHE_BYTES
-
-
-# ----------------------------------------------------------------------------- on disk
-
-
-def folder_bytes(path: Path) -> int:
-    """Bytes of the files under a folder (symlinks not followed; files that vanish skipped)."""
-    total = 0
-    try:
-        entries = list(os.scandir(path))
-    except OSError:
-        return 0
-    for entry in entries:
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                total += folder_bytes(Path(entry.path))
-            else:
-                total += entry.stat(follow_symlinks=False).st_size
-        except OSError:
-            continue
-    return total
-
-
-@dataclass
-class Holder:
-    """One thing on disk the quota counts: a run, a saved model, or the app's own files."""
-
-    what: str  # "run", "model" or "other"
-    name: str  # run id, model file name, or folder name
-    size: int  # bytes it holds now
-    charge: int  # bytes it counts for (a live run: what it may still grow to)
-    owner: str | None = None  # who made it, where users are known
-
-    def words(self) -> str:
-        """E.g. 'run 20261126-010203-small (1.20 GB)'."""
-        return f"{self.what} {self.name} ({size_words(self.size)})"
-
-
-def _read_json(path: Path) -> dict:
-    """A small JSON file as a dict ({} when missing or damaged)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def holders(live: Callable[[str], bool] | None = None) -> list[Holder]:
-    """Everything in the runs folder and the saved models, with what each counts for.
-
-    ``live(run_id)`` tells whether a run's trainer is running (then it counts for the larger
-    of its size and its recorded budget); by default runs count for their size.
-    """
-    out: list[Holder] = []
-    runs = runs_root()
-    for entry in sorted(os.scandir(runs), key=lambda e: e.name):
-        path = Path(entry.path)
-        if not entry.is_dir(follow_symlinks=False):
-            out.append(Holder("other", entry.name, _size(path), _size(path)))
-            continue
-        size = folder_bytes(path)
-        if entry.name.startswith("."):
-            out.append(Holder("other", entry.name, size, size))
-            continue
-        job = _read_json(path / "job.json")
-        budget = job.get("budget_bytes") if isinstance(job.get("budget_bytes"), int) else 0
-        charge = max(size, budget) if live is not None and live(entry.name) else size
-        out.append(Holder("run", entry.name, size, charge, job.get("owner")))
-    models = checkpoints_root()
-    for path in sorted(models.rglob("*.pt")) if models.is_dir() else []:
-        size = _size(path) + _size(path.with_suffix(".history"))
-        out.append(Holder("model", path.name, size, size, _model_owner(path)))
-    return out
-
-
-def _size(path: Path) -> int:
-    """A file's size (0 when it is gone)."""
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def _model_owner(path: Path) -> str | None:
-    """Who saved a model (its metadata's ``promoted_from.owner``; None for the others)."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return _recorded_owner(str(path), st.st_mtime_ns, st.st_size)
-
-
-@functools.lru_cache(maxsize=4096)
-def _recorded_owner(path: str, mtime_ns: int, size: int) -> str | None:
-    """The owner a checkpoint file records, read once per file version (weights never read)."""
-    try:
-        promoted = read_checkpoint(path, mmap=True).get("promoted_from")
-    except CheckpointError:
-        return None
-    owner = promoted.get("owner") if isinstance(promoted, dict) else None
-    return owner if isinstance(owner, str) else None
-
-
-def _env_gb(name: str) -> int | None:
-    """A size in GB from the environment, as bytes (None when unset or unreadable)."""
-    try:
-        value = float(os.environ[name])
-    except (KeyError, ValueError):
-        return None
-    return int(value * GB) if value > 0 else None
-
-
-def quota_bytes(used: int) -> int:
-    """The bytes the runs folder and saved models may hold together: ATTENTION_STUDIO_QUOTA_GB,
-    else QUOTA_SHARE of what they hold plus the disk's free space (at least QUOTA_MIN_BYTES)."""
-    if (set_by_env := _env_gb(QUOTA_ENV)) is not None:
-        return set_by_env
-    free = shutil.disk_usage(runs_root()).free
-    return max(QUOTA_MIN_BYTES, int(QUOTA_SHARE * (free + used)))
-
-
-def user_quota_bytes(quota: int) -> int:
-    """What one user's runs and models may hold (ATTENTION_STUDIO_USER_QUOTA_GB, else a share)."""
-    set_by_env = _env_gb(USER_QUOTA_ENV)
-    return set_by_env if set_by_env is not None else int(USER_SHARE * quota)
-
-
-def check_room(
-    need: int,
-    what: str,
-    owner: str | None = None,
-    live: Callable[[str], bool] | None = None,
-    exclude: str | None = None,
-) -> None:
-    """BudgetError unless ``need`` more bytes fit the quota (and ``owner``'s share of it, where
-    users are known); the message names what to delete. ``exclude``: a run whose own charge
-    ``need`` replaces (a resume)."""
-    found = [h for h in holders(live) if not (h.what == "run" and h.name == exclude)]
-    used = sum(h.charge for h in found)
-    quota = quota_bytes(sum(h.size for h in found))
-    if used + need > quota:
-        raise BudgetError(
-            f"Not enough room: {what} may take up to {size_words(need)} on disk, and the runs "
-            f"and saved models already take {size_words(used)} of the {size_words(quota)} "
-            f"this server allows ({QUOTA_ENV}). {_delete_hint(found, owner)}"
-        )
-    if owner is None:
-        return
-    mine = [h for h in found if h.owner == owner]
-    share = user_quota_bytes(quota)
-    if sum(h.charge for h in mine) + need > share:
-        raise BudgetError(
-            f"Not enough room: {what} may take up to {size_words(need)} on disk, and your runs "
-            f"and saved models already take {size_words(sum(h.charge for h in mine))} of the "
-            f"{size_words(share)} each user may hold ({USER_QUOTA_ENV}). "
-            f"{_delete_hint(mine, owner)}"
-        )
-
-
-def _delete_hint(found: list[Holder], owner: str | None) -> str:
-    """'Delete runs or saved models first; the largest: run A (1.2 GB), model b.pt (20 MB).'"""
-    yours = [h for h in found if h.what in ("run", "model") and (owner is None or h.owner == owner)]
-    largest = sorted(yours, key=lambda h: -h.size)[:3]
-    if not largest:
-        return "Ask whoever runs the server to make room or raise the quota."
-    return (
-        "Delete runs or saved models you no longer need; the largest: "
-        + ", ".join(h.words() for h in largest)
-        + "."
-    )
-
-
-def saved_models_problem() -> str | None:
-    """Why no more models can be saved from runs (None: they can)."""
-    folder = checkpoints_root()
-    saved = [p for p in folder.rglob("*.pt")] if folder.is_dir() else []
-    if len(saved) < MAX_SAVED_MODELS:
-        return None
-    return (
-        f"This server keeps at most {MAX_SAVED_MODELS} saved models, and there are "
-        f"{len(saved)}: replace one of yours, or ask whoever runs the server to remove some."
-    )

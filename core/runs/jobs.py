@@ -24,7 +24,7 @@ import time
 from core.corpus.source import DataError
 from core.corpus.user_files import allowed_path, prune_uploads
 from core.places import REPO_ROOT, runs_root
-from core.runs import budget, processes
+from core.runs import budget, processes, quota
 from core.runs.locks import acquire_gpu_lock, launch_lock, run_is_held, write_lock
 from core.runs.owners import OwnershipError, User, check_create, check_owner, owner_of, run_owner
 from core.runs.run_dir import RunDir, RunError, read_json, run_dir, write_json
@@ -128,7 +128,7 @@ def check_room(need: int, what: str, owner: str | None, exclude: str | None = No
     """RunError unless ``need`` more bytes fit the quota (and the owner's share of it)."""
     live = _live_runs()
     try:
-        budget.check_room(need, what, owner, live.__contains__, exclude)
+        quota.check_room(need, what, owner, live.__contains__, exclude)
     except budget.BudgetError as e:
         raise RunError(str(e)) from None
 
@@ -336,7 +336,7 @@ def resume_run(
     with launch_lock():  # two sessions resuming one run: the second is refused here
         info = _check_resumable(rd)
         job = read_json(rd.job, {}) or {"run_id": run_id, "created_at": info.started_at}
-        need = max(_run_budget(rd, job), budget.folder_bytes(rd.path))
+        need = max(_run_budget(rd, job), quota.folder_bytes(rd.path))
         check_room(need, f"run {run_id}", run_owner(rd), exclude=run_id)
         job["budget_bytes"] = need
         device_type = job.get("device_type") or resolve_device(

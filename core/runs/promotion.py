@@ -20,7 +20,7 @@ from core.model.checkpoints import (
     read_metadata,
 )
 from core.places import checkpoints_root
-from core.runs import budget
+from core.runs import budget, quota
 from core.runs.catalogue import ModelError, validate_name
 from core.runs.history import MAX_BYTES, history_path, write_history
 from core.runs.jobs import check_room
@@ -89,7 +89,7 @@ def _check_replace(dest: Path, overwrite: bool, user: User | None) -> None:
     """ModelError unless a model may be written at ``dest``: a new name within the count of
     saved models, or (asked) a model saved from a run that ``user`` may change."""
     if not dest.exists():
-        if problem := budget.saved_models_problem():
+        if problem := quota.saved_models_problem():
             raise ModelError(problem)
         return
     if not overwrite:

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from core.model.checkpoints import portable_data_config, save_checkpoint
-from core.runs import budget
+from core.runs import budget, quota
 from core.runs.run_dir import RunDir, read_json
 from core.runs.system import ProcessMeter, trim_heap
 from core.training.loop import Trainer
@@ -112,7 +112,7 @@ class RunRecorder:
 
     def fits(self, more: int) -> bool:
         """Whether ``more`` bytes keep the run within its allowance (``run_allowance``)."""
-        return budget.folder_bytes(self.rd.path) + more <= self.allowed
+        return quota.folder_bytes(self.rd.path) + more <= self.allowed
 
     def keep_snapshot(self, trainer: Trainer) -> None:
         """Write the probes' maps at this step, unless they pass budget.SNAPSHOT_BYTES or the

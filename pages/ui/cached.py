@@ -23,7 +23,12 @@ def fitted(lm: LoadedModel, sentence: str, settings: DecodeSettings):
     if not words or len(words) > translation.MAX_SENTENCE_TOKENS:
         return settings, ""  # translate_sentence says what is wrong with it
     cfg = vars(lm.cfg)
-    src = budget.source_len(words, "bpe" if lm.subword else "word", cfg["max_positions"])
+    if lm.family != "studio":  # its own tokenizer counts (byte-level BPE: more than chars)
+        src = len(
+            lm.tokenizer(sentence, truncation=True, max_length=cfg["max_positions"])["input_ids"]
+        )
+    else:
+        src = budget.source_len(words, "bpe" if lm.subword else "word", cfg["max_positions"])
     longest = budget.longest_output(cfg, src, settings.max_len)
     limit = budget.size_words(budget.TRANSLATION_BYTES)
     if longest == 0:

@@ -7,7 +7,7 @@ import functools
 import streamlit as st
 
 from core.attention.view_state import ViewState
-from core.model import hugging_face as hf
+from core.model import hf_folder
 from core.model.checkpoints import CheckpointError, LoadedModel, read_metadata
 from core.model.opened import open_model
 from core.places import checkpoints_root, runs_root, shown_path
@@ -41,10 +41,10 @@ def load_model(path: str, mtime: float) -> LoadedModel:
 @functools.lru_cache(maxsize=256)
 def _open_problem(path: str, mtime: float) -> str | None:
     """Why the server will not open this model file (None: it will), once per file version."""
-    if hf.is_model_folder(path):
+    if hf_folder.is_model_folder(path):
         try:
-            params = hf.describe(path)["parameters"]
-        except hf.HFModelError as e:
+            params = hf_folder.describe(path)["parameters"]
+        except hf_folder.HFModelError as e:
             return str(e)
         return budget.model_problem(params, budget.HF_MODEL_BYTES)
     cfg = read_metadata(path).get("model_config") or {}

@@ -1,0 +1,200 @@
+"""A Hugging Face model folder as the studio reads it before loading anything: its config,
+its safetensors headers, its tokenizer's languages; and a hub id fetched (command line only).
+
+A folder is ``save_pretrained`` layout: ``config.json``, safetensors weights, tokenizer
+files. Nothing here reads weights or runs model code (``core.model.hugging_face`` loads).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import struct
+from pathlib import Path
+
+from core.model.config import ModelConfig
+from core.places import shown_path
+
+FAMILY = "hugging face"
+CONFIG = "config.json"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "source.spm", "spiece.model")
+CONFIG_BYTES = 1 << 20  # a config.json larger than this is not a model's config
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+
+
+class HFModelError(Exception):
+    """A folder or hub id is not a Hugging Face encoder-decoder the studio can open; the
+    message says why in one line."""
+
+
+def is_model_folder(path) -> bool:
+    """Whether ``path`` is a folder holding a model's ``config.json``."""
+    p = Path(path)
+    return p.is_dir() and (p / CONFIG).is_file()
+
+
+def read_config(folder) -> dict:
+    """A model folder's config.json as a dict; HFModelError when it is missing or not JSON."""
+    path = Path(folder) / CONFIG
+    if not path.is_file():
+        raise HFModelError(
+            f"{shown_path(folder)} has no config.json: a Hugging Face model folder holds "
+            "config.json, model.safetensors and the tokenizer files (save_pretrained)."
+        )
+    if path.stat().st_size > CONFIG_BYTES:
+        raise HFModelError(f"{shown_path(path)} is too large to be a model's config.")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise HFModelError(f"{shown_path(path)} cannot be read as JSON: {e}") from e
+    if not isinstance(config, dict):
+        raise HFModelError(f"{shown_path(path)} is not a model configuration.")
+    return config
+
+
+def _first(config: dict, *names, default=None):
+    """The first of ``names`` present in ``config``."""
+    return next((config[n] for n in names if config.get(n) is not None), default)
+
+
+def studio_config(config: dict) -> ModelConfig:
+    """A Hugging Face config's sizes as the studio's ModelConfig (layers, heads, width)."""
+    layers = _first(config, "encoder_layers", "num_layers", default=1)
+    d_model = int(_first(config, "d_model", "hidden_size", default=1))
+    return ModelConfig(
+        src_vocab_size=int(config.get("vocab_size") or 1),
+        tgt_vocab_size=int(_first(config, "decoder_vocab_size", "vocab_size", default=1)),
+        d_model=d_model,
+        num_heads=int(_first(config, "encoder_attention_heads", "num_heads", default=1)),
+        num_encoder_layers=int(layers),
+        num_decoder_layers=int(
+            _first(config, "decoder_layers", "num_decoder_layers", default=layers)
+        ),
+        d_ff=int(_first(config, "encoder_ffn_dim", "d_ff", default=1)),
+        dropout=0.0,
+        max_positions=int(_first(config, "max_position_embeddings", "n_positions", default=512)),
+        norm_first=bool(
+            config.get("normalize_before") or config.get("model_type") in ("t5", "mt5", "umt5")
+        ),
+        pad_id=int(config.get("pad_token_id") or 0),
+    )
+
+
+def check_encoder_decoder(config: dict) -> None:
+    """HFModelError unless the config describes an encoder-decoder."""
+    kind = str(config.get("model_type") or "unknown")
+    if not config.get("is_encoder_decoder"):
+        raise HFModelError(
+            f"The studio reads encoder-decoder models; this is a {kind} (decoder-only or "
+            "encoder-only)."
+        )
+    if config.get("auto_map"):
+        raise HFModelError(
+            f"This {kind} needs its own code (auto_map); the studio never runs a model's "
+            "remote code."
+        )
+
+
+def safetensors_parameters(folder) -> int:
+    """Parameters stored in a folder's safetensors files, read from their headers only
+    (HFModelError when the folder has no safetensors weights)."""
+    folder = Path(folder)
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise HFModelError(
+            f"{shown_path(folder)} has no safetensors weights (model.safetensors): the studio "
+            "opens no pickled weights (pytorch_model.bin); save with save_pretrained."
+        )
+    total = 0
+    for path in files:
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            if size > 100 << 20:
+                raise HFModelError(f"{shown_path(path)} is not a safetensors file.")
+            try:
+                header = json.loads(f.read(size))
+            except ValueError as e:
+                raise HFModelError(f"{shown_path(path)} is not a safetensors file: {e}") from e
+        total += sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
+    return total
+
+
+def languages(folder, config: dict) -> dict:
+    """What the files say of a model's languages: source_lang / target_lang (Marian's
+    tokenizer config), and the language codes a multilingual model can be forced to."""
+    out = {}
+    path = Path(folder) / "tokenizer_config.json"
+    if path.is_file() and path.stat().st_size <= 16 * CONFIG_BYTES:
+        try:
+            tok = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            tok = {}
+        for key, name in (("source_lang", "source_lang"), ("src_lang", "source_lang")):
+            if isinstance(tok.get(key), str):
+                out[name] = tok[key]
+        for key, name in (("target_lang", "target_lang"), ("tgt_lang", "target_lang")):
+            if isinstance(tok.get(key), str):
+                out[name] = tok[key]
+    return out
+
+
+def describe(folder) -> dict:
+    """What the picker shows of a model folder, its weights never read: model type,
+    parameters, layers, heads, width and languages (HFModelError when it cannot be opened)."""
+    config = read_config(folder)
+    check_encoder_decoder(config)
+    if not any((Path(folder) / name).is_file() for name in TOKENIZER_FILES):
+        raise HFModelError(
+            f"{shown_path(folder)} has no tokenizer files (tokenizer.json or "
+            "tokenizer_config.json): save the tokenizer beside the model."
+        )
+    cfg = studio_config(config)
+    return {
+        "family": FAMILY,
+        "model_type": str(config.get("model_type") or "unknown"),
+        "parameters": safetensors_parameters(folder),
+        "model_config": vars(cfg),
+        **languages(folder, config),
+    }
+
+
+def size_label(info: dict) -> str:
+    """E.g. 'marian · 74.6 M params · 512 wide · 6+6 layers · 8 heads · en→fr'."""
+    cfg = info.get("model_config") or {}
+    langs = ""
+    if info.get("source_lang") or info.get("target_lang"):
+        langs = f" · {info.get('source_lang', '?')}→{info.get('target_lang', '?')}"
+    return (
+        f"{info.get('model_type', '?')} · {info.get('parameters', 0) / 1e6:.2f} M params · "
+        f"{cfg.get('d_model')} wide · {cfg.get('num_encoder_layers')}+"
+        f"{cfg.get('num_decoder_layers')} layers · {cfg.get('num_heads')} heads{langs}"
+    )
+
+
+def resolve(spec: str) -> Path:
+    """A model folder, or a hub id downloaded into Hugging Face's cache (command line only);
+    HFModelError when offline or not found."""
+    path = Path(spec)
+    if path.is_dir():
+        return path
+    if not HUB_ID.fullmatch(spec or ""):
+        raise HFModelError(f"{spec} is neither a model folder nor a hub id (owner/name).")
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        raise HFModelError(
+            f"{spec} is a hub id and this machine is offline (HF_HUB_OFFLINE): download it "
+            "elsewhere with save_pretrained and pass the folder."
+        )
+    try:
+        from huggingface_hub import snapshot_download
+
+        patterns = [CONFIG, "*.safetensors", "*.safetensors.index.json", "generation_config.json"]
+        patterns += [*TOKENIZER_FILES, "special_tokens_map.json", "vocab.json", "*.spm"]
+        patterns += ["sentencepiece.bpe.model", "target.spm"]
+        return Path(snapshot_download(spec, allow_patterns=patterns))
+    except Exception as e:  # noqa: BLE001 - network and hub errors of every kind
+        raise HFModelError(
+            f"{spec} could not be downloaded from the Hugging Face hub ({type(e).__name__}): "
+            "offline, or no such model."
+        ) from e
