@@ -5,6 +5,9 @@
     python -m core.attribute --checkpoint CK --faithfulness [--sentences N] [--data FILE]
         [--method M ...] [--refresh]
 
+CK is a studio checkpoint or a Hugging Face model folder (a hub id when online; a
+multilingual one takes ``--target-lang``).
+
 The first form prints one JSON object: ``method``, ``source``, ``prefix`` and ``output``
 tokens, ``contributions`` (a row per output token over the source tokens then the prefix
 tokens; non-negative, each row summing to 1), ``source_share`` and, for gradient methods,
@@ -24,9 +27,11 @@ from tqdm import tqdm
 
 from core.attribution.explain import explain, in_words
 from core.attribution.faithfulness import DEFAULT_METHODS, SENTENCES, faithfulness_for
+from core.attribution.hugging_face import method_problem
 from core.attribution.methods import MEAN, METHODS, AttributionError
 from core.command_line import CommandError, run_command
 from core.corpus.source import DataError
+from core.model import hf_folder
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError
 from core.model.decode import BEAM_SIZES, DecodeSettings, TranslationError
@@ -46,6 +51,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sentences", type=int, default=SENTENCES, help="validation sentences")
     p.add_argument("--data", default=None, help="corpus path or 'fra-eng' (default: its own)")
     p.add_argument("--refresh", action="store_true", help="recompute a cached faithfulness")
+    p.add_argument("--target-lang", default="", help="a multilingual model's target language")
     p.add_argument("sentence", nargs="*", help="the sentence to explain")
     return p
 
@@ -84,15 +90,18 @@ def run(args) -> list[str]:
     if message := problem(args):
         raise CommandError(message)
     lm = open_model(args.checkpoint, hub=True)
-    if args.faithfulness and is_hugging_face(lm):
-        raise CommandError("--faithfulness reads the studio's own checkpoints only (not built yet)")
+    target = args.target_lang or None
     if args.faithfulness:
         methods = tuple(args.method or DEFAULT_METHODS)
+        if args.method and is_hugging_face(lm) and (why := method_problem(lm, args.method[0])):
+            raise CommandError(why)
+        path = hf_folder.resolve(args.checkpoint) if is_hugging_face(lm) else args.checkpoint
         result = faithfulness_for(
-            lm, args.checkpoint, args.sentences, methods, args.data, progress_bar(), args.refresh
+            lm, path, args.sentences, methods, args.data, progress_bar(), args.refresh, target
         )
         return [json.dumps(row) for row in result.methods]
-    t = translate_sentence(lm, " ".join(args.sentence), DecodeSettings(beam_size=args.beam))
+    settings = DecodeSettings(beam_size=args.beam, target_lang=args.target_lang)
+    t = translate_sentence(lm, " ".join(args.sentence), settings)
     e = explain(lm, t, (args.method or ["alti"])[0], args.layer, args.head)
     return [json.dumps((in_words(e) if args.words else e).to_json(), ensure_ascii=False)]
 

@@ -284,6 +284,7 @@ def start_server(runs: Path, script: str = "app.py", env: dict | None = None):
         **os.environ,
         "ATTENTION_STUDIO_RUNS": str(runs),
         "ATTENTION_STUDIO_DATA": str(TINY.parent),
+        "ATTENTION_STUDIO_POLL_SECONDS": "1",  # live runs polled every second, not every 5
         **(env or {}),
     }
     with open(runs / "server.log", "w") as log:

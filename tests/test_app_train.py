@@ -282,7 +282,7 @@ def test_all_runs_table_refreshes_itself_while_a_run_is_live(jobs_env, make_run,
     """The table is a fragment polling every TABLE_POLL_S while a run is live, else still."""
     import streamlit as st
 
-    from pages.ui.train.run_view import TABLE_POLL_S
+    from pages.ui.polling import TABLE_POLL_S
 
     polls = {}
     real_fragment = st.fragment

@@ -42,7 +42,7 @@ def test_batched_log_probs_equal_the_recorded_pass(val_cases):
     lm, _, cases = val_cases
     case = cases[0]
     p = teacher_forced(lm.model, case.src_ids, case.out_ids)
-    again = fa.logp_rows(lm.model, [case.src_ids] * 3, case.out_ids)
+    again = fa.logp_rows(lm, [case.src_ids] * 3, case.out_ids)
     assert np.allclose(again.numpy(), p.logp.numpy()[None], atol=1e-5)
 
 
@@ -65,10 +65,10 @@ def test_a_method_that_ranks_by_occlusion_itself_is_perfect(val_cases, monkeypat
     lm, _, cases = val_cases
     case = max(cases, key=lambda c: len(c.spans))
     singles = [fa.occluded(case.src_ids, case.spans, [w]) for w in range(len(case.spans))]
-    logp = fa.logp_rows(lm.model, [case.src_ids, *singles], case.out_ids).numpy()
+    logp = fa.logp_rows(lm, [case.src_ids, *singles], case.out_ids).numpy()
     effects = (logp[0] - logp[1:]).T  # (T, W)
     monkeypatch.setattr(fa, "rankings", lambda *a: {"oracle": effects, "anti": -effects})
-    result = fa.measure_case(lm.model, case, [], np.random.default_rng(0), {})
+    result = fa.measure_case(lm, case, [], np.random.default_rng(0), {})
     assert result["oracle"][0] == pytest.approx(1.0) and result["anti"][0] == pytest.approx(-1.0)
     oracle_k1, anti_k1 = np.mean(result["oracle"][1][0]), np.mean(result["anti"][1][0])
     assert oracle_k1 >= anti_k1
@@ -90,7 +90,7 @@ def test_faithfulness_ranks_methods_with_the_random_baseline_and_is_cached(
     monkeypatch.setattr(fa, "faithfulness", lambda *a, **k: pytest.fail("computed again"))
     again = fa.faithfulness_for(lm, val_checkpoint, 6, ("alti", "attention"), str(TINY))
     assert again.cached and again.methods == first.methods
-    assert fa.lookup_faithfulness(val_checkpoint, lm.meta, 5, ("attention", "alti")) is None
+    assert fa.lookup_faithfulness(val_checkpoint, lm, 5, ("attention", "alti")) is None
 
 
 def test_the_command_prints_one_json_object_per_sentence(val_checkpoint, capsys):

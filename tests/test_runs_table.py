@@ -299,18 +299,27 @@ def run_command(*args, runs):
     return done.returncode, [json.loads(line) for line in done.stdout.splitlines()], done.stderr
 
 
-def test_the_command_prints_the_pages_rows(jobs_env, make_run, tmp_path):
+def in_process(capsys, *args):
+    """``core.runs_table.main(ARGS)`` in this process: (exit code, JSON lines, err)."""
+    from core import runs_table
+
+    code = runs_table.main(list(args))
+    out, err = capsys.readouterr()
+    return code, [json.loads(line) for line in out.splitlines()], err
+
+
+def test_the_command_prints_the_pages_rows(jobs_env, make_run, tmp_path, capsys, monkeypatch):
     make_trained_run(make_run, "alpha", created=1)
     make_trained_run(make_run, "beta", created=2)
     write_notes("alpha", "the baseline", "sweep")
     code, lines, _ = run_command("--runs", str(runs_root()), runs=tmp_path / "elsewhere")
-    assert code == 0
+    assert code == 0  # python -m core.runs_table itself, once
     assert lines == json.loads(json.dumps(run_rows(list_runs())))  # the same rows
-    code, lines, _ = run_command("--runs", str(runs_root()), "--tag", "sweep", runs=tmp_path)
+    code, lines, _ = in_process(capsys, "--runs", str(runs_root()), "--tag", "sweep")
     assert [r["run"] for r in lines] == ["alpha"]
-    code, lines, _ = run_command("--search", "BET", runs=runs_root())
+    code, lines, _ = in_process(capsys, "--search", "BET")
     assert [r["run"] for r in lines] == ["beta"]
-    code, lines, err = run_command("--runs", str(tmp_path / "missing"), runs=runs_root())
+    code, lines, err = in_process(capsys, "--runs", str(tmp_path / "missing"))
     assert code == 2 and lines == [] and "not a directory" in err
 
 

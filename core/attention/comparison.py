@@ -243,7 +243,10 @@ def pair_grid(
 
 
 def cut_differently(a: LoadedModel, b: LoadedModel) -> bool:
-    """Whether two models read or write a sentence as different pieces (compare in words)."""
+    """Whether two models read or write a sentence as different pieces (compare in words):
+    always where one is a Hugging Face model (its own tokenizer, its own specials)."""
+    if is_hugging_face(a) or is_hugging_face(b):
+        return True
     if not (a.subword or b.subword):
         return False  # word-level models share the words, whatever their vocabularies
     return a.src_vocab.itos != b.src_vocab.itos or a.tgt_vocab.itos != b.tgt_vocab.itos

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from core.model.opened import is_hugging_face
 
-HF_SECTIONS = ("maps", "playback", "ablation", "lens", "inside", "attribution", "alignment")
-HF_NOT_YET = {  # the other sections read the studio's own modules or its training files
+HF_SECTIONS = (
+    *("maps", "playback", "ablation", "compare", "lens", "inside", "attribution", "alignment"),
+)
+HF_NOT_YET = {  # the other section reads the studio's training files
     "training": "A Hugging Face model was not trained here: it has no snapshots to replay.",
-    "compare": "Compare reads two of the studio's own models; for Hugging Face models it is "
-    "not built yet.",
 }
 
 

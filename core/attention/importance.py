@@ -33,6 +33,7 @@ from core.attention.ablation import (
     gated,
 )
 from core.attention.head_stats import spearman
+from core.attention.hf_importance import HFMeasures, hf_sample
 from core.attention.kinds import KINDS
 from core.corpus.batches import batches, encode_pairs, pad_batch
 from core.corpus.config import DataConfig
@@ -41,6 +42,7 @@ from core.corpus.splits import Split, load_splits
 from core.corpus.vocab import Vocab
 from core.model.checkpoints import LoadedModel, trained_data
 from core.model.decode import MAX_LEN, greedy_decode
+from core.model.hf_folder import folder_sha1
 from core.model.record import forced_logits
 from core.model.scores import corpus_bleu, evaluate_loss
 from core.model.transformer import evaluating
@@ -78,15 +80,23 @@ def sample_from_split(split: Split, src_vocab: Vocab, tgt_vocab: Vocab, n: int) 
     return Sample([g[0] for g in groups], [g[1] for g in groups], ids, encoded)
 
 
-def validation_sample(lm: LoadedModel, cfg: DataConfig, n: int) -> Sample:
-    """The first ``n`` validation sentences of the split these settings rebuild."""
+def validation_sample(lm, cfg: DataConfig, n: int, target_lang: str | None = None):
+    """The first ``n`` validation sentences of the split these settings rebuild (encoded by
+    a Hugging Face model's own tokenizer for such a model)."""
     split = load_splits(cfg).val
     if not split.pairs:
         raise DataError(
             "This model was trained without a validation split: there are no validation "
             "sentences to measure on."
         )
+    if getattr(lm, "family", "studio") != "studio":
+        return hf_sample(lm, split, n, target_lang)
     return sample_from_split(split, lm.src_vocab, lm.tgt_vocab, n)
+
+
+def model_sha1(checkpoint) -> str:
+    """The SHA-1 of a checkpoint file, or of a Hugging Face model folder's files."""
+    return folder_sha1(checkpoint) if Path(checkpoint).is_dir() else file_sha1(checkpoint)
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -239,32 +249,65 @@ def head_row(h: HeadSpec, bleu: tuple, loss: tuple, gradient: float) -> dict:
     }
 
 
+class StudioMeasures:
+    """BLEU, loss and gradient scores of the studio's own model on a sample, heads removed
+    (``core.attention.hf_importance.HFMeasures`` measures a Hugging Face model alike)."""
+
+    def __init__(self, lm: LoadedModel, sample: Sample):
+        self.lm, self.sample = lm, sample
+
+    def all_heads(self) -> list[HeadSpec]:
+        return all_heads(self.lm.model.cfg)
+
+    def bleu(self, sets: Sequence[Sequence[HeadSpec]], tick=None) -> list[float]:
+        return bleu_without(self.lm, self.sample, sets, tick)
+
+    def losses(self, sets: Sequence[Sequence[HeadSpec]], tick=None) -> list[float]:
+        out = []
+        for heads in sets:
+            out.append(loss_without(self.lm, self.sample, heads))
+            if tick:
+                tick(len(self.sample.encoded))
+        return out
+
+    def gradients(self) -> dict:
+        return gradient_scores(self.lm, self.sample)
+
+
+def measures_of(lm, sample, target_lang: str | None = None):
+    """The measures that read this model's family."""
+    if getattr(lm, "family", "studio") == "studio":
+        return StudioMeasures(lm, sample)
+    return HFMeasures(lm, sample, target_lang)
+
+
+LOSS_ROW = 0.1  # one teacher-forced pair, counted as a tenth of a greedily decoded sentence
+
+
 def head_importance(
-    lm: LoadedModel, sample: Sample, progress: ProgressFn | None = None
+    lm, sample, progress: ProgressFn | None = None, target_lang: str | None = None
 ) -> HeadImportance:
     """BLEU and loss with each head removed alone, gradient scores and the pruning curve."""
-    start, heads = time.perf_counter(), all_heads(lm.model.cfg)
-    n, points = len(sample.sources), curve_points(len(heads))
-    loss_work = n / 10  # one teacher-forced loss pass, counted as a tenth of a greedy pass
-    work = Progress(progress, n * (1 + len(heads) + len(points)) + loss_work * (len(heads) + 3))
+    start, measures = time.perf_counter(), measures_of(lm, sample, target_lang)
+    heads = measures.all_heads()
+    n, pairs, points = len(sample.sources), len(sample.encoded), curve_points(len(heads))
+    work = Progress(
+        progress, n * (1 + len(heads) + len(points)) + LOSS_ROW * pairs * (len(heads) + 3)
+    )
     with evaluating(lm.model):
-        bleus = bleu_without(
-            lm, sample, [[]] + [[h] for h in heads], lambda r: work.advance(r, "BLEU per head")
-        )
-        losses = []
-        for h in [None, *heads]:
-            losses.append(loss_without(lm, sample, [h] if h else []))
-            work.advance(loss_work, "loss per head")
-        grads = gradient_scores(lm, sample)
-        work.advance(2 * loss_work, "gradient scores")
+        sets = [[]] + [[h] for h in heads]
+        bleus = measures.bleu(sets, lambda r: work.advance(r, "BLEU per head"))
+        losses = measures.losses(sets, lambda r: work.advance(LOSS_ROW * r, "loss per head"))
+        grads = measures.gradients()
+        work.advance(2 * LOSS_ROW * pairs, "gradient scores")
         rows = [
             head_row(h, (bleus[0], b), (losses[0], lo), grads[h])
             for h, b, lo in zip(heads, bleus[1:], losses[1:])
         ]
-        result = HeadImportance(bleus[0], losses[0], n, len(sample.encoded), rows, [])
+        result = HeadImportance(bleus[0], losses[0], n, pairs, rows, [])
         order = result.order()
-        curve = bleu_without(
-            lm, sample, [order[:k] for k in points], lambda r: work.advance(r, "pruning curve")
+        curve = measures.bleu(
+            [order[:k] for k in points], lambda r: work.advance(r, "pruning curve")
         )
     result.pruning = [{"removed": 0, "fraction": 0.0, "bleu": bleus[0], "head": ""}] + [
         {"removed": k, "fraction": k / len(heads), "bleu": b, "head": order[k - 1].label}
@@ -282,7 +325,7 @@ def sample_key(checkpoint, cfg: DataConfig, sentences: int, **facts) -> str:
     corpus file, sample size and the result's own ``facts`` (its version, its options)."""
     corpus = fra_eng_copy() if cfg.source == "fra-eng" else Path(cfg.source)
     facts = {
-        "checkpoint": file_sha1(checkpoint),
+        "checkpoint": model_sha1(checkpoint),
         "data": asdict(cfg) | {"source": "fra-eng" if cfg.source == "fra-eng" else ""},
         "corpus": file_sha1(corpus) if corpus else "",
         "sentences": int(sentences),
@@ -292,9 +335,11 @@ def sample_key(checkpoint, cfg: DataConfig, sentences: int, **facts) -> str:
     return hashlib.sha1(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
 
-def importance_key(checkpoint, cfg: DataConfig, sentences: int) -> str:
-    """Cache key of head importance: checkpoint, data settings, corpus and sample size."""
-    return sample_key(checkpoint, cfg, sentences, version=CACHE_VERSION)
+def importance_key(checkpoint, cfg: DataConfig, sentences: int, target_lang=None) -> str:
+    """Cache key of head importance: checkpoint, data settings, corpus and sample size (and
+    a multilingual model's target language)."""
+    facts = {"target_lang": target_lang} if target_lang else {}
+    return sample_key(checkpoint, cfg, sentences, version=CACHE_VERSION, **facts)
 
 
 def cached_importance(key: str) -> HeadImportance | None:
@@ -314,31 +359,37 @@ def store_importance(key: str, result: HeadImportance) -> None:
 
 
 def importance_for(
-    lm: LoadedModel,
+    lm,
     checkpoint,
     sentences: int = SENTENCES,
     source: str | None = None,
     progress: ProgressFn | None = None,
     refresh: bool = False,
+    target_lang: str | None = None,
 ) -> HeadImportance:
     """Head importance of a checkpoint's model on its validation sample, cached on disk.
 
-    ``lm`` must not be shared with other threads while this runs (see private_copy).
+    A Hugging Face model was not trained here: its sample is the validation split of the
+    studio's default data settings (fra-eng), or of ``source``; ``target_lang`` is a
+    multilingual model's output language. ``lm`` must not be shared with other threads
+    while this runs (see private_copy).
     """
     cfg = trained_data(lm.meta, source)
-    key = importance_key(checkpoint, cfg, sentences)
+    key = importance_key(checkpoint, cfg, sentences, target_lang)
     if not refresh and (hit := cached_importance(key)) is not None:
         return hit
     if progress:
         progress(0.0, "rebuilding the validation split")
-    result = head_importance(lm, validation_sample(lm, cfg, sentences), progress)
+    sample = validation_sample(lm, cfg, sentences, target_lang)
+    result = head_importance(lm, sample, progress, target_lang)
     store_importance(key, result)
     return result
 
 
-def lookup_importance(checkpoint, meta: Mapping, sentences: int = SENTENCES):
+def lookup_importance(checkpoint, meta: Mapping, sentences: int = SENTENCES, target_lang=None):
     """A cached result for this checkpoint and sample size, or None (never computes)."""
     try:
-        return cached_importance(importance_key(checkpoint, trained_data(meta), sentences))
+        key = importance_key(checkpoint, trained_data(meta), sentences, target_lang)
     except DataError:
         return None
+    return cached_importance(key)

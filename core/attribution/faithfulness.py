@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -30,10 +31,12 @@ import torch
 from core.attention.head_stats import spearman
 from core.attention.importance import (
     Progress,
-    Sample,
     sample_key,
     validation_sample,
 )
+from core.attribution import hf_faithfulness
+from core.attribution import hugging_face as hf_attribution
+from core.attribution.hugging_face import method_problem
 from core.attribution.methods import METHOD_NAMES, METHODS, Attribution, attribute
 from core.corpus.bpe import word_spans
 from core.corpus.source import DataError
@@ -70,8 +73,20 @@ def source_words(lm: LoadedModel, words: Sequence[str]) -> list[tuple[int, int]]
     return word_spans(pieces)
 
 
-def translate_sample(lm: LoadedModel, sample: Sample) -> list[Case]:
+def is_studio(lm) -> bool:
+    """Whether ``lm`` is the studio's own model (else a Hugging Face one)."""
+    return getattr(lm, "family", "studio") == "studio"
+
+
+def usable_methods(lm, methods: Sequence[str]) -> list[str]:
+    """The ``methods`` that explain this model (a Hugging Face model reads fewer)."""
+    return list(methods) if is_studio(lm) else [m for m in methods if not method_problem(lm, m)]
+
+
+def translate_sample(lm, sample, target_lang: str | None = None) -> list[Case]:
     """Greedy translations of every sample sentence (batched), as Cases."""
+    if not is_studio(lm):
+        return [Case(*c) for c in hf_faithfulness.translations(lm, sample, target_lang)]
     model, cases = lm.model, []
     device = next(model.parameters()).device
     max_len = min(MAX_LEN, model.cfg.max_positions - 1)
@@ -88,12 +103,12 @@ def translate_sample(lm: LoadedModel, sample: Sample) -> list[Case]:
     return cases
 
 
-def occluded(src_ids: list[int], spans, chosen: Sequence[int]) -> list[int]:
-    """The source with the pieces of the ``chosen`` words replaced by <unk>."""
+def occluded(src_ids: list[int], spans, chosen: Sequence[int], unk=Vocab.unk_id) -> list[int]:
+    """The source with the pieces of the ``chosen`` words replaced by <unk> (``unk``)."""
     ids = list(src_ids)
     for w in chosen:
         a, b = spans[w]
-        ids[a:b] = [Vocab.unk_id] * (b - a)
+        ids[a:b] = [unk] * (b - a)
     return ids
 
 
@@ -113,11 +128,15 @@ def word_scores(a: Attribution, spans) -> np.ndarray:
     return np.stack([a.source[:, s:e].sum(1) for s, e in spans], axis=1)
 
 
-def deletion_sources(case: Case, scores: np.ndarray, ks=DELETION_K) -> list[list[int]]:
+def deletion_sources(
+    case: Case, scores: np.ndarray, ks=DELETION_K, unk=Vocab.unk_id
+) -> list[list[int]]:
     """For each output token t and k: the source without its top-k words by ``scores``."""
     order = np.argsort(-scores, axis=1, kind="stable")  # (T, W)
     return [
-        occluded(case.src_ids, case.spans, order[t, :k]) for t in range(len(scores)) for k in ks
+        occluded(case.src_ids, case.spans, order[t, :k], unk)
+        for t in range(len(scores))
+        for k in ks
     ]
 
 
@@ -135,8 +154,11 @@ def row_spearman(scores: np.ndarray, effects: np.ndarray) -> float:
 ROWS_PER_PASS = 128  # occluded copies per teacher-forced pass
 
 
-def logp_rows(model: Transformer, sources: list[list[int]], out_ids: list[int]) -> torch.Tensor:
+def logp_rows(lm, sources: list[list[int]], out_ids: list[int]) -> torch.Tensor:
     """``output_logp`` in passes of at most ROWS_PER_PASS copies: (N, T)."""
+    if not is_studio(lm):
+        return hf_faithfulness.output_logp(lm, sources, out_ids)
+    model = lm.model
     parts = [
         output_logp(model, sources[i : i + ROWS_PER_PASS], out_ids)
         for i in range(0, len(sources), ROWS_PER_PASS)
@@ -144,27 +166,32 @@ def logp_rows(model: Transformer, sources: list[list[int]], out_ids: list[int]) 
     return torch.cat(parts)
 
 
-def rankings(model, case: Case, methods, rng, clock: dict) -> dict[str, np.ndarray]:
+def rankings(lm, case: Case, methods, rng, clock: dict) -> dict[str, np.ndarray]:
     """Each method's word scores (T, W) for one case, and the random baseline's."""
-    p = teacher_forced(model, case.src_ids, case.out_ids)
+    if is_studio(lm):
+        p = teacher_forced(lm.model, case.src_ids, case.out_ids)
+        explain = partial(attribute, lm.model, case.src_ids, case.out_ids, p=p)
+    else:
+        explain = partial(hf_attribution.attribute, lm, case.src_ids, case.out_ids)
     out = {}
     for m in methods:
         start = time.perf_counter()
-        out[m] = word_scores(attribute(model, case.src_ids, case.out_ids, m, p=p), case.spans)
+        out[m] = word_scores(explain(m), case.spans)
         clock[m] = clock.get(m, 0.0) + time.perf_counter() - start
     out[RANDOM] = rng.random((len(case.out_ids), len(case.spans)))  # (T, W)
     return out
 
 
-def measure_case(model, case: Case, methods, rng, clock: dict) -> dict[str, tuple]:
+def measure_case(lm, case: Case, methods, rng, clock: dict) -> dict[str, tuple]:
     """method -> (rho of the sentence, [drops of its output tokens for each k <= W])."""
     T, W = len(case.out_ids), len(case.spans)
     ks = [k for k in DELETION_K if k <= W]
-    ranked = rankings(model, case, methods, rng, clock)
-    singles = [occluded(case.src_ids, case.spans, [w]) for w in range(W)]
-    deletions = [deletion_sources(case, scores, ks) for scores in ranked.values()]
+    unk = Vocab.unk_id if is_studio(lm) else hf_faithfulness.unk_id(lm)
+    ranked = rankings(lm, case, methods, rng, clock)
+    singles = [occluded(case.src_ids, case.spans, [w], unk) for w in range(W)]
+    deletions = [deletion_sources(case, scores, ks, unk) for scores in ranked.values()]
     sources = [case.src_ids, *singles, *(s for block in deletions for s in block)]
-    logp = logp_rows(model, sources, case.out_ids).numpy()  # (1 + W + M T K, T)
+    logp = logp_rows(lm, sources, case.out_ids).numpy()  # (1 + W + M T K, T)
     effects = (logp[0] - logp[1 : 1 + W]).T  # (T, W) how much each word's absence costs y_t
     removed = logp[1 + W :].reshape(len(ranked), T, len(ks), T)  # (M, T, K, T)
     steps = np.arange(T)
@@ -210,26 +237,29 @@ def summary(method: str, rhos: list[float], drops: list[list[float]], seconds: f
 
 
 def faithfulness(
-    lm: LoadedModel,
-    sample: Sample,
+    lm,
+    sample,
     methods: Sequence[str] = DEFAULT_METHODS,
     progress: ProgressFn | None = None,
     seed: int = 0,
+    target_lang: str | None = None,
 ) -> Faithfulness:
-    """Measure every method (and the random baseline) against occlusion on the sample."""
+    """Measure every method (and the random baseline) against occlusion on the sample
+    (``usable_methods`` of them for a Hugging Face model)."""
+    methods = usable_methods(lm, methods)
     start, clock = time.perf_counter(), {}
     rng = np.random.default_rng(seed)
     rhos = {m: [] for m in (*methods, RANDOM)}
     drops = {m: [[] for _ in DELETION_K] for m in rhos}
     work = Progress(progress, len(sample.sources) + 1)
     with evaluating(lm.model):
-        cases = translate_sample(lm, sample)
+        cases = translate_sample(lm, sample, target_lang)
         work.advance(1, "translating the sample")
         tokens = 0
         for i, case in enumerate(cases):
             if case.spans and case.out_ids:
                 tokens += len(case.out_ids)
-                for m, (rho, by_k) in measure_case(lm.model, case, methods, rng, clock).items():
+                for m, (rho, by_k) in measure_case(lm, case, methods, rng, clock).items():
                     rhos[m].append(rho)
                     for k, values in enumerate(by_k):
                         drops[m][k].extend(values)
@@ -239,9 +269,14 @@ def faithfulness(
     return Faithfulness(rows, len(cases), tokens, time.perf_counter() - start)
 
 
-def faithfulness_key(checkpoint, cfg, sentences: int, methods: Sequence[str]) -> str:
-    """Cache key: the sample's facts and the methods measured."""
-    return sample_key(checkpoint, cfg, sentences, version=CACHE_VERSION, methods=sorted(methods))
+def faithfulness_key(
+    checkpoint, cfg, sentences: int, methods: Sequence[str], target_lang: str | None = None
+) -> str:
+    """Cache key: the sample's facts and the methods measured (and a target language)."""
+    facts = {"target_lang": target_lang} if target_lang else {}
+    return sample_key(
+        checkpoint, cfg, sentences, version=CACHE_VERSION, methods=sorted(methods), **facts
+    )
 
 
 def cached_faithfulness(key: str) -> Faithfulness | None:
@@ -256,31 +291,38 @@ def cached_faithfulness(key: str) -> Faithfulness | None:
 
 
 def faithfulness_for(
-    lm: LoadedModel,
+    lm,
     checkpoint,
     sentences: int = SENTENCES,
     methods: Sequence[str] = DEFAULT_METHODS,
     source: str | None = None,
     progress: ProgressFn | None = None,
     refresh: bool = False,
+    target_lang: str | None = None,
 ) -> Faithfulness:
-    """Faithfulness of the methods on a checkpoint's validation sample, cached on disk."""
+    """Faithfulness of the methods on a checkpoint's validation sample, cached on disk
+    (a Hugging Face model: fra-eng's validation sentences, as head importance reads them)."""
+    methods = usable_methods(lm, methods)
     cfg = trained_data(lm.meta, source)
-    key = faithfulness_key(checkpoint, cfg, sentences, methods)
+    key = faithfulness_key(checkpoint, cfg, sentences, methods, target_lang)
     if not refresh and (hit := cached_faithfulness(key)) is not None:
         return hit
     if progress:
         progress(0.0, "rebuilding the validation split")
-    result = faithfulness(lm, validation_sample(lm, cfg, sentences), methods, progress)
+    sample = validation_sample(lm, cfg, sentences, target_lang)
+    result = faithfulness(lm, sample, methods, progress, target_lang=target_lang)
     write_cached(attribution_root(), key, asdict(result) | {"cached": False})
     return result
 
 
-def lookup_faithfulness(checkpoint, meta, sentences=SENTENCES, methods=DEFAULT_METHODS):
+def lookup_faithfulness(
+    checkpoint, lm, sentences=SENTENCES, methods=DEFAULT_METHODS, target_lang=None
+):
     """A cached result for this checkpoint, sample size and methods, or None (never computes)."""
+    methods = usable_methods(lm, methods)
     try:
         return cached_faithfulness(
-            faithfulness_key(checkpoint, trained_data(meta), sentences, methods)
+            faithfulness_key(checkpoint, trained_data(lm.meta), sentences, methods, target_lang)
         )
     except DataError:  # the corpus is not here: nothing can be cached for it
         return None

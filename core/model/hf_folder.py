@@ -7,6 +7,7 @@ files. Nothing here reads weights or runs model code (``core.model.hugging_face`
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -14,6 +15,7 @@ import re
 import struct
 from pathlib import Path
 
+from core.corpus.source import file_sha1
 from core.model.config import ModelConfig
 from core.places import shown_path
 
@@ -95,6 +97,15 @@ def check_encoder_decoder(config: dict) -> None:
             f"This {kind} needs its own code (auto_map); the studio never runs a model's "
             "remote code."
         )
+
+
+def folder_sha1(folder) -> str:
+    """One SHA-1 of a model folder's files (names and contents; each file's own SHA-1 is
+    computed once per version): the key of results cached for this model."""
+    digest = hashlib.sha1()
+    for path in sorted(p for p in Path(folder).iterdir() if p.is_file()):
+        digest.update(f"{path.name}\0{file_sha1(path)}\0".encode())
+    return digest.hexdigest()
 
 
 def safetensors_parameters(folder) -> int:

@@ -11,7 +11,7 @@ Shape key: T decoder steps, L layers, H heads, Dh head width, D model width, V v
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -59,12 +59,12 @@ def head_geometry(module: nn.Module) -> tuple[nn.Linear, int, int]:
     return out, int(heads), int(width)
 
 
-_REMOVED = threading.local()  # this thread's {output projection: (H * Dh,) keep mask}
+_REMOVED = threading.local()  # this thread's {output projection: (H * Dh,) or (B, 1, H * Dh)}
 
 
 def _zero_removed(module: nn.Module, args: tuple):
-    """Forward pre-hook of an output projection: zero the removed heads' slices of its input
-    (B, T, H * Dh), for the thread that removed them only."""
+    """Forward pre-hook of an output projection: multiply its input (B, T, H * Dh) by this
+    thread's mask, a (H * Dh,) keep mask or (B, 1, H * Dh) gates of each row's heads."""
     keep = getattr(_REMOVED, "masks", {}).get(module)
     if keep is None:
         return None
@@ -92,6 +92,25 @@ def heads_removed(model: nn.Module, heads: Iterable[tuple[str, int, int]]):
         out, n, width = head_geometry(attention_modules(model, kind)[layer])
         mask = masks.setdefault(out, torch.ones(n * width, device=out.weight.device))
         mask[head * width : (head + 1) * width] = 0.0
+    before = getattr(_REMOVED, "masks", {})
+    _REMOVED.masks = masks
+    try:
+        yield model
+    finally:
+        _REMOVED.masks = before
+
+
+@contextmanager
+def rows_gated(model: nn.Module, gates: Mapping[tuple[str, int], torch.Tensor]):
+    """Within the block, in this thread, row b of a batch has head h of (kind, layer) scaled
+    by ``gates[(kind, layer)][b, h]`` ((B, H) each; 0 removes the head, 1 keeps it, and a
+    gate that requires grad gives each row's gradient, as core.attention.ablation.gated
+    does for the studio's model). Greedy ``generate`` keeps its rows, so it may run inside."""
+    _install_hooks(model)
+    masks: dict[nn.Linear, torch.Tensor] = {}
+    for (kind, layer), gate in gates.items():
+        out, n, width = head_geometry(attention_modules(model, kind)[layer])
+        masks[out] = gate.repeat_interleave(width, dim=-1)[:, None, :]  # (B, 1, H * Dh)
     before = getattr(_REMOVED, "masks", {})
     _REMOVED.masks = masks
     try:

@@ -152,12 +152,7 @@ def compare_maps(
 def importance_panel(entry: ModelEntry, lm: LoadedModel, state: ViewState) -> None:
     """Head importance on validation sentences: from the disk cache, or computed on request."""
     st.subheader("Head importance")
-    if lm.family != "studio":
-        st.info(
-            "Head importance decodes the model's validation sentences with the studio's batched "
-            "decoder; for Hugging Face models it is not built yet."
-        )
-        return
+    studio = lm.family == "studio"
     n = int(
         st.number_input(
             "Validation sentences",
@@ -166,11 +161,15 @@ def importance_panel(entry: ModelEntry, lm: LoadedModel, state: ViewState) -> No
             value=SENTENCES,
             step=50,
             key="ab_sentences",
-            help="The first N sentences of the model's validation split.",
+            help="The first N sentences of the model's validation split."
+            if studio
+            else "The first N validation sentences of fra-eng as the studio splits it by "
+            "default (the shipped model's validation sentences), given to the model as text.",
             width=220,
         )
     )
-    result = lookup_importance(entry.path, lm.meta, n)
+    target = state.target_lang or None
+    result = lookup_importance(entry.path, lm.meta, n, target)
     if result is None:
         st.caption(
             "Removes each head alone and measures BLEU and loss on the validation "
@@ -179,13 +178,15 @@ def importance_panel(entry: ModelEntry, lm: LoadedModel, state: ViewState) -> No
         )
         if not st.button("Compute head importance", key="ab_compute"):
             return
-        result = compute_importance(entry, lm, n)
+        result = compute_importance(entry, lm, n, target)
         if result is None:
             return
     show_importance(result, state)
 
 
-def compute_importance(entry: ModelEntry, lm: LoadedModel, n: int) -> HeadImportance | None:
+def compute_importance(
+    entry: ModelEntry, lm: LoadedModel, n: int, target_lang: str | None = None
+) -> HeadImportance | None:
     """Run importance_for with a progress bar and ETA; None, with a message, if it cannot."""
     bar, report = progress_bar()
     with heavy_slot() as slot:
@@ -194,7 +195,9 @@ def compute_importance(entry: ModelEntry, lm: LoadedModel, n: int) -> HeadImport
             st.warning(BUSY)
             return None
         try:
-            result = importance_for(private_copy(lm), entry.path, n, progress=report)
+            result = importance_for(
+                private_copy(lm), entry.path, n, progress=report, target_lang=target_lang
+            )
         except (DataError, OSError, ValueError, TypeError) as e:
             bar.empty()
             st.error(md(f"Head importance cannot be computed: {e}"))

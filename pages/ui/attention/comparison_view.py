@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from core.attention import comparison as compare
+from core.attention.families import source_label
 from core.attention.kinds import kind_labels
 from core.attention.maps import export_name
 from core.attention.sentence_maps import SentenceMaps
@@ -16,7 +17,8 @@ from core.figures import attention as figs
 from core.figures import comparison as cmp_figs
 from core.model.checkpoints import CheckpointError, LoadedModel
 from core.model.decode import Translation, TranslationError
-from core.runs.catalogue import HF_ORIGIN, ModelEntry, find_entry
+from core.model.opened import is_hugging_face
+from core.runs.catalogue import ModelEntry, find_entry
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.cached import sentence_maps, teacher_forced, translate
 from pages.ui.charts import chart
@@ -55,11 +57,9 @@ def _keep_mode_field(state: ViewState, mode: str) -> None:
 
 
 def pick_other(entry: ModelEntry, state: ViewState) -> ModelEntry | None:
-    """The compared model B (widget ``cmp_other``): another of the studio's own models (a
-    Hugging Face model is not offered: comparing across families is not built yet)."""
-    usable = [
-        e for e in model_entries() if e.usable and e.key != entry.key and e.origin != HF_ORIGIN
-    ]
+    """The compared model B (widget ``cmp_other``): any other model of the catalogue, the
+    studio's own or a Hugging Face one (then both are compared word by word)."""
+    usable = [e for e in model_entries() if e.usable and e.key != entry.key]
     if not usable:
         st.info(
             "There is no other model to compare with: train one on the Train page (its "
@@ -134,7 +134,10 @@ def two_models(
     note = compare.size_note(*forced, state.kind)
     if note:
         st.info(md(note))
-    pair_maps(*forced, state, stretch, by_token=False)
+    # two families name their tokens apart (</s> and <eos>, a word one knows and one reads
+    # as <unk>): then rows and columns are matched by token, as for two sentences
+    across = is_hugging_face(lm) or is_hugging_face(lm_b)
+    pair_maps(*forced, state, stretch, by_token=across)
 
 
 def same_rows(models, t: Translation, t_b: Translation, state: ViewState, words: bool):
@@ -157,7 +160,9 @@ def same_rows(models, t: Translation, t_b: Translation, state: ViewState, words:
     reference = outputs[which]
     try:
         pair = tuple(
-            teacher_forced(m, (e.path, e.mtime), state.sentence, reference, words)
+            teacher_forced(
+                m, (e.path, e.mtime), state.sentence, reference, words, target(m, state.target_lang)
+            )
             for e, m in ((entry, lm), (other, lm_b))
         )
     except TranslationError as e:
@@ -169,13 +174,18 @@ def same_rows(models, t: Translation, t_b: Translation, state: ViewState, words:
             f"Both decoders read {which}'s output “{reference}” (teacher forcing); "
             f"{which}'s maps are then its own free-running ones (up to a final <eos>)."
             + "".join(
-                f" Not in {k}'s French vocabulary (fed as <unk>): {', '.join(w)}."
+                f" Not in {k}'s output vocabulary (fed as unknown): {', '.join(w)}."
                 for k, w in unknown.items()
                 if w
             )
         )
     )
     return pair
+
+
+def target(lm, chosen: str) -> str:
+    """The target language the page chose, for a multilingual model that has it ("" else)."""
+    return chosen if chosen in getattr(lm, "meta", {}).get("language_codes", []) else ""
 
 
 def two_sentences(
@@ -189,7 +199,8 @@ def two_sentences(
     """Sentence A (the page's) and sentence B on the same model, aligned by shared tokens."""
     suggestion = compare.suggest_sentence(state.sentence, [s for s, _ in D2L_TEST_PAIRS])
     widget_default("cmp_sentence", state.other_sentence or suggestion)
-    state.other_sentence = st.text_input("Second English sentence (B)", key="cmp_sentence")
+    label = source_label(lm).replace("Source", "source")  # "English" stays a proper noun
+    state.other_sentence = st.text_input(f"Second {label} (B)", key="cmp_sentence")
     if not state.other_sentence.strip():
         st.caption("Type a second sentence to compare its maps with the first one's.")
         return
@@ -217,7 +228,7 @@ def two_sentences(
 
 
 def translations(*sides: tuple[str, Translation, str]) -> None:
-    """The translations side by side: (name, translation, its English sentence or "")."""
+    """The translations side by side: (name, translation, its source sentence or "")."""
     for col, (name, tr, source) in zip(st.columns(len(sides)), sides):
         said = f"{md(source)} → " if source else ""
         col.markdown(f"**{name}:** {said}{md(tr.text) or '(empty)'}")

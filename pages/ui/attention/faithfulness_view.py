@@ -14,11 +14,13 @@ from core.attribution.faithfulness import (
     Faithfulness,
     faithfulness_for,
     lookup_faithfulness,
+    usable_methods,
 )
-from core.attribution.methods import METHODS, AttributionError
+from core.attribution.methods import METHOD_NAMES, METHODS, AttributionError
 from core.corpus.source import DataError
 from core.figures import attribution as attr_figs
 from core.model.checkpoints import LoadedModel, trained_data
+from core.model.hf_folder import HFModelError
 from core.runs.catalogue import ModelEntry
 from pages.ui.charts import chart
 from pages.ui.heavy_work import heavy_slot
@@ -52,14 +54,17 @@ HOW = (
 def faithfulness_panel(entry: ModelEntry, lm: LoadedModel, state: ViewState) -> None:
     """The methods ranked against occlusion: from the disk cache, or measured on request."""
     st.subheader("Faithfulness: which method agrees with occlusion?")
-    if lm.family != "studio":
-        st.info(
-            "Faithfulness ranks the methods against occlusion on the model's validation "
-            "sentences, with the studio's own batched passes; for Hugging Face models it is "
-            "not built yet."
-        )
-        return
     st.caption(HOW)
+    if lm.family != "studio":
+        left_out = [METHOD_NAMES[m] for m in METHODS if m not in usable_methods(lm, METHODS)]
+        st.caption(
+            "This model was not trained here: its sample is the first validation sentences "
+            "of fra-eng as the studio splits it by default, given to the model as text, and "
+            "each word occluded is each of its pieces replaced by the tokenizer's unknown "
+            "token. Not measured for this model (see the method picker above for why): "
+            + ", ".join(left_out)
+            + "."
+        )
     row = st.container(horizontal=True, vertical_alignment="bottom", gap="large")
     n = int(
         row.number_input(
@@ -69,7 +74,8 @@ def faithfulness_panel(entry: ModelEntry, lm: LoadedModel, state: ViewState) -> 
             value=SENTENCES,
             step=50,
             key="atr_sentences",
-            help="The first N sentences of the model's validation split.",
+            help="The first N sentences of the model's validation split (fra-eng's, for a "
+            "model not trained here).",
             width=220,
         )
     )
@@ -80,26 +86,27 @@ def faithfulness_panel(entry: ModelEntry, lm: LoadedModel, state: ViewState) -> 
         "kept apart on disk.",
     )
     methods = METHODS if slow else DEFAULT_METHODS
-    result = lookup_faithfulness(entry.path, lm.meta, n, methods)
+    target = state.target_lang or None
+    result = lookup_faithfulness(entry.path, lm, n, methods, target)
     if result is None:
-        result = measure_on_request(entry, lm, n, methods)
+        result = measure_on_request(entry, lm, n, methods, target)
     if result is not None:
         show_faithfulness(result, n, state)
 
 
-def measure_on_request(entry, lm, n: int, methods) -> Faithfulness | None:
+def measure_on_request(entry, lm, n: int, methods, target_lang=None) -> Faithfulness | None:
     """The button that measures faithfulness (with a warning for the slow method), or None."""
     if not corpus_here(lm):
         return None
     st.caption("The result is kept on disk for this model and number of sentences.")
-    if SLOW_METHOD in methods:
+    if SLOW_METHOD in usable_methods(lm, methods):
         st.warning(
             f"Integrated gradients are slow: about {SLOW_SECONDS:.0f} s per sentence, so "
             f"roughly {duration_words(n * SLOW_SECONDS)} more for {n} sentences."
         )
     if not st.button(f"Measure faithfulness on {n} validation sentences", key="atr_measure"):
         return None
-    return measure(entry, lm, n, methods)
+    return measure(entry, lm, n, methods, target_lang)
 
 
 def duration_words(seconds: float) -> str:
@@ -124,7 +131,9 @@ def no_corpus(e: Exception) -> None:
         st.caption(md(e))
 
 
-def measure(entry: ModelEntry, lm: LoadedModel, n: int, methods) -> Faithfulness | None:
+def measure(
+    entry: ModelEntry, lm: LoadedModel, n: int, methods, target_lang=None
+) -> Faithfulness | None:
     """Run faithfulness_for with a progress bar and ETA; None, with a message, if it cannot."""
     bar, report = progress_bar()
     with heavy_slot() as slot:
@@ -133,12 +142,14 @@ def measure(entry: ModelEntry, lm: LoadedModel, n: int, methods) -> Faithfulness
             st.warning(BUSY)
             return None
         try:
-            result = faithfulness_for(private_copy(lm), entry.path, n, methods, progress=report)
+            result = faithfulness_for(
+                private_copy(lm), entry.path, n, methods, progress=report, target_lang=target_lang
+            )
         except DataError as e:  # e.g. a model trained without a validation split
             bar.empty()
             st.error(md(f"Faithfulness cannot be measured for this model: {e}"))
             return None
-        except (AttributionError, OSError, ValueError, TypeError) as e:
+        except (AttributionError, HFModelError, OSError, ValueError, TypeError) as e:
             bar.empty()
             st.error(md(f"Faithfulness cannot be measured: {e}"))
             return None

@@ -21,12 +21,13 @@ from pages.ui.attention.trajectories_view import (
 )
 from pages.ui.cached import probe_sentences, snapshot_series
 from pages.ui.charts import chart
+from pages.ui.polling import CURVES_POLL_S
 from pages.ui.text import md
 from pages.ui.view_widgets import clamp_widget, write_url
 
 PLAYER = "at_train"  # the play button's key
 LATEST = -1  # ViewState.train_step: follow the latest snapshot
-LIVE_POLL_S = 10.0  # seconds between looks for a live run's new snapshots (bench/watch_cost.py)
+LIVE_POLL_S = CURVES_POLL_S  # between looks for a live run's new snapshots (bench/watch_cost.py)
 URL_KEYS = ("train_step", "diff_from")
 LIVE_WORDS = {
     True: "Training is running: the view follows new snapshots as they arrive.",

@@ -14,6 +14,7 @@ from core.runs.run_dir import RunDir, RunError
 from core.runs.status import RunInfo
 from core.training.devices import gpu_stats
 from pages.ui.identity import current_user, not_yours
+from pages.ui.polling import CURVES_POLL_S, POLL_S, TABLE_POLL_S
 from pages.ui.shared_cache import shared
 from pages.ui.text import code, md, spreadsheet_safe
 from pages.ui.train.promote_view import promote_form
@@ -34,9 +35,6 @@ STATE_COLORS = {
     "diverged": "red",
     "unknown": "gray",
 }
-POLL_S = 5.0  # seconds between updates of a live run's state and progress bar
-CURVES_POLL_S = 10.0  # seconds between redraws of its curves (bench/watch_cost.py)
-TABLE_POLL_S = 10.0  # seconds between updates of the all-runs table while a run is live
 
 
 def pick_run(runs: list[RunInfo]) -> RunInfo | None:

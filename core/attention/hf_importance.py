@@ -1,0 +1,220 @@
+"""Head importance's three measures for a Hugging Face encoder-decoder: corpus BLEU of greedy
+``generate`` and mean teacher-forced loss with heads removed, and the gradient score of
+Michel, Levy & Neubig (2019), each row of a batch carrying the gates of its own head set
+(``core.model.hf_inside.rows_gated``), as ``core.attention.importance`` measures the
+studio's own model.
+
+The sample is the studio's validation split (fra-eng, or a corpus given as ``source``): its
+sentences were written word by word by d2l's preprocessing ("i'm home ."), so they are given
+to the model's tokenizer as text ("I'm home."), and its outputs are read back with the same
+preprocessing before BLEU against the split's references.
+
+Shape key: B rows (sentences x head sets), H heads, S source pieces, T target pieces,
+V vocabulary.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from core.attention.ablation import HeadSpec
+from core.attention.kinds import KINDS
+from core.corpus.splits import Split
+from core.corpus.text import tokenize
+from core.model import hugging_face as hf
+from core.model.decode import MAX_LEN
+from core.model.hf_inside import attention_modules, head_geometry, rows_gated
+from core.model.scores import corpus_bleu
+
+Tick = Callable[[int], None] | None  # called with the rows done after each pass
+
+ROWS_PER_PASS = 128  # (head set, sentence) rows decoded together by greedy generate
+FORCED_ROWS = 32  # rows teacher-forced together: (B, T, V) logits of a 59k vocabulary are big
+IGNORE = -100  # a label position that does not count (padding)
+
+
+def as_text(words: Sequence[str]) -> str:
+    """d2l's words back to a sentence: no space before , . ! ? and a capital first letter."""
+    text = re.sub(r" ([,.!?])", r"\1", " ".join(words))
+    return text[:1].upper() + text[1:]
+
+
+@dataclass
+class HFSample:
+    """Validation sentences encoded by a Hugging Face model's own tokenizer."""
+
+    sources: list[list[str]]  # N source sentences in d2l's words
+    references: list[list[list[str]]]  # all reference translations of each, in words
+    src_ids: list[list[int]]  # N sources as the model's ids (its specials included)
+    encoded: list[tuple[list[int], list[int]]]  # every (source, reference) pair as ids
+
+
+def hf_sample(hm: hf.HFModel, split: Split, n: int, target_lang: str | None = None) -> HFSample:
+    """The first ``n`` source sentences of ``split``, encoded by the model's tokenizer."""
+    groups = split.groups()[:n]
+    limit = hm.cfg.max_positions
+    ids = [
+        hm.tokenizer(as_text(src), truncation=True, max_length=limit)["input_ids"]
+        for src, _ in groups
+    ]
+    encoded = [
+        (src, hf.target_ids(hm, as_text(ref), target_lang))
+        for src, (_, refs) in zip(ids, groups)
+        for ref in refs
+    ]
+    return HFSample([g[0] for g in groups], [g[1] for g in groups], ids, encoded)
+
+
+def _padded(rows: Sequence[Sequence[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, N) ids padded at the right with ``pad``, and the (B, N) mask of real tokens."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long, device=device)
+    for b, r in enumerate(rows):
+        ids[b, : len(r)] = torch.tensor(list(r), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for b, r in enumerate(rows):
+        mask[b, : len(r)] = 1
+    return ids, mask
+
+
+class HFMeasures:
+    """BLEU, loss and gradient scores of a Hugging Face model on a sample, heads removed."""
+
+    def __init__(self, hm: hf.HFModel, sample: HFSample, target_lang: str | None = None):
+        self.hm, self.sample, self.target_lang = hm, sample, target_lang
+        self.device = next(hm.model.parameters()).device
+        self.pad = hm.tokenizer.pad_token_id if hm.tokenizer.pad_token_id is not None else 0
+        self.heads = {
+            (k, i): head_geometry(m)[1]
+            for k in KINDS
+            for i, m in enumerate(attention_modules(hm.model, k))
+        }  # (kind, layer) -> H
+
+    def all_heads(self) -> list[HeadSpec]:
+        """Every head, kinds in KINDS order, then layer, then head."""
+        return [HeadSpec(k, i, h) for (k, i), n in self.heads.items() for h in range(n)]
+
+    def gates(self, sets: Sequence[Sequence[HeadSpec]], rows: Sequence[int]) -> dict:
+        """{(kind, layer): (B, H) gates}: row b is 0 at the heads set ``rows[b]`` removes."""
+        table: dict[tuple[str, int], torch.Tensor] = {}
+        for b, j in enumerate(rows):
+            for h in sets[j]:
+                key = (h.kind, h.layer)
+                if key not in table:
+                    table[key] = torch.ones(len(rows), self.heads[key], device=self.device)
+                table[key][b, h.head] = 0.0
+        return table
+
+    def max_new_tokens(self, longest: int) -> int:
+        """The longest output of a batch whose longest source has ``longest`` pieces."""
+        return min(MAX_LEN, 2 * longest + 10, self.hm.cfg.max_positions - 1)
+
+    @torch.no_grad()
+    def output_ids(self, sets: Sequence[Sequence[HeadSpec]], tick: Tick = None):
+        """Greedy ``generate`` of every sample sentence with each set of heads removed:
+        [set][sentence] -> the output ids after the start token (padding after </s>
+        included). ``tick(rows)`` after each pass."""
+        n = len(self.sample.sources)
+        order = sorted(range(n), key=lambda i: len(self.sample.src_ids[i]))  # less padding
+        rows = [(j, i) for j in range(len(sets)) for i in order]
+        ids: list[list] = [[None] * n for _ in sets]
+        forced = hf.forced_bos(self.hm, self.target_lang)
+        kwargs = {"forced_bos_token_id": forced} if forced is not None else {}
+        for start in range(0, len(rows), ROWS_PER_PASS):
+            chunk = rows[start : start + ROWS_PER_PASS]
+            src, mask = _padded([self.sample.src_ids[i] for _, i in chunk], self.pad, self.device)
+            with rows_gated(self.hm.model, self.gates(sets, [j for j, _ in chunk])):
+                out = self.hm.model.generate(
+                    input_ids=src,  # (B, S)
+                    attention_mask=mask,
+                    num_beams=1,
+                    do_sample=False,
+                    max_new_tokens=self.max_new_tokens(src.size(1)),
+                    **kwargs,
+                )  # (B, 1 + T)
+            for (j, i), row in zip(chunk, out[:, 1:].tolist()):
+                ids[j][i] = row
+            if tick:
+                tick(len(chunk))
+        return ids
+
+    def outputs(self, sets: Sequence[Sequence[HeadSpec]], tick: Tick = None):
+        """The greedy outputs with each set of heads removed, read as d2l's words:
+        [set][sentence] -> words."""
+        decode = self.hm.tokenizer.batch_decode
+        return [
+            [tokenize(text) for text in decode(rows, skip_special_tokens=True)]
+            for rows in self.output_ids(sets, tick)
+        ]
+
+    def bleu(self, sets: Sequence[Sequence[HeadSpec]], tick: Tick = None):
+        """Corpus BLEU of the greedy outputs with each set of heads removed."""
+        return [corpus_bleu(hyps, self.sample.references) for hyps in self.outputs(sets, tick)]
+
+    def _forced(self, pairs: Sequence[tuple[list[int], list[int]]]):
+        """Padded (B, S) sources, their mask, (B, T) decoder inputs and (B, T) labels."""
+        start = self.hm.model.config.decoder_start_token_id
+        src, mask = _padded([s for s, _ in pairs], self.pad, self.device)
+        dec, _ = _padded([[start, *t[:-1]] for _, t in pairs], self.pad, self.device)
+        labels, real = _padded([t for _, t in pairs], self.pad, self.device)
+        return src, mask, dec, labels.masked_fill(real == 0, IGNORE)
+
+    def _token_losses(self, pairs, gates: dict) -> torch.Tensor:
+        """(B, T) cross-entropy of each label (0 at padding) with each row's gates."""
+        src, mask, dec, labels = self._forced(pairs)
+        with rows_gated(self.hm.model, gates):
+            logits = self.hm.model(
+                input_ids=src, attention_mask=mask, decoder_input_ids=dec, return_dict=True
+            ).logits  # (B, T, V)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # never below fp32
+        return F.cross_entropy(
+            logits.transpose(1, 2), labels, ignore_index=IGNORE, reduction="none"
+        )  # (B, T)
+
+    @torch.no_grad()
+    def losses(self, sets: Sequence[Sequence[HeadSpec]], tick: Tick = None):
+        """Mean per-token teacher-forced loss over the sample's pairs, for each head set."""
+        pairs = self.sample.encoded
+        rows = [(j, p) for j in range(len(sets)) for p in range(len(pairs))]
+        sums, counts = [0.0] * len(sets), [0] * len(sets)
+        for start in range(0, len(rows), FORCED_ROWS):
+            chunk = rows[start : start + FORCED_ROWS]
+            tokens = self._token_losses(
+                [pairs[p] for _, p in chunk], self.gates(sets, [j for j, _ in chunk])
+            )  # (B, T)
+            for (j, p), row in zip(chunk, tokens.sum(1).tolist()):
+                sums[j] += row
+                counts[j] += len(pairs[p][1])
+            if tick:
+                tick(len(chunk))
+        return [s / max(c, 1) for s, c in zip(sums, counts)]
+
+    def gradients(self) -> dict[HeadSpec, float]:
+        """{HeadSpec: I_h}: mean over pairs of |dL(x)/d xi_h| at gates xi = 1, L(x) the
+        pair's mean token loss (one backward pass per batch, each pair its own gates)."""
+        pairs = self.sample.encoded
+        sums = {key: torch.zeros(h) for key, h in self.heads.items()}
+        with torch.enable_grad():
+            for start in range(0, len(pairs), FORCED_ROWS):
+                chunk = pairs[start : start + FORCED_ROWS]
+                ones = {
+                    key: torch.ones(len(chunk), h, device=self.device, requires_grad=True)
+                    for key, h in self.heads.items()
+                }  # (B, H) each
+                tokens = self._token_losses(chunk, ones)  # (B, T)
+                counts = torch.tensor([max(len(t), 1) for _, t in chunk], device=self.device)
+                losses = tokens.sum(1) / counts  # (B,)
+                grads = torch.autograd.grad(losses.sum(), list(ones.values()))  # (B, H) each
+                for key, g in zip(ones, grads):
+                    sums[key] += g.abs().sum(0).cpu()
+        count = max(len(pairs), 1)
+        return {
+            HeadSpec(k, i, h): float(sums[(k, i)][h]) / count
+            for (k, i), n in self.heads.items()
+            for h in range(n)
+        }

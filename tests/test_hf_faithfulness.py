@@ -1,0 +1,101 @@
+"""Faithfulness of a Hugging Face encoder-decoder (core.attribution.hf_faithfulness): its
+words among its pieces, occlusion with its own unknown token, batched log-probabilities
+equal to the model's own pass, and the table on the page and from the command."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from core import attribute as attribute_command
+from core.attention.hf_importance import hf_sample
+from core.attribution import faithfulness as fa
+from core.attribution import hf_faithfulness
+from core.attribution.methods import METHODS
+from core.corpus.splits import Split
+from core.model import hugging_face as hf
+from tests.helpers import assert_clean, plain, run_page_script
+from tests.test_hf_importance import fra_eng_like, pairs
+
+
+def test_words_are_found_among_sentencepiece_pieces_without_the_specials(hf_loaded):
+    hm = hf_loaded["marian-spm"]
+    ids = hf.encode_source(hm, "the tallest boys are tired .")[0].tolist()
+    tokens = hf.shown_tokens(hm, ids)
+    spans = hf_faithfulness.source_spans(hm, ids)
+    words = ["".join(t.removeprefix("##") for t in tokens[a:b]).strip("\u2581") for a, b in spans]
+    assert words == ["the", "tallest", "boys", "are", "tired", "."]
+    assert all(b <= len(ids) - 1 for _, b in spans)  # </s> belongs to no word
+
+
+def test_a_language_code_belongs_to_no_word(hf_loaded):
+    hm = hf_loaded["m2m_100"]
+    code = hm.tokenizer.convert_tokens_to_ids("__en__")
+    ids = [code, *hf.encode_source(hm, "the boy is tall .")[0].tolist()]  # as M2M100 writes it
+    assert hf.shown_tokens(hm, ids)[0] == "__en__"
+    assert hf_faithfulness.source_spans(hm, ids) == [(i, i + 1) for i in range(1, 6)]
+
+
+@pytest.mark.parametrize("family", ["marian", "t5", "m2m_100"])
+def test_occluded_log_probs_in_one_batch_equal_the_models_own_passes(hf_loaded, family):
+    hm = hf_loaded[family]
+    target = "__fr__" if family == "m2m_100" else None
+    sample = hf_sample(hm, Split(pairs(3)), 3, target)
+    case = fa.translate_sample(hm, sample, target)[1]
+    assert case.out_ids[-1] == hm.model.config.eos_token_id or len(case.out_ids) > 5
+    unk = hf_faithfulness.unk_id(hm)
+    sources = [case.src_ids] + [fa.occluded(case.src_ids, case.spans, [w], unk) for w in (1, 0)]
+    batched = fa.logp_rows(hm, sources, case.out_ids)  # (3, T)
+    for row, src in zip(batched, sources):
+        logp, _ = hf.forced_pass(hm, *hf.forced_inputs(hm, src, case.out_ids))  # (1, T, V)
+        own = logp[0].gather(-1, torch.tensor(case.out_ids)[:, None])[:, 0]
+        assert torch.allclose(row, own, atol=1e-5)
+    assert not torch.allclose(batched[0], batched[1])  # occluding a known word changes it
+
+
+def test_faithfulness_of_a_model_folder_measures_the_methods_that_read_it(
+    hf_models, hf_loaded, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("FRA_ENG_ZIP", str(fra_eng_like(tmp_path)))
+    monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(tmp_path / "runs"))
+    folder = tmp_path / "t5"
+    shutil.copytree(hf_models["t5"], folder)
+    result = fa.faithfulness_for(hf_loaded["t5"], folder, 4, METHODS)
+    measured = {r["method"] for r in result.methods}
+    assert measured == {"attention", "rollout", "grad-input", fa.RANDOM}  # no IG for T5
+    assert result.sentences == 4 and result.tokens > 0
+    for row in result.methods:
+        assert row["spearman"] is None or -1 <= row["spearman"] <= 1
+        assert len(row["deletion"]) == 3
+    assert fa.lookup_faithfulness(folder, hf_loaded["t5"], 4, METHODS).cached
+    argv = ["--checkpoint", str(folder), "--faithfulness", "--sentences", "4"]
+    assert attribute_command.main(argv) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert {x["method"] for x in lines} == measured  # the default methods, IG left out
+    assert [x["spearman"] for x in lines] == [r["spearman"] for r in result.methods]
+    assert attribute_command.main([*argv, "--method", "alti"]) == 2
+    assert "not built yet" in capsys.readouterr().err
+
+
+def test_the_page_measures_faithfulness_of_a_model_folder(
+    studio_dirs, hf_models, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("FRA_ENG_ZIP", str(fra_eng_like(tmp_path)))
+    shutil.copytree(hf_models["marian"], studio_dirs["checkpoints"] / "marian")
+    query = {
+        "model": "checkpoints/marian/",
+        "sentence": "the boy is tall .",
+        "section": "attribution",
+    }
+    at = run_page_script("attention.py", query)
+    assert any("Not measured for this model" in c.value and "ALTI+" in c.value for c in at.caption)
+    at.button(key="atr_measure").click().run()
+    assert_clean(at)
+    table = at.dataframe[-1].value
+    assert len(table) == 4 and "Random ranking (baseline)" in list(table["method"])
+    assert any("all the validation split holds" in plain(m.value) for m in at.markdown)
+    assert np.isfinite(table["drop k=1"].astype(float)).any()

@@ -1,0 +1,173 @@
+"""Head importance of a Hugging Face encoder-decoder (core.attention.hf_importance): each
+row's own gates give what removing its heads by hand gives, the gradient score is the
+derivative it claims, and the page and command show the grids for a model folder."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import shutil
+import zipfile
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from core import ablate
+from core.attention import hf_importance
+from core.attention.ablation import HeadSpec
+from core.attention.hf_importance import HFMeasures, as_text, hf_sample
+from core.attention.importance import importance_for, lookup_importance
+from core.corpus.splits import Split
+from core.model import hf_inside
+from tests.helpers import assert_clean, run_page_script
+from tests.hf_tiny import FAMILIES
+
+SUBJECTS = [("i am", "je suis"), ("you are", "tu es"), ("he is", "il est"), ("we are", "nous")]
+ADJECTIVES = [("cold", "froid"), ("hot", "chaud"), ("tired", "fatigué"), ("tall", "grand")]
+SETS = [
+    [],
+    [HeadSpec("encoder", 0, 1)],
+    [HeadSpec("cross", 1, 0), HeadSpec("decoder_self", 0, 3)],
+    [HeadSpec("cross", 0, h) for h in range(4)] + [HeadSpec("encoder", 1, 2)],
+]
+
+
+def pairs(n: int = 16) -> list[tuple[list[str], list[str]]]:
+    """``n`` English-French pairs of the tiny models' words, of two lengths."""
+    out = []
+    for s_en, s_fr in SUBJECTS:
+        for a_en, a_fr in ADJECTIVES:
+            tail = ["."] if len(out) % 2 else ["home", "."]
+            out.append(([*s_en.split(), a_en, *tail], [*s_fr.split(), a_fr, *tail]))
+    return out[:n]
+
+
+def _target(family: str) -> str | None:
+    return "__fr__" if family == "m2m_100" else None
+
+
+def test_d2l_words_are_given_to_a_tokenizer_as_text():
+    assert as_text(["i'm", "home", "."]) == "I'm home."
+    assert as_text(["what", ",", "you", "?"]) == "What, you?"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_rows_gates_give_the_loss_of_removing_its_heads_by_hand(hf_loaded, family):
+    hm = hf_loaded[family]
+    sample = hf_sample(hm, Split(pairs()), 16, _target(family))
+    batched = HFMeasures(hm, sample, _target(family)).losses(SETS)
+    start = hm.model.config.decoder_start_token_id
+    for heads, got in zip(SETS, batched):
+        total, count = 0.0, 0
+        with hf_inside.heads_removed(hm.model, [(h.kind, h.layer, h.head) for h in heads]):
+            for src, tgt in sample.encoded:  # one pair at a time: no padding
+                logits = (
+                    hm.model(  # (T, V)
+                        input_ids=torch.tensor([src]),
+                        decoder_input_ids=torch.tensor([[start, *tgt[:-1]]]),
+                    )
+                    .logits[0]
+                    .detach()
+                )
+                total += float(F.cross_entropy(logits.float(), torch.tensor(tgt), reduction="sum"))
+                count += len(tgt)
+        assert got == pytest.approx(total / count, abs=1e-5)
+    assert len(set(round(x, 6) for x in batched)) > 1  # the sets do change the loss
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_batched_greedy_outputs_equal_generate_one_sentence_at_a_time(
+    hf_loaded, family, monkeypatch
+):
+    monkeypatch.setattr(hf_importance, "MAX_LEN", 6)  # every batch: the same output length
+    hm = hf_loaded[family]
+    target = _target(family)
+    sample = hf_sample(hm, Split(pairs()), 16, target)
+    measures = HFMeasures(hm, sample, target)
+    batched = measures.outputs(SETS)
+    extra = {"forced_bos_token_id": hm.tokenizer.convert_tokens_to_ids(target)} if target else {}
+    for heads, outputs in zip(SETS, batched):
+        with hf_inside.heads_removed(hm.model, [(h.kind, h.layer, h.head) for h in heads]):
+            for src, words in zip(sample.src_ids, outputs):
+                out = hm.model.generate(
+                    input_ids=torch.tensor([src]), do_sample=False, max_new_tokens=6, **extra
+                )
+                text = hm.tokenizer.decode(out[0], skip_special_tokens=True)
+                assert words == hf_importance.tokenize(text)
+
+
+@pytest.mark.parametrize("family", ["marian", "t5"])
+def test_the_gradient_score_is_the_derivative_of_the_loss_at_the_gate(hf_loaded, family):
+    hm = dataclasses.replace(hf_loaded[family], model=copy.deepcopy(hf_loaded[family].model))
+    hm.model.double()  # a central difference of a float32 loss is noise at these slopes
+    sample = hf_sample(hm, Split(pairs(1)), 1)
+    measures = HFMeasures(hm, sample)
+    scores = measures.gradients()
+    assert len(scores) == len(measures.all_heads()) == 3 * 2 * 4
+    src, tgt = sample.encoded[0]
+    eps = 1e-3
+
+    def loss(head: HeadSpec, gate: float) -> float:
+        gates = {(head.kind, head.layer): torch.ones(1, 4)}
+        gates[(head.kind, head.layer)][0, head.head] = gate
+        with torch.no_grad():
+            tokens = measures._token_losses([(src, tgt)], gates)  # (1, T)
+        return float(tokens.sum()) / len(tgt)
+
+    for head in [
+        HeadSpec("encoder", 0, 1),
+        HeadSpec("cross", 1, 2),
+        HeadSpec("decoder_self", 1, 0),
+    ]:
+        slope = (loss(head, 1 + eps) - loss(head, 1 - eps)) / (2 * eps)
+        assert scores[head] == pytest.approx(abs(slope), rel=1e-3, abs=1e-8)
+
+
+def fra_eng_like(tmp_path, n: int = 400):
+    """A fra.txt-in-a-zip corpus of the tiny models' words, standing in for fra-eng."""
+    lines = []
+    for i in range(n):
+        (s_en, s_fr), (a_en, a_fr) = SUBJECTS[i % 4], ADJECTIVES[(i // 4) % 4]
+        lines.append(f"{s_en} {a_en} {'home ' * (i // 16)}.\t{s_fr} {a_fr} .\tCC-BY")
+    path = tmp_path / "fra-eng.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("fra.txt", "\n".join(lines) + "\n")
+    return path
+
+
+def test_importance_of_a_model_folder_is_measured_cached_and_printed(
+    hf_models, hf_loaded, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("FRA_ENG_ZIP", str(fra_eng_like(tmp_path)))
+    monkeypatch.setenv("ATTENTION_STUDIO_CHECKPOINTS", str(tmp_path / "checkpoints"))
+    folder = tmp_path / "marian"
+    shutil.copytree(hf_models["marian"], folder)
+    seen = []
+    result = importance_for(hf_loaded["marian"], folder, 5, progress=lambda f, w: seen.append(f))
+    assert (result.sentences, len(result.heads), result.pruning[-1]["removed"]) == (5, 24, 24)
+    assert seen == sorted(seen) and seen[-1] == pytest.approx(1.0)
+    assert lookup_importance(folder, hf_loaded["marian"].meta, 5).heads == result.heads
+    assert ablate.main(["--checkpoint", str(folder), "--sentences", "5"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert lines[0]["baseline"] and lines[0]["cached"] and len(lines) == 25
+    assert lines[1:] == result.heads
+    (folder / "config.json").write_text((folder / "config.json").read_text() + " ")
+    assert lookup_importance(folder, hf_loaded["marian"].meta, 5) is None  # other files
+
+
+def test_the_page_computes_head_importance_for_a_model_folder(
+    studio_dirs, hf_models, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("FRA_ENG_ZIP", str(fra_eng_like(tmp_path)))
+    shutil.copytree(hf_models["marian"], studio_dirs["checkpoints"] / "marian")
+    query = {"model": "checkpoints/marian/", "sentence": "the boy is tall .", "section": "ablation"}
+    at = run_page_script("attention.py", query)
+    at.number_input(key="ab_sentences").set_value(4)
+    at.button(key="ab_compute").click().run()
+    assert_clean(at)
+    shown = " ".join(m.value for m in at.markdown)
+    assert "on 4 validation sentences" in shown
+    assert at.button(key="ab_remove")  # the least important heads can be removed
+    assert not at.info or all("not built" not in i.value for i in at.info)
