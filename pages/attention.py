@@ -8,6 +8,7 @@ from core.attention.families import section_problem, source_label
 from core.attention.kinds import reading_hint
 from core.attention.view_state import clamp_view
 from core.model.decode import TranslationError
+from pages.ui.attention.alignment_gold_view import open_on_best_reader
 from pages.ui.attention.controls import view_controls
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.attention.sections import pick_section
@@ -54,6 +55,7 @@ def main() -> None:
         st.warning(md(w))
     link("translate.py", "Change decoding on the Translate page", state.to_query(TRANSLATE_KEYS))
     clamp_view(state, pieces)
+    open_on_best_reader(entry, lm, state)
     stretch = view_controls(pieces, state, lm.subword)
     maps = sentence_maps(t, key, state.words)
     section = pick_section(state)

@@ -55,8 +55,47 @@ def test_the_reader_s_links_are_circled_drawn_and_written(studio_dirs):
     assert {"Links as CSV", "AER of every reader as CSV"} <= set(labels)
 
 
+def best_reader(at: AppTest) -> dict:
+    """The best row of the AER table (the shipped gold set)."""
+    return at.dataframe[0].value.iloc[0].to_dict()
+
+
+def shows(at: AppTest, row: dict) -> None:
+    """The view shows this reader: cross attention, its mode, layer and head."""
+    assert at.radio(key="at_kind").value == "cross"
+    assert at.button_group(key="al_mode").value == row["mode"].lower()
+    if row["layer"] == "all":
+        assert at.checkbox(key="al_all").value
+    else:
+        shown = (str(at.selectbox(key="at_layer").value), at.selectbox(key="at_head").value)
+        assert shown == (str(row["layer"]), str(row["head"]))
+
+
+def test_alignment_opens_on_the_best_reader_and_says_so(studio_dirs):
+    at = run_page({"sentence": SENTENCE})  # a URL that names no layer or head
+    assert_clean(at)
+    best = best_reader(at)
+    shows(at, best)
+    (note,) = [plain(i.value) for i in at.info if "Opened on the reader" in i.value]
+    assert f"AER {best['AER']:.3f}" in note and best["mode"].upper() in note
+    at.selectbox(key="at_head").set_value("mean").run()  # the user's choice then stands
+    assert_clean(at)
+    assert at.selectbox(key="at_head").value == "mean"
+    assert not [i for i in at.info if "Opened on the reader" in i.value]
+    maps = run_page_script("attention.py", {"sentence": SENTENCE, "layer": "0", "head": "0"})
+    maps.radio(key="at_section").set_value("alignment").run()  # opened from the picker
+    assert_clean(maps)
+    shows(maps, best)
+    named = run_page({"sentence": SENTENCE, "layer": "0", "head": "1"})  # a URL that names one
+    assert (named.selectbox(key="at_layer").value, named.selectbox(key="at_head").value) == (
+        0,
+        "1",
+    )
+    assert not [i for i in named.info if "Opened on the reader" in i.value]
+
+
 def test_the_mode_travels_in_the_url_and_moves_the_row(studio_dirs):
-    at = run_page({"sentence": SENTENCE})
+    at = run_page({"sentence": SENTENCE, "layer": "0", "head": "0"})
     assert_clean(at)
     assert "align" not in query(at)  # the default, AWO
     awo = z_of(charts(at)["AWO (attention when outputting)"])
@@ -71,7 +110,7 @@ def test_the_mode_travels_in_the_url_and_moves_the_row(studio_dirs):
     assert np.allclose(z_of(charts(again)["AWI (attention when inputting)"]), awi)
     at.radio(key="at_section").set_value("maps").run()
     assert "align" not in query(at)  # it means something in this section only
-    bad = run_page({"align": "<b>bogus</b>"})
+    bad = run_page({"align": "<b>bogus</b>", "layer": "0"})
     assert_clean(bad)
     assert bad.button_group(key="al_mode").value == "awo" and "align" not in query(bad)
 
@@ -175,18 +214,10 @@ def test_a_slow_grid_shows_a_progress_bar_that_a_cache_hit_replays_harmlessly(
 
 def test_the_best_reader_can_be_shown_in_the_view_above(studio_dirs):
     at = run_page({"kind": "encoder", "layer": "0", "head": "2"})
-    best = at.dataframe[0].value.iloc[0]
+    best = best_reader(at)
     at.button(key="al_use_best").click().run()
     assert_clean(at)
-    assert at.radio(key="at_kind").value == "cross"
-    assert at.button_group(key="al_mode").value == best["mode"].lower()
-    if best["layer"] == "all":
-        assert at.checkbox(key="al_all").value
-    else:
-        assert (str(at.selectbox(key="at_layer").value), at.selectbox(key="at_head").value) == (
-            str(best["layer"]),
-            str(best["head"]),
-        )
+    shows(at, best)
     assert query(at)["kind"] == "cross"
 
 

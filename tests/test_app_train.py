@@ -325,6 +325,7 @@ def test_resume_and_delete_with_confirmation(jobs_env, make_run):
     button(at, "Delete run…").click().run()
     assert any("for good" in w.value for w in at.warning)
     assert (runs_root() / "old").is_dir()  # not yet
+    assert button(at, "Yes, delete it").proto.type != "primary"  # unlike Launch's blue
     button(at, "Yes, delete it").click().run()
     assert not (runs_root() / "old").exists()
     assert "run" not in at.query_params

@@ -17,6 +17,7 @@ EMPTY_ROW_MASS = 1e-6  # a row with less weight than this on the kept keys has n
 PATTERN_SHARE = 0.5  # a head follows a pattern when this share of its weight follows it
 BROAD_ENTROPY = 0.8  # ... is broad when its rows' entropy reaches this share of the maximum
 NEAR_DIAGONAL_KEYS = 1  # cross: "near the diagonal" is within this many keys of it
+MONOTONIC_RHO = 0.7  # cross: ... and its rows' strongest keys follow the queries' order this well
 LABELS = {  # each says what was measured, on the map as drawn
     "diagonal": "diagonal (weight on its own column)",
     "previous": "sub-diagonal (weight one column left)",
@@ -176,10 +177,15 @@ def head_label(row: dict, tk: int, kind: str) -> str:
 
     Self-attention: diagonal, sub-diagonal (one column left), sink, broad. Cross
     attention has no diagonal of its own (two languages, two lengths): monotonic when
-    most weight lies near the rescaled diagonal, then sink and broad.
+    most weight lies near the rescaled diagonal *and* each row's strongest key moves
+    forward with the rows (Spearman rho >= MONOTONIC_RHO) — on a short sentence the band
+    near the diagonal covers most keys, so the share alone would call almost any head
+    monotonic; then sink and broad.
     """
     broad = tk > 1 and row["entropy"] / np.log(tk) >= BROAD_ENTROPY
-    if kind == "cross" and row["diagonal"] >= PATTERN_SHARE:
+    rho = row.get("monotonicity", np.nan)
+    ordered = bool(np.isfinite(rho) and rho >= MONOTONIC_RHO)
+    if kind == "cross" and row["diagonal"] >= PATTERN_SHARE and ordered:
         return LABELS["monotonic"]
     if kind != "cross" and row["diagonal"] >= PATTERN_SHARE:
         return LABELS["diagonal"]

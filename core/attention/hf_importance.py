@@ -111,8 +111,10 @@ class HFMeasures:
         return table
 
     def max_new_tokens(self, longest: int) -> int:
-        """The longest output of a batch whose longest source has ``longest`` pieces."""
-        return min(MAX_LEN, 2 * longest + 10, self.hm.cfg.max_positions - 1)
+        """The longest output of a batch whose longest source has ``longest`` pieces: 1.5x
+        plus 5 (French runs about 1.2x English in pieces), at most MAX_LEN; a trained model
+        stops at </s> well before, but a removed head can make it repeat itself."""
+        return min(MAX_LEN, longest + longest // 2 + 5, self.hm.cfg.max_positions - 1)
 
     @torch.no_grad()
     def output_ids(self, sets: Sequence[Sequence[HeadSpec]], tick: Tick = None):
@@ -164,12 +166,21 @@ class HFMeasures:
         labels, real = _padded([t for _, t in pairs], self.pad, self.device)
         return src, mask, dec, labels.masked_fill(real == 0, IGNORE)
 
-    def _token_losses(self, pairs, gates: dict) -> torch.Tensor:
-        """(B, T) cross-entropy of each label (0 at padding) with each row's gates."""
+    def _token_losses(self, pairs, gates: dict, encoded=None) -> torch.Tensor:
+        """(B, T) cross-entropy of each label (0 at padding) with each row's gates.
+
+        ``encoded``: each row's (S, D) encoder output when no gate of the batch is the
+        encoder's: the encoder is then not run again."""
         src, mask, dec, labels = self._forced(pairs)
+        kwargs = {"input_ids": src}
+        if encoded is not None:
+            states = torch.zeros(len(pairs), src.size(1), encoded[0].size(-1), device=src.device)
+            for b, e in enumerate(encoded):
+                states[b, : e.size(0)] = e  # (B, S, D), zero at padding (masked)
+            kwargs = {"encoder_outputs": (states,)}
         with rows_gated(self.hm.model, gates):
             logits = self.hm.model(
-                input_ids=src, attention_mask=mask, decoder_input_ids=dec, return_dict=True
+                **kwargs, attention_mask=mask, decoder_input_ids=dec, return_dict=True
             ).logits  # (B, T, V)
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # never below fp32
         return F.cross_entropy(
@@ -177,15 +188,32 @@ class HFMeasures:
         )  # (B, T)
 
     @torch.no_grad()
+    def encoder_states(self) -> list[torch.Tensor]:
+        """Each pair's (S, D) encoder output with no head removed."""
+        pairs, out = self.sample.encoded, []
+        encoder = self.hm.model.get_encoder()
+        for start in range(0, len(pairs), FORCED_ROWS):
+            chunk = [src for src, _ in pairs[start : start + FORCED_ROWS]]
+            src, mask = _padded(chunk, self.pad, self.device)
+            states = encoder(input_ids=src, attention_mask=mask).last_hidden_state  # (B, S, D)
+            out += [states[b, : len(ids)] for b, ids in enumerate(chunk)]
+        return out
+
+    @torch.no_grad()
     def losses(self, sets: Sequence[Sequence[HeadSpec]], tick: Tick = None):
         """Mean per-token teacher-forced loss over the sample's pairs, for each head set."""
         pairs = self.sample.encoded
+        encoded = self.encoder_states()  # reused by the rows whose heads are all decoder-side
         rows = [(j, p) for j in range(len(sets)) for p in range(len(pairs))]
         sums, counts = [0.0] * len(sets), [0] * len(sets)
         for start in range(0, len(rows), FORCED_ROWS):
             chunk = rows[start : start + FORCED_ROWS]
+            gates = self.gates(sets, [j for j, _ in chunk])
+            again = any(kind == "encoder" for kind, _ in gates)
             tokens = self._token_losses(
-                [pairs[p] for _, p in chunk], self.gates(sets, [j for j, _ in chunk])
+                [pairs[p] for _, p in chunk],
+                gates,
+                None if again else [encoded[p] for _, p in chunk],
             )  # (B, T)
             for (j, p), row in zip(chunk, tokens.sum(1).tolist()):
                 sums[j] += row

@@ -8,7 +8,9 @@ import hashlib
 import io
 import lzma
 import os
+import socket
 import urllib.error
+import urllib.parse
 import urllib.request
 import zipfile
 import zlib
@@ -100,6 +102,18 @@ def file_sha1(path) -> str:
     except (OSError, ValueError):
         return ""
     return _sha1_cached(str(Path(path).resolve()), st.st_mtime_ns, st.st_size)
+
+
+def reachable(url: str = FRA_ENG_URL, timeout: float = 2.0) -> bool:
+    """Whether the host of ``url`` accepts a connection now (its name resolved and a TCP
+    connection made within ``timeout`` seconds): False on a machine without network."""
+    parts = urllib.parse.urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "", port), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def download(url: str, dest: Path, sha1: str | None, progress: ProgressFn | None = None) -> Path:

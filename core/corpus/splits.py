@@ -106,6 +106,20 @@ def load_splits(
     return Splits(train, val, test, summary)
 
 
+def summary_words(summary: dict) -> str:
+    """A corpus summary for people (the trainer's log): "tiny.tsv: 30 pairs read (0 skipped
+    lines, 0 too long); 28 train, 1 validation, 1 test; vocabularies 49 English, 56 French"."""
+    get = lambda key: summary.get(key, "?")  # noqa: E731 - a log line tolerates a missing key
+    words = (
+        f"{Path(str(get('path'))).name}: {get('pairs_read')} pairs read ({get('skipped_lines')} "
+        f"skipped lines, {get('too_long')} too long); {get('train')} train, {get('val')} "
+        f"validation, {get('test')} test"
+    )
+    if "src_vocab" in summary:
+        words += f"; vocabularies {get('src_vocab')} English, {get('tgt_vocab')} French"
+    return words
+
+
 def build_vocab(sentences: list[list[str]], cfg: DataConfig) -> Vocab:
     """The vocabulary ``cfg.tokenizer`` asks for, learnt from tokenized sentences."""
     if cfg.tokenizer == "bpe":

@@ -124,7 +124,7 @@ def scores_figure(v: QueryKey) -> go.Figure:
             z=v.mask.astype(np.float32)[:, None],  # (Tk, 1)
             x=["may attend"],
             y=keys,
-            text=np.where(v.mask, "yes", "masked")[:, None].tolist(),
+            text=np.where(v.mask, "open", "masked")[:, None].tolist(),  # never "yes"
             texttemplate="%{text}",
             colorscale=[[0, MASKED_COLOR], [1, "#ffffff"]],
             zmin=0,

@@ -87,13 +87,13 @@ def validation_examples(meta: Mapping, n: int = 200) -> tuple[list[ValidationExa
     if not meta.get("data_config"):
         return [], "this checkpoint does not record its data settings"
     try:
-        cfg = trained_data(meta)
+        cfg = trained_data(meta, command=False)
     except DataError as e:
-        return [], str(e)
+        return [], str(e).rstrip(".")
     try:
         groups = load_splits(cfg).val.groups()
     except (DataError, OSError, ValueError) as e:
-        return [], f"the validation data could not be rebuilt: {e}"
+        return [], f"the validation data could not be rebuilt: {str(e).rstrip('.')}"
     if not groups:
         return [], "this model was trained without a validation split"
     picks = sorted(set(np.linspace(0, len(groups) - 1, min(n, len(groups))).round().astype(int)))

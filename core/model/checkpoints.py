@@ -98,10 +98,11 @@ def data_config_of(meta: Mapping) -> DataConfig:
     return DataConfig(**{k: v for k, v in (meta.get("data_config") or {}).items() if k in known})
 
 
-def trained_data(meta: Mapping, source: str | None = None) -> DataConfig:
+def trained_data(meta: Mapping, source: str | None = None, command: bool = True) -> DataConfig:
     """The data settings a checkpoint records, with its corpus found on this machine.
 
-    ``source`` (a path given on the command line) replaces the recorded corpus. A recorded
+    ``source`` (a path given on the command line) replaces the recorded corpus; ``command``
+    False words the error for a page (no flag to pass). A recorded
     name is looked up only in the app's own folders (the corpus folders of ``places`` and the
     copy inside the model's run), never by a recorded absolute path nor in the current
     directory, and only a file whose SHA-1 is the one recorded is used: it is the corpus
@@ -114,7 +115,9 @@ def trained_data(meta: Mapping, source: str | None = None) -> DataConfig:
     elif cfg.source != "fra-eng":
         cfg.source = _recorded_corpus(cfg.source, recorded, meta.get("run"))
     if reason := corpus_problem(cfg.source):
-        hint = "" if source else " (pass the corpus with --data, or put it in the data folder)"
+        hint = " (pass the corpus with --data, or put it in the data folder)"
+        if source or not command:  # a page's reader cannot pass a flag
+            hint = "" if source else "; whoever runs the server can put it in the app's data folder"
         raise DataError(f"The validation sentences cannot be rebuilt: {reason}{hint}.")
     return cfg
 

@@ -27,7 +27,7 @@ import torch
 from core.corpus.bpe import checkpoint_entries, checkpoint_vocabs
 from core.corpus.config import DataConfig
 from core.corpus.source import DataError
-from core.corpus.splits import load_corpus, unk_warnings
+from core.corpus.splits import load_corpus, summary_words, unk_warnings
 from core.corpus.supervision import read_supervision
 from core.model.checkpoints import read_checkpoint
 from core.model.config import ModelConfig
@@ -258,7 +258,7 @@ def train_run(args: argparse.Namespace, world: World | None = None) -> int:
     recorder = RunRecorder(rd, trainer, configs, bar)
     recorder.saved_step = trainer.state.step if resume else None
     where = rd.read_status().get("device")
-    print(f"training on {where}: {configs['summary']}", flush=True)
+    print(f"training on {where}: {summary_words(configs['summary'])}", flush=True)
     outcome = trainer.run()
     if bar is not None:
         bar.close()

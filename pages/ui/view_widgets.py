@@ -22,6 +22,9 @@ def view_state() -> ViewState:
         state = ViewState.from_query(st.query_params.to_dict())
         if state.method not in METHODS:  # checked here: core.attention sits below attribution
             state.method = ViewState.method
+        named = {"kind", "layer", "head"} & set(st.query_params)
+        if state.section == "alignment" and not named:  # a URL that names no reader
+            st.session_state["al_open_best"] = True  # alignment_gold_view.OPEN_BEST
         st.session_state["view_state"] = state
     return st.session_state["view_state"]
 

@@ -26,6 +26,8 @@ from pages.ui.heavy_work import heavy_slot
 from pages.ui.text import md, spreadsheet_safe
 
 SHIPPED, UPLOAD = "shipped", "upload"
+OPEN_BEST = "al_open_best"  # session flag: this run opens Alignment on the best reader
+BEST_NOTE = "al_best_note"  # what the section says about the reader it opened on
 AER_WORDS = (
     "Every reader (each decoder layer's heads and their mean, and the mean of all layers, in "
     "both modes) links the words of each gold pair; its links are scored against links a "
@@ -103,8 +105,9 @@ def upload_gold() -> GoldSet | None:
     """Two uploaders and the 1-indexed checkbox; the GoldSet, or None after a message."""
     st.caption(FORMATS)
     row = st.container(horizontal=True, gap="medium")
-    pairs = row.file_uploader("Pairs (english ||| french)", key="al_pairs_file", width=PANEL_PX)
-    links = row.file_uploader("Gold links (Pharaoh)", key="al_gold_file", width=PANEL_PX)
+    limit = {"width": PANEL_PX, "max_upload_size": max(1, MAX_GOLD_BYTES // 2**20)}  # MB
+    pairs = row.file_uploader("Pairs (english ||| french)", key="al_pairs_file", **limit)
+    links = row.file_uploader("Gold links (Pharaoh)", key="al_gold_file", **limit)
     one = st.checkbox("1-indexed (Hansards / NAACL 2003)", key="al_one_indexed")
     if pairs is None or links is None:
         st.info("Upload both files to score every reader on them.")
@@ -176,4 +179,34 @@ def reference_line() -> None:
             f"{ref['precision']:.3f}, recall {ref['recall']:.3f}) on the shipped set's "
             f"{ref['pairs']} pairs: {ref['how']}."
         )
+    )
+
+
+def open_alignment_on_best() -> None:
+    """Ask this run to open the Alignment section on the best reader (a callback of the
+    section picker, or the first run of a URL that names no layer, head or kind)."""
+    st.session_state[OPEN_BEST] = True
+
+
+def open_on_best_reader(entry, lm, state: ViewState) -> None:
+    """Before the view's controls are drawn: where Alignment is being opened, put the best
+    reader of the shipped gold set (cached for every session) in the view, and leave the
+    section a note that says so. Nothing when the set cannot be read or scored."""
+    section = st.session_state.get("at_section") or state.section  # the picker's new value
+    if not st.session_state.pop(OPEN_BEST, False) or section != "alignment":
+        return
+    try:
+        gold = shipped_gold()
+        grid = alignment_grid(lm, entry.path, entry.mtime, gold.key, gold.pairs, gold.links)
+    except (GoldError, OSError, ValueError, RuntimeError, IndexError):
+        return
+    best = grid.best
+    use_best(best)
+    state.kind, state.align = "cross", best.mode
+    if best.layer != "all":
+        state.layer, state.head = best.layer, best.head
+    st.session_state[BEST_NOTE] = (
+        f"Opened on the reader that aligns best on {md(gold.name)}: "
+        f"{grid_figs.reader_words(best)}, {best.mode.upper()} (AER {best.aer:.3f}). Pick "
+        "another layer and head in the view above."
     )

@@ -11,7 +11,7 @@ from core.attention.view_state import ViewState
 from core.corpus.bpe import join_pieces
 from core.figures import alignment as align_figs
 from core.figures.attribution import panel_width
-from pages.ui.attention.alignment_gold_view import gold_panel
+from pages.ui.attention.alignment_gold_view import BEST_NOTE, gold_panel
 from pages.ui.attention.attribution_view import cross_choice
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.charts import chart
@@ -29,6 +29,8 @@ HOW = (
 def alignment_section(page: SectionInputs) -> None:
     """The reader picker, its weights with the links circled, the links as lines and text."""
     st.caption(HOW)
+    if note := st.session_state.pop(BEST_NOTE, None):
+        st.info(note)
     reader = pick_reader(page)
     sentence_links(page, reader)
     gold_panel(page)

@@ -19,6 +19,7 @@ from pages.ui.attention import (
     over_training_view,
     playback_view,
 )
+from pages.ui.attention.alignment_gold_view import open_alignment_on_best
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.view_widgets import widget_default
 
@@ -43,6 +44,12 @@ SECTIONS = {  # key (core.attention.view_state.SECTION_KEYS) -> section
 }
 
 
+def _opened() -> None:
+    """The section picker's callback: Alignment opens on the best reader."""
+    if st.session_state.get("at_section") == "alignment":
+        open_alignment_on_best()
+
+
 def pick_section(state: ViewState) -> Section:
     """The "Show" radio (widget ``at_section``) over the sections; kept in the view state."""
     widget_default("at_section", state.section, SECTION_KEYS)
@@ -52,5 +59,6 @@ def pick_section(state: ViewState) -> Section:
         key="at_section",
         horizontal=True,
         format_func=lambda key: SECTIONS[key].label,
+        on_change=_opened,
     )
     return SECTIONS[state.section]

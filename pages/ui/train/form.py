@@ -6,8 +6,11 @@ presets never mix.
 
 from __future__ import annotations
 
+import time
+
 import streamlit as st
 
+from core.corpus import source
 from core.corpus import user_files as corpus_files
 from core.corpus.source import DataError, fra_eng_copy, resolve_corpus
 from core.places import DATA_ENV, data_root, shown_path
@@ -30,6 +33,15 @@ STEPS = {  # number_input steps of float settings (others step by 0.01)
     "time_budget": 60.0,
     "grad_clip": 0.1,
 }
+OFFLINE_TOO = (  # what works without network, after a failed download
+    "Without network: choose **upload** above and upload fra-eng.zip (or any "
+    "English<TAB>French file), or ask whoever runs the server to set `FRA_ENG_ZIP` to a copy."
+)
+OFFLINE = (
+    "fra-eng is not on this server, and its download site cannot be reached from here "
+    "(no network?): a run on fra-eng would fail to start. " + OFFLINE_TOO
+)
+_REACHABLE: dict = {}  # when fra-eng's host was last asked, and its answer
 
 
 def form_key(preset: str, section: str, name: str) -> str:
@@ -94,6 +106,9 @@ def fra_eng_picker() -> str:
     if copy is not None:
         st.caption(f"fra-eng: using the copy at {code(copy)}.")
         return "fra-eng"
+    if not fra_eng_host_reachable():
+        st.warning(OFFLINE)
+        return "fra-eng"
     st.caption("fra-eng is not downloaded yet (3.4 MB); the run downloads it when it starts.")
     if st.button("Download fra-eng now"):
         bar = st.progress(0.0, text="Downloading fra-eng.zip…")
@@ -108,8 +123,16 @@ def fra_eng_picker() -> str:
             resolve_corpus("fra-eng", progress=update)
             st.success("fra-eng downloaded and verified.")
         except DataError as e:
-            st.error(md(e))
+            st.error(md(f"{e} {OFFLINE_TOO}"))
     return "fra-eng"
+
+
+def fra_eng_host_reachable() -> bool:
+    """Whether fra-eng's host answers now, asked at most once a minute per server."""
+    now = time.monotonic()
+    if now - _REACHABLE.get("at", -1e9) > 60:
+        _REACHABLE.update(at=now, ok=source.reachable())
+    return _REACHABLE["ok"]
 
 
 def file_picker(source_type: str) -> str | None:

@@ -115,7 +115,8 @@ def confirm_delete(run_id: str) -> None:
     """Ask before deleting a run and its checkpoints."""
     st.warning(f"Delete run {md(run_id)}, its metrics and checkpoints for good?")
     yes, no = st.columns(2)
-    if yes.button("Yes, delete it", type="primary"):
+    # not the blue of Launch: a destructive answer looks unlike the page's main action
+    if yes.button("Yes, delete it", type="secondary", icon=":material/delete_forever:"):
         try:
             jobs.delete_run(run_id, user=current_user())
         except RunError as e:
