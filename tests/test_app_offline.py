@@ -65,7 +65,7 @@ def test_a_page_s_reason_names_no_flag_and_ends_once(monkeypatch, tmp_path):
 
 
 def test_the_trainers_log_line_reads_as_words_not_a_python_dict():
-    """"Log (last lines)" showed "training on cpu: {'path': …, 'pairs_read': 30, …}"."""
+    """The log showed "training on cpu: {'path': …, 'pairs_read': 30, …}"."""
     from core.corpus.splits import summary_words
 
     summary = {"path": "/srv/data/tiny.tsv", "pairs_read": 30, "skipped_lines": 0}
