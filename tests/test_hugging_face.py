@@ -342,15 +342,14 @@ def test_gradient_x_input_equals_captums_on_the_same_embeddings(hf_loaded):
     np.testing.assert_allclose(got, expected.detach().numpy(), atol=1e-6)
 
 
-def test_the_other_methods_say_why_not_in_one_line(hf_loaded):
+def test_integrated_gradients_on_t5_says_why_not_in_one_line(hf_loaded):
     from core.attribution.hugging_face import attribute
     from core.attribution.methods import AttributionError
 
     t = hf.translate(hf_loaded["t5"], SENTENCE, DecodeSettings(max_len=3))
-    for method in ("norm", "alti", "value-zeroing"):
-        with pytest.raises(AttributionError, match="not built yet") as err:
-            attribute(hf_loaded["t5"], t.src_ids, t.out_ids, method)
-        assert "\n" not in str(err.value)
+    with pytest.raises(AttributionError, match="does not converge for T5") as err:
+        attribute(hf_loaded["t5"], t.src_ids, t.out_ids, "integrated-gradients")
+    assert "\n" not in str(err.value)
 
 
 def test_the_attribute_command_reads_a_model_folder(hf_models, capsys):
@@ -360,8 +359,8 @@ def test_the_attribute_command_reads_a_model_folder(hf_models, capsys):
     assert main(["--checkpoint", folder, "--method", "rollout", SENTENCE]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["method"] == "rollout" and out["source"][-1] == "</s>"
-    assert main(["--checkpoint", folder, "--method", "alti", SENTENCE]) == 2
-    assert "not built yet" in capsys.readouterr().err
+    assert main(["--checkpoint", folder, "--method", "alti", SENTENCE]) == 0
+    assert json.loads(capsys.readouterr().out)["method"] == "alti"
 
 
 def test_feeding_the_models_own_output_gives_its_own_maps(hf_loaded):

@@ -6,11 +6,17 @@ the attention weights or the gradient of log p(y_t) with respect to the token em
 - ``rollout`` (Abnar & Zuidema 2020): ½ the heads' mean + ½ the residual per sub-layer,
   composed through the encoder, then the decoder's self- and cross-attention
   (``core.attribution.compose``), from the maps ``output_attentions`` returns;
+- ``norm`` (Kobayashi et al. 2020) and ``alti`` (ALTI+, Ferrando et al. 2022): each
+  attention sub-layer as one term per input token (``core.attribution.hf_terms``, read by
+  hooks), mixed and composed as for the studio's model;
 - ``grad-input`` and ``integrated-gradients``: captum on the embeddings the stacks read as
   ``inputs_embeds`` (Marian's √D scale included; both methods are unchanged by that scale).
 
-Norm-based, ALTI+ and value zeroing decompose each sub-layer through the studio's own
-modules (``core.attribution.terms``); for a Hugging Face model they raise one line saying so.
+- ``value-zeroing`` (Mohebbi et al. 2023): each layer rerun with one token's values zeroed
+  by a hook on its value projection (``core.attribution.hf_value_zeroing``).
+
+Every method the studio has reads these models; integrated gradients is refused for T5, in
+one line that says why (``method_problem``).
 
 Shape key: S source tokens, T output tokens, L layers, H heads, D model width.
 """
@@ -21,22 +27,16 @@ import time
 
 import torch
 
+from core.attribution import hf_terms, hf_value_zeroing
 from core.attribution.compose import DecoderStep, compose, normalised
 from core.attribution.gradients import GradientTask, grad_input, integrated_gradients
-from core.attribution.methods import MEAN, METHOD_NAMES, Attribution, AttributionError
+from core.attribution.methods import MEAN, METHODS, Attribution, AttributionError
+from core.attribution.mixing import cross_mixing, self_mixing
 from core.model import hf_inside
 from core.model import hugging_face as hf
+from core.model.hf_folder import HFModelError
 
-HF_METHODS = ("attention", "rollout", "grad-input", "integrated-gradients")
-
-
-def not_built(method: str) -> str:
-    """Why a method does not read a Hugging Face model, in one line."""
-    return (
-        f"{METHOD_NAMES.get(method, method)} decomposes each sub-layer through the studio's own "
-        "modules; for a Hugging Face model it is not built yet (use raw attention, rollout, "
-        "gradient × input or integrated gradients)."
-    )
+HF_METHODS = METHODS  # every method of the studio's own model
 
 
 SCALE_FREE = ("t5", "mt5", "umt5")  # RMSNorm first and no absolute positions on the embeddings
@@ -45,7 +45,7 @@ SCALE_FREE = ("t5", "mt5", "umt5")  # RMSNorm first and no absolute positions on
 def method_problem(hm: hf.HFModel, method: str) -> str | None:
     """Why ``method`` does not explain this model, in one line (None: it does)."""
     if method not in HF_METHODS:
-        return not_built(method)
+        return f"unknown method {method!r}; choose from {', '.join(HF_METHODS)}"
     if method == "integrated-gradients" and hm.meta.get("model_type") in SCALE_FREE:
         return (
             "Integrated gradients from zero embeddings does not converge for T5: its RMSNorm "
@@ -69,6 +69,20 @@ def task(hm: hf.HFModel, src_ids, out_ids) -> GradientTask:
     with torch.no_grad():
         own = log_probs(*pair)[0]  # (T,)
     return GradientTask(pair, log_probs, own)
+
+
+def mixing(hm: hf.HFModel, src_ids, out_ids, method: str) -> torch.Tensor:
+    """Norm-based or ALTI+ contributions (T, S + T) from each sub-layer's terms."""
+    try:
+        terms = hf_terms.all_terms(hm, src_ids, out_ids)
+    except HFModelError as e:
+        raise AttributionError(str(e)) from e
+    encoder = [self_mixing(method, t) for t in terms["encoder"]]
+    decoder = []
+    for own, cross in zip(terms["decoder_self"], terms["cross"]):
+        decoder.append(DecoderStep(self_mixing(method, own)))
+        decoder.append(cross_mixing(method, cross))
+    return compose(encoder, decoder)
 
 
 def rollout(maps) -> torch.Tensor:
@@ -99,7 +113,11 @@ def attribute(
     start, raw, completeness = time.perf_counter(), None, None
     src, dec = hf.forced_inputs(hm, src_ids, out_ids)
     T, S = dec.size(1), src.size(1)
-    if method in ("attention", "rollout"):
+    if method in ("norm", "alti"):
+        scores = mixing(hm, src_ids, out_ids, method)
+    elif method == "value-zeroing":
+        scores = compose(*hf_value_zeroing.value_zeroing_steps(hm, src_ids, out_ids))
+    elif method in ("attention", "rollout"):
         _, maps = hf.forced_pass(hm, src, dec)
         maps = type(maps)(*(m[:, 0].float() for m in (maps.encoder, maps.decoder_self, maps.cross)))
         if method == "rollout":

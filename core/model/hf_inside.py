@@ -22,7 +22,7 @@ from core.model.hf_folder import HFModelError
 from core.model.hugging_face import HFModel, final_norm, forced_inputs
 
 
-def _layers(stack: nn.Module) -> Sequence[nn.Module]:
+def layers_of(stack: nn.Module) -> Sequence[nn.Module]:
     """The layers of an encoder or decoder stack (``layers``, or T5's ``block``)."""
     layers = getattr(stack, "layers", None)
     layers = layers if layers is not None else getattr(stack, "block", None)
@@ -46,7 +46,7 @@ def _attention_of(layer: nn.Module, kind: str) -> nn.Module:
 def attention_modules(model: nn.Module, kind: str) -> list[nn.Module]:
     """The attention modules of one kind, one per layer."""
     stack = model.get_encoder() if kind == "encoder" else model.get_decoder()
-    return [_attention_of(layer, kind) for layer in _layers(stack)]
+    return [_attention_of(layer, kind) for layer in layers_of(stack)]
 
 
 def head_geometry(module: nn.Module) -> tuple[nn.Linear, int, int]:
@@ -143,7 +143,7 @@ def decoder_layer_outputs(hm: HFModel, src: torch.Tensor, decoder_inputs: torch.
     def keep(module, args, output):
         captured.append(output[0] if isinstance(output, tuple) else output)
 
-    hooks = [layer.register_forward_hook(keep) for layer in _layers(hm.model.get_decoder())]
+    hooks = [layer.register_forward_hook(keep) for layer in layers_of(hm.model.get_decoder())]
     try:
         out = hm.model(
             input_ids=src,

@@ -61,9 +61,14 @@ def faithfulness_panel(entry: ModelEntry, lm: LoadedModel, state: ViewState) -> 
             "This model was not trained here: its sample is the first validation sentences "
             "of fra-eng as the studio splits it by default, given to the model as text, and "
             "each word occluded is each of its pieces replaced by the tokenizer's unknown "
-            "token. Not measured for this model (see the method picker above for why): "
-            + ", ".join(left_out)
-            + "."
+            "token."
+            + (
+                " Not measured for this model (the method picker above says why): "
+                + ", ".join(left_out)
+                + "."
+                if left_out
+                else ""
+            )
         )
     row = st.container(horizontal=True, vertical_alignment="bottom", gap="large")
     n = int(
