@@ -20,7 +20,7 @@ def test_alignment_section_reads_well_at_two_widths(app_server, browser_page, ti
     url, page = app_server["url"], browser_page
     page.set_viewport_size({"width": 1400, "height": 3000})
     query = {"model": MODEL, "sentence": SENTENCE, "section": "alignment"}
-    page.goto(f"{url}/attention?" + urlencode(query))
+    page.goto(f"{url}/attention?" + urlencode({**query, "layer": "0", "head": "0"}))  # a reader
     wait_for_title(page, "AWO (attention when outputting)")
     wait_for_title(page, "AER of each reader, AWI")
     settle(page, 3)  # the reader's matrix and one AER grid per mode
@@ -44,6 +44,7 @@ def test_alignment_section_reads_well_at_two_widths(app_server, browser_page, ti
     page.goto(f"{url}/attention?" + urlencode({**query, "sentence": LONG}))  # at 760 px
     wait_for_title(page, "AER of each reader, AWI")
     settle(page, 3)
+    page.get_by_text("Opened on the reader that aligns best").wait_for()  # no reader named
     assert_no_browser_exception(page)
     problems["long"] = look(page, "attention_alignment_long_760") + page.evaluate(CROWDED)
     assert not any(problems.values()), problems

@@ -38,8 +38,9 @@ def test_a_hugging_face_model_in_a_real_browser(hf_server, chromium, width):
         page.goto(f"{hf_server}/attention?" + urlencode(query))
         wait_for_heatmaps(page, "Cross attention", 1 + 2 * 4)  # large map + 2 layers × 4 heads
         assert_no_browser_exception(page)
-        page.get_by_text("Compare", exact=True).click()
-        page.get_by_text("Compare reads two of the studio's own models").wait_for(timeout=60_000)
+        page.get_by_text("Compare", exact=True).click()  # B: the shipped model, word by word
+        page.get_by_text("A and B cut sentences into different pieces").wait_for(timeout=60_000)
+        page.get_by_text("Both decoders read").first.wait_for(timeout=60_000)
         assert_no_browser_exception(page)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"hugging_face_{width}.png"), full_page=True)
