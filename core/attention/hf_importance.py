@@ -74,10 +74,9 @@ def _padded(rows: Sequence[Sequence[int]], pad: int, device) -> tuple[torch.Tens
     """(B, N) ids padded at the right with ``pad``, and the (B, N) mask of real tokens."""
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad, dtype=torch.long, device=device)
-    for b, r in enumerate(rows):
-        ids[b, : len(r)] = torch.tensor(list(r), dtype=torch.long)
     mask = torch.zeros_like(ids)
     for b, r in enumerate(rows):
+        ids[b, : len(r)] = torch.tensor(list(r), dtype=torch.long)
         mask[b, : len(r)] = 1
     return ids, mask
 
