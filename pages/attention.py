@@ -11,7 +11,7 @@ from core.model.decode import TranslationError
 from pages.ui.attention.alignment_gold_view import open_on_best_reader
 from pages.ui.attention.controls import view_controls
 from pages.ui.attention.inputs import SectionInputs
-from pages.ui.attention.sections import pick_section
+from pages.ui.attention.sections import coming_section, pick_section
 from pages.ui.cached import sentence_maps, translate
 from pages.ui.frame import ensure_app_navigation, footer, link
 from pages.ui.model_picker import pick_model
@@ -56,10 +56,12 @@ def main() -> None:
     link("translate.py", "Change decoding on the Translate page", state.to_query(TRANSLATE_KEYS))
     clamp_view(state, pieces)
     open_on_best_reader(entry, lm, state)
-    stretch = view_controls(pieces, state, lm.subword)
+    reads_view = coming_section(state).reads_view  # the logit lens reads no kind or head
+    stretch = view_controls(pieces, state, lm.subword) if reads_view else False
     maps = sentence_maps(t, key, state.words)
     section = pick_section(state)
-    st.caption(reading_hint(state.kind))
+    if reads_view:
+        st.caption(reading_hint(state.kind))
     if problem := section_problem(lm, state.section):
         st.info(md(problem))
     else:

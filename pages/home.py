@@ -35,7 +35,7 @@ def show_runs() -> None:
     if not runs:
         st.info("No training runs yet.")
         return
-    runs_dataframe(runs[:20], "home_runs")
+    runs_dataframe(runs[:20], "home_runs", links=True)
 
 
 def main() -> None:

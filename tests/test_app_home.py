@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from core.places import checkpoints_root, runs_root
@@ -28,7 +29,10 @@ def test_home_describes_the_app_and_lists_models_and_runs(jobs_env, make_run):
     expected = models.models_frame(models.list_models())
     assert table.fillna(-1).equals(expected.fillna(-1))
     assert len(table) == 4 and table["val BLEU"].max() == 12.5
-    assert list(runs["run"]) == ["20260101-000000-d2l"] and list(runs["state"]) == ["finished"]
+    assert list(runs["run"]) == ["train?run=20260101-000000-d2l"]  # a link to the run
+    assert list(runs["state"]) == ["finished"]
+    link = json.loads(at.dataframe[1].proto.columns)["run"]  # shown as the run id
+    assert link["type_config"]["type"] == "link" and "run=" in link["type_config"]["display_text"]
     # a model without a BLEU (the broken file) shows a dash, never the word "None"
     assert table["val BLEU"].isna().any()
     assert [d.proto.placeholder for d in at.dataframe] == ["—", "—"]
@@ -41,8 +45,8 @@ def test_run_names_show_in_the_runs_tables(jobs_env, make_run):
     runs = at.dataframe[-1].value
     assert list(runs.columns[:2]) == ["run", "name"]
     assert dict(zip(runs["run"], runs["name"])) == {
-        "20260101-000000-d2l": "my first",
-        "20260102-000000-d2l": "",
+        "train?run=20260101-000000-d2l": "my first",  # Home links each run to its page
+        "train?run=20260102-000000-d2l": "",
     }
     at.switch_page("pages/train.py").run()
     assert_clean(at)

@@ -75,6 +75,19 @@ def test_the_logit_lens_says_what_it_projects(studio_dirs):
     assert specs(at)[0]["data"][0]["colorbar"]["title"]["text"] == "rank of chosen"
 
 
+def test_the_logit_lens_shows_no_kind_layer_or_head_it_would_not_read(studio_dirs):
+    at = run_page({"section": "lens", "kind": "encoder", "layer": "1", "head": "2"})
+    assert_clean(at)
+    keys = {w.key for w in [*at.radio, *at.selectbox]}
+    assert not keys & {"at_kind", "at_layer", "at_head"}  # nothing that would do nothing
+    at.radio(key="at_section").set_value("maps").run()  # back: the view as it was
+    assert_clean(at)
+    assert at.radio(key="at_kind").value == "encoder"
+    assert (at.selectbox(key="at_layer").value, at.selectbox(key="at_head").value) == (1, "2")
+    at.radio(key="at_section").set_value("lens").run()  # and away again, from the picker
+    assert "at_kind" not in {w.key for w in at.radio}
+
+
 @pytest.fixture
 def bpe_dirs(tmp_path, bpe_run, monkeypatch):
     """The app sees the tiny BPE model as its only checkpoint."""

@@ -68,6 +68,8 @@ def test_faithfulness_of_a_model_folder_measures_the_methods_that_read_it(
     measured = {r["method"] for r in result.methods}
     assert measured == {*METHODS, fa.RANDOM} - {"integrated-gradients"}  # no IG for T5
     assert result.sentences == 4 and result.tokens > 0
+    # the table says which layer and head "raw cross-attention" read
+    assert result.row("attention")["name"] == "Raw cross-attention (last layer, mean of heads)"
     for row in result.methods:
         assert row["spearman"] is None or -1 <= row["spearman"] <= 1
         assert len(row["deletion"]) == 3

@@ -52,8 +52,9 @@ SENTENCES = 200  # validation sentences of the faithfulness sample (the first N)
 DELETION_K = (1, 2, 3)  # how many top words the deletion curve removes
 DEFAULT_METHODS = tuple(m for m in METHODS if m != "integrated-gradients")  # the slow one out
 RANDOM = "random"  # the baseline ranking
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the attention row names its layer and head
 DECODE_BATCH = 128  # sentences translated together
+RANKED_AT = {"attention": " (last layer, mean of heads)"}  # what a method's row measured
 
 ProgressFn = Callable[[float, str], None]
 
@@ -227,7 +228,7 @@ def summary(method: str, rhos: list[float], drops: list[list[float]], seconds: f
     half = 1.96 * float(np.std(rhos, ddof=1)) / np.sqrt(len(rhos)) if len(rhos) > 1 else None
     return {
         "method": method,
-        "name": METHOD_NAMES.get(method, "Random ranking (baseline)"),
+        "name": METHOD_NAMES.get(method, "Random ranking (baseline)") + RANKED_AT.get(method, ""),
         "spearman": mean,
         "spearman_ci95": None if half is None else [mean - half, mean + half],
         "deletion": [float(np.mean(d)) if d else None for d in drops],

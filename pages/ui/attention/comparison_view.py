@@ -119,8 +119,8 @@ def two_models(
     words = state.words or compare.cut_differently(lm, lm_b)
     if words and not state.words:
         st.caption(
-            "A and B cut sentences into different pieces (their tokenizers differ): both are compared word by "
-            "word, each word's pieces merged."
+            "A and B cut sentences into different pieces (their tokenizers differ): both are "
+            "compared word by word, each word's pieces merged."
         )
     maps = merged(maps) if words else maps
     key_b = (other.path, other.mtime, state.sentence, state.settings())

@@ -29,6 +29,13 @@ class Section(NamedTuple):
 
     label: str  # shown on the "Show" radio
     draw: Callable[[SectionInputs], None]
+    reads_view: bool = True  # whether it reads the kind, layer and head above it
+
+
+def coming_section(state: ViewState) -> Section:
+    """The section this run will draw (the picker's new value on a click), before the picker."""
+    key = st.session_state.get("at_section") or state.section
+    return SECTIONS.get(key, SECTIONS[state.section])
 
 
 SECTIONS = {  # key (core.attention.view_state.SECTION_KEYS) -> section
@@ -40,7 +47,7 @@ SECTIONS = {  # key (core.attention.view_state.SECTION_KEYS) -> section
     "attribution": Section("Attribution", attribution_view.attribution_section),
     "alignment": Section("Alignment", alignment_view.alignment_section),
     "inside": Section("Inside a head", inside_head_view.inside_head_section),
-    "lens": Section("Logit lens", logit_lens_view.logit_lens_section),
+    "lens": Section("Logit lens", logit_lens_view.logit_lens_section, reads_view=False),
 }
 
 

@@ -7,6 +7,7 @@ chart from ``core.figures.runs``, the diff from ``core.runs.config_diff``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import streamlit as st
 
@@ -86,8 +87,11 @@ def table_controls(runs: list[RunInfo]) -> TableView:
     return TableView(search, tuple(states), tuple(chosen), (*CORE_COLUMNS, *more))
 
 
-def runs_dataframe(runs: list[RunInfo], key: str, view: TableView | None = None) -> None:
-    """The runs table (core.runs.table) as ``view`` filters it: sortable, a progress bar each."""
+def runs_dataframe(
+    runs: list[RunInfo], key: str, view: TableView | None = None, links: bool = False
+) -> None:
+    """The runs table (core.runs.table) as ``view`` filters it: sortable, a progress bar each;
+    with ``links`` each run id opens that run on the Train page (Home's table)."""
     view = view or TableView()
     rows = run_rows(runs)
     kept = filter_rows(rows, view.search, view.states, view.tags)
@@ -96,13 +100,13 @@ def runs_dataframe(runs: list[RunInfo], key: str, view: TableView | None = None)
     if not kept:
         return
     frame = runs_frame(kept, view.columns)
-    st.dataframe(
-        spreadsheet_safe(frame),
-        hide_index=True,
-        placeholder="—",
-        key=key,
-        column_config=column_config(),
-    )
+    shown, config = spreadsheet_safe(frame), column_config()
+    if links and "run" in shown:
+        shown["run"] = [f"train?run={quote(str(run), safe='')}" for run in frame["run"]]
+        config["run"] = st.column_config.LinkColumn(
+            "run", display_text=r"train\?run=(.*)", help="Open this run on the Train page"
+        )
+    st.dataframe(shown, hide_index=True, placeholder="—", key=key, column_config=config)
     st.download_button(
         "Runs table as CSV",
         lambda: exports.table_csv(frame),  # made on the click
