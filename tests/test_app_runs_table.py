@@ -48,7 +48,9 @@ def test_the_table_shows_core_columns_and_more_on_request(jobs_env, make_run):
     assert list(alpha["tags"]) == ["baseline", "sweep"] and alpha["note"] == "The **baseline**"
     at.multiselect(key="runs_more_columns").set_value(["train.lr", "model.num_heads"]).run()
     table = runs_table(at)
-    assert list(table.columns[-2:]) == ["train.lr", "model.num_heads"]
+    # added columns come after the run and its name, in view, not past the right edge
+    assert list(table.columns[:4]) == ["run", "name", "train.lr", "model.num_heads"]
+    assert list(table.columns[4:]) == list(CORE_COLUMNS[2:])
     assert dict(zip(table["run"], table["train.lr"]))["beta"] == 5e-4
     # Home shows the same core columns
     home = run_app()

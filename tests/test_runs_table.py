@@ -282,6 +282,22 @@ def test_parcoords_encodes_categories_with_escaped_tick_text():
                                                          "final BLEU"]  # fmt: skip
 
 
+def test_parcoords_draws_a_zero_that_means_no_limit_as_its_word_and_short_ticks():
+    """max_steps 0 ("no limit") was drawn below 500 as the number 0; BLEU ticks read 3.72171."""
+    rows = [
+        {"final BLEU": 3.72171, "final loss": 2.0, "train.max_steps": 0},
+        {"final BLEU": 9.5, "final loss": 1.0, "train.max_steps": 500},
+        {"final BLEU": 6.0, "final loss": 1.5, "train.max_steps": 2000},
+    ]
+    (trace,) = runs_parcoords(rows, ["train.max_steps"]).to_dict()["data"]
+    steps, loss = trace["dimensions"][0], trace["dimensions"][1]
+    assert list(steps["ticktext"]) == ["500", "2000", "no limit"]  # the word, after the numbers
+    assert list(steps["values"]) == [2, 0, 1]
+    assert loss["tickformat"] == ".4~g"  # at most 4 significant digits on numeric axes
+    (plain_trace,) = runs_parcoords(rows[1:], ["train.max_steps"]).to_dict()["data"]
+    assert list(plain_trace["dimensions"][0]["values"]) == [500.0, 2000.0]  # no 0: numbers
+
+
 # ----------------------------------------------------------------------------- command
 
 

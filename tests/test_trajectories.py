@@ -25,6 +25,8 @@ from core.attention.trajectories import (
 )
 from core.attention.trajectory_reading import (
     STAGES,
+    MapDifference,
+    heads_like_the_maps,
     largest_change,
     map_difference,
     specialisation,
@@ -225,6 +227,18 @@ def test_step_difference_puts_the_changed_heads_first():
     diff = step_difference(t, 10, 40, "entropy")
     assert diff["head"].tolist() == [1, 0, 2]
     assert diff["b_minus_a"].tolist() == pytest.approx([-0.4, 0.1, 0.0])
+
+
+def test_the_difference_table_lists_heads_as_the_maps_do_in_words():
+    """The table under the difference grid had a raw b_minus_a column and another order."""
+    t = table_of({0: [0.5, 0.5, 0.5, 0.6], 1: [0.5, 0.5, 0.5, 0.1], 2: [0.5] * 4})
+    t = pd.concat([t, table_of({0: [0.1] * 4}, kind="cross")])  # another kind: left out
+    maps = MapDifference(np.zeros((1, 3, 2, 2)), ["a", "b"], ["x", "y"], [], "")
+    maps.order = [(0, 2, 0.3), (0, 0, 0.2), (0, 1, 0.1)]  # the map of head 2 moved most
+    table = heads_like_the_maps(step_difference(t, 10, 40, "entropy"), maps, "encoder")
+    assert table["head"].tolist() == [2, 0, 1]  # the grid's order, not the entropy's
+    assert list(table.columns) == ["layer", "head", "a", "b", "B − A", "map change (mean |B − A|)"]
+    assert table["map change (mean |B − A|)"].tolist() == [0.3, 0.2, 0.1]
 
 
 def test_map_difference_orders_heads_and_names_a_length_change(home_translation):

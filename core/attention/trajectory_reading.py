@@ -217,3 +217,16 @@ def map_difference(a: SentenceMaps, b: SentenceMaps, kind: str) -> MapDifference
         key=lambda x: -x[2],
     )
     return MapDifference(diff, list(queries[:tq]), list(keys[:tk]), order, note)
+
+
+def heads_like_the_maps(difference: pd.DataFrame, maps: MapDifference, kind: str) -> pd.DataFrame:
+    """One kind's rows of ``step_difference`` in the maps' order (the head whose map moved
+    most first, as the grid above shows them), with that map change, in words a reader
+    knows: "map change (mean |B − A|)", the metric "at A", "at B" and "B − A"."""
+    change = {(layer, head): c for layer, head, c in maps.order}
+    rank = {(layer, head): i for i, (layer, head, _) in enumerate(maps.order)}
+    rows = difference[difference["kind"] == kind].drop(columns=["kind"])
+    keys = list(zip(rows["layer"], rows["head"]))
+    rows = rows.assign(**{"map change (mean |B − A|)": [change.get(k) for k in keys]})
+    rows = rows.rename(columns={"b_minus_a": "B − A"})
+    return rows.iloc[np.argsort([rank.get(k, len(rank)) for k in keys], kind="stable")]

@@ -17,6 +17,18 @@ from core.runs.table import RUN_COLUMNS, setting_names
 RESULT_AXES = ("final loss", "val loss", "final BLEU")  # the last axes, after the settings
 COLOR_BY = "final BLEU"  # lines coloured by this result
 LOG_RATIO = 100.0  # a positive numeric axis spanning this factor or more is drawn in log10
+TICK_FORMAT = ".4~g"  # numeric ticks with at most 4 significant digits (not 3.72171)
+ZERO_MEANS = {  # settings whose 0 is a word, not a quantity (their config's comments)
+    "train.epochs": "no limit",
+    "train.max_steps": "no limit",
+    "train.time_budget": "no limit",
+    "train.grad_clip": "off",
+    "train.threads": "default",
+    "train.snapshot_models": "none",
+    "train.align_weight": "off",
+    "data.num_train": "no limit",
+    "data.max_pairs": "all",
+}
 
 
 def _is_number(value) -> bool:
@@ -43,8 +55,12 @@ def varying_settings(rows: Sequence[dict]) -> list[str]:
 
 
 def axis(label: str, values: list) -> dict:
-    """One parcoords dimension: numbers as they are (log10 over a wide positive range),
-    anything else as categories with their text on the ticks."""
+    """One parcoords dimension: numbers as they are (log10 over a wide positive range,
+    ticks of at most 4 digits), anything else as categories with their text on the ticks; a
+    setting whose 0 means "no limit" (ZERO_MEANS) is a category axis where any run has 0,
+    the word in numeric order's place at the end."""
+    if label in ZERO_MEANS and any(_is_number(v) and v == 0 for v in values):
+        return _zero_as_word(label, values)
     if values and all(_is_number(v) for v in values):
         lo, hi = min(values), max(values)
         if lo > 0 and hi / lo >= LOG_RATIO:
@@ -55,7 +71,7 @@ def axis(label: str, values: list) -> dict:
                 "tickvals": [math.log10(t) for t in ticks.get("tickvals", [])],
                 "ticktext": ticks.get("ticktext", []),
             }
-        return {"label": label, "values": [float(v) for v in values]}
+        return {"label": label, "values": [float(v) for v in values], "tickformat": TICK_FORMAT}
     texts = [value_text(v) for v in values]
     categories = sorted(set(texts))
     return {
@@ -64,6 +80,22 @@ def axis(label: str, values: list) -> dict:
         "tickvals": list(range(len(categories))),
         "ticktext": [plotly_text(c) for c in categories],
         "range": [-0.5, len(categories) - 0.5],
+    }
+
+
+def _zero_as_word(label: str, values: list) -> dict:
+    """A category axis of a setting whose 0 is a word: the numbers in order, then the word."""
+    word = ZERO_MEANS[label]
+    numbers = sorted({v for v in values if _is_number(v) and v != 0})
+    texts = [value_text(v) for v in numbers]
+    place = {v: i for i, v in enumerate(numbers)}
+    index = [len(numbers) if v == 0 else place.get(v, len(numbers)) for v in values]
+    return {
+        "label": label,
+        "values": index,
+        "tickvals": list(range(len(numbers) + 1)),
+        "ticktext": [plotly_text(t) for t in [*texts, word]],
+        "range": [-0.5, len(numbers) + 0.5],
     }
 
 

@@ -12,6 +12,7 @@ from core.attention.maps import export_name
 from core.attention.snapshots import SnapshotSeries
 from core.attention.trajectories import METRIC_NAMES, METRICS, SENTENCES, Trajectories
 from core.attention.trajectory_reading import (
+    heads_like_the_maps,
     largest_change,
     map_difference,
     source_share_reading,
@@ -182,11 +183,18 @@ def difference_panel(
     what = f"step {step_b} minus {state.diff_from}"
     chart(fig, "train_diff", name=export_name(state.model, series.sentence, state.kind, what=what))
     table = step_difference(result.frame("probes"), state.diff_from, step_b, "entropy")
-    table = table[table["kind"] == state.kind].rename(
-        columns={"a": f"entropy at {state.diff_from:,}", "b": f"entropy at {step_b:,}"}
+    table = heads_like_the_maps(table, diff, state.kind).rename(
+        columns={
+            "a": f"entropy at {state.diff_from:,}",
+            "b": f"entropy at {step_b:,}",
+            "B − A": "entropy B − A",
+        }
     )
     st.caption(
         f"{md(diff.note) + '. ' if diff.note else ''}Heads ordered by how much their map "
-        "changed (mean |B − A| over the cells); below, their entropy at A and B."
+        "changed (mean |B − A| over the cells), as in the grid above; beside it, their "
+        "entropy at A and B."
     )
-    st.dataframe(spreadsheet_safe(table.drop(columns=["kind"])), hide_index=True)
+    number = st.column_config.NumberColumn(format="%.3f")
+    numbers = {c: number for c in table.columns if c not in ("layer", "head")}
+    st.dataframe(spreadsheet_safe(table), hide_index=True, column_config=numbers)

@@ -84,7 +84,14 @@ def table_controls(runs: list[RunInfo]) -> TableView:
         placeholder="every setting (group.field), preset, device",
         help="Click a column's title to sort by it",
     )
-    return TableView(search, tuple(states), tuple(chosen), (*CORE_COLUMNS, *more))
+    return TableView(search, tuple(states), tuple(chosen), with_more(more))
+
+
+def with_more(more: list[str]) -> tuple[str, ...]:
+    """The columns in order: the run and its name, then the added ones (in view, not past the
+    right edge of a wide table), then the rest of the default columns."""
+    lead = CORE_COLUMNS[:2]  # run, name
+    return (*lead, *more, *(c for c in CORE_COLUMNS[2:] if c not in more))
 
 
 def runs_dataframe(
