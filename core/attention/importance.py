@@ -40,7 +40,7 @@ from core.corpus.config import DataConfig
 from core.corpus.source import DataError, file_sha1, fra_eng_copy
 from core.corpus.splits import Split, load_splits
 from core.corpus.vocab import Vocab
-from core.model.checkpoints import LoadedModel, trained_data
+from core.model.checkpoints import LoadedModel, validation_source
 from core.model.decode import MAX_LEN, greedy_decode
 from core.model.hf_folder import folder_sha1
 from core.model.record import forced_logits
@@ -80,10 +80,13 @@ def sample_from_split(split: Split, src_vocab: Vocab, tgt_vocab: Vocab, n: int) 
     return Sample([g[0] for g in groups], [g[1] for g in groups], ids, encoded)
 
 
-def validation_sample(lm, cfg: DataConfig, n: int, target_lang: str | None = None):
-    """The first ``n`` validation sentences of the split these settings rebuild (encoded by
-    a Hugging Face model's own tokenizer for such a model)."""
-    split = load_splits(cfg).val
+def validation_sample(
+    lm, cfg: DataConfig, n: int, target_lang: str | None = None, split: Split | None = None
+):
+    """The first ``n`` validation sentences of the split these settings rebuild (or of
+    ``split``, the pairs a saved model carries), encoded by a Hugging Face model's own
+    tokenizer for such a model."""
+    split = split if split is not None else load_splits(cfg).val
     if not split.pairs:
         raise DataError(
             "This model was trained without a validation split: there are no validation "
@@ -374,13 +377,13 @@ def importance_for(
     multilingual model's output language. ``lm`` must not be shared with other threads
     while this runs (see private_copy).
     """
-    cfg = trained_data(lm.meta, source)
+    cfg, carried = validation_source(lm.meta, source)
     key = importance_key(checkpoint, cfg, sentences, target_lang)
     if not refresh and (hit := cached_importance(key)) is not None:
         return hit
     if progress:
         progress(0.0, "rebuilding the validation split")
-    sample = validation_sample(lm, cfg, sentences, target_lang)
+    sample = validation_sample(lm, cfg, sentences, target_lang, carried)
     result = head_importance(lm, sample, progress, target_lang)
     store_importance(key, result)
     return result
@@ -389,7 +392,7 @@ def importance_for(
 def lookup_importance(checkpoint, meta: Mapping, sentences: int = SENTENCES, target_lang=None):
     """A cached result for this checkpoint and sample size, or None (never computes)."""
     try:
-        key = importance_key(checkpoint, trained_data(meta), sentences, target_lang)
+        key = importance_key(checkpoint, validation_source(meta)[0], sentences, target_lang)
     except DataError:
         return None
     return cached_importance(key)

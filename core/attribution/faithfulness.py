@@ -41,7 +41,7 @@ from core.attribution.methods import METHOD_NAMES, METHODS, Attribution, attribu
 from core.corpus.bpe import word_spans
 from core.corpus.source import DataError
 from core.corpus.vocab import Vocab
-from core.model.checkpoints import LoadedModel, trained_data
+from core.model.checkpoints import LoadedModel, validation_source
 from core.model.decode import MAX_LEN, greedy_decode
 from core.model.record import forced_logits, teacher_forced
 from core.model.transformer import Transformer, evaluating
@@ -304,13 +304,13 @@ def faithfulness_for(
     """Faithfulness of the methods on a checkpoint's validation sample, cached on disk
     (a Hugging Face model: fra-eng's validation sentences, as head importance reads them)."""
     methods = usable_methods(lm, methods)
-    cfg = trained_data(lm.meta, source)
+    cfg, carried = validation_source(lm.meta, source)
     key = faithfulness_key(checkpoint, cfg, sentences, methods, target_lang)
     if not refresh and (hit := cached_faithfulness(key)) is not None:
         return hit
     if progress:
         progress(0.0, "rebuilding the validation split")
-    sample = validation_sample(lm, cfg, sentences, target_lang)
+    sample = validation_sample(lm, cfg, sentences, target_lang, carried)
     result = faithfulness(lm, sample, methods, progress, target_lang=target_lang)
     write_cached(attribution_root(), key, asdict(result) | {"cached": False})
     return result
@@ -323,7 +323,9 @@ def lookup_faithfulness(
     methods = usable_methods(lm, methods)
     try:
         return cached_faithfulness(
-            faithfulness_key(checkpoint, trained_data(lm.meta), sentences, methods, target_lang)
+            faithfulness_key(
+                checkpoint, validation_source(lm.meta)[0], sentences, methods, target_lang
+            )
         )
     except DataError:  # the corpus is not here: nothing can be cached for it
         return None

@@ -11,7 +11,7 @@ import pandas as pd
 from core.corpus.source import DataError
 from core.corpus.splits import load_splits
 from core.corpus.text import tokenize
-from core.model.checkpoints import LoadedModel, trained_data
+from core.model.checkpoints import LoadedModel, validation_source
 from core.model.decode import GREEDY, DecodeSettings, Translation, TranslationError
 from core.model.opened import is_hugging_face, translate_any
 
@@ -87,11 +87,11 @@ def validation_examples(meta: Mapping, n: int = 200) -> tuple[list[ValidationExa
     if not meta.get("data_config"):
         return [], "this checkpoint does not record its data settings"
     try:
-        cfg = trained_data(meta, command=False)
+        cfg, carried = validation_source(meta, command=False)
     except DataError as e:
         return [], str(e).rstrip(".")
     try:
-        groups = load_splits(cfg).val.groups()
+        groups = (carried if carried is not None else load_splits(cfg).val).groups()
     except (DataError, OSError, ValueError) as e:
         return [], f"the validation data could not be rebuilt: {str(e).rstrip('.')}"
     if not groups:

@@ -20,6 +20,7 @@ from core.corpus.source import (
     fra_eng_copy,
     sha1_of,
 )
+from core.corpus.splits import Split, load_splits
 from core.corpus.vocab import Vocab
 from core.model.config import ModelConfig
 from core.model.transformer import Transformer
@@ -120,6 +121,47 @@ def trained_data(meta: Mapping, source: str | None = None, command: bool = True)
             hint = "" if source else "; whoever runs the server can put it in the app's data folder"
         raise DataError(f"The validation sentences cannot be rebuilt: {reason}{hint}.")
     return cfg
+
+
+CARRIED_PAIRS = 5000  # validation pairs a saved model carries at most (each side <= max_len)
+
+
+def carried_validation(meta: Mapping) -> Split | None:
+    """The validation pairs a saved model carries (``validation_pairs``: [source, target]
+    texts of d2l's words), as a Split; None when it carries none (or they are malformed)."""
+    pairs = meta.get("validation_pairs")
+    if not isinstance(pairs, list) or not pairs:
+        return None
+    if not all(isinstance(p, list) and len(p) == 2 and all(isinstance(t, str) for t in p)
+               for p in pairs):  # fmt: skip
+        return None
+    return Split([(src.split(), tgt.split()) for src, tgt in pairs[:CARRIED_PAIRS]])
+
+
+def validation_source(meta: Mapping, source: str | None = None, command: bool = True):
+    """(data settings, carried Split or None): where a checkpoint's validation sentences
+    come from — its corpus found on this machine (``trained_data``), or, when that corpus
+    is not here and no ``source`` was given, the pairs a saved model carries. DataError
+    when neither."""
+    try:
+        return trained_data(meta, source, command), None
+    except DataError:
+        carried = None if source else carried_validation(meta)
+        if carried is None:
+            raise
+        return data_config_of(meta), carried
+
+
+def validation_pairs_of(meta: Mapping) -> list[list[str]] | None:
+    """The validation pairs a saved model should carry, rebuilt from its corpus (its run's
+    copy included) as [source, target] texts, at most CARRIED_PAIRS; None when the corpus
+    is not here or the model has no validation split."""
+    try:
+        cfg = trained_data(meta)
+        pairs = load_splits(cfg).val.pairs
+    except (DataError, OSError, ValueError):
+        return None
+    return [[" ".join(src), " ".join(tgt)] for src, tgt in pairs[:CARRIED_PAIRS]] or None
 
 
 def _recorded_corpus(source: str, sha1: str | None, run: str | None = None) -> str:

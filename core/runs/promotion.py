@@ -1,4 +1,6 @@
-"""Save as a model: a run's checkpoint copied under a name into the models folder.
+"""Save as a model: a run's checkpoint copied under a name into the models folder, with the
+validation pairs of its corpus (a few hundred KB at most), so that head importance, the
+faithfulness table and the validation sentences still work where the corpus is not.
 
 A saved model belongs to whoever saved it where users are known (``core.runs.owners``); it
 fits the quota and the count of saved models (``core.runs.budget``); a model the app did
@@ -18,6 +20,7 @@ from core.model.checkpoints import (
     atomic_save,
     read_checkpoint,
     read_metadata,
+    validation_pairs_of,
 )
 from core.places import checkpoints_root
 from core.runs import budget, quota
@@ -51,6 +54,8 @@ def promote(
     except (RunError, OwnershipError) as e:
         raise ModelError(str(e)) from e
     ckpt = _copy_of(run_id, rd.best if which == "best" else rd.last, which)
+    if (pairs := validation_pairs_of(ckpt)) is not None:  # its validation basis travels with it
+        ckpt["validation_pairs"] = pairs
     ckpt["promoted_from"] = {"run": run_id, "which": which, "at": time.time()}
     ckpt["promoted_from"]["owner"] = owner_of(user)
     dest = checkpoints_root() / f"{name}.pt"
