@@ -40,3 +40,19 @@ def test_a_phase_that_runs_slower_moves_the_eta_gradually_then_fully():
     later_raw = clock.now / 0.2 * 0.8
     assert eta(0.2) == pytest.approx(later_raw, rel=0.01)  # it has followed the guess
     assert eta.words(1.0) == " — about 0 s left"
+
+
+def test_a_runs_eta_counts_its_evaluations_and_survives_a_resume():
+    """A resumed run read "ETA 0 s"; the d2l preset's read "1 h 25-41 min" between pauses."""
+    from core.runs.recorder import RunEta
+
+    clock = Clock()
+    eta = RunEta(clock)
+    clock.now = 100.0  # resumed at 60 %: the first step of this process
+    assert eta(0.6) is None
+    clock.now = 110.0  # 1 % more in 10 s (an evaluation's pause included)
+    assert eta(0.61) == pytest.approx(390.0)
+    clock.now = 140.0  # a 30 s evaluation: no progress, the pace slows
+    assert eta(0.61) == pytest.approx(0.39 * 40 / 0.01)
+    clock.now = 150.0
+    assert eta(1.0) == 0.0

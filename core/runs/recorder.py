@@ -18,6 +18,30 @@ from core.training.loop import Trainer
 from core.training.random_streams import rng_state
 
 
+class RunEta:
+    """Seconds left of a run, from the wall-clock pace of this process: progress made since
+    its first step over the time that took, evaluations and checkpoints included. A resumed
+    run starts its own count (its earlier steps were done by another process: the trainer's
+    elapsed time of this process alone over all the progress read "ETA 0 s"); before any
+    progress, None. ``clock`` is injectable (tests never depend on the machine's speed)."""
+
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+        self.start: tuple[float, float] | None = None  # (time, progress) at the first step
+
+    def __call__(self, progress: float) -> float | None:
+        now = self.clock()
+        if self.start is None:
+            self.start = (now, progress)
+            return None
+        t0, p0 = self.start
+        if progress >= 1.0:
+            return 0.0
+        if progress <= p0 or now <= t0:
+            return None
+        return (1.0 - progress) * (now - t0) / (progress - p0)
+
+
 class RunRecorder:
     """Connects a Trainer to a RunDir: metrics, status, checkpoints, snapshots, stop."""
 
@@ -35,14 +59,14 @@ class RunRecorder:
         self.allowed = run_allowance(rd, configs)  # the most disk the run may take
         self.stride = max(1, int(rd.read_status().get("metrics_stride") or 1))  # records kept
         self.records = 0  # training records seen (every ``stride``-th is written)
+        self.pace = RunEta()  # seconds left, evaluations included, resume or not
         trainer.on("step", self.on_step)
         trainer.on("eval", self.on_eval)
         trainer.on("end", self.on_end)
 
     def eta(self) -> float | None:
-        """Seconds left, extrapolated from progress so far."""
-        p, t = self.trainer.progress(), self.trainer.state.elapsed
-        return t * (1 - p) / p if p > 0 else None
+        """Seconds left at this process's pace (``RunEta``)."""
+        return self.pace(self.trainer.progress())
 
     def on_step(self, trainer: Trainer, info: dict) -> None:
         """Record training metrics, refresh the status, honour a stop file."""
