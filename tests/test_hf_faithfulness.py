@@ -19,7 +19,7 @@ from core.attribution.methods import METHODS
 from core.corpus.splits import Split
 from core.model import hugging_face as hf
 from tests.helpers import assert_clean, plain, run_page_script
-from tests.test_hf_importance import fra_eng_like, pairs
+from tests.test_hf_importance import fra_eng_like, model_folder, pairs
 
 
 def test_words_are_found_among_sentencepiece_pieces_without_the_specials(hf_loaded):
@@ -60,10 +60,7 @@ def test_occluded_log_probs_in_one_batch_equal_the_models_own_passes(hf_loaded, 
 def test_faithfulness_of_a_model_folder_measures_the_methods_that_read_it(
     hf_models, hf_loaded, tmp_path, monkeypatch, capsys
 ):
-    monkeypatch.setenv("FRA_ENG_ZIP", str(fra_eng_like(tmp_path)))
-    monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(tmp_path / "runs"))
-    folder = tmp_path / "t5"
-    shutil.copytree(hf_models["t5"], folder)
+    folder = model_folder(hf_models, tmp_path, monkeypatch, "t5")
     result = fa.faithfulness_for(hf_loaded["t5"], folder, 4, METHODS)
     measured = {r["method"] for r in result.methods}
     assert measured == {*METHODS, fa.RANDOM} - {"integrated-gradients"}  # no IG for T5

@@ -137,13 +137,19 @@ def fra_eng_like(tmp_path, n: int = 400):
     return path
 
 
+def model_folder(hf_models, tmp_path, monkeypatch, family: str):
+    """A copy of a tiny model's folder, with a fra-eng stand-in and the app's folders in
+    ``tmp_path``."""
+    monkeypatch.setenv("FRA_ENG_ZIP", str(fra_eng_like(tmp_path)))
+    monkeypatch.setenv("ATTENTION_STUDIO_CHECKPOINTS", str(tmp_path / "checkpoints"))
+    monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(tmp_path / "runs"))
+    return shutil.copytree(hf_models[family], tmp_path / family)
+
+
 def test_importance_of_a_model_folder_is_measured_cached_and_printed(
     hf_models, hf_loaded, tmp_path, monkeypatch, capsys
 ):
-    monkeypatch.setenv("FRA_ENG_ZIP", str(fra_eng_like(tmp_path)))
-    monkeypatch.setenv("ATTENTION_STUDIO_CHECKPOINTS", str(tmp_path / "checkpoints"))
-    folder = tmp_path / "marian"
-    shutil.copytree(hf_models["marian"], folder)
+    folder = model_folder(hf_models, tmp_path, monkeypatch, "marian")
     seen = []
     result = importance_for(hf_loaded["marian"], folder, 5, progress=lambda f, w: seen.append(f))
     assert (result.sentences, len(result.heads), result.pruning[-1]["removed"]) == (5, 24, 24)

@@ -86,18 +86,13 @@ def _install_hooks(model: nn.Module) -> None:
 def heads_removed(model: nn.Module, heads: Iterable[tuple[str, int, int]]):
     """Within the block, in this thread, each (kind, layer, head) contributes nothing: its
     slice of the output projection's input is zeroed."""
-    _install_hooks(model)
     masks: dict[nn.Linear, torch.Tensor] = {}
     for kind, layer, head in heads:
         out, n, width = head_geometry(attention_modules(model, kind)[layer])
         mask = masks.setdefault(out, torch.ones(n * width, device=out.weight.device))
         mask[head * width : (head + 1) * width] = 0.0
-    before = getattr(_REMOVED, "masks", {})
-    _REMOVED.masks = masks
-    try:
+    with _masked(model, masks):
         yield model
-    finally:
-        _REMOVED.masks = before
 
 
 @contextmanager
@@ -106,15 +101,22 @@ def rows_gated(model: nn.Module, gates: Mapping[tuple[str, int], torch.Tensor]):
     by ``gates[(kind, layer)][b, h]`` ((B, H) each; 0 removes the head, 1 keeps it, and a
     gate that requires grad gives each row's gradient, as core.attention.ablation.gated
     does for the studio's model). Greedy ``generate`` keeps its rows, so it may run inside."""
-    _install_hooks(model)
     masks: dict[nn.Linear, torch.Tensor] = {}
     for (kind, layer), gate in gates.items():
         out, n, width = head_geometry(attention_modules(model, kind)[layer])
         masks[out] = gate.repeat_interleave(width, dim=-1)[:, None, :]  # (B, 1, H * Dh)
+    with _masked(model, masks):
+        yield model
+
+
+@contextmanager
+def _masked(model: nn.Module, masks: dict):
+    """This thread's output-projection masks inside the block; the previous ones after."""
+    _install_hooks(model)
     before = getattr(_REMOVED, "masks", {})
     _REMOVED.masks = masks
     try:
-        yield model
+        yield
     finally:
         _REMOVED.masks = before
 
