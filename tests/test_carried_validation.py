@@ -54,3 +54,14 @@ def test_malformed_carried_pairs_are_not_used():
     assert carried_validation({"validation_pairs": [["go .", 3]]}) is None
     assert carried_validation({"validation_pairs": "go .\tva !"}) is None
     assert carried_validation({}) is None
+
+
+def test_a_fra_eng_model_carries_nothing_any_machine_can_download():
+    from core.corpus.source import FRA_ENG_SHA1
+    from core.model.checkpoints import validation_pairs_of
+
+    assert validation_pairs_of({"data_config": {"source": "fra-eng"}}) is None
+    assert (
+        validation_pairs_of({"data_config": {"source": "x.zip", "source_sha1": FRA_ENG_SHA1}})
+        is None
+    )

@@ -1,6 +1,7 @@
 """Save as a model: a run's checkpoint copied under a name into the models folder, with the
-validation pairs of its corpus (a few hundred KB at most), so that head importance, the
-faithfulness table and the validation sentences still work where the corpus is not.
+validation pairs of its corpus when that is not fra-eng (a few hundred KB at most), so that
+head importance, the faithfulness table and the validation sentences still work where the
+corpus is not.
 
 A saved model belongs to whoever saved it where users are known (``core.runs.owners``); it
 fits the quota and the count of saved models (``core.runs.budget``); a model the app did
