@@ -177,3 +177,21 @@ def test_the_page_computes_head_importance_for_a_model_folder(
     assert "on 4 validation sentences" in shown
     assert at.button(key="ab_remove")  # the least important heads can be removed
     assert not at.info or all("not built" not in i.value for i in at.info)
+
+
+def test_the_evaluate_command_scores_a_model_folder_on_the_studios_split(
+    hf_models, hf_loaded, tmp_path, monkeypatch, capsys
+):
+    from core import evaluate
+    from core.corpus.config import DataConfig
+    from core.corpus.splits import load_splits
+
+    folder = model_folder(hf_models, tmp_path, monkeypatch, "marian")
+    assert evaluate.main(["--checkpoint", str(folder), "--split", "val"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    split = load_splits(DataConfig()).val  # the same sentences as the studio's own models'
+    measures = HFMeasures(hf_loaded["marian"], hf_sample(hf_loaded["marian"], split, 99))
+    assert out["sentences"] == len(split.groups()) and out["split"] == "val"
+    assert out["loss"] == pytest.approx(measures.losses([[]])[0], abs=1e-6)
+    assert out["bleu"] == pytest.approx(measures.bleu([[]])[0])
+    assert 0 <= out["unk_share"] <= 1 and out["sentences_per_s"] > 0

@@ -16,6 +16,7 @@ V vocabulary.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -245,3 +246,27 @@ class HFMeasures:
             for (k, i), n in self.heads.items()
             for h in range(n)
         }
+
+
+def evaluate_split(
+    hm: hf.HFModel, split: Split, max_sentences: int = 0, target_lang: str | None = None
+) -> dict:
+    """What ``core.model.scores.evaluate_split`` reports of the studio's model, for a Hugging
+    Face one: BLEU of greedy ``generate`` (all references, read as d2l's words), the share
+    of output pieces that are the tokenizer's unknown token, the mean teacher-forced loss
+    per piece over the evaluated sentences' pairs, and sentences per second."""
+    n = len(split.groups()) if not max_sentences else min(max_sentences, len(split.groups()))
+    measures = HFMeasures(hm, hf_sample(hm, split, n, target_lang), target_lang)
+    start = time.perf_counter()
+    ids = measures.output_ids([[]])[0]  # [sentence] -> output ids
+    seconds = time.perf_counter() - start
+    eos, pad = hm.model.config.eos_token_id, measures.pad
+    pieces = [t for row in ids for t in (row[: row.index(eos)] if eos in row else row) if t != pad]
+    hyps = [tokenize(t) for t in hm.tokenizer.batch_decode(ids, skip_special_tokens=True)]
+    return {
+        "bleu": corpus_bleu(hyps, measures.sample.references),
+        "unk_share": sum(t == hm.tokenizer.unk_token_id for t in pieces) / max(len(pieces), 1),
+        "loss": measures.losses([[]])[0],
+        "sentences": n,
+        "sentences_per_s": n / max(seconds, 1e-9),
+    }
