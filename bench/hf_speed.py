@@ -41,6 +41,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core.attention.ablation import HeadSpec, ablated  # noqa: E402
+from core.attention.importance import precision_of  # noqa: E402
 from core.model import hugging_face as hf  # noqa: E402
 from core.model.decode import DecodeSettings  # noqa: E402
 
@@ -107,7 +108,7 @@ def page_seconds(folder: Path, repeats: int) -> tuple[float, float]:
     return first, statistics.median(again)
 
 
-def importance_seconds(hm, sentences: int = 50) -> tuple[float, int]:
+def importance_seconds(hm, precision: str, sentences: int = 50) -> tuple[float, int]:
     """(seconds, heads) of head importance on ``sentences`` synthetic sentences of 4-12
     words, each with one reference of the same length."""
     from core.attention.hf_importance import hf_sample
@@ -122,7 +123,7 @@ def importance_seconds(hm, sentences: int = 50) -> tuple[float, int]:
         pairs.append((words + ["."], list(reversed(words)) + ["."]))
     sample = hf_sample(hm, Split(pairs), sentences)
     start = time.perf_counter()
-    result = head_importance(hm, sample)
+    result = head_importance(hm, sample, precision=precision)
     return time.perf_counter() - start, len(result.heads)
 
 
@@ -137,6 +138,13 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--no-importance", dest="importance", action="store_false")
+    p.add_argument("--only-importance", action="store_true", help="skip the other figures")
+    p.add_argument(
+        "--precision",
+        choices=("auto", "float32", "bfloat16"),
+        default="auto",
+        help="of head importance's passes (auto: bfloat16 where the CPU runs it natively)",
+    )
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
@@ -145,6 +153,19 @@ def main() -> None:
         hf.load(folder)  # the first load imports transformers: not what a server pays per model
         loads = [timed(lambda: hf.load(folder)) for _ in range(args.repeats)]
         hm = hf.load(folder)
+        if args.only_importance:
+            seconds, heads_n = importance_seconds(hm, args.precision)
+            precision = precision_of(hm, args.precision)
+            print(
+                json.dumps(
+                    {
+                        "importance_heads": heads_n,
+                        "importance_50_sentences_s": round(seconds, 1),
+                        "importance_precision": precision,
+                    }
+                )
+            )
+            return
         params = sum(p.numel() for p in hm.model.parameters())
         src = hf.encode_source(hm, SENTENCE)
         rows = {}
@@ -170,7 +191,9 @@ def main() -> None:
             )
         page_first, page_again = page_seconds(folder, args.repeats)
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        importance_s, heads_n = importance_seconds(hm) if args.importance else (None, 0)
+        importance_s, heads_n = (
+            importance_seconds(hm, args.precision) if args.importance else (None, 0)
+        )
     importance_peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     figures = {
         "parameters_m": round(params / 1e6, 1),
@@ -187,6 +210,7 @@ def main() -> None:
         "page_new_sentence_s": round(page_again, 2),
         "importance_heads": heads_n,
         "importance_50_sentences_s": importance_s and round(importance_s, 1),
+        "importance_precision": precision_of(hm, args.precision),
         "peak_rss_mb": round(peak_mb),
         "peak_rss_after_importance_mb": round(importance_peak_mb),
     }

@@ -1,11 +1,12 @@
 """``python -m core.ablate``: what removing each attention head costs, as JSON lines.
 
     python -m core.ablate --checkpoint PATH [--data SOURCE] [--sentences N] [--refresh]
-                          [--target-lang CODE]
+                          [--target-lang CODE] [--precision auto|float32|bfloat16]
 
 prints a baseline JSON line, then one per head with BLEU and loss when that head alone is
 removed. PATH is a studio checkpoint or a Hugging Face model folder (a hub id when online),
-measured on fra-eng's validation sentences as the studio splits it by default. The library
+measured on fra-eng's validation sentences as the studio splits it by default, in bfloat16
+where the CPU runs it natively unless ``--precision float32``. The library
 is ``core.attention.ablation`` (removing heads) and ``core.attention.importance`` (measuring
 them), the same functions the Attention page calls.
 """
@@ -16,6 +17,7 @@ import argparse
 import json
 import sys
 
+from core.attention.hf_importance import PRECISIONS
 from core.attention.importance import SENTENCES, importance_for
 from core.command_line import CommandError, run_command
 from core.corpus.source import DataError
@@ -31,6 +33,7 @@ def json_lines(result) -> list[str]:
     base |= {"sentences": result.sentences, "pairs": result.pairs, "heads": len(result.heads)}
     base |= {"spearman_loss": agree["loss"], "spearman_bleu": agree["bleu"]}
     base |= {"seconds": round(result.seconds, 2), "cached": result.cached}
+    base |= {"precision": result.precision}
     return [json.dumps(base)] + [json.dumps(row) for row in result.heads]
 
 
@@ -48,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sentences", type=int, default=SENTENCES, help="first N validation sentences")
     p.add_argument("--refresh", action="store_true", help="recompute, ignoring a cached result")
     p.add_argument("--target-lang", default="", help="a multilingual model's target language")
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="auto",
+        help="a Hugging Face model's passes (auto: bfloat16 where the CPU runs it natively)",
+    )
     return p
 
 
@@ -58,7 +67,14 @@ def run(args: argparse.Namespace) -> list[str]:
     lm = open_model(args.checkpoint, hub=True)
     path = hf_folder.resolve(args.checkpoint) if is_hugging_face(lm) else args.checkpoint
     result = importance_for(
-        lm, path, args.sentences, args.data, None, args.refresh, args.target_lang or None
+        lm,
+        path,
+        args.sentences,
+        args.data,
+        None,
+        args.refresh,
+        args.target_lang or None,
+        args.precision,
     )
     return json_lines(result)
 

@@ -1,7 +1,7 @@
 """``python -m core.attribute``: what each token contributes to each output token, as JSON.
 
     python -m core.attribute --checkpoint CK [--method M] [--beam N] [--layer L] [--head H]
-        [--words] SENTENCE
+        [--words] [--target "FRENCH"] SENTENCE
     python -m core.attribute --checkpoint CK --faithfulness [--sentences N] [--data FILE]
         [--method M ...] [--refresh]
 
@@ -11,7 +11,10 @@ multilingual one takes ``--target-lang``).
 The first form prints one JSON object: ``method``, ``source``, ``prefix`` and ``output``
 tokens, ``contributions`` (a row per output token over the source tokens then the prefix
 tokens; non-negative, each row summing to 1), ``source_share`` and, for gradient methods,
-the signed scores under ``raw``. The second prints one JSON line per method (and the random
+the signed scores under ``raw``. With ``--target`` the model is teacher-forced on that
+translation instead of decoding its own: ``output`` is the target's tokens, and ``target``,
+``probability`` and ``rank`` (1 = the model's own first choice) give each one's standing
+under the model. The second prints one JSON line per method (and the random
 baseline): ``method``, ``spearman``, ``spearman_ci95``, ``deletion`` (the log-probability
 drop with the top 1, 2, 3 words removed), ``sentences``, ``seconds``. The library is
 ``core.attribution``, the same functions the Attention page calls.
@@ -52,6 +55,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=None, help="corpus path or 'fra-eng' (default: its own)")
     p.add_argument("--refresh", action="store_true", help="recompute a cached faithfulness")
     p.add_argument("--target-lang", default="", help="a multilingual model's target language")
+    p.add_argument("--target", default="", help="explain this translation, not the model's own")
     p.add_argument("sentence", nargs="*", help="the sentence to explain")
     return p
 
@@ -62,6 +66,8 @@ def problem(args) -> str | None:
     if unknown:
         return f"unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}"
     if args.faithfulness:
+        if args.target:
+            return "--target explains one sentence: leave out --faithfulness"
         return "--sentences must be at least 1" if args.sentences < 1 else None
     if not " ".join(args.sentence).strip():
         return "give a sentence to explain (or --faithfulness)"
@@ -69,6 +75,8 @@ def problem(args) -> str | None:
         return "give one --method for a sentence"
     if not BEAM_SIZES[0] <= args.beam <= BEAM_SIZES[1]:
         return f"--beam must be {BEAM_SIZES[0]}..{BEAM_SIZES[1]}"
+    if args.target and args.beam != 1:
+        return "--target is fed to the decoder instead of a search: leave out --beam"
     return None
 
 
@@ -101,7 +109,7 @@ def run(args) -> list[str]:
         )
         return [json.dumps(row) for row in result.methods]
     settings = DecodeSettings(beam_size=args.beam, target_lang=args.target_lang)
-    t = translate_sentence(lm, " ".join(args.sentence), settings)
+    t = translate_sentence(lm, " ".join(args.sentence), settings, args.target)
     e = explain(lm, t, (args.method or ["alti"])[0], args.layer, args.head)
     return [json.dumps((in_words(e) if args.words else e).to_json(), ensure_ascii=False)]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.attention.families import section_problem, source_label
+from core.attention.families import section_problem, source_label, target_label
 from core.attention.kinds import reading_hint
 from core.attention.view_state import clamp_view
 from core.model.decode import TranslationError
@@ -20,6 +20,7 @@ from pages.ui.view_widgets import (
     ATTENTION_KEYS,
     TRANSLATE_KEYS,
     sentence_input,
+    target_input,
     target_language,
     view_state,
     write_url,
@@ -39,18 +40,28 @@ def main() -> None:
     entry, lm = picked
     target_language(lm, state, "at")
     sentence_input(state, "at", source_label(lm))
+    target_input(state, "at", target_label(lm))
     settings = state.settings()
     try:
-        t = translate(lm, entry.path, entry.mtime, state.sentence, settings)
+        t = translate(lm, entry.path, entry.mtime, state.sentence, settings, state.target)
     except TranslationError as e:
         st.error(md(e))
         write_url(state, ATTENTION_KEYS)
         footer()
         return
-    key = (entry.path, entry.mtime, state.sentence, settings)
+    key = (entry.path, entry.mtime, state.sentence, settings, state.target)  # SectionInputs.key
     pieces = sentence_maps(t, key)
     mode = "greedy" if settings.beam_size == 1 else f"beam {settings.beam_size}"
-    st.markdown(f"**Translation ({mode}):** {md(t.text) or '(empty)'}")
+    if t.forced:
+        st.markdown(f"**Your translation (fed to the decoder):** {md(t.text) or '(empty)'}")
+        firsts = sum(r == 1 for r in t.ranks)
+        st.caption(
+            f"Every map and attribution below explains this translation. log-probability "
+            f"{t.log_prob:.2f}; {firsts} of {len(t.ranks)} tokens are the model's first choice "
+            "(each token's probability and rank: Translate page)."
+        )
+    else:
+        st.markdown(f"**Translation ({mode}):** {md(t.text) or '(empty)'}")
     for w in t.warnings:
         st.warning(md(w))
     link("translate.py", "Change decoding on the Translate page", state.to_query(TRANSLATE_KEYS))

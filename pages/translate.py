@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.attention.families import source_label
+from core.attention.families import source_label, target_label
 from core.attention.view_state import ViewState
 from core.corpus.text import D2L_TEST_PAIRS
 from core.model import d2l_check
-from core.model.checked_translation import topk_frame
+from core.model.checked_translation import target_frame, topk_frame
 from core.model.checkpoints import LoadedModel
 from core.model.decode import (
     ALPHAS,
@@ -26,6 +26,7 @@ from pages.ui.text import code, md, spreadsheet_safe
 from pages.ui.view_widgets import (
     TRANSLATE_KEYS,
     sentence_input,
+    target_input,
     target_language,
     view_state,
     widget_default,
@@ -119,6 +120,30 @@ def show_translation(t: Translation, state: ViewState) -> None:
     link("attention.py", "Inspect its attention →", state.to_query())
 
 
+def show_target(lm: LoadedModel, entry: ModelEntry, own: Translation, state: ViewState) -> None:
+    """The translation the user typed, teacher-forced: each token's probability and rank
+    beside the model's own first choice, and both log-probabilities."""
+    st.subheader("Your translation, as the model rates it")
+    try:
+        t = translate(lm, entry.path, entry.mtime, state.sentence, state.settings(), state.target)
+    except TranslationError as e:
+        st.error(md(e))
+        return
+    for w in t.warnings:
+        st.warning(md(w))
+    firsts = sum(r == 1 for r in t.ranks)
+    st.markdown(
+        f"log-probability **{t.log_prob:.2f}** (the model's own translation: "
+        f"{own.log_prob:.2f}) · {firsts} of {len(t.ranks)} tokens are the model's first choice"
+    )
+    st.dataframe(
+        spreadsheet_safe(target_frame(t)),
+        hide_index=True,
+        column_config={"rank": st.column_config.NumberColumn(help="1 = the model's own choice")},
+    )
+    link("attention.py", "Explain it on the Attention page →", state.to_query())
+
+
 def d2l_section(lm: LoadedModel, entry: ModelEntry, settings: DecodeSettings) -> None:
     """One click: the d2l chapter's four sentences with BLEU against the book's references."""
     st.subheader("The d2l.ai chapter's check")
@@ -154,12 +179,15 @@ def main() -> None:
         target_language(lm, state, "tr")
         sentence_input(state, "tr", source_label(lm))
         settings = decode_settings(state)
+        target_input(state, "tr", target_label(lm))
         try:
             t = translate(lm, entry.path, entry.mtime, state.sentence, settings)
         except TranslationError as e:
             st.error(md(e))
         else:
             show_translation(t, state)
+            if state.target:
+                show_target(lm, entry, t, state)
         d2l_section(lm, entry, settings)
         write_url(state, TRANSLATE_KEYS)
     footer()

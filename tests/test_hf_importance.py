@@ -18,9 +18,10 @@ from core import ablate
 from core.attention import hf_importance
 from core.attention.ablation import HeadSpec
 from core.attention.hf_importance import HFMeasures, as_text, hf_sample
-from core.attention.importance import importance_for, lookup_importance
+from core.attention.importance import importance_for, lookup_importance, precision_of
 from core.corpus.splits import Split
 from core.model import hf_inside
+from pages.ui.attention.ablation_view import PRECISION_LABELS
 from tests.helpers import assert_clean, run_page_script
 from tests.hf_tiny import FAMILIES
 
@@ -125,6 +126,34 @@ def test_the_gradient_score_is_the_derivative_of_the_loss_at_the_gate(hf_loaded,
         assert scores[head] == pytest.approx(abs(slope), rel=1e-3, abs=1e-8)
 
 
+@pytest.mark.parametrize("family", ["marian", "t5"])
+def test_bfloat16_passes_measure_what_float32_measures(hf_loaded, family):
+    hm = hf_loaded[family]
+    sample = hf_sample(hm, Split(pairs()), 16)
+    exact, fast = HFMeasures(hm, sample), HFMeasures(hm, sample, precision="bfloat16")
+    assert (exact.precision, fast.precision) == ("float32", "bfloat16")
+    losses, quick = exact.losses(SETS), fast.losses(SETS)
+    assert quick != losses  # the passes did run in bfloat16
+    assert quick == pytest.approx(losses, abs=0.02)
+    changes = [x - losses[0] for x in losses[1:]]
+    assert [x - quick[0] for x in quick[1:]] == pytest.approx(changes, abs=0.02)
+    agree = [a == b for x, y in zip(exact.outputs(SETS), fast.outputs(SETS)) for a, b in zip(x, y)]
+    assert sum(agree) >= 0.75 * len(agree)  # random weights: near ties flip a few
+    assert fast.gradients() == exact.gradients()  # the gradient score stays float32
+
+
+def test_auto_precision_is_bfloat16_only_where_the_cpu_runs_it_natively(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    assert hf_importance.resolved_precision("auto", cpu) == "bfloat16"
+    assert hf_importance.resolved_precision("auto", torch.device("cuda")) == "float32"
+    assert hf_importance.resolved_precision("float32", cpu) == "float32"
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    assert hf_importance.resolved_precision("auto", cpu) == "float32"
+    with pytest.raises(ValueError, match="precision must be one of"):
+        hf_importance.resolved_precision("float16", cpu)
+
+
 def fra_eng_like(tmp_path, n: int = 400):
     """A fra.txt-in-a-zip corpus of the tiny models' words, standing in for fra-eng."""
     lines = []
@@ -150,17 +179,24 @@ def test_importance_of_a_model_folder_is_measured_cached_and_printed(
     hf_models, hf_loaded, tmp_path, monkeypatch, capsys
 ):
     folder = model_folder(hf_models, tmp_path, monkeypatch, "marian")
-    seen = []
+    meta, seen = hf_loaded["marian"].meta, []
     result = importance_for(hf_loaded["marian"], folder, 5, progress=lambda f, w: seen.append(f))
     assert (result.sentences, len(result.heads), result.pruning[-1]["removed"]) == (5, 24, 24)
     assert seen == sorted(seen) and seen[-1] == pytest.approx(1.0)
-    assert lookup_importance(folder, hf_loaded["marian"].meta, 5).heads == result.heads
+    auto = precision_of(hf_loaded["marian"], "auto")
+    assert result.precision == auto
+    assert lookup_importance(folder, meta, 5, precision=auto).heads == result.heads
     assert ablate.main(["--checkpoint", str(folder), "--sentences", "5"]) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert lines[0]["baseline"] and lines[0]["cached"] and len(lines) == 25
-    assert lines[1:] == result.heads
+    assert lines[0]["precision"] == auto and lines[1:] == result.heads
+    command = ["--checkpoint", str(folder), "--sentences", "5", "--precision", "float32"]
+    assert ablate.main(command) == 0  # another precision: measured anew, cached apart
+    exact = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert exact[0]["precision"] == "float32" and exact[0]["cached"] == (auto == "float32")
+    assert lookup_importance(folder, meta, 5, precision="float32").heads == exact[1:]
     (folder / "config.json").write_text((folder / "config.json").read_text() + " ")
-    assert lookup_importance(folder, hf_loaded["marian"].meta, 5) is None  # other files
+    assert lookup_importance(folder, meta, 5, precision=auto) is None  # other files
 
 
 def test_the_page_computes_head_importance_for_a_model_folder(
@@ -170,13 +206,20 @@ def test_the_page_computes_head_importance_for_a_model_folder(
     shutil.copytree(hf_models["marian"], studio_dirs["checkpoints"] / "marian")
     query = {"model": "checkpoints/marian/", "sentence": "the boy is tall .", "section": "ablation"}
     at = run_page_script("attention.py", query)
+    assert set(at.selectbox(key="ab_precision").options) == {
+        PRECISION_LABELS["float32"],
+        PRECISION_LABELS["bfloat16"],
+    }
     at.number_input(key="ab_sentences").set_value(4)
+    at.selectbox(key="ab_precision").set_value("bfloat16")
     at.button(key="ab_compute").click().run()
     assert_clean(at)
     shown = " ".join(m.value for m in at.markdown)
-    assert "on 4 validation sentences" in shown
+    assert "on 4 validation sentences" in shown and " in bfloat16." in shown
     assert at.button(key="ab_remove")  # the least important heads can be removed
     assert not at.info or all("not built" not in i.value for i in at.info)
+    at.selectbox(key="ab_precision").set_value("float32").run()
+    assert at.button(key="ab_compute")  # float32 is another result: not computed yet
 
 
 def test_the_evaluate_command_scores_a_model_folder_on_the_studios_split(

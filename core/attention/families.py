@@ -26,3 +26,11 @@ def source_label(lm) -> str:
         return "English sentence"
     source, _ = lm.languages
     return "Source sentence" + (f" ({source})" if source != "source" else "")
+
+
+def target_label(lm) -> str:
+    """The target language as a box names it: "French", or the model's target language."""
+    if not is_hugging_face(lm):
+        return "French"
+    _, target = lm.languages
+    return target if target != "target" else "its target language"

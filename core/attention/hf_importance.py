@@ -18,10 +18,10 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from core.attention.ablation import HeadSpec
 from core.attention.kinds import KINDS
@@ -37,6 +37,19 @@ Tick = Callable[[int], None] | None  # called with the rows done after each pass
 ROWS_PER_PASS = 128  # (head set, sentence) rows decoded together by greedy generate
 FORCED_ROWS = 32  # rows teacher-forced together: (B, T, V) logits of a 59k vocabulary are big
 IGNORE = -100  # a label position that does not count (padding)
+CHUNK = 16  # label positions whose float32 logits are read at once
+PRECISIONS = ("auto", "float32", "bfloat16")  # of the passes that remove heads
+
+
+def resolved_precision(precision: str, device: torch.device) -> str:
+    """``precision`` itself, or for "auto": bfloat16 on a CPU whose oneDNN runs it natively
+    (3-4x float32's matrix products there), float32 anywhere else."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    if precision != "auto":
+        return precision
+    native = device.type == "cpu" and torch.backends.mkldnn.is_available()
+    return "bfloat16" if native and torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
 
 
 def as_text(words: Sequence[str]) -> str:
@@ -71,6 +84,30 @@ def hf_sample(hm: hf.HFModel, split: Split, n: int, target_lang: str | None = No
     return HFSample([g[0] for g in groups], [g[1] for g in groups], ids, encoded)
 
 
+def label_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(B, T) cross-entropy of each label under (B, T, V) logits, 0 where the label is
+    IGNORE, never below float32 whatever the logits' type. CHUNK positions at a time: a
+    float32 copy of all of a 59k vocabulary's logits costs more than their matrix product,
+    one that stays in the cache does not."""
+    flat, wanted = logits.flatten(0, 1), labels.flatten()  # (B*T, V), (B*T,)
+    parts = []
+    for i in range(0, flat.size(0), CHUNK):
+        x = flat[i : i + CHUNK]
+        x = x.to(torch.promote_types(x.dtype, torch.float32))  # (c, V)
+        label = wanted[i : i + CHUNK]  # (c,)
+        picked = x.gather(1, label.clamp(min=0)[:, None])[:, 0]  # (c,)
+        parts.append((x.logsumexp(-1) - picked) * (label != IGNORE))
+    return torch.cat(parts).view(labels.shape)  # (B, T)
+
+
+def _stacked(states: Sequence[torch.Tensor], width: int) -> torch.Tensor:
+    """(B, width, D) of B (S_b, D) encoder outputs, zero at padding (which is masked)."""
+    out = torch.zeros(len(states), width, states[0].size(-1), device=states[0].device)
+    for b, e in enumerate(states):
+        out[b, : e.size(0)] = e
+    return out  # (B, S, D)
+
+
 def _padded(rows: Sequence[Sequence[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, N) ids padded at the right with ``pad``, and the (B, N) mask of real tokens."""
     width = max(len(r) for r in rows)
@@ -85,9 +122,18 @@ def _padded(rows: Sequence[Sequence[int]], pad: int, device) -> tuple[torch.Tens
 class HFMeasures:
     """BLEU, loss and gradient scores of a Hugging Face model on a sample, heads removed."""
 
-    def __init__(self, hm: hf.HFModel, sample: HFSample, target_lang: str | None = None):
+    loss_row = 0.6  # one teacher-forced pair's time, in greedily decoded sentences (opus-mt)
+
+    def __init__(
+        self,
+        hm: hf.HFModel,
+        sample: HFSample,
+        target_lang: str | None = None,
+        precision: str = "float32",
+    ):
         self.hm, self.sample, self.target_lang = hm, sample, target_lang
         self.device = next(hm.model.parameters()).device
+        self.precision = resolved_precision(precision, self.device)
         self.pad = hm.tokenizer.pad_token_id if hm.tokenizer.pad_token_id is not None else 0
         self.heads = {
             (k, i): head_geometry(m)[1]
@@ -110,6 +156,13 @@ class HFMeasures:
                 table[key][b, h.head] = 0.0
         return table
 
+    def computing(self):
+        """The context of the passes that remove heads: bfloat16 autocast (matrix products
+        in bfloat16, accumulated and normalised in float32) or plain float32."""
+        if self.precision == "bfloat16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return nullcontext()
+
     def max_new_tokens(self, longest: int) -> int:
         """The longest output of a batch whose longest source has ``longest`` pieces: 1.5x
         plus 5 (French runs about 1.2x English in pieces), at most MAX_LEN; a trained model
@@ -121,16 +174,26 @@ class HFMeasures:
         """Greedy ``generate`` of every sample sentence with each set of heads removed:
         [set][sentence] -> the output ids after the start token (padding after </s>
         included). ``tick(rows)`` after each pass."""
-        n = len(self.sample.sources)
-        order = sorted(range(n), key=lambda i: len(self.sample.src_ids[i]))  # less padding
-        rows = [(j, i) for j in range(len(sets)) for i in order]
+        from transformers.modeling_outputs import BaseModelOutput  # imported only when used
+
+        n, sources = len(self.sample.sources), self.sample.src_ids
+        inside = [any(h.kind == "encoder" for h in heads) for heads in sets]
+        encoded = self.encoder_states(sources) if not all(inside) else []
+        order = sorted(range(n), key=lambda i: len(sources[i]))
+        rows = sorted(
+            ((j, i) for i in order for j in range(len(sets))), key=lambda r: inside[r[0]]
+        )  # sources of like length, the sets that gate the encoder last
         ids: list[list] = [[None] * n for _ in sets]
         forced = hf.forced_bos(self.hm, self.target_lang)
         kwargs = {"forced_bos_token_id": forced} if forced is not None else {}
         for start in range(0, len(rows), ROWS_PER_PASS):
             chunk = rows[start : start + ROWS_PER_PASS]
-            src, mask = _padded([self.sample.src_ids[i] for _, i in chunk], self.pad, self.device)
-            with rows_gated(self.hm.model, self.gates(sets, [j for j, _ in chunk])):
+            src, mask = _padded([sources[i] for _, i in chunk], self.pad, self.device)
+            gates = self.gates(sets, [j for j, _ in chunk])
+            if not any(inside[j] for j, _ in chunk):  # the encoder as it is: run once
+                states = _stacked([encoded[i] for _, i in chunk], src.size(1))  # (B, S, D)
+                kwargs["encoder_outputs"] = BaseModelOutput(last_hidden_state=states)
+            with self.computing(), rows_gated(self.hm.model, gates):
                 out = self.hm.model.generate(
                     input_ids=src,  # (B, S)
                     attention_mask=mask,
@@ -139,6 +202,7 @@ class HFMeasures:
                     max_new_tokens=self.max_new_tokens(src.size(1)),
                     **kwargs,
                 )  # (B, 1 + T)
+            kwargs.pop("encoder_outputs", None)
             for (j, i), row in zip(chunk, out[:, 1:].tolist()):
                 ids[j][i] = row
             if tick:
@@ -174,28 +238,25 @@ class HFMeasures:
         src, mask, dec, labels = self._forced(pairs)
         kwargs = {"input_ids": src}
         if encoded is not None:
-            states = torch.zeros(len(pairs), src.size(1), encoded[0].size(-1), device=src.device)
-            for b, e in enumerate(encoded):
-                states[b, : e.size(0)] = e  # (B, S, D), zero at padding (masked)
-            kwargs = {"encoder_outputs": (states,)}
-        with rows_gated(self.hm.model, gates):
+            kwargs = {"encoder_outputs": (_stacked(encoded, src.size(1)),)}  # (B, S, D)
+        exact = torch.is_grad_enabled()  # the gradient score is float32 in any precision
+        with nullcontext() if exact else self.computing(), rows_gated(self.hm.model, gates):
             logits = self.hm.model(
                 **kwargs, attention_mask=mask, decoder_input_ids=dec, return_dict=True
             ).logits  # (B, T, V)
-        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # never below fp32
-        return F.cross_entropy(
-            logits.transpose(1, 2), labels, ignore_index=IGNORE, reduction="none"
-        )  # (B, T)
+        return label_losses(logits, labels)  # (B, T)
 
     @torch.no_grad()
-    def encoder_states(self) -> list[torch.Tensor]:
-        """Each pair's (S, D) encoder output with no head removed."""
-        pairs, out = self.sample.encoded, []
-        encoder = self.hm.model.get_encoder()
-        for start in range(0, len(pairs), FORCED_ROWS):
-            chunk = [src for src, _ in pairs[start : start + FORCED_ROWS]]
+    def encoder_states(self, sources: Sequence[Sequence[int]] | None = None) -> list:
+        """Each source's (S, D) encoder output with no head removed (by default, the
+        source of each pair of the sample)."""
+        sources = [src for src, _ in self.sample.encoded] if sources is None else sources
+        out, encoder = [], self.hm.model.get_encoder()
+        for start in range(0, len(sources), FORCED_ROWS):
+            chunk = sources[start : start + FORCED_ROWS]
             src, mask = _padded(chunk, self.pad, self.device)
-            states = encoder(input_ids=src, attention_mask=mask).last_hidden_state  # (B, S, D)
+            with self.computing():
+                states = encoder(input_ids=src, attention_mask=mask).last_hidden_state  # (B, S, D)
             out += [states[b, : len(ids)] for b, ids in enumerate(chunk)]
         return out
 
@@ -204,7 +265,11 @@ class HFMeasures:
         """Mean per-token teacher-forced loss over the sample's pairs, for each head set."""
         pairs = self.sample.encoded
         encoded = self.encoder_states()  # reused by the rows whose heads are all decoder-side
-        rows = [(j, p) for j in range(len(sets)) for p in range(len(pairs))]
+        inside = [any(h.kind == "encoder" for h in heads) for heads in sets]
+        order = sorted(range(len(pairs)), key=lambda p: (len(pairs[p][0]), len(pairs[p][1])))
+        rows = sorted(
+            ((j, p) for p in order for j in range(len(sets))), key=lambda r: inside[r[0]]
+        )  # pairs of like length, the sets that gate the encoder last
         sums, counts = [0.0] * len(sets), [0] * len(sets)
         for start in range(0, len(rows), FORCED_ROWS):
             chunk = rows[start : start + FORCED_ROWS]

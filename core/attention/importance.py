@@ -33,7 +33,7 @@ from core.attention.ablation import (
     gated,
 )
 from core.attention.head_stats import spearman
-from core.attention.hf_importance import HFMeasures, hf_sample
+from core.attention.hf_importance import HFMeasures, hf_sample, resolved_precision
 from core.attention.kinds import KINDS
 from core.corpus.batches import batches, encode_pairs, pad_batch
 from core.corpus.config import DataConfig
@@ -195,6 +195,7 @@ class HeadImportance:
     pruning: list[dict]  # removed, fraction, bleu, head (the last removed, in words)
     seconds: float = 0.0  # time it took to compute
     cached: bool = False  # read from the disk cache
+    precision: str = "float32"  # of the passes that removed heads (the gradients: float32)
 
     def frame(self) -> pd.DataFrame:
         """One row per head: kind, layer, head, label, BLEU/loss and their changes, gradient."""
@@ -256,6 +257,9 @@ class StudioMeasures:
     """BLEU, loss and gradient scores of the studio's own model on a sample, heads removed
     (``core.attention.hf_importance.HFMeasures`` measures a Hugging Face model alike)."""
 
+    precision = "float32"  # a model this small is measured exactly, and fast
+    loss_row = 0.1  # one teacher-forced pair's time, in greedily decoded sentences
+
     def __init__(self, lm: LoadedModel, sample: Sample):
         self.lm, self.sample = lm, sample
 
@@ -277,37 +281,46 @@ class StudioMeasures:
         return gradient_scores(self.lm, self.sample)
 
 
-def measures_of(lm, sample, target_lang: str | None = None):
-    """The measures that read this model's family."""
+def measures_of(lm, sample, target_lang: str | None = None, precision: str = "float32"):
+    """The measures that read this model's family (``precision``: a Hugging Face model's,
+    see ``core.attention.hf_importance.resolved_precision``)."""
     if getattr(lm, "family", "studio") == "studio":
         return StudioMeasures(lm, sample)
-    return HFMeasures(lm, sample, target_lang)
+    return HFMeasures(lm, sample, target_lang, precision)
 
 
-LOSS_ROW = 0.1  # one teacher-forced pair, counted as a tenth of a greedily decoded sentence
+def precision_of(lm, precision: str = "auto") -> str:
+    """The precision head importance runs in for this model: float32 for the studio's own,
+    ``precision`` resolved on the model's device for a Hugging Face one."""
+    if getattr(lm, "family", "studio") == "studio":
+        return "float32"
+    return resolved_precision(precision, next(lm.model.parameters()).device)
 
 
 def head_importance(
-    lm, sample, progress: ProgressFn | None = None, target_lang: str | None = None
+    lm,
+    sample,
+    progress: ProgressFn | None = None,
+    target_lang: str | None = None,
+    precision: str = "float32",
 ) -> HeadImportance:
     """BLEU and loss with each head removed alone, gradient scores and the pruning curve."""
-    start, measures = time.perf_counter(), measures_of(lm, sample, target_lang)
-    heads = measures.all_heads()
+    start, measures = time.perf_counter(), measures_of(lm, sample, target_lang, precision)
+    heads, row = measures.all_heads(), measures.loss_row
     n, pairs, points = len(sample.sources), len(sample.encoded), curve_points(len(heads))
-    work = Progress(
-        progress, n * (1 + len(heads) + len(points)) + LOSS_ROW * pairs * (len(heads) + 3)
-    )
+    work = Progress(progress, n * (1 + len(heads) + len(points)) + row * pairs * (len(heads) + 3))
     with evaluating(lm.model):
         sets = [[]] + [[h] for h in heads]
         bleus = measures.bleu(sets, lambda r: work.advance(r, "BLEU per head"))
-        losses = measures.losses(sets, lambda r: work.advance(LOSS_ROW * r, "loss per head"))
+        losses = measures.losses(sets, lambda r: work.advance(row * r, "loss per head"))
         grads = measures.gradients()
-        work.advance(2 * LOSS_ROW * pairs, "gradient scores")
+        work.advance(2 * row * pairs, "gradient scores")
         rows = [
             head_row(h, (bleus[0], b), (losses[0], lo), grads[h])
             for h, b, lo in zip(heads, bleus[1:], losses[1:])
         ]
         result = HeadImportance(bleus[0], losses[0], n, pairs, rows, [])
+        result.precision = measures.precision
         order = result.order()
         curve = measures.bleu(
             [order[:k] for k in points], lambda r: work.advance(r, "pruning curve")
@@ -338,10 +351,13 @@ def sample_key(checkpoint, cfg: DataConfig, sentences: int, **facts) -> str:
     return hashlib.sha1(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
 
-def importance_key(checkpoint, cfg: DataConfig, sentences: int, target_lang=None) -> str:
+def importance_key(
+    checkpoint, cfg: DataConfig, sentences: int, target_lang=None, precision="float32"
+) -> str:
     """Cache key of head importance: checkpoint, data settings, corpus and sample size (and
-    a multilingual model's target language)."""
+    a multilingual model's target language, and a precision other than float32)."""
     facts = {"target_lang": target_lang} if target_lang else {}
+    facts |= {"precision": precision} if precision != "float32" else {}
     return sample_key(checkpoint, cfg, sentences, version=CACHE_VERSION, **facts)
 
 
@@ -369,30 +385,37 @@ def importance_for(
     progress: ProgressFn | None = None,
     refresh: bool = False,
     target_lang: str | None = None,
+    precision: str = "auto",
 ) -> HeadImportance:
     """Head importance of a checkpoint's model on its validation sample, cached on disk.
 
     A Hugging Face model was not trained here: its sample is the validation split of the
     studio's default data settings (fra-eng), or of ``source``; ``target_lang`` is a
-    multilingual model's output language. ``lm`` must not be shared with other threads
+    multilingual model's output language; ``precision`` that of its passes (``auto``:
+    bfloat16 where the CPU runs it natively). ``lm`` must not be shared with other threads
     while this runs (see private_copy).
     """
     cfg, carried = validation_source(lm.meta, source)
-    key = importance_key(checkpoint, cfg, sentences, target_lang)
+    precision = precision_of(lm, precision)
+    key = importance_key(checkpoint, cfg, sentences, target_lang, precision)
     if not refresh and (hit := cached_importance(key)) is not None:
         return hit
     if progress:
         progress(0.0, "rebuilding the validation split")
     sample = validation_sample(lm, cfg, sentences, target_lang, carried)
-    result = head_importance(lm, sample, progress, target_lang)
+    result = head_importance(lm, sample, progress, target_lang, precision)
     store_importance(key, result)
     return result
 
 
-def lookup_importance(checkpoint, meta: Mapping, sentences: int = SENTENCES, target_lang=None):
-    """A cached result for this checkpoint and sample size, or None (never computes)."""
+def lookup_importance(
+    checkpoint, meta: Mapping, sentences: int = SENTENCES, target_lang=None, precision="float32"
+):
+    """A cached result for this checkpoint, sample size (and a Hugging Face model's resolved
+    precision), or None (never computes)."""
     try:
-        key = importance_key(checkpoint, validation_source(meta)[0], sentences, target_lang)
+        cfg = validation_source(meta)[0]
+        key = importance_key(checkpoint, cfg, sentences, target_lang, precision)
     except DataError:
         return None
     return cached_importance(key)

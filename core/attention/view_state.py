@@ -80,6 +80,7 @@ class ViewState:
     forced: str = "A"  # whose output both decoders read when two models' outputs differ
     token: str = ""  # selected token, "q<i>" (query row) or "k<j>" (key column)
     reference: str = ""  # French reference of `sentence` to force ("" = the d2l book's, if any)
+    target: str = ""  # a translation the user typed, explained instead of the model's own
     method: str = "alti"  # attribution method, one of core.attribution.methods.METHODS
     align: str = ALIGN_MODES[0]  # alignment mode: "awo" (the step that predicts) or "awi"
     train_step: int = -1  # "Over training": the snapshot step shown (-1 = the latest, followed)
@@ -126,6 +127,8 @@ class ViewState:
             state.section = cls.section
         if len(state.reference) > MAX_REFERENCE_CHARS:
             state.reference = cls.reference
+        if len(state.target) > MAX_REFERENCE_CHARS:
+            state.target = cls.target
         if state.forced not in ("A", "B"):
             state.forced = cls.forced
         if state.align not in ALIGN_MODES:
@@ -158,9 +161,9 @@ class ViewState:
         return DecodeSettings(self.beam, self.alpha, self.max_len, target_lang=self.target_lang)
 
     def set_sentence(self, sentence: str) -> None:
-        """Show ``sentence``; a reference given for another sentence is dropped."""
+        """Show ``sentence``; a reference or target given for another sentence is dropped."""
         if sentence != self.sentence:
-            self.sentence, self.reference = sentence, ""
+            self.sentence, self.reference, self.target = sentence, "", ""
 
     def forced_reference(self) -> str:
         """The reference to force: the one given, else the d2l book's for the sentence, else ""."""

@@ -18,7 +18,7 @@ import pandas as pd
 from core.attention.word_maps import merge_weights
 from core.attribution import hugging_face as hf_attribution
 from core.attribution.methods import MEAN, Attribution, AttributionError, attribute
-from core.corpus.bpe import PREFIX, join_pieces
+from core.corpus.bpe import PREFIX, join_pieces, word_spans
 from core.model.checkpoints import LoadedModel
 from core.model.decode import Translation
 from core.model.opened import is_hugging_face
@@ -34,6 +34,8 @@ class Explained:
     source: list[str]  # S source tokens (<eos> included)
     prefix: list[str]  # T decoder inputs: <bos> + output[:-1]
     output: list[str]  # T output tokens
+    probabilities: list[float] | None = None  # of each output token, for a forced target
+    ranks: list[int] | None = None  # each output token's rank at its step (1 = the top)
 
     @property
     def contributions(self) -> np.ndarray:
@@ -66,6 +68,9 @@ class Explained:
             out |= {"layer": a.layer, "head": a.head}
         if a.completeness is not None:
             out["completeness_error"] = round(a.completeness, 6)
+        if self.probabilities is not None:  # a target the user gave
+            out |= {"target": True, "probability": [round(p, 6) for p in self.probabilities]}
+            out["rank"] = self.ranks
         return out | {"seconds": round(a.seconds, 4)}
 
     def frame(self) -> pd.DataFrame:
@@ -88,7 +93,10 @@ def explain(
         a = hf_attribution.attribute(lm, t.src_ids, t.out_ids, method, layer, head)
     else:
         a = attribute(lm.model, t.src_ids, t.out_ids, method, layer, head)
-    return Explained(a, list(t.src_tokens), list(t.decoder_inputs), list(t.output_tokens))
+    e = Explained(a, list(t.src_tokens), list(t.decoder_inputs), list(t.output_tokens))
+    if t.forced:
+        e.probabilities, e.ranks = list(t.token_probs), list(t.ranks)
+    return e
 
 
 def _merge(block: np.ndarray | None, rows: list[str], cols: list[str]):
@@ -112,4 +120,9 @@ def in_words(e: Explained) -> Explained:
         parts.append(np.concatenate([src, pre], axis=1))
     source = join_pieces(e.source)
     merged = replace(a, contributions=parts[0], raw=parts[1], source_length=len(source))
-    return Explained(merged, source, join_pieces(e.prefix), join_pieces(e.output))
+    out = Explained(merged, source, join_pieces(e.prefix), join_pieces(e.output))
+    if e.probabilities is not None:  # a word: the product of its pieces', its worst rank
+        spans = word_spans(e.output)
+        out.probabilities = [float(np.prod(e.probabilities[a:b])) for a, b in spans]
+        out.ranks = [max(e.ranks[a:b]) for a, b in spans]
+    return out

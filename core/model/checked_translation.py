@@ -13,7 +13,7 @@ from core.corpus.splits import load_splits
 from core.corpus.text import tokenize
 from core.model.checkpoints import LoadedModel, validation_source
 from core.model.decode import GREEDY, DecodeSettings, Translation, TranslationError
-from core.model.opened import is_hugging_face, translate_any
+from core.model.opened import forced_any, is_hugging_face, translate_any
 
 MAX_SENTENCE_TOKENS = 60  # longer input is refused with a message
 DEFAULT_SENTENCE = "i'm home ."
@@ -26,18 +26,29 @@ def trained_max_len(meta: Mapping) -> int | None:
     return int(value) if value else None
 
 
-def translate_sentence(
-    lm: LoadedModel, sentence: str, settings: DecodeSettings = GREEDY
-) -> Translation:
-    """Translate with all maps; refuse over-long input, warn about unknown or long input."""
-    tokens = tokenize(sentence or "")
+def _refuse_long(text: str, what: str) -> list[str]:
+    """The tokens of ``text``; TranslationError if there are more than a page takes."""
+    tokens = tokenize(text or "")
     if len(tokens) > MAX_SENTENCE_TOKENS:
         raise TranslationError(
-            f"The sentence has {len(tokens)} tokens ({len(sentence):,} characters); this "
+            f"The {what} has {len(tokens)} tokens ({len(text):,} characters); this "
             f"page translates at most {MAX_SENTENCE_TOKENS} tokens. Split it into shorter "
             "sentences."
         )
-    t = translate_any(lm, sentence or "", settings)
+    return tokens
+
+
+def translate_sentence(
+    lm: LoadedModel, sentence: str, settings: DecodeSettings = GREEDY, target: str = ""
+) -> Translation:
+    """Translate with all maps; refuse over-long input, warn about unknown or long input.
+    With a ``target``: that translation teacher-forced instead of the model's own."""
+    tokens = _refuse_long(sentence, "sentence")
+    if target.strip():
+        _refuse_long(target, "target")
+        t = forced_any(lm, sentence or "", target, settings)
+    else:
+        t = translate_any(lm, sentence or "", settings)
     if is_hugging_face(lm):
         return t  # its tokenizer has no word list to name unknown words by
     unknown = lm.src_vocab.unknown(tokens)
@@ -71,6 +82,26 @@ def topk_frame(t: Translation) -> pd.DataFrame:
         for rank, (word, p) in enumerate(cands, start=1):
             row[f"#{rank}"] = f"{word} ({probability_text(p)})"
         rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def target_frame(t: Translation) -> pd.DataFrame:
+    """One row per step of a forced target: its token, probability and rank under the model,
+    and what the model itself ranked first there, with that one's probability."""
+    rows = []
+    for step, (tok, p, rank, cands) in enumerate(
+        zip(t.output_tokens, t.token_probs, t.ranks, t.topk)
+    ):
+        best, best_p = cands[0] if cands else ("", 0.0)
+        rows.append(
+            {
+                "step": step,
+                "your token": tok,
+                "probability": probability_text(p),
+                "rank": rank,
+                "the model's first choice": f"{best} ({probability_text(best_p)})",
+            }
+        )
     return pd.DataFrame(rows)
 
 

@@ -6,6 +6,7 @@ K beam size.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -57,6 +58,9 @@ class Translation:
     words: list[str] = field(default_factory=list)  # the output as words (pieces joined)
     src_ids: list[int] = field(default_factory=list)  # the ids the encoder read (<eos> included)
     out_ids: list[int] = field(default_factory=list)  # the ids of output_tokens
+    token_probs: list[float] = field(default_factory=list)  # p of each of output_tokens
+    ranks: list[int] = field(default_factory=list)  # each one's rank at its step (1 = the top)
+    forced: bool = False  # a target the user gave, teacher-forced: not the model's own output
 
     @property
     def text(self) -> str:
@@ -207,6 +211,14 @@ def _squeeze(maps: AttentionMaps) -> AttentionMaps:
     )
 
 
+def scored(logp: torch.Tensor, out_ids: list[int]) -> tuple[list[float], list[int]]:
+    """(T, V) log-probs and the T tokens taken -> each token's log-probability and its rank
+    among all V at its step (1: the model's own first choice; ties share the better rank)."""
+    taken = logp.gather(-1, torch.tensor(out_ids, device=logp.device)[:, None])  # (T, 1)
+    ranks = 1 + (logp > taken).sum(-1)  # (T,)
+    return taken[:, 0].tolist(), ranks.tolist()
+
+
 def _cut_at_eos(ids: list[int]) -> list[int]:
     """Ids up to and including the first <eos>."""
     return ids[: ids.index(Vocab.eos_id) + 1] if Vocab.eos_id in ids else ids
@@ -244,23 +256,88 @@ def translate(
             logp, maps = teacher_forced(model, src, out_ids)
     if not out_ids or out_ids[-1] != Vocab.eos_id:
         warnings.append(f"Stopped at the maximum output length ({max_len}) before <eos>.")
-    step_logp = logp[0].gather(-1, torch.tensor(out_ids, device=logp.device)[:, None])
+    return _translation(
+        Source(ids, src_tokens, unknown, warnings), out_ids, logp, maps, tgt_vocab, topk
+    )
+
+
+@dataclass
+class Source:
+    """A sentence as ``prepare_source`` read it."""
+
+    ids: list[int]  # with <eos>
+    tokens: list[str]  # with <eos>
+    unknown: list[bool]
+    warnings: list[str]
+
+
+def _translation(
+    src: Source,
+    out_ids: list[int],
+    logp,
+    maps: AttentionMaps,
+    tgt_vocab: Vocab,
+    topk: int,
+    forced=False,
+) -> Translation:
+    """The Translation of ``out_ids`` after ``src``: logp (1, T, V) and maps (L, 1, H, ., .)."""
     outputs = tgt_vocab.decode(out_ids)
     tokens = [w for w in outputs if w != "<eos>"]
+    logps, ranks = scored(logp[0], out_ids)
     return Translation(
-        src_tokens,
-        unknown,
+        src.tokens,
+        src.unknown,
         tokens,
         outputs,
         ["<bos>"] + outputs[:-1] if outputs else ["<bos>"],
         _topk(logp[0], tgt_vocab, topk),
-        float(step_logp.sum()),
+        float(sum(logps)),
         _squeeze(maps),
-        warnings,
+        src.warnings,
         tgt_vocab.words(tokens),
-        list(ids),
+        list(src.ids),
         list(out_ids),
+        [math.exp(x) for x in logps],
+        ranks,
+        forced,
     )
+
+
+@torch.no_grad()
+def forced_translation(
+    model: Transformer,
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    sentence: str,
+    target: str,
+    topk: int = TOP_K,
+) -> Translation:
+    """The target a user gave, teacher-forced after the sentence, with every map and each
+    target token's probability and rank: a Translation explained like the model's own."""
+    words = tokenize(target or "")
+    if not words:
+        raise TranslationError("The target is empty: type the translation to explain.")
+    with evaluating(model):
+        device = next(model.parameters()).device
+        ids, src_tokens, unknown, warnings = prepare_source(
+            sentence, src_vocab, model.cfg.max_positions
+        )
+        _, out_ids = tgt_vocab.segment(words)  # words, or a subword vocabulary's pieces
+        limit = model.cfg.max_positions - 1
+        if len(out_ids) + 1 > limit:
+            warnings.append(
+                f"The target has {len(out_ids)} tokens; only the first {limit - 1} were used."
+            )
+        out_ids = out_ids[: limit - 1] + [Vocab.eos_id]
+        if missing := tgt_vocab.unknown(words):
+            warnings.append(
+                "Not in the model's target vocabulary (fed as <unk>): "
+                + ", ".join(dict.fromkeys(missing))
+                + "."
+            )
+        logp, maps = teacher_forced(model, torch.tensor([ids], device=device), out_ids)
+    source = Source(ids, src_tokens, unknown, warnings)
+    return _translation(source, out_ids, logp, maps, tgt_vocab, topk, forced=True)
 
 
 @torch.no_grad()

@@ -19,6 +19,7 @@ Shape key: S source tokens, T decoder steps, L layers, H heads, V vocabulary.
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from collections.abc import Sequence
@@ -30,7 +31,7 @@ from torch import nn
 
 from core.corpus.bpe import PREFIX
 from core.model.config import ModelConfig
-from core.model.decode import DecodeSettings, Translation, TranslationError
+from core.model.decode import TOP_K, DecodeSettings, Translation, TranslationError, scored
 from core.model.hf_folder import FAMILY, HFModelError, describe, studio_config
 from core.model.transformer import AttentionMaps
 from core.places import shown_path
@@ -269,33 +270,61 @@ def translate(
     one teacher-forced pass."""
     src = encode_source(hm, sentence)  # (1, S)
     seq = generate(hm, src, settings, target_lang)  # (1, T + 1)
-    logp, maps = forced_pass(hm, src, seq[:, :-1])
     out_ids = seq[0, 1:].tolist()
+    notes = []
+    if not out_ids or out_ids[-1] != hm.model.config.eos_token_id:
+        notes.append(f"Stopped at the maximum output length ({len(out_ids)}) before </s>.")
+    return _translation(hm, src, out_ids, settings.topk, notes)
+
+
+def forced_translation(
+    hm: HFModel, sentence: str, target: str, topk: int = TOP_K, target_lang: str | None = None
+) -> Translation:
+    """The target a user gave (read by the model's tokenizer), teacher-forced after the
+    sentence, with every map and each target token's probability and rank."""
+    if not (target or "").strip():
+        raise TranslationError("The target is empty: type the translation to explain.")
+    src = encode_source(hm, sentence)  # (1, S)
+    out_ids = target_ids(hm, target, target_lang)
+    notes = []
+    if missing := unknown_target_words(hm, target):
+        notes.append(
+            "Read (partly) as the unknown token by the model's tokenizer: "
+            + ", ".join(dict.fromkeys(missing))
+            + "."
+        )
+    return _translation(hm, src, out_ids, topk, notes, forced=True)
+
+
+def _translation(hm: HFModel, src, out_ids: list[int], topk: int, notes: list, forced=False):
+    """The Translation of ``out_ids`` after the (1, S) source, from one teacher-forced pass."""
+    _, dec = forced_inputs(hm, src[0].tolist(), out_ids)  # (1, T)
+    logp, maps = forced_pass(hm, src, dec)
     eos = hm.model.config.eos_token_id
-    warnings = []
-    if not out_ids or out_ids[-1] != eos:
-        warnings.append(f"Stopped at the maximum output length ({len(out_ids)}) before </s>.")
     src_ids = src[0].tolist()
     unknown = [i == hm.tokenizer.unk_token_id for i in src_ids]
     if any(unknown):
-        warnings.append("Some words are not in the model's vocabulary (read as unknown).")
+        notes.append("Some words are not in the model's vocabulary (read as unknown).")
     outputs = shown_tokens(hm, out_ids)
-    step_logp = logp[0].gather(-1, seq[0, 1:, None])  # (T, 1)
+    logps, ranks = scored(logp[0], out_ids)
     return Translation(
         shown_tokens(hm, src_ids),
         unknown,
         outputs[:-1] if out_ids and out_ids[-1] == eos else outputs,
         outputs,
-        shown_tokens(hm, seq[0, :-1].tolist()),
-        _topk(hm, logp[0], settings.topk),
-        float(step_logp.sum()),
+        shown_tokens(hm, dec[0].tolist()),
+        _topk(hm, logp[0], topk),
+        float(sum(logps)),
         AttentionMaps(
             *(m[:, 0].float().cpu() for m in (maps.encoder, maps.decoder_self, maps.cross))
         ),
-        warnings,
+        notes,
         words_of(hm, out_ids),
         src_ids,
         out_ids,
+        [math.exp(x) for x in logps],
+        ranks,
+        forced,
     )
 
 

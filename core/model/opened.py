@@ -3,7 +3,8 @@ Face encoder-decoder folders (``save_pretrained`` layout; on the command line al
 
 Both kinds answer the same questions the pages and commands ask of a model: ``cfg`` (layers,
 heads, width), ``meta``, ``subword``, ``family``, a ``Translation`` with every map
-(``translate_any``) and a context that removes heads (``heads_removed_any``).
+(``translate_any``; ``forced_any`` for a target the user gives) and a context that removes
+heads (``heads_removed_any``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from core.model.decode import (
     DecodeSettings,
     Translation,
     TranslationError,
+    forced_translation,
     prepare_source,
     translate,
     translate_batch,
@@ -64,6 +66,17 @@ def translate_any(lm, sentence: str, settings: DecodeSettings) -> Translation:
         settings.max_len,
         settings.topk,
     )
+
+
+def forced_any(lm, sentence: str, target: str, settings: DecodeSettings) -> Translation:
+    """A target the user gave, teacher-forced after the sentence, as a Translation with every
+    map and each target token's probability and rank (no input checks: see
+    ``core.model.checked_translation``)."""
+    if is_hugging_face(lm):
+        return hf.forced_translation(
+            lm, sentence, target, settings.topk, settings.target_lang or None
+        )
+    return forced_translation(lm.model, lm.src_vocab, lm.tgt_vocab, sentence, target, settings.topk)
 
 
 def translate_lines(

@@ -15,22 +15,39 @@ from core.runs import budget
 from pages.ui.shared_cache import shared
 
 
-def fitted(lm: LoadedModel, sentence: str, settings: DecodeSettings):
-    """(settings, note): the decoding settings whose translation fits the server's budget
-    (budget.TRANSLATION_BYTES), with the longest output cut when it must be, and a note
-    saying so ("" when nothing changed); TranslationError when no output length fits."""
-    words = tokenize(sentence or "")
-    if not words or len(words) > translation.MAX_SENTENCE_TOKENS:
-        return settings, ""  # translate_sentence says what is wrong with it
+def _pieces(lm: LoadedModel, text: str, words: list[str], target: bool = False) -> int:
+    """The most tokens (with the end token) the model reads for ``text``."""
     cfg = vars(lm.cfg)
     if lm.family != "studio":  # its own tokenizer counts (byte-level BPE: more than chars)
-        src = len(
-            lm.tokenizer(sentence, truncation=True, max_length=cfg["max_positions"])["input_ids"]
-        )
-    else:
-        src = budget.source_len(words, "bpe" if lm.subword else "word", cfg["max_positions"])
-    longest = budget.longest_output(cfg, src, settings.max_len)
+        kind = {"text_target": text} if target else {"text": text}
+        ids = lm.tokenizer(**kind, truncation=True, max_length=cfg["max_positions"])["input_ids"]
+        return len(ids) + (1 if target else 0)  # a multilingual model's language code
+    return budget.source_len(words, "bpe" if lm.subword else "word", cfg["max_positions"])
+
+
+def fitted(lm: LoadedModel, sentence: str, settings: DecodeSettings, target: str = ""):
+    """(settings, note): the decoding settings whose translation fits the server's budget
+    (budget.TRANSLATION_BYTES), with the longest output cut when it must be, and a note
+    saying so ("" when nothing changed); TranslationError when no output length fits, or
+    when a ``target`` to force (which cannot be cut) does not fit."""
+    words, aim = tokenize(sentence or ""), tokenize(target or "")
+    longest_input = translation.MAX_SENTENCE_TOKENS
+    if not words or len(words) > longest_input or len(aim) > longest_input:
+        return settings, ""  # translate_sentence says what is wrong with it
+    cfg = vars(lm.cfg)
+    src = _pieces(lm, sentence, words)
     limit = budget.size_words(budget.TRANSLATION_BYTES)
+    if aim:
+        out = _pieces(lm, target, aim, target=True)
+        if budget.translation_bytes(cfg, src, out) > budget.TRANSLATION_BYTES:
+            need = budget.size_words(budget.translation_bytes(cfg, src, out))
+            raise TranslationError(
+                f"The maps of this sentence and your translation would take {need} with this "
+                f"model, and the server holds at most {limit} per translation: use shorter "
+                "sentences."
+            )
+        return settings, ""
+    longest = budget.longest_output(cfg, src, settings.max_len)
     if longest == 0:
         need = budget.size_words(budget.translation_bytes(cfg, src, 1))
         raise TranslationError(
@@ -51,20 +68,32 @@ def fitted(lm: LoadedModel, sentence: str, settings: DecodeSettings):
 
 
 def translate(
-    lm: LoadedModel, path: str, mtime: float, sentence: str, settings: DecodeSettings
+    lm: LoadedModel,
+    path: str,
+    mtime: float,
+    sentence: str,
+    settings: DecodeSettings,
+    target: str = "",
 ) -> Translation:
-    """A checked translation with all maps, cached per model file, sentence and settings,
-    within the server's budget for one translation."""
-    settings, note = fitted(lm, sentence, settings)
-    return _translate(lm, path, mtime, sentence, settings, note)
+    """A checked translation with all maps, cached per model file, sentence and settings
+    (and a ``target`` to force instead of decoding), within the server's budget for one
+    translation."""
+    settings, note = fitted(lm, sentence, settings, target)
+    return _translate(lm, path, mtime, sentence, settings, note, target)
 
 
 @shared()
 def _translate(
-    _lm: LoadedModel, path: str, mtime: float, sentence: str, settings: DecodeSettings, note: str
+    _lm: LoadedModel,
+    path: str,
+    mtime: float,
+    sentence: str,
+    settings: DecodeSettings,
+    note: str,
+    target: str = "",
 ) -> Translation:
     """translate_sentence, with ``note`` among its warnings."""
-    t = translation.translate_sentence(_lm, sentence, settings)
+    t = translation.translate_sentence(_lm, sentence, settings, target)
     t.warnings += [note] if note else []
     return t
 

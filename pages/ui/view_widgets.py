@@ -11,7 +11,7 @@ from core.attribution.methods import METHODS
 from core.model.checked_translation import MAX_SENTENCE_TOKENS
 
 TRANSLATE_KEYS = (  # the Translate page's URL keys
-    *("model", "sentence", "reference", "beam", "alpha", "max_len", "target_lang"),
+    *("model", "sentence", "reference", "target", "beam", "alpha", "max_len", "target_lang"),
 )
 ATTENTION_KEYS = tuple(f.name for f in fields(ViewState))  # the Attention page's: the whole view
 
@@ -73,6 +73,24 @@ def target_language(lm, state: ViewState, prefix: str) -> None:
         key=f"{prefix}_target",
         help="Forced as the first output token (forced_bos_token_id), as the model expects.",
     )
+
+
+def target_input(state: ViewState, prefix: str, label: str = "French") -> str:
+    """The box of a translation to explain instead of the model's own (widget key
+    ``<prefix>_target``), kept in the view state; "" when empty."""
+    key, owner = f"{prefix}_target", f"{prefix}_target_sentence"
+    if st.session_state.get(owner) != state.sentence:  # a new sentence: its own target
+        st.session_state[key] = state.target
+        st.session_state[owner] = state.sentence
+    state.target = st.text_input(
+        f"Your translation ({label}, optional)",
+        key=key,
+        placeholder="Type a translation to see how the model rates and explains it",
+        help="The model is fed this translation (teacher forcing) instead of decoding its own: "
+        "every map and attribution then explains it, and each token shows its probability "
+        "and its rank among the model's choices at that step.",
+    ).strip()
+    return state.target
 
 
 def sentence_input(state: ViewState, prefix: str, label: str = "English sentence") -> str:

@@ -12,7 +12,13 @@ from core.attention.ablation import (
     private_copy,
     spec_text,
 )
-from core.attention.importance import SENTENCES, HeadImportance, importance_for, lookup_importance
+from core.attention.importance import (
+    SENTENCES,
+    HeadImportance,
+    importance_for,
+    lookup_importance,
+    precision_of,
+)
 from core.attention.maps import export_name, select_view
 from core.attention.sentence_maps import SentenceMaps
 from core.attention.view_state import ViewState
@@ -169,7 +175,8 @@ def importance_panel(entry: ModelEntry, lm: LoadedModel, state: ViewState) -> No
         )
     )
     target = state.target_lang or None
-    result = lookup_importance(entry.path, lm.meta, n, target)
+    precision = "float32" if studio else precision_choice(lm)
+    result = lookup_importance(entry.path, lm.meta, n, target, precision)
     if result is None:
         st.caption(
             "Removes each head alone and measures BLEU and loss on the validation "
@@ -178,14 +185,41 @@ def importance_panel(entry: ModelEntry, lm: LoadedModel, state: ViewState) -> No
         )
         if not st.button("Compute head importance", key="ab_compute"):
             return
-        result = compute_importance(entry, lm, n, target)
+        result = compute_importance(entry, lm, n, target, precision)
         if result is None:
             return
     show_importance(result, state)
 
 
+PRECISION_LABELS = {
+    "float32": "float32 (exact)",
+    "bfloat16": "bfloat16 (about 3× faster on a CPU that runs it natively)",
+}
+
+
+def precision_choice(lm: LoadedModel) -> str:
+    """A Hugging Face model's precision for head importance, preselected as this machine's
+    ``auto`` resolves it."""
+    auto = precision_of(lm, "auto")
+    options = ["bfloat16", "float32"] if auto == "bfloat16" else ["float32", "bfloat16"]
+    return st.selectbox(
+        "Precision",
+        options,
+        format_func=PRECISION_LABELS.get,
+        key="ab_precision",
+        help="The passes that remove heads, in bfloat16 (matrix products in bfloat16, "
+        "summed in float32) or in float32. The gradient score is float32 either way. On "
+        "the benchmark model the two agree within 0.0001 in every head's loss change.",
+        width=420,
+    )
+
+
 def compute_importance(
-    entry: ModelEntry, lm: LoadedModel, n: int, target_lang: str | None = None
+    entry: ModelEntry,
+    lm: LoadedModel,
+    n: int,
+    target_lang: str | None = None,
+    precision: str = "float32",
 ) -> HeadImportance | None:
     """Run importance_for with a progress bar and ETA; None, with a message, if it cannot."""
     bar, report = progress_bar()
@@ -196,7 +230,12 @@ def compute_importance(
             return None
         try:
             result = importance_for(
-                private_copy(lm), entry.path, n, progress=report, target_lang=target_lang
+                private_copy(lm),
+                entry.path,
+                n,
+                progress=report,
+                target_lang=target_lang,
+                precision=precision,
             )
         except (DataError, OSError, ValueError, TypeError) as e:
             bar.empty()
@@ -214,6 +253,7 @@ def show_importance(result: HeadImportance, state: ViewState) -> None:
         f"validation sentences ({result.pairs} pairs)"
     )
     how = "read from the disk cache" if result.cached else f"computed in {result.seconds:.0f} s"
+    how += " in bfloat16" if result.precision == "bfloat16" else ""
     st.markdown(f"Removing each head alone — {base}; {how}.")
     name = export_name(state.model, "", what="head importance")
     bleu_tab, loss_tab = st.tabs(["Change in BLEU", "Change in loss"])

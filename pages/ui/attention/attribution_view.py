@@ -108,8 +108,7 @@ def explained_or_error(
     page: SectionInputs, method: str, layer: int, head: str
 ) -> tuple[Explained, Explained] | None:
     """(over the model's own tokens, as shown): the cached attribution; None after st.error."""
-    state, entry = page.state, page.entry
-    key = (entry.path, entry.mtime, state.sentence, state.settings())
+    state, key = page.state, page.key
     where = (layer, head) if method == "attention" else (None, MEAN)
     slow = " (about 2 s for a 15-token sentence)" if method == "integrated-gradients" else ""
     if page.lm.family != "studio" and (problem := method_problem(page.lm, method)):

@@ -22,3 +22,10 @@ class SectionInputs:
     maps: SentenceMaps  # its maps as shown (pieces merged into words when the view asks)
     state: ViewState  # the view; sections write their widgets' values back into it
     stretch: bool  # colour scales topped at the 99th percentile instead of 1
+
+    @property
+    def key(self) -> tuple:
+        """What names the translation in the caches: model file, sentence, decoding settings
+        and the target the user typed ("" for the model's own)."""
+        s = self.state
+        return (self.entry.path, self.entry.mtime, s.sentence, s.settings(), s.target)

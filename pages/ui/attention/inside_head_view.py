@@ -23,7 +23,7 @@ def inside_head_section(page: SectionInputs) -> None:
     head = head_number(state)
     queries, _ = pieces.tokens(state.kind)
     query = query_picker(queries, state)
-    key = (page.entry.path, page.entry.mtime, state.sentence, state.settings())
+    key = page.key
     try:
         v = cached.query_key_view(
             page.lm, page.translation, key, state.kind, state.layer, head, query

@@ -19,7 +19,7 @@ COLOR_WORDS = {"prob": "probability of the chosen word", "rank": "rank of the ch
 def logit_lens_section(page: SectionInputs) -> None:
     """The lens chart (colour by the chosen word's probability or rank) and what it projects."""
     state = page.state
-    key = (page.entry.path, page.entry.mtime, state.sentence, state.settings())
+    key = page.key
     lens = cached.lens(page.lm, page.translation, key)
     widget_default("at_lens", state.lens, LENS_COLORS)
     state.lens = st.radio(
