@@ -19,7 +19,7 @@ import sys
 
 from core.attention.hf_importance import PRECISIONS
 from core.attention.importance import SENTENCES, importance_for
-from core.command_line import CommandError, run_command
+from core.command_line import CommandError, run_command, terminal_progress
 from core.corpus.source import DataError
 from core.model import hf_folder
 from core.model.checkpoints import CheckpointError
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> list[str]:
         path,
         args.sentences,
         args.data,
-        None,
+        terminal_progress(),
         args.refresh,
         args.target_lang or None,
         args.precision,

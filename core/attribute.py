@@ -1,23 +1,19 @@
 """``python -m core.attribute``: what each token contributes to each output token, as JSON.
 
     python -m core.attribute --checkpoint CK [--method M] [--beam N] [--layer L] [--head H]
-        [--words] [--target "FRENCH"] SENTENCE
+        [--words] [--target "FRENCH"] [--contrast "FRENCH"] SENTENCE
     python -m core.attribute --checkpoint CK --faithfulness [--sentences N] [--data FILE]
-        [--method M ...] [--refresh]
 
-CK is a studio checkpoint or a Hugging Face model folder (a hub id when online; a
-multilingual one takes ``--target-lang``).
-
-The first form prints one JSON object: ``method``, ``source``, ``prefix`` and ``output``
-tokens, ``contributions`` (a row per output token over the source tokens then the prefix
-tokens; non-negative, each row summing to 1), ``source_share`` and, for gradient methods,
-the signed scores under ``raw``. With ``--target`` the model is teacher-forced on that
-translation instead of decoding its own: ``output`` is the target's tokens, and ``target``,
-``probability`` and ``rank`` (1 = the model's own first choice) give each one's standing
-under the model. The second prints one JSON line per method (and the random
-baseline): ``method``, ``spearman``, ``spearman_ci95``, ``deletion`` (the log-probability
-drop with the top 1, 2, 3 words removed), ``sentences``, ``seconds``. The library is
-``core.attribution``, the same functions the Attention page calls.
+CK: a studio checkpoint or a Hugging Face model folder (a hub id when online). The first
+form prints one JSON object: ``method``, ``source``, ``prefix``, ``output``,
+``contributions`` (a row per output token over source then prefix, each summing to 1),
+``source_share``, and ``raw`` signed scores for gradient methods. ``--target``: that
+translation teacher-forced instead of the model's own, with ``probability`` and ``rank``
+(1 = the model's first choice) per token. ``--contrast`` (gradient methods, occlusion):
+log p(y_t) - log p(y'_t) explained, y' an alternative of the same length in pieces;
+``contrast`` holds its tokens, ``contrast_steps`` where the two differ. The second form
+prints one JSON line per method and the random baseline (``spearman``, ``spearman_ci95``,
+``deletion``, ``sentences``, ``seconds``). The library is ``core.attribution``.
 """
 
 from __future__ import annotations
@@ -26,13 +22,12 @@ import argparse
 import json
 import sys
 
-from tqdm import tqdm
-
-from core.attribution.explain import explain, in_words
+from core.attribution.contrast import contrast_problem
+from core.attribution.explain import explain, explain_contrast, in_words
 from core.attribution.faithfulness import DEFAULT_METHODS, SENTENCES, faithfulness_for
 from core.attribution.hugging_face import method_problem
 from core.attribution.methods import MEAN, METHODS, AttributionError
-from core.command_line import CommandError, run_command
+from core.command_line import CommandError, run_command, terminal_progress
 from core.corpus.source import DataError
 from core.model import hf_folder
 from core.model.checked_translation import translate_sentence
@@ -56,18 +51,22 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--refresh", action="store_true", help="recompute a cached faithfulness")
     p.add_argument("--target-lang", default="", help="a multilingual model's target language")
     p.add_argument("--target", default="", help="explain this translation, not the model's own")
+    p.add_argument("--contrast", default="", help="why the translation rather than this one")
     p.add_argument("sentence", nargs="*", help="the sentence to explain")
     return p
 
 
 def problem(args) -> str | None:
     """What is wrong with the flags, in one line (None if nothing)."""
-    unknown = [m for m in args.method or [] if m not in METHODS]
-    if unknown:
+    if args.contrast.strip():
+        bad = [why for m in args.method or [] if (why := contrast_problem(m))]
+        if bad:
+            return bad[0]
+    elif unknown := [m for m in args.method or [] if m not in METHODS]:
         return f"unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}"
     if args.faithfulness:
-        if args.target:
-            return "--target explains one sentence: leave out --faithfulness"
+        if args.target or args.contrast:
+            return "--target and --contrast explain one sentence: leave out --faithfulness"
         return "--sentences must be at least 1" if args.sentences < 1 else None
     if not " ".join(args.sentence).strip():
         return "give a sentence to explain (or --faithfulness)"
@@ -78,19 +77,6 @@ def problem(args) -> str | None:
     if args.target and args.beam != 1:
         return "--target is fed to the decoder instead of a search: leave out --beam"
     return None
-
-
-def progress_bar():
-    """A progress callback drawing a tqdm bar (with ETA) on a terminal's stderr."""
-    bar = tqdm(
-        total=1000, disable=not sys.stderr.isatty(), bar_format="{l_bar}{bar}| {remaining} left"
-    )
-
-    def report(fraction: float, what: str) -> None:
-        bar.set_description(what)
-        bar.update(int(fraction * 1000) - bar.n)
-
-    return report
 
 
 def run(args) -> list[str]:
@@ -105,12 +91,15 @@ def run(args) -> list[str]:
             raise CommandError(why)
         path = hf_folder.resolve(args.checkpoint) if is_hugging_face(lm) else args.checkpoint
         result = faithfulness_for(
-            lm, path, args.sentences, methods, args.data, progress_bar(), args.refresh, target
+            lm, path, args.sentences, methods, args.data, terminal_progress(), args.refresh, target
         )
         return [json.dumps(row) for row in result.methods]
     settings = DecodeSettings(beam_size=args.beam, target_lang=args.target_lang)
     t = translate_sentence(lm, " ".join(args.sentence), settings, args.target)
-    e = explain(lm, t, (args.method or ["alti"])[0], args.layer, args.head)
+    if args.contrast.strip():
+        e = explain_contrast(lm, t, args.contrast, (args.method or ["grad-input"])[0])
+    else:
+        e = explain(lm, t, (args.method or ["alti"])[0], args.layer, args.head)
     return [json.dumps((in_words(e) if args.words else e).to_json(), ensure_ascii=False)]
 
 

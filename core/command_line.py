@@ -13,6 +13,8 @@ import argparse
 import sys
 from collections.abc import Callable, Iterable
 
+from tqdm import tqdm
+
 USAGE_ERROR = 2  # exit code of a command given something it cannot use
 
 
@@ -43,3 +45,17 @@ def run_command(
         print(f"error: {one_line(e)}", file=sys.stderr)
         return USAGE_ERROR
     return 0
+
+
+def terminal_progress() -> Callable[[float, str], None]:
+    """A progress callback (fraction done, what is being done) drawing a bar with the time
+    left on a terminal's stderr (nothing when stderr is not a terminal)."""
+    bar = tqdm(
+        total=1000, disable=not sys.stderr.isatty(), bar_format="{l_bar}{bar}| {remaining} left"
+    )
+
+    def report(fraction: float, what: str) -> None:
+        bar.set_description(what)
+        bar.update(int(fraction * 1000) - bar.n)
+
+    return report

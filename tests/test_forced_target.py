@@ -141,7 +141,7 @@ def test_a_bpe_models_target_in_words_multiplies_its_pieces(bpe_run):
 
 def test_the_translate_page_rates_a_typed_translation(studio_dirs):
     at = run_page_script("translate.py")
-    at.text_input(key="tr_target").set_value("je suis moi chez .").run()
+    at.text_input(key="tr_target_text").set_value("je suis moi chez .").run()
     assert_clean(at)
     shown = plain("\n".join(m.value for m in at.markdown))
     assert "Your translation, as the model rates it" in [h.value for h in at.subheader]
@@ -153,7 +153,7 @@ def test_the_translate_page_rates_a_typed_translation(studio_dirs):
     assert f"log-probability **{forced.log_prob:.2f}**" in shown
     assert at.query_params["target"] == "je suis moi chez ."
     at.text_input(key="tr_sentence").set_value("i am cold .").run()  # another sentence
-    assert at.text_input(key="tr_target").value == "" and "target" not in at.query_params
+    assert at.text_input(key="tr_target_text").value == "" and "target" not in at.query_params
 
 
 def test_the_attention_page_explains_the_target_in_the_link(studio_dirs):
@@ -162,7 +162,7 @@ def test_the_attention_page_explains_the_target_in_the_link(studio_dirs):
     assert_clean(at)
     shown = plain("\n".join(m.value for m in at.markdown))
     assert "Your translation (fed to the decoder):** je suis moi chez ." in shown
-    assert at.text_input(key="at_target").value == "je suis moi chez ."
-    at.text_input(key="at_target").set_value("").run()  # back to the model's own
+    assert at.text_input(key="at_target_text").value == "je suis moi chez ."
+    at.text_input(key="at_target_text").set_value("").run()  # back to the model's own
     shown = plain("\n".join(m.value for m in at.markdown))
     assert "Translation (greedy):** je suis chez moi ." in shown

@@ -10,6 +10,7 @@ HF_SECTIONS = (
 )
 HF_NOT_YET = {  # the other section reads the studio's training files
     "training": "A Hugging Face model was not trained here: it has no snapshots to replay.",
+    "patch": "Activation patching reads the studio's own models for now.",
 }
 
 

@@ -24,6 +24,7 @@ SECTION_KEYS = (  # the Attention page's
     "alignment",
     "inside",
     "lens",
+    "patch",
 )
 PLAYBACK = "playback"  # the section whose output step travels in the URL
 ATTRIBUTION = "attribution"  # the section whose attribution method travels in the URL
@@ -31,6 +32,7 @@ ALIGNMENT = "alignment"  # the section whose alignment mode travels in the URL
 TRAINING = "training"  # the section whose training step and compared step travel in the URL
 INSIDE = "inside"  # the section whose query token and lines mode travel in the URL
 LENS = "lens"  # the section whose colouring travels in the URL
+PATCH = "patch"  # the section whose corrupted sentence travels in the URL
 SECTION_FIELDS = {  # fields only one section writes
     "step": PLAYBACK,
     "method": ATTRIBUTION,
@@ -40,6 +42,7 @@ SECTION_FIELDS = {  # fields only one section writes
     "query": INSIDE,
     "lines_all": INSIDE,
     "lens": LENS,
+    "corrupt": PATCH,
 }
 ALIGN_MODES = ("awo", "awi")  # core.alignment.extract.MODES (a layer above: checked by a test)
 OLD_SECTIONS = {  # the section values of links made before the keys: the labels shown then
@@ -81,6 +84,7 @@ class ViewState:
     token: str = ""  # selected token, "q<i>" (query row) or "k<j>" (key column)
     reference: str = ""  # French reference of `sentence` to force ("" = the d2l book's, if any)
     target: str = ""  # a translation the user typed, explained instead of the model's own
+    corrupt: str = ""  # activation patching: the sentence patched into ("" = none yet)
     method: str = "alti"  # attribution method, one of core.attribution.methods.METHODS
     align: str = ALIGN_MODES[0]  # alignment mode: "awo" (the step that predicts) or "awi"
     train_step: int = -1  # "Over training": the snapshot step shown (-1 = the latest, followed)
@@ -119,6 +123,7 @@ class ViewState:
             "token",
             "method",
             "target_lang",
+            "corrupt",
         ):
             if len(getattr(state, name)) > MAX_TEXT_CHARS:
                 setattr(state, name, getattr(cls, name))

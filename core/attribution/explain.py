@@ -10,6 +10,7 @@ Shape key: S source tokens, T output tokens; S', T' after merging into words.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -17,8 +18,10 @@ import pandas as pd
 
 from core.attention.word_maps import merge_weights
 from core.attribution import hugging_face as hf_attribution
+from core.attribution.contrast import contrast, foil_ids
 from core.attribution.methods import MEAN, Attribution, AttributionError, attribute
 from core.corpus.bpe import PREFIX, join_pieces, word_spans
+from core.model import hugging_face as hf
 from core.model.checkpoints import LoadedModel
 from core.model.decode import Translation
 from core.model.opened import is_hugging_face
@@ -36,6 +39,7 @@ class Explained:
     output: list[str]  # T output tokens
     probabilities: list[float] | None = None  # of each output token, for a forced target
     ranks: list[int] | None = None  # each output token's rank at its step (1 = the top)
+    contrast: list[str] | None = None  # the foil's T tokens of a contrastive explanation
 
     @property
     def contributions(self) -> np.ndarray:
@@ -68,6 +72,8 @@ class Explained:
             out |= {"layer": a.layer, "head": a.head}
         if a.completeness is not None:
             out["completeness_error"] = round(a.completeness, 6)
+        if self.contrast is not None:  # log p(y_t) - log p(y'_t) explained
+            out |= {"contrast": self.contrast, "contrast_steps": a.extra["contrast_steps"]}
         if self.probabilities is not None:  # a target the user gave
             out |= {"target": True, "probability": [round(p, 6) for p in self.probabilities]}
             out["rank"] = self.ranks
@@ -99,6 +105,22 @@ def explain(
     return e
 
 
+def explain_contrast(
+    lm: LoadedModel, t: Translation, foil: str | Sequence[int], method: str
+) -> Explained:
+    """Run a contrastive ``method`` on a translation: why each y_t rather than the foil's y'_t
+    (``core.attribution.contrast``); ``foil`` as text, or as ids (``foil_at``)."""
+    if not t.out_ids or not t.src_ids:
+        raise AttributionError("nothing to explain: the translation is empty")
+    ids = foil_ids(lm, t, foil) if isinstance(foil, str) else list(foil)
+    a = contrast(lm, t, ids, method)
+    e = Explained(a, list(t.src_tokens), list(t.decoder_inputs), list(t.output_tokens))
+    e.contrast = hf.shown_tokens(lm, ids) if is_hugging_face(lm) else lm.tgt_vocab.decode(ids)
+    if t.forced:
+        e.probabilities, e.ranks = list(t.token_probs), list(t.ranks)
+    return e
+
+
 def _merge(block: np.ndarray | None, rows: list[str], cols: list[str]):
     """A (T, N) block of rows over the ``cols`` tokens, merged into words (None stays)."""
     return None if block is None else merge_weights(block, rows, cols)
@@ -121,6 +143,7 @@ def in_words(e: Explained) -> Explained:
     source = join_pieces(e.source)
     merged = replace(a, contributions=parts[0], raw=parts[1], source_length=len(source))
     out = Explained(merged, source, join_pieces(e.prefix), join_pieces(e.output))
+    out.contrast = None if e.contrast is None else join_pieces(e.contrast)
     if e.probabilities is not None:  # a word: the product of its pieces', its worst rank
         spans = word_spans(e.output)
         out.probabilities = [float(np.prod(e.probabilities[a:b])) for a, b in spans]

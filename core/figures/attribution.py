@@ -181,6 +181,38 @@ def source_share_figure(e: Explained, title: str) -> go.Figure:
     return fig
 
 
+def contrast_figure(e: Explained, step: int, title: str) -> go.Figure:
+    """One step of a contrastive explanation: a signed bar per source and prefix token (up to
+    the step), positive where the token favours the written word over the alternative."""
+    S = e.attribution.source_length
+    raw = np.asarray(e.attribution.raw[step], dtype=np.float32)  # (S + T,)
+    tokens = list(e.source) + list(e.prefix[: step + 1])
+    values = np.concatenate([raw[:S], raw[S : S + step + 1]])
+    labels = unique_labels(tokens)
+    colors = [FLAG_COLOR if v < 0 else SHARE_COLOR for v in values]
+    fig = go.Figure(
+        go.Bar(
+            x=labels,
+            y=values,
+            marker={"color": colors},
+            hovertemplate="%{x}<br>%{y:+.3f}<extra></extra>",
+        )
+    )
+    fig.add_vline(x=S - 0.5, line_dash="dot", line_color="#888")
+    notes = [
+        f"“{e.output[step]}” rather than “{e.contrast[step]}”: blue favours the written word, "
+        "red the alternative; left of the dotted line the source, right the prefix"
+    ]
+    head = title_layout(title, notes, WIDE_TITLE_CHARS)
+    fig.update_layout(
+        xaxis=_axis("token", labels, tokens) | {"tickangle": -45},
+        yaxis={"title": {"text": "score"}, "zeroline": True},
+        height=int(280 + head["margin"]["t"]),
+        **head,
+    )
+    return fig
+
+
 def faithfulness_table(result: Faithfulness) -> pd.DataFrame:
     """One row per method, best Spearman first: ρ with its 95% interval, drops at k, sample."""
     rows = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from core.attention import maps, snapshots, word_maps
-from core.attribution.explain import Explained, explain
+from core.attribution.explain import Explained, explain, explain_contrast
 from core.corpus.text import tokenize
 from core.model import checked_translation as translation
 from core.model.checkpoints import LoadedModel
@@ -135,6 +135,14 @@ def snapshot_series(source: str, sentence: str, steps: tuple) -> snapshots.Snaps
 def probe_sentences(source: str, steps: tuple) -> list[str]:
     """The probe sentences of a run or history file."""
     return snapshots.probe_sentences(source)
+
+
+@shared()
+def contrast_explanation(
+    _lm: LoadedModel, _t: Translation, key: tuple, foil: tuple[int, ...], method: str
+) -> Explained:
+    """A contrastive attribution of a cached translation against the ``foil`` ids."""
+    return explain_contrast(_lm, _t, list(foil), method)
 
 
 @shared()

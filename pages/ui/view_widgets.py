@@ -77,8 +77,8 @@ def target_language(lm, state: ViewState, prefix: str) -> None:
 
 def target_input(state: ViewState, prefix: str, label: str = "French") -> str:
     """The box of a translation to explain instead of the model's own (widget key
-    ``<prefix>_target``), kept in the view state; "" when empty."""
-    key, owner = f"{prefix}_target", f"{prefix}_target_sentence"
+    ``<prefix>_target_text``), kept in the view state; "" when empty."""
+    key, owner = f"{prefix}_target_text", f"{prefix}_target_sentence"
     if st.session_state.get(owner) != state.sentence:  # a new sentence: its own target
         st.session_state[key] = state.target
         st.session_state[owner] = state.sentence

@@ -8,6 +8,7 @@ from core.attention.kinds import KIND_NAMES
 from core.attention.maps import csv_cell, decoder_view, export_name, select_view
 from core.attention.sentence_maps import SentenceMaps
 from core.attention.view_state import ViewState
+from core.attribution.contrast import CONTRAST_METHODS, CONTRAST_NAMES, foil_at
 from core.attribution.explain import SHARE_FLAG, Explained, in_words
 from core.attribution.gradients import IG_STEPS
 from core.attribution.hugging_face import method_problem
@@ -16,7 +17,7 @@ from core.figures import attention as figs
 from core.figures import attribution as attr_figs
 from pages.ui.attention.faithfulness_view import faithfulness_panel
 from pages.ui.attention.inputs import SectionInputs
-from pages.ui.cached import explanation
+from pages.ui.cached import contrast_explanation, explanation
 from pages.ui.charts import chart
 from pages.ui.text import md
 from pages.ui.view_widgets import widget_default
@@ -60,7 +61,46 @@ def attribution_section(page: SectionInputs) -> None:
         right = row.container(width=attr_figs.panel_width(S + T))
         contribution_panel(right, page, shown, (layer, head))
         share_panel(page, shown)
+    contrast_panel(page)
     faithfulness_panel(page.entry, page.lm, state)
+
+
+def contrast_panel(page: SectionInputs) -> None:
+    """Why the written word rather than another at one step: a contrastive attribution
+    (Yin & Neubig 2022) of log p(y_t) - log p(y'_t), the alternative one of the step's
+    top candidates."""
+    st.subheader("Why this word rather than another?")
+    t = page.translation
+    steps = [i for i, cands in enumerate(t.topk) if any(w != t.output_tokens[i] for w, _ in cands)]
+    if not steps:
+        st.caption("No step has another candidate to contrast with.")
+        return
+    cols = st.columns(3)
+    step = cols[0].selectbox(
+        "Output step",
+        steps,
+        format_func=lambda i: f"{i}: {t.output_tokens[i]}",
+        key="atr_contrast_step",
+    )
+    others = [w for w, _ in t.topk[step] if w != t.output_tokens[step]]
+    word = cols[1].selectbox("Rather than", others, key="atr_contrast_word")
+    method = cols[2].selectbox(
+        "Contrastive method",
+        CONTRAST_METHODS,
+        format_func=CONTRAST_NAMES.get,
+        key="atr_contrast_method",
+        help="Attention, rollout, norm-based, ALTI+ and value zeroing cannot contrast: they "
+        "describe how the model mixes its tokens, the same whichever word is asked about.",
+    )
+    try:
+        foil = foil_at(page.lm, t, step, word)
+        e = contrast_explanation(page.lm, t, page.key, tuple(foil), method)
+    except AttributionError as err:
+        st.error(md(err))
+        return
+    title = f"Why “{t.output_tokens[step]}” rather than “{word}” ({CONTRAST_NAMES[method]})"
+    name = export_name(page.state.model, page.state.sentence, None, None, None, "contrast")
+    chart(attr_figs.contrast_figure(e, step, title), "atr_contrast", name=name)
 
 
 def pick_method(state: ViewState) -> str:

@@ -1,5 +1,5 @@
-"""Cached calls of the "Remove heads" section: translations with heads removed, shared by
-every session."""
+"""Cached calls of the "Remove heads" and "Patching" sections: translations with heads
+removed and activation patching, on a private copy of the model, shared by every session."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import threading
 
 from core.attention import ablation as ablate
 from core.attention.ablation import HeadSpec
+from core.attention.patching import Patching, patch
 from core.model import checked_translation as translation
 from core.model.checkpoints import LoadedModel
 from core.model.decode import DecodeSettings, Translation
@@ -54,3 +55,12 @@ def _ablated_translate(
         t = translation.translate_sentence(own, sentence, settings)
     t.warnings += [note] if note else []
     return t
+
+
+@shared(spinner="Patching every head and every position…")
+def patched(_lm: LoadedModel, path: str, mtime: float, clean: str, corrupt: str) -> Patching:
+    """Activation patching of the private copy (its hooks touch no shared model), cached per
+    model and sentence pair for every session."""
+    own, lock = private_model(_lm, path, mtime)
+    with lock:
+        return patch(own, clean, corrupt)

@@ -17,6 +17,7 @@ from pages.ui.attention import (
     logit_lens_view,
     maps_view,
     over_training_view,
+    patching_view,
     playback_view,
 )
 from pages.ui.attention.alignment_gold_view import open_alignment_on_best
@@ -48,6 +49,7 @@ SECTIONS = {  # key (core.attention.view_state.SECTION_KEYS) -> section
     "alignment": Section("Alignment", alignment_view.alignment_section),
     "inside": Section("Inside a head", inside_head_view.inside_head_section),
     "lens": Section("Logit lens", logit_lens_view.logit_lens_section, reads_view=False),
+    "patch": Section("Patching", patching_view.patching_section, reads_view=False),
 }
 
 

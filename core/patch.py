@@ -1,0 +1,56 @@
+"""``python -m core.patch``: activation patching between two source sentences, as JSON lines.
+
+    python -m core.patch --checkpoint CK --clean "the boy is tall ." --corrupt "the girl is tall ."
+
+The two sentences must have the same length in pieces. Both are translated greedily; at the
+first step where the translations differ, the metric is the logit difference between the
+clean run's token and the corrupted run's, the decoder fed their common prefix. Prints one
+JSON line per component patched from the clean run into the corrupted one (``kind``,
+``layer``, ``head`` for every head of the three kinds, or ``position`` for a layer's output,
+the residual stream, kinds ``encoder_stream`` and ``decoder_stream``; ``effect``: 0 = the
+corrupted run, 1 = the clean run), then one line with ``clean_metric``, ``corrupt_metric``,
+the step, both tokens and the prefix. The library is ``core.attention.patching``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from core.attention.patching import patch
+from core.command_line import CommandError, run_command
+from core.model.checkpoints import CheckpointError
+from core.model.decode import TranslationError
+from core.model.opened import is_hugging_face, open_model
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """--checkpoint, --clean and --corrupt."""
+    p = argparse.ArgumentParser(
+        description="The effect of patching each head and each residual position from one "
+        "source sentence's run into another's."
+    )
+    p.add_argument("--checkpoint", required=True, help="a studio checkpoint (.pt)")
+    p.add_argument("--clean", required=True, help="the source whose activations are patched in")
+    p.add_argument("--corrupt", required=True, help="the source they are patched into")
+    return p
+
+
+def run(args: argparse.Namespace) -> list[str]:
+    """One line per component, then the metrics."""
+    lm = open_model(args.checkpoint, hub=True)
+    if is_hugging_face(lm):
+        raise CommandError("activation patching reads the studio's own models for now")
+    result = patch(lm, args.clean, args.corrupt)
+    lines = [json.dumps(row, ensure_ascii=False) for row in result.rows]
+    return [*lines, json.dumps(result.summary(), ensure_ascii=False)]
+
+
+def main(argv=None) -> int:
+    """Print the effect of patching every component as JSON lines."""
+    return run_command(build_parser(), run, (CheckpointError, TranslationError), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Activation patching (core.attention.patching, ``python -m core.patch``): its invariants —
+patching nothing new gives 0, patching all the decoder reads of the clean source gives 1 —
+and the command's lines."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from core import patch as patch_cmd
+from core.attention import patching
+from core.attention.patching import ENCODER_OUTPUT, Component, patch
+from core.model.decode import TranslationError
+
+CLEAN, CORRUPT = "the cat sees the dog .", "the dog sees the cat ."
+
+
+def _run_parts(lm):
+    """(sources, decoder inputs, answers) of the test pair, as ``patch`` builds them."""
+    (a, _), (b, _) = patching._sources(lm, CLEAN, CORRUPT)
+    out_a = patching._greedy(lm.model, a, 50)
+    out_b = patching._greedy(lm.model, b, 50)
+    step = next(t for t, (x, y) in enumerate(zip(out_a, out_b)) if x != y)
+    tgt_in = torch.tensor([[1, *out_a[:step]]])
+    return torch.tensor([a]), torch.tensor([b]), tgt_in, (out_a[step], out_b[step])
+
+
+def test_every_component_is_patched_once_with_a_finite_effect(tiny_model):
+    result = patch(tiny_model, CLEAN, CORRUPT)
+    cfg = tiny_model.model.cfg
+    heads = [r for r in result.rows if "head" in r]
+    assert len(heads) == (cfg.num_encoder_layers + 2 * cfg.num_decoder_layers) * cfg.num_heads
+    streams = [r for r in result.rows if "position" in r]
+    source, target = len(result.clean), len(result.prefix)
+    assert len(streams) == cfg.num_encoder_layers * source + cfg.num_decoder_layers * target
+    assert all(torch.isfinite(torch.tensor(r["effect"])) for r in result.rows)
+    assert result.clean_metric > 0 > result.corrupt_metric  # each run's own answer wins
+    assert result.answer != result.wrong
+
+
+def test_patching_what_the_decoder_reads_of_the_clean_source_gives_one(tiny_model):
+    cfg = tiny_model.model.cfg
+    last = cfg.num_decoder_layers - 1
+    chosen = [
+        Component(ENCODER_OUTPUT, 0),  # the memory at every position, the same prefix
+        Component("encoder_stream", cfg.num_encoder_layers - 1),  # all the memory is made of
+    ]
+    result = patch(tiny_model, CLEAN, CORRUPT, chosen)
+    step = len(result.prefix) - 1
+    chosen_last = [Component("decoder_stream", last, position=step)]  # what the logits read
+    result_last = patch(tiny_model, CLEAN, CORRUPT, chosen_last)
+    for row in result.rows + result_last.rows:
+        assert row["effect"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_patching_the_corrupted_runs_own_activations_gives_zero(tiny_model):
+    model = tiny_model.model.eval()
+    _, src_b, tgt_in, answers = _run_parts(tiny_model)
+    chosen = patching.components(model, src_b.size(1), tgt_in.size(1))
+    sites = list(dict.fromkeys(patching._site(model, c) for c in chosen))
+    with torch.no_grad():
+        logits, own = patching._recorded(model, sites, src_b, tgt_in)
+        metrics = patching.patched_metrics(model, chosen, own, src_b, tgt_in, answers)
+    m_corrupt = float(logits[0, -1, answers[0]] - logits[0, -1, answers[1]])
+    assert torch.allclose(metrics, torch.full_like(metrics, m_corrupt), atol=1e-5)
+
+
+def test_rows_of_a_batch_do_not_touch_each_other(tiny_model, monkeypatch):
+    together = patch(tiny_model, CLEAN, CORRUPT).rows
+    monkeypatch.setattr(patching, "ROWS", 1)  # one component per pass
+    alone = patch(tiny_model, CLEAN, CORRUPT).rows
+    assert [r["effect"] for r in together] == pytest.approx([r["effect"] for r in alone], abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "clean, corrupt, message",
+    [
+        ("the cat sleeps .", "the cat sees the dog .", "the same length in pieces"),
+        (CLEAN, CLEAN, "The two sentences are the same"),
+    ],
+)
+def test_sentences_that_cannot_be_compared_are_a_message(tiny_model, clean, corrupt, message):
+    with pytest.raises(TranslationError, match=message):
+        patch(tiny_model, clean, corrupt)
+
+
+def test_the_command_prints_a_line_per_component_then_the_metrics(tiny_checkpoint, capsys):
+    args = ["--checkpoint", str(tiny_checkpoint), "--clean", CLEAN, "--corrupt", CORRUPT]
+    assert patch_cmd.main(args) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    from core.model.checkpoints import load_checkpoint
+
+    result = patch(load_checkpoint(tiny_checkpoint), CLEAN, CORRUPT)
+    assert lines[:-1] == result.rows and lines[-1] == result.summary()
+    assert {"kind", "layer", "effect"} <= set(lines[0]) and "clean_metric" in lines[-1]
+    assert patch_cmd.main([*args[:4], "--corrupt", "the cat sleeps ."]) == 2
+    err = capsys.readouterr().err
+    assert "same length in pieces" in err and err.count("\n") == 1
+
+
+def test_the_attention_page_draws_the_patching_grids(studio_dirs):
+    from tests.helpers import assert_clean, run_page_script
+
+    query = {"sentence": CLEAN, "section": "patch"}
+    at = run_page_script("attention.py", query)
+    assert_clean(at)
+    assert "Type the corrupted sentence" in " ".join(i.value for i in at.info)
+    at.text_input(key="at_corrupt").set_value(CORRUPT).run()
+    assert_clean(at)
+    shown = " ".join(m.value for m in at.markdown)
+    assert "the clean run writes" in shown and len(at.get("plotly_chart")) == 2
+    assert at.query_params["corrupt"] == CORRUPT
+    at.text_input(key="at_corrupt").set_value("the cat sleeps .").run()
+    assert "same length in pieces" in " ".join(e.value for e in at.error)
