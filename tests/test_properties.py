@@ -85,6 +85,8 @@ def test_any_query_string_gives_a_view_inside_every_widgets_range(params):
         state.query, state.lines_all = ViewState.query, ViewState.lines_all
     if state.section != "lens":  # the logit lens's colouring travels with it only
         state.lens = ViewState.lens
+    if state.section != "patch":  # the corrupted sentence travels with the patching only
+        state.corrupt = ViewState.corrupt
     assert ViewState.from_query(state.to_query()) == state  # what it writes, it reads back
 
 

@@ -158,7 +158,8 @@ class HFMeasures:
 
     def computing(self):
         """The context of the passes that remove heads: bfloat16 autocast (matrix products
-        in bfloat16, accumulated and normalised in float32) or plain float32."""
+        in bfloat16 accumulated in float32, the activations between them in bfloat16; the
+        loss's log-softmax is taken in float32) or plain float32."""
         if self.precision == "bfloat16":
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return nullcontext()

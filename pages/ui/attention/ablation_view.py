@@ -49,6 +49,11 @@ def ablation_section(page: SectionInputs) -> None:
     """Pick heads to remove; the translation and maps without them; head importance."""
     entry, lm, state = page.entry, page.lm, page.state
     heads = pick_heads(lm, state)
+    if heads and page.translation.forced:
+        st.caption(
+            "Beside your translation (fed to the decoder), the model's own translation "
+            "with these heads removed, decoded freely."
+        )
     if heads:
         removed_view(entry, lm, (page.translation, page.maps), heads, state, page.stretch)
     else:
@@ -207,8 +212,9 @@ def precision_choice(lm: LoadedModel) -> str:
         options,
         format_func=PRECISION_LABELS.get,
         key="ab_precision",
-        help="The passes that remove heads, in bfloat16 (matrix products in bfloat16, "
-        "summed in float32) or in float32. The gradient score is float32 either way. On "
+        help="The passes that remove heads, in bfloat16 (matrix products in bfloat16 summed "
+        "in float32, activations in bfloat16) or in float32. The gradient score is float32 "
+        "either way. On "
         "the benchmark model the two agree within 0.0001 in every head's loss change.",
         width=420,
     )
