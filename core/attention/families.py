@@ -34,4 +34,4 @@ def target_label(lm) -> str:
     if not is_hugging_face(lm):
         return "French"
     _, target = lm.languages
-    return target if target != "target" else "its target language"
+    return target if target != "target" else "target language"
