@@ -113,6 +113,7 @@ def test_the_attribution_section_contrasts_a_candidate_at_a_step(studio_dirs):
     at = run_page_script("attention.py", {"sentence": SENTENCE, "section": "attribution"})
     assert_clean(at)
     assert "Why this word rather than another?" in [h.value for h in at.subheader]
+    assert any("ALTI+ and value zeroing cannot" in c.value for c in at.caption)
     at.selectbox(key="atr_contrast_step").set_value(3).run()  # "moi"
     assert_clean(at)
     word = at.selectbox(key="atr_contrast_word")

@@ -70,6 +70,13 @@ def contrast_panel(page: SectionInputs) -> None:
     (Yin & Neubig 2022) of log p(y_t) - log p(y'_t), the alternative one of the step's
     top candidates."""
     st.subheader("Why this word rather than another?")
+    st.caption(
+        "Explains log p(written word) − log p(alternative) at one step: a token scores high "
+        "when it favours the written word over the alternative. Gradient × input, integrated "
+        "gradients and occlusion can contrast; attention, rollout, norm-based, ALTI+ and value "
+        "zeroing cannot (they describe how the model mixes its tokens, the same whichever "
+        "word is asked about)."
+    )
     t = page.translation
     steps = [i for i, cands in enumerate(t.topk) if any(w != t.output_tokens[i] for w, _ in cands)]
     if not steps:
@@ -89,8 +96,6 @@ def contrast_panel(page: SectionInputs) -> None:
         CONTRAST_METHODS,
         format_func=CONTRAST_NAMES.get,
         key="atr_contrast_method",
-        help="Attention, rollout, norm-based, ALTI+ and value zeroing cannot contrast: they "
-        "describe how the model mixes its tokens, the same whichever word is asked about.",
     )
     try:
         foil = foil_at(page.lm, t, step, word)
