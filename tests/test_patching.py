@@ -114,3 +114,15 @@ def test_the_attention_page_draws_the_patching_grids(studio_dirs):
     assert at.query_params["corrupt"] == CORRUPT
     at.text_input(key="at_corrupt").set_value("the cat sleeps .").run()
     assert "same length in pieces" in " ".join(e.value for e in at.error)
+
+
+def test_typed_words_reach_the_stream_figure_as_text():
+    from core.figures.patching import stream_figure
+
+    rows = [
+        {"kind": "encoder_stream", "layer": 0, "position": p, "effect": 0.5} for p in range(2)
+    ] + [{"kind": "decoder_stream", "layer": 0, "position": 0, "effect": 1.0}]
+    fig = stream_figure(rows, ["<b>x</b>", "<eos>"], ["<bos>"], "<i>about</i>")
+    ticks = [str(x) for trace in fig.data for x in trace.x]
+    assert ticks[:2] == ["0:&lt;b&gt;x&lt;/b&gt;", "1:&lt;eos&gt;"]
+    assert "<i>" not in fig.layout.title.text + str(fig.layout.annotations)

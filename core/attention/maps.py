@@ -12,17 +12,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-import torch
 
 from core.attention import head_stats
 from core.attention.kinds import check_tokens, kind_labels
 from core.attention.sentence_maps import SentenceMaps
-from core.corpus.text import tokenize
-from core.corpus.vocab import Vocab
-from core.model import hugging_face as hf
 from core.model.checkpoints import LoadedModel
-from core.model.decode import TranslationError, prepare_source, teacher_forced
-from core.model.opened import is_hugging_face
+from core.model.decode import DecodeSettings, TranslationError
+from core.model.opened import forced_any
 
 HEAD_AGGREGATES = ("mean", "max", "rollout")  # besides a head number; rollout: encoder only
 HIDDEN_NOTE = "<bos>/<eos> columns hidden, rows renormalised"
@@ -306,20 +302,8 @@ def teacher_forced_maps(
     lm: LoadedModel, sentence: str, reference: str, target_lang: str | None = None
 ) -> SentenceMaps:
     """Maps of one teacher-forced pass that feeds the reference instead of the model's output
-    (a Hugging Face model's reference read by its own tokenizer)."""
-    if is_hugging_face(lm):
-        src_tokens, outputs, inputs, m = hf.forced_maps(lm, sentence, reference, target_lang)
-        arrays = (x.numpy() for x in (m.encoder, m.decoder_self, m.cross))
-        return SentenceMaps(*arrays, src_tokens, outputs, inputs)
-    ref = tokenize(reference or "")
-    if not ref:
-        raise TranslationError("The reference is empty: type the French translation to force.")
-    ids, src_tokens, _, _ = prepare_source(sentence, lm.src_vocab, lm.model.cfg.max_positions)
-    limit = lm.model.cfg.max_positions - 1
-    pieces, ref_ids = lm.tgt_vocab.segment(ref)  # words, or a subword vocabulary's pieces
-    out_ids = (ref_ids + [Vocab.eos_id])[:limit]
-    device = next(lm.model.parameters()).device
-    _, maps = teacher_forced(lm.model, torch.tensor([ids], device=device), out_ids)
-    arrays = (m[:, 0].float().cpu().numpy() for m in (maps.encoder, maps.decoder_self, maps.cross))
-    outputs = (pieces + ["<eos>"])[: len(out_ids)]
-    return SentenceMaps(*arrays, src_tokens, outputs, ["<bos>"] + outputs[:-1])
+    (a Hugging Face model's reference read by its own tokenizer): the forced translation's."""
+    if not (reference or "").strip():
+        raise TranslationError("The reference is empty: type the translation to force.")
+    settings = DecodeSettings(target_lang=target_lang or "")
+    return SentenceMaps.from_translation(forced_any(lm, sentence, reference, settings))

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from core.attention.kinds import KIND_NAMES, KINDS
-from core.figures.attention import WIDE_TITLE_CHARS, title_layout
+from core.figures.attention import WIDE_TITLE_CHARS, title_layout, unique_labels
 from core.figures.importance import color_range, grid_trace, kind_grid
 from core.figures.labels import PLAIN_NUMBERS, plotly_text
 
@@ -79,7 +79,7 @@ def stream_figure(rows: Sequence[dict], source: Sequence[str], prefix: Sequence[
         horizontal_spacing=0.1,
     )
     for col, (stream, z) in enumerate(grids.items(), start=1):
-        labels = [f"{i}: {t}" for i, t in enumerate(axes[stream])]  # unique, in order
+        labels = unique_labels(axes[stream])  # "i:token", HTML-safe: a typed word is text
         fig.add_trace(
             go.Heatmap(
                 z=z,

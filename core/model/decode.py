@@ -278,10 +278,12 @@ def _translation(
     maps: AttentionMaps,
     tgt_vocab: Vocab,
     topk: int,
-    forced=False,
+    shown: list[str] | None = None,
 ) -> Translation:
-    """The Translation of ``out_ids`` after ``src``: logp (1, T, V) and maps (L, 1, H, ., .)."""
-    outputs = tgt_vocab.decode(out_ids)
+    """The Translation of ``out_ids`` after ``src``: logp (1, T, V) and maps (L, 1, H, ., .).
+    ``shown``: the tokens of a target the user gave, as typed (a word the vocabulary reads
+    as <unk> keeps its name), which makes it a forced translation."""
+    outputs = tgt_vocab.decode(out_ids) if shown is None else shown
     tokens = [w for w in outputs if w != "<eos>"]
     logps, ranks = scored(logp[0], out_ids)
     return Translation(
@@ -299,7 +301,7 @@ def _translation(
         list(out_ids),
         [math.exp(x) for x in logps],
         ranks,
-        forced,
+        shown is not None,
     )
 
 
@@ -322,13 +324,14 @@ def forced_translation(
         ids, src_tokens, unknown, warnings = prepare_source(
             sentence, src_vocab, model.cfg.max_positions
         )
-        _, out_ids = tgt_vocab.segment(words)  # words, or a subword vocabulary's pieces
+        pieces, out_ids = tgt_vocab.segment(words)  # words, or a subword vocabulary's pieces
         limit = model.cfg.max_positions - 1
         if len(out_ids) + 1 > limit:
             warnings.append(
                 f"The target has {len(out_ids)} tokens; only the first {limit - 1} were used."
             )
         out_ids = out_ids[: limit - 1] + [Vocab.eos_id]
+        shown = pieces[: limit - 1] + ["<eos>"]
         if missing := tgt_vocab.unknown(words):
             warnings.append(
                 "Not in the model's target vocabulary (fed as <unk>): "
@@ -337,7 +340,7 @@ def forced_translation(
             )
         logp, maps = teacher_forced(model, torch.tensor([ids], device=device), out_ids)
     source = Source(ids, src_tokens, unknown, warnings)
-    return _translation(source, out_ids, logp, maps, tgt_vocab, topk, forced=True)
+    return _translation(source, out_ids, logp, maps, tgt_vocab, topk, shown)
 
 
 @torch.no_grad()

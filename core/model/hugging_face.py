@@ -350,22 +350,6 @@ def target_ids(hm: HFModel, text: str, target_lang: str | None = None) -> list[i
     return ids[: hm.cfg.max_positions - 1]
 
 
-def forced_maps(hm: HFModel, sentence: str, reference: str, target_lang: str | None = None):
-    """Teacher-force ``reference`` after ``sentence``: (source tokens, output tokens,
-    decoder-input tokens, AttentionMaps with (L, H, Tq, Tk) per kind)."""
-    if not (reference or "").strip():
-        raise TranslationError("The reference is empty: type the translation to force.")
-    src = encode_source(hm, sentence)  # (1, S)
-    out_ids = target_ids(hm, reference, target_lang)
-    _, dec = forced_inputs(hm, src[0].tolist(), out_ids)  # (1, T)
-    _, maps = forced_pass(hm, src, dec)
-    squeezed = AttentionMaps(
-        *(m[:, 0].float().cpu() for m in (maps.encoder, maps.decoder_self, maps.cross))
-    )
-    tokens = shown_tokens(hm, out_ids)
-    return shown_tokens(hm, src[0].tolist()), tokens, shown_tokens(hm, dec[0].tolist()), squeezed
-
-
 def unknown_target_words(hm: HFModel, text: str) -> list[str]:
     """Words of ``text`` that the tokenizer reads (partly) as its unknown token."""
     unk = hm.tokenizer.unk_token_id
