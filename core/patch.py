@@ -1,6 +1,7 @@
 """``python -m core.patch``: activation patching between two source sentences, as JSON lines.
 
     python -m core.patch --checkpoint CK --clean "the boy is tall ." --corrupt "the girl is tall ."
+                         [--direction denoise|noise] [--prefix "le"] [--answers garçon fille]
 
 The two sentences must have the same length in pieces. Both are translated greedily; at the
 first step where the translations differ, the metric is the logit difference between the
@@ -9,7 +10,12 @@ JSON line per component patched from the clean run into the corrupted one (``kin
 ``layer``, ``head`` for every head of the three kinds, or ``position`` for a layer's output,
 the residual stream, kinds ``encoder_stream`` and ``decoder_stream``; ``effect``: 0 = the
 corrupted run, 1 = the clean run), then one line with ``clean_metric``, ``corrupt_metric``,
-the step, both tokens and the prefix. The library is ``core.attention.patching``.
+the step, both tokens and the prefix. ``--direction noise`` patches the corrupted run into
+the clean one instead (what is necessary rather than what suffices: 0 = the clean run
+unchanged, 1 = the corrupted run's metric). ``--prefix`` (target words, "" for none) and
+``--answers`` (the clean and the corrupted answer word) choose the step and the metric where
+the translations agree; a prefix alone takes each run's most likely word after it. The
+library is ``core.attention.patching``.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import argparse
 import json
 import sys
 
-from core.attention.patching import patch
+from core.attention.patching import DIRECTIONS, patch
 from core.command_line import CommandError, run_command
 from core.model.checkpoints import CheckpointError
 from core.model.decode import TranslationError
@@ -34,6 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, help="a studio checkpoint (.pt)")
     p.add_argument("--clean", required=True, help="the source whose activations are patched in")
     p.add_argument("--corrupt", required=True, help="the source they are patched into")
+    p.add_argument("--direction", choices=DIRECTIONS, default=DIRECTIONS[0])
+    p.add_argument("--prefix", default=None, help='target words before the step ("" = none)')
+    p.add_argument(
+        "--answers", nargs=2, default=None, metavar=("CLEAN", "CORRUPT"), help="two answer words"
+    )
     return p
 
 
@@ -42,7 +53,11 @@ def run(args: argparse.Namespace) -> list[str]:
     lm = open_model(args.checkpoint, hub=True)
     if is_hugging_face(lm):
         raise CommandError("activation patching reads the studio's own models for now")
-    result = patch(lm, args.clean, args.corrupt)
+    answers = tuple(args.answers) if args.answers else None
+    result = patch(
+        lm, args.clean, args.corrupt, None, direction=args.direction, prefix=args.prefix,
+        answers=answers,
+    )  # fmt: skip
     lines = [json.dumps(row, ensure_ascii=False) for row in result.rows]
     return [*lines, json.dumps(result.summary(), ensure_ascii=False)]
 

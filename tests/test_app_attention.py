@@ -223,6 +223,7 @@ def test_every_section_opens_from_its_key_and_from_its_old_label(studio_dirs):
         "Inside a head",
         "Logit lens",
         "Patching",
+        "Where tokens live",
     ]
     assert run_page().radio(key="at_section").options == labels
     for label, key in OLD_SECTIONS.items():

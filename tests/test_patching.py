@@ -11,7 +11,7 @@ import torch
 
 from core import patch as patch_cmd
 from core.attention import patching
-from core.attention.patching import ENCODER_OUTPUT, Component, patch
+from core.attention.patching import DIRECTIONS, ENCODER_OUTPUT, Component, patch
 from core.model.decode import TranslationError
 
 CLEAN, CORRUPT = "the cat sees the dog .", "the dog sees the cat ."
@@ -40,17 +40,18 @@ def test_every_component_is_patched_once_with_a_finite_effect(tiny_model):
     assert result.answer != result.wrong
 
 
-def test_patching_what_the_decoder_reads_of_the_clean_source_gives_one(tiny_model):
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_patching_what_the_decoder_reads_of_the_clean_source_gives_one(tiny_model, direction):
     cfg = tiny_model.model.cfg
     last = cfg.num_decoder_layers - 1
     chosen = [
         Component(ENCODER_OUTPUT, 0),  # the memory at every position, the same prefix
         Component("encoder_stream", cfg.num_encoder_layers - 1),  # all the memory is made of
     ]
-    result = patch(tiny_model, CLEAN, CORRUPT, chosen)
+    result = patch(tiny_model, CLEAN, CORRUPT, chosen, direction=direction)
     step = len(result.prefix) - 1
     chosen_last = [Component("decoder_stream", last, position=step)]  # what the logits read
-    result_last = patch(tiny_model, CLEAN, CORRUPT, chosen_last)
+    result_last = patch(tiny_model, CLEAN, CORRUPT, chosen_last, direction=direction)
     for row in result.rows + result_last.rows:
         assert row["effect"] == pytest.approx(1.0, abs=1e-5)
 
@@ -65,6 +66,46 @@ def test_patching_the_corrupted_runs_own_activations_gives_zero(tiny_model):
         metrics = patching.patched_metrics(model, chosen, own, src_b, tgt_in, answers)
     m_corrupt = float(logits[0, -1, answers[0]] - logits[0, -1, answers[1]])
     assert torch.allclose(metrics, torch.full_like(metrics, m_corrupt), atol=1e-5)
+
+
+def test_noising_is_denoising_with_the_sentences_swapped(tiny_model):
+    noised = patch(tiny_model, CLEAN, CORRUPT, direction="noise")
+    swapped = patch(tiny_model, CORRUPT, CLEAN)
+    assert noised.summary()["direction"] == "noise" and noised.prefix == swapped.prefix
+    assert [r["effect"] for r in noised.rows] == pytest.approx(
+        [r["effect"] for r in swapped.rows], abs=1e-5
+    )
+
+
+def test_a_prefix_and_answers_given_ask_the_same_question_as_found(tiny_model):
+    found = patch(tiny_model, CLEAN, CORRUPT)
+    prefix, answers = " ".join(found.prefix[1:]), (found.answer, found.wrong)
+    for given in (patch(tiny_model, CLEAN, CORRUPT, prefix=prefix, answers=answers),
+                  patch(tiny_model, CLEAN, CORRUPT, prefix=prefix)):  # fmt: skip
+        assert given.chosen and not found.chosen
+        effects = [r["effect"] for r in given.rows]
+        assert effects == pytest.approx([r["effect"] for r in found.rows], abs=1e-5)
+        assert (given.answer, given.wrong, given.prefix) == (
+            found.answer,
+            found.wrong,
+            found.prefix,
+        )
+    other = patch(tiny_model, CLEAN, CORRUPT, prefix="", answers=(found.wrong, found.answer))
+    assert other.prefix == ["<bos>"] and other.summary()["step"] == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"prefix": "", "answers": ("le", "le")}, "give two different answer words"),
+        ({"prefix": "", "answers": ("le", "zzzqx")}, "one word the model knows"),
+        ({"prefix": "zzzqx"}, "words the model does not know"),
+        ({"direction": "sideways"}, "direction is one of"),
+    ],
+)
+def test_a_question_that_cannot_be_asked_is_a_message(tiny_model, kwargs, message):
+    with pytest.raises(TranslationError, match=message):
+        patch(tiny_model, CLEAN, CORRUPT, **kwargs)
 
 
 def test_rows_of_a_batch_do_not_touch_each_other(tiny_model, monkeypatch):
@@ -98,10 +139,19 @@ def test_the_command_prints_a_line_per_component_then_the_metrics(tiny_checkpoin
     assert patch_cmd.main([*args[:4], "--corrupt", "the cat sleeps ."]) == 2
     err = capsys.readouterr().err
     assert "same length in pieces" in err and err.count("\n") == 1
+    asked = ["--direction", "noise", "--prefix", "", "--answers", result.wrong, result.answer]
+    assert patch_cmd.main([*args, *asked]) == 0
+    last = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert (last["direction"], last["chosen"], last["step"]) == ("noise", True, 0)
+    assert (last["answer"], last["wrong"]) == (result.wrong, result.answer)
 
 
 def test_the_attention_page_draws_the_patching_grids(studio_dirs):
-    from tests.helpers import assert_clean, run_page_script
+    from core.model.checkpoints import load_checkpoint
+    from tests.helpers import assert_clean, plain, run_page_script
+
+    def load_tiny():
+        return load_checkpoint(studio_dirs["checkpoints"] / "fra-eng-small.pt")
 
     query = {"sentence": CLEAN, "section": "patch"}
     at = run_page_script("attention.py", query)
@@ -112,6 +162,20 @@ def test_the_attention_page_draws_the_patching_grids(studio_dirs):
     shown = " ".join(m.value for m in at.markdown)
     assert "the clean run writes" in shown and len(at.get("plotly_chart")) == 2
     assert at.query_params["corrupt"] == CORRUPT
+    at.radio(key="at_patch_dir").set_value("noise").run()
+    assert_clean(at)
+    assert at.query_params["patch_dir"] == "noise"
+    assert "Noising: corrupted into clean" in plain(" ".join(m.value for m in at.markdown))
+    at.checkbox(key="at_patch_ask").check().run()
+    found = patch(load_tiny(), CLEAN, CORRUPT)
+    at.text_input(key="at_patch_prefix").set_value(" ".join(found.prefix[1:]))
+    at.text_input(key="at_patch_answer").set_value(found.wrong)
+    at.text_input(key="at_patch_wrong").set_value(found.answer).run()
+    assert_clean(at)
+    shown = plain(" ".join(m.value for m in at.markdown))
+    assert "the answers you gave are" in shown and at.query_params["patch_answer"] == found.wrong
+    at.text_input(key="at_patch_wrong").set_value(found.wrong).run()
+    assert "give two different answer words" in " ".join(e.value for e in at.error)
     at.text_input(key="at_corrupt").set_value("the cat sleeps .").run()
     assert "same length in pieces" in " ".join(e.value for e in at.error)
 

@@ -7,6 +7,7 @@ from core.model.opened import is_hugging_face
 
 HF_SECTIONS = (
     *("maps", "playback", "ablation", "compare", "lens", "inside", "attribution", "alignment"),
+    "project",
 )
 HF_NOT_YET = {  # the other section reads the studio's training files
     "training": "A Hugging Face model was not trained here: it has no snapshots to replay.",

@@ -8,6 +8,14 @@ logit difference between the clean run's answer a and the corrupted run's b:
 m = logit_a - logit_b at step t*. One component's activation of the clean run is written into
 the corrupted run, one component per batch row, and its normalised effect is
 (m_patched - m_corrupt) / (m_clean - m_corrupt): 0 is the corrupted run, 1 the clean run.
+That is denoising (Heimersheim & Nanda 2024): it finds what is *sufficient* to bring the
+clean answer back. Noising writes the corrupted run's activation into the clean run and
+finds what is *necessary*: its effect (m_clean - m_patched) / (m_clean - m_corrupt) is 0 when
+the clean run is unchanged, 1 when that component alone gives the corrupted run's metric.
+
+Where the translations agree, or to ask about another step, the user gives the decoder's
+prefix (target words, possibly none) and the two answer words; given a prefix alone, the
+answers are each run's most likely word after it.
 
 Components: every head of the three kinds (its output, the head's slice at W_o's input, at
 every position), and every layer's output (the residual stream after the layer) at each
@@ -35,6 +43,11 @@ from core.model.checkpoints import LoadedModel
 from core.model.decode import MAX_LEN, TranslationError, greedy_decode, prepare_source
 from core.model.transformer import Transformer, evaluating
 
+DIRECTIONS = ("denoise", "noise")  # clean into corrupted (sufficient), corrupted into clean
+DIRECTION_NAMES = {
+    "denoise": "denoising: clean into corrupted (what suffices)",
+    "noise": "noising: corrupted into clean (what is necessary)",
+}
 STREAMS = ("encoder_stream", "decoder_stream")  # a layer's output, position by position
 ENCODER_OUTPUT = "encoder_output"  # the encoder's final output (what the decoder reads)
 ROWS = 256  # components patched in one batched pass
@@ -68,6 +81,8 @@ class Patching:
     clean_metric: float  # logit(answer) - logit(wrong) in the clean run
     corrupt_metric: float  # the same in the corrupted run
     rows: list[dict] = field(default_factory=list)  # Component.row for every component
+    direction: str = DIRECTIONS[0]  # "denoise" or "noise"
+    chosen: bool = False  # the prefix and answers were given, not found by translating
 
     def summary(self) -> dict:
         """The command's last line."""
@@ -80,6 +95,8 @@ class Patching:
             "clean": self.clean,
             "corrupt": self.corrupt,
             "prefix": self.prefix,
+            "direction": self.direction,
+            "chosen": self.chosen,
         }
 
 
@@ -222,6 +239,50 @@ def _sources(lm: LoadedModel, clean: str, corrupt: str):
     return (a, ta), (b, tb)
 
 
+def _one_piece(lm: LoadedModel, word: str) -> int:
+    """The target vocabulary's id of an answer word; TranslationError unless one known piece."""
+    pieces, ids = lm.tgt_vocab.segment(tokenize(word or ""))
+    if len(ids) != 1 or lm.tgt_vocab.unknown(tokenize(word)):
+        how = (
+            "not in the model's target vocabulary"
+            if len(ids) == 1
+            else (f"{len(ids)} pieces ({' '.join(pieces)})" if ids else "empty")
+        )
+        raise TranslationError(f"An answer must be one word the model knows: “{word}” is {how}.")
+    return ids[0]
+
+
+def _question(model, lm, src_a, src_b, out: tuple, prefix: str | None, answers):
+    """(decoder inputs (1, T): <bos> + the prefix, (answer, wrong) ids, chosen)."""
+    device = src_a.device
+    if prefix is None and answers is None:
+        out_a, out_b = out
+        step = next((t for t, (x, y) in enumerate(zip(out_a, out_b)) if x != y), None)
+        if step is None:
+            raise TranslationError(
+                "Both sentences are translated the same way, so there is no answer to "
+                "compare: change a word the translation depends on, or give a target prefix "
+                "and two answer words."
+            )
+        tgt_in = torch.tensor([[Vocab.bos_id, *out_a[:step]]], device=device)  # (1, T)
+        return tgt_in, (out_a[step], out_b[step]), False
+    words = tokenize(prefix or "")
+    if len(words) > MAX_SENTENCE_TOKENS:
+        raise TranslationError(f"The prefix takes at most {MAX_SENTENCE_TOKENS} words.")
+    if lm.tgt_vocab.unknown(words):
+        missing = ", ".join(lm.tgt_vocab.unknown(words))
+        raise TranslationError(f"The prefix has words the model does not know: {missing}.")
+    tgt_in = torch.tensor([[Vocab.bos_id, *lm.tgt_vocab.segment(words)[1]]], device=device)
+    if answers is not None:
+        pair = tuple(_one_piece(lm, w) for w in answers)
+    else:
+        pair = tuple(int(model(s, tgt_in)[0][0, -1].argmax()) for s in (src_a, src_b))
+    if pair[0] == pair[1]:
+        said = lm.tgt_vocab.decode([pair[0]])[0]
+        raise TranslationError(f"Both runs answer “{said}” there: give two different answer words.")
+    return tgt_in, pair, True
+
+
 @torch.no_grad()
 def patch(
     lm: LoadedModel,
@@ -229,38 +290,49 @@ def patch(
     corrupt: str,
     chosen: Sequence[Component] | None = None,
     max_len: int = MAX_LEN,
+    direction: str = DIRECTIONS[0],
+    prefix: str | None = None,
+    answers: tuple[str, str] | None = None,
 ) -> Patching:
-    """Patch every component (or ``chosen``) from the clean run into the corrupted one.
+    """Patch every component (or ``chosen``) from one run into the other: clean into
+    corrupted (``denoise``) or corrupted into clean (``noise``). The metric is read after
+    ``prefix`` between ``answers`` where given, else at the translations' first difference.
 
     Hooks are set on ``lm.model`` while this runs: it must not be shared with other threads
     meanwhile (see core.attention.ablation.private_copy)."""
+    if direction not in DIRECTIONS:
+        raise TranslationError(f"The direction is one of {', '.join(DIRECTIONS)}.")
     model = lm.model
     (a_ids, a_tokens), (b_ids, b_tokens) = _sources(lm, clean, corrupt)
     with evaluating(model):
-        out_a, out_b = _greedy(model, a_ids, max_len), _greedy(model, b_ids, max_len)
-        step = next((t for t, (x, y) in enumerate(zip(out_a, out_b)) if x != y), None)
-        if step is None:
-            raise TranslationError(
-                "Both sentences are translated the same way, so there is no answer to "
-                "compare: change a word the translation depends on."
-            )
         device = next(model.parameters()).device
         src_a, src_b = (torch.tensor([i], device=device) for i in (a_ids, b_ids))  # (1, S)
-        tgt_in = torch.tensor([[Vocab.bos_id, *out_a[:step]]], device=device)  # (1, T)
-        answers = (out_a[step], out_b[step])
-        todo = list(chosen) if chosen is not None else components(model, len(a_ids), step + 1)
+        automatic = prefix is None and answers is None
+        outs = (_greedy(model, a_ids, max_len), _greedy(model, b_ids, max_len)) if automatic else ()
+        tgt_in, answers_ids, given = _question(model, lm, src_a, src_b, outs, prefix, answers)
+        todo = list(chosen) if chosen is not None else components(model, len(a_ids), tgt_in.size(1))
         sites = list(dict.fromkeys(_site(model, c) for c in todo))
-        logits_a, seen = _recorded(model, sites, src_a, tgt_in)
-        logits_b, *_ = model(src_b, tgt_in)  # (1, T, V)
-        m_clean = float(logits_a[0, -1, answers[0]] - logits_a[0, -1, answers[1]])
-        m_corrupt = float(logits_b[0, -1, answers[0]] - logits_b[0, -1, answers[1]])
+        donor, receiver = (src_a, src_b) if direction == "denoise" else (src_b, src_a)
+        logits_d, seen = _recorded(model, sites, donor, tgt_in)
+        logits_r, *_ = model(receiver, tgt_in)  # (1, T, V)
+        metric = {
+            run: float(lg[0, -1, answers_ids[0]] - lg[0, -1, answers_ids[1]])
+            for run, lg in (("donor", logits_d), ("receiver", logits_r))
+        }
+        m_clean, m_corrupt = (
+            (metric["donor"], metric["receiver"])
+            if direction == "denoise"
+            else (metric["receiver"], metric["donor"])
+        )
         span = m_clean - m_corrupt
         effects: list[float] = []
         for start in range(0, len(todo), ROWS):
             chunk = todo[start : start + ROWS]
-            metrics = patched_metrics(model, chunk, seen, src_b, tgt_in, answers)  # (B,)
-            effects += ((metrics - m_corrupt) / span).tolist()
-    words = lm.tgt_vocab.decode([Vocab.bos_id, *out_a[:step], *answers])
+            metrics = patched_metrics(model, chunk, seen, receiver, tgt_in, answers_ids)  # (B,)
+            moved = metrics - m_corrupt if direction == "denoise" else m_clean - metrics
+            effects += (moved / span).tolist()
+    words = lm.tgt_vocab.decode([*tgt_in[0].tolist(), *answers_ids])
+    step = tgt_in.size(1) - 1
     return Patching(
         a_tokens,
         b_tokens,
@@ -270,4 +342,6 @@ def patch(
         m_clean,
         m_corrupt,
         [c.row(e) for c, e in zip(todo, effects)],
+        direction,
+        given,
     )

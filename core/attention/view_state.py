@@ -9,6 +9,8 @@ from dataclasses import dataclass, fields
 from core.attention.kinds import KINDS
 from core.attention.logit_lens import LENS_COLORS
 from core.attention.maps import HEAD_AGGREGATES, head_options
+from core.attention.patching import DIRECTIONS
+from core.attention.projector import COLOURS, DIMS, MAX_SENTENCES, METHODS, SENTENCES, SIDES
 from core.attention.sentence_maps import SentenceMaps
 from core.corpus.text import D2L_TEST_PAIRS
 from core.model.checked_translation import DEFAULT_SENTENCE
@@ -25,6 +27,7 @@ SECTION_KEYS = (  # the Attention page's
     "inside",
     "lens",
     "patch",
+    "project",
 )
 PLAYBACK = "playback"  # the section whose output step travels in the URL
 ATTRIBUTION = "attribution"  # the section whose attribution method travels in the URL
@@ -33,6 +36,7 @@ TRAINING = "training"  # the section whose training step and compared step trave
 INSIDE = "inside"  # the section whose query token and lines mode travel in the URL
 LENS = "lens"  # the section whose colouring travels in the URL
 PATCH = "patch"  # the section whose corrupted sentence travels in the URL
+PROJECT = "project"  # the section whose projection settings travel in the URL
 SECTION_FIELDS = {  # fields only one section writes
     "step": PLAYBACK,
     "method": ATTRIBUTION,
@@ -43,6 +47,18 @@ SECTION_FIELDS = {  # fields only one section writes
     "lines_all": INSIDE,
     "lens": LENS,
     "corrupt": PATCH,
+    "patch_dir": PATCH,
+    "patch_ask": PATCH,
+    "patch_prefix": PATCH,
+    "patch_answer": PATCH,
+    "patch_wrong": PATCH,
+    "space_side": PROJECT,
+    "space_layer": PROJECT,
+    "space_method": PROJECT,
+    "space_dims": PROJECT,
+    "space_colour": PROJECT,
+    "space_sentences": PROJECT,
+    "space_pick": PROJECT,
 }
 ALIGN_MODES = ("awo", "awi")  # core.alignment.extract.MODES (a layer above: checked by a test)
 OLD_SECTIONS = {  # the section values of links made before the keys: the labels shown then
@@ -85,6 +101,11 @@ class ViewState:
     reference: str = ""  # French reference of `sentence` to force ("" = the d2l book's, if any)
     target: str = ""  # a translation the user typed, explained instead of the model's own
     corrupt: str = ""  # activation patching: the sentence patched into ("" = none yet)
+    patch_dir: str = "denoise"  # ... "denoise" (clean into corrupted) or "noise"
+    patch_ask: bool = False  # ... the user chooses the step (prefix) and the answers
+    patch_prefix: str = ""  # ... the target words before that step
+    patch_answer: str = ""  # ... the clean run's answer word ("" = its most likely)
+    patch_wrong: str = ""  # ... the corrupted run's answer word ("" = its most likely)
     method: str = "alti"  # attribution method, one of core.attribution.methods.METHODS
     align: str = ALIGN_MODES[0]  # alignment mode: "awo" (the step that predicts) or "awi"
     train_step: int = -1  # "Over training": the snapshot step shown (-1 = the latest, followed)
@@ -92,6 +113,13 @@ class ViewState:
     query: int = 0  # "Inside a head": the query token of the q·k view (its position)
     lines_all: bool = False  # "Inside a head": lines of every head of the layer, in colours
     lens: str = LENS_COLORS[0]  # "Logit lens": colour by the chosen word's "prob" or "rank"
+    space_side: str = SIDES[0]  # "Where tokens live": the stack projected
+    space_layer: str = "last"  # ... its layer: "last", "all" or a number (0 = the input)
+    space_method: str = METHODS[0]  # ... "pca" or "umap"
+    space_dims: int = DIMS[0]  # ... 2 or 3
+    space_colour: str = COLOURS[0]  # ... what a point's colour shows
+    space_sentences: int = SENTENCES  # ... validation sentences projected
+    space_pick: str = ""  # ... the picked token, "SENTENCE:POSITION:LAYER" ("" = none)
 
     @classmethod
     def from_query(cls, params: Mapping[str, str]) -> ViewState:
@@ -124,6 +152,9 @@ class ViewState:
             "method",
             "target_lang",
             "corrupt",
+            "patch_prefix",
+            "patch_answer",
+            "patch_wrong",
         ):
             if len(getattr(state, name)) > MAX_TEXT_CHARS:
                 setattr(state, name, getattr(cls, name))
@@ -142,6 +173,9 @@ class ViewState:
             state.lens = cls.lens
         if state.kind not in KINDS:
             state.kind = cls.kind
+        _check_space(state, cls)
+        if state.patch_dir not in DIRECTIONS:
+            state.patch_dir = cls.patch_dir
         if not (_is_index(state.head) or state.head in HEAD_AGGREGATES):
             state.head = cls.head
         return state
@@ -181,6 +215,25 @@ class ViewState:
     def _book_reference(self) -> str:
         """The d2l book's reference of the sentence ("" if it is not one of the chapter's)."""
         return BOOK_REFERENCES.get(" ".join(self.sentence.lower().split()), "")
+
+
+def _check_space(state: ViewState, cls) -> None:
+    """The projection's settings back to their defaults where the URL's are not among the
+    choices; the sentence count clamped."""
+    for name, choices in (
+        ("space_side", SIDES),
+        ("space_method", METHODS),
+        ("space_dims", DIMS),
+        ("space_colour", COLOURS),
+    ):
+        if getattr(state, name) not in choices:
+            setattr(state, name, getattr(cls, name))
+    if state.space_layer not in ("last", "all") and not _is_index(state.space_layer):
+        state.space_layer = cls.space_layer
+    parts = state.space_pick.split(":")
+    if state.space_pick and not (len(parts) == 3 and all(map(_is_index, parts))):
+        state.space_pick = cls.space_pick
+    state.space_sentences = min(max(state.space_sentences, 1), MAX_SENTENCES)
 
 
 def _is_index(text: str) -> bool:

@@ -20,7 +20,10 @@ from core.figures.importance import color_range, grid_trace, kind_grid
 from core.figures.labels import PLAIN_NUMBERS, plotly_text
 
 SCALE = "RdBu_r"  # red: restores the clean answer
-NOTE = "1 = the clean run, 0 = the corrupted run"
+NOTES = {  # what the colours mean, by direction (core.attention.patching.DIRECTIONS)
+    "denoise": "1 = the clean run, 0 = the corrupted run",
+    "noise": "1 = the corrupted run's word, 0 = the clean run unchanged",
+}
 STREAM_NAMES = {"encoder_stream": "encoder layers", "decoder_stream": "decoder layers"}
 
 
@@ -32,7 +35,7 @@ def _coloraxis(values: np.ndarray) -> dict:
     return {"colorscale": SCALE, "cmin": -reach, "cmax": reach, "colorbar": bar}
 
 
-def heads_figure(rows: Sequence[dict], about: str) -> go.Figure:
+def heads_figure(rows: Sequence[dict], about: str, direction: str = "denoise") -> go.Figure:
     """One layer x head heatmap per attention kind of each head's patching effect."""
     table = pd.DataFrame([r for r in rows if r["kind"] in KINDS])
     kinds = [k for k in KINDS if (table["kind"] == k).any()]
@@ -44,7 +47,8 @@ def heads_figure(rows: Sequence[dict], about: str) -> go.Figure:
         fig.update_xaxes(title_text="head", dtick=1, row=1, col=col)
         fig.update_yaxes(dtick=1, autorange="reversed", row=1, col=col)
     fig.update_yaxes(title_text="layer", row=1, col=1)
-    head = title_layout("Patching each head's output", [about, NOTE], WIDE_TITLE_CHARS, 20)
+    notes = [about, NOTES[direction]]
+    head = title_layout("Patching each head's output", notes, WIDE_TITLE_CHARS, 20)
     layers = max(g.shape[0] for g in grids)
     fig.update_layout(
         coloraxis=_coloraxis(np.concatenate([g.ravel() for g in grids])),
@@ -65,7 +69,13 @@ def stream_grid(rows: Sequence[dict], stream: str) -> np.ndarray:
     return grid.astype(np.float32)  # (L, N)
 
 
-def stream_figure(rows: Sequence[dict], source: Sequence[str], prefix: Sequence[str], about: str):
+def stream_figure(
+    rows: Sequence[dict],
+    source: Sequence[str],
+    prefix: Sequence[str],
+    about: str,
+    direction: str = "denoise",
+):
     """Two heatmaps, layer x position: the encoder's residual stream over the source tokens
     and the decoder's over its inputs (<bos> and the common prefix)."""
     axes = {"encoder_stream": list(source), "decoder_stream": list(prefix)}
@@ -96,7 +106,10 @@ def stream_figure(rows: Sequence[dict], source: Sequence[str], prefix: Sequence[
         fig.update_yaxes(dtick=1, autorange="reversed", row=1, col=col)
     fig.update_yaxes(title_text="layer (its output)", row=1, col=1)
     head = title_layout(
-        "Patching the residual stream, one position at a time", [about, NOTE], WIDE_TITLE_CHARS, 20
+        "Patching the residual stream, one position at a time",
+        [about, NOTES[direction]],
+        WIDE_TITLE_CHARS,
+        20,
     )
     layers = max(g.shape[0] for g in grids.values())
     values = np.concatenate([g.ravel() for g in grids.values()])

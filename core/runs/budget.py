@@ -51,6 +51,7 @@ TRAJECTORY_ROWS = 50_000  # heads x steps a model's trajectories hold (both base
 METRICS_BYTES = 8 * MB  # a run's metrics.jsonl (older records thinned past it)
 LOG_BYTES = 4 * MB  # a trainer's log (the start of a long log is cut on resume)
 TRANSLATION_BYTES = 16 * MB  # one translation with all its maps, in the server's memory
+PROJECTION_BYTES = 32 * MB  # one projection of token representations (float16 vectors)
 SCORING_CELLS = 64_000_000  # attention weights one alignment-scoring job holds (float32)
 MODEL_BYTES = 256 * MB  # the float32 weights of a model the server opens for the pages
 HF_MODEL_BYTES = 640 * MB  # the same for a Hugging Face model (opus-mt-en-fr: ~300 MB)

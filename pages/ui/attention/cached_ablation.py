@@ -58,9 +58,18 @@ def _ablated_translate(
 
 
 @shared(spinner="Patching every head and every position…")
-def patched(_lm: LoadedModel, path: str, mtime: float, clean: str, corrupt: str) -> Patching:
+def patched(
+    _lm: LoadedModel,
+    path: str,
+    mtime: float,
+    clean: str,
+    corrupt: str,
+    direction: str = "denoise",
+    prefix: str | None = None,
+    answers: tuple[str, str] | None = None,
+) -> Patching:
     """Activation patching of the private copy (its hooks touch no shared model), cached per
-    model and sentence pair for every session."""
+    model, sentence pair and question for every session."""
     own, lock = private_model(_lm, path, mtime)
     with lock:
-        return patch(own, clean, corrupt)
+        return patch(own, clean, corrupt, direction=direction, prefix=prefix, answers=answers)

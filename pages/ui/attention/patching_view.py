@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from core.attention.maps import export_name
+from core.attention.patching import DIRECTION_NAMES, DIRECTIONS
 from core.figures import patching as figs
 from core.model.decode import TranslationError
 from pages.ui.attention import cached_ablation as cached
@@ -31,6 +32,40 @@ def corrupt_input(page: SectionInputs) -> str:
     return state.corrupt
 
 
+def question_inputs(page: SectionInputs) -> tuple[str, str | None, tuple[str, str] | None]:
+    """The direction radio and, when the user chooses the step, the prefix and the answers:
+    (direction, prefix or None, answers or None), kept in the view state."""
+    state = page.state
+    widget_default("at_patch_dir", state.patch_dir, DIRECTIONS)
+    state.patch_dir = st.radio(
+        "Direction",
+        DIRECTIONS,
+        key="at_patch_dir",
+        horizontal=True,
+        format_func=DIRECTION_NAMES.get,
+    )
+    widget_default("at_patch_ask", state.patch_ask)
+    state.patch_ask = st.checkbox(
+        "Choose the step and the two answer words myself (where the translations agree, or "
+        "to ask about another word)",
+        key="at_patch_ask",
+    )
+    if not state.patch_ask:
+        return state.patch_dir, None, None
+    left, mid, right = st.columns([2, 1, 1])
+    for key, where, label in (
+        ("patch_prefix", left, "Target words before the step (empty: the first word)"),
+        ("patch_answer", mid, "Clean run's answer (empty: its likeliest)"),
+        ("patch_wrong", right, "Corrupted run's answer (empty: its likeliest)"),
+    ):
+        widget_default(f"at_{key}", getattr(state, key))
+        setattr(state, key, where.text_input(label, key=f"at_{key}").strip())
+    given = (state.patch_answer, state.patch_wrong)
+    if any(given) and not all(given):
+        st.info("Give both answer words, or neither (then each run's likeliest word is used).")
+    return state.patch_dir, state.patch_prefix, given if all(given) else None
+
+
 def patching_section(page: SectionInputs) -> None:
     """The metric, the head grids, the residual-stream grids and the table as CSV."""
     st.caption(
@@ -46,26 +81,42 @@ def patching_section(page: SectionInputs) -> None:
     if not corrupt:
         st.info(md(f"Type the corrupted sentence, e.g. {code(EXAMPLE[1])} for {code(EXAMPLE[0])}."))
         return
+    direction, prefix, answers = question_inputs(page)
     entry, state = page.entry, page.state
     try:
-        result = cached.patched(page.lm, entry.path, entry.mtime, state.sentence, corrupt)
+        result = cached.patched(
+            page.lm, entry.path, entry.mtime, state.sentence, corrupt, direction, prefix, answers
+        )
     except TranslationError as e:
         st.error(md(e))
         return
     step = len(result.prefix) - 1
+    words = "the answers you gave are" if result.chosen and answers else "the runs' answers are"
+    found = (
+        f"the clean run writes “{result.answer}” and the corrupted run “{result.wrong}”"
+        if not result.chosen
+        else f"{words} “{result.answer}” (clean) and “{result.wrong}” (corrupted)"
+    )
+    reading = (
+        "1 = that part alone brings the clean word back, 0 = it changes nothing"
+        if direction == "denoise"
+        else "1 = that part alone, taken from the corrupted run, gives its word, "
+        "0 = the clean run is unchanged"
+    )
     st.markdown(
         md(
-            f"At step {step}, after “{' '.join(result.prefix)}”, the clean run writes "
-            f"“{result.answer}” and the corrupted run “{result.wrong}”. Logit difference "
+            f"At step {step}, after “{' '.join(result.prefix)}”, {found}. Logit difference "
             f"(clean word − corrupted word): {result.clean_metric:+.2f} clean, "
-            f"{result.corrupt_metric:+.2f} corrupted."
+            f"{result.corrupt_metric:+.2f} corrupted. {DIRECTION_NAMES[direction].capitalize()}: "
+            f"{reading}."
         )
     )
-    about = f"“{state.sentence}” into “{corrupt}”"
+    pair = (state.sentence, corrupt) if direction == "denoise" else (corrupt, state.sentence)
+    about = f"“{pair[0]}” into “{pair[1]}”"
     name = export_name(state.model, state.sentence, None, None, None, "patching")
-    chart(figs.heads_figure(result.rows, about), "patch_heads", name=f"{name}_heads")
+    chart(figs.heads_figure(result.rows, about, direction), "patch_heads", name=f"{name}_heads")
     chart(
-        figs.stream_figure(result.rows, result.clean, result.prefix, about),
+        figs.stream_figure(result.rows, result.clean, result.prefix, about, direction),
         "patch_stream",
         name=f"{name}_stream",
     )

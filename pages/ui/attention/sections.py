@@ -19,6 +19,7 @@ from pages.ui.attention import (
     over_training_view,
     patching_view,
     playback_view,
+    projector_view,
 )
 from pages.ui.attention.alignment_gold_view import open_alignment_on_best
 from pages.ui.attention.inputs import SectionInputs
@@ -50,6 +51,7 @@ SECTIONS = {  # key (core.attention.view_state.SECTION_KEYS) -> section
     "inside": Section("Inside a head", inside_head_view.inside_head_section),
     "lens": Section("Logit lens", logit_lens_view.logit_lens_section, reads_view=False),
     "patch": Section("Patching", patching_view.patching_section, reads_view=False),
+    "project": Section("Where tokens live", projector_view.projector_section, reads_view=False),
 }
 
 

@@ -1,0 +1,110 @@
+"""``python -m core.project``: where tokens live, the representations of validation sentences
+projected to 2-D or 3-D, one JSON line per point.
+
+    python -m core.project --checkpoint CK [--side encoder|decoder] [--layer N|all]
+                           [--method pca|umap] [--dims 2|3] [--sentences N] [--data SOURCE]
+                           [--pick SENTENCE:POSITION [--neighbours K]]
+
+prints one line per point (``side``, ``layer``, ``sentence``, ``position``, ``token``, ``x``,
+``y`` and with 3 dimensions ``z``), then one line with what was projected and, for PCA, the
+share of the variance each axis explains. ``--pick`` adds a line with that token's nearest
+neighbours at the same layer (cosine in the model's width; with ``--layer all`` at the last
+layer). Layer 0 is what the stack's first layer reads; the decoder reads each sentence's
+first reference. The library is ``core.attention.projector``, the function the Attention
+page's "Where tokens live" calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from core.attention.projector import (
+    ALL_LAYERS,
+    DIMS,
+    METHODS,
+    NEIGHBOURS,
+    SENTENCES,
+    SIDES,
+    ProjectionError,
+    project,
+)
+from core.command_line import CommandError, run_command, terminal_progress
+from core.corpus.source import DataError
+from core.model.checkpoints import CheckpointError
+from core.model.opened import open_model
+
+
+def layer_arg(text: str) -> int:
+    """A layer number, or "all"."""
+    if text == "all":
+        return ALL_LAYERS
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"a layer is a number or 'all', not {text!r}")
+    return int(text)
+
+
+def pick_arg(text: str) -> tuple[int, int]:
+    """SENTENCE:POSITION, two numbers from 0."""
+    parts = text.split(":")
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"--pick is SENTENCE:POSITION, e.g. 3:1, not {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """--checkpoint, --side, --layer, --method, --dims, --sentences, --data, --pick."""
+    p = argparse.ArgumentParser(
+        description="Token representations of validation sentences projected to 2-D or 3-D."
+    )
+    p.add_argument("--checkpoint", required=True, help="a studio checkpoint, model folder or id")
+    p.add_argument("--side", choices=SIDES, default="encoder")
+    p.add_argument("--layer", type=layer_arg, default=ALL_LAYERS, help="0 = the input; or all")
+    p.add_argument("--method", choices=METHODS, default="pca")
+    p.add_argument("--dims", type=int, choices=DIMS, default=2)
+    p.add_argument("--sentences", type=int, default=SENTENCES, help="first N validation ones")
+    p.add_argument("--data", default=None, help="corpus path (default: the checkpoint's own)")
+    p.add_argument("--target-lang", default="", help="a multilingual model's target language")
+    p.add_argument("--pick", type=pick_arg, default=None, help="SENTENCE:POSITION")
+    p.add_argument("--neighbours", type=int, default=NEIGHBOURS, help="neighbours of --pick")
+    return p
+
+
+def run(args: argparse.Namespace) -> list[str]:
+    """Every point, the summary, and the picked token's neighbours."""
+    if args.neighbours < 1:
+        raise CommandError("--neighbours must be at least 1.")
+    lm = open_model(args.checkpoint, hub=True)
+    result = project(
+        lm,
+        args.side,
+        args.layer,
+        args.method,
+        args.dims,
+        args.sentences,
+        args.data,
+        args.target_lang or None,
+        terminal_progress(),
+        name=args.checkpoint,
+    )
+    lines = [json.dumps(row, ensure_ascii=False) for row in result.rows()]
+    lines.append(json.dumps(result.summary(), ensure_ascii=False))
+    if args.pick is not None:
+        index = result.index_of(*args.pick, result.layers[-1])
+        if index is None:
+            raise CommandError(f"There is no token {args.pick[0]}:{args.pick[1]} to pick.")
+        near = result.neighbours(index, args.neighbours)
+        lines.append(
+            json.dumps({"picked": result.point(index), "neighbours": near}, ensure_ascii=False)
+        )
+    return lines
+
+
+def main(argv=None) -> int:
+    """Print the projected points as JSON lines."""
+    return run_command(build_parser(), run, (CheckpointError, DataError, ProjectionError), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""Where tokens live (core.attention.projector, ``python -m core.project``, the Attention
+page's section): the points are the model's own states, PCA is exact, neighbours are the
+most similar, the size is checked before anything is computed, and the page, the command
+and the library agree."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from core import project as project_cmd
+from core.attention import projector
+from core.attention.projector import ALL_LAYERS, ProjectionError, project
+from core.model.checkpoints import load_checkpoint
+from core.model.record import teacher_forced
+
+
+@pytest.fixture(scope="module")
+def val_model(val_checkpoint):
+    return load_checkpoint(val_checkpoint)
+
+
+def test_points_are_each_sentence_run_alone(val_model):
+    read = projector.sentences_of(val_model, 6)
+    assert len(read.texts) == 6 and all(t[0] == 1 for t in read.targets)  # <bos> first
+    for side in projector.SIDES:
+        result = project(val_model, side, ALL_LAYERS, sentences=read)
+        lengths = [len(r) for r in read.ids(side)]
+        top = projector.layer_count(val_model, side)
+        assert result.layers == list(range(top + 1))
+        assert len(result.tokens) == (top + 1) * sum(lengths) == result.coords.shape[0]
+        for s in (0, 5):
+            out = [*read.targets[s][1:], 2]  # the reference, <eos> last
+            rec = teacher_forced(val_model.model, read.sources[s], out)
+            alone = (
+                [*rec.encoder_inputs, rec.sublayers["encoder_ffn"][-1].output]
+                if side == "encoder"
+                else [*rec.self_inputs, rec.decoder_outputs[-1]]
+            )
+            for layer in (0, top):
+                rows = (result.sentence == s) & (result.layer == layer)
+                got = torch.from_numpy(result.vectors[rows]).float()
+                assert torch.allclose(got, alone[layer][0].half().float(), atol=1e-3)
+                assert list(result.position[rows]) == list(range(lengths[s]))
+                words = read.tokens(side)[s]
+                assert [result.tokens[i] for i in np.flatnonzero(rows)] == words
+
+
+def test_pca_is_exact_and_its_axes_fixed(val_model):
+    result = project(val_model, "encoder", 1, "pca", 3, 6)
+    x = torch.from_numpy(result.vectors).double()
+    centred = (x - x.mean(0)).numpy()
+    _, s, vh = np.linalg.svd(centred, full_matrices=False)
+    assert result.explained == pytest.approx(list(s[:3] ** 2 / (s**2).sum()), abs=1e-3)
+    for k in range(3):  # the same axis up to the sign the projector fixes
+        axis = centred @ vh[k]
+        assert abs(np.corrcoef(axis, result.coords[:, k])[0, 1]) > 0.999
+    coords, _ = projector.pca(-torch.from_numpy(result.vectors).float(), 3)
+    loads = projector.pca(torch.eye(4) * torch.tensor([3.0, 2.0, 1.0, 0.5]), 2)[0]
+    assert (loads.max(0) > 0).all() and coords.shape == (len(result.tokens), 3)
+
+
+def test_neighbours_are_the_most_similar_points_of_the_same_layer(val_model):
+    result = project(val_model, "decoder", ALL_LAYERS, sentences=6)
+    index = result.index_of(2, 1, 1)
+    near = result.neighbours(index, 5)
+    layer1 = np.flatnonzero((result.layer == 1) & (np.arange(len(result.tokens)) != index))
+    x = torch.from_numpy(result.vectors[layer1]).float()
+    sims = torch.nn.functional.cosine_similarity(
+        x, torch.from_numpy(result.vectors[index]).float()[None]
+    )
+    best = layer1[sims.argsort(descending=True)[:5].numpy()]
+    assert [n["index"] for n in near] == list(best)
+    assert [n["similarity"] for n in near] == sorted((n["similarity"] for n in near), reverse=True)
+    assert all(n["layer"] == 1 for n in near) and result.index_of(99, 0, 0) is None
+
+
+def test_the_size_is_checked_before_anything_is_computed(val_model, monkeypatch):
+    monkeypatch.setattr(projector.budget, "PROJECTION_BYTES", 5_000)
+    monkeypatch.setattr(projector, "representations", lambda *a: pytest.fail("computed"))
+    with pytest.raises(ProjectionError, match="choose at most .* sentences or one layer"):
+        project(val_model, "encoder", ALL_LAYERS, sentences=6)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"side": "middle"}, "side is one of"),
+        ({"method": "tsne"}, "method is one of"),
+        ({"dims": 4}, "2 or 3"),
+        ({"sentences": 0}, "between 1 and"),
+        ({"layer": 7}, "layers 0 .its input. to 2"),
+    ],
+)
+def test_bad_settings_are_one_line(val_model, kwargs, message):
+    with pytest.raises(ProjectionError, match=message):
+        project(val_model, **({"sentences": 6} | kwargs))
+
+
+def test_the_command_prints_the_library_points(val_checkpoint, val_model, capsys):
+    args = ["--checkpoint", str(val_checkpoint), "--sentences", "6", "--layer", "2"]
+    assert project_cmd.main([*args, "--pick", "1:2", "--neighbours", "3"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    result = project(val_model, "encoder", 2, sentences=6)
+    assert lines[: len(result.tokens)] == result.rows()
+    assert lines[-2] == result.summary() | {"model": str(val_checkpoint)}
+    picked = result.index_of(1, 2, 2)
+    assert lines[-1] == {"picked": result.point(picked), "neighbours": result.neighbours(picked, 3)}
+    assert set(lines[0]) == {"side", "layer", "sentence", "position", "token", "x", "y"}
+    for bad in (["--layer", "9"], ["--pick", "99:0"], ["--sentences", "0"], ["--neighbours", "0"]):
+        assert project_cmd.main([*args[:4], *bad]) == 2
+        assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_model_without_validation_sentences_is_one_line(tiny_checkpoint, capsys):
+    assert project_cmd.main(["--checkpoint", str(tiny_checkpoint)]) == 2
+    assert "validation" in capsys.readouterr().err
+
+
+def test_hugging_face_points_are_its_hidden_states(hf_loaded, tmp_path, monkeypatch):
+    from tests.test_hf_importance import fra_eng_like
+
+    monkeypatch.setenv("FRA_ENG_ZIP", str(fra_eng_like(tmp_path)))
+    hm = hf_loaded["marian"]
+    result = project(hm, "decoder", ALL_LAYERS, "pca", 2, 5)
+    read = projector.sentences_of(hm, 5)
+    src, tgt = torch.tensor([read.sources[3]]), torch.tensor([read.targets[3]])
+    with torch.no_grad():
+        out = hm.model(input_ids=src, decoder_input_ids=tgt, output_hidden_states=True)
+    top = hm.cfg.num_decoder_layers
+    assert result.layers == list(range(top + 1))
+    rows = (result.sentence == 3) & (result.layer == top)
+    got = torch.from_numpy(result.vectors[rows]).float()
+    assert torch.allclose(got, out.decoder_hidden_states[top][0].half().float(), atol=1e-3)
+    assert [result.tokens[i] for i in np.flatnonzero(rows)] == read.target_tokens[3]
+
+
+def test_the_figure_keeps_typed_words_as_text_and_each_point_its_index(val_model):
+    from core.figures.projector import projection_figure
+
+    result = project(val_model, "encoder", ALL_LAYERS, sentences=6)
+    result.tokens[0], result.texts[0] = "<b>x</b>", "<i>typed</i> → y"
+    near = [n["index"] for n in result.neighbours(0, 3)]
+    for colour in projector.COLOURS:
+        fig = projection_figure(result, colour, 0, near)
+        hover = " ".join(str(h) for t in fig.data for h in t.hovertext)
+        assert "<b>x</b>" not in hover and "&lt;b&gt;x&lt;/b&gt;" in hover and "<i>" not in hover
+        drawn = sorted(int(r[0]) for t in fig.data[: len(fig.data) - 2] for r in t.customdata)
+        assert drawn == list(range(len(result.tokens)))  # every point once, with its index
+        assert [int(v) for v in fig.data[-1].customdata[0]] == [0, 0, 0, 0]
+    assert "PC1 ·" in fig.layout.xaxis.title.text
+    flat = project(val_model, "encoder", 2, "pca", 3, 6)
+    assert projection_figure(flat, "token").data[0].type == "scatter3d"
+
+
+@pytest.mark.slow
+def test_umap_is_seeded_so_the_page_and_the_command_agree(val_model):
+    pytest.importorskip("umap")
+    a = project(val_model, "encoder", ALL_LAYERS, "umap", 2, 6)
+    b = project(val_model, "encoder", ALL_LAYERS, "umap", 2, 6)
+    assert a.coords.shape == (len(a.tokens), 2) and np.isfinite(a.coords).all()
+    assert np.array_equal(a.coords, b.coords) and a.explained == []
+
+
+def test_the_attention_page_projects_picks_and_exports(studio_dirs, val_checkpoint):
+    import shutil
+
+    from tests.helpers import assert_clean, run_page_script
+
+    shutil.copy(val_checkpoint, studio_dirs["checkpoints"] / "fra-eng-small.pt")
+    query = {"section": "project", "space_sentences": "6", "space_layer": "all"}
+    at = run_page_script("attention.py", query)
+    assert_clean(at)
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert "Where encoder tokens live: every layer, 6 sentences" in spec["layout"]["title"]["text"]
+    at.selectbox(key="space_sentence").set_value(2).run()
+    assert_clean(at)
+    table = at.dataframe[0].value
+    assert len(table) == projector.NEIGHBOURS and (table["similarity"].diff().dropna() <= 0).all()
+    assert at.query_params["space_pick"] == "2:0:2"  # the last layer when all are shown
+    at.selectbox(key="space_colour").set_value("layer").run()
+    at.selectbox(key="space_side").set_value("decoder").run()
+    assert_clean(at)
+    assert at.query_params["space_side"] == "decoder" and at.query_params["space_colour"] == "layer"
+    assert any("Every point as CSV" in b.label for b in at.get("download_button"))
+    at.selectbox(key="space_dims").set_value(3).run()
+    assert_clean(at)
+    assert json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]["type"] == "scatter3d"
+    at.number_input(key="space_sentences").set_value(1000).run()
+    assert_clean(at)  # tiny.tsv has 6 validation sentences: all 6 are shown
+
+
+def test_a_click_on_a_point_picks_it(studio_dirs, val_checkpoint):
+    import shutil
+
+    from tests.helpers import assert_clean, run_page_script
+
+    shutil.copy(val_checkpoint, studio_dirs["checkpoints"] / "fra-eng-small.pt")
+    at = run_page_script("attention.py", {"section": "project", "space_sentences": "6"})
+    at.session_state["space_click"] = (4, 1, 2)  # what the chart's on_select leaves
+    at.run()
+    assert_clean(at)
+    assert at.query_params["space_pick"] == "4:1:2"
+    assert at.selectbox(key="space_sentence").value == 4
+    assert at.selectbox(key="space_position").value == 1
