@@ -123,3 +123,19 @@ def test_the_attribution_section_contrasts_a_candidate_at_a_step(studio_dirs):
         assert_clean(at)
         assert not at.error
         (chart,) = [c for c in at.get("plotly_chart") if "rather than" in c.proto.spec]
+    assert at.query_params["contrast_step"] == "3"
+    assert at.query_params["contrast_method"] == CONTRAST_METHODS[-1]
+    assert at.query_params["contrast_word"] == word.value
+    assert any(b.label == "Contrast as CSV" for b in at.get("download_button"))
+    query = {"sentence": SENTENCE, "section": "attribution", **at.query_params}
+    again = run_page_script("attention.py", {k: str(v) for k, v in query.items()})
+    assert_clean(again)  # a shared link opens on the same step, word and method
+    assert again.selectbox(key="atr_contrast_step").value == 3
+    assert again.selectbox(key="atr_contrast_word").value == word.value
+    assert again.selectbox(key="atr_contrast_method").value == CONTRAST_METHODS[-1]
+
+
+def test_the_url_knows_the_contrastive_methods():
+    from core.attention.view_state import CONTRAST_METHODS as URL_METHODS
+
+    assert URL_METHODS == CONTRAST_METHODS  # core.attention cannot import core.attribution

@@ -77,6 +77,8 @@ def test_any_query_string_gives_a_view_inside_every_widgets_range(params):
         state.step = 0
     if state.section != "attribution":  # the method travels with the attribution only
         state.method = ViewState.method
+        state.contrast_step, state.contrast_word = ViewState.contrast_step, ViewState.contrast_word
+        state.contrast_method = ViewState.contrast_method
     if state.section != "alignment":  # the alignment mode travels with the alignment only
         state.align = ViewState.align
     if state.section != "training":  # the training steps travel with "Over training" only

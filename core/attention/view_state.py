@@ -40,6 +40,9 @@ PROJECT = "project"  # the section whose projection settings travel in the URL
 SECTION_FIELDS = {  # fields only one section writes
     "step": PLAYBACK,
     "method": ATTRIBUTION,
+    "contrast_step": ATTRIBUTION,
+    "contrast_word": ATTRIBUTION,
+    "contrast_method": ATTRIBUTION,
     "align": ALIGNMENT,
     "train_step": TRAINING,
     "diff_from": TRAINING,
@@ -60,6 +63,11 @@ SECTION_FIELDS = {  # fields only one section writes
     "space_sentences": PROJECT,
     "space_pick": PROJECT,
 }
+CONTRAST_METHODS = (
+    "grad-input",
+    "integrated-gradients",
+    "occlusion",
+)  # core.attribution.contrast's
 ALIGN_MODES = ("awo", "awi")  # core.alignment.extract.MODES (a layer above: checked by a test)
 OLD_SECTIONS = {  # the section values of links made before the keys: the labels shown then
     "Maps": "maps",
@@ -107,6 +115,9 @@ class ViewState:
     patch_answer: str = ""  # ... the clean run's answer word ("" = its most likely)
     patch_wrong: str = ""  # ... the corrupted run's answer word ("" = its most likely)
     method: str = "alti"  # attribution method, one of core.attribution.methods.METHODS
+    contrast_step: int = -1  # "Why this word": the output step (-1 = the first with another)
+    contrast_word: str = ""  # ... the alternative word ("" = the step's likeliest other)
+    contrast_method: str = CONTRAST_METHODS[0]  # ... the contrastive method
     align: str = ALIGN_MODES[0]  # alignment mode: "awo" (the step that predicts) or "awi"
     train_step: int = -1  # "Over training": the snapshot step shown (-1 = the latest, followed)
     diff_from: int = -1  # "Over training": step A of B − A, B the step shown (-1 = none)
@@ -155,6 +166,7 @@ class ViewState:
             "patch_prefix",
             "patch_answer",
             "patch_wrong",
+            "contrast_word",
         ):
             if len(getattr(state, name)) > MAX_TEXT_CHARS:
                 setattr(state, name, getattr(cls, name))
@@ -174,6 +186,9 @@ class ViewState:
         if state.kind not in KINDS:
             state.kind = cls.kind
         _check_space(state, cls)
+        if state.contrast_method not in CONTRAST_METHODS:
+            state.contrast_method = cls.contrast_method
+        state.contrast_step = min(max(state.contrast_step, -1), MAX_INDEX)
         if state.patch_dir not in DIRECTIONS:
             state.patch_dir = cls.patch_dir
         if not (_is_index(state.head) or state.head in HEAD_AGGREGATES):

@@ -82,21 +82,35 @@ def contrast_panel(page: SectionInputs) -> None:
     if not steps:
         st.caption("No step has another candidate to contrast with.")
         return
-    cols = st.columns(3)
+    state, cols = page.state, st.columns(3)
+    widget_default(
+        "atr_contrast_step",
+        state.contrast_step if state.contrast_step in steps else steps[0],
+        steps,
+    )
     step = cols[0].selectbox(
         "Output step",
         steps,
         format_func=lambda i: f"{i}: {t.output_tokens[i]}",
         key="atr_contrast_step",
     )
+    state.contrast_step = step
     others = [w for w, _ in t.topk[step] if w != t.output_tokens[step]]
+    widget_default(
+        "atr_contrast_word",
+        state.contrast_word if state.contrast_word in others else others[0],
+        others,
+    )
     word = cols[1].selectbox("Rather than", others, key="atr_contrast_word")
+    state.contrast_word = word
+    widget_default("atr_contrast_method", state.contrast_method, CONTRAST_METHODS)
     method = cols[2].selectbox(
         "Contrastive method",
         CONTRAST_METHODS,
         format_func=CONTRAST_NAMES.get,
         key="atr_contrast_method",
     )
+    state.contrast_method = method
     try:
         foil = foil_at(page.lm, t, step, word)
         e = contrast_explanation(page.lm, t, page.key, tuple(foil), method)
@@ -104,8 +118,19 @@ def contrast_panel(page: SectionInputs) -> None:
         st.error(md(err))
         return
     title = f"Why “{t.output_tokens[step]}” rather than “{word}” ({CONTRAST_NAMES[method]})"
-    name = export_name(page.state.model, page.state.sentence, None, None, None, "contrast")
+    name = export_name(state.model, state.sentence, None, None, None, "contrast")
     chart(attr_figs.contrast_figure(e, step, title), "atr_contrast", name=name)
+    table = e.frame()
+    table["output"] = table["output"].map(csv_cell)
+    st.download_button(
+        "Contrast as CSV",
+        table.to_csv(index=False, lineterminator="\r\n").encode("utf-8"),
+        f"{name}.csv",
+        "text/csv",
+        help="One row per output token: what each source and prefix token contributes to "
+        "log p(written word) − log p(alternative) (the chosen step's row is the one asked).",
+        key="atr_contrast_csv",
+    )
 
 
 def pick_method(state: ViewState) -> str:
