@@ -20,6 +20,7 @@ pass, S source pieces, T decoder inputs.
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -287,12 +288,9 @@ def pca(x: torch.Tensor, dims: int) -> tuple[np.ndarray, list[float]]:
 
 
 def umap_available() -> bool:
-    """Whether ``umap-learn`` imports here."""
-    try:
-        import umap  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether ``umap-learn`` is installed here (found, not imported: importing it and numba
+    takes seconds, paid only when UMAP is asked for)."""
+    return importlib.util.find_spec("umap") is not None
 
 
 def umap_coords(x: torch.Tensor, dims: int) -> np.ndarray:
