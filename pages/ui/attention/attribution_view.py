@@ -120,17 +120,22 @@ def contrast_panel(page: SectionInputs) -> None:
     title = f"Why “{t.output_tokens[step]}” rather than “{word}” ({CONTRAST_NAMES[method]})"
     name = export_name(state.model, state.sentence, None, None, None, "contrast")
     chart(attr_figs.contrast_figure(e, step, title), "atr_contrast", name=name)
-    table = e.frame()
-    table["output"] = table["output"].map(csv_cell)
     st.download_button(
         "Contrast as CSV",
-        table.to_csv(index=False, lineterminator="\r\n").encode("utf-8"),
+        explanation_csv(e),
         f"{name}.csv",
         "text/csv",
         help="One row per output token: what each source and prefix token contributes to "
         "log p(written word) − log p(alternative) (the chosen step's row is the one asked).",
         key="atr_contrast_csv",
     )
+
+
+def explanation_csv(e: Explained) -> bytes:
+    """An explanation's rows as CSV (its output tokens safe in a spreadsheet)."""
+    table = e.frame()
+    table["output"] = table["output"].map(csv_cell)
+    return table.to_csv(index=False, lineterminator="\r\n").encode("utf-8")
 
 
 def pick_method(state: ViewState) -> str:
@@ -221,11 +226,9 @@ def contribution_panel(
     fig = attr_figs.contribution_figure(e, title, visible, page.stretch, notes)
     name = export_name(state.model, state.sentence, what=a.method)
     chart(fig, "atr_matrix", col, name)
-    table = e.frame()
-    table["output"] = table["output"].map(csv_cell)
     col.download_button(
         "Contributions as CSV",
-        table.to_csv(index=False, lineterminator="\r\n").encode("utf-8"),
+        explanation_csv(e),
         f"{name}.csv",
         "text/csv",
         help="One row per output token: its source share, then a column per source token "
