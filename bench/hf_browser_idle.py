@@ -17,6 +17,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -65,20 +67,28 @@ def measure(url: str, repeats: int) -> dict:
     }
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=int, default=4)
-    args = p.parse_args()
+@contextmanager
+def served(env: Callable[[Path], dict] = lambda root: {}):
+    """(process, URL) of an app server whose only model is the random opus-mt-sized one,
+    in a temporary folder ``root``; ``env(root)``: more of the server's environment."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         hf_speed.build(root / "checkpoints" / "opus-mt-en-fr-random")
         (root / "runs").mkdir()
-        env = {"ATTENTION_STUDIO_CHECKPOINTS": str(root / "checkpoints")}
-        proc, url = helpers.start_server(root / "runs", env=env)
+        more = {"ATTENTION_STUDIO_CHECKPOINTS": str(root / "checkpoints"), **env(root)}
+        proc, url = helpers.start_server(root / "runs", env=more)
         try:
-            print(json.dumps(measure(url, args.repeats)))
+            yield proc, url
         finally:
             helpers.stop_server(proc)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=4)
+    args = p.parse_args()
+    with served() as (_, url):
+        print(json.dumps(measure(url, args.repeats)))
 
 
 if __name__ == "__main__":

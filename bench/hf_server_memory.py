@@ -18,7 +18,6 @@ import argparse
 import json
 import random
 import sys
-import tempfile
 import threading
 import time
 import zipfile
@@ -28,7 +27,7 @@ from urllib.parse import urlencode
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import hf_speed  # noqa: E402
-from hf_browser_idle import idle  # noqa: E402
+from hf_browser_idle import idle, served  # noqa: E402
 
 from tests import helpers  # noqa: E402
 
@@ -100,19 +99,12 @@ def measure(url: str, pid: int) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        hf_speed.build(root / "checkpoints" / "opus-mt-en-fr-random")
-        (root / "runs").mkdir()
-        env = {
-            "ATTENTION_STUDIO_CHECKPOINTS": str(root / "checkpoints"),
-            "FRA_ENG_ZIP": str(stand_in_corpus(root / "fra-eng.zip")),
-        }
-        proc, url = helpers.start_server(root / "runs", env=env)
-        try:
-            print(json.dumps(measure(url, proc.pid)))
-        finally:
-            helpers.stop_server(proc)
+
+    def corpus(root: Path) -> dict:
+        return {"FRA_ENG_ZIP": str(stand_in_corpus(root / "fra-eng.zip"))}
+
+    with served(corpus) as (proc, url):
+        print(json.dumps(measure(url, proc.pid)))
 
 
 if __name__ == "__main__":

@@ -88,9 +88,8 @@ def test_any_query_string_gives_a_view_inside_every_widgets_range(params):
     if state.section != "lens":  # the logit lens's colouring travels with it only
         state.lens = ViewState.lens
     if state.section != "patch":  # the corrupted sentence travels with the patching only
-        for name in ("corrupt", "patch_dir", "patch_ask", "patch_prefix", "patch_answer"):
+        for name in ["corrupt", *(f for f in vars(ViewState()) if f.startswith("patch_"))]:
             setattr(state, name, getattr(ViewState, name))
-        state.patch_wrong = ViewState.patch_wrong
     if state.section != "project":  # the projection's settings travel with it only
         for name in [f for f in vars(ViewState()) if f.startswith("space_")]:
             setattr(state, name, getattr(ViewState, name))

@@ -241,46 +241,59 @@ def _sources(lm: LoadedModel, clean: str, corrupt: str):
 
 def _one_piece(lm: LoadedModel, word: str) -> int:
     """The target vocabulary's id of an answer word; TranslationError unless one known piece."""
-    pieces, ids = lm.tgt_vocab.segment(tokenize(word or ""))
-    if len(ids) != 1 or lm.tgt_vocab.unknown(tokenize(word)):
-        how = (
-            "not in the model's target vocabulary"
-            if len(ids) == 1
-            else (f"{len(ids)} pieces ({' '.join(pieces)})" if ids else "empty")
+    words = tokenize(word or "")
+    pieces, ids = lm.tgt_vocab.segment(words)
+    if not ids:
+        how = "empty"
+    elif len(ids) > 1:
+        how = f"{len(ids)} pieces ({' '.join(pieces)})"
+    elif lm.tgt_vocab.unknown(words):
+        how = "not in the model's target vocabulary"
+    else:
+        return ids[0]
+    raise TranslationError(f"An answer must be one word the model knows: “{word}” is {how}.")
+
+
+def _found_question(model, a_ids: list[int], b_ids: list[int], device, max_len: int):
+    """(decoder inputs (1, T): <bos> + the translations' common prefix, (answer, wrong) ids):
+    the first step where the two greedy translations differ."""
+    out_a, out_b = _greedy(model, a_ids, max_len), _greedy(model, b_ids, max_len)
+    step = next((t for t, (x, y) in enumerate(zip(out_a, out_b)) if x != y), None)
+    if step is None:
+        raise TranslationError(
+            "Both sentences are translated the same way, so there is no answer to "
+            "compare: change a word the translation depends on, or give a target prefix "
+            "and two answer words."
         )
-        raise TranslationError(f"An answer must be one word the model knows: “{word}” is {how}.")
-    return ids[0]
+    tgt_in = torch.tensor([[Vocab.bos_id, *out_a[:step]]], device=device)  # (1, T)
+    return tgt_in, (out_a[step], out_b[step])
 
 
-def _question(model, lm, src_a, src_b, out: tuple, prefix: str | None, answers):
-    """(decoder inputs (1, T): <bos> + the prefix, (answer, wrong) ids, chosen)."""
-    device = src_a.device
-    if prefix is None and answers is None:
-        out_a, out_b = out
-        step = next((t for t, (x, y) in enumerate(zip(out_a, out_b)) if x != y), None)
-        if step is None:
-            raise TranslationError(
-                "Both sentences are translated the same way, so there is no answer to "
-                "compare: change a word the translation depends on, or give a target prefix "
-                "and two answer words."
-            )
-        tgt_in = torch.tensor([[Vocab.bos_id, *out_a[:step]]], device=device)  # (1, T)
-        return tgt_in, (out_a[step], out_b[step]), False
+def _given_question(model, lm: LoadedModel, sources, prefix: str | None, answers):
+    """(decoder inputs (1, T): <bos> + the prefix given, (answer, wrong) ids): the answers
+    given, else each source's likeliest word after the prefix."""
     words = tokenize(prefix or "")
     if len(words) > MAX_SENTENCE_TOKENS:
         raise TranslationError(f"The prefix takes at most {MAX_SENTENCE_TOKENS} words.")
-    if lm.tgt_vocab.unknown(words):
-        missing = ", ".join(lm.tgt_vocab.unknown(words))
-        raise TranslationError(f"The prefix has words the model does not know: {missing}.")
+    if missing := lm.tgt_vocab.unknown(words):
+        raise TranslationError(
+            f"The prefix has words the model does not know: {', '.join(missing)}."
+        )
+    device = sources[0].device
     tgt_in = torch.tensor([[Vocab.bos_id, *lm.tgt_vocab.segment(words)[1]]], device=device)
     if answers is not None:
         pair = tuple(_one_piece(lm, w) for w in answers)
     else:
-        pair = tuple(int(model(s, tgt_in)[0][0, -1].argmax()) for s in (src_a, src_b))
+        pair = tuple(int(model(s, tgt_in)[0][0, -1].argmax()) for s in sources)
     if pair[0] == pair[1]:
         said = lm.tgt_vocab.decode([pair[0]])[0]
         raise TranslationError(f"Both runs answer “{said}” there: give two different answer words.")
-    return tgt_in, pair, True
+    return tgt_in, pair
+
+
+def _metric(logits: torch.Tensor, answers) -> float:
+    """logit(answer) - logit(wrong) at the last step of (1, T, V) logits."""
+    return float(logits[0, -1, answers[0]] - logits[0, -1, answers[1]])
 
 
 @torch.no_grad()
@@ -307,22 +320,20 @@ def patch(
     with evaluating(model):
         device = next(model.parameters()).device
         src_a, src_b = (torch.tensor([i], device=device) for i in (a_ids, b_ids))  # (1, S)
-        automatic = prefix is None and answers is None
-        outs = (_greedy(model, a_ids, max_len), _greedy(model, b_ids, max_len)) if automatic else ()
-        tgt_in, answers_ids, given = _question(model, lm, src_a, src_b, outs, prefix, answers)
+        given = prefix is not None or answers is not None
+        tgt_in, answers_ids = (
+            _given_question(model, lm, (src_a, src_b), prefix, answers)
+            if given
+            else _found_question(model, a_ids, b_ids, device, max_len)
+        )
         todo = list(chosen) if chosen is not None else components(model, len(a_ids), tgt_in.size(1))
         sites = list(dict.fromkeys(_site(model, c) for c in todo))
         donor, receiver = (src_a, src_b) if direction == "denoise" else (src_b, src_a)
         logits_d, seen = _recorded(model, sites, donor, tgt_in)
         logits_r, *_ = model(receiver, tgt_in)  # (1, T, V)
-        metric = {
-            run: float(lg[0, -1, answers_ids[0]] - lg[0, -1, answers_ids[1]])
-            for run, lg in (("donor", logits_d), ("receiver", logits_r))
-        }
+        m_donor, m_receiver = _metric(logits_d, answers_ids), _metric(logits_r, answers_ids)
         m_clean, m_corrupt = (
-            (metric["donor"], metric["receiver"])
-            if direction == "denoise"
-            else (metric["receiver"], metric["donor"])
+            (m_donor, m_receiver) if direction == "denoise" else (m_receiver, m_donor)
         )
         span = m_clean - m_corrupt
         effects: list[float] = []
