@@ -6,11 +6,12 @@ import streamlit as st
 
 from core.runs import catalogue as models
 from core.runs import status as run_status
+from core.runs.table import HOME_COLUMNS
 from core.training.devices import device_summary
 from pages.ui.frame import ensure_app_navigation, footer, page_links
 from pages.ui.model_picker import model_entries
 from pages.ui.text import spreadsheet_safe
-from pages.ui.train.runs_table_view import runs_dataframe
+from pages.ui.train.runs_table_view import TableView, runs_dataframe
 
 
 def show_models() -> None:
@@ -35,7 +36,7 @@ def show_runs() -> None:
     if not runs:
         st.info("No training runs yet.")
         return
-    runs_dataframe(runs[:20], "home_runs", links=True)
+    runs_dataframe(runs[:20], "home_runs", TableView(columns=HOME_COLUMNS), links=True)
 
 
 def main() -> None:

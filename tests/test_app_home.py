@@ -8,6 +8,7 @@ from pathlib import Path
 from core.places import checkpoints_root, runs_root
 from core.runs import catalogue as models
 from core.runs.promotion import promote
+from core.runs.table import HOME_COLUMNS
 from core.training.devices import device_summary
 from tests.helpers import assert_clean, run_app
 
@@ -31,6 +32,7 @@ def test_home_describes_the_app_and_lists_models_and_runs(jobs_env, make_run):
     assert len(table) == 4 and table["val BLEU"].max() == 12.5
     assert list(runs["run"]) == ["train?run=20260101-000000-d2l"]  # a link to the run
     assert list(runs["state"]) == ["finished"]
+    assert list(runs.columns) == list(HOME_COLUMNS)  # a summary that fits: "All runs" has all
     link = json.loads(at.dataframe[1].proto.columns)["run"]  # shown as the run id
     assert link["type_config"]["type"] == "link" and "run=" in link["type_config"]["display_text"]
     # a model without a BLEU (the broken file) shows a dash, never the word "None"

@@ -97,6 +97,25 @@ def test_form_refuses_impossible_settings_with_the_reason(jobs_env, key, value, 
     assert run_dirs(runs_root()) == []  # nothing started
 
 
+def test_a_problem_shows_under_its_field_says_where_it_sits_and_never_names_a_hidden_one(
+    jobs_env,
+):
+    """Errors were listed only beside Launch, with names of fields the form does not show
+    (src_vocab_size); each now sits under its own field too, in the opened Advanced
+    expander, led by its group; a vocabulary size the data decides is left to max_vocab."""
+    at = train_page()
+    fill_tiny_form(at, **{"model.num_heads": 3, "data.max_vocab": 10_000_000})
+    button(at, "Launch training").click().run()
+    bottom = [plain(e.value) for e in at.error if "Not started" in e.value]
+    assert bottom and "Model › d_model" in bottom[0] and "Data › max_vocab" in bottom[0]
+    assert "vocab_size" not in bottom[0]
+    advanced = next(x for x in at.expander if x.label.startswith("Advanced"))
+    under = [plain(e.value) for e in advanced.error]
+    assert any(e.startswith("Model › d_model") for e in under), under
+    assert any(e.startswith("Data › max_vocab") for e in under), under
+    assert run_dirs(runs_root()) == []
+
+
 @pytest.mark.parametrize("processes", [0, -3, 99])
 def test_form_refuses_an_impossible_number_of_processes_with_the_reason(
     jobs_env, monkeypatch, processes

@@ -51,7 +51,10 @@ def test_every_head_over_training_beside_the_loss(studio_dirs):
     stars = [t for t in lines["data"] if t.get("marker", {}).get("symbol") == "star"]
     assert len(stars) == 8  # each head's largest change is marked
     table = at.dataframe[0].value  # which numbers each basis has
-    assert list(table["measured on"].str.split().str[0]) == ["probe", "validation"]
+    assert list(table.columns) == ["number", "probe sentences", "validation sentences"]
+    assert len(table) == 5 and set(table["probe sentences"]) <= {"✓", "—"}
+    steps = next(c.value for c in at.caption if c.value.startswith("Steps measured"))
+    assert "probe sentences: " in steps and "validation sentences: " in steps
     assert any("Stages (heuristic)" in m.value for m in at.markdown)
     assert any(b.key == "at_traj_measure" for b in at.button)  # the saved step, not measured
 

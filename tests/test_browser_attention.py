@@ -82,7 +82,7 @@ def test_heatmaps_of_a_long_sentence_redraw_for_every_kind(app_server, browser_p
 
 # ----------------------------------------------------------------------------- layout at two widths
 
-LAYOUT_PROBLEMS = """() => {
+LAYOUT_PROBLEMS = r"""() => {
     const problems = [];
     const inside = (r, box) => r.left >= box.left - 1 && r.right <= box.right + 1
                                && r.top >= box.top - 1;
@@ -97,6 +97,34 @@ LAYOUT_PROBLEMS = """() => {
             const r = el.getBoundingClientRect();
             if (!inside(r, box)) problems.push('cut: ' + el.textContent);
             if (r.bottom > Math.min(...tops) + 1) problems.push('overlaps: ' + el.textContent);
+        }
+        const legend = plot.querySelector('.legend .bg');
+        const meet = (a, b) => a.left < b.right - 1 && b.left < a.right - 1
+                               && a.top < b.bottom - 1 && b.top < a.bottom - 1;
+        const tickText = [...plot.querySelectorAll('.cartesianlayer [class$="tick"] > text')];
+        const ticks = tickText.map(t => t.getBoundingClientRect()).filter(r => r.width > 0);
+        const upright = t => !/rotate\((?!0[,)])/.test(t.getAttribute('transform') || '');
+        const level = tickText.filter(upright)
+            .map(t => [t.textContent, t.getBoundingClientRect()]).filter(([, r]) => r.width > 0);
+        level.forEach(([a, ra], i) => level.slice(i + 1).forEach(([b, rb]) => {
+            if (meet(ra, rb)) problems.push('ticks collide: ' + a + ' / ' + b);
+        }));
+        for (const a of plot.querySelectorAll('.annotation')) {
+            const r = a.getBoundingClientRect();
+            if (ticks.some(t => meet(r, t))) problems.push('on tick labels: ' + a.textContent);
+        }
+        for (const t of plot.querySelectorAll('.infolayer [class*="title"]:not(.gtitle)')) {
+            if (legend && t.textContent && meet(legend.getBoundingClientRect(),
+                                                t.getBoundingClientRect())) {
+                problems.push('legend on axis title: ' + t.textContent);
+            }
+        }
+    }
+    for (const grid of document.querySelectorAll('[data-testid="stDataFrame"] .dvn-scroller')) {
+        const wide = grid.closest('[class*="st-key-scrolls-"]');  // sideways by design
+        if (!wide && grid.scrollWidth > grid.clientWidth + 1) {
+            const frame = grid.closest('[data-testid="stDataFrame"]');
+            problems.push('table cut: ' + (frame.getAttribute('aria-label') || 'a table'));
         }
     }
     for (const el of document.querySelectorAll('[data-testid="stWidgetLabel"] *')) {

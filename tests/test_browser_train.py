@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 from tests.helpers import ARTIFACTS, assert_no_browser_exception
 
@@ -63,3 +64,21 @@ def test_launch_watch_and_stop_from_the_train_page(
         raise
     finally:
         kill_trainers(app_server["runs"])
+
+
+def test_the_layers_panel_reads_well_at_two_widths(app_server, browser_page, tiny_run):
+    """Norms and TensorBoard-style distributions: no legend on an axis title, no title cut."""
+    from tests.test_browser_attention import LAYOUT_PROBLEMS, settle
+
+    shutil.copytree(tiny_run, app_server["runs"] / "browser-layers", dirs_exist_ok=True)
+    page = browser_page
+    for width in (760, 1400):
+        page.set_viewport_size({"width": width, "height": 1000})
+        page.goto(app_server["url"] + "/train?run=browser-layers")
+        page.get_by_text("Layers: weight and gradient norms and distributions").click()
+        page.get_by_text("weights of source embedding").first.wait_for(timeout=60_000)
+        settle(page)
+        assert_no_browser_exception(page)
+        assert page.evaluate(LAYOUT_PROBLEMS) == [], width
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"train_layers_{width}.png"), full_page=True)

@@ -168,6 +168,8 @@ def test_models_frame_one_row_per_model(jobs_env, make_run):
         "runs/done/last.pt",
     }
     assert "not a readable" in rows.loc["checkpoints/broken.pt", "problem"]
+    (checkpoints_root() / "broken.pt").unlink()
+    assert "problem" not in models.models_frame(models.list_models()).columns  # none has one
     assert rows.loc["checkpoints/broken.pt", "size"] == ""
     demo = rows.loc["checkpoints/fr-demo.pt"]
     assert (demo["origin"], demo["val BLEU"], demo["step"]) == (

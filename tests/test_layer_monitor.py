@@ -1,13 +1,27 @@
-"""Per-layer weight and gradient norms and weight histograms, logged and charted."""
+"""Per-layer weight and gradient norms and distributions, logged and charted as TensorBoard does."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from core.figures.layers import histogram_figure, histogram_groups, norms_figure
+from core.figures.layers import (
+    distribution_figure,
+    histogram_figure,
+    histogram_groups,
+    histogram_overlay_figure,
+    norms_figure,
+)
 from core.places import runs_root
 from core.runs.run_dir import RunDir
-from core.training.monitor import HIST_EDGES, layer_groups, layer_norms, weight_histograms
+from core.training.monitor import (
+    BASIS_POINTS,
+    HIST_BINS,
+    distributions,
+    layer_groups,
+    layer_norms,
+    summary,
+)
 from tests.helpers import train_tiny
 from tests.test_app_train import train_page
 
@@ -28,10 +42,56 @@ def test_norms_and_histograms_are_those_of_the_parameters(random_model):
     assert abs(norms["weights"]["encoder 0"] - torch.linalg.vector_norm(w).item()) < 1e-5
     g = torch.cat([p.grad.flatten() for p in groups["output layer"]])
     assert abs(norms["grads"]["output layer"] - torch.linalg.vector_norm(g).item()) < 1e-5
-    hist = weight_histograms(model)
-    assert hist["edges"] == HIST_EDGES and len(hist["counts"]["decoder 1"]) == len(HIST_EDGES) + 1
+    dist = distributions(model)
     for name, params in groups.items():
-        assert sum(hist["counts"][name]) == sum(p.numel() for p in params)
+        w = torch.cat([p.detach().flatten() for p in params]).double()
+        d = dist["weights"][name]
+        assert d["num"] == w.numel() == sum(d["counts"]) and len(d["counts"]) == HIST_BINS
+        want = torch.quantile(w, torch.tensor(BASIS_POINTS, dtype=torch.float64) / 10_000)
+        assert torch.allclose(torch.tensor(d["percentiles"], dtype=torch.float64), want, rtol=1e-5)
+        assert d["percentiles"][0] == pytest.approx(w.min().item(), rel=1e-5)
+        assert d["sum_squares"] == pytest.approx(w.square().sum().item(), rel=1e-5)
+    g = torch.cat([p.grad.flatten() for p in groups["output layer"]])
+    assert dist["grads"]["output layer"]["percentiles"][-1] == pytest.approx(
+        g.max().item(), rel=1e-5
+    )
+
+
+def test_a_distribution_is_auto_ranged_where_fixed_bins_saw_three():
+    """Weights of scale 1e-3 fell into three of the old fixed [-1, 1] bins; the auto-ranged
+    histogram spreads them over its own range, and the percentiles are those of a normal."""
+    values = torch.randn(200_000, generator=torch.Generator().manual_seed(0)) * 1e-3
+    d = summary(values)
+    assert sum(c > 0 for c in d["counts"]) >= HIST_BINS - 4  # most bins hold values
+    sigma = [d["percentiles"][i] / 1e-3 for i in (1, 2, 3, 5, 6, 7)]  # ±1.5σ, ±1σ, ±0.5σ points
+    assert sigma == pytest.approx([-1.5, -1.0, -0.5, 0.5, 1.0, 1.5], abs=0.02)
+    same = summary(torch.full((10,), 0.25))  # one value: one bin, no division by a zero range
+    assert same["counts"] == [10] and same["percentiles"] == [0.25] * 9
+
+
+def test_the_figures_draw_tensorboards_bands_and_overlaid_histograms(random_model):
+    records = []
+    for step in (10, 20, 30):
+        records.append(
+            {"record": "eval", "step": step, "distributions": distributions(random_model[0])}
+        )
+    fig = distribution_figure(records, "encoder 0", "weights")
+    assert [t.name for t in fig.data if t.showlegend is not False] == [
+        "min to max",
+        "6.7 to 93.3 %",
+        "15.9 to 84.1 %",
+        "30.9 to 69.1 %",
+        "median",
+    ]
+    pct = records[-1]["distributions"]["weights"]["encoder 0"]["percentiles"]
+    assert (
+        fig.data[0].y[-1] == pct[0] and fig.data[1].y[-1] == pct[8] and fig.data[-1].y[-1] == pct[4]
+    )
+    assert list(fig.data[-1].x) == [10, 20, 30]
+    overlay = histogram_overlay_figure(records, "encoder 0", "weights")
+    assert len(overlay.data) == 3
+    width = overlay.data[0].x[1] - overlay.data[0].x[0]
+    assert sum(overlay.data[0].y) * width == pytest.approx(1.0)  # a density
 
 
 def test_a_run_logs_them_and_the_train_page_charts_them(tmp_path, jobs_env):
@@ -43,10 +103,47 @@ def test_a_run_logs_them_and_the_train_page_charts_them(tmp_path, jobs_env):
     assert histogram_groups(records)[-1] == "output layer"
     fig = norms_figure(records, "grads")
     assert len(fig.data) == len(train[0]["layer_norms"]["grads"])
-    heat = histogram_figure(records, "encoder 0")
-    assert len(heat.data[0].z) == sum("histograms" in r for r in records)
-    assert abs(sum(heat.data[0].z[0]) - 1) < 1e-9
+    evals = [r for r in records if "distributions" in r]
+    assert evals and all(set(r["distributions"]) == {"weights", "grads"} for r in evals)
+    assert len(distribution_figure(records, "encoder 0", "grads").data[-1].x) == len(evals)
     at = train_page("layers")
     titles = [c.proto.spec for c in at.get("plotly_chart")]
     assert any("weight norm per layer" in t for t in titles)
-    assert any("weights of source embedding at each evaluation" in t for t in titles)
+    assert any("weights of source embedding" in t for t in titles)
+    assert any("gradients of source embedding" in t for t in titles)
+    at.radio(key="hist_mode").set_value("Histograms").run()
+    titles = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any("weights of source embedding: histograms" in t for t in titles)
+
+
+def test_a_run_from_before_distributions_still_shows_its_fixed_bin_histograms():
+    edges = [round(-1.0 + 0.05 * i, 2) for i in range(41)]
+    records = [
+        {
+            "record": "eval",
+            "step": 5,
+            "histograms": {"edges": edges, "counts": {"encoder 0": [0] * 20 + [3, 5] + [0] * 20}},
+        }
+    ]
+    assert histogram_groups(records) == ["encoder 0"]
+    heat = histogram_figure(records, "encoder 0")
+    assert abs(sum(heat.data[0].z[0]) - 1) < 1e-9
+
+
+def test_the_largest_models_distributions_fit_the_metrics_estimate():
+    """An evaluation record of a 24 + 24-layer model, gradients included, stays within what
+    the run's budget counts for it (``budget.eval_record_bytes``)."""
+    import json
+
+    from core.model.config import MODEL_UPPER, ModelConfig
+    from core.model.transformer import Transformer
+    from core.runs.budget import RECORD_BYTES, eval_record_bytes
+
+    layers = {k: MODEL_UPPER[k] for k in ("num_encoder_layers", "num_decoder_layers")}
+    config = ModelConfig(20, 20, d_model=8, num_heads=2, d_ff=8, **layers)
+    model = Transformer(config)
+    src, tgt = torch.randint(4, 20, (2, 5)), torch.randint(4, 20, (2, 6))
+    (model.loss(src, tgt[:, :-1], tgt[:, 1:]) * 1e-7).backward()  # tiny gradients: long numbers
+    record = {"distributions": distributions(model)}
+    assert len(record["distributions"]["grads"]) == 24 + 24 + 3
+    assert len(json.dumps(record)) <= eval_record_bytes(layers) - RECORD_BYTES

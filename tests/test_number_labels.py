@@ -106,3 +106,15 @@ def test_no_figure_module_formats_numbers_with_si_prefixes():
         assert not [f for f in formats if f.endswith("s")], path.name
     spec = json.dumps(imp.importance_grid_figure(importance_table(), "gradient", "b").to_dict())
     assert "~s" not in spec
+
+
+def test_log_ticks_never_crowd_a_short_span():
+    """Weight norms from 7.5 to 30 got 7, 8, 9, 10, 20, 30: 8, 9 and 10 collided in a small
+    chart. Ticks closer than a twelfth of the span move to the next sparser set."""
+    import numpy as np
+
+    ticks = log_ticks([7.5, 30])
+    inside = [t for t in ticks["tickvals"] if 7.5 <= t <= 30]
+    assert ticks["ticktext"] == ["5", "10", "20", "50"] and inside == [10, 20]
+    gaps = np.diff(np.log10(inside))
+    assert (gaps >= (np.log10(30) - np.log10(7.5)) / 12).all()

@@ -197,6 +197,34 @@ def test_compare_two_sentences_keeps_the_cross_attention_rows_that_differ(studio
     assert len(specs[0]["layout"]["yaxis"]["ticktext"]) >= max(map(len, outputs)) + 1  # <eos>
 
 
+def test_a_clickable_map_carries_each_drawn_cell_and_its_hover():
+    import numpy as np
+
+    from core.attention.token_pick import pick_from_cell
+    from core.figures.clicks import CLICK_NAME, clickable, clicked_cell
+
+    weights = np.array([[0.2, 0.8, 0.0], [np.nan, np.nan, np.nan]], dtype=np.float32)
+    fig = clickable(figs.heatmap_figure(weights, ["a", "b"], ["x", "y", "z"], "cross"))
+    points = next(t for t in fig.data if t.name == CLICK_NAME)
+    assert [tuple(c[:2]) for c in points.customdata] == [(0, 0), (0, 1), (0, 2)]  # no blank row
+    assert list(points.x) == list(fig.data[0].x) and points.customdata[1][2] == pytest.approx(0.8)
+    assert "customdata[2]" in points.hovertemplate and fig.data[0].hoverinfo == "skip"
+    assert clicked_cell({"selection": {"points": [{"customdata": {"0": 0, "1": 2}}]}}) == (
+        0,
+        2,
+    )
+    assert clicked_cell({"selection": {"points": [{"customdata": [1, 0, 0.5]}]}}) == (1, 0)
+    for junk in (None, {}, {"selection": {"points": []}}, {"selection": {"points": [{}]}}):
+        assert clicked_cell(junk) is None
+    assert clicked_cell({"selection": {"points": [{"customdata": [-1, 0.5]}]}}) is None
+    keys = ["<bos>", "je", "suis"]
+    assert pick_from_cell("query", 1, 0, keys, hide=True) == "q1"
+    assert pick_from_cell("key", 1, 0, keys, hide=True) == "k1"  # <bos> hidden: column 0 = key 1
+    assert pick_from_cell("key", 1, 0, keys, hide=False) == "k0"
+    with pytest.raises(ValueError):
+        pick_from_cell("cell", 0, 0, keys, hide=False)
+
+
 # ----------------------------------------------------------------------------- real browser
 
 
@@ -226,3 +254,44 @@ def test_compare_and_a_picked_token_draw_in_a_browser(app_server, browser_page, 
         assert outlines >= 1 + 2 * 4  # the large map and every cell of the overview
         assert page.evaluate(LAYOUT_PROBLEMS) == []
         page.screenshot(path=str(ARTIFACTS / f"attention_token_{width}.png"), full_page=True)
+
+
+CELL = """([row, col]) => {
+  const gd = document.querySelector('.js-plotly-plot');  // the large map comes first
+  const t = gd._fullData.find(d => d.name === 'cell'), L = gd._fullLayout;
+  const i = t.customdata.findIndex(c => c[0] === row && c[1] === col);
+  const box = gd.getBoundingClientRect();
+  return [box.left + L.xaxis._offset + L.xaxis.d2p(t.x[i]),
+          box.top + L.yaxis._offset + L.yaxis.d2p(t.y[i])];
+}"""
+
+
+def test_a_click_on_a_cell_outlines_its_row_or_its_column(app_server, browser_page, tiny_run):
+    """bertviz's click to explore: a click on a cell of the large map outlines its query row,
+    or (with the control on "column") its key column, counted past hidden <bos>/<eos>."""
+    from urllib.parse import parse_qs, urlencode, urlparse
+
+    from tests.helpers import assert_no_browser_exception
+    from tests.test_browser_attention import settle
+
+    shutil.copytree(tiny_run, app_server["runs"] / "browser-tiny", dirs_exist_ok=True)
+    url, page = app_server["url"], browser_page
+    query = {"model": "runs/browser-tiny/last.pt", "kind": "decoder_self", "sentence": "i'm home ."}
+    page.set_viewport_size({"width": 1400, "height": 2200})  # the large map in view
+    page.goto(f"{url}/attention?" + urlencode({**query, "hide": "1"}))
+    settle(page, 1 + 2 * 4)
+
+    def click(row: int, col: int, token: str) -> None:
+        x, y = page.evaluate(CELL, [row, col])
+        page.mouse.move(x, y)
+        page.mouse.click(x, y)
+        page.wait_for_function("t => location.search.includes('token=' + t)", arg=token)
+        settle(page, 1 + 2 * 4)
+        assert parse_qs(urlparse(page.url).query)["token"] == [token]
+        assert page.locator(".js-plotly-plot .shapelayer path").count() >= 1 + 2 * 4
+
+    click(2, 1, "q2")  # a row: the query as drawn
+    page.get_by_text("column (key)", exact=True).click()
+    settle(page, 1 + 2 * 4)
+    click(2, 0, "k1")  # <bos> (key 0) is hidden: the first column drawn is key 1
+    assert_no_browser_exception(page)

@@ -160,7 +160,12 @@ def test_a_constant_series_is_drawn_around_its_value(log_y):
 def test_compared_runs_put_their_legend_below_the_title():
     records = [{"record": "train", "step": s, "loss": 1.0 / s} for s in range(1, 30)]
     fig = tf.curves_figure({"a": records, "b": records}, "loss")
-    assert fig.layout.showlegend and fig.layout.legend.y < 0  # under the plot, not on the title
+    legend = fig.layout.legend  # at the figure's bottom edge: under the x title, never on it
+    assert fig.layout.showlegend and (legend.yref, legend.y, legend.yanchor) == (
+        "container",
+        0,
+        "bottom",
+    )
 
 
 def test_one_colour_key_names_the_runs_in_their_colours_as_text():

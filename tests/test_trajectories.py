@@ -273,6 +273,20 @@ def test_stages_go_lm_then_word_by_word_then_reordering():
     assert found.seen == list(STAGES) and "not seen" not in found.summary()
 
 
+def test_the_stage_bands_are_named_in_the_legend_never_in_labels_that_collide():
+    """Two steps of one stage made two labels side by side (they overlapped); each stage is a
+    legend entry of its band's colour, below the plot, in the order the stages came."""
+    from core.figures.trajectories import STAGE_COLORS, stage_figure
+
+    found = stages(stage_table([2.0, 1.9, 1.0, 0.6, 0.5, 0.5], [0.3, 0.3, 0.6, 0.8, 0.7, 0.7]))
+    fig = stage_figure(found)
+    assert not fig.layout.annotations
+    bands = [t for t in fig.data if t.name.startswith("band: ")]
+    assert [t.name for t in bands] == [f"band: {s}" for s in STAGES]
+    assert [t.marker.color for t in bands] == [STAGE_COLORS[s] for s in STAGES]
+    assert fig.layout.legend.yref == "container"
+
+
 def test_stages_say_what_a_run_did_not_reach():
     found = stages(stage_table([2.0, 1.0, 0.5, 0.4], [0.3, 0.6, 0.7, 0.8]))
     assert STAGES[2] not in found.seen and "not seen: reordering" in found.summary()

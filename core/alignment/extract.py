@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from core.alignment.hugging_face import hf_pair_maps
-from core.attention.head_stats import BOUNDARY_TOKENS
+from core.attention.kinds import BOUNDARY_TOKENS
 from core.attention.sentence_maps import SentenceMaps
 from core.corpus.bpe import word_spans
 from core.corpus.vocab import Vocab

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from core.attention.kinds import check_tokens, kind_labels
+from core.attention.kinds import BOUNDARY_TOKENS, check_tokens, kind_labels
 from core.attention.sentence_maps import SentenceMaps
 
 EMPTY_ROW_MASS = 1e-6  # a row with less weight than this on the kept keys has nothing to show
@@ -73,11 +73,6 @@ def rollout(enc_weights: np.ndarray, add_residual: bool = True) -> np.ndarray:
         current = a @ current
         out[layer] = current
     return out
-
-
-BOUNDARY_TOKENS = (  # the studio's <bos>/<eos>; a Hugging Face model's <s>, </s> and the
-    *("<bos>", "<eos>", "<s>", "</s>", "<pad>"),  # <pad> Marian and T5 start decoding from
-)
 
 
 def hide_special(

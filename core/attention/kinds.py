@@ -10,6 +10,10 @@ from collections.abc import Sequence
 
 KINDS = ("encoder", "decoder_self", "cross")
 
+BOUNDARY_TOKENS = (  # the studio's <bos>/<eos>; a Hugging Face model's <s>, </s> and the
+    *("<bos>", "<eos>", "<s>", "</s>", "<pad>"),  # <pad> Marian and T5 start decoding from
+)
+
 KIND_NAMES = {  # short names, for pickers, legends and head labels ("Cross L1 H2")
     "encoder": "Encoder self",
     "decoder_self": "Decoder self",

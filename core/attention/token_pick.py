@@ -1,8 +1,9 @@
 """The token picker: a query row or key column picked by index, and where it is drawn.
 
-Plotly heatmap clicks do not reach Streamlit 1.67 (``on_select`` returns an empty selection
-for heatmaps), so a token is picked from a list; the pick travels in the URL as
-``ViewState.token`` and indexes the tokens before <bos>/<eos> columns are hidden.
+A token is picked from a list or by a click on a cell of the large map (its row or its
+column: ``pick_from_cell``; Streamlit 1.67 passes no clicks on heatmap cells, so the figure
+carries an invisible point on each, ``core.figures.attention.clickable``); the pick travels
+in the URL as ``ViewState.token`` and indexes the tokens before <bos>/<eos> columns are hidden.
 """
 
 from __future__ import annotations
@@ -32,6 +33,20 @@ def parse_pick(token: str) -> tuple[str, int] | None:
     if text[:1] not in ("q", "k") or not (digits.isascii() and digits.isdigit()) or len(digits) > 6:
         return None
     return ("query" if text[0] == "q" else "key"), int(text[1:])
+
+
+CLICK_AXES = ("query", "key")  # what a click on a map's cell outlines: its row or its column
+
+
+def pick_from_cell(axis: str, row: int, column: int, key_tokens: Sequence[str], hide: bool) -> str:
+    """The pick ("q<i>"/"k<j>", indices before hiding) of a clicked cell of the map as drawn:
+    its query row, or its key column counted past the hidden <bos>/<eos> columns."""
+    if axis not in CLICK_AXES:
+        raise ValueError(f"a click outlines a query or a key, not {axis!r}")
+    if axis == "query":
+        return f"q{row}"
+    kept = hide_special(np.zeros((1, len(key_tokens)), np.float32), key_tokens)[1] if hide else None
+    return f"k{kept[column] if kept is not None else column}"
 
 
 def pick_options(query_tokens: Sequence[str], key_tokens: Sequence[str]) -> list[str]:

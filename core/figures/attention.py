@@ -27,7 +27,7 @@ BLANK_COLOR = "#d9d9d9"  # blank (NaN) cells are drawn grey, unlike 0 (white)
 BLANK_NAME = "blank"  # the name of the grey traces over blank cells
 MAX_GRID_TICKS = 20  # the grid shows token tick labels only up to this many tokens
 GRID_PLOT_PX = 560  # width of a grid's cells together in a 760 px page (the narrow layout)
-TICK_GAP_PX = 18  # labels tilted 45° this far apart never overlap (11 px font)
+TICK_GAP_PX = 12  # upright (-90°) labels this far apart never overlap (10 px font)
 GRID_TICK_CHARS = 8  # a grid's tick label is cut to this many characters
 TITLE_CHARS = 44  # title line length that fits a chart in half of a 760 px wide page
 WIDE_TITLE_CHARS = 76  # ... in the whole width of a 760 px wide page
@@ -244,7 +244,9 @@ def _grid_axes(layout: dict, axes: list, tokens: tuple, words: tuple) -> None:
     """Categorical token axes on every cell, y reversed, titles on the outer edge."""
     query_tokens, key_tokens = tokens
     common = {"type": "category", "tickmode": "array", "tickfont": {"size": 11}}
-    x_ticks = _grid_ticks(key_tokens, grid_x_ticks(len(axes[0]))) | {"tickangle": -45}
+    x_ticks = _grid_ticks(key_tokens, grid_x_ticks(len(axes[0])))
+    x_ticks |= {"tickangle": -90, "tickfont": {"size": 10}}  # upright: every token of a
+    # sentence of up to 11 under a cell of a 4-head grid in a 760 px page
     y_ticks = _grid_ticks(query_tokens, MAX_GRID_TICKS)
     for name, axis in layout.items():
         if name.startswith("xaxis"):

@@ -25,7 +25,7 @@ from core.figures.attention import (
     title_layout,
     unique_labels,
 )
-from core.figures.labels import plotly_text
+from core.figures.labels import legend_below, plotly_text
 
 DIVIDER_COLOR = "#222"  # the line between the source block and the prefix block
 SHARE_COLOR = "#1f77b4"  # an output token drawn mostly from the source
@@ -256,8 +256,7 @@ def deletion_figure(result: Faithfulness) -> go.Figure:
     fig.update_layout(
         xaxis={"title": {"text": "source words removed (k)"}, "tickvals": list(DELETION_K)},
         yaxis={"title": {"text": "mean drop in log p(output token)"}},
-        legend={"orientation": "h", "y": -0.25},
-        height=int(400 + head["margin"]["t"]),
+        **legend_below(fig, 400 + head["margin"]["t"], per_row=4),
         **head,
     )
     return fig

@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 from core.attention.ablation import HeadSpec
 from core.attention.kinds import KIND_NAMES, KINDS
 from core.figures.attention import WIDE_TITLE_CHARS, title_layout
-from core.figures.labels import PLAIN_NUMBERS, SCORE_FORMAT, plotly_text
+from core.figures.labels import PLAIN_NUMBERS, SCORE_FORMAT, legend_below, plotly_text
 
 KIND_COLORS = {"encoder": "#1f77b4", "decoder_self": "#2ca02c", "cross": "#d62728"}
 
@@ -125,8 +125,7 @@ def agreement_figure(
     fig.update_layout(
         xaxis={"title": {"text": "gradient score (cheap: one backward pass)"}} | PLAIN_NUMBERS,
         yaxis={"title": {"text": f"{short} with the head removed (measured)"}} | PLAIN_NUMBERS,
-        height=int(340 + head["margin"]["t"]),
-        legend={"orientation": "h", "y": -0.25},
+        **legend_below(fig, 340 + head["margin"]["t"]),
         **head,
     )
     return fig

@@ -166,11 +166,14 @@ def scores_figure(v: QueryKey) -> go.Figure:
     return fig
 
 
-def _line_traces(weights: np.ndarray, color: str, name: str, group: str, shown: set) -> list:
-    """One line trace per opacity step for one head's (Tq, Tk) weights; shown: pairs to draw."""
-    levels = np.minimum((weights * OPACITY_BINS).astype(int), OPACITY_BINS - 1)  # (Tq, Tk)
+def line_traces(
+    weights: np.ndarray, color: str, name: str, group: str, shown: set, bins: int = OPACITY_BINS
+) -> list:
+    """One line trace per opacity step (``bins`` of them) for one head's (Tq, Tk) weights;
+    shown: the (query, key) pairs to draw."""
+    levels = np.minimum((weights * bins).astype(int), bins - 1)  # (Tq, Tk)
     traces = []
-    for level in range(OPACITY_BINS):
+    for level in range(bins):
         xs, ys = [], []
         for i, j in zip(*np.nonzero((levels == level) & (weights >= MIN_LINE_WEIGHT))):
             if (int(i), int(j)) in shown:
@@ -183,7 +186,7 @@ def _line_traces(weights: np.ndarray, color: str, name: str, group: str, shown: 
                     y=ys,
                     mode="lines",
                     line={"color": color, "width": 2},
-                    opacity=(level + 0.5) / OPACITY_BINS,
+                    opacity=(level + 0.5) / bins,
                     name=name,
                     legendgroup=group,
                     showlegend=False,
@@ -220,7 +223,7 @@ def lines_figure(
     fig = go.Figure()
     for h, head_weights in zip(heads, w):
         color = HEAD_COLORS[h % len(HEAD_COLORS)]
-        for trace in _line_traces(head_weights, color, f"head {h}", f"head {h}", pairs):
+        for trace in line_traces(head_weights, color, f"head {h}", f"head {h}", pairs):
             fig.add_trace(trace)
         fig.add_trace(legend_entry(color, f"head {h}"))
     picked = {"query": pick[1] if pick and pick[0] == "query" else -1}

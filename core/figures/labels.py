@@ -42,9 +42,24 @@ def log_ticks(values, most: int = 6) -> dict:
     powers = range(int(np.floor(lo)) - 1, int(np.ceil(hi)) + 1)
     for mantissas in LOG_MANTISSAS:
         ticks = [m * 10.0**k for k in powers for m in mantissas]
-        if sum(lo <= np.log10(t) <= hi for t in ticks) <= most:
+        shown = np.log10([t for t in ticks if lo <= np.log10(t) <= hi])
+        apart = len(shown) < 2 or np.diff(shown).min() >= (hi - lo) / (2 * most)
+        if len(shown) <= most and apart:  # few enough, and no two crowded (8, 9, 10)
             break
     inside = [t for t in ticks if lo - 0.5 <= np.log10(t) <= hi + 0.5]
     if sum(lo <= np.log10(t) <= hi for t in inside) > most:  # many decades: every k-th one
         inside = inside[:: -(-len(inside) // most)]
     return {"tickmode": "array", "tickvals": inside, "ticktext": [number_text(t) for t in inside]}
+
+
+LEGEND_ROW_PX = 22  # one row of a horizontal legend
+
+
+def legend_below(fig, height: int, per_row: int = 3) -> dict:
+    """Layout for a horizontal legend on the figure's bottom edge, below the x-axis title and
+    never on it (placed in the figure, not the plot: Plotly shrinks the plot to make room),
+    and the figure's ``height`` grown by the rows of its entries (traces in the legend)."""
+    entries = sum(t.showlegend is not False for t in fig.data)
+    rows = -(-max(entries, 1) // per_row)
+    legend = {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0}
+    return {"legend": legend, "height": int(height) + LEGEND_ROW_PX * rows + 8}

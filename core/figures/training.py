@@ -12,7 +12,7 @@ from datetime import datetime
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from core.figures.labels import PLAIN_NUMBERS, log_ticks, plotly_text
+from core.figures.labels import PLAIN_NUMBERS, legend_below, log_ticks, plotly_text
 from core.runs.history import open_history
 
 LOG_SCALE = {"loss", "val_loss", "lr", "grad_norm"}  # metrics drawn on a log axis if asked
@@ -174,14 +174,14 @@ def curves_figure(
         ):
             fig.add_trace(trace)
     _, title, y_title = METRICS[metric]
+    shown = legend and len(runs) > 1
     fig.update_layout(
         title={"text": title, "font": {"size": 14}},
-        height=height,
+        **(legend_below(fig, height) if shown else {"height": height}),
         hovermode="x unified",
         margin={"l": 10, "r": 10, "t": 40, "b": 10},
         uirevision=metric,
-        legend={"orientation": "h", "yanchor": "top", "y": -0.3, "xanchor": "left", "x": 0},
-        showlegend=legend and len(runs) > 1,
+        showlegend=shown,
     )
     fig.update_xaxes(title_text=X_AXES[x_axis][1], **({} if x_axis == "wall" else PLAIN_NUMBERS))
     fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear", **PLAIN_NUMBERS)
@@ -256,11 +256,10 @@ def training_curve_figure(source, step: int | None = None) -> go.Figure:
         fig.add_vline(x=step, line_dash="dash", line_color="gray")
     fig.update_layout(
         title={"text": "Training so far"},
-        height=300,
+        **legend_below(fig, 300),
         margin={"t": 50},
         xaxis={"title": {"text": "step"}} | PLAIN_NUMBERS,
         yaxis={"title": {"text": "loss"}} | PLAIN_NUMBERS,
         yaxis2={"title": {"text": "BLEU"}, "overlaying": "y", "side": "right"} | PLAIN_NUMBERS,
-        legend={"orientation": "h", "y": -0.3},
     )
     return fig

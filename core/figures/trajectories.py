@@ -19,13 +19,14 @@ from core.attention.trajectories import METRIC_NAMES
 from core.attention.trajectory_reading import STAGES, MapDifference, Stages
 from core.figures.attention import DIFF_COLORSCALE, unique_labels
 from core.figures.comparison import diff_range
-from core.figures.labels import PLAIN_NUMBERS, plotly_text
+from core.figures.labels import PLAIN_NUMBERS, legend_below, plotly_text
 
 HEAD_COLORS = qualitative.D3  # one colour per head number
 LAYER_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")  # one per layer
 STAGE_COLORS = dict(zip(STAGES, ("#fdd49e", "#c6dbef", "#c7e9c0")))  # light bands per stage
 DIFF_COLUMNS = 4  # heads per row of the B − A grid
 MAX_TICK_TOKENS = 12  # a B − A cell names its tokens up to this many
+DIFF_GAP_PX = 90  # between two rows of B − A cells: the upper one's tick labels, the lower's title
 
 
 def _head_style(layer: int, head: int) -> dict:
@@ -121,9 +122,8 @@ def trajectory_figure(
     subtitle = f"one line per head{'; ' + basis_words if basis_words else ''}; ★ largest change"
     fig.update_layout(
         title={"text": plotly_text(title), "subtitle": {"text": plotly_text(subtitle)}},
-        height=560 if rows == 2 else 700,
+        **legend_below(fig, 560 if rows == 2 else 700, per_row=6),
         margin={"t": 90, "l": 10, "r": 10, "b": 10},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.08, "x": 0},
         hovermode="closest",
     )
     fig.update_xaxes(**PLAIN_NUMBERS)
@@ -143,18 +143,20 @@ def stage_figure(stages: Stages) -> go.Figure:
         fig.add_vrect(
             x0=edges[i], x1=edges[i + 1], fillcolor=STAGE_COLORS[name], opacity=0.6, line_width=0
         )
-    for stage, first, last in stages.spans():
-        fig.add_annotation(x=(first + last) / 2, y=1.04, yref="paper", text=stage, showarrow=False)
+    for stage in dict.fromkeys(stages.stage):  # the stages in the order they come, once each
+        fig.add_scatter(  # a legend entry of the band's colour (stage names never collide)
+            x=[None], y=[None], mode="markers", name=f"band: {stage}",
+            marker={"symbol": "square", "size": 14, "color": STAGE_COLORS[stage], "opacity": 0.6},
+        )  # fmt: skip
     fig.add_scatter(x=steps, y=stages.focus, name="source focus (0–1)", mode="lines+markers")
     fig.add_scatter(x=steps, y=stages.diagonal, name="cross diagonality", mode="lines+markers")
     fig.update_layout(
         title={
             "text": "Stages of training (a heuristic from attention weights)",
-            "subtitle": {"text": "bands: target-side LM, word-by-word, reordering"},
+            "subtitle": {"text": "behind the lines: the stage found at each step, as a band"},
         },
-        height=370,
+        **legend_below(fig, 370),
         margin={"t": 90, "l": 10, "r": 10, "b": 10},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.3, "x": 0},  # below the x title
         xaxis={"title": {"text": "training step"}} | PLAIN_NUMBERS,
         yaxis={"title": {"text": "value"}, "range": [0, 1.05]} | PLAIN_NUMBERS,
     )
@@ -169,8 +171,16 @@ def map_difference_figure(
     cols = min(DIFF_COLUMNS, len(order))
     rows = math.ceil(len(order) / cols)
     titles = [f"L{i} H{j} · |Δ| {c:.3f}" for i, j, c in order]  # short: no overlap
+    few = len(md.key_tokens) <= MAX_TICK_TOKENS and len(md.query_tokens) <= MAX_TICK_TOKENS
+    cell = max(190, 40 + 14 * len(md.query_tokens))  # a grid row's plot, in pixels
+    gap = DIFF_GAP_PX if few else DIFF_GAP_PX // 2  # room for the tick labels and a title
+    plots = rows * cell + (rows - 1) * gap  # the paper's height, in pixels
     fig = make_subplots(
-        rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.04, vertical_spacing=0.12
+        rows=rows,
+        cols=cols,
+        subplot_titles=titles,
+        horizontal_spacing=0.04,
+        vertical_spacing=gap / plots if rows > 1 else 0.0,
     )
     zmax = diff_range(md.diff)
     x, y = unique_labels(md.key_tokens), unique_labels(md.query_tokens)
@@ -187,7 +197,6 @@ def map_difference_figure(
             row=n // cols + 1,
             col=n % cols + 1,
         )
-    few = len(md.key_tokens) <= MAX_TICK_TOKENS and len(md.query_tokens) <= MAX_TICK_TOKENS
     ticks = {"showticklabels": few, "tickfont": {"size": 9}}
     fig.update_xaxes(tickvals=x, ticktext=[plotly_text(t) for t in md.key_tokens], **ticks)
     y_text = [plotly_text(t) for t in md.query_tokens]
@@ -210,7 +219,7 @@ def map_difference_figure(
             "cmax": zmax,
             "colorbar": {"title": {"text": "B − A"}},
         },
-        height=int(110 + rows * max(190, 40 + 14 * len(md.query_tokens))),
+        height=int(110 + plots + 10),
         margin={"t": 110, "l": 10, "r": 10, "b": 10},
     )
     return fig

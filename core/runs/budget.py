@@ -13,6 +13,7 @@ before it is made, and a limit that is checked where it is written as well as at
 | a translation with its maps | heads, layers, source and output | before decoding (pages) |
 | an alignment-scoring job | pairs x layers x heads x words | before scoring (pages) |
 | a model opened by the server | parameters | before loading (pages) |
+| a run exported for TensorBoard | each summary's bytes | before each is written |
 
 What all of it holds on disk together is checked against the quota (``core.runs.quota``).
 
@@ -29,7 +30,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 
 import numpy as np
-import pandas as pd
 import torch
 
 from core.corpus.text import tokenize
@@ -51,6 +51,7 @@ TRAJECTORY_ROWS = 50_000  # heads x steps a model's trajectories hold (both base
 METRICS_BYTES = 8 * MB  # a run's metrics.jsonl (older records thinned past it)
 LOG_BYTES = 4 * MB  # a trainer's log (the start of a long log is cut on resume)
 TRANSLATION_BYTES = 16 * MB  # one translation with all its maps, in the server's memory
+TENSORBOARD_BYTES = 48 * MB  # a run exported for TensorBoard (what would pass it: left out)
 PROJECTION_BYTES = 32 * MB  # one projection of token representations (float16 vectors)
 SCORING_CELLS = 64_000_000  # attention weights one alignment-scoring job holds (float32)
 MODEL_BYTES = 256 * MB  # the float32 weights of a model the server opens for the pages
@@ -69,6 +70,7 @@ FLOAT16, FLOAT32 = 2, 4
 PROBE_OVERHEAD = 4096  # a probe or translation: its objects, warnings and file headers
 TOKEN_BYTES = 64  # a token string, pickled or in memory
 RECORD_BYTES = 4096  # the largest metrics record the estimate allows (an eval with examples)
+DISTRIBUTION_BYTES = 512  # one layer group's weight or gradient distribution in an eval record
 FIXED_RUN_BYTES = 256 * 1024  # config, status, job, request, notes and locks
 
 
@@ -211,15 +213,24 @@ def models_to_keep(asked: int, n_parameters: int, model: Mapping) -> int:
     return max(0, min(asked, KEPT_MODELS_BYTES // one, rows))
 
 
-def metrics_bytes(train: Mapping) -> int:
+def eval_record_bytes(model: Mapping) -> int:
+    """An evaluation record at its largest: examples, metrics and the distributions of the
+    weights and gradients of every layer group (two embeddings, each layer, the output)."""
+    groups = model["num_encoder_layers"] + model["num_decoder_layers"] + 3
+    return RECORD_BYTES + 2 * groups * DISTRIBUTION_BYTES
+
+
+def metrics_bytes(train: Mapping, model: Mapping) -> int:
     """metrics.jsonl at its largest: its records (from the step limit and cadence, when the run
     has one), never past METRICS_BYTES and one thinning's second copy."""
-    cap = 2 * METRICS_BYTES + RECORD_BYTES
+    evaluation = eval_record_bytes(model)
+    cap = 2 * METRICS_BYTES + evaluation
     steps = train.get("max_steps") or 0
     if not steps:
         return cap
-    records = steps // max(train["log_every"], 1) + steps // max(train["eval_every"], 1) + 2
-    return min(cap, records * RECORD_BYTES)
+    records = steps // max(train["log_every"], 1) * RECORD_BYTES
+    evaluations = (steps // max(train["eval_every"], 1) + 2) * evaluation
+    return min(cap, records + evaluations)
 
 
 @dataclass
@@ -258,7 +269,7 @@ def run_budget(settings: Mapping, corpus_bytes: int = 0) -> RunBudget:
         "checkpoints": last + best + last,  # a save writes the new file before the old goes
         "kept models": (models + 1) * kept if models else 0,
         "snapshots": (keep + 1) * snap,
-        "metrics": metrics_bytes(settings["train"]),
+        "metrics": metrics_bytes(settings["train"], model),
         "corpus copy": int(corpus_bytes),
         "log and records": LOG_BYTES + FIXED_RUN_BYTES,
     }
@@ -300,9 +311,10 @@ def sizeof(value, seen: set | None = None) -> int:
         return sum(sizeof(t, seen) for t in tensors)
     if isinstance(value, np.ndarray):
         return value.nbytes + 128
-    if isinstance(value, pd.DataFrame):
+    pd = sys.modules.get("pandas")  # not imported: no value can be a table (the trainer
+    if pd is not None and isinstance(value, pd.DataFrame):  # never imports pandas)
         return int(value.memory_usage(deep=True).sum())
-    if isinstance(value, pd.Series):
+    if pd is not None and isinstance(value, pd.Series):
         return int(value.memory_usage(deep=True))
     if hasattr(value, "to_plotly_json") and not isinstance(value, type):  # a Plotly figure
         return sizeof(value.to_plotly_json(), seen)

@@ -291,8 +291,12 @@ def validate_name(name: str) -> str:
 
 
 def models_frame(entries: Sequence[ModelEntry]) -> pd.DataFrame:
-    """One row per model: key, origin, validation BLEU, step, size, data, problem."""
+    """One row per model: key, origin, validation BLEU, step, size, data, and the problem of
+    those that cannot open (the column only where one has one: an empty column was what a
+    1400 px page cut at the right)."""
     columns = {"key": "model", "origin": "origin", "val_bleu": "val BLEU", "step": "step"}
-    columns |= {"size": "size", "data": "data", "reason": "problem"}
+    columns |= {"size": "size", "data": "data"}
+    if any(not e.usable for e in entries):
+        columns["reason"] = "problem"
     rows = [asdict(e) | ({} if e.usable else {"size": ""}) for e in entries]
     return pd.DataFrame(rows, columns=list(columns)).rename(columns=columns)

@@ -19,7 +19,7 @@ from core.runs.run_dir import RunDir, read_json
 from core.runs.status import RunInfo, when
 from core.training.settings import DERIVED, GROUPS, field_help
 
-CORE_COLUMNS = (  # shown by default, in this order (Home shows these too)
+CORE_COLUMNS = (  # shown by default, in this order
     "run",
     "name",
     "state",
@@ -37,6 +37,8 @@ CORE_COLUMNS = (  # shown by default, in this order (Home shows these too)
     "size",
     "note",
 )
+HOME_COLUMNS = ("run", "name", "state", "best BLEU", "steps", "progress", "started")  # Home's
+# summary fits a 1400 px page; the Train page's "All runs" has them all (it scrolls sideways)
 RUN_COLUMNS = ("preset", "device")  # more about the run, offered under "more columns"
 METRIC_HELP = {  # what each result column means
     "best BLEU": "highest validation BLEU of any evaluation",

@@ -29,7 +29,7 @@ from core.training import distributed
 from core.training.config import TrainConfig, learning_rate
 from core.training.devices import autocast_dtype, pick_device
 from core.training.distributed import World
-from core.training.monitor import layer_norms, weight_histograms
+from core.training.monitor import distributions, layer_norms
 from core.training.random_streams import kept_random_streams, rng_state, set_rng_state
 
 
@@ -268,7 +268,7 @@ class Trainer:
             "step": self.state.step,
             "epoch": self.state.epoch + self.state.batch_in_epoch / max(self.steps_per_epoch, 1),
         }
-        info["histograms"] = weight_histograms(self.model)  # of the weights, per layer group
+        info["distributions"] = distributions(self.model)  # weights and gradients, per layer group
         if not self.val_data:
             return info
         info["val_loss"] = evaluate_loss(self.model, self.val_data, amp_dtype=self.amp_dtype)

@@ -1,9 +1,14 @@
-"""Per-layer weight and gradient norms (each metrics record) and weight histograms (each
-evaluation), so a user sees a layer die or explode.
+"""Per-layer weight and gradient norms (each metrics record) and weight and gradient
+distributions (each evaluation), so a user sees a layer die or explode.
 
 Groups: the two embeddings, each encoder and decoder layer, the output layer. Norms are
 the L2 norm over all of a group's parameters (weights) and of their gradients from the
-last step. Histograms count a group's weights in fixed bins, so evaluations compare.
+last step. Distributions are summarised as TensorBoard summarises them: the values at
+TensorBoard's nine percentiles (minimum, the normal distribution's ±1.5σ, ±1σ, ±0.5σ
+points, median, maximum), and a histogram auto-ranged to the group's own minimum and
+maximum (``HIST_BINS`` equal bins) with the count, sum and sum of squares TensorBoard's
+histogram record holds. Runs from before these were logged carry fixed-bin weight
+histograms (``histograms``, 40 bins over [-1, 1]); the figures still read them.
 """
 
 from __future__ import annotations
@@ -11,7 +16,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-HIST_EDGES = [round(-1.0 + 0.05 * i, 2) for i in range(41)]  # 40 bins over [-1, 1]
+# TensorBoard's distribution percentiles, in basis points (its compressed histograms).
+BASIS_POINTS = (0, 668, 1587, 3085, 5000, 6915, 8413, 9332, 10000)
+HIST_BINS = 20  # equal bins between a group's minimum and maximum, at each evaluation
+SIGNIFICANT = 6  # digits kept of each logged value (a metrics record stays small)
 
 
 def layer_groups(model: nn.Module) -> dict[str, list[nn.Parameter]]:
@@ -39,13 +47,41 @@ def layer_norms(model: nn.Module) -> dict[str, dict[str, float]]:
     return {"weights": weights, "grads": grads}
 
 
+def _short(x: float) -> float:
+    """``x`` to SIGNIFICANT digits (as JSON writes it: no more)."""
+    return float(f"{x:.{SIGNIFICANT}g}")
+
+
+def summary(values: torch.Tensor) -> dict:
+    """A distribution as TensorBoard keeps it: the values at BASIS_POINTS (linear between
+    order statistics, as ``torch.quantile``), and a histogram over [min, max] in HIST_BINS
+    equal bins with the count, sum and sum of squares of the values."""
+    v = values.detach().flatten().float().cpu()  # (n,)
+    ordered = v.sort().values.double()  # (n,)
+    at = torch.tensor(BASIS_POINTS, dtype=torch.float64) / 10_000 * (len(ordered) - 1)  # (9,)
+    below = at.floor().long()
+    above = at.ceil().long()
+    frac = at - below
+    points = ordered[below] * (1 - frac) + ordered[above] * frac  # (9,)
+    lo, hi = float(ordered[0]), float(ordered[-1])
+    counts = torch.histc(v, bins=HIST_BINS, min=lo, max=hi) if hi > lo else None
+    return {
+        "percentiles": [_short(p) for p in points.tolist()],
+        "counts": [len(v)] if counts is None else [int(c) for c in counts.tolist()],
+        "num": len(v),
+        "sum": _short(float(v.double().sum())),
+        "sum_squares": _short(float(v.double().square().sum())),
+    }
+
+
 @torch.no_grad()
-def weight_histograms(model: nn.Module) -> dict:
-    """{"edges": HIST_EDGES, "counts": {group: [below, 40 bins, above]}} of the weights."""
-    edges = torch.tensor(HIST_EDGES)
-    counts = {}
+def distributions(model: nn.Module) -> dict:
+    """{"weights": {group: summary}, "grads": {group: summary of the last step's gradients}}
+    (a group without gradients is left out of "grads")."""
+    weights, grads = {}, {}
     for name, params in layer_groups(model).items():
-        w = torch.cat([p.detach().float().flatten().cpu() for p in params])
-        bins = torch.bucketize(w, edges, right=True)  # 0: below -1, 41: above 1
-        counts[name] = torch.bincount(bins, minlength=len(HIST_EDGES) + 1).tolist()
-    return {"edges": HIST_EDGES, "counts": counts}
+        weights[name] = summary(torch.cat([p.detach().float().flatten() for p in params]))
+        gs = [p.grad.detach().float().flatten() for p in params if p.grad is not None]
+        if gs:
+            grads[name] = summary(torch.cat(gs))
+    return {"weights": weights, "grads": grads}

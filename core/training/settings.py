@@ -180,6 +180,32 @@ def validate_settings(preset: str, overrides: dict | None = None) -> list[str]:
     return [p for p in [memory_problem(cfg, device_type)] if p]
 
 
+GROUP_TITLES = {"data": "Data", "model": "Model", "train": "Training"}  # the form's headings
+DERIVED_FROM = "the vocabularies, which the data settings max_vocab and bpe_vocab bound"
+
+
+def field_of(problem: str) -> FormField | None:
+    """The form field a problem is about: the one its text starts with (None: no field)."""
+    first = re.match(r"[a-z_]+", problem)
+    return next((f for f in form_fields() if first and f.name == first[0]), None)
+
+
+def form_problems(problems: list[str]) -> list[str]:
+    """Problems as the Train form's user reads them: each led by where its field sits
+    ("Model › d_model (30) must be ..."); problems of the fields the data decides (the
+    vocabulary sizes) only where no data setting explains them, and in those words."""
+    derived = [p for p in problems if p.split(" ", 1)[0].rstrip(":") in DERIVED]
+    out = []
+    for problem in problems:
+        if problem in derived:
+            if len(derived) < len(problems):
+                continue  # a data setting's own problem says it first
+            problem = f"{DERIVED_FROM}: {problem}"
+        f = field_of(problem)
+        out.append(f"{GROUP_TITLES[f.group]} › {problem}" if f else problem)
+    return out
+
+
 def describe_settings(cfg: dict[str, dict]) -> str:
     """One line of what a run would be, e.g. 'first 512 + 128 pairs · width 256 · ...'."""
     d, m, t = cfg["data"], cfg["model"], cfg["train"]

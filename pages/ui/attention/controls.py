@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.attention.head_stats import BOUNDARY_TOKENS
-from core.attention.kinds import KIND_NAMES, KINDS
+from core.attention.kinds import BOUNDARY_TOKENS, KIND_NAMES, KINDS
 from core.attention.maps import head_options
 from core.attention.sentence_maps import SentenceMaps
 from core.attention.view_state import ViewState

@@ -6,15 +6,22 @@ import pandas as pd
 import streamlit as st
 
 from core.attention import head_stats, token_pick
-from core.attention.maps import blank_note, export_name, select_view, view_csv
+from core.attention.maps import blank_note, export_name, hide_columns, select_view, view_csv
 from core.attention.sentence_maps import SentenceMaps
 from core.attention.view_state import ViewState
 from core.figures import attention as figs
 from core.figures import comparison as cmp_figs
+from core.figures.clicks import clickable, clicked_cell
+from core.figures.model_view import model_view_figure
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.charts import chart
 from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_widgets import widget_default
+
+OVERVIEWS = ("heat maps", "lines (model view)")
+BIG = "big"  # the large map's chart key (its selection: the clicked cell)
+CELL_CLICK = "at_cell_click"  # (row, column) of the cell a click picked, for the next run
+CLICK_WORDS = {"query": "row (query)", "key": "column (key)"}
 
 
 def maps_section(page: SectionInputs) -> None:
@@ -24,7 +31,8 @@ def maps_section(page: SectionInputs) -> None:
     name = export_name(state.model, state.sentence, state.kind, state.layer, state.head)
     pick = token_picker(maps, state)
     left, right = st.columns([4, 1])
-    chart(cmp_figs.add_highlight(figs.view_figure(view, page.stretch), pick), "big", left, name)
+    big = clickable(cmp_figs.add_highlight(figs.view_figure(view, page.stretch), pick))
+    chart(big, BIG, left, name, on_click=_clicked)
     with right:
         head_summary(maps, state, page.lm.meta)
         st.download_button(
@@ -48,22 +56,45 @@ def maps_section(page: SectionInputs) -> None:
     head_table(maps, state, page.lm.meta)
 
 
+def _clicked() -> None:
+    """The large map's on_select: the clicked cell, picked on the next run (token_picker)."""
+    if (cell := clicked_cell(st.session_state.get(BIG))) is not None:
+        st.session_state[CELL_CLICK] = cell
+
+
 def token_picker(maps: SentenceMaps, state: ViewState) -> token_pick.Highlight | None:
-    """Pick a query row or key column to outline (URL ``token``); where it is drawn, or None."""
+    """Pick a query row or key column to outline (URL ``token``) from a list or by a click on
+    the large map; where it is drawn, or None."""
     queries, keys = maps.tokens(state.kind)
     options = token_pick.pick_options(queries, keys)
-    left, right = st.columns([2, 3], vertical_alignment="bottom")
+    left, middle, right = st.columns([2, 2, 3], vertical_alignment="bottom")
     if state.token and state.token not in options:
         right.caption(md(f"Token {state.token} (from the URL) is not in this map: none outlined."))
         state.token = ""
+    widget_default("at_click_axis", "query", token_pick.CLICK_AXES)
+    axis = (
+        middle.segmented_control(
+            "A click on a cell outlines its",
+            token_pick.CLICK_AXES,
+            format_func=CLICK_WORDS.get,
+            key="at_click_axis",
+            help="Click a cell of the large map: its row (the query) or its column (the key) is "
+            "outlined there and in every cell of the overview.",
+        )
+        or "query"
+    )
+    if (cell := st.session_state.pop(CELL_CLICK, None)) is not None:
+        clicked = token_pick.pick_from_cell(axis, *cell, keys, state.hide)
+        if clicked in options:
+            st.session_state["at_token"] = clicked
     widget_default("at_token", state.token, options)
     state.token = left.selectbox(
         "Outline a token",
         options,
         key="at_token",
         format_func=lambda v: token_pick.pick_label(v, queries, keys),
-        help="A query (row) or key (column), counted with <bos>/<eos>. Clicks on a heatmap "
-        "cannot select it here (Streamlit does not pass them on), so pick it from this list.",
+        help="A query (row) or key (column), counted with <bos>/<eos>; or click a cell of "
+        "the large map.",
     )
     pick = token_pick.resolve_pick(state.token, queries, keys, state.hide)
     if pick is not None:
@@ -106,11 +137,33 @@ def overview(page: SectionInputs, pick: token_pick.Highlight | None) -> None:
     show_all = figs.shows_full_grid(n_layers, maps.heads) or st.toggle(
         f"Overview of all {n_layers} layers × {maps.heads} heads", key="at_all_layers"
     )
-    layers = None if show_all else [state.layer]
-    grid = figs.grid_view_figure(maps, state.kind, state.hide, layers, page.stretch)
+    layers = list(range(n_layers)) if show_all else [state.layer]
     layer = None if show_all else state.layer
+    widget_default("at_overview", OVERVIEWS[0], OVERVIEWS)
+    shape = st.segmented_control(
+        "Overview as",
+        OVERVIEWS,
+        key="at_overview",
+        help="Heat maps, or bertviz's model view: each head's weights as lines from the "
+        "queries (left of a cell) to the keys (right), opacity the weight.",
+    )
+    if shape == OVERVIEWS[1]:
+        name = export_name(state.model, state.sentence, state.kind, layer, None, "model view")
+        chart(model_view(maps, state.kind, state.hide, layers, pick), "model_view", name=name)
+        return
+    grid = figs.grid_view_figure(maps, state.kind, state.hide, layers, page.stretch)
     name = export_name(state.model, state.sentence, state.kind, layer, None, "grid")
     chart(cmp_figs.add_highlight(grid, pick), "grid", name=name)
+
+
+def model_view(maps, kind: str, hide: bool, layers: list[int], pick) -> object:
+    """The model view of these layers (hidden <bos>/<eos> columns left out; a picked token's
+    lines only)."""
+    queries, keys = maps.tokens(kind)
+    cut = hide_columns(maps.weights(kind)[layers], queries, keys, hide)  # (L', H, Tq, Tk')
+    drawn = (pick.axis, pick.index) if pick is not None and pick.index >= 0 else None
+    names = [f"layer {i}" for i in layers]
+    return model_view_figure(cut.weights, queries, cut.keys, kind, names, drawn, cut.note)
 
 
 def head_table(maps: SentenceMaps, state: ViewState, meta: dict) -> None:

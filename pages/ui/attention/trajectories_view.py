@@ -33,6 +33,7 @@ from pages.ui.progress import progress_bar
 from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_widgets import widget_default
 
+BASIS_COLUMNS = {"probes": "probe sentences", "validation": "validation sentences"}
 BASIS_WORDS = {
     "probes": "probe sentences as translated at each snapshot (every step)",
     "validation": "validation sentences, teacher-forced (steps with a kept model)",
@@ -92,18 +93,27 @@ def trajectories_panel(page: SectionInputs, result: Trajectories, step: int) -> 
     stages_and_heads(result)
 
 
+def steps_words(steps: list[int]) -> str:
+    """Steps in a few words: "14 steps: 250 to 3,500, every 250" (a full list was cut)."""
+    if len(steps) <= 3:
+        return ", ".join(f"{s:,}" for s in steps) or "none"
+    gaps = {b - a for a, b in zip(steps, steps[1:])}
+    every = f", every {gaps.pop():,}" if len(gaps) == 1 else ""
+    return f"{len(steps)} steps: {steps[0]:,} to {steps[-1]:,}{every}"
+
+
 def availability(result: Trajectories) -> None:
-    """Which numbers each basis has, at which steps, in a small table."""
+    """Which numbers each basis has (a row per number, a column per basis) and at which steps
+    (a wide table of both was cut at 760 px)."""
     have = result.available()
-    rows = []
-    for basis, steps in (("probes", result.steps), ("validation", result.model_steps)):
-        done = sorted(set(result.frame(basis)["step"])) if steps else []
-        where = ", ".join(f"{s:,}" for s in done) or "none"
-        rows.append(
-            {"measured on": BASIS_WORDS[basis], "steps": where}
-            | {m: "✓" if m in have[basis] else "—" for m in METRICS}
-        )
-    st.dataframe(spreadsheet_safe(pd.DataFrame(rows)), hide_index=True)
+    columns, steps = {}, []
+    for basis, kept in (("probes", result.steps), ("validation", result.model_steps)):
+        done = sorted(set(result.frame(basis)["step"])) if kept else []
+        columns[BASIS_COLUMNS[basis]] = ["✓" if m in have[basis] else "—" for m in METRICS]
+        steps.append(f"{BASIS_COLUMNS[basis]}: {steps_words(done)}")
+    table = pd.DataFrame({"number": [METRIC_NAMES[m] for m in METRICS], **columns})
+    st.dataframe(spreadsheet_safe(table), hide_index=True)
+    st.caption("Steps measured: " + "; ".join(steps) + ".")  # numbers and our words
     st.caption(
         "The validation numbers, AER (cross heads, AWO links on the shipped gold set) and the "
         "source share (ALTI+) need the model of that step: a run keeps one at up to "
@@ -137,23 +147,23 @@ def measure_button(page: SectionInputs, result: Trajectories) -> None:
 
 
 def stages_and_heads(result: Trajectories) -> None:
-    """The stages heuristic over the run, and when each head took its pattern."""
+    """The stages heuristic over the run, and when each head took its pattern (one below the
+    other: beside the chart, the table's columns were cut at 760 px)."""
     probes = result.frame("probes")
     found = stages(probes)
-    left, right = st.columns([3, 2])
     if found is None:
-        left.info("The stages need at least three snapshots.")
+        st.info("The stages need at least three snapshots.")
     else:
-        left.markdown(f"**Stages (heuristic):** {md(found.summary())}.")
-        chart(stage_figure(found), "traj_stages", left, "training stages")
-        left.caption(STAGES_HOW)
+        st.markdown(f"**Stages (heuristic):** {md(found.summary())}.")
+        chart(stage_figure(found), "traj_stages", name="training stages")
+        st.caption(STAGES_HOW)
     if reading := source_share_reading(result.model_frame()):
-        left.markdown(f"**Measured:** {md(reading[0].upper() + reading[1:])}.")
+        st.markdown(f"**Measured:** {md(reading[0].upper() + reading[1:])}.")
     heads = specialisation(probes)
     heads["kind"] = heads["kind"].map(KIND_NAMES)
-    right.markdown("**When heads specialise** (probe sentences)")
-    right.dataframe(spreadsheet_safe(heads), hide_index=True, height=300)
-    right.caption(HEADS_HOW)
+    st.markdown("**When heads specialise** (probe sentences)")
+    st.dataframe(spreadsheet_safe(heads), hide_index=True, height=300, placeholder="—")
+    st.caption(HEADS_HOW)
 
 
 def difference_panel(

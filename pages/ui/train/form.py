@@ -200,6 +200,27 @@ def processes_input(advanced) -> int:
     )
 
 
+PROBLEMS_KEY = "form_problems"  # {preset: the problems its last Launch met}
+
+
+def check_form(preset: str, source: str | None) -> None:
+    """Before the page runs on Launch: the problems of the form's values, kept so each
+    shows under its own field (the Advanced expander open) as well as beside Launch."""
+    found = []
+    if source is not None:
+        chosen = settings_from_widgets(preset)
+        chosen["data"]["source"] = source
+        processes = st.session_state.get("processes", 1)
+        found = settings.form_problems(jobs.launch_problems(preset, chosen, processes))
+    st.session_state.setdefault(PROBLEMS_KEY, {})[preset] = found
+
+
+def problems_of(f, problems: list[str]) -> list[str]:
+    """The problems about one form field (those led by its group and name)."""
+    lead = f"{settings.GROUP_TITLES[f.group]} › {f.name}"
+    return [p for p in problems if p.startswith(lead + " ") or p.startswith(lead + ":")]
+
+
 def launch(preset: str, source: str | None, processes: int = 1) -> None:
     """Validate the form's settings and start the run, or say why not."""
     if source is None:
@@ -207,7 +228,7 @@ def launch(preset: str, source: str | None, processes: int = 1) -> None:
         return
     chosen = settings_from_widgets(preset)
     chosen["data"]["source"] = source
-    problems = jobs.launch_problems(preset, chosen, processes)
+    problems = settings.form_problems(jobs.launch_problems(preset, chosen, processes))
     if problems:
         st.error("Not started. Fix these settings:\n" + "\n".join(f"- {md(p)}" for p in problems))
         return
@@ -251,18 +272,29 @@ def new_run_form() -> None:
     source_type = st.radio("Data", DATA_SOURCES, key="data_source", horizontal=True)
     keep_in_url("data_source", source_type, "fra-eng")
     source = fra_eng_picker() if source_type == "fra-eng" else file_picker(source_type)
+    problems = st.session_state.get(PROBLEMS_KEY, {}).get(preset, [])
     with st.form("new_run"):
-        advanced = st.expander(  # a new key after each launch: drawn closed (launch_note)
-            "Advanced: every hyper-parameter", key=fold_key("advanced")
+        advanced = st.expander(  # a new key after each launch: drawn closed (launch_note);
+            "Advanced: every hyper-parameter",  # open, on a key of its own, on problems
+            expanded=bool(problems),
+            key=fold_key("advanced") + ("-problems" if problems else ""),
         )
         with advanced:
-            for group, title in zip(settings.GROUPS, ("Data", "Model", "Training")):
-                st.markdown(f"**{title}**")
+            for group in settings.GROUPS:
+                st.markdown(f"**{settings.GROUP_TITLES[group]}**")
                 for f in settings.form_fields():
                     if f.group == group:
                         field_widget(preset, f)
+                        for problem in problems_of(f, problems):
+                            st.error(md(problem), icon=":material/arrow_upward:")
         remember_form(preset)
         processes = processes_input(advanced)
         st.caption(f"device 'auto' trains on: {device_summary()}")
-        if st.form_submit_button("Launch training", type="primary", width="stretch"):
+        if st.form_submit_button(
+            "Launch training",
+            type="primary",
+            width="stretch",
+            on_click=check_form,
+            args=(preset, source),
+        ):
             launch(preset, source, processes)

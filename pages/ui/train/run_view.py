@@ -7,9 +7,11 @@ import time
 import streamlit as st
 
 from core.figures import layers as layer_figs
+from core.figures.tensorboard import tensorboard_zip
 from core.figures.training import LOG_SCALE, METRICS, OPTIONAL, curves_figure, legend_key_html
 from core.runs import exports, jobs
 from core.runs import status as run_status
+from core.runs.budget import TENSORBOARD_BYTES, size_words
 from core.runs.run_dir import RunDir, RunError
 from core.runs.status import RunInfo
 from core.training.devices import gpu_stats
@@ -26,6 +28,19 @@ from pages.ui.train.runs_table_view import (
     table_controls,
 )
 
+DRAW_MODES = {  # TensorBoard's two views of a distribution over training
+    "Distributions": layer_figs.distribution_figure,
+    "Histograms": layer_figs.histogram_overlay_figure,
+}
+DRAW_NOTES = {
+    "Distributions": "Bands as TensorBoard draws them, outside in: minimum to maximum, then "
+    "the middle 86.6 %, 68.3 % and 38.3 % of the values (a normal distribution's ±1.5σ, ±1σ "
+    "and ±0.5σ); the line is the median. Gradients are those of the last step before each "
+    "evaluation.",
+    "Histograms": "Each evaluation's histogram over its own range (20 equal bins from the "
+    "group's minimum to its maximum), as density; darker lines are later evaluations. "
+    "Gradients are those of the last step before each evaluation.",
+}
 STATE_COLORS = {
     "starting": "blue",
     "running": "blue",
@@ -255,14 +270,14 @@ def curves_view(
 ) -> None:
     """Curves, latest examples and the log's last lines, re-read from the run directory."""
     chart_grid(run_id, compare, names, smoothing, log_y, x_axis)
-    with st.expander("Layers: weight and gradient norms, weight histograms"):
+    with st.expander("Layers: weight and gradient norms and distributions"):
         layers_view(run_id)
     with st.expander("Log (last lines)"):
         st.code(run_status.log_tail(run_id, 20) or "(empty)", language=None)
 
 
 def layers_view(run_id: str) -> None:
-    """Each layer group's norms over training and its weights' histogram at evaluations."""
+    """Each layer group's norms over training and its weights' and gradients' distributions."""
     records = run_status.read_metrics(run_id)
     if not any("layer_norms" in r for r in records):
         st.caption("This run logged no layer norms (runs started before they were logged).")
@@ -271,9 +286,20 @@ def layers_view(run_id: str) -> None:
     left.plotly_chart(layer_figs.norms_figure(records, "weights"), width="stretch")
     right.plotly_chart(layer_figs.norms_figure(records, "grads"), width="stretch")
     groups = layer_figs.histogram_groups(records)
-    if groups:
-        group = st.selectbox("Histogram of", groups, key="hist_group")
+    if not groups:
+        return
+    c1, c2 = st.columns([2, 3], vertical_alignment="bottom")
+    group = c1.selectbox("Layer group", groups, key="hist_group")
+    if not layer_figs.has_distributions(records):
+        st.caption("This run logged fixed-bin weight histograms (before distributions were).")
         st.plotly_chart(layer_figs.histogram_figure(records, group), width="stretch")
+        return
+    mode = c2.radio("Draw", DRAW_MODES, horizontal=True, key="hist_mode")
+    figure = DRAW_MODES[mode]
+    left, right = st.columns(2)
+    left.plotly_chart(figure(records, group, "weights"), width="stretch")
+    right.plotly_chart(figure(records, group, "grads"), width="stretch")
+    st.caption(DRAW_NOTES[mode])
 
 
 def run_panel(info: RunInfo, runs: list[RunInfo]) -> None:
@@ -314,7 +340,8 @@ def run_panel(info: RunInfo, runs: list[RunInfo]) -> None:
 
 
 def downloads(info: RunInfo) -> None:
-    """The run's metrics as CSV and its settings as JSON (as the files are now)."""
+    """The run's metrics as CSV, its settings as JSON and a TensorBoard log (as the files
+    are now)."""
     rd = RunDir(info.path)
     row = st.container(horizontal=True)
     row.download_button(
@@ -331,8 +358,18 @@ def downloads(info: RunInfo) -> None:
         mime="application/json",
         help="The data, model and training settings the run was started with",
     )
+    row.download_button(
+        "TensorBoard log",
+        lambda: tensorboard_zip(rd.path, info.run_id),  # made on the click
+        file_name=f"{info.run_id}-tensorboard.zip",
+        mime="application/zip",
+        help="Scalars, weight and gradient distributions, settings and the probe sentences' "
+        "maps as images, in TensorBoard's format: unzip, then `tensorboard --logdir .` "
+        f"(at most {size_words(TENSORBOARD_BYTES)}; export.json says what was left out)",
+    )
 
 
+SCROLLS = "scrolls-"  # a container key: the tables in it scroll sideways by design
 X_LABELS = {"step": "step", "relative": "training time", "wall": "wall-clock time"}
 
 
@@ -411,6 +448,7 @@ def runs_table(runs: list[RunInfo]) -> None:
 def _runs_table_now(was_live: bool, view) -> None:
     """The runs table re-read from disk (a fragment: it refreshes on its own)."""
     runs = run_status.list_runs()
-    runs_dataframe(runs, "runs_table", view)
+    with st.container(key=f"{SCROLLS}runs"):  # a wide table by design: it scrolls sideways
+        runs_dataframe(runs, "runs_table", view)
     if was_live and not any(r.live for r in runs):
         st.rerun()  # the last live run ended: switch polling off
