@@ -27,8 +27,10 @@ from core.command_line import CommandError, run_command
 from core.corpus.config import DataConfig
 from core.corpus.source import DataError
 from core.model.checkpoints import CheckpointError
+from core.runs.alignment_request import requested_alignment
 from core.runs.launcher import launch
-from core.runs.training_run import run
+from core.runs.run_dir import RunDir
+from core.runs.training_run import read_request, run
 from core.training.presets import PRESETS
 from core.training.settings import add_setting_flags, settings_from_args
 
@@ -62,16 +64,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def requested_data(args: argparse.Namespace) -> dict:
+    """The data settings of a new run: the app's request.json, or the preset and flags."""
+    if args.request:
+        return dict(read_request(RunDir(args.out)).get("settings", {}).get("data") or {})
+    return settings_from_args(args)["data"]
+
+
 def with_alignments(args: argparse.Namespace) -> None:
     """Write the run's alignments (not again in a process the launcher started, nor on
     resume) and set the alignment settings: where they came from, a default weight."""
+    if args.request and not args.resume:  # the app's launch: what its request.json asks
+        asked = requested_alignment(RunDir(args.out))
+        args.align_teacher, args.align_links, args.align_pairs = asked
     if not (args.align_teacher or args.align_links or args.align_pairs) or args.resume:
         return
     path = Path(args.out) / "alignments.txt"
     if "WORLD_SIZE" in os.environ and path.is_file():
         source = read_source(path)
     else:
-        data = DataConfig(**settings_from_args(args)["data"])
+        data = DataConfig(**requested_data(args))
         source = prepare_alignments(
             path, data, args.align_teacher, args.align_links, args.align_pairs, not args.no_progress
         )

@@ -70,7 +70,8 @@ def test_renders_large_heatmap_and_overview(studio_dirs):
     assert big["layout"]["xaxis"]["title"]["text"] == "source token (key)"
     assert big["layout"]["yaxis"]["ticktext"] == ["je", "suis", "chez", "moi", ".", "&lt;eos&gt;"]
     assert big["layout"]["xaxis"]["ticktext"] == ["i'm", "home", ".", "&lt;eos&gt;"]
-    assert "query %{y}" in big["data"][0]["hovertemplate"]
+    cells = next(t for t in big["data"] if t.get("name") == "cell")  # clickable, with the hover
+    assert "query %{y}" in cells["hovertemplate"] and big["data"][0]["hoverinfo"] == "skip"
     assert len(grid["data"]) == 2 * 4  # every layer × head of the tiny model
     assert grid["layout"]["coloraxis"]["cmax"] == 1.0
     table = at.dataframe[0].value

@@ -54,7 +54,8 @@ def test_launch_watch_and_stop_from_the_train_page(
 
         buttons = page.get_by_test_id("stButton")  # not the toolbar's own "Stop"
         buttons.get_by_role("button", name="Stop", exact=True).click()
-        page.get_by_text("stopped", exact=True).wait_for(timeout=60_000)
+        badge = page.locator("span.stMarkdownBadge", has_text="stopped")  # not the runs table's
+        badge.wait_for(timeout=60_000)
         buttons.get_by_role("button", name="Resume").wait_for(timeout=30_000)
         page.screenshot(path=str(ARTIFACTS / "train_page_stopped.png"), full_page=True)
         assert_no_browser_exception(page)

@@ -225,6 +225,26 @@ def test_a_clickable_map_carries_each_drawn_cell_and_its_hover():
         pick_from_cell("cell", 0, 0, keys, hide=False)
 
 
+def test_a_lines_views_tokens_carry_what_a_click_on_them_picks():
+    import numpy as np
+
+    from core.figures.clicks import clicked_token
+    from core.figures.inside_head import lines_figure
+
+    w = np.full((1, 2, 3), 1 / 3, dtype=np.float32)
+    fig = lines_figure(w, ["a", "b"], ["x", "y", "z"], "cross", [0], "t")
+    marks = {t.customdata[0][0]: t for t in fig.data if t.customdata is not None}
+    assert [list(c) for c in marks["key"].customdata] == [["key", 0], ["key", 1], ["key", 2]]
+    assert [list(c) for c in marks["query"].customdata] == [["query", 0], ["query", 1]]
+    assert clicked_token({"selection": {"points": [{"customdata": {"0": "key", "1": 2}}]}}) == (
+        "key",
+        2,
+    )
+    for junk in ({"selection": {"points": [{"customdata": ["cell", 1]}]}}, None, {}):
+        assert clicked_token(junk) is None
+    assert clicked_token({"selection": {"points": [{"customdata": ["query", -1]}]}}) is None
+
+
 # ----------------------------------------------------------------------------- real browser
 
 
@@ -294,4 +314,45 @@ def test_a_click_on_a_cell_outlines_its_row_or_its_column(app_server, browser_pa
     page.get_by_text("column (key)", exact=True).click()
     settle(page, 1 + 2 * 4)
     click(2, 0, "k1")  # <bos> (key 0) is hidden: the first column drawn is key 1
+    assert_no_browser_exception(page)
+
+
+TOKEN_MARK = """([side, index]) => {
+  for (const gd of document.querySelectorAll('.js-plotly-plot')) {
+    const t = (gd._fullData || []).find(d => d.customdata && d.customdata[0]
+                                             && d.customdata[0][0] === side);
+    if (!t) continue;
+    const L = gd._fullLayout, box = gd.getBoundingClientRect();
+    return [box.left + L.xaxis._offset + L.xaxis.d2p(t.x[index]),
+            box.top + L.yaxis._offset + L.yaxis.d2p(t.y[index])];
+  }
+  return null;
+}"""
+
+
+def test_a_click_on_a_token_in_the_lines_view_keeps_its_lines(app_server, browser_page, tiny_run):
+    """bertviz's head view: a click on a key shows its lines only; a second click, all."""
+    from urllib.parse import parse_qs, urlencode, urlparse
+
+    from tests.helpers import assert_no_browser_exception
+    from tests.test_browser_attention import settle
+
+    shutil.copytree(tiny_run, app_server["runs"] / "browser-tiny", dirs_exist_ok=True)
+    url, page = app_server["url"], browser_page
+    page.set_viewport_size({"width": 1400, "height": 3000})  # the lines view in view
+    query = {"model": "runs/browser-tiny/last.pt", "kind": "cross", "section": "inside"}
+    page.goto(f"{url}/attention?" + urlencode(query))
+    settle(page)
+    page.get_by_text("Lines: every query → key pair").wait_for(timeout=60_000)
+    for expected in (["k1"], None):
+        page.wait_for_function(TOKEN_MARK, arg=["key", 1], timeout=60_000)  # the lines drawn
+        x, y = page.evaluate(TOKEN_MARK, ["key", 1])
+        page.mouse.move(x, y)
+        page.mouse.click(x, y)
+        if expected:
+            page.wait_for_function("() => location.search.includes('token=k1')")
+        else:
+            page.wait_for_function("() => !location.search.includes('token=')")
+        settle(page)
+        assert parse_qs(urlparse(page.url).query).get("token") == expected
     assert_no_browser_exception(page)

@@ -1,6 +1,7 @@
-"""A heatmap a click can pick a cell of: Streamlit (1.67) hands a page the points a click
-selects, never a heatmap's cells, so every drawn cell gets an invisible point that carries its
-(row, column, value); ``clicked_cell`` reads the click back from the chart's selection."""
+"""Charts a click can pick from. Streamlit (1.67) hands a page the points a click selects,
+never a heatmap's cells: every drawn cell of a map gets an invisible point that carries its
+(row, column, value), read back by ``clicked_cell``; the lines view's token markers carry
+(side, index), read back by ``clicked_token``."""
 
 from __future__ import annotations
 
@@ -45,3 +46,18 @@ def clicked_cell(selection: Mapping | None) -> tuple[int, int] | None:
     if not all(isinstance(v, int | float) and float(v).is_integer() and v >= 0 for v in data[:2]):
         return None
     return int(data[0]), int(data[1])
+
+
+def clicked_token(selection: Mapping | None) -> tuple[str, int] | None:
+    """(side, index) of the token a click on a lines view's token column picked: side "query"
+    or "key", the index as drawn (None: no token clicked)."""
+    points = ((selection or {}).get("selection") or {}).get("points") or []
+    data = points[0].get("customdata") if points else None
+    if isinstance(data, Mapping):  # a row of a 2-D customdata arrives keyed "0", "1"
+        data = [data.get("0"), data.get("1")]
+    if not isinstance(data, list | tuple) or len(data) != 2 or data[0] not in ("query", "key"):
+        return None
+    index = data[1]
+    if not isinstance(index, int | float) or not float(index).is_integer() or index < 0:
+        return None
+    return str(data[0]), int(index)

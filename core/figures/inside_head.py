@@ -260,19 +260,21 @@ def legend_entry(color: str, name: str) -> go.Scatter:
 
 
 def token_column(x: float, tokens: Sequence[str], side: str, position: str, picked: int):
-    """One column of tokens as text markers (the picked one bold)."""
+    """One column of tokens as text markers (the picked one bold); each carries (side, index)
+    so a click on it picks it (``core.figures.clicks.clicked_token``)."""
     text = [
         f"<b>{plotly_text(t)}</b>" if i == picked else plotly_text(t) for i, t in enumerate(tokens)
     ]
     return go.Scatter(
         x=[x] * len(tokens),
         y=list(range(len(tokens))),
+        customdata=[[side, i] for i in range(len(tokens))],  # what a click on it picks
         mode="markers+text",
         text=text,
         textposition=position,
-        marker={"size": 6, "color": "#444"},
+        marker={"size": 10, "color": "#444"},
         showlegend=False,
-        hovertemplate=f"{side} %{{y}}: %{{text}}<extra></extra>",
+        hovertemplate=f"{side} %{{y}}: %{{text}} (click: its lines only)<extra></extra>",
     )
 
 

@@ -14,6 +14,7 @@ before it is made, and a limit that is checked where it is written as well as at
 | an alignment-scoring job | pairs x layers x heads x words | before scoring (pages) |
 | a model opened by the server | parameters | before loading (pages) |
 | a run exported for TensorBoard | each summary's bytes | before each is written |
+| an aligner's files for a run | their bytes | launch (``core.runs.alignment_request``) |
 
 What all of it holds on disk together is checked against the quota (``core.runs.quota``).
 
@@ -51,6 +52,7 @@ TRAJECTORY_ROWS = 50_000  # heads x steps a model's trajectories hold (both base
 METRICS_BYTES = 8 * MB  # a run's metrics.jsonl (older records thinned past it)
 LOG_BYTES = 4 * MB  # a trainer's log (the start of a long log is cut on resume)
 TRANSLATION_BYTES = 16 * MB  # one translation with all its maps, in the server's memory
+ALIGNMENT_FILE_BYTES = 16 * MB  # each of an aligner's two files uploaded for a run
 TENSORBOARD_BYTES = 48 * MB  # a run exported for TensorBoard (what would pass it: left out)
 PROJECTION_BYTES = 32 * MB  # one projection of token representations (float16 vectors)
 SCORING_CELLS = 64_000_000  # attention weights one alignment-scoring job holds (float32)

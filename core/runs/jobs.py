@@ -25,6 +25,12 @@ from core.corpus.source import DataError
 from core.corpus.user_files import allowed_path, prune_uploads
 from core.places import REPO_ROOT, runs_root
 from core.runs import budget, processes, quota
+from core.runs.alignment_request import (
+    AlignmentChoice,
+    alignment_bytes,
+    alignment_problems,
+    stage_alignment,
+)
 from core.runs.locks import acquire_gpu_lock, launch_lock, run_is_held, write_lock
 from core.runs.owners import OwnershipError, User, check_create, check_owner, owner_of, run_owner
 from core.runs.run_dir import RunDir, RunError, read_json, run_dir, write_json
@@ -253,14 +259,19 @@ def _trainer_argv(rd: RunDir, resume: bool = False, processes: int = 1) -> list[
 
 
 def start_run(
-    preset: str, overrides: dict | None = None, processes: int = 1, user: User | None = None
+    preset: str,
+    overrides: dict | None = None,
+    processes: int = 1,
+    user: User | None = None,
+    alignment: AlignmentChoice | None = None,
 ) -> str:
     """Validate settings, then launch ``python -m core.train`` in a new run; returns its id.
 
     ``processes`` > 1 trains the run with that many processes (``core.runs.launcher``; each takes
     ``batch_size`` pairs a step, so a step's batch is ``batch_size * processes``). The run's
     disk budget must fit the quota (``core.runs.budget``); ``user`` (None: the command line)
-    becomes its owner where users are known.
+    becomes its owner where users are known; ``alignment``: where the alignments of an
+    alignment-supervised run come from (``core.runs.alignment_request``).
     """
     try:
         check_create(user, "a run")
@@ -271,17 +282,22 @@ def start_run(
     if problems:
         raise RunError("Cannot start: " + "; ".join(problems) + ".")
     cfg = merged_settings(preset, overrides)
+    if problems := alignment_problems(alignment, cfg["train"]):
+        raise RunError("Cannot start: " + "; ".join(problems) + ".")
     device_type = resolve_device(cfg["train"]["device"])
     prune_uploads()
     owner = owner_of(user)
     with launch_lock():
         need = budget.run_budget(cfg, _corpus_bytes(cfg["data"].get("source", "fra-eng"))).total
+        need += alignment_bytes(alignment)
         check_room(need, "this run", owner)
         rd = _new_run_dir(preset)
         try:
             with _device_slot(device_type, rd.name) as gpu_fd:
                 cfg["data"]["source"] = _stage_source(rd, cfg["data"].get("source", "fra-eng"))
-                write_json(rd.request, {"settings": cfg})  # the trainer reads settings here
+                asked = stage_alignment(rd, alignment, cfg["train"])
+                request = {"settings": cfg} | ({"alignment": asked} if asked else {})
+                write_json(rd.request, request)  # the trainer reads settings here
                 job = {
                     "run_id": rd.name,
                     "preset": preset,

@@ -205,9 +205,10 @@ def new_run_configs(rd: RunDir, args: argparse.Namespace) -> dict:
     this server's limits (``core.runs.budget``)."""
     if args.request:
         settings = read_request(rd).get("settings")
-        configs = checked(
-            {g: dict((settings or {}).get(g) or {}) for g in ("data", "model", "train")}
-        )
+        configs = {g: dict((settings or {}).get(g) or {}) for g in ("data", "model", "train")}
+        if source := vars(args).get("train.align_source"):  # alignments written for it
+            configs["train"]["align_source"] = source
+        configs = checked(configs)
     else:
         configs = checked(settings_from_args(args))
     if problems := budget.run_problems(configs):

@@ -5,9 +5,10 @@ Groups: the two embeddings, each encoder and decoder layer, the output layer. No
 the L2 norm over all of a group's parameters (weights) and of their gradients from the
 last step. Distributions are summarised as TensorBoard summarises them: the values at
 TensorBoard's nine percentiles (minimum, the normal distribution's ±1.5σ, ±1σ, ±0.5σ
-points, median, maximum), and a histogram auto-ranged to the group's own minimum and
-maximum (``HIST_BINS`` equal bins) with the count, sum and sum of squares TensorBoard's
-histogram record holds. Runs from before these were logged carry fixed-bin weight
+points, median, maximum; read from a fine histogram, as TensorBoard reads them from its
+buckets), and a histogram auto-ranged to the group's own minimum and maximum
+(``HIST_BINS`` equal bins) with the count, sum and sum of squares TensorBoard's histogram
+record holds. Runs from before these were logged carry fixed-bin weight
 histograms (``histograms``, 40 bins over [-1, 1]); the figures still read them.
 """
 
@@ -19,6 +20,7 @@ from torch import nn
 # TensorBoard's distribution percentiles, in basis points (its compressed histograms).
 BASIS_POINTS = (0, 668, 1587, 3085, 5000, 6915, 8413, 9332, 10000)
 HIST_BINS = 20  # equal bins between a group's minimum and maximum, at each evaluation
+FINE = 64  # the percentiles are read from a histogram this many times finer
 SIGNIFICANT = 6  # digits kept of each logged value (a metrics record stays small)
 
 
@@ -53,25 +55,45 @@ def _short(x: float) -> float:
 
 
 def summary(values: torch.Tensor) -> dict:
-    """A distribution as TensorBoard keeps it: the values at BASIS_POINTS (linear between
-    order statistics, as ``torch.quantile``), and a histogram over [min, max] in HIST_BINS
-    equal bins with the count, sum and sum of squares of the values."""
+    """A distribution as TensorBoard keeps it: a histogram over [min, max] in HIST_BINS equal
+    bins with the count, sum and sum of squares of the values, and the values at BASIS_POINTS
+    read from a histogram FINE times finer (TensorBoard reads its percentiles from its buckets
+    too): exact at 0 and 100 %, within (max − min) / (HIST_BINS · FINE) between. One pass
+    over the values, no sort (a sort of 8 M weights took a second at every evaluation)."""
     v = values.detach().flatten().float().cpu()  # (n,)
-    ordered = v.sort().values.double()  # (n,)
-    at = torch.tensor(BASIS_POINTS, dtype=torch.float64) / 10_000 * (len(ordered) - 1)  # (9,)
-    below = at.floor().long()
-    above = at.ceil().long()
-    frac = at - below
-    points = ordered[below] * (1 - frac) + ordered[above] * frac  # (9,)
-    lo, hi = float(ordered[0]), float(ordered[-1])
-    counts = torch.histc(v, bins=HIST_BINS, min=lo, max=hi) if hi > lo else None
+    lo, hi = float(v.min()), float(v.max())
+    n = len(v)
+    if hi > lo:
+        fine = torch.histc(v, bins=HIST_BINS * FINE, min=lo, max=hi).double()  # (bins * FINE,)
+        counts = fine.view(HIST_BINS, FINE).sum(dim=1)  # (HIST_BINS,)
+        points = _percentiles(fine, lo, hi, n)
+    else:  # one value
+        counts, points = torch.tensor([float(n)]), [lo] * len(BASIS_POINTS)
     return {
-        "percentiles": [_short(p) for p in points.tolist()],
-        "counts": [len(v)] if counts is None else [int(c) for c in counts.tolist()],
-        "num": len(v),
-        "sum": _short(float(v.double().sum())),
-        "sum_squares": _short(float(v.double().square().sum())),
+        "percentiles": [_short(p) for p in points],
+        "counts": [int(c) for c in counts.round().tolist()],
+        "num": n,
+        "sum": _short(float(v.sum(dtype=torch.float64))),
+        "sum_squares": _short(float(v.square().sum(dtype=torch.float64))),
     }
+
+
+def _percentiles(fine: torch.Tensor, lo: float, hi: float, n: int) -> list[float]:
+    """The values at BASIS_POINTS of a fine histogram over [lo, hi] of n values, linear
+    within the bin each falls in; exactly lo and hi at 0 and 100 %."""
+    width = (hi - lo) / len(fine)
+    below = torch.cumsum(fine, 0) - fine  # (bins,) values before each bin
+    out = []
+    for bp in BASIS_POINTS:
+        if bp in (0, 10_000):
+            out.append(lo if bp == 0 else hi)
+            continue
+        rank = bp / 10_000 * n
+        b = int(torch.searchsorted(below + fine, torch.tensor(rank, dtype=fine.dtype)))
+        b = min(b, len(fine) - 1)
+        inside = (rank - float(below[b])) / max(float(fine[b]), 1.0)
+        out.append(lo + width * (b + min(max(inside, 0.0), 1.0)))
+    return out
 
 
 @torch.no_grad()

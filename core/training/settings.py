@@ -23,7 +23,7 @@ from core.training.presets import PRESETS
 
 GROUPS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
 DERIVED = ("src_vocab_size", "tgt_vocab_size", "pad_id")  # model fields the data decides
-COMMAND_ONLY = ("align_weight", "align_layer", "align_head", "align_source")  # core.train sets
+COMMAND_ONLY = ("align_source",)  # core.train sets it from where the alignments came from
 
 
 class SettingsError(ValueError):

@@ -10,6 +10,7 @@ from core.attention.maps import export_name, hide_columns
 from core.attention.query_key import InsideHeadError
 from core.attention.view_state import ViewState
 from core.figures import inside_head as figs
+from core.figures.clicks import clicked_token
 from pages.ui.attention import cached_inside_head as cached
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.charts import chart
@@ -70,6 +71,10 @@ def query_picker(queries: list[str], state: ViewState) -> int:
     return state.query
 
 
+LINES = "lines"  # the lines view's chart key (its selection: the clicked token)
+TOKEN_CLICK = "at_lines_click"  # (side, index as drawn) of the token a click picked
+
+
 def lines_view(page: SectionInputs, head: int) -> None:
     """bertviz's head view: a line per query-key pair, one head or every head of the layer."""
     maps, state = page.maps, page.state
@@ -94,7 +99,7 @@ def lines_view(page: SectionInputs, head: int) -> None:
     )
     what = "lines" if drawn is None else f"lines {state.token}"
     name = export_name(state.model, state.sentence, state.kind, state.layer, None, what)
-    chart(fig, "lines", name=name)
+    chart(fig, LINES, name=name, on_click=_clicked)
     st.caption(
         "Left: the queries, right: the keys; each line's opacity is the weight "
         f"(lines under {figs.MIN_LINE_WEIGHT} are left out)."
@@ -102,17 +107,31 @@ def lines_view(page: SectionInputs, head: int) -> None:
     )
 
 
+def _clicked() -> None:
+    """The lines view's on_select: the clicked token, picked on the next run (lines_token)."""
+    if (token := clicked_token(st.session_state.get(LINES))) is not None:
+        st.session_state[TOKEN_CLICK] = token
+
+
 def lines_token(where, queries: list[str], keys: list[str], state: ViewState):
-    """Pick a token whose lines alone are drawn (URL ``token``, as the Maps' outline)."""
+    """Pick a token whose lines alone are drawn (URL ``token``, as the Maps' outline), from a
+    list or by a click on it in the chart (a click on the picked one draws every line)."""
     options = token_pick.pick_options(queries, keys)
     if state.token and state.token not in options:
         state.token = ""
+    if (click := st.session_state.pop(TOKEN_CLICK, None)) is not None:
+        side, index = click
+        token = token_pick.pick_from_cell(side, index, index, keys, state.hide)
+        if token in options:
+            state.token = "" if token == state.token else token
+            st.session_state["at_lines_token"] = state.token
     widget_default("at_lines_token", state.token, options)
     state.token = where.selectbox(
         "Show only the lines of",
         options,
         key="at_lines_token",
         format_func=lambda v: "every token" if not v else token_pick.pick_label(v, queries, keys),
+        help="Or click a token in the chart (click it again for every line).",
     )
     pick = token_pick.resolve_pick(state.token, queries, keys, state.hide)
     if pick is not None and pick.problem:

@@ -15,11 +15,14 @@ from core.corpus import user_files as corpus_files
 from core.corpus.source import DataError, fra_eng_copy, resolve_corpus
 from core.places import DATA_ENV, data_root, shown_path
 from core.runs import jobs
+from core.runs.alignment_request import AlignmentChoice, alignment_problems
+from core.runs.budget import ALIGNMENT_FILE_BYTES, size_words
 from core.runs.run_dir import RunError
 from core.training import settings
 from core.training.devices import device_summary, resolve_device
 from core.training.presets import PRESET_LABELS, PRESETS
 from pages.ui.identity import current_user
+from pages.ui.model_picker import model_entries
 from pages.ui.text import code, md
 from pages.ui.train.launch_note import fold_key, note_launch
 
@@ -212,6 +215,8 @@ def check_form(preset: str, source: str | None) -> None:
         chosen["data"]["source"] = source
         processes = st.session_state.get("processes", 1)
         found = settings.form_problems(jobs.launch_problems(preset, chosen, processes))
+        train = settings.merged_settings(preset, chosen)["train"]
+        found += alignment_problems(alignment_choice(), train)
     st.session_state.setdefault(PROBLEMS_KEY, {})[preset] = found
 
 
@@ -221,7 +226,62 @@ def problems_of(f, problems: list[str]) -> list[str]:
     return [p for p in problems if p.startswith(lead + " ") or p.startswith(lead + ":")]
 
 
-def launch(preset: str, source: str | None, processes: int = 1) -> None:
+ALIGN_FROM = {  # where an alignment-supervised run's alignments come from
+    "none": "nothing (no supervision)",
+    "teacher": "a model's best attention reader (teacher)",
+    "files": "an aligner's files (eflomal, fast_align, GIZA++)",
+}
+
+
+def alignment_inputs() -> None:
+    """Alignment supervision (Garg et al. 2019): a teacher the app lists, or an aligner's
+    uploaded files; the weight, layer and head are Advanced › Training settings."""
+    with st.expander("Alignment supervision (optional)", key=fold_key("align")):
+        st.caption(
+            "Train one cross-attention head toward word alignments of the training pairs "
+            "(Garg et al. 2019). Its weight, layer and head: align_weight (0 takes 0.05), "
+            "align_layer and align_head under Advanced › Training."
+        )
+        where = st.radio(
+            "Alignments from", list(ALIGN_FROM), format_func=ALIGN_FROM.get, key="align_from"
+        )
+        if where == "teacher":
+            teachers = [e.key for e in model_entries() if e.usable and e.path.endswith(".pt")]
+            st.selectbox(
+                "Teacher model",
+                teachers,
+                key="align_teacher",
+                help="Its best reader on the shipped gold set aligns every training pair",
+            )
+        elif where == "files":
+            limit = size_words(ALIGNMENT_FILE_BYTES)
+            st.file_uploader(
+                f"Links, one Pharaoh line per pair (at most {limit})",
+                type=["txt"],
+                key="align_links_file",
+            )
+            st.file_uploader(
+                f"The pairs they align, 'english ||| french' (at most {limit})",
+                type=["txt"],
+                key="align_pairs_file",
+            )
+
+
+def alignment_choice() -> AlignmentChoice | None:
+    """What the alignment inputs ask for (None: no supervision)."""
+    where = st.session_state.get("align_from", "none")
+    if where == "teacher":
+        return AlignmentChoice(teacher=st.session_state.get("align_teacher") or "")
+    if where == "files":
+        files = [st.session_state.get(k) for k in ("align_links_file", "align_pairs_file")]
+        links, pairs = (f.getvalue()[: ALIGNMENT_FILE_BYTES + 1] if f else b"" for f in files)
+        return AlignmentChoice(links=links, pairs=pairs)
+    return None
+
+
+def launch(
+    preset: str, source: str | None, processes: int = 1, alignment: AlignmentChoice | None = None
+) -> None:
     """Validate the form's settings and start the run, or say why not."""
     if source is None:
         st.error("Choose usable data first: a file path or an upload with sentence pairs.")
@@ -229,11 +289,12 @@ def launch(preset: str, source: str | None, processes: int = 1) -> None:
     chosen = settings_from_widgets(preset)
     chosen["data"]["source"] = source
     problems = settings.form_problems(jobs.launch_problems(preset, chosen, processes))
+    problems += alignment_problems(alignment, settings.merged_settings(preset, chosen)["train"])
     if problems:
         st.error("Not started. Fix these settings:\n" + "\n".join(f"- {md(p)}" for p in problems))
         return
     try:
-        run_id = jobs.start_run(preset, chosen, processes, user=current_user())
+        run_id = jobs.start_run(preset, chosen, processes, current_user(), alignment)
     except RunError as e:
         st.error(md(e))
         return
@@ -272,6 +333,7 @@ def new_run_form() -> None:
     source_type = st.radio("Data", DATA_SOURCES, key="data_source", horizontal=True)
     keep_in_url("data_source", source_type, "fra-eng")
     source = fra_eng_picker() if source_type == "fra-eng" else file_picker(source_type)
+    alignment_inputs()  # outside the form: a choice shows its own inputs at once
     problems = st.session_state.get(PROBLEMS_KEY, {}).get(preset, [])
     with st.form("new_run"):
         advanced = st.expander(  # a new key after each launch: drawn closed (launch_note);
@@ -297,4 +359,4 @@ def new_run_form() -> None:
             on_click=check_form,
             args=(preset, source),
         ):
-            launch(preset, source, processes)
+            launch(preset, source, processes, alignment_choice())
