@@ -20,7 +20,7 @@ def launched_notes(at) -> list[str]:
 
 
 def test_launch_folds_the_form_and_names_the_new_run_below_it(jobs_env, make_run, monkeypatch):
-    def start_run(preset, chosen, processes, user=None):
+    def start_run(preset, chosen, processes, user=None, alignment=None):
         make_run(runs_root(), "fresh-run", {}, job={"processes": processes, "preset": preset})
         return "fresh-run"
 

@@ -138,15 +138,19 @@ SECTIONS = ("Maps", "Decoding playback", "Over training")
 TINY_MODEL = "runs/browser-tiny/last.pt"
 
 
+SETTLED = """n => document.querySelectorAll('.js-plotly-plot .hm').length >= n
+    && document.querySelector('[data-testid="stApp"]')?.dataset.testScriptState === 'notRunning'
+    && !document.querySelector('[data-stale="true"]')"""
+
+
 def settle(page, heatmaps: int = 0) -> None:
-    """Wait for ``heatmaps`` drawn heatmaps and for the app to stop running."""
-    page.wait_for_function(
-        "n => document.querySelectorAll('.js-plotly-plot .hm').length >= n",
-        arg=heatmaps,
-        timeout=90_000,
-    )
-    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=60_000)
-    page.wait_for_timeout(800)
+    """Wait for ``heatmaps`` drawn heatmaps and for the app to stop running, as Streamlit's
+    own browser tests wait (``wait_for_app_run``): a moment for a rerun the last action
+    asked for to start, then the app root's script state "notRunning" with no stale
+    element, then a moment for Plotly's last draw."""
+    page.wait_for_timeout(200)
+    page.wait_for_function(SETTLED, arg=heatmaps, timeout=90_000)
+    page.wait_for_timeout(150)
 
 
 def look(page, name: str) -> list[str]:

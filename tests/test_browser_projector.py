@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlparse
 
 from tests.helpers import assert_no_browser_exception
-from tests.test_browser_attention import look
+from tests.test_browser_attention import look, settle
 
 MODEL = "runs/browser-val/last.pt"  # the tiny run with 6 validation sentences
 POINT = """() => {
@@ -24,8 +24,7 @@ POINT = """() => {
 def _drawn(page) -> None:
     """Wait for the scatter's WebGL canvas and for the app to stop running."""
     page.locator(".js-plotly-plot .gl-canvas-context").first.wait_for(timeout=90_000)
-    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=60_000)
-    page.wait_for_timeout(800)
+    settle(page)
 
 
 def test_a_click_on_a_point_picks_it_and_the_section_reads_well(app_server, browser_page, val_run):

@@ -169,10 +169,10 @@ def test_stop_then_resume_with_one_or_two_processes(tmp_path, how, resume_with):
 def test_the_time_budget_ends_every_process(tmp_path):
     """Rank 0's clock decides: both processes finish together, cleanly."""
     out = tmp_path / "run"
-    run(out, *FLAGS, *UNTIL_STOPPED, "--time-budget", "3", "--batch-size", "4")
+    run(out, *FLAGS, *UNTIL_STOPPED, "--time-budget", "1", "--batch-size", "4")
     status = RunDir(out).read_status()
     assert status["state"] == "finished" and status["progress"] == 1.0
-    assert read_checkpoint(out / "last.pt")["state"]["elapsed"] >= 3
+    assert read_checkpoint(out / "last.pt")["state"]["elapsed"] >= 1
 
 
 def test_the_apps_launcher_exits_cleanly_when_its_run_finishes(tmp_path):

@@ -117,6 +117,10 @@ def test_a_run_logs_them_and_the_train_page_charts_them(tmp_path, jobs_env):
     assert len(distribution_figure(records, "encoder 0", "grads").data[-1].x) == len(evals)
     at = train_page("layers")
     titles = [c.proto.spec for c in at.get("plotly_chart")]
+    assert not any("weight norm per layer" in t for t in titles)  # closed: nothing built
+    at.session_state["layers_open"] = True  # the user opens "Layers"
+    at.run()
+    titles = [c.proto.spec for c in at.get("plotly_chart")]
     assert any("weight norm per layer" in t for t in titles)
     assert any("weights of source embedding" in t for t in titles)
     assert any("gradients of source embedding" in t for t in titles)

@@ -45,7 +45,7 @@ TILE_PX = 64  # a map's longer side, in pixels, where it fits
 GAP_PX = 2  # white between tiles
 LOW, HIGH = np.array([255, 255, 255]), np.array([8, 48, 107])  # weight 0 and 1 (Blues' ends)
 EVENT_OVERHEAD = 48  # bytes around a summary: its event's step and time, the record's framing
-EVENTS_NAME = "events.out.tfevents.{:.0f}.attention-studio"
+EVENTS_NAME = "events.out.tfevents.{}.attention-studio"  # no host name; ns: never reused
 Progress = Callable[[float, str], None]
 
 
@@ -116,7 +116,7 @@ class _Events:
         if not keep:
             written.unlink()
             return None
-        named = self.out / EVENTS_NAME.format(time.time_ns() / 1e9)
+        named = self.out / EVENTS_NAME.format(time.time_ns())
         written.rename(named)
         return named
 

@@ -294,7 +294,7 @@ def launch(
         st.error("Not started. Fix these settings:\n" + "\n".join(f"- {md(p)}" for p in problems))
         return
     try:
-        run_id = jobs.start_run(preset, chosen, processes, current_user(), alignment)
+        run_id = jobs.start_run(preset, chosen, processes, current_user(), alignment=alignment)
     except RunError as e:
         st.error(md(e))
         return

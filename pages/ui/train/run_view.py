@@ -270,8 +270,12 @@ def curves_view(
 ) -> None:
     """Curves, latest examples and the log's last lines, re-read from the run directory."""
     chart_grid(run_id, compare, names, smoothing, log_y, x_axis)
-    with st.expander("Layers: weight and gradient norms and distributions"):
-        layers_view(run_id)
+    layers = st.expander(  # stateful: its charts are built only while it is open
+        "Layers: weight and gradient norms and distributions", key=LAYERS_OPEN, on_change="rerun"
+    )
+    if layers.open:
+        with layers:
+            layers_view(run_id)
     with st.expander("Log (last lines)"):
         st.code(run_status.log_tail(run_id, 20) or "(empty)", language=None)
 
@@ -369,6 +373,7 @@ def downloads(info: RunInfo) -> None:
     )
 
 
+LAYERS_OPEN = "layers_open"  # the Layers expander's state: its figures only while it is open
 SCROLLS = "scrolls-"  # a container key: the tables in it scroll sideways by design
 X_LABELS = {"step": "step", "relative": "training time", "wall": "wall-clock time"}
 
