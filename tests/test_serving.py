@@ -31,6 +31,14 @@ def test_shipped_config_serves_loopback_only():
     assert config["browser"]["gatherUsageStats"] is False
 
 
+def test_the_server_skips_a_full_garbage_collection_after_every_run():
+    """gc.collect(2) after each script run (Streamlit's default) cost the server 0.2 s per
+    rerun per session with torch and transformers loaded: a third of its CPU under the class
+    load test (bench/README.md)."""
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert config["runner"]["postScriptGC"] is False
+
+
 def test_shipped_theme_marks_focus_in_a_calm_colour():
     """Streamlit's default primary colour is red: focused inputs would read as errors."""
     config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
