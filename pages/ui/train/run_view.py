@@ -6,7 +6,6 @@ import time
 
 import streamlit as st
 
-from core.figures import layers as layer_figs
 from core.figures.tensorboard import tensorboard_zip
 from core.figures.training import LOG_SCALE, METRICS, OPTIONAL, curves_figure, legend_key_html
 from core.runs import exports, jobs
@@ -19,6 +18,7 @@ from pages.ui.identity import current_user, not_yours
 from pages.ui.polling import CURVES_POLL_S, POLL_S, TABLE_POLL_S
 from pages.ui.shared_cache import shared
 from pages.ui.text import code, md, spreadsheet_safe
+from pages.ui.train.layers_view import layers_view
 from pages.ui.train.promote_view import promote_form
 from pages.ui.train.runs_table_view import (
     notes_form,
@@ -28,19 +28,6 @@ from pages.ui.train.runs_table_view import (
     table_controls,
 )
 
-DRAW_MODES = {  # TensorBoard's two views of a distribution over training
-    "Distributions": layer_figs.distribution_figure,
-    "Histograms": layer_figs.histogram_overlay_figure,
-}
-DRAW_NOTES = {
-    "Distributions": "Bands as TensorBoard draws them, outside in: minimum to maximum, then "
-    "the middle 86.6 %, 68.3 % and 38.3 % of the values (a normal distribution's ±1.5σ, ±1σ "
-    "and ±0.5σ); the line is the median. Gradients are those of the last step before each "
-    "evaluation.",
-    "Histograms": "Each evaluation's histogram over its own range (20 equal bins from the "
-    "group's minimum to its maximum), as density; darker lines are later evaluations. "
-    "Gradients are those of the last step before each evaluation.",
-}
 STATE_COLORS = {
     "starting": "blue",
     "running": "blue",
@@ -278,32 +265,6 @@ def curves_view(
             layers_view(run_id)
     with st.expander("Log (last lines)"):
         st.code(run_status.log_tail(run_id, 20) or "(empty)", language=None)
-
-
-def layers_view(run_id: str) -> None:
-    """Each layer group's norms over training and its weights' and gradients' distributions."""
-    records = run_status.read_metrics(run_id)
-    if not any("layer_norms" in r for r in records):
-        st.caption("This run logged no layer norms (runs started before they were logged).")
-        return
-    left, right = st.columns(2)
-    left.plotly_chart(layer_figs.norms_figure(records, "weights"), width="stretch")
-    right.plotly_chart(layer_figs.norms_figure(records, "grads"), width="stretch")
-    groups = layer_figs.histogram_groups(records)
-    if not groups:
-        return
-    c1, c2 = st.columns([2, 3], vertical_alignment="bottom")
-    group = c1.selectbox("Layer group", groups, key="hist_group")
-    if not layer_figs.has_distributions(records):
-        st.caption("This run logged fixed-bin weight histograms (before distributions were).")
-        st.plotly_chart(layer_figs.histogram_figure(records, group), width="stretch")
-        return
-    mode = c2.radio("Draw", DRAW_MODES, horizontal=True, key="hist_mode")
-    figure = DRAW_MODES[mode]
-    left, right = st.columns(2)
-    left.plotly_chart(figure(records, group, "weights"), width="stretch")
-    right.plotly_chart(figure(records, group, "grads"), width="stretch")
-    st.caption(DRAW_NOTES[mode])
 
 
 def run_panel(info: RunInfo, runs: list[RunInfo]) -> None:
