@@ -27,14 +27,12 @@ from core.command_line import CommandError, run_command
 from core.corpus.config import DataConfig
 from core.corpus.source import DataError
 from core.model.checkpoints import CheckpointError
-from core.runs.alignment_request import requested_alignment
+from core.runs.alignment_request import ALIGN_WEIGHT, requested_alignment
 from core.runs.launcher import launch
 from core.runs.run_dir import RunDir
 from core.runs.training_run import read_request, run
 from core.training.presets import PRESETS
 from core.training.settings import add_setting_flags, settings_from_args
-
-ALIGN_WEIGHT = 0.05  # Garg et al.'s lambda, when alignments are given without a weight
 
 
 def build_parser() -> argparse.ArgumentParser:
