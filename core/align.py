@@ -11,7 +11,9 @@ from the model's best reader on the shipped gold set, ``core/alignment/gold``). 
 one JSON line per reader (``layer``, ``head``, ``mode``, ``aer``, ``precision``,
 ``recall``, ``pairs``; every layer x head x mode unless ``--layer``/``--head``/``--mode``
 narrow it), then one line per ``--method`` (an attribution method's source part read as a
-map, AWO), then ``{"best": {...}}`` (the best attention reader). The library is
+map, AWO), then ``{"best": {...}}`` (the best attention reader), then with ``--compare-with
+PLAIN`` one ``{"supervision": {...}}`` line each for the head ``--checkpoint`` was trained
+to align (both modes) and the best reader, beside PLAIN's. The library is
 ``core.alignment``, the same functions the Attention page calls.
 """
 
@@ -33,6 +35,7 @@ from core.alignment.gold import (
     write_links,
 )
 from core.alignment.grid import alignment_grid
+from core.alignment.supervision_effect import compared
 from core.attribution.methods import METHODS
 from core.command_line import run_command
 from core.model.checkpoints import CheckpointError
@@ -51,6 +54,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", help="awo (the step that predicts a word) or awi (that reads it)")
     p.add_argument("--threshold", type=float, help="link every source word at or above this share")
     p.add_argument("--method", action="append", help="with --gold: also an attribution method")
+    p.add_argument(
+        "--compare-with", help="with --gold: a model trained without supervision, to compare"
+    )
     return p
 
 
@@ -63,17 +69,9 @@ def chosen_readers(args, layers: int, heads: int) -> list[Reader]:
         raise ValueError(f"--threshold must be in (0, 1] (got {args.threshold})")
     if args.mode is not None and args.mode not in MODES:
         raise ValueError(f"--mode must be one of {', '.join(MODES)} (got {args.mode!r})")
-    if (
-        args.layer is not None
-        and args.layer != "all"
-        and not (args.layer.isdigit() and int(args.layer) < layers)
-    ):
+    if args.layer not in (None, "all") and not (args.layer.isdigit() and int(args.layer) < layers):
         raise ValueError(f"--layer must be 0..{layers - 1} or 'all' (got {args.layer!r})")
-    if (
-        args.head is not None
-        and args.head != "mean"
-        and not (args.head.isdigit() and int(args.head) < heads)
-    ):
+    if args.head not in (None, "mean") and not (args.head.isdigit() and int(args.head) < heads):
         raise ValueError(f"--head must be 0..{heads - 1} or 'mean' (got {args.head!r})")
     keep = [
         r
@@ -105,6 +103,9 @@ def run(args) -> list[str]:
         raise ValueError("--method reads the studio's own checkpoints only (not built yet)")
     extra = [attribution_scores(lm, pairs, gold, m) for m in args.method or []]
     rows = [r.to_json() for r in grid.rows] + extra + [{"best": grid.best.to_json()}]
+    if args.compare_with:
+        effect = compared(lm, open_model(args.compare_with), pairs, gold, grid, args.threshold)
+        rows += [{"supervision": row.to_json()} for row in effect]
     return [json.dumps(r) for r in rows]
 
 

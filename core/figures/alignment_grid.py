@@ -13,6 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from core.alignment.grid import AlignmentGrid, GridRow
+from core.alignment.supervision_effect import EffectRow
 from core.figures.alignment import MODE_NAMES, STAR_COLOR
 from core.figures.attention import COLORSCALE, blank_cells, title_layout
 
@@ -37,6 +38,22 @@ def grid_table(rows: Sequence[GridRow]) -> pd.DataFrame:
         "precision": [r.precision for r in ranked],
         "recall": [r.recall for r in ranked],
         "pairs": [r.pairs for r in ranked],
+    }
+    return pd.DataFrame(table)
+
+
+def effect_table(rows: Sequence[EffectRow]) -> pd.DataFrame:
+    """What supervision changed, one row per reader: which reader in each model, both AERs
+    and the change (the supervised model's minus the plain one's)."""
+    table = {
+        "reader": [r.reader for r in rows],
+        "in the plain model": [f"{reader_words(r.plain)}, {r.plain.mode.upper()}" for r in rows],
+        "AER plain": [r.plain.aer for r in rows],
+        "in this model": [
+            f"{reader_words(r.supervised)}, {r.supervised.mode.upper()}" for r in rows
+        ],
+        "AER this model": [r.supervised.aer for r in rows],
+        "change": [r.change for r in rows],
     }
     return pd.DataFrame(table)
 

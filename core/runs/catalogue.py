@@ -26,6 +26,8 @@ from core.runs.history import history_path
 from core.runs.run_dir import RunDir
 
 SHIPPED_NAME = "fra-eng-small.pt"  # the model the app ships with, under checkpoints/
+ALIGNED_NAME = "fra-eng-small-aligned.pt"  # shipped beside it: one head trained to align
+SHIPPED_NAMES = (SHIPPED_NAME, ALIGNED_NAME)  # the default first
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # names of saved models
 ORIGINS = ("shipped model", "saved model", "run best", "run last", "Hugging Face model")
 HF_ORIGIN = ORIGINS[-1]
@@ -124,7 +126,7 @@ def _origin(path: Path, info: dict) -> str:
     """Where a file under checkpoints/ comes from, in words."""
     saved = info.get("promoted_from")
     if not saved:
-        return "shipped model" if path.name == SHIPPED_NAME else "model file"
+        return "shipped model" if path.name in SHIPPED_NAMES else "model file"
     step = f" at step {info['step']:,}" if info.get("step") is not None else ""
     return f"saved from run {saved.get('run', '?')}{step}"
 
@@ -253,10 +255,18 @@ def list_models(checkpoints: Path | None = None, runs: Path | None = None) -> li
 
 
 def default_entry(entries: Sequence[ModelEntry]) -> ModelEntry | None:
-    """The shipped model if it is usable, else the newest usable model, else None."""
+    """The shipped model if it is usable (the plain one before the one trained to align),
+    else the newest usable model, else None."""
     usable = [e for e in entries if e.usable]
     shipped = [e for e in usable if e.origin == "shipped model"]
+    shipped.sort(key=lambda e: Path(e.path).name != SHIPPED_NAME)  # stable: else newest first
     return (shipped or usable or [None])[0]
+
+
+def shipped_entry(entries: Sequence[ModelEntry], name: str) -> ModelEntry | None:
+    """The usable shipped model of this file name (SHIPPED_NAMES), or None."""
+    found = (e for e in entries if e.usable and e.origin == "shipped model")
+    return next((e for e in found if Path(e.path).name == name), None)
 
 
 def find_entry(entries: Sequence[ModelEntry], key: str | None) -> ModelEntry | None:

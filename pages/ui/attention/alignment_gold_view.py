@@ -11,7 +11,9 @@ from core.attention.maps import export_name
 from core.attention.view_state import ViewState
 from core.figures import alignment_grid as grid_figs
 from core.figures.attribution import PANEL_PX
+from core.model.checkpoints import LoadedModel
 from core.runs import budget
+from core.runs.catalogue import ModelEntry
 from pages.ui.attention.cached_alignment import alignment_grid
 from pages.ui.attention.gold_sets import (
     MAX_GOLD_BYTES,
@@ -21,6 +23,7 @@ from pages.ui.attention.gold_sets import (
     uploaded_gold,
 )
 from pages.ui.attention.inputs import SectionInputs
+from pages.ui.attention.supervision_view import supervision_panel
 from pages.ui.charts import chart
 from pages.ui.heavy_work import heavy_slot
 from pages.ui.text import md, spreadsheet_safe
@@ -52,19 +55,19 @@ def gold_panel(page: SectionInputs) -> None:
     if gold is None:
         return
     try:
-        grid = scored(page, gold)
+        grid = scored(page.entry, page.lm, gold)
     except (GoldError, ValueError, RuntimeError, IndexError) as e:
         st.error(md(f"The readers cannot be scored on {gold.name}: {' '.join(str(e).split())}"))
         return
     if grid is not None:
         show_grid(grid, gold, page.state)
+        supervision_panel(page, gold, grid, scored)
 
 
-def scored(page: SectionInputs, gold: GoldSet) -> AlignmentGrid | None:
+def scored(entry: ModelEntry, lm: LoadedModel, gold: GoldSet) -> AlignmentGrid | None:
     """Every reader's AER on a gold set: cached for every session; an uploaded set within the
     server's bounds (budget.SCORING_CELLS) and in its one slot for heavy work, or None after
     a message saying why not now."""
-    entry, lm = page.entry, page.lm
     args = (lm, entry.path, entry.mtime, gold.key, gold.pairs, gold.links)
     found, grid = alignment_grid.peek(*args)
     if found or gold.shipped:
