@@ -10,6 +10,13 @@ import pytest
 
 from tests import helpers
 
+# ----------------------------------------------------------------------------- workers
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers share the cores: one thread each,
+    import torch  # not two apiece fighting over two cores (the trainers they start choose
+
+    torch.set_num_threads(1)  # their own)
+
 # ----------------------------------------------------------------------------- tiers
 
 SLOW_PREFIXES = ("test_browser_", "test_app_")  # real browsers; whole pages run by AppTest
@@ -211,7 +218,9 @@ def dead_pid():
 def app_server(tmp_path_factory):
     """One app server for the browser tests; runs go to a temporary directory."""
     runs = tmp_path_factory.mktemp("browser-runs")
-    proc, url = helpers.start_server(runs)
+    # its trainers keep the tests' priority: niced below the other worker's tests, a live
+    # run's next point could take longer than the browser test waits for it
+    proc, url = helpers.start_server(runs, env={"ATTENTION_STUDIO_TRAINER_NICE": "0"})
     yield {"url": url, "runs": runs}
     helpers.stop_server(proc)
 

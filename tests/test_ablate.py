@@ -256,6 +256,13 @@ def test_pruning_curve_removes_the_least_important_first(val_model):
     assert curve[-1]["bleu"] == pytest.approx(everything)
 
 
+def test_a_large_model_s_pruning_curve_has_at_most_24_points_ending_at_every_head():
+    assert hi.curve_points(24) == list(range(1, 25))  # the studio's model: every head
+    points = hi.curve_points(144)  # opus-mt: 6 heads apart, the first and the last kept
+    assert len(points) == 24 and points[0] == 1 and points[-1] == 144
+    assert all(5 <= b - a <= 7 for a, b in zip(points, points[1:]))
+
+
 def test_gradient_score_is_finite_non_negative_and_per_pair(val_model):
     lm, sample = val_model
     scores = hi.gradient_scores(lm, sample)

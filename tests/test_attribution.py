@@ -180,7 +180,7 @@ def test_value_zeroing_a_token_whose_values_are_already_zero_changes_nothing():
     x[0, 2] = 0.0  # its value vector W_v x + b_v is zero
     mask = torch.ones(1, 1, 1, 5, dtype=torch.bool)
     m = value_zeroing.encoder_matrix(layer, x, mask)  # (S, S)
-    assert m[:, 2].abs().max() < 1e-6 and m.sum(1).allclose(torch.ones(5))
+    assert m[:, 2].abs().max() < 1e-5 and m.sum(1).allclose(torch.ones(5))  # float32 rounding
     assert (np.delete(m.numpy(), 2, axis=1) > 1e-4).all()  # every other token moves something
 
 

@@ -30,19 +30,20 @@ from core.corpus.splits import Split
 from core.corpus.text import tokenize
 from core.model import hugging_face as hf
 from core.model.decode import MAX_LEN
-from core.model.hf_inside import attention_modules, head_geometry, rows_gated
+from core.model.hf_inside import attention_modules, head_geometry, output_logits, rows_gated
 from core.model.scores import corpus_bleu
 
 Tick = Callable[[int], None] | None  # called with the rows done after each pass
 
-ROWS_PER_PASS = 64  # (head set, sentence) rows decoded together by greedy generate
-FORCED_ROWS = 16  # rows teacher-forced together: (B, T, V) logits of a 59k vocabulary are big
+ROWS_PER_PASS = 96  # (head set, sentence) rows decoded together by greedy generate (bench/
+# hf_server_memory.py: 128 rows were 5 % faster, their peak 50-190 MB higher, past 1.5 GB)
+FORCED_ROWS = 32  # rows teacher-forced together (their logits made CHUNK positions at a time)
 GRADIENT_ROWS = 4  # pairs per backward pass: float32 logits, their gradient and the saved
 # activations. At opus-mt's size (bench/hf_server_memory.py), above the model: decoding
-# 128 rows took 470 MB, 64 rows 330; teacher-forcing 32 rows 455, 16 rows 200; the gradient
-# 32 rows 900, 4 rows 150 — each phase as fast on 2 cores
+# 128 rows took 470 MB, 64 rows 330; the gradient 32 rows 900, 4 rows 150 (as fast on 2
+# cores); teacher-forcing 32 rows 270 MB with the logits made in chunks (455 MB whole)
 IGNORE = -100  # a label position that does not count (padding)
-CHUNK = 16  # label positions whose float32 logits are read at once
+CHUNK = 64  # label positions whose logits are made at once: (64, V) float32 is 15 MB
 PRECISIONS = ("auto", "float32", "bfloat16")  # of the passes that remove heads
 
 
@@ -96,20 +97,30 @@ def give_back_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def label_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """(B, T) cross-entropy of each label under (B, T, V) logits, 0 where the label is
-    IGNORE, never below float32 whatever the logits' type. CHUNK positions at a time: a
-    float32 copy of all of a 59k vocabulary's logits costs more than their matrix product,
-    one that stays in the cache does not."""
-    flat, wanted = logits.flatten(0, 1), labels.flatten()  # (B*T, V), (B*T,)
+def label_losses(model, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(B, T) cross-entropy of each label given the decoder's (B, T, D) outputs, 0 where the
+    label is IGNORE, in float32 whatever the outputs' type. The logits are made CHUNK label
+    positions at a time (``hf_inside.output_logits``) and padding gets none: a (B, T, V)
+    tensor of a 59k vocabulary is what a teacher-forced pass of the whole model kept (two
+    of them, once ``final_logits_bias`` turned bfloat16 logits into float32 ones)."""
+    flat, wanted = hidden.flatten(0, 1), labels.flatten()  # (B*T, D), (B*T,)
+    weight = None  # under autocast: lm_head's weight cast once for all the chunks
+    if torch.is_autocast_enabled(hidden.device.type):
+        cast = torch.get_autocast_dtype(hidden.device.type)
+        weight = model.get_output_embeddings().weight.to(cast)  # (V, D)
+    real = (wanted != IGNORE).nonzero()[:, 0]  # (N,) the positions with a label
+    kind = torch.promote_types(hidden.dtype, torch.float32)
+    losses = torch.zeros(wanted.shape, dtype=kind, device=hidden.device)  # (B*T,)
     parts = []
-    for i in range(0, flat.size(0), CHUNK):
-        x = flat[i : i + CHUNK]
-        x = x.to(torch.promote_types(x.dtype, torch.float32))  # (c, V)
-        label = wanted[i : i + CHUNK]  # (c,)
-        picked = x.gather(1, label.clamp(min=0)[:, None])[:, 0]  # (c,)
-        parts.append((x.logsumexp(-1) - picked) * (label != IGNORE))
-    return torch.cat(parts).view(labels.shape)  # (B, T)
+    for i in range(0, real.numel(), CHUNK):
+        at = real[i : i + CHUNK]  # (c,)
+        x = output_logits(model, flat[at], weight)  # (c, V)
+        x = x.to(torch.promote_types(x.dtype, kind))
+        picked = x.gather(1, wanted[at][:, None])[:, 0]  # (c,)
+        parts.append(x.logsumexp(-1) - picked)
+    if parts:
+        losses = losses.index_put((real,), torch.cat(parts))  # out of place: autograd-safe
+    return losses.view(labels.shape)  # (B, T)
 
 
 def _stacked(states: Sequence[torch.Tensor], width: int) -> torch.Tensor:
@@ -172,9 +183,11 @@ class HFMeasures:
         """The context of the passes that remove heads: bfloat16 autocast (matrix products
         in bfloat16 accumulated in float32, the activations between them in bfloat16; the
         loss's log-softmax is taken in float32) or plain float32. ``keep_casts``: the
-        weights' bfloat16 copies are kept for the whole pass (150 MB at opus-mt's size; a
-        decoding step reuses them), else cast at each use (one teacher-forced pass uses
-        each once: its peak memory 110 MB lower for the same speed)."""
+        weights' bfloat16 copies are made once and kept while the context lasts (150 MB at
+        opus-mt's size): the decoding phase opens it once around all its passes, whose
+        every step reuses them; the teacher-forced phase casts at each use instead (each
+        pass uses a weight once; ``label_losses`` casts ``lm_head``'s once per pass), its
+        peak 150 MB lower for about the same time."""
         if self.precision == "bfloat16":
             return torch.autocast(self.device.type, torch.bfloat16, cache_enabled=keep_casts)
         return nullcontext()
@@ -202,29 +215,34 @@ class HFMeasures:
         ids: list[list] = [[None] * n for _ in sets]
         forced = hf.forced_bos(self.hm, self.target_lang)
         kwargs = {"forced_bos_token_id": forced} if forced is not None else {}
-        for start in range(0, len(rows), ROWS_PER_PASS):
-            chunk = rows[start : start + ROWS_PER_PASS]
-            src, mask = _padded([sources[i] for _, i in chunk], self.pad, self.device)
-            gates = self.gates(sets, [j for j, _ in chunk])
-            if not any(inside[j] for j, _ in chunk):  # the encoder as it is: run once
-                states = _stacked([encoded[i] for _, i in chunk], src.size(1))  # (B, S, D)
-                kwargs["encoder_outputs"] = BaseModelOutput(last_hidden_state=states)
-            with self.computing(), rows_gated(self.hm.model, gates):
-                out = self.hm.model.generate(
-                    input_ids=src,  # (B, S)
-                    attention_mask=mask,
-                    num_beams=1,
-                    do_sample=False,
-                    max_new_tokens=self.max_new_tokens(src.size(1)),
-                    **kwargs,
-                )  # (B, 1 + T)
-            kwargs.pop("encoder_outputs", None)
-            for (j, i), row in zip(chunk, out[:, 1:].tolist()):
-                ids[j][i] = row
-            if tick:
-                tick(len(chunk))
+        with self.computing():  # bfloat16 copies of the weights made once for the phase
+            for start in range(0, len(rows), ROWS_PER_PASS):
+                chunk = rows[start : start + ROWS_PER_PASS]
+                src, mask = _padded([sources[i] for _, i in chunk], self.pad, self.device)
+                gates = self.gates(sets, [j for j, _ in chunk])
+                if not any(inside[j] for j, _ in chunk):  # the encoder as it is: run once
+                    states = _stacked([encoded[i] for _, i in chunk], src.size(1))  # (B, S, D)
+                    kwargs["encoder_outputs"] = BaseModelOutput(last_hidden_state=states)
+                out = self._greedy(src, mask, gates, kwargs)  # (B, 1 + T)
+                kwargs.pop("encoder_outputs", None)
+                for (j, i), row in zip(chunk, out[:, 1:].tolist()):
+                    ids[j][i] = row
+                if tick:
+                    tick(len(chunk))
         give_back_memory()
         return ids
+
+    def _greedy(self, src, mask, gates: dict, kwargs: dict) -> torch.Tensor:
+        """(B, 1 + T) greedy ``generate`` of (B, S) sources, each row with its own gates."""
+        with rows_gated(self.hm.model, gates):
+            return self.hm.model.generate(
+                input_ids=src,
+                attention_mask=mask,
+                num_beams=1,
+                do_sample=False,
+                max_new_tokens=self.max_new_tokens(src.size(1)),
+                **kwargs,
+            )
 
     def outputs(self, sets: Sequence[Sequence[HeadSpec]], tick: Tick = None):
         """The greedy outputs with each set of heads removed, read as d2l's words:
@@ -253,28 +271,35 @@ class HFMeasures:
         ``encoded``: each row's (S, D) encoder output when no gate of the batch is the
         encoder's: the encoder is then not run again."""
         src, mask, dec, labels = self._forced(pairs)
-        kwargs = {"input_ids": src}
-        if encoded is not None:
-            kwargs = {"encoder_outputs": (_stacked(encoded, src.size(1)),)}  # (B, S, D)
-        exact = torch.is_grad_enabled()  # the gradient score is float32 in any precision
-        passes = nullcontext() if exact else self.computing(keep_casts=False)
-        with passes, rows_gated(self.hm.model, gates):
-            logits = self.hm.model(
-                **kwargs, attention_mask=mask, decoder_input_ids=dec, return_dict=True
-            ).logits  # (B, T, V)
-        return label_losses(logits, labels)  # (B, T)
+        model = self.hm.model
+        with rows_gated(model, gates):
+            if encoded is None:
+                states = model.get_encoder()(input_ids=src, attention_mask=mask)[0]  # (B, S, D)
+            else:
+                states = _stacked(encoded, src.size(1))  # (B, S, D)
+            hidden = model.get_decoder()(
+                input_ids=dec,  # (B, T)
+                encoder_hidden_states=states,
+                encoder_attention_mask=mask,
+                use_cache=False,
+            )[0]  # (B, T, D), after the decoder's final norm where it has one
+            return label_losses(model, hidden, labels)  # (B, T)
 
     @torch.no_grad()
     def encoder_states(self, sources: Sequence[Sequence[int]] | None = None) -> list:
         """Each source's (S, D) encoder output with no head removed (by default, the
         source of each pair of the sample)."""
         sources = [src for src, _ in self.sample.encoded] if sources is None else sources
-        out, encoder = [], self.hm.model.get_encoder()
+        with self.computing():
+            return self._encoded(sources, self.hm.model.get_encoder())
+
+    def _encoded(self, sources, encoder) -> list:
+        """encoder_states' passes, FORCED_ROWS sources at a time."""
+        out = []
         for start in range(0, len(sources), FORCED_ROWS):
             chunk = sources[start : start + FORCED_ROWS]
             src, mask = _padded(chunk, self.pad, self.device)
-            with self.computing():
-                states = encoder(input_ids=src, attention_mask=mask).last_hidden_state  # (B, S, D)
+            states = encoder(input_ids=src, attention_mask=mask).last_hidden_state  # (B, S, D)
             out += [states[b, : len(ids)] for b, ids in enumerate(chunk)]
         return out
 
@@ -289,20 +314,21 @@ class HFMeasures:
             ((j, p) for p in order for j in range(len(sets))), key=lambda r: inside[r[0]]
         )  # pairs of like length, the sets that gate the encoder last
         sums, counts = [0.0] * len(sets), [0] * len(sets)
-        for start in range(0, len(rows), FORCED_ROWS):
-            chunk = rows[start : start + FORCED_ROWS]
-            gates = self.gates(sets, [j for j, _ in chunk])
-            again = any(kind == "encoder" for kind, _ in gates)
-            tokens = self._token_losses(
-                [pairs[p] for _, p in chunk],
-                gates,
-                None if again else [encoded[p] for _, p in chunk],
-            )  # (B, T)
-            for (j, p), row in zip(chunk, tokens.sum(1).tolist()):
-                sums[j] += row
-                counts[j] += len(pairs[p][1])
-            if tick:
-                tick(len(chunk))
+        with self.computing(keep_casts=False):
+            for start in range(0, len(rows), FORCED_ROWS):
+                chunk = rows[start : start + FORCED_ROWS]
+                gates = self.gates(sets, [j for j, _ in chunk])
+                again = any(kind == "encoder" for kind, _ in gates)
+                tokens = self._token_losses(
+                    [pairs[p] for _, p in chunk],
+                    gates,
+                    None if again else [encoded[p] for _, p in chunk],
+                )  # (B, T)
+                for (j, p), row in zip(chunk, tokens.sum(1).tolist()):
+                    sums[j] += row
+                    counts[j] += len(pairs[p][1])
+                if tick:
+                    tick(len(chunk))
         give_back_memory()
         return [s / max(c, 1) for s, c in zip(sums, counts)]
 

@@ -166,13 +166,22 @@ def lens_log_probs(hm: HFModel, outputs: list[torch.Tensor]) -> torch.Tensor:
     h = torch.cat(outputs)  # (L, T, D)
     if (norm := final_norm(hm.model)) is not None:
         h = norm(h)
-    if getattr(hm.model.config, "scale_decoder_outputs", False):
-        h = h * hm.model.config.d_model**-0.5
-    logits = hm.model.get_output_embeddings()(h)  # (L, T, V)
-    bias = getattr(hm.model, "final_logits_bias", None)
-    if bias is not None:
-        logits = logits + bias
-    return logits.float().log_softmax(-1)
+    return output_logits(hm.model, h).float().log_softmax(-1)  # (L, T, V)
+
+
+def output_logits(model: nn.Module, h: torch.Tensor, weight: torch.Tensor | None = None):
+    """(..., D) decoder outputs (after the decoder's final norm) -> (..., V) logits, as the
+    model's own forward makes them: T5's d^-1/2 rescaling, ``lm_head``, ``final_logits_bias``.
+    ``weight``: ``lm_head``'s weight already cast (once for many calls, e.g. to bfloat16)."""
+    if getattr(model.config, "scale_decoder_outputs", False):
+        h = h * model.config.d_model**-0.5
+    head = model.get_output_embeddings()
+    if weight is None:
+        logits = head(h)  # (..., V)
+    else:
+        logits = torch.nn.functional.linear(h.to(weight.dtype), weight, head.bias)  # (..., V)
+    bias = getattr(model, "final_logits_bias", None)
+    return logits if bias is None else logits + bias
 
 
 # ----------------------------------------------------------------------------- q·k
