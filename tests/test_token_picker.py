@@ -350,9 +350,9 @@ def test_a_click_on_a_token_in_the_lines_view_keeps_its_lines(app_server, browse
         page.mouse.move(x, y)
         page.mouse.click(x, y)
         if expected:
-            page.wait_for_function("() => location.search.includes('token=k1')")
+            page.wait_for_function("() => location.search.includes('token=k1')", timeout=90_000)
         else:
-            page.wait_for_function("() => !location.search.includes('token=')")
+            page.wait_for_function("() => !location.search.includes('token=')", timeout=90_000)
         settle(page)
         assert parse_qs(urlparse(page.url).query).get("token") == expected
     assert_no_browser_exception(page)
