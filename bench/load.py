@@ -8,8 +8,16 @@ the attention kind (browse heads) and remove one more head at a time. Every inte
 timed from the click or the Enter key to the page showing its result (the new translation,
 the new maps) with Streamlit's rerun finished; opening a page is timed on its own.
 It prints JSON lines and a table:
-errors (goal 0), p50/p95 latency per interaction, the server's peak memory, and the
-trainer's tokens/s alone and under the load (medians of its metric records).
+errors (goal 0), p50/p95 latency per interaction, the server's peak memory, the trainer's
+tokens/s alone and under the load (medians of its metric records), and the cores the
+server, the trainer and the browsers each used on average while the class worked.
+
+The browsers run on the same cores as the server and the trainer, which in a class they do
+not. Two phases (``--browsers both``, the default): "class", the browsers' session at the
+same priority as the others; then "class, browsers at the lowest priority" (their session's
+niceness 19: Linux shares the CPU between sessions first, so a process's own niceness
+would not do), where the server and the trainer get the cores as if the browsers ran on the
+students' machines and the browsers take what is left.
 
 With ``--hostile`` the class works twice, the second time beside a hostile session (issue
 31): it launches the settings whose snapshots once reached 1.29 GB each, opens
@@ -19,7 +27,8 @@ tries to overwrite the shipped model. It reports what each attempt met, the ordi
 sessions' p95 with it against without it, the server's peak memory in each phase and how
 much the runs folder grew, against the quota.
 
-    python bench/load.py [--sessions 10] [--seconds 120] [--alone 60] [--hostile]
+    python bench/load.py [--sessions 10] [--seconds 120] [--alone 60]
+        [--browsers both|equal|lowest] [--hostile]
 
 Needs Debian's Chromium and the fra-eng corpus (``$FRA_ENG_ZIP`` or ../shared); every
 address it talks to is 127.0.0.1, and it stops by itself.
@@ -29,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -49,6 +59,8 @@ from tests.helpers import start_server, stop_server  # noqa: E402  (the browser 
 
 SENTENCES = ["i'm home .", "he's calm .", "i lost .", "go .", "we are cold .", "she is here ."]
 CHROMIUM = "/usr/bin/chromium"
+BROWSER_GROUP = {"nice": "0"}  # the niceness of the browsers' session in this phase
+LOWEST = "class, browsers at the lowest priority"  # the phase as if on the students' machines
 TIMEOUT_MS = 120_000  # an interaction slower than this counts as an error
 
 
@@ -63,37 +75,56 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds a process has used, all its threads (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
 class PeakMemory(threading.Thread):
-    """Samples a process's resident memory every 0.2 s; ``peak`` in MB."""
+    """Samples a process's resident memory every 0.2 s (``peak`` in MB) and the CPU seconds
+    of the browsers' processes (``browsers``: pid -> seconds, the last seen of each)."""
 
     def __init__(self, pid: int):
         super().__init__(daemon=True)
         self.pid, self.peak, self.done = pid, 0.0, threading.Event()
+        self.browsers: dict[int, float] = {}
 
     def run(self) -> None:
         while not self.done.is_set():
             self.peak = max(self.peak, rss_mb(self.pid))
-            renice_browsers()
+            for pid in renice_browsers():
+                self.browsers[pid] = max(self.browsers.get(pid, 0.0), cpu_seconds(pid))
             time.sleep(0.2)
 
 
-def renice_browsers() -> None:
+def renice_browsers() -> list[int]:
     """Chromium's processes at the lowest priority: in a class they run on the students'
-    machines, so here they take only what the server and the trainer leave."""
-    mine = os.getpid()
+    machines, so here they take only what the server and the trainer leave. Where Linux
+    groups processes by session (autogroup), their session's niceness is set too: a
+    process's own niceness counts only inside its session, and Chromium's renderers had
+    weighed as much as the server and the trainer each."""
+    mine, found = os.getpid(), []
     for entry in Path("/proc").glob("[0-9]*"):
         try:
             stat = (entry / "stat").read_text()
             parent = int(stat.rsplit(")", 1)[1].split()[1])
             pid = int(entry.name)
-            if (
-                b"chrom" in (entry / "cmdline").read_bytes()[:200]
-                and _descends(pid, mine, parent)
-                and os.getpriority(os.PRIO_PROCESS, pid) < 19
+            if b"chrom" not in (entry / "cmdline").read_bytes()[:200] or not _descends(
+                pid, mine, parent
             ):
+                continue
+            found.append(pid)
+            if os.getpriority(os.PRIO_PROCESS, pid) < 19:
                 os.setpriority(os.PRIO_PROCESS, pid, 19)
+                with contextlib.suppress(OSError):
+                    (entry / "autogroup").write_text(BROWSER_GROUP["nice"])
         except (OSError, ValueError, IndexError):
             continue
+    return found
 
 
 def _descends(pid: int, ancestor: int, parent: int) -> bool:
@@ -219,6 +250,7 @@ async def student(browser, url: str, seed: int, until: float, results: list) -> 
     rng = random.Random(seed)
     context = await browser.new_context(viewport={"width": 1280, "height": 900})
     page = await context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)  # a click or a key waits as long as a result may
     try:
         role = translator if seed % 2 == 0 else explorer
         await role(page, url, rng, until, results)
@@ -386,6 +418,13 @@ def main() -> int:
     p.add_argument("--alone", type=float, default=60.0, help="trainer measured alone first")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--hostile", action="store_true", help="then again beside a hostile session")
+    p.add_argument(
+        "--browsers",
+        choices=("equal", "lowest", "both"),
+        default="both",
+        help="the browsers' priority: equal to the server's and the trainer's, the lowest "
+        "(as if on the students' machines), or one phase of each",
+    )
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="load-"))
     env = {**os.environ, "ATTENTION_STUDIO_RUNS": str(tmp / "runs")}
@@ -395,6 +434,8 @@ def main() -> int:
     shutil.copytree(ROOT / "checkpoints", tmp / "checkpoints")
     os.environ.update(env)
     from core.runs import jobs, quota
+    from core.runs.run_dir import RunError
+    from core.runs.status import run_info
 
     run_id = jobs.start_run(
         "small", {"train": {"device": "cpu", "time_budget": 0, "max_steps": 10**6, "log_every": 10}}
@@ -411,28 +452,51 @@ def main() -> int:
         time.sleep(args.alone)
         before = train_records(tmp / "runs", run_id)
         alone = median_tokens_per_s(before[first:])
-        for phase in ("class", "class + hostile") if args.hostile else ("class",):
+        trainer = run_info(run_id).pid or 0
+        for phase in phases_of(args):
+            BROWSER_GROUP["nice"] = "19" if phase == LOWEST else "0"
             memory.peak, held = 0.0, quota.folder_bytes(tmp / "runs")
             mark = len(train_records(tmp / "runs", run_id))
-            hostile_seen = seen if phase != "class" else None
+            hostile_seen = seen if phase == "class + hostile" else None
+            memory.browsers.clear()
+            cpu = (cpu_seconds(server.pid), cpu_seconds(trainer), time.perf_counter())
             results = asyncio.run(
                 the_class(url, args.sessions, args.seconds, args.seed, hostile_seen)
             )
+            wall = time.perf_counter() - cpu[2]
+            used = {  # cores each part used on average during the class
+                "server_cores": (cpu_seconds(server.pid) - cpu[0]) / wall,
+                "trainer_cores": (cpu_seconds(trainer) - cpu[1]) / wall,
+                "browsers_cores": sum(memory.browsers.values()) / wall,
+            }
             loaded = median_tokens_per_s(train_records(tmp / "runs", run_id)[mark:])
-            phases[phase] = (results, memory.peak, loaded, quota.folder_bytes(tmp / "runs") - held)
+            grew = quota.folder_bytes(tmp / "runs") - held
+            phases[phase] = (results, memory.peak, loaded, grew, used)
         shipped = (tmp / "checkpoints" / "fra-eng-small.pt").read_bytes()
         intact = shipped == (ROOT / "checkpoints" / "fra-eng-small.pt").read_bytes()
         limit = quota.quota_bytes(quota.folder_bytes(tmp / "runs"))
     finally:
         memory.done.set()
-        jobs.stop_run(run_id, wait=30)
+        with contextlib.suppress(RunError):  # a trainer that failed says so in its log
+            jobs.stop_run(run_id, wait=30)
         stop_server(server)
-    for phase, (results, peak, loaded, grew) in phases.items():
+    for phase, (results, peak, loaded, grew, used) in phases.items():
         print(f"\n## {phase}")
-        report(results, peak, alone, loaded, args, {"runs_folder_grew_mb": grew / 2**20})
+        more = {"runs_folder_grew_mb": grew / 2**20, **{k: round(v, 2) for k, v in used.items()}}
+        report(results, peak, alone, loaded, args, more)
     if args.hostile:
         compare(phases, seen, intact, limit)
     return 0
+
+
+def phases_of(args) -> tuple[str, ...]:
+    """The phases this run measures: the class with its browsers sharing the cores equally
+    with the server and the trainer; and/or with them at the lowest priority (their session's
+    niceness 19), so that the server and the trainer get the cores as in a class whose
+    browsers run elsewhere; with --hostile, the class and then the class beside it."""
+    if args.hostile:
+        return ("class", "class + hostile")
+    return {"equal": ("class",), "lowest": (LOWEST,), "both": ("class", LOWEST)}[args.browsers]
 
 
 def compare(phases: dict, seen: list, intact: bool, quota: int) -> None:

@@ -17,6 +17,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers share the cores: one th
 
     torch.set_num_threads(1)  # their own)
 
+# Trainers the tests start keep the tests' priority and a fixed thread count: niced, a live
+# run's next point could come later than a test waits for it; a count that followed the
+# other worker's load (core.runs.cpu_share) would make two runs of one test differ.
+os.environ.setdefault("ATTENTION_STUDIO_TRAINER_NICE", "0")
+os.environ.setdefault("ATTENTION_STUDIO_TRAINER_SHARE", "0")
+
 # ----------------------------------------------------------------------------- tiers
 
 SLOW_PREFIXES = ("test_browser_", "test_app_")  # real browsers; whole pages run by AppTest

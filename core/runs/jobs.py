@@ -31,6 +31,7 @@ from core.runs.alignment_request import (
     alignment_problems,
     stage_alignment,
 )
+from core.runs.cpu_share import SHARE_ENV
 from core.runs.locks import acquire_gpu_lock, launch_lock, run_is_held, write_lock
 from core.runs.owners import OwnershipError, User, check_create, check_owner, owner_of, run_owner
 from core.runs.run_dir import RunDir, RunError, read_json, run_dir, write_json
@@ -223,11 +224,13 @@ def _trim_log(path) -> None:
 def trainer_env(processes: int, env=None) -> dict[str, str]:
     """The trainer's environment: unbuffered output, each CPU process's memory cap (so a run
     never makes the machine swap) and its niceness (so the server answers first); the
-    server's environment may set either."""
+    server's environment may set either; and it yields a core while the machine is busy
+    (``core.runs.cpu_share``)."""
     env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
     if MEMORY_ENV not in env and (gb := default_memory_gb(processes)):
         env[MEMORY_ENV] = str(gb)
     env.setdefault(NICE_ENV, str(TRAINER_NICE))  # the pages stay responsive while it trains
+    env.setdefault(SHARE_ENV, "1")
     return env
 
 

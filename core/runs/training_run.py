@@ -35,6 +35,7 @@ from core.model.scores import usable_bleu
 from core.model.transformer import Transformer
 from core.places import shown_path
 from core.runs import budget
+from core.runs.cpu_share import trainer_share
 from core.runs.locks import hold_run
 from core.runs.processes import identity
 from core.runs.recorder import RunRecorder
@@ -243,6 +244,9 @@ def train_run(args: argparse.Namespace, world: World | None = None) -> int:
         diverged_at=None,
     )
     trainer = prepare(rd, configs, resume, world)
+    share = trainer_share(trainer.device.type, configs["train"].get("threads", 0))
+    if share is not None:  # one thread fewer while other processes keep a core busy
+        trainer.on("step", lambda _trainer, _info: share.update())
     trim_heap()  # what reading and encoding the corpus freed
     # a signal only asks: the processes decide together at the next step (Trainer.agree)
     signal.signal(signal.SIGTERM, lambda *_: setattr(trainer, "stop_asked", True))

@@ -166,6 +166,7 @@ def memory_problem(cfg: dict, device_type: str) -> str | None:
 MEMORY_ENV = "ATTENTION_STUDIO_TRAINER_MEMORY_GB"  # a CPU trainer's address-space cap (GB)
 NICE_ENV = "ATTENTION_STUDIO_TRAINER_NICE"  # the niceness a trainer gives itself at start
 TRAINER_NICE = 10  # the app's trainers: below the server, which answers the pages
+AUTOGROUP = "/proc/self/autogroup"  # this session's scheduling group (Linux)
 MEMORY_SHARE = 0.75  # the app's trainers (all processes of a run) take at most this share of RAM
 
 
@@ -194,15 +195,23 @@ def memory_limit(env=None) -> int | None:
     return int(gb * 2**30) if gb > 0 and math.isfinite(gb) else None
 
 
-def lower_priority(env=None) -> int:
+def lower_priority(env=None, autogroup: str = AUTOGROUP) -> int:
     """Raise this process's niceness to ATTENTION_STUDIO_TRAINER_NICE (set by the app at
-    launch, 0-19; unset: unchanged); the niceness it has now."""
+    launch, 0-19; unset: unchanged); the niceness it has now.
+
+    Where Linux groups processes by session (``kernel.sched_autogroup_enabled``, on in most
+    desktop distributions) a niceness counts only inside the session: the app starts each
+    trainer in a session of its own, so the session's niceness (``autogroup``) is raised too,
+    or the trainer would weigh as much as the whole server."""
     env = os.environ if env is None else env
     try:
         wanted = min(max(int(env.get(NICE_ENV) or 0), 0), 19)
     except ValueError:
         wanted = 0
     now = os.nice(0)
+    if wanted and os.getsid(0) == os.getpid():  # the leader of its own session
+        with contextlib.suppress(OSError):
+            Path(autogroup).write_text(str(wanted))
     return os.nice(wanted - now) if wanted > now else now
 
 

@@ -16,6 +16,7 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from core.corpus.text import ATTRIBUTION
+from core.runs.cpu_share import server_threads
 from pages.ui.identity import user_line
 
 PAGES_DIR = Path(__file__).resolve().parent.parent
@@ -54,6 +55,7 @@ def app_pages() -> list:
 def run_app() -> None:
     """Build the navigation and run the page the URL names (app.py's whole job)."""
     st.session_state[NAV_KEY] = True
+    server_threads()  # one torch thread per page run: no core waits on another (cpu_share)
     page = st.navigation(app_pages())
     user_line()  # who is signed in, where the server knows its users
     page.run()

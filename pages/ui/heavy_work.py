@@ -11,6 +11,8 @@ import threading
 
 import streamlit as st
 
+from core.runs.cpu_share import all_threads
+
 HEAVY_SLOTS = 1  # head-importance computations the server runs at once (each takes a core)
 
 
@@ -28,6 +30,7 @@ def heavy_slot():
         yield None
         return
     try:
-        yield slots
+        with all_threads():  # heavy work alone gains from every core (cpu_share)
+            yield slots
     finally:
         slots.release()

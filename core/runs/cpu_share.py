@@ -1,0 +1,140 @@
+"""Sharing the CPU between the app's server and its trainers, so neither starves the other.
+
+torch runs an operation on all its threads, and they wait for each other at its end. When
+another busy process holds one of the cores, a trainer on every core runs at the pace of its
+thread that shares that core: on a 2-core machine beside one busy process, a "small" run on
+two threads kept 0.07 of its tokens/s, on one thread 0.53 (26 November 2026, AMD EPYC).
+
+- The server answers one sentence at a time, operations too small to gain from a second
+  thread: its pages compute on ``SERVER_THREADS``; heavy work (head importance, one at a
+  time per server) gets torch's default back while it runs (``all_threads``).
+- A CPU trainer the app launched (``SHARE_ENV`` set) measures, at each metrics record, how
+  much of the machine the other processes used since the last one: past ``BUSY_CORES`` it
+  trains on one thread fewer, below ``IDLE_CORES`` on all of them again (``CpuShare``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+
+SERVER_THREADS = 1  # torch threads of the server's pages (one sentence at a time)
+SHARE_ENV = "ATTENTION_STUDIO_TRAINER_SHARE"  # "1": a CPU trainer yields a core when busy
+BUSY_CORES = 0.5  # others' use (cores) above which a trainer takes one thread fewer
+IDLE_CORES = 0.25  # ... and below which it takes every thread again
+MIN_WINDOW_S = 2.0  # the shortest span a measurement covers
+
+_default_threads: int | None = None  # torch's own count, before the server set its own
+_lock = threading.Lock()
+_heavy = 0  # heavy computations running now (each asked for every thread)
+
+
+def server_threads() -> int:
+    """Give this process (the app's server) SERVER_THREADS torch threads; torch's default is
+    kept for ``all_threads``. Called at each page run; returns the count now."""
+    global _default_threads
+    with _lock:
+        if _default_threads is None:
+            _default_threads = torch.get_num_threads()
+        if not _heavy and torch.get_num_threads() != SERVER_THREADS:
+            torch.set_num_threads(SERVER_THREADS)
+    return torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def all_threads():
+    """torch's default thread count while heavy work runs (back to SERVER_THREADS after,
+    once no heavy work is left); unchanged in a process that never called server_threads."""
+    global _heavy
+    with _lock:
+        _heavy += 1
+        if _default_threads is not None:
+            torch.set_num_threads(_default_threads)
+    try:
+        yield
+    finally:
+        with _lock:
+            _heavy -= 1
+            if _default_threads is not None and not _heavy:
+                torch.set_num_threads(SERVER_THREADS)
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every process of this machine has used since boot (from /proc/stat)."""
+    fields = open("/proc/stat").readline().split()[1:]  # cpu user nice system idle iowait ...
+    ticks = [int(x) for x in fields]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def own_busy_seconds() -> float:
+    """CPU seconds this process (all its threads) has used."""
+    t = os.times()
+    return t.user + t.system
+
+
+class CpuShare:
+    """A trainer's thread count, from what the other processes use (see the module's text).
+
+    ``machine`` and ``own`` read CPU seconds and ``clock`` wall seconds (injectable, so a
+    test drives them); ``full`` is the thread count when the machine is free.
+    """
+
+    def __init__(
+        self,
+        full: int,
+        machine: Callable[[], float] = machine_busy_seconds,
+        own: Callable[[], float] = own_busy_seconds,
+        clock: Callable[[], float] = time.monotonic,
+        apply: Callable[[int], None] = torch.set_num_threads,
+    ):
+        self.full, self.threads = full, full
+        self.machine, self.own, self.clock, self.apply = machine, own, clock, apply
+        self.mark = (clock(), machine(), own())
+        self.changes = 0  # how often the count changed (reported in the run's log)
+
+    def others_cores(self) -> float | None:
+        """Cores the other processes used on average since the last measurement (None when
+        it covers less than MIN_WINDOW_S; the mark moves only when it does not)."""
+        now = (self.clock(), self.machine(), self.own())
+        wall = now[0] - self.mark[0]
+        if wall < MIN_WINDOW_S:
+            return None
+        others = (now[1] - self.mark[1]) - (now[2] - self.mark[2])
+        self.mark = now
+        return max(others, 0.0) / wall
+
+    def update(self) -> int:
+        """Measure, then take one thread fewer or all of them; the thread count now."""
+        others = self.others_cores()
+        if others is None or self.full < 2:
+            return self.threads
+        wanted = self.threads
+        if others > BUSY_CORES:
+            wanted = self.full - 1
+        elif others < IDLE_CORES:
+            wanted = self.full
+        if wanted != self.threads:
+            self.apply(wanted)
+            self.threads, self.changes = wanted, self.changes + 1
+            print(
+                f"Sharing the CPU: training on {wanted} of {self.full} threads (the other "
+                f"processes used {others:.1f} cores since the last record)",
+                flush=True,
+            )
+        return self.threads
+
+
+def trainer_share(device_type: str, threads_setting: int, env=None) -> CpuShare | None:
+    """The CpuShare of a trainer: only on CPU, launched by the app (SHARE_ENV "1") and with
+    torch's default thread count (a run that names its threads keeps them)."""
+    env = os.environ if env is None else env
+    if device_type != "cpu" or threads_setting or env.get(SHARE_ENV) != "1":
+        return None
+    if not os.path.isfile("/proc/stat"):
+        return None
+    return CpuShare(torch.get_num_threads())

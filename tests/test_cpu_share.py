@@ -1,0 +1,143 @@
+"""Sharing the CPU between the server and its trainers (core.runs.cpu_share)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.runs import cpu_share, jobs
+from core.runs.cpu_share import BUSY_CORES, IDLE_CORES, MIN_WINDOW_S, CpuShare
+
+
+class FakeMachine:
+    """Wall seconds and CPU seconds (the machine's, the trainer's) a test moves by hand."""
+
+    def __init__(self):
+        self.wall, self.machine, self.own, self.applied = 0.0, 0.0, 0.0, []
+
+    def spend(self, seconds: float, own_cores: float, other_cores: float) -> None:
+        self.wall += seconds
+        self.own += own_cores * seconds
+        self.machine += (own_cores + other_cores) * seconds
+
+    def share(self, full: int = 2) -> CpuShare:
+        return CpuShare(
+            full,
+            machine=lambda: self.machine,
+            own=lambda: self.own,
+            clock=lambda: self.wall,
+            apply=self.applied.append,
+        )
+
+
+def test_a_trainer_yields_a_core_while_others_keep_one_busy_and_takes_it_back():
+    m = FakeMachine()
+    share = m.share(full=2)
+    m.spend(10, own_cores=2.0, other_cores=0.1)  # alone: all threads
+    assert share.update() == 2 and m.applied == []
+    m.spend(10, own_cores=1.0, other_cores=1.0)  # a class works on the server
+    assert share.update() == 1 and m.applied == [1]
+    m.spend(10, own_cores=1.0, other_cores=(BUSY_CORES + IDLE_CORES) / 2)  # in between: kept
+    assert share.update() == 1 and m.applied == [1]
+    m.spend(10, own_cores=1.0, other_cores=0.05)  # the class has gone
+    assert share.update() == 2 and m.applied == [1, 2]
+    assert share.changes == 2
+
+
+def test_a_short_window_measures_nothing_and_keeps_its_start():
+    m = FakeMachine()
+    share = m.share(full=4)
+    m.spend(MIN_WINDOW_S / 2, own_cores=4.0, other_cores=2.0)
+    assert share.update() == 4 and m.applied == []  # too short to judge
+    m.spend(MIN_WINDOW_S / 2, own_cores=4.0, other_cores=2.0)  # now one window, both halves
+    assert share.update() == 3 and m.applied == [3]
+
+
+def test_one_thread_is_all_a_trainer_has_to_give():
+    m = FakeMachine()
+    share = m.share(full=1)
+    m.spend(10, own_cores=1.0, other_cores=1.0)
+    assert share.update() == 1 and m.applied == []
+
+
+def test_only_an_app_launched_cpu_trainer_on_default_threads_shares():
+    on = {cpu_share.SHARE_ENV: "1"}
+    assert cpu_share.trainer_share("cpu", 0, on) is not None
+    assert cpu_share.trainer_share("cuda", 0, on) is None  # a GPU run needs no core given up
+    assert cpu_share.trainer_share("cpu", 2, on) is None  # the user named its threads
+    assert cpu_share.trainer_share("cpu", 0, {}) is None  # python -m core.train by hand
+    assert jobs.trainer_env(1, {})[cpu_share.SHARE_ENV] == "1"  # the app's launcher asks
+    assert jobs.trainer_env(1, {cpu_share.SHARE_ENV: "0"})[cpu_share.SHARE_ENV] == "0"
+
+
+def test_the_machine_and_the_process_cpu_seconds_are_read():
+    if not cpu_share.os.path.isfile("/proc/stat"):
+        pytest.skip("no /proc/stat here")
+    own, machine = cpu_share.own_busy_seconds(), cpu_share.machine_busy_seconds()
+    sum(i * i for i in range(200_000))  # some work of this process
+    assert cpu_share.own_busy_seconds() >= own
+    assert cpu_share.machine_busy_seconds() >= machine > 0
+
+
+def test_the_server_computes_on_one_thread_and_heavy_work_on_all(monkeypatch):
+    before = torch.get_num_threads()
+    monkeypatch.setattr(cpu_share, "_default_threads", None)
+    monkeypatch.setattr(cpu_share, "_heavy", 0)
+    try:
+        torch.set_num_threads(2)
+        assert cpu_share.server_threads() == cpu_share.SERVER_THREADS
+        with cpu_share.all_threads():
+            assert torch.get_num_threads() == 2
+            with cpu_share.all_threads():  # two heavy computations at once
+                assert cpu_share.server_threads() == 2  # a page run meanwhile changes nothing
+            assert torch.get_num_threads() == 2  # the other one still runs
+        assert torch.get_num_threads() == cpu_share.SERVER_THREADS
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.slow  # a process of its own session, as the app starts its trainers
+def test_a_trainer_in_its_own_session_lowers_the_sessions_niceness_too(tmp_path):
+    import subprocess
+    import sys
+
+    from core.places import REPO_ROOT
+    from core.training import devices
+
+    group = tmp_path / "autogroup"  # stands for /proc/self/autogroup
+    code = (
+        "from core.training.devices import lower_priority; "
+        f"print(lower_priority(autogroup={str(group)!r}))"
+    )
+    env = {**jobs.trainer_env(1, {}), devices.NICE_ENV: "10"}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+    )
+    assert done.stdout.strip() == "10", done.stderr
+    assert group.read_text() == "10"
+
+
+def test_a_run_the_app_launched_gives_a_thread_up_at_its_records(tmp_path, monkeypatch):
+    """core.train with SHARE_ENV set: CpuShare measures at each metrics record (here every
+    record sees a busy machine, so the run trains on one thread fewer) and the run ends."""
+    from tests import helpers
+
+    monkeypatch.setenv(cpu_share.SHARE_ENV, "1")
+    monkeypatch.setattr(cpu_share, "MIN_WINDOW_S", 0.0)
+    monkeypatch.setattr(cpu_share, "BUSY_CORES", -1.0)  # always "busy"
+    seen = []
+    update = CpuShare.update
+    monkeypatch.setattr(CpuShare, "update", lambda self: seen.append(update(self)) or seen[-1])
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert helpers.train_tiny(tmp_path / "run", "--epochs", "3", "--log-every", "1") == 0
+        assert seen and set(seen) == {1}
+        assert torch.get_num_threads() == 1  # what the run left this process with
+    finally:
+        torch.set_num_threads(before)
