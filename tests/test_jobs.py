@@ -20,7 +20,7 @@ from core.places import runs_root
 from core.runs import jobs, processes
 from core.runs import status as run_status
 from core.runs.locks import acquire_gpu_lock
-from core.runs.run_dir import RunDir, RunError
+from core.runs.run_dir import RunDir, RunError, read_json, write_json
 from core.training import devices, settings
 from tests.helpers import fake_trainer, run_dirs, wait_for
 from tests.test_distributed import processes_of
@@ -249,3 +249,20 @@ def listening_addresses(pids: list[int]) -> list[tuple[str, int]]:
             mapped = getattr(address, "ipv4_mapped", None)
             found.append((str(mapped or address), int(port, 16)))
     return found
+
+
+def test_a_run_whose_trainer_wrote_its_end_but_still_exits_is_not_resumed_yet(jobs_env, make_run):
+    """Between a trainer's last status and its exit (its lock already closed) a resume would
+    start a second trainer beside it: it is refused until the process is gone."""
+    rd = make_run(jobs_env["runs"], "20260101-000000-d2l", {"state": "stopped"}, checkpoint=True)
+    exiting = fake_trainer(rd.path)
+    try:
+        identity = processes.identity(exiting.pid)
+        write_json(rd.job, {**read_json(rd.job), "pid": exiting.pid, "identity": identity})
+        rd.write_status(state="stopped")  # written after the launch: its own end
+        assert run_status.run_info(rd.name).alive is False
+        with pytest.raises(RunError, match="still exiting"):
+            jobs.resume_run(rd.name)
+    finally:
+        exiting.kill()
+        exiting.wait()

@@ -323,6 +323,8 @@ def _check_resumable(rd: RunDir) -> RunInfo:
     info = run_info(rd.name)
     if info.alive or info.state == "unknown" or run_is_held(rd.path):
         raise RunError(f"Run {rd.name} is still {info.state}; nothing to resume.")
+    if processes.check_trainer(info.pid, rd.path, info.identity):  # wrote its end, exiting
+        raise RunError(f"Run {rd.name}'s trainer is still exiting; resume it in a moment.")
     if not info.resumable:
         raise RunError(
             f"Run {rd.name} has no last checkpoint (last.pt) to resume from; "
@@ -405,8 +407,8 @@ def stop_run(run_id: str, wait: float = 0.0, user: User | None = None) -> RunInf
         _wait_gone(info, 5.0)
         _record_early_stop(rd, info)
     _enforce_later(run_id)
-    deadline = time.time() + wait
-    while time.time() < deadline and run_info(run_id).alive:
+    deadline = time.time() + wait  # until its process is gone, not only its end written
+    while time.time() < deadline and (run_info(run_id).alive or not _wait_gone(info, 0)):
         time.sleep(0.2)
     return enforce_stop(run_id)
 
