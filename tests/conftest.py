@@ -250,6 +250,9 @@ def chromium():
 def browser_page(app_server, chromium):
     """A Playwright page of its own (a fresh context: no cookies or storage of another test)."""
     context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    # every wait without its own timeout gets settle's 90 s, not Playwright's 30: with two
+    # workers on two cores a rerun after a click took longer than 30 s now and then
+    context.set_default_timeout(90_000)
     yield context.new_page()
     context.close()
 
