@@ -276,6 +276,10 @@ def test_compare_and_a_picked_token_draw_in_a_browser(app_server, browser_page, 
         page.screenshot(path=str(ARTIFACTS / f"attention_token_{width}.png"), full_page=True)
 
 
+CELL_TRACE = """() => {
+  const gd = document.querySelector('.js-plotly-plot');
+  return !!(gd && gd._fullData && gd._fullData.some(d => d.name === 'cell'));
+}"""
 CELL = """([row, col]) => {
   const gd = document.querySelector('.js-plotly-plot');  // the large map comes first
   const t = gd._fullData.find(d => d.name === 'cell'), L = gd._fullLayout;
@@ -302,6 +306,7 @@ def test_a_click_on_a_cell_outlines_its_row_or_its_column(app_server, browser_pa
     settle(page, 1 + 2 * 4)
 
     def click(row: int, col: int, token: str) -> None:
+        page.wait_for_function(CELL_TRACE)  # a slow rerun may still be redrawing the map
         x, y = page.evaluate(CELL, [row, col])
         page.mouse.move(x, y)
         page.mouse.click(x, y)
