@@ -99,6 +99,38 @@ def wait_for(predicate, timeout: float = 90.0, what: str = "condition"):
     pytest.fail(f"timed out waiting for {what}")
 
 
+def logged_step(run: Path) -> int:
+    """The last step a run's trainer wrote to metrics.jsonl (0 before its first record)."""
+    import json
+
+    try:
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return 0
+    steps = [0]
+    for line in lines:
+        try:
+            steps.append(int(json.loads(line).get("step", 0)))
+        except (ValueError, AttributeError, TypeError):
+            continue  # a half-written last line
+    return max(steps)
+
+
+def wait_for_logged_step(run: Path, step: int, timeout: float = 240.0) -> None:
+    """Wait until the run's trainer logged ``step`` (on disk, not on a page); fail with the
+    end of its train.log, so a trainer that failed or crawled says which."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if logged_step(run) >= step:
+            return
+        time.sleep(0.5)
+    try:
+        log = (run / "train.log").read_text(errors="replace")[-2000:]
+    except OSError:
+        log = "(no train.log)"
+    pytest.fail(f"step {step} not logged in {timeout:.0f} s (at {logged_step(run)}); log:\n{log}")
+
+
 # ----------------------------------------------------------------------------- pages (AppTest)
 
 

@@ -6,7 +6,7 @@ import json
 import re
 import shutil
 
-from tests.helpers import ARTIFACTS, assert_no_browser_exception
+from tests.helpers import ARTIFACTS, assert_no_browser_exception, wait_for_logged_step
 
 LOSS_POINTS = """() => {
   const gd = document.querySelector('.js-plotly-plot');
@@ -44,7 +44,10 @@ def test_launch_watch_and_stop_from_the_train_page(
         run_id = re.search(r"run=([^&]+)", page.url)[1]
         train = json.loads((app_server["runs"] / run_id / "job.json").read_text())["settings"]
         assert (train["train"]["log_every"], train["train"]["eval_every"]) == (1, 20)  # d2l's
-        page.wait_for_function(f"({LOSS_POINTS})() >= 2", timeout=90_000)  # step 2 logged
+        # the trainer first (its start is the slow part under load; a failure shows its log),
+        # then the page: step 2 drawn
+        wait_for_logged_step(app_server["runs"] / run_id, 2)
+        page.wait_for_function(f"({LOSS_POINTS})() >= 2", timeout=90_000)
         first = page.evaluate(LOSS_POINTS)
         page.wait_for_function(f"({LOSS_POINTS})() > {first}", timeout=60_000)  # live update
         assert_no_browser_exception(page)
