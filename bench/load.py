@@ -54,6 +54,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import wire  # noqa: E402
 from bench.common import corpus_path  # noqa: E402
 from tests.helpers import start_server, stop_server  # noqa: E402  (the browser tests' server)
 
@@ -61,7 +62,14 @@ SENTENCES = ["i'm home .", "he's calm .", "i lost .", "go .", "we are cold .", "
 CHROMIUM = "/usr/bin/chromium"
 BROWSER_GROUP = {"nice": "0"}  # the niceness of the browsers' session in this phase
 LOWEST = "class, browsers at the lowest priority"  # the phase as if on the students' machines
+WIRE = "class, students without a browser"  # the server's answers alone (bench/wire.py)
 TIMEOUT_MS = 120_000  # an interaction slower than this counts as an error
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds this process has used (the WIRE phase's students are its own)."""
+    t = os.times()
+    return t.user + t.system
 
 
 def rss_mb(pid: int) -> float:
@@ -259,13 +267,20 @@ async def student(browser, url: str, seed: int, until: float, results: list) -> 
 
 
 async def the_class(
-    url: str, sessions: int, seconds: float, seed: int, seen: list | None = None
+    url: str, sessions: int, seconds: float, seed: int, seen: list | None = None, wired=False
 ) -> list:
     """``sessions`` students at once in one headless Chromium for ``seconds`` (and the hostile
-    session beside them when ``seen`` is a list: what it met goes there)."""
+    session beside them when ``seen`` is a list: what it met goes there); ``wired``: the same
+    students without a browser (``bench/wire.py``)."""
     from playwright.async_api import async_playwright
 
     results: list = []
+    if wired:
+        until = time.time() + seconds
+        args = (SENTENCES, KIND_WORDS, HEADS, TIMEOUT_MS / 1000)
+        work = [wire.student(url, seed + i, until, results, *args) for i in range(sessions)]
+        await asyncio.gather(*work)
+        return results
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         until = time.time() + seconds
@@ -420,10 +435,11 @@ def main() -> int:
     p.add_argument("--hostile", action="store_true", help="then again beside a hostile session")
     p.add_argument(
         "--browsers",
-        choices=("equal", "lowest", "both"),
+        choices=("equal", "lowest", "none", "both", "all"),
         default="both",
         help="the browsers' priority: equal to the server's and the trainer's, the lowest "
-        "(as if on the students' machines), or one phase of each",
+        "(as if on the students' machines), none (students speak Streamlit's protocol "
+        "without a browser: the server's answers alone), both (equal and lowest) or all",
     )
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="load-"))
@@ -460,8 +476,9 @@ def main() -> int:
             hostile_seen = seen if phase == "class + hostile" else None
             memory.browsers.clear()
             cpu = (cpu_seconds(server.pid), cpu_seconds(trainer), time.perf_counter())
+            mine = own_cpu_seconds()
             results = asyncio.run(
-                the_class(url, args.sessions, args.seconds, args.seed, hostile_seen)
+                the_class(url, args.sessions, args.seconds, args.seed, hostile_seen, phase == WIRE)
             )
             wall = time.perf_counter() - cpu[2]
             used = {  # cores each part used on average during the class
@@ -469,6 +486,8 @@ def main() -> int:
                 "trainer_cores": (cpu_seconds(trainer) - cpu[1]) / wall,
                 "browsers_cores": sum(memory.browsers.values()) / wall,
             }
+            if phase == WIRE:  # the students are this process's websockets
+                used["students_cores"] = (own_cpu_seconds() - mine) / wall
             loaded = median_tokens_per_s(train_records(tmp / "runs", run_id)[mark:])
             grew = quota.folder_bytes(tmp / "runs") - held
             phases[phase] = (results, memory.peak, loaded, grew, used)
@@ -496,7 +515,13 @@ def phases_of(args) -> tuple[str, ...]:
     browsers run elsewhere; with --hostile, the class and then the class beside it."""
     if args.hostile:
         return ("class", "class + hostile")
-    return {"equal": ("class",), "lowest": (LOWEST,), "both": ("class", LOWEST)}[args.browsers]
+    return {
+        "equal": ("class",),
+        "lowest": (LOWEST,),
+        "none": (WIRE,),
+        "both": ("class", LOWEST),
+        "all": ("class", LOWEST, WIRE),
+    }[args.browsers]
 
 
 def compare(phases: dict, seen: list, intact: bool, quota: int) -> None:
@@ -528,7 +553,8 @@ def compare(phases: dict, seen: list, intact: bool, quota: int) -> None:
 def report(results: list, peak: float, alone, loaded, args, more: dict | None = None) -> None:
     """JSON lines per interaction kind and overall, then a Markdown table."""
     rows = []
-    for what in ("open a page", "translate", "browse heads", "remove heads", "all"):
+    again = ["open a page again"] if any(r[0] == "open a page again" for r in results) else []
+    for what in ["open a page", *again, "translate", "browse heads", "remove heads", "all"]:
         chosen = [r for r in results if what in ("all", r[0])]
         times = [s for _, s, e in chosen if not e]
         rows.append(

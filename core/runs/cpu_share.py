@@ -4,6 +4,9 @@ torch runs an operation on all its threads, and they wait for each other at its 
 another busy process holds one of the cores, a trainer on every core runs at the pace of its
 thread that shares that core: on a 2-core machine beside one busy process, a "small" run on
 two threads kept 0.07 of its tokens/s, on one thread 0.53 (26 November 2026, AMD EPYC).
+Beside a server answering a class (no browsers on the machine, ``bench/load.py --browsers
+none``), two threads kept 0.73 of it where the server used 0.32 cores (one thread: 0.52),
+0.45 at 0.62 (0.47) and 0.32 at 0.85 (0.43): one thread fewer pays past about 0.6 cores.
 
 - The server answers one sentence at a time, operations too small to gain from a second
   thread: its pages compute on ``SERVER_THREADS``; heavy work (head importance, one at a
@@ -25,8 +28,8 @@ import torch
 
 SERVER_THREADS = 1  # torch threads of the server's pages (one sentence at a time)
 SHARE_ENV = "ATTENTION_STUDIO_TRAINER_SHARE"  # "1": a CPU trainer yields a core when busy
-BUSY_CORES = 0.5  # others' use (cores) above which a trainer takes one thread fewer
-IDLE_CORES = 0.25  # ... and below which it takes every thread again
+BUSY_CORES = 0.6  # others' use (cores) above which a trainer takes one thread fewer
+IDLE_CORES = 0.45  # ... and below which it takes every thread again
 MIN_WINDOW_S = 2.0  # the shortest span a measurement covers
 
 _default_threads: int | None = None  # torch's own count, before the server set its own
