@@ -26,6 +26,7 @@ from common import ROOT, corpus_path, median
 
 sys.path.insert(0, str(ROOT))
 
+from bench.load import _descends, cpu_seconds
 from core.runs import jobs
 from core.runs import status as run_status
 from core.runs.run_dir import RunDir
@@ -43,6 +44,21 @@ def tokens_per_s(run_id: str, skip_s: float = 15.0) -> float:
     return median(rates) if rates else float("nan")
 
 
+def browsers_cpu_seconds() -> float:
+    """CPU seconds used so far by this process's Chromium processes (those still running)."""
+    mine, total = os.getpid(), 0.0
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if b"chrom" not in (entry / "cmdline").read_bytes()[:200]:
+                continue
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if _descends(int(entry.name), mine, parent):
+            total += cpu_seconds(int(entry.name))
+    return total
+
+
 def watch(page, url: str, run_id: str, which: str) -> None:
     """Open the watching page on the run (Attention: once its first last.pt is there)."""
     if which == "train":
@@ -56,18 +72,32 @@ def watch(page, url: str, run_id: str, which: str) -> None:
 
 
 def train_once(
-    preset: str, seconds: float, threads: int, page=None, url: str = "", which: str = "train"
-) -> float:
-    """One run of ``seconds`` of training; with ``page``, the chosen page watches it."""
+    preset: str,
+    seconds: float,
+    threads: int,
+    page=None,
+    url: str = "",
+    which: str = "train",
+    server: int = 0,
+) -> tuple[float, dict]:
+    """One run of ``seconds`` of training; with ``page``, the chosen page watches it. Its
+    median tokens/s, and the cores the server (pid ``server``) and the browser used."""
     train = {"time_budget": seconds, "epochs": 0, "threads": threads}
     if which == "attention":  # a snapshot every 100 steps, watched or not: views to follow
         train["eval_every"] = 100
     settings = {"data": {"source": "fra-eng"}, "train": train}
     run_id = jobs.start_run(preset, settings)
+    start = (time.perf_counter(), cpu_seconds(server), browsers_cpu_seconds())
     if page is not None:
         watch(page, url, run_id, which)
     while (info := run_status.run_info(run_id)).live:
+        browsers = browsers_cpu_seconds()  # read while the page is open
         time.sleep(1.0)
+    wall = time.perf_counter() - start[0]
+    cores = {
+        "server": (cpu_seconds(server) - start[1]) / wall,
+        "browser": (browsers - start[2]) / wall,
+    }
     if page is not None:
         page.goto("about:blank")
     if info.state != "finished":
@@ -75,7 +105,7 @@ def train_once(
 
         check = processes.check_trainer(info.pid, info.path, info.identity)
         sys.exit(f"run {run_id} ended as {info.state} (check now: {check}): {info.message}")
-    return tokens_per_s(run_id)
+    return tokens_per_s(run_id), cores
 
 
 def main() -> None:
@@ -101,11 +131,12 @@ def main() -> None:
             for i in range(args.repeats):
                 for mode in ("unwatched", "watched") if i % 2 == 0 else ("watched", "unwatched"):
                     watcher = page if mode == "watched" else None
-                    rate = train_once(
-                        args.preset, args.seconds, args.threads, watcher, url, args.page
+                    rate, cores = train_once(
+                        args.preset, args.seconds, args.threads, watcher, url, args.page, proc.pid
                     )
                     rates[mode].append(rate)
-                    print(f"run {i + 1} {mode:9s}: {rate:8.0f} target tokens/s", flush=True)
+                    used = f"cores: server {cores['server']:.2f}, browser {cores['browser']:.2f}"
+                    print(f"run {i + 1} {mode:9s}: {rate:8.0f} tokens/s ({used})", flush=True)
             browser.close()
     finally:
         stop_server(proc)
