@@ -17,7 +17,10 @@ not. Two phases (``--browsers both``, the default): "class", the browsers' sessi
 same priority as the others; then "class, browsers at the lowest priority" (their session's
 niceness 19: Linux shares the CPU between sessions first, so a process's own niceness
 would not do), where the server and the trainer get the cores as if the browsers ran on the
-students' machines and the browsers take what is left.
+students' machines and the browsers take what is left. ``--browsers none``: the same
+students without a browser, speaking Streamlit's protocol (``bench/wire.py``), so each
+interaction is the server's answer alone; ``all``: the three phases in turn (the later
+ones find the server warm).
 
 With ``--hostile`` the class works twice, the second time beside a hostile session (issue
 31): it launches the settings whose snapshots once reached 1.29 GB each, opens
@@ -28,7 +31,7 @@ sessions' p95 with it against without it, the server's peak memory in each phase
 much the runs folder grew, against the quota.
 
     python bench/load.py [--sessions 10] [--seconds 120] [--alone 60]
-        [--browsers both|equal|lowest] [--hostile]
+        [--browsers both|equal|lowest|none|all] [--hostile]
 
 Needs Debian's Chromium and the fra-eng corpus (``$FRA_ENG_ZIP`` or ../shared); every
 address it talks to is 127.0.0.1, and it stops by itself.
@@ -157,16 +160,6 @@ KIND_WORDS = {
 HEADS = [f"Cross L{layer} H{head}" for layer in range(2) for head in range(4)]  # shipped model
 
 
-async def timed(results: list, what: str, action) -> None:
-    """Run one interaction (a coroutine function); append (what, seconds, error)."""
-    start, error = time.perf_counter(), ""
-    try:
-        await action()
-    except Exception as e:  # noqa: BLE001 - a timeout or a closed page is an error
-        error = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
-    results.append((what, time.perf_counter() - start, error))
-
-
 async def settled(page) -> None:
     """Wait for the rerun to end (Streamlit's running indicator gone), then check for errors."""
     await page.wait_for_function(
@@ -184,7 +177,7 @@ async def translator(page, url: str, rng: random.Random, until: float, results: 
         await page.locator("h3").nth(1).wait_for(state="visible", timeout=TIMEOUT_MS)
         await settled(page)
 
-    await timed(results, "open a page", open_page)
+    await wire.timed(results, "open a page", open_page)
     sentence = SENTENCES[0]  # the page's default sentence
     while time.time() < until:
         old = await page.locator("h3").nth(1).inner_text()  # the first says "Translation"
@@ -201,7 +194,7 @@ async def translator(page, url: str, rng: random.Random, until: float, results: 
             )
             await settled(page)
 
-        await timed(results, "translate", translate)
+        await wire.timed(results, "translate", translate)
         await asyncio.sleep(rng.uniform(0.5, 2.0))  # reading what came back
 
 
@@ -218,7 +211,7 @@ async def explorer(page, url: str, rng: random.Random, until: float, results: li
         await page.locator('[data-testid="stMultiSelect"] input').first.wait_for(timeout=TIMEOUT_MS)
         await settled(page)
 
-    await timed(results, "open a page", open_page)
+    await wire.timed(results, "open a page", open_page)
     kind, removed = "Cross", 0
     while time.time() < until:
         if removed and (rng.random() < 0.5 or removed >= len(HEADS)):  # maps once one is out
@@ -235,7 +228,7 @@ async def explorer(page, url: str, rng: random.Random, until: float, results: li
                 )
                 await settled(page)
 
-            await timed(results, "browse heads", browse)
+            await wire.timed(results, "browse heads", browse)
         else:
             removed += 1
 
@@ -249,7 +242,7 @@ async def explorer(page, url: str, rng: random.Random, until: float, results: li
                 await page.get_by_text(what).first.wait_for(timeout=TIMEOUT_MS)
                 await settled(page)
 
-            await timed(results, "remove heads", remove)
+            await wire.timed(results, "remove heads", remove)
         await asyncio.sleep(rng.uniform(0.5, 2.0))
 
 
