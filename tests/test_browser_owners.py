@@ -1,8 +1,8 @@
 """Real browser (headless Chromium): where an authenticating proxy names the user in a header,
 another student sees a run but none of the buttons that would change it (issue 31, item 10).
 
-The proxy is played by the browser itself, which sends the header with every request (the
-page's and the websocket's), as a proxy in front of the app would.
+The proxy is played by the test (``helpers.HeaderProxy``): it sets the header on every
+request it passes to the app, the page's and the websocket's, as a proxy in front of it would.
 """
 
 from __future__ import annotations
@@ -35,13 +35,11 @@ def class_server(tmp_path_factory):
 
 @pytest.mark.parametrize("user, may", [("bob", False), ("alice", True), ("carol", True)])
 def test_a_run_shows_its_actions_to_its_owner_and_teachers_only(class_server, chromium, user, may):
-    context = chromium.new_context(
-        viewport={"width": 1400, "height": 1000},
-        extra_http_headers={"X-Forwarded-User": user},
-    )
+    proxy = helpers.HeaderProxy(class_server["url"], "X-Forwarded-User", user)
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     try:
-        page.goto(f"{class_server['url']}/train?run={RUN}")
+        page.goto(f"{proxy.url}/train?run={RUN}")
         page.get_by_text("All runs", exact=True).wait_for(timeout=60_000)
         page.get_by_text(f"Signed in as {user}").wait_for(timeout=30_000)
         delete = page.get_by_role("button", name="Delete run…")
@@ -55,3 +53,4 @@ def test_a_run_shows_its_actions_to_its_owner_and_teachers_only(class_server, ch
         page.screenshot(path=str(ARTIFACTS / f"owners_{user}.png"))
     finally:
         context.close()
+        proxy.close()

@@ -5,10 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from tests import helpers
+
+
+def run(coroutine):
+    """Run a coroutine on a thread of its own: a worker that ran a browser test holds
+    Playwright's event loop on this one."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 @pytest.fixture
@@ -30,7 +38,7 @@ def test_students_without_a_browser_translate_browse_and_remove_heads(app_server
     async def both():
         await asyncio.gather(*students)
 
-    asyncio.run(both())
+    run(both())
     assert [e for *_, e in results if e] == []
     done = {what for what, *_ in results}
     assert {"open a page", "translate", "remove heads"} <= done, done
@@ -55,7 +63,7 @@ def test_a_student_sees_what_the_page_answered(app_server, wire):
         finally:
             await s.close()
 
-    first, again, specs = asyncio.run(session())
+    first, again, specs = run(session())
     assert first.startswith("### ") and again.startswith("### ") and first != again
     assert any(load.KIND_WORDS["Encoder self"] in spec for spec in specs)
     assert not any(load.KIND_WORDS["Cross"] in spec for spec in specs)
