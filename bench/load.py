@@ -492,6 +492,7 @@ def main() -> int:
         with contextlib.suppress(RunError):  # a trainer that failed says so in its log
             jobs.stop_run(run_id, wait=30)
         stop_server(server)
+        shutil.rmtree(tmp, ignore_errors=True)  # the run, the model's copy, the server's log
     for phase, (results, peak, loaded, grew, used) in phases.items():
         print(f"\n## {phase}")
         more = {"runs_folder_grew_mb": grew / 2**20, **{k: round(v, 2) for k, v in used.items()}}
