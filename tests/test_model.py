@@ -17,6 +17,7 @@ from core.model.transformer import (
     MultiHeadAttention,
     Transformer,
     attention,
+    embedding,
     subsequent_mask,
 )
 from tests import helpers
@@ -357,3 +358,39 @@ def test_validation_loss_equals_the_full_logits_cross_entropy(model_and_batch, a
             )
             count += keep_t.size(1) - 1
     assert ours == pytest.approx(total / count, rel=1e-5 if amp is None else 1e-2)
+
+
+def test_an_embedding_starts_as_torchs_own_from_the_same_seed():
+    """``embedding`` draws nn.Embedding's N(0, 1) start, the same numbers in the same order
+    (seeded runs and the shipped model's recipe train as before); on the meta device it
+    draws nothing."""
+    torch.manual_seed(3)
+    ours, after_ours = embedding(11, 6).weight.detach().clone(), torch.rand(2)
+    torch.manual_seed(3)
+    torch_own, after_torch = nn.Embedding(11, 6).weight.detach().clone(), torch.rand(2)
+    assert torch.equal(ours, torch_own) and torch.equal(after_ours, after_torch)
+    with torch.device("meta"):
+        assert embedding(11, 6).weight.device.type == "meta"
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_a_size_count_on_the_meta_device_never_imports_torch_dynamo():
+    """The budget counts a model's parameters on the meta device at each launch check and on a
+    fresh server's first page: torch._dynamo's import (1.5 s) came with the embeddings' and
+    the position table's values there, which a count does not need."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from core.runs import budget\n"
+        "from core.model.config import ModelConfig\n"
+        "from core.model.transformer import Transformer\n"
+        "sizes = dict(src_vocab_size=500, tgt_vocab_size=600, d_model=32, num_heads=4, d_ff=64)\n"
+        "real = sum(p.numel() for p in Transformer(ModelConfig(**sizes)).parameters())\n"
+        "print(budget.parameters(sizes) == real, 'torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=helpers.ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["True", "False"]

@@ -70,11 +70,12 @@ class PositionalEncoding(nn.Module):
     def __init__(self, d_model: int, dropout: float, max_len: int, masks: str = "bits"):
         super().__init__()
         self.dropout = Dropout(dropout, masks)
-        pos = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # (max_len, 1)
-        div = torch.pow(10000, torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
-        table = torch.zeros(max_len, d_model)  # (max_len, D)
-        table[:, 0::2] = torch.sin(pos / div)
-        table[:, 1::2] = torch.cos(pos / div[: d_model // 2])
+        table = torch.zeros(max_len, d_model)  # (max_len, D), on the device in force
+        if table.device.type != "meta":  # a size count needs no values (see ``embedding``)
+            pos = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # (max_len, 1)
+            div = torch.pow(10000, torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
+            table[:, 0::2] = torch.sin(pos / div)
+            table[:, 1::2] = torch.cos(pos / div[: d_model // 2])
         self.register_buffer("table", table, persistent=False)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
@@ -255,13 +256,24 @@ def _stack(weights: list) -> torch.Tensor | None:
     return torch.stack(kept) if kept else None
 
 
+def embedding(vocab_size: int, d_model: int) -> nn.Embedding:
+    """``nn.Embedding(vocab_size, d_model)``, its N(0, 1) start drawn as nn.Embedding draws
+    it (the same random numbers, in the same order), except on the meta device: there
+    torch's ``normal_`` imports torch._dynamo, 1.5 s of a fresh server's first page, for a
+    model built only to count its parameters (``core.runs.budget``)."""
+    weight = torch.empty(vocab_size, d_model)  # (V, D), on the device in force
+    if weight.device.type != "meta":
+        nn.init.normal_(weight)
+    return nn.Embedding(vocab_size, d_model, _weight=weight)
+
+
 class Encoder(nn.Module):
     """Token embedding x sqrt(D), positional encoding and a stack of EncoderLayers."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.d_model = cfg.d_model
-        self.embedding = nn.Embedding(cfg.src_vocab_size, cfg.d_model)
+        self.embedding = embedding(cfg.src_vocab_size, cfg.d_model)
         self.pos_encoding = PositionalEncoding(
             cfg.d_model, cfg.dropout, cfg.max_positions, cfg.dropout_masks
         )
@@ -284,7 +296,7 @@ class Decoder(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.d_model = cfg.d_model
-        self.embedding = nn.Embedding(cfg.tgt_vocab_size, cfg.d_model)
+        self.embedding = embedding(cfg.tgt_vocab_size, cfg.d_model)
         self.pos_encoding = PositionalEncoding(
             cfg.d_model, cfg.dropout, cfg.max_positions, cfg.dropout_masks
         )
