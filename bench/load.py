@@ -112,28 +112,35 @@ class PeakMemory(threading.Thread):
             time.sleep(0.2)
 
 
+def browser_pids() -> list[int]:
+    """The Chromium processes this process started (its descendants named chrom*)."""
+    mine, found = os.getpid(), []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if b"chrom" not in (entry / "cmdline").read_bytes()[:200]:
+                continue
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if _descends(int(entry.name), mine, parent):
+                found.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
 def renice_browsers() -> list[int]:
     """Chromium's processes at the lowest priority: in a class they run on the students'
     machines, so here they take only what the server and the trainer leave. Where Linux
     groups processes by session (autogroup), their session's niceness is set too: a
     process's own niceness counts only inside its session, and Chromium's renderers had
     weighed as much as the server and the trainer each."""
-    mine, found = os.getpid(), []
-    for entry in Path("/proc").glob("[0-9]*"):
+    found = browser_pids()
+    for pid in found:
         try:
-            stat = (entry / "stat").read_text()
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
-            pid = int(entry.name)
-            if b"chrom" not in (entry / "cmdline").read_bytes()[:200] or not _descends(
-                pid, mine, parent
-            ):
-                continue
-            found.append(pid)
             if os.getpriority(os.PRIO_PROCESS, pid) < 19:
                 os.setpriority(os.PRIO_PROCESS, pid, 19)
                 with contextlib.suppress(OSError):
-                    (entry / "autogroup").write_text(BROWSER_GROUP["nice"])
-        except (OSError, ValueError, IndexError):
+                    Path(f"/proc/{pid}/autogroup").write_text(BROWSER_GROUP["nice"])
+        except OSError:
             continue
     return found
 

@@ -26,7 +26,7 @@ from common import ROOT, corpus_path, median
 
 sys.path.insert(0, str(ROOT))
 
-from bench.load import _descends, cpu_seconds
+from bench.load import browser_pids, cpu_seconds
 from core.runs import jobs
 from core.runs import status as run_status
 from core.runs.run_dir import RunDir
@@ -46,17 +46,7 @@ def tokens_per_s(run_id: str, skip_s: float = 15.0) -> float:
 
 def browsers_cpu_seconds() -> float:
     """CPU seconds used so far by this process's Chromium processes (those still running)."""
-    mine, total = os.getpid(), 0.0
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if b"chrom" not in (entry / "cmdline").read_bytes()[:200]:
-                continue
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if _descends(int(entry.name), mine, parent):
-            total += cpu_seconds(int(entry.name))
-    return total
+    return sum(cpu_seconds(pid) for pid in browser_pids())
 
 
 def watch(page, url: str, run_id: str, which: str) -> None:

@@ -5,7 +5,6 @@ Fixtures (tests/conftest.py) are thin wrappers around these; tests import from h
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import os
@@ -15,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -360,82 +358,6 @@ def stop_server(proc) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=20)
-
-
-class HeaderProxy:
-    """An authenticating reverse proxy, as a test plays it: on a loopback port of its own it
-    forwards every connection to ``upstream`` (a base URL), setting ``header: value`` on each
-    request it passes on (a client's own header of that name dropped), the websocket's
-    upgrade request included, then pipes the websocket's bytes both ways. Chromium 150 no
-    longer sends Playwright's extra headers on a websocket, as a proxy would."""
-
-    def __init__(self, upstream: str, header: str, value: str):
-        self.upstream = ("127.0.0.1", int(upstream.rsplit(":", 1)[1]))
-        self.line = f"{header}: {value}".encode()
-        self.name = header.lower().encode() + b":"
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def close(self) -> None:
-        self.listener.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return  # closed
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src, dst) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        for sock in (src, dst):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-    def _serve(self, client) -> None:
-        upstream = socket.create_connection(self.upstream)
-        threading.Thread(target=self._pipe, args=(upstream, client), daemon=True).start()
-        buf = b""
-        try:
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    data = client.recv(65536)
-                    if not data:
-                        return
-                    buf += data
-                head, _, buf = buf.partition(b"\r\n\r\n")
-                lines = head.split(b"\r\n")
-                kept = [x for x in lines[1:] if not x.lower().startswith(self.name)]
-                upstream.sendall(b"\r\n".join([lines[0], *kept, self.line]) + b"\r\n\r\n")
-                fields = {
-                    x.split(b":", 1)[0].strip().lower(): x.split(b":", 1)[-1].strip() for x in kept
-                }
-                if fields.get(b"upgrade", b"").lower() == b"websocket":
-                    upstream.sendall(buf)
-                    self._pipe(client, upstream)  # from here on, the websocket's bytes
-                    return
-                left = int(fields.get(b"content-length", b"0"))
-                body, buf = buf[:left], buf[left:]
-                upstream.sendall(body)
-                while len(body) < left:
-                    data = client.recv(min(65536, left - len(body)))
-                    if not data:
-                        return
-                    upstream.sendall(data)
-                    body += data
-        except OSError:
-            return
-        finally:
-            for sock in (client, upstream):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
 
 
 def assert_no_browser_exception(page) -> None:

@@ -1,7 +1,7 @@
 """Real browser (headless Chromium): where an authenticating proxy names the user in a header,
 another student sees a run but none of the buttons that would change it (issue 31, item 10).
 
-The proxy is played by the test (``helpers.HeaderProxy``): it sets the header on every
+The proxy is played by the test (``tests.header_proxy``): it sets the header on every
 request it passes to the app, the page's and the websocket's, as a proxy in front of it would.
 """
 
@@ -14,6 +14,7 @@ import pytest
 from core.runs.owners import IDENTITY_ENV, TEACHERS_ENV
 from core.runs.run_dir import RunDir
 from tests import helpers
+from tests.header_proxy import HeaderProxy
 from tests.helpers import ARTIFACTS, assert_no_browser_exception
 
 RUN = "20260101-000000-d2l"
@@ -35,7 +36,7 @@ def class_server(tmp_path_factory):
 
 @pytest.mark.parametrize("user, may", [("bob", False), ("alice", True), ("carol", True)])
 def test_a_run_shows_its_actions_to_its_owner_and_teachers_only(class_server, chromium, user, may):
-    proxy = helpers.HeaderProxy(class_server["url"], "X-Forwarded-User", user)
+    proxy = HeaderProxy(class_server["url"], "X-Forwarded-User", user)
     context = chromium.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     try:
