@@ -28,6 +28,7 @@ from pages.ui.train.runs_table_view import (
     table_controls,
 )
 
+JUST_LAUNCHED_S = 120.0  # a run this young is looked at again until it shows as live
 STATE_COLORS = {
     "starting": "blue",
     "running": "blue",
@@ -240,8 +241,8 @@ def status_view(run_id: str, was_live: bool) -> None:
     except RunError as e:
         st.error(md(e))
         return
-    if was_live and not info.live:
-        st.rerun()  # the run ended: refresh the buttons and switch polling off
+    if was_live != info.live:
+        st.rerun()  # it ended, or its start showed late: the buttons and the polling follow
     run_header(info)
     progress_line(info)
     gpu_line(info)
@@ -271,7 +272,9 @@ def run_panel(info: RunInfo, runs: list[RunInfo]) -> None:
     """Status, actions, chart controls and curves of one run (polled while it is live)."""
     live = info.live and not st.session_state.get("paused")
     poll, curves_poll = (POLL_S, CURVES_POLL_S) if live else (None, None)
-    st.fragment(status_view, run_every=poll)(info.run_id, info.live)
+    new = time.time() - (info.started_at or 0) < JUST_LAUNCHED_S  # a read at its launch may
+    status_poll = POLL_S if info.live or new else None  # miss its start: look again
+    st.fragment(status_view, run_every=status_poll)(info.run_id, info.live)
     run_actions(info)
     names = run_status.legend_names(runs)
     others = [r.run_id for r in runs if r.run_id != info.run_id]
