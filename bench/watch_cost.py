@@ -1,15 +1,17 @@
 """What watching costs: training tokens/s with the Train page open in Chromium vs unwatched.
 
     python bench/watch_cost.py [--repeats 3] [--seconds 60] [--preset small]
-        [--page train|attention]
+        [--page train|attention] [--poll 5]
 
 Starts the app on a loopback port, then trains the same run (the preset on fra-eng, a
 fixed time budget) alternately unwatched and watched (headless Chromium, 1400 px wide:
 the Train page open on it, or with ``--page attention`` the Attention page's "Over
 training" section on the run's last.pt, following new snapshots as they arrive, opened
-once the first evaluation has saved it), and prints each run's median target tokens/s
-after warm-up, the medians per mode and their ratio. Needs fra-eng.zip ($FRA_ENG_ZIP or
-../shared/data/fra-eng.zip), Debian's Chromium and Playwright.
+once the first evaluation has saved it; the page polls the run at the app's own pace,
+``--poll`` seconds, 5 unless set: the browser tests' server polls every second), and
+prints each run's median target tokens/s after warm-up, the medians per mode and their
+ratio. Needs fra-eng.zip ($FRA_ENG_ZIP or ../shared/data/fra-eng.zip), Debian's Chromium
+and Playwright.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from bench.load import browser_pids, cpu_seconds
 from core.runs import jobs
 from core.runs import status as run_status
 from core.runs.run_dir import RunDir
+from pages.ui.polling import DEFAULT_POLL_S, POLL_ENV
 from tests.helpers import launch_chromium, start_server, stop_server
 
 
@@ -106,11 +109,18 @@ def main() -> None:
     p.add_argument("--preset", default="small")
     p.add_argument("--threads", type=int, default=0, help="trainer threads (0: as the app)")
     p.add_argument("--page", choices=("train", "attention"), default="train")
+    p.add_argument(
+        "--poll",
+        type=float,
+        default=DEFAULT_POLL_S,
+        help="seconds between the page's looks at the live run (the app's default)",
+    )
     args = p.parse_args()
     os.environ["FRA_ENG_ZIP"] = corpus_path()
     runs = Path(tempfile.mkdtemp(prefix="watch-cost-"))
     os.environ["ATTENTION_STUDIO_RUNS"] = str(runs)
-    proc, url = start_server(runs)
+    proc, url = start_server(runs, env={POLL_ENV: str(args.poll)})  # the app's pace
+    print(f"the page polls the live run every {args.poll:g} s", flush=True)
     from playwright.sync_api import sync_playwright
 
     rates = {"unwatched": [], "watched": []}

@@ -4,7 +4,7 @@ its "Advanced" folded up, a note on the new run right under them, what the run i
 from __future__ import annotations
 
 from core.places import runs_root
-from core.runs import jobs
+from core.runs import capacity, jobs
 from tests.helpers import TINY_PRESET, assert_clean, plain
 from tests.test_app_train import button, fill_tiny_form, train_page
 
@@ -24,7 +24,7 @@ def test_launch_folds_the_form_and_names_the_new_run_below_it(jobs_env, make_run
         make_run(runs_root(), "fresh-run", {}, job={"processes": processes, "preset": preset})
         return "fresh-run"
 
-    monkeypatch.setattr(jobs, "max_processes", lambda device_type: 2)
+    monkeypatch.setattr(capacity, "max_processes", lambda device_type: 2)
     monkeypatch.setattr(jobs, "start_run", start_run)
     at = train_page()
     assert expanders(at)["New run"] is True and not launched_notes(at)

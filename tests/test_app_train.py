@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from core.places import DATA_ENV, checkpoints_root, data_root, runs_root
-from core.runs import jobs
+from core.runs import capacity, jobs
 from core.runs import status as run_status
 from core.runs.processes import check_trainer
 from core.runs.run_dir import RunDir
@@ -120,7 +120,7 @@ def test_a_problem_shows_under_its_field_says_where_it_sits_and_never_names_a_hi
 def test_form_refuses_an_impossible_number_of_processes_with_the_reason(
     jobs_env, monkeypatch, processes
 ):
-    monkeypatch.setattr(jobs, "max_processes", lambda device_type: 4)
+    monkeypatch.setattr(capacity, "max_processes", lambda device_type: 4)
     at = train_page()
     fill_tiny_form(at)
     box = at.number_input(key="processes")
@@ -483,7 +483,7 @@ def test_a_run_resumes_with_another_number_of_processes(jobs_env, make_run, monk
     make_run(runs_root(), "two", {"state": "stopped"}, job=job, checkpoint=True)
     make_run(runs_root(), "alone", {"state": "stopped"}, checkpoint=True)
     asked = []
-    monkeypatch.setattr(jobs, "max_processes", lambda device_type: 4)
+    monkeypatch.setattr(capacity, "max_processes", lambda device_type: 4)
     monkeypatch.setattr(
         jobs,
         "resume_run",
@@ -497,7 +497,7 @@ def test_a_run_resumes_with_another_number_of_processes(jobs_env, make_run, monk
     assert asked == [1]
     at = train_page("alone")
     assert at.number_input(key="resume_processes_alone").value == 1
-    monkeypatch.setattr(jobs, "max_processes", lambda device_type: 1)
+    monkeypatch.setattr(capacity, "max_processes", lambda device_type: 1)
     at = train_page("alone")
     assert not [n for n in at.number_input if n.key == "resume_processes_alone"]
 
@@ -508,7 +508,7 @@ def test_resume_refuses_an_impossible_number_of_processes_with_the_reason(
 ):
     job = {"processes": 2, "device_type": "cpu"}
     make_run(runs_root(), "two", {"state": "stopped"}, job=job, checkpoint=True)
-    monkeypatch.setattr(jobs, "max_processes", lambda device_type: 4)
+    monkeypatch.setattr(capacity, "max_processes", lambda device_type: 4)
     at = train_page("two")
     at.number_input(key="resume_processes_two").set_value(processes).run()
     next(b for b in at.button if b.label == "Resume").click().run()

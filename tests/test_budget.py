@@ -88,7 +88,7 @@ def test_any_accepted_probe_settings_stay_within_their_estimate(
 
 
 def test_the_audits_probe_settings_are_refused_before_launch():
-    from core.runs.jobs import launch_problems
+    from core.runs.capacity import launch_problems
 
     cfg = merged_settings("d2l", AUDIT)
     assert budget.snapshot_bytes(cfg) > 10**9  # what it would have written at every step

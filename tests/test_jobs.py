@@ -17,7 +17,7 @@ import pytest
 
 from core.corpus.user_files import stage_upload
 from core.places import runs_root
-from core.runs import jobs, processes
+from core.runs import capacity, jobs, processes
 from core.runs import status as run_status
 from core.runs.locks import acquire_gpu_lock
 from core.runs.run_dir import RunDir, RunError, read_json, write_json
@@ -29,7 +29,10 @@ from tests.test_processes import gone
 
 @pytest.mark.parametrize(
     ("env", "limit"),
-    [(jobs.MAX_CPU_JOBS_ENV, jobs.max_cpu_jobs), (jobs.MAX_GPU_JOBS_ENV, jobs.max_gpu_jobs)],
+    [
+        (capacity.MAX_CPU_JOBS_ENV, capacity.max_cpu_jobs),
+        (capacity.MAX_GPU_JOBS_ENV, capacity.max_gpu_jobs),
+    ],
 )
 def test_job_limits_come_from_the_environment(monkeypatch, env, limit):
     monkeypatch.setenv(env, "3")
@@ -48,7 +51,7 @@ def test_start_run_refuses_while_the_gpu_is_busy(jobs_env, monkeypatch, tiny_set
     for module in (jobs, settings):
         monkeypatch.setattr(module, "resolve_device", lambda name="auto": "cuda")
     monkeypatch.setattr(devices, "device_memory", lambda device_type: None)
-    fd = acquire_gpu_lock("other", jobs.max_gpu_jobs())
+    fd = acquire_gpu_lock("other", capacity.max_gpu_jobs())
     try:
         with pytest.raises(RunError, match="GPU is busy: run other"):
             jobs.start_run("d2l", tiny_settings)
@@ -174,14 +177,14 @@ def test_max_processes_counts_gpus_or_cpu_cores(monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
-    assert jobs.max_processes("cuda") == 4
-    assert jobs.max_processes("cpu") == os.cpu_count()
-    assert jobs.max_processes("mps") == 1
+    assert capacity.max_processes("cuda") == 4
+    assert capacity.max_processes("cpu") == os.cpu_count()
+    assert capacity.max_processes("mps") == 1
 
 
 def test_a_two_process_job_starts_stops_resumes_and_dies_as_one(jobs_env, tiny_settings):
     """The app's torchrun job: recognised, stopped and resumed as one, killed with its workers."""
-    if jobs.max_processes("cpu") < 2:
+    if capacity.max_processes("cpu") < 2:
         pytest.skip("needs two CPU cores")
     run_id = jobs.start_run("d2l", tiny_settings, processes=2)
     rd = RunDir(runs_root() / run_id)

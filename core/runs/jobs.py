@@ -6,7 +6,8 @@ Streamlit session. ``ATTENTION_STUDIO_MAX_GPU_JOBS`` GPU jobs (an ``fcntl.flock`
 each, held by the trainer until it exits) and ``ATTENTION_STUDIO_MAX_CPU_JOBS`` CPU jobs
 may run at once (one of each by default). A job of several processes (one run trained by
 ``core.runs.launcher``) is one job: the app launches, checks, stops and reaps the agent,
-which starts and stops its workers. No Streamlit here.
+which starts and stops its workers. How many may run, and with how many processes:
+``core.runs.capacity``. No Streamlit here.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 from core.corpus.source import DataError
 from core.corpus.user_files import allowed_path, prune_uploads
 from core.places import REPO_ROOT, runs_root
-from core.runs import budget, processes, quota
+from core.runs import budget, capacity, processes, quota
 from core.runs.alignment_request import (
     AlignmentChoice,
     alignment_bytes,
@@ -43,87 +44,11 @@ from core.training.devices import (
     NICE_ENV,
     TRAINER_NICE,
     default_memory_gb,
-    device_memory,
-    estimate_memory,
-    gigabytes,
     resolve_device,
 )
-from core.training.settings import merged_settings, validate_settings
+from core.training.settings import merged_settings
 
 WATCH_S = 600.0  # longest a stop is watched from the server (the grace period is far shorter)
-MAX_CPU_JOBS_ENV = "ATTENTION_STUDIO_MAX_CPU_JOBS"  # concurrent CPU jobs (default 1)
-MAX_GPU_JOBS_ENV = "ATTENTION_STUDIO_MAX_GPU_JOBS"  # concurrent GPU jobs (default 1)
-
-
-def _env_int(name: str, default: int) -> int:
-    """A positive integer from the environment, or ``default``."""
-    try:
-        return max(1, int(os.environ.get(name, default)))
-    except ValueError:
-        return default
-
-
-def max_cpu_jobs() -> int:
-    """How many CPU training jobs may run at once."""
-    return _env_int(MAX_CPU_JOBS_ENV, 1)
-
-
-def max_gpu_jobs() -> int:
-    """How many GPU training jobs may run at once (one by default)."""
-    return _env_int(MAX_GPU_JOBS_ENV, 1)
-
-
-def max_processes(device_type: str) -> int:
-    """How many processes one run may train with: one per GPU, or per CPU core."""
-    if device_type == "cuda":
-        import torch
-
-        return max(1, torch.cuda.device_count())
-    if device_type == "cpu":
-        return max(1, os.cpu_count() or 1)
-    return 1  # Apple MPS: one process
-
-
-def processes_problem(processes, device_type: str, cfg: dict | None = None) -> str | None:
-    """Why a run cannot train with ``processes`` processes on ``device_type`` (None: it can)."""
-    if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
-        return f"processes must be a whole number, 1 or more (got {processes!r})"
-    most = max_processes(device_type)
-    if processes > most:
-        what = "GPU" if device_type == "cuda" else "CPU core" if device_type == "cpu" else ""
-        where = f"{most} {what}{'s' if most > 1 else ''} here" if what else device_type
-        return f"processes ({processes}) cannot exceed {most} on {where}"
-    have = device_memory(device_type) if device_type == "cpu" else None
-    need = estimate_memory(cfg) * processes if cfg and processes > 1 else 0
-    if have is not None and need > 0.8 * have:
-        return (
-            f"{processes} processes need about {gigabytes(need)} of memory but only "
-            f"{gigabytes(have)} is available; use fewer processes or a smaller batch_size"
-        )
-    return None
-
-
-def launch_problems(preset: str, overrides: dict | None, processes) -> list[str]:
-    """Human reasons why a new run cannot start with these settings and processes ([]: it can)."""
-    problems = validate_settings(preset, overrides)
-    if problems:
-        return problems
-    cfg = merged_settings(preset, overrides)
-    device_type = resolve_device(cfg["train"]["device"])
-    problems = [p for p in [processes_problem(processes, device_type, cfg)] if p]
-    return problems + budget.run_problems(cfg)  # what this server holds of it
-
-
-def _check_cpu_capacity() -> None:
-    """RunError if the allowed number of CPU jobs are already running."""
-    live = [r for r in list_runs() if r.alive and r.device_type != "cuda"]
-    if len(live) >= max_cpu_jobs():
-        names = ", ".join(r.run_id for r in live)
-        raise RunError(
-            f"{len(live)} CPU training job(s) already running ({names}); the limit is "
-            f"{max_cpu_jobs()} (set {MAX_CPU_JOBS_ENV} to change it). Stop a run or "
-            "wait for it to finish."
-        )
 
 
 def _live_runs() -> set[str]:
@@ -238,10 +163,10 @@ def trainer_env(processes: int, env=None) -> dict[str, str]:
 def _device_slot(device_type: str, run_id: str):
     """Hold a GPU slot (yielding its fd for the trainer) or check the CPU job limit."""
     if device_type != "cuda":
-        _check_cpu_capacity()
+        capacity.check_cpu_capacity()
         yield None
         return
-    fd = acquire_gpu_lock(run_id, max_gpu_jobs())
+    fd = acquire_gpu_lock(run_id, capacity.max_gpu_jobs())
     try:
         yield fd
     finally:
@@ -281,7 +206,7 @@ def start_run(
     except OwnershipError as e:
         raise RunError(str(e)) from None
     overrides = copy.deepcopy(overrides or {})
-    problems = launch_problems(preset, overrides, processes)
+    problems = capacity.launch_problems(preset, overrides, processes)
     if problems:
         raise RunError("Cannot start: " + "; ".join(problems) + ".")
     cfg = merged_settings(preset, overrides)
@@ -340,7 +265,7 @@ def resume_processes(run_id: str) -> tuple[int, int]:
     device_type = job.get("device_type") or resolve_device(
         rd.read_config().get("train", {}).get("device", "auto")
     )
-    return int(job.get("processes", 1)), max_processes(device_type)
+    return int(job.get("processes", 1)), capacity.max_processes(device_type)
 
 
 def resume_run(
@@ -364,7 +289,7 @@ def resume_run(
             rd.read_config().get("train", {}).get("device", "auto")
         )
         processes = job.get("processes", 1) if processes is None else processes
-        problem = processes_problem(processes, device_type)
+        problem = capacity.processes_problem(processes, device_type)
         if problem:
             raise RunError(f"Cannot resume: {problem}.")
         write_json(

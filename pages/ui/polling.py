@@ -7,9 +7,10 @@ from __future__ import annotations
 import os
 
 POLL_ENV = "ATTENTION_STUDIO_POLL_SECONDS"  # how often a watcher polls a live run (1-60 s)
+DEFAULT_POLL_S = 5.0  # the pace where the variable is unset
 
 
-def poll_seconds(default: float = 5.0) -> float:
+def poll_seconds(default: float = DEFAULT_POLL_S) -> float:
     """Seconds between updates of a live run's state: ``ATTENTION_STUDIO_POLL_SECONDS``
     (clamped to 1-60; the default where unset or not a number). A class server may poll
     less often; the browser tests poll every second."""

@@ -14,7 +14,7 @@ from core.corpus import source
 from core.corpus import user_files as corpus_files
 from core.corpus.source import DataError, fra_eng_copy, resolve_corpus
 from core.places import DATA_ENV, data_root, shown_path
-from core.runs import jobs
+from core.runs import capacity, jobs
 from core.runs.alignment_request import AlignmentChoice, alignment_problems
 from core.runs.budget import ALIGNMENT_FILE_BYTES, size_words
 from core.runs.run_dir import RunError
@@ -185,7 +185,7 @@ def processes_input(advanced) -> int:
     """How many processes train the run: one per GPU where several are visible (shown
     next to Launch), else CPU processes to try distributed training (in ``advanced``)."""
     auto = resolve_device("auto")
-    most = jobs.max_processes(auto)
+    most = capacity.max_processes(auto)
     if most < 2:
         return 1
     label, where = ("GPUs (training processes)", st) if auto == "cuda" else ("processes", advanced)
@@ -214,7 +214,7 @@ def check_form(preset: str, source: str | None) -> None:
         chosen = settings_from_widgets(preset)
         chosen["data"]["source"] = source
         processes = st.session_state.get("processes", 1)
-        found = settings.form_problems(jobs.launch_problems(preset, chosen, processes))
+        found = settings.form_problems(capacity.launch_problems(preset, chosen, processes))
         train = settings.merged_settings(preset, chosen)["train"]
         found += alignment_problems(alignment_choice(), train)
     st.session_state.setdefault(PROBLEMS_KEY, {})[preset] = found
@@ -288,7 +288,7 @@ def launch(
         return
     chosen = settings_from_widgets(preset)
     chosen["data"]["source"] = source
-    problems = settings.form_problems(jobs.launch_problems(preset, chosen, processes))
+    problems = settings.form_problems(capacity.launch_problems(preset, chosen, processes))
     problems += alignment_problems(alignment, settings.merged_settings(preset, chosen)["train"])
     if problems:
         st.error("Not started. Fix these settings:\n" + "\n".join(f"- {md(p)}" for p in problems))
