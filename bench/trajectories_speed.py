@@ -27,7 +27,8 @@ from pathlib import Path
 from common import ROOT, corpus_path, median
 
 from core.alignment.head_aer import head_trajectories
-from core.attention.trajectories import _Validation, validation_means
+from core.attention.trajectories import _Validation
+from core.attention.trajectory_numbers import validation_means
 from core.model.checkpoints import load_checkpoint
 from core.runs.run_dir import RunDir
 

@@ -16,13 +16,8 @@ from core import trajectories as command
 from core.alignment.head_aer import head_trajectories, probe_head_aer
 from core.attention.kinds import KINDS
 from core.attention.sentence_maps import SentenceMaps
-from core.attention.trajectories import (
-    batch_metrics,
-    history_of,
-    probe_means,
-    snapshot_models,
-    trajectories,
-)
+from core.attention.trajectories import history_of, snapshot_models, trajectories
+from core.attention.trajectory_numbers import batch_metrics, probe_means
 from core.attention.trajectory_reading import (
     STAGES,
     MapDifference,

@@ -4,7 +4,8 @@ For every head of every kind, at each snapshot step: the mean row entropy (nats)
 diagonality (self-attention: weight on the query's own position; cross: share within one
 key of the rescaled diagonal, as ``head_stats`` measures them), the weight one position to
 the left (self-attention; Voita et al. 2019's positional heads), the share of weight on
-<bos>/<eos> keys, and for cross heads the AER of their links on a gold set.
+<bos>/<eos> keys (``core.attention.trajectory_numbers``), and for cross heads the AER of
+their links on a gold set.
 
 Two bases, because a snapshot holds only the probe sentences' maps:
 
@@ -33,11 +34,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
-import torch
 
-from core.attention.head_stats import NEAR_DIAGONAL_KEYS
 from core.attention.importance import (
     ProgressFn,
     sample_key,
@@ -46,8 +44,13 @@ from core.attention.importance import (
 from core.attention.kinds import KINDS
 from core.attention.sentence_maps import SentenceMaps
 from core.attention.snapshots import SNAPSHOT_ERRORS
+from core.attention.trajectory_numbers import (
+    MAP_METRICS,
+    probe_means,
+    teacher_forced_rows,
+    validation_means,
+)
 from core.corpus.source import DataError, file_sha1
-from core.corpus.vocab import Vocab
 from core.model.checkpoints import (
     CheckpointError,
     LoadedModel,
@@ -55,16 +58,13 @@ from core.model.checkpoints import (
     read_metadata,
     trained_data,
 )
-from core.model.record import record
-from core.model.transformer import evaluating
 from core.places import trajectories_root
 from core.runs import budget
 from core.runs.disk_cache import read_cached, write_cached
 from core.runs.history import SUFFIX, HistoryFile, open_history
 from core.runs.run_dir import RunDir
 
-METRICS = ("entropy", "diagonal", "previous", "special", "aer")  # a head's numbers at a step
-MAP_METRICS = METRICS[:4]  # those read from the maps alone
+METRICS = (*MAP_METRICS, "aer")  # a head's numbers at a step
 METRIC_NAMES = {
     "entropy": "entropy (nats, mean over rows)",
     "diagonal": "diagonality (own position; cross: near the rescaled diagonal)",
@@ -75,7 +75,6 @@ METRIC_NAMES = {
 BASES = ("probes", "validation")
 SENTENCES = 100  # validation sentences of the ``validation`` basis (the first N)
 VALIDATION = ("off", "cached", "measure")  # the validation basis: none, from the cache, all
-BATCH = 64  # sentences teacher-forced together
 CACHE_VERSION = 2
 STORED_KEY = "trajectories"  # a .history file's section of validation numbers per step
 COST = {"probes": 1, "validation": 40}  # relative cost of a step of each basis (progress)
@@ -121,44 +120,7 @@ class Trajectories:
         }
 
 
-# ----------------------------------------------------------------------------- the numbers
-
-
-def batch_metrics(w: np.ndarray, q_len: np.ndarray, k_len: np.ndarray, kind: str) -> dict:
-    """Entropy, diagonality, previous-position weight and <bos>/<eos> share of each head.
-
-    Args:
-        w: (L, B, H, Tq, Tk) attention, padded (padded keys hold no weight).
-        q_len, k_len: (B,) real queries and keys of each sentence.
-        kind: "encoder", "decoder_self" or "cross" (decides the diagonal and the special key:
-            <eos>, the last key, for encoder and cross; <bos>, the first, for decoder self).
-
-    Returns:
-        {metric: (L, B, H)}, each the mean over the sentence's real rows ("previous" is NaN
-        for cross attention).
-    """
-    _, n, _, tq, tk = w.shape
-    rows = np.arange(tq)[None, :] < q_len[:, None]  # (B, Tq)
-    logs = np.log(w, out=np.zeros_like(w), where=w > 0)
-    entropy = -(w * logs).sum(axis=-1)  # (L, B, H, Tq)
-    keys = np.arange(tk)[None, None, :]  # (1, 1, Tk)
-    q = np.arange(tq)[None, :, None]  # (1, Tq, 1)
-    if kind == "cross":  # nearest proportional key, as head_stats.diagonal_keys
-        scale = (k_len - 1) / np.maximum(q_len - 1, 1)  # (B,)
-        centre = np.floor(q * scale[:, None, None] + 0.5)  # (B, Tq, 1)
-        near = np.abs(keys - centre) <= NEAR_DIAGONAL_KEYS  # (B, Tq, Tk)
-    else:
-        near = keys == q  # (1, Tq, Tk)
-    diagonal = (w * near[None, :, None]).sum(axis=-1)  # (L, B, H, Tq)
-    previous = (w * (keys == q - 1)[None, :, None]).sum(axis=-1)  # (L, B, H, Tq)
-    if kind == "cross":
-        previous = np.full_like(previous, np.nan)
-    special_key = np.zeros(n, dtype=int) if kind == "decoder_self" else k_len - 1  # (B,)
-    special = np.take_along_axis(w, special_key[None, :, None, None, None], axis=-1)[..., 0]
-    weight = rows / np.maximum(q_len, 1)[:, None]  # (B, Tq): a mean over real rows
-    values = {"entropy": entropy, "diagonal": diagonal, "previous": previous}
-    values["special"] = special
-    return {name: np.einsum("lbhq,bq->lbh", v, weight) for name, v in values.items()}
+# ----------------------------------------------------------------------------- records
 
 
 def _records(basis: str, step: int, means: dict, aer: dict | None) -> list[dict]:
@@ -174,53 +136,6 @@ def _records(basis: str, step: int, means: dict, aer: dict | None) -> list[dict]
                 rec["aer"] = float("nan") if found is None else float(found)
                 out.append(rec)
     return out
-
-
-def probe_means(probes: Sequence[SentenceMaps]) -> dict:
-    """{kind: {metric: (L, H)}}: the heads' numbers averaged over the probe sentences."""
-    out = {}
-    for kind in KINDS:
-        per = []
-        for maps in probes:
-            w = maps.weights(kind).astype(np.float64)[:, None]  # (L, 1, H, Tq, Tk)
-            size = np.array([w.shape[-2]]), np.array([w.shape[-1]])
-            per.append(batch_metrics(w, *size, kind))
-        out[kind] = {m: np.mean([p[m][:, 0] for p in per], axis=0) for m in MAP_METRICS}
-    return out
-
-
-def teacher_forced_rows(lm: LoadedModel, sample) -> list[tuple[list[int], list[int]]]:
-    """(source ids + <eos>, reference ids) of each sample sentence, its first reference."""
-    return [
-        (list(map(int, ids)), lm.tgt_vocab.segment(list(refs[0]))[1])
-        for ids, refs in zip(sample.src_ids, sample.references)
-    ]
-
-
-@torch.no_grad()
-def validation_means(lm: LoadedModel, rows: Sequence[tuple[list[int], list[int]]]) -> dict:
-    """{kind: {metric: (L, H)}} over teacher-forced pairs, each sentence weighing the same."""
-    model, sums = lm.model, {}
-    device = next(model.parameters()).device
-    with evaluating(model):
-        for start in range(0, len(rows), BATCH):
-            chunk = rows[start : start + BATCH]
-            s_len = np.array([len(s) for s, _ in chunk])
-            t_len = np.array([len(t) + 1 for _, t in chunk])  # <bos> + reference
-            src = torch.full((len(chunk), s_len.max()), Vocab.pad_id, dtype=torch.long)
-            tgt = torch.full((len(chunk), t_len.max()), Vocab.pad_id, dtype=torch.long)
-            for i, (s, t) in enumerate(chunk):
-                src[i, : len(s)] = torch.tensor(s)
-                tgt[i, : len(t) + 1] = torch.tensor([Vocab.bos_id, *t])
-            maps = record(model, src.to(device), tgt.to(device)).maps()  # the recorded pass
-            lengths = {"encoder": (s_len, s_len), "decoder_self": (t_len, t_len)}
-            lengths["cross"] = (t_len, s_len)
-            for kind in KINDS:
-                w = getattr(maps, kind).float().cpu().numpy()  # (L, B, H, Tq, Tk)
-                for m, v in batch_metrics(w, *lengths[kind], kind).items():
-                    sums.setdefault(kind, {}).setdefault(m, 0.0)
-                    sums[kind][m] = sums[kind][m] + v.sum(axis=1)  # (L, H)
-    return {k: {m: v / max(len(rows), 1) for m, v in ms.items()} for k, ms in sums.items()}
 
 
 # ----------------------------------------------------------------------------- sources
