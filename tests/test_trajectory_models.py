@@ -245,3 +245,19 @@ def test_a_large_model_keeps_fewer_copies_and_one_past_the_budget_none():
     eighth = KEPT_MODELS_BYTES // 16  # parameters whose float16 copy is an eighth of the budget
     assert models_to_keep(20, eighth, shape) == 8
     assert models_to_keep(20, KEPT_MODELS_BYTES, shape) == 0  # one copy alone passes it
+
+
+def test_a_copy_without_the_corpus_says_so_and_keeps_no_empty_steps(
+    runs_env, val_run, tmp_path, monkeypatch, capsys
+):
+    """Where the run's corpus is gone, ``core.checkpoint`` writes the history without the
+    validation numbers and says why (it kept empty steps silently before)."""
+    monkeypatch.setenv("ATTENTION_STUDIO_DATA", str(tmp_path / "nowhere"))
+    dest = tmp_path / "m.pt"
+    assert checkpoint_command.main([str(val_run / "last.pt"), str(dest)]) == 0
+    out = capsys.readouterr().out
+    said = "note: no validation numbers over training in the history: none of the 4 kept models"
+    assert said in out and out.count("cannot be rebuilt") == 1  # the reason, once
+    assert HistoryFile(history_path(dest)).section(STORED_KEY) is None
+    shipped = head_trajectories(history_path(dest), dest, 100, "cached")
+    assert shipped.frame("validation").empty  # nothing claimed measured

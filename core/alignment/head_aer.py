@@ -31,6 +31,7 @@ from core.attention.trajectories import (
 )
 from core.attribution.methods import attribute
 from core.corpus.bpe import join_pieces
+from core.corpus.source import DataError
 from core.corpus.vocab import Vocab
 from core.model.checkpoints import LoadedModel
 from core.runs.history import add_section, history_path
@@ -114,10 +115,16 @@ def store_in_history(
 ) -> Path | None:
     """Measure the run's validation numbers at every step with a model (up to the model's
     step) and keep them in ``checkpoint``'s ``.history`` file, so that a model copied out of
-    its run shows them without the run or the corpus; None when there is no history file."""
+    its run shows them without the run or the corpus; None when there is no history file.
+    DataError, keeping nothing, when no step could be measured (e.g. the corpus is gone)."""
     path = history_path(checkpoint)
     if not path.is_file():
         return None
     t = head_trajectories(run_dir, None, sentences, "measure", progress=progress)
-    add_section(path, STORED_KEY, stored_section(t, up_to_step))
+    section = stored_section(t, up_to_step)
+    if not section["steps"] and t.notes:
+        reasons = dict.fromkeys(note.split(": ", 1)[-1] for note in t.notes)  # once each
+        kept = len(t.model_steps)
+        raise DataError(f"none of the {kept} kept models could be measured: " + " ".join(reasons))
+    add_section(path, STORED_KEY, section)
     return path

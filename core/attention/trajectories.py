@@ -265,16 +265,17 @@ def stored(reader, sentences: int) -> dict[int, dict]:
 
 
 def stored_section(t: Trajectories, up_to_step: int | None = None) -> dict:
-    """The validation numbers of ``t`` per step, as a ``.history`` file carries them."""
+    """The validation numbers of ``t`` per step, as a ``.history`` file carries them: the
+    steps measured only (one that failed or was not measured is left out, not kept empty)."""
     last = float("inf") if up_to_step is None else up_to_step
-    model = {int(r["step"]): r for r in t.model_records}
+    model = {int(r["step"]): r for r in t.model_records}  # a measured step has its record
     steps = [
         {
             "records": [r for r in t.records if r["basis"] == "validation" and r["step"] == s],
-            "model": model.get(s, {"step": s, "source_share": float("nan")}),
+            "model": model[s],
         }
         for s in t.model_steps
-        if s <= last and s not in t.pending
+        if s <= last and s in model
     ]
     return {"sentences": t.sentences, "steps": steps}
 
