@@ -10,8 +10,8 @@ training" section on the run's last.pt, following new snapshots as they arrive, 
 once the first evaluation has saved it; the page polls the run at the app's own pace,
 ``--poll`` seconds, 5 unless set: the browser tests' server polls every second), and
 prints each run's median target tokens/s after warm-up, the medians per mode and their
-ratio. Needs fra-eng.zip ($FRA_ENG_ZIP or ../shared/data/fra-eng.zip), Debian's Chromium
-and Playwright.
+ratio, and each pair's ratio. Needs fra-eng.zip ($FRA_ENG_ZIP or
+../shared/data/fra-eng.zip), Debian's Chromium and Playwright.
 """
 
 from __future__ import annotations
@@ -143,6 +143,9 @@ def main() -> None:
     watched, unwatched = median(rates["watched"]), median(rates["unwatched"])
     print(f"median unwatched {unwatched:.0f} tokens/s, watched {watched:.0f} tokens/s")
     print(f"watched / unwatched = {watched / unwatched:.2f} (goal: at least 0.90)")
+    pairs = [w / u for w, u in zip(rates["watched"], rates["unwatched"])]  # one per repeat
+    listed = ", ".join(f"{r:.2f}" for r in pairs)
+    print(f"each pair: {listed} (median {median(pairs):.2f}): the machine's noise shows here")
 
 
 if __name__ == "__main__":
