@@ -19,7 +19,9 @@ niceness 19: Linux shares the CPU between sessions first, so a process's own nic
 would not do), where the server and the trainer get the cores as if the browsers ran on the
 students' machines and the browsers take what is left. ``--browsers none``: the same
 students without a browser, speaking Streamlit's protocol (``bench/wire.py``), so each
-interaction is the server's answer alone; ``all``: the three phases in turn (the later
+interaction is the server's answer alone; then one Chromium session alone (the class over,
+the trainer still running: a student's own machine), whose drawing added to the server's
+p95 under the class estimates a student's wait; ``all``: the four phases in turn (the later
 ones find the server warm).
 
 With ``--hostile`` the class works twice, the second time beside a hostile session (issue
@@ -30,7 +32,7 @@ tries to overwrite the shipped model. It reports what each attempt met, the ordi
 sessions' p95 with it against without it, the server's peak memory in each phase and how
 much the runs folder grew, against the quota.
 
-    python bench/load.py [--sessions 10] [--seconds 120] [--alone 60]
+    python bench/load.py [--sessions 10] [--seconds 120] [--alone 60] [--draw 120]
         [--browsers both|equal|lowest|none|all] [--hostile]
 
 Needs Debian's Chromium and the fra-eng corpus (``$FRA_ENG_ZIP`` or ../shared); every
@@ -66,6 +68,7 @@ CHROMIUM = "/usr/bin/chromium"
 BROWSER_GROUP = {"nice": "0"}  # the niceness of the browsers' session in this phase
 LOWEST = "class, browsers at the lowest priority"  # the phase as if on the students' machines
 WIRE = "class, students without a browser"  # the server's answers alone (bench/wire.py)
+DRAWN = "one browser, the class over"  # a student's own machine drawing the answers
 TIMEOUT_MS = 120_000  # an interaction slower than this counts as an error
 
 
@@ -291,6 +294,54 @@ async def the_class(
     return results
 
 
+async def one_browser(url: str, seconds: float, seed: int) -> list:
+    """One Chromium session alone, as on a student's own machine: a translator for half of
+    ``seconds``, then an explorer (load.py's students, one after the other)."""
+    from playwright.async_api import async_playwright
+
+    results: list = []
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        for role in (0, 1):  # an even seed translates, an odd one explores
+            await student(browser, url, seed + role, time.time() + seconds / 2, results)
+        await browser.close()
+    return results
+
+
+def student_wait(server: list, drawn: list) -> list[dict]:
+    """A student's wait on their own machine, estimated per interaction: the server's p95
+    answer under the class (students without a browser) plus the p95 of one browser's whole
+    interaction with the class over (its own, quiet, server answer is counted twice: an
+    upper estimate)."""
+    rows = []
+    for what in ("open a page", "translate", "browse heads", "remove heads"):
+        answer = percentile([s for w, s, e in server if w == what and not e], 95)
+        drawing = percentile([s for w, s, e in drawn if w == what and not e], 95)
+        both = answer is not None and drawing is not None
+        rows.append(
+            {
+                "interaction": what,
+                "server_p95_s": answer,
+                "one_browser_p95_s": drawing,
+                "student_wait_p95_s": answer + drawing if both else None,
+            }
+        )
+    return rows
+
+
+def report_wait(rows: list[dict]) -> None:
+    """The estimate of a student's wait as JSON lines and a table."""
+    print("\n## a student's wait on their own machine (estimate)")
+    for row in rows:
+        print(json.dumps({"estimate": "student_wait", **row}))
+    print("\n| interaction | server p95 s (the class) | one browser p95 s | wait p95 s |")
+    print("|---|---|---|---|")
+    keys = ("server_p95_s", "one_browser_p95_s", "student_wait_p95_s")
+    for r in rows:
+        cells = [f"{r[k]:.2f}" if r[k] is not None else "—" for k in keys]
+        print(f"| {r['interaction']} | {' | '.join(cells)} |")
+
+
 # ----------------------------------------------------------------------------- the hostile one
 
 HOSTILE_RUN = "20260101-000000-hostile"  # a finished run whose model never ends its output
@@ -431,6 +482,9 @@ def main() -> int:
     p.add_argument("--sessions", type=int, default=10)
     p.add_argument("--seconds", type=float, default=120.0, help="how long the class works")
     p.add_argument("--alone", type=float, default=60.0, help="trainer measured alone first")
+    p.add_argument(
+        "--draw", type=float, default=120.0, help="one browser alone after --browsers none"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--hostile", action="store_true", help="then again beside a hostile session")
     p.add_argument(
@@ -439,7 +493,8 @@ def main() -> int:
         default="both",
         help="the browsers' priority: equal to the server's and the trainer's, the lowest "
         "(as if on the students' machines), none (students speak Streamlit's protocol "
-        "without a browser: the server's answers alone), both (equal and lowest) or all",
+        "without a browser: the server's answers alone; then one browser alone, for a "
+        "student's wait), both (equal and lowest) or all",
     )
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="load-"))
@@ -477,9 +532,11 @@ def main() -> int:
             memory.browsers.clear()
             cpu = (cpu_seconds(server.pid), cpu_seconds(trainer), time.perf_counter())
             mine = own_cpu_seconds()
-            results = asyncio.run(
-                the_class(url, args.sessions, args.seconds, args.seed, hostile_seen, phase == WIRE)
-            )
+            if phase == DRAWN:
+                results = asyncio.run(one_browser(url, args.draw, args.seed))
+            else:
+                work = (args.sessions, args.seconds, args.seed, hostile_seen, phase == WIRE)
+                results = asyncio.run(the_class(url, *work))
             wall = time.perf_counter() - cpu[2]
             used = {  # cores each part used on average during the class
                 "server_cores": (cpu_seconds(server.pid) - cpu[0]) / wall,
@@ -488,6 +545,9 @@ def main() -> int:
             }
             if phase == WIRE:  # the students are this process's websockets
                 used["students_cores"] = (own_cpu_seconds() - mine) / wall
+            if phase == DRAWN:  # what drawing one answer costs a student's machine
+                drawn = sum(memory.browsers.values()) / max(1, len(results))
+                used["browser_cpu_s_per_interaction"] = drawn
             loaded = median_tokens_per_s(train_records(tmp / "runs", run_id)[mark:])
             grew = quota.folder_bytes(tmp / "runs") - held
             phases[phase] = (results, memory.peak, loaded, grew, used)
@@ -504,6 +564,8 @@ def main() -> int:
         print(f"\n## {phase}")
         more = {"runs_folder_grew_mb": grew / 2**20, **{k: round(v, 2) for k, v in used.items()}}
         report(results, peak, alone, loaded, args, more)
+    if WIRE in phases and DRAWN in phases:
+        report_wait(student_wait(phases[WIRE][0], phases[DRAWN][0]))
     if args.hostile:
         compare(phases, seen, intact, limit)
     return 0
@@ -513,15 +575,16 @@ def phases_of(args) -> tuple[str, ...]:
     """The phases this run measures: the class with its browsers sharing the cores equally
     with the server and the trainer; and/or with them at the lowest priority (their session's
     niceness 19), so that the server and the trainer get the cores as in a class whose
-    browsers run elsewhere; with --hostile, the class and then the class beside it."""
+    browsers run elsewhere; and/or the class without browsers, then one browser alone; with
+    --hostile, the class and then the class beside it."""
     if args.hostile:
         return ("class", "class + hostile")
     return {
         "equal": ("class",),
         "lowest": (LOWEST,),
-        "none": (WIRE,),
+        "none": (WIRE, DRAWN),
         "both": ("class", LOWEST),
-        "all": ("class", LOWEST, WIRE),
+        "all": ("class", LOWEST, WIRE, DRAWN),
     }[args.browsers]
 
 

@@ -372,3 +372,25 @@ def test_a_model_newer_than_the_cached_list_opens_from_its_url(studio_dirs):
     assert_clean(at)
     assert not [w for w in at.warning if "was not found" in w.value]
     assert at.selectbox(key="at_model").value == "runs/brand-new/last.pt"
+
+
+def test_the_page_draws_the_figures_a_validated_build_gives(studio_dirs, monkeypatch):
+    """The server builds its maps without Plotly's validation (core.figures.plain): the maps,
+    heads removed, comparison and playback sections send the browser the same figures."""
+    from core.figures import plain
+
+    sections = (
+        {"section": "maps"},
+        {"section": "maps", "kind": "encoder", "hide": "1", "stretch": "1"},
+        {"section": "ablation", "ablate": "cross:1:2,encoder:0:1"},
+        {"section": "compare"},
+        {"section": "playback", "step": "1"},
+    )
+    for query in sections:
+        drawn = []
+        for check in ("1", "0"):
+            monkeypatch.setenv(plain.CHECK_ENV, check)
+            at = run_page(query)
+            assert_clean(at)
+            drawn.append(specs(at))
+        assert drawn[0] and drawn[0] == drawn[1], query

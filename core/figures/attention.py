@@ -19,6 +19,7 @@ from core.attention.comparison import DIFF_WORDS
 from core.attention.kinds import check_tokens, kind_labels, reading_hint
 from core.attention.maps import View, hide_columns
 from core.attention.sentence_maps import SentenceMaps
+from core.figures import plain
 from core.figures.labels import plotly_text
 
 COLORSCALE = "Blues"
@@ -154,26 +155,28 @@ def heatmap_figure(
     """
     default_title, query_words, key_words = kind_labels(kind)
     check_tokens(weights2d.shape, query_tokens, key_tokens)
-    trace = go.Heatmap(
-        z=np.asarray(weights2d, dtype=np.float32),  # (Tq, Tk)
-        x=unique_labels(key_tokens),
-        y=unique_labels(query_tokens),
-        zmin=scale.zmin(zmax),
-        zmax=zmax,
-        colorscale=scale.colors,
-        colorbar={"title": {"text": plotly_text(scale.name)}},
-        hovertemplate=f"query %{{y}}<br>key %{{x}}<br>{scale.hover}=%{{z:.3f}}<extra></extra>",
-    )
-    fig = go.Figure([trace, *blank_cells(weights2d, trace.x, trace.y)])
+    x, y = unique_labels(key_tokens), unique_labels(query_tokens)
+    trace = {
+        "type": "heatmap",
+        "z": np.asarray(weights2d, dtype=np.float32),  # (Tq, Tk)
+        "x": x,
+        "y": y,
+        "zmin": scale.zmin(zmax),
+        "zmax": zmax,
+        "colorscale": plain.colorscale(scale.colors),
+        "colorbar": {"title": {"text": plotly_text(scale.name)}},
+        "hovertemplate": f"query %{{y}}<br>key %{{x}}<br>{scale.hover}=%{{z:.3f}}<extra></extra>",
+    }
     head = title_layout(title or default_title, [reading_hint(kind), *note_lines(note)])
-    fig.update_layout(
-        xaxis=token_axis(key_words, key_tokens) | {"tickangle": -45},
-        yaxis=token_axis(query_words, query_tokens, reversed_=True),
-        height=int(min(900, max(300, 22 * len(query_tokens) + 110)) + head["margin"]["t"]),
-        annotations=blank_row_labels(blank or {}, query_tokens),
+    layout = {
+        "xaxis": token_axis(key_words, key_tokens) | {"tickangle": -45},
+        "yaxis": token_axis(query_words, query_tokens, reversed_=True),
+        "height": int(min(900, max(300, 22 * len(query_tokens) + 110)) + head["margin"]["t"]),
         **head,
-    )
-    return fig
+    }
+    if blank:  # (an empty list, validated, is no annotation at all)
+        layout["annotations"] = blank_row_labels(blank, query_tokens)
+    return plain.figure([trace, *blank_cells(weights2d, x, y)], layout)
 
 
 def blank_cells(z: np.ndarray, x: Sequence[str], y: Sequence[str], axes=("x", "y")) -> list:
@@ -344,7 +347,7 @@ def grid_figure(
     head = title_layout(title, [reading_hint(kind), *note_lines(note)], WIDE_TITLE_CHARS, 28)
     layout |= head | {
         "coloraxis": {
-            "colorscale": scale.colors,
+            "colorscale": plain.colorscale(scale.colors),
             "cmin": scale.zmin(zmax),
             "cmax": zmax,
             "colorbar": {"title": {"text": plotly_text(scale.name)}},
@@ -352,9 +355,10 @@ def grid_figure(
         "height": int(40 + head["margin"]["t"] + n_layers * max(170, 60 + 16 * len(query_tokens))),
     }
     marks = [removed_mark(axes[i][j]) for i, j in removed]
-    layout["shapes"] = [m[0] for m in marks]
-    layout["annotations"] = layout.get("annotations", []) + [m[1] for m in marks]
-    return go.Figure(data=data, layout=layout)
+    if marks:  # (an empty list, validated, is none at all)
+        layout["shapes"] = [m[0] for m in marks]
+        layout["annotations"] = layout.get("annotations", []) + [m[1] for m in marks]
+    return plain.figure(data, layout)
 
 
 def removed_mark(axes: Sequence[str]) -> tuple[dict, dict]:

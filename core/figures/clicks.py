@@ -10,6 +10,8 @@ from collections.abc import Mapping
 import numpy as np
 import plotly.graph_objects as go
 
+from core.figures import plain
+
 CLICK_NAME = "cell"  # the trace of invisible points a click on a map selects
 
 
@@ -17,22 +19,24 @@ def clickable(fig: go.Figure) -> go.Figure:
     """Every drawn cell of the figure's first heatmap as an invisible point that carries its
     (row, column, value): Streamlit hands a page the points a click selects, never a heatmap's
     cells. The points take over the heatmap's hover (the nearest one answers anywhere)."""
-    heat = fig.data[0]
-    z = np.asarray(heat.z, dtype=np.float32)  # (Tq, Tk)
+    data = [trace.to_plotly_json() for trace in fig.data]  # copies, arrays as they are
+    heat = data[0]
+    z = np.asarray(heat["z"], dtype=np.float32)  # (Tq, Tk)
     rows, cols = np.nonzero(~np.isnan(z))  # (n,) each: the cells with a weight
-    fig.add_scatter(
-        x=np.asarray(heat.x, dtype=object)[cols],
-        y=np.asarray(heat.y, dtype=object)[rows],
-        customdata=np.stack([rows, cols, z[rows, cols]], axis=1),  # (n, 3)
-        mode="markers",
-        marker={"opacity": 0, "size": 12},
-        hovertemplate=heat.hovertemplate.replace("%{z", "%{customdata[2]"),
-        name=CLICK_NAME,
-        showlegend=False,
-    )
-    heat.hovertemplate, heat.hoverinfo = None, "skip"
-    fig.update_layout(hoverdistance=-1, clickmode="event+select")  # -1: the nearest point
-    return fig
+    points = {
+        "type": "scatter",
+        "x": np.asarray(heat["x"], dtype=object)[cols],
+        "y": np.asarray(heat["y"], dtype=object)[rows],
+        "customdata": np.stack([rows, cols, z[rows, cols]], axis=1),  # (n, 3)
+        "mode": "markers",
+        "marker": {"opacity": 0, "size": 12},
+        "hovertemplate": heat.pop("hovertemplate").replace("%{z", "%{customdata[2]"),
+        "name": CLICK_NAME,
+        "showlegend": False,
+    }
+    heat["hoverinfo"] = "skip"
+    layout = fig.layout.to_plotly_json() | {"hoverdistance": -1, "clickmode": "event+select"}
+    return plain.figure([*data, points], layout)  # hoverdistance -1: the nearest point answers
 
 
 def clicked_cell(selection: Mapping | None) -> tuple[int, int] | None:
