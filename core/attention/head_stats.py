@@ -254,7 +254,11 @@ def _monotonicity_drawn(weights2d: np.ndarray) -> float:
 
 def head_row(maps: SentenceMaps, kind: str, layer: int, head: int, hide: bool = False) -> pd.Series:
     """The statistics and label of one head (a row of ``head_table``)."""
-    table = head_table(maps, kind, hide)
+    return row_of(head_table(maps, kind, hide), layer, head)
+
+
+def row_of(table: pd.DataFrame, layer: int, head: int) -> pd.Series:
+    """The row of one head in a ``head_table``."""
     return table[(table["layer"] == layer) & (table["head"] == head)].iloc[0]
 
 

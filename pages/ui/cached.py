@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from core.attention import maps, snapshots, word_maps
+from core.attention import head_stats, maps, snapshots, word_maps
 from core.attribution.explain import Explained, explain, explain_contrast
 from core.corpus.text import tokenize
 from core.model import checked_translation as translation
@@ -108,6 +108,13 @@ def validation_examples(_meta: dict, data_key: str):
 def sentence_maps(_t: Translation, key: tuple, words: bool = False) -> maps.SentenceMaps:
     """The numpy maps of a cached translation (subword pieces merged into words if asked)."""
     return word_maps.shown_maps(maps.SentenceMaps.from_translation(_t), words)
+
+
+@shared()
+def head_table(_maps: maps.SentenceMaps, key: tuple, words: bool, kind: str, hide: bool):
+    """Head statistics of one kind on the maps ``sentence_maps(_, key, words)`` gave, as drawn
+    (<bos>/<eos> hidden if ``hide``): the same for every rerun and session that shows them."""
+    return head_stats.head_table(_maps, kind, hide)
 
 
 @shared()

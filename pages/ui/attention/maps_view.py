@@ -14,6 +14,7 @@ from core.figures import comparison as cmp_figs
 from core.figures.clicks import clickable, clicked_cell
 from core.figures.model_view import model_view_figure
 from pages.ui.attention.inputs import SectionInputs
+from pages.ui.cached import head_table
 from pages.ui.charts import chart
 from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_widgets import widget_default
@@ -33,8 +34,9 @@ def maps_section(page: SectionInputs) -> None:
     left, right = st.columns([4, 1])
     big = clickable(cmp_figs.add_highlight(figs.view_figure(view, page.stretch), pick))
     chart(big, BIG, left, name, on_click=_clicked)
+    table = head_table(maps, page.key, state.words, state.kind, state.hide)  # shared
     with right:
-        head_summary(maps, state, page.lm.meta)
+        head_summary(table, state, page.lm.meta)
         st.download_button(
             "Weights as CSV",
             view_csv(view),
@@ -53,7 +55,7 @@ def maps_section(page: SectionInputs) -> None:
             )
         )
     overview(page, pick)
-    head_table(maps, state, page.lm.meta)
+    head_statistics(table, state, page.lm.meta)
 
 
 def _clicked() -> None:
@@ -103,12 +105,13 @@ def token_picker(maps: SentenceMaps, state: ViewState) -> token_pick.Highlight |
     return pick
 
 
-def head_summary(maps: SentenceMaps, state: ViewState, meta: dict) -> None:
-    """Statistics and label of the chosen head (and whether it was trained to align)."""
+def head_summary(table: pd.DataFrame, state: ViewState, meta: dict) -> None:
+    """Statistics and label of the chosen head (and whether it was trained to align);
+    ``table``: the kind's head statistics (head_stats.head_table)."""
     if not state.head.isdigit():
         st.caption("Statistics are per head: pick a head number to see them.")
         return
-    row = head_stats.head_row(maps, state.kind, state.layer, int(state.head), state.hide)
+    row = head_stats.row_of(table, state.layer, int(state.head))
     st.markdown(f"**{md(row['label'])}**")
     supervised = head_stats.supervised_head(meta)
     if state.kind == "cross" and supervised and supervised[:2] == (state.layer, int(state.head)):
@@ -166,10 +169,9 @@ def model_view(maps, kind: str, hide: bool, layers: list[int], pick) -> object:
     return model_view_figure(cut.weights, queries, cut.keys, kind, names, drawn, cut.note)
 
 
-def head_table(maps: SentenceMaps, state: ViewState, meta: dict) -> None:
-    """The statistics of every head of the kind, with what each column means."""
+def head_statistics(table: pd.DataFrame, state: ViewState, meta: dict) -> None:
+    """The statistics of every head of the kind (``table``), with what each column means."""
     st.markdown("**Head statistics** (per layer and head; labels are simple rules of thumb)")
-    table = head_stats.head_table(maps, state.kind, state.hide)
     st.dataframe(
         spreadsheet_safe(head_stats.mark_supervised(table, state.kind, meta)),
         hide_index=True,
