@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from captum.attr import InputXGradient, IntegratedGradients
 
 from core.model.record import Record, embed_source, embed_target, forward_from_embeddings
 
@@ -77,6 +76,10 @@ def _scores(parts) -> torch.Tensor:
 
 def grad_input(task: GradientTask) -> Gradients:
     """Gradient x input of every output token's log-probability."""
+    # captum is imported here, not above: its import takes 0.7 s (matplotlib among it), which
+    # every page's first opening paid, and few ask for gradients
+    from captum.attr import InputXGradient
+
     explainer = InputXGradient(task.log_probs)
     with torch.enable_grad():
         parts = explainer.attribute(_inputs(task), target=list(range(task.output_length)))
@@ -85,6 +88,8 @@ def grad_input(task: GradientTask) -> Gradients:
 
 def integrated_gradients(task: GradientTask, steps: int = IG_STEPS) -> Gradients:
     """Integrated gradients from zero embeddings, with the completeness error."""
+    from captum.attr import IntegratedGradients  # here: see grad_input
+
     log_probs = task.log_probs
     explainer = IntegratedGradients(log_probs)
     inputs = _inputs(task)
