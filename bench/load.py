@@ -46,14 +46,12 @@ import asyncio
 import contextlib
 import json
 import os
-import random
 import shutil
 import statistics
 import sys
 import tempfile
 import threading
 import time
-import urllib.parse
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,15 +59,23 @@ sys.path.insert(0, str(ROOT))
 
 from bench import wire  # noqa: E402
 from bench.common import corpus_path  # noqa: E402
+from bench.hostile import compare, hostile, never_ending_run  # noqa: E402
+from bench.students import (  # noqa: E402
+    CHROMIUM,
+    HEADS,
+    KIND_WORDS,
+    SENTENCES,
+    TIMEOUT_MS,
+    one_browser,
+    student,
+)
+from bench.wire import percentile  # noqa: E402
 from tests.helpers import start_server, stop_server  # noqa: E402  (the browser tests' server)
 
-SENTENCES = ["i'm home .", "he's calm .", "i lost .", "go .", "we are cold .", "she is here ."]
-CHROMIUM = "/usr/bin/chromium"
 BROWSER_GROUP = {"nice": "0"}  # the niceness of the browsers' session in this phase
 LOWEST = "class, browsers at the lowest priority"  # the phase as if on the students' machines
 WIRE = "class, students without a browser"  # the server's answers alone (bench/wire.py)
 DRAWN = "one browser, the class over"  # a student's own machine drawing the answers
-TIMEOUT_MS = 120_000  # an interaction slower than this counts as an error
 
 
 def own_cpu_seconds() -> float:
@@ -162,113 +168,6 @@ def _descends(pid: int, ancestor: int, parent: int) -> bool:
     return False
 
 
-KIND_WORDS = {
-    "Encoder self": "Encoder self-attention",
-    "Decoder self": "Decoder self-attention",
-    "Cross": "Cross attention",
-}  # radio label -> the large map's title
-HEADS = [f"Cross L{layer} H{head}" for layer in range(2) for head in range(4)]  # shipped model
-
-
-async def settled(page) -> None:
-    """Wait for the rerun to end (Streamlit's running indicator gone), then check for errors."""
-    await page.wait_for_function(
-        "!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=TIMEOUT_MS
-    )
-    if await page.locator('[data-testid="stException"]').count():
-        raise RuntimeError("exception on the page")
-
-
-async def translator(page, url: str, rng: random.Random, until: float, results: list):
-    """A student on the Translate page: opens it, then types one sentence after another."""
-
-    async def open_page():
-        await page.goto(f"{url}/translate", wait_until="domcontentloaded", timeout=TIMEOUT_MS)
-        await page.locator("h3").nth(1).wait_for(state="visible", timeout=TIMEOUT_MS)
-        await settled(page)
-
-    await wire.timed(results, "open a page", open_page)
-    sentence = SENTENCES[0]  # the page's default sentence
-    while time.time() < until:
-        old = await page.locator("h3").nth(1).inner_text()  # the first says "Translation"
-        sentence = rng.choice([s for s in SENTENCES if s != sentence])  # a new translation
-
-        async def translate(sentence=sentence, old=old):
-            box = page.locator('[data-testid="stTextInput"] input').first
-            await box.fill(sentence)
-            await box.press("Enter")
-            await page.wait_for_function(
-                "old => (document.querySelectorAll('h3')[1] || {}).innerText !== old",
-                arg=old,
-                timeout=TIMEOUT_MS,
-            )
-            await settled(page)
-
-        await wire.timed(results, "translate", translate)
-        await asyncio.sleep(rng.uniform(0.5, 2.0))  # reading what came back
-
-
-async def explorer(page, url: str, rng: random.Random, until: float, results: list):
-    """A student on the Attention page's "Remove heads" section: switches the attention kind
-    (browse heads) and removes one more cross-attention head at a time (remove heads)."""
-    sentence = rng.choice(SENTENCES)
-
-    async def open_page():
-        query = urllib.parse.urlencode({"sentence": sentence, "section": "ablation"})
-        await page.goto(
-            f"{url}/attention?{query}", wait_until="domcontentloaded", timeout=TIMEOUT_MS
-        )
-        await page.locator('[data-testid="stMultiSelect"] input').first.wait_for(timeout=TIMEOUT_MS)
-        await settled(page)
-
-    await wire.timed(results, "open a page", open_page)
-    kind, removed = "Cross", 0
-    while time.time() < until:
-        if removed and (rng.random() < 0.5 or removed >= len(HEADS)):  # maps once one is out
-            kind = rng.choice([k for k in KIND_WORDS if k != kind])
-
-            async def browse(kind=kind):
-                radio = page.locator('[data-testid="stRadio"]').filter(has_text="Attention kind")
-                await radio.get_by_text(kind, exact=True).first.click()
-                await page.wait_for_function(
-                    "title => [...document.querySelectorAll('.js-plotly-plot .gtitle')]"
-                    ".some(t => t.textContent.includes(title))",
-                    arg=KIND_WORDS[kind],
-                    timeout=TIMEOUT_MS,
-                )
-                await settled(page)
-
-            await wire.timed(results, "browse heads", browse)
-        else:
-            removed += 1
-
-            async def remove(removed=removed):
-                box = page.locator('[data-testid="stMultiSelect"] input').first
-                await box.click()
-                await box.fill(HEADS[removed - 1])
-                await box.press("Enter")
-                await box.press("Escape")
-                what = f"{removed} head{'s' * (removed != 1)} removed"
-                await page.get_by_text(what).first.wait_for(timeout=TIMEOUT_MS)
-                await settled(page)
-
-            await wire.timed(results, "remove heads", remove)
-        await asyncio.sleep(rng.uniform(0.5, 2.0))
-
-
-async def student(browser, url: str, seed: int, until: float, results: list) -> None:
-    """One browser session (half the class translates, half explores attention)."""
-    rng = random.Random(seed)
-    context = await browser.new_context(viewport={"width": 1280, "height": 900})
-    page = await context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)  # a click or a key waits as long as a result may
-    try:
-        role = translator if seed % 2 == 0 else explorer
-        await role(page, url, rng, until, results)
-    finally:
-        await context.close()
-
-
 async def the_class(
     url: str, sessions: int, seconds: float, seed: int, seen: list | None = None, wired=False
 ) -> list:
@@ -290,20 +189,6 @@ async def the_class(
         work = [student(browser, url, seed + i, until, results) for i in range(sessions)]
         work += [hostile(browser, url, until, seen)] if seen is not None else []
         await asyncio.gather(*work)
-        await browser.close()
-    return results
-
-
-async def one_browser(url: str, seconds: float, seed: int) -> list:
-    """One Chromium session alone, as on a student's own machine: a translator for half of
-    ``seconds``, then an explorer (load.py's students, one after the other)."""
-    from playwright.async_api import async_playwright
-
-    results: list = []
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        for role in (0, 1):  # an even seed translates, an odd one explores
-            await student(browser, url, seed + role, time.time() + seconds / 2, results)
         await browser.close()
     return results
 
@@ -342,120 +227,6 @@ def report_wait(rows: list[dict]) -> None:
         print(f"| {r['interaction']} | {' | '.join(cells)} |")
 
 
-# ----------------------------------------------------------------------------- the hostile one
-
-HOSTILE_RUN = "20260101-000000-hostile"  # a finished run whose model never ends its output
-HOSTILE_SETTINGS = {  # issue 31, item 1: 1.29 GB snapshots at every step
-    "model": {"d_model": 64, "num_heads": 64, "num_encoder_layers": 24, "num_decoder_layers": 24},
-    "train": {"eval_every": 1, "probes": ["!" * 200] * 8},
-}
-
-
-def never_ending_run(runs: Path, shipped: Path) -> None:
-    """A finished run whose best.pt is an untrained model of the audit's shape (64 heads,
-    24 + 24 layers) with the shipped vocabularies: it never emits <eos>."""
-    import torch
-
-    from core.model.checkpoints import load_checkpoint, save_checkpoint
-    from core.model.config import ModelConfig
-    from core.model.transformer import Transformer
-    from core.runs.run_dir import RunDir, write_json
-
-    lm = load_checkpoint(shipped)
-    sizes = {k: v for k, v in HOSTILE_SETTINGS["model"].items()}
-    cfg = ModelConfig(len(lm.src_vocab), len(lm.tgt_vocab), d_ff=64, dropout=0.0, **sizes)
-    torch.manual_seed(0)
-    rd = RunDir(runs / HOSTILE_RUN)
-    rd.create()
-    state = {"step": 1, "best_bleu": 0.0}
-    save_checkpoint(rd.best, Transformer(cfg), lm.src_vocab, lm.tgt_vocab, state=state)
-    rd.write_status(state="finished", message="")
-    write_json(rd.job, {"run_id": HOSTILE_RUN, "created_at": 1.0, "launched_at": 0})
-
-
-def gold_files(words: int, pairs: int = 2000) -> tuple[bytes, bytes]:
-    """(pairs file, links file) of ``pairs`` sentences of ``words`` words each."""
-    side = " ".join(["go"] * words)
-    text = "".join(f"{side} ||| {side}\n" for _ in range(pairs)).encode()
-    links = "".join(" ".join(f"{i}-{i}" for i in range(words)) + "\n" for _ in range(pairs))
-    return text, links.encode()
-
-
-async def hostile(browser, url: str, until: float, seen: list) -> None:
-    """The hostile session: what one browser tried against everyone else, and what it met."""
-    from core.runs import jobs
-    from core.runs.run_dir import RunError
-
-    try:  # what the Train form's Launch does with these settings
-        await asyncio.to_thread(jobs.start_run, "d2l", HOSTILE_SETTINGS)
-        seen.append(("launch the 1.29 GB-snapshot settings", "started (NOT refused)"))
-    except RunError as e:
-        seen.append(("launch the 1.29 GB-snapshot settings", f"refused: {str(e)[:110]}"))
-    context = await browser.new_context(viewport={"width": 1280, "height": 900})
-    page = await context.new_page()
-    model = f"runs/{HOSTILE_RUN}/best.pt"
-    rounds = 0
-    while time.time() < until:
-        rounds += 1
-        for i in range(4):  # distinct links: each would have been a new cache entry
-            sentence = " ".join(["go"] * (3 + (rounds * 4 + i) % 20)) + " ."
-            query = urllib.parse.urlencode({"model": model, "max_len": 200, "sentence": sentence})
-            await page.goto(f"{url}/translate?{query}", timeout=TIMEOUT_MS)
-            await (
-                page.get_by_text("was cut from 200")
-                .or_(page.get_by_text("holds at most"))
-                .first.wait_for(timeout=TIMEOUT_MS)
-            )
-            await settled(page)
-        seen.append(("open ?max_len=200 links on the never-ending model", "cut or refused"))
-        for attempt, args in (
-            (upload_gold, (gold_files(100), seen, "2,000 pairs of 100 words")),
-            (upload_gold, (gold_files(6), seen, "2,000 pairs of 6 words")),
-            (overwrite_shipped, (seen,)),
-        ):
-            try:
-                await attempt(page, url, *args)
-            except Exception as e:  # noqa: BLE001 - the bench reports it and goes on
-                seen.append((attempt.__name__, f"bench error: {str(e).splitlines()[0][:100]}"))
-    await context.close()
-
-
-async def upload_gold(page, url: str, files: tuple[bytes, bytes], seen: list, what: str) -> None:
-    """The Alignment section's upload of a gold set; what the page answered."""
-    query = urllib.parse.urlencode({"section": "alignment", "sentence": "go ."})
-    await page.goto(f"{url}/attention?{query}", timeout=TIMEOUT_MS)
-    await page.get_by_text("Upload", exact=True).click(timeout=TIMEOUT_MS)
-    inputs = page.locator('[data-testid="stFileUploaderDropzoneInput"]')
-    await inputs.nth(0).set_input_files(
-        {"name": "pairs.txt", "mimeType": "text/plain", "buffer": files[0]}
-    )
-    await inputs.nth(1).set_input_files(
-        {"name": "gold.txt", "mimeType": "text/plain", "buffer": files[1]}
-    )
-    answers = ["readers scored", "the server scores at most", "one runs at a time"]
-    found = page.get_by_text(answers[0])
-    for words in answers[1:]:
-        found = found.or_(page.get_by_text(words))
-    await found.first.wait_for(timeout=TIMEOUT_MS)
-    await settled(page)
-    text = await page.locator("body").inner_text()
-    answer = next((a for a in answers if a in text), "?")
-    seen.append((f"upload a gold set of {what}", answer))
-
-
-async def overwrite_shipped(page, url: str, seen: list) -> None:
-    """Train page: "Save as a model" of the hostile run under the shipped model's name."""
-    await page.goto(f"{url}/train?run={HOSTILE_RUN}", timeout=TIMEOUT_MS)
-    await page.get_by_text("Save as a model").click(timeout=TIMEOUT_MS)
-    await page.get_by_role("textbox", name="Model name").fill("fra-eng-small")
-    await page.get_by_text("Replace a model with the same name").click()
-    await page.get_by_role("button", name="Save model").click()
-    answer = page.get_by_text("is the shipped model").or_(page.get_by_text("Saved as"))
-    await answer.first.wait_for(timeout=TIMEOUT_MS)
-    text = await page.locator("body").inner_text()
-    seen.append(("overwrite the shipped model", "refused" if "shipped model" in text else "SAVED"))
-
-
 def train_records(runs: Path, run_id: str) -> list[dict]:
     """The run's training records so far."""
     path = runs / run_id / "metrics.jsonl"
@@ -467,14 +238,6 @@ def median_tokens_per_s(records: list[dict]) -> float | None:
     """Median tokens/s of some training records."""
     values = [r["tokens_per_s"] for r in records if r.get("tokens_per_s")]
     return statistics.median(values) if values else None
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """The q-th percentile (nearest rank), None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
 
 
 def main() -> int:
@@ -586,32 +349,6 @@ def phases_of(args) -> tuple[str, ...]:
         "both": ("class", LOWEST),
         "all": ("class", LOWEST, WIRE, DRAWN),
     }[args.browsers]
-
-
-def compare(phases: dict, seen: list, intact: bool, quota: int) -> None:
-    """What the hostile session met, and what it cost the others (JSON lines and a table)."""
-    p95 = {
-        phase: percentile([s for what, s, e in results if not e and what != "open a page"], 95)
-        for phase, (results, *_) in phases.items()
-    }
-    errors = sum(1 for *_, e in phases["class + hostile"][0] if e)
-    summary = {
-        "ordinary_errors_with_hostile": errors,
-        "p95_without_s": p95["class"],
-        "p95_with_s": p95["class + hostile"],
-        "p95_ratio": p95["class + hostile"] / p95["class"] if p95["class"] else None,
-        "server_peak_rss_mb_with_hostile": round(phases["class + hostile"][1]),
-        "runs_folder_grew_mb": round(phases["class + hostile"][3] / 2**20, 1),
-        "quota_gb": round(quota / 2**30, 1),
-        "shipped_model_intact": intact,
-    }
-    print("\n## the hostile session")
-    counts: dict = {}
-    for what, answer in seen:
-        counts[(what, answer)] = counts.get((what, answer), 0) + 1
-    for (what, answer), n in counts.items():
-        print(json.dumps({"hostile": what, "met": answer, "times": n}))
-    print(json.dumps(summary))
 
 
 def report(results: list, peak: float, alone, loaded, args, more: dict | None = None) -> None:

@@ -203,3 +203,11 @@ async def student(url, seed, until, results, sentences, kinds, heads, timeout) -
             await explorer(s, sentences, kinds, heads, rng, until, results)
     finally:
         await s.close()
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile (nearest rank), None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]

@@ -23,16 +23,16 @@ def run(coroutine):
 def wire():
     if not helpers.SHIPPED.is_file():
         pytest.skip("checkpoints/fra-eng-small.pt not trained yet")
-    from bench import load, wire
+    from bench import students, wire
 
-    return load, wire
+    return students, wire
 
 
 def test_students_without_a_browser_translate_browse_and_remove_heads(app_server, wire):
-    load, wire = wire
+    students, wire = wire
     results: list = []
     until = time.time() + 8
-    args = (load.SENTENCES, load.KIND_WORDS, load.HEADS, 90.0)
+    args = (students.SENTENCES, students.KIND_WORDS, students.HEADS, 90.0)
     students = [wire.student(app_server["url"], seed, until, results, *args) for seed in (0, 1)]
 
     async def both():
@@ -47,7 +47,7 @@ def test_students_without_a_browser_translate_browse_and_remove_heads(app_server
 def test_a_student_sees_what_the_page_answered(app_server, wire):
     """The kind switch brings the map of that kind; a widget the page lacks, or an answer
     without what the student waits for, is an error, not a fast interaction."""
-    load, wire = wire
+    students, wire = wire
 
     async def session():
         s = wire.WireSession(app_server["url"], 90.0)
@@ -65,5 +65,5 @@ def test_a_student_sees_what_the_page_answered(app_server, wire):
 
     first, again, specs = run(session())
     assert first.startswith("### ") and again.startswith("### ") and first != again
-    assert any(load.KIND_WORDS["Encoder self"] in spec for spec in specs)
-    assert not any(load.KIND_WORDS["Cross"] in spec for spec in specs)
+    assert any(students.KIND_WORDS["Encoder self"] in spec for spec in specs)
+    assert not any(students.KIND_WORDS["Cross"] in spec for spec in specs)
