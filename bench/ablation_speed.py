@@ -22,8 +22,11 @@ from decode_latency import SENTENCE, time_ms
 
 from core.attention import importance as hi
 from core.attention.ablation import ablated, all_heads, parse_heads
-from core.model.checkpoints import load_checkpoint, trained_data
-from core.model.decode import translate
+from core.attention.head_measures import Measures
+from core.measure.sample import validation_sample
+from core.model.checkpoints import trained_data
+from core.model.decode import GREEDY
+from core.model.opened import open_model
 
 REMOVED = "encoder:1:0,decoder_self:0:2,cross:1:3"  # the heads the live re-translation removes
 
@@ -40,11 +43,11 @@ def seconds(fn, repeats: int) -> tuple[float, list[float]]:
 
 def grid(lm, sample) -> None:
     """The importance grid: BLEU (batched) and loss with each head removed, gradient scores."""
-    heads = all_heads(lm.model.cfg)
-    hi.bleu_without(lm, sample, [[]] + [[h] for h in heads])
-    for h in [None, *heads]:
-        hi.loss_without(lm, sample, [h] if h else [])
-    hi.gradient_scores(lm, sample)
+    measures = Measures(lm, sample)
+    sets = [[]] + [[h] for h in all_heads(lm.cfg)]
+    measures.bleu(sets)
+    measures.losses(sets)
+    measures.gradients()
 
 
 def report(name: str, med: float, runs: list[float], unit: str) -> None:
@@ -63,10 +66,10 @@ def main() -> None:
     os.environ.setdefault("FRA_ENG_ZIP", corpus_path())
     if args.threads:
         torch.set_num_threads(args.threads)
-    lm = load_checkpoint(args.checkpoint)
-    cfg = lm.model.cfg
+    lm = open_model(args.checkpoint)
+    cfg = lm.cfg
     start = time.perf_counter()
-    sample = hi.validation_sample(lm, trained_data(lm.meta), args.sentences)
+    sample = validation_sample(lm, trained_data(lm.meta), args.sentences)
     print(
         f"model: {args.checkpoint} ({cfg.d_model} wide, {cfg.num_encoder_layers}+"
         f"{cfg.num_decoder_layers} blocks, {cfg.num_heads} heads, {len(all_heads(cfg))} in all), "
@@ -86,14 +89,14 @@ def main() -> None:
     heads = parse_heads(REMOVED)
 
     def removed() -> None:
-        with ablated(lm.model, heads):
-            translate(lm.model, lm.src_vocab, lm.tgt_vocab, SENTENCE)
+        with ablated(lm, heads):
+            lm.translate(SENTENCE, GREEDY)
 
     print(f"sentence: {SENTENCE!r}; removed: {REMOVED}")
     report("greedy + all maps, 3 heads removed", *time_ms(removed, 50), "ms")
 
     def plain() -> None:
-        translate(lm.model, lm.src_vocab, lm.tgt_vocab, SENTENCE)
+        lm.translate(SENTENCE, GREEDY)
 
     report("greedy + all maps, no head removed", *time_ms(plain, 50), "ms")
 

@@ -33,7 +33,8 @@ from core.alignment.from_attribution import attribution_scores
 from core.alignment.gold import GOLD_DIR, parse_link_line, studio_gold
 from core.alignment.grid import alignment_grid
 from core.corpus.splits import load_splits
-from core.model.checkpoints import load_checkpoint, trained_data
+from core.model.checkpoints import trained_data
+from core.model.opened import open_model
 
 REFERENCE = GOLD_DIR / "reference.json"  # the page shows this figure beside the model's
 
@@ -126,7 +127,7 @@ def main() -> None:
     p.add_argument("--write-reference", action="store_true", help="store eflomal's figure")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    lm = load_checkpoint(args.checkpoint)
+    lm = open_model(args.checkpoint)
     pairs, gold = studio_gold()
     model_grid(lm, pairs, gold)
     if args.eflomal:

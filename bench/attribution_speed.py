@@ -25,7 +25,7 @@ from decode_latency import time_ms
 from core.attribution.faithfulness import DEFAULT_METHODS, faithfulness_for
 from core.attribution.methods import METHODS, attribute
 from core.model.checked_translation import translate_sentence
-from core.model.checkpoints import load_checkpoint
+from core.model.opened import open_model
 
 SENTENCE = "i don't know if tom will be able to come to the party tomorrow ."  # 15 words
 GOALS_MS = {  # the goals for one 15-token sentence
@@ -47,7 +47,7 @@ def speed(lm, repeats: int) -> None:
     print(f"  {'peer: greedy translation with all maps':42s} {peer:8.1f} ms")
     for method in METHODS:
         runs = repeats if method != "integrated-gradients" else max(3, repeats // 2)
-        ms, all_runs = time_ms(lambda m=method: attribute(lm.model, t.src_ids, t.out_ids, m), runs)
+        ms, all_runs = time_ms(lambda m=method: attribute(lm, t.src_ids, t.out_ids, m), runs)
         ok = "ok" if ms < GOALS_MS[method] else "OVER"
         print(
             f"  {method:42s} {ms:8.1f} ms  x{ms / peer:5.2f} of the peer  "
@@ -103,7 +103,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     os.environ["ATTENTION_STUDIO_RUNS"] = tempfile.mkdtemp(prefix="attribution-bench-")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs")
-    lm = load_checkpoint(args.checkpoint)
+    lm = open_model(args.checkpoint)
     speed(lm, args.repeats)
     if args.sentences:
         faithful(lm, args.checkpoint, args.sentences, args.faith_repeats, args.ig_sentences)

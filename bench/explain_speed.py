@@ -4,7 +4,7 @@ gradients, the full patching grid and the projector.
     python bench/explain_speed.py [--checkpoint checkpoints/fra-eng-small.pt] [--runs 3]
         [--repeats 5]
 
-The same library calls the pages and commands make, without figures: ``forced_any`` (a
+The same library calls the pages and commands make, without figures: ``TranslationModel.force`` (a
 typed target teacher-forced, with every attention map, each token's probability and rank),
 ``explain_contrast`` with integrated gradients (a foil that differs in one word), ``patch``
 on a 10-word pair (every head of the three kinds and every layer x position of both
@@ -29,9 +29,8 @@ from core.attention.patching import patch
 from core.attention.projector import ALL_LAYERS, project, sentences_of
 from core.attribution.explain import explain_contrast
 from core.model.checked_translation import translate_sentence
-from core.model.checkpoints import load_checkpoint
 from core.model.decode import DecodeSettings
-from core.model.opened import forced_any
+from core.model.opened import open_model
 
 SENTENCE = "the boy is very tall and he plays well ."  # 10 words, 11 pieces with <eos>
 CORRUPT = "the girl is very tall and she plays well ."
@@ -54,14 +53,14 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs")
-    lm = load_checkpoint(args.checkpoint)
+    lm = open_model(args.checkpoint)
     t = translate_sentence(lm, SENTENCE)
     print(f"{' '.join(t.output_tokens)} ({len(t.src_ids)} source, {len(t.out_ids)} output pieces)")
     read = sentences_of(lm, 200)
     settings = DecodeSettings()
     calls = {
         "peer: greedy translation with all maps": (lambda: translate_sentence(lm, SENTENCE), 0),
-        "typed target, every map": (lambda: forced_any(lm, SENTENCE, TARGET, settings), 0),
+        "typed target, every map": (lambda: lm.force(SENTENCE, TARGET, settings), 0),
         "contrastive integrated gradients": (
             lambda: explain_contrast(lm, t, FOIL, "integrated-gradients"),
             0,

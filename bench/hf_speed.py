@@ -5,7 +5,7 @@ layers, 8 heads, FFN 2048, a 59,514-token vocabulary, ~75 M parameters) and a wo
 tokenizer of that size, saves it with ``save_pretrained`` into a temporary folder, and
 prints (medians of interleaved repeats):
 
-- load: seconds to open the folder as the studio does (``core.model.hugging_face.load``);
+- load: seconds to open the folder as the studio does (``core.model.hf_model.load``);
 - translate: one 20-token sentence, 20 output tokens, plain greedy ``generate`` against the
   studio's translation with every map of all three kinds (``generate`` + one teacher-forced
   pass with ``output_attentions``), and the ratio;
@@ -41,9 +41,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core.attention.ablation import HeadSpec, ablated  # noqa: E402
-from core.attention.importance import precision_of  # noqa: E402
+from core.attention.head_measures import resolved_precision  # noqa: E402
 from core.model import hugging_face as hf  # noqa: E402
 from core.model.decode import DecodeSettings  # noqa: E402
+from core.model.hf_model import load  # noqa: E402
 
 OPUS_EN_FR = {  # Helsinki-NLP/opus-mt-en-fr's config.json, sizes only
     "vocab_size": 59514,
@@ -61,6 +62,8 @@ OPUS_EN_FR = {  # Helsinki-NLP/opus-mt-en-fr's config.json, sizes only
     "decoder_start_token_id": 59513,
     "scale_embedding": True,
     "share_encoder_decoder_embeddings": True,
+    "static_position_embeddings": True,
+    "activation_function": "swish",
 }
 SENTENCE = " ".join(f"w{i}" for i in range(19)) + " ."  # 20 words, 21 tokens with </s>
 
@@ -111,9 +114,9 @@ def page_seconds(folder: Path, repeats: int) -> tuple[float, float]:
 def importance_seconds(hm, precision: str, sentences: int = 50) -> tuple[float, int]:
     """(seconds, heads) of head importance on ``sentences`` synthetic sentences of 4-12
     words, each with one reference of the same length."""
-    from core.attention.hf_importance import hf_sample
     from core.attention.importance import head_importance
     from core.corpus.splits import Split
+    from core.measure.sample import sample_of
 
     rng = torch.Generator().manual_seed(0)
     pairs = []
@@ -121,7 +124,7 @@ def importance_seconds(hm, precision: str, sentences: int = 50) -> tuple[float, 
         n = int(torch.randint(4, 13, (1,), generator=rng))
         words = [f"w{int(w)}" for w in torch.randint(0, 59000, (n,), generator=rng)]
         pairs.append((words + ["."], list(reversed(words)) + ["."]))
-    sample = hf_sample(hm, Split(pairs), sentences)
+    sample = sample_of(hm, Split(pairs), sentences)
     start = time.perf_counter()
     result = head_importance(hm, sample, precision=precision)
     return time.perf_counter() - start, len(result.heads)
@@ -150,12 +153,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "checkpoints" / "opus-mt-en-fr-random"
         build(folder)
-        hf.load(folder)  # the first load imports transformers: not what a server pays per model
-        loads = [timed(lambda: hf.load(folder)) for _ in range(args.repeats)]
-        hm = hf.load(folder)
+        load(folder)  # the first load imports transformers: not what a server pays per model
+        loads = [timed(lambda: load(folder)) for _ in range(args.repeats)]
+        hm = load(folder)
         if args.only_importance:
             seconds, heads_n = importance_seconds(hm, args.precision)
-            precision = precision_of(hm, args.precision)
+            precision = resolved_precision(args.precision, hm)
             print(
                 json.dumps(
                     {
@@ -178,15 +181,15 @@ def main() -> None:
                     hm.model.generate(input_ids=src, **kwargs)
 
             def studio(settings=settings):
-                hf.translate(hm, SENTENCE, settings)
+                hm.translate(SENTENCE, settings)
 
             plain(), studio()  # warm-up
             pairs = [(timed(plain), timed(studio)) for _ in range(args.repeats)]
             rows[beam] = [statistics.median(col) for col in zip(*pairs)]
         heads = [HeadSpec("cross", 5, h) for h in range(8)]
-        with ablated(hm.model, heads):
+        with ablated(hm, heads):
             removed = statistics.median(
-                timed(lambda: hf.translate(hm, SENTENCE, DecodeSettings(max_len=20)))
+                timed(lambda: hm.translate(SENTENCE, DecodeSettings(max_len=20)))
                 for _ in range(args.repeats)
             )
         page_first, page_again = page_seconds(folder, args.repeats)
@@ -210,7 +213,7 @@ def main() -> None:
         "page_new_sentence_s": round(page_again, 2),
         "importance_heads": heads_n,
         "importance_50_sentences_s": importance_s and round(importance_s, 1),
-        "importance_precision": precision_of(hm, args.precision),
+        "importance_precision": resolved_precision(args.precision, hm),
         "peak_rss_mb": round(peak_mb),
         "peak_rss_after_importance_mb": round(importance_peak_mb),
     }

@@ -24,7 +24,7 @@ from decode_latency import time_ms
 from core.attention.logit_lens import logit_lens
 from core.attention.query_key import query_key_view
 from core.model.checked_translation import translate_sentence
-from core.model.checkpoints import load_checkpoint
+from core.model.opened import open_model
 
 SENTENCE = "i don't know if tom will be able to come to the party tomorrow ."  # 15 words
 GOALS_MS = {"q·k view, one head": 100, "logit lens": 50}
@@ -40,10 +40,10 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs")
-    lm = load_checkpoint(args.checkpoint)
+    lm = open_model(args.checkpoint)
     t = translate_sentence(lm, SENTENCE)
     print(f"sentence: {len(t.src_ids)} source tokens, {len(t.out_ids)} output tokens")
-    last = lm.model.cfg.num_decoder_layers - 1
+    last = lm.cfg.num_decoder_layers - 1
     calls = {
         "peer: greedy translation with all maps": lambda: translate_sentence(lm, SENTENCE),
         "q·k view, one head": lambda: query_key_view(lm, t, "cross", last, 0, len(t.out_ids) // 2),

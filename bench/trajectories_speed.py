@@ -29,7 +29,7 @@ from common import ROOT, corpus_path, median
 from core.alignment.head_aer import head_trajectories
 from core.attention.trajectories import _Validation
 from core.attention.trajectory_numbers import validation_means
-from core.model.checkpoints import load_checkpoint
+from core.model.opened import open_model
 from core.runs.run_dir import RunDir
 
 GOAL_S = 60.0
@@ -55,7 +55,7 @@ def first_time(run: Path, sentences: int, cache: Path) -> tuple[float, object]:
 def peer_seconds(run: Path, sentences: int) -> float:
     """One teacher-forced pass with every map over the validation sentences (last model)."""
     rd = RunDir(run)
-    lm = load_checkpoint(rd.snapshot_model(rd.snapshot_model_steps()[-1]))
+    lm = open_model(rd.snapshot_model(rd.snapshot_model_steps()[-1]))
     rows = _Validation(sentences, None).rows(lm)
     start = time.perf_counter()
     validation_means(lm, rows)

@@ -17,13 +17,12 @@ import argparse
 import json
 import sys
 
-from core.attention.hf_importance import PRECISIONS
+from core.attention.head_measures import PRECISIONS
 from core.attention.importance import SENTENCES, importance_for
 from core.command_line import CommandError, run_command, terminal_progress
 from core.corpus.source import DataError
-from core.model import hf_folder
 from core.model.checkpoints import CheckpointError
-from core.model.opened import is_hugging_face, open_model
+from core.model.opened import model_path, open_model
 
 
 def json_lines(result) -> list[str]:
@@ -65,7 +64,7 @@ def run(args: argparse.Namespace) -> list[str]:
     if args.sentences < 1:
         raise CommandError("--sentences must be at least 1.")
     lm = open_model(args.checkpoint, hub=True)
-    path = hf_folder.resolve(args.checkpoint) if is_hugging_face(lm) else args.checkpoint
+    path = model_path(args.checkpoint)
     result = importance_for(
         lm,
         path,

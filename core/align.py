@@ -24,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-from core.alignment.extract import MODES, Reader, links, pair_maps, readers
+from core.alignment.extract import Reader, links, pair_maps, pick_readers
 from core.alignment.from_attribution import attribution_scores
 from core.alignment.gold import (
     GoldError,
@@ -35,14 +35,14 @@ from core.alignment.gold import (
     write_links,
 )
 from core.alignment.grid import alignment_grid
-from core.alignment.supervision_effect import compared
+from core.alignment.supervision_effect import SupervisionError, compared
 from core.attribution.methods import METHODS
-from core.command_line import run_command
+from core.command_line import CommandError, run_command
 from core.model.checkpoints import CheckpointError
-from core.model.opened import is_hugging_face, open_model
+from core.model.opened import open_model
 
 
-def parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     """The command's flags."""
     p = argparse.ArgumentParser(description="Word alignments from cross-attention, and AER.")
     p.add_argument("--checkpoint", required=True)
@@ -61,35 +61,31 @@ def parser() -> argparse.ArgumentParser:
 
 
 def chosen_readers(args, layers: int, heads: int) -> list[Reader]:
-    """The readers the flags ask for (raises ValueError naming a bad flag)."""
-    every = readers(layers, heads)
-    if unknown := [m for m in args.method or [] if m not in METHODS]:
-        raise ValueError(f"unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}")
+    """The readers the flags ask for (CommandError naming a bad flag)."""
     if args.threshold is not None and not 0 < args.threshold <= 1:
-        raise ValueError(f"--threshold must be in (0, 1] (got {args.threshold})")
-    if args.mode is not None and args.mode not in MODES:
-        raise ValueError(f"--mode must be one of {', '.join(MODES)} (got {args.mode!r})")
-    if args.layer not in (None, "all") and not (args.layer.isdigit() and int(args.layer) < layers):
-        raise ValueError(f"--layer must be 0..{layers - 1} or 'all' (got {args.layer!r})")
-    if args.head not in (None, "mean") and not (args.head.isdigit() and int(args.head) < heads):
-        raise ValueError(f"--head must be 0..{heads - 1} or 'mean' (got {args.head!r})")
-    keep = [
-        r
-        for r in every
-        if (args.mode is None or r.mode == args.mode)
-        and (args.layer is None or str(r.layer_label) == args.layer)
-        and (args.head is None or r.head_label == args.head)
-    ]
-    if not keep:
-        raise ValueError(
-            "no reader matches --layer/--head (the mean of all layers has head 'mean')"
-        )
-    return keep
+        raise CommandError(f"--threshold must be in (0, 1] (got {args.threshold})")
+    try:
+        return pick_readers(layers, heads, args.mode, args.layer, args.head)
+    except ValueError as e:
+        raise CommandError(str(e)) from e
+
+
+def method_flags(args, lm) -> None:
+    """CommandError for a --method that is unknown or does not explain this model (before
+    any reading is computed)."""
+    for m in args.method or []:
+        if m not in METHODS:
+            raise CommandError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
+        if problem := lm.supports(m):
+            raise CommandError(problem)
+    if args.method and args.gold is None:
+        raise CommandError("--method scores an attribution method: give --gold too")
 
 
 def run(args) -> list[str]:
     """The lines to print."""
     lm = open_model(args.checkpoint, hub=True)
+    method_flags(args, lm)
     pairs = read_pairs(args.data)
     cfg = lm.cfg
     picked = chosen_readers(args, cfg.num_decoder_layers, cfg.num_heads)
@@ -99,8 +95,6 @@ def run(args) -> list[str]:
     gold = read_links(args.gold, args.one_indexed)
     check_gold(pairs, gold, (Path(args.data).name, Path(args.gold).name))
     grid = alignment_grid(lm, pairs, gold, picked, args.threshold)
-    if args.method and is_hugging_face(lm):
-        raise ValueError("--method reads the studio's own checkpoints only (not built yet)")
     extra = [attribution_scores(lm, pairs, gold, m) for m in args.method or []]
     rows = [r.to_json() for r in grid.rows] + extra + [{"best": grid.best.to_json()}]
     if args.compare_with:
@@ -111,7 +105,8 @@ def run(args) -> list[str]:
 
 def main(argv=None) -> int:
     """Print alignments, or the AER of every reader."""
-    return run_command(parser(), run, (CheckpointError, GoldError, ValueError, OSError), argv)
+    errors = (CheckpointError, GoldError, SupervisionError, OSError)
+    return run_command(build_parser(), run, errors, argv)
 
 
 if __name__ == "__main__":

@@ -25,18 +25,16 @@ import sys
 from core.attribution.contrast import contrast_problem
 from core.attribution.explain import explain, explain_contrast, in_words
 from core.attribution.faithfulness import DEFAULT_METHODS, SENTENCES, faithfulness_for
-from core.attribution.hugging_face import method_problem
-from core.attribution.methods import MEAN, METHODS, AttributionError
+from core.attribution.methods import MEAN, METHODS, AttributionError, method_problem
 from core.command_line import CommandError, run_command, terminal_progress
 from core.corpus.source import DataError
-from core.model import hf_folder
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError
 from core.model.decode import BEAM_SIZES, DecodeSettings, TranslationError
-from core.model.opened import is_hugging_face, open_model
+from core.model.opened import model_path, open_model
 
 
-def parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     """The command's flags."""
     p = argparse.ArgumentParser(description="Token attribution of a translation, as JSON.")
     p.add_argument("--checkpoint", required=True)
@@ -87,9 +85,9 @@ def run(args) -> list[str]:
     target = args.target_lang or None
     if args.faithfulness:
         methods = tuple(args.method or DEFAULT_METHODS)
-        if args.method and is_hugging_face(lm) and (why := method_problem(lm, args.method[0])):
+        if args.method and (why := method_problem(lm, args.method[0])):
             raise CommandError(why)
-        path = hf_folder.resolve(args.checkpoint) if is_hugging_face(lm) else args.checkpoint
+        path = model_path(args.checkpoint)
         result = faithfulness_for(
             lm, path, args.sentences, methods, args.data, terminal_progress(), args.refresh, target
         )
@@ -106,7 +104,7 @@ def run(args) -> list[str]:
 def main(argv=None) -> int:
     """Print an attribution (or the faithfulness table) of a checkpoint."""
     return run_command(
-        parser(),
+        build_parser(),
         run,
         (CheckpointError, DataError, AttributionError, TranslationError),
         argv,

@@ -1,8 +1,9 @@
 """``python -m core.evaluate``: BLEU, loss and speed of a checkpoint on a split, as JSON.
 
-A Hugging Face model folder (or hub id) is evaluated on the same split of fra-eng (or of
-``--data``) as the studio splits it by default: the shipped model's own test sentences.
-The library is ``core.model.scores`` (``core.attention.hf_importance`` for such a model).
+A model not trained here (a Hugging Face folder or hub id) is evaluated on the same split of
+fra-eng (or of ``--data``) as the studio splits it by default: the shipped model's own test
+sentences. The library is ``TranslationModel.evaluate`` (``core.model.scores`` for the
+studio's own models).
 """
 
 from __future__ import annotations
@@ -12,14 +13,11 @@ import json
 import sys
 from pathlib import Path
 
-from core.attention.hf_importance import evaluate_split as hf_evaluate
 from core.command_line import run_command
-from core.corpus.config import DataConfig
 from core.corpus.source import DataError
 from core.corpus.splits import load_splits
 from core.model.checkpoints import CheckpointError, data_config_of
-from core.model.opened import is_hugging_face, open_model
-from core.model.scores import evaluate_split
+from core.model.opened import open_model
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,8 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> list[str]:
     """BLEU, loss and speed of the checkpoint on the split, as one JSON object."""
     lm = open_model(args.checkpoint, hub=True)
-    hugging_face = is_hugging_face(lm)
-    cfg = DataConfig() if hugging_face else data_config_of(lm.meta)
+    cfg = data_config_of(lm.meta)  # the default settings for a model not trained here
     if args.data:
         cfg.source = args.data
     elif cfg.source != "fra-eng" and not Path(cfg.source).is_file():
@@ -50,10 +47,7 @@ def run(args: argparse.Namespace) -> list[str]:
     split = getattr(load_splits(cfg), args.split)
     if not split.pairs:
         raise DataError(f"The {args.split} split of {cfg.source} is empty.")
-    if hugging_face:
-        result = hf_evaluate(lm, split, args.max_sentences, args.target_lang or None)
-    else:
-        result = evaluate_split(lm.model, lm.src_vocab, lm.tgt_vocab, split, args.max_sentences)
+    result = lm.evaluate(split, args.max_sentences, args.target_lang or None)
     return [json.dumps({"checkpoint": args.checkpoint, "split": args.split, **result}, indent=2)]
 
 

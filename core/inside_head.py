@@ -31,7 +31,7 @@ from core.model.opened import open_model
 MAX_TOP = 100  # the most words --top may ask for
 
 
-def parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     """The command's flags."""
     p = argparse.ArgumentParser(description="Inside one attention head, or the logit lens.")
     p.add_argument(
@@ -80,7 +80,9 @@ def run(args) -> list[str]:
 
 def main(argv=None) -> int:
     """Print one head's q·k view or the logit lens of a checkpoint's translation."""
-    return run_command(parser(), run, (CheckpointError, InsideHeadError, TranslationError), argv)
+    return run_command(
+        build_parser(), run, (CheckpointError, InsideHeadError, TranslationError), argv
+    )
 
 
 if __name__ == "__main__":

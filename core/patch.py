@@ -14,8 +14,9 @@ the step, both tokens and the prefix. ``--direction noise`` patches the corrupte
 the clean one instead (what is necessary rather than what suffices: 0 = the clean run
 unchanged, 1 = the corrupted run's metric). ``--prefix`` (target words, "" for none) and
 ``--answers`` (the clean and the corrupted answer word) choose the step and the metric where
-the translations agree; a prefix alone takes each run's most likely word after it. The
-library is ``core.attention.patching``.
+the translations agree; a prefix alone takes each run's most likely word after it. CK is a
+studio checkpoint or a Hugging Face model folder (a hub id when online); ``--target-lang``
+a multilingual model's output language. The library is ``core.attention.patching``.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ import json
 import sys
 
 from core.attention.patching import DIRECTIONS, patch
-from core.command_line import CommandError, run_command
+from core.command_line import run_command
 from core.model.checkpoints import CheckpointError
 from core.model.decode import TranslationError
-from core.model.opened import is_hugging_face, open_model
+from core.model.opened import open_model
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="The effect of patching each head and each residual position from one "
         "source sentence's run into another's."
     )
-    p.add_argument("--checkpoint", required=True, help="a studio checkpoint (.pt)")
+    p.add_argument(
+        "--checkpoint", required=True, help="a studio checkpoint (.pt), a model folder or hub id"
+    )
     p.add_argument("--clean", required=True, help="the source whose activations are patched in")
     p.add_argument("--corrupt", required=True, help="the source they are patched into")
     p.add_argument("--direction", choices=DIRECTIONS, default=DIRECTIONS[0])
@@ -45,18 +48,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--answers", nargs=2, default=None, metavar=("CLEAN", "CORRUPT"), help="two answer words"
     )
+    p.add_argument("--target-lang", default="", help="a multilingual model's target language")
     return p
 
 
 def run(args: argparse.Namespace) -> list[str]:
     """One line per component, then the metrics."""
     lm = open_model(args.checkpoint, hub=True)
-    if is_hugging_face(lm):
-        raise CommandError("activation patching reads the studio's own models for now")
     answers = tuple(args.answers) if args.answers else None
     result = patch(
         lm, args.clean, args.corrupt, None, direction=args.direction, prefix=args.prefix,
-        answers=answers,
+        answers=answers, target_lang=args.target_lang or None,
     )  # fmt: skip
     lines = [json.dumps(row, ensure_ascii=False) for row in result.rows]
     return [*lines, json.dumps(result.summary(), ensure_ascii=False)]

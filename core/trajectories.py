@@ -25,14 +25,14 @@ from pathlib import Path
 from core.alignment.head_aer import head_trajectories
 from core.attention.trajectories import SENTENCES, as_json_lines, history_of
 from core.attention.trajectory_reading import stages
-from core.command_line import run_command
+from core.command_line import CommandError, run_command
 from core.model.checkpoints import CheckpointError, read_metadata
 from core.runs.history import open_history
 
 MAX_SENTENCES = 10_000
 
 
-def parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     """The command's flags."""
     p = argparse.ArgumentParser(description="Every attention head's numbers over training.")
     where = p.add_mutually_exclusive_group(required=True)
@@ -44,22 +44,22 @@ def parser() -> argparse.ArgumentParser:
 
 
 def source_of(args) -> tuple[Path, Path | None]:
-    """(the history to read, the checkpoint to measure too); ValueError naming what is wrong."""
+    """(the history to read, the checkpoint to measure too); CommandError naming what is wrong."""
     if not 1 <= args.sentences <= MAX_SENTENCES:
-        raise ValueError(f"--sentences must be 1..{MAX_SENTENCES} (got {args.sentences})")
+        raise CommandError(f"--sentences must be 1..{MAX_SENTENCES} (got {args.sentences})")
     if args.run is not None:
         run = Path(args.run)
         if not run.is_dir():
-            raise ValueError(f"--run {run} is not a directory")
+            raise CommandError(f"--run {run} is not a directory")
         source, checkpoint = run, None
     else:
         checkpoint = Path(args.checkpoint)
         read_metadata(checkpoint)  # CheckpointError when it is not one of ours
         source = history_of(checkpoint)
         if source is None:
-            raise ValueError(f"{checkpoint} has no training history (no run, no .history file)")
+            raise CommandError(f"{checkpoint} has no training history (no run, no .history file)")
     if not open_history(source).snapshot_steps():
-        raise ValueError(f"{source} holds no readable attention snapshots")
+        raise CommandError(f"{source} holds no readable attention snapshots")
     return source, checkpoint
 
 
@@ -77,7 +77,7 @@ def run(args) -> list[str]:
 
 def main(argv=None) -> int:
     """Print the trajectories as JSON lines."""
-    return run_command(parser(), run, (CheckpointError, ValueError, OSError), argv)
+    return run_command(build_parser(), run, (CheckpointError, OSError), argv)
 
 
 if __name__ == "__main__":

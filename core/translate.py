@@ -9,8 +9,8 @@ import sys
 from core.attention.ablation import HeadSpecError, ablated, heads_of
 from core.command_line import CommandError, run_command
 from core.model.checkpoints import CheckpointError
-from core.model.decode import ALPHA, MAX_LEN
-from core.model.opened import open_model, translate_lines
+from core.model.decode import ALPHA, MAX_LEN, DecodeSettings
+from core.model.opened import open_model
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,10 +54,9 @@ def run(args: argparse.Namespace) -> int:
             lines = f.read().splitlines()
     else:
         lines = [" ".join(args.sentence)]
-    with ablated(lm.model, heads):
-        outs, warnings = translate_lines(
-            lm, lines, args.beam, args.alpha, args.max_len, args.target_lang
-        )
+    settings = DecodeSettings(args.beam, args.alpha, args.max_len, target_lang=args.target_lang)
+    with ablated(lm, heads):
+        outs, warnings = lm.translate_lines(lines, settings)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     print("\n".join(outs))

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.attention.families import section_problem, source_label, target_label
 from core.attention.kinds import reading_hint
-from core.attention.view_state import clamp_view
 from core.model.decode import TranslationError
 from pages.ui.attention.alignment_gold_view import open_on_best_reader
 from pages.ui.attention.controls import view_controls
 from pages.ui.attention.inputs import SectionInputs
-from pages.ui.attention.sections import coming_section, pick_section
+from pages.ui.attention.sections import SECTION_FIELDS, coming_section, pick_section
 from pages.ui.cached import sentence_maps, translate
 from pages.ui.frame import ensure_app_navigation, footer, link
 from pages.ui.model_picker import pick_model
 from pages.ui.text import md
+from pages.ui.view_state import clamp_view
 from pages.ui.view_widgets import (
     ATTENTION_KEYS,
     TRANSLATE_KEYS,
@@ -39,14 +38,14 @@ def main() -> None:
         return
     entry, lm = picked
     target_language(lm, state, "at")
-    sentence_input(state, "at", source_label(lm))
-    target_input(state, "at", target_label(lm))
+    sentence_input(state, "at", lm.source_label)
+    target_input(state, "at", lm.target_name)
     settings = state.settings()
     try:
         t = translate(lm, entry.path, entry.mtime, state.sentence, settings, state.target)
     except TranslationError as e:
         st.error(md(e))
-        write_url(state, ATTENTION_KEYS)
+        write_url(state, ATTENTION_KEYS, SECTION_FIELDS)
         footer()
         return
     key = (entry.path, entry.mtime, state.sentence, settings, state.target)  # SectionInputs.key
@@ -73,11 +72,11 @@ def main() -> None:
     section = pick_section(state)
     if reads_view:
         st.caption(reading_hint(state.kind))
-    if problem := section_problem(lm, state.section):
+    if problem := lm.supports(state.section):
         st.info(md(problem))
     else:
         section.draw(SectionInputs(entry, lm, t, pieces, maps, state, stretch))
-    write_url(state, ATTENTION_KEYS)
+    write_url(state, ATTENTION_KEYS, SECTION_FIELDS)
     footer()
 
 

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.attention.families import source_label, target_label
-from core.attention.view_state import ViewState
 from core.corpus.text import D2L_TEST_PAIRS
 from core.model import d2l_check
 from core.model.checked_translation import target_frame, topk_frame
-from core.model.checkpoints import LoadedModel
 from core.model.decode import (
     ALPHAS,
     BEAM_SIZES,
@@ -18,11 +15,13 @@ from core.model.decode import (
     Translation,
     TranslationError,
 )
+from core.model.interface import TranslationModel
 from core.runs.catalogue import ModelEntry
 from pages.ui.cached import translate, validation_examples
 from pages.ui.frame import ensure_app_navigation, footer, link
 from pages.ui.model_picker import pick_model
 from pages.ui.text import code, md, spreadsheet_safe
+from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import (
     TRANSLATE_KEYS,
     sentence_input,
@@ -59,7 +58,7 @@ def decode_settings(state: ViewState) -> DecodeSettings:
     return state.settings()
 
 
-def choose_validation(lm: LoadedModel, state: ViewState) -> None:
+def choose_validation(lm: TranslationModel, state: ViewState) -> None:
     """Optionally pick a validation sentence; shows its reference translations."""
     if not st.toggle("Pick a validation sentence", key="tr_use_val"):
         return
@@ -120,7 +119,9 @@ def show_translation(t: Translation, state: ViewState) -> None:
     link("attention.py", "Inspect its attention →", state.to_query())
 
 
-def show_target(lm: LoadedModel, entry: ModelEntry, own: Translation, state: ViewState) -> None:
+def show_target(
+    lm: TranslationModel, entry: ModelEntry, own: Translation, state: ViewState
+) -> None:
     """The translation the user typed, teacher-forced: each token's probability and rank
     beside the model's own first choice, and both log-probabilities."""
     st.subheader("Your translation, as the model rates it")
@@ -144,7 +145,7 @@ def show_target(lm: LoadedModel, entry: ModelEntry, own: Translation, state: Vie
     link("attention.py", "Explain it on the Attention page →", state.to_query())
 
 
-def d2l_section(lm: LoadedModel, entry: ModelEntry, settings: DecodeSettings) -> None:
+def d2l_section(lm: TranslationModel, entry: ModelEntry, settings: DecodeSettings) -> None:
     """One click: the d2l chapter's four sentences with BLEU against the book's references."""
     st.subheader("The d2l.ai chapter's check")
     st.caption(
@@ -177,9 +178,9 @@ def main() -> None:
         entry, lm = picked
         choose_validation(lm, state)
         target_language(lm, state, "tr")
-        sentence_input(state, "tr", source_label(lm))
+        sentence_input(state, "tr", lm.source_label)
         settings = decode_settings(state)
-        target_input(state, "tr", target_label(lm))
+        target_input(state, "tr", lm.target_name)
         try:
             t = translate(lm, entry.path, entry.mtime, state.sentence, settings)
         except TranslationError as e:

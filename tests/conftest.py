@@ -100,10 +100,10 @@ def tiny_checkpoint(tiny_run) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_checkpoint):
-    """The tiny model, loaded once (a LoadedModel; never mutate it)."""
-    from core.model.checkpoints import load_checkpoint
+    """The tiny model, loaded once (a StudioModel; never mutate it)."""
+    from core.model.studio_model import StudioModel
 
-    return load_checkpoint(tiny_checkpoint)
+    return StudioModel.load(tiny_checkpoint)
 
 
 @pytest.fixture(scope="session")
@@ -274,16 +274,16 @@ def hf_models(tmp_path_factory) -> dict:
     """{family: folder} of tiny random Hugging Face encoder-decoders (tests/hf_tiny.py),
     built offline once per session."""
     os.environ["HF_HUB_OFFLINE"] = "1"
-    from tests.hf_tiny import FAMILIES, save_marian_spm, save_tiny
+    from tests.hf_tiny import CONFORMANCE, save_marian_spm, save_tiny
 
     root = tmp_path_factory.mktemp("hf")
-    folders = {family: save_tiny(root / family, family) for family in FAMILIES}
+    folders = {family: save_tiny(root / family, family) for family in CONFORMANCE}
     return folders | {"marian-spm": save_marian_spm(root / "marian-spm")}
 
 
 @pytest.fixture(scope="session")
 def hf_loaded(hf_models) -> dict:
     """{family: HFModel} of the tiny models, loaded once per session (never changed)."""
-    from core.model import hugging_face as hf
+    from core.model.hf_model import load
 
-    return {family: hf.load(folder) for family, folder in hf_models.items()}
+    return {family: load(folder) for family, folder in hf_models.items()}

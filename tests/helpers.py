@@ -451,3 +451,52 @@ def model_and_batch(norm_first: bool):
     tgt = padded_batch(19, [6, 6, 3], 6, seed=1)
     tgt[:, 0] = 1  # <bos>
     return model, src, tgt
+
+
+# ----------------------------------------------------------------------------- the one interface
+
+
+def studio_adapter(model):
+    """A toy Transformer behind the one interface (``StudioModel``), with word vocabularies of
+    its sizes (its passes never read words)."""
+    from core.corpus.vocab import SPECIALS, Vocab
+    from core.model.studio_model import StudioModel
+
+    def vocab(size: int) -> Vocab:
+        return Vocab(SPECIALS + [f"w{i}" for i in range(size - len(SPECIALS))])
+
+    return StudioModel(model, vocab(model.cfg.src_vocab_size), vocab(model.cfg.tgt_vocab_size))
+
+
+def encoder_matrix_at(m, x):
+    """Value zeroing's matrix (S, S) of encoder layer 0 when it reads x (1, S, D): a hook on
+    the layer's input site puts x in every copy of the batch, in the recorded pass and in the
+    zeroed ones (a source of S real tokens: nothing masked)."""
+    from core.attribution import value_zeroing
+
+    S = x.size(1)
+    src = torch.tensor([[*range(4, 4 + S - 1), 2]])  # (1, S), <eos> last
+    tgt_in = torch.tensor([[1]])  # (1, 1) <bos>
+    with m.hooks([("encoder.0.in", lambda h, name: x.expand_as(h))]), torch.no_grad():
+        p = m.record(src, tgt_in)
+        assert torch.equal(p.encoder_inputs[0], x)  # the premise: the layer read x
+        return value_zeroing.encoder_matrix(m, p, 0)
+
+
+SUBJECTS = [("i am", "je suis"), ("you are", "tu es"), ("he is", "il est"), ("we are", "nous")]
+ADJECTIVES = [("cold", "froid"), ("hot", "chaud"), ("tired", "fatigué"), ("tall", "grand")]
+
+
+def fra_eng_like(tmp_path, n: int = 400) -> Path:
+    """A fra.txt-in-a-zip corpus of the tiny Hugging Face models' words, standing in for
+    fra-eng."""
+    import zipfile
+
+    lines = []
+    for i in range(n):
+        (s_en, s_fr), (a_en, a_fr) = SUBJECTS[i % 4], ADJECTIVES[(i // 4) % 4]
+        lines.append(f"{s_en} {a_en} {'home ' * (i // 16)}.\t{s_fr} {a_fr} .\tCC-BY")
+    path = tmp_path / "fra-eng.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("fra.txt", "\n".join(lines) + "\n")
+    return path

@@ -14,7 +14,59 @@ ENGLISH = "i am cold hot tired home the boy girl is tall small . you are he she 
 FRENCH = "je suis froid chaud fatigué maison le garçon fille est grand petit tu es il elle nous"
 WORDS = [*ENGLISH.split(), *FRENCH.split()]
 LANGUAGES = ["__en__", "__fr__", "__de__"]  # the M2M100 tiny model's language codes
-FAMILIES = ("marian", "bart", "t5", "m2m_100")
+FAMILIES = ("marian", "bart", "t5", "m2m_100")  # what most Hugging Face tests read
+CONFORMANCE = (*FAMILIES, "mbart", "t5-v1.1")  # every family the conformance suite reads
+MULTILINGUAL = ("m2m_100", "mbart")  # their tiny tokenizers carry LANGUAGES
+REAL_FLAGS = {  # each family's flags as its real hub checkpoints ship them (their config.json)
+    "marian": {  # Helsinki-NLP/opus-mt-en-fr (every opus-mt checkpoint): √d embedding scale,
+        # static sinusoidal positions, one embedding shared by encoder, decoder and lm_head,
+        # swish, post-LN; final_logits_bias is a buffer every Marian checkpoint carries
+        "scale_embedding": True,
+        "static_position_embeddings": True,
+        "share_encoder_decoder_embeddings": True,
+        "tie_word_embeddings": True,
+        "activation_function": "swish",
+        "normalize_before": False,
+        "add_final_layer_norm": False,
+    },
+    "bart": {  # facebook/bart-base: learned positions (offset 2), layernorm_embedding (in the
+        # architecture), no embedding scale, post-LN, gelu, tied embeddings
+        "scale_embedding": False,
+        "activation_function": "gelu",
+        "normalize_before": False,
+        "add_final_layer_norm": False,
+        "tie_word_embeddings": True,
+    },
+    "mbart": {  # facebook/mbart-large-50-many-to-many-mmt: pre-LN with a final norm per
+        # stack, layernorm_embedding, √d scale, gelu, the target language forced first
+        "scale_embedding": True,
+        "activation_function": "gelu",
+        "normalize_before": True,
+        "add_final_layer_norm": True,
+        "tie_word_embeddings": True,
+    },
+    "m2m_100": {  # facebook/m2m100_418M (and NLLB's m2m_100 checkpoints): pre-LN, √d scale,
+        # sinusoidal positions from the ids (padding skipped), relu
+        "scale_embedding": True,
+        "activation_function": "relu",
+        "tie_word_embeddings": True,
+    },
+    "t5": {  # t5-small: relative position bias (32 buckets), RMSNorm pre-LN, no √d on q·k,
+        # relu, tied embeddings (the decoder's output rescaled by d^-1/2 before lm_head)
+        "feed_forward_proj": "relu",
+        "tie_word_embeddings": True,
+        "relative_attention_num_buckets": 32,
+        "relative_attention_max_distance": 128,
+        "layer_norm_epsilon": 1e-6,
+    },
+    "t5-v1.1": {  # google/t5-v1_1-small, google/flan-t5-small: gated-gelu, untied lm_head
+        "feed_forward_proj": "gated-gelu",
+        "tie_word_embeddings": False,
+        "relative_attention_num_buckets": 32,
+        "relative_attention_max_distance": 128,
+        "layer_norm_epsilon": 1e-6,
+    },
+}
 
 
 def word_tokenizer(codes=()):
@@ -39,8 +91,8 @@ def word_tokenizer(codes=()):
 
 
 def tiny_config(family: str, vocab_size: int):
-    """A 2+2-layer, 4-head, 32-wide config of one family."""
-    from transformers import BartConfig, M2M100Config, MarianConfig, T5Config
+    """A 2+2-layer, 4-head, 32-wide config of one family, with its real checkpoints' flags."""
+    from transformers import BartConfig, M2M100Config, MarianConfig, MBartConfig, T5Config
 
     ids = {"pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 3}
     bart_like = {
@@ -54,14 +106,17 @@ def tiny_config(family: str, vocab_size: int):
         "decoder_ffn_dim": 64,
         "max_position_embeddings": 64,
         **ids,
+        **REAL_FLAGS.get(family, {}),
     }
     if family == "marian":
         return MarianConfig(**bart_like, decoder_start_token_id=0, forced_eos_token_id=1)
     if family == "bart":
         return BartConfig(**bart_like, decoder_start_token_id=1, forced_bos_token_id=None)
+    if family == "mbart":
+        return MBartConfig(**bart_like, decoder_start_token_id=1)
     if family == "m2m_100":
         return M2M100Config(**bart_like, decoder_start_token_id=1)
-    if family == "t5":
+    if family in ("t5", "t5-v1.1"):
         return T5Config(
             vocab_size=vocab_size,
             d_model=32,
@@ -70,9 +125,9 @@ def tiny_config(family: str, vocab_size: int):
             num_layers=2,
             num_decoder_layers=2,
             num_heads=4,
-            relative_attention_num_buckets=8,
             decoder_start_token_id=0,
             **ids,
+            **REAL_FLAGS[family],
         )
     raise ValueError(family)
 
@@ -81,10 +136,13 @@ def save_tiny(folder, family: str = "marian", seed: int = 0) -> Path:
     """Build one tiny random model with its tokenizer and save both into ``folder``."""
     from transformers import AutoModelForSeq2SeqLM
 
-    codes = LANGUAGES if family == "m2m_100" else ()
+    codes = LANGUAGES if family in MULTILINGUAL else ()
     tokenizer = word_tokenizer(codes)
     torch.manual_seed(seed)
     model = AutoModelForSeq2SeqLM.from_config(tiny_config(family, len(tokenizer)))
+    bias = getattr(model, "final_logits_bias", None)
+    if bias is not None:  # a real checkpoint's is not zero: the lens and logits must add it
+        bias.normal_(0.0, 0.5)
     folder = Path(folder)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)

@@ -1,4 +1,5 @@
-"""Head ablation: head specs, gates on both attention paths, importance, cache and commands."""
+"""Head ablation: head specs, gates on both attention paths (per thread, through the model's
+hook sites), importance, cache and commands."""
 
 from __future__ import annotations
 
@@ -10,24 +11,27 @@ import torch
 
 from core import ablate as ablate_cmd
 from core import translate as translate_cmd
+from core.attention import head_measures
 from core.attention import importance as hi
 from core.attention.ablation import (
     HeadSpec,
     HeadSpecError,
     ablated,
     all_heads,
-    attention_modules,
     check_heads,
-    gate_table,
-    gated,
     heads_of,
     parse_heads,
     spec_text,
 )
+from core.attention.head_measures import Measures
 from core.attention.kinds import KINDS
+from core.corpus.vocab import SPECIALS, Vocab
+from core.measure.sample import validation_sample
+from core.model import hooks
 from core.model import scores as evaluate
 from core.model.checkpoints import atomic_save, load_checkpoint, read_checkpoint, trained_data
 from core.model.decode import translate, translate_batch
+from core.model.studio_model import StudioModel
 from core.model.transformer import Transformer
 from tests.helpers import TINY, model_and_batch, toy_model_config
 
@@ -41,29 +45,48 @@ def runs_root(tmp_path, monkeypatch):
     return tmp_path / "runs"
 
 
+def placeholder_vocab(size: int) -> Vocab:
+    """A vocabulary of ``size`` made-up words (the toy model's passes never read its words)."""
+    return Vocab(SPECIALS + [f"w{i}" for i in range(size - len(SPECIALS))])
+
+
 @pytest.fixture
 def toy():
-    """(model, src, tgt): a seeded toy model (2 encoder, 3 decoder blocks, 4 heads), a batch."""
-    return model_and_batch(norm_first=False)
+    """(StudioModel, src, tgt): a seeded toy model (2 encoder, 3 decoder blocks, 4 heads), a
+    batch."""
+    model, src, tgt = model_and_batch(norm_first=False)
+    cfg = model.cfg
+    vocabs = placeholder_vocab(cfg.src_vocab_size), placeholder_vocab(cfg.tgt_vocab_size)
+    return StudioModel(model, *vocabs), src, tgt
 
 
 @pytest.fixture(scope="module")
 def val_model(val_checkpoint):
-    """(LoadedModel, Sample of its 6 validation sentences)."""
-    lm = load_checkpoint(val_checkpoint)
-    cfg = trained_data(lm.meta, str(TINY))
-    return lm, hi.validation_sample(lm, cfg, 100)
+    """(StudioModel, Sample of its 6 validation sentences)."""
+    m = StudioModel.load(val_checkpoint)
+    cfg = trained_data(m.meta, str(TINY))
+    return m, validation_sample(m, cfg, 100)
 
 
-def logits_of(model, src, tgt, need_weights=False):
+def logits_of(m, src, tgt, need_weights=False):
     """The model's logits (B, T, V) on one batch."""
     with torch.no_grad():
-        return model(src, tgt[:, :-1], need_weights=need_weights)[0]
+        return m.run(src, tgt[:, :-1], need_weights=need_weights)
 
 
-def gates(model) -> list:
-    """The head gate of every attention module."""
-    return [m.head_gate for k in KINDS for m in attention_modules(model, k)]
+def gate_table(m, head_sets) -> dict:
+    """{(kind, layer): (len(head_sets), H) gates}: row j is 0 at the heads set j removes."""
+    table: dict = {}
+    for row, heads in enumerate(head_sets):
+        for h in heads:
+            gate = table.setdefault((h.kind, h.layer), torch.ones(len(head_sets), m.cfg.num_heads))
+            gate[row, h.head] = 0.0
+    return table
+
+
+def untouched(m, src, tgt, plain) -> bool:
+    """No hook is on in any thread and the model computes exactly ``plain`` again."""
+    return not hooks.any_on() and torch.equal(logits_of(m, src, tgt), plain)
 
 
 # ----------------------------------------------------------------------------- head specs
@@ -111,12 +134,13 @@ def test_malformed_specs_say_what_is_wrong(spec, message):
     ],
 )
 def test_heads_the_model_lacks_are_named(toy, spec, message):
-    model = toy[0]
+    m, src, tgt = toy
+    plain = logits_of(m, src, tgt)
     with pytest.raises(HeadSpecError, match=message):
-        heads_of(spec, model.cfg)
-    with pytest.raises(HeadSpecError, match=message), ablated(model, parse_heads(spec)):
+        heads_of(spec, m.cfg)
+    with pytest.raises(HeadSpecError, match=message), ablated(m, parse_heads(spec)):
         pass
-    assert all(g is None for g in gates(model))
+    assert untouched(m, src, tgt, plain)
 
 
 def test_all_heads_lists_every_head_once():
@@ -131,82 +155,87 @@ def test_all_heads_lists_every_head_once():
 
 @pytest.mark.parametrize("need_weights", [False, True], ids=["sdpa", "explicit"])
 def test_removing_no_head_is_exactly_the_model(toy, need_weights):
-    model, src, tgt = toy
-    plain = logits_of(model, src, tgt, need_weights)
-    with ablated(model, []):
-        assert torch.equal(logits_of(model, src, tgt, need_weights), plain)
-    ones = {m: torch.ones(4) for k in KINDS for m in attention_modules(model, k)}
-    with gated(ones):
-        assert torch.equal(logits_of(model, src, tgt, need_weights), plain)
+    m, src, tgt = toy
+    plain = logits_of(m, src, tgt, need_weights)
+    with ablated(m, []):
+        assert torch.equal(logits_of(m, src, tgt, need_weights), plain)
+    ones = {(k, i): torch.ones(4) for k in KINDS for i in range(m.layers(k))}
+    with m.rows_gated(ones):
+        assert torch.equal(logits_of(m, src, tgt, need_weights), plain)
 
 
 @pytest.mark.parametrize("need_weights", [False, True], ids=["sdpa", "explicit"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_removing_every_head_of_a_kind_zeroes_its_attention_output(toy, kind, need_weights):
     """Equal to the model whose W_o input of that kind is zero (so W_o gives its bias)."""
-    model, src, tgt = toy
-    every = [h for h in all_heads(model.cfg) if h.kind == kind]
-    with ablated(model, every):
-        removed = logits_of(model, src, tgt, need_weights)
-    hooks = [
-        m.W_o.register_forward_pre_hook(lambda mod, args: (torch.zeros_like(args[0]),))
-        for m in attention_modules(model, kind)
+    m, src, tgt = toy
+    every = [h for h in all_heads(m.cfg) if h.kind == kind]
+    with ablated(m, every):
+        removed = logits_of(m, src, tgt, need_weights)
+    handles = [
+        m.module(kind, i).W_o.register_forward_pre_hook(
+            lambda mod, args: (torch.zeros_like(args[0]),)
+        )
+        for i in range(m.layers(kind))
     ]
     try:
-        zeroed = logits_of(model, src, tgt, need_weights)
+        zeroed = logits_of(m, src, tgt, need_weights)
     finally:
-        for hook in hooks:
-            hook.remove()
+        for handle in handles:
+            handle.remove()
     assert torch.allclose(removed, zeroed, atol=1e-6)
-    assert not torch.allclose(removed, logits_of(model, src, tgt), atol=1e-3)
+    assert not torch.allclose(removed, logits_of(m, src, tgt), atol=1e-3)
 
 
 @pytest.mark.parametrize(
     "spec", ["cross:0:1", "encoder:1:3,decoder_self:2:0", "encoder:0:0,decoder_self:1:2,cross:2:3"]
 )
 def test_both_attention_paths_honour_the_gates(toy, spec):
-    model, src, tgt = toy
-    with ablated(model, parse_heads(spec)):
-        fused = logits_of(model, src, tgt, need_weights=False)
-        explicit = logits_of(model, src, tgt, need_weights=True)
+    m, src, tgt = toy
+    with ablated(m, parse_heads(spec)):
+        fused = logits_of(m, src, tgt, need_weights=False)
+        explicit = logits_of(m, src, tgt, need_weights=True)
     assert torch.allclose(fused, explicit, atol=1e-5)
-    assert not torch.allclose(fused, logits_of(model, src, tgt), atol=1e-4)
+    assert not torch.allclose(fused, logits_of(m, src, tgt), atol=1e-4)
 
 
 @pytest.mark.parametrize("need_weights", [False, True], ids=["sdpa", "explicit"])
 def test_per_sentence_gates_equal_separate_runs(toy, need_weights):
     """(B, H) gates: each row of a batch has its own heads removed."""
-    model, src, tgt = toy
+    m, src, tgt = toy
     sets = [[], parse_heads("cross:0:1,encoder:1:2"), parse_heads("decoder_self:2:3")]
-    table = gate_table(model, sets)  # module -> (3, H)
-    with gated(table):  # row j of the batch uses set j
-        together = logits_of(model, src, tgt, need_weights)
+    table = gate_table(m, sets)  # (kind, layer) -> (3, H)
+    with m.rows_gated(table):  # row j of the batch uses set j
+        together = logits_of(m, src, tgt, need_weights)
     for j, heads in enumerate(sets):
-        with ablated(model, heads):
-            alone = logits_of(model, src[j : j + 1], tgt[j : j + 1], need_weights)
+        with ablated(m, heads):
+            alone = logits_of(m, src[j : j + 1], tgt[j : j + 1], need_weights)
         assert torch.allclose(together[j : j + 1], alone, atol=1e-5)
 
 
 def test_gates_are_restored_after_an_error(toy):
-    model = toy[0]
-    with pytest.raises(RuntimeError), ablated(model, parse_heads("cross:0:1,encoder:0:0")):
-        assert gates(model).count(None) == len(gates(model)) - 2
+    m, src, tgt = toy
+    plain = logits_of(m, src, tgt)
+    with pytest.raises(RuntimeError), ablated(m, parse_heads("cross:0:1,encoder:0:0")):
+        assert hooks.any_on() and not torch.allclose(logits_of(m, src, tgt), plain, atol=1e-4)
         raise RuntimeError("boom")
-    assert all(g is None for g in gates(model))
+    assert untouched(m, src, tgt, plain)
 
 
 def test_gates_leave_the_state_dict_alone(toy):
-    model = toy[0]
-    keys = set(model.state_dict())
-    with ablated(model, all_heads(model.cfg)):
-        assert set(model.state_dict()) == keys
-        Transformer(model.cfg).load_state_dict(model.state_dict(), strict=True)
+    m, src, tgt = toy
+    keys = set(m.model.state_dict())
+    before = {k: v.clone() for k, v in m.model.state_dict().items()}
+    with ablated(m, all_heads(m.cfg)):
+        assert set(m.model.state_dict()) == keys
+        Transformer(m.cfg).load_state_dict(m.model.state_dict(), strict=True)
+        assert all(torch.equal(v, before[k]) for k, v in m.model.state_dict().items())
 
 
 def test_a_removed_head_still_has_its_map(random_model):
     model, src_vocab, tgt_vocab = random_model
     head = HeadSpec("cross", 1, 2)
-    with ablated(model, [head]):
+    with ablated(StudioModel(model, src_vocab, tgt_vocab), [head]):
         t = translate(model, src_vocab, tgt_vocab, "i am cold .")
     rows = t.attention.cross[1, 2].sum(-1)  # (T,)
     assert torch.allclose(rows, torch.ones_like(rows), atol=1e-5)
@@ -217,34 +246,35 @@ def test_a_removed_head_still_has_its_map(random_model):
 
 def test_batched_bleu_equals_one_set_at_a_time(val_model, monkeypatch):
     """Sets packed into passes (split across passes, too) give translate_batch's BLEU."""
-    lm, sample = val_model
-    monkeypatch.setattr(hi, "ROWS_PER_PASS", 4)  # passes cut through the repeated sample
+    m, sample = val_model
+    monkeypatch.setattr(head_measures, "ROWS_PER_PASS", 4)  # passes cut through the sample
     sets = [[], parse_heads("cross:0:1"), parse_heads("cross:1:0,encoder:0:3,decoder_self:0:2")]
-    batched = hi.bleu_without(lm, sample, sets)
+    batched = Measures(m, sample).bleu(sets)
     for heads, bleu in zip(sets, batched):
-        with ablated(lm.model, heads):
-            hyps = translate_batch(lm.model, lm.src_vocab, lm.tgt_vocab, sample.sources)
+        with ablated(m, heads):
+            hyps = translate_batch(m.model, m.src_vocab, m.tgt_vocab, sample.sources)
         assert bleu == pytest.approx(evaluate.corpus_bleu(hyps, sample.references))
 
 
 def test_importance_table_has_one_row_per_head(val_model):
-    lm, sample = val_model
+    m, sample = val_model
     seen = []
-    result = hi.head_importance(lm, sample, lambda f, what: seen.append(f))
+    result = hi.head_importance(m, sample, lambda f, what: seen.append(f))
     table = result.frame()
-    heads = all_heads(lm.model.cfg)
+    heads = all_heads(m.cfg)
     assert len(table) == len(heads) == len(table[["kind", "layer", "head"]].drop_duplicates())
     assert HEAD_KEYS | {"gradient", "label"} <= set(table)
     assert (table["delta_bleu"] - (table["bleu"] - result.bleu)).abs().max() < 1e-9
     assert (table["delta_loss"] - (table["loss"] - result.loss)).abs().max() < 1e-9
     assert result.sentences == len(sample.sources) == 6 and result.pairs == len(sample.encoded)
-    assert result.loss == pytest.approx(evaluate.evaluate_loss(lm.model, sample.encoded))
+    forced = [(src, [m.start_id, *out]) for src, out in sample.encoded]  # <bos> + output
+    assert result.loss == pytest.approx(evaluate.evaluate_loss(m.model, forced))
     assert seen == sorted(seen) and seen[-1] == pytest.approx(1.0)
 
 
 def test_pruning_curve_removes_the_least_important_first(val_model):
-    lm, sample = val_model
-    result = hi.head_importance(lm, sample)
+    m, sample = val_model
+    result = hi.head_importance(m, sample)
     order = result.order()
     drops = {HeadSpec(r["kind"], r["layer"], r["head"]): -r["delta_bleu"] for r in result.heads}
     assert [drops[h] for h in order] == sorted(drops.values())
@@ -252,7 +282,7 @@ def test_pruning_curve_removes_the_least_important_first(val_model):
     assert [p["removed"] for p in curve] == list(range(len(order) + 1))
     assert curve[0]["bleu"] == result.bleu and curve[-1]["fraction"] == 1.0
     assert curve[1]["head"] == order[0].label
-    everything = hi.bleu_without(lm, sample, [order])[0]
+    everything = Measures(m, sample).bleu([order])[0]
     assert curve[-1]["bleu"] == pytest.approx(everything)
 
 
@@ -263,15 +293,16 @@ def test_a_large_model_s_pruning_curve_has_at_most_24_points_ending_at_every_hea
     assert all(5 <= b - a <= 7 for a, b in zip(points, points[1:]))
 
 
-def test_gradient_score_is_finite_non_negative_and_per_pair(val_model):
-    lm, sample = val_model
-    scores = hi.gradient_scores(lm, sample)
-    assert set(scores) == set(all_heads(lm.model.cfg))
+def test_gradient_score_is_finite_non_negative_and_per_pair(val_model, monkeypatch):
+    m, sample = val_model
+    scores = Measures(m, sample).gradients()
+    assert set(scores) == set(all_heads(m.cfg))
     values = list(scores.values())
     assert all(math.isfinite(v) and v >= 0 for v in values) and max(values) > 0
-    one_by_one = hi.gradient_scores(lm, sample, batch_size=1)  # E_x |g(x)|, not |E_x g(x)|
+    monkeypatch.setattr(head_measures, "GRADIENT_ROWS", 1)  # one pair per backward pass
+    one_by_one = Measures(m, sample).gradients()  # E_x |g(x)|, not |E_x g(x)|
     assert all(one_by_one[h] == pytest.approx(scores[h], rel=1e-4, abs=1e-7) for h in scores)
-    assert all(p.grad is None for p in lm.model.parameters())  # the model is not touched
+    assert all(p.grad is None for p in m.model.parameters())  # the model is not touched
 
 
 def test_one_spearman_for_head_statistics_and_importance():
@@ -290,7 +321,7 @@ def test_one_spearman_for_head_statistics_and_importance():
 
 
 def test_importance_is_cached_on_disk_and_reused(val_checkpoint, runs_root, monkeypatch):
-    lm = load_checkpoint(val_checkpoint)
+    lm = StudioModel.load(val_checkpoint)
     first = hi.importance_for(lm, val_checkpoint, 5)
     assert not first.cached and list((runs_root / ".ablation").glob("*.json"))
     assert hi.lookup_importance(val_checkpoint, lm.meta, 5).heads == first.heads
@@ -316,7 +347,7 @@ def test_importance_is_cached_on_disk_and_reused(val_checkpoint, runs_root, monk
 def test_no_validation_split_is_a_clear_error(tiny_model):
     lm = tiny_model  # trained on all 30 pairs
     with pytest.raises(hi.DataError, match="without a validation split"):
-        hi.validation_sample(lm, trained_data(lm.meta), 10)
+        validation_sample(lm, trained_data(lm.meta), 10)
 
 
 # ----------------------------------------------------------------------------- commands
@@ -357,8 +388,8 @@ def test_translate_command_removes_heads(val_checkpoint, capsys):
     argv = ["--checkpoint", str(val_checkpoint), "--ablate", spec, "i'm home ."]
     assert translate_cmd.main(argv) == 0
     out = capsys.readouterr().out.strip()
-    lm = load_checkpoint(val_checkpoint)
-    with ablated(lm.model, parse_heads(spec)):
+    lm = StudioModel.load(val_checkpoint)
+    with ablated(lm, parse_heads(spec)):
         expected = translate(lm.model, lm.src_vocab, lm.tgt_vocab, "i'm home .").text
     assert out == expected
     assert expected != translate(lm.model, lm.src_vocab, lm.tgt_vocab, "i'm home .").text

@@ -11,7 +11,7 @@ from core.alignment import grid as grid_module
 from core.alignment.extract import Reader, links, pair_maps, readers
 from core.alignment.gold import GoldLinks, read_links, read_pairs, studio_gold, write_links
 from core.alignment.grid import alignment_grid
-from core.model.checkpoints import load_checkpoint
+from core.model.studio_model import StudioModel
 
 PAIRS = "i'm home . ||| je suis chez moi .\ngo . ||| va !\n"
 GOLD = "0-0 0-1 1-2 1p3 2-4\n0-0 1-1\n"
@@ -49,7 +49,7 @@ def test_without_gold_the_command_prints_one_pharaoh_line_per_pair(tiny_checkpoi
     args = ["--checkpoint", str(tiny_checkpoint), "--data", str(pairs)]
     assert align_cmd.main([*args, "--layer", "1", "--head", "mean", "--mode", "awo"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    lm = load_checkpoint(tiny_checkpoint)
+    lm = StudioModel.load(tiny_checkpoint)
     maps = pair_maps(
         lm, [(["i'm", "home", "."], ["je", "suis", "chez", "moi", "."]), (["go", "."], ["va", "!"])]
     )

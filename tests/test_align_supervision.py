@@ -23,6 +23,7 @@ from core.corpus.supervision import (
 )
 from core.model.align_loss import AlignTarget, alignment_loss
 from core.model.checkpoints import load_checkpoint
+from core.model.studio_model import StudioModel
 from core.model.transformer import Transformer, evaluating
 from core.training.config import TrainConfig
 from core.training.loop import Trainer
@@ -170,7 +171,7 @@ def test_a_supervised_run_records_its_alignment_loss_and_it_falls():
 
 def diagonal_mass(checkpoint, pairs, layer: int, head: int) -> float:
     """Mean weight the head puts on the diagonal link of each target word (AWO)."""
-    lm = load_checkpoint(checkpoint)
+    lm = StudioModel.load(checkpoint)
     masses = []
     for m in pair_maps(lm, pairs):
         w = read(m, Reader(layer, head, "awo"))  # (T, S)

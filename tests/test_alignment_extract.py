@@ -77,8 +77,9 @@ def test_means_average_heads_and_layers():
 def test_teacher_forced_maps_equal_the_model_s_own(tiny_model):
     src, tgt = ["i'm", "home", "."], ["je", "suis", "chez", "moi", "."]
     (m,) = ex.pair_maps(tiny_model, [(src, tgt)])
-    ids, out_ids, _, _ = ex.encoded(tiny_model, src, tgt)
-    _, maps = teacher_forced(tiny_model.model, torch.tensor([ids]), out_ids + [2])
+    (w,) = ex.encoded(tiny_model, [(src, tgt)])  # a WordPair: its out_ids end with <eos>
+    assert w.out_ids[-1] == tiny_model.eos_id and (w.src_start, w.tgt_start) == (0, 0)
+    _, maps = teacher_forced(tiny_model.model, torch.tensor([w.src_ids]), w.out_ids)
     assert np.allclose(m.cross, maps.cross[:, 0].numpy(), atol=1e-6)
     assert m.cross.shape[2:] == (len(tgt) + 1, len(src) + 1)
 

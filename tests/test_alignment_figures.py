@@ -7,7 +7,6 @@ import pytest
 
 from core.alignment.extract import MODES, PairMaps, Reader, links, piece_words, read
 from core.alignment.grid import AlignmentGrid, GridRow
-from core.attention.view_state import ALIGN_MODES
 from core.figures import alignment as figs
 from core.figures import alignment_grid as grid_figs
 
@@ -35,10 +34,6 @@ def trace(fig, kind: str, name: str | None = None):
     """The one trace of a type and name in a figure (not the grey one over blank cells)."""
     (found,) = [t for t in fig.data if t.type == kind and t.name == name]
     return found
-
-
-def test_the_view_state_knows_the_same_modes():
-    assert ALIGN_MODES == MODES  # core.attention cannot import core.alignment
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,9 @@ from streamlit.testing.v1 import AppTest
 
 from core.attention.kinds import KINDS, kind_labels
 from core.attention.maps import HIDDEN_NOTE, export_name
-from core.attention.view_state import OLD_SECTIONS, SECTION_KEYS
 from core.figures.attention import BLANK_NAME, plotly_text
+from pages.ui.attention.sections import SECTION_KEYS
+from pages.ui.view_state import OLD_SECTIONS
 from tests.helpers import assert_clean, plain, run_page_script
 
 
@@ -207,7 +208,7 @@ def test_playback_section_and_step_travel_in_the_url(studio_dirs):
 def test_every_section_key_has_a_label_and_a_view():
     from pages.ui.attention.sections import SECTIONS
 
-    assert tuple(SECTIONS) == SECTION_KEYS  # core's keys, in the radio's order
+    assert tuple(SECTIONS) == SECTION_KEYS  # the URL's keys, in the radio's order
     assert all(callable(section.draw) for section in SECTIONS.values())
 
 

@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from core.attribution.faithfulness import RANDOM, faithfulness_for
 from core.attribution.methods import METHOD_NAMES
-from core.model.checkpoints import load_checkpoint
+from core.model.studio_model import StudioModel
 from core.runs.catalogue import SHIPPED_NAME
 from tests.helpers import assert_clean, plain, run_page_script, with_validation_split
 
@@ -123,7 +123,7 @@ def test_raw_attention_follows_the_view_and_says_when_it_cannot(studio_dirs):
 
 def test_a_cached_faithfulness_result_is_shown_as_a_table(val_dirs):
     path = val_dirs["checkpoints"] / SHIPPED_NAME
-    measured = faithfulness_for(load_checkpoint(path), path, 200)  # 6 sentences: all there are
+    measured = faithfulness_for(StudioModel.load(path), path, 200)  # 6 sentences: all there are
     at = run_page()
     assert_clean(at)
     assert "atr_measure" not in [b.key for b in at.button]

@@ -1,6 +1,6 @@
 """AppTest tests of a Hugging Face model folder on the Translate and Attention pages: listed
 by the picker with its size and languages, translated, its maps shown, heads removed, and one
-line where a section does not read it yet."""
+line where a section cannot read it (``TranslationModel.supports``)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ import shutil
 import pytest
 
 from core.attention.ablation import HeadSpec, ablated
-from core.attention.families import HF_NOT_YET
-from core.attention.view_state import SECTION_KEYS
-from core.model import hugging_face as hf
+from core.model.capabilities import NOT_TRAINED_HERE
 from core.model.decode import DecodeSettings
+from pages.ui.attention.sections import SECTION_KEYS
 from tests.helpers import assert_clean, plain, run_page_script
 
 
@@ -56,12 +55,17 @@ def test_a_multilingual_model_offers_its_target_languages(hf_dirs):
 
 
 @pytest.mark.parametrize("section", SECTION_KEYS)
-def test_every_attention_section_shows_the_model_or_says_why_not(hf_dirs, section):
+def test_every_attention_section_shows_the_model_or_says_why_not(hf_dirs, hf_loaded, section):
     query = {"model": "checkpoints/marian/", "sentence": "the boy is tall .", "section": section}
+    if section == "patch":  # the tiny model writes the same words for both: answers given
+        query |= {"corrupt": "the girl is tall .", "patch_ask": "1"}
+        query |= {"patch_answer": "garçon", "patch_wrong": "fille"}
     at = run_page_script("attention.py", query)
     assert_clean(at)
-    if section in HF_NOT_YET:
-        assert plain(at.info[-1].value) == HF_NOT_YET[section]
+    problem = hf_loaded["marian"].supports(section)
+    assert (problem == NOT_TRAINED_HERE) == (section == "training")  # it reads every other
+    if problem:
+        assert plain(at.info[-1].value) == problem
     elif section == "attribution":  # the default method (ALTI+), then value zeroing
         assert len(at.get("plotly_chart")) >= 2  # cross-attention beside the contributions
         assert "not trained here" in texts(at)  # faithfulness: its sample said
@@ -75,6 +79,10 @@ def test_every_attention_section_shows_the_model_or_says_why_not(hf_dirs, sectio
         assert "score_j = q·k / √8" in texts(at) and at.get("plotly_chart")
     elif section == "lens":
         assert "lm_head" in texts(at) and at.get("plotly_chart")
+    elif section == "patch":  # patching reads a Hugging Face model too: heads and stream
+        assert "the answers you gave are “garçon” (clean) and “fille” (corrupted)" in texts(at)
+        assert "Logit difference (clean word − corrupted word)" in texts(at)
+        assert len(at.get("plotly_chart")) >= 2
     elif section in ("maps", "playback"):
         specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
         assert specs, "no map drawn"
@@ -89,13 +97,19 @@ def test_removing_heads_changes_the_hugging_face_translation(hf_dirs, hf_loaded)
     query = {"model": "checkpoints/marian/", "sentence": sentence, "section": "ablation"}
     at = run_page_script("attention.py", query)
     box = at.multiselect(key="ab_heads")
-    box.set_value([o for o in box.options if o.startswith("cross")]).run()
+    at = box.set_value([o for o in box.options if o.startswith("Cross ")]).run()
     assert_clean(at)
+    assert len(at.multiselect(key="ab_heads").value) == 8  # every cross-attention head
     heads = [HeadSpec("cross", layer, head) for layer in range(2) for head in range(4)]
-    with ablated(hf_loaded["marian"].model, heads):
-        cut = hf.translate(hf_loaded["marian"], sentence, DecodeSettings())
-    full = hf.translate(hf_loaded["marian"], sentence, DecodeSettings())
-    assert cut.text != full.text
+    with ablated(hf_loaded["marian"], heads):
+        cut = hf_loaded["marian"].translate(sentence, DecodeSettings())
+    full = hf_loaded["marian"].translate(sentence, DecodeSettings())
+    # the tiny Marian's final_logits_bias writes the same words without them: the change
+    # is in what the model computes, the translation's log-probability
+    assert f"{cut.log_prob:.2f}" != f"{full.log_prob:.2f}"
+    shown = [m.value for m in at.metric]
+    assert shown == [f"{full.log_prob:.2f}", f"{cut.log_prob:.2f}"]  # original, then removed
+    assert at.metric[1].delta == f"{cut.log_prob - full.log_prob:+.2f}"
     assert cut.text in texts(at) and full.text in texts(at)
     assert at.button(key="ab_compute")  # head importance is offered (tests/test_hf_importance.py)
 

@@ -359,13 +359,13 @@ def test_maps_built_unchecked_are_the_checked_ones_on_the_shipped_model(monkeypa
     from core.attention.maps import SentenceMaps
     from core.figures import plain
     from core.model.checked_translation import translate_sentence
-    from core.model.checkpoints import load_checkpoint
     from core.model.decode import DecodeSettings
+    from core.model.studio_model import StudioModel
     from tests.helpers import SHIPPED
 
     if not SHIPPED.is_file():
         pytest.skip("checkpoints/fra-eng-small.pt not trained yet")
-    lm = load_checkpoint(SHIPPED)
+    lm = StudioModel.load(SHIPPED)
     sentences = ["we are cold .", "i think that we should go to the beach tomorrow ."]
     every = [
         SentenceMaps.from_translation(translate_sentence(lm, s, DecodeSettings()))

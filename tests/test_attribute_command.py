@@ -10,9 +10,11 @@ import pytest
 from core import attribute as attribute_cmd
 from core.attribution import faithfulness as fa
 from core.attribution.methods import METHODS
-from core.model.checkpoints import load_checkpoint, trained_data
-from core.model.record import teacher_forced
+from core.model.checkpoints import trained_data
+from core.model.studio_model import StudioModel
 from tests.helpers import TINY, with_validation_split
+
+UNK = StudioModel.unk_id  # what occlusion puts in a word's place
 
 ROW_KEYS = {"method", "name", "spearman", "spearman_ci95", "deletion", "sentences", "seconds"}
 
@@ -26,30 +28,31 @@ def runs_root(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def val_cases(val_checkpoint):
-    """(LoadedModel, its validation sample, the model's own translations of it)."""
-    lm = load_checkpoint(val_checkpoint)
+    """(StudioModel, its validation sample, the model's own translations of it)."""
+    lm = StudioModel.load(val_checkpoint)
     sample = fa.validation_sample(lm, trained_data(lm.meta, str(TINY)), 6)
     return lm, sample, fa.translate_sample(lm, sample)
 
 
 def test_occlusion_puts_unk_over_every_piece_of_the_chosen_words():
     spans = [(0, 2), (2, 3), (3, 5)]
-    assert fa.occluded([9, 8, 7, 6, 5, 2], spans, [0, 2]) == [3, 3, 7, 3, 3, 2]
-    assert fa.occluded([9, 8, 7, 6, 5, 2], spans, []) == [9, 8, 7, 6, 5, 2]
+    assert fa.occluded([9, 8, 7, 6, 5, 2], spans, [0, 2], UNK) == [3, 3, 7, 3, 3, 2]
+    assert fa.occluded([9, 8, 7, 6, 5, 2], spans, [], UNK) == [9, 8, 7, 6, 5, 2]
+    assert fa.occluded([9, 8, 7, 6, 5, 2], spans, [1], 42) == [9, 8, 42, 6, 5, 2]  # its unknown
 
 
 def test_batched_log_probs_equal_the_recorded_pass(val_cases):
     lm, _, cases = val_cases
     case = cases[0]
-    p = teacher_forced(lm.model, case.src_ids, case.out_ids)
-    again = fa.logp_rows(lm, [case.src_ids] * 3, case.out_ids)
+    p = lm.forced(case.src_ids, case.out_ids)
+    again = fa.output_logp(lm, [case.src_ids] * 3, case.out_ids)
     assert np.allclose(again.numpy(), p.logp.numpy()[None], atol=1e-5)
 
 
 def test_deletion_removes_each_output_token_s_own_top_words():
     case = fa.Case([10, 11, 12, 2], [5, 2], [(0, 1), (1, 2), (2, 3)])
     scores = np.array([[0.1, 0.7, 0.2], [0.5, 0.1, 0.4]])  # (T, W)
-    rows = fa.deletion_sources(case, scores, (1, 2))
+    rows = fa.deletion_sources(case, scores, (1, 2), UNK)
     assert rows == [[10, 3, 12, 2], [10, 3, 3, 2], [3, 11, 12, 2], [3, 11, 3, 2]]
 
 
@@ -64,8 +67,8 @@ def test_a_method_that_ranks_by_occlusion_itself_is_perfect(val_cases, monkeypat
     """Scores equal to the occlusion effects give rho = 1: the measure can tell."""
     lm, _, cases = val_cases
     case = max(cases, key=lambda c: len(c.spans))
-    singles = [fa.occluded(case.src_ids, case.spans, [w]) for w in range(len(case.spans))]
-    logp = fa.logp_rows(lm, [case.src_ids, *singles], case.out_ids).numpy()
+    singles = [fa.occluded(case.src_ids, case.spans, [w], UNK) for w in range(len(case.spans))]
+    logp = fa.output_logp(lm, [case.src_ids, *singles], case.out_ids).numpy()
     effects = (logp[0] - logp[1:]).T  # (T, W)
     monkeypatch.setattr(fa, "rankings", lambda *a: {"oracle": effects, "anti": -effects})
     result = fa.measure_case(lm, case, [], np.random.default_rng(0), {})
@@ -77,7 +80,7 @@ def test_a_method_that_ranks_by_occlusion_itself_is_perfect(val_cases, monkeypat
 def test_faithfulness_ranks_methods_with_the_random_baseline_and_is_cached(
     val_checkpoint, runs_root, monkeypatch
 ):
-    lm = load_checkpoint(val_checkpoint)
+    lm = StudioModel.load(val_checkpoint)
     first = fa.faithfulness_for(lm, val_checkpoint, 6, ("attention", "alti"), str(TINY))
     assert [r["method"] for r in first.methods if r["method"] == "random"] == ["random"]
     assert {r["method"] for r in first.methods} == {"attention", "alti", "random"}
@@ -153,7 +156,7 @@ def test_a_model_trained_without_validation_pairs_says_so(tiny_checkpoint, capsy
 def test_a_bpe_model_occludes_whole_words(bpe_run, tmp_path):
     """Faithfulness of a BPE model: a word's pieces are occluded together, scores summed."""
     checkpoint = with_validation_split(bpe_run / "last.pt", tmp_path / "bpe-val.pt")
-    lm = load_checkpoint(checkpoint)
+    lm = StudioModel.load(checkpoint)
     sample = fa.validation_sample(lm, trained_data(lm.meta, str(TINY)), 6)
     cases = fa.translate_sample(lm, sample)
     pieces = [lm.src_vocab.segment(words)[0] for words in sample.sources]

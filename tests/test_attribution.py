@@ -8,23 +8,22 @@ import numpy as np
 import pytest
 import torch
 
-from core.attribution import value_zeroing
 from core.attribution.explain import explain, in_words
-from core.attribution.gradients import IG_STEPS, integrated_gradients, studio_task
+from core.attribution.gradients import IG_STEPS, embedding_task, integrated_gradients
 from core.attribution.methods import METHODS, AttributionError, attribute
 from core.attribution.terms import sublayer_terms
 from core.corpus.bpe import join_pieces, word_spans
 from core.model.checked_translation import translate_sentence
-from core.model.checkpoints import load_checkpoint
 from core.model.config import ModelConfig
-from core.model.record import teacher_forced
+from core.model.studio_model import StudioModel
 from core.model.transformer import Transformer
+from tests import helpers
 from tests.helpers import model_and_batch
 
 SRC, OUT = [4, 5, 6, 7, 8, 2], [5, 6, 7, 8, 2]  # ids of a toy sentence and its "translation"
 
 
-def shaken(norm_first: bool) -> Transformer:
+def shaken(norm_first: bool) -> StudioModel:
     """A seeded toy model whose norms and biases are far from their initial 1 and 0."""
     model, _, _ = model_and_batch(norm_first)
     g = torch.Generator().manual_seed(1)
@@ -34,7 +33,7 @@ def shaken(norm_first: bool) -> Transformer:
                 m.weight.copy_(1 + 0.3 * torch.randn(m.weight.shape, generator=g))
             if isinstance(m, (torch.nn.LayerNorm, torch.nn.Linear)):
                 m.bias.copy_(0.3 * torch.randn(m.bias.shape, generator=g))
-    return model
+    return helpers.studio_adapter(model)
 
 
 def relative(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -44,46 +43,51 @@ def relative(a: torch.Tensor, b: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 def test_the_recorded_pass_is_the_model_s_own_forward(norm_first):
-    model = shaken(norm_first)
-    p = teacher_forced(model, SRC, OUT)
-    logits, _ = model(p.src, p.tgt_in)
+    m = shaken(norm_first)
+    p = m.forced(SRC, OUT)
+    logits, _ = m.model(p.src, p.tgt_in)
     expected = logits[0].log_softmax(-1).gather(-1, p.out_ids[0][:, None])[:, 0]
     torch.testing.assert_close(p.logp, expected, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 def test_every_sublayer_is_rebuilt_from_its_token_terms(norm_first):
-    """The ALTI+ decomposition is exact: sum of terms = the real sub-layer output (1e-4)."""
-    model = shaken(norm_first)
-    p = teacher_forced(model, SRC, OUT)
+    """The ALTI+ decomposition is exact: sum of terms = the real sub-layer output (1e-4),
+    the real output computed here by the model's own modules from the recorded input."""
+    m = shaken(norm_first)
+    model = m.model
+    p = m.forced(SRC, OUT)
     checked = 0
-    for layer, x in zip(model.encoder.layers, p.encoder_inputs):
-        t = sublayer_terms(layer.addnorm1, layer.attention, x, None, p.src_mask)
-        real = layer.addnorm1(x, lambda h, a=layer.attention: a(h, h, h, p.src_mask))[0][0]
+    for i, (layer, x) in enumerate(zip(model.encoder.layers, p.encoder_inputs)):
+        t = sublayer_terms(m, "encoder", i, p.attention["encoder"][i])
+        with torch.no_grad():
+            real = layer.addnorm1(x, lambda h, a=layer.attention: a(h, h, h, p.src_mask))[0][0]
         assert relative(t.rebuilt(), real) < 1e-4 and relative(t.output, real) < 1e-6
         checked += 1
     for i, layer in enumerate(model.decoder.layers):
-        own = sublayer_terms(
-            layer.addnorm1, layer.self_attention, p.self_inputs[i], None, p.tgt_mask
-        )
+        own = sublayer_terms(m, "decoder_self", i, p.attention["decoder_self"][i])
+        with torch.no_grad():
+            real = layer.addnorm1(
+                p.self_inputs[i],
+                lambda h, a=layer.self_attention: a(h, h, h, p.tgt_mask),
+            )[0][0]
+        assert relative(own.rebuilt(), real) < 1e-4
         assert relative(own.rebuilt(), p.cross_inputs[i][0]) < 1e-4
-        cross = sublayer_terms(
-            layer.addnorm2, layer.cross_attention, p.cross_inputs[i], p.memory, p.src_mask
-        )
-        real = layer.addnorm2(
-            p.cross_inputs[i],
-            lambda h, a=layer.cross_attention: a(h, p.memory, p.memory, p.src_mask),
-        )[0][0]
+        cross = sublayer_terms(m, "cross", i, p.attention["cross"][i])
+        with torch.no_grad():
+            real = layer.addnorm2(
+                p.cross_inputs[i],
+                lambda h, a=layer.cross_attention: a(h, p.memory, p.memory, p.src_mask),
+            )[0][0]
         assert relative(cross.rebuilt(), real) < 1e-4
         checked += 2
     assert checked == 2 + 3 * 2
 
 
 def test_the_decomposition_holds_on_a_trained_model(tiny_model):
-    model = tiny_model.model
-    p = teacher_forced(model, SRC[:3] + [2], [5, 6, 2])
-    for layer, x in zip(model.encoder.layers, p.encoder_inputs):
-        t = sublayer_terms(layer.addnorm1, layer.attention, x, None, p.src_mask)
+    p = tiny_model.forced(SRC[:3] + [2], [5, 6, 2])
+    for i, a in enumerate(p.attention["encoder"]):
+        t = sublayer_terms(tiny_model, "encoder", i, a)
         assert relative(t.rebuilt(), t.output) < 1e-4
 
 
@@ -103,7 +107,7 @@ def test_rows_are_non_negative_sum_to_one_and_never_see_later_tokens(method, nor
         )
 
 
-def hand_model() -> Transformer:
+def hand_model() -> StudioModel:
     """One block each, D = 2, one head; uniform attention; W_V = W_O = I; no biases, no FFN.
 
     Token embeddings are set so the layers read x = [a, -a] (positions zeroed), which the
@@ -133,7 +137,7 @@ def hand_model() -> Transformer:
         model.encoder.embedding.weight[4] = torch.tensor([1.0, -1.0]) * scale
         model.encoder.embedding.weight[5] = torch.tensor([3.0, -3.0]) * scale
         model.decoder.embedding.weight[1] = torch.tensor([2.0, -2.0]) * scale  # <bos>
-    return model
+    return helpers.studio_adapter(model)
 
 
 @pytest.mark.parametrize(
@@ -163,11 +167,11 @@ def test_a_hand_built_model_gives_the_contributions_worked_out_by_hand(method, e
 
 def test_alti_and_norm_part_ways_when_the_layer_norm_rescales():
     """ALTI measures the normalised output, norm-based the vectors before the norm."""
-    model = hand_model()
+    m = hand_model()
     with torch.no_grad():
-        model.encoder.embedding.weight[5] = torch.tensor([3.0, 1.0])  # not [a, -a]
-    alti = attribute(model, [4, 5], [6], "alti").contributions[0]
-    norm = attribute(model, [4, 5], [6], "norm").contributions[0]
+        m.model.encoder.embedding.weight[5] = torch.tensor([3.0, 1.0])  # not [a, -a]
+    alti = attribute(m, [4, 5], [6], "alti").contributions[0]
+    norm = attribute(m, [4, 5], [6], "norm").contributions[0]
     assert not np.allclose(alti, norm, atol=1e-3)
 
 
@@ -178,18 +182,17 @@ def test_value_zeroing_a_token_whose_values_are_already_zero_changes_nothing():
         layer.attention.W_v.bias.zero_()
     x = torch.randn(1, 5, model.cfg.d_model, generator=torch.Generator().manual_seed(0))
     x[0, 2] = 0.0  # its value vector W_v x + b_v is zero
-    mask = torch.ones(1, 1, 1, 5, dtype=torch.bool)
-    m = value_zeroing.encoder_matrix(layer, x, mask)  # (S, S)
+    m = helpers.encoder_matrix_at(helpers.studio_adapter(model), x)  # (S, S)
     assert m[:, 2].abs().max() < 1e-5 and m.sum(1).allclose(torch.ones(5))  # float32 rounding
     assert (np.delete(m.numpy(), 2, axis=1) > 1e-4).all()  # every other token moves something
 
 
 def test_integrated_gradients_is_complete_within_five_percent(tiny_model):
     t = translate_sentence(tiny_model, "i'm home .")
-    p = teacher_forced(tiny_model.model, t.src_ids, t.out_ids)
-    g = integrated_gradients(studio_task(tiny_model.model, p), IG_STEPS)
+    p = tiny_model.forced(t.src_ids, t.out_ids)
+    g = integrated_gradients(embedding_task(tiny_model, p), IG_STEPS)
     assert g.completeness is not None and g.completeness < 0.05
-    a = attribute(tiny_model.model, t.src_ids, t.out_ids, "integrated-gradients")
+    a = attribute(tiny_model, t.src_ids, t.out_ids, "integrated-gradients")
     assert a.completeness < 0.05
 
 
@@ -197,18 +200,18 @@ def test_the_attention_method_shows_the_chosen_layer_and_head(home_translation, 
     t, maps = home_translation
     S = len(t.src_ids)
     for layer, head in [(0, "0"), (1, "1"), (1, "mean")]:
-        a = attribute(tiny_model.model, t.src_ids, t.out_ids, "attention", layer, head)
+        a = attribute(tiny_model, t.src_ids, t.out_ids, "attention", layer, head)
         shown = maps.cross[layer].mean(0) if head == "mean" else maps.cross[layer, int(head)]
         np.testing.assert_allclose(a.contributions[:, :S], shown, atol=1e-5)
     with pytest.raises(AttributionError, match="layer"):
-        attribute(tiny_model.model, t.src_ids, t.out_ids, "attention", 9, "0")
+        attribute(tiny_model, t.src_ids, t.out_ids, "attention", 9, "0")
     with pytest.raises(AttributionError, match="unknown method"):
-        attribute(tiny_model.model, t.src_ids, t.out_ids, "lime")
+        attribute(tiny_model, t.src_ids, t.out_ids, "lime")
 
 
 @pytest.mark.parametrize("method", ["alti", "grad-input", "value-zeroing"])
 def test_a_bpe_model_s_pieces_merge_into_words_with_rows_still_summing_to_one(bpe_run, method):
-    lm = load_checkpoint(bpe_run / "last.pt")
+    lm = StudioModel.load(bpe_run / "last.pt")
     t = translate_sentence(lm, "we are eating apples .")
     e = explain(lm, t, method)
     w = in_words(e)

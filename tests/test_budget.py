@@ -333,17 +333,17 @@ def test_any_translation_is_within_its_estimate(shape, words, max_len, seed):
     """A translation with every map, of any tiny model shape, sentence and output length,
     holds no more than budget.translation_bytes says before it is made."""
     from core.model.checked_translation import translate_sentence
-    from core.model.checkpoints import LoadedModel
-    from core.model.decode import DecodeSettings, TranslationError
+    from core.model.decode import DecodeSettings, TranslationError, source_len
+    from core.model.studio_model import StudioModel
 
     vocab = Vocab([*SPECIALS, *WORDS])
     model = {**shape, "d_model": 4 * shape["num_heads"]}
     cfg = ModelConfig(len(vocab), len(vocab), dropout=0.0, **model)
     torch.manual_seed(seed)
-    lm = LoadedModel(Transformer(cfg).eval(), vocab, vocab)
+    lm = StudioModel(Transformer(cfg).eval(), vocab, vocab)
     try:
         t = translate_sentence(lm, " ".join(words), DecodeSettings(max_len=max_len))
     except TranslationError:
         return
-    src = budget.source_len(words, "word", shape["max_positions"])
+    src = source_len(words, "word", shape["max_positions"])
     assert budget.sizeof(t) <= budget.translation_bytes(model, src, max_len)

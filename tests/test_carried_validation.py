@@ -12,10 +12,10 @@ from core.model.checked_translation import validation_examples
 from core.model.checkpoints import (
     CARRIED_PAIRS,
     carried_validation,
-    load_checkpoint,
     read_checkpoint,
     validation_source,
 )
+from core.model.studio_model import StudioModel
 from core.places import runs_root
 from core.runs.promotion import promote
 from tests.helpers import TINY
@@ -34,7 +34,7 @@ def test_a_saved_model_keeps_its_validation_sentences_without_its_corpus(
     saved = promote("r1", "best", "carried")
     ckpt = read_checkpoint(saved)
     assert len(ckpt["validation_pairs"]) == 6 <= CARRIED_PAIRS  # tiny.tsv's 6 held-out pairs
-    lm = load_checkpoint(saved)
+    lm = StudioModel.load(saved)
     with_corpus = importance_for(lm, saved, 6)
     examples, _ = validation_examples(ckpt)
 

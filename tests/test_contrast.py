@@ -13,11 +13,8 @@ from core import attribute as attribute_cmd
 from core.attribution.contrast import CONTRAST_METHODS, contrast_problem, foil_ids
 from core.attribution.explain import explain_contrast
 from core.attribution.methods import METHODS, AttributionError
-from core.corpus.vocab import Vocab
-from core.model import hugging_face as hf
 from core.model.checked_translation import translate_sentence
 from core.model.decode import DecodeSettings
-from core.model.record import teacher_forced
 
 SENTENCE, TARGET, FOIL = "i'm home .", "je suis chez moi .", "je suis chez elle ."
 
@@ -41,9 +38,9 @@ def test_a_foil_must_differ_and_match_the_length(tiny_model, forced):
         foil_ids(tiny_model, forced, TARGET)
 
 
-def _difference(lm, src_ids, out_ids, foil) -> np.ndarray:
+def _difference(m, src_ids, out_ids, foil) -> np.ndarray:
     """(T,) log p(y_t) - log p(y'_t) after ``src_ids``, from the recorded pass."""
-    p = teacher_forced(lm.model, src_ids, out_ids)
+    p = m.forced(src_ids, out_ids)
     logp = p.logits[0].float().log_softmax(-1)  # (T, V)
     rows = torch.arange(len(out_ids))
     return (logp[rows, out_ids] - logp[rows, foil]).numpy()
@@ -58,7 +55,7 @@ def test_occlusion_is_the_drop_of_the_difference_token_by_token(tiny_model, forc
     S = len(forced.src_ids)
     for j in range(S):
         src = list(forced.src_ids)
-        src[j] = Vocab.unk_id
+        src[j] = tiny_model.unk_id
         drop = whole[3] - _difference(tiny_model, src, forced.out_ids, foil)[3]
         assert e.attribution.raw[3, j] == pytest.approx(drop, abs=1e-4)
     assert not e.attribution.raw[[0, 1, 2, 4, 5]].any()  # the words agree there
@@ -86,13 +83,13 @@ def test_gradient_times_input_is_linear_in_the_two_log_probabilities(tiny_model,
 
 def test_a_hugging_face_model_contrasts(hf_loaded):
     hm = hf_loaded["marian"]
-    t = hf.forced_translation(hm, "i am cold .", "je suis froid .")
+    t = hm.force("i am cold .", "je suis froid .", DecodeSettings())
     for method in CONTRAST_METHODS:
         e = explain_contrast(hm, t, "je suis chaud .", method)
         assert e.attribution.extra["contrast_steps"] == [2]
         assert e.contributions.shape == (len(t.out_ids), len(t.src_ids) + len(t.out_ids))
         assert e.contributions[2].sum() == pytest.approx(1.0, abs=1e-5)
-    own = hf.translate(hm, "i am cold .", DecodeSettings(max_len=6))
+    own = hm.translate("i am cold .", DecodeSettings(max_len=6))
     assert own.out_ids  # a model's own translation contrasts the same way
 
 
@@ -135,7 +132,8 @@ def test_the_attribution_section_contrasts_a_candidate_at_a_step(studio_dirs):
     assert again.selectbox(key="atr_contrast_method").value == CONTRAST_METHODS[-1]
 
 
-def test_the_url_knows_the_contrastive_methods():
-    from core.attention.view_state import CONTRAST_METHODS as URL_METHODS
+def test_the_url_checks_the_contrastive_methods_against_the_librarys_own():
+    from pages.ui.view_state import ViewState
 
-    assert URL_METHODS == CONTRAST_METHODS  # core.attention cannot import core.attribution
+    assert ViewState.from_query({"contrast_method": "occlusion"}).contrast_method == "occlusion"
+    assert ViewState.from_query({"contrast_method": "alti"}).contrast_method == CONTRAST_METHODS[0]

@@ -23,7 +23,8 @@ import torch
 from core.corpus.batches import rank_batches
 from core.corpus.text import tokenize
 from core.model.checked_translation import translate_sentence
-from core.model.checkpoints import load_checkpoint, read_checkpoint
+from core.model.checkpoints import read_checkpoint
+from core.model.opened import open_model
 from core.runs.run_dir import RunDir
 from core.training import distributed
 from core.training.distributed import World
@@ -135,7 +136,7 @@ def test_only_rank_0_writes_and_records_the_world(pair):
     evals = [r["step"] for r in RunDir(two).read_metrics() if r["record"] == "eval"]
     assert evals == [12, 24]  # evaluated once per evaluation, not once per process
     assert RunDir(two).snapshot_steps() == [12, 24]
-    loaded = load_checkpoint(two / "last.pt")  # as the app loads it
+    loaded = open_model(str(two / "last.pt"))  # as the app loads it
     assert translate_sentence(loaded, "go .").output_tokens
     rng = read_checkpoint(two / "last.pt")["rng"]
     assert len(rng["ranks"]) == 2  # each process's random streams, for a resume

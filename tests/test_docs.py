@@ -32,3 +32,22 @@ def test_every_link_between_the_docs_leads_somewhere():
             assert path.exists(), f"{doc.name}: {target}"
             if anchor and path.suffix == ".md":
                 assert anchor in anchors(path), f"{doc.name}: {target}"
+
+
+def test_every_command_is_in_the_commands_page():
+    """docs/commands.md lists every ``python -m core.<command>`` (found by the commands' rule:
+    a module at the top of core with a main)."""
+    import ast
+
+    page = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    commands = [
+        path.stem
+        for path in sorted((ROOT / "core").glob("*.py"))
+        if any(
+            isinstance(node, ast.FunctionDef) and node.name == "main"
+            for node in ast.parse(path.read_text(encoding="utf-8")).body
+        )
+    ]
+    assert len(commands) >= 13
+    missing = [c for c in commands if f"python -m core.{c} " not in page]
+    assert not missing, missing

@@ -14,9 +14,8 @@ from core import attribute as attribute_cmd
 from core.attribution.explain import explain, in_words
 from core.model import hugging_face as hf
 from core.model.checked_translation import translate_sentence
-from core.model.checkpoints import load_checkpoint
 from core.model.decode import DecodeSettings, TranslationError, scored
-from core.model.opened import forced_any
+from core.model.studio_model import StudioModel
 from tests.helpers import assert_clean, plain, run_page_script
 from tests.hf_tiny import FAMILIES
 
@@ -60,7 +59,7 @@ def test_a_target_that_cannot_be_forced_is_a_message(tiny_model):
     with pytest.raises(TranslationError, match="The target has 61 tokens"):
         translate_sentence(tiny_model, SENTENCE, target="mot " * 61)
     with pytest.raises(TranslationError, match="The target is empty"):
-        forced_any(tiny_model, SENTENCE, "  ", DecodeSettings())
+        tiny_model.force(SENTENCE, "  ", DecodeSettings())
     assert not translate_sentence(tiny_model, SENTENCE, target="  ").forced  # none typed
 
 
@@ -105,7 +104,7 @@ def test_the_command_explains_a_target(val_checkpoint, capsys):
     assert attribute_cmd.main([*args, SENTENCE]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["output"] == ["je", "suis", "chez", "moi", ".", "<eos>"] and out["target"]
-    lm = load_checkpoint(val_checkpoint)
+    lm = StudioModel.load(val_checkpoint)
     forced = translate_sentence(lm, SENTENCE, target="je suis chez moi .")
     assert out["rank"] == forced.ranks
     assert out["probability"] == pytest.approx(forced.token_probs, abs=1e-6)
@@ -131,7 +130,7 @@ def test_a_target_with_flags_it_cannot_take_is_a_one_line_error(
 
 
 def test_a_bpe_models_target_in_words_multiplies_its_pieces(bpe_run):
-    lm = load_checkpoint(bpe_run / "last.pt")
+    lm = StudioModel.load(bpe_run / "last.pt")
     forced = translate_sentence(lm, SENTENCE, target="je suis chez moi .")
     pieces, words = explain(lm, forced, "alti"), in_words(explain(lm, forced, "alti"))
     assert len(words.probabilities) == len(words.output) == len(words.ranks)
@@ -147,7 +146,7 @@ def test_the_translate_page_rates_a_typed_translation(studio_dirs):
     assert "Your translation, as the model rates it" in [h.value for h in at.subheader]
     table = at.dataframe[1].value
     assert list(table["your token"]) == ["je", "suis", "moi", "chez", ".", "<eos>"]
-    lm = load_checkpoint(studio_dirs["checkpoints"] / "fra-eng-small.pt")
+    lm = StudioModel.load(studio_dirs["checkpoints"] / "fra-eng-small.pt")
     forced = translate_sentence(lm, SENTENCE, target="je suis moi chez .")
     assert list(table["rank"]) == forced.ranks
     assert f"log-probability **{forced.log_prob:.2f}**" in shown

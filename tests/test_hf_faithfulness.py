@@ -1,6 +1,7 @@
-"""Faithfulness of a Hugging Face encoder-decoder (core.attribution.hf_faithfulness): its
-words among its pieces, occlusion with its own unknown token, batched log-probabilities
-equal to the model's own pass, and the table on the page and from the command."""
+"""Faithfulness of a Hugging Face encoder-decoder (core.attribution.faithfulness through the
+one interface): its words among its pieces, occlusion with its own unknown token, batched
+log-probabilities equal to the model's own pass, and the table on the page and from the
+command."""
 
 from __future__ import annotations
 
@@ -12,21 +13,20 @@ import pytest
 import torch
 
 from core import attribute as attribute_command
-from core.attention.hf_importance import hf_sample
 from core.attribution import faithfulness as fa
-from core.attribution import hf_faithfulness
 from core.attribution.methods import METHODS
 from core.corpus.splits import Split
+from core.measure.sample import sample_of
 from core.model import hugging_face as hf
-from tests.helpers import assert_clean, plain, run_page_script
-from tests.test_hf_importance import fra_eng_like, model_folder, pairs
+from tests.helpers import assert_clean, fra_eng_like, plain, run_page_script
+from tests.test_hf_importance import model_folder, pairs
 
 
 def test_words_are_found_among_sentencepiece_pieces_without_the_specials(hf_loaded):
     hm = hf_loaded["marian-spm"]
-    ids = hf.encode_source(hm, "the tallest boys are tired .")[0].tolist()
-    tokens = hf.shown_tokens(hm, ids)
-    spans = hf_faithfulness.source_spans(hm, ids)
+    ids = hm.source("the tallest boys are tired .").ids
+    tokens = hm.source_tokens(ids)
+    spans = fa.source_spans(hm, ids)
     words = ["".join(t.removeprefix("##") for t in tokens[a:b]).strip("\u2581") for a, b in spans]
     assert words == ["the", "tallest", "boys", "are", "tired", "."]
     assert all(b <= len(ids) - 1 for _, b in spans)  # </s> belongs to no word
@@ -35,21 +35,23 @@ def test_words_are_found_among_sentencepiece_pieces_without_the_specials(hf_load
 def test_a_language_code_belongs_to_no_word(hf_loaded):
     hm = hf_loaded["m2m_100"]
     code = hm.tokenizer.convert_tokens_to_ids("__en__")
-    ids = [code, *hf.encode_source(hm, "the boy is tall .")[0].tolist()]  # as M2M100 writes it
-    assert hf.shown_tokens(hm, ids)[0] == "__en__"
-    assert hf_faithfulness.source_spans(hm, ids) == [(i, i + 1) for i in range(1, 6)]
+    ids = [code, *hm.source("the boy is tall .").ids]  # as M2M100 writes it
+    assert hm.source_tokens(ids)[0] == "__en__"
+    assert fa.source_spans(hm, ids) == [(i, i + 1) for i in range(1, 6)]
 
 
 @pytest.mark.parametrize("family", ["marian", "t5", "m2m_100"])
 def test_occluded_log_probs_in_one_batch_equal_the_models_own_passes(hf_loaded, family):
     hm = hf_loaded[family]
     target = "__fr__" if family == "m2m_100" else None
-    sample = hf_sample(hm, Split(pairs(3)), 3, target)
+    sample = sample_of(hm, Split(pairs(3)), 3, target)
     case = fa.translate_sample(hm, sample, target)[1]
     assert case.out_ids[-1] == hm.model.config.eos_token_id or len(case.out_ids) > 5
-    unk = hf_faithfulness.unk_id(hm)
+    unk = hm.unk_id
+    assert unk == hm.tokenizer.unk_token_id is not None  # its own unknown token
     sources = [case.src_ids] + [fa.occluded(case.src_ids, case.spans, [w], unk) for w in (1, 0)]
-    batched = fa.logp_rows(hm, sources, case.out_ids)  # (3, T)
+    assert sources[1] != case.src_ids and unk in sources[1]
+    batched = fa.output_logp(hm, sources, case.out_ids)  # (3, T)
     for row, src in zip(batched, sources):
         logp, _ = hf.forced_pass(hm, *hf.forced_inputs(hm, src, case.out_ids))  # (1, T, V)
         own = logp[0].gather(-1, torch.tensor(case.out_ids)[:, None])[:, 0]

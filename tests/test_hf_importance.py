@@ -1,32 +1,34 @@
-"""Head importance of a Hugging Face encoder-decoder (core.attention.hf_importance): each
-row's own gates give what removing its heads by hand gives, the gradient score is the
-derivative it claims, and the page and command show the grids for a model folder."""
+"""Head importance of a Hugging Face encoder-decoder (core.attention.head_measures'
+Measures through the one interface): each row's own gates give what removing its heads by
+hand gives, the gradient score is the derivative it claims, and the page and command show the
+grids for a model folder."""
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import shutil
-import zipfile
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from core import ablate
-from core.attention import hf_importance
 from core.attention.ablation import HeadSpec
-from core.attention.hf_importance import HFMeasures, as_text, hf_sample
-from core.attention.importance import importance_for, lookup_importance, precision_of
+from core.attention.head_measures import Measures, resolved_precision
+from core.attention.importance import importance_for, lookup_importance
 from core.corpus.splits import Split
-from core.model import hf_inside
+from core.corpus.text import tokenize
+from core.measure.sample import sample_of
+from core.model import hf_model, hf_sites
+from core.model.batched import token_losses
+from core.model.hf_model import HFModel, as_text, load
+from core.model.studio_model import StudioModel
 from pages.ui.attention.ablation_view import PRECISION_LABELS
+from tests import helpers
 from tests.helpers import assert_clean, run_page_script
 from tests.hf_tiny import FAMILIES
 
-SUBJECTS = [("i am", "je suis"), ("you are", "tu es"), ("he is", "il est"), ("we are", "nous")]
-ADJECTIVES = [("cold", "froid"), ("hot", "chaud"), ("tired", "fatigué"), ("tall", "grand")]
 SETS = [
     [],
     [HeadSpec("encoder", 0, 1)],
@@ -38,8 +40,8 @@ SETS = [
 def pairs(n: int = 16) -> list[tuple[list[str], list[str]]]:
     """``n`` English-French pairs of the tiny models' words, of two lengths."""
     out = []
-    for s_en, s_fr in SUBJECTS:
-        for a_en, a_fr in ADJECTIVES:
+    for s_en, s_fr in helpers.SUBJECTS:
+        for a_en, a_fr in helpers.ADJECTIVES:
             tail = ["."] if len(out) % 2 else ["home", "."]
             out.append(([*s_en.split(), a_en, *tail], [*s_fr.split(), a_fr, *tail]))
     return out[:n]
@@ -47,6 +49,18 @@ def pairs(n: int = 16) -> list[tuple[list[str], list[str]]]:
 
 def _target(family: str) -> str | None:
     return "__fr__" if family == "m2m_100" else None
+
+
+def removed_by_hand(hm, heads) -> torch.nn.Module:
+    """A copy of the model whose output projections ignore ``heads``: their columns of W_o
+    zeroed (run as a plain forward, no hook site involved)."""
+    model = copy.deepcopy(hm.model)
+    with torch.no_grad():
+        for h in heads:
+            module = hf_sites.attention_modules(model, h.kind)[h.layer]
+            _, width = hf_sites.head_geometry(module)
+            hf_sites.projections(module)[3].weight[:, h.head * width : (h.head + 1) * width] = 0.0
+    return model
 
 
 def test_d2l_words_are_given_to_a_tokenizer_as_text():
@@ -57,23 +71,23 @@ def test_d2l_words_are_given_to_a_tokenizer_as_text():
 @pytest.mark.parametrize("family", FAMILIES)
 def test_each_rows_gates_give_the_loss_of_removing_its_heads_by_hand(hf_loaded, family):
     hm = hf_loaded[family]
-    sample = hf_sample(hm, Split(pairs()), 16, _target(family))
-    batched = HFMeasures(hm, sample, _target(family)).losses(SETS)
+    sample = sample_of(hm, Split(pairs()), 16, _target(family))
+    batched = Measures(hm, sample, _target(family)).losses(SETS)
     start = hm.model.config.decoder_start_token_id
     for heads, got in zip(SETS, batched):
         total, count = 0.0, 0
-        with hf_inside.heads_removed(hm.model, [(h.kind, h.layer, h.head) for h in heads]):
-            for src, tgt in sample.encoded:  # one pair at a time: no padding
-                logits = (
-                    hm.model(  # (T, V)
-                        input_ids=torch.tensor([src]),
-                        decoder_input_ids=torch.tensor([[start, *tgt[:-1]]]),
-                    )
-                    .logits[0]
-                    .detach()
+        model = removed_by_hand(hm, heads)
+        for src, tgt in sample.encoded:  # one pair at a time: no padding
+            logits = (
+                model(  # (T, V)
+                    input_ids=torch.tensor([src]),
+                    decoder_input_ids=torch.tensor([[start, *tgt[:-1]]]),
                 )
-                total += float(F.cross_entropy(logits.float(), torch.tensor(tgt), reduction="sum"))
-                count += len(tgt)
+                .logits[0]
+                .detach()
+            )
+            total += float(F.cross_entropy(logits.float(), torch.tensor(tgt), reduction="sum"))
+            count += len(tgt)
         assert got == pytest.approx(total / count, abs=1e-5)
     assert len(set(round(x, 6) for x in batched)) > 1  # the sets do change the loss
 
@@ -82,39 +96,53 @@ def test_each_rows_gates_give_the_loss_of_removing_its_heads_by_hand(hf_loaded, 
 def test_batched_greedy_outputs_equal_generate_one_sentence_at_a_time(
     hf_loaded, family, monkeypatch
 ):
-    monkeypatch.setattr(hf_importance, "MAX_LEN", 6)  # every batch: the same output length
+    monkeypatch.setattr(hf_model, "MAX_LEN", 6)  # every batch: the same output length
     hm = hf_loaded[family]
     target = _target(family)
-    sample = hf_sample(hm, Split(pairs()), 16, target)
-    measures = HFMeasures(hm, sample, target)
-    batched = measures.outputs(SETS)
+    sample = sample_of(hm, Split(pairs()), 16, target)
+    measures = Measures(hm, sample, target)
+    batched = measures.output_ids(SETS)
     extra = {"forced_bos_token_id": hm.tokenizer.convert_tokens_to_ids(target)} if target else {}
+    eos = hm.model.config.eos_token_id
     for heads, outputs in zip(SETS, batched):
-        with hf_inside.heads_removed(hm.model, [(h.kind, h.layer, h.head) for h in heads]):
-            for src, words in zip(sample.src_ids, outputs):
-                out = hm.model.generate(
-                    input_ids=torch.tensor([src]), do_sample=False, max_new_tokens=6, **extra
-                )
-                text = hm.tokenizer.decode(out[0], skip_special_tokens=True)
-                assert words == hf_importance.tokenize(text)
+        model = removed_by_hand(hm, heads)
+        for src, ids in zip(sample.src_ids, outputs):
+            out = model.generate(
+                input_ids=torch.tensor([src]), do_sample=False, max_new_tokens=6, **extra
+            )[0, 1:].tolist()  # without the start token
+            assert ids[: len(out)] == out  # up to its </s>: padding after it in a batch
+            assert len(ids) == len(out) or out[-1] == eos
+            text = hm.tokenizer.decode(out, skip_special_tokens=True)
+            assert hm.scored_words(ids) == tokenize(text)
+
+
+def rms_norm_in_its_own_dtype(self, x: torch.Tensor) -> torch.Tensor:
+    """T5LayerNorm's forward with its variance taken in x's dtype (transformers takes it in
+    float32 whatever x is: a float64 model's loss would keep float32 noise)."""
+    return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
 
 
 @pytest.mark.parametrize("family", ["marian", "t5"])
-def test_the_gradient_score_is_the_derivative_of_the_loss_at_the_gate(hf_loaded, family):
-    hm = dataclasses.replace(hf_loaded[family], model=copy.deepcopy(hf_loaded[family].model))
+def test_the_gradient_score_is_the_derivative_of_the_loss_at_the_gate(
+    hf_models, family, monkeypatch
+):
+    from transformers.models.t5.modeling_t5 import T5LayerNorm
+
+    monkeypatch.setattr(T5LayerNorm, "forward", rms_norm_in_its_own_dtype)
+    hm = load(hf_models[family])  # a model of its own: the shared one is never changed
     hm.model.double()  # a central difference of a float32 loss is noise at these slopes
-    sample = hf_sample(hm, Split(pairs(1)), 1)
-    measures = HFMeasures(hm, sample)
+    sample = sample_of(hm, Split(pairs(1)), 1)
+    measures = Measures(hm, sample)
     scores = measures.gradients()
     assert len(scores) == len(measures.all_heads()) == 3 * 2 * 4
     src, tgt = sample.encoded[0]
-    eps = 1e-3
+    eps = 1e-5  # float64 throughout; at 1e-3 the tiny T5's gate crosses a ReLU's kink
 
     def loss(head: HeadSpec, gate: float) -> float:
-        gates = {(head.kind, head.layer): torch.ones(1, 4)}
+        gates = {(head.kind, head.layer): torch.ones(1, 4, dtype=torch.float64)}
         gates[(head.kind, head.layer)][0, head.head] = gate
-        with torch.no_grad():
-            tokens = measures._token_losses([(src, tgt)], gates)  # (1, T)
+        with torch.no_grad(), hm.rows_gated(gates):
+            tokens = token_losses(hm, [(src, tgt)])  # (1, T)
         return float(tokens.sum()) / len(tgt)
 
     for head in [
@@ -129,47 +157,44 @@ def test_the_gradient_score_is_the_derivative_of_the_loss_at_the_gate(hf_loaded,
 @pytest.mark.parametrize("family", ["marian", "t5"])
 def test_bfloat16_passes_measure_what_float32_measures(hf_loaded, family):
     hm = hf_loaded[family]
-    sample = hf_sample(hm, Split(pairs()), 16)
-    exact, fast = HFMeasures(hm, sample), HFMeasures(hm, sample, precision="bfloat16")
+    sample = sample_of(hm, Split(pairs()), 16)
+    exact, fast = Measures(hm, sample), Measures(hm, sample, precision="bfloat16")
     assert (exact.precision, fast.precision) == ("float32", "bfloat16")
     losses, quick = exact.losses(SETS), fast.losses(SETS)
     assert quick != losses  # the passes did run in bfloat16
     assert quick == pytest.approx(losses, abs=0.02)
     changes = [x - losses[0] for x in losses[1:]]
     assert [x - quick[0] for x in quick[1:]] == pytest.approx(changes, abs=0.02)
-    agree = [a == b for x, y in zip(exact.outputs(SETS), fast.outputs(SETS)) for a, b in zip(x, y)]
+    words = [
+        [[hm.scored_words(ids) for ids in rows] for rows in m.output_ids(SETS)]
+        for m in (exact, fast)
+    ]
+    agree = [a == b for x, y in zip(*words) for a, b in zip(x, y)]
     assert sum(agree) >= 0.75 * len(agree)  # random weights: near ties flip a few
     assert fast.gradients() == exact.gradients()  # the gradient score stays float32
 
 
-def test_auto_precision_is_bfloat16_only_where_the_cpu_runs_it_natively(monkeypatch):
-    cpu = torch.device("cpu")
+def test_auto_precision_is_bfloat16_only_where_the_cpu_runs_it_natively(hf_loaded, monkeypatch):
+    hm = hf_loaded["marian"]  # on the CPU
+    studio = StudioModel(*helpers.random_model())  # measured exactly: always float32
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
-    assert hf_importance.resolved_precision("auto", cpu) == "bfloat16"
-    assert hf_importance.resolved_precision("auto", torch.device("cuda")) == "float32"
-    assert hf_importance.resolved_precision("float32", cpu) == "float32"
+    assert resolved_precision("auto", hm) == "bfloat16"
+    assert resolved_precision("float32", hm) == "float32"
+    assert resolved_precision("bfloat16", hm) == "bfloat16"
+    assert resolved_precision("auto", studio) == resolved_precision("bfloat16", studio) == "float32"
+    with monkeypatch.context() as on_gpu:
+        on_gpu.setattr(HFModel, "device", property(lambda self: torch.device("cuda")))
+        assert resolved_precision("auto", hm) == "float32"
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
-    assert hf_importance.resolved_precision("auto", cpu) == "float32"
+    assert resolved_precision("auto", hm) == "float32"
     with pytest.raises(ValueError, match="precision must be one of"):
-        hf_importance.resolved_precision("float16", cpu)
-
-
-def fra_eng_like(tmp_path, n: int = 400):
-    """A fra.txt-in-a-zip corpus of the tiny models' words, standing in for fra-eng."""
-    lines = []
-    for i in range(n):
-        (s_en, s_fr), (a_en, a_fr) = SUBJECTS[i % 4], ADJECTIVES[(i // 4) % 4]
-        lines.append(f"{s_en} {a_en} {'home ' * (i // 16)}.\t{s_fr} {a_fr} .\tCC-BY")
-    path = tmp_path / "fra-eng.zip"
-    with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr("fra.txt", "\n".join(lines) + "\n")
-    return path
+        resolved_precision("float16", hm)
 
 
 def model_folder(hf_models, tmp_path, monkeypatch, family: str):
     """A copy of a tiny model's folder, with a fra-eng stand-in and the app's folders in
     ``tmp_path``."""
-    monkeypatch.setenv("FRA_ENG_ZIP", str(fra_eng_like(tmp_path)))
+    monkeypatch.setenv("FRA_ENG_ZIP", str(helpers.fra_eng_like(tmp_path)))
     monkeypatch.setenv("ATTENTION_STUDIO_CHECKPOINTS", str(tmp_path / "checkpoints"))
     monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(tmp_path / "runs"))
     return shutil.copytree(hf_models[family], tmp_path / family)
@@ -183,7 +208,7 @@ def test_importance_of_a_model_folder_is_measured_cached_and_printed(
     result = importance_for(hf_loaded["marian"], folder, 5, progress=lambda f, w: seen.append(f))
     assert (result.sentences, len(result.heads), result.pruning[-1]["removed"]) == (5, 24, 24)
     assert seen == sorted(seen) and seen[-1] == pytest.approx(1.0)
-    auto = precision_of(hf_loaded["marian"], "auto")
+    auto = resolved_precision("auto", hf_loaded["marian"])
     assert result.precision == auto
     assert lookup_importance(folder, meta, 5, precision=auto).heads == result.heads
     assert ablate.main(["--checkpoint", str(folder), "--sentences", "5"]) == 0
@@ -202,7 +227,7 @@ def test_importance_of_a_model_folder_is_measured_cached_and_printed(
 def test_the_page_computes_head_importance_for_a_model_folder(
     studio_dirs, hf_models, tmp_path, monkeypatch
 ):
-    monkeypatch.setenv("FRA_ENG_ZIP", str(fra_eng_like(tmp_path)))
+    monkeypatch.setenv("FRA_ENG_ZIP", str(helpers.fra_eng_like(tmp_path)))
     shutil.copytree(hf_models["marian"], studio_dirs["checkpoints"] / "marian")
     query = {"model": "checkpoints/marian/", "sentence": "the boy is tall .", "section": "ablation"}
     at = run_page_script("attention.py", query)
@@ -233,7 +258,7 @@ def test_the_evaluate_command_scores_a_model_folder_on_the_studios_split(
     assert evaluate.main(["--checkpoint", str(folder), "--split", "val"]) == 0
     out = json.loads(capsys.readouterr().out)
     split = load_splits(DataConfig()).val  # the same sentences as the studio's own models'
-    measures = HFMeasures(hf_loaded["marian"], hf_sample(hf_loaded["marian"], split, 99))
+    measures = Measures(hf_loaded["marian"], sample_of(hf_loaded["marian"], split, 99))
     assert out["sentences"] == len(split.groups()) and out["split"] == "val"
     assert out["loss"] == pytest.approx(measures.losses([[]])[0], abs=1e-6)
     assert out["bleu"] == pytest.approx(measures.bleu([[]])[0])

@@ -1,11 +1,11 @@
-"""Hugging Face encoder-decoders behind the studio's interface (core.model.hugging_face),
-on tiny random Marian, BART, T5 and M2M100 models built offline (tests/hf_tiny.py)."""
+"""Hugging Face encoder-decoders behind the studio's one interface (core.model.hf_model's
+HFModel, a TranslationModel), on tiny random Marian, BART, T5 and M2M100 models built offline
+(tests/hf_tiny.py)."""
 
 from __future__ import annotations
 
 import copy
 import json
-import threading
 
 import numpy as np
 import pytest
@@ -13,11 +13,12 @@ import torch
 
 from core.attention.ablation import HeadSpec, ablated
 from core.corpus.bpe import join_pieces
-from core.model import hf_folder, hf_inside
+from core.model import hf_folder, hf_sites
 from core.model import hugging_face as hf
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError, read_checkpoint
 from core.model.decode import DecodeSettings
+from core.model.hf_model import HFModel
 from core.model.opened import open_model
 from tests.hf_tiny import FAMILIES, LANGUAGES, save_tiny, tiny_config, word_tokenizer
 
@@ -42,7 +43,7 @@ def _plain_generate(hm, sentence: str, **kwargs) -> list[int]:
 def test_translation_is_what_generate_returns(hf_loaded, family, beam):
     hm = hf_loaded[family]
     settings = DecodeSettings(beam_size=beam, alpha=1.0, max_len=9, target_lang=_target(family))
-    t = hf.translate(hm, SENTENCE, settings, settings.target_lang or None)
+    t = hm.translate(SENTENCE, settings)
     kwargs = {"num_beams": beam, "max_new_tokens": 9}
     kwargs |= {"length_penalty": 1.0} if beam > 1 else {}
     if family == "m2m_100":
@@ -58,7 +59,7 @@ def test_every_map_equals_the_attentions_generate_saw(hf_loaded, family):
     cache) equal the maps the studio shows, row by row, within 1e-6."""
     hm = hf_loaded[family]
     settings = DecodeSettings(max_len=7, target_lang=_target(family))
-    t = hf.translate(hm, SENTENCE, settings, settings.target_lang or None)
+    t = hm.translate(SENTENCE, settings)
     src = torch.tensor([t.src_ids])
     kwargs = hf.generate_kwargs(hm, settings, settings.target_lang or None)
     with torch.no_grad():
@@ -84,9 +85,12 @@ def test_every_map_equals_the_attentions_generate_saw(hf_loaded, family):
 
 
 def _zeroed_by_hand(hm, kind: str, layer: int, head: int):
-    """A copy of the model whose output projection ignores one head: its columns zeroed."""
+    """A copy of the model whose output projection ignores one head: its columns zeroed
+    (run without hooks on: a plain forward of the copy)."""
     model = copy.deepcopy(hm.model)
-    out, _, width = hf_inside.head_geometry(hf_inside.attention_modules(model, kind)[layer])
+    module = hf_sites.attention_modules(model, kind)[layer]
+    _, width = hf_sites.head_geometry(module)
+    out = hf_sites.projections(module)[3]
     with torch.no_grad():
         out.weight[:, head * width : (head + 1) * width] = 0.0
     return model
@@ -101,47 +105,25 @@ def test_removing_a_head_equals_zeroing_its_slice_by_hand(hf_loaded, family, kin
     by_hand = _zeroed_by_hand(hm, kind, 1, 2)
     with torch.no_grad():
         expected = by_hand(input_ids=src, decoder_input_ids=dec).logits
-        with ablated(hm.model, [HeadSpec(kind, 1, 2)]):
+        with ablated(hm, [HeadSpec(kind, 1, 2)]):
             got = hm.model(input_ids=src, decoder_input_ids=dec).logits
         after = hm.model(input_ids=src, decoder_input_ids=dec).logits
         plain = copy.deepcopy(hm.model)(input_ids=src, decoder_input_ids=dec).logits
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
     assert not torch.allclose(got, after)  # it did remove something, and put it back
     torch.testing.assert_close(after, plain, atol=0, rtol=0)
-
-
-def test_heads_are_removed_for_the_removing_thread_only(hf_loaded):
-    """A model shared by sessions: one session removing heads changes nobody else's pass."""
-    hm = hf_loaded["marian"]
-    src = torch.tensor([hm.tokenizer(SENTENCE).input_ids])
-    dec = torch.tensor([[0, 5, 9]])
-    with torch.no_grad():
-        plain = hm.model(input_ids=src, decoder_input_ids=dec).logits
-    seen, inside, leave = {}, threading.Event(), threading.Event()
-
-    def remover():
-        with ablated(hm.model, [HeadSpec("cross", 0, h) for h in range(4)]):
-            inside.set()
-            leave.wait(10)
-
-    thread = threading.Thread(target=remover)
-    thread.start()
-    inside.wait(10)
-    with torch.no_grad():
-        seen["other"] = hm.model(input_ids=src, decoder_input_ids=dec).logits
-    leave.set()
-    thread.join()
-    torch.testing.assert_close(seen["other"], plain, atol=0, rtol=0)
+    torch.testing.assert_close(hm.run(src, dec), plain, atol=0, rtol=0)  # the adapter's pass
 
 
 def test_a_multilingual_model_starts_with_the_chosen_language(hf_loaded):
     hm = hf_loaded["m2m_100"]
     assert hm.meta["language_codes"] == sorted(LANGUAGES)
+    assert hm.language_codes() == sorted(LANGUAGES) and hm.language_code("fr") == "__fr__"
     for code in ("__fr__", "__de__"):
-        t = hf.translate(hm, SENTENCE, DecodeSettings(max_len=4, target_lang=code), code)
+        t = hm.translate(SENTENCE, DecodeSettings(max_len=4, target_lang=code))
         assert t.output_tokens[0] == code
     with pytest.raises(ValueError, match="not a language code of this model"):
-        hf.translate(hm, SENTENCE, DecodeSettings(max_len=4), "xx_Zzzz")
+        hm.translate(SENTENCE, DecodeSettings(max_len=4, target_lang="xx_Zzzz"))
 
 
 def test_description_reads_headers_only(hf_models, hf_loaded):
@@ -166,12 +148,13 @@ def test_tokens_follow_the_studio_convention():
     text = ["the tallest boys are walking home", "walking boys talk", "tall homes"] * 5
     tk.train_from_iterator(text, trainers.BpeTrainer(vocab_size=40, special_tokens=["<unk>"]))
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>")
-    hm = hf.HFModel(None, tokenizer, None, {"tokens": hf.tokenizer_kind(tokenizer)})
+    hm = HFModel(None, tokenizer, None, {"tokens": hf.tokenizer_kind(tokenizer)})
     assert hm.meta["tokens"] == "metaspace"
     ids = tokenizer("the tallest boys walking").input_ids
-    shown = hf.shown_tokens(hm, ids)
+    shown = hm.source_tokens(ids)
+    assert shown == hm.target_tokens(ids)  # one tokenizer both ways
     assert any(t.startswith("##") for t in shown)
-    assert join_pieces(shown) == hf.words_of(hm, ids) == ["the", "tallest", "boys", "walking"]
+    assert join_pieces(shown) == hm.target_words(ids) == ["the", "tallest", "boys", "walking"]
 
 
 def test_the_page_translation_reads_a_hugging_face_model(hf_loaded):
@@ -239,20 +222,26 @@ def test_the_last_layers_lens_is_the_models_own_output(hf_loaded, family):
     """The lens goes through what the model applies after its last layer (final norm of a
     pre-LN family, T5's rescaling, lm_head, final_logits_bias): the last layer's lens equals
     the model's own log-probabilities."""
-    from core.attention.logit_lens import logit_lens
+    from core.attention.logit_lens import lens_log_probs, logit_lens
 
     hm = hf_loaded[family]
     settings = DecodeSettings(max_len=6, target_lang=_target(family))
-    t = hf.translate(hm, SENTENCE, settings, settings.target_lang or None)
+    t = hm.translate(SENTENCE, settings)
     src = torch.tensor([t.src_ids])
     dec = torch.tensor([[hm.model.config.decoder_start_token_id, *t.out_ids[:-1]]])
-    outputs, logits = hf_inside.decoder_layer_outputs(hm, src, dec)
-    lens = hf_inside.lens_log_probs(hm, outputs)  # (L, T, V)
+    with torch.no_grad():  # the model's own forward, no hook site read
+        logits = hm.model(input_ids=src, decoder_input_ids=dec).logits
+    outputs = hm.forced(t.src_ids, t.out_ids).decoder_outputs  # L x (1, T, D)
+    lens = lens_log_probs(hm, outputs)  # (L, T, V)
     assert lens.shape[0] == hm.cfg.num_decoder_layers
     torch.testing.assert_close(lens[-1], logits[0].float().log_softmax(-1), atol=1e-5, rtol=0)
     shown = logit_lens(hm, t)
-    if family in ("bart", "t5"):  # greedy without logits processors: the top word is chosen
-        assert (shown.chosen_rank[-1] == 0).all()  # (Marian bans <pad>, M2M100 forces __fr__)
+    if family in ("bart", "t5"):  # greedy: the top word is chosen (Marian bans <pad>, M2M100
+        free = len(t.out_ids)  # forces __fr__); BART's config forces its forced_eos_token_id
+        if family == "bart" and free == settings.max_len:  # at the last step of max_len
+            assert t.out_ids[-1] == hm.model.generation_config.forced_eos_token_id
+            free -= 1
+        assert free > 0 and (shown.chosen_rank[-1, :free] == 0).all()
     assert "lm_head" in shown.projected
     assert ("final norm" in shown.projected) == (family in ("t5", "m2m_100"))
 
@@ -273,15 +262,16 @@ def test_the_inside_head_command_reads_a_model_folder(hf_models, capsys):
 def test_the_qk_view_rebuilds_the_models_weights(hf_loaded, family, kind):
     """q and k by the module's own projections, its own scale (T5: none) and T5's
     relative-position bias rebuild the weights output_attentions returns, within 1e-6."""
-    from core.attention.query_key import hf_head_scores, query_key_view
+    from core.attention.query_key import head_scores, query_key_view
 
     hm = hf_loaded[family]
     settings = DecodeSettings(max_len=6, target_lang=_target(family))
-    t = hf.translate(hm, SENTENCE, settings, settings.target_lang or None)
-    maps = getattr(t.attention, kind)  # (L, H, Tq, Tk)
+    t = hm.translate(SENTENCE, settings)
+    maps = getattr(t.attention, kind)  # (L, H, Tq, Tk) output_attentions' own
+    p = hm.forced(t.src_ids, t.out_ids)
     for layer in range(2):
         for head in range(4):
-            s = hf_head_scores(hm, t, kind, layer, head)
+            s = head_scores(hm, p, kind, layer, head)
             torch.testing.assert_close(s.weights, maps[layer, head], atol=1e-6, rtol=0)
     v = query_key_view(hm, t, kind, 1, 2, 0)
     assert (v.bias is not None) == (family == "t5")
@@ -290,25 +280,25 @@ def test_the_qk_view_rebuilds_the_models_weights(hf_loaded, family, kind):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_embeddings_path_is_the_models_own(hf_loaded, family):
-    """What the gradient methods differentiate (inputs_embeds, Marian's √D included) gives
-    the same log-probabilities as the model fed ids."""
+    """What the gradient methods differentiate (the embedding modules' outputs, put in place
+    by the embed hook sites; whatever the family scales after them, Marian's √D included)
+    gives the same log-probabilities as the model fed ids."""
     hm = hf_loaded[family]
     src, dec = hf.forced_inputs(hm, hm.tokenizer(SENTENCE).input_ids, [5, 9, 7, 1])
     with torch.no_grad():
         by_ids = hm.model(input_ids=src, decoder_input_ids=dec).logits.float().log_softmax(-1)
-        by_embeddings = hf_inside.log_probs_from_embeddings(hm, *hf_inside.embeddings(hm, src, dec))
+        by_embeddings = hm.log_probs_from_embeddings(src, dec, *hm.embeddings(src, dec))
     torch.testing.assert_close(by_embeddings, by_ids, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("method", ["attention", "rollout", "grad-input", "integrated-gradients"])
 def test_attribution_rows_are_distributions(hf_loaded, family, method):
-    from core.attribution.hugging_face import attribute
-    from core.attribution.methods import AttributionError
+    from core.attribution.methods import AttributionError, attribute
 
     hm = hf_loaded[family]
     settings = DecodeSettings(max_len=5, target_lang=_target(family))
-    t = hf.translate(hm, SENTENCE, settings, settings.target_lang or None)
+    t = hm.translate(SENTENCE, settings)
     if family == "t5" and method == "integrated-gradients":  # degenerate: refused, one line
         with pytest.raises(AttributionError, match="does not converge for T5"):
             attribute(hm, t.src_ids, t.out_ids, method)
@@ -327,11 +317,12 @@ def test_attribution_rows_are_distributions(hf_loaded, family, method):
 def test_gradient_x_input_equals_captums_on_the_same_embeddings(hf_loaded):
     from captum.attr import InputXGradient
 
-    from core.attribution.hugging_face import attribute, task
+    from core.attribution.gradients import embedding_task
+    from core.attribution.methods import attribute
 
     hm = hf_loaded["marian"]
-    t = hf.translate(hm, SENTENCE, DecodeSettings(max_len=4))
-    job = task(hm, t.src_ids, t.out_ids)
+    t = hm.translate(SENTENCE, DecodeSettings(max_len=4))
+    job = embedding_task(hm, hm.forced(t.src_ids, t.out_ids))
     T = len(t.out_ids)
     inputs = tuple(x.detach().expand(T, -1, -1).clone().requires_grad_() for x in job.embeddings)
     parts = InputXGradient(job.log_probs).attribute(inputs, target=list(range(T)))
@@ -343,10 +334,9 @@ def test_gradient_x_input_equals_captums_on_the_same_embeddings(hf_loaded):
 
 
 def test_integrated_gradients_on_t5_says_why_not_in_one_line(hf_loaded):
-    from core.attribution.hugging_face import attribute
-    from core.attribution.methods import AttributionError
+    from core.attribution.methods import AttributionError, attribute
 
-    t = hf.translate(hf_loaded["t5"], SENTENCE, DecodeSettings(max_len=3))
+    t = hf_loaded["t5"].translate(SENTENCE, DecodeSettings(max_len=3))
     with pytest.raises(AttributionError, match="does not converge for T5") as err:
         attribute(hf_loaded["t5"], t.src_ids, t.out_ids, "integrated-gradients")
     assert "\n" not in str(err.value)
@@ -369,7 +359,7 @@ def test_feeding_the_models_own_output_gives_its_own_maps(hf_loaded):
     from core.attention.maps import teacher_forced_maps
 
     hm = hf_loaded["marian"]
-    t = hf.translate(hm, SENTENCE, DecodeSettings(max_len=6))
+    t = hm.translate(SENTENCE, DecodeSettings(max_len=6))
     assert t.out_ids[-1] == hm.model.config.eos_token_id
     forced = teacher_forced_maps(hm, SENTENCE, t.text)
     assert forced.output_tokens == t.output_tokens and forced.decoder_inputs == t.decoder_inputs
@@ -377,7 +367,7 @@ def test_feeding_the_models_own_output_gives_its_own_maps(hf_loaded):
         np.testing.assert_allclose(getattr(forced, kind), getattr(t.attention, kind), atol=1e-6)
     with pytest.raises(ValueError, match="reference is empty"):
         teacher_forced_maps(hm, SENTENCE, "  ")
-    assert hf.unknown_target_words(hm, "je suis zzz") == ["zzz"]
+    assert hm.unknown_target_words("je suis zzz") == ["zzz"]
 
 
 def test_opus_mt_layout_with_its_sentencepiece_tokenizer(hf_loaded):
@@ -389,7 +379,7 @@ def test_opus_mt_layout_with_its_sentencepiece_tokenizer(hf_loaded):
     hm = hf_loaded["marian-spm"]
     assert type(hm.tokenizer).__name__ == "MarianTokenizer"
     assert hm.meta["tokens"] == "metaspace" and hm.languages == ("en", "fr")
-    t = hf.translate(hm, "the boy is tall .", DecodeSettings(max_len=8))
+    t = hm.translate("the boy is tall .", DecodeSettings(max_len=8))
     words = [w.removeprefix("\u2581") for w in join_pieces(t.src_tokens[:-1])]
     assert words == ["the", "boy", "is", "tall", "."]  # a bare ▁ piece stays its own start
     assert any(tok.startswith("##") for tok in t.src_tokens)
@@ -402,17 +392,18 @@ def test_gold_pairs_are_read_over_the_models_own_pieces(hf_loaded, family):
     """Each gold word is cut into the model's pieces; the kept block of the cross-attention
     is the pass's own (specials before the pieces left out), one row and column per piece
     plus </s>."""
-    from core.alignment.hugging_face import framed, hf_pair_maps, word_pieces
+    from core.alignment.extract import pair_maps
 
     hm = hf_loaded[family]
     src, tgt = ["the", "boy", "is", "tall", "."], ["le", "garçon", "est", "grand", "."]
-    [(cross, src_words, tgt_words)] = hf_pair_maps(hm, [(src, tgt)])
-    s_ids, _ = word_pieces(hm, src, target=False)
-    t_ids, _ = word_pieces(hm, tgt, target=True)
+    [maps] = pair_maps(hm, [(src, tgt)])
+    cross, src_words, tgt_words = maps.cross, maps.src_words, maps.tgt_words
+    s_ids, _ = hm.word_pieces(src, target=False)
+    t_ids, _ = hm.word_pieces(tgt, target=True)
     assert cross.shape == (2, 4, len(t_ids) + 1, len(s_ids) + 1)
     assert sorted(set(src_words)) == list(range(5)) and sorted(set(tgt_words)) == list(range(5))
-    s_pre, s_post = framed(hm, src, target=False)
-    t_pre, _ = framed(hm, tgt, target=True)
+    s_pre, s_post = hm.framing(src, target=False)
+    t_pre, _ = hm.framing(tgt, target=True)
     if family == "m2m_100":  # forced to French first, as the model translates
         t_pre = [hm.tokenizer.convert_tokens_to_ids("__fr__"), *t_pre]
     eos = hm.model.config.eos_token_id
@@ -440,7 +431,7 @@ def test_a_translations_links_leave_out_leading_specials(hf_loaded):
 
     hm = hf_loaded["m2m_100"]
     settings = DecodeSettings(max_len=5, target_lang="__fr__")
-    t = hf.translate(hm, SENTENCE, settings, "__fr__")
+    t = hm.translate(SENTENCE, settings)
     maps = alignable(SentenceMaps.from_translation(t))
     assert maps.output_tokens[0] != "__fr__" and maps.cross.shape[2] == len(t.out_ids) - 1
     pair = from_sentence(maps.cross, maps.src_tokens, maps.output_tokens)

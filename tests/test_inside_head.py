@@ -17,8 +17,7 @@ from core.figures import inside_head as figs
 from core.figures.labels import plotly_text
 from core.figures.logit_lens import logit_lens_figure
 from core.model.checked_translation import translate_sentence
-from core.model.checkpoints import LoadedModel, load_checkpoint
-from core.model.record import teacher_forced
+from core.model.studio_model import StudioModel
 from core.model.transformer import Transformer, subsequent_mask
 from tests.helpers import random_model, toy_model_config
 
@@ -27,17 +26,17 @@ SENTENCE = "the cat sees the dog ."  # repeated "the": unique rows and columns n
 
 @pytest.fixture(scope="module", params=["word", "bpe", "pre-LN"])
 def case(request, tiny_model, bpe_run):
-    """(LoadedModel, Translation) of a word model, a BPE model and an untrained pre-LN model."""
+    """(StudioModel, Translation) of a word model, a BPE model and an untrained pre-LN model."""
     if request.param == "word":
         lm = tiny_model
     elif request.param == "bpe":
-        lm = load_checkpoint(bpe_run / "last.pt")
+        lm = StudioModel.load(bpe_run / "last.pt")
     else:
         _, src_vocab, tgt_vocab = random_model()
         torch.manual_seed(1)
         size = len(src_vocab)
         cfg = toy_model_config(src_vocab_size=size, tgt_vocab_size=size, norm_first=True)
-        lm = LoadedModel(Transformer(cfg).eval(), src_vocab, tgt_vocab)
+        lm = StudioModel(Transformer(cfg).eval(), src_vocab, tgt_vocab)
     sentence = SENTENCE if request.param != "pre-LN" else "i am cold ."
     return lm, translate_sentence(lm, sentence)
 
@@ -50,7 +49,7 @@ def model_maps(lm, p):
 
 def test_the_recorded_pass_is_the_models_own_forward(case):
     lm, t = case
-    p = teacher_forced(lm.model, t.src_ids, t.out_ids)
+    p = lm.forced(t.src_ids, t.out_ids)
     logits, _ = model_maps(lm, p)
     assert torch.equal(p.logits, logits)
     assert len(p.decoder_outputs) == lm.model.cfg.num_decoder_layers
@@ -60,12 +59,12 @@ def test_the_recorded_pass_is_the_models_own_forward(case):
 def test_rebuilt_weights_equal_the_models_maps_for_every_head(case, kind):
     """q from W_q, k from W_k, scaled, masked, softmaxed: the model's map within 1e-6."""
     lm, t = case
-    p = teacher_forced(lm.model, t.src_ids, t.out_ids)
+    p = lm.forced(t.src_ids, t.out_ids)
     _, maps = model_maps(lm, p)
     model_w = getattr(maps, kind)[:, 0]  # (L, H, Tq, Tk)
     for layer in range(model_w.shape[0]):
         for head in range(model_w.shape[1]):
-            s = head_scores(lm.model, p, kind, layer, head)
+            s = head_scores(lm, p, kind, layer, head)
             assert s.weights.dtype == torch.float32
             assert torch.allclose(s.weights, model_w[layer, head], rtol=0, atol=1e-6)
             tq, tk = s.weights.shape
@@ -75,7 +74,7 @@ def test_rebuilt_weights_equal_the_models_maps_for_every_head(case, kind):
             assert torch.equal(s.mask, expected)
             assert torch.all(s.weights[~s.mask] == 0)  # masked keys get exactly nothing
             assert torch.allclose(s.weights.sum(-1), torch.ones(tq), atol=1e-6)
-    other = head_scores(lm.model, p, kind, 0, 1).weights
+    other = head_scores(lm, p, kind, 0, 1).weights
     assert not torch.allclose(other, model_w[0, 0], atol=1e-6)  # the check can fail
 
 
@@ -108,8 +107,8 @@ def test_a_head_or_token_outside_the_model_is_refused_in_words(tiny_model, where
 def test_the_last_layers_lens_is_the_models_output(case):
     """The last decoder layer through the output layer: the model's distribution, argmax rank 0."""
     lm, t = case
-    p = teacher_forced(lm.model, t.src_ids, t.out_ids)
-    lens_logp = lens_log_probs(lm.model, p.decoder_outputs)  # (L, T, V)
+    p = lm.forced(t.src_ids, t.out_ids)
+    lens_logp = lens_log_probs(lm, p.decoder_outputs)  # (L, T, V)
     assert torch.allclose(lens_logp[-1], p.logits[0].log_softmax(-1), atol=1e-5)
     lens = logit_lens(lm, t, k=3)
     assert (lens.chosen_rank[-1] == 0).all()  # greedy chose the top word at every step
@@ -187,7 +186,7 @@ def test_the_command_prints_the_qk_view_as_the_library_makes_it(tiny_checkpoint,
     args = ["--checkpoint", str(tiny_checkpoint), "--sentence", SENTENCE, "--kind"]
     assert command.main([*args, "decoder_self", "--layer", "1", "--head", "3", "--query", "2"]) == 0
     out = json.loads(capsys.readouterr().out)
-    lm = load_checkpoint(tiny_checkpoint)
+    lm = StudioModel.load(tiny_checkpoint)
     v = query_key_view(lm, translate_sentence(lm, SENTENCE), "decoder_self", 1, 3, 2)
     assert out["mask"] == v.mask.tolist() and out["key_tokens"] == v.key_tokens
     assert np.allclose(out["weights"], v.weights, atol=1e-6)

@@ -13,17 +13,19 @@ from core import patch as patch_cmd
 from core.attention import patching
 from core.attention.patching import DIRECTIONS, ENCODER_OUTPUT, Component, patch
 from core.model.decode import TranslationError
+from core.model.studio_model import StudioModel
+from core.model.transformer import evaluating
 
 CLEAN, CORRUPT = "the cat sees the dog .", "the dog sees the cat ."
 
 
-def _run_parts(lm):
+def _run_parts(m):
     """(sources, decoder inputs, answers) of the test pair, as ``patch`` builds them."""
-    (a, _), (b, _) = patching._sources(lm, CLEAN, CORRUPT)
-    out_a = patching._greedy(lm.model, a, 50)
-    out_b = patching._greedy(lm.model, b, 50)
+    (a, _), (b, _) = patching._sources(m, CLEAN, CORRUPT)
+    with evaluating(m.model):
+        out_a, out_b = (m.greedy(torch.tensor([ids]), 50)[0].tolist() for ids in (a, b))
     step = next(t for t, (x, y) in enumerate(zip(out_a, out_b)) if x != y)
-    tgt_in = torch.tensor([[1, *out_a[:step]]])
+    tgt_in = torch.tensor([[m.start_id, *out_a[:step]]])
     return torch.tensor([a]), torch.tensor([b]), tgt_in, (out_a[step], out_b[step])
 
 
@@ -57,13 +59,14 @@ def test_patching_what_the_decoder_reads_of_the_clean_source_gives_one(tiny_mode
 
 
 def test_patching_the_corrupted_runs_own_activations_gives_zero(tiny_model):
-    model = tiny_model.model.eval()
-    _, src_b, tgt_in, answers = _run_parts(tiny_model)
-    chosen = patching.components(model, src_b.size(1), tgt_in.size(1))
-    sites = list(dict.fromkeys(patching._site(model, c) for c in chosen))
-    with torch.no_grad():
-        logits, own = patching._recorded(model, sites, src_b, tgt_in)
-        metrics = patching.patched_metrics(model, chosen, own, src_b, tgt_in, answers)
+    m = tiny_model
+    _, src_b, tgt_in, answers = _run_parts(m)
+    chosen = patching.components(m, src_b.size(1), tgt_in.size(1))
+    sites = list(dict.fromkeys(patching.site(c) for c in chosen))
+    with torch.no_grad(), evaluating(m.model):
+        logits = m.run(src_b, tgt_in)  # (1, T, V): the corrupted run, no hook on
+        _, own = patching._recorded(m, sites, src_b, tgt_in)
+        metrics = patching.patched_metrics(m, chosen, own, src_b, tgt_in, answers)
     m_corrupt = float(logits[0, -1, answers[0]] - logits[0, -1, answers[1]])
     assert torch.allclose(metrics, torch.full_like(metrics, m_corrupt), atol=1e-5)
 
@@ -131,9 +134,7 @@ def test_the_command_prints_a_line_per_component_then_the_metrics(tiny_checkpoin
     args = ["--checkpoint", str(tiny_checkpoint), "--clean", CLEAN, "--corrupt", CORRUPT]
     assert patch_cmd.main(args) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
-    from core.model.checkpoints import load_checkpoint
-
-    result = patch(load_checkpoint(tiny_checkpoint), CLEAN, CORRUPT)
+    result = patch(StudioModel.load(tiny_checkpoint), CLEAN, CORRUPT)
     assert lines[:-1] == result.rows and lines[-1] == result.summary()
     assert {"kind", "layer", "effect"} <= set(lines[0]) and "clean_metric" in lines[-1]
     assert patch_cmd.main([*args[:4], "--corrupt", "the cat sleeps ."]) == 2
@@ -147,11 +148,10 @@ def test_the_command_prints_a_line_per_component_then_the_metrics(tiny_checkpoin
 
 
 def test_the_attention_page_draws_the_patching_grids(studio_dirs):
-    from core.model.checkpoints import load_checkpoint
     from tests.helpers import assert_clean, plain, run_page_script
 
     def load_tiny():
-        return load_checkpoint(studio_dirs["checkpoints"] / "fra-eng-small.pt")
+        return StudioModel.load(studio_dirs["checkpoints"] / "fra-eng-small.pt")
 
     query = {"sentence": CLEAN, "section": "patch"}
     at = run_page_script("attention.py", query)

@@ -14,13 +14,13 @@ import torch
 from core import project as project_cmd
 from core.attention import projector
 from core.attention.projector import ALL_LAYERS, ProjectionError, project
-from core.model.checkpoints import load_checkpoint
-from core.model.record import teacher_forced
+from core.model.studio_model import StudioModel
+from tests import helpers
 
 
 @pytest.fixture(scope="module")
 def val_model(val_checkpoint):
-    return load_checkpoint(val_checkpoint)
+    return StudioModel.load(val_checkpoint)
 
 
 def test_points_are_each_sentence_run_alone(val_model):
@@ -33,10 +33,10 @@ def test_points_are_each_sentence_run_alone(val_model):
         assert result.layers == list(range(top + 1))
         assert len(result.tokens) == (top + 1) * sum(lengths) == result.coords.shape[0]
         for s in (0, 5):
-            out = [*read.targets[s][1:], 2]  # the reference, <eos> last
-            rec = teacher_forced(val_model.model, read.sources[s], out)
+            out = [*read.targets[s][1:], val_model.eos_id]  # the reference, <eos> last
+            rec = val_model.forced(read.sources[s], out)
             alone = (
-                [*rec.encoder_inputs, rec.sublayers["encoder_ffn"][-1].output]
+                [*rec.encoder_inputs, rec.layer_outputs["encoder"][-1]]
                 if side == "encoder"
                 else [*rec.self_inputs, rec.decoder_outputs[-1]]
             )
@@ -121,9 +121,7 @@ def test_a_model_without_validation_sentences_is_one_line(tiny_checkpoint, capsy
 
 
 def test_hugging_face_points_are_its_hidden_states(hf_loaded, tmp_path, monkeypatch):
-    from tests.test_hf_importance import fra_eng_like
-
-    monkeypatch.setenv("FRA_ENG_ZIP", str(fra_eng_like(tmp_path)))
+    monkeypatch.setenv("FRA_ENG_ZIP", str(helpers.fra_eng_like(tmp_path)))
     hm = hf_loaded["marian"]
     result = project(hm, "decoder", ALL_LAYERS, "pca", 2, 5)
     read = projector.sentences_of(hm, 5)

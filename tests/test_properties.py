@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from core.attention import token_pick
 from core.attention.ablation import HeadSpecError, heads_of, parse_heads
 from core.attention.kinds import KINDS
-from core.attention.view_state import SECTION_KEYS, ViewState
 from core.corpus import user_files
 from core.corpus.bpe import vocab_from_meta
 from core.corpus.source import DataError, corpus_pairs
@@ -33,6 +32,8 @@ from core.runs.catalogue import ModelError, validate_name
 from core.runs.run_dir import RunDir, RunError, write_json
 from core.training import settings as run_settings
 from core.training.presets import PRESETS
+from pages.ui.attention.sections import SECTION_KEYS, known_section
+from pages.ui.view_state import ViewState
 
 FAST = settings(max_examples=500, deadline=None, derandomize=True)
 SLOW = settings(
@@ -69,7 +70,7 @@ def test_any_query_string_gives_a_view_inside_every_widgets_range(params):
     assert BEAM_SIZES[0] <= state.beam <= BEAM_SIZES[1]
     assert ALPHAS[0] <= state.alpha <= ALPHAS[1]
     assert MAX_LENS[0] <= state.max_len <= MAX_LENS[1]
-    assert state.kind in KINDS and state.section in SECTION_KEYS and state.layer >= 0
+    assert state.kind in KINDS and known_section(state) in SECTION_KEYS and state.layer >= 0
     assert state.head.isascii() and (
         state.head.isdigit() or state.head in ("mean", "max", "rollout")
     )

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import threading
 import time
-from types import SimpleNamespace
 
 import pytest
+import torch
 
+from core.corpus.vocab import SPECIALS, Vocab
+from core.model.config import ModelConfig
 from core.model.decode import GREEDY, DecodeSettings, TranslationError
+from core.model.studio_model import StudioModel
+from core.model.transformer import Transformer
 from core.runs import budget
 from pages.ui import cached
 from pages.ui.shared_cache import SharedCache, shared
@@ -47,16 +51,22 @@ def test_sessions_asking_the_same_question_share_one_computation():
     assert slow.peek(7) == (True, 14) and slow.peek(8) == (False, None)
 
 
-def fake_model(heads: int, layers: int, kind: str = "word", positions: int = 512):
-    """What cached.fitted reads of a loaded model: its sizes and whether it reads pieces."""
-    cfg = SimpleNamespace(
+def fake_model(heads: int, layers: int, positions: int = 512) -> StudioModel:
+    """A word-level studio model of these sizes, its weights on the meta device (never
+    allocated): cached.fitted reads only its sizes and how it counts a sentence's tokens."""
+    cfg = ModelConfig(
+        src_vocab_size=len(SPECIALS) + 1,
+        tgt_vocab_size=len(SPECIALS) + 1,
+        d_model=64,
         num_heads=heads,
         num_encoder_layers=layers,
         num_decoder_layers=layers,
         max_positions=positions,
-        d_model=64,
     )
-    return SimpleNamespace(cfg=cfg, subword=kind != "word", family="studio")
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    vocab = Vocab([*SPECIALS, "go"])
+    return StudioModel(model, vocab, vocab)
 
 
 def test_a_small_models_translation_is_left_as_asked():
@@ -83,7 +93,6 @@ def test_a_sentence_whose_maps_cannot_fit_is_refused_before_decoding():
 def test_never_ending_translations_stay_within_the_servers_bytes(wide_checkpoint, monkeypatch):
     """A model that never emits <eos>, asked for 200 tokens on many distinct links: the kept
     translations never pass the pool's bytes (before: 256 entries whatever their size)."""
-    from core.model.checkpoints import load_checkpoint
     from pages.ui import shared_cache
 
     pool = SharedCache(limit=3 * 2**20)
@@ -93,7 +102,7 @@ def test_never_ending_translations_stay_within_the_servers_bytes(wide_checkpoint
     def translate(_lm, path, sentence, settings):
         return cached.translation.translate_sentence(_lm, sentence, settings)
 
-    lm = load_checkpoint(wide_checkpoint)
+    lm = StudioModel.load(wide_checkpoint)
     settings = DecodeSettings(max_len=200)
     for i, sentence in enumerate(["go .", "i lost .", "he's calm .", "i'm home .", "go go ."]):
         t = translate(lm, str(wide_checkpoint), sentence, settings)

@@ -15,6 +15,7 @@ from core.corpus.text import tokenize
 from core.corpus.vocab import Vocab
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import load_checkpoint, read_checkpoint
+from core.model.studio_model import StudioModel
 from core.train import main as train_main
 from core.training.settings import form_fields, validate_settings
 from tests.helpers import TINY
@@ -93,7 +94,7 @@ def test_a_bpe_run_saves_its_tokenizer_and_translates_in_words(bpe_run):
     ckpt = read_checkpoint(bpe_run / "last.pt")
     assert set(ckpt["tokenizers"]) == {"src", "tgt"}
     assert ckpt["data_config"]["tokenizer"] == "bpe"
-    lm = load_checkpoint(bpe_run / "last.pt")
+    lm = StudioModel.load(bpe_run / "last.pt")
     assert isinstance(lm.src_vocab, BPEVocab) and isinstance(lm.tgt_vocab, BPEVocab)
     t = translate_sentence(lm, "he's calm and zürich .")
     assert t.text == " ".join(lm.tgt_vocab.words(t.tokens))

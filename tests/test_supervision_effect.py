@@ -14,7 +14,8 @@ from core import align
 from core.alignment.gold import STUDIO_LINKS, STUDIO_PAIRS, studio_gold
 from core.alignment.grid import AlignmentGrid, GridRow, alignment_grid
 from core.alignment.supervision_effect import compared, supervision_effect
-from core.model.checkpoints import atomic_save, load_checkpoint, read_checkpoint
+from core.model.checkpoints import atomic_save, read_checkpoint
+from core.model.studio_model import StudioModel
 from core.runs import catalogue
 from tests import helpers
 
@@ -77,11 +78,11 @@ def test_the_command_prints_what_compared_computes(tmp_path, tiny_checkpoint):
     lines = [
         json.loads(x)
         for x in align.run(
-            align.parser().parse_args(argv + ["--compare-with", str(tiny_checkpoint)])
+            align.build_parser().parse_args(argv + ["--compare-with", str(tiny_checkpoint)])
         )
     ]
     printed = [x["supervision"] for x in lines if "supervision" in x]
-    lm, plain = load_checkpoint(sup), load_checkpoint(tiny_checkpoint)
+    lm, plain = StudioModel.load(sup), StudioModel.load(tiny_checkpoint)
     pairs_read, gold_read = align.read_pairs(data), align.read_links(links)
     expected = compared(lm, plain, pairs_read, gold_read, alignment_grid(lm, pairs_read, gold_read))
     assert printed == [r.to_json() for r in expected]
@@ -138,7 +139,7 @@ def test_the_alignment_section_shows_what_supervision_changed(studio_dirs):
     assert at.selectbox(key="al_plain").value == f"checkpoints/{catalogue.SHIPPED_NAME}"
     (table,) = [d.value for d in at.dataframe if "AER plain" in d.value.columns]
     pairs, gold = studio_gold()
-    lm, plain = load_checkpoint(aligned), load_checkpoint(plain_path)
+    lm, plain = StudioModel.load(aligned), StudioModel.load(plain_path)
     expected = compared(lm, plain, pairs, gold, alignment_grid(lm, pairs, gold))
     assert list(table["reader"]) == [r.reader for r in expected]
     assert list(table["AER plain"]) == pytest.approx([r.plain.aer for r in expected], abs=1e-12)
@@ -155,7 +156,7 @@ PLAIN = ROOT / "checkpoints" / catalogue.SHIPPED_NAME
 
 @pytest.mark.skipif(not ALIGNED.is_file(), reason="the supervised shipped model is not here")
 def test_the_shipped_supervised_head_aligns_far_better_than_the_same_head_unsupervised():
-    lm, plain = load_checkpoint(ALIGNED), load_checkpoint(PLAIN)
+    lm, plain = StudioModel.load(ALIGNED), StudioModel.load(PLAIN)
     pairs, gold = studio_gold()
     rows = compared(lm, plain, pairs, gold, alignment_grid(lm, pairs, gold))
     awo = rows[0]

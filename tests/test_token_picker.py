@@ -9,9 +9,9 @@ import pytest
 
 from core.attention.maps import select_view
 from core.attention.token_pick import parse_pick, pick_label, pick_options, resolve_pick
-from core.attention.view_state import ViewState
 from core.figures import attention as figs
 from core.figures import comparison as cmp_figs
+from pages.ui.view_state import ViewState
 from tests.helpers import assert_clean, plain, run_page_script
 
 QUERIES = ["je", "suis", "chez", "moi", ".", "<eos>"]

@@ -23,8 +23,9 @@ from core.model.checkpoints import (
     read_checkpoint,
     save_checkpoint,
 )
-from core.model.opened import translate_lines
+from core.model.decode import DecodeSettings
 from core.model.scores import corpus_bleu
+from core.model.studio_model import StudioModel
 from core.model.transformer import Transformer
 from core.runs.run_dir import RunDir
 from core.training.config import TrainConfig
@@ -41,9 +42,9 @@ def train_losses(run) -> list[tuple[int, float]]:
 def test_tiny_corpus_is_learned_and_translated_exactly(tiny_run, tiny_corpus):
     """The tiny corpus reaches near-zero loss and every sentence translates exactly."""
     assert train_losses(tiny_run)[-1][1] < 0.02
-    lm = load_checkpoint(tiny_run / "last.pt")
+    m = StudioModel.load(tiny_run / "last.pt")
     pairs, _ = parse_pairs(tiny_corpus.read_text())
-    outs, warnings = translate_lines(lm, [en for en, _ in pairs])
+    outs, warnings = m.translate_lines([en for en, _ in pairs], DecodeSettings())
     assert outs == [preprocess(fr) for _, fr in pairs] and not warnings
 
 

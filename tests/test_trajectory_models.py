@@ -21,7 +21,8 @@ from core.attention.trajectory_reading import source_share_reading
 from core.attribution.methods import attribute
 from core.corpus.vocab import Vocab
 from core.figures.trajectories import trajectory_figure
-from core.model.checkpoints import load_checkpoint, read_checkpoint, read_metadata
+from core.model.checkpoints import read_checkpoint, read_metadata
+from core.model.studio_model import StudioModel
 from core.runs.history import HistoryFile, history_path
 from core.runs.run_dir import RunDir, thinned
 from tests import helpers
@@ -113,11 +114,9 @@ def test_every_kept_step_has_validation_numbers_and_a_source_share(runs_env, val
 
 
 def test_source_share_is_alti_plus_on_the_references(val_run):
-    lm = load_checkpoint(RunDir(val_run).snapshot_model(160))
+    lm = StudioModel.load(RunDir(val_run).snapshot_model(160))
     rows = [([5, 6, Vocab.eos_id], [7, 8]), ([9, Vocab.eos_id], [10])]
-    by_hand = [
-        attribute(lm.model, s, [*t, Vocab.eos_id], "alti").source_share.mean() for s, t in rows
-    ]
+    by_hand = [attribute(lm, s, [*t, Vocab.eos_id], "alti").source_share.mean() for s, t in rows]
     assert source_share(lm, rows) == pytest.approx(float(np.mean(by_hand)))
     assert math.isnan(source_share(lm, []))
 

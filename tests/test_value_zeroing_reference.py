@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from core.attribution import value_zeroing
-from core.model.record import teacher_forced
 from core.model.transformer import Transformer
+from tests import helpers
 from tests.helpers import toy_model_config
 
 SRC, OUT = [4, 5, 6, 7, 8, 2], [5, 6, 7, 2]  # a toy sentence (<eos> = 2) and its "translation"
@@ -47,8 +47,9 @@ def shaken(norm_first: bool) -> Transformer:
 
 
 def one_key_layer(key: int):
-    """A post-LN encoder layer (D = 16, 4 heads) and an input x (1, 5, D) whose every query
-    puts all its weight on token ``key`` in every head: softmax of 0 vs 1e4 is exactly 0."""
+    """A post-LN model (D = 16, 4 heads), its first encoder layer and an input x (1, 5, D)
+    whose every query puts all its weight on token ``key`` in every head: softmax of 0 vs 1e4
+    is exactly 0."""
     torch.manual_seed(0)
     model = Transformer(toy_model_config(norm_first=False)).eval()
     layer, D = model.encoder.layers[0], model.cfg.d_model
@@ -62,16 +63,16 @@ def one_key_layer(key: int):
         mha.W_k.weight.zero_()
         mha.W_k.weight[:, 0] = 1.0  # key j: x_j[0] in every coordinate
         mha.W_k.bias.zero_()
-    return layer, x
+    return model, layer, x
 
 
 @pytest.mark.parametrize("key", [0, 3])
 def test_a_layer_reading_one_key_gives_all_its_mixing_to_that_key(key):
-    layer, x = one_key_layer(key)
+    model, layer, x = one_key_layer(key)
     mask = torch.ones(1, 1, 1, 5, dtype=torch.bool)
     _, w = layer(x, mask, need_weights=True)
     assert torch.equal(w[0, :, :, key], torch.ones(4, 5))  # the premise: one key, exactly
-    m = value_zeroing.encoder_matrix(layer, x, mask)  # (S, S)
+    m = helpers.encoder_matrix_at(helpers.studio_adapter(model), x)  # (S, S)
     expected = torch.zeros(5, 5)
     expected[:, key] = 1.0  # zeroing any other token's values leaves every output as it was
     torch.testing.assert_close(m, expected, rtol=0, atol=1e-6)
@@ -161,7 +162,8 @@ def reference(model: Transformer):
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 def test_the_batched_matrices_equal_zeroing_one_token_per_pass(norm_first):
     model = shaken(norm_first)
-    encoder, decoder = value_zeroing.value_zeroing_steps(model, teacher_forced(model, SRC, OUT))
+    m = helpers.studio_adapter(model)
+    encoder, decoder = value_zeroing.value_zeroing_steps(m, m.forced(SRC, OUT))
     want_encoder, want_decoder = reference(model)
     T = len(OUT)
     assert len(encoder) == len(want_encoder) and len(decoder) == len(want_decoder)

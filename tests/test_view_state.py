@@ -1,17 +1,12 @@
-"""Tests for core.attention.view_state: what the pages show, through the URL and back."""
+"""Tests for pages.ui.view_state: what the pages show, through the URL and back."""
 
 from __future__ import annotations
 
 import pytest
 
-from core.attention.view_state import (
-    MAX_REFERENCE_CHARS,
-    OLD_SECTIONS,
-    SECTION_KEYS,
-    ViewState,
-    clamp_view,
-)
 from core.model.checked_translation import DEFAULT_SENTENCE
+from pages.ui.attention.sections import SECTION_FIELDS, SECTION_KEYS, SECTIONS, known_section
+from pages.ui.view_state import MAX_REFERENCE_CHARS, OLD_SECTIONS, ViewState, clamp_view
 
 
 def test_view_state_round_trips_through_the_url():
@@ -59,35 +54,42 @@ def test_view_state_round_trips_through_the_url():
 )
 def test_view_state_ignores_malformed_values(query, expected):
     state = ViewState.from_query(query)
+    known_section(state)  # the section picker's check: an unknown key opens the first section
     assert {k: getattr(state, k) for k in expected} == expected
 
 
 def test_attribution_method_travels_only_with_its_section():
-    assert ViewState(section="attribution", method="norm").to_query(("method",)) == {
-        "method": "norm"
-    }
-    assert ViewState(section="maps", method="norm").to_query(("method",)) == {}
-    assert ViewState(section="attribution").to_query(("method",)) == {}  # the default
+    assert ViewState(section="attribution", method="norm").to_query(
+        ("method",), SECTION_FIELDS
+    ) == {"method": "norm"}
+    assert ViewState(section="maps", method="norm").to_query(("method",), SECTION_FIELDS) == {}
+    assert (
+        ViewState(section="attribution").to_query(("method",), SECTION_FIELDS) == {}
+    )  # the default
     state = ViewState.from_query({"section": "attribution", "method": "rollout"})
     assert (state.section, state.method) == ("attribution", "rollout")
     assert ViewState.from_query({"method": "x" * 3000}).method == ViewState.method
 
 
 def test_alignment_mode_travels_only_with_its_section():
-    assert ViewState(section="alignment", align="awi").to_query(("align",)) == {"align": "awi"}
-    assert ViewState(section="maps", align="awi").to_query(("align",)) == {}
-    assert ViewState(section="alignment").to_query(("align",)) == {}  # the default, AWO
+    assert ViewState(section="alignment", align="awi").to_query(("align",), SECTION_FIELDS) == {
+        "align": "awi"
+    }
+    assert ViewState(section="maps", align="awi").to_query(("align",), SECTION_FIELDS) == {}
+    assert (
+        ViewState(section="alignment").to_query(("align",), SECTION_FIELDS) == {}
+    )  # the default, AWO
     state = ViewState.from_query({"section": "alignment", "align": "awi"})
     assert (state.section, state.align) == ("alignment", "awi")
     assert ViewState.from_query({"align": "AWI"}).align == "awo"  # only the two modes
 
 
 def test_output_step_travels_only_with_the_playback():
-    assert ViewState(section="playback", step=2).to_query(("section", "step")) == {
+    assert ViewState(section="playback", step=2).to_query(("section", "step"), SECTION_FIELDS) == {
         "section": "playback",
         "step": "2",
     }
-    assert ViewState(section="maps", step=2).to_query(("section", "step")) == {}
+    assert ViewState(section="maps", step=2).to_query(("section", "step"), SECTION_FIELDS) == {}
 
 
 @pytest.mark.parametrize(("label", "key"), OLD_SECTIONS.items())
@@ -120,3 +122,14 @@ def test_clamp_view_keeps_layer_and_head_inside_the_model(home_translation):
     assert state.step == len(maps.output_tokens) - 1
     state = clamp_view(ViewState(kind="cross", head="rollout"), maps)
     assert state.head == "0"
+
+
+def test_each_sections_fields_are_its_own_and_the_view_states():
+    """A new section is one line of SECTIONS: its key, label, view and the fields only it
+    writes (each a ViewState field, owned by one section)."""
+    owned = [name for s in SECTIONS.values() for name in s.fields]
+    assert len(owned) == len(set(owned)) == len(SECTION_FIELDS)
+    assert set(owned) <= set(ViewState.__dataclass_fields__)
+    assert tuple(SECTIONS) == SECTION_KEYS
+    state = ViewState(section="patch", corrupt="the girl is tall .", step=3)
+    assert state.to_query(("corrupt", "step"), SECTION_FIELDS) == {"corrupt": "the girl is tall ."}

@@ -26,15 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from core.alignment.hugging_face import hf_pair_maps
 from core.attention.kinds import BOUNDARY_TOKENS
 from core.attention.sentence_maps import SentenceMaps
 from core.corpus.bpe import word_spans
-from core.corpus.vocab import Vocab
-from core.model.checkpoints import LoadedModel
-from core.model.hugging_face import LANGUAGE_CODE
-from core.model.opened import is_hugging_face
-from core.model.record import record
+from core.model.interface import LANGUAGE_CODE, TranslationModel, WordPair
 from core.model.transformer import evaluating
 
 MODES = ("awo", "awi")
@@ -78,44 +73,44 @@ def piece_words(pieces: Sequence[str]) -> np.ndarray:
     return index
 
 
-def encoded(lm: LoadedModel, src: Sequence[str], tgt: Sequence[str]):
-    """(source ids + <eos>, target ids, source piece words, target piece words)."""
-    src_pieces, src_ids = lm.src_vocab.segment(list(src))
-    tgt_pieces, tgt_ids = lm.tgt_vocab.segment(list(tgt))
-    return src_ids + [Vocab.eos_id], tgt_ids, piece_words(src_pieces), piece_words(tgt_pieces)
+def encoded(m: TranslationModel, pairs: Sequence[tuple[Sequence[str], Sequence[str]]]):
+    """Each pair as the model reads it (``TranslationModel.word_pair``)."""
+    return [m.word_pair(src, tgt) for src, tgt in pairs]
+
+
+def _batch(m: TranslationModel, chunk: Sequence[WordPair]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, S) sources and (B, T) decoder inputs of some pairs, padded."""
+    S = max(len(w.src_ids) for w in chunk)
+    T = max(len(w.out_ids) for w in chunk)
+    src = torch.full((len(chunk), S), m.pad_id, dtype=torch.long)
+    tgt = torch.full((len(chunk), T), m.pad_id, dtype=torch.long)
+    for i, w in enumerate(chunk):
+        src[i, : len(w.src_ids)] = torch.tensor(w.src_ids)
+        tgt[i, : len(w.out_ids)] = torch.tensor(m.decoder_inputs(w.out_ids))
+    return src.to(m.device), tgt.to(m.device)
 
 
 @torch.no_grad()
 def pair_maps(
-    lm: LoadedModel,
+    m: TranslationModel,
     pairs: Sequence[tuple[Sequence[str], Sequence[str]]],
     batch: int = BATCH,
     tick=None,
 ) -> list[PairMaps]:
-    """Teacher-force every pair (in batches) and keep its cross-attention (a Hugging Face
-    model's through ``core.alignment.hugging_face``)."""
-    if is_hugging_face(lm):
-        return [PairMaps(*parts) for parts in hf_pair_maps(lm, pairs, tick)]
-    model, out = lm.model, []
-    device = next(model.parameters()).device
-    rows = [encoded(lm, s, t) for s, t in pairs]
-    with evaluating(model):
+    """Teacher-force every pair (in batches) and keep its cross-attention over its pieces
+    (the specials a tokenizer puts around a sentence left out, as <bos> is)."""
+    rows, out = encoded(m, pairs), []
+    with evaluating(m.model):
         for start in range(0, len(rows), batch):
             chunk = rows[start : start + batch]
-            S = max(len(r[0]) for r in chunk)
-            T = max(len(r[1]) for r in chunk) + 1
-            src = torch.full((len(chunk), S), Vocab.pad_id, dtype=torch.long)
-            tgt = torch.full((len(chunk), T), Vocab.pad_id, dtype=torch.long)
-            for i, (s_ids, t_ids, _, _) in enumerate(chunk):
-                src[i, : len(s_ids)] = torch.tensor(s_ids)
-                tgt[i, : len(t_ids) + 1] = torch.tensor([Vocab.bos_id, *t_ids])
-            recorded = record(model, src.to(device), tgt.to(device)).attention["cross"]
+            recorded = m.record(*_batch(m, chunk)).attention["cross"]
             cross = (
                 torch.stack([a.weights for a in recorded]).float().cpu().numpy()
             )  # (L, B, H, T, S)
-            for i, (s_ids, t_ids, sw, tw) in enumerate(chunk):
-                m = cross[:, i, :, : len(t_ids) + 1, : len(s_ids)]  # (L, H, T_i, S_i)
-                out.append(PairMaps(np.ascontiguousarray(m), sw, tw))
+            for i, w in enumerate(chunk):
+                kept = cross[:, i, :, w.target_rows(), w.source_columns()]  # (L, H, T_i, S_i)
+                words = (np.array(x, dtype=np.int64) for x in (w.src_words, w.tgt_words))
+                out.append(PairMaps(np.ascontiguousarray(kept), *words))
             if tick:
                 tick(len(chunk))
     return out
@@ -154,6 +149,31 @@ def readers(layers: int, heads: int) -> list[Reader]:
             out += [Reader(layer, h, mode) for h in range(heads)] + [Reader(layer, None, mode)]
         out.append(Reader(None, None, mode))
     return out
+
+
+def pick_readers(
+    layers: int, heads: int, mode: str | None, layer: str | None, head: str | None
+) -> list[Reader]:
+    """The readers of one mode, layer ("all" = the mean of all) and head ("mean") as a user
+    writes them, None for every one; ValueError naming what is wrong."""
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"--mode must be one of {', '.join(MODES)} (got {mode!r})")
+    if layer not in (None, "all") and not (layer.isdigit() and int(layer) < layers):
+        raise ValueError(f"--layer must be 0..{layers - 1} or 'all' (got {layer!r})")
+    if head not in (None, "mean") and not (head.isdigit() and int(head) < heads):
+        raise ValueError(f"--head must be 0..{heads - 1} or 'mean' (got {head!r})")
+    keep = [
+        r
+        for r in readers(layers, heads)
+        if (mode is None or r.mode == mode)
+        and (layer is None or str(r.layer_label) == layer)
+        and (head is None or r.head_label == head)
+    ]
+    if not keep:
+        raise ValueError(
+            "no reader matches --layer/--head (the mean of all layers has head 'mean')"
+        )
+    return keep
 
 
 def from_sentence(

@@ -19,23 +19,24 @@ from core.alignment.aer import score
 from core.alignment.extract import PairMaps, Reader, encoded, links
 from core.alignment.gold import GoldLinks
 from core.attribution.methods import attribute
-from core.corpus.vocab import Vocab
-from core.model.checkpoints import LoadedModel
+from core.model.interface import TranslationModel
 
 AWO = Reader(0, 0, "awo")  # a one-layer, one-head "map": the attribution's source part
 
 
-def attribution_maps(lm: LoadedModel, pairs: Sequence, method: str) -> list[PairMaps]:
-    """Each pair's source contributions as a (1, 1, T, S) map with its piece words."""
+def attribution_maps(m: TranslationModel, pairs: Sequence, method: str) -> list[PairMaps]:
+    """Each pair's source contributions as a (1, 1, T, S) map with its piece words (the
+    specials a tokenizer puts around a sentence left out)."""
     out = []
-    for src, tgt in pairs:
-        src_ids, tgt_ids, src_words, tgt_words = encoded(lm, src, tgt)
-        a = attribute(lm.model, src_ids, [*tgt_ids, Vocab.eos_id], method)
-        out.append(PairMaps(a.source[None, None].astype(np.float32), src_words, tgt_words))
+    for w in encoded(m, pairs):
+        source = attribute(m, w.src_ids, w.out_ids, method).source  # (T, S)
+        kept = source[w.target_rows(), w.source_columns()][None, None].astype(np.float32)
+        words = (np.array(x, dtype=np.int64) for x in (w.src_words, w.tgt_words))
+        out.append(PairMaps(np.ascontiguousarray(kept), *words))
     return out
 
 
-def attribution_scores(lm: LoadedModel, pairs, gold: Sequence[GoldLinks], method: str) -> dict:
+def attribution_scores(lm: TranslationModel, pairs, gold: Sequence[GoldLinks], method: str) -> dict:
     """AER, precision and recall of one method's argmax links (AWO) on a gold set."""
     maps = attribution_maps(lm, pairs, method)
     s = score([links(m, AWO) for m in maps], list(gold))

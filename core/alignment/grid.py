@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from core.alignment.aer import score
 from core.alignment.extract import Reader, links, pair_maps, readers
 from core.alignment.gold import GoldLinks
-from core.model.checkpoints import LoadedModel
+from core.model.interface import TranslationModel
 
 ProgressFn = Callable[[float, str], None]
 
@@ -61,7 +61,7 @@ def predicted(maps, reader: Reader, threshold: float | None = None) -> list[set]
 
 
 def alignment_grid(
-    lm: LoadedModel,
+    lm: TranslationModel,
     pairs: Sequence[tuple[Sequence[str], Sequence[str]]],
     gold: Sequence[GoldLinks],
     only: Sequence[Reader] | None = None,

@@ -19,7 +19,6 @@ from core.alignment.aer import score
 from core.alignment.extract import Reader, from_sentence, links
 from core.alignment.gold import studio_gold
 from core.alignment.grid import alignment_grid
-from core.attention.importance import ProgressFn
 from core.attention.sentence_maps import SentenceMaps
 from core.attention.trajectories import (
     SENTENCES,
@@ -32,17 +31,17 @@ from core.attention.trajectories import (
 from core.attribution.methods import attribute
 from core.corpus.bpe import join_pieces
 from core.corpus.source import DataError
-from core.corpus.vocab import Vocab
-from core.model.checkpoints import LoadedModel
+from core.measure.progress import ProgressFn
+from core.model.interface import TranslationModel
 from core.runs.history import add_section, history_path
 
 MODE = "awo"  # read at the step that predicts each word (the better mode on our models)
 
 
-def cross_head_aer(lm: LoadedModel) -> dict[tuple[int, int], float]:
+def cross_head_aer(lm: TranslationModel) -> dict[tuple[int, int], float]:
     """{(layer, head): AER} of every cross head of a model on the shipped gold set."""
     pairs, gold = studio_gold()
-    cfg = lm.model.cfg
+    cfg = lm.cfg
     only = [
         Reader(layer, head, MODE)
         for layer in range(cfg.num_decoder_layers)
@@ -75,11 +74,11 @@ def probe_head_aer(probes: Sequence[SentenceMaps]) -> dict[tuple[int, int], floa
     }
 
 
-def source_share(lm: LoadedModel, rows: Rows) -> float:
+def source_share(lm: TranslationModel, rows: Rows) -> float:
     """The source's share in predicting each reference token, by ALTI+ (Ferrando et al. 2022):
     the mean over a sentence's tokens (<eos> included), then over sentences; NaN for none."""
     shares = [
-        float(attribute(lm.model, src, [*tgt, Vocab.eos_id], "alti").source_share.mean())
+        float(attribute(lm, src, [*tgt, lm.eos_id], "alti").source_share.mean())
         for src, tgt in rows
     ]
     return float(np.mean(shares)) if shares else float("nan")

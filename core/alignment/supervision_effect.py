@@ -14,8 +14,11 @@ from core.alignment.extract import MODES, readers
 from core.alignment.gold import GoldLinks
 from core.alignment.grid import AlignmentGrid, GridRow, alignment_grid
 from core.attention.head_stats import supervised_head
-from core.model.checkpoints import LoadedModel
-from core.model.opened import is_hugging_face
+from core.model.interface import TranslationModel
+
+
+class SupervisionError(ValueError):
+    """Supervision cannot be compared as asked; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -42,11 +45,11 @@ class EffectRow:
 
 
 def grid_row(grid: AlignmentGrid, layer: int, head: int, mode: str) -> GridRow:
-    """One head's row of a grid (ValueError when the grid has no such head)."""
+    """One head's row of a grid (SupervisionError when the grid has no such head)."""
     for row in grid.rows:
         if row.layer == layer and row.head == str(head) and row.mode == mode:
             return row
-    raise ValueError(
+    raise SupervisionError(
         f"the plain model has no cross-attention layer {layer} head {head} to compare with"
     )
 
@@ -67,8 +70,8 @@ def supervision_effect(
 
 
 def compared(
-    lm: LoadedModel,
-    plain: LoadedModel,
+    lm: TranslationModel,
+    plain: TranslationModel,
     pairs: list,
     gold: list[GoldLinks],
     grid: AlignmentGrid,
@@ -78,13 +81,15 @@ def compared(
     ``pairs``/``gold``) beside those of ``plain``, scored here on the same gold set."""
     found = supervised_head(lm.meta)
     if found is None:
-        raise ValueError(
+        raise SupervisionError(
             "this model has no head trained to align (core.train --align-teacher or "
             "--align-links): there is no supervision to compare"
         )
-    if is_hugging_face(plain) or is_hugging_face(lm):
-        raise ValueError("supervision is compared between two of the studio's own checkpoints")
+    if problem := plain.supports("supervision") or lm.supports("supervision"):
+        raise SupervisionError(problem)
     if len(grid.rows) < len(readers(lm.cfg.num_decoder_layers, lm.cfg.num_heads)):
-        raise ValueError("the comparison scores every reader: leave out --layer/--head/--mode")
+        raise SupervisionError(
+            "the comparison scores every reader: leave out --layer/--head/--mode"
+        )
     plain_grid = alignment_grid(plain, pairs, gold, threshold=threshold)
     return supervision_effect(plain_grid, grid, found[0], found[1])

@@ -25,19 +25,20 @@ from core.alignment.grid import alignment_grid
 from core.corpus.config import DataConfig
 from core.corpus.splits import load_splits
 from core.corpus.supervision import supervision_line, write_supervision
-from core.model.checkpoints import LoadedModel, load_checkpoint
+from core.model.interface import TranslationModel
+from core.model.opened import open_model
 
 CHUNK = 2048  # pairs read at once (their maps are dropped after each chunk)
 Pairs = Sequence[tuple[Sequence[str], Sequence[str]]]
 
 
-def best_reader(lm: LoadedModel) -> Reader:
+def best_reader(lm: TranslationModel) -> Reader:
     """The teacher's reader with the lowest AER on the shipped gold set."""
     return alignment_grid(lm, *studio_gold()).best.reader()
 
 
 def teacher_links(
-    lm: LoadedModel,
+    lm: TranslationModel,
     pairs: Pairs,
     reader: Reader,
     tick: Callable[[int], None] | None = None,
@@ -94,7 +95,7 @@ def prepare_alignments(
     """Write a run's alignments file from a teacher checkpoint or an aligner's files; the
     description saved with the run (file names only, no folders of this machine)."""
     if teacher:
-        lm = load_checkpoint(teacher)
+        lm = open_model(str(teacher))
         pairs = load_splits(data).train.pairs
         reader = best_reader(lm)
         progress = _bar(len(pairs)) if bar else None

@@ -1,27 +1,22 @@
 """Head ablation: remove attention heads at inference, by name.
 
-A removed head's output is multiplied by a gate of 0 before W_o (``MultiHeadAttention.
-head_gate``); its attention weights are still computed. Heads are written
-"KIND:LAYER:HEAD,..." (kinds ``encoder``, ``decoder_self``, ``cross``; layer and head from 0).
-
-Shape key: B batch, H heads. A model with gates set is not safe to share between threads:
-use ``private_copy``.
+A removed head's output is multiplied by a gate of 0 before W_o (its ``z`` hook site,
+``TranslationModel.heads_removed``), in the calling thread only: a model shared by every
+session is never changed for another. Its attention weights are still computed. Heads are
+written "KIND:LAYER:HEAD,..." (kinds ``encoder``, ``decoder_self``, ``cross``; layer and head
+from 0).
 """
 
 from __future__ import annotations
 
-import copy
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import torch
-
 from core.attention.kinds import KIND_NAMES, KINDS
-from core.model.checkpoints import LoadedModel
 from core.model.config import ModelConfig
-from core.model.transformer import MultiHeadAttention, Transformer
+from core.model.interface import TranslationModel
 
 SHOWN_CHARS = 40  # a bad head specification is quoted up to this many characters
 
@@ -128,71 +123,13 @@ def all_heads(cfg: ModelConfig) -> list[HeadSpec]:
     ]
 
 
-# ----------------------------------------------------------------------------- gates
-
-
-def attention_modules(model: Transformer, kind: str) -> list[MultiHeadAttention]:
-    """The MultiHeadAttention of each layer of one kind."""
-    if kind == "encoder":
-        return [layer.attention for layer in model.encoder.layers]
-    if kind == "decoder_self":
-        return [layer.self_attention for layer in model.decoder.layers]
-    return [layer.cross_attention for layer in model.decoder.layers]
-
-
-def gate_table(model: Transformer, head_sets: Sequence[Iterable[HeadSpec]]) -> dict:
-    """{module: (len(head_sets), H) gates}: row j is 0 at the heads set j removes, else 1.
-
-    Only modules that some set touches are listed.
-    """
-    device = next(model.parameters()).device
-    tables: dict[MultiHeadAttention, torch.Tensor] = {}
-    for row, heads in enumerate(head_sets):
-        for h in heads:
-            module = attention_modules(model, h.kind)[h.layer]
-            if module not in tables:
-                tables[module] = torch.ones(len(head_sets), model.cfg.num_heads, device=device)
-            tables[module][row, h.head] = 0.0
-    return tables
+# ----------------------------------------------------------------------------- removing
 
 
 @contextmanager
-def gated(gates: Mapping[MultiHeadAttention, torch.Tensor]):
-    """Set these modules' head gates ((H,) or (B, H)) inside the block; restore them after."""
-    old = {module: module.head_gate for module in gates}
-    try:
-        for module, gate in gates.items():
-            module.head_gate = gate
-        yield
-    finally:
-        for module, gate in old.items():
-            module.head_gate = gate
-
-
-@contextmanager
-def ablated(model: Transformer, heads: Iterable[HeadSpec]):
-    """Remove ``heads`` (output zeroed before W_o) inside the block; always restored after.
-
-    A Hugging Face model's heads are zeroed at its output projections' input, for the
-    calling thread only (``core.model.hf_inside.heads_removed``)."""
-    if not isinstance(model, Transformer):
-        from core.model import hf_folder, hf_inside
-
-        heads = check_heads(heads, hf_folder.studio_config(model.config.to_dict()))
-        with hf_inside.heads_removed(model, [(h.kind, h.layer, h.head) for h in heads]):
-            yield model
-        return
-    table = gate_table(model, [check_heads(heads, model.cfg)])
-    with gated({module: gates[0] for module, gates in table.items()}):  # (H,) each
-        yield model
-
-
-def private_copy(lm: LoadedModel) -> LoadedModel:
-    """A copy of a loaded model whose gates may be set without touching a shared one (a
-    Hugging Face model itself: its heads are removed per thread)."""
-    if getattr(lm, "family", "studio") != "studio":
-        return lm
-    return LoadedModel(copy.deepcopy(lm.model), lm.src_vocab, lm.tgt_vocab, dict(lm.meta))
-
-
-# ----------------------------------------------------------------------------- command
+def ablated(m: TranslationModel, heads: Iterable[HeadSpec]):
+    """Remove ``heads`` (each one's output zeroed before W_o) inside the block, in this thread
+    only (``TranslationModel.heads_removed``); HeadSpecError for a head the model lacks."""
+    heads = check_heads(heads, m.cfg)
+    with m.heads_removed([(h.kind, h.layer, h.head) for h in heads]):
+        yield m

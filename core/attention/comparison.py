@@ -25,11 +25,9 @@ from core.attention.maps import (
     weights_frame,
 )
 from core.corpus.text import tokenize
-from core.model import hugging_face as hf
 from core.model.checked_translation import probability_text
-from core.model.checkpoints import LoadedModel
 from core.model.decode import Translation
-from core.model.opened import is_hugging_face
+from core.model.interface import TranslationModel
 
 DIFF_WORDS = "B − A"  # what a difference map shows
 SAME_WITHIN = 1e-6  # two maps whose cells all differ by less than this are the same
@@ -242,21 +240,14 @@ def pair_grid(
     return PairGrid(diff.astype(np.float32), align.query_tokens, align.key_tokens, chosen, note)
 
 
-def cut_differently(a: LoadedModel, b: LoadedModel) -> bool:
-    """Whether two models read or write a sentence as different pieces (compare in words):
-    always where one is a Hugging Face model (its own tokenizer, its own specials)."""
-    if is_hugging_face(a) or is_hugging_face(b):
-        return True
-    if not (a.subword or b.subword):
-        return False  # word-level models share the words, whatever their vocabularies
-    return a.src_vocab.itos != b.src_vocab.itos or a.tgt_vocab.itos != b.tgt_vocab.itos
+def cut_differently(a: TranslationModel, b: TranslationModel) -> bool:
+    """Whether two models read or write a sentence as different pieces (compare in words)."""
+    return a.tokens_key() != b.tokens_key()
 
 
-def unknown_words(lm: LoadedModel, text: str) -> list[str]:
-    """Words of ``text`` the model's French vocabulary lacks (teacher forcing feeds <unk>)."""
-    if is_hugging_face(lm):
-        return hf.unknown_target_words(lm, text)
-    return lm.tgt_vocab.unknown(tokenize(text))
+def unknown_words(m: TranslationModel, text: str) -> list[str]:
+    """Words of ``text`` the model's target vocabulary lacks (teacher forcing feeds <unk>)."""
+    return m.unknown_target_words(text)
 
 
 def suggest_sentence(sentence: str, candidates: Sequence[str]) -> str:

@@ -12,6 +12,7 @@ import pandas as pd
 
 from core.attention.kinds import BOUNDARY_TOKENS, check_tokens, kind_labels
 from core.attention.sentence_maps import SentenceMaps
+from core.measure.rank import spearman
 
 EMPTY_ROW_MASS = 1e-6  # a row with less weight than this on the kept keys has nothing to show
 PATTERN_SHARE = 0.5  # a head follows a pattern when this share of its weight follows it
@@ -142,24 +143,6 @@ def _nan_mean(values: np.ndarray) -> np.ndarray:
     count = (~np.isnan(values)).sum(axis=-1)
     total = np.nansum(values, axis=-1)
     return np.divide(total, count, out=np.full(total.shape, np.nan), where=count > 0)
-
-
-def _ranks(values: np.ndarray) -> np.ndarray:
-    """Ranks with ties given their average rank (as Spearman needs)."""
-    order = np.argsort(values, kind="stable")
-    ranks = np.empty(len(values))
-    ranks[order] = np.arange(len(values))
-    for value in np.unique(values):
-        tied = values == value
-        ranks[tied] = ranks[tied].mean()
-    return ranks
-
-
-def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """Spearman rank correlation; NaN for fewer than 2 points or a constant input."""
-    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return float("nan")
-    return float(np.corrcoef(_ranks(np.asarray(x)), _ranks(np.asarray(y)))[0, 1])
 
 
 def monotonicity(weights2d: np.ndarray) -> float:

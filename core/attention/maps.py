@@ -16,9 +16,8 @@ import pandas as pd
 from core.attention import head_stats
 from core.attention.kinds import check_tokens, kind_labels
 from core.attention.sentence_maps import SentenceMaps
-from core.model.checkpoints import LoadedModel
 from core.model.decode import DecodeSettings, TranslationError
-from core.model.opened import forced_any
+from core.model.interface import TranslationModel
 
 HEAD_AGGREGATES = ("mean", "max", "rollout")  # besides a head number; rollout: encoder only
 HIDDEN_NOTE = "<bos>/<eos> columns hidden, rows renormalised"
@@ -299,11 +298,11 @@ def playback_step(maps: SentenceMaps, topk: Sequence, step: int, layer: int) -> 
 
 
 def teacher_forced_maps(
-    lm: LoadedModel, sentence: str, reference: str, target_lang: str | None = None
+    lm: TranslationModel, sentence: str, reference: str, target_lang: str | None = None
 ) -> SentenceMaps:
     """Maps of one teacher-forced pass that feeds the reference instead of the model's output
     (a Hugging Face model's reference read by its own tokenizer): the forced translation's."""
     if not (reference or "").strip():
         raise TranslationError("The reference is empty: type the translation to force.")
     settings = DecodeSettings(target_lang=target_lang or "")
-    return SentenceMaps.from_translation(forced_any(lm, sentence, reference, settings))
+    return SentenceMaps.from_translation(lm.force(sentence, reference, settings))

@@ -17,10 +17,13 @@ Where the translations agree, or to ask about another step, the user gives the d
 prefix (target words, possibly none) and the two answer words; given a prefix alone, the
 answers are each run's most likely word after it.
 
-Components: every head of the three kinds (its output, the head's slice at W_o's input, at
-every position), and every layer's output (the residual stream after the layer) at each
-position, encoder and decoder. Patching the encoder's output at every position gives the
-decoder everything it reads of the clean source, with the same prefix: an effect of 1.
+Components: every head of the three kinds (its output before W_o, the ``z`` hook site, at
+every position), and every layer's output (the residual stream after the layer, the
+``encoder.{i}.out`` / ``decoder.{i}.out`` sites) at each position, encoder and decoder.
+Patching the encoder's output (``encoder.out``) at every position gives the decoder everything
+it reads of the clean source, with the same prefix: an effect of 1. Every family is patched
+through the same hook sites (``core.model.hooks``), in the calling thread only: a model shared
+by every session is never changed for another.
 
 Shape key: B rows (one component each), S source pieces, T decoder inputs (t* + 1), D model
 width, H heads, Dh = D / H, V target vocabulary.
@@ -29,19 +32,18 @@ width, H heads, Dh = D / H, V target vocabulary.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
-from core.attention.ablation import attention_modules
 from core.attention.kinds import KINDS
 from core.corpus.text import tokenize
-from core.corpus.vocab import Vocab
 from core.model.checked_translation import MAX_SENTENCE_TOKENS
-from core.model.checkpoints import LoadedModel
-from core.model.decode import MAX_LEN, TranslationError, greedy_decode, prepare_source
-from core.model.transformer import Transformer, evaluating
+from core.model.decode import MAX_LEN, TranslationError
+from core.model.hooks import capture
+from core.model.interface import TranslationModel
+from core.model.record import attention_site
+from core.model.transformer import evaluating
 
 DIRECTIONS = ("denoise", "noise")  # clean into corrupted (sufficient), corrupted into clean
 DIRECTION_NAMES = {
@@ -100,164 +102,116 @@ class Patching:
         }
 
 
-def components(model: Transformer, source_len: int, target_len: int) -> list[Component]:
+def components(m: TranslationModel, source_len: int, target_len: int) -> list[Component]:
     """Every head of every kind, then each layer's output at each position."""
-    cfg = model.cfg
-    layers = {"encoder": cfg.num_encoder_layers, "decoder": cfg.num_decoder_layers}
     heads = [
         Component(kind, layer, head)
         for kind in KINDS
-        for layer in range(layers["encoder" if kind == "encoder" else "decoder"])
-        for head in range(cfg.num_heads)
+        for layer in range(m.layers(kind))
+        for head in range(m.cfg.num_heads)
     ]
     streams = [
         Component(stream, layer, position=p)
-        for stream, n, length in (
-            ("encoder_stream", layers["encoder"], source_len),
-            ("decoder_stream", layers["decoder"], target_len),
-        )
-        for layer in range(n)
+        for stream, length in (("encoder_stream", source_len), ("decoder_stream", target_len))
+        for layer in range(m.layers(stream))
         for p in range(length)
     ]
     return heads + streams
 
 
-def _stream_module(model: Transformer, c: Component) -> torch.nn.Module:
-    """The module whose output (first element) a stream component patches."""
-    if c.kind == ENCODER_OUTPUT:
-        return model.encoder
-    stack = model.encoder if c.kind == "encoder_stream" else model.decoder
-    return stack.layers[c.layer]
-
-
-def _site(model: Transformer, c: Component) -> torch.nn.Module:
-    """Where a component lives: W_o of a head's attention, else the module it is the output of."""
+def site(c: Component) -> str:
+    """The hook site a component lives at: a head's ``z``, a layer's or the encoder's output."""
     if c.kind in KINDS:
-        return attention_modules(model, c.kind)[c.layer].W_o
-    return _stream_module(model, c)
+        return f"{attention_site(c.kind, c.layer)}.z"
+    if c.kind == ENCODER_OUTPUT:
+        return "encoder.out"
+    return f"{'encoder' if c.kind == 'encoder_stream' else 'decoder'}.{c.layer}.out"
 
 
-@contextmanager
-def _hooked(sites: dict[torch.nn.Module, object], pre: set):
-    """Hooks on these modules (forward pre-hooks on those in ``pre``); removed after."""
-    handles = [
-        m.register_forward_pre_hook(fn) if m in pre else m.register_forward_hook(fn)
-        for m, fn in sites.items()
-    ]
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
+def last_logits(m: TranslationModel, src, tgt_in) -> torch.Tensor:
+    """(B, V) the logits of the last decoder step only (the metric reads no other)."""
+    return m.logits_of(m.hidden(src, tgt_in)[:, -1])  # (B, V)
 
 
-def _recorded(model: Transformer, sites: Sequence[torch.nn.Module], src, tgt_in):
-    """(logits (1, T, V), {module: its clean activation}): W_o's input (1, T, D) or the
-    module's first output (1, S|T, D)."""
-    seen: dict[torch.nn.Module, torch.Tensor] = {}
-    pre = {m for m in sites if isinstance(m, torch.nn.Linear)}
-
-    def keep(module):
-        if module in pre:
-            return lambda m, args: seen.__setitem__(m, args[0].detach()) or None
-        return lambda m, args, out: seen.__setitem__(m, out[0].detach()) or None
-
-    with _hooked({m: keep(m) for m in sites}, pre):
-        logits, *_ = model(src, tgt_in)  # (1, T, V)
+def _recorded(m: TranslationModel, sites: Sequence[str], src, tgt_in):
+    """(logits (1, V) of the last step, {site: the run's activation there})."""
+    seen: dict[str, torch.Tensor] = {}
+    with m.hooks((s, capture(seen)) for s in sites):
+        logits = last_logits(m, src, tgt_in)
     return logits, seen
 
 
-def _patcher(model: Transformer, chunk: Sequence[Component], clean: dict):
-    """({module: hook}, pre-hook modules) writing each row's component from ``clean``."""
-    by_site: dict[torch.nn.Module, list[tuple[int, Component]]] = {}
-    for row, c in enumerate(chunk):
-        by_site.setdefault(_site(model, c), []).append((row, c))
-    width = model.cfg.d_model // model.cfg.num_heads  # Dh
+def _patch_hook(rows: list[tuple[int, Component]], donor: torch.Tensor):
+    """A hook writing each row's component from the donor run's activation (1, ...)."""
 
-    def head_hook(rows):
-        def hook(module, args):
-            x = args[0].clone()  # (B, T, D): the heads' outputs, concatenated
-            for row, c in rows:
-                cut = slice(c.head * width, (c.head + 1) * width)
-                x[row, :, cut] = clean[module][0, :, cut]
-            return (x, *args[1:])
-
-        return hook
-
-    def stream_hook(rows):
-        def hook(module, args, out):
-            x = out[0].clone()  # (B, S|T, D)
-            for row, c in rows:
+    def hook(x: torch.Tensor, name: str) -> torch.Tensor:
+        x = x.clone()  # (B, T, H, Dh) a head's site, or (B, T, D) a stream's
+        for row, c in rows:
+            if c.kind in KINDS:
+                x[row, :, c.head] = donor[0, :, c.head]
+            else:
                 where = slice(None) if c.position is None else c.position
-                x[row, where] = clean[module][0, where]
-            return (x, *out[1:])
+                x[row, where] = donor[0, where]
+        return x
 
-        return hook
-
-    pre = {m for m, rows in by_site.items() if rows[0][1].kind in KINDS}
-    hooks = {m: (head_hook if m in pre else stream_hook)(rows) for m, rows in by_site.items()}
-    return hooks, pre
+    return hook
 
 
 def patched_metrics(
-    model: Transformer, chunk: Sequence[Component], clean: dict, src, tgt_in, answers
+    m: TranslationModel, chunk: Sequence[Component], clean: dict, src, tgt_in, answers
 ) -> torch.Tensor:
-    """(B,) the metric of the corrupted run with each row's component patched from ``clean``."""
-    hooks, pre = _patcher(model, chunk, clean)
+    """(B,) the metric of the receiving run with each row's component patched from ``clean``."""
+    by_site: dict[str, list[tuple[int, Component]]] = {}
+    for row, c in enumerate(chunk):
+        by_site.setdefault(site(c), []).append((row, c))
     batch = len(chunk)
-    with _hooked(hooks, pre):
-        logits, *_ = model(src.expand(batch, -1), tgt_in.expand(batch, -1))  # (B, T, V)
-    return logits[:, -1, answers[0]] - logits[:, -1, answers[1]]  # (B,)
+    with m.hooks((s, _patch_hook(rows, clean[s])) for s, rows in by_site.items()):
+        logits = last_logits(m, src.expand(batch, -1), tgt_in.expand(batch, -1))  # (B, V)
+    return logits[:, answers[0]] - logits[:, answers[1]]  # (B,)
 
 
-def _greedy(model: Transformer, ids: list[int], max_len: int) -> list[int]:
-    """A source's greedy translation ids, up to and including <eos>."""
-    src = torch.tensor([ids], device=next(model.parameters()).device)  # (1, S)
-    out, _, _ = greedy_decode(model, src, max_len, scores=False)  # (1, T)
-    row = out[0].tolist()
-    return row[: row.index(Vocab.eos_id) + 1] if Vocab.eos_id in row else row
+def _cut(m: TranslationModel, row: list[int]) -> list[int]:
+    """Output ids up to and including the end token."""
+    return row[: row.index(m.eos_id) + 1] if m.eos_id in row else row
 
 
-def _sources(lm: LoadedModel, clean: str, corrupt: str):
+def _sources(m: TranslationModel, clean: str, corrupt: str):
     """The two sources as (ids, tokens) each; TranslationError unless of one length."""
     for text in (clean, corrupt):
         if len(tokenize(text or "")) > MAX_SENTENCE_TOKENS:
             raise TranslationError(
                 f"Activation patching takes sentences of at most {MAX_SENTENCE_TOKENS} tokens."
             )
-    limit = lm.model.cfg.max_positions
-    (a, ta, _, _), (b, tb, _, _) = (
-        prepare_source(text, lm.src_vocab, limit) for text in (clean, corrupt)
-    )
-    if len(a) != len(b):
+    a, b = m.source(clean), m.source(corrupt)
+    if len(a.ids) != len(b.ids):
         raise TranslationError(
             f"The two sentences must have the same length in pieces: the clean one has "
-            f"{len(a)} ({' '.join(ta)}), the corrupted one {len(b)} ({' '.join(tb)})."
+            f"{len(a.ids)} ({' '.join(a.tokens)}), the corrupted one {len(b.ids)} "
+            f"({' '.join(b.tokens)})."
         )
-    if a == b:
+    if a.ids == b.ids:
         raise TranslationError("The two sentences are the same: change a word in one.")
-    return (a, ta), (b, tb)
+    return (a.ids, a.tokens), (b.ids, b.tokens)
 
 
-def _one_piece(lm: LoadedModel, word: str) -> int:
-    """The target vocabulary's id of an answer word; TranslationError unless one known piece."""
-    words = tokenize(word or "")
-    pieces, ids = lm.tgt_vocab.segment(words)
+def _one_piece(m: TranslationModel, word: str) -> int:
+    """The id of an answer word; TranslationError unless it is one piece the model knows."""
+    ids = m.target_ids(word or "")[:-1]  # without the end token
     if not ids:
         how = "empty"
     elif len(ids) > 1:
-        how = f"{len(ids)} pieces ({' '.join(pieces)})"
-    elif lm.tgt_vocab.unknown(words):
+        how = f"{len(ids)} pieces ({' '.join(m.target_tokens(ids))})"
+    elif m.unknown_target_words(word):
         how = "not in the model's target vocabulary"
     else:
         return ids[0]
     raise TranslationError(f"An answer must be one word the model knows: “{word}” is {how}.")
 
 
-def _found_question(model, a_ids: list[int], b_ids: list[int], device, max_len: int):
-    """(decoder inputs (1, T): <bos> + the translations' common prefix, (answer, wrong) ids):
-    the first step where the two greedy translations differ."""
-    out_a, out_b = _greedy(model, a_ids, max_len), _greedy(model, b_ids, max_len)
+def _found_question(m: TranslationModel, sources, max_len: int, target_lang=None):
+    """(decoder inputs (1, T): the start token + the translations' common prefix, (answer,
+    wrong) ids): the first step where the two greedy translations differ."""
+    out_a, out_b = (_cut(m, m.greedy(s, max_len, target_lang)[0].tolist()) for s in sources)
     step = next((t for t, (x, y) in enumerate(zip(out_a, out_b)) if x != y), None)
     if step is None:
         raise TranslationError(
@@ -265,40 +219,41 @@ def _found_question(model, a_ids: list[int], b_ids: list[int], device, max_len: 
             "compare: change a word the translation depends on, or give a target prefix "
             "and two answer words."
         )
-    tgt_in = torch.tensor([[Vocab.bos_id, *out_a[:step]]], device=device)  # (1, T)
+    tgt_in = torch.tensor([[m.start_id, *out_a[:step]]], device=m.device)  # (1, T)
     return tgt_in, (out_a[step], out_b[step])
 
 
-def _given_question(model, lm: LoadedModel, sources, prefix: str | None, answers):
-    """(decoder inputs (1, T): <bos> + the prefix given, (answer, wrong) ids): the answers
-    given, else each source's likeliest word after the prefix."""
+def _given_question(m: TranslationModel, sources, prefix: str | None, answers, target_lang=None):
+    """(decoder inputs (1, T): the start token + the prefix given, (answer, wrong) ids): the
+    answers given, else each source's likeliest word after the prefix."""
     words = tokenize(prefix or "")
     if len(words) > MAX_SENTENCE_TOKENS:
         raise TranslationError(f"The prefix takes at most {MAX_SENTENCE_TOKENS} words.")
-    if missing := lm.tgt_vocab.unknown(words):
+    if missing := m.unknown_target_words(prefix or ""):
         raise TranslationError(
             f"The prefix has words the model does not know: {', '.join(missing)}."
         )
-    device = sources[0].device
-    tgt_in = torch.tensor([[Vocab.bos_id, *lm.tgt_vocab.segment(words)[1]]], device=device)
+    first = m.language_id(target_lang)
+    ids = m.target_ids(prefix or "", first)[:-1] if words else ([first] if first else [])
+    tgt_in = torch.tensor([[m.start_id, *ids]], device=m.device)  # (1, T)
     if answers is not None:
-        pair = tuple(_one_piece(lm, w) for w in answers)
+        pair = tuple(_one_piece(m, w) for w in answers)
     else:
-        pair = tuple(int(model(s, tgt_in)[0][0, -1].argmax()) for s in sources)
+        pair = tuple(int(last_logits(m, s, tgt_in)[0].argmax()) for s in sources)
     if pair[0] == pair[1]:
-        said = lm.tgt_vocab.decode([pair[0]])[0]
+        said = m.target_tokens([pair[0]])[0]
         raise TranslationError(f"Both runs answer “{said}” there: give two different answer words.")
     return tgt_in, pair
 
 
 def _metric(logits: torch.Tensor, answers) -> float:
-    """logit(answer) - logit(wrong) at the last step of (1, T, V) logits."""
-    return float(logits[0, -1, answers[0]] - logits[0, -1, answers[1]])
+    """logit(answer) - logit(wrong) of (1, V) last-step logits."""
+    return float(logits[0, answers[0]] - logits[0, answers[1]])
 
 
 @torch.no_grad()
 def patch(
-    lm: LoadedModel,
+    m: TranslationModel,
     clean: str,
     corrupt: str,
     chosen: Sequence[Component] | None = None,
@@ -306,32 +261,30 @@ def patch(
     direction: str = DIRECTIONS[0],
     prefix: str | None = None,
     answers: tuple[str, str] | None = None,
+    target_lang: str | None = None,
 ) -> Patching:
     """Patch every component (or ``chosen``) from one run into the other: clean into
     corrupted (``denoise``) or corrupted into clean (``noise``). The metric is read after
-    ``prefix`` between ``answers`` where given, else at the translations' first difference.
-
-    Hooks are set on ``lm.model`` while this runs: it must not be shared with other threads
-    meanwhile (see core.attention.ablation.private_copy)."""
+    ``prefix`` between ``answers`` where given, else at the translations' first difference
+    (``target_lang``: a multilingual model's output language, forced first)."""
     if direction not in DIRECTIONS:
         raise TranslationError(f"The direction is one of {', '.join(DIRECTIONS)}.")
-    model = lm.model
-    (a_ids, a_tokens), (b_ids, b_tokens) = _sources(lm, clean, corrupt)
-    with evaluating(model):
-        device = next(model.parameters()).device
-        src_a, src_b = (torch.tensor([i], device=device) for i in (a_ids, b_ids))  # (1, S)
+    (a_ids, a_tokens), (b_ids, b_tokens) = _sources(m, clean, corrupt)
+    with evaluating(m.model):
+        src_a, src_b = (torch.tensor([i], device=m.device) for i in (a_ids, b_ids))  # (1, S)
         given = prefix is not None or answers is not None
         tgt_in, answers_ids = (
-            _given_question(model, lm, (src_a, src_b), prefix, answers)
+            _given_question(m, (src_a, src_b), prefix, answers, target_lang)
             if given
-            else _found_question(model, a_ids, b_ids, device, max_len)
+            else _found_question(m, (src_a, src_b), max_len, target_lang)
         )
-        todo = list(chosen) if chosen is not None else components(model, len(a_ids), tgt_in.size(1))
-        sites = list(dict.fromkeys(_site(model, c) for c in todo))
+        todo = list(chosen) if chosen is not None else components(m, len(a_ids), tgt_in.size(1))
         donor, receiver = (src_a, src_b) if direction == "denoise" else (src_b, src_a)
-        logits_d, seen = _recorded(model, sites, donor, tgt_in)
-        logits_r, *_ = model(receiver, tgt_in)  # (1, T, V)
-        m_donor, m_receiver = _metric(logits_d, answers_ids), _metric(logits_r, answers_ids)
+        logits_d, seen = _recorded(m, list(dict.fromkeys(site(c) for c in todo)), donor, tgt_in)
+        m_donor, m_receiver = (
+            _metric(logits_d, answers_ids),
+            _metric(last_logits(m, receiver, tgt_in), answers_ids),
+        )
         m_clean, m_corrupt = (
             (m_donor, m_receiver) if direction == "denoise" else (m_receiver, m_donor)
         )
@@ -339,10 +292,10 @@ def patch(
         effects: list[float] = []
         for start in range(0, len(todo), ROWS):
             chunk = todo[start : start + ROWS]
-            metrics = patched_metrics(model, chunk, seen, receiver, tgt_in, answers_ids)  # (B,)
+            metrics = patched_metrics(m, chunk, seen, receiver, tgt_in, answers_ids)  # (B,)
             moved = metrics - m_corrupt if direction == "denoise" else m_clean - metrics
             effects += (moved / span).tolist()
-    words = lm.tgt_vocab.decode([*tgt_in[0].tolist(), *answers_ids])
+    words = m.target_tokens([*tgt_in[0].tolist(), *answers_ids])
     step = tgt_in.size(1) - 1
     return Patching(
         a_tokens,

@@ -2,9 +2,11 @@
 token representations at each layer for validation sentences, projected to 2-D or 3-D.
 
 Layer 0 of a stack is what its first layer reads (token embeddings with positions), layer l
-the output of layer l; a Hugging Face model's are its ``encoder_hidden_states`` and
-``decoder_hidden_states``. The decoder reads each sentence's first reference translation,
-teacher-forced; a decoder point is the token read at that position (``<bos>`` first).
+the output of layer l, before a pre-LN stack's final norm (``Record.stream``, the same for
+every model: a Hugging Face model's ``hidden_states`` differ only at the top of a pre-LN
+stack, which they give after that norm). The decoder reads each sentence's first reference
+translation, teacher-forced; a decoder point is the token read at that position (the start
+token first).
 
 PCA is exact, on the model's device: the SVD of the centred points, each component's sign
 fixed so that its largest loading is positive, with the share of the variance each explains.
@@ -28,11 +30,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from core.attention.importance import validation_sample
-from core.corpus.vocab import Vocab
+from core.measure.sample import validation_sample
 from core.model.checkpoints import validation_source
-from core.model.opened import is_hugging_face
-from core.model.record import record
 from core.model.transformer import evaluating
 from core.runs import budget
 
@@ -158,17 +157,11 @@ def sentences_of(lm, n: int = SENTENCES, source: str | None = None, target_lang=
     cfg, carried = validation_source(lm.meta, source)
     sample = validation_sample(lm, cfg, n, target_lang, carried)
     firsts = np.cumsum([0, *(len(refs) for refs in sample.references)])[:-1]
-    refs = [list(sample.encoded[i][1]) for i in firsts]  # each ends with <eos> (or </s>)
+    refs = [list(sample.encoded[i][1]) for i in firsts]  # each ends with the end token
     sources = [list(map(int, ids)) for ids in sample.src_ids]
-    if is_hugging_face(lm):
-        start = lm.model.config.decoder_start_token_id
-        targets = [[start, *r[:-1]] for r in refs]
-        pieces = lm.tokenizer.convert_ids_to_tokens
-        src_tokens, tgt_tokens = [pieces(s) for s in sources], [pieces(t) for t in targets]
-    else:
-        targets = [list(map(int, r[:-1])) for r in refs]  # <bos> + target, as encoded
-        src_tokens = [lm.src_vocab.decode(s) for s in sources]
-        tgt_tokens = [lm.tgt_vocab.decode(t) for t in targets]
+    targets = [lm.decoder_inputs(r) for r in refs]  # the start token + the reference
+    src_tokens = [lm.source_tokens(s) for s in sources]
+    tgt_tokens = [lm.target_tokens(t) for t in targets]
     texts = [
         f"{' '.join(src)} → {' '.join(ref[0])}"
         for src, ref in zip(sample.sources, sample.references)
@@ -188,28 +181,6 @@ def _padded(rows: Sequence[Sequence[int]], pad: int, device) -> torch.Tensor:
     """(B, longest) ids, ``pad`` after each row."""
     tensors = [torch.tensor(r, dtype=torch.long) for r in rows]
     return torch.nn.utils.rnn.pad_sequence(tensors, batch_first=True, padding_value=pad).to(device)
-
-
-def _studio_states(lm, src, tgt_in, side: str) -> list[torch.Tensor]:
-    """L + 1 (B, S|T, D) states of one stack of the studio's model."""
-    rec = record(lm.model, src, tgt_in)
-    if side == "encoder":
-        return [*rec.encoder_inputs, rec.sublayers["encoder_ffn"][-1].output]
-    return [*rec.self_inputs, rec.decoder_outputs[-1]]
-
-
-def _hf_states(lm, src, tgt_in, side: str) -> list[torch.Tensor]:
-    """L + 1 (B, S|T, D) states of one stack of a Hugging Face model."""
-    pad = lm.tokenizer.pad_token_id
-    out = lm.model(
-        input_ids=src,
-        attention_mask=(src != pad).long(),
-        decoder_input_ids=tgt_in,
-        output_hidden_states=True,
-        return_dict=True,
-    )
-    states = out.encoder_hidden_states if side == "encoder" else out.decoder_hidden_states
-    return [s.float() for s in states]
 
 
 def projection_bytes(points: int, width: int, dims: int) -> int:
@@ -238,18 +209,13 @@ def representations(
 ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """(vectors (N, D) float32, sentence, position, layer (N,) int32, N tokens): every piece of
     every sentence at each of ``layers``, layer by layer, sentence by sentence."""
-    family = is_hugging_face(lm)
-    model = lm.model
-    device = next(model.parameters()).device
-    pad = lm.tokenizer.pad_token_id if family else Vocab.pad_id
-    states_of = _hf_states if family else _studio_states
-    n = len(sentences.sources)
+    n, device = len(sentences.sources), lm.device
     per_layer: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
-    with evaluating(model):
+    with evaluating(lm.model):
         for start in range(0, n, BATCH):
-            src = _padded(sentences.sources[start : start + BATCH], pad, device)  # (B, S)
-            tgt_in = _padded(sentences.targets[start : start + BATCH], pad, device)  # (B, T)
-            states = states_of(lm, src, tgt_in, side)  # L + 1 x (B, S|T, D)
+            src = _padded(sentences.sources[start : start + BATCH], lm.pad_id, device)  # (B, S)
+            tgt_in = _padded(sentences.targets[start : start + BATCH], lm.pad_id, device)
+            states = lm.record(src, tgt_in).stream(side)  # L + 1 x (B, S|T, D)
             lengths = [len(r) for r in sentences.ids(side)[start : start + BATCH]]
             for layer in layers:
                 per_layer[layer] += [states[layer][b, :m].cpu() for b, m in enumerate(lengths)]

@@ -1,30 +1,26 @@
 """Inside one head: its query and key vectors, their products, scores, mask and softmax.
 
-bertviz's "neuron view" for the three kinds of an encoder-decoder. One head's q and k are
-recomputed with the model's own modules: ``MultiHeadAttention.project`` (W_q, W_k, stacked
-with W_v where the model stacks them) and ``split_heads``, on what the attention read in a
-teacher-forced pass over the translation (``core.model.record``). The weights are
-rebuilt step by step as ``core.model.transformer.attention`` makes them; a test checks they
-equal the model's own maps (``need_weights=True``) within 1e-6, masks included.
+bertviz's "neuron view" for the three kinds of an encoder-decoder, on any model. One head's
+q and k are recomputed with the model's own projections (``TranslationModel.
+attention_weights``) from what the attention read in a teacher-forced pass over the
+translation (``core.model.record``): its queries' and keys' inputs, and the relative-position
+bias a T5 adds. The weights are rebuilt step by step, scaled as the model scales (1/√d, or 1
+for T5); a test checks they equal the model's own maps within 1e-5, masks included.
 
 Shape key: Tq queries, Tk keys, Dh head width.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from core.attention.kinds import kind_labels
-from core.model import hf_inside
-from core.model.checkpoints import LoadedModel
 from core.model.decode import Translation
-from core.model.opened import is_hugging_face
-from core.model.record import Record, attention_module, teacher_forced
-from core.model.transformer import Transformer
+from core.model.interface import TranslationModel
+from core.model.record import Record
 
 
 class InsideHeadError(ValueError):
@@ -109,51 +105,31 @@ def translation_tokens(t: Translation, kind: str) -> tuple[list[str], list[str]]
     }[kind]
 
 
-def head_scores(model: Transformer, p: Record, kind: str, layer: int, head: int) -> HeadScores:
+def head_scores(m: TranslationModel, p: Record, kind: str, layer: int, head: int) -> HeadScores:
     """One head's q, k, scores, mask and weights for every query of a recorded pass."""
-    mha = attention_module(model, kind, layer)
-    if not 0 <= head < mha.num_heads:
+    try:
+        weights = m.attention_weights(kind, layer)
+    except ValueError as e:  # a layer outside the model
+        raise InsideHeadError(str(e)) from e
+    if not 0 <= head < weights.heads:
         raise InsideHeadError(
-            f"Head {head}: this model has {mha.num_heads} heads per layer (0..{mha.num_heads - 1})."
+            f"Head {head}: this model has {weights.heads} heads per layer (0..{weights.heads - 1})."
         )
     a = p.attention[kind][layer]
     with torch.no_grad():
-        q, k, _ = mha.project(a.queries, a.keys, a.keys)  # (1, H, Tq|Tk, Dh), as the model
-    q, k = q[0, head].float(), k[0, head].float()  # (Tq, Dh), (Tk, Dh)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (Tq, Tk)
+        q, k = weights.head_queries_keys(a.queries[0].float(), a.keys[0].float(), head)
+    bias = None if a.position_bias is None else a.position_bias[0, head].float()  # (Tq, Tk)
+    scores = q @ k.transpose(-2, -1) * weights.scale  # (Tq, Tk)
+    if bias is not None:
+        scores = scores + bias
     mask = a.mask.expand(1, 1, q.size(0), k.size(0))[0, 0]  # (Tq, Tk)
     filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)  # (Tq, Tk)
-    weights = filled.softmax(dim=-1).masked_fill(~mask, 0.0)  # (Tq, Tk)
-    return HeadScores(q, k, scores, mask, weights)
-
-
-def _mask(kind: str, tq: int, tk: int) -> torch.Tensor:
-    """(Tq, Tk) what one unpadded sentence may attend to: all keys, or the causal triangle."""
-    allowed = torch.ones(tq, tk, dtype=torch.bool)
-    return allowed.tril() if kind == "decoder_self" else allowed
-
-
-def hf_head_scores(hm, t: Translation, kind: str, layer: int, head: int) -> HeadScores:
-    """A Hugging Face model's head, rebuilt from what its attention module read: its own
-    projections and scale (T5: none) and T5's relative-position bias."""
-    modules = hf_inside.attention_modules(hm.model, kind)
-    if not 0 <= layer < len(modules):
-        raise InsideHeadError(f"Layer {layer}: this model has {len(modules)} layers of {kind}.")
-    _, heads, _ = hf_inside.head_geometry(modules[layer])
-    if not 0 <= head < heads:
-        raise InsideHeadError(f"Head {head}: this model has {heads} heads per layer.")
-    a = hf_inside.attention_inputs(hm, t.src_ids, t.out_ids, kind, layer)
-    q, k = hf_inside.head_vectors(modules[layer], a, head)  # (Tq, Dh), (Tk, Dh)
-    bias = None if a.bias is None else a.bias[0, head].float()  # (Tq, Tk)
-    scores = q @ k.transpose(-2, -1) * a.scale + (0.0 if bias is None else bias)  # (Tq, Tk)
-    mask = _mask(kind, q.size(0), k.size(0))
-    filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = filled.softmax(dim=-1).masked_fill(~mask, 0.0)  # (Tq, Tk)
-    return HeadScores(q, k, scores, mask, weights, a.scale, bias)
+    w = filled.softmax(dim=-1).masked_fill(~mask, 0.0)  # (Tq, Tk)
+    return HeadScores(q, k, scores, mask, w, weights.scale, bias)
 
 
 def query_key_view(
-    lm: LoadedModel, t: Translation, kind: str, layer: int, head: int, query: int
+    m: TranslationModel, t: Translation, kind: str, layer: int, head: int, query: int
 ) -> QueryKey:
     """The q·k view of one query of one head, for a translation fed back by teacher forcing."""
     kind_labels(kind)  # raises for an unknown kind
@@ -164,15 +140,10 @@ def query_key_view(
             f"(0..{len(queries) - 1})."
         )
     try:
-        if is_hugging_face(lm):
-            s = hf_head_scores(lm, t, kind, layer, head)
-        else:
-            p = teacher_forced(lm.model, t.src_ids, t.out_ids)
-            s = head_scores(lm.model, p, kind, layer, head)
-    except InsideHeadError:
-        raise
+        m.check_layer(kind, layer)
     except ValueError as e:  # a layer outside the model
         raise InsideHeadError(str(e)) from e
+    s = head_scores(m, m.forced(t.src_ids, t.out_ids), kind, layer, head)
     q = s.q[query]  # (Dh,)
     arrays = (q, s.k, q * s.k, s.scores[query], s.weights[query])  # products q ⊙ k: (Tk, Dh)
     vectors = [a.cpu().numpy().astype(np.float32) for a in arrays]

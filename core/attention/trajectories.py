@@ -36,11 +36,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from core.attention.importance import (
-    ProgressFn,
-    sample_key,
-    validation_sample,
-)
 from core.attention.kinds import KINDS
 from core.attention.sentence_maps import SentenceMaps
 from core.attention.snapshots import SNAPSHOT_ERRORS
@@ -51,13 +46,11 @@ from core.attention.trajectory_numbers import (
     validation_means,
 )
 from core.corpus.source import DataError, file_sha1
-from core.model.checkpoints import (
-    CheckpointError,
-    LoadedModel,
-    load_checkpoint,
-    read_metadata,
-    trained_data,
-)
+from core.measure.progress import ProgressFn
+from core.measure.sample import sample_key, validation_sample
+from core.model.checkpoints import CheckpointError, read_metadata, trained_data
+from core.model.interface import TranslationModel
+from core.model.opened import open_model
 from core.places import trajectories_root
 from core.runs import budget
 from core.runs.disk_cache import read_cached, write_cached
@@ -79,10 +72,10 @@ CACHE_VERSION = 2
 STORED_KEY = "trajectories"  # a .history file's section of validation numbers per step
 COST = {"probes": 1, "validation": 40}  # relative cost of a step of each basis (progress)
 
-AerFn = Callable[[LoadedModel], dict]  # model -> {(layer, head): AER} of its cross heads
+AerFn = Callable[[TranslationModel], dict]  # model -> {(layer, head): AER} of its cross heads
 ProbeAerFn = Callable[[list[SentenceMaps]], dict | None]  # probes -> the same, or None
 Rows = Sequence[tuple[list[int], list[int]]]  # teacher-forced (source ids, reference ids)
-ShareFn = Callable[[LoadedModel, Rows], float]  # model, rows -> source share of predictions
+ShareFn = Callable[[TranslationModel, Rows], float]  # model, rows -> source share of predictions
 
 
 @dataclass
@@ -213,7 +206,7 @@ class _Validation:
     sample: object = None
     vocab: tuple = ()
 
-    def rows(self, lm: LoadedModel):
+    def rows(self, lm: TranslationModel):
         """The teacher-forced pairs of this model (the split is rebuilt once per vocabulary)."""
         vocab = tuple(str(lm.meta.get(k)) for k in ("src_vocab", "tgt_vocab", "tokenizers"))
         if self.sample is None or vocab != self.vocab:
@@ -242,7 +235,7 @@ def validation_step(
         return hit | {"model": hit["model"] | {"step": step}}, True
     if not measure:
         return None
-    lm = load_checkpoint(checkpoint)
+    lm = open_model(str(checkpoint))
     rows = how.rows(lm)
     aer = how.aer(lm) if how.aer else None
     share = how.share(lm, rows) if how.share else float("nan")

@@ -16,9 +16,7 @@ import torch
 from core.attention.head_stats import NEAR_DIAGONAL_KEYS
 from core.attention.kinds import KINDS
 from core.attention.sentence_maps import SentenceMaps
-from core.corpus.vocab import Vocab
-from core.model.checkpoints import LoadedModel
-from core.model.record import record
+from core.model.interface import TranslationModel
 from core.model.transformer import evaluating
 
 MAP_METRICS = ("entropy", "diagonal", "previous", "special")  # read from the maps alone
@@ -75,30 +73,29 @@ def probe_means(probes: Sequence[SentenceMaps]) -> dict:
     return out
 
 
-def teacher_forced_rows(lm: LoadedModel, sample) -> list[tuple[list[int], list[int]]]:
+def teacher_forced_rows(m: TranslationModel, sample) -> list[tuple[list[int], list[int]]]:
     """(source ids + <eos>, reference ids) of each sample sentence, its first reference."""
     return [
-        (list(map(int, ids)), lm.tgt_vocab.segment(list(refs[0]))[1])
+        (list(map(int, ids)), m.words_to_target(refs[0])[:-1])
         for ids, refs in zip(sample.src_ids, sample.references)
     ]
 
 
 @torch.no_grad()
-def validation_means(lm: LoadedModel, rows: Sequence[tuple[list[int], list[int]]]) -> dict:
+def validation_means(m: TranslationModel, rows: Sequence[tuple[list[int], list[int]]]) -> dict:
     """{kind: {metric: (L, H)}} over teacher-forced pairs, each sentence weighing the same."""
-    model, sums = lm.model, {}
-    device = next(model.parameters()).device
-    with evaluating(model):
+    sums, device = {}, m.device
+    with evaluating(m.model):
         for start in range(0, len(rows), BATCH):
             chunk = rows[start : start + BATCH]
             s_len = np.array([len(s) for s, _ in chunk])
             t_len = np.array([len(t) + 1 for _, t in chunk])  # <bos> + reference
-            src = torch.full((len(chunk), s_len.max()), Vocab.pad_id, dtype=torch.long)
-            tgt = torch.full((len(chunk), t_len.max()), Vocab.pad_id, dtype=torch.long)
+            src = torch.full((len(chunk), s_len.max()), m.pad_id, dtype=torch.long)
+            tgt = torch.full((len(chunk), t_len.max()), m.pad_id, dtype=torch.long)
             for i, (s, t) in enumerate(chunk):
                 src[i, : len(s)] = torch.tensor(s)
-                tgt[i, : len(t) + 1] = torch.tensor([Vocab.bos_id, *t])
-            maps = record(model, src.to(device), tgt.to(device)).maps()  # the recorded pass
+                tgt[i, : len(t) + 1] = torch.tensor([m.start_id, *t])
+            maps = m.record(src.to(device), tgt.to(device)).maps()  # the recorded pass
             lengths = {"encoder": (s_len, s_len), "decoder_self": (t_len, t_len)}
             lengths["cross"] = (t_len, s_len)
             for kind in KINDS:

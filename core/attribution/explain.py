@@ -17,14 +17,11 @@ import numpy as np
 import pandas as pd
 
 from core.attention.word_maps import merge_weights
-from core.attribution import hugging_face as hf_attribution
 from core.attribution.contrast import contrast, foil_ids
 from core.attribution.methods import MEAN, Attribution, AttributionError, attribute
 from core.corpus.bpe import PREFIX, join_pieces, word_spans
-from core.model import hugging_face as hf
-from core.model.checkpoints import LoadedModel
 from core.model.decode import Translation
-from core.model.opened import is_hugging_face
+from core.model.interface import TranslationModel
 
 SHARE_FLAG = 0.5  # an output token taking less than this from the source is flagged
 
@@ -90,15 +87,12 @@ class Explained:
 
 
 def explain(
-    lm: LoadedModel, t: Translation, method: str, layer: int | None = None, head: str = MEAN
+    m: TranslationModel, t: Translation, method: str, layer: int | None = None, head: str = MEAN
 ) -> Explained:
     """Run ``method`` on a translation (its own ids: what the decoder produced)."""
     if not t.out_ids or not t.src_ids:
         raise AttributionError("nothing to explain: the translation is empty")
-    if is_hugging_face(lm):
-        a = hf_attribution.attribute(lm, t.src_ids, t.out_ids, method, layer, head)
-    else:
-        a = attribute(lm.model, t.src_ids, t.out_ids, method, layer, head)
+    a = attribute(m, t.src_ids, t.out_ids, method, layer, head)
     e = Explained(a, list(t.src_tokens), list(t.decoder_inputs), list(t.output_tokens))
     if t.forced:
         e.probabilities, e.ranks = list(t.token_probs), list(t.ranks)
@@ -106,16 +100,16 @@ def explain(
 
 
 def explain_contrast(
-    lm: LoadedModel, t: Translation, foil: str | Sequence[int], method: str
+    m: TranslationModel, t: Translation, foil: str | Sequence[int], method: str
 ) -> Explained:
     """Run a contrastive ``method`` on a translation: why each y_t rather than the foil's y'_t
     (``core.attribution.contrast``); ``foil`` as text, or as ids (``foil_at``)."""
     if not t.out_ids or not t.src_ids:
         raise AttributionError("nothing to explain: the translation is empty")
-    ids = foil_ids(lm, t, foil) if isinstance(foil, str) else list(foil)
-    a = contrast(lm, t, ids, method)
+    ids = foil_ids(m, t, foil) if isinstance(foil, str) else list(foil)
+    a = contrast(m, t, ids, method)
     e = Explained(a, list(t.src_tokens), list(t.decoder_inputs), list(t.output_tokens))
-    e.contrast = hf.shown_tokens(lm, ids) if is_hugging_face(lm) else lm.tgt_vocab.decode(ids)
+    e.contrast = m.target_tokens(ids)
     if t.forced:
         e.probabilities, e.ranks = list(t.token_probs), list(t.ranks)
     return e

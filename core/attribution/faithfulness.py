@@ -28,23 +28,16 @@ from functools import partial
 import numpy as np
 import torch
 
-from core.attention.head_stats import spearman
-from core.attention.importance import (
-    Progress,
-    sample_key,
-    validation_sample,
-)
-from core.attribution import hf_faithfulness
-from core.attribution import hugging_face as hf_attribution
-from core.attribution.hugging_face import method_problem
 from core.attribution.methods import METHOD_NAMES, METHODS, Attribution, attribute
-from core.corpus.bpe import word_spans
+from core.corpus.bpe import PREFIX
 from core.corpus.source import DataError
-from core.corpus.vocab import Vocab
-from core.model.checkpoints import LoadedModel, validation_source
-from core.model.decode import MAX_LEN, greedy_decode
-from core.model.record import forced_logits, teacher_forced
-from core.model.transformer import Transformer, evaluating
+from core.measure.progress import Progress
+from core.measure.rank import spearman
+from core.measure.sample import Sample, sample_key, validation_sample
+from core.model.batched import greedy_outputs
+from core.model.checkpoints import validation_source
+from core.model.interface import TranslationModel
+from core.model.transformer import evaluating
 from core.places import attribution_root
 from core.runs.disk_cache import read_cached, write_cached
 
@@ -54,6 +47,7 @@ DEFAULT_METHODS = tuple(m for m in METHODS if m != "integrated-gradients")  # th
 RANDOM = "random"  # the baseline ranking
 CACHE_VERSION = 2  # 2: the attention row names its layer and head
 DECODE_BATCH = 128  # sentences translated together
+ROWS_PER_PASS = 32  # occluded copies per teacher-forced pass ((N, T, V) logits of a big vocabulary)
 RANKED_AT = {"attention": " (last layer, mean of heads)"}  # what a method's row measured
 
 ProgressFn = Callable[[float, str], None]
@@ -68,44 +62,42 @@ class Case:
     spans: list[tuple[int, int]]  # W [start, end) source word spans (pieces), <eos> left out
 
 
-def source_words(lm: LoadedModel, words: Sequence[str]) -> list[tuple[int, int]]:
-    """[start, end) of each source word among the pieces the model reads."""
-    pieces, _ = lm.src_vocab.segment(list(words))
-    return word_spans(pieces)
+def source_spans(m: TranslationModel, src_ids: Sequence[int]) -> list[tuple[int, int]]:
+    """[start, end) of each source word among the pieces the model reads: a ``##`` piece
+    joins the word before it; specials (the end token, a language code) belong to no word;
+    an unknown word is a word."""
+    specials = m.special_ids()
+    spans: list[list[int]] = []
+    joinable = False
+    for i, (token_id, token) in enumerate(zip(src_ids, m.source_tokens(src_ids))):
+        if token_id in specials:
+            joinable = False
+            continue
+        if joinable and token.startswith(PREFIX) and len(token) > len(PREFIX):
+            spans[-1][1] = i + 1
+        else:
+            spans.append([i, i + 1])
+        joinable = True
+    return [(a, b) for a, b in spans]
 
 
-def is_studio(lm) -> bool:
-    """Whether ``lm`` is the studio's own model (else a Hugging Face one)."""
-    return getattr(lm, "family", "studio") == "studio"
+def usable_methods(m: TranslationModel, methods: Sequence[str]) -> list[str]:
+    """The ``methods`` that explain this model (``TranslationModel.supports``)."""
+    return [x for x in methods if not m.supports(x)]
 
 
-def usable_methods(lm, methods: Sequence[str]) -> list[str]:
-    """The ``methods`` that explain this model (a Hugging Face model reads fewer)."""
-    return list(methods) if is_studio(lm) else [m for m in methods if not method_problem(lm, m)]
-
-
-def translate_sample(lm, sample, target_lang: str | None = None) -> list[Case]:
+def translate_sample(m: TranslationModel, sample: Sample, target_lang=None) -> list[Case]:
     """Greedy translations of every sample sentence (batched), as Cases."""
-    if not is_studio(lm):
-        return [Case(*c) for c in hf_faithfulness.translations(lm, sample, target_lang)]
-    model, cases = lm.model, []
-    device = next(model.parameters()).device
-    max_len = min(MAX_LEN, model.cfg.max_positions - 1)
-    for start in range(0, len(sample.src_ids), DECODE_BATCH):
-        rows = sample.src_ids[start : start + DECODE_BATCH]
-        src = torch.nn.utils.rnn.pad_sequence(
-            [torch.as_tensor(r) for r in rows], batch_first=True, padding_value=Vocab.pad_id
-        ).to(device)  # (B, S)
-        out, _, _ = greedy_decode(model, src, max_len, scores=False)  # (B, T)
-        for i, ids in enumerate(out.tolist()):
-            ids = ids[: ids.index(Vocab.eos_id) + 1] if Vocab.eos_id in ids else ids
-            words = sample.sources[start + i]
-            cases.append(Case(list(map(int, rows[i])), ids, source_words(lm, words)))
+    outputs = greedy_outputs(m, sample.src_ids, target_lang, DECODE_BATCH)
+    cases = []
+    for src, ids in zip(sample.src_ids, outputs):
+        ids = ids[: ids.index(m.eos_id) + 1] if m.eos_id in ids else ids
+        cases.append(Case(list(map(int, src)), ids, source_spans(m, src)))
     return cases
 
 
-def occluded(src_ids: list[int], spans, chosen: Sequence[int], unk=Vocab.unk_id) -> list[int]:
-    """The source with the pieces of the ``chosen`` words replaced by <unk> (``unk``)."""
+def occluded(src_ids: list[int], spans, chosen: Sequence[int], unk: int) -> list[int]:
+    """The source with the pieces of the ``chosen`` words replaced by the unknown ``unk``."""
     ids = list(src_ids)
     for w in chosen:
         a, b = spans[w]
@@ -114,14 +106,18 @@ def occluded(src_ids: list[int], spans, chosen: Sequence[int], unk=Vocab.unk_id)
 
 
 @torch.no_grad()
-def output_logp(model: Transformer, sources: list[list[int]], out_ids: list[int]) -> torch.Tensor:
-    """log p(y_t) of one output after each of N equally long sources: (N, T)."""
-    device = next(model.parameters()).device
-    src = torch.tensor(sources, device=device)  # (N, S)
-    out = torch.tensor(out_ids, device=device)  # (T,)
-    tgt_in = torch.cat([out.new_tensor([Vocab.bos_id]), out[:-1]]).expand(len(sources), -1)
-    logp = forced_logits(model, src, tgt_in).float().log_softmax(-1)  # (N, T, V)
-    return logp.gather(-1, out.expand(len(sources), -1)[..., None])[..., 0].cpu()  # (N, T)
+def output_logp(m: TranslationModel, sources: list[list[int]], out_ids: list[int]):
+    """log p(y_t) of one output after each of N equally long sources: (N, T), ROWS_PER_PASS
+    copies a pass."""
+    out = torch.tensor(out_ids, device=m.device)  # (T,)
+    tgt_in = torch.tensor([m.decoder_inputs(out_ids)], device=m.device)  # (1, T)
+    parts = []
+    for i in range(0, len(sources), ROWS_PER_PASS):
+        src = torch.tensor(sources[i : i + ROWS_PER_PASS], device=m.device)  # (n, S)
+        n = src.size(0)
+        logp = m.run(src, tgt_in.expand(n, -1)).float().log_softmax(-1)  # (n, T, V)
+        parts.append(logp.gather(-1, out.expand(n, -1)[..., None])[..., 0].cpu())  # (n, T)
+    return torch.cat(parts)
 
 
 def word_scores(a: Attribution, spans) -> np.ndarray:
@@ -129,9 +125,7 @@ def word_scores(a: Attribution, spans) -> np.ndarray:
     return np.stack([a.source[:, s:e].sum(1) for s, e in spans], axis=1)
 
 
-def deletion_sources(
-    case: Case, scores: np.ndarray, ks=DELETION_K, unk=Vocab.unk_id
-) -> list[list[int]]:
+def deletion_sources(case: Case, scores: np.ndarray, ks, unk: int) -> list[list[int]]:
     """For each output token t and k: the source without its top-k words by ``scores``."""
     order = np.argsort(-scores, axis=1, kind="stable")  # (T, W)
     return [
@@ -152,47 +146,30 @@ def row_spearman(scores: np.ndarray, effects: np.ndarray) -> float:
     return float(np.mean(rhos)) if rhos else float("nan")
 
 
-ROWS_PER_PASS = 128  # occluded copies per teacher-forced pass
-
-
-def logp_rows(lm, sources: list[list[int]], out_ids: list[int]) -> torch.Tensor:
-    """``output_logp`` in passes of at most ROWS_PER_PASS copies: (N, T)."""
-    if not is_studio(lm):
-        return hf_faithfulness.output_logp(lm, sources, out_ids)
-    model = lm.model
-    parts = [
-        output_logp(model, sources[i : i + ROWS_PER_PASS], out_ids)
-        for i in range(0, len(sources), ROWS_PER_PASS)
-    ]
-    return torch.cat(parts)
-
-
-def rankings(lm, case: Case, methods, rng, clock: dict) -> dict[str, np.ndarray]:
+def rankings(m: TranslationModel, case: Case, methods, rng, clock: dict):
     """Each method's word scores (T, W) for one case, and the random baseline's."""
-    if is_studio(lm):
-        p = teacher_forced(lm.model, case.src_ids, case.out_ids)
-        explain = partial(attribute, lm.model, case.src_ids, case.out_ids, p=p)
-    else:
-        explain = partial(hf_attribution.attribute, lm, case.src_ids, case.out_ids)
+    p = m.forced(case.src_ids, case.out_ids)
+    explain = partial(attribute, m, case.src_ids, case.out_ids, p=p)
     out = {}
-    for m in methods:
+    for method in methods:
         start = time.perf_counter()
-        out[m] = word_scores(explain(m), case.spans)
-        clock[m] = clock.get(m, 0.0) + time.perf_counter() - start
+        out[method] = word_scores(explain(method), case.spans)
+        clock[method] = clock.get(method, 0.0) + time.perf_counter() - start
     out[RANDOM] = rng.random((len(case.out_ids), len(case.spans)))  # (T, W)
     return out
 
 
-def measure_case(lm, case: Case, methods, rng, clock: dict) -> dict[str, tuple]:
+def measure_case(m: TranslationModel, case: Case, methods, rng, clock: dict):
     """method -> (rho of the sentence, [drops of its output tokens for each k <= W])."""
     T, W = len(case.out_ids), len(case.spans)
     ks = [k for k in DELETION_K if k <= W]
-    unk = Vocab.unk_id if is_studio(lm) else hf_faithfulness.unk_id(lm)
-    ranked = rankings(lm, case, methods, rng, clock)
-    singles = [occluded(case.src_ids, case.spans, [w], unk) for w in range(W)]
-    deletions = [deletion_sources(case, scores, ks, unk) for scores in ranked.values()]
+    if m.unk_id is None:
+        raise DataError("This model's tokenizer has no unknown token to occlude words with.")
+    ranked = rankings(m, case, methods, rng, clock)
+    singles = [occluded(case.src_ids, case.spans, [w], m.unk_id) for w in range(W)]
+    deletions = [deletion_sources(case, scores, ks, m.unk_id) for scores in ranked.values()]
     sources = [case.src_ids, *singles, *(s for block in deletions for s in block)]
-    logp = logp_rows(lm, sources, case.out_ids).numpy()  # (1 + W + M T K, T)
+    logp = output_logp(m, sources, case.out_ids).numpy()  # (1 + W + M T K, T)
     effects = (logp[0] - logp[1 : 1 + W]).T  # (T, W) how much each word's absence costs y_t
     removed = logp[1 + W :].reshape(len(ranked), T, len(ks), T)  # (M, T, K, T)
     steps = np.arange(T)
@@ -238,8 +215,8 @@ def summary(method: str, rhos: list[float], drops: list[list[float]], seconds: f
 
 
 def faithfulness(
-    lm,
-    sample,
+    lm: TranslationModel,
+    sample: Sample,
     methods: Sequence[str] = DEFAULT_METHODS,
     progress: ProgressFn | None = None,
     seed: int = 0,
@@ -302,7 +279,7 @@ def faithfulness_for(
     target_lang: str | None = None,
 ) -> Faithfulness:
     """Faithfulness of the methods on a checkpoint's validation sample, cached on disk
-    (a Hugging Face model: fra-eng's validation sentences, as head importance reads them)."""
+    (a model not trained here: fra-eng's validation sentences, as head importance reads them)."""
     methods = usable_methods(lm, methods)
     cfg, carried = validation_source(lm.meta, source)
     key = faithfulness_key(checkpoint, cfg, sentences, methods, target_lang)

@@ -1,10 +1,13 @@
 """Gradient x input and integrated gradients at the token embeddings, through captum.
 
 The explained quantity is the log-probability of each output token y_t given the source and
-the prefix, log p(y_t | x, y_<t), as a function of the token embeddings e (the embedding
-rows, before the sqrt(D) scale; the positional encoding is part of the function). A token's
-score is the sum over the embedding dimensions of captum's attribution. For output token t
-the batch holds one copy of the sentence and captum's ``target`` picks position t.
+the prefix, log p(y_t | x, y_<t), as a function of the token embeddings e: the embedding
+modules' outputs (``encoder.embed`` / ``decoder.embed`` hook sites), put in place of the ids'
+own by the model's embeddings path (``TranslationModel.log_probs_from_embeddings``), so the
+function is the model's own from ids on every family (a √D scale and the positions are part
+of it, wherever the family applies them). A token's score is the sum over the embedding
+dimensions of captum's attribution. For output token t the batch holds one copy of the
+sentence and captum's ``target`` picks position t.
 
 Integrated gradients (Sundararajan et al. 2017) integrates from an all-zero embedding
 baseline (positions kept); completeness says the scores of a row sum to
@@ -20,7 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
-from core.model.record import Record, embed_source, embed_target, forward_from_embeddings
+from core.model.interface import TranslationModel
+from core.model.record import Record
 
 IG_STEPS = 32  # integration points of integrated gradients (Gauss-Legendre)
 IG_BATCH = 512  # sentence copies per forward/backward pass of integrated gradients
@@ -49,17 +53,23 @@ class GradientTask:
         return self.embeddings[1].size(1)
 
 
-def studio_task(model, p: Record) -> GradientTask:
-    """The task of the studio's own model on a recorded pass."""
+def embedding_task(m: TranslationModel, p: Record, function: Callable | None = None):
+    """The task of a recorded pass (one sentence): log p(y_t) of its ``out_ids``, or
+    ``function((B, T, V) log-probabilities) -> (B, T)`` of them."""
+    out = p.out_ids  # (1, T)
+
+    def chosen(logp: torch.Tensor) -> torch.Tensor:
+        return logp.gather(-1, out.expand(logp.size(0), -1)[..., None])[..., 0]  # (B, T)
+
+    pick = function or chosen
 
     def log_probs(src_emb: torch.Tensor, tgt_emb: torch.Tensor) -> torch.Tensor:
-        logp = forward_from_embeddings(model, src_emb, tgt_emb, p.src_mask, p.tgt_mask)
-        index = p.out_ids.expand(logp.size(0), -1)[..., None]  # (B, T, 1)
-        return logp.gather(-1, index)[..., 0]  # (B, T)
+        return pick(m.log_probs_from_embeddings(p.src, p.tgt_in, src_emb, tgt_emb))
 
+    pair = m.embeddings(p.src, p.tgt_in)  # (1, S, D), (1, T, D)
     with torch.no_grad():
-        pair = embed_source(model, p.src), embed_target(model, p.tgt_in)  # (1, S, D), (1, T, D)
-    return GradientTask(pair, log_probs, p.logp)
+        own = p.logp if function is None else log_probs(*pair)[0]  # (T,)
+    return GradientTask(pair, log_probs, own)
 
 
 def _inputs(task: GradientTask) -> tuple[torch.Tensor, torch.Tensor]:

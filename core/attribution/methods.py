@@ -14,6 +14,10 @@ Methods (``METHODS``):
 - ``value-zeroing``: Mohebbi et al. 2023, rolled out the same way;
 - ``grad-input``, ``integrated-gradients``: at the embeddings, through captum.
 
+Every method reads a model only through the one interface (``core.model.interface``): a
+recorded pass, its attention weights and norms, its hook sites. What a model cannot be
+explained by comes from ``TranslationModel.supports``.
+
 Shape key: S source tokens, T output tokens, L layers, H heads.
 """
 
@@ -26,12 +30,13 @@ import numpy as np
 import torch
 
 from core.attribution.compose import DecoderStep, compose, normalised
-from core.attribution.gradients import grad_input, integrated_gradients, studio_task
+from core.attribution.gradients import embedding_task, grad_input, integrated_gradients
 from core.attribution.mixing import MIXING_METHODS, cross_mixing, self_mixing
-from core.attribution.terms import sublayer_terms
+from core.attribution.terms import TermsError, sublayer_terms
 from core.attribution.value_zeroing import value_zeroing_steps
-from core.model.record import Record, teacher_forced
-from core.model.transformer import Transformer, evaluating
+from core.model.interface import TranslationModel
+from core.model.record import Record
+from core.model.transformer import evaluating
 
 METHODS = (
     "attention",
@@ -51,7 +56,6 @@ METHOD_NAMES = {
     "grad-input": "Gradient × input",
     "integrated-gradients": "Integrated gradients",
 }
-GRADIENT_METHODS = ("grad-input", "integrated-gradients")
 MEAN = "mean"  # the ``head`` of the attention method that averages the layer's heads
 
 
@@ -89,44 +93,54 @@ class Attribution:
         return self.contributions[:, self.source_length :]
 
 
-def mixing_contributions(model: Transformer, p: Record, method: str) -> torch.Tensor:
+def mixing_contributions(m: TranslationModel, p: Record, method: str) -> torch.Tensor:
     """Rollout, norm-based or ALTI+ contributions of a recorded pass: (T, S + T)."""
-    encoder = [
-        self_mixing(method, sublayer_terms(layer.addnorm1, layer.attention, x, None, p.src_mask))
-        for layer, x in zip(model.encoder.layers, p.encoder_inputs)
-    ]
-    decoder = []
-    for layer, x, h in zip(model.decoder.layers, p.self_inputs, p.cross_inputs):
-        own = sublayer_terms(layer.addnorm1, layer.self_attention, x, None, p.tgt_mask)
-        decoder.append(DecoderStep(self_mixing(method, own)))
-        cross = sublayer_terms(layer.addnorm2, layer.cross_attention, h, p.memory, p.src_mask)
-        decoder.append(cross_mixing(method, cross))
+    try:
+        encoder = [
+            self_mixing(method, sublayer_terms(m, "encoder", i, a))
+            for i, a in enumerate(p.attention["encoder"])
+        ]
+        decoder = []
+        for i, (own, cross) in enumerate(zip(p.attention["decoder_self"], p.attention["cross"])):
+            decoder.append(
+                DecoderStep(self_mixing(method, sublayer_terms(m, "decoder_self", i, own)))
+            )
+            decoder.append(cross_mixing(method, sublayer_terms(m, "cross", i, cross)))
+    except TermsError as e:
+        raise AttributionError(str(e)) from e
     return compose(encoder, decoder)
 
 
-def attention_contributions(model, p: Record, layer: int, head: str) -> torch.Tensor:
+def attention_contributions(m: TranslationModel, p: Record, layer: int, head: str) -> torch.Tensor:
     """One layer's cross-attention, a head or the heads' mean, as (T, S + T) rows."""
-    L, H = model.cfg.num_decoder_layers, model.cfg.num_heads
+    L, H = m.cfg.num_decoder_layers, m.cfg.num_heads
     if not 0 <= layer < L:
         raise AttributionError(f"layer must be 0..{L - 1} (got {layer})")
     if head != MEAN and not (str(head).isdigit() and int(head) < H):
         raise AttributionError(f"head must be 0..{H - 1} or {MEAN!r} (got {head!r})")
-    recorded = p.attention["cross"][layer].weights[0]  # (H, T, S)
+    recorded = p.attention["cross"][layer].weights[0].float()  # (H, T, S)
     weights = recorded.mean(0) if head == MEAN else recorded[int(head)]  # (T, S)
     return torch.cat([weights, weights.new_zeros(p.output_length, p.output_length)], dim=1)
 
 
-def gradient_attribution(model, p: Record, method: str):
+def gradient_attribution(m: TranslationModel, p: Record, method: str):
     """(normalised (T, S + T), signed (T, S + T), completeness) of a gradient method."""
-    task = studio_task(model, p)
+    task = embedding_task(m, p)
     g = grad_input(task) if method == "grad-input" else integrated_gradients(task)
     causal = torch.cat([torch.ones(p.output_length, p.source_length), p.tgt_mask[0, 0].float()], 1)
-    signed = g.scores * causal  # (T, S + T): later prefix tokens are 0 exactly
+    signed = g.scores * causal.to(g.scores.device)  # (T, S + T): later prefix tokens are 0
     return normalised(signed.abs()), signed, g.completeness
 
 
+def method_problem(m: TranslationModel, method: str) -> str | None:
+    """Why ``method`` does not explain this model, in one line (None: it does)."""
+    if method not in METHODS:
+        return f"unknown method {method!r}; choose from {', '.join(METHODS)}"
+    return m.supports(method)
+
+
 def attribute(
-    model: Transformer,
+    m: TranslationModel,
     src_ids,
     out_ids,
     method: str,
@@ -139,24 +153,23 @@ def attribute(
     ``layer`` and ``head`` choose what the ``attention`` method shows (default: the last
     layer's mean over heads). ``p`` reuses an already recorded pass of the same sentence.
     """
-    if method not in METHODS:
-        raise AttributionError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    if problem := method_problem(m, method):
+        raise AttributionError(problem)
     if not len(out_ids) or not len(src_ids):
         raise AttributionError("nothing to explain: the source or the output is empty")
     start = time.perf_counter()
-    with evaluating(model):
-        p = p or teacher_forced(model, src_ids, out_ids)
+    with evaluating(m.model):
+        p = p or m.forced(src_ids, out_ids)
         raw = completeness = None
         if method == "attention":
-            layer = model.cfg.num_decoder_layers - 1 if layer is None else layer
-            scores = attention_contributions(model, p, layer, str(head))
+            layer = m.cfg.num_decoder_layers - 1 if layer is None else layer
+            scores = attention_contributions(m, p, layer, str(head))
         elif method in MIXING_METHODS:
-            with torch.no_grad():
-                scores = mixing_contributions(model, p, method)
+            scores = mixing_contributions(m, p, method)
         elif method == "value-zeroing":
-            scores = compose(*value_zeroing_steps(model, p))
+            scores = compose(*value_zeroing_steps(m, p))
         else:
-            scores, raw, completeness = gradient_attribution(model, p, method)
+            scores, raw, completeness = gradient_attribution(m, p, method)
     return Attribution(
         method,
         scores.float().cpu().numpy(),

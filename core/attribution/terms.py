@@ -21,9 +21,14 @@ weight and the output bias b_O and LN's beta stay apart (no token's). ALTI then 
 each term with the real output y_i (``core.attribution.mixing``).
 ``tests/test_attribution.py`` rebuilds every sub-layer's real output from these terms.
 
-A pre-LN sub-layer (``norm_first=True``) computes y_i = x_i + sum_j v_ij + b_O with the
-values read from LN(x) (self-attention) or from the encoder output (cross attention), and
-no norm after: the terms are v_ij and x_i themselves, c_i = b_O.
+A pre-LN sub-layer (``norm_first=True``; mBART, M2M100, NLLB, T5) computes
+y_i = x_i + sum_j v_ij + b_O with the values read from norm(x) (self-attention) or from the
+encoder output (cross attention), and no norm after: the terms are v_ij and x_i themselves,
+c_i = b_O, whatever that norm is (T5's RMSNorm included).
+
+Every family is decomposed by this one function from a recorded pass
+(``core.model.record``) and the model's own projections
+(``TranslationModel.attention_weights``, ``sublayer_norm``).
 
 Shape key: Tq queries, Tk keys, H heads, Dh head width, D model width.
 """
@@ -35,7 +40,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from core.model.transformer import AddNorm, MultiHeadAttention
+from core.model.interface import TranslationModel
+from core.model.record import AttentionRecord
+
+
+class TermsError(ValueError):
+    """A sub-layer cannot be decomposed: its norm is not one the derivation holds for."""
 
 
 @dataclass
@@ -55,43 +65,37 @@ class SublayerTerms:
         return self.keys.sum(1) + self.residual + self.bias
 
 
-def head_maps(mha: MultiHeadAttention, u: torch.Tensor) -> torch.Tensor:
-    """f^h(u_j) = (u_j W_V^h + b_V^h) W_O^h for each head: u (Tk, D) -> (H, Tk, D)."""
-    H, D = mha.num_heads, u.size(-1)
-    v = mha.W_v(u).view(-1, H, D // H).transpose(0, 1)  # (H, Tk, Dh)
-    w_o = mha.W_o.weight.view(D, H, D // H).permute(1, 2, 0)  # (H, Dh, D)
-    return v @ w_o  # (H, Tk, D)
-
-
 def linearised_norm(ln: nn.LayerNorm, z: torch.Tensor):
     """LN at z (Tq, D) as an affine map: (linear part t -> g P(t) / s, beta)."""
     s = (z.var(-1, unbiased=False, keepdim=True) + ln.eps).sqrt()  # (Tq, 1)
+    weight = ln.weight if ln.weight is not None else torch.ones_like(z[0])
+    beta = ln.bias if ln.bias is not None else torch.zeros_like(z[0])
 
     def apply(t: torch.Tensor) -> torch.Tensor:
         scale = s if t.dim() == 2 else s[:, None]  # (Tq, 1) or (Tq, 1, 1)
-        return ln.weight * (t - t.mean(-1, keepdim=True)) / scale
+        return weight * (t - t.mean(-1, keepdim=True)) / scale
 
-    return apply, ln.bias
+    return apply, beta
 
 
 @torch.no_grad()
 def sublayer_terms(
-    norm: AddNorm, mha: MultiHeadAttention, x: torch.Tensor, memory=None, mask=None
+    m: TranslationModel, kind: str, layer: int, a: AttentionRecord, row: int = 0
 ) -> SublayerTerms:
-    """Decompose one attention sub-layer of one sentence (eval mode).
-
-    Args:
-        x: (1, Tq, D) the sub-layer's input (queries and residual).
-        memory: (1, Tk, D) the encoder output for cross attention; None for self-attention.
-        mask: broadcastable to (1, H, Tq, Tk), True where a query may attend.
-    """
-    h = norm.ln(x) if norm.norm_first else x  # (1, Tq, D) what the attention reads
-    u = h if memory is None else memory  # (1, Tk, D) keys and values
-    attended, w = mha(h, u, u, mask, need_weights=True)  # (1, Tq, D), (1, H, Tq, Tk)
-    values = torch.einsum("hij,hjd->ijd", w[0], head_maps(mha, u[0]))  # (Tq, Tk, D)
-    z = x[0] + attended[0]  # (Tq, D) the residual sum
-    bias = mha.W_o.bias.expand_as(z)  # (Tq, D)
-    if norm.norm_first:
-        return SublayerTerms(values, x[0], bias, z, w[0], values, x[0])
-    lin, beta = linearised_norm(norm.ln, z)
-    return SublayerTerms(lin(values), lin(x[0]), lin(bias) + beta, norm.ln(z), w[0], values, x[0])
+    """Decompose one attention sub-layer of one sentence (row ``row`` of a recorded pass)."""
+    weights = m.attention_weights(kind, layer)
+    norm = m.sublayer_norm(kind, layer)
+    w = a.weights[row].float()  # (H, Tq, Tk)
+    x, attended = a.resid_pre[row].float(), a.output[row].float()  # (Tq, D) each
+    values = torch.einsum("hij,hjd->ijd", w, weights.head_values(a.keys[row].float()))
+    bias = weights.b_o.float().expand_as(attended)  # (Tq, D)
+    if norm.pre:  # y = x + sum_j v_ij + b_O: nothing after the sum
+        return SublayerTerms(values, x, bias, x + attended, w, values, x)
+    if not isinstance(norm.norm, nn.LayerNorm):
+        raise TermsError(
+            f"A post-norm sub-layer with {type(norm.norm).__name__}: ALTI's linearised norm is "
+            "derived for LayerNorm only."
+        )
+    lin, beta = linearised_norm(norm.norm, x + attended)
+    output = a.resid_post[row].float()  # (Tq, D) LN(x + sum_j v_ij + b_O)
+    return SublayerTerms(lin(values), lin(x), lin(bias) + beta, output, w, values, x)

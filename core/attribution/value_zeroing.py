@@ -9,7 +9,9 @@ with y the layer's output (FFN and norms included). Rows are normalised to sum t
 composed over layers like the other methods (``core.attribution.compose``). A decoder layer
 has two attention sub-layers: its row covers the decoder positions (zeroed in the masked
 self-attention) and the encoder outputs (zeroed in the cross attention), normalised
-together. All zeroings of one layer run as one batch.
+together. All zeroings of one layer run as one batch of copies through the model's own
+forward, a hook on the ``v`` site zeroing one token's values in each copy, the pass stopped
+once that layer has run (a decoder layer's copies read the encoder's output as it was).
 
 Shape key: S source tokens, T output tokens, H heads, Dh head width, D model width; N the
 number of zeroings batched.
@@ -17,27 +19,15 @@ number of zeroings batched.
 
 from __future__ import annotations
 
+from contextlib import suppress
+
 import torch
 import torch.nn.functional as F
 
 from core.attribution.compose import DecoderStep, normalised
-from core.model.record import Record, ffn_sublayer
-
-
-def zeroed_values(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keys and values (1, H, Tk, Dh) -> Tk copies, copy j with token j's values zeroed."""
-    n = v.size(2)
-    keep = 1.0 - torch.eye(n, dtype=v.dtype, device=v.device)  # (N=Tk, Tk)
-    v_many = v.expand(n, -1, -1, -1) * keep[:, None, :, None]  # (N, H, Tk, Dh)
-    return k.expand(n, -1, -1, -1), v_many
-
-
-def kv_of(norm, mha, x: torch.Tensor, memory=None):
-    """The projected keys and values an attention sub-layer reads: two (1, H, Tk, Dh)."""
-    if memory is not None:
-        return mha.project_kv(memory, memory)
-    h = norm.ln(x) if norm.norm_first else x  # (1, Tk, D)
-    return mha.project_kv(h, h)
+from core.model.hooks import StopForward, stop_at
+from core.model.interface import TranslationModel
+from core.model.record import Record
 
 
 def change(base: torch.Tensor, moved: torch.Tensor) -> torch.Tensor:
@@ -45,55 +35,62 @@ def change(base: torch.Tensor, moved: torch.Tensor) -> torch.Tensor:
     return (1.0 - F.cosine_similarity(base, moved, dim=-1)).clamp(min=0).T  # (T, N)
 
 
+def zeroing(keep: torch.Tensor):
+    """A hook on a ``v`` site (N, Tk, H, Dh): copy n keeps token j's values times keep[n, j]."""
+
+    def hook(v: torch.Tensor, name: str) -> torch.Tensor:
+        return v * keep.to(v.dtype)[:, :, None, None]
+
+    return hook
+
+
+def zero_one_each(n: int, rows: int, offset: int, device) -> torch.Tensor:
+    """(rows, n) keep masks: copy offset + j zeroes token j, every other copy keeps all."""
+    keep = torch.ones(rows, n, device=device)
+    keep[offset + torch.arange(n), torch.arange(n)] = 0.0
+    return keep
+
+
+def layer_output(m: TranslationModel, site: str, hooks: list, run) -> torch.Tensor:
+    """(N, T, D) what reaches ``site`` (a layer's output) when ``run()`` passes through the
+    model with ``hooks`` on; the pass stops there."""
+    seen: dict = {}
+    with m.hooks([*hooks, (site, stop_at(seen))]), suppress(StopForward):
+        run()
+    return seen[site]
+
+
 @torch.no_grad()
-def encoder_matrix(layer, x: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
-    """One encoder layer's value-zeroing matrix (S, S) at its input x (1, S, D)."""
-    mha = layer.attention
-    kv = zeroed_values(*kv_of(layer.addnorm1, mha, x))  # (N, H, S, Dh) each
-
-    def run(kv_pair):
-        h = layer.addnorm1(
-            x.expand(kv_pair[0].size(0), -1, -1), lambda q: mha(q, None, None, src_mask, kv=kv_pair)
-        )[0]
-        return layer.addnorm2(h, lambda q: (layer.ffn(q), None))[0]  # (N, S, D)
-
-    base = run(kv_of(layer.addnorm1, mha, x))  # (1, S, D)
-    return normalised(change(base, run(kv)))  # (S, S)
+def encoder_matrix(m: TranslationModel, p: Record, layer: int) -> torch.Tensor:
+    """One encoder layer's value-zeroing matrix (S, S)."""
+    S = p.source_length
+    keep = zero_one_each(S, S, 0, p.src.device)  # (N=S, S)
+    src, tgt_in = p.src.expand(S, -1), p.tgt_in.expand(S, -1)
+    hooks = [(f"encoder.{layer}.self.v", zeroing(keep))]
+    moved = layer_output(m, f"encoder.{layer}.out", hooks, lambda: m.run(src, tgt_in))
+    return normalised(change(p.layer_outputs["encoder"][layer], moved))  # (S, S)
 
 
-def _decoder_layer(layer, x, memory, p: Record, self_kv, cross_kv):
-    """A decoder layer at input x (N, T, D) with given projected keys/values: (N, T, D)."""
-    y = layer.addnorm1(x, lambda q: layer.self_attention(q, None, None, p.tgt_mask, kv=self_kv))[0]
-    y = layer.addnorm2(y, lambda q: layer.cross_attention(q, None, None, p.src_mask, kv=cross_kv))[
-        0
+@torch.no_grad()
+def decoder_step(m: TranslationModel, p: Record, layer: int) -> DecoderStep:
+    """One decoder layer's value-zeroing step: rows over the decoder inputs and the source."""
+    T, S = p.output_length, p.source_length
+    N, device = T + S, p.src.device
+    hooks = [
+        (f"decoder.{layer}.self.v", zeroing(zero_one_each(T, N, 0, device))),  # (N, T)
+        (f"decoder.{layer}.cross.v", zeroing(zero_one_each(S, N, T, device))),  # (N, S)
     ]
-    return ffn_sublayer(layer, y)
-
-
-@torch.no_grad()
-def decoder_step(layer, x: torch.Tensor, p: Record) -> DecoderStep:
-    """One decoder layer's value-zeroing step at its input x (1, T, D)."""
-    T, S = x.size(1), p.memory.size(1)
-    self_kv = kv_of(layer.addnorm1, layer.self_attention, x)  # (1, H, T, Dh) each
-    cross_kv = kv_of(layer.addnorm2, layer.cross_attention, x, p.memory)  # (1, H, S, Dh)
-    base = _decoder_layer(layer, x, p.memory, p, self_kv, cross_kv)  # (1, T, D)
-    zs, zc = zeroed_values(*self_kv), zeroed_values(*cross_kv)
-    same_self = tuple(t.expand(S, -1, -1, -1) for t in self_kv)  # (S, H, T, Dh)
-    same_cross = tuple(t.expand(T, -1, -1, -1) for t in cross_kv)  # (T, H, S, Dh)
-    kv_self = tuple(torch.cat(pair) for pair in zip(zs, same_self))  # (T + S, H, T, Dh)
-    kv_cross = tuple(torch.cat(pair) for pair in zip(same_cross, zc))  # (T + S, H, S, Dh)
-    moved = _decoder_layer(layer, x.expand(T + S, -1, -1), p.memory, p, kv_self, kv_cross)
-    moved_by = change(base, moved)  # (T, T + S)
+    src, tgt_in, memory = p.src.expand(N, -1), p.tgt_in.expand(N, -1), p.memory.expand(N, -1, -1)
+    moved = layer_output(
+        m, f"decoder.{layer}.out", hooks, lambda: m.run(src, tgt_in, memory=memory)
+    )  # (N, T, D)
+    moved_by = change(p.layer_outputs["decoder"][layer], moved)  # (T, T + S)
     moved_by[:, :T] *= p.tgt_mask[0, 0]  # a later token moves nothing but float noise
     rows = normalised(moved_by)  # (T, T + S)
     return DecoderStep(rows[:, :T], rows[:, T:])
 
 
-def value_zeroing_steps(model, p: Record) -> tuple[list[torch.Tensor], list[DecoderStep]]:
+def value_zeroing_steps(m: TranslationModel, p: Record):
     """Every layer's value-zeroing mixing: encoder matrices (S, S) and decoder steps."""
-    encoder = [
-        encoder_matrix(layer, x, p.src_mask)
-        for layer, x in zip(model.encoder.layers, p.encoder_inputs)
-    ]
-    decoder = [decoder_step(layer, x, p) for layer, x in zip(model.decoder.layers, p.self_inputs)]
-    return encoder, decoder
+    encoder = [encoder_matrix(m, p, i) for i in range(m.cfg.num_encoder_layers)]
+    return encoder, [decoder_step(m, p, i) for i in range(m.cfg.num_decoder_layers)]

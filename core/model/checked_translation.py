@@ -11,13 +11,12 @@ import pandas as pd
 from core.corpus.source import DataError
 from core.corpus.splits import load_splits
 from core.corpus.text import tokenize
-from core.model.checkpoints import LoadedModel, validation_source
+from core.model.checkpoints import validation_source
 from core.model.decode import GREEDY, DecodeSettings, Translation, TranslationError
-from core.model.opened import forced_any, is_hugging_face, translate_any
+from core.model.interface import TranslationModel
 
 MAX_SENTENCE_TOKENS = 60  # longer input is refused with a message
 DEFAULT_SENTENCE = "i'm home ."
-CHARS = {"bpe": ", the characters never seen in training"}  # what of a word is <unk>
 
 
 def trained_max_len(meta: Mapping) -> int | None:
@@ -39,25 +38,17 @@ def _refuse_long(text: str, what: str) -> list[str]:
 
 
 def translate_sentence(
-    lm: LoadedModel, sentence: str, settings: DecodeSettings = GREEDY, target: str = ""
+    lm: TranslationModel, sentence: str, settings: DecodeSettings = GREEDY, target: str = ""
 ) -> Translation:
     """Translate with all maps; refuse over-long input, warn about unknown or long input.
     With a ``target``: that translation teacher-forced instead of the model's own."""
     tokens = _refuse_long(sentence, "sentence")
     if target.strip():
         _refuse_long(target, "target")
-        t = forced_any(lm, sentence or "", target, settings)
+        t = lm.force(sentence or "", target, settings)
     else:
-        t = translate_any(lm, sentence or "", settings)
-    if is_hugging_face(lm):
-        return t  # its tokenizer has no word list to name unknown words by
-    unknown = lm.src_vocab.unknown(tokens)
-    if unknown:
-        t.warnings.append(
-            f"Not in the model's vocabulary (read as <unk>{CHARS.get(lm.src_vocab.kind, '')}): "
-            + ", ".join(dict.fromkeys(unknown))
-            + "."
-        )
+        t = lm.translate(sentence or "", settings)
+    t.warnings += lm.source_notes(tokens)
     limit = trained_max_len(lm.meta)
     if limit and len(tokens) > limit:
         t.warnings.append(

@@ -275,9 +275,7 @@ def read_metadata(path) -> dict:
     try:
         checkpoint_vocabs(ckpt)
     except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(
-            f"{shown_path(path)} is inconsistent and cannot be loaded: {e}"
-        ) from e
+        raise _inconsistent(path, e) from e
     return {k: v for k, v in ckpt.items() if k not in ("state_dict", "optimizer", "rng")}
 
 
@@ -293,9 +291,7 @@ def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
         model.load_state_dict(state)
         vocabs = checkpoint_vocabs(ckpt)
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise CheckpointError(
-            f"{shown_path(path)} is inconsistent and cannot be loaded: {e}"
-        ) from e
+        raise _inconsistent(path, e) from e
     model.to(device).eval()
     meta = {k: v for k, v in ckpt.items() if k not in ("state_dict", "optimizer", "rng")}
     return LoadedModel(model, vocabs[0], vocabs[1], meta)

@@ -13,7 +13,6 @@ import torch
 
 from core.corpus.text import tokenize
 from core.corpus.vocab import Vocab
-from core.model.record import record
 from core.model.transformer import AttentionMaps, Transformer, evaluating
 
 ALPHA = 0.6  # GNMT length-penalty exponent of beam search
@@ -68,6 +67,13 @@ class Translation:
         return " ".join(self.words)
 
 
+def source_len(words: list[str], tokenizer: str, max_positions: int) -> int:
+    """The most source tokens (with <eos>) a model reads for these words: words, or at most
+    one subword piece per character (``prepare_source`` cuts the rest)."""
+    n = len(words) if tokenizer == "word" else sum(len(w) for w in words)
+    return min(n, max_positions - 1) + 1
+
+
 def prepare_source(sentence: str, src_vocab: Vocab, max_len: int):
     """Tokenize a sentence -> (ids + <eos>, tokens + <eos>, unknown flags, warnings).
 
@@ -104,7 +110,12 @@ def _assemble(rows: list[torch.Tensor], square: bool) -> torch.Tensor:
 
 @torch.no_grad()
 def greedy_decode(
-    model: Transformer, src: torch.Tensor, max_len: int, need_weights=False, scores=True
+    model: Transformer,
+    src: torch.Tensor,
+    max_len: int,
+    need_weights=False,
+    scores=True,
+    memory=None,
 ):
     """Cached greedy decoding of (B, S) ids -> (ids (B, T) without <bos>, logp (B, T, V), maps).
 
@@ -112,8 +123,12 @@ def greedy_decode(
     Rows after a sequence's <eos> are to be ignored by the caller. With ``scores=False``
     logp is None: the (B, T, V) log-probabilities are not kept (256 sentences that run to
     50 tokens over 6,000 words would hold 0.3 GB, and twice that while stacked).
+    ``memory``: the (B, S, D) encoder output, given instead of encoding ``src``.
     """
-    memory, src_mask, enc_maps = model.encode(src, need_weights)
+    if memory is None:
+        memory, src_mask, enc_maps = model.encode(src, need_weights)
+    else:
+        src_mask, enc_maps = model.src_mask(src), None
     cache = [{} for _ in model.decoder.layers]
     ys = torch.full((src.size(0), 1), Vocab.bos_id, dtype=torch.long, device=src.device)
     done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
@@ -194,8 +209,8 @@ def beam_search(
 def teacher_forced(model: Transformer, src: torch.Tensor, out_ids: list[int]):
     """One explicit pass over <bos> + out_ids -> (logp (1, T, V), AttentionMaps)."""
     tgt = torch.tensor([[Vocab.bos_id] + out_ids], device=src.device)  # (1, T + 1)
-    r = record(model, src, tgt[:, :-1])  # the recorded pass: logits (1, T, V) and maps
-    return r.logits.float().log_softmax(-1), r.maps()
+    logits, maps = model(src, tgt[:, :-1], need_weights=True)  # (1, T, V), every map
+    return logits.float().log_softmax(-1), maps
 
 
 def _topk(logp: torch.Tensor, vocab: Vocab, k: int) -> list[list[tuple[str, float]]]:

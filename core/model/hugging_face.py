@@ -1,14 +1,12 @@
-"""Hugging Face encoder-decoders (Marian / opus-mt, BART, mBART, T5, M2M100, NLLB) behind the
-studio's translation interface.
+"""Tokens and decoding of a Hugging Face encoder-decoder (Marian / opus-mt, BART, mBART, T5,
+M2M100, NLLB), for its adapter ``core.model.hf_model.HFModel`` (the functions take it as
+``hm``).
 
 A model is a folder in ``save_pretrained`` layout (``config.json``, safetensors weights,
 tokenizer files), or on the command line a hub id downloaded into Hugging Face's cache. It is
 loaded with ``attn_implementation="eager"`` (only the eager path returns attention weights),
-never with ``trust_remote_code``. What the pages and commands read of it is what they read of
-the studio's own model: a ``Translation`` with the maps of all three kinds, from
-``generate`` (greedy or beam search) and one teacher-forced pass with ``output_attentions``;
-heads are removed by zeroing the head's slice at the output projection's input (a forward
-pre-hook), as ``core.attention.ablation`` does for the studio's model.
+never with ``trust_remote_code``. Its ``Translation`` holds the maps of all three kinds, from
+``generate`` (greedy or beam search) and one teacher-forced pass with ``output_attentions``.
 
 Tokens are shown in the studio's convention (``core.corpus.bpe``): a piece that continues a
 word carries the ``##`` prefix; SentencePiece's ``▁`` and byte-level BPE's ``Ġ`` word
@@ -20,90 +18,21 @@ Shape key: S source tokens, T decoder steps, L layers, H heads, V vocabulary.
 from __future__ import annotations
 
 import math
-import re
-import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
-from torch import nn
 
 from core.corpus.bpe import PREFIX
-from core.model.config import ModelConfig
 from core.model.decode import TOP_K, DecodeSettings, Translation, TranslationError, scored
-from core.model.hf_folder import FAMILY, HFModelError, describe, studio_config
+from core.model.hf_folder import HFModelError
+from core.model.interface import LANGUAGE_CODE, TranslationModel
 from core.model.transformer import AttentionMaps
-from core.places import shown_path
 
-LANGUAGE_CODE = re.compile(  # M2M100 __fr__, NLLB fra_Latn, multi-target Marian >>fra<<
-    r"^(__[a-z]{2,3}(_[A-Za-z]+)?__|[a-z]{2,3}_[A-Z][a-z]{3}|>>[a-z_]{2,8}<<)$"
-)
 MULTILINGUAL = ("m2m_100", "nllb_moe", "mbart")  # model types whose target language is forced
 WORD_STARTS = ("\u2581", "\u0120")  # SentencePiece's ▁ and byte-level BPE's Ġ
 
 
-@dataclass
-class HFModel:
-    """A Hugging Face encoder-decoder with its tokenizer, as the studio reads it."""
-
-    model: nn.Module  # an AutoModelForSeq2SeqLM, eager attention, eval mode
-    tokenizer: object  # its AutoTokenizer
-    cfg: ModelConfig  # its sizes in the studio's terms (for budgets and head pickers)
-    meta: dict = field(default_factory=dict)  # family, model type, languages, parameters
-    family: str = FAMILY
-    subword: bool = True  # its tokenizer cuts words into pieces
-
-    @property
-    def languages(self) -> tuple[str, str]:
-        """(source, target) language names, or ("source", "target") when unknown."""
-        return self.meta.get("source_lang") or "source", self.meta.get("target_lang") or "target"
-
-
 # ----------------------------------------------------------------------------- loading
-
-
-def load(folder, device: str | torch.device = "cpu", max_bytes: int | None = None) -> HFModel:
-    """Load a model folder (eager attention, eval mode); HFModelError in one line when it is
-    not an encoder-decoder, has no safetensors weights, passes ``max_bytes`` in float32, or
-    its tokenizer does not fit the model."""
-    folder = Path(folder)
-    info = describe(folder)
-    if max_bytes is not None and 4 * info["parameters"] > max_bytes:
-        raise HFModelError(
-            f"This model has {info['parameters'] / 1e6:,.0f} M parameters "
-            f"({4 * info['parameters'] / 2**30:.1f} GB in float32); this server opens models "
-            f"of at most {max_bytes / 2**30:.2f} GB."
-        )
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        with warnings.catch_warnings():  # MarianTokenizer: "Recommended: pip install sacremoses"
-            warnings.filterwarnings("ignore", message=".*sacremoses.*")
-            tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        model = AutoModelForSeq2SeqLM.from_pretrained(
-            folder, attn_implementation="eager", local_files_only=True, use_safetensors=True
-        )
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise HFModelError(f"{shown_path(folder)} cannot be loaded: {first}") from e
-    check_tokenizer(tokenizer, model.config)
-    model.to(device).eval()
-    info["tokens"] = tokenizer_kind(tokenizer)
-    info["language_codes"] = language_codes(tokenizer) if _multilingual(model.config) else []
-    cfg = studio_config(model.config.to_dict())
-    cfg.norm_first = final_norm(model) is not None  # a final norm after the stack: pre-LN
-    return HFModel(model, tokenizer, cfg, info)
-
-
-def final_norm(model: nn.Module) -> nn.Module | None:
-    """The decoder's final norm of a pre-LN family (mBART / M2M100 / NLLB ``layer_norm``,
-    T5's ``final_layer_norm``); None for a post-LN one (Marian, BART)."""
-    decoder = model.get_decoder()
-    return getattr(decoder, "layer_norm", None) or getattr(decoder, "final_layer_norm", None)
 
 
 def check_tokenizer(tokenizer, config) -> None:
@@ -120,7 +49,7 @@ def check_tokenizer(tokenizer, config) -> None:
             raise HFModelError(f"The tokenizer's {name} ({value}) is not an id of the model.")
 
 
-def _multilingual(config) -> bool:
+def multilingual(config) -> bool:
     """Whether the target language is chosen by forcing its code as the first output."""
     return getattr(config, "model_type", "") in MULTILINGUAL
 
@@ -151,7 +80,7 @@ def _specials(tokenizer) -> set[str]:
 # ----------------------------------------------------------------------------- tokens
 
 
-def shown_tokens(hm: HFModel, ids: Sequence[int]) -> list[str]:
+def shown_tokens(hm: TranslationModel, ids: Sequence[int]) -> list[str]:
     """Tokens in the studio's convention: continuing pieces carry ``##``, word-start marks
     dropped, specials as the tokenizer writes them."""
     raw = hm.tokenizer.convert_ids_to_tokens(list(ids))
@@ -171,7 +100,7 @@ def shown_tokens(hm: HFModel, ids: Sequence[int]) -> list[str]:
     return shown
 
 
-def words_of(hm: HFModel, ids: Sequence[int]) -> list[str]:
+def words_of(hm: TranslationModel, ids: Sequence[int]) -> list[str]:
     """The decoded text of ``ids`` (specials skipped), as words."""
     return hm.tokenizer.decode(list(ids), skip_special_tokens=True).split()
 
@@ -179,7 +108,7 @@ def words_of(hm: HFModel, ids: Sequence[int]) -> list[str]:
 # ----------------------------------------------------------------------------- decoding
 
 
-def encode_source(hm: HFModel, sentence: str) -> torch.Tensor:
+def encode_source(hm: TranslationModel, sentence: str) -> torch.Tensor:
     """(1, S) the ids the encoder reads (the tokenizer's specials included)."""
     if not (sentence or "").strip():
         raise TranslationError("The sentence is empty: type a few words to translate.")
@@ -188,11 +117,11 @@ def encode_source(hm: HFModel, sentence: str) -> torch.Tensor:
     return torch.tensor([ids], device=_device(hm))
 
 
-def _device(hm: HFModel) -> torch.device:
+def _device(hm: TranslationModel) -> torch.device:
     return next(hm.model.parameters()).device
 
 
-def forced_bos(hm: HFModel, target_lang: str | None) -> int | None:
+def forced_bos(hm: TranslationModel, target_lang: str | None) -> int | None:
     """The id forced as the first output for ``target_lang`` (multilingual models)."""
     if not target_lang:
         return None
@@ -204,7 +133,9 @@ def forced_bos(hm: HFModel, target_lang: str | None) -> int | None:
     return hm.tokenizer.convert_tokens_to_ids(target_lang)
 
 
-def generate_kwargs(hm: HFModel, settings: DecodeSettings, target_lang: str | None) -> dict:
+def generate_kwargs(
+    hm: TranslationModel, settings: DecodeSettings, target_lang: str | None
+) -> dict:
     """The arguments of ``generate`` for these decoding settings (no sampling)."""
     kwargs = {
         "num_beams": max(1, settings.beam_size),
@@ -220,7 +151,7 @@ def generate_kwargs(hm: HFModel, settings: DecodeSettings, target_lang: str | No
 
 
 @torch.no_grad()
-def generate(hm: HFModel, src: torch.Tensor, settings: DecodeSettings, target_lang=None):
+def generate(hm: TranslationModel, src: torch.Tensor, settings: DecodeSettings, target_lang=None):
     """(1, T + 1) the sequence ``generate`` returns: the decoder's start token, then the
     output (with </s> when reached)."""
     out = hm.model.generate(
@@ -236,7 +167,7 @@ def generate(hm: HFModel, src: torch.Tensor, settings: DecodeSettings, target_la
 
 
 @torch.no_grad()
-def forced_pass(hm: HFModel, src: torch.Tensor, decoder_inputs: torch.Tensor):
+def forced_pass(hm: TranslationModel, src: torch.Tensor, decoder_inputs: torch.Tensor):
     """One teacher-forced pass with ``output_attentions``: (log-probabilities (1, T, V),
     AttentionMaps with (L, 1, H, Tq, Tk) per kind)."""
     out = hm.model(
@@ -254,7 +185,7 @@ def forced_pass(hm: HFModel, src: torch.Tensor, decoder_inputs: torch.Tensor):
     return out.logits.float().log_softmax(-1), maps
 
 
-def _topk(hm: HFModel, logp: torch.Tensor, k: int) -> list[list[tuple[str, float]]]:
+def _topk(hm: TranslationModel, logp: torch.Tensor, k: int) -> list[list[tuple[str, float]]]:
     """(T, V) log-probs -> per step the k best (token, probability)."""
     p, i = logp.exp().topk(min(k, logp.size(-1)), dim=-1)  # (T, k)
     return [
@@ -263,22 +194,65 @@ def _topk(hm: HFModel, logp: torch.Tensor, k: int) -> list[list[tuple[str, float
     ]
 
 
+def _rows(steps, T: int, width: int | None) -> torch.Tensor:
+    """Per-step attentions of ``generate`` (T tuples of L (1, H, 1, k_t)) -> (L, 1, H, T, K),
+    each step's row zero-padded on the keys (K = ``width``, or T for self-attention)."""
+    rows = [torch.stack(step)[:, :, :, -1] for step in steps[:T]]  # T x (L, 1, H, k_t)
+    K = width if width is not None else T
+    out = rows[0].new_zeros(*rows[0].shape[:3], T, K)  # (L, 1, H, T, K)
+    for t, row in enumerate(rows):
+        out[..., t, : row.size(-1)] = row
+    return out
+
+
+@torch.no_grad()
+def generate_with_maps(hm: TranslationModel, src, settings: DecodeSettings, target_lang=None):
+    """Greedy ``generate`` keeping what it computed on the way: (output ids up to and
+    including </s>, log-probabilities (1, T, V), AttentionMaps (L, 1, H, ., .)): the maps and
+    logits of that output with no second pass (equal to a teacher-forced one, tested)."""
+    out = hm.model.generate(
+        input_ids=src,
+        attention_mask=torch.ones_like(src),
+        output_attentions=True,
+        output_logits=True,
+        return_dict_in_generate=True,
+        **generate_kwargs(hm, settings, target_lang),
+    )
+    seq, eos = out.sequences[0].tolist()[1:], hm.model.config.eos_token_id
+    seq = seq[: seq.index(eos) + 1] if eos in seq else seq
+    T = len(seq)
+    logp = torch.stack(out.logits[:T], dim=1).float().log_softmax(-1)  # (1, T, V)
+    maps = AttentionMaps(
+        torch.stack(out.encoder_attentions),  # (L, 1, H, S, S)
+        _rows(out.decoder_attentions, T, None),  # (L, 1, H, T, T)
+        _rows(out.cross_attentions, T, src.size(1)),  # (L, 1, H, T, S)
+    )
+    return seq, logp, maps
+
+
 def translate(
-    hm: HFModel, sentence: str, settings: DecodeSettings, target_lang: str | None = None
+    hm: TranslationModel, sentence: str, settings: DecodeSettings, target_lang: str | None = None
 ) -> Translation:
-    """Translate with ``generate`` (greedy or beam), then read every map of that output in
-    one teacher-forced pass."""
+    """Translate with ``generate``: greedy keeps the maps and logits ``generate`` computed;
+    beam search reads every map of its output in one teacher-forced pass."""
     src = encode_source(hm, sentence)  # (1, S)
-    seq = generate(hm, src, settings, target_lang)  # (1, T + 1)
-    out_ids = seq[0, 1:].tolist()
+    if settings.beam_size <= 1:
+        out_ids, logp, maps = generate_with_maps(hm, src, settings, target_lang)
+        passed = (logp, maps)
+    else:
+        out_ids, passed = generate(hm, src, settings, target_lang)[0, 1:].tolist(), None
     notes = []
     if not out_ids or out_ids[-1] != hm.model.config.eos_token_id:
         notes.append(f"Stopped at the maximum output length ({len(out_ids)}) before </s>.")
-    return _translation(hm, src, out_ids, settings.topk, notes)
+    return _translation(hm, src, out_ids, settings.topk, notes, passed=passed)
 
 
 def forced_translation(
-    hm: HFModel, sentence: str, target: str, topk: int = TOP_K, target_lang: str | None = None
+    hm: TranslationModel,
+    sentence: str,
+    target: str,
+    topk: int = TOP_K,
+    target_lang: str | None = None,
 ) -> Translation:
     """The target a user gave (read by the model's tokenizer), teacher-forced after the
     sentence, with every map and each target token's probability and rank."""
@@ -296,10 +270,13 @@ def forced_translation(
     return _translation(hm, src, out_ids, topk, notes, forced=True)
 
 
-def _translation(hm: HFModel, src, out_ids: list[int], topk: int, notes: list, forced=False):
-    """The Translation of ``out_ids`` after the (1, S) source, from one teacher-forced pass."""
+def _translation(
+    hm: TranslationModel, src, out_ids: list[int], topk: int, notes: list, forced=False, passed=None
+):
+    """The Translation of ``out_ids`` after the (1, S) source: ``passed`` (log-probabilities
+    and maps ``generate`` kept), else those of one teacher-forced pass."""
     _, dec = forced_inputs(hm, src[0].tolist(), out_ids)  # (1, T)
-    logp, maps = forced_pass(hm, src, dec)
+    logp, maps = passed if passed is not None else forced_pass(hm, src, dec)
     eos = hm.model.config.eos_token_id
     src_ids = src[0].tolist()
     unknown = [i == hm.tokenizer.unk_token_id for i in src_ids]
@@ -328,7 +305,7 @@ def _translation(hm: HFModel, src, out_ids: list[int], topk: int, notes: list, f
     )
 
 
-def forced_inputs(hm: HFModel, src_ids, out_ids) -> tuple[torch.Tensor, torch.Tensor]:
+def forced_inputs(hm: TranslationModel, src_ids, out_ids) -> tuple[torch.Tensor, torch.Tensor]:
     """((1, S) source, (1, T) decoder inputs: the start token + out_ids[:-1])."""
     device = _device(hm)
     start = hm.model.config.decoder_start_token_id
@@ -341,7 +318,7 @@ def forced_inputs(hm: HFModel, src_ids, out_ids) -> tuple[torch.Tensor, torch.Te
 # ----------------------------------------------------------------------------- forcing
 
 
-def target_ids(hm: HFModel, text: str, target_lang: str | None = None) -> list[int]:
+def target_ids(hm: TranslationModel, text: str, target_lang: str | None = None) -> list[int]:
     """A target sentence as the decoder's output ids (with </s>; a multilingual model's
     language code first), cut to the model's positions."""
     ids = hm.tokenizer(text_target=text)["input_ids"]
@@ -350,7 +327,7 @@ def target_ids(hm: HFModel, text: str, target_lang: str | None = None) -> list[i
     return ids[: hm.cfg.max_positions - 1]
 
 
-def unknown_target_words(hm: HFModel, text: str) -> list[str]:
+def unknown_target_words(hm: TranslationModel, text: str) -> list[str]:
     """Words of ``text`` that the tokenizer reads (partly) as its unknown token."""
     unk = hm.tokenizer.unk_token_id
     if unk is None:

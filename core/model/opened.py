@@ -1,46 +1,40 @@
 """Open any model the studio reads, by one call: its own checkpoints (``.pt``) and Hugging
 Face encoder-decoder folders (``save_pretrained`` layout; on the command line also hub ids).
 
-Both kinds answer the same questions the pages and commands ask of a model: ``cfg`` (layers,
-heads, width), ``meta``, ``subword``, ``family``, a ``Translation`` with every map
-(``translate_any``; ``forced_any`` for a target the user gives) and a context that removes
-heads (``heads_removed_any``).
+``open_model`` returns a ``TranslationModel`` (``core.model.interface``): the studio's
+``StudioModel`` or an ``HFModel``. What else a caller outside ``core/model`` needs to know of
+a model's files (is this a model folder, its content's hash, its path as a hub id resolves)
+is here too, so nothing outside ``core/model`` reads a Hugging Face folder itself.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from core.model import hf_folder
-from core.model import hugging_face as hf
-from core.model.checkpoints import CheckpointError, LoadedModel, load_checkpoint
-from core.model.decode import (
-    ALPHA,
-    MAX_LEN,
-    DecodeSettings,
-    Translation,
-    TranslationError,
-    forced_translation,
-    prepare_source,
-    translate,
-    translate_batch,
-)
+from core.corpus.source import file_sha1
+from core.model import hf_folder, hf_model
+from core.model.capabilities import HUGGING_FACE, STUDIO
+from core.model.checkpoints import CheckpointError, read_metadata
+from core.model.interface import TranslationModel
+from core.model.studio_model import StudioModel, config_parameters
 
-AnyModel = LoadedModel | hf.HFModel  # what open_model returns
+HFModelError = hf_folder.HFModelError  # a folder that is not a model the studio can open
+is_model_folder = hf_folder.is_model_folder  # whether a path holds a model's config.json
+describe_folder = hf_folder.describe  # a model folder's config and sizes, read without loading
+size_label = hf_folder.size_label  # "marian · 74 M params · ..."
+FOLDER_CONFIG = hf_folder.CONFIG  # the file that makes a folder a model folder
+count_parameters = config_parameters  # a studio ModelConfig's parameters (as a dict)
 
 
-def is_hugging_face(lm) -> bool:
-    """Whether a loaded model is a Hugging Face one."""
-    return getattr(lm, "family", "") == hf_folder.FAMILY
-
-
-def open_model(spec: str, device="cpu", max_bytes: int | None = None, hub: bool = False):
+def open_model(
+    spec: str, device="cpu", max_bytes: int | None = None, hub: bool = False
+) -> TranslationModel:
     """A studio checkpoint, or a Hugging Face model folder (a hub id too when ``hub``);
     CheckpointError in one line when it cannot be opened."""
     looks_like_hub = hub and not Path(spec).exists() and hf_folder.HUB_ID.fullmatch(spec or "")
     if hf_folder.is_model_folder(spec) or looks_like_hub:
         try:
-            return hf.load(hf_folder.resolve(spec), device, max_bytes)
+            return hf_model.load(hf_folder.resolve(spec), device, max_bytes)
         except hf_folder.HFModelError as e:
             raise CheckpointError(str(e)) from e
     if Path(spec).is_dir():  # a folder without config.json: read_config says so
@@ -48,80 +42,29 @@ def open_model(spec: str, device="cpu", max_bytes: int | None = None, hub: bool 
             hf_folder.read_config(spec)
         except hf_folder.HFModelError as e:
             raise CheckpointError(str(e)) from e
-    return load_checkpoint(spec, device)
+    return StudioModel.load(spec, device)
 
 
-def translate_any(lm, sentence: str, settings: DecodeSettings) -> Translation:
-    """A translation with every map, by the model's own decoding (no input checks: see
-    ``core.model.checked_translation``)."""
-    if is_hugging_face(lm):
-        return hf.translate(lm, sentence, settings, settings.target_lang or None)
-    return translate(
-        lm.model,
-        lm.src_vocab,
-        lm.tgt_vocab,
-        sentence,
-        settings.beam_size,
-        settings.alpha,
-        settings.max_len,
-        settings.topk,
-    )
+def model_path(spec: str) -> Path:
+    """Where a model opened from ``spec`` lies: the checkpoint file, the folder, or a hub id's
+    copy in the local cache."""
+    return Path(spec) if Path(spec).is_file() else hf_folder.resolve(spec)
 
 
-def forced_any(lm, sentence: str, target: str, settings: DecodeSettings) -> Translation:
-    """A target the user gave, teacher-forced after the sentence, as a Translation with every
-    map and each target token's probability and rank (no input checks: see
-    ``core.model.checked_translation``)."""
-    if is_hugging_face(lm):
-        return hf.forced_translation(
-            lm, sentence, target, settings.topk, settings.target_lang or None
-        )
-    return forced_translation(lm.model, lm.src_vocab, lm.tgt_vocab, sentence, target, settings.topk)
+def family_of(path) -> str:
+    """The family of the model at ``path``, before opening it: a folder is a Hugging Face
+    model, a file a studio checkpoint."""
+    return HUGGING_FACE if hf_folder.is_model_folder(path) else STUDIO
 
 
-def translate_lines(
-    lm,
-    lines: list[str],
-    beam: int = 1,
-    alpha: float = ALPHA,
-    max_len: int = MAX_LEN,
-    target_lang: str = "",
-) -> tuple[list[str], list[str]]:
-    """Translations of ``lines`` in order ("" where a line cannot be translated) and warnings."""
-    if is_hugging_face(lm):
-        return _hf_lines(lm, lines, DecodeSettings(beam, alpha, max_len, target_lang=target_lang))
-    outs, warnings, todo = [""] * len(lines), [], {}
-    for i, line in enumerate(lines):
-        try:
-            _, tokens, _, notes = prepare_source(line, lm.src_vocab, lm.model.cfg.max_positions)
-        except TranslationError as e:
-            warnings.append(f"line {i + 1}: {e}")
-            continue
-        warnings += [f"line {i + 1}: {n}" for n in notes]
-        todo[i] = lm.src_vocab.words(tokens[:-1])  # without <eos>, pieces joined
-    if beam <= 1:
-        done = translate_batch(
-            lm.model, lm.src_vocab, lm.tgt_vocab, list(todo.values()), max_len=max_len
-        )
-        for i, words in zip(todo, done):
-            outs[i] = " ".join(words)
-    else:
-        for i in todo:
-            outs[i] = translate(
-                lm.model, lm.src_vocab, lm.tgt_vocab, lines[i], beam, alpha, max_len
-            ).text
-    return outs, warnings
+def parameters_of(path) -> int:
+    """How many parameters the model at ``path`` has, read from its config and weight
+    headers (HFModelError or CheckpointError when they cannot be read)."""
+    if hf_folder.is_model_folder(path):
+        return hf_folder.describe(path)["parameters"]
+    return count_parameters(read_metadata(path).get("model_config") or {})
 
 
-def _hf_lines(lm, lines: list[str], settings: DecodeSettings) -> tuple[list[str], list[str]]:
-    """A Hugging Face model's translations of ``lines`` (``generate``, one line at a time)."""
-    outs, warnings = [""] * len(lines), []
-    for i, line in enumerate(lines):
-        try:
-            t = translate_any(lm, line, settings)
-        except TranslationError as e:
-            warnings.append(f"line {i + 1}: {e}")
-            continue
-        outs[i] = t.text
-        warnings += [f"line {i + 1}: {w}" for w in t.warnings]
-    return outs, warnings
+def model_sha1(path) -> str:
+    """The SHA-1 of a checkpoint file, or of a Hugging Face model folder's files."""
+    return hf_folder.folder_sha1(path) if Path(path).is_dir() else file_sha1(path)

@@ -9,10 +9,14 @@ Training on the CPU takes the explicit path too: there SDPA's backward falls bac
 float32 "math" kernel whenever dropout is on (and its bf16 fused backward was 8x slower
 at d2l's shapes), and the explicit path draws its dropout masks cheaply (core.model.dropout).
 With ``dropout_masks="bernoulli"`` training keeps SDPA and torch's masks (older runs' path).
-Either path multiplies each head's output by its gate ``head_gate`` (when one is set) before
-W_o, which is how heads are removed at inference (``core.ablate``). Where queries, keys and
-values are one tensor (self-attention; keys and values for the memory), W_q, W_k, W_v run as
-one stacked product; they stay four separate (D, D) linears in the state_dict.
+Where queries, keys and values are one tensor (self-attention; keys and values for the
+memory), W_q, W_k, W_v run as one stacked product; they stay four separate (D, D) linears in
+the state_dict.
+
+Every activation the analysis reads passes through a named hook site (``core.model.hooks``:
+``encoder.0.self.z``, ``decoder.1.cross.out`` ...), written once here in the forward order:
+recording a pass, removing heads (each head's output scaled before W_o), value zeroing,
+patching and the embeddings path of the gradient methods are hooks on this one forward.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from torch import nn
 from core.model.align_loss import AlignTarget, alignment_loss
 from core.model.config import ModelConfig
 from core.model.dropout import Dropout, dropout
+from core.model.hooks import HookPoint
 from core.model.output_loss import projected_cross_entropy
 
 
@@ -105,9 +110,25 @@ class MultiHeadAttention(nn.Module):
         self.W_k = nn.Linear(d_model, d_model)
         self.W_v = nn.Linear(d_model, d_model)
         self.W_o = nn.Linear(d_model, d_model)
-        # gate xi_h on each head's output: None = all 1 (no cost); (H,) or (B, H) otherwise;
-        # a plain attribute, so never in the state_dict (set it with core.ablate.gated)
-        self.head_gate: torch.Tensor | None = None
+        self.hook_queries, self.hook_keys = HookPoint(), HookPoint()  # (B, Tq|Tk, D)
+        self.hook_v = HookPoint()  # (B, Tk, H, Dh)
+        self.hook_pattern = HookPoint()  # (B, H, Tq, Tk), the explicit path only
+        self.hook_z = HookPoint()  # (B, Tq, H, Dh)
+        self.hook_out = HookPoint()  # (B, Tq, D)
+
+    def name_hooks(self, prefix: str) -> dict[str, HookPoint]:
+        """Name this attention's hook sites ``prefix.queries`` ...; {name: hook point}."""
+        points = {
+            "queries": self.hook_queries,
+            "keys": self.hook_keys,
+            "v": self.hook_v,
+            "pattern": self.hook_pattern,
+            "z": self.hook_z,
+            "out": self.hook_out,
+        }
+        for part, point in points.items():
+            point.name = f"{prefix}.{part}"
+        return {point.name: point for point in points.values()}
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, D) -> (B, H, T, Dh)."""
@@ -128,25 +149,39 @@ class MultiHeadAttention(nn.Module):
         k, v = kv if kv is not None else self.project_kv(keys, values)  # (B, H, Tk, Dh)
         return self.split_heads(self.W_q(queries)), k, v
 
+    def hooked_inputs(self, queries, keys, values):
+        """The inputs through their hook sites (keys only where they are not the queries);
+        values that are the keys' tensor stay the hooked keys' tensor, others stay apart."""
+        hooked = self.hook_queries(queries)
+        if keys is queries:  # self-attention: one tensor
+            return hooked, hooked, hooked if values is keys else values
+        if keys is None:  # keys and values come projected (a cache)
+            return hooked, keys, values
+        memory = self.hook_keys(keys)
+        return hooked, memory, memory if values is keys else values
+
     def forward(self, queries, keys, values, mask=None, need_weights=False, kv=None):
         """queries (B, Tq, D), keys/values (B, Tk, D) -> (out (B, Tq, D), weights|None).
 
         ``kv`` gives already projected (k, v) of shape (B, H, Tk, Dh), e.g. from a cache.
         """
+        queries, keys, values = self.hooked_inputs(queries, keys, values)
         q, k, v = self.project(queries, keys, values, kv)  # (B, H, Tq|Tk, Dh)
+        if self.hook_v.on():
+            v = self.hook_v(v.transpose(1, 2)).transpose(1, 2)  # (B, H, Tk, Dh)
         p = self.dropout if self.training else 0.0
         if need_weights or (self.training and self.masks == "bits" and q.device.type == "cpu"):
             out, weights = attention(q, k, v, mask, p, self.training, self.masks)
-            return self.W_o(self.merge_heads(out)), weights if need_weights else None
+            weights = self.hook_pattern(weights)  # (B, H, Tq, Tk)
+            return self.hook_out(self.W_o(self.merge_heads(out))), weights if need_weights else None
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-        return self.W_o(self.merge_heads(out)), None
+        return self.hook_out(self.W_o(self.merge_heads(out))), None
 
     def merge_heads(self, out: torch.Tensor) -> torch.Tensor:
-        """(B, H, Tq, Dh) -> (B, Tq, D), each head's output first scaled by its gate if set."""
+        """(B, H, Tq, Dh) -> (B, Tq, D), each head's output through the ``z`` site first."""
         B, H, Tq, Dh = out.shape
-        if self.head_gate is not None:
-            out = out * self.head_gate.reshape(-1, H, 1, 1)  # (B, H, Tq, Dh)
-        return out.transpose(1, 2).reshape(B, Tq, H * Dh)  # (B, Tq, D)
+        z = self.hook_z(out.transpose(1, 2))  # (B, Tq, H, Dh)
+        return z.reshape(B, Tq, H * Dh)  # (B, Tq, D)
 
 
 class PositionWiseFFN(nn.Module):
@@ -191,12 +226,22 @@ class EncoderLayer(nn.Module):
         self.addnorm1 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.dropout_masks)
         self.ffn = PositionWiseFFN(cfg.d_model, cfg.d_ff)
         self.addnorm2 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.dropout_masks)
+        self.hook_in, self.hook_self_post, self.hook_out = HookPoint(), HookPoint(), HookPoint()
+
+    def name_hooks(self, prefix: str) -> dict[str, HookPoint]:
+        """Name this layer's hook sites (``prefix`` = "encoder.0"); {name: hook point}."""
+        return _named(
+            prefix,
+            {"in": self.hook_in, "self.resid_post": self.hook_self_post, "out": self.hook_out},
+            {"self": self.attention},
+        )
 
     def forward(self, x, src_mask, need_weights=False):
         """x (B, S, D), src_mask (B, 1, 1, S) -> (x (B, S, D), weights (B, H, S, S)|None)."""
+        x = self.hook_in(x)
         x, w = self.addnorm1(x, lambda h: self.attention(h, h, h, src_mask, need_weights))
-        x, _ = self.addnorm2(x, lambda h: (self.ffn(h), None))
-        return x, w
+        x, _ = self.addnorm2(self.hook_self_post(x), lambda h: (self.ffn(h), None))
+        return self.hook_out(x), w
 
 
 class DecoderLayer(nn.Module):
@@ -214,6 +259,14 @@ class DecoderLayer(nn.Module):
         self.addnorm2 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.dropout_masks)
         self.ffn = PositionWiseFFN(cfg.d_model, cfg.d_ff)
         self.addnorm3 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.dropout_masks)
+        self.hook_in, self.hook_out = HookPoint(), HookPoint()
+        self.hook_self_post, self.hook_cross_post = HookPoint(), HookPoint()
+
+    def name_hooks(self, prefix: str) -> dict[str, HookPoint]:
+        """Name this layer's hook sites (``prefix`` = "decoder.0"); {name: hook point}."""
+        points = {"in": self.hook_in, "self.resid_post": self.hook_self_post}
+        points |= {"cross.resid_post": self.hook_cross_post, "out": self.hook_out}
+        return _named(prefix, points, {"self": self.self_attention, "cross": self.cross_attention})
 
     def self_block(self, h, tgt_mask, need_weights, cache):
         """Masked self-attention; with ``cache`` the new keys/values are appended to it."""
@@ -242,12 +295,25 @@ class DecoderLayer(nn.Module):
 
         ``need_cross`` (default ``need_weights``): the cross-attention weights alone."""
         need_cross = need_weights if need_cross is None else need_cross
+        x = self.hook_in(x)
         x, w_self = self.addnorm1(x, lambda h: self.self_block(h, tgt_mask, need_weights, cache))
         x, w_cross = self.addnorm2(
-            x, lambda h: self.cross_block(h, memory, src_mask, need_cross, cache)
+            self.hook_self_post(x),
+            lambda h: self.cross_block(h, memory, src_mask, need_cross, cache),
         )
-        x, _ = self.addnorm3(x, lambda h: (self.ffn(h), None))
-        return x, w_self, w_cross
+        x, _ = self.addnorm3(self.hook_cross_post(x), lambda h: (self.ffn(h), None))
+        return self.hook_out(x), w_self, w_cross
+
+
+def _named(prefix: str, own: dict[str, HookPoint], attentions: dict) -> dict[str, HookPoint]:
+    """Name a layer's own hook points and its attentions' ({name: hook point})."""
+    out = {}
+    for part, point in own.items():
+        point.name = f"{prefix}.{part}"
+        out[point.name] = point
+    for part, mha in attentions.items():
+        out |= mha.name_hooks(f"{prefix}.{part}")
+    return out
 
 
 def _stack(weights: list) -> torch.Tensor | None:
@@ -279,15 +345,17 @@ class Encoder(nn.Module):
         )
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_encoder_layers))
         self.final_ln = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.hook_embed, self.hook_out = HookPoint("encoder.embed"), HookPoint("encoder.out")
 
     def forward(self, src, src_mask, need_weights=False):
         """src (B, S) ids, src_mask (B, 1, 1, S) -> (memory (B, S, D), (L, B, H, S, S)|None)."""
-        x = self.pos_encoding(self.embedding(src) * math.sqrt(self.d_model))  # (B, S, D)
+        e = self.hook_embed(self.embedding(src))  # (B, S, D) the token embeddings
+        x = self.pos_encoding(e * math.sqrt(self.d_model))  # (B, S, D)
         maps = []
         for layer in self.layers:
             x, w = layer(x, src_mask, need_weights)
             maps.append(w)
-        return self.final_ln(x), _stack(maps)
+        return self.hook_out(self.final_ln(x)), _stack(maps)
 
 
 class Decoder(nn.Module):
@@ -303,6 +371,7 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_decoder_layers))
         self.final_ln = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
         self.dense = nn.Linear(cfg.d_model, cfg.tgt_vocab_size)
+        self.hook_embed, self.hook_out = HookPoint("decoder.embed"), HookPoint("decoder.out")
 
     def forward(
         self,
@@ -322,8 +391,8 @@ class Decoder(nn.Module):
         ``cross_layer``: only that layer's cross-attention weights, as (1, B, H, T, S).
         """
         offset = cache[0]["k"].size(2) if cache and "k" in cache[0] else 0
-        x = self.embedding(tgt) * math.sqrt(self.d_model)  # (B, T, D)
-        x = self.pos_encoding(x, offset)  # (B, T, D)
+        e = self.hook_embed(self.embedding(tgt))  # (B, T, D) the token embeddings
+        x = self.pos_encoding(e * math.sqrt(self.d_model), offset)  # (B, T, D)
         self_maps, cross_maps = [], []
         for i, layer in enumerate(self.layers):
             layer_cache = cache[i] if cache is not None else None
@@ -333,7 +402,7 @@ class Decoder(nn.Module):
             )
             self_maps.append(w_self)
             cross_maps.append(w_cross)
-        x = self.final_ln(x)  # (B, T, D)
+        x = self.hook_out(self.final_ln(x))  # (B, T, D)
         out = self.dense(x) if project else x  # (B, T, V) or (B, T, D)
         return out, _stack(self_maps), _stack(cross_maps)
 
@@ -348,6 +417,21 @@ class Transformer(nn.Module):
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
         self._init_weights()
+        self._hook_points = self._name_hooks()
+
+    def _name_hooks(self) -> dict[str, HookPoint]:
+        """Every hook site of the model by name (``core.model.hooks``), in the forward order."""
+        points = {"encoder.embed": self.encoder.hook_embed}
+        for i, layer in enumerate(self.encoder.layers):
+            points |= layer.name_hooks(f"encoder.{i}")
+        points |= {"encoder.out": self.encoder.hook_out, "decoder.embed": self.decoder.hook_embed}
+        for i, layer in enumerate(self.decoder.layers):
+            points |= layer.name_hooks(f"decoder.{i}")
+        return points | {"decoder.out": self.decoder.hook_out}
+
+    def hook_points(self) -> dict[str, HookPoint]:
+        """{site name: hook point} of this model (a copy of the model has its own)."""
+        return self._hook_points
 
     def _init_weights(self) -> None:
         """Xavier-uniform for every matrix (as the Annotated Transformer does)."""

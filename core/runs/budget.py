@@ -23,8 +23,6 @@ Shape key: H heads, Le / Ld encoder / decoder layers, S source tokens, T output 
 
 from __future__ import annotations
 
-import functools
-import json
 import os
 import sys
 from collections.abc import Iterable, Mapping
@@ -34,9 +32,10 @@ import numpy as np
 import torch
 
 from core.corpus.text import tokenize
-from core.model.config import ModelConfig
-from core.model.decode import MAX_LEN
-from core.model.transformer import Transformer
+from core.model import opened
+from core.model.capabilities import HUGGING_FACE, STUDIO
+from core.model.checkpoints import CheckpointError
+from core.model.decode import MAX_LEN, source_len
 from core.training.settings import GROUPS, field_default
 
 MB = 2**20
@@ -98,13 +97,6 @@ def attention_cells(model: Mapping, src_len: int, out_len: int) -> int:
     return heads * (enc * src_len**2 + dec * (out_len**2 + out_len * src_len))
 
 
-def source_len(words: list[str], tokenizer: str, max_positions: int) -> int:
-    """The most source tokens (with <eos>) a model reads for these words: words, or at most
-    one subword piece per character (``core.model.decode.prepare_source`` cuts the rest)."""
-    n = len(words) if tokenizer == "word" else sum(len(w) for w in words)
-    return min(n, max_positions - 1) + 1
-
-
 def output_len(max_len: int, max_positions: int) -> int:
     """The most output steps decoding takes (``core.model.decode.translate`` clamps max_len)."""
     return max(1, min(max_len, max_positions - 1))
@@ -128,18 +120,9 @@ def longest_output(model: Mapping, src_len: int, max_len: int, limit: int = TRAN
     return low
 
 
-@functools.lru_cache(maxsize=256)
-def _parameters(model_json: str) -> int:
-    """Parameters of a Transformer with this ModelConfig (built on the meta device)."""
-    with torch.device("meta"):
-        model = Transformer(ModelConfig(**json.loads(model_json)))
-    return sum(p.numel() for p in model.parameters())
-
-
 def parameters(model: Mapping) -> int:
     """Parameters of a model of these sizes (a ModelConfig as a dict, vocabularies included)."""
-    known = {f.name for f in fields(ModelConfig)}
-    return _parameters(json.dumps({k: v for k, v in model.items() if k in known}, sort_keys=True))
+    return opened.count_parameters(model)
 
 
 def complete(settings: Mapping) -> dict:
@@ -363,6 +346,21 @@ def scoring_problem(model: Mapping, pairs: list, tokenizer: str = "word") -> str
         f"{size_words(FLOAT32 * SCORING_CELLS)} at once. Use fewer or shorter pairs "
         "(python -m core.align takes any number)."
     )
+
+
+OPEN_BYTES = {STUDIO: MODEL_BYTES, HUGGING_FACE: HF_MODEL_BYTES}  # what the server opens
+
+
+def open_problem(path) -> str | None:
+    """Why the server will not open the model at ``path`` (None: it will), read before
+    loading it (its config and weight headers; a damaged file is left for loading to name)."""
+    try:
+        count = opened.parameters_of(path)
+    except opened.HFModelError as e:
+        return str(e)
+    except (CheckpointError, TypeError, ValueError, RuntimeError):
+        return None
+    return model_problem(count, OPEN_BYTES[opened.family_of(path)])
 
 
 def model_problem(n_parameters: int, limit: int = MODEL_BYTES) -> str | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from core.corpus.user_files import describe_data
-from core.model import hf_folder
+from core.model import opened
 from core.model.checkpoints import CheckpointError, read_metadata
 from core.model.scores import usable_bleu
 from core.places import checkpoints_root, models_root, runs_root
@@ -195,14 +195,14 @@ def _run_entries(runs: Path) -> list[ModelEntry]:
 def _folder_info(path: str, mtime_ns: int) -> dict:
     """What a Hugging Face model folder's files say (config and weight headers, cached per
     folder and config modification time)."""
-    return hf_folder.describe(path)
+    return opened.describe_folder(path)
 
 
 def folder_entry(folder: Path, key: str) -> ModelEntry:
     """One Hugging Face model folder; an unusable entry with the reason, never raises."""
     try:
-        info = _folder_info(str(folder), (folder / hf_folder.CONFIG).stat().st_mtime_ns)
-    except (hf_folder.HFModelError, OSError, ValueError, KeyError, TypeError) as e:
+        info = _folder_info(str(folder), (folder / opened.FOLDER_CONFIG).stat().st_mtime_ns)
+    except (opened.HFModelError, OSError, ValueError, KeyError, TypeError) as e:
         mtime = folder.stat().st_mtime if folder.exists() else 0.0
         return ModelEntry(key, str(folder), "unreadable", mtime, usable=False, reason=str(e))
     langs = f"{info.get('source_lang', '?')}→{info.get('target_lang', '?')}"
@@ -211,9 +211,9 @@ def folder_entry(folder: Path, key: str) -> ModelEntry:
         key,
         str(folder),
         HF_ORIGIN,
-        (folder / hf_folder.CONFIG).stat().st_mtime,
+        (folder / opened.FOLDER_CONFIG).stat().st_mtime,
         data=f"Hugging Face {info['model_type']}" + (f" · {langs}" if known else ""),
-        size=hf_folder.size_label(info),
+        size=opened.size_label(info),
         heads=info["model_config"]["num_heads"],
     )
 

@@ -9,23 +9,13 @@ from core.attention import head_stats, maps, snapshots, word_maps
 from core.attribution.explain import Explained, explain, explain_contrast
 from core.corpus.text import tokenize
 from core.model import checked_translation as translation
-from core.model.checkpoints import LoadedModel
 from core.model.decode import DecodeSettings, Translation, TranslationError
+from core.model.interface import TranslationModel
 from core.runs import budget
 from pages.ui.shared_cache import shared
 
 
-def _pieces(lm: LoadedModel, text: str, words: list[str], target: bool = False) -> int:
-    """The most tokens (with the end token) the model reads for ``text``."""
-    cfg = vars(lm.cfg)
-    if lm.family != "studio":  # its own tokenizer counts (byte-level BPE: more than chars)
-        kind = {"text_target": text} if target else {"text": text}
-        ids = lm.tokenizer(**kind, truncation=True, max_length=cfg["max_positions"])["input_ids"]
-        return len(ids) + (1 if target else 0)  # a multilingual model's language code
-    return budget.source_len(words, "bpe" if lm.subword else "word", cfg["max_positions"])
-
-
-def fitted(lm: LoadedModel, sentence: str, settings: DecodeSettings, target: str = ""):
+def fitted(lm: TranslationModel, sentence: str, settings: DecodeSettings, target: str = ""):
     """(settings, note): the decoding settings whose translation fits the server's budget
     (budget.TRANSLATION_BYTES), with the longest output cut when it must be, and a note
     saying so ("" when nothing changed); TranslationError when no output length fits, or
@@ -35,10 +25,10 @@ def fitted(lm: LoadedModel, sentence: str, settings: DecodeSettings, target: str
     if not words or len(words) > longest_input or len(aim) > longest_input:
         return settings, ""  # translate_sentence says what is wrong with it
     cfg = vars(lm.cfg)
-    src = _pieces(lm, sentence, words)
+    src = lm.token_count(sentence, words)
     limit = budget.size_words(budget.TRANSLATION_BYTES)
     if aim:
-        out = _pieces(lm, target, aim, target=True)
+        out = lm.token_count(target, aim, target=True)
         if budget.translation_bytes(cfg, src, out) > budget.TRANSLATION_BYTES:
             need = budget.size_words(budget.translation_bytes(cfg, src, out))
             raise TranslationError(
@@ -68,7 +58,7 @@ def fitted(lm: LoadedModel, sentence: str, settings: DecodeSettings, target: str
 
 
 def translate(
-    lm: LoadedModel,
+    lm: TranslationModel,
     path: str,
     mtime: float,
     sentence: str,
@@ -84,7 +74,7 @@ def translate(
 
 @shared()
 def _translate(
-    _lm: LoadedModel,
+    _lm: TranslationModel,
     path: str,
     mtime: float,
     sentence: str,
@@ -119,7 +109,7 @@ def head_table(_maps: maps.SentenceMaps, key: tuple, words: bool, kind: str, hid
 
 @shared()
 def teacher_forced(
-    _lm: LoadedModel,
+    _lm: TranslationModel,
     key: tuple,
     sentence: str,
     reference: str,
@@ -146,7 +136,7 @@ def probe_sentences(source: str, steps: tuple) -> list[str]:
 
 @shared()
 def contrast_explanation(
-    _lm: LoadedModel, _t: Translation, key: tuple, foil: tuple[int, ...], method: str
+    _lm: TranslationModel, _t: Translation, key: tuple, foil: tuple[int, ...], method: str
 ) -> Explained:
     """A contrastive attribution of a cached translation against the ``foil`` ids."""
     return explain_contrast(_lm, _t, list(foil), method)
@@ -154,7 +144,7 @@ def contrast_explanation(
 
 @shared()
 def explanation(
-    _lm: LoadedModel, _t: Translation, key: tuple, method: str, layer: int | None, head: str
+    _lm: TranslationModel, _t: Translation, key: tuple, method: str, layer: int | None, head: str
 ) -> Explained:
     """One method's attribution of a cached translation (``key``: model file, sentence and
     decoding settings), over the model's own tokens; merge into words with in_words."""

@@ -6,9 +6,8 @@ import functools
 
 import streamlit as st
 
-from core.attention.view_state import ViewState
-from core.model import hf_folder
-from core.model.checkpoints import CheckpointError, LoadedModel, read_metadata
+from core.model.checkpoints import CheckpointError
+from core.model.interface import TranslationModel
 from core.model.opened import open_model
 from core.places import checkpoints_root, runs_root, shown_path
 from core.runs import budget
@@ -16,6 +15,7 @@ from core.runs import catalogue as models
 from pages.ui.frame import link
 from pages.ui.shared_cache import MODELS, shared
 from pages.ui.text import code, md
+from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import widget_default
 
 
@@ -30,7 +30,7 @@ def model_entries() -> list[models.ModelEntry]:
     return _list_models(str(checkpoints_root()), str(runs_root()))
 
 
-def load_model(path: str, mtime: float) -> LoadedModel:
+def load_model(path: str, mtime: float) -> TranslationModel:
     """A checkpoint loaded once per path and modification time (never mutated), unless its
     weights pass what the server opens (budget.MODEL_BYTES): then CheckpointError says so."""
     if problem := _open_problem(path, mtime):
@@ -41,21 +41,11 @@ def load_model(path: str, mtime: float) -> LoadedModel:
 @functools.lru_cache(maxsize=256)
 def _open_problem(path: str, mtime: float) -> str | None:
     """Why the server will not open this model file (None: it will), once per file version."""
-    if hf_folder.is_model_folder(path):
-        try:
-            params = hf_folder.describe(path)["parameters"]
-        except hf_folder.HFModelError as e:
-            return str(e)
-        return budget.model_problem(params, budget.HF_MODEL_BYTES)
-    cfg = read_metadata(path).get("model_config") or {}
-    try:
-        return budget.model_problem(budget.parameters(cfg))
-    except (TypeError, ValueError, RuntimeError):
-        return None  # load_checkpoint says what is wrong with it
+    return budget.open_problem(path)
 
 
 @shared(spinner="Loading the model…", pool=MODELS)
-def _loaded(path: str, mtime: float) -> LoadedModel:
+def _loaded(path: str, mtime: float) -> TranslationModel:
     """A checkpoint or Hugging Face model folder loaded (kept among the server's open models,
     within their bytes)."""
     return open_model(path, max_bytes=budget.HF_MODEL_BYTES)
@@ -100,7 +90,7 @@ def choose_model(state: ViewState, prefix: str) -> models.ModelEntry | None:
     return entry
 
 
-def pick_model(state: ViewState, prefix: str) -> tuple[models.ModelEntry, LoadedModel] | None:
+def pick_model(state: ViewState, prefix: str) -> tuple[models.ModelEntry, TranslationModel] | None:
     """Choose a model, caption it and load it; None (with a message) when that fails."""
     entry = choose_model(state, prefix)
     if entry is None:

@@ -6,9 +6,9 @@ from dataclasses import fields
 
 import streamlit as st
 
-from core.attention.view_state import ViewState
 from core.attribution.methods import METHODS
 from core.model.checked_translation import MAX_SENTENCE_TOKENS
+from pages.ui.view_state import ViewState
 
 TRANSLATE_KEYS = (  # the Translate page's URL keys
     *("model", "sentence", "reference", "target", "beam", "alpha", "max_len", "target_lang"),
@@ -29,9 +29,10 @@ def view_state() -> ViewState:
     return st.session_state["view_state"]
 
 
-def write_url(state: ViewState, keys: tuple[str, ...]) -> None:
-    """Put this page's part of the state into the URL, dropping keys at their defaults."""
-    wanted = state.to_query(keys)
+def write_url(state: ViewState, keys: tuple[str, ...], owned=None) -> None:
+    """Put this page's part of the state into the URL, dropping keys at their defaults (and
+    a section's own fields while another is shown: ``owned``, {field: section})."""
+    wanted = state.to_query(keys, owned)
     for key in keys:
         if key in wanted:
             if st.query_params.get(key) != wanted[key]:
@@ -55,17 +56,14 @@ def clamp_widget(key: str, value, options) -> None:
 
 
 def target_language(lm, state: ViewState, prefix: str) -> None:
-    """A multilingual Hugging Face model's target language (widget ``<prefix>_target``);
-    nothing for a model that translates into one language."""
-    codes = list(lm.meta.get("language_codes") or []) if lm.family != "studio" else []
+    """A multilingual model's target language (widget ``<prefix>_target``); nothing for a
+    model that translates into one language."""
+    codes = lm.language_codes()
     if not codes:
         state.target_lang = ""
         return
-    default = state.target_lang if state.target_lang in codes else codes[0]
-    for code in codes:  # French first, when the model has it
-        if code.strip("_<>").lower().startswith(("fr", "fra")) and state.target_lang not in codes:
-            default = code
-            break
+    french = lm.language_code("fr")  # French first, when the model has it
+    default = state.target_lang if state.target_lang in codes else (french or codes[0])
     widget_default(f"{prefix}_target", default, codes)
     state.target_lang = st.selectbox(
         "Target language",

@@ -9,24 +9,22 @@ from core.attention.ablation import (
     HeadSpecError,
     all_heads,
     heads_of,
-    private_copy,
     spec_text,
 )
+from core.attention.head_measures import resolved_precision
 from core.attention.importance import (
     SENTENCES,
     HeadImportance,
     importance_for,
     lookup_importance,
-    precision_of,
 )
 from core.attention.maps import export_name, select_view
 from core.attention.sentence_maps import SentenceMaps
-from core.attention.view_state import ViewState
 from core.corpus.source import DataError
 from core.figures import attention as figs
 from core.figures import importance as abfigs
-from core.model.checkpoints import LoadedModel
 from core.model.decode import Translation, TranslationError
+from core.model.interface import TranslationModel
 from core.runs.catalogue import ModelEntry
 from pages.ui.attention.cached_ablation import ablated_translate
 from pages.ui.attention.inputs import SectionInputs
@@ -35,6 +33,7 @@ from pages.ui.charts import chart
 from pages.ui.heavy_work import heavy_slot
 from pages.ui.progress import progress_bar
 from pages.ui.text import md
+from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import widget_default
 
 HEADS_KEY = "ab_heads"  # the multiselect of heads to remove
@@ -64,7 +63,7 @@ def ablation_section(page: SectionInputs) -> None:
     importance_panel(entry, lm, state)
 
 
-def pick_heads(lm: LoadedModel, state: ViewState) -> list[HeadSpec]:
+def pick_heads(lm: TranslationModel, state: ViewState) -> list[HeadSpec]:
     """The heads-to-remove picker, seeded from the URL; keeps the state's spec in step."""
     every = {h.label: h for h in all_heads(lm.cfg)}
     try:
@@ -97,7 +96,7 @@ def translation_card(where, title: str, t: Translation, base: float | None = Non
 
 def removed_view(
     entry: ModelEntry,
-    lm: LoadedModel,
+    lm: TranslationModel,
     original: tuple[Translation, SentenceMaps],
     heads: list[HeadSpec],
     state: ViewState,
@@ -160,10 +159,10 @@ def compare_maps(
 # ----------------------------------------------------------------------------- importance
 
 
-def importance_panel(entry: ModelEntry, lm: LoadedModel, state: ViewState) -> None:
+def importance_panel(entry: ModelEntry, lm: TranslationModel, state: ViewState) -> None:
     """Head importance on validation sentences: from the disk cache, or computed on request."""
     st.subheader("Head importance")
-    studio = lm.family == "studio"
+    here = lm.trained_here
     n = int(
         st.number_input(
             "Validation sentences",
@@ -173,14 +172,14 @@ def importance_panel(entry: ModelEntry, lm: LoadedModel, state: ViewState) -> No
             step=50,
             key="ab_sentences",
             help="The first N sentences of the model's validation split."
-            if studio
+            if here
             else "The first N validation sentences of fra-eng as the studio splits it by "
             "default (the shipped model's validation sentences), given to the model as text.",
             width=220,
         )
     )
     target = state.target_lang or None
-    precision = "float32" if studio else precision_choice(lm)
+    precision = "float32" if lm.supports("bfloat16") else precision_choice(lm)
     result = lookup_importance(entry.path, lm.meta, n, target, precision)
     if result is None:
         st.caption(
@@ -202,10 +201,10 @@ PRECISION_LABELS = {
 }
 
 
-def precision_choice(lm: LoadedModel) -> str:
-    """A Hugging Face model's precision for head importance, preselected as this machine's
-    ``auto`` resolves it."""
-    auto = precision_of(lm, "auto")
+def precision_choice(lm: TranslationModel) -> str:
+    """A model's precision for head importance (one that may be measured in bfloat16),
+    preselected as this machine's ``auto`` resolves it."""
+    auto = resolved_precision("auto", lm)
     options = ["bfloat16", "float32"] if auto == "bfloat16" else ["float32", "bfloat16"]
     return st.selectbox(
         "Precision",
@@ -222,7 +221,7 @@ def precision_choice(lm: LoadedModel) -> str:
 
 def compute_importance(
     entry: ModelEntry,
-    lm: LoadedModel,
+    lm: TranslationModel,
     n: int,
     target_lang: str | None = None,
     precision: str = "float32",
@@ -236,7 +235,7 @@ def compute_importance(
             return None
         try:
             result = importance_for(
-                private_copy(lm),
+                lm,
                 entry.path,
                 n,
                 progress=report,

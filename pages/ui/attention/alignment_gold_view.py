@@ -8,10 +8,9 @@ from core.alignment.extract import MODES
 from core.alignment.gold import GoldError
 from core.alignment.grid import AlignmentGrid, GridRow
 from core.attention.maps import export_name
-from core.attention.view_state import ViewState
 from core.figures import alignment_grid as grid_figs
 from core.figures.attribution import PANEL_PX
-from core.model.checkpoints import LoadedModel
+from core.model.interface import TranslationModel
 from core.runs import budget
 from core.runs.catalogue import ModelEntry
 from pages.ui.attention.cached_alignment import alignment_grid
@@ -27,6 +26,7 @@ from pages.ui.attention.supervision_view import supervision_panel
 from pages.ui.charts import chart
 from pages.ui.heavy_work import heavy_slot
 from pages.ui.text import md, spreadsheet_safe
+from pages.ui.view_state import ViewState
 
 SHIPPED, UPLOAD = "shipped", "upload"
 OPEN_BEST = "al_open_best"  # session flag: this run opens Alignment on the best reader
@@ -64,7 +64,7 @@ def gold_panel(page: SectionInputs) -> None:
         supervision_panel(page, gold, grid, scored)
 
 
-def scored(entry: ModelEntry, lm: LoadedModel, gold: GoldSet) -> AlignmentGrid | None:
+def scored(entry: ModelEntry, lm: TranslationModel, gold: GoldSet) -> AlignmentGrid | None:
     """Every reader's AER on a gold set: cached for every session; an uploaded set within the
     server's bounds (budget.SCORING_CELLS) and in its one slot for heavy work, or None after
     a message saying why not now."""

@@ -7,7 +7,6 @@ import streamlit as st
 from core.alignment.extract import MODES, Reader, alignable, from_sentence, links, read
 from core.alignment.gold import write_links
 from core.attention.maps import csv_cell, export_name
-from core.attention.view_state import ViewState
 from core.corpus.bpe import join_pieces
 from core.figures import alignment as align_figs
 from core.figures.attribution import panel_width
@@ -15,6 +14,7 @@ from pages.ui.attention.alignment_gold_view import BEST_NOTE, gold_panel
 from pages.ui.attention.attribution_view import cross_choice
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.charts import chart
+from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import widget_default
 
 HOW = (

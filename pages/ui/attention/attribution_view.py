@@ -7,12 +7,16 @@ import streamlit as st
 from core.attention.kinds import KIND_NAMES
 from core.attention.maps import csv_cell, decoder_view, export_name, select_view
 from core.attention.sentence_maps import SentenceMaps
-from core.attention.view_state import ViewState
 from core.attribution.contrast import CONTRAST_METHODS, CONTRAST_NAMES, foil_at
 from core.attribution.explain import SHARE_FLAG, Explained, in_words
 from core.attribution.gradients import IG_STEPS
-from core.attribution.hugging_face import method_problem
-from core.attribution.methods import MEAN, METHOD_NAMES, METHODS, AttributionError
+from core.attribution.methods import (
+    MEAN,
+    METHOD_NAMES,
+    METHODS,
+    AttributionError,
+    method_problem,
+)
 from core.figures import attention as figs
 from core.figures import attribution as attr_figs
 from pages.ui.attention.faithfulness_view import faithfulness_panel
@@ -20,6 +24,7 @@ from pages.ui.attention.inputs import SectionInputs
 from pages.ui.cached import contrast_explanation, explanation
 from pages.ui.charts import chart
 from pages.ui.text import md
+from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import widget_default
 
 METHOD_WORDS = {  # method -> what it measures, for the caption beside the picker
@@ -186,7 +191,7 @@ def explained_or_error(
     state, key = page.state, page.key
     where = (layer, head) if method == "attention" else (None, MEAN)
     slow = " (about 2 s for a 15-token sentence)" if method == "integrated-gradients" else ""
-    if page.lm.family != "studio" and (problem := method_problem(page.lm, method)):
+    if problem := method_problem(page.lm, method):
         st.info(md(problem))
         return None
     try:

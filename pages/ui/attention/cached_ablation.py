@@ -1,32 +1,22 @@
 """Cached calls of the "Remove heads" and "Patching" sections: translations with heads
-removed and activation patching, on a private copy of the model, shared by every session."""
+removed and activation patching, shared by every session. Heads are removed and activations
+patched by hooks of the calling thread only (``core.model.hooks``): the model every session
+reads is used as it is, with no private copy and no lock."""
 
 from __future__ import annotations
-
-import threading
 
 from core.attention import ablation as ablate
 from core.attention.ablation import HeadSpec
 from core.attention.patching import Patching, patch
 from core.model import checked_translation as translation
-from core.model.checkpoints import LoadedModel
 from core.model.decode import DecodeSettings, Translation
+from core.model.interface import TranslationModel
 from pages.ui.cached import fitted
-from pages.ui.shared_cache import MODELS, shared
-
-
-@shared(pool=MODELS)
-def private_model(_lm: LoadedModel, path: str, mtime: float) -> tuple[LoadedModel, threading.Lock]:
-    """A copy of the model whose head gates this section sets, and the lock that guards it.
-
-    The loaded model is shared by every session and never has gates set; sessions take
-    turns on the copy.
-    """
-    return ablate.private_copy(_lm), threading.Lock()
+from pages.ui.shared_cache import shared
 
 
 def ablated_translate(
-    lm: LoadedModel,
+    lm: TranslationModel,
     path: str,
     mtime: float,
     sentence: str,
@@ -41,7 +31,7 @@ def ablated_translate(
 
 @shared()
 def _ablated_translate(
-    _lm: LoadedModel,
+    _lm: TranslationModel,
     path: str,
     mtime: float,
     sentence: str,
@@ -49,17 +39,16 @@ def _ablated_translate(
     heads: tuple[HeadSpec, ...],
     note: str,
 ) -> Translation:
-    """translate_sentence of the private copy with ``heads`` removed, ``note`` in its warnings."""
-    own, lock = private_model(_lm, path, mtime)
-    with lock, ablate.ablated(own.model, heads):
-        t = translation.translate_sentence(own, sentence, settings)
+    """translate_sentence with ``heads`` removed, ``note`` in its warnings."""
+    with ablate.ablated(_lm, heads):
+        t = translation.translate_sentence(_lm, sentence, settings)
     t.warnings += [note] if note else []
     return t
 
 
 @shared(spinner="Patching every head and every position…")
 def patched(
-    _lm: LoadedModel,
+    _lm: TranslationModel,
     path: str,
     mtime: float,
     clean: str,
@@ -67,9 +56,15 @@ def patched(
     direction: str = "denoise",
     prefix: str | None = None,
     answers: tuple[str, str] | None = None,
+    target_lang: str = "",
 ) -> Patching:
-    """Activation patching of the private copy (its hooks touch no shared model), cached per
-    model, sentence pair and question for every session."""
-    own, lock = private_model(_lm, path, mtime)
-    with lock:
-        return patch(own, clean, corrupt, direction=direction, prefix=prefix, answers=answers)
+    """Activation patching, cached per model, sentence pair and question for every session."""
+    return patch(
+        _lm,
+        clean,
+        corrupt,
+        direction=direction,
+        prefix=prefix,
+        answers=answers,
+        target_lang=target_lang or None,
+    )

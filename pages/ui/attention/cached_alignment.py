@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from core.alignment import grid
-from core.model.checkpoints import LoadedModel
+from core.model.interface import TranslationModel
 from pages.ui.progress import LateProgress
 from pages.ui.shared_cache import shared
 
 
 @shared()
 def alignment_grid(
-    _lm: LoadedModel, path: str, mtime: float, gold_key: str, _pairs: list, _gold: list
+    _lm: TranslationModel, path: str, mtime: float, gold_key: str, _pairs: list, _gold: list
 ) -> grid.AlignmentGrid:
     """Every reader's AER on a gold set (``gold_key``: a hash of its content), per model file.
 

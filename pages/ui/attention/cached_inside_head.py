@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from core.attention import logit_lens, query_key
-from core.model.checkpoints import LoadedModel
 from core.model.decode import Translation
+from core.model.interface import TranslationModel
 from pages.ui.shared_cache import shared
 
 
 @shared()
 def query_key_view(
-    _lm: LoadedModel, _t: Translation, key: tuple, kind: str, layer: int, head: int, query: int
+    _lm: TranslationModel, _t: Translation, key: tuple, kind: str, layer: int, head: int, query: int
 ) -> query_key.QueryKey:
     """One query of one head taken apart (``key``: model file, sentence, decoding settings)."""
     return query_key.query_key_view(_lm, _t, kind, layer, head, query)
 
 
 @shared()
-def lens(_lm: LoadedModel, _t: Translation, key: tuple) -> logit_lens.LogitLens:
+def lens(_lm: TranslationModel, _t: Translation, key: tuple) -> logit_lens.LogitLens:
     """The logit lens of a cached translation (``key``: model file, sentence, settings)."""
     return logit_lens.logit_lens(_lm, _t)

@@ -4,14 +4,14 @@ and their projections, shared by every session."""
 from __future__ import annotations
 
 from core.attention import projector
-from core.model.checkpoints import LoadedModel
+from core.model.interface import TranslationModel
 from pages.ui.progress import LateProgress
 from pages.ui.shared_cache import shared
 
 
 @shared(spinner="Rebuilding the validation sentences…")
 def sentences(
-    _lm: LoadedModel, path: str, mtime: float, n: int, target_lang: str
+    _lm: TranslationModel, path: str, mtime: float, n: int, target_lang: str
 ) -> projector.Sentences:
     """The model's first ``n`` validation sentences, as it reads them."""
     return projector.sentences_of(_lm, n, target_lang=target_lang or None)
@@ -19,7 +19,7 @@ def sentences(
 
 @shared()
 def projection(
-    _lm: LoadedModel,
+    _lm: TranslationModel,
     path: str,
     mtime: float,
     side: str,

@@ -5,25 +5,24 @@ from __future__ import annotations
 import streamlit as st
 
 from core.attention import comparison as compare
-from core.attention.families import source_label
 from core.attention.kinds import kind_labels
 from core.attention.maps import export_name
 from core.attention.sentence_maps import SentenceMaps
 from core.attention.token_pick import resolve_pick
-from core.attention.view_state import ViewState
 from core.attention.word_maps import merged
 from core.corpus.text import D2L_TEST_PAIRS
 from core.figures import attention as figs
 from core.figures import comparison as cmp_figs
-from core.model.checkpoints import CheckpointError, LoadedModel
+from core.model.checkpoints import CheckpointError
 from core.model.decode import Translation, TranslationError
-from core.model.opened import is_hugging_face
+from core.model.interface import TranslationModel
 from core.runs.catalogue import ModelEntry, find_entry
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.cached import sentence_maps, teacher_forced, translate
 from pages.ui.charts import chart
 from pages.ui.model_picker import load_model, model_entries
 from pages.ui.text import code, md, spreadsheet_safe
+from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import widget_default
 
 MODES = ("two models", "two sentences")
@@ -86,7 +85,7 @@ def pick_other(entry: ModelEntry, state: ViewState) -> ModelEntry | None:
 
 
 def other_translation(other: ModelEntry, state: ViewState):
-    """(LoadedModel, Translation) of model B, or None with a message."""
+    """(TranslationModel, Translation) of model B, or None with a message."""
     try:
         lm_b = load_model(other.path, other.mtime)
     except CheckpointError as e:
@@ -103,7 +102,7 @@ def other_translation(other: ModelEntry, state: ViewState):
 
 def two_models(
     entry: ModelEntry,
-    lm: LoadedModel,
+    lm: TranslationModel,
     t: Translation,
     maps: SentenceMaps,
     state: ViewState,
@@ -134,9 +133,9 @@ def two_models(
     note = compare.size_note(*forced, state.kind)
     if note:
         st.info(md(note))
-    # two families name their tokens apart (</s> and <eos>, a word one knows and one reads
+    # two tokenizers name their tokens apart (</s> and <eos>, a word one knows and one reads
     # as <unk>): then rows and columns are matched by token, as for two sentences
-    across = is_hugging_face(lm) or is_hugging_face(lm_b)
+    across = compare.cut_differently(lm, lm_b)
     pair_maps(*forced, state, stretch, by_token=across)
 
 
@@ -185,12 +184,12 @@ def same_rows(models, t: Translation, t_b: Translation, state: ViewState, words:
 
 def target(lm, chosen: str) -> str:
     """The target language the page chose, for a multilingual model that has it ("" else)."""
-    return chosen if chosen in getattr(lm, "meta", {}).get("language_codes", []) else ""
+    return chosen if chosen in lm.language_codes() else ""
 
 
 def two_sentences(
     entry: ModelEntry,
-    lm: LoadedModel,
+    lm: TranslationModel,
     t: Translation,
     maps: SentenceMaps,
     state: ViewState,
@@ -199,7 +198,7 @@ def two_sentences(
     """Sentence A (the page's) and sentence B on the same model, aligned by shared tokens."""
     suggestion = compare.suggest_sentence(state.sentence, [s for s, _ in D2L_TEST_PAIRS])
     widget_default("cmp_sentence", state.other_sentence or suggestion)
-    label = source_label(lm).replace("Source", "source")  # "English" stays a proper noun
+    label = lm.source_label.replace("Source", "source")  # "English" stays a proper noun
     state.other_sentence = st.text_input(f"Second {label} (B)", key="cmp_sentence")
     if not state.other_sentence.strip():
         st.caption("Type a second sentence to compare its maps with the first one's.")

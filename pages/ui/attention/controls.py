@@ -7,7 +7,7 @@ import streamlit as st
 from core.attention.kinds import BOUNDARY_TOKENS, KIND_NAMES, KINDS
 from core.attention.maps import head_options
 from core.attention.sentence_maps import SentenceMaps
-from core.attention.view_state import ViewState
+from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import clamp_widget, widget_default
 
 HEAD_WORDS = {"mean": "mean of heads", "max": "max of heads", "rollout": "rollout"}

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.attention.ablation import private_copy
 from core.attention.maps import export_name
-from core.attention.view_state import ViewState
 from core.attribution.faithfulness import (
     DEFAULT_METHODS,
     RANDOM,
@@ -19,13 +17,14 @@ from core.attribution.faithfulness import (
 from core.attribution.methods import METHOD_NAMES, METHODS, AttributionError
 from core.corpus.source import DataError
 from core.figures import attribution as attr_figs
-from core.model.checkpoints import LoadedModel, trained_data
-from core.model.hf_folder import HFModelError
+from core.model.checkpoints import trained_data
+from core.model.interface import TranslationModel
 from core.runs.catalogue import ModelEntry
 from pages.ui.charts import chart
 from pages.ui.heavy_work import heavy_slot
 from pages.ui.progress import progress_bar
 from pages.ui.text import md, spreadsheet_safe
+from pages.ui.view_state import ViewState
 
 SLOW_METHOD = "integrated-gradients"  # left out by default: about 2 s per sentence
 SLOW_SECONDS = 2.0  # its time per sentence of about 15 tokens
@@ -51,11 +50,11 @@ HOW = (
 )
 
 
-def faithfulness_panel(entry: ModelEntry, lm: LoadedModel, state: ViewState) -> None:
+def faithfulness_panel(entry: ModelEntry, lm: TranslationModel, state: ViewState) -> None:
     """The methods ranked against occlusion: from the disk cache, or measured on request."""
     st.subheader("Faithfulness: which method agrees with occlusion?")
     st.caption(HOW)
-    if lm.family != "studio":
+    if not lm.trained_here:
         left_out = [METHOD_NAMES[m] for m in METHODS if m not in usable_methods(lm, METHODS)]
         st.caption(
             "This model was not trained here: its sample is the first validation sentences "
@@ -119,7 +118,7 @@ def duration_words(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} minutes"
 
 
-def corpus_here(lm: LoadedModel) -> bool:
+def corpus_here(lm: TranslationModel) -> bool:
     """Whether the model's training corpus is on this machine; else an error that says so."""
     try:
         trained_data(lm.meta)
@@ -137,7 +136,7 @@ def no_corpus(e: Exception) -> None:
 
 
 def measure(
-    entry: ModelEntry, lm: LoadedModel, n: int, methods, target_lang=None
+    entry: ModelEntry, lm: TranslationModel, n: int, methods, target_lang=None
 ) -> Faithfulness | None:
     """Run faithfulness_for with a progress bar and ETA; None, with a message, if it cannot."""
     bar, report = progress_bar()
@@ -148,13 +147,13 @@ def measure(
             return None
         try:
             result = faithfulness_for(
-                private_copy(lm), entry.path, n, methods, progress=report, target_lang=target_lang
+                lm, entry.path, n, methods, progress=report, target_lang=target_lang
             )
         except DataError as e:  # e.g. a model trained without a validation split
             bar.empty()
             st.error(md(f"Faithfulness cannot be measured for this model: {e}"))
             return None
-        except (AttributionError, HFModelError, OSError, ValueError, TypeError) as e:
+        except (AttributionError, OSError, ValueError, TypeError) as e:
             bar.empty()
             st.error(md(f"Faithfulness cannot be measured: {e}"))
             return None

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.attention.sentence_maps import SentenceMaps
-from core.attention.view_state import ViewState
-from core.model.checkpoints import LoadedModel
 from core.model.decode import Translation
+from core.model.interface import TranslationModel
 from core.runs.catalogue import ModelEntry
+from pages.ui.view_state import ViewState
 
 
 @dataclass(frozen=True)
@@ -16,7 +16,7 @@ class SectionInputs:
     """The page's chosen model, its translation of the sentence and the maps shown."""
 
     entry: ModelEntry  # the chosen model (model A when two are compared)
-    lm: LoadedModel  # that model, loaded
+    lm: TranslationModel  # that model, loaded
     translation: Translation  # the sentence decoded with the view's settings
     pieces: SentenceMaps  # its maps over the model's own tokens (BPE pieces unmerged)
     maps: SentenceMaps  # its maps as shown (pieces merged into words when the view asks)

@@ -8,13 +8,13 @@ from core.attention import token_pick
 from core.attention.kinds import short_title
 from core.attention.maps import export_name, hide_columns
 from core.attention.query_key import InsideHeadError
-from core.attention.view_state import ViewState
 from core.figures import inside_head as figs
 from core.figures.clicks import clicked_token
 from pages.ui.attention import cached_inside_head as cached
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.charts import chart
 from pages.ui.text import md
+from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import widget_default
 
 

@@ -8,7 +8,6 @@ import streamlit as st
 from core.attention import head_stats, token_pick
 from core.attention.maps import blank_note, export_name, hide_columns, select_view, view_csv
 from core.attention.sentence_maps import SentenceMaps
-from core.attention.view_state import ViewState
 from core.figures import attention as figs
 from core.figures import comparison as cmp_figs
 from core.figures.clicks import clickable, clicked_cell
@@ -17,6 +16,7 @@ from pages.ui.attention.inputs import SectionInputs
 from pages.ui.cached import head_table
 from pages.ui.charts import chart
 from pages.ui.text import md, spreadsheet_safe
+from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import widget_default
 
 OVERVIEWS = ("heat maps", "lines (model view)")

@@ -6,7 +6,6 @@ import streamlit as st
 
 from core.attention.maps import export_name, select_view
 from core.attention.snapshots import SnapshotFrame, SnapshotSeries
-from core.attention.view_state import ViewState
 from core.attention.word_maps import shown_maps
 from core.figures import attention as figs
 from core.figures.training import training_curve_figure
@@ -23,6 +22,7 @@ from pages.ui.cached import probe_sentences, snapshot_series
 from pages.ui.charts import chart
 from pages.ui.polling import CURVES_POLL_S
 from pages.ui.text import md
+from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import clamp_widget, write_url
 
 PLAYER = "at_train"  # the play button's key

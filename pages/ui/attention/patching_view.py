@@ -85,7 +85,15 @@ def patching_section(page: SectionInputs) -> None:
     entry, state = page.entry, page.state
     try:
         result = cached.patched(
-            page.lm, entry.path, entry.mtime, state.sentence, corrupt, direction, prefix, answers
+            page.lm,
+            entry.path,
+            entry.mtime,
+            state.sentence,
+            corrupt,
+            direction,
+            prefix,
+            answers,
+            state.target_lang,
         )
     except TranslationError as e:
         st.error(md(e))

@@ -7,7 +7,6 @@ import streamlit as st
 from core.attention.comparison import unknown_words
 from core.attention.kinds import short_title
 from core.attention.maps import decoder_view, export_name, playback_step, select_view
-from core.attention.view_state import ViewState
 from core.figures import attention as figs
 from core.figures import playback as playback_figs
 from core.model.decode import TranslationError
@@ -16,6 +15,7 @@ from pages.ui.attention.inputs import SectionInputs
 from pages.ui.cached import teacher_forced
 from pages.ui.charts import chart
 from pages.ui.text import code, md
+from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import widget_default, write_url
 
 PLAYER = "at_play"  # the play button's key

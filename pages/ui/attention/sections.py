@@ -1,4 +1,6 @@
-"""The Attention page's sections: each key's label, the view that draws it, the picker."""
+"""The Attention page's sections: each key's label, the view that draws it, the fields of
+the view state only it writes (they travel in the URL while it is shown), and the picker. A
+new section is one line here (and its view)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,6 @@ from typing import NamedTuple
 
 import streamlit as st
 
-from core.attention.view_state import SECTION_KEYS, ViewState
 from pages.ui.attention import (
     ablation_view,
     alignment_view,
@@ -23,36 +24,59 @@ from pages.ui.attention import (
 )
 from pages.ui.attention.alignment_gold_view import open_alignment_on_best
 from pages.ui.attention.inputs import SectionInputs
+from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import widget_default
 
 
 class Section(NamedTuple):
-    """One section of the Attention page: its label and the view that draws it."""
+    """One section of the Attention page: its label, the view that draws it, its fields."""
 
     label: str  # shown on the "Show" radio
     draw: Callable[[SectionInputs], None]
     reads_view: bool = True  # whether it reads the kind, layer and head above it
+    fields: tuple[str, ...] = ()  # the ViewState fields only it writes
+
+
+ATTRIBUTION = ("method", "contrast_step", "contrast_word", "contrast_method")
+PATCH = ("corrupt", "patch_dir", "patch_ask", "patch_prefix", "patch_answer", "patch_wrong")
+PROJECT = ("space_side", "space_layer", "space_method", "space_dims", "space_colour")
+SECTIONS = {  # key (the URL's ``section``) -> section
+    "maps": Section("Maps", maps_view.maps_section),
+    "playback": Section("Decoding playback", playback_view.playback_section, fields=("step",)),
+    "training": Section(
+        "Over training", over_training_view.training_section, fields=("train_step", "diff_from")
+    ),
+    "ablation": Section("Remove heads", ablation_view.ablation_section),
+    "compare": Section("Compare", comparison_view.comparison_section),
+    "attribution": Section("Attribution", attribution_view.attribution_section, fields=ATTRIBUTION),
+    "alignment": Section("Alignment", alignment_view.alignment_section, fields=("align",)),
+    "inside": Section(
+        "Inside a head", inside_head_view.inside_head_section, fields=("query", "lines_all")
+    ),
+    "lens": Section("Logit lens", logit_lens_view.logit_lens_section, False, ("lens",)),
+    "patch": Section("Patching", patching_view.patching_section, False, PATCH),
+    "project": Section(
+        "Where tokens live",
+        projector_view.projector_section,
+        False,
+        (*PROJECT, "space_sentences", "space_pick"),
+    ),
+}
+SECTION_KEYS = tuple(SECTIONS)  # in the picker's order
+SECTION_FIELDS = {name: key for key, s in SECTIONS.items() for name in s.fields}  # -> its section
+
+
+def known_section(state: ViewState) -> str:
+    """The state's section, or the first one when the URL named none of them."""
+    if state.section not in SECTIONS:
+        state.section = SECTION_KEYS[0]
+    return state.section
 
 
 def coming_section(state: ViewState) -> Section:
     """The section this run will draw (the picker's new value on a click), before the picker."""
-    key = st.session_state.get("at_section") or state.section
-    return SECTIONS.get(key, SECTIONS[state.section])
-
-
-SECTIONS = {  # key (core.attention.view_state.SECTION_KEYS) -> section
-    "maps": Section("Maps", maps_view.maps_section),
-    "playback": Section("Decoding playback", playback_view.playback_section),
-    "training": Section("Over training", over_training_view.training_section),
-    "ablation": Section("Remove heads", ablation_view.ablation_section),
-    "compare": Section("Compare", comparison_view.comparison_section),
-    "attribution": Section("Attribution", attribution_view.attribution_section),
-    "alignment": Section("Alignment", alignment_view.alignment_section),
-    "inside": Section("Inside a head", inside_head_view.inside_head_section),
-    "lens": Section("Logit lens", logit_lens_view.logit_lens_section, reads_view=False),
-    "patch": Section("Patching", patching_view.patching_section, reads_view=False),
-    "project": Section("Where tokens live", projector_view.projector_section, reads_view=False),
-}
+    key = st.session_state.get("at_section") or known_section(state)
+    return SECTIONS.get(key, SECTIONS[known_section(state)])
 
 
 def _opened() -> None:
@@ -63,7 +87,7 @@ def _opened() -> None:
 
 def pick_section(state: ViewState) -> Section:
     """The "Show" radio (widget ``at_section``) over the sections; kept in the view state."""
-    widget_default("at_section", state.section, SECTION_KEYS)
+    widget_default("at_section", known_section(state), SECTION_KEYS)
     state.section = st.radio(
         "Show",
         SECTION_KEYS,

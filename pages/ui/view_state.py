@@ -1,4 +1,11 @@
-"""What the Translate and Attention pages show, as it travels in the URL."""
+"""What the Translate and Attention pages show, as it travels in the URL.
+
+One flat state: the model, the sentence and decoding, the view (kind, layer, head), and each
+Attention section's own fields. Which section writes which fields is that section's row of
+``pages.ui.attention.sections.SECTIONS`` (``to_query``'s ``owned``): a field of one section
+travels in the URL only while that section is shown. The choices a field is checked against
+are the library's own (``core``), never copies.
+"""
 
 from __future__ import annotations
 
@@ -6,69 +13,18 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
+from core.alignment.extract import MODES as ALIGN_MODES
 from core.attention.kinds import KINDS
 from core.attention.logit_lens import LENS_COLORS
 from core.attention.maps import HEAD_AGGREGATES, head_options
 from core.attention.patching import DIRECTIONS
 from core.attention.projector import COLOURS, DIMS, MAX_SENTENCES, METHODS, SENTENCES, SIDES
 from core.attention.sentence_maps import SentenceMaps
+from core.attribution.contrast import CONTRAST_METHODS
 from core.corpus.text import D2L_TEST_PAIRS
 from core.model.checked_translation import DEFAULT_SENTENCE
 from core.model.decode import ALPHA, ALPHAS, BEAM_SIZES, MAX_LEN, MAX_LENS, DecodeSettings
 
-SECTION_KEYS = (  # the Attention page's
-    "maps",
-    "playback",
-    "training",
-    "ablation",
-    "compare",
-    "attribution",
-    "alignment",
-    "inside",
-    "lens",
-    "patch",
-    "project",
-)
-PLAYBACK = "playback"  # the section whose output step travels in the URL
-ATTRIBUTION = "attribution"  # the section whose attribution method travels in the URL
-ALIGNMENT = "alignment"  # the section whose alignment mode travels in the URL
-TRAINING = "training"  # the section whose training step and compared step travel in the URL
-INSIDE = "inside"  # the section whose query token and lines mode travel in the URL
-LENS = "lens"  # the section whose colouring travels in the URL
-PATCH = "patch"  # the section whose corrupted sentence travels in the URL
-PROJECT = "project"  # the section whose projection settings travel in the URL
-SECTION_FIELDS = {  # fields only one section writes
-    "step": PLAYBACK,
-    "method": ATTRIBUTION,
-    "contrast_step": ATTRIBUTION,
-    "contrast_word": ATTRIBUTION,
-    "contrast_method": ATTRIBUTION,
-    "align": ALIGNMENT,
-    "train_step": TRAINING,
-    "diff_from": TRAINING,
-    "query": INSIDE,
-    "lines_all": INSIDE,
-    "lens": LENS,
-    "corrupt": PATCH,
-    "patch_dir": PATCH,
-    "patch_ask": PATCH,
-    "patch_prefix": PATCH,
-    "patch_answer": PATCH,
-    "patch_wrong": PATCH,
-    "space_side": PROJECT,
-    "space_layer": PROJECT,
-    "space_method": PROJECT,
-    "space_dims": PROJECT,
-    "space_colour": PROJECT,
-    "space_sentences": PROJECT,
-    "space_pick": PROJECT,
-}
-CONTRAST_METHODS = (
-    "grad-input",
-    "integrated-gradients",
-    "occlusion",
-)  # core.attribution.contrast's
-ALIGN_MODES = ("awo", "awi")  # core.alignment.extract.MODES (a layer above: checked by a test)
 OLD_SECTIONS = {  # the section values of links made before the keys: the labels shown then
     "Maps": "maps",
     "Decoding playback": "playback",
@@ -99,7 +55,7 @@ class ViewState:
     head: str = "0"  # a head number, "mean", "max" or "rollout"
     hide: bool = False  # hide <bos>/<eos> columns
     words: bool = False  # a subword (BPE) model's pieces merged into words
-    section: str = SECTION_KEYS[0]  # what the Attention page shows (one of SECTION_KEYS)
+    section: str = "maps"  # what the Attention page shows (a key of its SECTIONS)
     step: int = 0  # output step of the decoding playback
     ablate: str = ""  # heads removed, "KIND:LAYER:HEAD,..." (core.ablate's spec)
     other: str = ""  # the compared model's key ("" = none)
@@ -167,12 +123,11 @@ class ViewState:
             "patch_answer",
             "patch_wrong",
             "contrast_word",
+            "section",
         ):
             if len(getattr(state, name)) > MAX_TEXT_CHARS:
                 setattr(state, name, getattr(cls, name))
-        state.section = OLD_SECTIONS.get(state.section, state.section)
-        if state.section not in SECTION_KEYS:
-            state.section = cls.section
+        state.section = OLD_SECTIONS.get(state.section, state.section)  # the picker checks it
         if len(state.reference) > MAX_REFERENCE_CHARS:
             state.reference = cls.reference
         if len(state.target) > MAX_REFERENCE_CHARS:
@@ -195,14 +150,17 @@ class ViewState:
             state.head = cls.head
         return state
 
-    def to_query(self, keys: Sequence[str] | None = None) -> dict[str, str]:
-        """The URL's values (of ``keys``, default all): the view's core always, others if set."""
-        default = ViewState()
+    def to_query(
+        self, keys: Sequence[str] | None = None, owned: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        """The URL's values (of ``keys``, default all): the view's core always, others if set;
+        a field ``owned`` by a section ({field: section key}) only while it is shown."""
+        default, owned = ViewState(), owned or {}
         out = {}
         for f in fields(self):
             if keys is not None and f.name not in keys:
                 continue
-            if f.name in SECTION_FIELDS and self.section != SECTION_FIELDS[f.name]:
+            if f.name in owned and self.section != owned[f.name]:
                 continue  # the output step (method, mode) means something in one section only
             value = getattr(self, f.name)
             always = f.name in ("sentence", "model", "kind", "layer", "head")

@@ -1,0 +1,193 @@
+"""Head importance's three measures on any model (``core.model.interface``): corpus BLEU of
+greedy translations and mean teacher-forced loss with heads removed, and the gradient score of
+Michel, Levy & Neubig (2019), each row of a batch carrying the gates of its own head set
+(``TranslationModel.rows_gated``).
+
+The sample is a validation split's (``core.measure.sample``): its outputs are read back as
+d2l's words before BLEU against the split's references. Rows whose head sets leave the
+encoder whole read the encoder's output computed once; a Hugging Face model's passes may run
+in bfloat16 where the CPU runs it natively (``resolved_precision``; the studio's small models
+are measured in float32, ``capabilities``).
+
+Shape key: B rows (sentences x head sets), H heads, S source tokens, T target tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+
+import torch
+
+from core.attention.ablation import HeadSpec, all_heads
+from core.measure.sample import Sample
+from core.model.batched import (
+    FORCED_ROWS,
+    encoded_states,
+    give_back_memory,
+    greedy_pass,
+    token_losses,
+)
+from core.model.interface import TranslationModel
+from core.model.scores import corpus_bleu
+
+Tick = Callable[[int], None] | None  # called with the rows done after each pass
+
+ROWS_PER_PASS = 256  # the most (head set, sentence) rows one greedy pass decodes together
+GRADIENT_ROWS = 64  # the most pairs one backward pass of the gradient score reads
+DECODE_ROW_CELLS = 96 * 512 * 12  # a greedy pass's rows x width x layers: 96 rows at opus-mt's
+# size (bench/hf_server_memory.py: 128 rows were 5 % faster, their peak 50-190 MB higher, past
+# 1.5 GB); a model a tenth of that size decodes ROWS_PER_PASS at once
+GRADIENT_ROW_CELLS = 4 * 59_514  # a backward pass's pairs x vocabulary: float32 logits, their
+# gradient and the saved activations; at opus-mt's size (59,514 words) the gradient of 32 rows
+# took 900 MB above the model, of 4 rows 150 (as fast on 2 cores)
+PRECISIONS = ("auto", "float32", "bfloat16")  # of the passes that remove heads
+
+
+def resolved_precision(precision: str, m: TranslationModel) -> str:
+    """``precision`` itself, or for "auto": bfloat16 on a CPU whose oneDNN runs it natively
+    (3-4x float32's matrix products there), float32 anywhere else or where the model is
+    measured exactly (``supports("bfloat16")``)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    if m.supports("bfloat16") is not None:
+        return "float32"
+    if precision != "auto":
+        return precision
+    native = m.device.type == "cpu" and torch.backends.mkldnn.is_available()
+    return "bfloat16" if native and torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
+
+
+class Measures:
+    """BLEU, loss and gradient scores of a model on a sample, heads removed."""
+
+    loss_row = 0.6  # one teacher-forced pair's time, in greedily decoded sentences (opus-mt)
+
+    def __init__(self, m: TranslationModel, sample: Sample, target_lang=None, precision="float32"):
+        self.m, self.sample, self.target_lang = m, sample, target_lang
+        self.precision = resolved_precision(precision, m)
+        self.heads = {(h.kind, h.layer) for h in all_heads(m.cfg)}
+
+    def rows_per_pass(self) -> int:
+        """Rows one greedy pass decodes: fewer for a wider and deeper model."""
+        cfg = self.m.cfg
+        cells = cfg.d_model * (cfg.num_encoder_layers + cfg.num_decoder_layers)
+        return max(1, min(ROWS_PER_PASS, DECODE_ROW_CELLS // cells))
+
+    def gradient_rows(self) -> int:
+        """Pairs one backward pass reads: fewer for a bigger vocabulary."""
+        return max(1, min(GRADIENT_ROWS, GRADIENT_ROW_CELLS // self.m.cfg.tgt_vocab_size))
+
+    def all_heads(self) -> list[HeadSpec]:
+        """Every head, kinds in KINDS order, then layer, then head."""
+        return all_heads(self.m.cfg)
+
+    def gates(self, sets: Sequence[Sequence[HeadSpec]], rows: Sequence[int]) -> dict:
+        """{(kind, layer): (B, H) gates}: row b is 0 at the heads set ``rows[b]`` removes."""
+        table: dict[tuple[str, int], torch.Tensor] = {}
+        H = self.m.cfg.num_heads
+        for b, j in enumerate(rows):
+            for h in sets[j]:
+                key = (h.kind, h.layer)
+                if key not in table:
+                    table[key] = torch.ones(len(rows), H, device=self.m.device)
+                table[key][b, h.head] = 0.0
+        return table
+
+    def computing(self, keep_casts: bool = True):
+        """The context of the passes that remove heads: bfloat16 autocast (matrix products
+        in bfloat16 accumulated in float32; the loss's log-softmax in float32) or plain
+        float32. ``keep_casts``: the weights' bfloat16 copies are made once and kept while
+        the context lasts (150 MB at opus-mt's size): the decoding phase opens it once around
+        all its passes; the teacher-forced phase casts at each use instead, its peak lower."""
+        if self.precision == "bfloat16":
+            return torch.autocast(self.m.device.type, torch.bfloat16, cache_enabled=keep_casts)
+        return nullcontext()
+
+    @torch.no_grad()
+    def output_ids(self, sets: Sequence[Sequence[HeadSpec]], tick: Tick = None):
+        """Greedy outputs of every sample sentence with each set of heads removed:
+        [set][sentence] -> output ids (read up to the end token). ``tick(rows)`` after each
+        pass."""
+        n, sources = len(self.sample.sources), self.sample.src_ids
+        inside = [any(h.kind == "encoder" for h in heads) for heads in sets]
+        with self.computing():  # bfloat16 copies of the weights made once for the phase
+            encoded = encoded_states(self.m, sources, FORCED_ROWS) if not all(inside) else []
+            order = sorted(range(n), key=lambda i: len(sources[i]))
+            rows = sorted(
+                ((j, i) for i in order for j in range(len(sets))), key=lambda r: inside[r[0]]
+            )  # sources of like length, the sets that gate the encoder last
+            ids: list[list] = [[None] * n for _ in sets]
+            per_pass = self.rows_per_pass()
+            for start in range(0, len(rows), per_pass):
+                chunk = rows[start : start + per_pass]
+                whole = not any(inside[j] for j, _ in chunk)  # the encoder as it is: run once
+                memory = [encoded[i] for _, i in chunk] if whole else None
+                with self.m.rows_gated(self.gates(sets, [j for j, _ in chunk])):
+                    out = greedy_pass(
+                        self.m, [sources[i] for _, i in chunk], self.target_lang, memory
+                    )
+                for (j, i), row in zip(chunk, out):
+                    ids[j][i] = row
+                if tick:
+                    tick(len(chunk))
+        give_back_memory()
+        return ids
+
+    def bleu(self, sets: Sequence[Sequence[HeadSpec]], tick: Tick = None) -> list[float]:
+        """Corpus BLEU of the greedy outputs with each set of heads removed."""
+        return [
+            corpus_bleu([self.m.scored_words(ids) for ids in rows], self.sample.references)
+            for rows in self.output_ids(sets, tick)
+        ]
+
+    @torch.no_grad()
+    def losses(self, sets: Sequence[Sequence[HeadSpec]], tick: Tick = None) -> list[float]:
+        """Mean per-token teacher-forced loss over the sample's pairs, for each head set."""
+        pairs = self.sample.encoded
+        inside = [any(h.kind == "encoder" for h in heads) for heads in sets]
+        order = sorted(range(len(pairs)), key=lambda p: (len(pairs[p][0]), len(pairs[p][1])))
+        rows = sorted(
+            ((j, p) for p in order for j in range(len(sets))), key=lambda r: inside[r[0]]
+        )  # pairs of like length, the sets that gate the encoder last
+        sums, counts = [0.0] * len(sets), [0] * len(sets)
+        with self.computing(keep_casts=False):
+            encoded = encoded_states(self.m, [s for s, _ in pairs], FORCED_ROWS)
+            for start in range(0, len(rows), FORCED_ROWS):
+                chunk = rows[start : start + FORCED_ROWS]
+                gates = self.gates(sets, [j for j, _ in chunk])
+                again = any(kind == "encoder" for kind, _ in gates)
+                memory = None if again else [encoded[p] for _, p in chunk]
+                with self.m.rows_gated(gates):
+                    tokens = token_losses(self.m, [pairs[p] for _, p in chunk], memory)  # (B, T)
+                for (j, p), row in zip(chunk, tokens.sum(1).tolist()):
+                    sums[j] += row
+                    counts[j] += len(pairs[p][1])
+                if tick:
+                    tick(len(chunk))
+        give_back_memory()
+        return [s / max(c, 1) for s, c in zip(sums, counts)]
+
+    def gradients(self) -> dict[HeadSpec, float]:
+        """{HeadSpec: I_h}: mean over pairs of |dL(x)/d xi_h| at gates xi = 1, L(x) the
+        pair's mean token loss (one backward pass per batch, each pair its own gates)."""
+        pairs, H = self.sample.encoded, self.m.cfg.num_heads
+        sums = {key: torch.zeros(H) for key in sorted(self.heads)}
+        with torch.enable_grad():
+            per_pass = self.gradient_rows()
+            for start in range(0, len(pairs), per_pass):
+                chunk = pairs[start : start + per_pass]
+                ones = {
+                    key: torch.ones(len(chunk), H, device=self.m.device, requires_grad=True)
+                    for key in sums
+                }  # (B, H) each
+                with self.m.rows_gated(ones):
+                    tokens = token_losses(self.m, chunk)  # (B, T)
+                counts = torch.tensor([max(len(t), 1) for _, t in chunk], device=self.m.device)
+                losses = tokens.sum(1) / counts  # (B,)
+                grads = torch.autograd.grad(losses.sum(), list(ones.values()))  # (B, H) each
+                for key, g in zip(ones, grads):
+                    sums[key] += g.abs().sum(0).cpu()
+        count = max(len(pairs), 1)
+        give_back_memory()
+        return {h: float(sums[(h.kind, h.layer)][h.head]) / count for h in self.all_heads()}

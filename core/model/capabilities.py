@@ -1,0 +1,40 @@
+"""What a model cannot do, and why, in one line: the one table every refusal comes from.
+
+``problem(family, model_type, what)`` answers for a section of the Attention page
+(``training``: replaying a run), an attribution method or a setting (``bfloat16``). What a
+family's row does not name, every model of it does; a model type's row (T5) adds to its
+family's. ``TranslationModel.supports`` reads it; the pages and commands ask it before they
+offer or compute anything.
+"""
+
+from __future__ import annotations
+
+STUDIO = "studio"
+HUGGING_FACE = "hugging face"
+
+NOT_TRAINED_HERE = "A Hugging Face model was not trained here: it has no snapshots to replay."
+
+BY_FAMILY: dict[str, dict[str, str]] = {
+    STUDIO: {
+        "bfloat16": "The studio's own models are small: they are measured exactly, in float32.",
+    },
+    HUGGING_FACE: {
+        "training": NOT_TRAINED_HERE,
+        "supervision": "Supervision is compared between two of the studio's own checkpoints: "
+        "a Hugging Face model was not trained here.",
+    },
+}
+
+T5_IG = (
+    "Integrated gradients from zero embeddings does not converge for T5: its RMSNorm maps "
+    "α·e to nearly e for every α > 0 and no absolute position is added, so the change sits "
+    "at α ≈ 0 (completeness off by 65 % with 512 steps on a test model); use gradient × input."
+)
+BY_MODEL_TYPE: dict[str, dict[str, str]] = {
+    t5: {"integrated-gradients": T5_IG} for t5 in ("t5", "mt5", "umt5")
+}
+
+
+def problem(family: str, model_type: str, what: str) -> str | None:
+    """Why a model of this family and type cannot do ``what``; None when it can."""
+    return BY_MODEL_TYPE.get(model_type, {}).get(what) or BY_FAMILY.get(family, {}).get(what)

@@ -1,0 +1,453 @@
+"""One way into every model: what the analysis, the commands and the pages may ask of a model,
+whatever its family.
+
+``TranslationModel`` is the interface; ``core.model.studio_model.StudioModel`` (the studio's
+own Transformer) and ``core.model.hf_model.HFModel`` (a Hugging Face encoder-decoder) are its
+adapters, and ``core.model.opened.open_model`` returns one of them. Everything outside
+``core/model`` reads a model only through it:
+
+- tokens both ways: ``source`` (a sentence as ids, pieces, unknown flags and notes),
+  ``target_ids``, ``source_tokens`` / ``target_tokens`` (the studio's convention: ``##``
+  continues a word), ``target_words``, ``special_ids``;
+- decoding: ``translate`` (greedy or beam, every map), ``force`` (a target the user gave),
+  ``greedy`` (many padded sources at once, under whatever hooks are on);
+- passes: ``run`` (logits; the encoder's output may be given), ``encode``, ``hidden``,
+  ``record`` (one teacher-forced pass with every site, ``core.model.record``), the
+  embeddings path (``embeddings`` and ``log_probs_from_embeddings``: the exact function of
+  the token embeddings that the ids path computes, by hooks on the embedding sites);
+- hook sites (``hook_points``, ``hooks``: ``core.model.hooks``), and on them removing heads
+  (``heads_removed``, ``rows_gated``: each head's output scaled before W_o, per thread);
+- what the decompositions need: each attention's weights (``attention_weights``) and the
+  norm around it (``sublayer_norm``), the output layer (``logits_of``, ``lens``);
+- what it cannot do, in one line (``supports``, from ``core.model.capabilities``).
+
+Shape key: B batch, S source tokens, T decoder steps, D model width, H heads, Dh head width,
+V target vocabulary.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from core.model import capabilities
+from core.model.config import ModelConfig
+from core.model.decode import DecodeSettings, Translation
+from core.model.hooks import Hook, HookPoint, StopForward, capture, hooked, replace_with, stop_at
+from core.model.record import KINDS, Record, attention_site, from_cache, recorded_sites
+from core.model.transformer import evaluating
+
+LANGUAGE_CODE = re.compile(  # how tokenizers write a language code: M2M100 __fr__, NLLB
+    r"^(__[a-z]{2,3}(_[A-Za-z]+)?__|[a-z]{2,3}_[A-Z][a-z]{3}|>>[a-z_]{2,8}<<)$"
+)  # fra_Latn, multi-target Marian >>fra<<
+
+
+@dataclass
+class Source:
+    """A sentence as a model reads it."""
+
+    ids: list[int]  # what the encoder reads, the end token (and any language code) included
+    tokens: list[str]  # the same as shown tokens
+    unknown: list[bool]  # True where the token is the unknown one
+    notes: list[str]  # what the user should know (words cut, unknown words)
+
+
+@dataclass
+class WordPair:
+    """A sentence pair in pieces, each piece knowing its word."""
+
+    src_ids: list[int]  # what the encoder reads (specials included)
+    out_ids: list[int]  # the decoder's outputs: specials first, the pieces, the end token
+    src_words: list[int]  # the word index of each source piece
+    tgt_words: list[int]  # the word index of each target piece
+    src_start: int  # where the source pieces start in src_ids (after leading specials)
+    tgt_start: int  # where the target pieces start in out_ids
+
+    def source_columns(self) -> slice:
+        """The source pieces and the end token after them."""
+        return slice(self.src_start, self.src_start + len(self.src_words) + 1)
+
+    def target_rows(self) -> slice:
+        """The steps that write the target pieces, then the end token."""
+        return slice(self.tgt_start, self.tgt_start + len(self.tgt_words) + 1)
+
+
+@dataclass
+class AttentionWeights:
+    """One attention module's projections, per head: what q, k, v and W_o are made of."""
+
+    W_q: torch.Tensor  # (H * Dh, D) as nn.Linear holds it
+    b_q: torch.Tensor  # (H * Dh,) zeros where the module has no bias
+    W_k: torch.Tensor  # (H_kv * Dh, D)
+    b_k: torch.Tensor
+    W_v: torch.Tensor  # (H_kv * Dh, D)
+    b_v: torch.Tensor
+    W_o: torch.Tensor  # (D, H * Dh)
+    b_o: torch.Tensor  # (D,)
+    heads: int  # H
+    head_width: int  # Dh
+    scale: float  # what q·k is multiplied by: 1/sqrt(Dh), or 1 (T5)
+
+    def head_values(self, u: torch.Tensor) -> torch.Tensor:
+        """f^h(u_j) = (u_j W_V^h + b_V^h) W_O^h for each head: u (Tk, D) -> (H, Tk, D)."""
+        H, Dh = self.heads, self.head_width
+        v = (u @ self.W_v.T + self.b_v).view(-1, H, Dh).transpose(0, 1)  # (H, Tk, Dh)
+        w_o = self.W_o.view(self.W_o.size(0), H, Dh).permute(1, 2, 0)  # (H, Dh, D)
+        return v @ w_o  # (H, Tk, D)
+
+    def head_queries_keys(self, queries: torch.Tensor, keys: torch.Tensor, head: int):
+        """One head's queries (Tq, Dh) and keys (Tk, Dh) from the inputs (Tq, D), (Tk, D)."""
+        cut = slice(head * self.head_width, (head + 1) * self.head_width)
+        q = queries @ self.W_q[cut].T + self.b_q[cut]  # (Tq, Dh)
+        k = keys @ self.W_k[cut].T + self.b_k[cut]  # (Tk, Dh)
+        return q, k
+
+
+@dataclass
+class SublayerNorm:
+    """The norm around one attention sub-layer."""
+
+    pre: bool  # pre-LN: y = x + attention(norm(x)); post-LN: y = norm(x + attention(x))
+    norm: nn.Module  # the norm module (a LayerNorm, or T5's RMSNorm where pre)
+
+
+def linear_parts(linear: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weight, bias) of a linear layer, zeros for a missing bias."""
+    bias = linear.bias if linear.bias is not None else linear.weight.new_zeros(linear.out_features)
+    return linear.weight, bias
+
+
+class TranslationModel(ABC):
+    """A model as the studio reads it (the adapters: ``StudioModel``, ``HFModel``)."""
+
+    family: str  # "studio" or "hugging face"
+    model: nn.Module  # the torch module
+    cfg: ModelConfig  # its sizes in the studio's terms (layers, heads, width, positions)
+    meta: dict  # what its checkpoint or folder says of it
+    subword: bool  # whether its tokenizer cuts words into pieces
+    trained_here: bool  # trained by the studio: its corpus, splits and history are known
+    source_label: str  # the sentence box's label ("English sentence", "Source sentence (en)")
+    target_name: str  # the target language as a box names it ("French", "fr")
+
+    # ------------------------------------------------------------------ what it is
+
+    @property
+    def languages(self) -> tuple[str, str]:
+        """(source, target) language names, or ("source", "target") when unknown."""
+        return self.meta.get("source_lang") or "source", self.meta.get("target_lang") or "target"
+
+    @property
+    def device(self) -> torch.device:
+        """Where its weights are."""
+        return next(self.model.parameters()).device
+
+    @property
+    def model_type(self) -> str:
+        """Its architecture's name ("studio", or a Hugging Face ``model_type``)."""
+        return self.meta.get("model_type", self.family)
+
+    def supports(self, what: str) -> str | None:
+        """Why this model cannot do ``what`` (a section, method or setting), in one line;
+        None when it can."""
+        return capabilities.problem(self.family, self.model_type, what)
+
+    def layers(self, kind: str) -> int:
+        """How many layers hold attention of ``kind``."""
+        enc = kind in ("encoder", "encoder_stream")
+        return self.cfg.num_encoder_layers if enc else self.cfg.num_decoder_layers
+
+    # ------------------------------------------------------------------ tokens
+
+    start_id: int  # the decoder's first input
+    eos_id: int  # the end token
+    pad_id: int  # padding
+    unk_id: int | None  # the unknown token (None: the tokenizer has none)
+
+    @abstractmethod
+    def source(self, sentence: str) -> Source:
+        """A sentence as the encoder reads it; TranslationError when it cannot be read."""
+
+    @abstractmethod
+    def source_notes(self, words: Sequence[str]) -> list[str]:
+        """What a user should know of a source sentence's words (d2l's tokens) beyond the
+        translation's own notes: the words a word vocabulary lacks."""
+
+    @abstractmethod
+    def target_ids(self, text: str, first: int | None = None) -> list[int]:
+        """A target text as the decoder's output ids, the end token included (``first``: the
+        language code a multilingual model's output began with)."""
+
+    @abstractmethod
+    def source_tokens(self, ids: Sequence[int]) -> list[str]:
+        """Source ids as shown tokens."""
+
+    @abstractmethod
+    def words_to_source(self, words: Sequence[str]) -> list[int]:
+        """A source sentence written in d2l's words ("i'm home .") as ids, specials included."""
+
+    @abstractmethod
+    def words_to_target(self, words: Sequence[str], target_lang: str | None = None) -> list[int]:
+        """A target sentence in d2l's words as output ids, the end token (and a multilingual
+        model's ``target_lang`` code first) included."""
+
+    @abstractmethod
+    def word_pieces(self, words: Sequence[str], target: bool) -> tuple[list[int], list[int]]:
+        """(piece ids, the word index of each piece) of pre-tokenized words, no specials."""
+
+    @abstractmethod
+    def framing(self, words: Sequence[str], target: bool) -> tuple[list[int], list[int]]:
+        """(the specials before, the specials after) a sentence; the ones after start with
+        the end token."""
+
+    def language_codes(self) -> list[str]:
+        """A multilingual model's target language codes (none for one target language)."""
+        return list(self.meta.get("language_codes") or [])
+
+    def language_code(self, language: str = "fr") -> str | None:
+        """A multilingual model's code for ``language`` (``__fr__``, ``fra_Latn``); None for
+        a model of one target language."""
+        return None
+
+    def language_id(self, code: str | None) -> int | None:
+        """The id forced as the first output for a language code (None: nothing forced)."""
+        return None
+
+    def word_pair(self, src_words: Sequence[str], tgt_words: Sequence[str]) -> WordPair:
+        """A pair of pre-tokenized sentences as the model reads them, each piece knowing its
+        word (a gold alignment's pair; a multilingual model's French code forced first)."""
+        s_ids, s_owner = self.word_pieces(src_words, target=False)
+        t_ids, t_owner = self.word_pieces(tgt_words, target=True)
+        s_pre, s_post = self.framing(src_words, target=False)
+        t_pre, t_post = self.framing(tgt_words, target=True)
+        first = self.language_id(self.language_code("fr"))
+        t_pre = ([first] if first is not None and t_pre[:1] != [first] else []) + t_pre
+        return WordPair(
+            s_pre + s_ids + s_post,
+            t_pre + t_ids + t_post[:1],
+            s_owner,
+            t_owner,
+            len(s_pre),
+            len(t_pre),
+        )
+
+    @abstractmethod
+    def target_tokens(self, ids: Sequence[int]) -> list[str]:
+        """Target ids as shown tokens."""
+
+    @abstractmethod
+    def target_words(self, ids: Sequence[int]) -> list[str]:
+        """Target ids as words (pieces joined, specials left out)."""
+
+    @abstractmethod
+    def scored_words(self, ids: Sequence[int]) -> list[str]:
+        """Output ids up to the end token as d2l's words: what BLEU compares with the
+        corpus's references."""
+
+    @abstractmethod
+    def target_token_id(self, token: str) -> int:
+        """The id of a target token as ``target_tokens`` shows it (the unknown id if none)."""
+
+    @abstractmethod
+    def unknown_target_words(self, text: str) -> list[str]:
+        """Words of ``text`` the model reads (partly) as its unknown token."""
+
+    @abstractmethod
+    def tokens_key(self) -> object:
+        """Equal for two models exactly when they cut every sentence into the same pieces
+        (word-level models share the words, whatever their vocabularies)."""
+
+    @abstractmethod
+    def special_ids(self) -> set[int]:
+        """Ids that belong to no word (the end token, language codes; not the unknown one)."""
+
+    @abstractmethod
+    def token_count(self, text: str, words: Sequence[str], target: bool = False) -> int:
+        """The most tokens (with the end token) the model reads, or writes (``target``), for
+        ``text`` (``words``: d2l's tokens of it): what a translation's memory is sized by."""
+
+    def decoder_inputs(self, out_ids: Sequence[int]) -> list[int]:
+        """The decoder's inputs for an output: the start token + out_ids[:-1]."""
+        return [self.start_id, *list(out_ids)[:-1]]
+
+    # ------------------------------------------------------------------ decoding
+
+    @abstractmethod
+    def translate(self, sentence: str, settings: DecodeSettings) -> Translation:
+        """A translation with every map, by the model's own decoding (no input checks)."""
+
+    @abstractmethod
+    def force(self, sentence: str, target: str, settings: DecodeSettings) -> Translation:
+        """A target the user gave, teacher-forced after the sentence, with every map and each
+        token's probability and rank."""
+
+    @abstractmethod
+    def greedy(self, src: torch.Tensor, max_len: int, target_lang: str | None = None, memory=None):
+        """(B, T) greedy output ids of (B, S) padded sources (the start token left out, each
+        row cut nowhere: read up to its end token), under the hooks that are on; ``memory``:
+        the (B, S, D) encoder output, given instead of encoding."""
+
+    @abstractmethod
+    def max_output(self, longest: int) -> int:
+        """The longest output worth decoding for sources of ``longest`` tokens (a head
+        removed can make a model repeat itself to the end)."""
+
+    @abstractmethod
+    def evaluate(self, split, max_sentences: int = 0, target_lang: str | None = None) -> dict:
+        """BLEU of greedy translations (all references, d2l's words), the output's unknown
+        share, the mean teacher-forced loss per token and sentences per second on a split."""
+
+    @abstractmethod
+    def translate_lines(self, lines: list[str], settings: DecodeSettings):
+        """Translations of ``lines`` in order ("" where one cannot be translated), warnings."""
+
+    # ------------------------------------------------------------------ passes
+
+    @abstractmethod
+    def masks(self, src: torch.Tensor, tgt_in: torch.Tensor):
+        """(src_mask (B, 1, 1, S), tgt_mask (B, 1, T, T)): what each query may attend."""
+
+    @abstractmethod
+    def run(self, src, tgt_in, memory=None, need_weights: bool = False) -> torch.Tensor:
+        """(B, T, V) logits of a teacher-forced batch (``memory``: the encoder's output,
+        given instead of running the encoder); ``need_weights`` computes the attention
+        weights (the ``pattern`` sites)."""
+
+    @abstractmethod
+    def encode(self, src: torch.Tensor) -> torch.Tensor:
+        """(B, S, D) the encoder's output."""
+
+    @abstractmethod
+    def hidden(self, src, tgt_in, memory=None) -> torch.Tensor:
+        """(B, T, D) the decoder's output before the vocabulary projection (``decoder.out``)."""
+
+    @abstractmethod
+    def logits_of(self, hidden: torch.Tensor, weight: torch.Tensor | None = None):
+        """(..., V) logits of decoder outputs (..., D) as the model makes them (``weight``:
+        the projection's weight already cast, for many calls)."""
+
+    @abstractmethod
+    def output_weight(self) -> torch.Tensor:
+        """(V, D) the output layer's weight (what ``logits_of`` may be given cast)."""
+
+    @abstractmethod
+    def lens(self, stream: torch.Tensor) -> torch.Tensor:
+        """(..., V) logits of a residual stream (..., D) through what follows the last layer:
+        the final norm (if any) and the output layer."""
+
+    @abstractmethod
+    def lens_words(self) -> str:
+        """What ``lens`` applies, in words."""
+
+    @abstractmethod
+    def hook_points(self) -> dict[str, HookPoint]:
+        """{site name: hook point} (``core.model.hooks``)."""
+
+    def hooks(self, pairs: Iterable[tuple[str, Hook]]):
+        """A context with these (site, hook) pairs on, in this thread."""
+        return hooked(self.hook_points(), pairs)
+
+    def record(self, src, tgt_in, out_ids=None) -> Record:
+        """One teacher-forced pass of (B, S) sources and (B, T) decoder inputs, every site
+        kept (the caller chooses eval mode and gradients; ``out_ids`` the tokens predicted)."""
+        cache: dict = {}
+        points = self.hook_points()
+        sites = [s for s in recorded_sites(*self.depth) if s in points]
+        with self.hooks((s, capture(cache)) for s in sites):
+            logits = self.run(src, tgt_in, need_weights=True)
+        return from_cache(cache, src, tgt_in, self.masks(src, tgt_in), logits, self.depth, out_ids)
+
+    def forced(self, src_ids: Sequence[int], out_ids: Sequence[int]) -> Record:
+        """The record of one sentence: ``out_ids`` teacher-forced after ``src_ids``, in eval
+        mode; its ``logp`` is each output token's log-probability."""
+        if not len(out_ids):
+            raise ValueError("There is no output to feed the decoder: translate a sentence first.")
+        src = torch.tensor([list(src_ids)], device=self.device)  # (1, S)
+        tgt_in = torch.tensor([self.decoder_inputs(out_ids)], device=self.device)  # (1, T)
+        out = torch.tensor([list(out_ids)], device=self.device)  # (1, T)
+        with evaluating(self.model), torch.no_grad():
+            return self.record(src, tgt_in, out)
+
+    @property
+    def depth(self) -> tuple[int, int]:
+        """(encoder layers, decoder layers)."""
+        return self.cfg.num_encoder_layers, self.cfg.num_decoder_layers
+
+    # ------------------------------------------------------------------ embeddings path
+
+    @torch.no_grad()
+    def embeddings(self, src, tgt_in) -> tuple[torch.Tensor, torch.Tensor]:
+        """((B, S, D), (B, T, D)) the token embeddings the stacks read (the embedding
+        modules' outputs: a √D scale the model applies after them is not in them)."""
+        seen: dict = {}
+        pairs = [("encoder.embed", capture(seen)), ("decoder.embed", stop_at(seen))]
+        with self.hooks(pairs), suppress(StopForward):
+            self.run(src, tgt_in)
+        return seen["encoder.embed"], seen["decoder.embed"]
+
+    def log_probs_from_embeddings(self, src, tgt_in, src_emb, tgt_emb) -> torch.Tensor:
+        """(B, T, V) log-probabilities with the token embeddings (B, S, D), (B, T, D) put in
+        place of the ids' own (``src``/``tgt_in`` (1, .) or (B, .) ids, for positions and
+        masks): exactly the function the ids path computes, whatever the family scales."""
+        B = src_emb.size(0)
+        src, tgt_in = src.expand(B, -1), tgt_in.expand(B, -1)
+        pairs = [("encoder.embed", replace_with(src_emb)), ("decoder.embed", replace_with(tgt_emb))]
+        with self.hooks(pairs):
+            return self.run(src, tgt_in).float().log_softmax(-1)
+
+    # ------------------------------------------------------------------ heads
+
+    @contextmanager
+    def rows_gated(self, gates: Mapping[tuple[str, int], torch.Tensor]):
+        """Within the block, in this thread, head h of (kind, layer) is scaled by
+        ``gates[(kind, layer)]`` ((H,) for every row, or (B, H): row b its own) before W_o;
+        0 removes a head, and a gate that requires grad gives each head's gradient."""
+
+        def scale(gate: torch.Tensor) -> Hook:
+            def hook(z: torch.Tensor, name: str) -> torch.Tensor:  # (B, T, H, Dh)
+                g = gate.to(z.dtype)
+                return z * (g[:, None, :, None] if g.dim() == 2 else g[None, None, :, None])
+
+            return hook
+
+        pairs = [(f"{attention_site(k, i)}.z", scale(g)) for (k, i), g in gates.items()]
+        with self.hooks(pairs):
+            yield self
+
+    @contextmanager
+    def heads_removed(self, heads: Iterable[tuple[str, int, int]]):
+        """Within the block, in this thread, each (kind, layer, head) contributes nothing."""
+        gates: dict[tuple[str, int], torch.Tensor] = {}
+        for kind, layer, head in heads:
+            if kind not in KINDS:
+                raise ValueError(f"unknown attention kind {kind!r}")
+            gate = gates.setdefault(
+                (kind, layer), torch.ones(self.cfg.num_heads, device=self.device)
+            )
+            gate[head] = 0.0
+        with self.rows_gated(gates):
+            yield self
+
+    # ------------------------------------------------------------------ structure
+
+    @abstractmethod
+    def attention_weights(self, kind: str, layer: int) -> AttentionWeights:
+        """One attention module's projections (ValueError for a layer it does not have)."""
+
+    @abstractmethod
+    def sublayer_norm(self, kind: str, layer: int) -> SublayerNorm:
+        """The norm around one attention sub-layer."""
+
+    def check_layer(self, kind: str, layer: int) -> None:
+        """ValueError in words for a kind or layer this model does not have."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown attention kind {kind!r}; use {', '.join(KINDS)}")
+        n = self.layers(kind)
+        if not 0 <= layer < n:
+            side = "encoder" if kind == "encoder" else "decoder"
+            raise ValueError(f"Layer {layer}: this model has {n} {side} layers (0..{n - 1}).")

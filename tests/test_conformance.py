@@ -1,0 +1,379 @@
+"""One conformance suite over every family, as transformers' ``ModelTesterMixin`` runs one over
+every architecture: each invariant the analysis relies on, checked through the one interface
+(``core.model.interface``) against the model's own computation from ids.
+
+Configurations: the studio's Transformer post-LN (its shipped checkpoints) and pre-LN (the
+form's other choice), and tiny random Hugging Face models of each family built with the flags
+their real hub checkpoints ship with (``tests/hf_tiny.py``: REAL_FLAGS names them and where
+they come from). Every parameter is perturbed (layer norms and biases included), so a
+decomposition that forgot a gain or a bias cannot pass by luck.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from core.attention.patching import ENCODER_OUTPUT, Component, patch
+from core.attention.query_key import head_scores
+from core.attribution.methods import AttributionError, attribute
+from core.attribution.terms import sublayer_terms
+from core.attribution.value_zeroing import layer_output, zeroing
+from core.model import hf_sites
+from core.model.decode import DecodeSettings
+from core.model.hf_model import HFModel, load
+from core.model.hooks import capture, replace_with, writable
+from core.model.record import KINDS, attention_site
+from core.model.studio_model import StudioModel
+from tests import helpers
+from tests.hf_tiny import CONFORMANCE
+
+CONFIGURATIONS = ("studio post-LN", "studio pre-LN", *CONFORMANCE)
+SOURCE, CORRUPT = "i am cold .", "you are tall ."  # one length in pieces in every vocabulary
+TARGET = "je suis froid ."
+FRENCH = "__fr__"  # the tiny multilingual models' French code
+
+
+def perturbed(module: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """Every parameter moved by a little noise (norms' gains and every bias included)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+    return module
+
+
+def studio(norm_first: bool) -> StudioModel:
+    """The studio's Transformer, tiny, with the tiny word vocabularies."""
+    from core.corpus.vocab import SPECIALS, Vocab
+    from core.model.transformer import Transformer
+
+    torch.manual_seed(0)
+    size = len(SPECIALS) + len(helpers.WORDS_EN)
+    cfg = helpers.toy_model_config(
+        src_vocab_size=size, tgt_vocab_size=size, d_model=32, d_ff=64, norm_first=norm_first
+    )
+    model = perturbed(Transformer(cfg).eval(), 1)
+    return StudioModel(
+        model, Vocab(SPECIALS + helpers.WORDS_EN), Vocab(SPECIALS + helpers.WORDS_FR)
+    )
+
+
+@pytest.fixture(scope="module", params=CONFIGURATIONS)
+def m(request, hf_models):
+    """One model of each configuration (loaded afresh: its parameters are perturbed)."""
+    if request.param.startswith("studio"):
+        return studio(request.param.endswith("pre-LN"))
+    hm = load(hf_models[request.param])
+    perturbed(hm.model, 2)
+    return hm
+
+
+def target_lang(m) -> str | None:
+    """French for a multilingual model."""
+    return FRENCH if FRENCH in m.language_codes() else None
+
+
+def forced_ids(m, text: str = TARGET) -> list[int]:
+    """A target's output ids (a multilingual model's French code first)."""
+    return m.target_ids(text, first=m.language_id(target_lang(m)))
+
+
+def batch(m, sentence: str = SOURCE, target: str = TARGET):
+    """((1, S) source, (1, T) decoder inputs, (1, T) outputs) of the sentence and target."""
+    out = forced_ids(m, target)
+    src = torch.tensor([m.source(sentence).ids])
+    return src, torch.tensor([m.decoder_inputs(out)]), torch.tensor([out])
+
+
+def own_pass(m, src, tgt_in):
+    """(logits (B, T, V), {kind: (L, B, H, Tq, Tk)}): the model's own forward from ids, not
+    through the interface (the reference every invariant is checked against)."""
+    with torch.no_grad():
+        if isinstance(m, StudioModel):
+            logits, maps = m.model(src, tgt_in, need_weights=True)
+            return logits, {k: getattr(maps, k) for k in KINDS}
+        out = m.model(input_ids=src, decoder_input_ids=tgt_in, output_attentions=True)
+    stacked = (out.encoder_attentions, out.decoder_attentions, out.cross_attentions)
+    return out.logits, {k: torch.stack(w) for k, w in zip(KINDS, stacked)}
+
+
+# ----------------------------------------------------------------------------- passes
+
+
+def test_the_embeddings_path_equals_the_ids_path(m):
+    src, tgt_in, _ = batch(m)
+    logits, _ = own_pass(m, src, tgt_in)
+    embeddings = m.embeddings(src, tgt_in)
+    copies = tuple(e.expand(3, -1, -1) for e in embeddings)  # as the gradient methods batch
+    with torch.no_grad():
+        logp = m.log_probs_from_embeddings(src, tgt_in, *copies)
+    assert torch.allclose(logp, logits.float().log_softmax(-1).expand(3, -1, -1), atol=1e-5)
+
+
+def test_recorded_weights_equal_the_models_own(m):
+    src, tgt_in, out = batch(m)
+    logits, maps = own_pass(m, src, tgt_in)
+    with torch.no_grad():
+        r = m.record(src, tgt_in, out)
+    assert torch.allclose(r.logits, logits, atol=1e-5)
+    for kind in KINDS:
+        assert torch.allclose(getattr(r.maps(), kind), maps[kind], atol=1e-6), kind
+
+
+def test_recorded_weights_equal_what_decoding_attended(m):
+    settings = DecodeSettings(max_len=6, target_lang=target_lang(m) or "")
+    t = m.translate(SOURCE, settings)
+    r = m.forced(t.src_ids, t.out_ids)
+    T = len(t.out_ids)
+    recorded = r.maps()
+    for kind in KINDS:  # the Translation's maps are the decoder's own, step by step
+        own = getattr(t.attention, kind)  # (L, H, Tq, Tk)
+        mine = getattr(recorded, kind)[:, 0, :, : own.shape[2], : own.shape[3]]
+        assert torch.allclose(mine.float(), own.float(), atol=1e-5), kind
+    assert len(t.output_tokens) == T
+
+
+def test_hf_recorded_weights_equal_generates_own(m):
+    if not isinstance(m, HFModel):
+        pytest.skip("the studio's decoding is checked above (its Translation's maps)")
+    src = torch.tensor([m.source(SOURCE).ids])
+    kwargs = {"forced_bos_token_id": m.language_id(target_lang(m))} if target_lang(m) else {}
+    with torch.no_grad():
+        out = m.model.generate(
+            input_ids=src,
+            max_new_tokens=5,
+            do_sample=False,
+            num_beams=1,
+            output_attentions=True,
+            return_dict_in_generate=True,
+            **kwargs,
+        )
+    seq = out.sequences[0].tolist()
+    r = m.forced(src[0].tolist(), seq[1:])
+    for t, step in enumerate(out.cross_attentions):  # one tuple of L (1, H, 1, S) per step
+        own = torch.stack(step)[:, 0, :, -1]  # (L, H, S)
+        assert torch.allclose(r.maps().cross[:, 0, :, t], own, atol=1e-5)
+    for t, step in enumerate(out.decoder_attentions):
+        own = torch.stack(step)[:, 0, :, -1]  # (L, H, t + 1)
+        assert torch.allclose(r.maps().decoder_self[:, 0, :, t, : t + 1], own, atol=1e-5)
+
+
+def test_batched_greedy_equals_one_sentence_at_a_time(m):
+    sources = [m.source(s).ids for s in (SOURCE, "i am .")]
+    from core.model.batched import padded
+
+    src, _ = padded(sources, m.pad_id, m.device)
+    together = m.greedy(src, 5, target_lang(m)).tolist()
+    for i, ids in enumerate(sources):
+        alone = m.greedy(torch.tensor([ids]), 5, target_lang(m))[0].tolist()
+        cut = alone.index(m.eos_id) + 1 if m.eos_id in alone else len(alone)
+        assert together[i][:cut] == alone[:cut]
+
+
+def test_the_last_layers_lens_is_the_output(m):
+    src, tgt_in, out = batch(m)
+    logits, _ = own_pass(m, src, tgt_in)
+    r = m.forced(src[0].tolist(), out[0].tolist())
+    with torch.no_grad():
+        lens = m.lens(r.decoder_outputs[-1]).float().log_softmax(-1)
+    assert torch.allclose(lens, logits.float().log_softmax(-1), atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- heads
+
+
+def w_o(m, kind: str, layer: int) -> torch.nn.Linear:
+    """The output projection of one attention module (for editing a copy by hand)."""
+    if isinstance(m, StudioModel):
+        return m.module(kind, layer).W_o
+    return hf_sites.projections(hf_sites.attention_modules(m.model, kind)[layer])[3]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_removing_a_head_equals_zeroing_its_columns_of_w_o(m, kind):
+    src, tgt_in, _ = batch(m)
+    layer, head, width = m.layers(kind) - 1, 1, m.attention_weights(kind, 0).head_width
+    with torch.no_grad(), m.heads_removed([(kind, layer, head)]):
+        removed = m.run(src, tgt_in)
+    by_hand = copy.deepcopy(m)
+    with torch.no_grad():
+        w_o(by_hand, kind, layer).weight[:, head * width : (head + 1) * width] = 0.0
+        expected = by_hand.run(src, tgt_in)
+        plain = m.run(src, tgt_in)
+    assert torch.allclose(removed, expected, atol=1e-5)
+    assert not torch.allclose(removed, plain, atol=1e-4)  # the head mattered
+
+
+def test_each_row_keeps_its_own_heads(m):
+    src, tgt_in, _ = batch(m)
+    gate = torch.ones(2, m.cfg.num_heads)
+    gate[1, 0] = 0.0  # row 1 without head 0 of the last cross layer
+    key = ("cross", m.layers("cross") - 1)
+    with torch.no_grad(), m.rows_gated({key: gate}):
+        rows = m.run(src.expand(2, -1), tgt_in.expand(2, -1))
+    with torch.no_grad(), m.heads_removed([(*key, 0)]):
+        removed = m.run(src, tgt_in)
+    with torch.no_grad():
+        plain = m.run(src, tgt_in)
+    assert torch.allclose(rows[0], plain[0], atol=1e-5)
+    assert torch.allclose(rows[1], removed[0], atol=1e-5)
+
+
+def test_heads_removed_in_one_thread_leave_another_thread_alone(m):
+    import threading
+
+    src, tgt_in, _ = batch(m)
+    with torch.no_grad():
+        plain = m.run(src, tgt_in)
+    seen, inside, release = {}, threading.Event(), threading.Event()
+    weights = [p.detach().clone() for p in m.model.parameters()]
+
+    def remover():
+        with torch.no_grad(), m.heads_removed([("cross", 0, h) for h in range(m.cfg.num_heads)]):
+            seen["removed"] = m.run(src, tgt_in)
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=remover)
+    thread.start()
+    inside.wait(10)
+    with torch.no_grad():
+        seen["other"] = m.run(src, tgt_in)  # while the other thread has every head removed
+    release.set()
+    thread.join()
+    assert torch.equal(seen["other"], plain)
+    assert not torch.allclose(seen["removed"], plain, atol=1e-4)  # the remover's own pass
+    assert all(torch.equal(a, b) for a, b in zip(weights, m.model.parameters()))  # untouched
+
+
+# ----------------------------------------------------------------------------- analysis
+
+
+def test_each_sublayer_decomposition_sums_to_its_output(m):
+    src, tgt_in, out = batch(m)
+    r = m.forced(src[0].tolist(), out[0].tolist())
+    for kind in KINDS:
+        for layer, a in enumerate(r.attention[kind]):
+            t = sublayer_terms(m, kind, layer, a)
+            assert torch.allclose(t.output, a.resid_post[0].float(), atol=1e-5), (kind, layer)
+            assert torch.allclose(t.rebuilt(), t.output, atol=1e-4), (kind, layer)
+
+
+def test_inside_a_head_rebuilds_the_models_weights(m):
+    src, tgt_in, out = batch(m)
+    r = m.forced(src[0].tolist(), out[0].tolist())
+    for kind in KINDS:
+        for layer in range(m.layers(kind)):
+            for head in range(m.cfg.num_heads):
+                s = head_scores(m, r, kind, layer, head)
+                own = r.attention[kind][layer].weights[0, head]
+                assert torch.allclose(s.weights, own.float(), atol=1e-5), (kind, layer, head)
+
+
+def test_integrated_gradients_are_complete(m):
+    src, _, out = batch(m)
+    if why := m.supports("integrated-gradients"):
+        with pytest.raises(AttributionError, match="Integrated gradients"):
+            attribute(m, src[0].tolist(), out[0].tolist(), "integrated-gradients")
+        assert why
+        return
+    a = attribute(m, src[0].tolist(), out[0].tolist(), "integrated-gradients")
+    assert a.completeness < 0.05
+
+
+def test_value_zeroing_without_zeroing_reruns_each_layer_as_the_model_did(m):
+    src, tgt_in, out = batch(m)
+    r = m.forced(src[0].tolist(), out[0].tolist())
+    keys = {"encoder": r.source_length, "decoder_self": r.output_length, "cross": r.source_length}
+    for kind in KINDS:  # every value kept: the path value zeroing runs gives the layer's output
+        side = "encoder" if kind == "encoder" else "decoder"
+        for layer in range(m.layers(kind)):
+            keep = [(f"{attention_site(kind, layer)}.v", zeroing(torch.ones(1, keys[kind])))]
+            with torch.no_grad():
+                again = layer_output(m, f"{side}.{layer}.out", keep, lambda: m.run(src, tgt_in))
+            assert torch.allclose(again, r.layer_outputs[side][layer], atol=1e-5), (kind, layer)
+
+
+@pytest.mark.parametrize("method", ["rollout", "norm", "alti", "value-zeroing", "grad-input"])
+def test_every_method_gives_distributions_over_source_and_prefix(m, method):
+    src, _, out = batch(m)
+    a = attribute(m, src[0].tolist(), out[0].tolist(), method)
+    T = out.size(1)
+    assert a.contributions.shape == (T, src.size(1) + T)
+    assert (a.contributions >= 0).all()
+    assert torch.allclose(torch.tensor(a.contributions.sum(1)), torch.ones(T), atol=1e-4)
+    later = torch.tensor(a.contributions[:, src.size(1) :]).triu(1)  # a later prefix token
+    assert later.abs().max() < 1e-5
+
+
+# ----------------------------------------------------------------------------- patching
+
+
+def writable_sites(m) -> list[str]:
+    """Every site a hook may write on this model."""
+    return [s for s in m.hook_points() if writable(s)]
+
+
+def test_patching_a_run_into_itself_changes_nothing(m):
+    src, tgt_in, _ = batch(m)
+    seen: dict = {}
+    sites = writable_sites(m)
+    with torch.no_grad():
+        with m.hooks((s, capture(seen)) for s in sites):
+            before = m.run(src, tgt_in)
+        for s in sites:
+            with m.hooks([(s, replace_with(seen[s].clone()))]):
+                after = m.run(src, tgt_in)
+            assert torch.allclose(after, before, atol=1e-6), s
+    assert {"encoder.embed", "decoder.embed", "encoder.out"} <= set(seen)
+
+
+def test_clean_into_corrupt_at_a_cut_restores_the_clean_output(m):
+    src, tgt_in, _ = batch(m)
+    corrupt = torch.tensor([m.source(CORRUPT).ids])
+    assert corrupt.shape == src.shape
+    cuts = ["encoder.out", f"encoder.{m.layers('encoder') - 1}.out"]
+    cuts += [f"decoder.{m.layers('cross') - 1}.out", "decoder.out"]
+    seen: dict = {}
+    with torch.no_grad():
+        with m.hooks((s, capture(seen)) for s in cuts):
+            clean = m.run(src, tgt_in)
+        assert not torch.allclose(m.run(corrupt, tgt_in), clean, atol=1e-4)
+        for s in cuts:
+            with m.hooks([(s, replace_with(seen[s]))]):
+                assert torch.allclose(m.run(corrupt, tgt_in), clean, atol=1e-5), s
+
+
+def test_patching_the_encoders_output_has_an_effect_of_one(m):
+    answers = ("je", "tu")
+    chosen = [Component(ENCODER_OUTPUT, 0), Component("cross", 0, 1)]
+    result = patch(
+        m, SOURCE, CORRUPT, chosen, prefix="", answers=answers, target_lang=target_lang(m)
+    )
+    effects = {r["kind"]: r["effect"] for r in result.rows}
+    assert effects[ENCODER_OUTPUT] == pytest.approx(1.0, abs=1e-4)
+    assert torch.isfinite(torch.tensor(effects["cross"]))
+
+
+def test_marians_decoder_scales_the_embeddings_it_is_given(hf_models):
+    """Why the embeddings path puts embeddings in place by a hook, never as inputs_embeds:
+    every opus-mt checkpoint has scale_embedding=True, and MarianDecoder multiplies the
+    inputs_embeds it is given by √d (its encoder does not), so embeddings scaled as the ids
+    path scales them are scaled twice (the studio's gradient methods differentiated that
+    function until issue 48: 0.5 nats off on this tiny model)."""
+    m = load(hf_models["marian"])
+    src, tgt_in, _ = batch(m)
+    enc, dec = m.model.get_encoder(), m.model.get_decoder()
+    assert enc.embed_scale == dec.embed_scale == m.cfg.d_model**0.5
+    with torch.no_grad():
+        ids = m.model(input_ids=src, decoder_input_ids=tgt_in).logits.log_softmax(-1)
+        scaled = m.model(
+            inputs_embeds=enc.embed_tokens(src) * enc.embed_scale,
+            decoder_inputs_embeds=dec.embed_tokens(tgt_in) * dec.embed_scale,
+        ).logits.log_softmax(-1)
+        hooked = m.log_probs_from_embeddings(src, tgt_in, *m.embeddings(src, tgt_in))
+    assert (scaled - ids).abs().max() > 0.1  # the double scale
+    assert torch.allclose(hooked, ids, atol=1e-5)
