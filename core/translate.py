@@ -57,6 +57,11 @@ def run(args: argparse.Namespace) -> int:
     settings = DecodeSettings(args.beam, args.alpha, args.max_len, target_lang=args.target_lang)
     with ablated(lm, heads):
         outs, warnings = lm.translate_lines(lines, settings)
+    said = {w.split(":", 1)[0] for w in warnings}
+    for i, out in enumerate(outs):
+        if not out and f"line {i + 1}" not in said:
+            warnings.append(f"line {i + 1}: the translation is empty (the model wrote its end "
+                            "token first)")  # fmt: skip
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     print("\n".join(outs))

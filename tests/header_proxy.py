@@ -9,15 +9,19 @@ import threading
 
 class HeaderProxy:
     """An authenticating reverse proxy, as a test plays it: on a loopback port of its own it
-    forwards every connection to ``upstream`` (a base URL), setting ``header: value`` on each
-    request it passes on (a client's own header of that name dropped), the websocket's
+    forwards every connection to ``upstream`` (a base URL), setting ``header: value`` (and
+    each of ``more``) on each request it passes on (a client's own header of that name
+    dropped, or kept where the proxy ``appends``, as a careless one would), the websocket's
     upgrade request included, then pipes the websocket's bytes both ways. Chromium 150 no
     longer sends Playwright's extra headers on a websocket, as a proxy would."""
 
-    def __init__(self, upstream: str, header: str, value: str):
+    def __init__(
+        self, upstream: str, header: str, value: str, more: dict | None = None, appends=False
+    ):
         self.upstream = ("127.0.0.1", int(upstream.rsplit(":", 1)[1]))
-        self.line = f"{header}: {value}".encode()
-        self.name = header.lower().encode() + b":"
+        fields = {header: value, **(more or {})}
+        self.line = b"\r\n".join(f"{k}: {v}".encode() for k, v in fields.items())
+        self.names = () if appends else tuple(k.lower().encode() + b":" for k in fields)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         threading.Thread(target=self._accept, daemon=True).start()
@@ -57,7 +61,7 @@ class HeaderProxy:
                     buf += data
                 head, _, buf = buf.partition(b"\r\n\r\n")
                 lines = head.split(b"\r\n")
-                kept = [x for x in lines[1:] if not x.lower().startswith(self.name)]
+                kept = [x for x in lines[1:] if not x.lower().startswith(self.names)]
                 upstream.sendall(b"\r\n".join([lines[0], *kept, self.line]) + b"\r\n\r\n")
                 fields = {
                     x.split(b":", 1)[0].strip().lower(): x.split(b":", 1)[-1].strip() for x in kept

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from core.runs.owners import IDENTITY_ENV, TEACHERS_ENV
+from core.runs.owners import IDENTITY_ENV, PROXY_HEADER, PROXY_SECRET_ENV, TEACHERS_ENV
 from core.runs.run_dir import RunDir
 from tests import helpers
 from tests.header_proxy import HeaderProxy
@@ -55,3 +55,61 @@ def test_a_run_shows_its_actions_to_its_owner_and_teachers_only(class_server, ch
     finally:
         context.close()
         proxy.close()
+
+
+SECRET = "a-shared-secret-for-the-test"
+
+
+@pytest.fixture(scope="module")
+def secret_server(tmp_path_factory):
+    """An app server that trusts X-Forwarded-User only beside the proxy's secret."""
+    runs = tmp_path_factory.mktemp("owners-secret")
+    env = {IDENTITY_ENV: "header:X-Forwarded-User", TEACHERS_ENV: "carol"}
+    proc, url = helpers.start_server(runs, env=env | {PROXY_SECRET_ENV: SECRET})
+    yield url
+    helpers.stop_server(proc)
+
+
+def signed_in_as(url: str, chromium) -> str:
+    """The sidebar's "Signed in as …" or "Not signed in" line of the Home page at ``url``."""
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    try:
+        page.goto(url)
+        line = page.get_by_text("Signed in as").or_(page.get_by_text("Not signed in"))
+        line.first.wait_for(timeout=60_000)
+        assert_no_browser_exception(page)
+        return line.first.inner_text()
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize(
+    "secret, signed_in",
+    [(SECRET, "Signed in as carol"), ("a-guess-at-the-secret-xxxx", "Not signed in"), ("", None)],
+)
+def test_a_header_is_trusted_only_beside_the_proxys_secret(
+    secret_server, chromium, secret, signed_in
+):
+    """Issue 49: a client that reaches the port and names itself carol is not carol."""
+    more = {PROXY_HEADER: secret} if secret else {}
+    proxy = HeaderProxy(secret_server, "X-Forwarded-User", "carol", more)
+    try:
+        assert signed_in_as(proxy.url, chromium) == (signed_in or "Not signed in")
+    finally:
+        proxy.close()
+
+
+def test_a_header_sent_twice_signs_nobody_in(secret_server, chromium):
+    """A client sends X-Forwarded-User: carol itself; a careless proxy appends bob's (and the
+    secret) instead of replacing it: two values, nobody signed in."""
+    careless = HeaderProxy(
+        secret_server, "X-Forwarded-User", "bob", {PROXY_HEADER: SECRET}, appends=True
+    )
+    client = HeaderProxy(careless.url, "X-Forwarded-User", "carol")
+    try:
+        assert signed_in_as(careless.url, chromium) == "Signed in as bob"  # once: bob
+        assert signed_in_as(client.url, chromium) == "Not signed in"
+    finally:
+        client.close()
+        careless.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -197,6 +198,55 @@ def test_bad_model_folders_say_why_in_one_line(tmp_path, hf_models):
         assert str(tmp_path) not in str(err.value)  # no server path shown
     with pytest.raises(CheckpointError, match="opens models of at most"):
         open_model(str(hf_models["marian"]), max_bytes=1000)
+
+
+def one_tensor(folder):
+    """A model folder whose weights keep one tensor of the model's (the rest left out)."""
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(folder / "model.safetensors")
+    first = next(iter(weights))
+    save_file({first: weights[first]}, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+def test_weights_that_do_not_cover_the_model_are_refused_never_made_random(tmp_path):
+    """Issue 49, item 4: the size is the config's (counted on the meta device), and a folder
+    whose weights leave tensors out is refused, not filled with random weights."""
+    folder = one_tensor(save_tiny(tmp_path / "partial", "marian"))
+    with pytest.raises(CheckpointError, match="weights do not cover the model") as err:
+        open_model(str(folder))
+    assert "\n" not in str(err.value) and str(tmp_path) not in str(err.value)
+    config = json.loads((folder / "config.json").read_text())
+    big = {"d_model": 1024, "encoder_layers": 24, "decoder_layers": 24}
+    big |= {"encoder_ffn_dim": 4096, "decoder_ffn_dim": 4096}
+    (folder / "config.json").write_text(json.dumps(config | big))
+    from core.model.hf_folder import describe
+
+    assert describe(folder)["parameters"] < 10_000  # what the weight file claims
+    with pytest.raises(CheckpointError, match="706 M parameters"):  # what the config holds
+        open_model(str(folder), max_bytes=640 * 2**20)
+
+
+@pytest.mark.parametrize(
+    "damage, needle",
+    [(b"", "empty or cut short"), (b"\x02\x00\x00\x00\x00\x00\x00\x00[]", "not a safetensors")],
+)
+def test_a_damaged_weights_file_is_one_line_and_one_unusable_entry(tmp_path, damage, needle):
+    """Issue 49, item 5: an empty model.safetensors (as during a copy) or a header that is a
+    list: the folder is listed as unusable with its reason, the others as they are."""
+    from core.runs.catalogue import list_models
+
+    ck = tmp_path / "checkpoints"
+    save_tiny(ck / "good", "marian")
+    save_tiny(ck / "broken", "marian")
+    (ck / "broken" / "model.safetensors").write_bytes(damage)
+    with pytest.raises(CheckpointError, match=needle):
+        open_model(str(ck / "broken"))
+    entries = {Path(e.path).name: e for e in list_models(str(ck), str(tmp_path / "runs"))}
+    assert entries["good"].usable
+    assert not entries["broken"].usable and needle in entries["broken"].reason
+    assert str(tmp_path) not in entries["broken"].reason
 
 
 def test_a_hub_id_offline_is_one_line(monkeypatch):

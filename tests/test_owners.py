@@ -9,6 +9,8 @@ import json
 import shutil
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
 from core.runs import jobs, owners
@@ -32,11 +34,9 @@ def by_header(monkeypatch):
 def test_identity_sources_and_teachers_from_the_operators_settings(monkeypatch):
     monkeypatch.delenv(owners.IDENTITY_ENV, raising=False)
     assert owners.identity_mode() == "" and owners.may_change(VISITOR, "alice")
-    for value, mode in (("streamlit", "streamlit"), ("header:X-User", "header"), ("header:", "")):
+    for value, mode in (("streamlit", "streamlit"), ("header:X-User", "header"), ("", "")):
         monkeypatch.setenv(owners.IDENTITY_ENV, value)
         assert owners.identity_mode() == mode
-    monkeypatch.setenv(owners.IDENTITY_ENV, "header:bad header")  # not a header name: off
-    assert owners.identity_mode() == ""
     monkeypatch.setenv(owners.TEACHERS_ENV, " carol ,dave,")
     assert owners.user_named("carol").teacher and not owners.user_named("alice").teacher
     assert owners.user_named("  al  ice ").name == "al ice"
@@ -156,3 +156,89 @@ def test_the_train_page_offers_a_runs_actions_to_its_owner_and_teachers_only(
     assert ("Save name" in [b.label for b in at.button]) is may  # the rename form
     if not may:
         assert "belongs to alice@school.org" in captions or "Sign in to change" in captions
+
+
+# ----------------------------------------------------------------------------- issue 49
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["Streamlit", "header:X-Forwarded-User,", "headers:X-Forwarded-User", "header:", "header:a b"],
+)
+def test_a_mistyped_identity_setting_is_refused_not_read_as_nobody_known(monkeypatch, value):
+    monkeypatch.setenv(owners.IDENTITY_ENV, value)
+    with pytest.raises(owners.IdentityConfigError, match="not a setting the server understands"):
+        owners.identity_mode()
+    assert "not a setting the server understands" in owners.identity_problem("127.0.0.1")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40))
+def test_any_identity_value_is_understood_or_refused(value):
+    """Whatever an operator types: one of the three modes, or a refusal in one line."""
+    import os
+
+    old = os.environ.get(owners.IDENTITY_ENV)
+    os.environ[owners.IDENTITY_ENV] = value.replace("\x00", "")
+    try:
+        problem = owners.identity_problem("127.0.0.1")
+        if problem is None:
+            assert owners.identity_mode() in ("", "streamlit", "header")
+        else:
+            assert "\n" not in problem and owners.IDENTITY_ENV in problem
+    finally:
+        if old is None:
+            os.environ.pop(owners.IDENTITY_ENV, None)
+        else:
+            os.environ[owners.IDENTITY_ENV] = old
+
+
+def test_header_identity_needs_a_secret_or_a_loopback_server(monkeypatch, by_header):
+    monkeypatch.delenv(owners.PROXY_SECRET_ENV, raising=False)
+    for address in ("127.0.0.1", "localhost", "::1", "[::1]"):
+        assert owners.identity_problem(address) is None
+    for address in ("0.0.0.0", "", "10.0.0.5"):
+        assert "needs proof that the proxy sent the header" in owners.identity_problem(address)
+    monkeypatch.setenv(owners.PROXY_SECRET_ENV, "short")
+    assert "at least 16 characters" in owners.identity_problem("0.0.0.0")
+    monkeypatch.setenv(owners.PROXY_SECRET_ENV, "s3cret-s3cret-s3cret")
+    assert owners.identity_problem("0.0.0.0") is None
+
+
+def headers(**fields):
+    """values_of(name) for a request carrying these headers (each a list of values)."""
+    lower = {k.lower().replace("_", "-"): v for k, v in fields.items()}
+    return lambda name: list(lower.get(name.lower(), []))
+
+
+def test_a_header_names_the_user_only_once_and_only_with_the_proxys_secret(monkeypatch, by_header):
+    secret = "s3cret-s3cret-s3cret"
+    monkeypatch.delenv(owners.PROXY_SECRET_ENV, raising=False)  # a loopback server: trusted
+    assert owners.header_user(headers(x_forwarded_user=["alice"])).name == "alice"
+    assert owners.header_user(headers(x_forwarded_user=["carol", "bob"])).name is None
+    assert owners.header_user(headers()).name is None
+    monkeypatch.setenv(owners.PROXY_SECRET_ENV, secret)
+    assert owners.header_user(headers(x_forwarded_user=["carol"])).name is None  # no proof
+    sent = {"x_forwarded_user": ["carol"], "x_attention_studio_proxy": [secret]}
+    assert owners.header_user(headers(**sent)).teacher
+    wrong = {"x_forwarded_user": ["carol"], "x_attention_studio_proxy": [secret + "x"]}
+    assert owners.header_user(headers(**wrong)).name is None
+    twice = {"x_forwarded_user": ["carol"], "x_attention_studio_proxy": [secret, secret]}
+    assert owners.header_user(headers(**twice)).name is None
+
+
+def test_a_server_that_cannot_trust_its_header_serves_one_line(monkeypatch, studio_dirs):
+    monkeypatch.setenv(owners.IDENTITY_ENV, "header:X-Forwarded-User")
+    monkeypatch.delenv(owners.PROXY_SECRET_ENV, raising=False)
+    from streamlit import config
+
+    old = config.get_option("server.address")
+    config.set_option("server.address", "0.0.0.0")  # every interface: anyone can send a header
+    try:
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+        at.run()
+    finally:
+        config.set_option("server.address", old)
+    assert not at.exception
+    assert len(at.error) == 1 and "needs proof that the proxy sent" in at.error[0].value
+    assert not at.button and not at.text_input  # nothing else is served

@@ -8,6 +8,8 @@ import json
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core import patch as patch_cmd
 from core.attention import patching
@@ -83,12 +85,12 @@ def test_noising_is_denoising_with_the_sentences_swapped(tiny_model):
 def test_a_prefix_and_answers_given_ask_the_same_question_as_found(tiny_model):
     found = patch(tiny_model, CLEAN, CORRUPT)
     prefix, answers = " ".join(found.prefix[1:]), (found.answer, found.wrong)
-    for given in (patch(tiny_model, CLEAN, CORRUPT, prefix=prefix, answers=answers),
+    for asked in (patch(tiny_model, CLEAN, CORRUPT, prefix=prefix, answers=answers),
                   patch(tiny_model, CLEAN, CORRUPT, prefix=prefix)):  # fmt: skip
-        assert given.chosen and not found.chosen
-        effects = [r["effect"] for r in given.rows]
+        assert asked.chosen and not found.chosen
+        effects = [r["effect"] for r in asked.rows]
         assert effects == pytest.approx([r["effect"] for r in found.rows], abs=1e-5)
-        assert (given.answer, given.wrong, given.prefix) == (
+        assert (asked.answer, asked.wrong, asked.prefix) == (
             found.answer,
             found.wrong,
             found.prefix,
@@ -190,3 +192,62 @@ def test_typed_words_reach_the_stream_figure_as_text():
     ticks = [str(x) for trace in fig.data for x in trace.x]
     assert ticks[:2] == ["0:&lt;b&gt;x&lt;/b&gt;", "1:&lt;eos&gt;"]
     assert "<i>" not in fig.layout.title.text + str(fig.layout.annotations)
+
+
+# ----------------------------------------------------------------------------- issue 49
+
+
+def test_a_prefix_of_too_many_pieces_is_refused_before_any_pass(hf_loaded, monkeypatch):
+    """A URL's prefix of 60 rare words: a SentencePiece model cuts it into hundreds of pieces,
+    refused in one line before anything is computed."""
+    import dataclasses
+
+    from core.attention import patching
+
+    spm = hf_loaded["marian-spm"]  # as a model of 4,096 positions (the form trains one)
+    m = dataclasses.replace(spm, cfg=dataclasses.replace(spm.cfg, max_positions=4096))
+    monkeypatch.setattr(patching, "last_logits", lambda *a: pytest.fail("computed"))
+    rare = " ".join(["garçonfillemaison"] * 60)  # known letters, many pieces a word
+    assert len(m.target_ids(rare)) > patching.MAX_PIECES
+    with pytest.raises(TranslationError, match="at most .* pieces"):
+        patching.patch(m, "the boy is tall .", "the girl is tall .", prefix=rare)
+    with pytest.raises(TranslationError, match="sources of at most"):
+        patching.patch(m, rare, rare.replace("g", "f", 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    d_model=st.sampled_from([16, 64, 256, 512, 1024]),
+    layers=st.integers(1, 12),
+    heads=st.sampled_from([1, 4, 8, 16]),
+    vocab=st.integers(10, 100_000),
+    src=st.integers(1, 4096),
+    tgt=st.integers(1, 4096),
+)
+def test_a_patching_pass_stays_within_its_bytes(d_model, layers, heads, vocab, src, tgt):
+    """Rows are sized from the byte budget before the pass (one row at the very least)."""
+    from core.attention.patching import ROWS
+    from core.runs import budget
+
+    model = {"d_model": d_model, "num_heads": heads, "d_ff": 4 * d_model}
+    model |= {"num_encoder_layers": layers, "num_decoder_layers": layers}
+    model |= {"tgt_vocab_size": vocab}
+    rows = budget.patch_rows(model, src, tgt, ROWS)
+    assert 1 <= rows <= ROWS
+    per_row = budget.patch_row_bytes(model, src, tgt)
+    assert rows == 1 or rows * per_row <= budget.PATCH_BYTES
+
+
+def test_patching_waits_for_no_one_it_says_the_slot_is_taken(tiny_model):
+    """The page's patching runs in the server's heavy slot: while another session holds it,
+    one line, and nothing is cached."""
+    from pages.ui.attention import cached_ablation
+    from pages.ui.heavy_work import SlotTaken, heavy_slots
+
+    slots = heavy_slots()
+    assert slots.acquire(blocking=False)
+    try:
+        with pytest.raises(SlotTaken, match="one runs at a time"):
+            cached_ablation.patched(tiny_model, "tiny", 0.0, "i am cold .", "you are cold .")
+    finally:
+        slots.release()

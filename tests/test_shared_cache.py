@@ -109,3 +109,31 @@ def test_never_ending_translations_stay_within_the_servers_bytes(wide_checkpoint
         assert len(t.output_tokens) >= 1
         assert budget.sizeof(t) <= budget.translation_bytes(vars(lm.model.cfg), 10, 200)
         assert pool.total <= 3 * 2**20, i
+
+
+def test_every_model_the_picker_offers_stays_open_once_loaded():
+    """Issue 49, item 3: a 256-640 MB Hugging Face model (opus-mt's 300 MB) is kept in the
+    models' pool, not loaded again at every rerun."""
+    from core.runs import budget
+    from pages.ui.shared_cache import MODELS, SharedCache
+
+    assert MODELS.item_limit >= max(budget.OPEN_BYTES.values()) == budget.HF_MODEL_BYTES
+    pool = SharedCache(MODELS.limit, MODELS.item_limit)
+    assert pool.put("opus-mt", object(), 300 * budget.MB)
+    assert pool.get("opus-mt")[0]
+    assert not pool.put("too big", object(), budget.HF_MODEL_BYTES + 1)
+
+
+def test_a_forced_reference_is_budgeted_before_its_pass(monkeypatch):
+    """Issue 49, item 2: decoding playback's reference comes from the URL; an over-long one,
+    or one whose maps would not fit, is refused before any pass, and nothing is kept."""
+    from core.attention import maps
+
+    monkeypatch.setattr(maps, "translate_sentence", lambda *a: pytest.fail("forced"))
+    big = fake_model(64, 24)  # the audit's model: 60 words' maps pass the budget
+    with pytest.raises(TranslationError, match="the server holds at most 16.0 MB"):
+        cached.teacher_forced(big, ("big", 0), "go .", " ".join(["go"] * 60))
+    monkeypatch.undo()
+    small = fake_model(1, 1)
+    with pytest.raises(TranslationError, match="at most 60 tokens"):
+        cached.teacher_forced(small, ("small", 0), "go .", "go " * 700)  # 4,000 characters

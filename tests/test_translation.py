@@ -165,3 +165,27 @@ def test_validation_examples_never_download(monkeypatch, tmp_path):
     monkeypatch.setenv("ATTENTION_STUDIO_CACHE", str(tmp_path / "cache"))
     examples, reason = tr.validation_examples({"data_config": {"source": "fra-eng"}})
     assert examples == [] and "FRA_ENG_ZIP" in reason
+
+
+def test_an_empty_translation_says_why_on_stderr(monkeypatch, capsys):
+    """Issue 49: a model whose output is empty (its end token first) is not a silent blank
+    line and exit code 1: stderr says why, in one line."""
+    import torch
+
+    from core import translate as command
+    from core.corpus.vocab import Vocab
+    from core.model.studio_model import StudioModel
+    from tests import helpers
+
+    model, src_vocab, tgt_vocab = helpers.random_model()
+    with torch.no_grad():
+        model.decoder.dense.bias[Vocab.eos_id] = 100.0  # the end token, always first
+    m = StudioModel(model, src_vocab, tgt_vocab)
+    monkeypatch.setattr(command, "open_model", lambda *args, **kwargs: m)
+    assert command.main(["--checkpoint", "any.pt", "i am cold ."]) == 1
+    out, err = capsys.readouterr()
+    assert out.strip() == ""
+    assert (
+        err.strip()
+        == "warning: line 1: the translation is empty (the model wrote its end token first)"
+    )

@@ -16,6 +16,7 @@ import pandas as pd
 from core.attention import head_stats
 from core.attention.kinds import check_tokens, kind_labels
 from core.attention.sentence_maps import SentenceMaps
+from core.model.checked_translation import translate_sentence
 from core.model.decode import DecodeSettings, TranslationError
 from core.model.interface import TranslationModel
 
@@ -301,8 +302,9 @@ def teacher_forced_maps(
     lm: TranslationModel, sentence: str, reference: str, target_lang: str | None = None
 ) -> SentenceMaps:
     """Maps of one teacher-forced pass that feeds the reference instead of the model's output
-    (a Hugging Face model's reference read by its own tokenizer): the forced translation's."""
+    (a Hugging Face model's reference read by its own tokenizer): the forced translation's,
+    checked as a typed translation is (TranslationError for an over-long one)."""
     if not (reference or "").strip():
         raise TranslationError("The reference is empty: type the translation to force.")
     settings = DecodeSettings(target_lang=target_lang or "")
-    return SentenceMaps.from_translation(lm.force(sentence, reference, settings))
+    return SentenceMaps.from_translation(translate_sentence(lm, sentence, settings, reference))

@@ -44,6 +44,7 @@ from core.model.hooks import capture
 from core.model.interface import TranslationModel
 from core.model.record import attention_site
 from core.model.transformer import evaluating
+from core.runs import budget
 
 DIRECTIONS = ("denoise", "noise")  # clean into corrupted (sufficient), corrupted into clean
 DIRECTION_NAMES = {
@@ -52,7 +53,9 @@ DIRECTION_NAMES = {
 }
 STREAMS = ("encoder_stream", "decoder_stream")  # a layer's output, position by position
 ENCODER_OUTPUT = "encoder_output"  # the encoder's final output (what the decoder reads)
-ROWS = 256  # components patched in one batched pass
+ROWS = 256  # the most components patched in one batched pass (fewer where they pass the
+# server's bytes for one pass: budget.patch_rows)
+MAX_PIECES = 2 * MAX_SENTENCE_TOKENS  # the most pieces a source or the prefix may take
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,11 @@ def _sources(m: TranslationModel, clean: str, corrupt: str):
                 f"Activation patching takes sentences of at most {MAX_SENTENCE_TOKENS} tokens."
             )
     a, b = m.source(clean), m.source(corrupt)
+    if max(len(a.ids), len(b.ids)) > MAX_PIECES:
+        raise TranslationError(
+            f"Activation patching takes sources of at most {MAX_PIECES} pieces: these have "
+            f"{len(a.ids)} and {len(b.ids)}."
+        )
     if len(a.ids) != len(b.ids):
         raise TranslationError(
             f"The two sentences must have the same length in pieces: the clean one has "
@@ -235,6 +243,10 @@ def _given_question(m: TranslationModel, sources, prefix: str | None, answers, t
         )
     first = m.language_id(target_lang)
     ids = m.target_ids(prefix or "", first)[:-1] if words else ([first] if first else [])
+    if len(ids) >= MAX_PIECES:
+        raise TranslationError(
+            f"The prefix takes at most {MAX_PIECES - 1} pieces in this model: it has {len(ids)}."
+        )
     tgt_in = torch.tensor([[m.start_id, *ids]], device=m.device)  # (1, T)
     if answers is not None:
         pair = tuple(_one_piece(m, w) for w in answers)
@@ -290,8 +302,9 @@ def patch(
         )
         span = m_clean - m_corrupt
         effects: list[float] = []
-        for start in range(0, len(todo), ROWS):
-            chunk = todo[start : start + ROWS]
+        rows = budget.patch_rows(vars(m.cfg), len(a_ids), tgt_in.size(1), ROWS)
+        for start in range(0, len(todo), rows):
+            chunk = todo[start : start + rows]
             metrics = patched_metrics(m, chunk, seen, receiver, tgt_in, answers_ids)  # (B,)
             moved = metrics - m_corrupt if direction == "denoise" else m_clean - metrics
             effects += (moved / span).tolist()

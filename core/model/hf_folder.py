@@ -108,9 +108,28 @@ def folder_sha1(folder) -> str:
     return digest.hexdigest()
 
 
+def _header_parameters(path: Path) -> int:
+    """Parameters of one safetensors file, read from its header only (HFModelError, in one
+    line, for anything that is not a safetensors header: an empty or truncated file, a
+    header that is not an object of tensors)."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise HFModelError(f"{shown_path(path)} is empty or cut short (being copied?).")
+        (size,) = struct.unpack("<Q", head)
+        if size > 100 << 20:
+            raise HFModelError(f"{shown_path(path)} is not a safetensors file.")
+        try:
+            header = json.loads(f.read(size))
+            shapes = [v["shape"] for k, v in header.items() if k != "__metadata__"]
+            return sum(math.prod(int(n) for n in shape) for shape in shapes)
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise HFModelError(f"{shown_path(path)} is not a safetensors file: {e}") from e
+
+
 def safetensors_parameters(folder) -> int:
     """Parameters stored in a folder's safetensors files, read from their headers only
-    (HFModelError when the folder has no safetensors weights)."""
+    (HFModelError when the folder has no safetensors weights, or a damaged one)."""
     folder = Path(folder)
     files = sorted(folder.glob("*.safetensors"))
     if not files:
@@ -118,18 +137,7 @@ def safetensors_parameters(folder) -> int:
             f"{shown_path(folder)} has no safetensors weights (model.safetensors): the studio "
             "opens no pickled weights (pytorch_model.bin); save with save_pretrained."
         )
-    total = 0
-    for path in files:
-        with open(path, "rb") as f:
-            (size,) = struct.unpack("<Q", f.read(8))
-            if size > 100 << 20:
-                raise HFModelError(f"{shown_path(path)} is not a safetensors file.")
-            try:
-                header = json.loads(f.read(size))
-            except ValueError as e:
-                raise HFModelError(f"{shown_path(path)} is not a safetensors file: {e}") from e
-        total += sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
-    return total
+    return sum(_header_parameters(path) for path in files)
 
 
 def languages(folder, config: dict) -> dict:

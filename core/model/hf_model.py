@@ -356,33 +356,70 @@ class HFModel(TranslationModel):
 # ----------------------------------------------------------------------------- loading
 
 
+def config_parameters(folder: Path) -> int:
+    """Parameters of the model its config describes, counted on the meta device (no memory
+    is allocated): what loading it will hold, whatever its weight files say."""
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+
+    config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    with torch.device("meta"):
+        model = AutoModelForSeq2SeqLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def check_size(folder: Path, info: dict, max_bytes: int | None) -> None:
+    """HFModelError when the model its config describes (or its weights, if larger) passes
+    ``max_bytes`` in float32."""
+    if max_bytes is None:
+        return
+    count = max(config_parameters(folder), int(info["parameters"]))
+    if 4 * count > max_bytes:
+        raise HFModelError(
+            f"This model has {count / 1e6:,.0f} M parameters ({4 * count / 2**30:.1f} GB in "
+            f"float32); this server opens models of at most {max_bytes / 2**30:.2f} GB."
+        )
+
+
+def check_complete(folder: Path, model: nn.Module, loading: dict) -> None:
+    """HFModelError when the weight files leave parameters of the model out: those would be
+    random, never the model's."""
+    names = dict(model.named_parameters())
+    missing = [k for k in loading.get("missing_keys") or () if k in names]
+    if missing:
+        raise HFModelError(
+            f"{shown_path(folder)}'s weights do not cover the model: {len(missing)} tensors "
+            f"are missing (e.g. {missing[0]}), so they would be random; save it whole with "
+            "save_pretrained."
+        )
+
+
 def load(folder, device: str | torch.device = "cpu", max_bytes: int | None = None) -> HFModel:
     """Load a model folder (eager attention, eval mode); HFModelError in one line when it is
     not an encoder-decoder, has no safetensors weights, passes ``max_bytes`` in float32, or
     its tokenizer does not fit the model."""
     folder = Path(folder)
     info = describe(folder)
-    if max_bytes is not None and 4 * info["parameters"] > max_bytes:
-        raise HFModelError(
-            f"This model has {info['parameters'] / 1e6:,.0f} M parameters "
-            f"({4 * info['parameters'] / 2**30:.1f} GB in float32); this server opens models "
-            f"of at most {max_bytes / 2**30:.2f} GB."
-        )
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
+        check_size(folder, info, max_bytes)
         with warnings.catch_warnings():  # MarianTokenizer: "Recommended: pip install sacremoses"
             warnings.filterwarnings("ignore", message=".*sacremoses.*")
             tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        model = AutoModelForSeq2SeqLM.from_pretrained(
-            folder, attn_implementation="eager", local_files_only=True, use_safetensors=True
+        model, loading = AutoModelForSeq2SeqLM.from_pretrained(
+            folder,
+            attn_implementation="eager",
+            local_files_only=True,
+            use_safetensors=True,
+            output_loading_info=True,
         )
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise HFModelError(f"{shown_path(folder)} cannot be loaded: {first}") from e
+    check_complete(folder, model, loading)
     hf.check_tokenizer(tokenizer, model.config)
     model.to(device).eval()
     info["tokens"] = hf.tokenizer_kind(tokenizer)

@@ -55,9 +55,10 @@ ALIGNMENT_FILE_BYTES = 16 * MB  # each of an aligner's two files uploaded for a 
 TENSORBOARD_BYTES = 48 * MB  # a run exported for TensorBoard (what would pass it: left out)
 PROJECTION_BYTES = 32 * MB  # one projection of token representations (float16 vectors)
 SCORING_CELLS = 64_000_000  # attention weights one alignment-scoring job holds (float32)
+PATCH_BYTES = 256 * MB  # one pass of activation patching, every row of it (float32)
 MODEL_BYTES = 256 * MB  # the float32 weights of a model the server opens for the pages
 HF_MODEL_BYTES = 640 * MB  # the same for a Hugging Face model (opus-mt-en-fr: ~300 MB)
-MODELS_CACHE_BYTES = 768 * MB  # the models the server keeps open (and their private copies)
+MODELS_CACHE_BYTES = 768 * MB  # the models the server keeps open (one copy each)
 SERVER_CACHE_BYTES = 512 * MB  # results the server keeps for every session (default)
 CACHE_ITEM_BYTES = 64 * MB  # the largest one result the server keeps
 DISK_CACHE_BYTES = 128 * MB  # each disk cache folder (.ablation, .attribution, .trajectories)
@@ -349,6 +350,22 @@ def scoring_problem(model: Mapping, pairs: list, tokenizer: str = "word") -> str
 
 
 OPEN_BYTES = {STUDIO: MODEL_BYTES, HUGGING_FACE: HF_MODEL_BYTES}  # what the server opens
+
+
+def patch_row_bytes(model: Mapping, src_len: int, tgt_len: int) -> int:
+    """An upper bound on what one row of a patching pass holds (float32): every layer's
+    activations (queries, keys, values, outputs, the feed-forward's hidden layer), its
+    attention scores, the patched sites' copies and the last step's logits."""
+    D, H, F = model["d_model"], model["num_heads"], model["d_ff"]
+    S, T, V = src_len, tgt_len, model["tgt_vocab_size"]
+    encoder = model["num_encoder_layers"] * (S * (8 * D + F) + H * S * S)
+    decoder = model["num_decoder_layers"] * (T * (12 * D + F) + H * T * (T + S))
+    return FLOAT32 * (encoder + decoder + 2 * (S + T) * D + V)
+
+
+def patch_rows(model: Mapping, src_len: int, tgt_len: int, most: int) -> int:
+    """How many components one patching pass takes (at most ``most``), within PATCH_BYTES."""
+    return max(1, min(most, PATCH_BYTES // patch_row_bytes(model, src_len, tgt_len)))
 
 
 def open_problem(path) -> str | None:

@@ -198,13 +198,30 @@ def _folder_info(path: str, mtime_ns: int) -> dict:
     return opened.describe_folder(path)
 
 
+def _mtime(path: Path) -> float:
+    """A path's modification time, 0 where it cannot be read (a dangling link)."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _unreadable(folder: Path, e: Exception) -> str:
+    """Why a model folder cannot be listed, in one line without a path of this machine."""
+    if isinstance(e, opened.HFModelError):
+        return str(e)
+    if isinstance(e, OSError):
+        return f"{folder.name} cannot be read ({e.strerror or type(e).__name__})."
+    return f"{folder.name} cannot be read ({type(e).__name__})."
+
+
 def folder_entry(folder: Path, key: str) -> ModelEntry:
     """One Hugging Face model folder; an unusable entry with the reason, never raises."""
     try:
         info = _folder_info(str(folder), (folder / opened.FOLDER_CONFIG).stat().st_mtime_ns)
-    except (opened.HFModelError, OSError, ValueError, KeyError, TypeError) as e:
-        mtime = folder.stat().st_mtime if folder.exists() else 0.0
-        return ModelEntry(key, str(folder), "unreadable", mtime, usable=False, reason=str(e))
+    except Exception as e:  # noqa: BLE001 - one broken folder is listed, never takes a page down
+        return ModelEntry(key, str(folder), "unreadable", _mtime(folder), usable=False,
+                          reason=_unreadable(folder, e))  # fmt: skip
     langs = f"{info.get('source_lang', '?')}→{info.get('target_lang', '?')}"
     known = info.get("source_lang") or info.get("target_lang")
     return ModelEntry(

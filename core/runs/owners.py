@@ -7,7 +7,17 @@ The operator tells the server how it knows its users (``ATTENTION_STUDIO_IDENTIT
 - ``streamlit``: Streamlit's own login (``st.login``; an ``[auth]`` section in
   ``.streamlit/secrets.toml``): a user is their e-mail address (else their ``sub``);
 - ``header:NAME``: a header that an authenticating reverse proxy sets on every request,
-  e.g. ``header:X-Forwarded-User`` (the app must then be reachable only through that proxy).
+  e.g. ``header:X-Forwarded-User``. A header proves nothing by itself (any client can send
+  one), so the server trusts it only with proof that the proxy sent it: the proxy also sends
+  ``X-Attention-Studio-Proxy`` with the secret in ``ATTENTION_STUDIO_PROXY_SECRET`` (compared
+  in constant time), or, without a secret, the server listens only on loopback (127.0.0.1,
+  ::1, localhost: the proxy on the same machine is the way in). Without either, every page
+  says so in one line and serves nothing. A request carrying the user's header (or the
+  secret) zero or several times is not signed in: a proxy that appends rather than replaces
+  is not bypassed.
+
+Any other value of ``ATTENTION_STUDIO_IDENTITY`` (``Streamlit``, ``header:X-User,``,
+``headers:…``) is refused in one line, never read as "nobody is known".
 
 Where users are known, a run or a saved model belongs to whoever made it: everybody may view
 and compare it; only its owner, or a user named in ``ATTENTION_STUDIO_TEACHERS``
@@ -19,13 +29,19 @@ replaces from a browser a model the app did not save (the shipped model, the ope
 
 from __future__ import annotations
 
+import hmac
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.runs.run_dir import RunDir, RunError, read_json
 
 IDENTITY_ENV = "ATTENTION_STUDIO_IDENTITY"  # "", "streamlit" or "header:NAME"
+PROXY_SECRET_ENV = "ATTENTION_STUDIO_PROXY_SECRET"  # what the proxy proves itself with
+PROXY_HEADER = "X-Attention-Studio-Proxy"  # the header the proxy sends the secret in
+LOOPBACK = ("127.0.0.1", "::1", "localhost")  # server addresses only this machine reaches
+MIN_SECRET_CHARS = 16  # a shorter secret is guessed
 TEACHERS_ENV = "ATTENTION_STUDIO_TEACHERS"  # users who may change everything, comma-separated
 MAX_NAME_CHARS = 200  # a longer user name is not one
 VISITOR = "visitors who are not signed in can only look"
@@ -34,6 +50,10 @@ HEADER_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")  # an HTTP header
 
 class OwnershipError(Exception):
     """A user may not change a run or model that is somebody else's; the message says whose."""
+
+
+class IdentityConfigError(ValueError):
+    """The operator's identity settings cannot be used; the message says what to set."""
 
 
 @dataclass(frozen=True)
@@ -52,18 +72,64 @@ class User:
 
 
 def identity_mode() -> str:
-    """How the server knows its users: "" (it does not), "streamlit" or "header"."""
+    """How the server knows its users: "" (it does not), "streamlit" or "header";
+    IdentityConfigError for a value it does not understand."""
     value = os.environ.get(IDENTITY_ENV, "").strip()
-    if value == "streamlit":
-        return "streamlit"
-    return "header" if identity_header() else ""
+    if value in ("", "streamlit"):
+        return value
+    if identity_header() is not None:
+        return "header"
+    raise IdentityConfigError(
+        f"{IDENTITY_ENV}={value[:60]!r} is not a setting the server understands: leave it "
+        "unset (nobody is known), or set streamlit, or header:NAME with NAME a header name "
+        "(e.g. header:X-Forwarded-User)."
+    )
 
 
 def identity_header() -> str | None:
     """The header that names the user (``header:NAME``), or None."""
     value = os.environ.get(IDENTITY_ENV, "").strip()
-    name = value.partition(":")[2].strip() if value.startswith("header:") else ""
+    name = value[len("header:") :].strip() if value.startswith("header:") else ""
     return name if HEADER_RE.fullmatch(name) else None
+
+
+def proxy_secret() -> str:
+    """The secret the authenticating proxy sends in PROXY_HEADER ("" where none is set)."""
+    return os.environ.get(PROXY_SECRET_ENV, "").strip()
+
+
+def identity_problem(address: str) -> str | None:
+    """Why the server must not serve with these identity settings while listening on
+    ``address`` (None: it may)."""
+    try:
+        mode = identity_mode()
+    except IdentityConfigError as e:
+        return str(e)
+    secret = proxy_secret()
+    if mode != "header" or (secret and len(secret) >= MIN_SECRET_CHARS):
+        return None
+    if secret:
+        return f"{PROXY_SECRET_ENV} must be at least {MIN_SECRET_CHARS} characters."
+    if (address or "").strip().strip("[]") in LOOPBACK:
+        return None
+    return (
+        f"Header identity ({IDENTITY_ENV}=header:{identity_header()}) needs proof that the "
+        f"proxy sent the header: set {PROXY_SECRET_ENV} and have the proxy send "
+        f"{PROXY_HEADER} with it, or run the server on --server.address 127.0.0.1 behind "
+        "the proxy (docs/serving.md)."
+    )
+
+
+def header_user(values_of: Callable[[str], list[str]]) -> User:
+    """The user a proxy named in this request's headers (``values_of(name)``: every value the
+    request carries for that header): nobody unless the header came exactly once and, where
+    a secret is set, the proxy's secret came exactly once and matches."""
+    if secret := proxy_secret():
+        sent = values_of(PROXY_HEADER)
+        if len(sent) != 1 or not hmac.compare_digest(sent[0].encode(), secret.encode()):
+            return User()
+    names = values_of(identity_header() or "")
+    return user_named(names[0]) if len(names) == 1 else User()
 
 
 def teachers() -> set[str]:

@@ -107,9 +107,8 @@ def head_table(_maps: maps.SentenceMaps, key: tuple, words: bool, kind: str, hid
     return head_stats.head_table(_maps, kind, hide)
 
 
-@shared()
 def teacher_forced(
-    _lm: TranslationModel,
+    lm: TranslationModel,
     key: tuple,
     sentence: str,
     reference: str,
@@ -117,7 +116,17 @@ def teacher_forced(
     target_lang: str = "",
 ):
     """Teacher-forced maps of a reference, cached per model, sentence, reference and (for a
-    multilingual model) target language."""
+    multilingual model) target language, within the server's budget for one translation
+    (TranslationError, before any pass, for a reference whose maps would not fit)."""
+    fitted(lm, sentence, DecodeSettings(target_lang=target_lang), reference)
+    return _teacher_forced(lm, key, sentence, reference, words, target_lang)
+
+
+@shared()
+def _teacher_forced(
+    _lm: TranslationModel, key: tuple, sentence: str, reference: str, words: bool, target_lang: str
+):
+    """maps.teacher_forced_maps, in the pieces or the words asked for."""
     forced = maps.teacher_forced_maps(_lm, sentence, reference, target_lang or None)
     return word_maps.shown_maps(forced, words)
 

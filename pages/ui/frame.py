@@ -17,7 +17,7 @@ from streamlit.errors import StreamlitAPIException
 
 from core.corpus.text import ATTRIBUTION
 from core.runs.cpu_share import server_threads
-from pages.ui.identity import user_line
+from pages.ui.identity import identity_problem, user_line
 
 PAGES_DIR = Path(__file__).resolve().parent.parent
 NAV_KEY = "_app_navigation"  # set once app.py's navigation has run in this session
@@ -55,6 +55,10 @@ def app_pages() -> list:
 def run_app() -> None:
     """Build the navigation and run the page the URL names (app.py's whole job)."""
     st.session_state[NAV_KEY] = True
+    if problem := identity_problem():  # who a session is cannot be trusted: serve nothing
+        st.navigation(app_pages(), position="hidden")
+        st.error(problem)
+        st.stop()
     server_threads()  # one torch thread per page run: no core waits on another (cpu_share)
     page = st.navigation(app_pages())
     user_line()  # who is signed in, where the server knows its users

@@ -1,5 +1,6 @@
 """The server's one slot for heavy work, shared by every session: head importance, the
-faithfulness table, every head over training, an uploaded gold set, a saved model's heads.
+faithfulness table, every head over training, an uploaded gold set, a saved model's heads,
+activation patching.
 
 A second session asking while the slot is taken is told so at once; nobody queues.
 """
@@ -20,6 +21,26 @@ HEAVY_SLOTS = 1  # head-importance computations the server runs at once (each ta
 def heavy_slots() -> threading.BoundedSemaphore:
     """The server's slots for heavy work, shared by every session."""
     return threading.BoundedSemaphore(HEAVY_SLOTS)
+
+
+class SlotTaken(Exception):  # noqa: N818 (a state, not an error of the caller's)
+    """Every slot for heavy work is taken; the message says to try again."""
+
+
+BUSY = (
+    "Another session is running heavy work on this server right now (head importance, "
+    "faithfulness, patching…), and one runs at a time: try again in a moment."
+)
+
+
+@contextlib.contextmanager
+def heavy_slot_or_raise():
+    """A slot for heavy work, or SlotTaken at once (for work a cached function computes: an
+    exception is never kept as its result)."""
+    with heavy_slot() as slot:
+        if slot is None:
+            raise SlotTaken(BUSY)
+        yield slot
 
 
 @contextlib.contextmanager

@@ -1,5 +1,6 @@
 """Who uses this browser session, as the server's identity source tells (``core.runs.owners``):
-Streamlit's own login (``st.user``) or a header an authenticating reverse proxy sets."""
+Streamlit's own login (``st.user``) or a header an authenticating reverse proxy sets, trusted
+only with proof that the proxy sent it."""
 
 from __future__ import annotations
 
@@ -17,8 +18,13 @@ def current_user() -> owners.User:
         name = (info.get("email") or info.get("sub")) if info.get("is_logged_in") else None
         return owners.user_named(name)
     if mode == "header":
-        return owners.user_named(st.context.headers.get(owners.identity_header()))
+        return owners.header_user(st.context.headers.get_all)
     return owners.User()
+
+
+def identity_problem() -> str | None:
+    """Why this server must not serve with its identity settings (None: it may)."""
+    return owners.identity_problem(str(st.get_option("server.address") or ""))
 
 
 def user_line() -> None:

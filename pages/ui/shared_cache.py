@@ -8,7 +8,9 @@ one larger than ``CACHE_ITEM_BYTES`` is returned but not kept, and past the cach
 the least recently used results go. Results are shared objects: never mutate one.
 
 Two pools: ``RESULTS`` (translations, maps, attributions...: ATTENTION_STUDIO_SERVER_CACHE_MB)
-and ``MODELS`` (loaded models and their private copies: ``budget.MODELS_CACHE_BYTES``).
+and ``MODELS`` (loaded models: ``budget.MODELS_CACHE_BYTES``): one resident copy per model,
+as large as the largest model the server opens (``budget.OPEN_BYTES``), so no model the
+picker offers is loaded again at every rerun.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ class SharedCache:
 
 
 RESULTS = SharedCache(budget.server_cache_bytes())
-MODELS = SharedCache(budget.MODELS_CACHE_BYTES, item_limit=budget.MODEL_BYTES)
+MODELS = SharedCache(budget.MODELS_CACHE_BYTES, item_limit=max(budget.OPEN_BYTES.values()))
 
 
 def _key_part(value) -> Hashable:

@@ -1,7 +1,8 @@
 """Cached calls of the "Remove heads" and "Patching" sections: translations with heads
-removed and activation patching, shared by every session. Heads are removed and activations
-patched by hooks of the calling thread only (``core.model.hooks``): the model every session
-reads is used as it is, with no private copy and no lock."""
+removed and activation patching (in the server's heavy slot), shared by every session. Heads
+are removed and activations patched by hooks of the calling thread only
+(``core.model.hooks``): the model every session reads is used as it is, with no private copy
+and no lock."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from core.model import checked_translation as translation
 from core.model.decode import DecodeSettings, Translation
 from core.model.interface import TranslationModel
 from pages.ui.cached import fitted
+from pages.ui.heavy_work import heavy_slot_or_raise
 from pages.ui.shared_cache import shared
 
 
@@ -58,13 +60,15 @@ def patched(
     answers: tuple[str, str] | None = None,
     target_lang: str = "",
 ) -> Patching:
-    """Activation patching, cached per model, sentence pair and question for every session."""
-    return patch(
-        _lm,
-        clean,
-        corrupt,
-        direction=direction,
-        prefix=prefix,
-        answers=answers,
-        target_lang=target_lang or None,
-    )
+    """Activation patching, cached per model, sentence pair and question for every session,
+    in the server's heavy slot (SlotTaken when another session holds it)."""
+    with heavy_slot_or_raise():
+        return patch(
+            _lm,
+            clean,
+            corrupt,
+            direction=direction,
+            prefix=prefix,
+            answers=answers,
+            target_lang=target_lang or None,
+        )
