@@ -187,8 +187,38 @@ def test_the_attention_page_projects_picks_and_exports(studio_dirs, val_checkpoi
     at.selectbox(key="space_dims").set_value(3).run()
     assert_clean(at)
     assert json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]["type"] == "scatter3d"
-    at.number_input(key="space_sentences").set_value(1000).run()
+    at.selectbox(key="space_sentences").set_value(1000).run()
+    assert_clean(at)
+    assert not at.get("plotly_chart")  # more than AUTOMATIC sentences: behind a button
+    at.button(key="space_go").click().run()
     assert_clean(at)  # tiny.tsv has 6 validation sentences: all 6 are shown
+    assert at.get("plotly_chart")
+
+
+def test_a_url_alone_never_starts_umap_or_a_thousand_sentences(studio_dirs, val_checkpoint):
+    """Issue 49, item 6: UMAP, or more than 200 sentences, runs only behind a button, in the
+    server's heavy slot (a second session is told the slot is taken), and the URL's count is
+    one of the page's few choices (each a cache key)."""
+    import shutil
+
+    from pages.ui.heavy_work import heavy_slots
+    from tests.helpers import assert_clean, run_page_script
+
+    shutil.copy(val_checkpoint, studio_dirs["checkpoints"] / "fra-eng-small.pt")
+    query = {"section": "project", "space_method": "umap", "space_sentences": "317"}
+    at = run_page_script("attention.py", query)
+    assert_clean(at)
+    assert at.selectbox(key="space_sentences").value == 500  # 317 asked: the next choice
+    assert not at.get("plotly_chart") and at.button(key="space_go")
+    slots = heavy_slots()
+    assert slots.acquire(blocking=False)
+    try:
+        at.button(key="space_go").click().run()
+        assert_clean(at)
+        assert any("one runs at a time" in w.value for w in at.warning)
+        assert not at.get("plotly_chart")
+    finally:
+        slots.release()
 
 
 def test_a_click_on_a_point_picks_it(studio_dirs, val_checkpoint):

@@ -18,7 +18,15 @@ from core.attention.kinds import KINDS
 from core.attention.logit_lens import LENS_COLORS
 from core.attention.maps import HEAD_AGGREGATES, head_options
 from core.attention.patching import DIRECTIONS
-from core.attention.projector import COLOURS, DIMS, MAX_SENTENCES, METHODS, SENTENCES, SIDES
+from core.attention.projector import (
+    COLOURS,
+    DIMS,
+    MAX_SENTENCES,
+    METHODS,
+    SENTENCE_CHOICES,
+    SENTENCES,
+    SIDES,
+)
 from core.attention.sentence_maps import SentenceMaps
 from core.attribution.contrast import CONTRAST_METHODS
 from core.corpus.text import D2L_TEST_PAIRS
@@ -206,7 +214,8 @@ def _check_space(state: ViewState, cls) -> None:
     parts = state.space_pick.split(":")
     if state.space_pick and not (len(parts) == 3 and all(map(_is_index, parts))):
         state.space_pick = cls.space_pick
-    state.space_sentences = min(max(state.space_sentences, 1), MAX_SENTENCES)
+    asked = min(max(state.space_sentences, 1), MAX_SENTENCES)  # one of the page's choices:
+    state.space_sentences = min(n for n in SENTENCE_CHOICES if n >= asked)  # at least as many
 
 
 def _is_index(text: str) -> bool:

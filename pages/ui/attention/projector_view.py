@@ -11,11 +11,12 @@ import streamlit as st
 from core.attention.maps import export_name
 from core.attention.projector import (
     ALL_LAYERS,
+    AUTOMATIC,
     COLOURS,
     DIMS,
-    MAX_SENTENCES,
     METHOD_NAMES,
     METHODS,
+    SENTENCE_CHOICES,
     SIDES,
     Projection,
     ProjectionError,
@@ -26,6 +27,7 @@ from core.corpus.source import DataError
 from core.figures import projector as figs
 from pages.ui.attention import cached_projector as cached
 from pages.ui.attention.inputs import SectionInputs
+from pages.ui.heavy_work import BUSY, heavy_slot
 from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_widgets import widget_default
 
@@ -70,13 +72,13 @@ def _settings(page: SectionInputs) -> tuple:
         widget_default("space_colour", state.space_colour, COLOURS)
         state.space_colour = st.selectbox("Colour by", COLOURS, key="space_colour")
     with cols[5]:
-        widget_default("space_sentences", state.space_sentences)
-        state.space_sentences = int(
-            st.number_input(
-                "Sentences", 10, MAX_SENTENCES, step=50, key="space_sentences",
-                help="the first validation sentences of the model's split",
-            )
-        )  # fmt: skip
+        widget_default("space_sentences", state.space_sentences, SENTENCE_CHOICES)
+        state.space_sentences = st.selectbox(
+            "Sentences",
+            SENTENCE_CHOICES,
+            key="space_sentences",
+            help="the first validation sentences of the model's split",
+        )
     return state.space_side, layer, state.space_method, state.space_dims, state.space_sentences
 
 
@@ -144,6 +146,27 @@ def _neighbour_table(result: Projection, index: int, near: list[dict]) -> None:
     st.dataframe(spreadsheet_safe(table), hide_index=True)
 
 
+def _projection(asked: tuple, heavy: bool) -> Projection | None:
+    """The projection ``asked`` for: kept for every session, or computed now (UMAP, or more
+    than AUTOMATIC sentences, only behind a button and in the server's heavy slot); None
+    with a message when it is not computed."""
+    found, result = cached.projection.peek(*asked)
+    if found or not heavy:
+        return result if found else cached.projection(*asked)
+    method, n = METHOD_NAMES[asked[5]], asked[7]
+    st.info(
+        f"{method} of {n} sentences takes a while (up to a few minutes with UMAP): it runs "
+        "in the server's slot for heavy work, one at a time, and is kept for every session."
+    )
+    if not st.button(f"Project {n} sentences with {method}", key="space_go"):
+        return None
+    with heavy_slot() as slot:
+        if slot is None:
+            st.warning(BUSY)
+            return None
+        return cached.projection(*asked)
+
+
 def projector_section(page: SectionInputs) -> None:
     """Settings, the scatter, the picked token's neighbours and every point as CSV."""
     st.caption(
@@ -155,12 +178,13 @@ def projector_section(page: SectionInputs) -> None:
     )
     side, layer, method, dims, n = _settings(page)
     entry, state = page.entry, page.state
+    asked = (page.lm, entry.path, entry.mtime, side, layer, method, dims, n, state.target_lang)
     try:
-        result = cached.projection(
-            page.lm, entry.path, entry.mtime, side, layer, method, dims, n, state.target_lang
-        )
+        result = _projection(asked, method == "umap" or n > AUTOMATIC)
     except (ProjectionError, DataError) as e:
         st.error(md(e))
+        return
+    if result is None:
         return
     index = _picked(page, result)
     near = result.neighbours(index) if index is not None else []
