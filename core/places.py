@@ -120,3 +120,22 @@ def shown_path(path) -> str:
 def corpus_folders() -> list[Path]:
     """The only folders the app reads corpus files from: data, download cache, uploads."""
     return [data_root(), default_cache_dir(), uploads_root()]
+
+
+def replace_durably(tmp: Path, dest: Path) -> None:
+    """Move a fully written ``tmp`` onto ``dest`` so that a crash or a power loss leaves the
+    old file or the new one, whole: the data reaches the disk (fsync) before the rename, and
+    the rename before this returns (the folder's fsync, where the system allows it)."""
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, dest)
+    try:
+        folder = os.open(Path(dest).parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(folder)
+    except OSError:
+        pass
+    finally:
+        os.close(folder)

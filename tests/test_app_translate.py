@@ -223,3 +223,13 @@ def test_url_values_land_inside_the_widgets_ranges(studio_dirs, query, beam, alp
     assert at.number_input(key="tr_alpha").value == pytest.approx(alpha)
     assert at.number_input(key="tr_max_len").value == max_len
     assert at.query_params.get("max_len", "50") == str(max_len)
+
+
+def test_a_paste_longer_than_the_page_reads_is_named_in_one_line(studio_dirs):
+    """Issue 49, item 9: a 10,000-character paste is named, not tokenised at every rerun."""
+    from pages.ui.view_state import MAX_TEXT_CHARS
+
+    at = run_page_script("translate.py")
+    at.text_input(key="tr_sentence").set_value("go " * 5000).run()
+    assert not at.exception
+    assert any(f"at most {MAX_TEXT_CHARS:,}" in e.value for e in at.error)

@@ -217,3 +217,15 @@ def test_two_sessions_promoting_one_name_cannot_both_win(jobs_env, make_run):
     assert all("already exists" in o for o in outcomes if o != "saved")
     load_checkpoint(checkpoints_root() / "same-name.pt")
     assert [p.name for p in checkpoints_root().iterdir()] == ["same-name.pt"]  # no temp left
+
+
+def test_a_dangling_link_is_listed_without_a_path_of_the_server(tmp_path):
+    """Issue 49, item 9: a checkpoint that is a link to nothing (a copy gone wrong) is an
+    unusable entry whose reason names it, never the server's folders."""
+    ck = tmp_path / "checkpoints"
+    ck.mkdir()
+    (ck / "gone.pt").symlink_to(tmp_path / "nowhere" / "model.pt")
+    entries = models.list_models(str(ck), str(tmp_path / "runs"))
+    (entry,) = [e for e in entries if "gone" in e.key]
+    assert not entry.usable and "gone.pt" in entry.reason
+    assert str(tmp_path) not in entry.reason

@@ -502,3 +502,23 @@ def test_the_align_command_reads_a_model_folder(hf_models, tmp_path, capsys):
     for line, (n_src, n_tgt) in zip(lines, [(5, 5), (4, 4)]):
         found = [tuple(map(int, link.split("-"))) for link in line.split()]
         assert found and all(0 <= s < n_src and 0 <= t < n_tgt for s, t in found)
+
+
+def test_model_folders_behind_links_and_huge_tokenizers_are_not_opened(tmp_path):
+    """Issue 49, item 9: a symbolic link under checkpoints/ is not followed when the models
+    are listed; a tokenizer file past TOKENIZER_BYTES is refused in one line."""
+    from core.model.hf_folder import TOKENIZER_BYTES, describe
+    from core.model.hf_folder import HFModelError as FolderError
+    from core.runs.catalogue import model_folders
+
+    ck, elsewhere = tmp_path / "checkpoints", tmp_path / "elsewhere"
+    ck.mkdir()
+    save_tiny(ck / "here", "marian")
+    save_tiny(elsewhere / "there", "marian")
+    (ck / "linked").symlink_to(elsewhere / "there", target_is_directory=True)
+    (ck / "deeper").symlink_to(elsewhere, target_is_directory=True)
+    assert [p.name for p in model_folders(ck)] == ["here"]
+    with open(ck / "here" / "tokenizer.json", "r+b") as f:
+        f.truncate(TOKENIZER_BYTES + 1)  # sparse: no real megabytes written
+    with pytest.raises(FolderError, match="tokenizer file of more than"):
+        describe(ck / "here")

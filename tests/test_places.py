@@ -33,3 +33,25 @@ def test_corpus_folders_are_data_cache_and_uploads(monkeypatch, tmp_path):
         tmp_path / "cache",
         tmp_path / "runs" / places.UPLOADS,
     ]
+
+
+def test_checkpoints_and_a_runs_files_reach_the_disk_before_their_rename(tmp_path, monkeypatch):
+    """Issue 49, item 9: an atomic rename is crash-safe; the fsync before it makes it
+    power-loss-safe (the old file or the new one, whole)."""
+    import os
+
+    import torch
+
+    from core.model.checkpoints import atomic_save
+    from core.runs.run_dir import write_json
+
+    order = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: order.append("fsync") or real_fsync(fd))
+    monkeypatch.setattr(os, "replace", lambda a, b: order.append("replace") or real_replace(a, b))
+    atomic_save({"x": torch.zeros(2)}, tmp_path / "last.pt")
+    assert order[:2] == ["fsync", "replace"]
+    order.clear()
+    write_json(tmp_path / "status.json", {"state": "running"})
+    assert order[:2] == ["fsync", "replace"]
+    assert (tmp_path / "status.json").read_text().strip().startswith("{")

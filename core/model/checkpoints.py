@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -24,7 +23,7 @@ from core.corpus.splits import Split, load_splits
 from core.corpus.vocab import Vocab
 from core.model.config import ModelConfig
 from core.model.transformer import Transformer
-from core.places import corpus_folders, runs_root, shown_path
+from core.places import corpus_folders, replace_durably, runs_root, shown_path
 
 FORMAT = "attention-studio/1"
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # a run directory's name
@@ -62,7 +61,7 @@ def atomic_save(obj, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     torch.save(obj, tmp)
-    os.replace(tmp, path)
+    replace_durably(tmp, path)
 
 
 def all_finite(state_dict: dict) -> bool:

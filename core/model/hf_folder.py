@@ -22,6 +22,7 @@ from core.places import shown_path
 FAMILY = "hugging face"
 CONFIG = "config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "source.spm", "spiece.model")
+TOKENIZER_BYTES = 64 << 20  # a larger tokenizer file is not one (NLLB-200's is 17 MB)
 CONFIG_BYTES = 1 << 20  # a config.json larger than this is not a model's config
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
@@ -164,6 +165,13 @@ def describe(folder) -> dict:
     parameters, layers, heads, width and languages (HFModelError when it cannot be opened)."""
     config = read_config(folder)
     check_encoder_decoder(config)
+    for name in (*TOKENIZER_FILES, "vocab.json", "target.spm", "sentencepiece.bpe.model"):
+        path = Path(folder) / name
+        if path.is_file() and path.stat().st_size > TOKENIZER_BYTES:
+            raise HFModelError(
+                f"{shown_path(path)} is {path.stat().st_size / 2**20:,.0f} MB: a tokenizer "
+                f"file of more than {TOKENIZER_BYTES >> 20} MB is not opened."
+            )
     if not any((Path(folder) / name).is_file() for name in TOKENIZER_FILES):
         raise HFModelError(
             f"{shown_path(folder)} has no tokenizer files (tokenizer.json or "

@@ -137,8 +137,8 @@ def read_entry(path: Path, key: str, run_dir: Path | None, runs: Path) -> ModelE
         st = path.stat()
         info = _checkpoint_info(str(path), st.st_mtime_ns, st.st_size)
     except (CheckpointError, OSError) as e:
-        mtime = path.stat().st_mtime if path.exists() else 0.0
-        return ModelEntry(key, str(path), "unreadable", mtime, usable=False, reason=str(e))
+        reason = str(e) if isinstance(e, CheckpointError) else _unreadable(path, e)
+        return ModelEntry(key, str(path), "unreadable", _mtime(path), usable=False, reason=reason)
     if run_dir is not None:
         origin = "run best" if path.name == "best.pt" else "run last"
     else:
@@ -207,7 +207,8 @@ def _mtime(path: Path) -> float:
 
 
 def _unreadable(folder: Path, e: Exception) -> str:
-    """Why a model folder cannot be listed, in one line without a path of this machine."""
+    """Why a model (file or folder) cannot be listed, in one line without a path of this
+    machine."""
     if isinstance(e, opened.HFModelError):
         return str(e)
     if isinstance(e, OSError):
@@ -236,13 +237,23 @@ def folder_entry(folder: Path, key: str) -> ModelEntry:
 
 
 def model_folders(root: Path) -> list[Path]:
-    """Hugging Face model folders (holding config.json) at most two levels under ``root``."""
+    """Hugging Face model folders (holding config.json) at most two levels under ``root``,
+    none reached through a symbolic link (a link could lead anywhere on the server)."""
     if not root.is_dir():
         return []
     found = [c.parent for c in (*root.glob("*/config.json"), *root.glob("*/*/config.json"))]
-    return sorted(p for p in found if not any(part.startswith(".") for part in p.parts[-2:]))[
-        :MAX_MODEL_FOLDERS
-    ]
+    kept = [p for p in found if not any(part.startswith(".") for part in p.parts[-2:])]
+    return sorted(p for p in kept if not _through_link(root, p))[:MAX_MODEL_FOLDERS]
+
+
+def _through_link(root: Path, folder: Path) -> bool:
+    """Whether ``folder`` (under ``root``), or a folder between them, is a symbolic link."""
+    path = folder
+    while path != root and path != path.parent:
+        if path.is_symlink():
+            return True
+        path = path.parent
+    return False
 
 
 def folder_entries(checkpoints: Path) -> list[ModelEntry]:

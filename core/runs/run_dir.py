@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from core.model.checkpoints import atomic_save
-from core.places import runs_root
+from core.places import replace_durably, runs_root
 from core.runs.budget import MAX_SNAPSHOTS, METRICS_BYTES, SNAPSHOT_BYTES, SNAPSHOTS_BYTES
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # run directory names
@@ -42,10 +42,10 @@ class RunError(Exception):
 
 
 def write_json(path: Path, obj) -> None:
-    """Write JSON atomically."""
+    """Write JSON atomically and durably (the old file or the new one after a power loss)."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(obj, indent=2))
-    os.replace(tmp, path)
+    replace_durably(tmp, path)
 
 
 def read_json(path: Path, default=None):

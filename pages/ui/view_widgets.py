@@ -8,7 +8,7 @@ import streamlit as st
 
 from core.attribution.methods import METHODS
 from core.model.checked_translation import MAX_SENTENCE_TOKENS
-from pages.ui.view_state import ViewState
+from pages.ui.view_state import MAX_TEXT_CHARS, ViewState
 
 TRANSLATE_KEYS = (  # the Translate page's URL keys
     *("model", "sentence", "reference", "target", "beam", "alpha", "max_len", "target_lang"),
@@ -73,6 +73,18 @@ def target_language(lm, state: ViewState, prefix: str) -> None:
     )
 
 
+def bounded(text: str, what: str) -> str:
+    """``text`` as typed, or "" with one line when it passes MAX_TEXT_CHARS: a longer paste is
+    named, never tokenised at every rerun (a box with a limit would drop it whole)."""
+    if len(text) <= MAX_TEXT_CHARS:
+        return text
+    st.error(
+        f"The {what} has {len(text):,} characters; this page reads at most "
+        f"{MAX_TEXT_CHARS:,}: type a shorter one."
+    )
+    return ""
+
+
 def target_input(state: ViewState, prefix: str, label: str = "French") -> str:
     """The box of a translation to explain instead of the model's own (widget key
     ``<prefix>_target_text``), kept in the view state; "" when empty."""
@@ -80,22 +92,23 @@ def target_input(state: ViewState, prefix: str, label: str = "French") -> str:
     if st.session_state.get(owner) != state.sentence:  # a new sentence: its own target
         st.session_state[key] = state.target
         st.session_state[owner] = state.sentence
-    state.target = st.text_input(
+    typed = st.text_input(
         f"Your translation ({label}, optional)",
         key=key,
         placeholder="Type a translation to see how the model rates and explains it",
         help="The model is fed this translation (teacher forcing) instead of decoding its own: "
         "every map and attribution then explains it, and each token shows its probability "
         "and its rank among the model's choices at that step.",
-    ).strip()
+    )
+    state.target = bounded(typed, "translation").strip()
     return state.target
 
 
 def sentence_input(state: ViewState, prefix: str, label: str = "English sentence") -> str:
     """The English sentence box (widget key ``<prefix>_sentence``), kept in the view state.
 
-    No character limit: a box with one drops a longer paste whole, so the length is
-    checked (and named) by core.model.checked_translation instead.
+    No character limit on the box: one drops a longer paste whole, so the length is checked
+    (and named) by core.model.checked_translation instead, past MAX_TEXT_CHARS here.
     """
     widget_default(f"{prefix}_sentence", state.sentence)
     sentence = st.text_input(
@@ -103,5 +116,5 @@ def sentence_input(state: ViewState, prefix: str, label: str = "English sentence
         key=f"{prefix}_sentence",
         help=f"At most {MAX_SENTENCE_TOKENS} words and punctuation marks (tokens).",
     )
-    state.set_sentence(sentence)
+    state.set_sentence(bounded(sentence, "sentence"))
     return state.sentence

@@ -23,7 +23,7 @@ from pages.ui.charts import chart
 from pages.ui.model_picker import load_model, model_entries
 from pages.ui.text import code, md, spreadsheet_safe
 from pages.ui.view_state import ViewState
-from pages.ui.view_widgets import widget_default
+from pages.ui.view_widgets import bounded, widget_default
 
 MODES = ("two models", "two sentences")
 PAIR_FIELDS = {MODES[0]: "other", MODES[1]: "other_sentence"}  # the ViewState field of a mode
@@ -199,7 +199,7 @@ def two_sentences(
     suggestion = compare.suggest_sentence(state.sentence, [s for s, _ in D2L_TEST_PAIRS])
     widget_default("cmp_sentence", state.other_sentence or suggestion)
     label = lm.source_label.replace("Source", "source")  # "English" stays a proper noun
-    state.other_sentence = st.text_input(f"Second {label} (B)", key="cmp_sentence")
+    state.other_sentence = bounded(st.text_input(f"Second {label} (B)", key="cmp_sentence"), label)
     if not state.other_sentence.strip():
         st.caption("Type a second sentence to compare its maps with the first one's.")
         return

@@ -16,7 +16,7 @@ from pages.ui.attention.inputs import SectionInputs
 from pages.ui.charts import chart
 from pages.ui.heavy_work import SlotTaken
 from pages.ui.text import code, md
-from pages.ui.view_widgets import widget_default
+from pages.ui.view_widgets import bounded, widget_default
 
 EXAMPLE = ("the boy is tall .", "the girl is tall .")
 
@@ -25,11 +25,12 @@ def corrupt_input(page: SectionInputs) -> str:
     """The corrupted sentence box (widget ``at_corrupt``), kept in the view state."""
     state = page.state
     widget_default("at_corrupt", state.corrupt)
-    state.corrupt = st.text_input(
+    typed = st.text_input(
         "Corrupted sentence: the sentence above with a word changed, as many tokens",
         key="at_corrupt",
         placeholder=f"e.g. {EXAMPLE[1]} against {EXAMPLE[0]}",
-    ).strip()
+    )
+    state.corrupt = bounded(typed, "corrupted sentence").strip()
     return state.corrupt
 
 
@@ -60,7 +61,7 @@ def question_inputs(page: SectionInputs) -> tuple[str, str | None, tuple[str, st
         ("patch_wrong", right, "Corrupted run's answer (empty: its likeliest)"),
     ):
         widget_default(f"at_{key}", getattr(state, key))
-        setattr(state, key, where.text_input(label, key=f"at_{key}").strip())
+        setattr(state, key, bounded(where.text_input(label, key=f"at_{key}"), "box").strip())
     given = (state.patch_answer, state.patch_wrong)
     if any(given) and not all(given):
         st.info("Give both answer words, or neither (then each run's likeliest word is used).")

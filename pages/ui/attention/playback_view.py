@@ -16,7 +16,7 @@ from pages.ui.cached import teacher_forced
 from pages.ui.charts import chart
 from pages.ui.text import code, md
 from pages.ui.view_state import ViewState
-from pages.ui.view_widgets import widget_default, write_url
+from pages.ui.view_widgets import bounded, widget_default, write_url
 
 PLAYER = "at_play"  # the play button's key
 
@@ -95,7 +95,9 @@ def reference_input(state: ViewState) -> str:
     if st.session_state.get("at_ref_for") != state.sentence or "at_ref" not in st.session_state:
         st.session_state["at_ref"] = state.forced_reference()
         st.session_state["at_ref_for"] = state.sentence
-    reference = st.text_input("Reference translation to feed in", key="at_ref")
+    reference = bounded(
+        st.text_input("Reference translation to feed in", key="at_ref"), "reference"
+    )
     state.set_reference(reference)
     return reference
 
