@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from core.corpus.vocab import Vocab  # noqa: E402
+from core.model.blocks import PositionalEncoding  # noqa: E402
 from core.model.config import ModelConfig  # noqa: E402
-from core.model.transformer import PositionalEncoding  # noqa: E402
 
 SHARED_ZIP = ROOT.parent / "shared" / "data" / "fra-eng.zip"
 

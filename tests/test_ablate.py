@@ -247,7 +247,7 @@ def test_a_removed_head_still_has_its_map(random_model):
 def test_batched_bleu_equals_one_set_at_a_time(val_model, monkeypatch):
     """Sets packed into passes (split across passes, too) give translate_batch's BLEU."""
     m, sample = val_model
-    monkeypatch.setattr(head_measures, "ROWS_PER_PASS", 4)  # passes cut through the sample
+    monkeypatch.setattr(Measures, "rows_per_pass", lambda self: 4)  # passes cut through the sample
     sets = [[], parse_heads("cross:0:1"), parse_heads("cross:1:0,encoder:0:3,decoder_self:0:2")]
     batched = Measures(m, sample).bleu(sets)
     for heads, bleu in zip(sets, batched):

@@ -123,6 +123,23 @@ def test_recorded_weights_equal_the_models_own(m):
         assert torch.allclose(getattr(r.maps(), kind), maps[kind], atol=1e-6), kind
 
 
+def test_the_few_sites_a_caller_reads_equal_the_record(m):
+    """``patterns`` and ``stream`` (a few sites, for many sentences) are what the record of
+    the same padded batch holds (its weights: the model's own, above)."""
+    (src, tgt_in, _), (short_src, short_tgt, _) = batch(m), batch(m, "I am.", "Je suis.")
+    src2 = torch.nn.utils.rnn.pad_sequence([src[0], short_src[0]], True, m.pad_id)  # (2, S)
+    tgt2 = torch.nn.utils.rnn.pad_sequence([tgt_in[0], short_tgt[0]], True, m.pad_id)  # (2, T)
+    with torch.no_grad():
+        r = m.record(src2, tgt2)
+        patterns = m.patterns(src2, tgt2)
+        streams = {side: m.stream(src2, tgt2, side) for side in ("encoder", "decoder")}
+    for kind in KINDS:
+        assert torch.equal(patterns[kind], getattr(r.maps(), kind)), kind
+    for side, stream in streams.items():
+        assert len(stream) == m.depth[side == "decoder"] + 1
+        assert all(torch.equal(a, b) for a, b in zip(stream, r.stream(side))), side
+
+
 def test_recorded_weights_equal_what_decoding_attended(m):
     settings = DecodeSettings(max_len=6, target_lang=target_lang(m) or "")
     t = m.translate(SOURCE, settings)

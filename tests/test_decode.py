@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from core.corpus.vocab import Vocab
+from core.model.blocks import subsequent_mask
 from core.model.decode import (
     TranslationError,
     beam_search,
@@ -16,7 +17,6 @@ from core.model.decode import (
     translate,
     translate_batch,
 )
-from core.model.transformer import subsequent_mask
 from tests.helpers import greedy_decode_uncached
 
 

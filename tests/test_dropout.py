@@ -11,9 +11,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from core.model.blocks import MultiHeadAttention
 from core.model.config import ModelConfig
 from core.model.dropout import LEVELS, BitsDropout, Dropout, drop_rate, dropout, keep_mask
-from core.model.transformer import MultiHeadAttention, Transformer
+from core.model.transformer import Transformer
 from core.training.settings import add_setting_flags, settings_from_args
 
 

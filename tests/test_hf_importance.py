@@ -21,7 +21,8 @@ from core.corpus.splits import Split
 from core.corpus.text import tokenize
 from core.measure.sample import sample_of
 from core.model import hf_model, hf_sites
-from core.model.batched import token_losses
+from core.model.batched import MAX_DECODE_ROWS, decode_rows, token_losses
+from core.model.config import ModelConfig
 from core.model.hf_model import HFModel, as_text, load
 from core.model.studio_model import StudioModel
 from pages.ui.attention.ablation_view import PRECISION_LABELS
@@ -263,3 +264,16 @@ def test_the_evaluate_command_scores_a_model_folder_on_the_studios_split(
     assert out["loss"] == pytest.approx(measures.losses([[]])[0], abs=1e-6)
     assert out["bleu"] == pytest.approx(measures.bleu([[]])[0])
     assert 0 <= out["unk_share"] <= 1 and out["sentences_per_s"] > 0
+
+
+def test_decode_rows_shrink_with_the_model():
+    """One sizing rule for every greedy pass: 96 rows at opus-mt's size (d_model 512, 6 + 6
+    layers, measured in bench/hf_server_memory.py), the cap for a model a tenth of that."""
+
+    def sized(width: int, layers: int) -> ModelConfig:
+        return ModelConfig(100, 100, width, 8, layers, layers)
+
+    assert decode_rows(sized(512, 6)) == 96  # opus-mt
+    assert decode_rows(sized(32, 2)) == MAX_DECODE_ROWS
+    big, opus = sized(1024, 24), sized(512, 6)
+    assert 1 <= decode_rows(big) < decode_rows(opus)

@@ -18,7 +18,7 @@ from core.attribution.value_zeroing import value_zeroing_steps
 from core.model.decode import DecodeSettings
 from core.model.hf_model import load
 from core.model.hf_sites import attention_modules, layers_of, projections
-from core.model.interface import SublayerNorm
+from core.model.parts import SublayerNorm
 from core.model.record import KINDS
 from tests.hf_tiny import FAMILIES
 

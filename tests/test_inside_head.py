@@ -16,9 +16,10 @@ from core.attention.query_key import InsideHeadError, head_scores, query_key_vie
 from core.figures import inside_head as figs
 from core.figures.labels import plotly_text
 from core.figures.logit_lens import logit_lens_figure
+from core.model.blocks import subsequent_mask
 from core.model.checked_translation import translate_sentence
 from core.model.studio_model import StudioModel
-from core.model.transformer import Transformer, subsequent_mask
+from core.model.transformer import Transformer
 from tests.helpers import random_model, toy_model_config
 
 SENTENCE = "the cat sees the dog ."  # repeated "the": unique rows and columns needed

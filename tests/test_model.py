@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from core.model.blocks import MultiHeadAttention, attention, subsequent_mask
 from core.model.config import ModelConfig
 from core.model.output_loss import CHUNK_ROWS, projected_cross_entropy
 from core.model.transformer import (
@@ -14,11 +15,8 @@ from core.model.transformer import (
     DecoderLayer,
     Encoder,
     EncoderLayer,
-    MultiHeadAttention,
     Transformer,
-    attention,
     embedding,
-    subsequent_mask,
 )
 from tests import helpers
 from tests.helpers import toy_model_config

@@ -29,7 +29,8 @@ import torch
 from core.attention.kinds import BOUNDARY_TOKENS
 from core.attention.sentence_maps import SentenceMaps
 from core.corpus.bpe import word_spans
-from core.model.interface import LANGUAGE_CODE, TranslationModel, WordPair
+from core.model.interface import TranslationModel
+from core.model.parts import LANGUAGE_CODE, WordPair
 from core.model.transformer import evaluating
 
 MODES = ("awo", "awi")
@@ -103,10 +104,8 @@ def pair_maps(
     with evaluating(m.model):
         for start in range(0, len(rows), batch):
             chunk = rows[start : start + batch]
-            recorded = m.record(*_batch(m, chunk)).attention["cross"]
-            cross = (
-                torch.stack([a.weights for a in recorded]).float().cpu().numpy()
-            )  # (L, B, H, T, S)
+            cross = m.patterns(*_batch(m, chunk), ["cross"])["cross"]  # (L, B, H, T, S)
+            cross = cross.float().cpu().numpy()
             for i, w in enumerate(chunk):
                 kept = cross[:, i, :, w.target_rows(), w.source_columns()]  # (L, H, T_i, S_i)
                 words = (np.array(x, dtype=np.int64) for x in (w.src_words, w.tgt_words))

@@ -23,6 +23,7 @@ from core.attention.ablation import HeadSpec, all_heads
 from core.measure.sample import Sample
 from core.model.batched import (
     FORCED_ROWS,
+    decode_rows,
     encoded_states,
     give_back_memory,
     greedy_pass,
@@ -33,11 +34,7 @@ from core.model.scores import corpus_bleu
 
 Tick = Callable[[int], None] | None  # called with the rows done after each pass
 
-ROWS_PER_PASS = 256  # the most (head set, sentence) rows one greedy pass decodes together
 GRADIENT_ROWS = 64  # the most pairs one backward pass of the gradient score reads
-DECODE_ROW_CELLS = 96 * 512 * 12  # a greedy pass's rows x width x layers: 96 rows at opus-mt's
-# size (bench/hf_server_memory.py: 128 rows were 5 % faster, their peak 50-190 MB higher, past
-# 1.5 GB); a model a tenth of that size decodes ROWS_PER_PASS at once
 GRADIENT_ROW_CELLS = 4 * 59_514  # a backward pass's pairs x vocabulary: float32 logits, their
 # gradient and the saved activations; at opus-mt's size (59,514 words) the gradient of 32 rows
 # took 900 MB above the model, of 4 rows 150 (as fast on 2 cores)
@@ -69,10 +66,8 @@ class Measures:
         self.heads = {(h.kind, h.layer) for h in all_heads(m.cfg)}
 
     def rows_per_pass(self) -> int:
-        """Rows one greedy pass decodes: fewer for a wider and deeper model."""
-        cfg = self.m.cfg
-        cells = cfg.d_model * (cfg.num_encoder_layers + cfg.num_decoder_layers)
-        return max(1, min(ROWS_PER_PASS, DECODE_ROW_CELLS // cells))
+        """(Head set, sentence) rows one greedy pass decodes: fewer for a bigger model."""
+        return decode_rows(self.m.cfg)
 
     def gradient_rows(self) -> int:
         """Pairs one backward pass reads: fewer for a bigger vocabulary."""

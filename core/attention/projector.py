@@ -217,7 +217,7 @@ def representations(
         for start in range(0, n, BATCH):
             src = _padded(sentences.sources[start : start + BATCH], lm.pad_id, device)  # (B, S)
             tgt_in = _padded(sentences.targets[start : start + BATCH], lm.pad_id, device)
-            states = lm.record(src, tgt_in).stream(side)  # L + 1 x (B, S|T, D)
+            states = lm.stream(src, tgt_in, side)  # L + 1 x (B, S|T, D)
             lengths = [len(r) for r in sentences.ids(side)[start : start + BATCH]]
             for layer in layers:
                 per_layer[layer] += [states[layer][b, :m].cpu() for b, m in enumerate(lengths)]

@@ -95,11 +95,11 @@ def validation_means(m: TranslationModel, rows: Sequence[tuple[list[int], list[i
             for i, (s, t) in enumerate(chunk):
                 src[i, : len(s)] = torch.tensor(s)
                 tgt[i, : len(t) + 1] = torch.tensor([m.start_id, *t])
-            maps = m.record(src.to(device), tgt.to(device)).maps()  # the recorded pass
+            maps = m.patterns(src.to(device), tgt.to(device))  # {kind: (L, B, H, Tq, Tk)}
             lengths = {"encoder": (s_len, s_len), "decoder_self": (t_len, t_len)}
             lengths["cross"] = (t_len, s_len)
             for kind in KINDS:
-                w = getattr(maps, kind).float().cpu().numpy()  # (L, B, H, Tq, Tk)
+                w = maps[kind].float().cpu().numpy()  # (L, B, H, Tq, Tk)
                 for m, v in batch_metrics(w, *lengths[kind], kind).items():
                     sums.setdefault(kind, {}).setdefault(m, 0.0)
                     sums[kind][m] = sums[kind][m] + v.sum(axis=1)  # (L, H)

@@ -46,7 +46,6 @@ DELETION_K = (1, 2, 3)  # how many top words the deletion curve removes
 DEFAULT_METHODS = tuple(m for m in METHODS if m != "integrated-gradients")  # the slow one out
 RANDOM = "random"  # the baseline ranking
 CACHE_VERSION = 2  # 2: the attention row names its layer and head
-DECODE_BATCH = 128  # sentences translated together
 ROWS_PER_PASS = 32  # occluded copies per teacher-forced pass ((N, T, V) logits of a big vocabulary)
 RANKED_AT = {"attention": " (last layer, mean of heads)"}  # what a method's row measured
 
@@ -88,7 +87,7 @@ def usable_methods(m: TranslationModel, methods: Sequence[str]) -> list[str]:
 
 def translate_sample(m: TranslationModel, sample: Sample, target_lang=None) -> list[Case]:
     """Greedy translations of every sample sentence (batched), as Cases."""
-    outputs = greedy_outputs(m, sample.src_ids, target_lang, DECODE_BATCH)
+    outputs = greedy_outputs(m, sample.src_ids, target_lang)
     cases = []
     for src, ids in zip(sample.src_ids, outputs):
         ids = ids[: ids.index(m.eos_id) + 1] if m.eos_id in ids else ids

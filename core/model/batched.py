@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
+    from core.model.config import ModelConfig
     from core.model.interface import TranslationModel
 
 IGNORE = -100  # a label position that does not count (padding)
@@ -99,8 +100,10 @@ def encoded_states(m: TranslationModel, sources: Sequence[Sequence[int]], rows: 
     return out
 
 
-ROWS_PER_PASS = 96  # sources decoded together by one greedy pass (bench/hf_server_memory.py:
-# at opus-mt's size 128 rows were 5 % faster, their peak 50-190 MB higher, past 1.5 GB)
+MAX_DECODE_ROWS = 256  # the most sources one greedy pass decodes together
+DECODE_ROW_CELLS = 96 * 512 * 12  # a greedy pass's rows x width x layers: 96 rows at opus-mt's
+# size (bench/hf_server_memory.py: 128 rows were 5 % faster, their peak 50-190 MB higher, past
+# 1.5 GB); a model a tenth of that size decodes MAX_DECODE_ROWS at once
 FORCED_ROWS = 32  # pairs teacher-forced together (their logits made CHUNK positions at a time)
 
 
@@ -112,8 +115,16 @@ def greedy_pass(m: TranslationModel, sources, target_lang=None, memory=None) -> 
     return m.greedy(src, m.max_output(src.size(1)), target_lang, states).tolist()
 
 
-def greedy_outputs(m: TranslationModel, sources, target_lang=None, rows=ROWS_PER_PASS):
-    """Greedy output ids of every source, in order: ``rows`` sources of like length a pass."""
+def decode_rows(cfg: ModelConfig) -> int:
+    """Sources one greedy pass decodes together: fewer for a wider and deeper model."""
+    cells = cfg.d_model * (cfg.num_encoder_layers + cfg.num_decoder_layers)
+    return max(1, min(MAX_DECODE_ROWS, DECODE_ROW_CELLS // cells))
+
+
+def greedy_outputs(m: TranslationModel, sources, target_lang=None, rows: int | None = None):
+    """Greedy output ids of every source, in order: ``rows`` sources of like length a pass
+    (``decode_rows`` of the model where not given)."""
+    rows = rows or decode_rows(m.cfg)
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     out: list[list[int]] = [[] for _ in sources]
     for start in range(0, len(order), rows):

@@ -33,13 +33,8 @@ from core.model.config import ModelConfig
 from core.model.decode import MAX_LEN, DecodeSettings, Translation, TranslationError
 from core.model.hf_folder import HFModelError, describe, studio_config
 from core.model.hooks import HookPoint
-from core.model.interface import (
-    AttentionWeights,
-    Source,
-    SublayerNorm,
-    TranslationModel,
-    linear_parts,
-)
+from core.model.interface import TranslationModel
+from core.model.parts import AttentionWeights, Source, SublayerNorm, linear_parts
 from core.model.record import side_of
 from core.model.scores import corpus_bleu
 from core.places import shown_path

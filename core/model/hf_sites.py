@@ -245,7 +245,7 @@ class _Installer:
 
     def add(self, name: str) -> str:
         """Create the hook point ``name``; its name."""
-        self.points[name] = HookPoint(name)
+        self.points[name] = HookPoint(name.rsplit(".", 1)[-1], name)
         return name
 
     def stack(self, side: str) -> None:

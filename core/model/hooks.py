@@ -46,12 +46,13 @@ _threads_on = [0]  # how many threads have hooks on (the fast path's one test)
 
 
 class HookPoint:
-    """One named site in a forward pass: ``x = point(x)`` (hooks of this thread only)."""
+    """One named site in a forward pass: ``x = point(x)`` (hooks of this thread only).
+    ``part``: its name within its module (a model prefixes it into ``name``)."""
 
-    __slots__ = ("name",)
+    __slots__ = ("name", "part")
 
-    def __init__(self, name: str = ""):
-        self.name = name
+    def __init__(self, part: str = "", name: str = ""):
+        self.part, self.name = part, name or part
 
     def on(self) -> bool:
         """Whether this thread has a hook on this site (so a caller may skip reshaping)."""

@@ -25,7 +25,8 @@ import torch
 from core.corpus.bpe import PREFIX
 from core.model.decode import TOP_K, DecodeSettings, Translation, TranslationError, scored
 from core.model.hf_folder import HFModelError
-from core.model.interface import LANGUAGE_CODE, TranslationModel
+from core.model.interface import TranslationModel
+from core.model.parts import LANGUAGE_CODE
 from core.model.transformer import AttentionMaps
 
 MULTILINGUAL = ("m2m_100", "nllb_moe", "mbart")  # model types whose target language is forced

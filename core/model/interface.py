@@ -12,7 +12,8 @@ adapters, and ``core.model.opened.open_model`` returns one of them. Everything o
 - decoding: ``translate`` (greedy or beam, every map), ``force`` (a target the user gave),
   ``greedy`` (many padded sources at once, under whatever hooks are on);
 - passes: ``run`` (logits; the encoder's output may be given), ``encode``, ``hidden``,
-  ``record`` (one teacher-forced pass with every site, ``core.model.record``), the
+  ``record`` (one teacher-forced pass with every site, ``core.model.record``; ``patterns``
+  and ``stream`` keep only the weights or one stack's stream, for many sentences), the
   embeddings path (``embeddings`` and ``log_probs_from_embeddings``: the exact function of
   the token embeddings that the ids path computes, by hooks on the embedding sites);
 - hook sites (``hook_points``, ``hooks``: ``core.model.hooks``), and on them removing heads
@@ -27,11 +28,9 @@ V target vocabulary.
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -40,87 +39,9 @@ from core.model import capabilities
 from core.model.config import ModelConfig
 from core.model.decode import DecodeSettings, Translation
 from core.model.hooks import Hook, HookPoint, StopForward, capture, hooked, replace_with, stop_at
+from core.model.parts import AttentionWeights, Source, SublayerNorm, WordPair
 from core.model.record import KINDS, Record, attention_site, from_cache, recorded_sites
 from core.model.transformer import evaluating
-
-LANGUAGE_CODE = re.compile(  # how tokenizers write a language code: M2M100 __fr__, NLLB
-    r"^(__[a-z]{2,3}(_[A-Za-z]+)?__|[a-z]{2,3}_[A-Z][a-z]{3}|>>[a-z_]{2,8}<<)$"
-)  # fra_Latn, multi-target Marian >>fra<<
-
-
-@dataclass
-class Source:
-    """A sentence as a model reads it."""
-
-    ids: list[int]  # what the encoder reads, the end token (and any language code) included
-    tokens: list[str]  # the same as shown tokens
-    unknown: list[bool]  # True where the token is the unknown one
-    notes: list[str]  # what the user should know (words cut, unknown words)
-
-
-@dataclass
-class WordPair:
-    """A sentence pair in pieces, each piece knowing its word."""
-
-    src_ids: list[int]  # what the encoder reads (specials included)
-    out_ids: list[int]  # the decoder's outputs: specials first, the pieces, the end token
-    src_words: list[int]  # the word index of each source piece
-    tgt_words: list[int]  # the word index of each target piece
-    src_start: int  # where the source pieces start in src_ids (after leading specials)
-    tgt_start: int  # where the target pieces start in out_ids
-
-    def source_columns(self) -> slice:
-        """The source pieces and the end token after them."""
-        return slice(self.src_start, self.src_start + len(self.src_words) + 1)
-
-    def target_rows(self) -> slice:
-        """The steps that write the target pieces, then the end token."""
-        return slice(self.tgt_start, self.tgt_start + len(self.tgt_words) + 1)
-
-
-@dataclass
-class AttentionWeights:
-    """One attention module's projections, per head: what q, k, v and W_o are made of."""
-
-    W_q: torch.Tensor  # (H * Dh, D) as nn.Linear holds it
-    b_q: torch.Tensor  # (H * Dh,) zeros where the module has no bias
-    W_k: torch.Tensor  # (H_kv * Dh, D)
-    b_k: torch.Tensor
-    W_v: torch.Tensor  # (H_kv * Dh, D)
-    b_v: torch.Tensor
-    W_o: torch.Tensor  # (D, H * Dh)
-    b_o: torch.Tensor  # (D,)
-    heads: int  # H
-    head_width: int  # Dh
-    scale: float  # what q·k is multiplied by: 1/sqrt(Dh), or 1 (T5)
-
-    def head_values(self, u: torch.Tensor) -> torch.Tensor:
-        """f^h(u_j) = (u_j W_V^h + b_V^h) W_O^h for each head: u (Tk, D) -> (H, Tk, D)."""
-        H, Dh = self.heads, self.head_width
-        v = (u @ self.W_v.T + self.b_v).view(-1, H, Dh).transpose(0, 1)  # (H, Tk, Dh)
-        w_o = self.W_o.view(self.W_o.size(0), H, Dh).permute(1, 2, 0)  # (H, Dh, D)
-        return v @ w_o  # (H, Tk, D)
-
-    def head_queries_keys(self, queries: torch.Tensor, keys: torch.Tensor, head: int):
-        """One head's queries (Tq, Dh) and keys (Tk, Dh) from the inputs (Tq, D), (Tk, D)."""
-        cut = slice(head * self.head_width, (head + 1) * self.head_width)
-        q = queries @ self.W_q[cut].T + self.b_q[cut]  # (Tq, Dh)
-        k = keys @ self.W_k[cut].T + self.b_k[cut]  # (Tk, Dh)
-        return q, k
-
-
-@dataclass
-class SublayerNorm:
-    """The norm around one attention sub-layer."""
-
-    pre: bool  # pre-LN: y = x + attention(norm(x)); post-LN: y = norm(x + attention(x))
-    norm: nn.Module  # the norm module (a LayerNorm, or T5's RMSNorm where pre)
-
-
-def linear_parts(linear: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weight, bias) of a linear layer, zeros for a missing bias."""
-    bias = linear.bias if linear.bias is not None else linear.weight.new_zeros(linear.out_features)
-    return linear.weight, bias
 
 
 class TranslationModel(ABC):
@@ -361,6 +282,30 @@ class TranslationModel(ABC):
         with self.hooks((s, capture(cache)) for s in sites):
             logits = self.run(src, tgt_in, need_weights=True)
         return from_cache(cache, src, tgt_in, self.masks(src, tgt_in), logits, self.depth, out_ids)
+
+    def captured(self, src, tgt_in, sites: Sequence[str]) -> dict[str, torch.Tensor]:
+        """Only the named sites of one teacher-forced pass (``record`` keeps every site: a
+        caller reading a few of many sentences keeps a fraction of its memory)."""
+        cache: dict = {}
+        with self.hooks((s, capture(cache)) for s in sites):
+            self.run(src, tgt_in, need_weights=True)  # the record's arithmetic, to the bit
+        return cache
+
+    def patterns(self, src, tgt_in, kinds: Sequence[str] = KINDS) -> dict[str, torch.Tensor]:
+        """{kind: (L, B, H, Tq, Tk)}: the weights of one teacher-forced pass, as ``record``'s."""
+        names = {
+            k: [f"{attention_site(k, i)}.pattern" for i in range(self.layers(k))] for k in kinds
+        }
+        cache = self.captured(src, tgt_in, [n for ns in names.values() for n in ns])
+        return {k: torch.stack([cache[n] for n in ns]) for k, ns in names.items()}
+
+    def stream(self, src, tgt_in, side: str) -> list[torch.Tensor]:
+        """L + 1 x (B, S|T, D): one stack's residual stream in a teacher-forced pass, as
+        ``record(...).stream(side)``."""
+        last = self.depth[0 if side == "encoder" else 1] - 1
+        sites = [*(f"{side}.{i}.in" for i in range(last + 1)), f"{side}.{last}.out"]
+        cache = self.captured(src, tgt_in, sites)
+        return [cache[s] for s in sites]
 
     def forced(self, src_ids: Sequence[int], out_ids: Sequence[int]) -> Record:
         """The record of one sentence: ``out_ids`` teacher-forced after ``src_ids``, in eval

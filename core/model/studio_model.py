@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from core.corpus.bpe import word_spans
 from core.corpus.text import tokenize
 from core.corpus.vocab import Vocab
+from core.model.blocks import MultiHeadAttention
 from core.model.capabilities import STUDIO
 from core.model.checkpoints import LoadedModel, load_checkpoint
 from core.model.config import ModelConfig
@@ -37,15 +38,10 @@ from core.model.decode import (
     translate_batch,
 )
 from core.model.hooks import HookPoint
-from core.model.interface import (
-    AttentionWeights,
-    Source,
-    SublayerNorm,
-    TranslationModel,
-    linear_parts,
-)
+from core.model.interface import TranslationModel
+from core.model.parts import AttentionWeights, Source, SublayerNorm, linear_parts
 from core.model.scores import evaluate_split
-from core.model.transformer import MultiHeadAttention, Transformer
+from core.model.transformer import Transformer
 
 PROJECTED = (
     "each decoder layer's output (after its last AddNorm) through the output layer (decoder.dense)"

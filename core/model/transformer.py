@@ -14,7 +14,8 @@ memory), W_q, W_k, W_v run as one stacked product; they stay four separate (D, D
 the state_dict.
 
 Every activation the analysis reads passes through a named hook site (``core.model.hooks``:
-``encoder.0.self.z``, ``decoder.1.cross.out`` ...), written once here in the forward order:
+``encoder.0.self.z``, ``decoder.1.cross.out`` ...), written once in the forward order (here
+and in the blocks, ``core.model.blocks``):
 recording a pass, removing heads (each head's output scaled before W_o), value zeroing,
 patching and the embeddings path of the gradient methods are hooks on this one forward.
 """
@@ -26,12 +27,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from core.model.align_loss import AlignTarget, alignment_loss
+from core.model.blocks import (
+    AddNorm,
+    MultiHeadAttention,
+    PositionalEncoding,
+    PositionWiseFFN,
+    subsequent_mask,
+)
 from core.model.config import ModelConfig
-from core.model.dropout import Dropout, dropout
 from core.model.hooks import HookPoint
 from core.model.output_loss import projected_cross_entropy
 
@@ -45,176 +51,6 @@ class AttentionMaps:
     cross: torch.Tensor | None = None  # (L, B, H, T, S) decoder -> encoder attention
 
 
-def subsequent_mask(size: int, device=None) -> torch.Tensor:
-    """Boolean (size, size) mask, True where query i may attend to key j (j <= i)."""
-    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
-
-
-def attention(q, k, v, mask=None, p: float = 0.0, training: bool = False, masks="bits"):
-    """Scaled dot-product attention returning ``(out, weights)``.
-
-    Args:
-        q: (B, H, Tq, Dh) queries; k, v: (B, H, Tk, Dh) keys and values.
-        mask: boolean, broadcastable to (B, H, Tq, Tk); True = may attend.
-    Returns:
-        out (B, H, Tq, Dh) and the softmax weights (B, H, Tq, Tk), exactly 0 where masked.
-    """
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = scores.softmax(dim=-1)  # (B, H, Tq, Tk)
-    if mask is not None:
-        weights = weights.masked_fill(~mask, 0.0)
-    dropped = dropout(weights, p, training, masks)  # (B, H, Tq, Tk)
-    return dropped @ v, weights  # (B, H, Tq, Dh), (B, H, Tq, Tk)
-
-
-class PositionalEncoding(nn.Module):
-    """Adds the fixed sinusoidal position table, then dropout."""
-
-    def __init__(self, d_model: int, dropout: float, max_len: int, masks: str = "bits"):
-        super().__init__()
-        self.dropout = Dropout(dropout, masks)
-        table = torch.zeros(max_len, d_model)  # (max_len, D), on the device in force
-        if table.device.type != "meta":  # a size count needs no values (see ``embedding``)
-            pos = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # (max_len, 1)
-            div = torch.pow(10000, torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
-            table[:, 0::2] = torch.sin(pos / div)
-            table[:, 1::2] = torch.cos(pos / div[: d_model // 2])
-        self.register_buffer("table", table, persistent=False)
-
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """x: (B, T, D) -> (B, T, D), positions starting at ``offset``."""
-        if offset + x.size(1) > self.table.size(0):
-            raise ValueError(
-                f"sequence of {offset + x.size(1)} positions exceeds max_len "
-                f"{self.table.size(0)} of the positional encoding"
-            )
-        return self.dropout(x + self.table[offset : offset + x.size(1)])
-
-
-def packed_linear(x: torch.Tensor, *layers: nn.Linear) -> tuple[torch.Tensor, ...]:
-    """Several nn.Linear of one input in one matrix product: n views (B, T, D_out)."""
-    weight = torch.cat([m.weight for m in layers])  # (n D_out, D)
-    bias = torch.cat([m.bias for m in layers])  # (n D_out,)
-    return F.linear(x, weight, bias).chunk(len(layers), dim=-1)  # n x (B, T, D_out)
-
-
-class MultiHeadAttention(nn.Module):
-    """Multi-head attention with W_q, W_k, W_v, W_o projections (stacked when inputs agree)."""
-
-    def __init__(self, d_model: int, num_heads: int, dropout: float, masks: str = "bits"):
-        super().__init__()
-        self.num_heads, self.dropout, self.masks = num_heads, dropout, masks
-        self.W_q = nn.Linear(d_model, d_model)
-        self.W_k = nn.Linear(d_model, d_model)
-        self.W_v = nn.Linear(d_model, d_model)
-        self.W_o = nn.Linear(d_model, d_model)
-        self.hook_queries, self.hook_keys = HookPoint(), HookPoint()  # (B, Tq|Tk, D)
-        self.hook_v = HookPoint()  # (B, Tk, H, Dh)
-        self.hook_pattern = HookPoint()  # (B, H, Tq, Tk), the explicit path only
-        self.hook_z = HookPoint()  # (B, Tq, H, Dh)
-        self.hook_out = HookPoint()  # (B, Tq, D)
-
-    def name_hooks(self, prefix: str) -> dict[str, HookPoint]:
-        """Name this attention's hook sites ``prefix.queries`` ...; {name: hook point}."""
-        points = {
-            "queries": self.hook_queries,
-            "keys": self.hook_keys,
-            "v": self.hook_v,
-            "pattern": self.hook_pattern,
-            "z": self.hook_z,
-            "out": self.hook_out,
-        }
-        for part, point in points.items():
-            point.name = f"{prefix}.{part}"
-        return {point.name: point for point in points.values()}
-
-    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, D) -> (B, H, T, Dh)."""
-        B, T, D = x.shape
-        return x.view(B, T, self.num_heads, D // self.num_heads).transpose(1, 2)
-
-    def project_kv(self, keys: torch.Tensor, values: torch.Tensor):
-        """Keys and values projected and split: two (B, H, Tk, Dh)."""
-        if keys is values:  # memory or self-attention: W_k and W_v in one product
-            return [self.split_heads(x) for x in packed_linear(keys, self.W_k, self.W_v)]
-        return self.split_heads(self.W_k(keys)), self.split_heads(self.W_v(values))
-
-    def project(self, queries, keys, values, kv=None):
-        """q (B, H, Tq, Dh) and k, v (B, H, Tk, Dh); ``kv`` gives k, v already projected."""
-        if kv is None and queries is keys is values:  # self-attention: one product
-            q, k, v = packed_linear(queries, self.W_q, self.W_k, self.W_v)  # (B, T, D) each
-            return self.split_heads(q), self.split_heads(k), self.split_heads(v)
-        k, v = kv if kv is not None else self.project_kv(keys, values)  # (B, H, Tk, Dh)
-        return self.split_heads(self.W_q(queries)), k, v
-
-    def hooked_inputs(self, queries, keys, values):
-        """The inputs through their hook sites (keys only where they are not the queries);
-        values that are the keys' tensor stay the hooked keys' tensor, others stay apart."""
-        hooked = self.hook_queries(queries)
-        if keys is queries:  # self-attention: one tensor
-            return hooked, hooked, hooked if values is keys else values
-        if keys is None:  # keys and values come projected (a cache)
-            return hooked, keys, values
-        memory = self.hook_keys(keys)
-        return hooked, memory, memory if values is keys else values
-
-    def forward(self, queries, keys, values, mask=None, need_weights=False, kv=None):
-        """queries (B, Tq, D), keys/values (B, Tk, D) -> (out (B, Tq, D), weights|None).
-
-        ``kv`` gives already projected (k, v) of shape (B, H, Tk, Dh), e.g. from a cache.
-        """
-        queries, keys, values = self.hooked_inputs(queries, keys, values)
-        q, k, v = self.project(queries, keys, values, kv)  # (B, H, Tq|Tk, Dh)
-        if self.hook_v.on():
-            v = self.hook_v(v.transpose(1, 2)).transpose(1, 2)  # (B, H, Tk, Dh)
-        p = self.dropout if self.training else 0.0
-        if need_weights or (self.training and self.masks == "bits" and q.device.type == "cpu"):
-            out, weights = attention(q, k, v, mask, p, self.training, self.masks)
-            weights = self.hook_pattern(weights)  # (B, H, Tq, Tk)
-            return self.hook_out(self.W_o(self.merge_heads(out))), weights if need_weights else None
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-        return self.hook_out(self.W_o(self.merge_heads(out))), None
-
-    def merge_heads(self, out: torch.Tensor) -> torch.Tensor:
-        """(B, H, Tq, Dh) -> (B, Tq, D), each head's output through the ``z`` site first."""
-        B, H, Tq, Dh = out.shape
-        z = self.hook_z(out.transpose(1, 2))  # (B, Tq, H, Dh)
-        return z.reshape(B, Tq, H * Dh)  # (B, Tq, D)
-
-
-class PositionWiseFFN(nn.Module):
-    """Two linear layers with a ReLU between, applied at each position."""
-
-    def __init__(self, d_model: int, d_ff: int):
-        super().__init__()
-        self.dense1 = nn.Linear(d_model, d_ff)
-        self.dense2 = nn.Linear(d_ff, d_model)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, D) -> (B, T, D)."""
-        return self.dense2(F.relu(self.dense1(x)))
-
-
-class AddNorm(nn.Module):
-    """Residual connection and layer norm around a sublayer (post-LN or pre-LN)."""
-
-    def __init__(self, d_model: int, dropout: float, norm_first: bool, masks: str = "bits"):
-        super().__init__()
-        self.ln = nn.LayerNorm(d_model)
-        self.dropout = Dropout(dropout, masks)
-        self.norm_first = norm_first
-
-    def forward(self, x: torch.Tensor, sublayer):
-        """Apply ``sublayer`` (returns (y, extra)) with residual and norm; -> (x', extra)."""
-        if self.norm_first:
-            y, extra = sublayer(self.ln(x))
-            return x + self.dropout(y), extra
-        y, extra = sublayer(x)
-        return self.ln(x + self.dropout(y)), extra
-
-
 class EncoderLayer(nn.Module):
     """Self-attention and a position-wise FFN, each wrapped in AddNorm."""
 
@@ -226,15 +62,8 @@ class EncoderLayer(nn.Module):
         self.addnorm1 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.dropout_masks)
         self.ffn = PositionWiseFFN(cfg.d_model, cfg.d_ff)
         self.addnorm2 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.dropout_masks)
-        self.hook_in, self.hook_self_post, self.hook_out = HookPoint(), HookPoint(), HookPoint()
-
-    def name_hooks(self, prefix: str) -> dict[str, HookPoint]:
-        """Name this layer's hook sites (``prefix`` = "encoder.0"); {name: hook point}."""
-        return _named(
-            prefix,
-            {"in": self.hook_in, "self.resid_post": self.hook_self_post, "out": self.hook_out},
-            {"self": self.attention},
-        )
+        self.hook_in, self.hook_out = HookPoint("in"), HookPoint("out")  # (B, S, D)
+        self.hook_self_post = HookPoint("self.resid_post")  # (B, S, D)
 
     def forward(self, x, src_mask, need_weights=False):
         """x (B, S, D), src_mask (B, 1, 1, S) -> (x (B, S, D), weights (B, H, S, S)|None)."""
@@ -259,14 +88,9 @@ class DecoderLayer(nn.Module):
         self.addnorm2 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.dropout_masks)
         self.ffn = PositionWiseFFN(cfg.d_model, cfg.d_ff)
         self.addnorm3 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.dropout_masks)
-        self.hook_in, self.hook_out = HookPoint(), HookPoint()
-        self.hook_self_post, self.hook_cross_post = HookPoint(), HookPoint()
-
-    def name_hooks(self, prefix: str) -> dict[str, HookPoint]:
-        """Name this layer's hook sites (``prefix`` = "decoder.0"); {name: hook point}."""
-        points = {"in": self.hook_in, "self.resid_post": self.hook_self_post}
-        points |= {"cross.resid_post": self.hook_cross_post, "out": self.hook_out}
-        return _named(prefix, points, {"self": self.self_attention, "cross": self.cross_attention})
+        self.hook_in, self.hook_out = HookPoint("in"), HookPoint("out")  # (B, T, D)
+        self.hook_self_post = HookPoint("self.resid_post")  # (B, T, D)
+        self.hook_cross_post = HookPoint("cross.resid_post")  # (B, T, D)
 
     def self_block(self, h, tgt_mask, need_weights, cache):
         """Masked self-attention; with ``cache`` the new keys/values are appended to it."""
@@ -305,15 +129,20 @@ class DecoderLayer(nn.Module):
         return self.hook_out(x), w_self, w_cross
 
 
-def _named(prefix: str, own: dict[str, HookPoint], attentions: dict) -> dict[str, HookPoint]:
-    """Name a layer's own hook points and its attentions' ({name: hook point})."""
-    out = {}
-    for part, point in own.items():
-        point.name = f"{prefix}.{part}"
-        out[point.name] = point
-    for part, mha in attentions.items():
-        out |= mha.name_hooks(f"{prefix}.{part}")
-    return out
+ATTENTIONS = {"attention": "self", "self_attention": "self", "cross_attention": "cross"}
+
+
+def _named(module: nn.Module, prefix: str) -> dict[str, HookPoint]:
+    """A module's hook points named ``prefix.<part>`` (a layer's with its attentions')."""
+    points = {}
+    for point in vars(module).values():
+        if isinstance(point, HookPoint):
+            point.name = f"{prefix}.{point.part}"
+            points[point.name] = point
+    for attr, part in ATTENTIONS.items():
+        if (mha := getattr(module, attr, None)) is not None:
+            points |= _named(mha, f"{prefix}.{part}")
+    return points
 
 
 def _stack(weights: list) -> torch.Tensor | None:
@@ -345,7 +174,7 @@ class Encoder(nn.Module):
         )
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_encoder_layers))
         self.final_ln = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
-        self.hook_embed, self.hook_out = HookPoint("encoder.embed"), HookPoint("encoder.out")
+        self.hook_embed, self.hook_out = HookPoint("embed"), HookPoint("out")
 
     def forward(self, src, src_mask, need_weights=False):
         """src (B, S) ids, src_mask (B, 1, 1, S) -> (memory (B, S, D), (L, B, H, S, S)|None)."""
@@ -371,7 +200,7 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_decoder_layers))
         self.final_ln = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
         self.dense = nn.Linear(cfg.d_model, cfg.tgt_vocab_size)
-        self.hook_embed, self.hook_out = HookPoint("decoder.embed"), HookPoint("decoder.out")
+        self.hook_embed, self.hook_out = HookPoint("embed"), HookPoint("out")
 
     def forward(
         self,
@@ -420,14 +249,13 @@ class Transformer(nn.Module):
         self._hook_points = self._name_hooks()
 
     def _name_hooks(self) -> dict[str, HookPoint]:
-        """Every hook site of the model by name (``core.model.hooks``), in the forward order."""
-        points = {"encoder.embed": self.encoder.hook_embed}
-        for i, layer in enumerate(self.encoder.layers):
-            points |= layer.name_hooks(f"encoder.{i}")
-        points |= {"encoder.out": self.encoder.hook_out, "decoder.embed": self.decoder.hook_embed}
-        for i, layer in enumerate(self.decoder.layers):
-            points |= layer.name_hooks(f"decoder.{i}")
-        return points | {"decoder.out": self.decoder.hook_out}
+        """Every hook site of the model by name (``core.model.hooks``), stack by stack."""
+        points = {}
+        for side, stack in (("encoder", self.encoder), ("decoder", self.decoder)):
+            points |= _named(stack, side)  # "encoder.embed", "encoder.out"
+            for i, layer in enumerate(stack.layers):
+                points |= _named(layer, f"{side}.{i}")
+        return points
 
     def hook_points(self) -> dict[str, HookPoint]:
         """{site name: hook point} of this model (a copy of the model has its own)."""
