@@ -75,3 +75,27 @@ def test_the_trainers_log_line_reads_as_words_not_a_python_dict():
         "1 test; vocabularies 49 English, 56 French"
     )
     assert "{" not in summary_words({"path": "x.tsv"})  # a missing number is a "?"
+
+
+@pytest.mark.parametrize(
+    "section, what",
+    [
+        ("project", "The tokens cannot be placed for this model here"),
+        ("attribution", "Faithfulness cannot be measured for this model here"),
+    ],
+)
+def test_a_section_without_the_corpus_says_so_in_the_pages_words(
+    no_fra_eng, shipped_model_dirs, monkeypatch, tmp_path, section, what
+):
+    """"Where tokens live" showed the command line's remedy ("pass the corpus with --data")
+    to a browser user; each section needing the corpus now says what it cannot do, and the
+    library's words sit under "Details" for whoever runs the server."""
+    from tests.helpers import run_page_script
+
+    monkeypatch.setenv("ATTENTION_STUDIO_DATA", str(tmp_path / "data"))
+    at = run_page_script("attention.py", {"section": section, "attr_mode": "faithfulness"})
+    assert_clean(at)
+    errors = [plain(e.value) for e in at.error]
+    assert any(e.startswith(what) and "not on this server" in e for e in errors), errors
+    assert not any("--data" in e for e in errors)
+    assert any("Details" in x.label for x in at.expander)

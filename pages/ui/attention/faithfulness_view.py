@@ -20,6 +20,7 @@ from core.figures import attribution as attr_figs
 from core.model.checkpoints import trained_data
 from core.model.interface import TranslationModel
 from core.runs.catalogue import ModelEntry
+from pages.ui.attention.no_corpus import no_corpus
 from pages.ui.charts import chart
 from pages.ui.heavy_work import heavy_slot
 from pages.ui.progress import progress_bar
@@ -33,12 +34,7 @@ BUSY = (
     "right now, and one runs at a time. Try again in a minute: results are kept on disk, so "
     "each model's faithfulness is measured only once per number of sentences."
 )
-NO_CORPUS = (
-    "Faithfulness cannot be measured for this model here: it needs the validation sentences "
-    "of the model's training corpus, and that corpus is not on this server (or the file "
-    "there is not the one the model was trained on). Whoever runs the app can add it; the "
-    "details below say what is missing."
-)
+NO_FAITHFULNESS = "Faithfulness cannot be measured for this model here"
 HOW = (
     "Each validation sentence is translated by the model (greedy), then every source word "
     "is replaced by `<unk>` in turn and the change in log p of each output token is "
@@ -123,16 +119,9 @@ def corpus_here(lm: TranslationModel) -> bool:
     try:
         trained_data(lm.meta)
     except DataError as e:
-        no_corpus(e)
+        no_corpus(NO_FAITHFULNESS, e)
         return False
     return True
-
-
-def no_corpus(e: Exception) -> None:
-    """The page's own words for a missing corpus, the library's below for the server's admin."""
-    st.error(NO_CORPUS)
-    with st.expander("Details (for whoever runs the server)"):
-        st.caption(md(e))
 
 
 def measure(

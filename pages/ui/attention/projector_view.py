@@ -27,6 +27,7 @@ from core.corpus.source import DataError
 from core.figures import projector as figs
 from pages.ui.attention import cached_projector as cached
 from pages.ui.attention.inputs import SectionInputs
+from pages.ui.attention.no_corpus import no_corpus
 from pages.ui.heavy_work import BUSY, heavy_slot
 from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_widgets import widget_default
@@ -181,7 +182,10 @@ def projector_section(page: SectionInputs) -> None:
     asked = (page.lm, entry.path, entry.mtime, side, layer, method, dims, n, state.target_lang)
     try:
         result = _projection(asked, method == "umap" or n > AUTOMATIC)
-    except (ProjectionError, DataError) as e:
+    except DataError as e:
+        no_corpus("The tokens cannot be placed for this model here", e)
+        return
+    except ProjectionError as e:
         st.error(md(e))
         return
     if result is None:

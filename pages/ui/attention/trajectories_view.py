@@ -27,6 +27,7 @@ from core.model.checkpoints import CheckpointError
 from core.runs.history import open_history
 from pages.ui.attention import cached_trajectories as cached
 from pages.ui.attention.inputs import SectionInputs
+from pages.ui.attention.no_corpus import no_corpus
 from pages.ui.charts import chart
 from pages.ui.heavy_work import heavy_slot
 from pages.ui.progress import progress_bar
@@ -137,7 +138,11 @@ def measure_button(page: SectionInputs, result: Trajectories) -> None:
             return
         try:
             head_trajectories(page.entry.history, page.entry.path, SENTENCES, progress=report)
-        except (DataError, CheckpointError, OSError, ValueError) as e:
+        except DataError as e:
+            bar.empty()
+            no_corpus("The validation numbers cannot be measured here", e)
+            return
+        except (CheckpointError, OSError, ValueError) as e:
             bar.empty()
             st.error(md(f"The validation numbers cannot be measured: {e}"))
             return
