@@ -87,7 +87,7 @@ def test_the_trainers_log_line_reads_as_words_not_a_python_dict():
 def test_a_section_without_the_corpus_says_so_in_the_pages_words(
     no_fra_eng, shipped_model_dirs, monkeypatch, tmp_path, section, what
 ):
-    """"Where tokens live" showed the command line's remedy ("pass the corpus with --data")
+    """ "Where tokens live" showed the command line's remedy ("pass the corpus with --data")
     to a browser user; each section needing the corpus now says what it cannot do, and the
     library's words sit under "Details" for whoever runs the server."""
     from tests.helpers import run_page_script
