@@ -1,5 +1,12 @@
-"""The load test's hostile session (``bench/load.py --hostile``, issue 31): one browser trying
-every attack on a class server while the class works, and what it cost the others.
+"""The load test's hostile session (``bench/load.py --hostile``, issues 31 and 49): one browser
+trying every attack on a class server while the class works, and what it cost the others.
+
+Round four (issue 49) adds: a client claiming the teacher by sending the identity header
+itself (the server trusts the header only with the proxy's secret; the hostile user is
+signed in as "mallory" through that "proxy"), Patching and playback links with the longest
+prefix and reference a URL may carry, UMAP of 1,000 sentences from a link, a damaged model
+folder beside the others, and two tabs of the same user asking for head importance at once
+(the second is refused; the first stops at the server's time limit, 30 s here).
 """
 
 from __future__ import annotations
@@ -14,6 +21,14 @@ from bench.students import TIMEOUT_MS, settled
 from bench.wire import percentile
 
 HOSTILE_RUN = "20260101-000000-hostile"  # a finished run whose model never ends its output
+PROXY_SECRET = "load-bench-proxy-secret-0123456789"  # what the bench's "proxy" sends
+IDENTITY = {  # the server knows its users from a proxy's header (docs/serving.md)
+    "ATTENTION_STUDIO_IDENTITY": "header:X-Forwarded-User",
+    "ATTENTION_STUDIO_PROXY_SECRET": PROXY_SECRET,
+    "ATTENTION_STUDIO_TEACHERS": "teacher",
+    "ATTENTION_STUDIO_HEAVY_LIMIT_S": "30",  # one heavy job's limit, short for the bench
+}
+MALLORY = {"X-Forwarded-User": "mallory", "X-Attention-Studio-Proxy": PROXY_SECRET}
 HOSTILE_SETTINGS = {  # issue 31, item 1: 1.29 GB snapshots at every step
     "model": {"d_model": 64, "num_heads": 64, "num_encoder_layers": 24, "num_decoder_layers": 24},
     "train": {"eval_every": 1, "probes": ["!" * 200] * 8},
@@ -42,6 +57,14 @@ def never_ending_run(runs: Path, shipped: Path) -> None:
     write_json(rd.job, {"run_id": HOSTILE_RUN, "created_at": 1.0, "launched_at": 0})
 
 
+def damaged_folder(checkpoints: Path) -> None:
+    """A model folder caught mid-copy: a config and an empty weights file (issue 49, item 5)."""
+    folder = checkpoints / "half-copied"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "marian", "d_model": 512}))
+    (folder / "model.safetensors").write_bytes(b"")
+
+
 def gold_files(words: int, pairs: int = 2000) -> tuple[bytes, bytes]:
     """(pairs file, links file) of ``pairs`` sentences of ``words`` words each."""
     side = " ".join(["go"] * words)
@@ -50,8 +73,9 @@ def gold_files(words: int, pairs: int = 2000) -> tuple[bytes, bytes]:
     return text, links.encode()
 
 
-async def hostile(browser, url: str, until: float, seen: list) -> None:
-    """The hostile session: what one browser tried against everyone else, and what it met."""
+async def hostile(browser, url: str, until: float, seen: list, big: str | None = None) -> None:
+    """The hostile session: what one browser tried against everyone else, and what it met
+    (``big``: an opus-mt-sized model's folder, opened by the link attacks too)."""
     from core.runs import jobs
     from core.runs.run_dir import RunError
 
@@ -60,11 +84,15 @@ async def hostile(browser, url: str, until: float, seen: list) -> None:
         seen.append(("launch the 1.29 GB-snapshot settings", "started (NOT refused)"))
     except RunError as e:
         seen.append(("launch the 1.29 GB-snapshot settings", f"refused: {str(e)[:110]}"))
-    context = await browser.new_context(viewport={"width": 1280, "height": 900})
+    await claim_teacher(browser, url, seen)
+    context = await browser.new_context(
+        viewport={"width": 1280, "height": 900}, extra_http_headers=MALLORY
+    )
     page = await context.new_page()
     model = f"runs/{HOSTILE_RUN}/best.pt"
+    await two_tabs_of_heavy_work(context, url, seen)
     rounds = 0
-    while time.time() < until:
+    while rounds == 0 or time.time() < until:  # every attack at least once
         rounds += 1
         for i in range(4):  # distinct links: each would have been a new cache entry
             sentence = " ".join(["go"] * (3 + (rounds * 4 + i) % 20)) + " ."
@@ -81,12 +109,115 @@ async def hostile(browser, url: str, until: float, seen: list) -> None:
             (upload_gold, (gold_files(100), seen, "2,000 pairs of 100 words")),
             (upload_gold, (gold_files(6), seen, "2,000 pairs of 6 words")),
             (overwrite_shipped, (seen,)),
+            *((long_links, (seen, m)) for m in ("checkpoints/fra-eng-small.pt", big) if m),
+            (umap_link, (seen,)),
         ):
             try:
                 await attempt(page, url, *args)
             except Exception as e:  # noqa: BLE001 - the bench reports it and goes on
                 seen.append((attempt.__name__, f"bench error: {str(e).splitlines()[0][:100]}"))
     await context.close()
+
+
+DRAWN_OR_SAID = (  # something a section shows once its script ran: a message, a chart, a button
+    'document.querySelector(\'[data-testid="stAlert"], .js-plotly-plot, '
+    '[data-testid="stException"], [data-testid="stMain"] button[kind="secondary"]\')'
+)
+
+
+async def shown(page) -> None:
+    """Wait until the page drew its section (not only its frame), then until it is idle."""
+    await page.wait_for_function(DRAWN_OR_SAID, timeout=TIMEOUT_MS)
+    await settled(page)
+
+
+async def alerts(page) -> str:
+    """The page's messages (errors, warnings, notes) once it is idle, or what it drew."""
+    await shown(page)
+    found = await page.locator('[data-testid="stAlert"]').all_inner_texts()
+    text = " / ".join(t.strip().splitlines()[0] for t in found if t.strip())
+    if "Traceback" in await page.locator("body").inner_text():
+        return "TRACEBACK"
+    return text[:110] if text else "drawn, no message"
+
+
+async def claim_teacher(browser, url: str, seen: list) -> None:
+    """A client sending the identity header itself, once without the proxy's secret (the
+    attack) and once with it (the control: the header does reach the server)."""
+    for what, headers in (
+        ("claim the teacher by sending X-Forwarded-User", {"X-Forwarded-User": "teacher"}),
+        (
+            "control: the same through the proxy (with its secret)",
+            {**MALLORY, "X-Forwarded-User": "teacher"},
+        ),
+    ):
+        context = await browser.new_context(extra_http_headers=headers)
+        page = await context.new_page()
+        await page.goto(url, timeout=TIMEOUT_MS)
+        answer = page.get_by_text("Not signed in").or_(page.get_by_text("Signed in as"))
+        await answer.first.wait_for(timeout=TIMEOUT_MS)
+        text = await page.locator("body").inner_text()
+        seen.append((what, "signed in as teacher" if "Teacher:" in text else "not signed in"))
+        await context.close()
+
+
+async def two_tabs_of_heavy_work(context, url: str, seen: list) -> None:
+    """Two tabs of the same signed-in user ask for head importance on 5,000 sentences."""
+    query = urllib.parse.urlencode({"section": "ablation", "sentence": "go ."})
+    tabs = [await context.new_page() for _ in range(2)]
+    for tab in tabs:
+        await tab.goto(f"{url}/attention?{query}", timeout=TIMEOUT_MS)
+        await settled(tab)
+        box = tab.get_by_role("spinbutton", name="Validation sentences")
+        await box.fill("5000")
+        await box.press("Enter")
+        await settled(tab)
+    for tab in tabs:
+        await tab.get_by_role("button", name="Compute head importance").click(timeout=TIMEOUT_MS)
+    await asyncio.sleep(3)
+    seen.append(("a second tab asks for heavy work", await alerts(tabs[1])))
+    done = tabs[0].get_by_text("stopped after").or_(tabs[0].get_by_text("computed in"))
+    await done.first.wait_for(timeout=TIMEOUT_MS * 4)
+    seen.append(("head importance on 5,000 sentences", await alerts(tabs[0])))
+    for tab in tabs:
+        await tab.close()
+
+
+async def long_links(page, url: str, seen: list, model: str) -> None:
+    """Patching with the longest prefix a link may carry, playback with the longest
+    reference (issue 49, item 2)."""
+    letters = "qzxjkvbwpfmgyhdlcurontsiaequzxjkv"  # a word of 33 pieces or more on a subword model
+    words = " ".join([letters] * 59)  # 59 words (the prefix's cap is 60), 2,005 characters
+    words = words[: 1999 - 2 * 33] + " ."  # under the link's 2,000-character cap
+    short = "opus" if "opus" in model else "shipped"
+    for what, query in (
+        (
+            "patching, 1,999-character prefix",
+            {"section": "patch", "patch_ask": 1, "patch_prefix": words},
+        ),
+        ("playback, 999-character reference", {"section": "playback", "reference": words[:999]}),
+    ):
+        base = {
+            "model": model,
+            "sentence": "the cat sits on the mat .",
+            "corrupt": "the dog sits on the mat .",
+        }
+        await page.goto(
+            f"{url}/attention?{urllib.parse.urlencode(base | query)}", timeout=TIMEOUT_MS
+        )
+        seen.append((f"{what} on the {short} model", await alerts(page)))
+
+
+async def umap_link(page, url: str, seen: list) -> None:
+    """UMAP of 1,000 sentences asked by a link alone (issue 49, item 6)."""
+    query = {"section": "project", "space_method": "umap", "space_sentences": 1000}
+    await page.goto(f"{url}/attention?{urllib.parse.urlencode(query)}", timeout=TIMEOUT_MS)
+    button = page.get_by_role("button", name="Project 1000 sentences")
+    await button.or_(page.locator(".js-plotly-plot")).first.wait_for(timeout=TIMEOUT_MS)
+    await settled(page)
+    drawn = await page.locator(".js-plotly-plot").count()
+    verdict = "behind a button" if await button.count() and not drawn else "COMPUTED"
+    seen.append(("UMAP of 1,000 sentences from a link", verdict))
 
 
 async def upload_gold(page, url: str, files: tuple[bytes, bytes], seen: list, what: str) -> None:
@@ -105,7 +236,7 @@ async def upload_gold(page, url: str, files: tuple[bytes, bytes], seen: list, wh
     found = page.get_by_text(answers[0])
     for words in answers[1:]:
         found = found.or_(page.get_by_text(words))
-    await found.first.wait_for(timeout=TIMEOUT_MS)
+    await found.first.wait_for(timeout=TIMEOUT_MS * 4)  # it may wait its turn in line first
     await settled(page)
     text = await page.locator("body").inner_text()
     answer = next((a for a in answers if a in text), "?")
@@ -115,6 +246,16 @@ async def upload_gold(page, url: str, files: tuple[bytes, bytes], seen: list, wh
 async def overwrite_shipped(page, url: str, seen: list) -> None:
     """Train page: "Save as a model" of the hostile run under the shipped model's name."""
     await page.goto(f"{url}/train?run={HOSTILE_RUN}", timeout=TIMEOUT_MS)
+    await (
+        page.get_by_text("Delete run")
+        .or_(page.get_by_text("only its owner or a teacher"))
+        .or_(page.get_by_text("Save as a model"))
+        .first.wait_for(timeout=TIMEOUT_MS)
+    )
+    await settled(page)
+    if not await page.get_by_text("Save as a model").count():  # not the run's owner
+        seen.append(("overwrite the shipped model", "no Save button: not the run's owner"))
+        return
     await page.get_by_text("Save as a model").click(timeout=TIMEOUT_MS)
     await page.get_by_role("textbox", name="Model name").fill("fra-eng-small")
     await page.get_by_text("Replace a model with the same name").click()
@@ -125,7 +266,7 @@ async def overwrite_shipped(page, url: str, seen: list) -> None:
     seen.append(("overwrite the shipped model", "refused" if "shipped model" in text else "SAVED"))
 
 
-def compare(phases: dict, seen: list, intact: bool, quota: int) -> None:
+def compare(phases: dict, seen: list, intact: bool, quota: int, goal_mb: int = 1536) -> None:
     """What the hostile session met, and what it cost the others (JSON lines and a table)."""
     p95 = {
         phase: percentile([s for what, s, e in results if not e and what != "open a page"], 95)
@@ -138,6 +279,12 @@ def compare(phases: dict, seen: list, intact: bool, quota: int) -> None:
         "p95_with_s": p95["class + hostile"],
         "p95_ratio": p95["class + hostile"] / p95["class"] if p95["class"] else None,
         "server_peak_rss_mb_with_hostile": round(phases["class + hostile"][1]),
+        "server_peak_goal_mb": goal_mb,
+        "server_peak_within_goal": phases["class + hostile"][1] < goal_mb,
+        "teacher_claimed_by_a_header": any(
+            w.startswith("claim the teacher") and a != "not signed in" for w, a in seen
+        ),
+        "tracebacks_met": sum(1 for _, a in seen if a == "TRACEBACK"),
         "runs_folder_grew_mb": round(phases["class + hostile"][3] / 2**20, 1),
         "quota_gb": round(quota / 2**30, 1),
         "shipped_model_intact": intact,

@@ -28,12 +28,16 @@ With ``--hostile`` the class works twice, the second time beside a hostile sessi
 31): it launches the settings whose snapshots once reached 1.29 GB each, opens
 ``?max_len=200`` links on a model that never ends its output (64 heads, 24 + 24 layers),
 uploads a 2,000-pair gold file of 100-word sentences and then a 2,000-pair short one, and
-tries to overwrite the shipped model. It reports what each attempt met, the ordinary
-sessions' p95 with it against without it, the server's peak memory in each phase and how
-much the runs folder grew, against the quota.
+tries to overwrite the shipped model; then round four's attacks (issue 49, ``bench/hostile.py``:
+a teacher claimed by a header, the longest Patching and playback links, UMAP from a link, a
+damaged model folder, two tabs of heavy work), with the server knowing its users from a
+proxy's header. It reports what each attempt met, the ordinary sessions' p95 with it against
+without it, the server's peak memory in each phase against its goal (1.5 GB; 2 GB with
+``--opus-sized``, where an opus-mt-sized model sits in checkpoints/ and the link attacks
+open it too) and how much the runs folder grew, against the quota.
 
     python bench/load.py [--sessions 10] [--seconds 120] [--alone 60] [--draw 120]
-        [--browsers both|equal|lowest|none|all] [--hostile]
+        [--browsers both|equal|lowest|none|all] [--hostile [--opus-sized]]
 
 Needs Debian's Chromium and the fra-eng corpus (``$FRA_ENG_ZIP`` or ../shared); every
 address it talks to is 127.0.0.1, and it stops by itself.
@@ -59,7 +63,13 @@ sys.path.insert(0, str(ROOT))
 
 from bench import wire  # noqa: E402
 from bench.common import corpus_path  # noqa: E402
-from bench.hostile import compare, hostile, never_ending_run  # noqa: E402
+from bench.hostile import (  # noqa: E402
+    IDENTITY,
+    compare,
+    damaged_folder,
+    hostile,
+    never_ending_run,
+)
 from bench.students import (  # noqa: E402
     CHROMIUM,
     HEADS,
@@ -169,7 +179,13 @@ def _descends(pid: int, ancestor: int, parent: int) -> bool:
 
 
 async def the_class(
-    url: str, sessions: int, seconds: float, seed: int, seen: list | None = None, wired=False
+    url: str,
+    sessions: int,
+    seconds: float,
+    seed: int,
+    seen: list | None = None,
+    wired=False,
+    big: str | None = None,
 ) -> list:
     """``sessions`` students at once in one headless Chromium for ``seconds`` (and the hostile
     session beside them when ``seen`` is a list: what it met goes there); ``wired``: the same
@@ -187,7 +203,7 @@ async def the_class(
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         until = time.time() + seconds
         work = [student(browser, url, seed + i, until, results) for i in range(sessions)]
-        work += [hostile(browser, url, until, seen)] if seen is not None else []
+        work += [hostile(browser, url, until, seen, big)] if seen is not None else []
         await asyncio.gather(*work)
         await browser.close()
     return results
@@ -251,6 +267,12 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--hostile", action="store_true", help="then again beside a hostile session")
     p.add_argument(
+        "--opus-sized",
+        action="store_true",
+        help="with --hostile: an opus-mt-sized model (random weights) in checkpoints/, opened "
+        "by the hostile session's links",
+    )
+    p.add_argument(
         "--browsers",
         choices=("equal", "lowest", "none", "both", "all"),
         default="both",
@@ -274,9 +296,17 @@ def main() -> int:
     run_id = jobs.start_run(
         "small", {"train": {"device": "cpu", "time_budget": 0, "max_steps": 10**6, "log_every": 10}}
     )
+    big = None
     if args.hostile:
         never_ending_run(tmp / "runs", tmp / "checkpoints" / "fra-eng-small.pt")
-    server, url = start_server(tmp / "runs")
+        damaged_folder(tmp / "checkpoints")
+    if args.hostile and args.opus_sized:
+        sys.path.insert(0, str(ROOT / "bench"))
+        import hf_speed
+
+        hf_speed.build(tmp / "checkpoints" / "opus-mt-en-fr-random")
+        big = "checkpoints/opus-mt-en-fr-random/"
+    server, url = start_server(tmp / "runs", env=IDENTITY if args.hostile else None)
     memory = PeakMemory(server.pid)
     memory.start()
     phases, seen = {}, []
@@ -298,7 +328,7 @@ def main() -> int:
             if phase == DRAWN:
                 results = asyncio.run(one_browser(url, args.draw, args.seed))
             else:
-                work = (args.sessions, args.seconds, args.seed, hostile_seen, phase == WIRE)
+                work = (args.sessions, args.seconds, args.seed, hostile_seen, phase == WIRE, big)
                 results = asyncio.run(the_class(url, *work))
             wall = time.perf_counter() - cpu[2]
             used = {  # cores each part used on average during the class
@@ -330,7 +360,7 @@ def main() -> int:
     if WIRE in phases and DRAWN in phases:
         report_wait(student_wait(phases[WIRE][0], phases[DRAWN][0]))
     if args.hostile:
-        compare(phases, seen, intact, limit)
+        compare(phases, seen, intact, limit, 2048 if args.opus_sized else 1536)
     return 0
 
 

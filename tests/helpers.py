@@ -5,6 +5,7 @@ Fixtures (tests/conftest.py) are thin wrappers around these; tests import from h
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import os
@@ -149,6 +150,23 @@ def run_page_script(page: str, query: dict | None = None):
     at = AppTest.from_file(str(ROOT / "pages" / page), default_timeout=60)
     at.query_params.update(query or {})
     return at.run()
+
+
+@contextlib.contextmanager
+def heavy_slot_held(wait_s: float = 0.3):
+    """Another session holds the server's heavy-work slot; a page waits ``wait_s`` seconds in
+    line, then says to come back. Yields the server's queue."""
+    from pages.ui import heavy_work
+
+    queue = heavy_work.heavy_queue()
+    ticket = queue.join("session:another")
+    assert ticket.started is not None, "the heavy slot was not free"
+    before, heavy_work.MAX_WAIT_S = heavy_work.MAX_WAIT_S, wait_s
+    try:
+        yield queue
+    finally:
+        heavy_work.MAX_WAIT_S = before
+        queue.leave(ticket)
 
 
 def assert_clean(at) -> None:

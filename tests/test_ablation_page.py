@@ -148,19 +148,15 @@ def test_head_importance_is_computed_shown_cached_and_used(val_dirs):
     assert len(chart_specs(again)) == 5
 
 
-def test_a_second_head_importance_waits_for_nobody(val_dirs):
-    """While another session computes, a click says so at once instead of queueing a core."""
-    from pages.ui.heavy_work import heavy_slots
+def test_a_second_head_importance_waits_in_line_then_says_to_come_back(val_dirs):
+    """While another session computes, a click waits in line (here 0.3 s), then says so."""
+    from tests.helpers import heavy_slot_held
 
-    slots = heavy_slots()
-    assert slots.acquire(blocking=False)  # another session's computation holds the slot
-    try:
+    with heavy_slot_held():  # another session's computation holds the slot
         at = run_page()
         at = at.button(key="ab_compute").click().run()
         assert_clean(at)
-        assert any("Another session is computing head importance" in w.value for w in at.warning)
+        assert any("one runs at a time" in w.value for w in at.warning)
         assert not chart_specs(at)
-    finally:
-        slots.release()
     at = run_page().button(key="ab_compute").click().run()  # free again: it computes
     assert chart_specs(at)

@@ -233,19 +233,32 @@ def test_a_link_with_a_huge_index_is_named_not_a_crash(studio_dirs):
 def test_an_uploaded_gold_set_is_scored_in_the_servers_one_heavy_slot(studio_dirs):
     """Found by the audit: each tab scored its own upload in parallel, outside the slot."""
     from pages.ui.attention.cached_alignment import alignment_grid
-    from pages.ui.heavy_work import heavy_slots
+    from tests.helpers import heavy_slot_held
 
     alignment_grid.clear()
-    slots = heavy_slots()
-    assert slots.acquire(blocking=False)  # another session's heavy job holds the slot
-    try:
+    with heavy_slot_held():  # another session's heavy job holds the slot
         at = upload(run_page(), PAIRS, b"0-0 1-1\n0-0\n", "busy.gold")
         assert_clean(at)
         assert any("one runs at a time" in w.value for w in at.warning) and not at.dataframe
-    finally:
-        slots.release()
     at.run()
     assert not at.warning and len(at.dataframe[0].value) == 22  # scored once the slot is free
+
+
+def test_an_upload_waits_in_line_and_is_scored_when_the_slot_frees(studio_dirs):
+    """The fair queue: a page asking while another session holds the slot waits its turn
+    and then computes, with nothing to click again."""
+    import threading
+
+    from pages.ui.attention.cached_alignment import alignment_grid
+    from tests.helpers import heavy_slot_held
+
+    alignment_grid.clear()
+    with heavy_slot_held(wait_s=60) as queue:
+        holder = next(iter(queue._running))
+        threading.Timer(1.0, queue.leave, args=(holder,)).start()  # its job ends in 1 s
+        at = upload(run_page(), PAIRS, b"0-0 1-1\n0-0\n", "turn.gold")
+    assert_clean(at)
+    assert not at.warning and len(at.dataframe[0].value) == 22
 
 
 def test_an_uploaded_gold_set_past_the_scoring_bound_is_refused(studio_dirs, monkeypatch):

@@ -94,20 +94,17 @@ def test_save_as_a_model_keeps_the_heads_numbers(jobs_env, val_run):
 
 
 def test_save_as_a_model_while_the_server_is_busy_saves_and_says_why(jobs_env, val_run):
-    from pages.ui.heavy_work import heavy_slots
+    from tests.helpers import heavy_slot_held
 
     shutil.copytree(val_run, jobs_env["runs"] / "val")
-    slots = heavy_slots()
-    assert slots.acquire(blocking=False)  # another session's heavy computation holds the slot
-    try:
+    with heavy_slot_held():  # another session's heavy computation holds the slot
         at = run_page_script("train.py", {"run": "val"})
         next(t for t in at.text_input if t.label == "Model name").set_value("busy")
         next(b for b in at.button if b.label == "Save model").click().run()
         assert_clean(at)
-    finally:
-        slots.release()
     assert (jobs_env["checkpoints"] / "busy.pt").is_file()
-    assert any("server is busy" in plain(w.value) for w in at.warning)
+    assert any("one runs at a time" in plain(w.value) for w in at.warning)
+    assert any("heavy-work slot is not free" in plain(w.value) for w in at.warning)
     assert (
         HistoryFile(history_path(jobs_env["checkpoints"] / "busy.pt")).section(STORED_KEY) is None
     )

@@ -242,12 +242,8 @@ def test_patching_waits_for_no_one_it_says_the_slot_is_taken(tiny_model):
     """The page's patching runs in the server's heavy slot: while another session holds it,
     one line, and nothing is cached."""
     from pages.ui.attention import cached_ablation
-    from pages.ui.heavy_work import SlotTaken, heavy_slots
+    from pages.ui.heavy_work import SlotTaken
+    from tests.helpers import heavy_slot_held
 
-    slots = heavy_slots()
-    assert slots.acquire(blocking=False)
-    try:
-        with pytest.raises(SlotTaken, match="one runs at a time"):
-            cached_ablation.patched(tiny_model, "tiny", 0.0, "i am cold .", "you are cold .")
-    finally:
-        slots.release()
+    with heavy_slot_held(), pytest.raises(SlotTaken, match="one runs at a time"):
+        cached_ablation.patched(tiny_model, "tiny", 0.0, "i am cold .", "you are cold .")

@@ -154,6 +154,18 @@ def test_the_figure_keeps_typed_words_as_text_and_each_point_its_index(val_model
     assert projection_figure(flat, "token").data[0].type == "scatter3d"
 
 
+def test_a_colour_bar_puts_the_legend_below_never_on_it(val_model):
+    """Issue 53, item 8: the 3-D projector's legend sat on its colour bar."""
+    from core.figures.projector import projection_figure
+
+    flat = project(val_model, "encoder", 2, "pca", 3, 6)
+    near = [n["index"] for n in flat.neighbours(0, 3)]
+    for colour in ("position", "sentence"):
+        fig = projection_figure(flat, colour, 0, near)
+        assert fig.data[0].marker.showscale and fig.layout.legend.orientation == "h"
+    assert projection_figure(flat, "token", 0, near).layout.legend.orientation is None
+
+
 @pytest.mark.slow
 def test_umap_is_seeded_so_the_page_and_the_command_agree(val_model):
     pytest.importorskip("umap")
@@ -201,8 +213,7 @@ def test_a_url_alone_never_starts_umap_or_a_thousand_sentences(studio_dirs, val_
     one of the page's few choices (each a cache key)."""
     import shutil
 
-    from pages.ui.heavy_work import heavy_slots
-    from tests.helpers import assert_clean, run_page_script
+    from tests.helpers import assert_clean, heavy_slot_held, run_page_script
 
     shutil.copy(val_checkpoint, studio_dirs["checkpoints"] / "fra-eng-small.pt")
     query = {"section": "project", "space_method": "umap", "space_sentences": "317"}
@@ -210,15 +221,11 @@ def test_a_url_alone_never_starts_umap_or_a_thousand_sentences(studio_dirs, val_
     assert_clean(at)
     assert at.selectbox(key="space_sentences").value == 500  # 317 asked: the next choice
     assert not at.get("plotly_chart") and at.button(key="space_go")
-    slots = heavy_slots()
-    assert slots.acquire(blocking=False)
-    try:
+    with heavy_slot_held():
         at.button(key="space_go").click().run()
         assert_clean(at)
         assert any("one runs at a time" in w.value for w in at.warning)
         assert not at.get("plotly_chart")
-    finally:
-        slots.release()
 
 
 def test_a_click_on_a_point_picks_it(studio_dirs, val_checkpoint):

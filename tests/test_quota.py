@@ -36,6 +36,32 @@ def test_a_launch_past_the_quota_is_refused_and_says_what_to_delete(
     assert [p.name for p in run_dirs(jobs_env["runs"])] == ["20260101-000000-old"]  # nothing
 
 
+def test_a_launch_past_the_number_of_runs_is_refused_first_for_everyone_then_per_user(
+    jobs_env, tiny_settings, monkeypatch, make_run
+):
+    """Issue 49, item 9: no cap on the number of runs (1,000 checkpoints' metadata read in
+    73 s on the first page after a restart)."""
+    for i in range(3):
+        rd = make_run(jobs_env["runs"], f"20260101-00000{i}-d2l", {"state": "stopped"})
+        job = read_json(rd.job) | {"owner": "alice" if i else "bob"}
+        rd.job.write_text(json.dumps(job))
+    monkeypatch.setenv(quota.MAX_RUNS_ENV, "3")
+    with pytest.raises(RunError, match=r"keeps at most 3 runs \(ATTENTION_STUDIO_MAX_RUNS\)"):
+        jobs.start_run(TINY_PRESET, tiny_settings)
+    monkeypatch.setenv(quota.MAX_RUNS_ENV, "8")  # a quarter of 8 each: alice has 2
+    assert "you have 2" in quota.runs_problem("alice")
+    assert quota.runs_problem("bob") is None and quota.runs_problem(None) is None
+    assert len(run_dirs(jobs_env["runs"])) == 3  # nothing was made
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "ten", "2.5"])
+def test_a_number_of_runs_it_does_not_understand_stops_every_launch(monkeypatch, raw):
+    monkeypatch.setenv(quota.MAX_RUNS_ENV, raw)
+    with pytest.raises(budget.BudgetError, match=quota.MAX_RUNS_ENV):
+        quota.max_runs()
+    assert quota.MAX_RUNS_ENV in quota.runs_problem()
+
+
 def test_a_launch_records_its_budget_and_a_live_run_counts_for_it(
     jobs_env, tiny_settings, monkeypatch
 ):

@@ -9,15 +9,14 @@ mode. The best reader has the lowest AER (ties: higher precision, then the earli
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from core.alignment.aer import score
 from core.alignment.extract import Reader, links, pair_maps, readers
 from core.alignment.gold import GoldLinks
+from core.measure.progress import ProgressFn, checked
 from core.model.interface import TranslationModel
-
-ProgressFn = Callable[[float, str], None]
 
 
 @dataclass
@@ -70,12 +69,11 @@ def alignment_grid(
 ) -> AlignmentGrid:
     """Score every reader (or ``only`` these) against the gold links."""
     start, n = time.perf_counter(), max(len(pairs), 1)
-    done = [0]
+    done, report = [0], checked(progress)  # stops past a shared server's time limit
 
     def tick(k: int) -> None:
         done[0] += k
-        if progress:
-            progress(0.5 * done[0] / n, "reading the cross-attention")
+        report(0.5 * done[0] / n, "reading the cross-attention")
 
     maps = pair_maps(lm, pairs, tick=tick)
     cfg = lm.cfg
@@ -94,6 +92,5 @@ def alignment_grid(
                 s.pairs,
             )
         )
-        if progress:
-            progress(0.5 + 0.5 * (i + 1) / len(chosen), "scoring each layer and head")
+        report(0.5 + 0.5 * (i + 1) / len(chosen), "scoring each layer and head")
     return AlignmentGrid(rows, time.perf_counter() - start)

@@ -38,6 +38,7 @@ import torch
 
 from core.attention.kinds import KINDS
 from core.corpus.text import tokenize
+from core.measure.progress import check_time
 from core.model.checked_translation import MAX_SENTENCE_TOKENS
 from core.model.decode import MAX_LEN, TranslationError
 from core.model.hooks import capture
@@ -304,6 +305,7 @@ def patch(
         effects: list[float] = []
         rows = budget.patch_rows(vars(m.cfg), len(a_ids), tgt_in.size(1), ROWS)
         for start in range(0, len(todo), rows):
+            check_time()  # a shared server's limit for one heavy job
             chunk = todo[start : start + rows]
             metrics = patched_metrics(m, chunk, seen, receiver, tgt_in, answers_ids)  # (B,)
             moved = metrics - m_corrupt if direction == "denoise" else m_clean - metrics

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import importlib.util
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from core.measure.progress import ProgressFn, checked
 from core.measure.sample import validation_sample
 from core.model.checkpoints import validation_source
 from core.model.transformer import evaluating
@@ -47,8 +48,6 @@ AUTOMATIC = 200  # a page projects by PCA at most this many sentences without be
 ALL_LAYERS = -1  # every layer of the stack, projected together
 NEIGHBOURS = 10
 BATCH = 64  # sentences in one pass
-
-ProgressFn = Callable[[float, str], None]
 
 
 class ProjectionError(ValueError):
@@ -221,8 +220,7 @@ def representations(
             lengths = [len(r) for r in sentences.ids(side)[start : start + BATCH]]
             for layer in layers:
                 per_layer[layer] += [states[layer][b, :m].cpu() for b, m in enumerate(lengths)]
-            if progress:
-                progress(min(start + BATCH, n) / n, f"reading {n} sentences")
+            checked(progress)(min(start + BATCH, n) / n, f"reading {n} sentences")
     lengths = [len(r) for r in sentences.ids(side)]
     one = np.concatenate([np.full(m, i, dtype=np.int32) for i, m in enumerate(lengths)])
     spots = np.concatenate([np.arange(m, dtype=np.int32) for m in lengths])

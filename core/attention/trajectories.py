@@ -46,7 +46,7 @@ from core.attention.trajectory_numbers import (
     validation_means,
 )
 from core.corpus.source import DataError, file_sha1
-from core.measure.progress import ProgressFn
+from core.measure.progress import ProgressFn, checked
 from core.measure.sample import sample_key, validation_sample
 from core.model.checkpoints import CheckpointError, read_metadata, trained_data
 from core.model.interface import TranslationModel
@@ -299,10 +299,9 @@ def trajectories(
     fit_rows(out, reader)
     jobs = [("probes", s) for s in out.steps] + [("validation", s) for s in out.model_steps]
     how, total = _Validation(sentences, aer, share), sum(COST[b] for b, _ in jobs)
-    done_cost = 0
+    done_cost, report = 0, checked(progress)  # stops past a shared server's time limit
     for basis, step in jobs:
-        if progress:
-            progress(done_cost / max(total, 1), f"{basis} at step {step:,}")
+        report(done_cost / max(total, 1), f"{basis} at step {step:,}")
         done_cost += COST[basis]
         try:
             if basis == "probes":
@@ -326,8 +325,7 @@ def trajectories(
         out.records += records
         out.computed += not cached
     out.seconds = time.perf_counter() - start
-    if progress:
-        progress(1.0, "done")
+    report(1.0, "done")
     return out
 
 

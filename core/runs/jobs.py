@@ -219,6 +219,8 @@ def start_run(
         need = budget.run_budget(cfg, _corpus_bytes(cfg["data"].get("source", "fra-eng"))).total
         need += alignment_bytes(alignment)
         check_room(need, "this run", owner)
+        if problem := quota.runs_problem(owner):
+            raise RunError(problem)
         rd = _new_run_dir(preset)
         try:
             with _device_slot(device_type, rd.name) as gpu_fd:

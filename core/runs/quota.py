@@ -25,6 +25,10 @@ QUOTA_SHARE = 0.5  # by default the app's folders may hold half of what the disk
 USER_SHARE = 0.25  # by default one user may hold a quarter of the quota
 QUOTA_MIN_BYTES = 1 * GB  # the default quota is never below this
 MAX_SAVED_MODELS = 200  # models saved from runs ("Save as a model"), all users together
+MAX_RUNS_ENV = "ATTENTION_STUDIO_MAX_RUNS"  # run folders the server keeps (default MAX_RUNS)
+MAX_RUNS = 200  # run folders, all users together: the catalogue reads each run's checkpoints'
+# metadata once per server start (about 40 ms each), so 200 runs cost at most ~16 s once, and
+# every metadata cache (4,096 entries) holds them all
 
 
 # ----------------------------------------------------------------------------- on disk
@@ -195,6 +199,40 @@ def _delete_hint(found: list[Holder], owner: str | None) -> str:
         + ", ".join(h.words() for h in largest)
         + "."
     )
+
+
+def max_runs() -> int:
+    """How many run folders the server keeps: ATTENTION_STUDIO_MAX_RUNS (a whole number > 0),
+    else MAX_RUNS."""
+    raw = os.environ.get(MAX_RUNS_ENV, "").strip()
+    if not raw:
+        return MAX_RUNS
+    if not raw.isdigit() or int(raw) < 1:
+        raise BudgetError(f"{MAX_RUNS_ENV} must be a whole number above 0, not {raw!r}")
+    return int(raw)
+
+
+def runs_problem(owner: str | None = None) -> str | None:
+    """Why no more runs can be started (None: they can): the server keeps at most
+    ``max_runs()`` run folders, and each user (where users are known) a quarter of them."""
+    try:
+        most = max_runs()
+    except BudgetError as e:
+        return str(e)
+    found = [h for h in holders() if h.what == "run"]
+    if len(found) >= most:
+        return (
+            f"This server keeps at most {most} runs ({MAX_RUNS_ENV}), and there are "
+            f"{len(found)}: delete runs you no longer need, or ask whoever runs the server."
+        )
+    share = max(1, int(USER_SHARE * most))
+    mine = [h for h in found if owner is not None and h.owner == owner]
+    if owner is not None and len(mine) >= share:
+        return (
+            f"Each user may keep at most {share} runs on this server, and you have "
+            f"{len(mine)}: delete runs you no longer need."
+        )
+    return None
 
 
 def saved_models_problem() -> str | None:

@@ -17,6 +17,7 @@ from streamlit.errors import StreamlitAPIException
 
 from core.corpus.text import ATTRIBUTION
 from core.runs.cpu_share import server_threads
+from pages.ui.heavy_work import limit_problem
 from pages.ui.identity import identity_problem, user_line
 
 PAGES_DIR = Path(__file__).resolve().parent.parent
@@ -55,7 +56,8 @@ def app_pages() -> list:
 def run_app() -> None:
     """Build the navigation and run the page the URL names (app.py's whole job)."""
     st.session_state[NAV_KEY] = True
-    if problem := identity_problem():  # who a session is cannot be trusted: serve nothing
+    # who a session is cannot be trusted, or a setting is not understood: serve nothing
+    if problem := identity_problem() or limit_problem():
         st.navigation(app_pages(), position="hidden")
         st.error(problem)
         st.stop()

@@ -30,18 +30,13 @@ from pages.ui.attention.cached_ablation import ablated_translate
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.cached import sentence_maps
 from pages.ui.charts import chart
-from pages.ui.heavy_work import heavy_slot
+from pages.ui.heavy_work import TimeLimit, heavy_slot
 from pages.ui.progress import progress_bar
 from pages.ui.text import md
 from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import widget_default
 
 HEADS_KEY = "ab_heads"  # the multiselect of heads to remove
-BUSY = (
-    "Another session is computing head importance or attribution faithfulness on this "
-    "server right now, and one runs at a time. Try again in a minute: its result is kept "
-    "on disk, so a model's importance is computed only once."
-)
 
 
 def ablation_section(page: SectionInputs) -> None:
@@ -231,7 +226,6 @@ def compute_importance(
     with heavy_slot() as slot:
         if slot is None:
             bar.empty()
-            st.warning(BUSY)
             return None
         try:
             result = importance_for(
@@ -242,7 +236,7 @@ def compute_importance(
                 target_lang=target_lang,
                 precision=precision,
             )
-        except (DataError, OSError, ValueError, TypeError) as e:
+        except (DataError, OSError, ValueError, TypeError, TimeLimit) as e:
             bar.empty()
             st.error(md(f"Head importance cannot be computed: {e}"))
             return None

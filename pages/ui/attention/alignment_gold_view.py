@@ -24,7 +24,7 @@ from pages.ui.attention.gold_sets import (
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.attention.supervision_view import supervision_panel
 from pages.ui.charts import chart
-from pages.ui.heavy_work import heavy_slot
+from pages.ui.heavy_work import TimeLimit, heavy_slot
 from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_state import ViewState
 
@@ -77,12 +77,12 @@ def scored(entry: ModelEntry, lm: TranslationModel, gold: GoldSet) -> AlignmentG
         return None
     with heavy_slot() as slot:
         if slot is None:
-            st.warning(
-                "Another session is running a heavy computation on this server right now, and "
-                "one runs at a time. Try again in a minute."
-            )
             return None
-        return alignment_grid(*args)
+        try:
+            return alignment_grid(*args)
+        except TimeLimit as e:
+            st.error(md(f"The gold set was not scored: {e}"))
+            return None
 
 
 def pick_gold() -> GoldSet | None:

@@ -22,18 +22,13 @@ from core.model.interface import TranslationModel
 from core.runs.catalogue import ModelEntry
 from pages.ui.attention.no_corpus import no_corpus
 from pages.ui.charts import chart
-from pages.ui.heavy_work import heavy_slot
+from pages.ui.heavy_work import TimeLimit, heavy_slot
 from pages.ui.progress import progress_bar
 from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_state import ViewState
 
 SLOW_METHOD = "integrated-gradients"  # left out by default: about 2 s per sentence
 SLOW_SECONDS = 2.0  # its time per sentence of about 15 tokens
-BUSY = (
-    "Another session is measuring faithfulness or computing head importance on this server "
-    "right now, and one runs at a time. Try again in a minute: results are kept on disk, so "
-    "each model's faithfulness is measured only once per number of sentences."
-)
 NO_FAITHFULNESS = "Faithfulness cannot be measured for this model here"
 HOW = (
     "Each validation sentence is translated by the model (greedy), then every source word "
@@ -132,7 +127,6 @@ def measure(
     with heavy_slot() as slot:
         if slot is None:
             bar.empty()
-            st.warning(BUSY)
             return None
         try:
             result = faithfulness_for(
@@ -142,7 +136,7 @@ def measure(
             bar.empty()
             st.error(md(f"Faithfulness cannot be measured for this model: {e}"))
             return None
-        except (AttributionError, OSError, ValueError, TypeError) as e:
+        except (AttributionError, OSError, ValueError, TypeError, TimeLimit) as e:
             bar.empty()
             st.error(md(f"Faithfulness cannot be measured: {e}"))
             return None

@@ -14,7 +14,7 @@ from core.model.decode import TranslationError
 from pages.ui.attention import cached_ablation as cached
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.charts import chart
-from pages.ui.heavy_work import SlotTaken
+from pages.ui.heavy_work import SlotTaken, TimeLimit
 from pages.ui.text import code, md
 from pages.ui.view_widgets import bounded, widget_default
 
@@ -102,6 +102,9 @@ def patching_section(page: SectionInputs) -> None:
         return
     except SlotTaken as e:
         st.warning(md(e))
+        return
+    except TimeLimit as e:
+        st.error(md(f"The patching run was stopped: {e}"))
         return
     step = len(result.prefix) - 1
     words = "the answers you gave are" if result.chosen and answers else "the runs' answers are"

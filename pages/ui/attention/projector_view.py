@@ -28,7 +28,7 @@ from core.figures import projector as figs
 from pages.ui.attention import cached_projector as cached
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.attention.no_corpus import no_corpus
-from pages.ui.heavy_work import BUSY, heavy_slot
+from pages.ui.heavy_work import TimeLimit, heavy_slot
 from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_widgets import widget_default
 
@@ -163,9 +163,12 @@ def _projection(asked: tuple, heavy: bool) -> Projection | None:
         return None
     with heavy_slot() as slot:
         if slot is None:
-            st.warning(BUSY)
             return None
-        return cached.projection(*asked)
+        try:
+            return cached.projection(*asked)
+        except TimeLimit as e:
+            st.error(md(f"The points were not projected: {e}"))
+            return None
 
 
 def projector_section(page: SectionInputs) -> None:

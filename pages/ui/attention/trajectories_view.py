@@ -29,7 +29,7 @@ from pages.ui.attention import cached_trajectories as cached
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.attention.no_corpus import no_corpus
 from pages.ui.charts import chart
-from pages.ui.heavy_work import heavy_slot
+from pages.ui.heavy_work import TimeLimit, heavy_slot
 from pages.ui.progress import progress_bar
 from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_widgets import widget_default
@@ -134,7 +134,6 @@ def measure_button(page: SectionInputs, result: Trajectories) -> None:
     with heavy_slot() as slot:
         if slot is None:
             bar.empty()
-            st.warning("The server is busy with another heavy computation; try again soon.")
             return
         try:
             head_trajectories(page.entry.history, page.entry.path, SENTENCES, progress=report)
@@ -142,7 +141,7 @@ def measure_button(page: SectionInputs, result: Trajectories) -> None:
             bar.empty()
             no_corpus("The validation numbers cannot be measured here", e)
             return
-        except (CheckpointError, OSError, ValueError) as e:
+        except (CheckpointError, OSError, ValueError, TimeLimit) as e:
             bar.empty()
             st.error(md(f"The validation numbers cannot be measured: {e}"))
             return

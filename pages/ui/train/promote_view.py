@@ -12,7 +12,7 @@ from core.runs.catalogue import ModelError
 from core.runs.promotion import promote
 from core.runs.run_dir import RunError, run_dir
 from core.runs.status import RunInfo
-from pages.ui.heavy_work import heavy_slot
+from pages.ui.heavy_work import TimeLimit, heavy_slot
 from pages.ui.identity import current_user, not_yours
 from pages.ui.progress import progress_bar
 from pages.ui.text import md
@@ -64,10 +64,10 @@ def keep_trajectories(info: RunInfo, path) -> None:
     with heavy_slot() as slot:
         try:
             if slot is None:
-                raise ValueError("the server is busy with another heavy computation")
+                raise ValueError("the server's heavy-work slot is not free")
             step = (read_metadata(path).get("state") or {}).get("step")
             store_in_history(run_dir(info.run_id).path, path, step, progress=report)
-        except (DataError, CheckpointError, RunError, OSError, ValueError) as e:
+        except (DataError, CheckpointError, RunError, OSError, ValueError, TimeLimit) as e:
             st.warning(md(f"The model is saved, without its heads' numbers over training: {e}"))
         finally:
             bar.empty()
