@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from core.alignment.head_aer import store_in_history
-from core.command_line import run_command
+from core.command_line import run_command, terminal_progress
 from core.corpus.source import DataError
 from core.model.checkpoints import CheckpointError, compact, read_checkpoint
 from core.runs.history import write_history
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> list[str]:
     history = write_history(Path(args.src).parent, out, step)
     if history is not None and not args.no_trajectories:
         try:  # every head's numbers at each step with a snapshot model, for Over training
-            store_in_history(Path(args.src).parent, out, step)
+            store_in_history(Path(args.src).parent, out, step, progress=terminal_progress())
         except (DataError, CheckpointError, OSError, ValueError) as e:
             lines.append(f"note: no validation numbers over training in the history: {e}")
     if history is not None:

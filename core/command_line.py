@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable
 
 from tqdm import tqdm
 
+from core.cpu_load import command_threads
+
 USAGE_ERROR = 2  # exit code of a command given something it cannot use
 
 
@@ -32,9 +34,14 @@ def run_command(
     run: Callable[[argparse.Namespace], Iterable[str] | int],
     errors: tuple[type[BaseException], ...] = (),
     argv: list[str] | None = None,
+    share_cores: bool = True,
 ) -> int:
-    """Parse ``argv``, call ``run`` and print the lines it returns; the exit code."""
+    """Parse ``argv``, call ``run`` and print the lines it returns; the exit code.
+    ``share_cores``: one torch thread fewer on a busy machine (``core.cpu_load``); the
+    trainer decides its threads itself (its ``threads`` setting, ``core.runs.cpu_share``)."""
     args = parser.parse_args(argv)
+    if share_cores and (note := command_threads()):  # the app's policy on a busy machine
+        print(note, file=sys.stderr)
     try:
         out = run(args)
         if isinstance(out, int):

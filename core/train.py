@@ -108,7 +108,11 @@ def main(argv=None) -> int:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     errors = (ValueError, OSError, DataError, CheckpointError)  # GoldError is a ValueError
-    return run_command(build_parser(), lambda args: train(args, argv), errors, argv)
+
+    def run(args) -> int:
+        return train(args, argv)
+
+    return run_command(build_parser(), run, errors, argv, share_cores=False)
 
 
 if __name__ == "__main__":

@@ -39,8 +39,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KIND:LAYER:HEAD[,...]",
         help="remove these attention heads (kinds: encoder, decoder_self, cross; from 0)",
     )
-    p.add_argument("sentence", nargs="*", help="the sentence to translate")
+    p.add_argument(
+        "sentence",
+        nargs="*",
+        help='the sentence to translate; several quoted sentences ("i am cold ." "go .") '
+        "are translated one per line, as --input's lines; unquoted words make one sentence",
+    )
     return p
+
+
+def sentences_of(words: list[str]) -> list[str]:
+    """The sentences of the command line: each argument one where any holds a space (they
+    were quoted: ``"i am cold ." "go ."``), else all of them one (``i am cold .``)."""
+    if any(len(w.split()) > 1 for w in words):
+        return [w for w in words if w.strip()]
+    return [" ".join(words)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         with open(args.input, encoding="utf-8") as f:
             lines = f.read().splitlines()
     else:
-        lines = [" ".join(args.sentence)]
+        lines = sentences_of(args.sentence)
     settings = DecodeSettings(args.beam, args.alpha, args.max_len, target_lang=args.target_lang)
     with ablated(lm, heads):
         outs, warnings = lm.translate_lines(lines, settings)

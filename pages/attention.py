@@ -67,7 +67,7 @@ def main() -> None:
     clamp_view(state, pieces)
     open_on_best_reader(entry, lm, state)
     reads_view = coming_section(state).reads_view  # the logit lens reads no kind or head
-    stretch = view_controls(pieces, state, lm.subword) if reads_view else False
+    stretch = view_controls(pieces, state, lm.subword, lm.pieces_name) if reads_view else False
     maps = sentence_maps(t, key, state.words)
     section = pick_section(state)
     if reads_view:

@@ -6,6 +6,7 @@ import streamlit as st
 
 from core.runs import catalogue as models
 from core.runs import status as run_status
+from core.runs.cpu_share import default_threads
 from core.runs.table import HOME_COLUMNS
 from core.training.devices import device_summary
 from pages.ui.frame import ensure_app_navigation, footer, page_links
@@ -49,7 +50,7 @@ def main() -> None:
         "it learn. Then translate with the model you trained and look inside it: every "
         "attention head of the encoder, the decoder and the cross attention."
     )
-    st.markdown(f"**Training device:** {device_summary()}")
+    st.markdown(f"**Training device:** {device_summary(default_threads())}")
     page_links()
     show_models()
     show_runs()

@@ -95,7 +95,7 @@ def badge(token: str, color: str) -> str:
     return f":{color}-badge[{md(token)}]"
 
 
-def show_translation(t: Translation, state: ViewState) -> None:
+def show_translation(t: Translation, state: ViewState, pieces: str = "BPE") -> None:
     """The translation, its source tokens (unknown marked), warnings and candidates."""
     st.subheader("Translation")
     st.markdown(f"### {md(t.text) or '(empty output)'}")
@@ -111,7 +111,9 @@ def show_translation(t: Translation, state: ViewState) -> None:
     ]
     st.markdown("**Source tokens as the model saw them:** " + " ".join(tokens))
     if any(tok.startswith("##") for tok in t.src_tokens):
-        st.caption("This model reads BPE pieces: a piece starting with ## continues the word.")
+        st.caption(
+            md(f"This model reads {pieces} pieces: a piece starting with ## continues the word.")
+        )
     if any(t.src_unknown):
         st.caption("Red: not in the model's vocabulary, fed to the model as <unk>.")
     st.markdown("**Top candidates at each output step** (probability of the next token)")
@@ -186,7 +188,7 @@ def main() -> None:
         except TranslationError as e:
             st.error(md(e))
         else:
-            show_translation(t, state)
+            show_translation(t, state, lm.pieces_name)
             if state.target:
                 show_target(lm, entry, t, state)
         d2l_section(lm, entry, settings)

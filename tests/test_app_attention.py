@@ -129,6 +129,24 @@ def test_hiding_specials_renormalises_and_says_so(studio_dirs):
     assert query(at)["hide"] == "1"
 
 
+def test_a_heads_label_and_statistics_do_not_flip_with_the_hide_toggle(studio_dirs):
+    """Issue 53, item 1: a diagonal decoder-self head read "previous 1.00 — sub-diagonal" with
+    <bos>/<eos> hidden, because hiding shifted the columns under the statistic."""
+    query = {"sentence": "i am cold .", "kind": "decoder_self"}
+    seen = {}
+    for hide in ("0", "1"):
+        at = run_page({**query, "hide": hide})
+        assert_clean(at)
+        table = at.dataframe[-1].value
+        seen[hide] = (
+            table.to_dict("list"),
+            [m.value for m in at.markdown if m.value.startswith("**")],
+        )
+        assert not table.isna().any().any()  # every statistic measured, none "None"
+    assert seen["0"] == seen["1"]
+    assert any("full map" in c.value for c in run_page({**query, "hide": "1"}).caption)
+
+
 def test_hidden_bos_leaves_step_zero_blank_and_says_why(studio_dirs):
     """Decoder self-attention, <bos> hidden: step 0 read only <bos>, so its row is blank."""
     at = run_page({"kind": "decoder_self", "hide": "1"})
@@ -395,3 +413,40 @@ def test_the_page_draws_the_figures_a_validated_build_gives(studio_dirs, monkeyp
             assert_clean(at)
             drawn.append(specs(at))
         assert drawn[0] and drawn[0] == drawn[1], query
+
+
+def test_the_training_loss_says_it_is_smoothed_where_the_validation_loss_is_not():
+    """Issue 53, item 5: "Training loss 1.815 / Validation loss 0.972" side by side, unexplained
+    (the shipped model trained with label smoothing 0.1)."""
+    from pages.ui.attention.over_training_view import training_loss_words
+
+    shipped = {"train_config": {"label_smoothing": 0.1}, "model_config": {"dropout": 0.0}}
+    words = training_loss_words(shipped)
+    assert "label smoothing 0.1" in words and "dropout" not in words.split("(")[0]
+    assert "plain cross-entropy" in words
+    both = {"train_config": {"label_smoothing": 0.1}, "model_config": {"dropout": 0.2}}
+    assert "label smoothing 0.1 and dropout 0.2" in training_loss_words(both)
+    assert training_loss_words({"train_config": {"label_smoothing": 0.0}}) is None
+
+
+def test_over_training_explains_the_training_loss_of_a_smoothed_model(studio_dirs):
+    from core.model.checkpoints import read_metadata
+    from pages.ui.attention.over_training_view import training_loss_words
+
+    at = run_page()
+    at.radio(key="at_section").set_value("training").run()
+    assert_clean(at)
+    meta = read_metadata(studio_dirs["checkpoints"] / "fra-eng-small.pt")
+    expected = training_loss_words(meta)
+    assert at.metric[1].proto.help == (expected or "")
+
+
+def test_over_training_says_when_it_shows_a_probe_instead_of_the_typed_sentence(studio_dirs):
+    """Issue 53, item 8: Over training silently showed a probe sentence, not the typed one."""
+    at = run_page({"sentence": "she is tall ."})
+    at.radio(key="at_section").set_value("training").run()
+    assert_clean(at)
+    assert any("is not one of this run's probe sentences" in plain(c.value) for c in at.caption)
+    at = run_page({"sentence": at.selectbox(key="at_probe").value})
+    at.radio(key="at_section").set_value("training").run()
+    assert not any("probe sentences, so" in plain(c.value) for c in at.caption)

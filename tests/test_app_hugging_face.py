@@ -140,3 +140,30 @@ def test_a_hugging_face_model_compares_with_the_studios_own_word_by_word(hf_dirs
     assert_clean(at)
     label = "Second source sentence (en) (B)" if a.endswith("/") else "Second English sentence (B)"
     assert at.text_input(key="cmp_sentence").label == label
+
+
+def test_a_sentencepiece_models_candidates_are_written_as_its_tokens(studio_dirs, hf_models):
+    """Issue 53, items 2 and 7: candidates kept SentencePiece's ▁, so Attribution's "Rather
+    than" opened on the written word itself ("▁respect" is not "respect") and the section
+    started red; Translate called a SentencePiece tokenizer "BPE"."""
+    shutil.copytree(hf_models["marian-spm"], studio_dirs["checkpoints"] / "spm")
+    query = {"model": "checkpoints/spm/", "sentence": "the boy is tall ."}
+    at = run_page_script("translate.py", query)
+    assert_clean(at)
+    candidates = at.dataframe[-1].value.astype(str).to_numpy().ravel().tolist()
+    assert not any("\u2581" in c for c in candidates)
+    if "##" in texts(at):
+        assert "reads SentencePiece pieces" in texts(at) and "BPE" not in texts(at)
+    at = run_page_script("attention.py", {**query, "section": "attribution"})
+    assert_clean(at)
+    assert not any("own word" in e.value for e in at.error)
+    rather = at.selectbox(key="atr_contrast_word")
+    chosen = at.selectbox(key="atr_contrast_step")
+    written = chosen.format_func(chosen.value).split(": ", 1)[1]  # "3: respect"
+    assert not any("\u2581" in o for o in rather.options)
+    assert written not in rather.options and rather.value != written
+
+
+def test_the_tokenizers_algorithm_is_named(hf_loaded):
+    assert hf_loaded["marian-spm"].pieces_name == "SentencePiece"
+    assert hf_loaded["marian"].pieces_name == "word-level"

@@ -183,6 +183,33 @@ def test_upload_is_validated_and_counted(jobs_env):
     assert [s.value for s in at.success] == ["2 usable pairs, 1 skipped line."]
 
 
+def test_an_upload_with_nothing_to_validate_on_is_named_before_launch(jobs_env):
+    """Issue 53, item 6: a 2-pair upload launched a 10-minute run with 0 validation pairs."""
+    at = train_page()
+    at.radio(key="data_source").set_value("upload").run()
+    at.file_uploader(key="data_upload").set_value(
+        ("pairs.tsv", b"Go.\tVa !\nHi.\tSalut.\n", "text/tab-separated-values")
+    ).run()
+    assert_clean(at)
+    (warning,) = [plain(w.value) for w in at.warning if "validation pairs" in w.value]
+    assert "With 2 usable pairs" in warning and "0 validation pairs" in warning
+    assert "best.pt is simply the latest checkpoint" in warning
+    many = "".join(f"I am {i}.\tJe suis {i}.\n" for i in range(200)).encode()
+    at.file_uploader(key="data_upload").set_value(("many.tsv", many, "text/plain")).run()
+    assert not [w for w in at.warning if "validation pairs" in w.value]  # 200 x 2 %: 4
+
+
+def test_validation_pairs_are_counted_before_reading_the_corpus():
+    from core.corpus.config import DataConfig
+    from core.corpus.splits import validation_pairs_at_most
+
+    assert validation_pairs_at_most(2, DataConfig()) == 0
+    assert validation_pairs_at_most(200, DataConfig(val_fraction=0.02)) == 4
+    head = DataConfig(split="head", num_train=512, num_val=128)
+    assert validation_pairs_at_most(600, head) == 88
+    assert validation_pairs_at_most(500, head) == 0
+
+
 @pytest.mark.parametrize(
     ("data", "reason"),
     [
@@ -332,10 +359,25 @@ def test_run_id_from_the_url_is_shown_literally(jobs_env):
     wanted = "**bold**[x](javascript:alert(1)) :red[y] $z$ <b>"
     at = train_page(wanted)
     # (offline, the page also warns that fra-eng cannot be downloaded: not this test's subject)
-    (warning,) = [w.value for w in at.warning if "was not found" in plain(w.value)]
+    (warning,) = [w.value for w in at.warning if "any more (deleted" in plain(w.value)]
     escaped = r"\*\*bold\*\*\[x\]\(javascript\:alert\(1\)\) \:red\[y\] \$z\$ \<b\>"
-    assert f"Run '{escaped}' was not found" in warning
-    assert plain(warning) == f"Run '{wanted}' was not found (deleted?). Showing the newest run."
+    assert f"Run '{escaped}' is not on this server" in warning
+    assert plain(warning) == f"Run '{wanted}' is not on this server any more (deleted or renamed?)."
+
+
+def test_a_link_to_a_deleted_run_shows_no_run_to_stop_or_delete(jobs_env, make_run):
+    """Issue 53, item 4: a stale ?run= fell back to the newest run with live Stop and Delete
+    buttons; repeating a delete flow removed a different run."""
+    make_run(runs_root(), "other", {"state": "finished"}, checkpoint=True)
+    at = train_page("deleted-one")
+    assert_clean(at)
+    assert any("is not on this server any more" in plain(w.value) for w in at.warning)
+    labels = [b.label for b in at.button]
+    assert "Delete run…" not in labels and "Stop" not in labels and "Resume" not in labels
+    (runs,) = [s for s in at.selectbox if s.label == "Run"]
+    assert runs.value is None  # nothing picked for the user
+    runs.select("other").run()
+    assert "Delete run…" in [b.label for b in at.button]  # once picked, as usual
 
 
 def test_resume_and_delete_with_confirmation(jobs_env, make_run):
@@ -513,3 +555,14 @@ def test_resume_refuses_an_impossible_number_of_processes_with_the_reason(
     at.number_input(key="resume_processes_two").set_value(processes).run()
     next(b for b in at.button if b.label == "Resume").click().run()
     assert [e.value for e in at.error if "process" in e.value.lower()], [e.value for e in at.error]
+
+
+def test_the_advanced_settings_are_labelled_in_words_and_laid_out_in_columns(jobs_env):
+    """Issue 53, item 8: about 40 raw snake_case fields in one column."""
+    at = train_page()
+    advanced = next(x for x in at.expander if x.label.startswith("Advanced"))
+    inputs = [*advanced.number_input, *advanced.selectbox, *advanced.checkbox]
+    assert len(inputs) > 20 and not [w.label for w in inputs if "_" in w.label]
+    smoothing = next(w for w in advanced.number_input if w.label == "label smoothing")
+    assert "--label-smoothing" in smoothing.help and "train.label_smoothing" in smoothing.help
+    assert len(advanced.columns) >= 3 * 3  # three groups, three fields to a row

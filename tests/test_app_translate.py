@@ -233,3 +233,27 @@ def test_a_paste_longer_than_the_page_reads_is_named_in_one_line(studio_dirs):
     at.text_input(key="tr_sentence").set_value("go " * 5000).run()
     assert not at.exception
     assert any(f"at most {MAX_TEXT_CHARS:,}" in e.value for e in at.error)
+
+
+def test_a_run_still_starting_is_not_listed_as_a_broken_model(studio_dirs):
+    """Issue 53, item 8: "1 model file(s) cannot be used" for a run that was only starting."""
+    starting = studio_dirs["runs"] / "20260102-000000-small"
+    starting.mkdir()
+    (starting / "config.json").write_text("{}")
+    at = run_page_script("translate.py")
+    assert_clean(at)
+    assert not [e for e in at.expander if "cannot be used" in e.label]
+    assert any("Still starting, no checkpoint yet" in c.value for c in at.caption)
+    assert any("20260102-000000-small" in c.value for c in at.caption)
+
+
+def test_a_links_sentence_past_its_limit_is_named_not_silently_replaced(studio_dirs):
+    """Issue 53, item 8: a shared URL's long sentence silently became "i'm home ."."""
+    from pages.ui.view_state import MAX_TEXT_CHARS
+
+    at = run_page({"sentence": "go " * (MAX_TEXT_CHARS // 3 + 10)})
+    assert_clean(at)
+    (warning,) = [plain(w.value) for w in at.warning if "too long for a link" in w.value]
+    assert "The link's sentence was too long" in warning and "type it in the box" in warning
+    at.run()  # said once, on the run that read the link
+    assert not [w for w in at.warning if "too long for a link" in w.value]

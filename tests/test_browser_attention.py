@@ -132,6 +132,13 @@ LAYOUT_PROBLEMS = r"""() => {
             problems.push('label cut: ' + el.textContent);
         }
     }
+    for (const button of document.querySelectorAll('[data-testid="stButtonGroup"] button')) {
+        const column = button.closest('[data-testid="stColumn"]');  // clipped by its column
+        const right = column && column.getBoundingClientRect().right;
+        if (column && button.getBoundingClientRect().right > right + 1) {
+            problems.push('button cut: ' + button.textContent);
+        }
+    }
     return problems;
 }"""
 SECTIONS = ("Maps", "Decoding playback", "Over training")

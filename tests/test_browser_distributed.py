@@ -102,7 +102,7 @@ def test_two_processes_train_one_run_from_the_train_page(
         settle(page)
         page.get_by_text("Advanced: every hyper-parameter").click()
         page.get_by_label("epochs", exact=True).fill("0")  # no epoch limit: max_steps ends it
-        page.get_by_label("max_steps", exact=True).fill(str(MAX_STEPS))
+        page.get_by_label("max steps", exact=True).fill(str(MAX_STEPS))
         page.get_by_label("processes", exact=True).fill(str(PROCESSES))
         before = {p.name for p in app_server["runs"].iterdir()}  # earlier tests' runs
         page.get_by_role("button", name="Launch training").click()

@@ -113,38 +113,42 @@ B_OUT = ["j'ai", "froid", ".", "<eos>"]
 
 
 def test_two_sentences_keep_every_row_of_both_in_cross_attention():
-    """Issue #21, item 9: the words that differ used to be dropped, leaving only ./<eos>."""
+    """Issue #21, item 9: the words that differ used to be dropped, leaving only ./<eos>.
+    Issue 53: runs of different lengths are not paired by place ("je ≠ j'ai" meant nothing)."""
     a, b = fake_maps(SRC, OUT), fake_maps(B_SRC, B_OUT, seed=4)
     pair = compare.pair_view(a, b, "cross", 0, "0", by_token=True)
     assert (
         pair.a.query_tokens
         == pair.b.query_tokens
         == [
-            "je ≠ j'ai",
-            "suis ≠ froid",
+            "je (A only)",
+            "suis (A only)",
             "chez (A only)",
             "moi (A only)",
+            "j'ai (B only)",
+            "froid (B only)",
             ".",
             "<eos>",
         ]
     )
-    assert pair.a.key_tokens == ["i'm", "home ≠ cold", ".", "<eos>"]
-    np.testing.assert_allclose(pair.a.weights, a.cross[0, 0])  # all of A's rows, in order
-    rows_b = [0, 1, 4, 5]  # B's four rows; rows 2 and 3 hold words only A has
+    assert pair.a.key_tokens == ["i'm", "home ≠ cold", ".", "<eos>"]  # one word for one word
+    rows_a, rows_b = [0, 1, 2, 3, 6, 7], [4, 5, 6, 7]
+    np.testing.assert_allclose(pair.a.weights[rows_a], a.cross[0, 0])  # all of A's rows
     np.testing.assert_allclose(pair.b.weights[rows_b], b.cross[0, 0])
-    assert np.isnan(pair.b.weights[[2, 3]]).all() and np.isnan(pair.diff[[2, 3]]).all()
-    expected = b.cross[0, 0] - a.cross[0, 0][[0, 1, 4, 5]]
-    np.testing.assert_allclose(pair.diff[rows_b], expected, atol=1e-6)
+    assert np.isnan(pair.b.weights[[0, 1, 2, 3]]).all() and np.isnan(pair.a.weights[[4, 5]]).all()
+    expected = b.cross[0, 0][[2, 3]] - a.cross[0, 0][[4, 5]]
+    np.testing.assert_allclose(pair.diff[[6, 7]], expected, atol=1e-6)
+    assert np.isnan(pair.diff[:6]).all()
     assert pair.only_a == {
         "query": ["je (0)", "suis (1)", "chez (2)", "moi (3)"],
         "key": ["home (1)"],
     }
     assert pair.only_b == {"query": ["j'ai (0)", "froid (1)"], "key": ["cold (1)"]}
     grid = compare.pair_grid(a, b, "cross", by_token=True)
-    assert grid.diff.shape == (2, 4, 6, 4) and grid.query_tokens == pair.a.query_tokens
+    assert grid.diff.shape == (2, 4, 8, 4) and grid.query_tokens == pair.a.query_tokens
     np.testing.assert_allclose(grid.diff[0, 0], pair.diff, atol=1e-6, equal_nan=True)
     table = pd.read_csv(io.BytesIO(compare.pair_csv(pair)), keep_default_na=False)
-    assert len(table) == 6 * 4 and set(table["query_token"]) >= {"chez (A only)", "je ≠ j'ai"}
+    assert len(table) == 8 * 4 and set(table["query_token"]) >= {"chez (A only)", "j'ai (B only)"}
     missing = table[table["query_token"] == "moi (A only)"]
     assert (missing["weight_b"] == "").all() and (missing["b_minus_a"] == "").all()
     assert (missing["note"] == "B: no such row or column in sentence B").all()

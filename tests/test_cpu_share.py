@@ -141,3 +141,102 @@ def test_a_run_the_app_launched_gives_a_thread_up_at_its_records(tmp_path, monke
         assert torch.get_num_threads() == 1  # what the run left this process with
     finally:
         torch.set_num_threads(before)
+
+
+def test_home_and_train_name_the_threads_a_run_starts_with_not_the_servers_one(studio_dirs):
+    """Issue 53, item 7: Home and Train said "cpu (1 thread)" (the server's own count) while
+    runs started on torch's default (two on this machine)."""
+    import torch
+
+    from core.runs.cpu_share import default_threads, server_threads
+    from tests.helpers import run_app
+
+    before = torch.get_num_threads()
+    try:
+        server_threads()
+        assert torch.get_num_threads() == 1 and default_threads() == before
+        at = run_app()
+        (line,) = [m.value for m in at.markdown if "Training device" in m.value]
+        n = default_threads()
+        if "cpu" in line:
+            assert f"cpu ({n} thread{'s' * (n != 1)})" in line
+    finally:
+        torch.set_num_threads(before)
+
+
+# ----------------------------------------------------------------------------- issue 53, item 3
+
+
+def test_the_share_is_checked_on_a_timer_at_every_step_not_at_the_metrics_cadence():
+    """A starved run kept two threads for 6.5 minutes, until its next metrics record: the
+    trainer now asks after every step, and the machine is read once a window has passed."""
+    m = FakeMachine()
+    reads = []
+    share = CpuShare(
+        2,
+        machine=lambda: reads.append(1) or m.machine,
+        own=lambda: m.own,
+        clock=lambda: m.wall,
+        apply=m.applied.append,
+    )
+    reads.clear()
+    for _ in range(10):  # ten quick steps inside one window: the clock alone
+        m.spend(MIN_WINDOW_S / 20, own_cores=1.0, other_cores=1.0)
+        share.update()
+    assert not reads and share.threads == 2
+    m.spend(MIN_WINDOW_S, own_cores=1.0, other_cores=1.0)
+    assert share.update() == 1 and len(reads) == 1  # the first step past the window
+
+
+def test_the_trainer_tells_after_every_step(tiny_corpus):
+    """The "batch" event comes after every step (metrics come every log_every), and the
+    trainer process's share listens to it."""
+    from core.corpus.config import DataConfig
+    from core.corpus.splits import load_corpus
+    from core.model.config import ModelConfig
+    from core.model.transformer import Transformer
+    from core.runs import training_run
+    from core.training.config import TrainConfig
+    from core.training.loop import Trainer
+
+    assert 'trainer.on("batch", lambda' in open(training_run.__file__).read()
+    corpus = load_corpus(
+        DataConfig(source=str(tiny_corpus), split="head", min_freq=1, num_train=29, num_val=1)
+    )
+    model = Transformer(ModelConfig(len(corpus.src_vocab), len(corpus.tgt_vocab), d_model=16))
+    cfg = TrainConfig(
+        epochs=0, max_steps=5, batch_size=4, log_every=5, eval_every=10**6, threads=1, device="cpu"
+    )
+    trainer = Trainer(model, corpus, cfg)
+    batches, records = [], []
+    trainer.on("batch", lambda _t, info: batches.append(info["step"]))
+    trainer.on("step", lambda _t, info: records.append(info["step"]))
+    trainer.run()
+    assert batches == [1, 2, 3, 4, 5] and records == [5]
+
+
+def test_a_command_takes_one_thread_fewer_on_a_busy_machine(monkeypatch):
+    from core import cpu_load
+
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    try:
+        torch.set_num_threads(2)
+        monkeypatch.setattr(cpu_load, "others_cores", lambda seconds=0.25: 1.4)
+        note = cpu_load.command_threads()
+        assert torch.get_num_threads() == 1 and "computing on 1 of 2 threads" in note
+        torch.set_num_threads(2)
+        monkeypatch.setattr(cpu_load, "others_cores", lambda seconds=0.25: 0.1)
+        assert cpu_load.command_threads() is None and torch.get_num_threads() == 2
+        monkeypatch.setattr(cpu_load, "others_cores", lambda seconds=0.25: 1.4)
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user chose
+        assert cpu_load.command_threads() is None and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_machine_is_read_from_proc():
+    from core import cpu_load
+
+    busy = cpu_load.others_cores(0.05)
+    assert busy is None or busy >= 0.0

@@ -15,6 +15,7 @@ import torch
 from core import attribute as attribute_command
 from core.attribution import faithfulness as fa
 from core.attribution.methods import METHODS
+from core.corpus.bpe import join_pieces
 from core.corpus.splits import Split
 from core.measure.sample import sample_of
 from core.model import hugging_face as hf
@@ -27,7 +28,7 @@ def test_words_are_found_among_sentencepiece_pieces_without_the_specials(hf_load
     ids = hm.source("the tallest boys are tired .").ids
     tokens = hm.source_tokens(ids)
     spans = fa.source_spans(hm, ids)
-    words = ["".join(t.removeprefix("##") for t in tokens[a:b]).strip("\u2581") for a, b in spans]
+    words = [join_pieces(tokens[a:b])[0] for a, b in spans]
     assert words == ["the", "tallest", "boys", "are", "tired", "."]
     assert all(b <= len(ids) - 1 for _, b in spans)  # </s> belongs to no word
 

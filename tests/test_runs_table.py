@@ -368,3 +368,21 @@ def test_a_real_runs_settings_and_tokens_are_read_back(tiny_run):
     assert metrics["elapsed (min)"] == pytest.approx(state["elapsed"] / 60, abs=0.01)
     assert metrics["final BLEU"] is None  # no validation split: no BLEU, not a zero
     assert 0 < metrics["final loss"] < 5
+
+
+def test_a_chart_of_many_differing_settings_starts_with_a_few_axes(monkeypatch):
+    """Issue 53, item 8: with ~22 differing settings the labels overlapped."""
+    import core.figures.runs as runs_fig
+    from core.figures.runs import DEFAULT_AXES, ROOMY_AXES, default_axes
+
+    names = [f"train.s{k}" for k in range(22)]
+    rows = [
+        {"final BLEU": float(i), **{n: (i * (k + 1)) % (k + 2) for k, n in enumerate(names)}}
+        for i in range(6)
+    ]
+    monkeypatch.setattr(runs_fig, "setting_names", lambda: names)
+    shown = default_axes(rows)
+    assert len(varying_settings(rows)) > DEFAULT_AXES == len(shown)
+    assert runs_parcoords(rows, shown).data[0].labelangle == -20
+    crowded = runs_parcoords(rows, names)
+    assert len(crowded.data[0].dimensions) > ROOMY_AXES and crowded.data[0].labelangle == -45

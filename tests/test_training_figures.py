@@ -186,3 +186,18 @@ def test_a_run_name_in_a_legend_is_text_never_html():
 def test_a_long_run_name_wraps_inside_its_key_entry():
     key = tf.legend_key_html(["x" * 60, "short"])
     assert key.count("overflow-wrap:anywhere") == 2 and "x" * 60 in key
+
+
+def test_a_curve_of_one_point_is_drawn_as_a_marker():
+    """Issue 53, item 8: early in a run the charts showed axes and no point (a line of one
+    point draws nothing)."""
+    from core.figures.training import curves_figure
+
+    early = [{"record": "train", "step": 10, "loss": 7.1, "elapsed": 3.0}]
+    for smoothing in (0.0, 0.6):
+        fig = curves_figure({"run": early}, "loss", smoothing=smoothing)
+        shown = [t for t in fig.data if t.showlegend is not False]
+        assert shown and all("markers" in t.mode for t in shown)
+    many = [{"record": "train", "step": s, "loss": 7.0, "elapsed": s} for s in range(1, 50)]
+    fig = curves_figure({"run": many}, "loss", smoothing=0.0)
+    assert all(t.mode == "lines" for t in fig.data)

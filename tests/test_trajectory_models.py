@@ -142,6 +142,23 @@ def _saved_model(run, dest):
     return dest
 
 
+def test_the_checkpoint_command_reports_progress_while_it_measures(
+    runs_env, val_run, tmp_path, monkeypatch
+):
+    """Issue 53, item 8: `core.checkpoint` was silent for 7 minutes while it measured."""
+    seen = []
+
+    def measuring(run_dir, checkpoint, up_to_step=None, progress=None, **_):
+        seen.append(progress)
+        progress(0.5, "validation at step 50")
+
+    monkeypatch.setattr(checkpoint_command, "store_in_history", measuring)
+    run = tmp_path / "run"
+    shutil.copytree(val_run, run)
+    assert checkpoint_command.main([str(run / "last.pt"), str(tmp_path / "m.pt")]) == 0
+    assert len(seen) == 1 and callable(seen[0])
+
+
 def test_a_saved_model_carries_its_heads_over_training(runs_env, val_run, tmp_path, monkeypatch):
     run = tmp_path / "run"
     shutil.copytree(val_run, run)

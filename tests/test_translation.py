@@ -189,3 +189,19 @@ def test_an_empty_translation_says_why_on_stderr(monkeypatch, capsys):
         err.strip()
         == "warning: line 1: the translation is empty (the model wrote its end token first)"
     )
+
+
+def test_quoted_sentences_on_the_command_line_are_translated_one_per_line(
+    monkeypatch, capsys, tiny_model
+):
+    """Issue 53, item 8: `core.translate "a" "b"` joined both into one sentence."""
+    from core import translate as command
+    from core.model.decode import DecodeSettings
+
+    monkeypatch.setattr(command, "open_model", lambda *args, **kwargs: tiny_model)
+    assert command.sentences_of(["i am cold .", "go ."]) == ["i am cold .", "go ."]
+    assert command.sentences_of(["i", "am", "cold", "."]) == ["i am cold ."]  # unquoted words
+    assert command.main(["--checkpoint", "x.pt", "i am cold .", "i am home ."]) in (0, 1)
+    out = capsys.readouterr().out.splitlines()
+    expected, _ = tiny_model.translate_lines(["i am cold .", "i am home ."], DecodeSettings())
+    assert out == expected and len(out) == 2

@@ -77,13 +77,19 @@ def merged_positions(
     """Every position of ``a`` and of ``b`` on one axis, in order, and each one's label.
 
     Runs of equal tokens are matched (difflib.SequenceMatcher, never crossing); between
-    them, differing tokens are paired place by place ("home ≠ cold"), and the longer run's
-    extra tokens stand alone (None on the other side). No token of either is left out.
+    them, runs of differing tokens of the same length are word-for-word substitutions, paired
+    place by place ("home ≠ cold"); runs of different lengths are not paired (pairing them by
+    place matched "grand" with "très" in "il est grand" / "il est très fatigué"): A's tokens
+    stand alone, then B's (None on the other side). No token of either is left out.
     """
     matcher = difflib.SequenceMatcher(None, list(a), list(b), autojunk=False)
     pos_a: list[int | None] = []
     pos_b: list[int | None] = []
-    for _, i1, i2, j1, j2 in matcher.get_opcodes():
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "replace" and i2 - i1 != j2 - j1:
+            pos_a += [*range(i1, i2), *[None] * (j2 - j1)]
+            pos_b += [*[None] * (i2 - i1), *range(j1, j2)]
+            continue
         for k in range(max(i2 - i1, j2 - j1)):
             pos_a.append(i1 + k if i1 + k < i2 else None)
             pos_b.append(j1 + k if j1 + k < j2 else None)

@@ -187,27 +187,24 @@ def head_stats(
     kind: str,
     query_tokens: Sequence[str],
     key_tokens: Sequence[str],
-    hide: bool = False,
 ) -> pd.DataFrame:
-    """One row per (layer, head) with entropy, pattern scores and a label, on the map drawn.
+    """One row per (layer, head) with entropy, pattern scores and a label, on the full map:
+    <bos>/<eos> hidden or not, a head is what it is (hiding shifted the columns under the
+    statistics, and a diagonal head read as a previous-token one: issue 53).
 
     Args:
         weights: (L, H, Tq, Tk) attention of one sentence.
         kind: "encoder", "decoder_self" or "cross".
         query_tokens, key_tokens: Tq and Tk tokens.
-        hide: measure the map with <bos>/<eos> columns hidden (see hide_special), as drawn.
 
     Returns:
         DataFrame: layer, head (0-based), entropy, diagonal (cross: share near the rescaled
-        diagonal), previous (one column left of the diagonal; NaN for cross), eos, bos
-        (NaN when hidden), monotonicity (cross only, else NaN), label.
+        diagonal), previous (one column left of the diagonal; NaN for cross), eos, bos,
+        monotonicity (cross only, else NaN), label.
     """
     kind_labels(kind)  # raises for an unknown kind
     check_tokens(weights.shape, query_tokens, key_tokens)
     w = weights.astype(np.float64)  # (L, H, Tq, Tk)
-    if hide:
-        w, kept = hide_special(w, key_tokens)  # (L, H, Tq, Tk'), NaN rows: nothing drawn
-        key_tokens = [key_tokens[i] for i in kept]
     n_layers, n_heads, tq, tk = w.shape
     rows = np.arange(tq)
     cross = kind == "cross"
@@ -235,9 +232,9 @@ def _monotonicity_drawn(weights2d: np.ndarray) -> float:
     return monotonicity(np.nan_to_num(weights2d[drawn], nan=0.0))
 
 
-def head_row(maps: SentenceMaps, kind: str, layer: int, head: int, hide: bool = False) -> pd.Series:
+def head_row(maps: SentenceMaps, kind: str, layer: int, head: int) -> pd.Series:
     """The statistics and label of one head (a row of ``head_table``)."""
-    return row_of(head_table(maps, kind, hide), layer, head)
+    return row_of(head_table(maps, kind), layer, head)
 
 
 def row_of(table: pd.DataFrame, layer: int, head: int) -> pd.Series:
@@ -245,17 +242,17 @@ def row_of(table: pd.DataFrame, layer: int, head: int) -> pd.Series:
     return table[(table["layer"] == layer) & (table["head"] == head)].iloc[0]
 
 
-def head_table(maps: SentenceMaps, kind: str, hide: bool = False) -> pd.DataFrame:
-    """Head statistics of one kind on its map as drawn (<bos>/<eos> hidden if ``hide``)."""
+def head_table(maps: SentenceMaps, kind: str) -> pd.DataFrame:
+    """Head statistics of one kind on its full map (whatever a page hides)."""
     queries, keys = maps.tokens(kind)
-    table = head_stats(maps.weights(kind), kind, queries, keys, hide)
+    table = head_stats(maps.weights(kind), kind, queries, keys)
     if kind == "cross":
         table = table.drop(columns=["previous"]).rename(columns={"diagonal": "near diagonal"})
     else:
         table = table.drop(columns=["monotonicity"])
     if kind != "decoder_self":
         table = table.drop(columns=["bos"])
-    return table
+    return table.dropna(axis=1, how="all")  # a key this map never has (decoder self: <eos>)
 
 
 SUPERVISED_LABEL = "trained to align"  # added to the label of a head trained toward alignments

@@ -103,6 +103,9 @@ class BPEVocab(Vocab):
         return f"BPE, {len(self):,} pieces"
 
 
+LONE_START = "\u2423"  # ␣: a SentencePiece piece that is the word-start mark alone (shown so)
+
+
 def word_spans(tokens: Sequence[str]) -> list[tuple[int, int]]:
     """[start, end) of each word among pieces: a piece starting with ``##`` joins the last.
 
@@ -119,11 +122,13 @@ def word_spans(tokens: Sequence[str]) -> list[tuple[int, int]]:
 
 
 def join_pieces(tokens: Sequence[str]) -> list[str]:
-    """The words of a list of pieces: each word's pieces joined, their ``##`` dropped."""
-    return [
-        "".join(t.removeprefix(PREFIX) if i else t for i, t in enumerate(tokens[a:b]))
-        for a, b in word_spans(tokens)
-    ]
+    """The words of a list of pieces: each word's pieces joined, their ``##`` dropped (and a
+    lone word-start mark, LONE_START, before a word's letters)."""
+    words = []
+    for a, b in word_spans(tokens):
+        word = "".join(t.removeprefix(PREFIX) if i else t for i, t in enumerate(tokens[a:b]))
+        words.append(word[1:] if b - a > 1 and word.startswith(LONE_START) else word)
+    return words
 
 
 def vocab_from_meta(itos: Sequence[str], tokenizer: str | None) -> Vocab:

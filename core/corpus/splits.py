@@ -64,6 +64,22 @@ def split_by_source(pairs, cfg: DataConfig) -> tuple[Split, Split, Split]:
     return parts["train"], parts["val"], parts["test"]
 
 
+def validation_pairs_at_most(usable: int, cfg: DataConfig) -> int:
+    """The most validation pairs a corpus of ``usable`` pairs can give under ``cfg``'s split,
+    known before it is read: "head", the ``num_val`` rows after the training rows;
+    "random", ``val_fraction`` of its English sentences (no more than one per pair)."""
+    limit = min(usable, cfg.max_pairs or usable)
+    if cfg.split == "head":
+        return max(0, min(cfg.num_val, limit - (cfg.num_train or limit)))
+    return round(limit * cfg.val_fraction)
+
+
+NO_VALIDATION = (  # what a run without validation pairs goes without (core.training.loop)
+    "no validation loss or BLEU, so best.pt is simply the latest checkpoint, and head "
+    "importance, faithfulness and the projector have no validation sentences to read"
+)
+
+
 @dataclass
 class Splits:
     """The three splits of a corpus and a summary of what was read (no vocabularies yet)."""

@@ -16,7 +16,7 @@ from plotly.colors import qualitative
 
 from core.attention.projector import METHOD_NAMES, Projection
 from core.figures.attention import WIDE_TITLE_CHARS, title_layout
-from core.figures.labels import PLAIN_NUMBERS, plotly_text
+from core.figures.labels import PLAIN_NUMBERS, legend_below, plotly_text
 
 TOP_TOKENS = 12  # pieces coloured by themselves; the others are grey
 OTHER_COLOR = "#c7c7c7"
@@ -117,4 +117,7 @@ def projection_figure(
         fig.update_xaxes(title_text=names[0], zeroline=False, **PLAIN_NUMBERS)
         fig.update_yaxes(title_text=names[1], zeroline=False, **PLAIN_NUMBERS)
     fig.update_layout(height=HEIGHT, legend={"itemsizing": "constant"}, **head)
+    if any(getattr(t.marker, "showscale", False) for t in fig.data):  # a colour bar on the right
+        below = legend_below(fig, HEIGHT)  # the legend never on it (it was, in 3-D)
+        fig.update_layout(height=below["height"], legend=below["legend"])
     return fig

@@ -37,6 +37,19 @@ def _is_number(value) -> bool:
     return ok and math.isfinite(value)
 
 
+ROOMY_AXES = 10  # axes whose labels fit side by side at a slight angle on a wide page
+DEFAULT_AXES = 7  # settings drawn by default (with the three results: ROOMY_AXES)
+
+
+def default_axes(rows: Sequence[dict]) -> list[str]:
+    """The settings drawn by default: those that differ, the most distinct values first, at
+    most DEFAULT_AXES (22 axes once made every label unreadable), in the table's order."""
+    varying = varying_settings(rows)
+    distinct = {n: len({value_text(r.get(n)) for r in rows}) for n in varying}
+    kept = set(sorted(varying, key=lambda n: -distinct[n])[:DEFAULT_AXES])
+    return [n for n in varying if n in kept]
+
+
 def chart_rows(rows: Sequence[dict], color: str = COLOR_BY) -> list[dict]:
     """The rows the chart can draw: those with a value of ``color`` (a run without a BLEU
     yet has no place on its axis)."""
@@ -124,10 +137,12 @@ def runs_parcoords(
     }
     if shade:
         line |= {"cmin": min(shade), "cmax": max(shade)}
-    fig = go.Figure(go.Parcoords(dimensions=dims, line=line, labelangle=-20, labelside="bottom"))
+    crowded = len(dims) > ROOMY_AXES  # more axes than labels fit side by side: steeper labels
+    angle, bottom = (-45, 120) if crowded else (-20, 60)
+    fig = go.Figure(go.Parcoords(dimensions=dims, line=line, labelangle=angle, labelside="bottom"))
     fig.update_layout(
         title={"text": f"Settings and results of {len(rows)} runs (colour: {color})"},
-        height=height,
-        margin={"l": 60, "r": 40, "t": 70, "b": 60},
+        height=height + bottom - 60,
+        margin={"l": 60, "r": 40, "t": 70, "b": bottom},
     )
     return fig

@@ -15,9 +15,10 @@ from plotly.colors import qualitative
 from core.figures.labels import PLAIN_NUMBERS, legend_below, log_ticks, plotly_text
 from core.runs.history import open_history
 
+FEW_POINTS = 3  # a curve of this many points or fewer (early in a run) also draws markers
 LOG_SCALE = {"loss", "val_loss", "lr", "grad_norm"}  # metrics drawn on a log axis if asked
 METRICS: dict[str, tuple[str, str, str]] = {  # metric -> (record logging it, title, y axis)
-    "loss": ("train", "training loss (cross-entropy)", "loss"),
+    "loss": ("train", "training loss (as trained: label smoothing, dropout)", "loss"),
     "val_loss": ("eval", "validation loss (cross-entropy)", "loss"),
     "val_bleu": ("eval", "validation BLEU", "BLEU"),
     "lr": ("train", "learning rate", "rate"),
@@ -138,9 +139,10 @@ def _run_traces(
         )
         values = smooth(values, smoothing)
     x, y = _thin(steps, values, max_points)
+    mode = "lines+markers" if len(x) <= FEW_POINTS else "lines"  # one point: a line draws nothing
     traces.append(
         go.Scatter(
-            x=x, y=y, name=name, mode="lines", line={"color": color, "width": 2}, legendgroup=name
+            x=x, y=y, name=name, mode=mode, line={"color": color, "width": 2}, legendgroup=name
         )
     )
     return traces

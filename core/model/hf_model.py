@@ -62,6 +62,12 @@ class HFModel(TranslationModel):
     meta: dict = field(default_factory=dict)  # family, model type, languages, parameters
     family = HUGGING_FACE
     subword = True  # its tokenizer cuts words into pieces
+
+    @property
+    def pieces_name(self) -> str:
+        """The tokenizer's algorithm as people name it ("SentencePiece", "BPE"…)."""
+        return self.meta.get("pieces") or "subword"
+
     trained_here = False  # downloaded: no corpus, splits or history of the studio's
 
     # ------------------------------------------------------------------ what it is
@@ -418,6 +424,7 @@ def load(folder, device: str | torch.device = "cpu", max_bytes: int | None = Non
     hf.check_tokenizer(tokenizer, model.config)
     model.to(device).eval()
     info["tokens"] = hf.tokenizer_kind(tokenizer)
+    info["pieces"] = hf.tokenizer_algorithm(tokenizer)
     info["language_codes"] = hf.language_codes(tokenizer) if hf.multilingual(model.config) else []
     cfg = studio_config(model.config.to_dict())
     cfg.norm_first = hf_sites.final_norm(model) is not None  # a final norm after the stack: pre-LN

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
-from core.corpus.bpe import PREFIX
+from core.corpus.bpe import LONE_START, PREFIX
 from core.model.decode import TOP_K, DecodeSettings, Translation, TranslationError, scored
 from core.model.hf_folder import HFModelError
 from core.model.interface import TranslationModel
@@ -31,6 +31,7 @@ from core.model.transformer import AttentionMaps
 
 MULTILINGUAL = ("m2m_100", "nllb_moe", "mbart")  # model types whose target language is forced
 WORD_STARTS = ("\u2581", "\u0120")  # SentencePiece's ▁ and byte-level BPE's Ġ
+
 
 
 # ----------------------------------------------------------------------------- loading
@@ -64,6 +65,27 @@ def language_codes(tokenizer) -> list[str]:
     return sorted(t for t in tokens if LANGUAGE_CODE.fullmatch(t))
 
 
+ALGORITHMS = {  # a fast tokenizer's model class -> its name for people
+    "BPE": "BPE",
+    "Unigram": "SentencePiece unigram",
+    "WordPiece": "WordPiece",
+    "WordLevel": "word-level",
+}
+
+
+def tokenizer_algorithm(tokenizer) -> str:
+    """How the tokenizer cuts text, for people: "BPE", "SentencePiece unigram", "WordPiece",
+    "SentencePiece" (a slow tokenizer over a .spm model) or "subword"."""
+    if getattr(tokenizer, "is_fast", False):
+        model = type(tokenizer.backend_tokenizer.model).__name__
+        return ALGORITHMS.get(model, "subword")
+    if getattr(tokenizer, "vocab_files_names", {}).get("source_spm") or hasattr(
+        tokenizer, "sp_model"
+    ):
+        return "SentencePiece"
+    return "subword"
+
+
 def tokenizer_kind(tokenizer) -> str:
     """How the tokenizer marks words: "metaspace" (▁), "byte-level" (Ġ) or "pieces"."""
     sample = [t for t in list(tokenizer.get_vocab())[:5000] if t not in _specials(tokenizer)]
@@ -81,12 +103,14 @@ def _specials(tokenizer) -> set[str]:
 # ----------------------------------------------------------------------------- tokens
 
 
-def shown_tokens(hm: TranslationModel, ids: Sequence[int]) -> list[str]:
+def shown_tokens(hm: TranslationModel, ids: Sequence[int], first: bool = True) -> list[str]:
     """Tokens in the studio's convention: continuing pieces carry ``##``, word-start marks
-    dropped, specials as the tokenizer writes them."""
+    dropped, specials as the tokenizer writes them. ``first``: the first piece starts the
+    text (no ``##`` even without a mark); False for tokens that follow others, such as one
+    step's candidates."""
     raw = hm.tokenizer.convert_ids_to_tokens(list(ids))
     specials, kind = _specials(hm.tokenizer), hm.meta.get("tokens", "pieces")
-    shown, first = [], True
+    shown = []
     for tok in raw:
         if tok in specials or LANGUAGE_CODE.fullmatch(tok):
             shown.append(tok)
@@ -94,7 +118,7 @@ def shown_tokens(hm: TranslationModel, ids: Sequence[int]) -> list[str]:
         if kind == "pieces":
             shown.append(tok)
         elif tok.startswith(WORD_STARTS):
-            shown.append(tok[1:] or tok)
+            shown.append(tok[1:] or LONE_START)
         else:
             shown.append(tok if first else PREFIX + tok)
         first = False
@@ -187,10 +211,11 @@ def forced_pass(hm: TranslationModel, src: torch.Tensor, decoder_inputs: torch.T
 
 
 def _topk(hm: TranslationModel, logp: torch.Tensor, k: int) -> list[list[tuple[str, float]]]:
-    """(T, V) log-probs -> per step the k best (token, probability)."""
+    """(T, V) log-probs -> per step the k best (token, probability), each token written as
+    the output tokens are (no ``▁``/``Ġ``; a continuing piece with ``##``)."""
     p, i = logp.exp().topk(min(k, logp.size(-1)), dim=-1)  # (T, k)
     return [
-        list(zip(hm.tokenizer.convert_ids_to_tokens(row_i.tolist()), row_p.tolist()))
+        list(zip(shown_tokens(hm, row_i.tolist(), first=False), row_p.tolist()))
         for row_p, row_i in zip(p, i)
     ]
 

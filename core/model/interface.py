@@ -52,6 +52,7 @@ class TranslationModel(ABC):
     cfg: ModelConfig  # its sizes in the studio's terms (layers, heads, width, positions)
     meta: dict  # what its checkpoint or folder says of it
     subword: bool  # whether its tokenizer cuts words into pieces
+    pieces_name: str  # what its pieces are, for people: "BPE", "SentencePiece", "WordPiece"…
     trained_here: bool  # trained by the studio: its corpus, splits and history are known
     source_label: str  # the sentence box's label ("English sentence", "Source sentence (en)")
     target_name: str  # the target language as a box names it ("French", "fr")

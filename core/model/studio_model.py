@@ -95,6 +95,11 @@ class StudioModel(TranslationModel):
         return self.model.cfg
 
     @property
+    def pieces_name(self) -> str:
+        """The studio's own subword vocabularies are BPE (core.corpus.bpe)."""
+        return "BPE" if self.subword else "word"
+
+    @property
     def subword(self) -> bool:
         """Whether a vocabulary of this model cuts words into pieces (BPE)."""
         return self.src_vocab.kind != "word" or self.tgt_vocab.kind != "word"

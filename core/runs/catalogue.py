@@ -169,6 +169,9 @@ def _history_of(path: Path, run_dir: Path | None, run: str | None, runs: Path) -
     return _run_with_snapshots(run, runs) or (str(beside) if beside.is_file() else None)
 
 
+NO_CHECKPOINT_YET = "no checkpoint saved yet (training may still be starting)"
+
+
 def _run_entries(runs: Path) -> list[ModelEntry]:
     """Every run's best.pt and last.pt (or a note that a run has none yet)."""
     entries = []
@@ -177,7 +180,7 @@ def _run_entries(runs: Path) -> list[ModelEntry]:
         for name in found:
             entries.append(read_entry(run / name, f"runs/{run.name}/{name}", run, runs))
         if not found and (run / "config.json").is_file():
-            reason = "no checkpoint saved yet (training may still be starting)"
+            reason = NO_CHECKPOINT_YET
             entries.append(
                 ModelEntry(
                     f"runs/{run.name}/",

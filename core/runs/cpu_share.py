@@ -11,9 +11,13 @@ none``), two threads kept 0.73 of it where the server used 0.32 cores (one threa
 - The server answers one sentence at a time, operations too small to gain from a second
   thread: its pages compute on ``SERVER_THREADS``; heavy work (head importance, one at a
   time per server) gets torch's default back while it runs (``all_threads``).
-- A CPU trainer the app launched (``SHARE_ENV`` set) measures, at each metrics record, how
-  much of the machine the other processes used since the last one: past ``BUSY_CORES`` it
-  trains on one thread fewer, below ``IDLE_CORES`` on all of them again (``CpuShare``).
+- A CPU trainer the app launched (``SHARE_ENV`` set) measures after each step, once
+  ``MIN_WINDOW_S`` have passed (a timer, not the metrics cadence: a starved run once kept two
+  threads for 6.5 minutes until its next record), how much of the machine the other
+  processes used: past ``BUSY_CORES`` it trains on one thread fewer, below ``IDLE_CORES`` on
+  all of them again (``CpuShare``).
+- A command (``python -m core.*``) looks at the machine for a quarter of a second before it
+  starts and takes one thread fewer past ``BUSY_CORES`` (``core.cpu_load.command_threads``).
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ from collections.abc import Callable
 
 import torch
 
+from core.cpu_load import BUSY_CORES, IDLE_CORES, machine_busy_seconds, own_busy_seconds
+
+__all__ = ["BUSY_CORES", "IDLE_CORES", "machine_busy_seconds", "own_busy_seconds"]
 SERVER_THREADS = 1  # torch threads of the server's pages (one sentence at a time)
 SHARE_ENV = "ATTENTION_STUDIO_TRAINER_SHARE"  # "1": a CPU trainer yields a core when busy
-BUSY_CORES = 0.6  # others' use (cores) above which a trainer takes one thread fewer
-IDLE_CORES = 0.45  # ... and below which it takes every thread again
 MIN_WINDOW_S = 2.0  # the shortest span a measurement covers
 
 _default_threads: int | None = None  # torch's own count, before the server set its own
@@ -49,6 +54,13 @@ def server_threads() -> int:
     return torch.get_num_threads()
 
 
+def default_threads() -> int:
+    """torch's default thread count: what a new process (a trainer) starts with, whatever
+    this one was given (the server runs on SERVER_THREADS)."""
+    with _lock:
+        return _default_threads or torch.get_num_threads()
+
+
 @contextlib.contextmanager
 def all_threads():
     """torch's default thread count while heavy work runs (back to SERVER_THREADS after,
@@ -65,19 +77,6 @@ def all_threads():
             _heavy -= 1
             if _default_threads is not None and not _heavy:
                 torch.set_num_threads(SERVER_THREADS)
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds every process of this machine has used since boot (from /proc/stat)."""
-    fields = open("/proc/stat").readline().split()[1:]  # cpu user nice system idle iowait ...
-    ticks = [int(x) for x in fields]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
-
-
-def own_busy_seconds() -> float:
-    """CPU seconds this process (all its threads) has used."""
-    t = os.times()
-    return t.user + t.system
 
 
 class CpuShare:
@@ -103,10 +102,10 @@ class CpuShare:
     def others_cores(self) -> float | None:
         """Cores the other processes used on average since the last measurement (None when
         it covers less than MIN_WINDOW_S; the mark moves only when it does not)."""
+        if self.clock() - self.mark[0] < MIN_WINDOW_S:
+            return None  # checked at every step: the clock alone until a window has passed
         now = (self.clock(), self.machine(), self.own())
         wall = now[0] - self.mark[0]
-        if wall < MIN_WINDOW_S:
-            return None
         others = (now[1] - self.mark[1]) - (now[2] - self.mark[2])
         self.mark = now
         return max(others, 0.0) / wall

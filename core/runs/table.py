@@ -43,7 +43,8 @@ RUN_COLUMNS = ("preset", "device")  # more about the run, offered under "more co
 METRIC_HELP = {  # what each result column means
     "best BLEU": "highest validation BLEU of any evaluation",
     "final BLEU": "validation BLEU of the last evaluation",
-    "final loss": "training loss (cross-entropy) of the last logged steps",
+    "final loss": "training loss of the last logged steps, as trained (with the run's label "
+    "smoothing and dropout: above the plain cross-entropy of 'val loss')",
     "val loss": "validation loss (cross-entropy) of the last evaluation",
     "steps": "optimiser steps taken",
     "tokens": "target tokens trained on (tokens/s × seconds of each logged window)",

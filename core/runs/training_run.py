@@ -246,7 +246,7 @@ def train_run(args: argparse.Namespace, world: World | None = None) -> int:
     trainer = prepare(rd, configs, resume, world)
     share = trainer_share(trainer.device.type, configs["train"].get("threads", 0))
     if share is not None:  # one thread fewer while other processes keep a core busy
-        trainer.on("step", lambda _trainer, _info: share.update())
+        trainer.on("batch", lambda _trainer, _info: share.update())  # after every step
     trim_heap()  # what reading and encoding the corpus freed
     # a signal only asks: the processes decide together at the next step (Trainer.agree)
     signal.signal(signal.SIGTERM, lambda *_: setattr(trainer, "stop_asked", True))

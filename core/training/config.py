@@ -22,7 +22,7 @@ class TrainConfig:
 
     epochs: int = 10  # passes over the training pairs (0 = no limit)
     max_steps: int = 0  # optimiser steps (0 = no limit)
-    time_budget: float = 0.0  # wall-clock seconds of training (0 = no limit)
+    time_budget: float = 0.0  # wall-clock s of training (0: none); busy machine: fewer steps
     batch_size: int = 128  # sentence pairs per step and process (the step's: times processes)
     batch_tokens: int = 0  # padded tokens per step and process in place of batch_size (0: off)
     lr: float = 1e-3  # peak learning rate of Adam

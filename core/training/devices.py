@@ -28,12 +28,13 @@ def pick_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
-def device_description(device: torch.device) -> str:
-    """A readable device name, e.g. 'cuda (NVIDIA H100)' or 'cpu (2 threads)'."""
+def device_description(device: torch.device, threads: int | None = None) -> str:
+    """A readable device name, e.g. 'cuda (NVIDIA H100)' or 'cpu (2 threads)' (``threads``:
+    the count to name, else this process's own)."""
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"
     if device.type == "cpu":
-        n = torch.get_num_threads()
+        n = threads or torch.get_num_threads()
         return f"cpu ({n} thread{'s' * (n != 1)})"
     return device.type
 
@@ -63,9 +64,10 @@ def resolve_device(name: str = "auto") -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def device_summary() -> str:
-    """The device a new run would use with device 'auto', in words."""
-    return device_description(pick_device("auto"))
+def device_summary(threads: int | None = None) -> str:
+    """The device a new run would use with device 'auto', in words (``threads``: what a new
+    trainer process starts with, where this process runs on fewer, as the app's server does)."""
+    return device_description(pick_device("auto"), threads)
 
 
 def gpu_stats() -> list[dict]:

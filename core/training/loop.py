@@ -81,7 +81,7 @@ class Trainer:
             model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9, fused=fused
         )
         self.state = state or TrainState(world_size=self.world.size)
-        self.callbacks: dict[str, list[Callback]] = {"step": [], "eval": [], "end": []}
+        self.callbacks: dict[str, list[Callback]] = {"batch": [], "step": [], "eval": [], "end": []}
         self.stop_asked = False  # this process was asked to stop (a signal, the STOP file)
         self.stop_agreed = False  # all processes stop: stop_asked somewhere, at agree()
         self.train_data = encode_pairs(corpus.train, corpus.src_vocab, corpus.tgt_vocab)
@@ -111,7 +111,8 @@ class Trainer:
             self.state.batch_in_epoch, self.state.world_size = done, self.world.size
 
     def on(self, event: str, fn: Callback) -> None:
-        """Register a callback for "step", "eval" or "end"."""
+        """Register a callback for "batch" (after every step), "step" (every log_every
+        steps, with the window's metrics), "eval" or "end"."""
         self.callbacks[event].append(fn)
 
     def emit(self, event: str, info: dict) -> None:
@@ -428,6 +429,8 @@ class Trainer:
         self.state.batch_in_epoch += 1
         self.state.tokens += out["tokens"]
         self.window.append(out)
+        if self.callbacks["batch"]:
+            self.emit("batch", {"step": self.state.step})
         if self.state.step % self.cfg.log_every == 0:
             self.emit("step", self._summarise(self.window, self.state.elapsed - self.window_start))
             self.window, self.window_start = [], self.state.elapsed

@@ -101,10 +101,10 @@ def sentence_maps(_t: Translation, key: tuple, words: bool = False) -> maps.Sent
 
 
 @shared()
-def head_table(_maps: maps.SentenceMaps, key: tuple, words: bool, kind: str, hide: bool):
-    """Head statistics of one kind on the maps ``sentence_maps(_, key, words)`` gave, as drawn
-    (<bos>/<eos> hidden if ``hide``): the same for every rerun and session that shows them."""
-    return head_stats.head_table(_maps, kind, hide)
+def head_table(_maps: maps.SentenceMaps, key: tuple, words: bool, kind: str):
+    """Head statistics of one kind on the full maps ``sentence_maps(_, key, words)`` gave
+    (whatever is hidden): the same for every rerun and session that shows them."""
+    return head_stats.head_table(_maps, kind)
 
 
 def teacher_forced(

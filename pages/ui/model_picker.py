@@ -58,7 +58,8 @@ def choose_model(state: ViewState, prefix: str) -> models.ModelEntry | None:
         _list_models.clear()  # asked for a model newer than the list (re-read every 5 s)
         entries = model_entries()
     usable = [e for e in entries if e.usable]
-    broken = [e for e in entries if not e.usable]
+    starting = [e for e in entries if not e.usable and e.reason == models.NO_CHECKPOINT_YET]
+    broken = [e for e in entries if not e.usable and e not in starting]
     entry = None
     if not usable:
         st.error(
@@ -83,6 +84,11 @@ def choose_model(state: ViewState, prefix: str) -> models.ModelEntry | None:
             format_func=lambda k: by_key[k].label,
         )
         entry = by_key[state.model]
+    if starting:  # not a fault: each appears with its first checkpoint
+        runs = ", ".join(code(e.key) for e in starting)
+        st.caption(
+            f"Still starting, no checkpoint yet: {runs}. Each appears here once it saves one."
+        )
     if broken:
         with st.expander(f"{len(broken)} model file(s) cannot be used"):
             for e in broken:

@@ -98,8 +98,10 @@ class ViewState:
 
     @classmethod
     def from_query(cls, params: Mapping[str, str]) -> ViewState:
-        """Read the URL's values; missing or malformed ones keep their defaults."""
+        """Read the URL's values; missing or malformed ones keep their defaults (the text
+        fields a link carried past their limit are named in ``state.too_long``)."""
         state = cls()
+        state.too_long = []  # not a field: never written back to the URL
         for f in fields(cls):
             raw = params.get(f.name)
             if raw is None:
@@ -135,11 +137,14 @@ class ViewState:
         ):
             if len(getattr(state, name)) > MAX_TEXT_CHARS:
                 setattr(state, name, getattr(cls, name))
+                state.too_long.append(name)
         state.section = OLD_SECTIONS.get(state.section, state.section)  # the picker checks it
         if len(state.reference) > MAX_REFERENCE_CHARS:
             state.reference = cls.reference
+            state.too_long.append("reference")
         if len(state.target) > MAX_REFERENCE_CHARS:
             state.target = cls.target
+            state.too_long.append("target")
         if state.forced not in ("A", "B"):
             state.forced = cls.forced
         if state.align not in ALIGN_MODES:

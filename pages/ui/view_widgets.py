@@ -8,7 +8,7 @@ import streamlit as st
 
 from core.attribution.methods import METHODS
 from core.model.checked_translation import MAX_SENTENCE_TOKENS
-from pages.ui.view_state import MAX_TEXT_CHARS, ViewState
+from pages.ui.view_state import MAX_REFERENCE_CHARS, MAX_TEXT_CHARS, ViewState
 
 TRANSLATE_KEYS = (  # the Translate page's URL keys
     *("model", "sentence", "reference", "target", "beam", "alpha", "max_len", "target_lang"),
@@ -22,6 +22,13 @@ def view_state() -> ViewState:
         state = ViewState.from_query(st.query_params.to_dict())
         if state.method not in METHODS:  # checked here: core.attention sits below attribution
             state.method = ViewState.method
+        if state.too_long:  # said once, on the run that read the link
+            names = ", ".join(n.replace("_", " ") for n in state.too_long)
+            st.warning(
+                f"The link's {names} was too long for a link (more than {MAX_TEXT_CHARS:,} "
+                f"characters; a reference {MAX_REFERENCE_CHARS:,}) and was left out: type it "
+                "in the box instead."
+            )
         named = {"kind", "layer", "head"} & set(st.query_params)
         if state.section == "alignment" and not named:  # a URL that names no reader
             st.session_state["al_open_best"] = True  # alignment_gold_view.OPEN_BEST

@@ -217,8 +217,8 @@ def two_sentences(
     st.caption(
         "Aligned by token: every row and column of both sentences is shown. Tokens both "
         "have are matched in order (each occurrence of a repeated word pairs with at most "
-        "one in the other sentence); between them, differing words are paired place by "
-        "place and labelled “A's ≠ B's”, and a word left without a partner is labelled "
+        "one in the other sentence); between them, a word swapped for one word is paired "
+        "and labelled “A's ≠ B's”, and every other word is labelled "
         "“(A only)” or “(B only)”: grey in the other sentence's map and in B − A. "
         "Weights are as each sentence's own pass computed them. Decoder rows are each "
         "sentence's own output tokens."

@@ -13,7 +13,7 @@ from pages.ui.view_widgets import clamp_widget, widget_default
 HEAD_WORDS = {"mean": "mean of heads", "max": "max of heads", "rollout": "rollout"}
 
 
-def view_controls(maps: SentenceMaps, state: ViewState, subword: bool) -> bool:
+def view_controls(maps: SentenceMaps, state: ViewState, subword: bool, pieces: str = "BPE") -> bool:
     """Kind, layer, head and display toggles; returns whether colours are stretched."""
     cols = st.columns([3, 1, 1.5])
     widget_default("at_kind", state.kind, KINDS)
@@ -37,7 +37,7 @@ def view_controls(maps: SentenceMaps, state: ViewState, subword: bool) -> bool:
         help="A head, the mean or max over the layer's heads, or (encoder) attention "
         "rollout through layers 0 to this one.",
     )
-    return display_toggles(state, subword, boundary_words(maps))
+    return display_toggles(state, subword, boundary_words(maps), pieces)
 
 
 def boundary_words(maps: SentenceMaps) -> str:
@@ -48,7 +48,9 @@ def boundary_words(maps: SentenceMaps) -> str:
     return "/".join(found) if found and "<eos>" not in found else "<bos>/<eos>"
 
 
-def display_toggles(state: ViewState, subword: bool, boundary: str = "<bos>/<eos>") -> bool:
+def display_toggles(
+    state: ViewState, subword: bool, boundary: str = "<bos>/<eos>", pieces: str = "BPE"
+) -> bool:
     """Hide <bos>/<eos>, merge pieces, stretch colours, on a row; returns the stretch."""
     row = st.container(horizontal=True, gap="large")
     if subword:
@@ -56,7 +58,7 @@ def display_toggles(state: ViewState, subword: bool, boundary: str = "<bos>/<eos
         state.words = row.toggle(
             "Merge pieces into words",
             key="at_words",
-            help="This model reads and writes BPE pieces (“##” continues a word). Merged, a "
+            help=f"This model reads and writes {pieces} pieces (“##” continues a word). Merged, a "
             "word's column is the sum over its pieces and its row the mean of its pieces' "
             "rows, so rows still sum to 1. The decoding playback always shows pieces.",
         )

@@ -34,7 +34,7 @@ def maps_section(page: SectionInputs) -> None:
     left, right = st.columns([4, 1])
     big = clickable(cmp_figs.add_highlight(figs.view_figure(view, page.stretch), pick))
     chart(big, BIG, left, name, on_click=_clicked)
-    table = head_table(maps, page.key, state.words, state.kind, state.hide)  # shared
+    table = head_table(maps, page.key, state.words, state.kind)  # shared, of the full map
     with right:
         head_summary(table, state, page.lm.meta)
         st.download_button(
@@ -69,7 +69,8 @@ def token_picker(maps: SentenceMaps, state: ViewState) -> token_pick.Highlight |
     the large map; where it is drawn, or None."""
     queries, keys = maps.tokens(state.kind)
     options = token_pick.pick_options(queries, keys)
-    left, middle, right = st.columns([2, 2, 3], vertical_alignment="bottom")
+    # the middle column wide enough for both choices of the click axis at 760 px
+    left, middle, right = st.columns([2, 3, 2], vertical_alignment="bottom")
     if state.token and state.token not in options:
         right.caption(md(f"Token {state.token} (from the URL) is not in this map: none outlined."))
         state.token = ""
@@ -113,6 +114,8 @@ def head_summary(table: pd.DataFrame, state: ViewState, meta: dict) -> None:
         return
     row = head_stats.row_of(table, state.layer, int(state.head))
     st.markdown(f"**{md(row['label'])}**")
+    if state.hide:
+        st.caption("Measured on the full map: <bos>/<eos> count, though hidden in the chart.")
     supervised = head_stats.supervised_head(meta)
     if state.kind == "cross" and supervised and supervised[:2] == (state.layer, int(state.head)):
         st.info(md(f"This head was trained to align words (Garg et al. 2019): {supervised[2]}."))
@@ -189,7 +192,8 @@ def head_statistics(table: pd.DataFrame, state: ViewState, meta: dict) -> None:
         },
     )
     st.caption(
-        "Measured on the maps as drawn (hidden columns removed). entropy: spread of each "
+        "Measured on the full maps, <bos>/<eos> included even when the charts hide them "
+        "(a head is what it is, whatever is drawn). entropy: spread of each "
         "row (nats); diagonal / previous: mean weight on the row's own column / one column "
         "left; near diagonal (cross): weight within one key of the diagonal stretched "
         "across the two lengths; eos / bos: weight on that key; monotonicity: rank "

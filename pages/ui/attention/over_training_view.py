@@ -57,6 +57,15 @@ def training_section(page: SectionInputs) -> None:
         key="at_probe",
         help="The run recorded the maps of these sentences at each evaluation.",
     )
+    if state.sentence not in probes:  # the typed sentence has no recorded maps: say so
+        st.caption(
+            md(
+                f"“{state.sentence}” is not one of this run's probe sentences, so it has no "
+                "maps over training: a run records the maps of its probe sentences only (the "
+                "Train form's probes, chosen before it starts). Showing a probe sentence; "
+                "the other sections show the sentence you typed."
+            )
+        )
     series = snapshot_series(source, probe, steps)
     if series.skipped:
         st.warning("Some snapshots could not be read: " + md(", ".join(series.skipped)))
@@ -118,20 +127,44 @@ def replay(page: SectionInputs, probe: str, series: SnapshotSeries, result) -> N
     player.rerun_if_stopped(PLAYER)
 
 
+VALIDATION_LOSS_WORDS = "Plain cross-entropy of the validation sentences, dropout off."
+
+
+def training_loss_words(meta: dict) -> str | None:
+    """Why the training loss reads higher than the validation loss (None: nothing to say)."""
+    train = meta.get("train_config") or {}
+    eps = train.get("label_smoothing") or 0
+    dropout = (meta.get("model_config") or {}).get("dropout") or 0
+    parts = [f"label smoothing {eps:g}"] * bool(eps) + [f"dropout {dropout:g}"] * bool(dropout)
+    if not parts:
+        return None
+    return (
+        f"The training loss is measured as the model trained, with {' and '.join(parts)} "
+        "(a smoothed loss stays well above the plain cross-entropy even for a perfect model); "
+        "the validation loss is plain cross-entropy with dropout off. Compare each with "
+        "itself over steps, not the two with each other."
+    )
+
+
 def snapshot_at(page: SectionInputs, probe: str, step: int, frame: SnapshotFrame) -> None:
     """The scores, output and maps of ``probe`` as the run saved them at ``step``."""
     state, source = page.state, page.entry.history
     shown = shown_maps(frame.maps, state.words)
     cols = st.columns(4)
     cols[0].metric("Step", f"{step:,}")
-    for col, name, value in (
-        (cols[1], "Training loss", frame.loss),
-        (cols[2], "Validation loss", frame.val_loss),
-        (cols[3], "Validation BLEU", frame.val_bleu),
+    smoothing = training_loss_words(page.lm.meta)
+    for col, name, value, about in (
+        (cols[1], "Training loss", frame.loss, smoothing),
+        (cols[2], "Validation loss", frame.val_loss, VALIDATION_LOSS_WORDS),
+        (cols[3], "Validation BLEU", frame.val_bleu, None),
     ):
         col.metric(
-            name, "—" if value is None else f"{value:.3f}" if "loss" in name else f"{value:.1f}"
+            name,
+            "—" if value is None else f"{value:.3f}" if "loss" in name else f"{value:.1f}",
+            help=about,
         )
+    if smoothing:
+        st.caption(md(smoothing))
     st.markdown(f"Output at this step: **{md(' '.join(shown.output_tokens))}**")
     layer = min(state.layer, shown.layers(state.kind) - 1)
     view = select_view(shown, state.kind, layer, state.head, state.hide)

@@ -12,11 +12,14 @@ import streamlit as st
 
 from core.corpus import source
 from core.corpus import user_files as corpus_files
+from core.corpus.config import DataConfig
 from core.corpus.source import DataError, fra_eng_copy, resolve_corpus
+from core.corpus.splits import NO_VALIDATION, validation_pairs_at_most
 from core.places import DATA_ENV, data_root, shown_path
 from core.runs import capacity, jobs
 from core.runs.alignment_request import AlignmentChoice, alignment_problems
 from core.runs.budget import ALIGNMENT_FILE_BYTES, size_words
+from core.runs.cpu_share import default_threads
 from core.runs.run_dir import RunError
 from core.training import settings
 from core.training.devices import device_summary, resolve_device
@@ -70,6 +73,31 @@ def remember_form(preset: str) -> None:
         memory[key] = st.session_state[key]
 
 
+ADVANCED_COLUMNS = 3  # fields side by side in the Advanced expander (lists take a whole row)
+
+
+def field_label(f: settings.FormField) -> str:
+    """A field's label in words ("label smoothing"); its help names the config field."""
+    return f.name.replace("_", " ")
+
+
+def advanced_group(preset: str, group: str, problems: list[str]) -> None:
+    """One group's fields in columns (a list field on a row of its own), each with its
+    problems under it."""
+    fields_of = [f for f in settings.form_fields() if f.group == group]
+    short = [f for f in fields_of if f.value_type != "list"]
+    for start in range(0, len(short), ADVANCED_COLUMNS):
+        for col, f in zip(st.columns(ADVANCED_COLUMNS), short[start : start + ADVANCED_COLUMNS]):
+            with col:
+                field_widget(preset, f)
+                for problem in problems_of(f, problems):
+                    st.error(md(problem), icon=":material/arrow_upward:")
+    for f in (f for f in fields_of if f.value_type == "list"):
+        field_widget(preset, f)
+        for problem in problems_of(f, problems):
+            st.error(md(problem), icon=":material/arrow_upward:")
+
+
 def field_widget(preset: str, f: settings.FormField) -> None:
     """One hyper-parameter widget (key ``preset.section.name``), starting at form_value.
 
@@ -79,17 +107,21 @@ def field_widget(preset: str, f: settings.FormField) -> None:
     Keys carry the preset's name, so one preset's values never reach another's widgets.
     """
     key, value = form_key(preset, f.group, f.name), form_value(preset, f)
+    label, about = (
+        field_label(f),
+        f"{f.help} (`{f.group}.{f.name}`, flag `--{f.name.replace('_', '-')}`)",
+    )
     if f.value_type == "bool":
-        st.checkbox(f.name, value, key=key, help=f.help)
+        st.checkbox(label, value, key=key, help=about)
     elif f.value_type == "choice":
-        st.selectbox(f.name, f.choices, list(f.choices).index(value), key=key, help=f.help)
+        st.selectbox(label, f.choices, list(f.choices).index(value), key=key, help=about)
     elif f.value_type == "list":
-        st.text_area(f.name, value, key=key, help=f.help + " (one per line)", height=110)
+        st.text_area(label, value, key=key, help=f"{about}; one per line", height=110)
     elif f.value_type == "int":
-        st.number_input(f.name, value=value, step=1, key=key, help=f.help)
+        st.number_input(label, value=value, step=1, key=key, help=about)
     else:
         step = STEPS.get(f.name, 0.01)
-        st.number_input(f.name, value=float(value), step=step, format="%g", key=key, help=f.help)
+        st.number_input(label, value=float(value), step=step, format="%g", key=key, help=about)
 
 
 def settings_from_widgets(preset: str) -> dict:
@@ -138,8 +170,9 @@ def fra_eng_host_reachable() -> bool:
     return _REACHABLE["ok"]
 
 
-def file_picker(source_type: str) -> str | None:
-    """A path or an upload of tab-separated pairs, checked and counted before launch."""
+def file_picker(source_type: str, preset: str) -> str | None:
+    """A path or an upload of tab-separated pairs, checked and counted before launch (with a
+    warning when the preset's split leaves it nothing to validate on)."""
     try:
         info = path_picker() if source_type == "file path" else upload_picker()
     except DataError as e:
@@ -148,6 +181,24 @@ def file_picker(source_type: str) -> str | None:
     if info is None:
         return None
     st.success(corpus_files.describe_counts(info))
+    data = {f.name: form_value(preset, f) for f in settings.form_fields() if f.group == "data"}
+    try:
+        cfg = DataConfig(**settings.merged_settings(preset, {"data": data})["data"])
+        val = validation_pairs_at_most(info["usable"], cfg)
+    except (TypeError, ValueError, settings.SettingsError):
+        val = None  # a setting the form will name on Launch
+    if val == 0:
+        st.warning(
+            f"With {info['usable']:,} usable pairs and this split ({cfg.split}, "
+            + (
+                f"num_val {cfg.num_val}"
+                if cfg.split == "head"
+                else f"val_fraction {cfg.val_fraction:g}"
+            )
+            + "), the run gets **0 validation pairs**: "
+            + NO_VALIDATION
+            + ". Use more pairs, or raise val_fraction (Advanced › Data)."
+        )
     return info["path"]  # resolved: a relative path means the data folder's file
 
 
@@ -332,7 +383,7 @@ def new_run_form() -> None:
     url_choice("data_source", DATA_SOURCES, "fra-eng")
     source_type = st.radio("Data", DATA_SOURCES, key="data_source", horizontal=True)
     keep_in_url("data_source", source_type, "fra-eng")
-    source = fra_eng_picker() if source_type == "fra-eng" else file_picker(source_type)
+    source = fra_eng_picker() if source_type == "fra-eng" else file_picker(source_type, preset)
     alignment_inputs()  # outside the form: a choice shows its own inputs at once
     problems = st.session_state.get(PROBLEMS_KEY, {}).get(preset, [])
     with st.form("new_run"):
@@ -344,14 +395,10 @@ def new_run_form() -> None:
         with advanced:
             for group in settings.GROUPS:
                 st.markdown(f"**{settings.GROUP_TITLES[group]}**")
-                for f in settings.form_fields():
-                    if f.group == group:
-                        field_widget(preset, f)
-                        for problem in problems_of(f, problems):
-                            st.error(md(problem), icon=":material/arrow_upward:")
+                advanced_group(preset, group, problems)
         remember_form(preset)
         processes = processes_input(advanced)
-        st.caption(f"device 'auto' trains on: {device_summary()}")
+        st.caption(f"device 'auto' trains on: {device_summary(default_threads())}")
         if st.form_submit_button(
             "Launch training",
             type="primary",

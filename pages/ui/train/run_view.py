@@ -41,16 +41,26 @@ STATE_COLORS = {
 
 
 def pick_run(runs: list[RunInfo]) -> RunInfo | None:
-    """The run named in the URL (?run=...), or the newest; the choice goes back to the URL."""
+    """The run named in the URL (?run=...), or the newest; the choice goes back to the URL.
+    A link to a run that is gone says so and shows no run (nothing to stop or delete by
+    mistake) until one is picked."""
     ids = [r.run_id for r in runs]
     wanted = st.query_params.get("run")
-    if wanted and wanted not in ids:
-        st.warning(f"Run '{md(wanted)}' was not found (deleted?). Showing the newest run.")
+    gone = bool(wanted) and wanted not in ids
+    if gone:
+        st.warning(
+            f"Run '{md(wanted)}' is not on this server any more (deleted or renamed?)."
+            + (" Pick a run below to see it." if ids else "")
+        )
     if not ids:
         return None
-    index = ids.index(wanted) if wanted in ids else 0
+    index = None if gone else ids.index(wanted) if wanted in ids else 0
     by_id = {r.run_id: r for r in runs}
-    run_id = st.selectbox("Run", ids, index=index, format_func=lambda i: by_id[i].label)
+    run_id = st.selectbox(
+        "Run", ids, index=index, placeholder="Pick a run", format_func=lambda i: by_id[i].label
+    )
+    if run_id is None:
+        return None
     if st.query_params.get("run") != run_id:
         st.query_params["run"] = run_id
     return by_id[run_id]

@@ -11,7 +11,13 @@ from urllib.parse import quote
 
 import streamlit as st
 
-from core.figures.runs import chart_rows, runs_parcoords, varying_settings
+from core.figures.runs import (
+    DEFAULT_AXES,
+    chart_rows,
+    default_axes,
+    runs_parcoords,
+    varying_settings,
+)
 from core.runs import exports
 from core.runs.config_diff import config_diff, diff_frame
 from core.runs.notes import MAX_NOTE_CHARS, MAX_TAG_CHARS, MAX_TAGS, read_notes, write_notes
@@ -135,14 +141,23 @@ def settings_chart(runs: list[RunInfo], view: TableView) -> None:
         )
         return
     options = [n for n in (*RUN_COLUMNS, *setting_names()) if n != "train.probes"]
+    varying, shown = varying_settings(rows), default_axes(rows)
     axes = st.multiselect(
         "Chart axes",
         options,
-        default=varying_settings(rows),
-        help="Settings drawn as axes (by default those that differ between the runs); "
-        "final loss, validation loss and final BLEU always follow. Drag on an axis to "
-        "keep only the lines through a range.",
+        default=shown,
+        help="Settings drawn as axes (by default those that differ between the runs, at most "
+        f"{DEFAULT_AXES}: the ones with the most distinct values); final loss, validation loss "
+        "and final BLEU always follow. Drag on an axis to keep only the lines through a range.",
     )
+    if len(varying) > len(shown):
+        left = [n for n in varying if n not in shown]
+        st.caption(
+            md(
+                f"{len(left)} more settings differ between these runs: "
+                f"{', '.join(left)}. Add them above."
+            )
+        )
     st.plotly_chart(runs_parcoords(rows, axes), width="stretch", key="runs_parcoords")
 
 
