@@ -33,7 +33,6 @@ MULTILINGUAL = ("m2m_100", "nllb_moe", "mbart")  # model types whose target lang
 WORD_STARTS = ("\u2581", "\u0120")  # SentencePiece's ▁ and byte-level BPE's Ġ
 
 
-
 # ----------------------------------------------------------------------------- loading
 
 
