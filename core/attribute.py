@@ -11,7 +11,10 @@ form prints one JSON object: ``method``, ``source``, ``prefix``, ``output``,
 translation teacher-forced instead of the model's own, with ``probability`` and ``rank``
 (1 = the model's first choice) per token. ``--contrast`` (gradient methods, occlusion):
 log p(y_t) - log p(y'_t) explained, y' an alternative of the same length in pieces;
-``contrast`` holds its tokens, ``contrast_steps`` where the two differ. The second form
+``contrast`` holds its tokens, ``contrast_steps`` where the two differ. ``step_scores``: per
+output piece (its end token included) ``probability``, ``rank``, ``entropy`` (nats) and
+``perplexity`` so far; with ``--contrast`` also ``probability_difference`` and ``kl``
+(``core.attribution.step_scores``). The second form
 prints one JSON line per method and the random baseline (``spearman``, ``spearman_ci95``,
 ``deletion``, ``sentences``, ``seconds``). The library is ``core.attribution``.
 """
@@ -23,7 +26,7 @@ import json
 import sys
 
 from core.attribution.contrast import contrast_problem
-from core.attribution.explain import explain, explain_contrast, in_words
+from core.attribution.explain import sentence_json
 from core.attribution.faithfulness import DEFAULT_METHODS, SENTENCES, faithfulness_for
 from core.attribution.methods import MEAN, METHODS, AttributionError, method_problem
 from core.command_line import CommandError, run_command, terminal_progress
@@ -94,11 +97,9 @@ def run(args) -> list[str]:
         return [json.dumps(row) for row in result.methods]
     settings = DecodeSettings(beam_size=args.beam, target_lang=args.target_lang)
     t = translate_sentence(lm, " ".join(args.sentence), settings, args.target)
-    if args.contrast.strip():
-        e = explain_contrast(lm, t, args.contrast, (args.method or ["grad-input"])[0])
-    else:
-        e = explain(lm, t, (args.method or ["alti"])[0], args.layer, args.head)
-    return [json.dumps((in_words(e) if args.words else e).to_json(), ensure_ascii=False)]
+    method = (args.method or ["grad-input" if args.contrast.strip() else "alti"])[0]
+    out = sentence_json(lm, t, method, args.layer, args.head, args.contrast, args.words)
+    return [json.dumps(out, ensure_ascii=False)]
 
 
 def main(argv=None) -> int:

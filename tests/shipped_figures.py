@@ -188,10 +188,11 @@ def capture(names=None) -> dict:
 
 def differences(before, after, where: str = "", tol: float = 1e-4) -> list[str]:
     """Where two captured values differ: numbers beyond ``tol`` (absolute, or relative for
-    large numbers), anything else when not equal."""
+    large numbers), anything else when not equal. A key the code added since (a new field,
+    such as the attribution command's ``step_scores``) is not a difference; a key gone is."""
     if isinstance(before, dict) and isinstance(after, dict):
-        if set(before) != set(after):
-            return [f"{where}: keys {sorted(set(before) ^ set(after))}"]
+        if gone := set(before) - set(after):
+            return [f"{where}: keys gone {sorted(gone)}"]
         return [d for k in before for d in differences(before[k], after[k], f"{where}.{k}", tol)]
     if isinstance(before, list) and isinstance(after, list):
         if len(before) != len(after):

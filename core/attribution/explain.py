@@ -19,6 +19,7 @@ import pandas as pd
 from core.attention.word_maps import merge_weights
 from core.attribution.contrast import contrast, foil_ids
 from core.attribution.methods import MEAN, Attribution, AttributionError, attribute
+from core.attribution.step_scores import step_scores
 from core.corpus.bpe import PREFIX, join_pieces, word_spans
 from core.model.decode import Translation
 from core.model.interface import TranslationModel
@@ -142,4 +143,27 @@ def in_words(e: Explained) -> Explained:
         spans = word_spans(e.output)
         out.probabilities = [float(np.prod(e.probabilities[a:b])) for a, b in spans]
         out.ranks = [max(e.ranks[a:b]) for a, b in spans]
+    return out
+
+
+def sentence_json(
+    m: TranslationModel,
+    t: Translation,
+    method: str,
+    layer: int | None = None,
+    head: str = MEAN,
+    contrast_text: str = "",
+    words: bool = False,
+) -> dict:
+    """What ``python -m core.attribute`` prints for one sentence: the explanation (a contrast
+    with ``contrast_text``; merged into words if asked) and its step scores, per piece, as the
+    page's table shows them."""
+    foil = None
+    if contrast_text.strip():
+        foil = foil_ids(m, t, contrast_text)
+        e = explain_contrast(m, t, foil, method)
+    else:
+        e = explain(m, t, method, layer, head)
+    out = (in_words(e) if words else e).to_json()
+    out["step_scores"] = step_scores(m, t, foil).to_json()
     return out

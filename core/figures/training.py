@@ -18,7 +18,7 @@ from core.runs.history import open_history
 FEW_POINTS = 3  # a curve of this many points or fewer (early in a run) also draws markers
 LOG_SCALE = {"loss", "val_loss", "lr", "grad_norm"}  # metrics drawn on a log axis if asked
 METRICS: dict[str, tuple[str, str, str]] = {  # metric -> (record logging it, title, y axis)
-    "loss": ("train", "training loss (as trained: label smoothing, dropout)", "loss"),
+    "loss": ("train", "training loss (as trained)", "loss"),  # smoothing, dropout: METRIC_HELP
     "val_loss": ("eval", "validation loss (cross-entropy)", "loss"),
     "val_bleu": ("eval", "validation BLEU", "BLEU"),
     "lr": ("train", "learning rate", "rate"),

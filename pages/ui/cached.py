@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from core.attention import head_stats, maps, snapshots, word_maps
 from core.attribution.explain import Explained, explain, explain_contrast
+from core.attribution.step_scores import StepScores, step_scores
 from core.corpus.text import tokenize
 from core.model import checked_translation as translation
 from core.model.decode import DecodeSettings, Translation, TranslationError
@@ -141,6 +142,14 @@ def snapshot_series(source: str, sentence: str, steps: tuple) -> snapshots.Snaps
 def probe_sentences(source: str, steps: tuple) -> list[str]:
     """The probe sentences of a run or history file."""
     return snapshots.probe_sentences(source)
+
+
+@shared()
+def scores_of_steps(
+    _lm: TranslationModel, _t: Translation, key: tuple, foil: tuple[int, ...] | None
+) -> StepScores:
+    """The step scores of a cached translation (against the ``foil`` ids where given)."""
+    return step_scores(_lm, _t, None if foil is None else list(foil))
 
 
 @shared()

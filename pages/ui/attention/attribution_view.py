@@ -17,13 +17,14 @@ from core.attribution.methods import (
     AttributionError,
     method_problem,
 )
+from core.attribution.step_scores import perplexity_words
 from core.figures import attention as figs
 from core.figures import attribution as attr_figs
 from pages.ui.attention.faithfulness_view import faithfulness_panel
 from pages.ui.attention.inputs import SectionInputs
-from pages.ui.cached import contrast_explanation, explanation
+from pages.ui.cached import contrast_explanation, explanation, scores_of_steps
 from pages.ui.charts import chart
-from pages.ui.text import md
+from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import widget_default
 
@@ -66,8 +67,38 @@ def attribution_section(page: SectionInputs) -> None:
         right = row.container(width=attr_figs.panel_width(S + T))
         contribution_panel(right, page, shown, (layer, head))
         share_panel(page, shown)
+    step_scores_panel(page)
     contrast_panel(page)
     faithfulness_panel(page.entry, page.lm, state)
+
+
+STEP_SCORES_HOW = (
+    "From one teacher-forced pass, as inseq's step functions: **probability** of each output "
+    "piece and its **rank** among the vocabulary (1 = the model's first choice), the "
+    "**entropy** of the step's distribution in nats (0 = certain), and the **perplexity** of "
+    "the output so far (exp of the mean −log p of steps 0..t). `python -m core.attribute` "
+    "prints the same numbers under `step_scores`."
+)
+CONTRAST_SCORES_HOW = (
+    "**probability difference**: p(written) − p(alternative) at each step, both after the "
+    "translation's prefix (what the contrast above explains); **KL**: KL divergence in nats "
+    "between the step's distribution after the translation's prefix and after the "
+    "alternative's (0 until the two prefixes differ)."
+)
+
+
+def step_scores_panel(page: SectionInputs) -> None:
+    """Each output step's probability, rank, entropy and perplexity so far, as a table."""
+    scores = scores_of_steps(page.lm, page.translation, page.key, None)
+    with st.expander(f"Step scores: {md(perplexity_words(scores))}"):
+        st.dataframe(spreadsheet_safe(scores.frame()), hide_index=True, column_config=SCORE_COLUMNS)
+        st.caption(STEP_SCORES_HOW)
+
+
+SCORE_COLUMNS = {
+    name: st.column_config.NumberColumn(format="%.4f")
+    for name in ("probability", "entropy", "perplexity", "probability_difference", "kl")
+}
 
 
 def contrast_panel(page: SectionInputs) -> None:
@@ -125,6 +156,9 @@ def contrast_panel(page: SectionInputs) -> None:
     title = f"Why “{t.output_tokens[step]}” rather than “{word}” ({CONTRAST_NAMES[method]})"
     name = export_name(state.model, state.sentence, None, None, None, "contrast")
     chart(attr_figs.contrast_figure(e, step, title), "atr_contrast", name=name)
+    scores = scores_of_steps(page.lm, t, page.key, tuple(foil))
+    st.dataframe(spreadsheet_safe(scores.frame()), hide_index=True, column_config=SCORE_COLUMNS)
+    st.caption(CONTRAST_SCORES_HOW)
     st.download_button(
         "Contrast as CSV",
         explanation_csv(e),
