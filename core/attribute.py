@@ -1,7 +1,8 @@
 """``python -m core.attribute``: what each token contributes to each output token, as JSON.
 
     python -m core.attribute --checkpoint CK [--method M] [--beam N] [--layer L] [--head H]
-        [--words] [--target "FRENCH"] [--contrast "FRENCH"] SENTENCE
+        [--words] [--target "FRENCH"] [--contrast "FRENCH"] [--baseline unk --steps 50
+        --rule riemann_trapezoid --aggregation l2 --function prob --keep-specials] SENTENCE
     python -m core.attribute --checkpoint CK --faithfulness [--sentences N] [--data FILE]
 
 CK: a studio checkpoint or a Hugging Face model folder (a hub id when online). The first
@@ -28,6 +29,7 @@ import sys
 from core.attribution.contrast import contrast_problem
 from core.attribution.explain import sentence_json
 from core.attribution.faithfulness import DEFAULT_METHODS, SENTENCES, faithfulness_for
+from core.attribution.gradients import add_choice_flags, choices_from
 from core.attribution.methods import MEAN, METHODS, AttributionError, method_problem
 from core.command_line import CommandError, run_command, terminal_progress
 from core.corpus.source import DataError
@@ -53,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-lang", default="", help="a multilingual model's target language")
     p.add_argument("--target", default="", help="explain this translation, not the model's own")
     p.add_argument("--contrast", default="", help="why the translation rather than this one")
+    add_choice_flags(p)  # gradient methods: --baseline --steps --rule --aggregation ...
     p.add_argument("sentence", nargs="*", help="the sentence to explain")
     return p
 
@@ -98,7 +101,8 @@ def run(args) -> list[str]:
     settings = DecodeSettings(beam_size=args.beam, target_lang=args.target_lang)
     t = translate_sentence(lm, " ".join(args.sentence), settings, args.target)
     method = (args.method or ["grad-input" if args.contrast.strip() else "alti"])[0]
-    out = sentence_json(lm, t, method, args.layer, args.head, args.contrast, args.words)
+    words, choices = args.words, choices_from(args)
+    out = sentence_json(lm, t, method, args.layer, args.head, args.contrast, words, choices)
     return [json.dumps(out, ensure_ascii=False)]
 
 

@@ -18,6 +18,7 @@ import pandas as pd
 
 from core.attention.word_maps import merge_weights
 from core.attribution.contrast import contrast, foil_ids
+from core.attribution.gradients import DEFAULT_CHOICES, GradientChoices
 from core.attribution.methods import MEAN, Attribution, AttributionError, attribute
 from core.attribution.step_scores import step_scores
 from core.corpus.bpe import PREFIX, join_pieces, word_spans
@@ -70,6 +71,8 @@ class Explained:
             out |= {"layer": a.layer, "head": a.head}
         if a.completeness is not None:
             out["completeness_error"] = round(a.completeness, 6)
+        if (chosen := a.extra.get("choices")) is not None:  # named where not the defaults
+            out |= {"choices": chosen.to_json(), "choices_words": chosen.words(a.method)}
         if self.contrast is not None:  # log p(y_t) - log p(y'_t) explained
             out |= {"contrast": self.contrast, "contrast_steps": a.extra["contrast_steps"]}
         if self.probabilities is not None:  # a target the user gave
@@ -88,12 +91,18 @@ class Explained:
 
 
 def explain(
-    m: TranslationModel, t: Translation, method: str, layer: int | None = None, head: str = MEAN
+    m: TranslationModel,
+    t: Translation,
+    method: str,
+    layer: int | None = None,
+    head: str = MEAN,
+    choices: GradientChoices = DEFAULT_CHOICES,
 ) -> Explained:
-    """Run ``method`` on a translation (its own ids: what the decoder produced)."""
+    """Run ``method`` on a translation (its own ids: what the decoder produced); ``choices``:
+    the gradient methods' baseline, steps, aggregation and function."""
     if not t.out_ids or not t.src_ids:
         raise AttributionError("nothing to explain: the translation is empty")
-    a = attribute(m, t.src_ids, t.out_ids, method, layer, head)
+    a = attribute(m, t.src_ids, t.out_ids, method, layer, head, choices=choices)
     e = Explained(a, list(t.src_tokens), list(t.decoder_inputs), list(t.output_tokens))
     if t.forced:
         e.probabilities, e.ranks = list(t.token_probs), list(t.ranks)
@@ -154,6 +163,7 @@ def sentence_json(
     head: str = MEAN,
     contrast_text: str = "",
     words: bool = False,
+    choices: GradientChoices = DEFAULT_CHOICES,
 ) -> dict:
     """What ``python -m core.attribute`` prints for one sentence: the explanation (a contrast
     with ``contrast_text``; merged into words if asked) and its step scores, per piece, as the
@@ -163,7 +173,7 @@ def sentence_json(
         foil = foil_ids(m, t, contrast_text)
         e = explain_contrast(m, t, foil, method)
     else:
-        e = explain(m, t, method, layer, head)
+        e = explain(m, t, method, layer, head, choices)
     out = (in_words(e) if words else e).to_json()
     out["step_scores"] = step_scores(m, t, foil).to_json()
     return out

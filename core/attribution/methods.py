@@ -30,7 +30,13 @@ import numpy as np
 import torch
 
 from core.attribution.compose import DecoderStep, compose, normalised
-from core.attribution.gradients import embedding_task, grad_input, integrated_gradients
+from core.attribution.gradients import (
+    DEFAULT_CHOICES,
+    GradientChoices,
+    embedding_task,
+    grad_input,
+    integrated_gradients,
+)
 from core.attribution.mixing import MIXING_METHODS, cross_mixing, self_mixing
 from core.attribution.terms import TermsError, sublayer_terms
 from core.attribution.value_zeroing import value_zeroing_steps
@@ -123,10 +129,16 @@ def attention_contributions(m: TranslationModel, p: Record, layer: int, head: st
     return torch.cat([weights, weights.new_zeros(p.output_length, p.output_length)], dim=1)
 
 
-def gradient_attribution(m: TranslationModel, p: Record, method: str):
-    """(normalised (T, S + T), signed (T, S + T), completeness) of a gradient method."""
-    task = embedding_task(m, p)
-    g = grad_input(task) if method == "grad-input" else integrated_gradients(task)
+def gradient_attribution(
+    m: TranslationModel, p: Record, method: str, choices: GradientChoices = DEFAULT_CHOICES
+):
+    """(normalised (T, S + T), signed (T, S + T), completeness) of a gradient method, as
+    ``choices`` say (the signed scores are the chosen aggregation's)."""
+    task = embedding_task(m, p, choices=choices)
+    if method == "grad-input":
+        g = grad_input(task, choices)
+    else:
+        g = integrated_gradients(task, choices=choices)
     causal = torch.cat([torch.ones(p.output_length, p.source_length), p.tgt_mask[0, 0].float()], 1)
     signed = g.scores * causal.to(g.scores.device)  # (T, S + T): later prefix tokens are 0
     return normalised(signed.abs()), signed, g.completeness
@@ -147,14 +159,18 @@ def attribute(
     layer: int | None = None,
     head: str = MEAN,
     p: Record | None = None,
+    choices: GradientChoices = DEFAULT_CHOICES,
 ) -> Attribution:
     """Explain each output token of ``out_ids`` (the model's output after ``src_ids``).
 
     ``layer`` and ``head`` choose what the ``attention`` method shows (default: the last
     layer's mean over heads). ``p`` reuses an already recorded pass of the same sentence.
+    ``choices``: the gradient methods' baseline, steps, aggregation and function.
     """
     if problem := method_problem(m, method):
         raise AttributionError(problem)
+    if problems := choices.problems():
+        raise AttributionError("; ".join(problems))
     if not len(out_ids) or not len(src_ids):
         raise AttributionError("nothing to explain: the source or the output is empty")
     start = time.perf_counter()
@@ -169,7 +185,11 @@ def attribute(
         elif method == "value-zeroing":
             scores = compose(*value_zeroing_steps(m, p))
         else:
-            scores, raw, completeness = gradient_attribution(m, p, method)
+            try:
+                scores, raw, completeness = gradient_attribution(m, p, method, choices)
+            except ValueError as e:  # a baseline token the tokenizer lacks
+                raise AttributionError(str(e)) from None
+    gradient = method in ("grad-input", "integrated-gradients")
     return Attribution(
         method,
         scores.float().cpu().numpy(),
@@ -179,4 +199,5 @@ def attribute(
         str(head) if method == "attention" else None,
         completeness,
         time.perf_counter() - start,
+        extra={"choices": choices} if gradient and choices != DEFAULT_CHOICES else {},
     )

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from core.attention import head_stats, maps, snapshots, word_maps
 from core.attribution.explain import Explained, explain, explain_contrast
+from core.attribution.gradients import DEFAULT_CHOICES, GradientChoices
 from core.attribution.step_scores import StepScores, step_scores
 from core.corpus.text import tokenize
 from core.model import checked_translation as translation
@@ -162,8 +163,15 @@ def contrast_explanation(
 
 @shared()
 def explanation(
-    _lm: TranslationModel, _t: Translation, key: tuple, method: str, layer: int | None, head: str
+    _lm: TranslationModel,
+    _t: Translation,
+    key: tuple,
+    method: str,
+    layer: int | None,
+    head: str,
+    choices: GradientChoices = DEFAULT_CHOICES,
 ) -> Explained:
     """One method's attribution of a cached translation (``key``: model file, sentence and
-    decoding settings), over the model's own tokens; merge into words with in_words."""
-    return explain(_lm, _t, method, layer, head)
+    decoding settings), over the model's own tokens; merge into words with in_words.
+    ``choices``: the gradient methods' baseline, steps, aggregation and function."""
+    return explain(_lm, _t, method, layer, head, choices)

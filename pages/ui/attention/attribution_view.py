@@ -9,7 +9,17 @@ from core.attention.maps import csv_cell, decoder_view, export_name, select_view
 from core.attention.sentence_maps import SentenceMaps
 from core.attribution.contrast import CONTRAST_METHODS, CONTRAST_NAMES, foil_at
 from core.attribution.explain import SHARE_FLAG, Explained, in_words
-from core.attribution.gradients import IG_STEPS
+from core.attribution.gradients import (
+    AGGREGATIONS,
+    BASELINES,
+    CHOICE_WORDS,
+    DEFAULT_CHOICES,
+    FUNCTIONS,
+    IG_STEPS,
+    MAX_STEPS,
+    RULES,
+    GradientChoices,
+)
 from core.attribution.methods import (
     MEAN,
     METHOD_NAMES,
@@ -193,6 +203,54 @@ def pick_method(state: ViewState) -> str:
     return state.method
 
 
+GRADIENT_METHODS = ("grad-input", "integrated-gradients")
+
+
+def gradient_choices(method: str) -> GradientChoices:
+    """The gradient methods' choices (widgets ``atr_*``, in an expander; this session's):
+    the baseline, steps and rule (integrated gradients), the aggregation and the function."""
+    if method not in GRADIENT_METHODS:
+        return DEFAULT_CHOICES
+    d = DEFAULT_CHOICES
+    with st.expander("Choices: baseline, steps, aggregation, what is explained"):
+        cols = st.columns(3)
+        function = cols[0].selectbox(
+            "Explained", FUNCTIONS, key="atr_function", format_func=CHOICE_WORDS.get,
+            help="log p(y_t), as the studio always did, or p(y_t), inseq's default.",
+        )  # fmt: skip
+        aggregation = cols[1].selectbox(
+            "Over the embedding", AGGREGATIONS, key="atr_aggregation",
+            format_func=CHOICE_WORDS.get,
+            help="A token's score from its D per-dimension scores: their signed sum (the "
+            "default), their L2 norm (inseq's) or the sum of their absolute values.",
+        )  # fmt: skip
+        if method != "integrated-gradients":
+            return GradientChoices(aggregation=aggregation, function=function)
+        baseline = cols[2].selectbox(
+            "Baseline", BASELINES, key="atr_baseline", format_func=CHOICE_WORDS.get,
+            help="Where the integral starts: zero embeddings (the default), or the UNK or PAD "
+            "token's embedding at every position (inseq's baseline is UNK).",
+        )  # fmt: skip
+        more = st.columns(3)
+        steps = int(more[0].number_input(
+            "Steps", 2, MAX_STEPS, d.steps, key="atr_steps",
+            help="Integration points: more is closer to the integral and slower.",
+        ))  # fmt: skip
+        rule = more[1].selectbox(
+            "Rule", RULES, key="atr_rule", format_func=CHOICE_WORDS.get,
+            help="How the integral is approximated (captum's methods).",
+        )  # fmt: skip
+        keep = more[2].checkbox(
+            "Specials keep their embedding", key="atr_keep_specials",
+            disabled=baseline == "zero",
+            help="As inseq does: </s> and the start token stay as they are in the baseline.",
+        )  # fmt: skip
+        chosen = GradientChoices(baseline, keep, steps, rule, aggregation, function)
+        if chosen != d:
+            st.caption(md(f"Computed with: {chosen.words(method)}."))
+        return chosen
+
+
 def cross_choice(maps: SentenceMaps, state: ViewState) -> tuple[int, str]:
     """(layer, head) of cross attention nearest the view: its layer clamped, a head or the mean.
 
@@ -228,9 +286,10 @@ def explained_or_error(
     if problem := method_problem(page.lm, method):
         st.info(md(problem))
         return None
+    choices = gradient_choices(method)
     try:
         with st.spinner(f"Computing {METHOD_NAMES[method]}{slow}…"):
-            pieces = explanation(page.lm, page.translation, key, method, *where)
+            pieces = explanation(page.lm, page.translation, key, method, *where, choices)
     except AttributionError as e:
         st.error(md(f"{METHOD_NAMES[method]} cannot explain this translation: {e}"))
         return None
