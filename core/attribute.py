@@ -11,8 +11,9 @@ form prints one JSON object: ``method``, ``source``, ``prefix``, ``output``,
 ``source_share``, and ``raw`` signed scores for gradient methods. ``--target``: that
 translation teacher-forced instead of the model's own, with ``probability`` and ``rank``
 (1 = the model's first choice) per token. ``--contrast`` (gradient methods, occlusion):
-log p(y_t) - log p(y'_t) explained, y' an alternative of the same length in pieces;
-``contrast`` holds its tokens, ``contrast_steps`` where the two differ. ``step_scores``: per
+log p(y_t) - log p(y'_t) explained, y' an alternative of any length, compared where they
+differ (another length: at the first such step, or ``--contrast-alignment`` t-j pairs);
+``contrast`` holds its tokens, ``contrast_steps`` the steps compared. ``step_scores``: per
 output piece (its end token included) ``probability``, ``rank``, ``entropy`` (nats) and
 ``perplexity`` so far; with ``--contrast`` also ``probability_difference`` and ``kl``
 (``core.attribution.step_scores``). The second form
@@ -38,6 +39,8 @@ from core.model.checkpoints import CheckpointError
 from core.model.decode import BEAM_SIZES, DecodeSettings, TranslationError
 from core.model.opened import model_path, open_model
 
+ERRORS = (CheckpointError, DataError, AttributionError, TranslationError)  # one line each
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The command's flags."""
@@ -55,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-lang", default="", help="a multilingual model's target language")
     p.add_argument("--target", default="", help="explain this translation, not the model's own")
     p.add_argument("--contrast", default="", help="why the translation rather than this one")
+    p.add_argument("--contrast-alignment", default="", help="steps compared, t-j pairs: 3-3,4-5")
     add_choice_flags(p)  # gradient methods: --baseline --steps --rule --aggregation ...
     p.add_argument("sentence", nargs="*", help="the sentence to explain")
     return p
@@ -101,19 +105,14 @@ def run(args) -> list[str]:
     settings = DecodeSettings(beam_size=args.beam, target_lang=args.target_lang)
     t = translate_sentence(lm, " ".join(args.sentence), settings, args.target)
     method = (args.method or ["grad-input" if args.contrast.strip() else "alti"])[0]
-    words, choices = args.words, choices_from(args)
-    out = sentence_json(lm, t, method, args.layer, args.head, args.contrast, words, choices)
+    asked = (args.contrast, args.contrast_alignment), args.words, choices_from(args)
+    out = sentence_json(lm, t, method, args.layer, args.head, *asked)
     return [json.dumps(out, ensure_ascii=False)]
 
 
 def main(argv=None) -> int:
     """Print an attribution (or the faithfulness table) of a checkpoint."""
-    return run_command(
-        build_parser(),
-        run,
-        (CheckpointError, DataError, AttributionError, TranslationError),
-        argv,
-    )
+    return run_command(build_parser(), run, ERRORS, argv)
 
 
 if __name__ == "__main__":

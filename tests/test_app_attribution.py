@@ -64,6 +64,12 @@ def query(at: AppTest) -> dict:
     return {k: at.query_params[k] for k in at.query_params}
 
 
+def faithfulness_table(at):
+    """The faithfulness table (a "method" column), or None (the step scores are another)."""
+    found = [d.value for d in at.dataframe if "method" in d.value.columns]
+    return found[0] if found else None
+
+
 def test_attention_beside_contributions_and_source_shares(studio_dirs):
     at = run_page({"sentence": SENTENCE})
     assert_clean(at)
@@ -127,7 +133,7 @@ def test_a_cached_faithfulness_result_is_shown_as_a_table(val_dirs):
     at = run_page()
     assert_clean(at)
     assert "atr_measure" not in [b.key for b in at.button]
-    table = at.dataframe[0].value
+    table = faithfulness_table(at)
     assert list(table["method"]) == [r["name"] for r in measured.methods]
     assert "Random ranking (baseline)" in list(table["method"]) and len(table) == 7
     assert {"Spearman ρ", "ρ 95% low", "drop k=1", "drop k=3", "sentences"} <= set(table)
@@ -152,7 +158,7 @@ def test_the_button_measures_faithfulness_with_a_progress_bar(val_dirs):
     at.toggle(key="atr_slow").set_value(False).run()
     at = at.button(key="atr_measure").click().run()
     assert_clean(at)
-    assert len(at.dataframe[0].value) == 7 and "Deletion curve" in map(title, specs(at))
+    assert len(faithfulness_table(at)) == 7 and "Deletion curve" in map(title, specs(at))
     assert any("measured in" in plain(m.value) for m in at.markdown)
 
 
@@ -160,7 +166,7 @@ def test_a_model_without_validation_sentences_says_so(studio_dirs):
     at = run_page().button(key="atr_measure").click().run()  # trained on all 30 pairs
     assert_clean(at)
     assert any("no validation sentences" in plain(e.value) for e in at.error)
-    assert not at.dataframe
+    assert faithfulness_table(at) is None
 
 
 def test_a_missing_corpus_is_a_message_without_a_button(val_dirs, monkeypatch, tmp_path):
@@ -174,7 +180,11 @@ def test_a_missing_corpus_is_a_message_without_a_button(val_dirs, monkeypatch, t
 
 def test_a_bpe_model_merges_pieces_into_words_when_asked(studio_dirs, bpe_run):
     shutil.copytree(bpe_run, studio_dirs["runs"] / "bpe")
-    view = {"model": "runs/bpe/last.pt", "sentence": "we are eating apples ."}  # cut in pieces
+    view = {  # the output fixed (a tiny model's own may change with its threads' rounding)
+        "model": "runs/bpe/last.pt",
+        "sentence": "we are eating apples .",  # cut in pieces
+        "target": "nous mangeons des pommes .",
+    }
     pieces, words = run_page(view), run_page({**view, "words": "1"})
     assert_clean(pieces)
     assert_clean(words)

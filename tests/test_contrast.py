@@ -30,12 +30,37 @@ def test_only_the_methods_that_read_a_difference_contrast():
     assert contrast_problem("occlusion") is None and "unknown method" in contrast_problem("x")
 
 
-def test_a_foil_must_differ_and_match_the_length(tiny_model, forced):
+def test_a_foil_must_differ_and_is_laid_on_the_translations_steps(tiny_model, forced):
     assert foil_ids(tiny_model, forced, FOIL)[3] != forced.out_ids[3]
-    with pytest.raises(AttributionError, match="as many tokens"):
-        foil_ids(tiny_model, forced, "je suis .")
     with pytest.raises(AttributionError, match="the translation itself"):
         foil_ids(tiny_model, forced, TARGET)
+
+
+def test_a_foil_of_another_length_is_compared_where_they_first_differ(tiny_model, forced):
+    """Issue 51, item 3: a contrast had to have the same number of pieces."""
+    own = list(forced.out_ids)  # je suis chez moi . </s>
+    shorter = foil_ids(tiny_model, forced, "je suis .")  # differs first at step 2
+    assert shorter[:2] == own[:2] and shorter[2] != own[2] and shorter[3:] == own[3:]
+    longer = foil_ids(tiny_model, forced, "je suis chez elle et lui .")
+    assert [t for t, (a, b) in enumerate(zip(own, longer)) if a != b] == [3]
+    e = explain_contrast(tiny_model, forced, longer, "occlusion")
+    assert e.attribution.extra["contrast_steps"] == [3]
+    assert e.contrast[3] == "elle" and e.contrast[4] == "."  # the translation's own after it
+
+
+def test_a_user_alignment_pairs_the_steps_compared(tiny_model, forced):
+    from core.attribution.contrast import aligned_foil, parse_alignment
+
+    assert parse_alignment("3-4, 4-5") == [(3, 4), (4, 5)]
+    with pytest.raises(AttributionError, match="not a pair of steps"):
+        parse_alignment("3:4")
+    ids = foil_ids(tiny_model, forced, "je suis chez elle et lui .", alignment="3-3,4-6")
+    other = tiny_model.target_ids("je suis chez elle et lui .", first=forced.out_ids[0])
+    assert ids[3] == other[3] and ids[4] == other[6]
+    with pytest.raises(AttributionError, match="out of range"):
+        aligned_foil(forced.out_ids, other, [(9, 0)])
+    with pytest.raises(AttributionError, match="No compared step differs"):
+        foil_ids(tiny_model, forced, "je suis chez elle .", alignment="0-0")
 
 
 def _difference(m, src_ids, out_ids, foil) -> np.ndarray:

@@ -1,8 +1,10 @@
 """Contrastive explanations (Yin & Neubig 2022, "Interpreting Language Models with
 Contrastive Explanations"; inseq's ``contrast_prob_diff``): why this word rather than that
 one. The explained quantity at step t is log p(y_t) - log p(y'_t), y the translation (the
-model's own or a target the user gave), y' an alternative (the foil) of the same length in
-pieces, both read after y's prefix: a token that pushes y_t up and y'_t down scores high.
+model's own or a target the user gave), y' an alternative (the foil), both read after y's
+prefix: a token that pushes y_t up and y'_t down scores high. A foil of another length is
+laid on y's steps (``aligned_foil``): compared at the first step where the two differ, or at
+the steps a user pairs (inseq's ``contrast_targets_alignments``).
 
 Methods that contrast: the gradient methods (gradient x input and integrated gradients of
 the difference at the token embeddings) and occlusion (each source token replaced by the
@@ -15,6 +17,7 @@ Shape key: S source tokens, T output tokens, V vocabulary, N occluded sources.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -53,18 +56,65 @@ def contrast_problem(method: str) -> str | None:
     return f"unknown method {method!r}; contrast with {', '.join(CONTRAST_METHODS)}"
 
 
-def foil_ids(m: TranslationModel, t: Translation, foil: str) -> list[int]:
-    """The alternative translation as output ids, as long as ``t``'s (its end token added;
-    a multilingual model's language code first, as in ``t``)."""
+def parse_alignment(text: str) -> list[tuple[int, int]]:
+    """``"3-3,4-5"`` -> [(3, 3), (4, 5)]: pairs of (translation step, alternative step), as
+    inseq's ``contrast_targets_alignments``; AttributionError naming a pair it cannot read."""
+    pairs = []
+    for part in (p.strip() for p in (text or "").replace(" ", ",").split(",")):
+        if not part:
+            continue
+        left, _, right = part.partition("-")
+        if not (left.isdigit() and right.isdigit() and len(left) < 7 and len(right) < 7):
+            raise AttributionError(f"{part!r} is not a pair of steps: write t-j, e.g. 3-4")
+        pairs.append((int(left), int(right)))
+    return pairs
+
+
+def aligned_foil(
+    own: Sequence[int], other: Sequence[int], pairs: Sequence[tuple[int, int]] | None = None
+) -> list[int]:
+    """The alternative laid on the translation's steps: at each compared step the
+    alternative's token, elsewhere the translation's own (nothing to contrast there).
+
+    Compared: the ``pairs`` (t, j) given; else, for an alternative as long as the translation,
+    every step where they differ; for one of another length, the first step where they
+    differ (after it the two prefixes part ways and no step matches another by itself)."""
+    own, other = list(own), list(other)
+    if pairs is None:
+        if len(own) == len(other):
+            pairs = [(t, t) for t in range(len(own))]
+        else:
+            first = next((t for t, (a, b) in enumerate(zip(own, other)) if a != b), None)
+            first = min(len(own), len(other)) if first is None else first
+            pairs = [(first, first)] if first < min(len(own), len(other)) else []
+    for t, j in pairs:
+        if not (0 <= t < len(own) and 0 <= j < len(other)):
+            raise AttributionError(
+                f"pair {t}-{j} is out of range: steps 0..{len(own) - 1} of the translation, "
+                f"0..{len(other) - 1} of the alternative"
+            )
+    out = list(own)
+    for t, j in pairs:
+        out[t] = other[j]
+    return out
+
+
+def foil_ids(
+    m: TranslationModel, t: Translation, foil: str, alignment: str | None = None
+) -> list[int]:
+    """The alternative translation as output ids laid on ``t``'s steps (``aligned_foil``;
+    its end token added, a multilingual model's language code first, as in ``t``)."""
     ids = m.target_ids(foil or "", first=t.out_ids[0] if t.out_ids else None)
-    if len(ids) != len(t.out_ids):
-        raise AttributionError(
-            f"The alternative must have as many tokens as the translation: it has "
-            f"{len(ids)} with the end token, the translation {len(t.out_ids)}."
-        )
+    pairs = parse_alignment(alignment) if alignment else None
+    laid = aligned_foil(t.out_ids, ids, pairs)
     if ids == list(t.out_ids):
         raise AttributionError("The alternative is the translation itself: change a word.")
-    return ids
+    if laid == list(t.out_ids):
+        raise AttributionError(
+            "No compared step differs: the alternative agrees with the translation at every "
+            "step the alignment pairs."
+        )
+    return laid
 
 
 def foil_at(m: TranslationModel, t: Translation, step: int, token: str) -> list[int]:

@@ -161,16 +161,17 @@ def sentence_json(
     method: str,
     layer: int | None = None,
     head: str = MEAN,
-    contrast_text: str = "",
+    contrast: tuple[str, str] | str = "",
     words: bool = False,
     choices: GradientChoices = DEFAULT_CHOICES,
 ) -> dict:
     """What ``python -m core.attribute`` prints for one sentence: the explanation (a contrast
     with ``contrast_text``; merged into words if asked) and its step scores, per piece, as the
     page's table shows them."""
+    text, alignment = (contrast, "") if isinstance(contrast, str) else contrast
     foil = None
-    if contrast_text.strip():
-        foil = foil_ids(m, t, contrast_text)
+    if text.strip():
+        foil = foil_ids(m, t, text, alignment or None)
         e = explain_contrast(m, t, foil, method)
     else:
         e = explain(m, t, method, layer, head, choices)
