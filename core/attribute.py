@@ -3,22 +3,15 @@
     python -m core.attribute --checkpoint CK [--method M] [--beam N] [--layer L] [--head H]
         [--words] [--target "FRENCH"] [--contrast "FRENCH"] [--baseline unk --steps 50
         --rule riemann_trapezoid --aggregation l2 --function prob --keep-specials] SENTENCE
+    python -m core.attribute --checkpoint CK --input PAIRS.tsv --out RESULTS.jsonl [--method M]
     python -m core.attribute --checkpoint CK --faithfulness [--sentences N] [--data FILE]
 
-CK: a studio checkpoint or a Hugging Face model folder (a hub id when online). The first
-form prints one JSON object: ``method``, ``source``, ``prefix``, ``output``,
-``contributions`` (a row per output token over source then prefix, each summing to 1),
-``source_share``, and ``raw`` signed scores for gradient methods. ``--target``: that
-translation teacher-forced instead of the model's own, with ``probability`` and ``rank``
-(1 = the model's first choice) per token. ``--contrast`` (gradient methods, occlusion):
-log p(y_t) - log p(y'_t) explained, y' an alternative of any length, compared where they
-differ (another length: at the first such step, or ``--contrast-alignment`` t-j pairs);
-``contrast`` holds its tokens, ``contrast_steps`` the steps compared. ``step_scores``: per
-output piece (its end token included) ``probability``, ``rank``, ``entropy`` (nats) and
-``perplexity`` so far; with ``--contrast`` also ``probability_difference`` and ``kl``
-(``core.attribution.step_scores``). The second form
-prints one JSON line per method and the random baseline (``spearman``, ``spearman_ci95``,
-``deletion``, ``sentences``, ``seconds``). The library is ``core.attribution``.
+CK: a studio checkpoint or a Hugging Face model folder (a hub id when online). The first form
+prints one JSON object (tokens, ``contributions`` rows summing to 1, ``source_share``, ``raw``
+signed scores of gradient methods, ``step_scores``; a contrast of any length compared where
+the two differ, or at ``--contrast-alignment`` t-j pairs); the second explains every line of a
+file (``source[TAB target[TAB contrast]]``) into JSON lines, resumable; the third prints one
+JSON line per method and the random baseline. Fields: docs/analysis.md ("Attribution").
 """
 
 from __future__ import annotations
@@ -30,6 +23,7 @@ import sys
 from core.attribution.contrast import contrast_problem
 from core.attribution.explain import sentence_json
 from core.attribution.faithfulness import DEFAULT_METHODS, SENTENCES, faithfulness_for
+from core.attribution.file_mode import FileModeError, attribute_file
 from core.attribution.gradients import add_choice_flags, choices_from
 from core.attribution.methods import MEAN, METHODS, AttributionError, method_problem
 from core.command_line import CommandError, run_command, terminal_progress
@@ -39,7 +33,7 @@ from core.model.checkpoints import CheckpointError
 from core.model.decode import BEAM_SIZES, DecodeSettings, TranslationError
 from core.model.opened import model_path, open_model
 
-ERRORS = (CheckpointError, DataError, AttributionError, TranslationError)  # one line each
+ERRORS = (CheckpointError, DataError, AttributionError, TranslationError, FileModeError)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="", help="explain this translation, not the model's own")
     p.add_argument("--contrast", default="", help="why the translation rather than this one")
     p.add_argument("--contrast-alignment", default="", help="steps compared, t-j pairs: 3-3,4-5")
+    p.add_argument("--input", default="", help="explain every line of this file (TSV)")
+    p.add_argument("--out", default="", help="with --input: the JSON-lines file, resumable")
     add_choice_flags(p)  # gradient methods: --baseline --steps --rule --aggregation ...
     p.add_argument("sentence", nargs="*", help="the sentence to explain")
     return p
@@ -76,8 +72,10 @@ def problem(args) -> str | None:
         if args.target or args.contrast:
             return "--target and --contrast explain one sentence: leave out --faithfulness"
         return "--sentences must be at least 1" if args.sentences < 1 else None
-    if not " ".join(args.sentence).strip():
-        return "give a sentence to explain (or --faithfulness)"
+    if bool(args.input) != bool(args.out):
+        return "--input and --out go together: the pairs file and the results file"
+    if not " ".join(args.sentence).strip() and not args.input:
+        return "give a sentence to explain (or --input FILE, or --faithfulness)"
     if len(args.method or []) > 1:
         return "give one --method for a sentence"
     if not BEAM_SIZES[0] <= args.beam <= BEAM_SIZES[1]:
@@ -97,14 +95,16 @@ def run(args) -> list[str]:
         methods = tuple(args.method or DEFAULT_METHODS)
         if args.method and (why := method_problem(lm, args.method[0])):
             raise CommandError(why)
-        path = model_path(args.checkpoint)
-        result = faithfulness_for(
-            lm, path, args.sentences, methods, args.data, terminal_progress(), args.refresh, target
-        )
-        return [json.dumps(row) for row in result.methods]
+        asked = (args.sentences, methods, args.data, terminal_progress(), args.refresh, target)
+        return [
+            json.dumps(r) for r in faithfulness_for(lm, model_path(args.checkpoint), *asked).methods
+        ]
     settings = DecodeSettings(beam_size=args.beam, target_lang=args.target_lang)
-    t = translate_sentence(lm, " ".join(args.sentence), settings, args.target)
     method = (args.method or ["grad-input" if args.contrast.strip() else "alti"])[0]
+    if args.input:  # a summary line; the records go to --out
+        asked = (method, settings, choices_from(args), terminal_progress())
+        return [json.dumps(attribute_file(lm, args.input, args.out, *asked))]
+    t = translate_sentence(lm, " ".join(args.sentence), settings, args.target)
     asked = (args.contrast, args.contrast_alignment), args.words, choices_from(args)
     out = sentence_json(lm, t, method, args.layer, args.head, *asked)
     return [json.dumps(out, ensure_ascii=False)]

@@ -9,6 +9,7 @@ from core.attention.maps import csv_cell, decoder_view, export_name, select_view
 from core.attention.sentence_maps import SentenceMaps
 from core.attribution.contrast import CONTRAST_METHODS, CONTRAST_NAMES, foil_at
 from core.attribution.explain import SHARE_FLAG, Explained, in_words
+from core.attribution.file_mode import FileModeError, aggregate, read_records
 from core.attribution.gradients import (
     AGGREGATIONS,
     BASELINES,
@@ -80,6 +81,43 @@ def attribution_section(page: SectionInputs) -> None:
     step_scores_panel(page)
     contrast_panel(page)
     faithfulness_panel(page.entry, page.lm, state)
+    results_file_panel()
+
+
+FILE_HOW = (
+    "Explain a whole file with `python -m core.attribute --checkpoint MODEL --input "
+    "pairs.tsv --out attributions.jsonl [--method M]` (a line per sentence: source, then "
+    "optionally a TAB and a target, a TAB and a contrast; resumable after an interruption), "
+    "then load the results here."
+)
+
+
+def results_file_panel() -> None:
+    """A results file of ``core.attribute --input`` loaded back and summed up: the mean
+    source share by output position, the source tokens that contribute most, one row per
+    sentence."""
+    with st.expander("Attributions of a whole file"):
+        st.caption(FILE_HOW)
+        up = st.file_uploader("Results (.jsonl)", type=["jsonl", "json", "txt"], key="atr_file")
+        if up is None:
+            return
+        try:
+            result = aggregate(read_records(up.getvalue()))
+        except FileModeError as e:
+            st.error(md(f"{up.name} cannot be read: {e}"))
+            return
+        explained = len(result.per_sentence)
+        errors = f", {result.errors} lines that could not be explained" if result.errors else ""
+        st.markdown(f"**{explained} sentences explained**{errors}.")  # numbers only
+        if not explained:
+            return
+        left, right = st.columns(2)
+        left.markdown("**Mean source share by output position**")
+        left.dataframe(spreadsheet_safe(result.by_position), hide_index=True)
+        right.markdown("**Source tokens by mean contribution received**")
+        right.dataframe(spreadsheet_safe(result.by_token.head(50)), hide_index=True)
+        st.markdown("**Per sentence**")
+        st.dataframe(spreadsheet_safe(result.per_sentence), hide_index=True)
 
 
 STEP_SCORES_HOW = (
