@@ -25,6 +25,7 @@ from core.attention.projector import (
     DIMS,
     METHODS,
     NEIGHBOURS,
+    READS,
     SENTENCES,
     SIDES,
     ProjectionError,
@@ -68,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-lang", default="", help="a multilingual model's target language")
     p.add_argument("--pick", type=pick_arg, default=None, help="SENTENCE:POSITION")
     p.add_argument("--neighbours", type=int, default=NEIGHBOURS, help="neighbours of --pick")
+    p.add_argument(
+        "--decoder-reads", choices=READS, default=READS[0], help="a reference or its translation"
+    )
     return p
 
 
@@ -87,6 +91,7 @@ def run(args: argparse.Namespace) -> list[str]:
         args.target_lang or None,
         terminal_progress(),
         name=args.checkpoint,
+        reads=args.decoder_reads,
     )
     lines = [json.dumps(row, ensure_ascii=False) for row in result.rows()]
     lines.append(json.dumps(result.summary(), ensure_ascii=False))

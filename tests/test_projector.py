@@ -49,6 +49,48 @@ def test_points_are_each_sentence_run_alone(val_model):
                 assert [result.tokens[i] for i in np.flatnonzero(rows)] == words
 
 
+def test_the_decoder_can_read_the_models_own_translations(val_model):
+    """Issue 51, item 7: the projector offered only the references on the decoder side."""
+    from core.model.checked_translation import translate_sentence
+
+    read = projector.sentences_of(val_model, 6, reads="translation")
+    refs = projector.sentences_of(val_model, 6)
+    assert read.sources == refs.sources  # (this small model translates these six as written)
+    for s in (0, 3):
+        words = [val_model.source_tokens(read.sources[s])[:-1]]  # without <eos>
+        t = translate_sentence(val_model, " ".join(words[0]))
+        assert read.targets[s] == val_model.decoder_inputs(list(t.out_ids))
+        assert read.texts[s].endswith("→ " + " ".join(val_model.target_words(t.out_ids)))
+    result = project(val_model, "decoder", 1, sentences=read)
+    s, top = 3, 1
+    rec = val_model.forced(read.sources[s], [*read.targets[s][1:], val_model.eos_id])
+    rows = (result.sentence == s) & (result.layer == top)
+    got = torch.from_numpy(result.vectors[rows]).float()
+    assert torch.allclose(got, rec.self_inputs[top][0].half().float(), atol=1e-3)
+    with pytest.raises(ProjectionError, match="the decoder reads one of"):
+        projector.sentences_of(val_model, 6, reads="both")
+
+
+def test_the_command_and_the_page_read_the_models_own_translations(
+    studio_dirs, val_checkpoint, val_model, capsys
+):
+    import shutil
+
+    from tests.helpers import assert_clean, run_page_script
+
+    args = ["--checkpoint", str(val_checkpoint), "--sentences", "6", "--side", "decoder"]
+    assert project_cmd.main([*args, "--decoder-reads", "translation"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    result = project(val_model, "decoder", ALL_LAYERS, sentences=6, reads="translation")
+    assert lines[: len(result.tokens)] == result.rows()
+    shutil.copy(val_checkpoint, studio_dirs["checkpoints"] / "fra-eng-small.pt")
+    query = {"section": "project", "space_sentences": "50", "space_side": "decoder"}
+    at = run_page_script("attention.py", query)
+    at.radio(key="space_reads").set_value("translation").run()
+    assert_clean(at)
+    assert at.query_params["space_reads"] == "translation" and at.get("plotly_chart")
+
+
 def test_pca_is_exact_and_its_axes_fixed(val_model):
     result = project(val_model, "encoder", 1, "pca", 3, 6)
     x = torch.from_numpy(result.vectors).double()

@@ -32,6 +32,7 @@ import torch
 
 from core.measure.progress import ProgressFn, checked
 from core.measure.sample import validation_sample
+from core.model import batched
 from core.model.checkpoints import validation_source
 from core.model.transformer import evaluating
 from core.runs import budget
@@ -47,6 +48,7 @@ SENTENCE_CHOICES = (50, 100, 200, 500, MAX_SENTENCES)  # what the page offers (i
 AUTOMATIC = 200  # a page projects by PCA at most this many sentences without being asked
 ALL_LAYERS = -1  # every layer of the stack, projected together
 NEIGHBOURS = 10
+READS = ("reference", "translation")  # what the decoder reads: a reference or its own output
 BATCH = 64  # sentences in one pass
 
 
@@ -152,21 +154,42 @@ class Projection:
 # ----------------------------------------------------------------------------- sentences
 
 
-def sentences_of(lm, n: int = SENTENCES, source: str | None = None, target_lang=None) -> Sentences:
+def own_translations(lm, sources: list[list[int]], target_lang=None) -> list[list[int]]:
+    """The model's greedy translation of each source, as output ids ending with its end
+    token (a translation cut at ``max_output`` gets one)."""
+    outs = []
+    for row in batched.greedy_outputs(lm, sources, target_lang):
+        row = [int(i) for i in row]
+        cut = row[: row.index(lm.eos_id)] if lm.eos_id in row else row
+        outs.append([*cut, lm.eos_id])
+    return outs
+
+
+def sentences_of(
+    lm, n: int = SENTENCES, source: str | None = None, target_lang=None, reads: str = READS[0]
+) -> Sentences:
     """The first ``n`` validation sentences of the model's split (DataError when they cannot
-    be rebuilt), each with its first reference as the decoder's input."""
+    be rebuilt), each with what the decoder reads: its first reference (``reads``
+    "reference") or the model's own greedy translation ("translation")."""
+    if reads not in READS:
+        raise ProjectionError(f"the decoder reads one of {', '.join(READS)} (got {reads!r})")
     cfg, carried = validation_source(lm.meta, source)
     sample = validation_sample(lm, cfg, n, target_lang, carried)
     firsts = np.cumsum([0, *(len(refs) for refs in sample.references)])[:-1]
-    refs = [list(sample.encoded[i][1]) for i in firsts]  # each ends with the end token
     sources = [list(map(int, ids)) for ids in sample.src_ids]
-    targets = [lm.decoder_inputs(r) for r in refs]  # the start token + the reference
+    if reads == "translation":
+        outs = own_translations(lm, sources, target_lang)
+    else:
+        outs = [list(sample.encoded[i][1]) for i in firsts]  # each ends with the end token
+    targets = [lm.decoder_inputs(o) for o in outs]  # the start token + the output
     src_tokens = [lm.source_tokens(s) for s in sources]
     tgt_tokens = [lm.target_tokens(t) for t in targets]
-    texts = [
-        f"{' '.join(src)} → {' '.join(ref[0])}"
-        for src, ref in zip(sample.sources, sample.references)
-    ]
+    read = (
+        [" ".join(lm.target_words(o)) for o in outs]
+        if reads == "translation"
+        else [" ".join(ref[0]) for ref in sample.references]
+    )
+    texts = [f"{' '.join(src)} → {out}" for src, out in zip(sample.sources, read)]
     return Sentences(sources, targets, src_tokens, tgt_tokens, texts)
 
 
@@ -298,10 +321,12 @@ def project(
     target_lang: str | None = None,
     progress: ProgressFn | None = None,
     name: str = "",
+    reads: str = READS[0],
 ) -> Projection:
     """Project one stack's token representations (``layer``, or ALL_LAYERS) of the first
     ``sentences`` validation sentences (or of these Sentences, already read by
-    ``sentences_of``); the size is checked before anything is computed."""
+    ``sentences_of``), the decoder reading a reference or the model's own translation
+    (``reads``); the size is checked before anything is computed."""
     count = len(sentences.texts) if isinstance(sentences, Sentences) else sentences
     check_choice(side, method, dims, count)
     top = layer_count(lm, side)
@@ -311,7 +336,7 @@ def project(
     if not isinstance(sentences, Sentences):
         if progress:
             progress(0.0, "rebuilding the validation sentences")
-        sentences = sentences_of(lm, count, source, target_lang)
+        sentences = sentences_of(lm, count, source, target_lang, reads)
     points = len(layers) * sum(len(r) for r in sentences.ids(side))
     check_size(points, lm.cfg.d_model, dims, len(sentences.texts), len(layers))
     x, sentence, position, marks, tokens = representations(lm, sentences, side, layers, progress)

@@ -23,6 +23,7 @@ from core.attention.projector import (
     DIMS,
     MAX_SENTENCES,
     METHODS,
+    READS,
     SENTENCE_CHOICES,
     SENTENCES,
     SIDES,
@@ -95,6 +96,7 @@ class ViewState:
     space_colour: str = COLOURS[0]  # ... what a point's colour shows
     space_sentences: int = SENTENCES  # ... validation sentences projected
     space_pick: str = ""  # ... the picked token, "SENTENCE:POSITION:LAYER" ("" = none)
+    space_reads: str = READS[0]  # ... what the decoder reads: a reference or its translation
 
     @classmethod
     def from_query(cls, params: Mapping[str, str]) -> ViewState:
@@ -211,6 +213,7 @@ def _check_space(state: ViewState, cls) -> None:
         ("space_method", METHODS),
         ("space_dims", DIMS),
         ("space_colour", COLOURS),
+        ("space_reads", READS),
     ):
         if getattr(state, name) not in choices:
             setattr(state, name, getattr(cls, name))

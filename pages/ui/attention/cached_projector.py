@@ -11,10 +11,16 @@ from pages.ui.shared_cache import shared
 
 @shared(spinner="Rebuilding the validation sentences…")
 def sentences(
-    _lm: TranslationModel, path: str, mtime: float, n: int, target_lang: str
+    _lm: TranslationModel,
+    path: str,
+    mtime: float,
+    n: int,
+    target_lang: str,
+    reads: str = "reference",
 ) -> projector.Sentences:
-    """The model's first ``n`` validation sentences, as it reads them."""
-    return projector.sentences_of(_lm, n, target_lang=target_lang or None)
+    """The model's first ``n`` validation sentences, as it reads them (the decoder a
+    reference or the model's own translation: ``reads``)."""
+    return projector.sentences_of(_lm, n, target_lang=target_lang or None, reads=reads)
 
 
 @shared()
@@ -28,10 +34,11 @@ def projection(
     dims: int,
     n: int,
     target_lang: str,
+    reads: str = "reference",
 ) -> projector.Projection:
     """One projection (its size checked before it is computed); a progress bar shows when
     it runs past a second."""
-    read = sentences(_lm, path, mtime, n, target_lang)
+    read = sentences(_lm, path, mtime, n, target_lang, reads)
     report = LateProgress()
     try:
         return projector.project(_lm, side, layer, method, dims, read, progress=report)

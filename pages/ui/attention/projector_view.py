@@ -16,6 +16,7 @@ from core.attention.projector import (
     DIMS,
     METHOD_NAMES,
     METHODS,
+    READS,
     SENTENCE_CHOICES,
     SIDES,
     Projection,
@@ -33,6 +34,7 @@ from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_widgets import widget_default
 
 SIDE_NAMES = {"encoder": "encoder (source)", "decoder": "decoder (target)"}
+READ_NAMES = {"reference": "the reference", "translation": "its own translation"}
 NONE = -1  # no sentence picked
 CHART = "space_chart"
 CLICK = "space_click"  # the point a click picked, (sentence, position, layer), for the next run
@@ -79,6 +81,17 @@ def _settings(page: SectionInputs) -> tuple:
             SENTENCE_CHOICES,
             key="space_sentences",
             help="the first validation sentences of the model's split",
+        )
+    if state.space_side == "decoder":
+        widget_default("space_reads", state.space_reads, READS)
+        state.space_reads = st.radio(
+            "The decoder reads",
+            READS,
+            key="space_reads",
+            horizontal=True,
+            format_func=READ_NAMES.get,
+            help="Each sentence's first reference (teacher forcing), or the model's own greedy "
+            "translation of it: where its own words live.",
         )
     return state.space_side, layer, state.space_method, state.space_dims, state.space_sentences
 
@@ -175,14 +188,17 @@ def projector_section(page: SectionInputs) -> None:
     """Settings, the scatter, the picked token's neighbours and every point as CSV."""
     st.caption(
         "Each token of the validation sentences is a point: its representation at a layer "
-        "(layer 0 is what the first layer reads; the decoder reads each sentence's reference), "
+        "(layer 0 is what the first layer reads; the decoder reads each sentence's reference, "
+        "or the model's own translation), "
         "projected from the model's width to 2 or 3 dimensions. PCA keeps the directions of "
         "largest variance (exact); UMAP keeps neighbourhoods. Points that sit together are "
         "tokens the model represents alike."
     )
     side, layer, method, dims, n = _settings(page)
     entry, state = page.entry, page.state
+    reads = state.space_reads if side == "decoder" else READS[0]  # the encoder reads sources
     asked = (page.lm, entry.path, entry.mtime, side, layer, method, dims, n, state.target_lang)
+    asked = (*asked, reads)
     try:
         result = _projection(asked, method == "umap" or n > AUTOMATIC)
     except DataError as e:

@@ -59,7 +59,7 @@ SECTIONS = {  # key (the URL's ``section``) -> section
         "Where tokens live",
         projector_view.projector_section,
         False,
-        (*PROJECT, "space_sentences", "space_pick"),
+        (*PROJECT, "space_sentences", "space_pick", "space_reads"),
     ),
 }
 SECTION_KEYS = tuple(SECTIONS)  # in the picker's order
