@@ -96,6 +96,7 @@ def run(args) -> list[str]:
         if args.method and (why := method_problem(lm, args.method[0])):
             raise CommandError(why)
         asked = (args.sentences, methods, args.data, terminal_progress(), args.refresh, target)
+        asked = (*asked, choices_from(args))  # gradient methods also as chosen, rows of their own
         return [
             json.dumps(r) for r in faithfulness_for(lm, model_path(args.checkpoint), *asked).methods
         ]

@@ -96,6 +96,31 @@ def test_faithfulness_ranks_methods_with_the_random_baseline_and_is_cached(
     assert fa.lookup_faithfulness(val_checkpoint, lm, 5, ("attention", "alti")) is None
 
 
+def test_the_faithfulness_table_gains_a_row_per_chosen_gradient_method(
+    val_checkpoint, runs_root, capsys
+):
+    """Issue 51, item 6: which baseline is most faithful for this model?"""
+    from core.attribution.gradients import GradientChoices
+
+    lm = StudioModel.load(val_checkpoint)
+    unk = GradientChoices(baseline="unk", aggregation="l2")
+    methods = ("alti", "grad-input", "integrated-gradients")
+    result = fa.faithfulness_for(lm, val_checkpoint, 6, methods, str(TINY), choices=unk)
+    rows = {r["method"]: r for r in result.methods}
+    chosen = [m for m in rows if m.startswith(("grad-input (", "integrated-gradients ("))]
+    assert len(chosen) == 2 and {"alti", "grad-input", "integrated-gradients"} <= set(rows)
+    ig = rows[f"integrated-gradients ({unk.words('integrated-gradients')})"]
+    assert ig["choices"] == unk.to_json() and "from the UNK token's embedding" in ig["name"]
+    plain = fa.faithfulness_for(lm, val_checkpoint, 6, methods, str(TINY))  # another key
+    assert not plain.cached and len(plain.methods) == 4
+    assert fa.lookup_faithfulness(val_checkpoint, lm, 6, methods, choices=unk) is not None
+    args = ["--checkpoint", str(val_checkpoint), "--faithfulness", "--sentences", "6"]
+    flags = ["--data", str(TINY), "--method", "grad-input", "--baseline", "unk"]
+    assert attribute_cmd.main([*args, *flags, "--aggregation", "l2"]) == 0
+    printed = [json.loads(x)["method"] for x in capsys.readouterr().out.splitlines()]
+    assert "grad-input" in printed and any(m.startswith("grad-input (") for m in printed)
+
+
 def test_the_command_prints_one_json_object_per_sentence(val_checkpoint, capsys):
     for method in METHODS:
         args = ["--checkpoint", str(val_checkpoint), "--method", method, "i'm home ."]

@@ -28,6 +28,7 @@ from functools import partial
 import numpy as np
 import torch
 
+from core.attribution.gradients import DEFAULT_CHOICES, GradientChoices
 from core.attribution.methods import METHOD_NAMES, METHODS, Attribution, attribute
 from core.corpus.bpe import PREFIX
 from core.corpus.source import DataError
@@ -41,6 +42,7 @@ from core.model.transformer import evaluating
 from core.places import attribution_root
 from core.runs.disk_cache import read_cached, write_cached
 
+GRADIENT_METHODS = ("grad-input", "integrated-gradients")  # those the choices change
 SENTENCES = 200  # validation sentences of the faithfulness sample (the first N)
 DELETION_K = (1, 2, 3)  # how many top words the deletion curve removes
 DEFAULT_METHODS = tuple(m for m in METHODS if m != "integrated-gradients")  # the slow one out
@@ -145,15 +147,28 @@ def row_spearman(scores: np.ndarray, effects: np.ndarray) -> float:
     return float(np.mean(rhos)) if rhos else float("nan")
 
 
+def variants(methods: Sequence[str], choices: GradientChoices = DEFAULT_CHOICES) -> list[tuple]:
+    """(row id, method, choices) of each row measured: every method as by default and, for
+    choices other than the defaults, each gradient method as chosen too (its own row)."""
+    out = [(m, m, DEFAULT_CHOICES) for m in methods]
+    if choices != DEFAULT_CHOICES:
+        chosen = [m for m in methods if m in GRADIENT_METHODS]
+        out += [(f"{m} ({choices.words(m)})", m, choices) for m in chosen]
+    return out
+
+
 def rankings(m: TranslationModel, case: Case, methods, rng, clock: dict):
-    """Each method's word scores (T, W) for one case, and the random baseline's."""
+    """Each row's word scores (T, W) for one case (``methods``: method names, or the
+    (row id, method, choices) of ``variants``), and the random baseline's."""
     p = m.forced(case.src_ids, case.out_ids)
     explain = partial(attribute, m, case.src_ids, case.out_ids, p=p)
     out = {}
-    for method in methods:
+    for row, method, choices in (
+        v if isinstance(v, tuple) else (v, v, DEFAULT_CHOICES) for v in methods
+    ):
         start = time.perf_counter()
-        out[method] = word_scores(explain(method), case.spans)
-        clock[method] = clock.get(method, 0.0) + time.perf_counter() - start
+        out[row] = word_scores(explain(method, choices=choices), case.spans)
+        clock[row] = clock.get(row, 0.0) + time.perf_counter() - start
     out[RANDOM] = rng.random((len(case.out_ids), len(case.spans)))  # (T, W)
     return out
 
@@ -197,14 +212,24 @@ class Faithfulness:
         raise KeyError(method)
 
 
-def summary(method: str, rhos: list[float], drops: list[list[float]], seconds: float) -> dict:
-    """One method's row: mean rho with its 95% interval, mean drop at each k."""
+def summary(
+    method: str,
+    rhos: list[float],
+    drops: list[list[float]],
+    seconds: float,
+    choices: tuple[str, GradientChoices] | None = None,
+) -> dict:
+    """One row: mean rho with its 95% interval, mean drop at each k (``choices``: the
+    (method, choices) of a row measured with other than the defaults)."""
     rhos = [r for r in rhos if not np.isnan(r)]
     mean = float(np.mean(rhos)) if rhos else None
     half = 1.96 * float(np.std(rhos, ddof=1)) / np.sqrt(len(rhos)) if len(rhos) > 1 else None
-    return {
+    base = choices[0] if choices else method
+    name = METHOD_NAMES.get(base, "Random ranking (baseline)") + RANKED_AT.get(base, "")
+    extra = {"choices": choices[1].to_json()} if choices else {}
+    return extra | {
         "method": method,
-        "name": METHOD_NAMES.get(method, "Random ranking (baseline)") + RANKED_AT.get(method, ""),
+        "name": f"{name} — {choices[1].words(base)}" if choices else name,
         "spearman": mean,
         "spearman_ci95": None if half is None else [mean - half, mean + half],
         "deletion": [float(np.mean(d)) if d else None for d in drops],
@@ -220,13 +245,15 @@ def faithfulness(
     progress: ProgressFn | None = None,
     seed: int = 0,
     target_lang: str | None = None,
+    choices: GradientChoices = DEFAULT_CHOICES,
 ) -> Faithfulness:
     """Measure every method (and the random baseline) against occlusion on the sample
-    (``usable_methods`` of them for a Hugging Face model)."""
-    methods = usable_methods(lm, methods)
+    (``usable_methods`` of them for a Hugging Face model); with ``choices`` other than the
+    defaults, each gradient method as chosen too, on a row of its own."""
+    rows_of = variants(usable_methods(lm, methods), choices)
     start, clock = time.perf_counter(), {}
     rng = np.random.default_rng(seed)
-    rhos = {m: [] for m in (*methods, RANDOM)}
+    rhos = {r: [] for r in (*(v[0] for v in rows_of), RANDOM)}
     drops = {m: [[] for _ in DELETION_K] for m in rhos}
     work = Progress(progress, len(sample.sources) + 1)
     with evaluating(lm.model):
@@ -236,21 +263,29 @@ def faithfulness(
         for i, case in enumerate(cases):
             if case.spans and case.out_ids:
                 tokens += len(case.out_ids)
-                for m, (rho, by_k) in measure_case(lm, case, methods, rng, clock).items():
+                for m, (rho, by_k) in measure_case(lm, case, rows_of, rng, clock).items():
                     rhos[m].append(rho)
                     for k, values in enumerate(by_k):
                         drops[m][k].extend(values)
             work.advance(1, f"sentence {i + 1} of {len(cases)}")
-    rows = [summary(m, rhos[m], drops[m], clock.get(m, 0.0)) for m in rhos]
+    chosen = {row: (method, c) for row, method, c in rows_of if row != method}
+    rows = [summary(m, rhos[m], drops[m], clock.get(m, 0.0), chosen.get(m)) for m in rhos]
     rows.sort(key=lambda r: -np.inf if r["spearman"] is None else r["spearman"], reverse=True)
     return Faithfulness(rows, len(cases), tokens, time.perf_counter() - start)
 
 
 def faithfulness_key(
-    checkpoint, cfg, sentences: int, methods: Sequence[str], target_lang: str | None = None
+    checkpoint,
+    cfg,
+    sentences: int,
+    methods: Sequence[str],
+    target_lang: str | None = None,
+    choices: GradientChoices = DEFAULT_CHOICES,
 ) -> str:
-    """Cache key: the sample's facts and the methods measured (and a target language)."""
+    """Cache key: the sample's facts and the methods measured (and a target language, and
+    the gradient methods' choices where not the defaults)."""
     facts = {"target_lang": target_lang} if target_lang else {}
+    facts |= {"choices": choices.to_json()} if choices != DEFAULT_CHOICES else {}
     return sample_key(
         checkpoint, cfg, sentences, version=CACHE_VERSION, methods=sorted(methods), **facts
     )
@@ -276,32 +311,39 @@ def faithfulness_for(
     progress: ProgressFn | None = None,
     refresh: bool = False,
     target_lang: str | None = None,
+    choices: GradientChoices = DEFAULT_CHOICES,
 ) -> Faithfulness:
     """Faithfulness of the methods on a checkpoint's validation sample, cached on disk
-    (a model not trained here: fra-eng's validation sentences, as head importance reads them)."""
+    (a model not trained here: fra-eng's validation sentences, as head importance reads them);
+    ``choices``: each gradient method also measured as chosen."""
     methods = usable_methods(lm, methods)
     cfg, carried = validation_source(lm.meta, source)
-    key = faithfulness_key(checkpoint, cfg, sentences, methods, target_lang)
+    key = faithfulness_key(checkpoint, cfg, sentences, methods, target_lang, choices)
     if not refresh and (hit := cached_faithfulness(key)) is not None:
         return hit
     if progress:
         progress(0.0, "rebuilding the validation split")
     sample = validation_sample(lm, cfg, sentences, target_lang, carried)
-    result = faithfulness(lm, sample, methods, progress, target_lang=target_lang)
+    result = faithfulness(lm, sample, methods, progress, target_lang=target_lang, choices=choices)
     write_cached(attribution_root(), key, asdict(result) | {"cached": False})
     return result
 
 
 def lookup_faithfulness(
-    checkpoint, lm, sentences=SENTENCES, methods=DEFAULT_METHODS, target_lang=None
+    checkpoint,
+    lm,
+    sentences=SENTENCES,
+    methods=DEFAULT_METHODS,
+    target_lang=None,
+    choices: GradientChoices = DEFAULT_CHOICES,
 ):
-    """A cached result for this checkpoint, sample size and methods, or None (never computes)."""
+    """A cached result for this checkpoint, sample size, methods (and choices), or None
+    (never computes)."""
     methods = usable_methods(lm, methods)
     try:
+        cfg = validation_source(lm.meta)[0]
         return cached_faithfulness(
-            faithfulness_key(
-                checkpoint, validation_source(lm.meta)[0], sentences, methods, target_lang
-            )
+            faithfulness_key(checkpoint, cfg, sentences, methods, target_lang, choices)
         )
     except DataError:  # the corpus is not here: nothing can be cached for it
         return None

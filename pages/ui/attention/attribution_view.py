@@ -69,8 +69,9 @@ def attribution_section(page: SectionInputs) -> None:
     """The method picker, attention beside contributions, source shares, faithfulness."""
     state = page.state
     method = pick_method(state)
+    choices = gradient_choices(method)  # the gradient methods' baseline, steps, aggregation
     layer, head = cross_choice(page.maps, state)
-    shown = explained_or_error(page, method, layer, head)
+    shown = explained_or_error(page, method, layer, head, choices)
     row = st.container(horizontal=True, gap="medium")  # side by side where both fit
     S, T = len(page.maps.src_tokens), len(page.maps.output_tokens)
     attention_panel(row.container(width=attr_figs.panel_width(S)), page, layer, head)
@@ -80,7 +81,7 @@ def attribution_section(page: SectionInputs) -> None:
         share_panel(page, shown)
     step_scores_panel(page)
     contrast_panel(page)
-    faithfulness_panel(page.entry, page.lm, state)
+    faithfulness_panel(page.entry, page.lm, state, choices)
     results_file_panel()
 
 
@@ -315,7 +316,7 @@ def head_words(head: str) -> str:
 
 
 def explained_or_error(
-    page: SectionInputs, method: str, layer: int, head: str
+    page: SectionInputs, method: str, layer: int, head: str, choices=DEFAULT_CHOICES
 ) -> tuple[Explained, Explained] | None:
     """(over the model's own tokens, as shown): the cached attribution; None after st.error."""
     state, key = page.state, page.key
@@ -324,7 +325,6 @@ def explained_or_error(
     if problem := method_problem(page.lm, method):
         st.info(md(problem))
         return None
-    choices = gradient_choices(method)
     try:
         with st.spinner(f"Computing {METHOD_NAMES[method]}{slow}…"):
             pieces = explanation(page.lm, page.translation, key, method, *where, choices)

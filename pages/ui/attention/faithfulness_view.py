@@ -14,6 +14,7 @@ from core.attribution.faithfulness import (
     lookup_faithfulness,
     usable_methods,
 )
+from core.attribution.gradients import DEFAULT_CHOICES
 from core.attribution.methods import METHOD_NAMES, METHODS, AttributionError
 from core.corpus.source import DataError
 from core.figures import attribution as attr_figs
@@ -41,8 +42,11 @@ HOW = (
 )
 
 
-def faithfulness_panel(entry: ModelEntry, lm: TranslationModel, state: ViewState) -> None:
-    """The methods ranked against occlusion: from the disk cache, or measured on request."""
+def faithfulness_panel(
+    entry: ModelEntry, lm: TranslationModel, state: ViewState, choices=DEFAULT_CHOICES
+) -> None:
+    """The methods ranked against occlusion: from the disk cache, or measured on request;
+    with gradient ``choices`` other than the defaults, the gradient methods as chosen too."""
     st.subheader("Faithfulness: which method agrees with occlusion?")
     st.caption(HOW)
     if not lm.trained_here:
@@ -82,14 +86,24 @@ def faithfulness_panel(entry: ModelEntry, lm: TranslationModel, state: ViewState
     )
     methods = METHODS if slow else DEFAULT_METHODS
     target = state.target_lang or None
-    result = lookup_faithfulness(entry.path, lm, n, methods, target)
+    if choices != DEFAULT_CHOICES:
+        st.caption(
+            md(
+                "Gradient × input and integrated gradients are measured as by default and, on "
+                f"rows of their own, as chosen above ({choices.words('integrated-gradients')}): "
+                "which choice is most faithful for this model."
+            )
+        )
+    result = lookup_faithfulness(entry.path, lm, n, methods, target, choices)
     if result is None:
-        result = measure_on_request(entry, lm, n, methods, target)
+        result = measure_on_request(entry, lm, n, methods, target, choices)
     if result is not None:
         show_faithfulness(result, n, state)
 
 
-def measure_on_request(entry, lm, n: int, methods, target_lang=None) -> Faithfulness | None:
+def measure_on_request(
+    entry, lm, n: int, methods, target_lang=None, choices=DEFAULT_CHOICES
+) -> Faithfulness | None:
     """The button that measures faithfulness (with a warning for the slow method), or None."""
     if not corpus_here(lm):
         return None
@@ -101,7 +115,7 @@ def measure_on_request(entry, lm, n: int, methods, target_lang=None) -> Faithful
         )
     if not st.button(f"Measure faithfulness on {n} validation sentences", key="atr_measure"):
         return None
-    return measure(entry, lm, n, methods, target_lang)
+    return measure(entry, lm, n, methods, target_lang, choices)
 
 
 def duration_words(seconds: float) -> str:
@@ -120,7 +134,12 @@ def corpus_here(lm: TranslationModel) -> bool:
 
 
 def measure(
-    entry: ModelEntry, lm: TranslationModel, n: int, methods, target_lang=None
+    entry: ModelEntry,
+    lm: TranslationModel,
+    n: int,
+    methods,
+    target_lang=None,
+    choices=DEFAULT_CHOICES,
 ) -> Faithfulness | None:
     """Run faithfulness_for with a progress bar and ETA; None, with a message, if it cannot."""
     bar, report = progress_bar()
@@ -130,7 +149,13 @@ def measure(
             return None
         try:
             result = faithfulness_for(
-                lm, entry.path, n, methods, progress=report, target_lang=target_lang
+                lm,
+                entry.path,
+                n,
+                methods,
+                progress=report,
+                target_lang=target_lang,
+                choices=choices,
             )
         except DataError as e:  # e.g. a model trained without a validation split
             bar.empty()
