@@ -174,22 +174,22 @@ def test_data_path_outside_the_data_folder_is_refused(jobs_env, tmp_path, monkey
     assert str(tmp_path) not in message  # no folder of the server
 
 
-def test_upload_is_validated_and_counted(jobs_env):
+def uploaded(data: bytes, name: str = "pairs.tsv"):
+    """The Train page with ``data`` uploaded as its corpus."""
     at = train_page()
     at.radio(key="data_source").set_value("upload").run()
-    at.file_uploader(key="data_upload").set_value(
-        ("pairs.tsv", b"Go.\tVa !\nHi.\tSalut.\nbad\n", "text/tab-separated-values")
-    ).run()
+    at.file_uploader(key="data_upload").set_value((name, data, "text/tab-separated-values"))
+    return at.run()
+
+
+def test_upload_is_validated_and_counted(jobs_env):
+    at = uploaded(b"Go.\tVa !\nHi.\tSalut.\nbad\n")
     assert [s.value for s in at.success] == ["2 usable pairs, 1 skipped line."]
 
 
 def test_an_upload_with_nothing_to_validate_on_is_named_before_launch(jobs_env):
     """Issue 53, item 6: a 2-pair upload launched a 10-minute run with 0 validation pairs."""
-    at = train_page()
-    at.radio(key="data_source").set_value("upload").run()
-    at.file_uploader(key="data_upload").set_value(
-        ("pairs.tsv", b"Go.\tVa !\nHi.\tSalut.\n", "text/tab-separated-values")
-    ).run()
+    at = uploaded(b"Go.\tVa !\nHi.\tSalut.\n")
     assert_clean(at)
     (warning,) = [plain(w.value) for w in at.warning if "validation pairs" in w.value]
     assert "With 2 usable pairs" in warning and "0 validation pairs" in warning
