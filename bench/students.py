@@ -9,6 +9,7 @@ a browser.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 import urllib.parse
@@ -18,6 +19,7 @@ from bench import wire
 SENTENCES = ["i'm home .", "he's calm .", "i lost .", "go .", "we are cold .", "she is here ."]
 CHROMIUM = "/usr/bin/chromium"
 TIMEOUT_MS = 120_000  # an interaction slower than this counts as an error
+STUCK_DIR = os.environ.get("BENCH_STUCK_DIR", "")  # screenshots of stuck students, if set
 
 
 KIND_WORDS = {
@@ -102,12 +104,21 @@ async def explorer(page, url: str, rng: random.Random, until: float, results: li
 
             async def remove(removed=removed):
                 box = page.locator('[data-testid="stMultiSelect"] input').first
+                # in view first, as a student scrolls: with seven heads chosen the box's second
+                # row sits at a 900 px window's bottom edge, and its menu does not open there
+                await box.evaluate("e => e.scrollIntoView({block: 'center'})")
                 await box.click()
                 await box.fill(HEADS[removed - 1])
                 await box.press("Enter")
                 await box.press("Escape")
                 what = f"{removed} head{'s' * (removed != 1)} removed"
-                await page.get_by_text(what).first.wait_for(timeout=TIMEOUT_MS)
+                try:
+                    await page.get_by_text(what).first.wait_for(timeout=TIMEOUT_MS)
+                except Exception:  # what the student saw, for whoever reads the results
+                    if STUCK_DIR:
+                        shot = f"{STUCK_DIR}/stuck-{removed}-{int(time.time())}.png"
+                        await page.screenshot(path=shot, full_page=True)
+                    raise
                 await settled(page)
 
             await wire.timed(results, "remove heads", remove)
