@@ -22,7 +22,7 @@ from core.corpus.supervision import alignment_targets, piece_links
 from core.corpus.vocab import Vocab
 from core.model.align_loss import AlignTarget
 from core.model.checkpoints import all_finite
-from core.model.decode import TranslationError, translate, translate_batch
+from core.model.decode import translate_batch
 from core.model.scores import NO_BLEU, corpus_bleu, evaluate_loss
 from core.model.transformer import Transformer
 from core.training import distributed
@@ -30,6 +30,7 @@ from core.training.config import TrainConfig, learning_rate
 from core.training.devices import autocast_dtype, pick_device
 from core.training.distributed import World
 from core.training.monitor import distributions, layer_norms
+from core.training.probes import probe_maps
 from core.training.random_streams import kept_random_streams, rng_state, set_rng_state
 
 
@@ -287,29 +288,9 @@ class Trainer:
         return info
 
     def probe_maps(self) -> list[dict]:
-        """Translations and attention maps of the probe sentences (float16, CPU)."""
-        probes = []
-        for sentence in self.cfg.probes:
-            try:
-                with kept_random_streams():
-                    t = translate(
-                        self.model, self.corpus.src_vocab, self.corpus.tgt_vocab, sentence
-                    )
-            except TranslationError:
-                continue
-            maps = t.attention
-            probes.append(
-                {
-                    "sentence": sentence,
-                    "src_tokens": t.src_tokens,
-                    "output_tokens": t.output_tokens,
-                    "decoder_inputs": t.decoder_inputs,
-                    "encoder": maps.encoder.half(),
-                    "decoder_self": maps.decoder_self.half(),
-                    "cross": maps.cross.half(),
-                }
-            )
-        return probes
+        """Translations and attention maps of the probe sentences (``core.training.probes``)."""
+        vocabs = (self.corpus.src_vocab, self.corpus.tgt_vocab)
+        return probe_maps(self.model, *vocabs, self.cfg.probes)
 
     def run_evaluation(self) -> None:
         """Evaluate (rank 0), update the best BLEU, tell the callbacks; NaN/inf weights diverge."""
