@@ -566,3 +566,14 @@ def test_the_advanced_settings_are_labelled_in_words_and_laid_out_in_columns(job
     smoothing = next(w for w in advanced.number_input if w.label == "label smoothing")
     assert "--label-smoothing" in smoothing.help and "train.label_smoothing" in smoothing.help
     assert len(advanced.columns) >= 3 * 3  # three groups, three fields to a row
+
+
+def test_the_fra_eng_copy_is_named_without_a_server_path(jobs_env, tmp_path, monkeypatch):
+    """Seen on a screenshot: "using the copy at /work/shared/data/fra-eng.zip" to every visitor."""
+    copy = tmp_path / "elsewhere" / "fra-eng.zip"
+    copy.parent.mkdir()
+    copy.write_bytes(b"PK")
+    monkeypatch.setenv("FRA_ENG_ZIP", str(copy))
+    at = train_page()
+    (line,) = [c.value for c in at.caption if "using the copy at" in c.value]
+    assert "fra-eng.zip" in line and str(tmp_path) not in line

@@ -139,7 +139,7 @@ def fra_eng_picker() -> str:
     """fra-eng: say where it comes from; offer to download it now, with progress."""
     copy = fra_eng_copy()
     if copy is not None:
-        st.caption(f"fra-eng: using the copy at {code(copy)}.")
+        st.caption(f"fra-eng: using the copy at {code(shown_path(copy))}.")  # no server path
         return "fra-eng"
     if not fra_eng_host_reachable():
         st.warning(OFFLINE)
