@@ -96,12 +96,17 @@ def test_integrated_gradients_of_the_difference_are_complete(tiny_model, forced)
 
 
 def test_gradient_times_input_is_linear_in_the_two_log_probabilities(tiny_model, forced):
-    from core.attribution.contrast import _difference_task
-    from core.attribution.gradients import grad_input
+    from core.attribution.contrast import contrast_pick
+    from core.attribution.gradients import embedding_task, grad_input
+
+    p = tiny_model.forced(forced.src_ids, forced.out_ids)
+
+    def task(foil):
+        return embedding_task(tiny_model, p, contrast_pick(tiny_model, forced, foil))
 
     foil = foil_ids(tiny_model, forced, FOIL)
-    g = grad_input(_difference_task(tiny_model, forced, foil)).scores  # (T, S + T)
-    same = grad_input(_difference_task(tiny_model, forced, list(forced.out_ids))).scores
+    g = grad_input(task(foil)).scores  # (T, S + T)
+    same = grad_input(task(list(forced.out_ids))).scores
     assert torch.allclose(same, torch.zeros_like(same))  # y' = y: nothing to explain
     assert g[3].abs().sum() > 0
 

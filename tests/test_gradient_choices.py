@@ -43,7 +43,7 @@ def test_a_token_baseline_is_that_tokens_embedding_from_ids(tiny_model, pass_of)
     t, p = pass_of
     task = embedding_task(tiny_model, p)
     unk = GradientChoices(baseline="unk")
-    src_emb, tgt_emb = task.baselines(unk)
+    [(src_emb, tgt_emb)] = task.baselines(unk)
     at_baseline = task.log_probs(src_emb, tgt_emb)[0]  # (T,)
     src, tgt_in = (torch.full_like(x, tiny_model.unk_id) for x in (p.src, p.tgt_in))
     logp = tiny_model.run(src, tgt_in).float().log_softmax(-1)[0]  # (T, V) from ids
@@ -61,7 +61,7 @@ def test_integrated_gradients_from_unk_is_complete_for_each_function(tiny_model,
     g = integrated_gradients(embedding_task(tiny_model, p, choices=choices), choices=choices)
     assert g.completeness < 0.05
     task = embedding_task(tiny_model, p, choices=choices)
-    start = task.baselines(choices)
+    [start] = task.baselines(choices)
     change = task.logp - task.log_probs(*start)[0].detach()  # (T,)
     causal = torch.cat([torch.ones(p.output_length, p.source_length), p.tgt_mask[0, 0].float()], 1)
     sums = (g.scores * causal).sum(-1)
@@ -71,14 +71,14 @@ def test_integrated_gradients_from_unk_is_complete_for_each_function(tiny_model,
 def test_the_aggregations_are_their_definitions_over_captums_attributions(tiny_model, pass_of):
     from captum.attr import InputXGradient
 
-    from core.attribution.gradients import _inputs, grad_input
+    from core.attribution.gradients import grad_input
 
     _, p = pass_of
     task = embedding_task(tiny_model, p)
+    T = task.output_length
+    inputs = tuple(x.detach().expand(T, -1, -1).clone().requires_grad_() for x in task.embeddings)
     with torch.enable_grad():
-        parts = InputXGradient(task.log_probs).attribute(
-            _inputs(task), target=list(range(task.output_length))
-        )
+        parts = InputXGradient(task.log_probs).attribute(inputs, target=list(range(T)))
     by_hand = {
         "sum": torch.cat([a.sum(-1) for a in parts], 1),
         "l2": torch.cat([a.norm(dim=-1) for a in parts], 1),
@@ -91,7 +91,7 @@ def test_the_aggregations_are_their_definitions_over_captums_attributions(tiny_m
 
 def test_choices_it_cannot_compute_are_named(tiny_model, pass_of):
     t, _ = pass_of
-    bad = GradientChoices(baseline="mask", steps=1, rule="simpson")
+    bad = GradientChoices(baseline="blurred", steps=1, rule="simpson")
     with pytest.raises(AttributionError) as e:
         attribute(tiny_model, t.src_ids, t.out_ids, "integrated-gradients", choices=bad)
     assert "baseline must be one of" in str(e.value) and "steps must be" in str(e.value)
@@ -130,3 +130,44 @@ def test_the_page_offers_the_choices_and_names_them(studio_dirs):
     assert not at.error
     words = [plain(c.value) for c in at.caption if "Computed with" in c.value]
     assert words and "from the UNK token's embedding" in words[0] and "L2 norm" in words[0]
+
+
+def test_the_page_draws_unnormalised_scores_signed_and_random_baselines(studio_dirs):
+    from tests.helpers import assert_clean, plain, run_page_script
+
+    query = {"sentence": SENTENCE, "section": "attribution", "method": "integrated-gradients"}
+    at = run_page_script("attention.py", query)
+    at.selectbox(key="atr_normalisation").set_value("none").run()
+    at.selectbox(key="atr_baseline").set_value("uniform").run()
+    at.number_input(key="atr_samples").set_value(2).run()
+    assert_clean(at)
+    assert not at.error
+    words = [plain(c.value) for c in at.caption if "Computed with" in c.value]
+    assert "uniformly random embeddings, 2 draws" in words[0] and "not normalised" in words[0]
+    fig = next(c for c in at.get("plotly_chart") if "score=" in c.proto.spec)
+    assert '"zmin":-' in fig.proto.spec.replace(" ", "")  # signed: the scale centred on 0
+
+
+def test_the_contrast_explains_a_probability_difference_on_the_page(studio_dirs):
+    from tests.helpers import assert_clean, run_page_script
+
+    query = {"sentence": SENTENCE, "section": "attribution", "method": "grad-input"}
+    at = run_page_script("attention.py", query)
+    before = [c.proto.spec for c in at.get("plotly_chart") if "rather than" in c.proto.spec]
+    at.radio(key="atr_contrast_function").set_value("prob").run()
+    assert_clean(at)
+    after = [c.proto.spec for c in at.get("plotly_chart") if "rather than" in c.proto.spec]
+    assert before and after and before != after
+
+
+def test_the_command_explains_the_kl_divergence_of_a_contrast(tiny_checkpoint, pass_of, capsys):
+    t, _ = pass_of
+    args = ["--checkpoint", str(tiny_checkpoint), "--method", "grad-input", "--function", "kl"]
+    assert attribute_cmd.main([*args, SENTENCE]) == 2  # no contrast: one line why
+    assert "needs an alternative" in capsys.readouterr().err
+    foil = "je suis à la maison ."
+    assert attribute_cmd.main([*args, "--contrast", foil, SENTENCE]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["choices"]["function"] == "kl" and "KL" in out["choices_words"]
+    first = out["contrast_steps"][0]
+    assert first >= 1 and out["step_scores"]["kl"][first] > 0

@@ -2,7 +2,10 @@
 Contrastive Explanations"; inseq's ``contrast_prob_diff``): why this word rather than that
 one. The explained quantity at step t is log p(y_t) - log p(y'_t), y the translation (the
 model's own or a target the user gave), y' an alternative (the foil), both read after y's
-prefix: a token that pushes y_t up and y'_t down scores high. A foil of another length is
+prefix: a token that pushes y_t up and y'_t down scores high. As inseq's step functions, the
+difference of probabilities p(y_t) - p(y'_t) (``contrast_prob_diff``) or the KL divergence
+between the step's distribution and the alternative's (``kl_divergence``) may be explained
+instead (``GradientChoices.function``). A foil of another length is
 laid on y's steps (``aligned_foil``): compared at the first step where the two differ, or at
 the steps a user pairs (inseq's ``contrast_targets_alignments``).
 
@@ -24,7 +27,10 @@ import torch
 
 from core.attribution.compose import normalised
 from core.attribution.gradients import (
-    GradientTask,
+    CHOICE_WORDS,
+    DEFAULT_CHOICES,
+    GradientChoices,
+    Pick,
     embedding_task,
     grad_input,
     integrated_gradients,
@@ -40,6 +46,7 @@ CONTRAST_NAMES = {
     "integrated-gradients": "Integrated gradients",
     "occlusion": "Occlusion",
 }
+CONTRAST_FUNCTIONS = ("log-prob", "prob", "kl")  # what a contrast may explain
 ROWS = 8  # occluded sources per forward pass (a 59k vocabulary's logits are big)
 WHY_NOT = (
     "{method} cannot contrast: it explains how the model mixes its tokens, the same whatever "
@@ -128,61 +135,101 @@ def foil_at(m: TranslationModel, t: Translation, step: int, token: str) -> list[
     return ids
 
 
-def _picked(logp: torch.Tensor, wanted: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
-    """(B, T) log p(y_t) - log p(y'_t) of (B, T, V) log-probabilities; (1, T) ids each."""
-    rows = logp.size(0)
-    pick = [logp.gather(-1, i.expand(rows, -1)[..., None])[..., 0] for i in (wanted, other)]
-    return pick[0] - pick[1]
+def contrast_pick(
+    m: TranslationModel, t: Translation, foil: list[int], function: str = "log-prob"
+) -> Pick:
+    """f of a step from its (B, V) log-probabilities after the translation's prefix:
+    log p(y_t) - log p(y'_t), p(y_t) - p(y'_t), or KL(P_t || P'_t) with P'_t the step's
+    distribution after the alternative's prefix y'_<t (held fixed: what is explained is how
+    far the translation's distribution moves from it)."""
+    if function not in CONTRAST_FUNCTIONS:
+        raise AttributionError(
+            f"{CHOICE_WORDS.get(function, function)} cannot contrast: choose "
+            f"{', '.join(CONTRAST_FUNCTIONS)}"
+        )
+    wanted, other = (torch.tensor(list(ids), device=m.device) for ids in (t.out_ids, foil))
+    if function == "kl":
+        with torch.no_grad(), evaluating(m.model):
+            logq = m.forced(t.src_ids, foil).logits[0].float().log_softmax(-1)  # (T, V)
+        return lambda logp, steps: (logp.exp() * (logp - logq[steps])).nan_to_num().sum(-1)
 
+    def difference(logp: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+        a, b = (logp.gather(-1, ids[steps][:, None])[:, 0] for ids in (wanted, other))  # (B,)
+        return a.exp() - b.exp() if function == "prob" else a - b
 
-def _difference_task(m: TranslationModel, t: Translation, foil: list[int]) -> GradientTask:
-    """log p(y_t) - log p(y'_t) of every step as a function of the token embeddings."""
-    p = m.forced(t.src_ids, t.out_ids)
-    wanted, other = (torch.tensor([ids], device=p.src.device) for ids in (t.out_ids, foil))
-    return embedding_task(m, p, lambda logp: _picked(logp, wanted, other))
+    return difference
 
 
 @torch.no_grad()
-def _differences(m: TranslationModel, sources: list[list[int]], out_ids, foil) -> torch.Tensor:
-    """(N, T) log p(y_t) - log p(y'_t) after each of N equally long sources."""
-    wanted, other = (torch.tensor([ids], device=m.device) for ids in (out_ids, foil))
+def _differences(m: TranslationModel, sources: list[list[int]], out_ids, pick: Pick):
+    """(N, T) the contrast's f of every step after each of N equally long sources."""
     tgt_in = torch.tensor([m.decoder_inputs(out_ids)], device=m.device)  # (1, T)
-    parts = []
+    T, parts = len(out_ids), []
     for i in range(0, len(sources), ROWS):
         src = torch.tensor(sources[i : i + ROWS], device=m.device)  # (n, S)
         logp = m.run(src, tgt_in.expand(len(src), -1)).float().log_softmax(-1)  # (n, T, V)
-        parts.append(_picked(logp, wanted, other))
+        steps = torch.arange(T, device=m.device).repeat(len(src))  # (n * T,)
+        parts.append(pick(logp.flatten(0, 1), steps).view(len(src), T))  # (n, T)
     return torch.cat(parts).cpu()  # (N, T)
 
 
-def _occlusion(m: TranslationModel, t: Translation, foil: list[int]) -> torch.Tensor:
-    """(T, S) the drop of each step's difference when each source token is occluded."""
+def _occlusion(m: TranslationModel, t: Translation, pick: Pick) -> torch.Tensor:
+    """(T, S) the drop of each step's f when each source token is occluded."""
     if m.unk_id is None:
         raise AttributionError("This model's tokenizer has no unknown token to occlude words with.")
     src = list(t.src_ids)
     occluded = [src[:j] + [m.unk_id] + src[j + 1 :] for j in range(len(src))]
-    rows = _differences(m, [src, *occluded], t.out_ids, foil)  # (1 + S, T)
+    rows = _differences(m, [src, *occluded], t.out_ids, pick)  # (1 + S, T)
     return (rows[0] - rows[1:]).T  # (T, S)
 
 
-def contrast(m: TranslationModel, t: Translation, foil: list[int], method: str) -> Attribution:
-    """Explain log p(y_t) - log p(y'_t) of every step of ``t`` with ``method``."""
+def compared_steps(own: Sequence[int], foil: Sequence[int], function: str) -> torch.Tensor:
+    """(T,) the steps with something to contrast: where the two words differ, or for the KL
+    divergence every step after the two prefixes part (before, the distributions agree)."""
+    differs = torch.tensor([a != b for a, b in zip(own, foil)])  # (T,)
+    if function == "kl":
+        parted = differs.long().cumsum(0) > 0  # (T,) the prefixes differ from step t + 1
+        return torch.cat([torch.zeros(1, dtype=torch.bool), parted[:-1]])
+    return differs
+
+
+def contrast(
+    m: TranslationModel,
+    t: Translation,
+    foil: list[int],
+    method: str,
+    choices: GradientChoices = DEFAULT_CHOICES,
+) -> Attribution:
+    """Explain the contrast of every step of ``t`` with ``foil`` (log p(y_t) - log p(y'_t)
+    by default; ``choices.function``: p(y_t) - p(y'_t) or the KL divergence) with ``method``."""
     if problem := contrast_problem(method) or m.supports(method):
         raise AttributionError(problem)
+    if problems := choices.problems():
+        raise AttributionError("; ".join(problems))
     start = time.perf_counter()
     S, T = len(t.src_ids), len(t.out_ids)
+    pick = contrast_pick(m, t, foil, choices.function)
     with evaluating(m.model):
         if method == "occlusion":
-            raw = torch.cat([_occlusion(m, t, foil), torch.zeros(T, T)], dim=1)  # (T, S + T)
+            raw = torch.cat([_occlusion(m, t, pick), torch.zeros(T, T)], dim=1)  # (T, S + T)
             completeness = None
         else:
-            task = _difference_task(m, t, foil)
-            g = grad_input(task) if method == "grad-input" else integrated_gradients(task)
+            task = embedding_task(m, m.forced(t.src_ids, t.out_ids), pick, choices)
+            if method == "grad-input":
+                g = grad_input(task, choices)
+            else:
+                try:
+                    g = integrated_gradients(task, choices=choices)
+                except ValueError as e:  # a baseline token the tokenizer lacks
+                    raise AttributionError(str(e)) from None
             causal = torch.cat([torch.ones(T, S), torch.ones(T, T).tril()], dim=1)
             raw, completeness = g.scores.cpu() * causal, g.completeness  # (T, S + T)
-    differs = torch.tensor([a != b for a, b in zip(t.out_ids, foil)])  # (T,)
-    raw = raw * differs[:, None]  # a step where both words agree has nothing to contrast
-    scores = normalised(raw.abs())
+    compared = compared_steps(t.out_ids, foil, choices.function)  # (T,)
+    raw = raw * compared[:, None]  # a step with nothing to contrast scores 0
+    scores = normalised(raw.abs()) if choices.normalisation == "row" else raw
+    extra = {"contrast_steps": np.flatnonzero(compared.numpy()).tolist()}
+    if choices != DEFAULT_CHOICES:
+        extra["choices"] = choices
     return Attribution(
         method,
         scores.float().numpy(),
@@ -190,5 +237,5 @@ def contrast(m: TranslationModel, t: Translation, foil: list[int], method: str) 
         raw.float().numpy(),
         completeness=completeness,
         seconds=time.perf_counter() - start,
-        extra={"contrast_steps": np.flatnonzero(differs.numpy()).tolist()},
+        extra=extra,
     )

@@ -42,7 +42,8 @@ class Explained:
 
     @property
     def contributions(self) -> np.ndarray:
-        """(T, S + T) rows over [source ; prefix], non-negative, each summing to 1."""
+        """(T, S + T) rows over [source ; prefix], non-negative, each summing to 1 (a
+        gradient method's scores as aggregated where the normalisation chosen is none)."""
         return self.attribution.contributions
 
     @property
@@ -72,8 +73,9 @@ class Explained:
         if a.completeness is not None:
             out["completeness_error"] = round(a.completeness, 6)
         if (chosen := a.extra.get("choices")) is not None:  # named where not the defaults
-            out |= {"choices": chosen.to_json(), "choices_words": chosen.words(a.method)}
-        if self.contrast is not None:  # log p(y_t) - log p(y'_t) explained
+            words = chosen.words(a.method, contrast=self.contrast is not None)
+            out |= {"choices": chosen.to_json(), "choices_words": words}
+        if self.contrast is not None:  # log p(y_t) - log p(y'_t) explained (by default)
             out |= {"contrast": self.contrast, "contrast_steps": a.extra["contrast_steps"]}
         if self.probabilities is not None:  # a target the user gave
             out |= {"target": True, "probability": [round(p, 6) for p in self.probabilities]}
@@ -110,14 +112,19 @@ def explain(
 
 
 def explain_contrast(
-    m: TranslationModel, t: Translation, foil: str | Sequence[int], method: str
+    m: TranslationModel,
+    t: Translation,
+    foil: str | Sequence[int],
+    method: str,
+    choices: GradientChoices = DEFAULT_CHOICES,
 ) -> Explained:
     """Run a contrastive ``method`` on a translation: why each y_t rather than the foil's y'_t
-    (``core.attribution.contrast``); ``foil`` as text, or as ids (``foil_at``)."""
+    (``core.attribution.contrast``); ``foil`` as text, or as ids (``foil_at``); ``choices``:
+    the function contrasted and the gradient methods' baseline, steps and aggregation."""
     if not t.out_ids or not t.src_ids:
         raise AttributionError("nothing to explain: the translation is empty")
     ids = foil_ids(m, t, foil) if isinstance(foil, str) else list(foil)
-    a = contrast(m, t, ids, method)
+    a = contrast(m, t, ids, method, choices)
     e = Explained(a, list(t.src_tokens), list(t.decoder_inputs), list(t.output_tokens))
     e.contrast = m.target_tokens(ids)
     if t.forced:
@@ -172,7 +179,7 @@ def sentence_json(
     foil = None
     if text.strip():
         foil = foil_ids(m, t, text, alignment or None)
-        e = explain_contrast(m, t, foil, method)
+        e = explain_contrast(m, t, foil, method, choices)
     else:
         e = explain(m, t, method, layer, head, choices)
     out = (in_words(e) if words else e).to_json()

@@ -132,8 +132,9 @@ def attention_contributions(m: TranslationModel, p: Record, layer: int, head: st
 def gradient_attribution(
     m: TranslationModel, p: Record, method: str, choices: GradientChoices = DEFAULT_CHOICES
 ):
-    """(normalised (T, S + T), signed (T, S + T), completeness) of a gradient method, as
-    ``choices`` say (the signed scores are the chosen aggregation's)."""
+    """(shown (T, S + T), signed (T, S + T), completeness) of a gradient method, as
+    ``choices`` say (the signed scores are the chosen aggregation's; shown: their absolute
+    values normalised per row, or the signed scores themselves with normalisation none)."""
     task = embedding_task(m, p, choices=choices)
     if method == "grad-input":
         g = grad_input(task, choices)
@@ -141,7 +142,8 @@ def gradient_attribution(
         g = integrated_gradients(task, choices=choices)
     causal = torch.cat([torch.ones(p.output_length, p.source_length), p.tgt_mask[0, 0].float()], 1)
     signed = g.scores * causal.to(g.scores.device)  # (T, S + T): later prefix tokens are 0
-    return normalised(signed.abs()), signed, g.completeness
+    shown = normalised(signed.abs()) if choices.normalisation == "row" else signed
+    return shown, signed, g.completeness
 
 
 def method_problem(m: TranslationModel, method: str) -> str | None:
@@ -187,7 +189,7 @@ def attribute(
         else:
             try:
                 scores, raw, completeness = gradient_attribution(m, p, method, choices)
-            except ValueError as e:  # a baseline token the tokenizer lacks
+            except ValueError as e:  # a baseline token the tokenizer lacks, kl uncontrasted
                 raise AttributionError(str(e)) from None
     gradient = method in ("grad-input", "integrated-gradients")
     return Attribution(

@@ -19,6 +19,7 @@ from core.attribution.explain import SHARE_FLAG, Explained
 from core.attribution.faithfulness import DELETION_K, RANDOM, Faithfulness
 from core.figures.attention import (
     COLORSCALE,
+    DIFF_COLORSCALE,
     WIDE_TITLE_CHARS,
     blank_cells,
     percentile_cap,
@@ -115,20 +116,23 @@ def contribution_figure(
     """
     S, T = len(e.source), len(e.output)
     z = contribution_matrix(e, visible)  # (T, S + T)
-    zmax = percentile_cap(z, 99 if stretch else 100)
+    signed = bool(np.nanmin(z, initial=0.0) < 0)  # scores not normalised (their signs kept)
+    zmax = percentile_cap(np.abs(z) if signed else z, 99 if stretch else 100)
     x, y = unique_labels([*e.source, *e.prefix]), unique_labels(e.output)
+    word = "score" if signed else "share"
     trace = go.Heatmap(
         z=z,
         x=x,
         y=y,
-        zmin=0.0,
+        zmin=-zmax if signed else 0.0,
         zmax=zmax,
-        colorscale=COLORSCALE,
-        colorbar={"title": {"text": "share"}},
-        hovertemplate="output %{y}<br>from %{x}<br>share=%{z:.3f}<extra></extra>",
+        colorscale=DIFF_COLORSCALE if signed else COLORSCALE,
+        colorbar={"title": {"text": word}},
+        hovertemplate=f"output %{{y}}<br>from %{{x}}<br>{word}=%{{z:.3f}}<extra></extra>",
     )
-    scale = "99th percentile" if stretch else "largest share"
-    lines = [*notes, f"colour scale 0–{zmax:.2f} ({scale}); grey: later prefix tokens"]
+    scale = "99th percentile" if stretch else f"largest {'|score|' if signed else 'share'}"
+    low = f"−{zmax:.2f}" if signed else "0"
+    lines = [*notes, f"colour scale {low}–{zmax:.2f} ({scale}); grey: later prefix tokens"]
     head = title_layout(title, lines, below=BLOCK_LABEL_PX)
     fig = go.Figure([trace, *blank_cells(z, x, y)])
     fig.update_layout(

@@ -99,6 +99,14 @@ class HFModel(TranslationModel):
     def unk_id(self) -> int | None:
         return self.tokenizer.unk_token_id
 
+    @property
+    def mask_id(self) -> int | None:
+        return self.tokenizer.mask_token_id
+
+    def vocab_sizes(self) -> tuple[int, int]:
+        n = self.model.get_input_embeddings().num_embeddings
+        return n, n
+
     # ------------------------------------------------------------------ tokens
 
     def source(self, sentence: str) -> Source:

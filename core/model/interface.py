@@ -90,6 +90,7 @@ class TranslationModel(ABC):
     eos_id: int  # the end token
     pad_id: int  # padding
     unk_id: int | None  # the unknown token (None: the tokenizer has none)
+    mask_id: int | None = None  # the mask token (None: the tokenizer has none)
 
     @abstractmethod
     def source(self, sentence: str) -> Source:
@@ -345,6 +346,23 @@ class TranslationModel(ABC):
         pairs = [("encoder.embed", replace_with(src_emb)), ("decoder.embed", replace_with(tgt_emb))]
         with self.hooks(pairs):
             return self.run(src, tgt_in).float().log_softmax(-1)
+
+    @abstractmethod
+    def vocab_sizes(self) -> tuple[int, int]:
+        """(source, target) ids the embeddings accept: 0 .. n - 1 on each side."""
+
+    def log_probs_at(self, src, tgt_in, src_emb, tgt_emb, steps) -> torch.Tensor:
+        """(B, P, V) log-probabilities at P chosen steps of every row, with the token
+        embeddings (B, S, D), (B, T, D) put in place as ``log_probs_from_embeddings`` does (its
+        (B, T, V) at those steps, without projecting the other steps onto the vocabulary;
+        ``tgt_in`` and ``tgt_emb`` may stop after the last step asked, as a causal decoder's
+        later steps change none of the earlier ones)."""
+        B = src_emb.size(0)
+        src, tgt_in = src.expand(B, -1), tgt_in.expand(B, -1)
+        pairs = [("encoder.embed", replace_with(src_emb)), ("decoder.embed", replace_with(tgt_emb))]
+        with self.hooks(pairs):
+            hidden = self.hidden(src, tgt_in)  # (B, T, D)
+        return self.logits_of(hidden[:, steps]).float().log_softmax(-1)  # (B, P, V)
 
     # ------------------------------------------------------------------ heads
 

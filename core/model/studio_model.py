@@ -259,6 +259,9 @@ class StudioModel(TranslationModel):
             return dense(hidden)  # (..., V)
         return F.linear(hidden.to(weight.dtype), weight, dense.bias)  # (..., V)
 
+    def vocab_sizes(self) -> tuple[int, int]:
+        return len(self.src_vocab), len(self.tgt_vocab)
+
     def output_weight(self) -> torch.Tensor:
         """(V, D) the output layer's weight."""
         return self.model.decoder.dense.weight

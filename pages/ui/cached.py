@@ -155,10 +155,15 @@ def scores_of_steps(
 
 @shared()
 def contrast_explanation(
-    _lm: TranslationModel, _t: Translation, key: tuple, foil: tuple[int, ...], method: str
+    _lm: TranslationModel,
+    _t: Translation,
+    key: tuple,
+    foil: tuple[int, ...],
+    method: str,
+    choices: GradientChoices = DEFAULT_CHOICES,
 ) -> Explained:
     """A contrastive attribution of a cached translation against the ``foil`` ids."""
-    return explain_contrast(_lm, _t, list(foil), method)
+    return explain_contrast(_lm, _t, list(foil), method, choices)
 
 
 @shared()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import streamlit as st
 
 from core.attention.kinds import KIND_NAMES
@@ -14,10 +16,14 @@ from core.attribution.gradients import (
     AGGREGATIONS,
     BASELINES,
     CHOICE_WORDS,
+    CONTRAST_WORDS,
     DEFAULT_CHOICES,
-    FUNCTIONS,
     IG_STEPS,
+    MAX_SAMPLES,
     MAX_STEPS,
+    NORMALISATIONS,
+    PLAIN_FUNCTIONS,
+    RANDOM_BASELINES,
     RULES,
     GradientChoices,
 )
@@ -53,7 +59,7 @@ METHOD_WORDS = {  # method -> what it measures, for the caption beside the picke
     "grad-input": "the gradient of log p(output token) times the token embeddings; absolute "
     "values, each row normalised to 1.",
     "integrated-gradients": "Sundararajan et al. 2017. Gradients integrated from zero "
-    f"embeddings in {IG_STEPS} steps; slow: about 2 s for a 15-token sentence.",
+    f"embeddings in {IG_STEPS} steps; about 0.5 s for a 15-token sentence.",
 }
 DALE = (
     "**Source share.** Each bar is the part of an output token's contributions that comes "
@@ -156,7 +162,8 @@ def contrast_panel(page: SectionInputs) -> None:
     top candidates."""
     st.subheader("Why this word rather than another?")
     st.caption(
-        "Explains log p(written word) − log p(alternative) at one step: a token scores high "
+        "Explains log p(written word) − log p(alternative) at one step (or the difference of "
+        "the two probabilities): a token scores high "
         "when it favours the written word over the alternative. Gradient × input, integrated "
         "gradients and occlusion can contrast; attention, rollout, norm-based, ALTI+ and value "
         "zeroing cannot (they describe how the model mixes its tokens, the same whichever "
@@ -196,9 +203,17 @@ def contrast_panel(page: SectionInputs) -> None:
         key="atr_contrast_method",
     )
     state.contrast_method = method
+    function = st.radio(
+        "Explained", ("log-prob", "prob"), key="atr_contrast_function", horizontal=True,
+        format_func=CONTRAST_WORDS.get,
+        help="The difference of log-probabilities (Yin & Neubig's) or of probabilities "
+        "(inseq's contrast_prob_diff). The KL divergence to the alternative's distribution "
+        "is in the command (`--function kl`): it differs only at the steps after this one.",
+    )  # fmt: skip
     try:
         foil = foil_at(page.lm, t, step, word)
-        e = contrast_explanation(page.lm, t, page.key, tuple(foil), method)
+        chosen = GradientChoices(function=function)
+        e = contrast_explanation(page.lm, t, page.key, tuple(foil), method, chosen)
     except AttributionError as err:
         st.error(md(err))
         return
@@ -247,15 +262,18 @@ GRADIENT_METHODS = ("grad-input", "integrated-gradients")
 
 def gradient_choices(method: str) -> GradientChoices:
     """The gradient methods' choices (widgets ``atr_*``, in an expander; this session's):
-    the baseline, steps and rule (integrated gradients), the aggregation and the function."""
+    what is explained, the aggregation and normalisation, and for integrated gradients the
+    baseline, steps, rule, specials and random draws."""
     if method not in GRADIENT_METHODS:
         return DEFAULT_CHOICES
     d = DEFAULT_CHOICES
     with st.expander("Choices: baseline, steps, aggregation, what is explained"):
         cols = st.columns(3)
         function = cols[0].selectbox(
-            "Explained", FUNCTIONS, key="atr_function", format_func=CHOICE_WORDS.get,
-            help="log p(y_t), as the studio always did, or p(y_t), inseq's default.",
+            "Explained", PLAIN_FUNCTIONS, key="atr_function", format_func=CHOICE_WORDS.get,
+            help="log p(y_t), as the studio always did; p(y_t), inseq's default; or the "
+            "entropy of the step's distribution (what makes the model unsure). The KL "
+            "divergence needs an alternative: see “Why this word rather than another?”.",
         )  # fmt: skip
         aggregation = cols[1].selectbox(
             "Over the embedding", AGGREGATIONS, key="atr_aggregation",
@@ -263,31 +281,54 @@ def gradient_choices(method: str) -> GradientChoices:
             help="A token's score from its D per-dimension scores: their signed sum (the "
             "default), their L2 norm (inseq's) or the sum of their absolute values.",
         )  # fmt: skip
-        if method != "integrated-gradients":
-            return GradientChoices(aggregation=aggregation, function=function)
-        baseline = cols[2].selectbox(
-            "Baseline", BASELINES, key="atr_baseline", format_func=CHOICE_WORDS.get,
-            help="Where the integral starts: zero embeddings (the default), or the UNK or PAD "
-            "token's embedding at every position (inseq's baseline is UNK).",
+        normalisation = cols[2].selectbox(
+            "Normalisation", NORMALISATIONS, key="atr_normalisation",
+            format_func={"row": "each row sums to 1", "none": "none (signed scores)"}.get,
+            help="Each row's absolute scores scaled to sum to 1 (the default, comparable "
+            "across methods), or the scores as aggregated, signs kept (drawn red/blue).",
         )  # fmt: skip
-        more = st.columns(3)
-        steps = int(more[0].number_input(
-            "Steps", 2, MAX_STEPS, d.steps, key="atr_steps",
-            help="Integration points: more is closer to the integral and slower.",
-        ))  # fmt: skip
-        rule = more[1].selectbox(
-            "Rule", RULES, key="atr_rule", format_func=CHOICE_WORDS.get,
-            help="How the integral is approximated (captum's methods).",
-        )  # fmt: skip
-        keep = more[2].checkbox(
-            "Specials keep their embedding", key="atr_keep_specials",
-            disabled=baseline == "zero",
-            help="As inseq does: </s> and the start token stay as they are in the baseline.",
-        )  # fmt: skip
-        chosen = GradientChoices(baseline, keep, steps, rule, aggregation, function)
+        chosen = GradientChoices(
+            aggregation=aggregation, function=function, normalisation=normalisation
+        )
+        if method == "integrated-gradients":
+            chosen = integration_choices(chosen)
         if chosen != d:
             st.caption(md(f"Computed with: {chosen.words(method)}."))
         return chosen
+
+
+def integration_choices(chosen: GradientChoices) -> GradientChoices:
+    """Integrated gradients' own choices (widgets ``atr_*``): baseline, steps, rule,
+    specials kept, random draws."""
+    d = DEFAULT_CHOICES
+    more = st.columns(3)
+    baseline = more[0].selectbox(
+        "Baseline", BASELINES, key="atr_baseline", format_func=CHOICE_WORDS.get,
+        help="Where the integral starts: zero embeddings (the default); the UNK, PAD or "
+        "MASK token's embedding at every position (inseq's baseline is UNK); uniformly "
+        "random embeddings, or random vocabulary tokens' (expected gradients), averaged.",
+    )  # fmt: skip
+    steps = int(more[1].number_input(
+        "Steps", 2, MAX_STEPS, d.steps, key="atr_steps",
+        help="Integration points: more is closer to the integral and slower.",
+    ))  # fmt: skip
+    rule = more[2].selectbox(
+        "Rule", RULES, key="atr_rule", format_func=CHOICE_WORDS.get,
+        help="How the integral is approximated (captum's rules).",
+    )  # fmt: skip
+    last = st.columns(3)
+    keep = last[0].checkbox(
+        "Specials keep their embedding", key="atr_keep_specials",
+        disabled=baseline == "zero",
+        help="As inseq does: </s> and the start token stay as they are in the baseline.",
+    )  # fmt: skip
+    samples = int(last[1].number_input(
+        "Random draws", 1, MAX_SAMPLES, d.samples, key="atr_samples",
+        disabled=baseline not in RANDOM_BASELINES,
+        help="How many random baselines are averaged (each costs one integration).",
+    ))  # fmt: skip
+    return replace(chosen, baseline=baseline, keep_specials=keep, steps=steps, rule=rule,
+                   samples=samples)  # fmt: skip
 
 
 def cross_choice(maps: SentenceMaps, state: ViewState) -> tuple[int, str]:
@@ -321,7 +362,7 @@ def explained_or_error(
     """(over the model's own tokens, as shown): the cached attribution; None after st.error."""
     state, key = page.state, page.key
     where = (layer, head) if method == "attention" else (None, MEAN)
-    slow = " (about 2 s for a 15-token sentence)" if method == "integrated-gradients" else ""
+    slow = " (about 0.5 s for a 15-token sentence)" if method == "integrated-gradients" else ""
     if problem := method_problem(page.lm, method):
         st.info(md(problem))
         return None
@@ -355,7 +396,8 @@ def contribution_panel(
         title += f" — layer {where[0]}, {head_words(where[1])}"
         notes.append("attention reads the source only: the prefix block is 0")
     elif a.raw is not None:
-        notes.append("absolute scores, each row normalised to 1")
+        chosen = a.extra.get("choices", DEFAULT_CHOICES)
+        notes.append(CHOICE_WORDS[chosen.normalisation].replace("each row scaled", "rows scaled"))
     if a.completeness is not None:
         notes.append(f"completeness error {a.completeness:.1%}")
     visible = attr_figs.visible_prefix(pieces, state.words)

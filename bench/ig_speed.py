@@ -1,0 +1,136 @@
+"""Integrated gradients: the studio against inseq, at the same steps, same pair, one thread.
+
+    python bench/ig_speed.py [--steps 50] [--runs 5] [--families marian,bart]
+
+On tiny random Hugging Face models (the tests' ``tests/hf_tiny.py``, built in a temporary
+folder) and the shipped model, for a 13-token source with an 18-token target and a 40-token
+pair: the CPU seconds (``time.process_time``, one thread) of the studio's integrated
+gradients (``core.attribution.methods.attribute``) against the peer measured in the same run:
+
+- ``inseq`` 0.7.1's ``integrated_gradients`` (``model.attribute(src, tgt, n_steps=...)``)
+  where inseq is installed (it is not a dependency: ``pip install inseq==0.7.1`` after
+  torch), on the Hugging Face models;
+- otherwise, and on the shipped model (inseq cannot open it), inseq's algorithm by hand: one
+  captum ``IntegratedGradients`` call per output step on the source and that step's prefix
+  (what inseq runs), through the model's own embeddings path.
+
+Each figure is the median of ``--runs`` timings after a warm-up; the ratio is studio / peer
+(the goal of issue 51: at most 0.6).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from common import ROOT
+
+sys.path.insert(0, str(ROOT / "tests"))
+
+from core.attribution.gradients import GradientChoices  # noqa: E402
+from core.attribution.methods import attribute  # noqa: E402
+from core.model.decode import DecodeSettings  # noqa: E402
+from core.model.opened import open_model  # noqa: E402
+
+ENGLISH = "i am cold the boy is tall . you are hot we"
+FRENCH = "je suis froid le garçon est grand . tu es chaud nous je suis froid le garçon"
+SHIPPED = (
+    "i don't know if tom will be able to come .",  # 12 tokens
+    "i don't know if tom will be able to come to the party tomorrow because he is very busy "
+    "at work and his mother is ill at home , so he said he would call us .",  # 36 tokens
+)
+
+
+def seconds(call, runs: int) -> float:
+    """The median CPU seconds of ``call`` over ``runs`` timings, after one warm-up."""
+    call()
+    times = []
+    for _ in range(runs):
+        start = time.process_time()
+        call()
+        times.append(time.process_time() - start)
+    return statistics.median(times)
+
+
+def inseq_by_hand(m, t, steps: int):
+    """inseq's integrated gradients as inseq computes them: a captum call per output step."""
+    from captum.attr import IntegratedGradients
+
+    p = m.forced(t.src_ids, t.out_ids)
+    src_emb, tgt_emb = (x.detach() for x in m.embeddings(p.src, p.tgt_in))
+    for step in range(len(t.out_ids)):
+        prefix = p.tgt_in[:, : step + 1]
+
+        def prob(x_src, x_tgt, prefix=prefix, step=step):
+            logp = m.log_probs_from_embeddings(p.src, prefix, x_src, x_tgt)  # (B, t + 1, V)
+            return logp[:, step, int(t.out_ids[step])].exp()
+
+        IntegratedGradients(prob).attribute(
+            (src_emb, tgt_emb[:, : step + 1]), n_steps=steps, internal_batch_size=steps
+        )
+
+
+def pairs(lengths: tuple[int, ...]):
+    for n_src, n_tgt in lengths:
+        yield " ".join((ENGLISH.split() * 5)[:n_src]), " ".join((FRENCH.split() * 5)[:n_tgt])
+
+
+def line(name, t, studio, peer, peer_name):
+    sizes = f"{len(t.src_ids)} -> {len(t.out_ids)} tokens"
+    print(
+        f"{name:<22} {sizes:<18} studio {studio:.3f} s   {peer_name} {peer:.3f} s   "
+        f"ratio {studio / peer:.2f}"
+    )
+
+
+def compare(name, m, t, args, peer=None, text=("", "")) -> None:
+    """One line: the studio's integrated gradients on ``t`` against inseq (``peer``: an
+    inseq model, given the pair as ``text``) or inseq's algorithm by hand."""
+    choices = GradientChoices(steps=args.steps)
+    ours = seconds(
+        lambda: attribute(m, t.src_ids, t.out_ids, "integrated-gradients", choices=choices),
+        args.runs,
+    )
+    if peer is not None:
+        theirs = seconds(
+            lambda: peer.attribute(*text, n_steps=args.steps, show_progress=False), args.runs
+        )
+    else:
+        theirs = seconds(lambda: inseq_by_hand(m, t, args.steps), args.runs)
+    line(name, t, ours, theirs, "inseq" if peer is not None else "by hand")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--families", default="marian,bart")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    try:
+        import inseq
+    except ImportError:
+        inseq = None
+    print(f"peer: {'inseq' if inseq else 'inseq by hand (captum per step)'}; one thread")
+    from hf_tiny import save_tiny
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for family in args.families.split(","):
+            folder = save_tiny(Path(tmp) / family, family)
+            m = open_model(str(folder))
+            peer = inseq.load_model(str(folder), "integrated_gradients") if inseq else None
+            for src, tgt in pairs(((12, 17), (39, 39))):
+                t = m.force(src, tgt, DecodeSettings())
+                compare(f"tiny {family}", m, t, args, peer, (src, tgt))
+    m = open_model(str(ROOT / "checkpoints" / "fra-eng-small.pt"))
+    for sentence in SHIPPED:
+        compare("shipped fra-eng-small", m, m.translate(sentence, DecodeSettings()), args)
+
+
+if __name__ == "__main__":
+    main()
