@@ -237,3 +237,16 @@ def test_a_baseline_token_the_tokenizer_lacks_is_named(studio_pair):
     m, t = studio_pair
     with pytest.raises(AttributionError, match="no MASK token"):
         attribute(m, t.src_ids, t.out_ids, "integrated-gradients", choices=GradientChoices("mask"))
+
+
+def test_random_draws_times_steps_are_bounded_and_a_time_limit_stops_the_integral(studio_pair):
+    from core.measure.progress import TimeLimit, time_limit
+
+    m, t = studio_pair
+    too_many = GradientChoices(baseline="expected", steps=256, samples=8)
+    with pytest.raises(AttributionError, match="steps x random draws must be at most 1,024"):
+        attribute(m, t.src_ids, t.out_ids, "integrated-gradients", choices=too_many)
+    assert not GradientChoices(steps=256, samples=32).problems()  # draws unused from zero
+    ticks = iter(range(0, 10**6, 100))
+    with time_limit(1, clock=lambda: next(ticks)), pytest.raises(TimeLimit):
+        attribute(m, t.src_ids, t.out_ids, "integrated-gradients")

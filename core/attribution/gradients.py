@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from core.measure.progress import check_time
 from core.model.interface import TranslationModel
 from core.model.record import Record
 
@@ -52,6 +53,7 @@ GROUP = 10  # output steps per forward pass
 IG_BATCH = 256  # integration points per forward pass (every one of them: MAX_STEPS)
 MAX_STEPS = 256  # the most integration points a user may ask for
 MAX_SAMPLES = 32  # the most random baselines averaged
+MAX_INTEGRATIONS = 1024  # steps x random draws: one sentence's work stays bounded
 BASELINES = ("zero", "unk", "pad", "mask", "uniform", "expected")  # where the integral starts
 RANDOM_BASELINES = ("uniform", "expected")  # averaged over ``samples`` draws
 RULES = ("gausslegendre", "riemann_trapezoid", "riemann_left", "riemann_right", "riemann_middle")
@@ -118,7 +120,17 @@ class GradientChoices:
             out.append(
                 f"samples must be a whole number from 1 to {MAX_SAMPLES} (got {self.samples!r})"
             )
+        elif self.baseline in RANDOM_BASELINES and self.integrations() > MAX_INTEGRATIONS:
+            out.append(
+                f"steps x random draws must be at most {MAX_INTEGRATIONS:,} (got "
+                f"{self.steps} x {self.samples}): take fewer of one or the other"
+            )
         return out
+
+    def integrations(self) -> int:
+        """Integration points computed in all: steps, times the random draws averaged."""
+        steps = self.steps if isinstance(self.steps, int) else 0
+        return steps * (self.samples if self.baseline in RANDOM_BASELINES else 1)
 
     def words(self, method: str, contrast: bool = False) -> str:
         """The choices in words, as a result names them."""
@@ -354,6 +366,7 @@ def _integrate(task: GradientTask, start: tuple, alphas: list[float], weights: l
         w = torch.tensor(weights[k0 : k0 + IG_BATCH], dtype=src.dtype, device=src.device)
         x_src = (b_src + a[:, None, None] * (src - b_src)).requires_grad_()  # (n, S, D)
         for group in _groups(T):
+            check_time()  # a shared server's limit for one heavy job, where one is set
             cut = group[-1] + 1
             x_tgt = (b_tgt[:, :cut] + a[:, None, None] * (tgt - b_tgt)[:, :cut]).requires_grad_()
             d_src, d_tgt = _gradients(task, x_src, x_tgt, group)  # (g, n, ., D) each

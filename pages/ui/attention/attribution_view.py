@@ -325,7 +325,8 @@ def integration_choices(chosen: GradientChoices) -> GradientChoices:
     samples = int(last[1].number_input(
         "Random draws", 1, MAX_SAMPLES, d.samples, key="atr_samples",
         disabled=baseline not in RANDOM_BASELINES,
-        help="How many random baselines are averaged (each costs one integration).",
+        help="How many random baselines are averaged (each costs one integration; steps × "
+        "draws at most 1,024).",
     ))  # fmt: skip
     return replace(chosen, baseline=baseline, keep_specials=keep, steps=steps, rule=rule,
                    samples=samples)  # fmt: skip
