@@ -12,7 +12,8 @@ Methods (``METHODS``):
 - ``norm``: rollout of norm-based contributions ||a f(x)|| (Kobayashi et al. 2020);
 - ``alti``: ALTI+ (Ferrando et al. 2022), exact for post-LN (``core.attribution.terms``);
 - ``value-zeroing``: Mohebbi et al. 2023, rolled out the same way;
-- ``grad-input``, ``integrated-gradients``: at the embeddings, through captum.
+- ``grad-input``, ``integrated-gradients``: at the embeddings (``core.attribution.gradients``:
+  captum's integration rules, the studio's own passes).
 
 Every method reads a model only through the one interface (``core.model.interface``): a
 recorded pass, its attention weights and norms, its hook sites. What a model cannot be
