@@ -1,14 +1,15 @@
 """Attention Studio: the entry point (``streamlit run app.py``).
 
-The pages are the scripts in ``pages/``, registered with ``st.navigation`` in
-``pages/ui/frame.py``.
+``app`` is Streamlit's ASGI application (``st.App``) serving ``studio.py``, the script every
+session runs. Its start-up warms the server in the background (``pages/ui/warm.py``): the
+pages' imports, torch among them, and the picker's default model with one translation, so a
+class's first pages do not each wait for them. ``ATTENTION_STUDIO_WARM=0`` skips it.
 """
 
 from __future__ import annotations
 
 import streamlit as st
 
-from pages.ui.frame import run_app
+from pages.ui.warm import lifespan
 
-st.set_page_config(page_title="Attention Studio", layout="wide")
-run_app()
+app = st.App("studio.py", lifespan=lifespan)

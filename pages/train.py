@@ -16,7 +16,7 @@ from pages.ui.train.run_view import pick_run, run_panel, runs_table
 
 def main() -> None:
     """The Train page."""
-    ensure_app_navigation()  # a first request straight to /train must still run app.py
+    ensure_app_navigation()  # a first request straight to /train must still run studio.py
     st.title("Train")
     st.caption(
         "Train an English→French Transformer as a background job: it keeps going "

@@ -136,10 +136,11 @@ def wait_for_logged_step(run: Path, step: int, timeout: float = 240.0) -> None:
 
 
 def run_app():
-    """The whole app (app.py), run once on its Home page; returns the AppTest."""
+    """The whole app (studio.py, the script app.py serves), run once on its Home page; returns
+    the AppTest."""
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at = AppTest.from_file(str(ROOT / "studio.py"), default_timeout=60)
     return at.run()
 
 

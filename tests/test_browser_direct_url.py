@@ -1,4 +1,4 @@
-"""Real browser: a fresh server whose first request is a page URL still uses app.py's menu."""
+"""Real browser: a fresh server whose first request is a page URL still gets the app's menu."""
 
 from __future__ import annotations
 

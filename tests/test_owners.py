@@ -235,7 +235,7 @@ def test_a_server_that_cannot_trust_its_header_serves_one_line(monkeypatch, stud
     old = config.get_option("server.address")
     config.set_option("server.address", "0.0.0.0")  # every interface: anyone can send a header
     try:
-        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+        at = AppTest.from_file(str(ROOT / "studio.py"), default_timeout=120)
         at.run()
     finally:
         config.set_option("server.address", old)

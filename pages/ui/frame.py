@@ -1,10 +1,11 @@
 """The app's frame: its pages, the navigation every page runs under, links and the footer.
 
-Multipage by ``st.navigation`` + ``st.Page``: app.py runs ``run_app()``. Streamlit also
-treats a ``pages/`` folder beside app.py as an automatic page list, used for a first
-request straight to a page URL; ``ensure_app_navigation`` then registers the app's own
-navigation (public ``st.navigation``, which ends that mode) and reruns. Only page scripts
-sit in ``pages/`` itself; helpers live in ``pages/ui/``, which Streamlit never lists.
+Multipage by ``st.navigation`` + ``st.Page``: studio.py (the script app.py serves) runs
+``run_app()``. Streamlit also treats a ``pages/`` folder beside it as an automatic page
+list, used for a first request straight to a page URL; ``ensure_app_navigation`` then
+registers the app's own navigation (public ``st.navigation``, which ends that mode) and
+reruns. Only page scripts sit in ``pages/`` itself; helpers live in ``pages/ui/``, which
+Streamlit never lists.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pages.ui.heavy_work import limit_problem
 from pages.ui.identity import identity_problem, user_line
 
 PAGES_DIR = Path(__file__).resolve().parent.parent
-NAV_KEY = "_app_navigation"  # set once app.py's navigation has run in this session
+NAV_KEY = "_app_navigation"  # set once studio.py's navigation has run in this session
 PAGES = [  # (script in pages/, title, icon, what it is for)
     ("home.py", "Home", ":material/home:", "what the app is, the models and the runs"),
     (
@@ -54,7 +55,7 @@ def app_pages() -> list:
 
 
 def run_app() -> None:
-    """Build the navigation and run the page the URL names (app.py's whole job)."""
+    """Build the navigation and run the page the URL names (studio.py's whole job)."""
     st.session_state[NAV_KEY] = True
     # who a session is cannot be trusted, or a setting is not understood: serve nothing
     if problem := identity_problem() or limit_problem():

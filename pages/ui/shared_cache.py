@@ -23,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from core.runs import budget
 
@@ -116,7 +117,10 @@ def shared(spinner: str | None = None, pool: SharedCache = RESULTS):
                 found, value = pool.get(key)  # computed by the session we waited for
                 if found:
                     return value
-                with st.spinner(spinner) if spinner else contextlib.nullcontext():
+                shown = (
+                    spinner and get_script_run_ctx(suppress_warning=True) is not None
+                )  # a page to say it on
+                with st.spinner(spinner) if shown else contextlib.nullcontext():
                     value = fn(*args, **kwargs)
                 pool.put(key, value, budget.sizeof(value))
             return value
