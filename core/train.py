@@ -5,10 +5,11 @@
     python -m core.train --out runs/aligned --align-teacher checkpoints/fra-eng-small.pt
         [--align-weight 0.05 --align-layer 0 --align-head 0]
 
-``--align-teacher CK`` (the teacher's best attention reader) or ``--align-links FILE
---align-pairs FILE`` (a statistical aligner's Pharaoh links and its ``english ||| french``
-lines) train one cross-attention head toward alignments of the training pairs (Garg et al.
-2019; ``core.alignment.teacher``), with weight ``--align-weight``.
+``--align-teacher CK`` (the teacher's best attention reader), ``--align-teacher eflomal``
+(eflomal run on the training pairs, where installed) or ``--align-links FILE --align-pairs
+FILE`` (a statistical aligner's Pharaoh links and its ``english ||| french`` lines) train one
+cross-attention head toward alignments of the training pairs (Garg et al. 2019;
+``core.alignment.teacher``), with weight ``--align-weight``.
 
 One flag per setting (``core.training.settings``); the app launches it with ``--request``,
 so settings travel as data in the run's ``request.json``. The work is done by
@@ -55,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="train with N processes on this machine, their rendezvous on 127.0.0.1 "
         "(several machines: run torchrun yourself)",
     )
-    p.add_argument("--align-teacher", help="a checkpoint whose best reader aligns the pairs")
+    p.add_argument("--align-teacher", help="a checkpoint whose best reader aligns, or 'eflomal'")
     p.add_argument("--align-links", help="Pharaoh links of the training pairs (an aligner's)")
     p.add_argument("--align-pairs", help="the 'english ||| french' lines those links align")
     add_setting_flags(p)

@@ -78,7 +78,11 @@ def _threads_started_by_lifespan() -> list[str]:
         async with warm.lifespan(None):
             return [t.name for t in threading.enumerate() if t.name not in before]
 
-    return asyncio.run(enter())
+    started = []  # in a thread of its own: another test's event loop may run in this one
+    runner = threading.Thread(target=lambda: started.extend(asyncio.run(enter())))
+    runner.start()
+    runner.join()
+    return [name for name in started if name != runner.name]
 
 
 def test_the_lifespan_warms_in_the_background_unless_switched_off(monkeypatch):

@@ -6,6 +6,8 @@ word alignments of the training pairs. They come from one of two places:
 - a **teacher checkpoint**: its best attention reader on the shipped gold set (or the one
   named) aligns every training pair, as Garg et al. do without a statistical aligner (they
   read the alignments of a model trained first);
+- **eflomal**, run by the studio on the training pairs (both directions, grow-diag-final-and;
+  ``core.alignment.eflomal_teacher``), as Garg et al. supervise with a statistical aligner;
 - a **statistical aligner** run outside the app (eflomal, fast_align, GIZA++): its output in
   the community's files, ``english ||| french`` lines and one Pharaoh line per pair.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from core.alignment.eflomal_teacher import EFLOMAL, eflomal_links
 from core.alignment.extract import Reader, links, pair_maps
 from core.alignment.gold import check_gold, read_links, read_pairs, studio_gold
 from core.alignment.grid import alignment_grid
@@ -92,9 +95,17 @@ def prepare_alignments(
     pairs_file: str | None = None,
     bar: bool = True,
 ) -> str:
-    """Write a run's alignments file from a teacher checkpoint or an aligner's files; the
-    description saved with the run (file names only, no folders of this machine)."""
-    if teacher:
+    """Write a run's alignments file from a teacher checkpoint, eflomal (``teacher`` is
+    ``"eflomal"``) or an aligner's files; the description saved with the run (file names
+    only, no folders of this machine)."""
+    if teacher == EFLOMAL:
+        pairs = load_splits(data).train.pairs
+        progress = _bar(len(pairs), "eflomal aligning the pairs (estimated)") if bar else None
+        pair_links = eflomal_links(pairs, _fraction(progress, len(pairs)))
+        if progress:
+            progress.close()
+        source = f"eflomal (grow-diag-final-and) on the {len(pairs):,} training pairs"
+    elif teacher:
         lm = open_model(str(teacher))
         pairs = load_splits(data).train.pairs
         reader = best_reader(lm)
@@ -113,8 +124,15 @@ def prepare_alignments(
     return f"{source}; {n:,} pairs aligned"
 
 
-def _bar(total: int):
+def _bar(total: int, desc: str = "aligning the training pairs"):
     """A tqdm bar (with ETA) for the teacher's pass over the training pairs."""
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="pair", desc="aligning the training pairs")
+    return tqdm(total=total, unit="pair", desc=desc)
+
+
+def _fraction(bar, total: int):
+    """progress(fraction) moving ``bar`` to that share of ``total`` (None without a bar)."""
+    if bar is None:
+        return None
+    return lambda f: bar.update(max(0, round(f * total) - bar.n))

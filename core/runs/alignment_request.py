@@ -2,7 +2,8 @@
 
 The Train form offers what ``python -m core.train --align-teacher / --align-links
 --align-pairs`` offers (Garg et al. 2019; ``core.alignment.teacher``): a **teacher**, one of
-the models the app lists (its best attention reader aligns the training pairs), or a
+the models the app lists (its best attention reader aligns the training pairs), **eflomal**
+run on the training pairs (``teacher`` is then ``"eflomal"``, where it is installed), or a
 statistical **aligner's files** uploaded by the user (Pharaoh links and their
 ``english ||| french`` lines). A browser names a teacher only by its catalogue key, never a
 path; uploaded files are kept in the run under fixed names, each at most
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.runs.budget import ALIGNMENT_FILE_BYTES, size_words
+from core.runs.eflomal_program import EFLOMAL, eflomal_program, missing_line
 from core.runs.run_dir import RunDir, read_json
 
 LINKS_NAME, PAIRS_NAME = "alignment-links.txt", "alignment-pairs.txt"  # in the run directory
@@ -54,6 +56,8 @@ def alignment_problems(choice: AlignmentChoice | None, train: dict) -> list[str]
         return []
     if choice.teacher and choice.files:
         return ["alignments: choose a teacher model or an aligner's files, not both"]
+    if choice.teacher == EFLOMAL:
+        return [] if eflomal_program() else [f"alignments: {missing_line()}"]
     if choice.teacher:
         if teacher_path(choice.teacher) is None:
             return [f"alignments: no usable model {choice.teacher!r} to teach them"]
@@ -80,6 +84,8 @@ def stage_alignment(rd: RunDir, choice: AlignmentChoice | None, train: dict) -> 
         return {}
     if not train.get("align_weight"):
         train["align_weight"] = ALIGN_WEIGHT
+    if choice.teacher == EFLOMAL:
+        return {"teacher": EFLOMAL}
     if choice.teacher:
         return {"teacher": str(teacher_path(choice.teacher))}
     (rd.path / LINKS_NAME).write_bytes(choice.links[:ALIGNMENT_FILE_BYTES])
