@@ -107,6 +107,21 @@ def test_probe_means_average_the_probes(home_translation):
         assert np.all(means[kind]["entropy"] >= 0)
 
 
+def test_validation_means_do_not_depend_on_how_the_pairs_are_batched(tiny_model, monkeypatch):
+    """More pairs than one batch: the means over batches equal those of one batch (a loop
+    variable once shadowed the model after the first batch)."""
+    import core.attention.trajectory_numbers as numbers
+
+    rows = [([4 + i, 5, tiny_model.eos_id], [6, 7 + i % 3]) for i in range(7)]
+    whole = numbers.validation_means(tiny_model, rows)
+    monkeypatch.setattr(numbers, "BATCH", 3)
+    batched = numbers.validation_means(tiny_model, rows)
+    assert set(batched) == set(KINDS)
+    for kind, metrics in whole.items():
+        for metric, value in metrics.items():
+            np.testing.assert_allclose(batched[kind][metric], value, rtol=1e-5, atol=1e-6)
+
+
 # ----------------------------------------------------------------------------- a run, cached
 
 

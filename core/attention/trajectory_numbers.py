@@ -100,7 +100,8 @@ def validation_means(m: TranslationModel, rows: Sequence[tuple[list[int], list[i
             lengths["cross"] = (t_len, s_len)
             for kind in KINDS:
                 w = maps[kind].float().cpu().numpy()  # (L, B, H, Tq, Tk)
-                for m, v in batch_metrics(w, *lengths[kind], kind).items():
-                    sums.setdefault(kind, {}).setdefault(m, 0.0)
-                    sums[kind][m] = sums[kind][m] + v.sum(axis=1)  # (L, H)
-    return {k: {m: v / max(len(rows), 1) for m, v in ms.items()} for k, ms in sums.items()}
+                for metric, v in batch_metrics(w, *lengths[kind], kind).items():
+                    sums.setdefault(kind, {}).setdefault(metric, 0.0)
+                    sums[kind][metric] = sums[kind][metric] + v.sum(axis=1)  # (L, H)
+    n = max(len(rows), 1)
+    return {k: {metric: v / n for metric, v in ms.items()} for k, ms in sums.items()}

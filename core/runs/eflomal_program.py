@@ -32,5 +32,5 @@ def missing_line() -> str:
     """What to do when eflomal is not installed, in one line."""
     return (
         "eflomal is not installed: `pip install eflomal` (GPLv3; the studio runs it as a "
-        f"separate program), or set {PROGRAM_ENV} to its eflomal-align program."
+        f"separate program), or set `{PROGRAM_ENV}` to its `eflomal-align` program."
     )

@@ -308,7 +308,7 @@ def alignment_inputs() -> None:
             )
         elif where == "eflomal":
             if eflomal_program() is None:
-                st.warning(md(missing_line()))
+                st.warning(missing_line())  # our own words, with `code`
             else:
                 st.caption(
                     "eflomal aligns the training pairs both ways, symmetrised with "
