@@ -88,13 +88,15 @@ def run_eflomal(program: str, pairs: Pairs, progress=None) -> tuple[list, list]:
         data.write_text("\n".join(lines) + "\n", encoding="utf-8")
         cmd = [program, "-i", str(data), "-f", str(fwd), "-r", str(rev), *OPTIONS, "--overwrite"]
         done = threading.Event()
+        ticker = threading.Thread(target=_estimate, args=(len(pairs), done, progress), daemon=True)
         if progress is not None:
-            args = (len(pairs), done, progress)
-            threading.Thread(target=_estimate, args=args, daemon=True).start()
+            ticker.start()
         try:
             result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         finally:
             done.set()
+            if ticker.is_alive():
+                ticker.join()  # its last report before any that follow
         if result.returncode != 0:
             said = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no message"]
             raise EflomalError(f"eflomal failed (exit {result.returncode}): {said[0][:200]}")
