@@ -1,25 +1,26 @@
 """``python -m core.align``: word alignments from cross-attention, and their error rate.
 
     python -m core.align --checkpoint CK --data PAIRS [--gold LINKS] [--one-indexed]
-        [--layer L] [--head H|mean] [--mode awo|awi] [--threshold X]
+        [--layer L] [--head H|mean] [--mode awo|awi] [--threshold X] [--whole-target]
 
 ``PAIRS`` holds one ``english tokens ||| french tokens`` line per pair. Without ``--gold``
 the command prints one line of Pharaoh links (``i-j``, source word i, target word j,
 0-indexed) per pair, read from the chosen layer, head and mode (what is not given comes
 from the model's best reader on the shipped gold set, ``core/alignment/gold``). With
-``--gold`` it prints
-one JSON line per reader (``layer``, ``head``, ``mode``, ``aer``, ``precision``,
-``recall``, ``pairs``; every layer x head x mode unless ``--layer``/``--head``/``--mode``
-narrow it), then one line per ``--method`` (an attribution method's source part read as a
-map, AWO), then ``{"best": {...}}`` (the best attention reader), then with ``--compare-with
-PLAIN`` one ``{"supervision": {...}}`` line each for the head ``--checkpoint`` was trained
-to align (both modes) and the best reader, beside PLAIN's. The library is
-``core.alignment``, the same functions the Attention page calls.
+``--gold`` it prints one JSON line per reader (``layer``, ``head``, ``mode``, ``aer``,
+``precision``, ``recall``, ``pairs``; every layer x head x mode unless ``--layer``,
+``--head`` or ``--mode`` narrow it), then one line per ``--method`` (an attribution
+method's source part read as a map, AWO), then ``{"best": {...}}`` (the best attention
+reader), then with ``--compare-with PLAIN`` one ``{"supervision": {...}}`` line each for
+the head ``--checkpoint`` was trained to align (both modes) and the best reader, beside
+PLAIN's. ``--whole-target``: every pass without the future mask (a head trained with
+``align_full_context``). The library is ``core.alignment``, as on the Attention page.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", help="awo (the step that predicts a word) or awi (that reads it)")
     p.add_argument("--threshold", type=float, help="link every source word at or above this share")
     p.add_argument("--method", action="append", help="with --gold: also an attribution method")
+    p.add_argument("--whole-target", action="store_true", help="read with no future mask")
     p.add_argument(
         "--compare-with", help="with --gold: a model trained without supervision, to compare"
     )
@@ -83,8 +85,13 @@ def method_flags(args, lm) -> None:
 
 
 def run(args) -> list[str]:
-    """The lines to print."""
+    """The lines to print (every pass with the whole target visible, with --whole-target)."""
     lm = open_model(args.checkpoint, hub=True)
+    with lm.whole_target() if args.whole_target else contextlib.nullcontext():
+        return lines(args, lm)
+
+
+def lines(args, lm) -> list[str]:
     method_flags(args, lm)
     pairs = read_pairs(args.data)
     cfg = lm.cfg
@@ -105,7 +112,7 @@ def run(args) -> list[str]:
 
 def main(argv=None) -> int:
     """Print alignments, or the AER of every reader."""
-    errors = (CheckpointError, GoldError, SupervisionError, OSError)
+    errors = (CheckpointError, GoldError, SupervisionError, OSError, ValueError)
     return run_command(build_parser(), run, errors, argv)
 
 

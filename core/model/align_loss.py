@@ -17,6 +17,7 @@ class AlignTarget:
     layer: int  # decoder layer
     head: int  # head of that layer's cross-attention
     target: torch.Tensor  # (B, T, S) each row sums to 1 (supervised) or 0 (not)
+    full_context: bool = False  # read the head in a pass that sees the whole target (Garg et al.)
 
 
 def alignment_loss(weights: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -397,6 +397,14 @@ class TranslationModel(ABC):
         with self.rows_gated(gates):
             yield self
 
+    @contextmanager
+    def whole_target(self):
+        """Within the block, in this thread, teacher-forced passes let every decoder position
+        see the whole target (Garg et al.'s full-context reading of a head trained to align);
+        ValueError for a model that reads causal passes only."""
+        raise ValueError("Reading with the whole target visible: the studio's own models only.")
+        yield  # pragma: no cover
+
     # ------------------------------------------------------------------ structure
 
     @abstractmethod

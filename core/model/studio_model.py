@@ -236,6 +236,9 @@ class StudioModel(TranslationModel):
     def masks(self, src, tgt_in):
         return self.model.src_mask(src), self.model.tgt_mask(tgt_in)
 
+    def whole_target(self):
+        return self.model.whole_target()
+
     def run(self, src, tgt_in, memory=None, need_weights: bool = False) -> torch.Tensor:
         if memory is None:
             logits, _ = self.model(src, tgt_in, need_weights)

@@ -23,6 +23,7 @@ patching and the embeddings path of the gradient methods are hooks on this one f
 from __future__ import annotations
 
 import math
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -236,6 +237,9 @@ class Decoder(nn.Module):
         return out, _stack(self_maps), _stack(cross_maps)
 
 
+_WHOLE_TARGET = threading.local()  # Transformer.whole_target(): this thread's passes unmasked
+
+
 class Transformer(nn.Module):
     """The encoder-decoder Transformer (EncoderDecoder in the Annotated Transformer)."""
 
@@ -272,9 +276,25 @@ class Transformer(nn.Module):
         return (src != self.cfg.pad_id)[:, None, None, :]
 
     def tgt_mask(self, tgt: torch.Tensor) -> torch.Tensor:
-        """(B, T) ids -> (B, 1, T, T): causal and not padded (keys)."""
+        """(B, T) ids -> (B, 1, T, T): causal and not padded (keys); inside
+        ``whole_target()`` in this thread, not padded only (B, 1, 1, T)."""
         keep = (tgt != self.cfg.pad_id)[:, None, None, :]  # (B, 1, 1, T)
+        if getattr(_WHOLE_TARGET, "on", False):
+            return keep
         return keep & subsequent_mask(tgt.size(1), tgt.device)  # (B, 1, T, T)
+
+    @staticmethod
+    @contextmanager
+    def whole_target():
+        """Every decoder position sees the whole target (no future mask) inside the block, in
+        this thread only: Garg et al.'s full-context pass, which reads a head trained to align
+        with ``align_full_context``. Not a translation: the decoder reads what it predicts."""
+        was = getattr(_WHOLE_TARGET, "on", False)
+        _WHOLE_TARGET.on = True
+        try:
+            yield
+        finally:
+            _WHOLE_TARGET.on = was
 
     def encode(self, src, need_weights=False):
         """src (B, S) -> (memory (B, S, D), src_mask (B,1,1,S), encoder maps|None)."""
@@ -305,10 +325,16 @@ class Transformer(nn.Module):
         The alignment loss is ``core.model.align_loss`` (Garg et al. 2019).
         """
         memory, src_mask, _ = self.encode(src)
-        layer = align.layer if align is not None else None
+        full = align is not None and align.full_context
+        layer = align.layer if align is not None and not full else None
         hidden, _, cross = self.decoder(
             tgt_in, memory, src_mask, self.tgt_mask(tgt_in), project=False, cross_layer=layer
         )  # (B, T, D), (1, B, H, T, S) | None
+        if full:  # a second pass with the whole target visible, for the supervised head
+            keep = (tgt_in != self.cfg.pad_id)[:, None, None, :]  # (B, 1, 1, T)
+            _, _, cross = self.decoder(
+                tgt_in, memory, src_mask, keep, project=False, cross_layer=align.layer
+            )
         rows = (tgt_out != self.cfg.pad_id).flatten().nonzero().squeeze(1)  # (N,) real tokens
         real = hidden.flatten(0, 1).index_select(0, rows)  # (N, D)
         target = tgt_out.flatten()[rows]  # (N,)

@@ -43,6 +43,7 @@ class TrainConfig:
     align_weight: float = 0.0  # weight of the alignment loss on one head (Garg et al.; 0 = off)
     align_layer: int = 0  # decoder layer of the cross-attention head trained to align
     align_head: int = 0  # the head of that layer trained to align
+    align_full_context: bool = False  # the head read with the whole target visible (Garg et al.)
     align_source: str = ""  # where the training pairs' alignments came from (core.train)
 
     def problems(self) -> list[str]:

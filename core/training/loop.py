@@ -262,7 +262,8 @@ class Trainer:
         """The alignment target on the training device."""
         if align is None:
             return None
-        return AlignTarget(align.layer, align.head, align.target.to(self.device, non_blocking=True))
+        target = align.target.to(self.device, non_blocking=True)
+        return AlignTarget(align.layer, align.head, target, align.full_context)
 
     def evaluate(self) -> dict:
         """Validation loss and multi-reference BLEU on a fixed subset of sentences."""
@@ -344,7 +345,8 @@ class Trainer:
             return None
         links = [self.train_links[j] for j in mine]
         target = alignment_targets(links, src.size(1), tgt.size(1) - 1)  # (b, T, S)
-        return AlignTarget(self.cfg.align_layer, self.cfg.align_head, target)
+        full = self.cfg.align_full_context
+        return AlignTarget(self.cfg.align_layer, self.cfg.align_head, target, full)
 
     def start_random_streams(self) -> None:
         """Continue a resumed run's saved random streams, or seed them (each rank its own)."""

@@ -293,7 +293,8 @@ def alignment_inputs() -> None:
         st.caption(
             "Train one cross-attention head toward word alignments of the training pairs "
             "(Garg et al. 2019). Its weight, layer and head: align_weight (0 takes 0.05), "
-            "align_layer and align_head under Advanced › Training."
+            "align_layer and align_head under Advanced › Training (align_full_context: the "
+            "head read with the whole target visible, as Garg et al. do)."
         )
         where = st.radio(
             "Alignments from", list(ALIGN_FROM), format_func=ALIGN_FROM.get, key="align_from"

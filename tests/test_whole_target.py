@@ -1,0 +1,108 @@
+"""Garg et al.'s full-context alignment head (issue 52): the supervised head trained and read
+with the whole target visible (no future mask), beside the causal pass every map shows."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+import torch
+
+from core.align import main as align_main
+from core.model.align_loss import AlignTarget, alignment_loss
+from core.model.studio_model import StudioModel
+from tests.helpers import ROOT
+from tests.test_align_supervision import diagonal, tiny_pairs, tiny_trainer
+
+GOLD = ["--data", "core/alignment/gold/studio.src-tgt", "--gold", "core/alignment/gold/studio.gold"]
+
+
+def batch(model_and_batch):
+    """(model, src, tgt_in, tgt_out, an alignment target on every row)."""
+    model, src, tgt = model_and_batch
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    target = torch.zeros(src.size(0), tgt_in.size(1), src.size(1))
+    target[:, :, 0] = 1.0  # every row supervised toward the first source token
+    return model, src, tgt_in, tgt_out, target
+
+
+def test_the_full_context_loss_reads_the_head_with_the_whole_target(model_and_batch):
+    model, src, tgt_in, tgt_out, target = batch(model_and_batch)
+    ce, causal = model.loss_terms(src, tgt_in, tgt_out, 0.0, AlignTarget(1, 2, target))
+    ce_full, full = model.loss_terms(src, tgt_in, tgt_out, 0.0, AlignTarget(1, 2, target, True))
+    assert torch.equal(ce, ce_full)  # the translation loss is the causal pass's either way
+    with model.whole_target():
+        _, maps = model(src, tgt_in, need_weights=True)
+    expected = alignment_loss(maps.cross[1, :, 2], target)
+    torch.testing.assert_close(full, expected, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(full, causal)  # the head sees other things
+    _, causal_maps = model(src, tgt_in, need_weights=True)
+    torch.testing.assert_close(causal, alignment_loss(causal_maps.cross[1, :, 2], target))
+
+
+def test_the_whole_target_holds_in_this_thread_only_and_is_restored(model_and_batch):
+    model, src, tgt_in, _, _ = batch(model_and_batch)
+    seen = {}
+
+    def masks(where):
+        seen[where] = model.tgt_mask(tgt_in).shape
+
+    with model.whole_target():
+        masks("inside")
+        other = threading.Thread(target=masks, args=("other thread",))
+        other.start()
+        other.join()
+        _, maps = model(src, tgt_in, need_weights=True)
+    masks("after")
+    t = tgt_in.size(1)
+    assert seen == {
+        "inside": (src.size(0), 1, 1, t),
+        "other thread": (src.size(0), 1, t, t),
+        "after": (src.size(0), 1, t, t),
+    }
+    upper = torch.triu(torch.ones(t, t, dtype=torch.bool), 1)
+    assert maps.decoder_self[:, 0, :, upper].sum() > 0  # later positions are read
+
+
+def test_the_trainer_supervises_the_full_context_head_when_asked():
+    table = {(tuple(s), tuple(t)): sorted(diagonal(s, t)) for s, t in tiny_pairs()}
+    trainer = tiny_trainer(1.0, table)
+    trainer.cfg.align_full_context = True
+    seen = []
+    real = trainer.objective
+
+    def spy(*args):
+        seen.append(args[-1].full_context)
+        return real(*args)
+
+    trainer.objective = spy
+    trainer.cfg.max_steps = 3
+    trainer.run()
+    assert seen and all(seen)
+
+
+def test_the_command_reads_with_the_whole_target(tiny_checkpoint, capsys):
+    assert align_main(["--checkpoint", str(tiny_checkpoint), *GOLD, "--whole-target"]) == 0
+    full = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert align_main(["--checkpoint", str(tiny_checkpoint), *GOLD]) == 0
+    causal = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert len(full) == len(causal) and full != causal  # every reader read again, otherwise
+
+
+def test_a_hugging_face_model_says_it_reads_causal_passes_only(hf_models, capsys):
+    folder = str(next(iter(hf_models.values())))
+    assert align_main(["--checkpoint", folder, *GOLD, "--whole-target"]) == 2
+    err = capsys.readouterr().err
+    assert "whole target" in err and err.count("\n") == 1
+
+
+@pytest.mark.skipif(not (ROOT / "checkpoints" / "fra-eng-small.pt").is_file(), reason="shipped")
+def test_the_shipped_model_decodes_as_before_after_a_whole_target_block():
+    lm = StudioModel.load(ROOT / "checkpoints" / "fra-eng-small.pt")
+    from core.model.decode import DecodeSettings
+
+    before = lm.translate("i'm home .", DecodeSettings()).text
+    with lm.whole_target():
+        pass
+    assert lm.translate("i'm home .", DecodeSettings()).text == before
