@@ -106,3 +106,49 @@ def test_the_shipped_model_decodes_as_before_after_a_whole_target_block():
     with lm.whole_target():
         pass
     assert lm.translate("i'm home .", DecodeSettings()).text == before
+
+
+def full_context_copy(source, path):
+    """A supervised copy (cross layer 1 head 2) recorded as trained with the whole target."""
+    from core.model.checkpoints import atomic_save, read_checkpoint
+    from tests.test_supervision_effect import supervised_copy
+
+    supervised_copy(source, path)
+    ckpt = read_checkpoint(path)
+    ckpt["train_config"]["align_full_context"] = True
+    atomic_save(ckpt, path)
+    return path
+
+
+def test_a_full_context_head_is_compared_as_it_was_trained(tmp_path, tiny_checkpoint, capsys):
+    from core.alignment.extract import Reader
+    from core.alignment.gold import studio_gold
+    from core.alignment.grid import alignment_grid
+    from core.alignment.supervision_effect import compared
+
+    sup = full_context_copy(tiny_checkpoint, tmp_path / "full.pt")
+    lm, plain = StudioModel.load(sup), StudioModel.load(tiny_checkpoint)
+    pairs, gold = studio_gold()
+    rows = compared(lm, plain, pairs, gold, alignment_grid(lm, pairs, gold))
+    assert [r.reader for r in rows][-1] == "supervised head, AWO, whole target"
+    with lm.whole_target():
+        expected = alignment_grid(lm, pairs, gold, [Reader(1, 2, "awo")]).rows[0]
+    assert rows[-1].supervised == expected and rows[-1].supervised != rows[0].supervised
+    argv = ["--checkpoint", str(sup), *GOLD, "--compare-with", str(tiny_checkpoint)]
+    assert align_main(argv) == 0
+    printed = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert printed[-1]["supervision"] == rows[-1].to_json()  # the command's line, the same
+
+
+def test_the_alignment_section_reads_a_full_context_head_as_trained(studio_dirs):
+    from core.runs import catalogue
+    from tests import helpers
+
+    ckpts = studio_dirs["checkpoints"]
+    full_context_copy(ckpts / catalogue.SHIPPED_NAME, ckpts / catalogue.ALIGNED_NAME)
+    query = {"section": "alignment", "model": f"checkpoints/{catalogue.ALIGNED_NAME}"}
+    at = helpers.run_page_script("attention.py", query)
+    helpers.assert_clean(at)
+    (table,) = [d.value for d in at.dataframe if "AER plain" in d.value.columns]
+    assert list(table["reader"])[-1] == "supervised head, AWO, whole target"
+    assert any("whole target visible" in c.value for c in at.caption)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.alignment.extract import MODES, readers
+from core.alignment.extract import MODES, Reader, readers
 from core.alignment.gold import GoldLinks
 from core.alignment.grid import AlignmentGrid, GridRow, alignment_grid
 from core.attention.head_stats import supervised_head
@@ -69,6 +69,28 @@ def supervision_effect(
     return rows + [EffectRow("best reader", plain.best, supervised.best)]
 
 
+def whole_target_row(
+    lm: TranslationModel,
+    plain: TranslationModel,
+    pairs: list,
+    gold: list[GoldLinks],
+    threshold: float | None = None,
+) -> EffectRow | None:
+    """For a head trained with the whole target visible (``align_full_context``, Garg et
+    al.'s full context): that head read the same way in both models, AWO; None for a head
+    trained in the causal pass (ValueError from a model that reads causal passes only)."""
+    found = supervised_head(lm.meta)
+    if found is None or not (lm.meta.get("train_config") or {}).get("align_full_context"):
+        return None
+    only = [Reader(found[0], found[1], "awo")]
+
+    def read(m: TranslationModel) -> GridRow:
+        with m.whole_target():
+            return alignment_grid(m, pairs, gold, only, threshold).rows[0]
+
+    return EffectRow("supervised head, AWO, whole target", read(plain), read(lm))
+
+
 def compared(
     lm: TranslationModel,
     plain: TranslationModel,
@@ -92,4 +114,6 @@ def compared(
             "the comparison scores every reader: leave out --layer/--head/--mode"
         )
     plain_grid = alignment_grid(plain, pairs, gold, threshold=threshold)
-    return supervision_effect(plain_grid, grid, found[0], found[1])
+    rows = supervision_effect(plain_grid, grid, found[0], found[1])
+    whole = whole_target_row(lm, plain, pairs, gold, threshold)
+    return rows if whole is None else [*rows, whole]

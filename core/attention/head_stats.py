@@ -265,6 +265,8 @@ def supervised_head(meta: dict) -> tuple[int, int, str] | None:
     if not train.get("align_weight"):
         return None
     what = f"weight {train['align_weight']:g}; alignments from {train.get('align_source') or '?'}"
+    if train.get("align_full_context"):
+        what += "; trained with the whole target visible (Garg et al.'s full context)"
     return int(train.get("align_layer", 0)), int(train.get("align_head", 0)), what
 
 

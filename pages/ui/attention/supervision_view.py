@@ -7,7 +7,7 @@ from collections.abc import Callable
 import streamlit as st
 
 from core.alignment.grid import AlignmentGrid
-from core.alignment.supervision_effect import supervision_effect
+from core.alignment.supervision_effect import supervision_effect, whole_target_row
 from core.attention.head_stats import supervised_head
 from core.figures import alignment_grid as grid_figs
 from core.model.checkpoints import CheckpointError
@@ -40,8 +40,13 @@ def supervision_panel(page: SectionInputs, gold: GoldSet, grid: AlignmentGrid, s
     if plain is None:
         return
     try:
-        plain_grid = scored(plain, load_model(plain.path, plain.mtime), gold)
+        plain_lm = load_model(plain.path, plain.mtime)
+        plain_grid = scored(plain, plain_lm, gold)
         rows = None if plain_grid is None else supervision_effect(plain_grid, grid, layer, head)
+        whole = (
+            None if rows is None else whole_target_row(page.lm, plain_lm, gold.pairs, gold.links)
+        )
+        rows = rows if whole is None else [*rows, whole]
     except (CheckpointError, ValueError, RuntimeError, IndexError) as e:
         st.error(md(f"{plain.key} cannot be compared: {' '.join(str(e).split())}"))
         return
