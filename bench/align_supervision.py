@@ -35,10 +35,10 @@ import sys
 import time
 from pathlib import Path
 
-from alignment import eflomal_links
 from common import ROOT, budget_command, corpus_path, held_out_figures
 
 from core.alignment.aer import grow_diag_final_and
+from core.alignment.eflomal_teacher import run_eflomal
 from core.alignment.extract import Reader
 from core.alignment.gold import studio_gold
 from core.alignment.grid import alignment_grid
@@ -53,7 +53,7 @@ def eflomal_files(program: str, folder: Path) -> list[str]:
     pairs = load_splits(data).train.pairs
     lines = [f"{' '.join(s)} ||| {' '.join(t)}" for s, t in pairs]
     start = time.perf_counter()
-    fwd, rev = eflomal_links(program, lines, folder)
+    fwd, rev = run_eflomal(program, pairs)
     links = [grow_diag_final_and(a, b, len(s), len(t)) for a, b, (s, t) in zip(fwd, rev, pairs)]
     (folder / "train.src-tgt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (folder / "train.links").write_text(

@@ -20,17 +20,15 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 from common import ROOT, corpus_path, median
 
 from core.alignment.aer import grow_diag_final_and, intersect, score, union
+from core.alignment.eflomal_teacher import run_eflomal
 from core.alignment.from_attribution import attribution_scores
-from core.alignment.gold import GOLD_DIR, parse_link_line, studio_gold
+from core.alignment.gold import GOLD_DIR, studio_gold
 from core.alignment.grid import alignment_grid
 from core.corpus.splits import load_splits
 from core.model.checkpoints import trained_data
@@ -56,26 +54,13 @@ def model_grid(lm, pairs, gold) -> None:
     print(f"  ... worst: layer {worst.layer} head {worst.head} {worst.mode}: AER {worst.aer:.3f}")
 
 
-def eflomal_links(program: str, lines: list[str], folder: Path) -> tuple[list, list]:
-    """Run eflomal on ``src ||| tgt`` lines -> (forward links, reverse links) per line."""
-    data = folder / "pairs.txt"
-    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    fwd, rev = folder / "fwd.txt", folder / "rev.txt"
-    cmd = [program, "-i", str(data), "-f", str(fwd), "-r", str(rev), "--model", "3", "--overwrite"]
-    subprocess.run(cmd, check=True, capture_output=True)
-    read = lambda p: [parse_link_line(x).sure for x in p.read_text().splitlines()]  # noqa: E731
-    return read(fwd), read(rev)
-
-
 def statistical(program: str, lm, pairs, gold, train_pairs: int) -> dict:
     """Part 2: eflomal on the training pairs + the gold pairs, the gold part scored; the
     grow-diag-final-and figure as the page's reference (a dict)."""
     corpus_path()
     train = load_splits(trained_data(lm.meta)).train.pairs[:train_pairs]
-    lines = [f"{' '.join(s)} ||| {' '.join(t)}" for s, t in [*train, *pairs]]
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        fwd, rev = eflomal_links(program, lines, Path(tmp))
+    fwd, rev = run_eflomal(program, [*train, *pairs])  # the studio's own run of eflomal
     seconds = time.perf_counter() - start
     fwd, rev = fwd[-len(pairs) :], rev[-len(pairs) :]
     print(f"\neflomal, {len(train):,} training pairs + {len(pairs)} gold pairs ({seconds:.0f} s):")

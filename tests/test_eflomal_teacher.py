@@ -186,3 +186,9 @@ def test_the_real_eflomal_aligns_the_gold_pairs_well(fra_eng, tmp_path, monkeypa
     pairs, gold = studio_gold()
     links = ef.eflomal_links([*train, *pairs])[-len(pairs) :]
     assert score(links, gold).aer < 0.25
+
+
+def test_a_word_that_is_eflomals_separator_is_data(fake_eflomal):
+    pairs = [(("a", "|||", "b"), ("x", "y", "z")), (("c",), ("w",))]
+    links = ef.eflomal_links(pairs)
+    assert links == expected(pairs)  # three words each side, not a broken line

@@ -84,7 +84,7 @@ def run_eflomal(program: str, pairs: Pairs, progress=None) -> tuple[list, list]:
     with tempfile.TemporaryDirectory(prefix="eflomal-") as tmp:
         folder = Path(tmp)
         data, fwd, rev = folder / "pairs.txt", folder / "fwd.txt", folder / "rev.txt"
-        lines = [f"{' '.join(s) or '.'} ||| {' '.join(t) or '.'}" for s, t in pairs]
+        lines = [f"{_side(s)} ||| {_side(t)}" for s, t in pairs]
         data.write_text("\n".join(lines) + "\n", encoding="utf-8")
         cmd = [program, "-i", str(data), "-f", str(fwd), "-r", str(rev), *OPTIONS, "--overwrite"]
         done = threading.Event()
@@ -105,6 +105,12 @@ def run_eflomal(program: str, pairs: Pairs, progress=None) -> tuple[list, list]:
     if len(forward) != len(pairs) or len(backward) != len(pairs):
         raise EflomalError(f"eflomal wrote {len(forward)} lines for {len(pairs)} pairs")
     return forward, backward
+
+
+def _side(words: Sequence[str]) -> str:
+    """One side of eflomal's input line: the words, a word that is eflomal's separator (a
+    corpus may hold one) as another token of the same length, "." for an empty side."""
+    return " ".join("|" if w == "|||" else w for w in words) or "."
 
 
 def _estimate(n: int, done: threading.Event, progress: Callable[[float], None]) -> None:

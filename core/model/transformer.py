@@ -278,10 +278,14 @@ class Transformer(nn.Module):
     def tgt_mask(self, tgt: torch.Tensor) -> torch.Tensor:
         """(B, T) ids -> (B, 1, T, T): causal and not padded (keys); inside
         ``whole_target()`` in this thread, not padded only (B, 1, 1, T)."""
-        keep = (tgt != self.cfg.pad_id)[:, None, None, :]  # (B, 1, 1, T)
+        keep = self.pad_mask(tgt)  # (B, 1, 1, T)
         if getattr(_WHOLE_TARGET, "on", False):
             return keep
         return keep & subsequent_mask(tgt.size(1), tgt.device)  # (B, 1, T, T)
+
+    def pad_mask(self, tgt: torch.Tensor) -> torch.Tensor:
+        """(B, T) ids -> (B, 1, 1, T) boolean, True at real (non-pad) target tokens."""
+        return (tgt != self.cfg.pad_id)[:, None, None, :]
 
     @staticmethod
     @contextmanager
@@ -331,9 +335,13 @@ class Transformer(nn.Module):
             tgt_in, memory, src_mask, self.tgt_mask(tgt_in), project=False, cross_layer=layer
         )  # (B, T, D), (1, B, H, T, S) | None
         if full:  # a second pass with the whole target visible, for the supervised head
-            keep = (tgt_in != self.cfg.pad_id)[:, None, None, :]  # (B, 1, 1, T)
             _, _, cross = self.decoder(
-                tgt_in, memory, src_mask, keep, project=False, cross_layer=align.layer
+                tgt_in,
+                memory,
+                src_mask,
+                self.pad_mask(tgt_in),
+                project=False,
+                cross_layer=align.layer,
             )
         rows = (tgt_out != self.cfg.pad_id).flatten().nonzero().squeeze(1)  # (N,) real tokens
         real = hidden.flatten(0, 1).index_select(0, rows)  # (N, D)
