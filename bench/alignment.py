@@ -1,17 +1,21 @@
 """Word alignment: the shipped model's attention against a statistical aligner, by AER.
 
-    python bench/alignment.py [--checkpoint checkpoints/fra-eng-small.pt] [--gold studio|FILES]
-        [--eflomal PATH] [--train-pairs N] [--pairs 500] [--repeats 5]
+    python bench/alignment.py [--checkpoint checkpoints/fra-eng-small.pt] [--reverse FR_EN_CK]
+        [--eflomal PATH] [--train-pairs N] [--pairs 500] [--repeats 5] [--write-reference]
 
-Part 1: every layer x head x mode of the model on the gold set (AWO and AWI), the best
-reader first. Part 2: eflomal (Östling & Tiedemann 2016; GPLv3, so it runs here as an
-external program and is never imported by the app: ``pip install eflomal`` in any
-environment and pass ``--eflomal path/to/eflomal-align``, or have it on PATH) aligns the
-model's own training pairs with the gold pairs appended, unsupervised, as is usual; the
-gold part is scored forward, reverse, intersected, united and grow-diag-final-and. Part 3:
-the time of the full AER grid over ``--pairs`` pairs (the gold set repeated), medians.
+On each gold set (the shipped one, and the held-out Tatoeba pairs where fra-eng.zip is here):
+part 1, every layer x head x mode of the model (AWO and AWI), the best reader first, then the
+readers beyond one head: attribution methods, the stacks' states (SimAlign), and with
+``--reverse`` both directions symmetrised. Part 2: eflomal (Östling & Tiedemann 2016;
+GPLv3, so it runs here as an external program and is never imported by the app: ``pip install
+eflomal`` in any environment and pass ``--eflomal path/to/eflomal-align``, or have it on PATH)
+aligns the model's own training pairs with the gold pairs appended, unsupervised, as is usual;
+the gold part is scored forward, reverse, intersected, united and grow-diag-final-and
+(``--write-reference`` keeps that figure for the page). Part 3: the time of the full AER grid
+over ``--pairs`` pairs (the shipped set repeated), medians.
 
-Needs fra-eng.zip (FRA_ENG_ZIP, else ../shared/data/fra-eng.zip) for part 2.
+Needs fra-eng.zip (FRA_ENG_ZIP, else ../shared/data/fra-eng.zip) for the held-out set and
+part 2.
 """
 
 from __future__ import annotations
@@ -25,16 +29,22 @@ import time
 import torch
 from common import ROOT, corpus_path, median
 
-from core.alignment.aer import grow_diag_final_and, intersect, score, union
+from core.alignment.aer import combinations, score
 from core.alignment.eflomal_teacher import run_eflomal
 from core.alignment.from_attribution import attribution_scores
-from core.alignment.gold import GOLD_DIR, studio_gold
+from core.alignment.gold import GOLD_DIR, GoldError, studio_gold
 from core.alignment.grid import alignment_grid
+from core.alignment.held_out import held_out_gold
+from core.alignment.similarity import similarity_scores
+from core.alignment.symmetrised import symmetrised
 from core.corpus.splits import load_splits
 from core.model.checkpoints import trained_data
 from core.model.opened import open_model
 
-REFERENCE = GOLD_DIR / "reference.json"  # the page shows this figure beside the model's
+REFERENCES = {  # the page shows these figures beside the model's
+    "shipped gold set": GOLD_DIR / "reference.json",
+    "held-out Tatoeba pairs": GOLD_DIR / "tatoeba-test.reference.json",
+}
 
 
 def model_grid(lm, pairs, gold) -> None:
@@ -47,14 +57,30 @@ def model_grid(lm, pairs, gold) -> None:
             f"  layer {r.layer!s:>3} head {r.head:>4} {r.mode}: "
             f"AER {r.aer:.3f}  P {r.precision:.3f}  R {r.recall:.3f}"
         )
-    for method in ("alti", "rollout", "norm", "value-zeroing", "grad-input"):
-        r = attribution_scores(lm, pairs, gold, method)
-        print(f"  attribution {method:>13} awo: AER {r['aer']:.3f}  P {r['precision']:.3f}")
     worst = rows[-1]
     print(f"  ... worst: layer {worst.layer} head {worst.head} {worst.mode}: AER {worst.aer:.3f}")
+    methods = ("alti", "integrated-gradients", "rollout", "norm", "value-zeroing", "grad-input")
+    for method in methods:
+        r = attribution_scores(lm, pairs, gold, method)
+        print(f"  attribution {method:>20} awo: AER {r['aer']:.3f}  P {r['precision']:.3f}")
+    for r in similarity_scores(lm, pairs, gold)[:3]:
+        print(
+            f"  states: encoder {r.encoder_layer} x decoder {r.decoder_layer} {r.mode} "
+            f"{r.method}: AER {r.aer:.3f}  P {r.precision:.3f}  R {r.recall:.3f}"
+        )
 
 
-def statistical(program: str, lm, pairs, gold, train_pairs: int) -> dict:
+def both_directions(lm, reverse, pairs, gold) -> None:
+    """Part 1, with a model of the opposite direction: both best readers, combined."""
+    for r in symmetrised(lm, reverse, pairs, gold):
+        print(
+            f"  both directions, {r['combination']:>20}: AER {r['aer']:.3f}  "
+            f"P {r['precision']:.3f}  R {r['recall']:.3f}"
+            f"  ({r['forward_reader']} / {r['reverse_reader']})"
+        )
+
+
+def statistical(program: str, lm, pairs, gold, train_pairs: int, name: str) -> dict:
     """Part 2: eflomal on the training pairs + the gold pairs, the gold part scored; the
     grow-diag-final-and figure as the page's reference (a dict)."""
     corpus_path()
@@ -65,18 +91,11 @@ def statistical(program: str, lm, pairs, gold, train_pairs: int) -> dict:
     fwd, rev = fwd[-len(pairs) :], rev[-len(pairs) :]
     print(f"\neflomal, {len(train):,} training pairs + {len(pairs)} gold pairs ({seconds:.0f} s):")
     sizes = [(len(s), len(t)) for s, t in pairs]
-    kinds = {
-        "forward (en->fr)": fwd,
-        "reverse (fr->en)": rev,
-        "intersection": [intersect(a, b) for a, b in zip(fwd, rev)],
-        "union": [union(a, b) for a, b in zip(fwd, rev)],
-        "grow-diag-final-and": [
-            grow_diag_final_and(a, b, n, m) for (a, b), (n, m) in zip(zip(fwd, rev), sizes)
-        ],
-    }
-    for name, links in kinds.items():
+    names = {"forward": "forward (en->fr)", "reverse": "reverse (fr->en)"}
+    kinds = {names.get(k, k): v for k, v in combinations(fwd, rev, sizes).items()}
+    for kind, links in kinds.items():
         s = score(links, gold)
-        print(f"  {name:22s} AER {s.aer:.3f}  P {s.precision:.3f}  R {s.recall:.3f}")
+        print(f"  {kind:22s} AER {s.aer:.3f}  P {s.precision:.3f}  R {s.recall:.3f}")
     best = score(kinds["grow-diag-final-and"], gold)
     return {
         "aligner": "eflomal (grow-diag-final-and)",
@@ -85,8 +104,20 @@ def statistical(program: str, lm, pairs, gold, train_pairs: int) -> dict:
         "recall": round(best.recall, 4),
         "pairs": len(pairs),
         "how": f"eflomal --model 3 on {len(train):,} training pairs of the shipped model's "
-        "split with the gold pairs appended; both directions symmetrised (bench/alignment.py)",
+        f"split with the {name.removesuffix(' set').removesuffix(' pairs')} pairs appended; "
+        "both directions symmetrised "
+        "(bench/alignment.py)",
     }
+
+
+def gold_sets() -> dict:
+    """{name: (pairs, gold)}: the shipped set, and the held-out one where its corpus is here."""
+    sets = {"shipped gold set": studio_gold()}
+    try:
+        sets["held-out Tatoeba pairs"] = held_out_gold(corpus_path())
+    except (GoldError, SystemExit) as e:
+        print(f"held-out gold set skipped: {e}")
+    return sets
 
 
 def grid_speed(lm, pairs, gold, n: int, repeats: int) -> None:
@@ -104,6 +135,7 @@ def main() -> None:
     """Print the model's AER grid, the statistical aligner's AER and the grid's speed."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", default=str(ROOT / "checkpoints" / "fra-eng-small.pt"))
+    p.add_argument("--reverse", help="a French-to-English model, to symmetrise with")
     p.add_argument("--eflomal", default=shutil.which("eflomal-align"))
     p.add_argument("--train-pairs", type=int, default=200_000)
     p.add_argument("--pairs", type=int, default=500)
@@ -113,18 +145,21 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     lm = open_model(args.checkpoint)
-    pairs, gold = studio_gold()
-    model_grid(lm, pairs, gold)
-    if args.eflomal:
-        reference = statistical(args.eflomal, lm, pairs, gold, args.train_pairs)
+    reverse = open_model(args.reverse) if args.reverse else None
+    for name, (pairs, gold) in gold_sets().items():
+        print(f"\n=== {name} ({len(pairs)} pairs) ===")
+        model_grid(lm, pairs, gold)
+        if reverse is not None:
+            both_directions(lm, reverse, pairs, gold)
+        if not args.eflomal:
+            print("\neflomal-align not found: pip install eflomal (GPLv3) and pass --eflomal")
+            continue
+        reference = statistical(args.eflomal, lm, pairs, gold, args.train_pairs, name)
         if args.write_reference:
-            REFERENCE.write_text(json.dumps(reference, indent=1) + "\n", encoding="utf-8")
-            print(f"  written to {REFERENCE.relative_to(ROOT)}")
-    else:
-        print(
-            "\neflomal-align not found: pip install eflomal (GPLv3; in any environment) "
-            "and pass --eflomal"
-        )
+            path = REFERENCES[name]
+            path.write_text(json.dumps(reference, indent=1) + "\n", encoding="utf-8")
+            print(f"  written to {path.relative_to(ROOT)}")
+    pairs, gold = studio_gold()
     grid_speed(lm, pairs, gold, args.pairs, args.repeats)
 
 

@@ -2,19 +2,18 @@
 
     python -m core.align --checkpoint CK --data PAIRS [--gold LINKS] [--one-indexed]
         [--layer L] [--head H|mean] [--mode awo|awi] [--threshold X] [--whole-target]
+    python -m core.align --checkpoint CK --held-out [--similarity] [--reverse FR_EN_CK] ...
 
-``PAIRS`` holds one ``english tokens ||| french tokens`` line per pair. Without ``--gold``
-the command prints one line of Pharaoh links (``i-j``, source word i, target word j,
-0-indexed) per pair, read from the chosen layer, head and mode (what is not given comes
-from the model's best reader on the shipped gold set, ``core/alignment/gold``). With
-``--gold`` it prints one JSON line per reader (``layer``, ``head``, ``mode``, ``aer``,
-``precision``, ``recall``, ``pairs``; every layer x head x mode unless ``--layer``,
-``--head`` or ``--mode`` narrow it), then one line per ``--method`` (an attribution
-method's source part read as a map, AWO), then ``{"best": {...}}`` (the best attention
-reader), then with ``--compare-with PLAIN`` one ``{"supervision": {...}}`` line each for
-the head ``--checkpoint`` was trained to align (both modes) and the best reader, beside
-PLAIN's. ``--whole-target``: every pass without the future mask (a head trained with
-``align_full_context``). The library is ``core.alignment``, as on the Attention page.
+``PAIRS`` holds one ``english tokens ||| french tokens`` line per pair. Without ``--gold``:
+one line of Pharaoh links (``i-j``: source word i, target word j, from 0) per pair, read
+from the chosen layer, head and mode (the rest from the best reader on the shipped gold
+set). With ``--gold``: one JSON line per reader (``layer``, ``head``, ``mode``, ``aer``,
+``precision``, ``recall``, ``pairs``; ``--layer``/``--head``/``--mode`` narrow them), one per
+``--method`` (an attribution method's source part read as a map, AWO), one per state reader
+with ``--similarity`` (SimAlign), one per combination with a model of the opposite direction
+(``--reverse CK``), ``{"best": ...}``, and with ``--compare-with PLAIN`` ``{"supervision":
+...}`` lines (the trained head and the best reader beside PLAIN's). ``--held-out`` scores the
+held-out Tatoeba gold set; ``--whole-target`` reads with no future mask.
 """
 
 from __future__ import annotations
@@ -25,17 +24,11 @@ import json
 import sys
 from pathlib import Path
 
+from core.alignment import gold as files
 from core.alignment.extract import Reader, links, pair_maps, pick_readers
-from core.alignment.from_attribution import attribution_scores
-from core.alignment.gold import (
-    GoldError,
-    check_gold,
-    read_links,
-    read_pairs,
-    studio_gold,
-    write_links,
-)
 from core.alignment.grid import alignment_grid
+from core.alignment.held_out import held_out_gold
+from core.alignment.other_readers import other_readers
 from core.alignment.supervision_effect import SupervisionError, compared
 from core.attribution.methods import METHODS
 from core.command_line import CommandError, run_command
@@ -47,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The command's flags."""
     p = argparse.ArgumentParser(description="Word alignments from cross-attention, and AER.")
     p.add_argument("--checkpoint", required=True)
-    p.add_argument("--data", required=True, help="a file of 'english ||| french' lines")
+    p.add_argument("--data", help="a file of 'english ||| french' lines")
+    p.add_argument("--held-out", action="store_true", help="the held-out Tatoeba gold set")
     p.add_argument("--gold", help="Pharaoh links per pair: i-j sure, ipj possible")
     p.add_argument("--one-indexed", action="store_true", help="the gold links count from 1")
     p.add_argument("--layer", help="a decoder layer, or 'all' (the mean of every layer)")
@@ -56,9 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threshold", type=float, help="link every source word at or above this share")
     p.add_argument("--method", action="append", help="with --gold: also an attribution method")
     p.add_argument("--whole-target", action="store_true", help="read with no future mask")
-    p.add_argument(
-        "--compare-with", help="with --gold: a model trained without supervision, to compare"
-    )
+    p.add_argument("--similarity", action="store_true", help="with --gold: SimAlign readers")
+    p.add_argument("--reverse", help="with --gold: a model of the opposite direction")
+    p.add_argument("--compare-with", help="with --gold: a model trained without supervision")
     return p
 
 
@@ -73,15 +67,17 @@ def chosen_readers(args, layers: int, heads: int) -> list[Reader]:
 
 
 def method_flags(args, lm) -> None:
-    """CommandError for a --method that is unknown or does not explain this model (before
-    any reading is computed)."""
+    """CommandError for a flag that cannot be honoured, before any reading is computed."""
     for m in args.method or []:
         if m not in METHODS:
             raise CommandError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
         if problem := lm.supports(m):
             raise CommandError(problem)
-    if args.method and args.gold is None:
-        raise CommandError("--method scores an attribution method: give --gold too")
+    for flag in ("method", "similarity", "reverse", "compare_with"):
+        if getattr(args, flag) and args.gold is None and not args.held_out:
+            raise CommandError(f"--{flag.replace('_', '-')} scores readers: give --gold too")
+    if bool(args.data) == args.held_out:
+        raise CommandError("give --data (and --gold), or --held-out")
 
 
 def run(args) -> list[str]:
@@ -93,16 +89,19 @@ def run(args) -> list[str]:
 
 def lines(args, lm) -> list[str]:
     method_flags(args, lm)
-    pairs = read_pairs(args.data)
-    cfg = lm.cfg
-    picked = chosen_readers(args, cfg.num_decoder_layers, cfg.num_heads)
-    if args.gold is None:
-        best = alignment_grid(lm, *studio_gold(), picked, args.threshold).best.reader()
-        return [write_links(links(m, best, args.threshold)) for m in pair_maps(lm, pairs)]
-    gold = read_links(args.gold, args.one_indexed)
-    check_gold(pairs, gold, (Path(args.data).name, Path(args.gold).name))
+    picked = chosen_readers(args, lm.cfg.num_decoder_layers, lm.cfg.num_heads)
+    if args.held_out:
+        pairs, gold = held_out_gold()
+    elif args.gold is None:
+        best = alignment_grid(lm, *files.studio_gold(), picked, args.threshold).best.reader()
+        maps = pair_maps(lm, files.read_pairs(args.data), english_first=True)
+        return [files.write_links(links(m, best, args.threshold)) for m in maps]
+    else:
+        pairs, gold = files.read_pairs(args.data), files.read_links(args.gold, args.one_indexed)
+        files.check_gold(pairs, gold, (Path(args.data).name, Path(args.gold).name))
     grid = alignment_grid(lm, pairs, gold, picked, args.threshold)
-    extra = [attribution_scores(lm, pairs, gold, m) for m in args.method or []]
+    reverse = open_model(args.reverse, hub=True) if args.reverse else None
+    extra = other_readers(lm, pairs, gold, args.method or (), args.similarity, reverse)
     rows = [r.to_json() for r in grid.rows] + extra + [{"best": grid.best.to_json()}]
     if args.compare_with:
         effect = compared(lm, open_model(args.compare_with), pairs, gold, grid, args.threshold)
@@ -112,7 +111,7 @@ def lines(args, lm) -> list[str]:
 
 def main(argv=None) -> int:
     """Print alignments, or the AER of every reader."""
-    errors = (CheckpointError, GoldError, SupervisionError, OSError, ValueError)
+    errors = (CheckpointError, files.GoldError, SupervisionError, OSError, ValueError)
     return run_command(build_parser(), run, errors, argv)
 
 

@@ -38,7 +38,7 @@ def main() -> None:
         return
     entry, lm = picked
     target_language(lm, state, "at")
-    sentence_input(state, "at", lm.source_label)
+    sentence_input(state, "at", lm.source_label, lm.example_sentence)
     target_input(state, "at", lm.target_name)
     settings = state.settings()
     try:

@@ -180,7 +180,7 @@ def main() -> None:
         entry, lm = picked
         choose_validation(lm, state)
         target_language(lm, state, "tr")
-        sentence_input(state, "tr", lm.source_label)
+        sentence_input(state, "tr", lm.source_label, lm.example_sentence)
         settings = decode_settings(state)
         target_input(state, "tr", lm.target_name)
         try:

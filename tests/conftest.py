@@ -48,6 +48,7 @@ SLOW_FIXTURES = {  # a test asking for one of these starts a process, trains a r
     "shipped_model_dirs",
     "studio_dirs",
     "val_run",
+    "reverse_run",  # the tiny model trained French→English
 }
 
 
@@ -111,6 +112,14 @@ def val_checkpoint(tmp_path_factory, tiny_checkpoint) -> Path:
     """The tiny model, its data settings holding 6 validation pairs (the last of tiny.tsv)."""
     path = tmp_path_factory.mktemp("val") / "tiny-val.pt"
     return helpers.with_validation_split(tiny_checkpoint, path)
+
+
+@pytest.fixture(scope="session")
+def reverse_run(tmp_path_factory) -> Path:
+    """The tiny model trained French→English by the project's own command (once)."""
+    out = tmp_path_factory.mktemp("fr-en") / "run"
+    assert helpers.train_tiny(out, "--direction", "fr-en") == 0
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -79,6 +79,15 @@ def form_values(config: dict[str, dict]) -> dict[str, object]:
     }
 
 
+def gold_files(folder: Path, pairs: str, gold: str) -> tuple[Path, Path]:
+    """(pairs file, gold file) written in ``folder``: ``english ||| french`` lines and their
+    Pharaoh links."""
+    paths = folder / "pairs.txt", folder / "gold.txt"
+    for path, text in zip(paths, (pairs, gold)):
+        path.write_text(text, encoding="utf-8")
+    return paths
+
+
 def train_tiny(out: Path, *extra: str) -> int:
     """Train the tiny model into ``out`` with the project's own command; returns its code."""
     from core.train import main

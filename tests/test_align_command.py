@@ -12,6 +12,7 @@ from core.alignment.extract import Reader, links, pair_maps, readers
 from core.alignment.gold import GoldLinks, read_links, read_pairs, studio_gold, write_links
 from core.alignment.grid import alignment_grid
 from core.model.studio_model import StudioModel
+from tests import helpers
 
 PAIRS = "i'm home . ||| je suis chez moi .\ngo . ||| va !\n"
 GOLD = "0-0 0-1 1-2 1p3 2-4\n0-0 1-1\n"
@@ -20,10 +21,7 @@ GOLD = "0-0 0-1 1-2 1p3 2-4\n0-0 1-1\n"
 @pytest.fixture
 def files(tmp_path):
     """(pairs file, gold file) of two hand-aligned pairs."""
-    pairs, gold = tmp_path / "pairs.txt", tmp_path / "gold.txt"
-    pairs.write_text(PAIRS, encoding="utf-8")
-    gold.write_text(GOLD, encoding="utf-8")
-    return pairs, gold
+    return helpers.gold_files(tmp_path, PAIRS, GOLD)
 
 
 def test_the_grid_scores_every_reader_and_the_best_is_the_lowest_aer(tiny_model):

@@ -269,3 +269,64 @@ def test_an_uploaded_gold_set_past_the_scoring_bound_is_refused(studio_dirs, mon
     assert_clean(at)
     assert any("the server scores at most" in plain(e.value) for e in at.error)
     assert not at.dataframe
+
+
+def test_the_held_out_gold_set_is_scored_or_says_how_to_get_it(studio_dirs, monkeypatch, tmp_path):
+    from pages.ui.attention.gold_sets import held_out_set
+    from tests.helpers import FRA_ENG
+
+    held_out_set.clear()
+    monkeypatch.setenv("FRA_ENG_ZIP", str(tmp_path / "absent.zip"))
+    at = run_page()
+    at.radio(key="al_gold").set_value("held-out").run()
+    assert_clean(at)
+    (info,) = [plain(i.value) for i in at.info]
+    assert "FRA_ENG_ZIP" in info and not at.dataframe
+    if not FRA_ENG.is_file():
+        return
+    monkeypatch.setenv("FRA_ENG_ZIP", str(FRA_ENG))
+    held_out_set.clear()
+    at.run()
+    assert_clean(at)
+    table = at.dataframe[0].value
+    assert set(table["pairs"]) == {130} and list(table["AER"]) == sorted(table["AER"])
+    assert any("held-out Tatoeba pairs (130 pairs)" in plain(m.value) for m in at.markdown)
+    assert any(
+        "eflomal (grow-diag-final-and) scores AER 0.119" in plain(c.value) for c in at.caption
+    )
+    held_out_set.clear()
+
+
+def test_readers_beyond_one_head_are_scored_and_a_reverse_model_combines(studio_dirs, reverse_run):
+    shutil.copytree(reverse_run, studio_dirs["runs"] / "fr-en")
+    at = run_page()
+    assert_clean(at)
+    assert not [d for d in at.dataframe if "kind" in d.value.columns]  # not before the button
+    at.button(key="al_other_run").click().run()
+    assert_clean(at)
+    (table,) = [d.value for d in at.dataframe if "kind" in d.value.columns]
+    assert list(table["kind"]) == ["attribution", "states (SimAlign)", "states (SimAlign)"]
+    assert all(0 <= a <= 1 for a in table["AER"])
+    at.selectbox(key="al_reverse").set_value("runs/fr-en/last.pt").run()  # cached: no button
+    at.button(key="al_other_run").click().run()
+    assert_clean(at)
+    (table,) = [d.value for d in at.dataframe if "kind" in d.value.columns]
+    both = table[table["kind"] == "both directions"]
+    assert len(both) == 5 and both["reader"].iloc[0].startswith("forward (")
+    grid_best = at.dataframe[0].value.iloc[0]["AER"]
+    assert both["AER"].iloc[0] == grid_best  # the forward row is this model's best reader
+    same = [k for k in at.selectbox(key="al_reverse").options if k.startswith("runs/tiny")]
+    at.selectbox(key="al_reverse").set_value(same[0]).run()  # the same direction: one line
+    assert any("other direction" in plain(i.value) for i in at.info)
+
+
+def test_a_french_to_english_model_s_links_name_its_languages(studio_dirs, reverse_run):
+    shutil.copytree(reverse_run, studio_dirs["runs"] / "fr-en")
+    at = run_page({"model": "runs/fr-en/last.pt"})
+    assert_clean(at)
+    assert at.text_input(key="at_sentence").value == "je suis chez moi ."
+    (matrix,) = [v for k, v in charts(at).items() if k.startswith("AW")]  # the best mode
+    assert matrix["layout"]["xaxis"]["title"]["text"] == "French token (source)"
+    assert matrix["layout"]["yaxis"]["title"]["text"] == "English token (target)"
+    assert any("Pharaoh: French word – English word" in m.value for m in at.markdown)
+    assert any("Each English token is linked to the French word" in c.value for c in at.caption)

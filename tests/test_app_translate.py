@@ -257,3 +257,19 @@ def test_a_links_sentence_past_its_limit_is_named_not_silently_replaced(studio_d
     assert "The link's sentence was too long" in warning and "type it in the box" in warning
     at.run()  # said once, on the run that read the link
     assert not [w for w in at.warning if "too long for a link" in w.value]
+
+
+def test_a_french_to_english_model_reads_french_and_shows_its_own_example(studio_dirs, reverse_run):
+    shutil.copytree(reverse_run, studio_dirs["runs"] / "fr-en")
+    at = run_page({"model": "runs/fr-en/last.pt"})
+    assert_clean(at)
+    box = at.text_input(key="tr_sentence")
+    assert box.label == "French sentence" and box.value == "je suis chez moi ."
+    assert at.query_params["sentence"] == "je suis chez moi ."
+    assert not at.error  # the tiny model reads its French words
+    at.selectbox(key="tr_model").set_value("checkpoints/fra-eng-small.pt").run()
+    assert_clean(at)
+    assert at.text_input(key="tr_sentence").value == "i'm home ."  # back to English's example
+    at.text_input(key="tr_sentence").set_value("he's calm .").run()
+    at.selectbox(key="tr_model").set_value("runs/fr-en/last.pt").run()
+    assert at.text_input(key="tr_sentence").value == "he's calm ."  # a typed sentence stays

@@ -46,7 +46,7 @@ def probe_snapshot(settings_: dict, vocab: Vocab, seed: int = 0) -> list[dict]:
     trainer = SimpleNamespace(
         cfg=SimpleNamespace(probes=settings_["train"]["probes"]),
         model=model,
-        corpus=SimpleNamespace(src_vocab=vocab, tgt_vocab=vocab),
+        corpus=SimpleNamespace(src_vocab=vocab, tgt_vocab=vocab, summary={}),
     )
     return Trainer.probe_maps(trainer)
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from core import align
-from core.alignment.gold import STUDIO_LINKS, STUDIO_PAIRS, studio_gold
+from core.alignment.gold import STUDIO_LINKS, STUDIO_PAIRS, read_links, read_pairs, studio_gold
 from core.alignment.grid import AlignmentGrid, GridRow, alignment_grid
 from core.alignment.supervision_effect import compared, supervision_effect
 from core.model.checkpoints import atomic_save, read_checkpoint
@@ -83,7 +83,7 @@ def test_the_command_prints_what_compared_computes(tmp_path, tiny_checkpoint):
     ]
     printed = [x["supervision"] for x in lines if "supervision" in x]
     lm, plain = StudioModel.load(sup), StudioModel.load(tiny_checkpoint)
-    pairs_read, gold_read = align.read_pairs(data), align.read_links(links)
+    pairs_read, gold_read = read_pairs(data), read_links(links)
     expected = compared(lm, plain, pairs_read, gold_read, alignment_grid(lm, pairs_read, gold_read))
     assert printed == [r.to_json() for r in expected]
     assert [p["reader"] for p in printed][:2] == ["supervised head, AWO", "supervised head, AWI"]

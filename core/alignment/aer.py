@@ -108,3 +108,23 @@ def grow_diag_final_and(
     final_and(alignment, forward, src_len, tgt_len)
     final_and(alignment, backward, src_len, tgt_len)
     return alignment
+
+
+COMBINATIONS = ("forward", "reverse", "intersection", "union", "grow-diag-final-and")
+
+
+def combinations(
+    forward: Sequence[set[Link]], backward: Sequence[set[Link]], sizes: Sequence[tuple[int, int]]
+) -> dict[str, list[set[Link]]]:
+    """{name: every pair's links} of two directions (both as (source i, target j) links, one
+    set per pair; ``sizes``: each pair's (source words, target words)), in COMBINATIONS order:
+    each alone, their intersection, union and grow-diag-final-and."""
+    return {
+        "forward": list(forward),
+        "reverse": list(backward),
+        "intersection": [intersect(a, b) for a, b in zip(forward, backward)],
+        "union": [union(a, b) for a, b in zip(forward, backward)],
+        "grow-diag-final-and": [
+            grow_diag_final_and(a, b, n, m) for a, b, (n, m) in zip(forward, backward, sizes)
+        ],
+    }

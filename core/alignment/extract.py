@@ -64,6 +64,7 @@ class PairMaps:
     cross: np.ndarray  # (L, H, T, S) T = target pieces + 1, S = source pieces + <eos>
     src_words: np.ndarray  # (S - 1,) the word of each source piece
     tgt_words: np.ndarray  # (T - 1,) the word of each target piece
+    turned: bool = False  # an (English, French) pair read French first: links turn back
 
 
 def piece_words(pieces: Sequence[str]) -> np.ndarray:
@@ -74,12 +75,27 @@ def piece_words(pieces: Sequence[str]) -> np.ndarray:
     return index
 
 
-def encoded(m: TranslationModel, pairs: Sequence[tuple[Sequence[str], Sequence[str]]]):
-    """Each pair as the model reads it (``TranslationModel.word_pair``)."""
-    return [m.word_pair(src, tgt) for src, tgt in pairs]
+def reads_french(m: TranslationModel) -> bool:
+    """Whether a model reads French and writes English: it reads a gold set's pairs
+    (English first) turned round, and its links are turned back."""
+    return m.languages == ("fr", "en")
 
 
-def _batch(m: TranslationModel, chunk: Sequence[WordPair]) -> tuple[torch.Tensor, torch.Tensor]:
+def encoded(
+    m: TranslationModel,
+    pairs: Sequence[tuple[Sequence[str], Sequence[str]]],
+    english_first: bool = False,
+):
+    """Each pair as the model reads it (``TranslationModel.word_pair``); ``english_first``:
+    the pairs are (English, French) as a gold set holds them, turned for a French→English
+    model."""
+    turned = english_first and reads_french(m)
+    return [m.word_pair(tgt, src) if turned else m.word_pair(src, tgt) for src, tgt in pairs]
+
+
+def padded_batch(
+    m: TranslationModel, chunk: Sequence[WordPair]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, S) sources and (B, T) decoder inputs of some pairs, padded."""
     S = max(len(w.src_ids) for w in chunk)
     T = max(len(w.out_ids) for w in chunk)
@@ -97,19 +113,22 @@ def pair_maps(
     pairs: Sequence[tuple[Sequence[str], Sequence[str]]],
     batch: int = BATCH,
     tick=None,
+    english_first: bool = False,
 ) -> list[PairMaps]:
     """Teacher-force every pair (in batches) and keep its cross-attention over its pieces
-    (the specials a tokenizer puts around a sentence left out, as <bos> is)."""
-    rows, out = encoded(m, pairs), []
+    (the specials a tokenizer puts around a sentence left out, as <bos> is); ``english_first``
+    as ``encoded``: a French→English model's maps are marked turned."""
+    rows, out = encoded(m, pairs, english_first), []
+    turned = english_first and reads_french(m)
     with evaluating(m.model):
         for start in range(0, len(rows), batch):
             chunk = rows[start : start + batch]
-            cross = m.patterns(*_batch(m, chunk), ["cross"])["cross"]  # (L, B, H, T, S)
+            cross = m.patterns(*padded_batch(m, chunk), ["cross"])["cross"]  # (L, B, H, T, S)
             cross = cross.float().cpu().numpy()
             for i, w in enumerate(chunk):
                 kept = cross[:, i, :, w.target_rows(), w.source_columns()]  # (L, H, T_i, S_i)
                 words = (np.array(x, dtype=np.int64) for x in (w.src_words, w.tgt_words))
-                out.append(PairMaps(np.ascontiguousarray(kept), *words))
+                out.append(PairMaps(np.ascontiguousarray(kept), *words, turned))
             if tick:
                 tick(len(chunk))
     return out
@@ -137,7 +156,8 @@ def links(maps: PairMaps, reader: Reader, threshold: float | None = None) -> set
     else:
         share = w / np.clip(w.sum(axis=1, keepdims=True), 1e-12, None)
         pairs = zip(*np.nonzero(threshold <= share.T))
-    return {(int(maps.src_words[s]), int(maps.tgt_words[t])) for s, t in pairs}
+    found = {(int(maps.src_words[s]), int(maps.tgt_words[t])) for s, t in pairs}
+    return {(j, i) for i, j in found} if maps.turned else found
 
 
 def readers(layers: int, heads: int) -> list[Reader]:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from core.alignment.aer import score
-from core.alignment.extract import PairMaps, Reader, encoded, links
+from core.alignment.extract import PairMaps, Reader, encoded, links, reads_french
 from core.alignment.gold import GoldLinks
 from core.attribution.methods import attribute
 from core.model.interface import TranslationModel
@@ -27,12 +27,12 @@ AWO = Reader(0, 0, "awo")  # a one-layer, one-head "map": the attribution's sour
 def attribution_maps(m: TranslationModel, pairs: Sequence, method: str) -> list[PairMaps]:
     """Each pair's source contributions as a (1, 1, T, S) map with its piece words (the
     specials a tokenizer puts around a sentence left out)."""
-    out = []
-    for w in encoded(m, pairs):
+    out, turned = [], reads_french(m)
+    for w in encoded(m, pairs, english_first=True):
         source = attribute(m, w.src_ids, w.out_ids, method).source  # (T, S)
         kept = source[w.target_rows(), w.source_columns()][None, None].astype(np.float32)
         words = (np.array(x, dtype=np.int64) for x in (w.src_words, w.tgt_words))
-        out.append(PairMaps(np.ascontiguousarray(kept), *words))
+        out.append(PairMaps(np.ascontiguousarray(kept), *words, turned))
     return out
 
 

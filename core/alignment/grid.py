@@ -75,7 +75,7 @@ def alignment_grid(
         done[0] += k
         report(0.5 * done[0] / n, "reading the cross-attention")
 
-    maps = pair_maps(lm, pairs, tick=tick)
+    maps = pair_maps(lm, pairs, tick=tick, english_first=True)  # a gold set: English first
     cfg = lm.cfg
     chosen = list(only) if only is not None else readers(cfg.num_decoder_layers, cfg.num_heads)
     rows = []

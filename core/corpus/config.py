@@ -10,6 +10,7 @@ from core.corpus.vocab import SPECIALS
 
 TOKENIZERS = ("word", "bpe")  # d2l's word vocabulary, or byte-pair-encoded pieces
 SPLITS = ("random", "head")  # by unique English sentence, or the first rows as d2l
+DIRECTIONS = ("en-fr", "fr-en")  # which side of each pair the model reads and which it writes
 UPPER = {  # the most each field may be: what the machine and the model can hold
     "max_len": 200,  # words per sentence (the Translate page reads at most 60)
     "min_freq": 1_000_000,
@@ -40,6 +41,8 @@ class DataConfig:
     split_seed: int = 0  # seed of the split
     tokenizer: str = "word"  # "word": d2l's word vocabulary; "bpe": subword pieces (BPE)
     bpe_vocab: int = 8000  # BPE pieces per language, specials included (tokenizer "bpe")
+    direction: str = "en-fr"  # "fr-en": each pair read the other way round, after the split
+    # (which stays by English sentence: both directions hold out the same test pairs)
 
     def problems(self) -> list[str]:
         """Every reason these data settings are impossible, each naming its field ([] if none)."""
@@ -79,6 +82,8 @@ class DataConfig:
             problems.append(f"split must be 'random' or 'head' (got {self.split!r})")
         if self.tokenizer not in TOKENIZERS:
             problems.append(f"tokenizer must be 'word' or 'bpe' (got {self.tokenizer!r})")
+        if self.direction not in DIRECTIONS:
+            problems.append(f"direction must be 'en-fr' or 'fr-en' (got {self.direction!r})")
         if not isinstance(self.source, str) or not self.source.strip():
             problems.append("source must name a corpus ('fra-eng' or a file)")
         return problems

@@ -64,6 +64,13 @@ def split_by_source(pairs, cfg: DataConfig) -> tuple[Split, Split, Split]:
     return parts["train"], parts["val"], parts["test"]
 
 
+def reading_way(split: Split, cfg: DataConfig) -> Split:
+    """A split's pairs as the model reads them: (English, French), or swapped for "fr-en"."""
+    if cfg.direction == "fr-en":
+        return Split([(t, s) for s, t in split.pairs])
+    return split
+
+
 def validation_pairs_at_most(usable: int, cfg: DataConfig) -> int:
     """The most validation pairs a corpus of ``usable`` pairs can give under ``cfg``'s split,
     known before it is read: "head", the ``num_val`` rows after the training rows;
@@ -107,7 +114,7 @@ def load_splits(
         raise no_pairs(shown_path(path), counts["skipped"])
     if not pairs:
         raise DataError(f"{shown_path(path)}: no pair is within max_len={cfg.max_len} tokens.")
-    train, val, test = split_by_source(pairs, cfg)
+    train, val, test = (reading_way(s, cfg) for s in split_by_source(pairs, cfg))
     if not train.pairs:
         raise DataError(f"{shown_path(path)}: the split left no training pairs.")
     summary = {
@@ -118,6 +125,7 @@ def load_splits(
         "train": len(train.pairs),
         "val": len(val.pairs),
         "test": len(test.pairs),
+        "direction": cfg.direction,
     }
     return Splits(train, val, test, summary)
 
@@ -132,7 +140,10 @@ def summary_words(summary: dict) -> str:
         f"validation, {get('test')} test"
     )
     if "src_vocab" in summary:
-        words += f"; vocabularies {get('src_vocab')} English, {get('tgt_vocab')} French"
+        src, tgt = (
+            ("French", "English") if summary.get("direction") == "fr-en" else ("English", "French")
+        )
+        words += f"; vocabularies {get('src_vocab')} {src}, {get('tgt_vocab')} {tgt}"
     return words
 
 

@@ -61,15 +61,18 @@ def link_weights(weights: np.ndarray, maps: PairMaps, links) -> dict[tuple[int, 
     return out
 
 
-def links_table(weights, maps: PairMaps, links, src_pieces, tgt_pieces) -> pd.DataFrame:
-    """One row per link, in Pharaoh order: word indexes, the words, the link's weight."""
+LANGUAGES = ("English", "French")  # (source, target) as the studio's own model names them
+
+
+def links_table(
+    weights, maps: PairMaps, links, src_pieces, tgt_pieces, languages=LANGUAGES
+) -> pd.DataFrame:
+    """One row per link, in Pharaoh order: word indexes, the words, the link's weight
+    (``languages``: the model's (source, target) names, as the word columns say)."""
     src, tgt = join_pieces(src_pieces), join_pieces(tgt_pieces)
     found = link_weights(weights, maps, links)
-    rows = [
-        {"source": s, "English word": src[s], "target": t, "French word": tgt[t], "weight": w}
-        for (s, t), w in sorted(found.items())
-    ]
-    columns = ["source", "English word", "target", "French word", "weight"]
+    columns = ["source", f"{languages[0]} word", "target", f"{languages[1]} word", "weight"]
+    rows = [(s, src[s], t, tgt[t], w) for (s, t), w in sorted(found.items())]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -92,14 +95,17 @@ def link_matrix_figure(
     title: str,
     notes: Sequence[str] = (),
     stretch: bool = False,
+    languages: tuple[str, str] = LANGUAGES,
 ) -> go.Figure:
-    """French pieces (rows) × English pieces (columns): a reader's weights, links circled.
+    """Target pieces (rows) × source pieces (columns): a reader's weights, links circled.
 
     Args:
         weights: (T, S) the weights the reader uses (core.alignment.extract.read).
         marked: (T, S) True on linked cells (link_cells).
         title, notes: plain text, wrapped and escaped here.
+        languages: the model's (source, target) names, as the axes say.
     """
+    source, target = languages
     z = np.asarray(weights, dtype=np.float32)  # (T, S)
     x, y = unique_labels(src_pieces), unique_labels(tgt_pieces)
     zmax = percentile_cap(z, 99 if stretch else 100) if z.size else 1.0
@@ -112,7 +118,7 @@ def link_matrix_figure(
         zmax=zmax,
         colorscale=COLORSCALE,
         colorbar={"title": {"text": "weight"}},
-        hovertemplate="French %{y}<br>English %{x}<br>w=%{z:.3f}<extra></extra>",
+        hovertemplate=f"{target} %{{y}}<br>{source} %{{x}}<br>w=%{{z:.3f}}<extra></extra>",
     )
     circles = go.Scatter(
         x=[x[c] for c in cols],
@@ -128,8 +134,8 @@ def link_matrix_figure(
     head = title_layout(title, lines)
     fig = go.Figure([heat, *blank_cells(z, x, y), circles])
     fig.update_layout(
-        xaxis=token_axis("English token (source)", x, src_pieces) | {"tickangle": -45},
-        yaxis=token_axis("French token (target)", y, tgt_pieces) | {"autorange": "reversed"},
+        xaxis=token_axis(f"{source} token (source)", x, src_pieces) | {"tickangle": -45},
+        yaxis=token_axis(f"{target} token (target)", y, tgt_pieces) | {"autorange": "reversed"},
         height=int(min(900, max(300, 22 * len(tgt_pieces) + 110)) + head["margin"]["t"]),
         **head,
     )
@@ -155,12 +161,17 @@ def _word_axis(words: Sequence[str], side: str) -> dict:
 
 
 def link_lines_figure(
-    src_words: Sequence[str], tgt_words: Sequence[str], weights: dict, title: str
+    src_words: Sequence[str],
+    tgt_words: Sequence[str],
+    weights: dict,
+    title: str,
+    languages: tuple[str, str] = LANGUAGES,
 ) -> go.Figure:
-    """English words along the top, French words along the bottom, a line per link.
+    """Source words along the top, target words along the bottom, a line per link.
 
     Args:
         weights: (source word, target word) -> weight, one entry per link (link_weights).
+        languages: the model's (source, target) names.
     """
     xs, xt = _positions(len(src_words)), _positions(len(tgt_words))
     lines = [
@@ -178,7 +189,7 @@ def link_lines_figure(
     ]
     dots = [
         go.Scatter(x=x, y=[y] * len(x), xaxis=axis, mode="markers", name=name, hoverinfo="skip")
-        for x, y, axis, name in ((xs, 1, "x2", "English"), (xt, 0, "x", "French"))
+        for x, y, axis, name in ((xs, 1, "x2", languages[0]), (xt, 0, "x", languages[1]))
     ]
     longest = max(map(len, [*src_words, *tgt_words]), default=1)
     ticks = 8 + 7 * min(longest, 14)  # room for a word's tick label, turned if crowded
@@ -187,7 +198,7 @@ def link_lines_figure(
     fig.update_layout(
         xaxis=_word_axis(tgt_words, "bottom"),
         xaxis2=_word_axis(src_words, "top") | {"overlaying": "x"},
-        yaxis={"range": [-0.08, 1.08], "tickvals": [0, 1], "ticktext": ["French", "English"]},
+        yaxis={"range": [-0.08, 1.08], "tickvals": [0, 1], "ticktext": languages[::-1]},
         showlegend=False,
         height=int(200 + 2 * ticks + head["margin"]["t"]),
         **(head | {"margin": {"t": head["margin"]["t"] + ticks, "b": ticks}}),

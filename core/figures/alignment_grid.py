@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 
 from core.alignment.grid import AlignmentGrid, GridRow
 from core.alignment.supervision_effect import EffectRow
+from core.attribution.methods import METHOD_NAMES
 from core.figures.alignment import MODE_NAMES, STAR_COLOR
 from core.figures.attention import COLORSCALE, blank_cells, title_layout
 
@@ -129,3 +130,37 @@ def _outline(row: int, col: int) -> dict:
         "y1": row + 0.5,
         "line": {"color": STAR_COLOR, "width": 3},
     }
+
+
+def other_readers_table(rows: Sequence[dict]) -> pd.DataFrame:
+    """Readers beyond one head (``core.alignment.other_readers`` rows) as one table: each
+    attribution method, the best state reader of each method (SimAlign) and each combination
+    of both directions, best first within each kind."""
+    picked, seen = [], set()
+    for row in rows:
+        if "similarity" in row:
+            r = row["similarity"]
+            if r["method"] in seen:  # the rows come best first: keep each method's best
+                continue
+            seen.add(r["method"])
+            reader = (
+                f"encoder after layer {r['encoder_layer']} × decoder after layer "
+                f"{r['decoder_layer']}, {r['mode'].upper()}, {r['method']}"
+            )
+            picked.append(("states (SimAlign)", reader, r))
+        elif "symmetrised" in row:
+            r = row["symmetrised"]
+            reader = f"{r['combination']} ({r['forward_reader']} / {r['reverse_reader']})"
+            picked.append(("both directions", reader, r))
+        else:
+            name = METHOD_NAMES.get(row["method"], row["method"])
+            picked.append(("attribution", f"{name}, AWO, argmax", row))
+    return pd.DataFrame(
+        {
+            "kind": [k for k, _, _ in picked],
+            "reader": [name for _, name, _ in picked],
+            "AER": [r["aer"] for _, _, r in picked],
+            "precision": [r["precision"] for _, _, r in picked],
+            "recall": [r["recall"] for _, _, r in picked],
+        }
+    )

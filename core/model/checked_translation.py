@@ -17,6 +17,8 @@ from core.model.interface import TranslationModel
 
 MAX_SENTENCE_TOKENS = 60  # longer input is refused with a message
 DEFAULT_SENTENCE = "i'm home ."
+FRENCH_EXAMPLE = "je suis chez moi ."  # the default sentence of a model that reads French
+EXAMPLES = (DEFAULT_SENTENCE, FRENCH_EXAMPLE)  # a box showing one of these is untouched
 
 
 def trained_max_len(meta: Mapping) -> int | None:

@@ -74,6 +74,9 @@ def source_len(words: list[str], tokenizer: str, max_positions: int) -> int:
     return min(n, max_positions - 1) + 1
 
 
+EXAMPLES = ("i am cold .", "j'ai froid .")  # a sentence to suggest, in the model's source language
+
+
 def prepare_source(sentence: str, src_vocab: Vocab, max_len: int):
     """Tokenize a sentence -> (ids + <eos>, tokens + <eos>, unknown flags, warnings).
 
@@ -91,9 +94,10 @@ def prepare_source(sentence: str, src_vocab: Vocab, max_len: int):
         tokens, ids = tokens[: max_len - 1], ids[: max_len - 1]
     unknown = [i == Vocab.unk_id for i in ids]
     if all(unknown):
+        example = next((e for e in EXAMPLES if not src_vocab.unknown(e.split())), EXAMPLES[0])
         raise TranslationError(
-            "None of these words is in the model's English vocabulary: "
-            f"{' '.join(words)}. Try simple everyday words (e.g. 'i am cold .')."
+            "None of these words is in the model's source vocabulary: "
+            f"{' '.join(words)}. Try simple everyday words (e.g. '{example}')."
         )
     return ids + [Vocab.eos_id], tokens + ["<eos>"], unknown + [False], warnings
 

@@ -43,6 +43,8 @@ from core.model.parts import AttentionWeights, Source, SublayerNorm, WordPair
 from core.model.record import KINDS, Record, attention_site, from_cache, recorded_sites
 from core.model.transformer import evaluating
 
+LANGUAGE_NAMES = {"en": "English", "fr": "French", "de": "German", "es": "Spanish"}
+
 
 class TranslationModel(ABC):
     """A model as the studio reads it (the adapters: ``StudioModel``, ``HFModel``)."""
@@ -56,6 +58,7 @@ class TranslationModel(ABC):
     trained_here: bool  # trained by the studio: its corpus, splits and history are known
     source_label: str  # the sentence box's label ("English sentence", "Source sentence (en)")
     target_name: str  # the target language as a box names it ("French", "fr")
+    example_sentence: str = "i'm home ."  # what the sentence box shows before a user types
 
     # ------------------------------------------------------------------ what it is
 
@@ -73,6 +76,16 @@ class TranslationModel(ABC):
     def model_type(self) -> str:
         """Its architecture's name ("studio", or a Hugging Face ``model_type``)."""
         return self.meta.get("model_type", self.family)
+
+    @property
+    def language_names(self) -> tuple[str, str]:
+        """(source, target) languages as people name them: "English", "French"; a code
+        without a name stays a code ("de"); English and French where the model does not say
+        (the studio's own direction, and what every view assumed before)."""
+        src, tgt = self.languages
+        if (src, tgt) == ("source", "target"):
+            return "English", "French"
+        return LANGUAGE_NAMES.get(src, src), LANGUAGE_NAMES.get(tgt, tgt)
 
     def supports(self, what: str) -> str | None:
         """Why this model cannot do ``what`` (a section, method or setting), in one line;

@@ -23,7 +23,8 @@ from core.corpus.text import tokenize
 from core.corpus.vocab import Vocab
 from core.model.blocks import MultiHeadAttention
 from core.model.capabilities import STUDIO
-from core.model.checkpoints import LoadedModel, load_checkpoint
+from core.model.checked_translation import FRENCH_EXAMPLE
+from core.model.checkpoints import LoadedModel, data_config_of, load_checkpoint
 from core.model.config import ModelConfig
 from core.model.decode import (
     MAX_LEN,
@@ -78,6 +79,9 @@ class StudioModel(TranslationModel):
     def __init__(self, model: Transformer, src_vocab: Vocab, tgt_vocab: Vocab, meta=None):
         self.model, self.src_vocab, self.tgt_vocab = model, src_vocab, tgt_vocab
         self.meta = dict(meta or {})
+        if data_config_of(self.meta).direction == "fr-en":  # trained the other way round
+            self.source_label, self.target_name = "French sentence", "English"
+            self.example_sentence = FRENCH_EXAMPLE
 
     @classmethod
     def of(cls, lm: LoadedModel) -> StudioModel:
@@ -93,6 +97,11 @@ class StudioModel(TranslationModel):
     def cfg(self):
         """The model's sizes."""
         return self.model.cfg
+
+    @property
+    def languages(self) -> tuple[str, str]:
+        """("en", "fr"), or ("fr", "en") for a model trained the other way round."""
+        return ("fr", "en") if data_config_of(self.meta).direction == "fr-en" else ("en", "fr")
 
     @property
     def pieces_name(self) -> str:

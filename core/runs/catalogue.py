@@ -27,7 +27,8 @@ from core.runs.run_dir import RunDir
 
 SHIPPED_NAME = "fra-eng-small.pt"  # the model the app ships with, under checkpoints/
 ALIGNED_NAME = "fra-eng-small-aligned.pt"  # shipped beside it: one head trained to align
-SHIPPED_NAMES = (SHIPPED_NAME, ALIGNED_NAME)  # the default first
+REVERSE_NAME = "fr-en-small-aligned.pt"  # the aligned recipe French→English: both directions
+SHIPPED_NAMES = (SHIPPED_NAME, ALIGNED_NAME, REVERSE_NAME)  # the default first
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # names of saved models
 ORIGINS = ("shipped model", "saved model", "run best", "run last", "Hugging Face model")
 HF_ORIGIN = ORIGINS[-1]

@@ -30,7 +30,7 @@ from core.training.config import TrainConfig, learning_rate
 from core.training.devices import autocast_dtype, pick_device
 from core.training.distributed import World
 from core.training.monitor import distributions, layer_norms
-from core.training.probes import probe_maps
+from core.training.probes import probe_maps, probe_sentences
 from core.training.random_streams import kept_random_streams, rng_state, set_rng_state
 
 
@@ -291,7 +291,8 @@ class Trainer:
     def probe_maps(self) -> list[dict]:
         """Translations and attention maps of the probe sentences (``core.training.probes``)."""
         vocabs = (self.corpus.src_vocab, self.corpus.tgt_vocab)
-        return probe_maps(self.model, *vocabs, self.cfg.probes)
+        direction = self.corpus.summary.get("direction", "en-fr")
+        return probe_maps(self.model, *vocabs, probe_sentences(self.cfg.probes, direction))
 
     def run_evaluation(self) -> None:
         """Evaluate (rank 0), update the best BLEU, tell the callbacks; NaN/inf weights diverge."""

@@ -5,10 +5,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from core.corpus.text import D2L_TEST_PAIRS
 from core.corpus.vocab import Vocab
 from core.model.decode import TranslationError, translate
 from core.model.transformer import Transformer
+from core.training.config import D2L_PROBES
 from core.training.random_streams import kept_random_streams
+
+
+def probe_sentences(probes: Sequence[str], direction: str) -> list[str]:
+    """The sentences a run translates at each evaluation: its probes, or, for a French→English
+    run that kept the default (d2l's English sentences), their French references."""
+    if direction == "fr-en" and list(probes) == D2L_PROBES:
+        return [reference for _, reference in D2L_TEST_PAIRS]
+    return list(probes)
 
 
 def probe_maps(

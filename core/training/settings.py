@@ -12,7 +12,7 @@ import inspect
 import re
 from dataclasses import MISSING, dataclass, fields
 
-from core.corpus.config import SPLITS, TOKENIZERS, DataConfig
+from core.corpus.config import DIRECTIONS, SPLITS, TOKENIZERS, DataConfig
 from core.corpus.user_files import source_problems
 from core.corpus.vocab import SPECIALS
 from core.model.config import ModelConfig
@@ -33,6 +33,7 @@ class SettingsError(ValueError):
 CHOICES = {
     "split": SPLITS,
     "tokenizer": TOKENIZERS,
+    "direction": DIRECTIONS,
     "schedule": SCHEDULES,
     "device": DEVICES,
     "dropout_masks": MASKS,

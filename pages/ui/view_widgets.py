@@ -7,7 +7,7 @@ from dataclasses import fields
 import streamlit as st
 
 from core.attribution.methods import METHODS
-from core.model.checked_translation import MAX_SENTENCE_TOKENS
+from core.model.checked_translation import DEFAULT_SENTENCE, EXAMPLES, MAX_SENTENCE_TOKENS
 from pages.ui.view_state import MAX_REFERENCE_CHARS, MAX_TEXT_CHARS, ViewState
 
 TRANSLATE_KEYS = (  # the Translate page's URL keys
@@ -111,13 +111,23 @@ def target_input(state: ViewState, prefix: str, label: str = "French") -> str:
     return state.target
 
 
-def sentence_input(state: ViewState, prefix: str, label: str = "English sentence") -> str:
-    """The English sentence box (widget key ``<prefix>_sentence``), kept in the view state.
+def sentence_input(
+    state: ViewState, prefix: str, label: str = "English sentence", example: str = DEFAULT_SENTENCE
+) -> str:
+    """The sentence box (widget key ``<prefix>_sentence``), kept in the view state; a model
+    that reads another language than English shows its own ``example`` where the box still
+    holds the default sentence.
 
     No character limit on the box: one drops a longer paste whole, so the length is checked
     (and named) by core.model.checked_translation instead, past MAX_TEXT_CHARS here.
     """
-    widget_default(f"{prefix}_sentence", state.sentence)
+    key = f"{prefix}_sentence"
+    shown = st.session_state.get(key, state.sentence)
+    untouched = shown == state.sentence and state.sentence in EXAMPLES
+    if untouched and state.sentence != example:  # another model's example: this one's
+        state.set_sentence(example)
+        st.session_state[key] = example
+    widget_default(key, state.sentence)
     sentence = st.text_input(
         label,
         key=f"{prefix}_sentence",

@@ -17,18 +17,20 @@ from pages.ui.attention.cached_alignment import alignment_grid
 from pages.ui.attention.gold_sets import (
     MAX_GOLD_BYTES,
     GoldSet,
+    held_out_set,
     reference_score,
     shipped_gold,
     uploaded_gold,
 )
 from pages.ui.attention.inputs import SectionInputs
+from pages.ui.attention.other_readers_view import other_readers_panel
 from pages.ui.attention.supervision_view import supervision_panel
 from pages.ui.charts import chart
 from pages.ui.heavy_work import TimeLimit, heavy_slot
 from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_state import ViewState
 
-SHIPPED, UPLOAD = "shipped", "upload"
+SHIPPED, HELD_OUT, UPLOAD = "shipped", "held-out", "upload"
 OPEN_BEST = "al_open_best"  # session flag: this run opens Alignment on the best reader
 BEST_NOTE = "al_best_note"  # what the section says about the reader it opened on
 AER_WORDS = (
@@ -62,6 +64,7 @@ def gold_panel(page: SectionInputs) -> None:
     if grid is not None:
         show_grid(grid, gold, page.state)
         supervision_panel(page, gold, grid, scored)
+        other_readers_panel(page, gold)
 
 
 def scored(entry: ModelEntry, lm: TranslationModel, gold: GoldSet) -> AlignmentGrid | None:
@@ -85,8 +88,16 @@ def scored(entry: ModelEntry, lm: TranslationModel, gold: GoldSet) -> AlignmentG
             return None
 
 
+HELD_OUT_WORDS = (
+    "130 pairs of Tatoeba's fra-eng corpus that no shipped model trained on (its test split), "
+    "aligned by hand under the shipped set's guidelines before any model's output on them was "
+    "seen. Their sentences are read from the server's copy of fra-eng.zip."
+)
+
+
 def pick_gold() -> GoldSet | None:
-    """The shipped gold set or two uploaded files (widget ``al_gold``); None until usable."""
+    """The shipped gold set, the held-out one or two uploaded files (widget ``al_gold``);
+    None until usable."""
     try:
         shipped = shipped_gold()
     except (GoldError, OSError) as e:
@@ -94,13 +105,25 @@ def pick_gold() -> GoldSet | None:
         shipped = None
     words = {
         SHIPPED: shipped.name.capitalize() if shipped else "Shipped gold set",
+        HELD_OUT: "Held-out Tatoeba pairs",
         UPLOAD: "Upload",
     }
     source = st.radio(
-        "Gold set", (SHIPPED, UPLOAD), key="al_gold", horizontal=True, format_func=words.get
+        "Gold set",
+        (SHIPPED, HELD_OUT, UPLOAD),
+        key="al_gold",
+        horizontal=True,
+        format_func=words.get,
     )
     if source == SHIPPED:
         return shipped
+    if source == HELD_OUT:
+        st.caption(HELD_OUT_WORDS)
+        try:
+            return held_out_set()
+        except (GoldError, OSError) as e:
+            st.info(md(e))
+            return None
     return upload_gold()
 
 
@@ -137,8 +160,8 @@ def show_grid(grid: AlignmentGrid, gold: GoldSet, state: ViewState) -> None:
         args=(best,),
         help="Cross attention, the best reader's layer, head and mode in the view above.",
     )
-    if gold.shipped:
-        reference_line()
+    if gold.reference:
+        reference_line(gold)
     zrange = grid_figs.aer_range(grid.rows)
     row = st.container(horizontal=True, gap="medium")  # side by side where both fit
     name = export_name(state.model, "", what="alignment aer")
@@ -167,20 +190,20 @@ def use_best(best: GridRow) -> None:
         st.session_state["at_layer"], st.session_state["at_head"] = best.layer, best.head
 
 
-def reference_line() -> None:
-    """What a statistical aligner scores on the shipped set, when bench/alignment.py wrote it."""
-    ref = reference_score()
+def reference_line(gold: GoldSet) -> None:
+    """What a statistical aligner scores on one of the app's gold sets, when
+    bench/alignment.py wrote it."""
+    ref = reference_score(gold.reference)
     if ref is None:
         st.caption(
             "No statistical aligner's score is recorded here: run `python bench/alignment.py` "
-            "to compare with eflomal on the shipped set."
+            f"to compare with eflomal on {md(gold.name)}."
         )
         return
     st.caption(
         md(
             f"For comparison, {ref['aligner']} scores AER {ref['aer']:.3f} (precision "
-            f"{ref['precision']:.3f}, recall {ref['recall']:.3f}) on the shipped set's "
-            f"{ref['pairs']} pairs: {ref['how']}."
+            f"{ref['precision']:.3f}, recall {ref['recall']:.3f}) on {gold.name}: {ref['how']}."
         )
     )
 

@@ -18,7 +18,7 @@ from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import widget_default
 
 HOW = (
-    "Each French token is linked to the English word its row of cross-attention weighs most "
+    "Each {target} token is linked to the {source} word its row of cross-attention weighs most "
     "(the source `<eos>` column is left out). **AWO** reads the decoder step that outputs "
     "the token; **AWI** the next step, which reads it as its input: Chen et al. (2020) found "
     "the next step often aligns better. A word cut into pieces (BPE) is linked to a word "
@@ -28,7 +28,8 @@ HOW = (
 
 def alignment_section(page: SectionInputs) -> None:
     """The reader picker, its weights with the links circled, the links as lines and text."""
-    st.caption(HOW)
+    source, target = page.lm.language_names
+    st.caption(HOW.format(source=source, target=target))
     if note := st.session_state.pop(BEST_NOTE, None):
         st.info(note)
     reader = pick_reader(page)
@@ -42,7 +43,7 @@ def pick_reader(page: SectionInputs) -> Reader:
     widget_default("al_mode", state.align, MODES)
     row = st.container(horizontal=True, vertical_alignment="bottom", gap="large")
     state.align = row.segmented_control(
-        "Read each French token at",
+        f"Read each {page.lm.language_names[1]} token at",
         MODES,
         key="al_mode",
         required=True,  # a click on the chosen mode keeps it
@@ -74,14 +75,19 @@ def sentence_links(page: SectionInputs, reader: Reader) -> None:
     title = f"{align_figs.MODE_NAMES[reader.mode]} — {align_figs.reader_words(reader)}"
     notes = [align_figs.ROW_WORDS[reader.mode]]
     marked = align_figs.link_cells(pair, found)
-    fig = align_figs.link_matrix_figure(weights, src, tgt, marked, title, notes, page.stretch)
+    languages = page.lm.language_names
+    fig = align_figs.link_matrix_figure(
+        weights, src, tgt, marked, title, notes, page.stretch, languages
+    )
     chart(fig, "al_matrix", row.container(width=panel_width(len(src))), name)
     words = join_pieces(src), join_pieces(tgt)
     strengths = align_figs.link_weights(weights, pair, found)
-    lines = align_figs.link_lines_figure(*words, strengths, f"{len(found)} links as lines")
+    lines = align_figs.link_lines_figure(
+        *words, strengths, f"{len(found)} links as lines", languages
+    )
     right = row.container(width=panel_width(max(map(len, words))))
     chart(lines, "al_lines", right, f"{name}_lines")
-    links_text(weights, pair, found, (src, tgt), name)
+    links_text(weights, pair, found, (src, tgt), name, languages)
 
 
 def link_name(state: ViewState, reader: Reader) -> str:
@@ -92,12 +98,13 @@ def link_name(state: ViewState, reader: Reader) -> str:
     return export_name(state.model, state.sentence, "cross", reader.layer, head, reader.mode)
 
 
-def links_text(weights, pair, found, pieces, name: str) -> None:
+def links_text(weights, pair, found, pieces, name: str, languages: tuple[str, str]) -> None:
     """The links as a Pharaoh line (source-target, 0-indexed) and as a CSV with weights."""
-    st.markdown("**Links** (Pharaoh: English word – French word, counted from 0)")
+    source, target = languages
+    st.markdown(f"**Links** (Pharaoh: {source} word – {target} word, counted from 0)")
     st.code(write_links(found) or "(none)", language=None)
-    table = align_figs.links_table(weights, pair, found, *pieces)
-    for column in ("English word", "French word"):
+    table = align_figs.links_table(weights, pair, found, *pieces, languages)
+    for column in (f"{source} word", f"{target} word"):
         table[column] = table[column].map(csv_cell)
     st.download_button(
         "Links as CSV",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from core.alignment import grid
+from core.alignment import other_readers as readers
 from core.model.interface import TranslationModel
 from pages.ui.progress import LateProgress
 from pages.ui.shared_cache import shared
@@ -22,3 +23,21 @@ def alignment_grid(
         return grid.alignment_grid(_lm, _pairs, _gold, progress=report)
     finally:
         report.done()
+
+
+@shared()
+def other_readers(
+    _lm: TranslationModel,
+    path: str,
+    mtime: float,
+    gold_key: str,
+    _pairs: list,
+    _gold: list,
+    methods: tuple[str, ...],
+    _reverse: TranslationModel | None,
+    reverse_path: str | None,
+    reverse_mtime: float | None,
+) -> list[dict]:
+    """Readers beyond one head on a gold set (``core.alignment.other_readers``: the command's
+    rows), per model file, gold set and reverse model file."""
+    return readers.other_readers(_lm, _pairs, _gold, methods, True, _reverse)

@@ -17,12 +17,14 @@ from core.alignment.gold import (
     parse_pair_line,
     studio_gold,
 )
+from core.alignment.held_out import held_out_gold
 
 MAX_GOLD_BYTES = 2 * 2**20  # largest uploaded pairs or gold file
 MAX_GOLD_PAIRS = 2000  # more pairs than usual gold sets hold (the Hansards test set: 447)
 MAX_PAIR_WORDS = 100  # longest uploaded sentence, so that its pieces fit any model here
 MAX_NAME_CHARS = 80  # a longer file name is shortened in messages
 REFERENCE = GOLD_DIR / "reference.json"  # a statistical aligner's score, by bench/alignment.py
+HELD_OUT_REFERENCE = GOLD_DIR / "tatoeba-test.reference.json"  # the same on the held-out set
 REFERENCE_KEYS = ("aligner", "aer", "precision", "recall", "pairs", "how")
 
 
@@ -34,7 +36,8 @@ class GoldSet:
     pairs: list  # (English tokens, French tokens) per pair
     links: list[GoldLinks]  # the gold links of each pair
     key: str  # a hash of the content: the cache key
-    shipped: bool = False  # the app's own gold set (core.alignment.gold.studio_gold)
+    shipped: bool = False  # one of the app's own gold sets (studio_gold, held_out_gold)
+    reference: str | None = None  # the file of a statistical aligner's score on it
 
 
 def content_key(*parts: bytes) -> str:
@@ -108,13 +111,26 @@ def shipped_gold() -> GoldSet:
     pairs, links = studio_gold()
     content = repr((pairs, [(sorted(g.sure), sorted(g.possible)) for g in links]))
     name = f"the shipped gold set ({len(pairs)} pairs)"
-    return GoldSet(name, pairs, links, content_key(content.encode()), shipped=True)
+    key = content_key(content.encode())
+    return GoldSet(name, pairs, links, key, shipped=True, reference=REFERENCE.name)
 
 
-def reference_score() -> dict | None:
-    """What a statistical aligner scored on the shipped set (bench/alignment.py), else None."""
+@st.cache_data(show_spinner="Reading the held-out pairs from fra-eng.zip…", max_entries=1)
+def held_out_set() -> GoldSet:
+    """The held-out Tatoeba gold set, its sentences read once from the local fra-eng.zip
+    (GoldError saying how to get it where there is none)."""
+    pairs, links = held_out_gold()
+    content = repr((pairs, [(sorted(g.sure), sorted(g.possible)) for g in links]))
+    name = f"the held-out Tatoeba pairs ({len(pairs)} pairs)"
+    key = content_key(content.encode())
+    return GoldSet(name, pairs, links, key, shipped=True, reference=HELD_OUT_REFERENCE.name)
+
+
+def reference_score(name: str = REFERENCE.name) -> dict | None:
+    """What a statistical aligner scored on one of the app's gold sets (bench/alignment.py
+    wrote it to ``GOLD_DIR / name``), else None."""
     try:
-        ref = json.loads(REFERENCE.read_text(encoding="utf-8"))
+        ref = json.loads((GOLD_DIR / name).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(ref, dict) or not all(k in ref for k in REFERENCE_KEYS):

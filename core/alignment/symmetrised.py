@@ -1,0 +1,69 @@
+"""Both directions combined: the best reader of an English→French model and of a French→English
+one, symmetrised as a statistical aligner's two directions are (Och & Ney 2003; Koehn's
+grow-diag-final-and, ``core.alignment.aer``).
+
+Each model's best reader is chosen on the gold set (as every "best" reader is): the reverse
+model reads the pairs the other way round (French source, English target) and its links
+come back as (English word, French word) (``core.alignment.extract.encoded``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from core.alignment.aer import COMBINATIONS, combinations, score
+from core.alignment.extract import links, pair_maps
+from core.alignment.gold import GoldLinks, Link
+from core.alignment.grid import GridRow, alignment_grid
+from core.model.interface import TranslationModel
+
+
+def direction_problem(forward: TranslationModel, reverse: TranslationModel) -> str | None:
+    """Why ``reverse`` is not ``forward`` the other way round, in one line (None when it is,
+    or when either model does not say its languages)."""
+    fwd, rev = forward.languages, reverse.languages
+    unknown = ("source", "target")
+    if unknown in (fwd, rev) or fwd == rev[::-1]:
+        return None
+    return (
+        f"The reverse model translates {rev[0]}→{rev[1]}; symmetrising needs the other "
+        f"direction of {fwd[0]}→{fwd[1]} ({fwd[1]}→{fwd[0]})."
+    )
+
+
+def best_links(lm: TranslationModel, pairs, gold) -> tuple[GridRow, list[set[Link]]]:
+    """A model's best attention reader on a gold set, and every pair's links under it."""
+    best = alignment_grid(lm, pairs, gold).best
+    maps = pair_maps(lm, pairs, english_first=True)
+    return best, [links(m, best.reader()) for m in maps]
+
+
+def symmetrised(
+    forward: TranslationModel, reverse: TranslationModel, pairs, gold: Sequence[GoldLinks]
+) -> list[dict]:
+    """One row per combination of the two models' best readers: AER, precision, recall."""
+    if problem := direction_problem(forward, reverse):
+        raise ValueError(problem)
+    fwd_best, fwd = best_links(forward, pairs, gold)
+    rev_best, rev = best_links(reverse, pairs, gold)
+    combined = combinations(fwd, rev, [(len(s), len(t)) for s, t in pairs])
+    readers = {"forward_reader": reader_name(fwd_best), "reverse_reader": reader_name(rev_best)}
+    rows = []
+    for name in COMBINATIONS:
+        s = score(combined[name], list(gold))
+        rows.append(
+            {"combination": name, **readers, "aer": s.aer, "precision": s.precision}
+            | {
+                "recall": s.recall,
+                "pairs": s.pairs,
+            }
+        )
+    return rows
+
+
+def reader_name(row: GridRow) -> str:
+    """A reader in a few words: "layer 0 head 0, AWO", "all layers, AWO"."""
+    if row.layer == "all":
+        return f"all layers, {row.mode.upper()}"
+    head = "mean of heads" if row.head == "mean" else f"head {row.head}"
+    return f"layer {row.layer} {head}, {row.mode.upper()}"

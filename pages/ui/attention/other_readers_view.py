@@ -1,0 +1,115 @@
+"""Alignment section: readers beyond one head of cross-attention (an attribution method, the
+stacks' states, both directions symmetrised), scored on the gold set above."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core.alignment.symmetrised import direction_problem
+from core.figures import alignment_grid as grid_figs
+from core.model.checkpoints import CheckpointError
+from core.runs import budget, catalogue
+from core.runs.catalogue import ModelEntry
+from pages.ui.attention import cached_alignment as cached
+from pages.ui.attention.gold_sets import GoldSet
+from pages.ui.attention.inputs import SectionInputs
+from pages.ui.heavy_work import TimeLimit, heavy_slot
+from pages.ui.model_picker import load_model, model_entries
+from pages.ui.text import md, spreadsheet_safe
+
+REVERSE_KEY = "al_reverse"  # widget: a model of the opposite direction
+RUN_KEY = "al_other_run"  # button: score the readers
+METHODS = ("alti",)  # the attribution method the page scores (ALTI+: seconds, not minutes)
+NONE = "(none)"
+OTHER_WORDS = (
+    "The heads above are one way to read alignments. Three more, scored on the same gold set: "
+    "**attribution** (each French word linked to the English word that contributes most to "
+    "it by ALTI+, as Ferrando et al. do; `python -m core.align --method integrated-gradients` "
+    "adds integrated gradients, minutes on a CPU); the **stacks' states** (SimAlign's argmax "
+    "and itermax over the cosine similarity of the encoder's and the decoder's states after "
+    "each layer; the best of each shown; `--similarity` prints every one); and **both "
+    "directions**: with a French→English model picked below, each model's best reader "
+    "combined as a statistical aligner's two directions are (intersection, union, "
+    "grow-diag-final-and; `--reverse`)."
+)
+
+
+def other_readers_panel(page: SectionInputs, gold: GoldSet) -> None:
+    """Pick a model of the opposite direction, score the readers (a button; cached), show them."""
+    st.subheader("Readers beyond one head")
+    st.caption(OTHER_WORDS)
+    reverse = pick_reverse(page)
+    rev_lm = None
+    if reverse is not None:
+        try:
+            rev_lm = load_model(reverse.path, reverse.mtime)
+        except (CheckpointError, OSError, ValueError) as e:
+            st.error(md(f"{reverse.key} cannot be opened: {' '.join(str(e).split())}"))
+            return
+        if problem := direction_problem(page.lm, rev_lm):
+            st.info(md(problem))
+            rev_lm = reverse = None
+    methods = tuple(m for m in METHODS if page.lm.supports(m) is None)
+    where = (reverse.path, reverse.mtime) if reverse else (None, None)
+    args = (page.lm, page.entry.path, page.entry.mtime, gold.key, gold.pairs, gold.links)
+    args = (*args, methods, rev_lm, *where)
+    found, rows = cached.other_readers.peek(*args)
+    if not found:
+        if not st.button("Score these readers", key=RUN_KEY):
+            return
+        rows = computed(page, gold, args)
+    if rows is not None:
+        show(rows)
+
+
+def pick_reverse(page: SectionInputs) -> ModelEntry | None:
+    """A model to symmetrise with (widget ``al_reverse``): any other usable model, the shipped
+    French→English one first for a model of the other direction; None for none."""
+    entries = model_entries()
+    others = {e.key: e for e in entries if e.usable and e.key != page.entry.key}
+    keys = [NONE, *others]
+    shipped = catalogue.shipped_entry(entries, catalogue.REVERSE_NAME)
+    if shipped is not None and shipped.key in others and page.lm.languages == ("en", "fr"):
+        keys = [shipped.key, NONE, *(k for k in others if k != shipped.key)]
+    choice = st.selectbox(
+        "A model of the opposite direction, to combine both",
+        keys,
+        key=REVERSE_KEY,
+        format_func=lambda k: k if k == NONE else others[k].label,
+    )
+    return others.get(choice)
+
+
+def computed(page: SectionInputs, gold: GoldSet, args: tuple) -> list[dict] | None:
+    """The rows, computed now: an uploaded set within the server's bounds and in its one slot
+    for heavy work; None after a message saying why not."""
+    if gold.shipped:
+        return safely(args)
+    if problem := budget.scoring_problem(
+        vars(page.lm.cfg), gold.pairs, "bpe" if page.lm.subword else "word"
+    ):
+        st.error(md(problem))
+        return None
+    with heavy_slot() as slot:
+        return None if slot is None else safely(args)
+
+
+def safely(args: tuple) -> list[dict] | None:
+    """The cached rows, or None after a one-line error."""
+    try:
+        with st.spinner("Scoring the readers…"):
+            return cached.other_readers(*args)
+    except (TimeLimit, ValueError, RuntimeError, IndexError) as e:
+        st.error(md(f"The readers were not scored: {' '.join(str(e).split())}"))
+        return None
+
+
+def show(rows: list[dict]) -> None:
+    """The table, best first within each kind."""
+    table = grid_figs.other_readers_table(rows)
+    number = st.column_config.NumberColumn(format="%.3f")
+    st.dataframe(
+        spreadsheet_safe(table),
+        hide_index=True,
+        column_config={c: number for c in ("AER", "precision", "recall")},
+    )
