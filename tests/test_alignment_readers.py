@@ -268,6 +268,10 @@ def test_the_held_out_pairs_are_in_no_shipped_models_training_split(fra_eng):
     for s, t in pairs:
         assert (tuple(s), tuple(t)) in test and (tuple(s), tuple(t)) not in train
         assert tokenized_like_ours(s) and tokenized_like_ours(t)
+    reverse = StudioModel.load(helpers.ROOT / "checkpoints" / "fr-en-small-aligned.pt").meta
+    turned = load_splits(trained_data(reverse, str(fra_eng)))  # the same pairs held out
+    assert {(tuple(t), tuple(s)) for s, t in turned.test.pairs} == test
+    assert not {(tuple(t), tuple(s)) for s, t in turned.train.pairs} & test
 
 
 def read_pairs_text(text: str):

@@ -299,7 +299,7 @@ def test_markdown_in_a_reference_is_shown_literally(studio_dirs):
     at.radio(key="at_section").set_value("playback").run()
     at.text_input(key="at_ref").set_value("je suis **x** :red[y] $z$ <b>").run()
     assert_clean(at)
-    (caption,) = [c.value for c in at.caption if "French vocabulary" in c.value]
+    (caption,) = [c.value for c in at.caption if "output vocabulary" in c.value]
     assert r"\*\*x\*\*\, \:red\[y\]\, \$z\$\, \<b\>" in caption
     assert plain(caption).endswith("(fed as <unk>): **x**, :red[y], $z$, <b>")
 

@@ -6,6 +6,8 @@ own Transformer) and ``core.model.hf_model.HFModel`` (a Hugging Face encoder-dec
 adapters, and ``core.model.opened.open_model`` returns one of them. Everything outside
 ``core/model`` reads a model only through it:
 
+- what it reads and writes: ``languages`` (codes), ``language_names`` (for people),
+  ``source_label``, ``example_sentence``;
 - tokens both ways: ``source`` (a sentence as ids, pieces, unknown flags and notes),
   ``target_ids``, ``source_tokens`` / ``target_tokens`` (the studio's convention: ``##``
   continues a word), ``target_words``, ``special_ids``;

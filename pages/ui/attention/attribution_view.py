@@ -63,7 +63,7 @@ METHOD_WORDS = {  # method -> what it measures, for the caption beside the picke
 }
 DALE = (
     "**Source share.** Each bar is the part of an output token's contributions that comes "
-    "from the English source; the rest comes from the French prefix it has already "
+    "from the source sentence; the rest comes from the translation's prefix it has already "
     "written. Dale et al. (2023) found that translations whose tokens draw little on the "
     "source (measured with ALTI+) are often hallucinations: the decoder goes on from its "
     f"own prefix instead of translating. Bars under {SHARE_FLAG:.1f} are red. A flag is a "
@@ -251,7 +251,7 @@ def pick_method(state: ViewState) -> str:
         key="atr_method",
         format_func=lambda m: METHOD_NAMES[m],
         help="How each output token's log-probability is split over the source tokens and "
-        "the French prefix the decoder had read. Every method's rows sum to 1.",
+        "the translation's prefix the decoder had read. Every method's rows sum to 1.",
     )
     right.caption(md(f"{METHOD_NAMES[state.method]}: {METHOD_WORDS[state.method]}"))
     return state.method

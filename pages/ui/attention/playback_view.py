@@ -118,7 +118,7 @@ def forced_vs_free(page: SectionInputs) -> None:
         return
     unknown = unknown_words(lm, reference)
     if unknown:
-        st.caption(md("Not in the model's French vocabulary (fed as <unk>): " + ", ".join(unknown)))
+        st.caption(md("Not in the model's output vocabulary (fed as <unk>): " + ", ".join(unknown)))
     kind, layer, head = decoder_view(maps, state.kind, state.layer, state.head)
     left, right = st.columns(2)
     for col, m, what, name in (
