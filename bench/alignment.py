@@ -43,7 +43,7 @@ from core.model.opened import open_model
 
 REFERENCES = {  # the page shows these figures beside the model's
     "shipped gold set": GOLD_DIR / "reference.json",
-    "held-out Tatoeba pairs": GOLD_DIR / "tatoeba-test.reference.json",
+    "held-out Tatoeba set": GOLD_DIR / "tatoeba-test.reference.json",
 }
 
 
@@ -104,8 +104,7 @@ def statistical(program: str, lm, pairs, gold, train_pairs: int, name: str) -> d
         "recall": round(best.recall, 4),
         "pairs": len(pairs),
         "how": f"eflomal --model 3 on {len(train):,} training pairs of the shipped model's "
-        f"split with the {name.removesuffix(' set').removesuffix(' pairs')} pairs appended; "
-        "both directions symmetrised "
+        f"split with the {name}'s {len(pairs)} pairs appended; both directions symmetrised "
         "(bench/alignment.py)",
     }
 
@@ -114,7 +113,7 @@ def gold_sets() -> dict:
     """{name: (pairs, gold)}: the shipped set, and the held-out one where its corpus is here."""
     sets = {"shipped gold set": studio_gold()}
     try:
-        sets["held-out Tatoeba pairs"] = held_out_gold(corpus_path())
+        sets["held-out Tatoeba set"] = held_out_gold(corpus_path())
     except (GoldError, SystemExit) as e:
         print(f"held-out gold set skipped: {e}")
     return sets

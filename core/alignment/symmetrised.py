@@ -51,13 +51,8 @@ def symmetrised(
     rows = []
     for name in COMBINATIONS:
         s = score(combined[name], list(gold))
-        rows.append(
-            {"combination": name, **readers, "aer": s.aer, "precision": s.precision}
-            | {
-                "recall": s.recall,
-                "pairs": s.pairs,
-            }
-        )
+        figures = {"aer": s.aer, "precision": s.precision, "recall": s.recall, "pairs": s.pairs}
+        rows.append({"combination": name, **readers, **figures})
     return rows
 
 

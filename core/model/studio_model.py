@@ -79,9 +79,10 @@ class StudioModel(TranslationModel):
     def __init__(self, model: Transformer, src_vocab: Vocab, tgt_vocab: Vocab, meta=None):
         self.model, self.src_vocab, self.tgt_vocab = model, src_vocab, tgt_vocab
         self.meta = dict(meta or {})
-        if data_config_of(self.meta).direction == "fr-en":  # trained the other way round
-            self.source_label, self.target_name = "French sentence", "English"
-            self.example_sentence = FRENCH_EXAMPLE
+        self.reads_french = data_config_of(self.meta).direction == "fr-en"  # trained fr→en
+        if self.reads_french:
+            source, self.target_name = self.language_names
+            self.source_label, self.example_sentence = f"{source} sentence", FRENCH_EXAMPLE
 
     @classmethod
     def of(cls, lm: LoadedModel) -> StudioModel:
@@ -101,7 +102,7 @@ class StudioModel(TranslationModel):
     @property
     def languages(self) -> tuple[str, str]:
         """("en", "fr"), or ("fr", "en") for a model trained the other way round."""
-        return ("fr", "en") if data_config_of(self.meta).direction == "fr-en" else ("en", "fr")
+        return ("fr", "en") if self.reads_french else ("en", "fr")
 
     @property
     def pieces_name(self) -> str:

@@ -11,7 +11,6 @@ from core.attention.maps import export_name
 from core.figures import alignment_grid as grid_figs
 from core.figures.attribution import PANEL_PX
 from core.model.interface import TranslationModel
-from core.runs import budget
 from core.runs.catalogue import ModelEntry
 from pages.ui.attention.cached_alignment import alignment_grid
 from pages.ui.attention.gold_sets import (
@@ -21,12 +20,13 @@ from pages.ui.attention.gold_sets import (
     reference_score,
     shipped_gold,
     uploaded_gold,
+    within_bounds,
 )
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.attention.other_readers_view import other_readers_panel
 from pages.ui.attention.supervision_view import supervision_panel
 from pages.ui.charts import chart
-from pages.ui.heavy_work import TimeLimit, heavy_slot
+from pages.ui.heavy_work import TimeLimit
 from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_state import ViewState
 
@@ -73,19 +73,13 @@ def scored(entry: ModelEntry, lm: TranslationModel, gold: GoldSet) -> AlignmentG
     a message saying why not now."""
     args = (lm, entry.path, entry.mtime, gold.key, gold.pairs, gold.links)
     found, grid = alignment_grid.peek(*args)
-    if found or gold.shipped:
-        return grid if found else alignment_grid(*args)
-    if problem := budget.scoring_problem(vars(lm.cfg), gold.pairs, "bpe" if lm.subword else "word"):
-        st.error(md(problem))
+    if found:
+        return grid
+    try:
+        return within_bounds(lm, gold, lambda: alignment_grid(*args))
+    except TimeLimit as e:
+        st.error(md(f"The gold set was not scored: {e}"))
         return None
-    with heavy_slot() as slot:
-        if slot is None:
-            return None
-        try:
-            return alignment_grid(*args)
-        except TimeLimit as e:
-            st.error(md(f"The gold set was not scored: {e}"))
-            return None
 
 
 HELD_OUT_WORDS = (

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import streamlit as st
 
@@ -18,6 +20,10 @@ from core.alignment.gold import (
     studio_gold,
 )
 from core.alignment.held_out import held_out_gold
+from core.model.interface import TranslationModel
+from core.runs import budget
+from pages.ui.heavy_work import heavy_slot
+from pages.ui.text import md
 
 MAX_GOLD_BYTES = 2 * 2**20  # largest uploaded pairs or gold file
 MAX_GOLD_PAIRS = 2000  # more pairs than usual gold sets hold (the Hansards test set: 447)
@@ -26,6 +32,7 @@ MAX_NAME_CHARS = 80  # a longer file name is shortened in messages
 REFERENCE = GOLD_DIR / "reference.json"  # a statistical aligner's score, by bench/alignment.py
 HELD_OUT_REFERENCE = GOLD_DIR / "tatoeba-test.reference.json"  # the same on the held-out set
 REFERENCE_KEYS = ("aligner", "aer", "precision", "recall", "pairs", "how")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -137,3 +144,16 @@ def reference_score(name: str = REFERENCE.name) -> dict | None:
         return None
     numbers = all(isinstance(ref[k], int | float) for k in ("aer", "precision", "recall"))
     return ref if numbers else None
+
+
+def within_bounds(lm: TranslationModel, gold: GoldSet, compute: Callable[[], T]) -> T | None:
+    """``compute()`` now: at once on one of the app's gold sets; on an uploaded one only within
+    the server's bounds (``budget.scoring_problem``) and in its one slot for heavy work, else
+    None after a message saying why not (TimeLimit inside the slot is the caller's to show)."""
+    if gold.shipped:
+        return compute()
+    if problem := budget.scoring_problem(vars(lm.cfg), gold.pairs, "bpe" if lm.subword else "word"):
+        st.error(md(problem))
+        return None
+    with heavy_slot() as slot:
+        return None if slot is None else compute()

@@ -8,12 +8,12 @@ import streamlit as st
 from core.alignment.symmetrised import direction_problem
 from core.figures import alignment_grid as grid_figs
 from core.model.checkpoints import CheckpointError
-from core.runs import budget, catalogue
+from core.runs import catalogue
 from core.runs.catalogue import ModelEntry
 from pages.ui.attention import cached_alignment as cached
-from pages.ui.attention.gold_sets import GoldSet
+from pages.ui.attention.gold_sets import GoldSet, within_bounds
 from pages.ui.attention.inputs import SectionInputs
-from pages.ui.heavy_work import TimeLimit, heavy_slot
+from pages.ui.heavy_work import TimeLimit
 from pages.ui.model_picker import load_model, model_entries
 from pages.ui.text import md, spreadsheet_safe
 
@@ -81,24 +81,14 @@ def pick_reverse(page: SectionInputs) -> ModelEntry | None:
 
 
 def computed(page: SectionInputs, gold: GoldSet, args: tuple) -> list[dict] | None:
-    """The rows, computed now: an uploaded set within the server's bounds and in its one slot
-    for heavy work; None after a message saying why not."""
-    if gold.shipped:
-        return safely(args)
-    if problem := budget.scoring_problem(
-        vars(page.lm.cfg), gold.pairs, "bpe" if page.lm.subword else "word"
-    ):
-        st.error(md(problem))
-        return None
-    with heavy_slot() as slot:
-        return None if slot is None else safely(args)
+    """The rows, computed now (``within_bounds``), or None after a one-line message."""
 
-
-def safely(args: tuple) -> list[dict] | None:
-    """The cached rows, or None after a one-line error."""
-    try:
-        with st.spinner("Scoring the readers…"):
+    def rows() -> list[dict]:
+        with st.spinner(f"Scoring the readers on {len(gold.pairs)} pairs…"):
             return cached.other_readers(*args)
+
+    try:
+        return within_bounds(page.lm, gold, rows)
     except (TimeLimit, ValueError, RuntimeError, IndexError) as e:
         st.error(md(f"The readers were not scored: {' '.join(str(e).split())}"))
         return None
