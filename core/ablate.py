@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> list[str]:
     """Head importance of the checkpoint, as JSON lines."""
     if args.sentences < 1:
         raise CommandError("--sentences must be at least 1.")
-    lm = open_model(args.checkpoint, hub=True)
+    lm = open_model(args.checkpoint, hub=True, section="ablation")
     path = model_path(args.checkpoint)
     result = importance_for(
         lm,

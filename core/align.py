@@ -31,7 +31,7 @@ from core.alignment.held_out import held_out_gold
 from core.alignment.other_readers import other_readers
 from core.alignment.supervision_effect import SupervisionError, compared
 from core.attribution.methods import METHODS
-from core.command_line import CommandError, run_command
+from core.command_line import CommandError, add_prompt_flag, run_command
 from core.model.checkpoints import CheckpointError
 from core.model.opened import open_model
 
@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--similarity", action="store_true", help="with --gold: SimAlign readers")
     p.add_argument("--reverse", help="with --gold: a model of the opposite direction")
     p.add_argument("--compare-with", help="with --gold: a model trained without supervision")
+    add_prompt_flag(p)
     return p
 
 
@@ -82,7 +83,7 @@ def method_flags(args, lm) -> None:
 
 def run(args) -> list[str]:
     """The lines to print (every pass with the whole target visible, with --whole-target)."""
-    lm = open_model(args.checkpoint, hub=True)
+    lm = open_model(args.checkpoint, hub=True, prompt=args.prompt)
     with lm.whole_target() if args.whole_target else contextlib.nullcontext():
         return lines(args, lm)
 

@@ -89,7 +89,7 @@ def run(args) -> list[str]:
     """The lines to print (CommandError when a flag's value cannot be used)."""
     if message := problem(args):
         raise CommandError(message)
-    lm = open_model(args.checkpoint, hub=True)
+    lm = open_model(args.checkpoint, hub=True, section="attribution")
     target = args.target_lang or None
     if args.faithfulness:
         methods = tuple(args.method or DEFAULT_METHODS)

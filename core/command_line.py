@@ -29,6 +29,16 @@ def one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
 
 
+def add_prompt_flag(parser: argparse.ArgumentParser) -> None:
+    """``--prompt``: a decoder-only model's prompt template (core.model.prompt)."""
+    parser.add_argument(
+        "--prompt",
+        default="",
+        help="a decoder-only model's prompt template, with {src} where the sentence goes "
+        "(default: 'English: {src}\\nFrench:')",
+    )
+
+
 def run_command(
     parser: argparse.ArgumentParser,
     run: Callable[[argparse.Namespace], Iterable[str] | int],

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from core.command_line import run_command
+from core.command_line import add_prompt_flag, run_command
 from core.corpus.source import DataError
 from core.corpus.splits import load_splits
 from core.model.checkpoints import CheckpointError, data_config_of
@@ -30,12 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test", choices=["train", "val", "test"])
     p.add_argument("--max-sentences", type=int, default=0, help="0 = the whole split")
     p.add_argument("--target-lang", default="", help="a multilingual model's target language")
+    add_prompt_flag(p)
     return p
 
 
 def run(args: argparse.Namespace) -> list[str]:
     """BLEU, loss and speed of the checkpoint on the split, as one JSON object."""
-    lm = open_model(args.checkpoint, hub=True)
+    lm = open_model(args.checkpoint, hub=True, prompt=args.prompt)
     cfg = data_config_of(lm.meta)  # the default settings for a model not trained here
     if args.data:
         cfg.source = args.data

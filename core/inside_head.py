@@ -22,7 +22,7 @@ import sys
 from core.attention.kinds import KINDS
 from core.attention.logit_lens import TOP_K, logit_lens
 from core.attention.query_key import InsideHeadError, query_key_view
-from core.command_line import CommandError, run_command
+from core.command_line import CommandError, add_prompt_flag, run_command
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError
 from core.model.decode import BEAM_SIZES, DecodeSettings, TranslationError
@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--logit-lens", action="store_true", help="the decoder's logit lens instead")
     p.add_argument("--top", type=int, default=TOP_K, help="logit lens: words kept per cell")
     p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
+    add_prompt_flag(p)
     return p
 
 
@@ -69,11 +70,13 @@ def run(args) -> list[str]:
     """The lines to print (CommandError when a flag's value cannot be used)."""
     if message := problem(args):
         raise CommandError(message)
-    lm = open_model(args.checkpoint, hub=True)
+    lm = open_model(args.checkpoint, hub=True, prompt=args.prompt)
     t = translate_sentence(lm, args.sentence, DecodeSettings(beam_size=args.beam))
     if args.logit_lens:
         rows = logit_lens(lm, t, args.top).rows()
         return [json.dumps(row, ensure_ascii=False) for row in rows]
+    if refusal := lm.supports("inside"):
+        raise CommandError(refusal)
     v = query_key_view(lm, t, args.kind, args.layer, args.head, args.query)
     return [json.dumps(v.to_json(), ensure_ascii=False)]
 

@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> list[str]:
     """One line per component, then the metrics."""
-    lm = open_model(args.checkpoint, hub=True)
+    lm = open_model(args.checkpoint, hub=True, section="patch")
     answers = tuple(args.answers) if args.answers else None
     result = patch(
         lm, args.clean, args.corrupt, None, direction=args.direction, prefix=args.prefix,

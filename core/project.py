@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> list[str]:
     """Every point, the summary, and the picked token's neighbours."""
     if args.neighbours < 1:
         raise CommandError("--neighbours must be at least 1.")
-    lm = open_model(args.checkpoint, hub=True)
+    lm = open_model(args.checkpoint, hub=True, section="project")
     result = project(
         lm,
         args.side,

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from core.attention.ablation import HeadSpecError, ablated, heads_of
-from core.command_line import CommandError, run_command
+from core.command_line import CommandError, add_prompt_flag, run_command
 from core.model.checkpoints import CheckpointError
 from core.model.decode import ALPHA, MAX_LEN, DecodeSettings
 from core.model.opened import open_model
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         help='the sentence to translate; several quoted sentences ("i am cold ." "go .") '
         "are translated one per line, as --input's lines; unquoted words make one sentence",
     )
+    add_prompt_flag(p)
     return p
 
 
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     """Print one translation per line (warnings on stderr); 1 when none could be made."""
     if not args.input and not args.sentence:
         raise CommandError("give a sentence or --input FILE")
-    lm = open_model(args.checkpoint, hub=True)
+    lm = open_model(args.checkpoint, hub=True, prompt=args.prompt)
     heads = heads_of(args.ablate, lm.cfg)
     if args.input:
         with open(args.input, encoding="utf-8") as f:

@@ -18,11 +18,20 @@ from pages.ui.view_state import clamp_view
 from pages.ui.view_widgets import (
     ATTENTION_KEYS,
     TRANSLATE_KEYS,
+    prompt_template,
     sentence_input,
     target_input,
     target_language,
     view_state,
     write_url,
+)
+
+PROMPT_BLOCKS = (
+    "A decoder-only model has one causal attention per layer. Read as an encoder-decoder: "
+    "**encoder** = the sentence's tokens over the sentence (causal: the upper triangle is 0), "
+    "**decoder self** = the output's steps over the output, **cross** = the output's steps "
+    "over the sentence. A row need not sum to 1: the rest of its weight is on the template's "
+    "other tokens (often the first one)."
 )
 
 
@@ -38,10 +47,12 @@ def main() -> None:
         return
     entry, lm = picked
     target_language(lm, state, "at")
+    prompt_template(lm, state, "at")
     sentence_input(state, "at", lm.source_label, lm.example_sentence)
     target_input(state, "at", lm.target_name)
     settings = state.settings()
     try:
+        lm = lm.with_prompt(settings.prompt)
         t = translate(lm, entry.path, entry.mtime, state.sentence, settings, state.target)
     except TranslationError as e:
         st.error(md(e))
@@ -63,6 +74,8 @@ def main() -> None:
         st.markdown(f"**Translation ({mode}):** {md(t.text) or '(empty)'}")
     for w in t.warnings:
         st.warning(md(w))
+    if lm.reads_prompt:
+        st.caption(PROMPT_BLOCKS)
     link("translate.py", "Change decoding on the Translate page", state.to_query(TRANSLATE_KEYS))
     clamp_view(state, pieces)
     open_on_best_reader(entry, lm, state)

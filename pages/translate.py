@@ -24,12 +24,19 @@ from pages.ui.text import code, md, spreadsheet_safe
 from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import (
     TRANSLATE_KEYS,
+    prompt_template,
     sentence_input,
     target_input,
     target_language,
     view_state,
     widget_default,
     write_url,
+)
+
+PROMPTED = (
+    "A decoder-only language model translates by prompting: it reads the template below with "
+    "your sentence in it and continues the text; what it writes up to the end of the line is "
+    "the translation (greedy)."
 )
 
 
@@ -178,8 +185,11 @@ def main() -> None:
     picked = pick_model(state, "tr")
     if picked is not None:
         entry, lm = picked
+        if lm.reads_prompt:
+            st.caption(PROMPTED)
         choose_validation(lm, state)
         target_language(lm, state, "tr")
+        prompt_template(lm, state, "tr")
         sentence_input(state, "tr", lm.source_label, lm.example_sentence)
         settings = decode_settings(state)
         target_input(state, "tr", lm.target_name)

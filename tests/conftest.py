@@ -291,6 +291,25 @@ def hf_models(tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="session")
+def lm_models(tmp_path_factory) -> dict:
+    """{family: folder} of tiny random decoder-only models (tests/lm_tiny.py), built offline
+    once per session."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from tests.lm_tiny import LM_FAMILIES, save_tiny_lm
+
+    root = tmp_path_factory.mktemp("lm")
+    return {family: save_tiny_lm(root / family, family) for family in LM_FAMILIES}
+
+
+@pytest.fixture(scope="session")
+def lm_loaded(lm_models) -> dict:
+    """{family: PromptedModel} of the tiny language models, loaded once per session."""
+    from core.model.lm_loading import load
+
+    return {family: load(folder) for family, folder in lm_models.items()}
+
+
+@pytest.fixture(scope="session")
 def hf_loaded(hf_models) -> dict:
     """{family: HFModel} of the tiny models, loaded once per session (never changed)."""
     from core.model.hf_model import load

@@ -167,31 +167,37 @@ def test_the_page_translation_reads_a_hugging_face_model(hf_loaded):
 
 
 def test_bad_model_folders_say_why_in_one_line(tmp_path, hf_models):
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
 
-    cases = {}
+    cases = []
     empty = tmp_path / "empty"
     empty.mkdir()
-    cases["has no config.json"] = empty
-    gpt = tmp_path / "gpt2"
-    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=40)).save_pretrained(gpt)
+    cases.append(("has no config.json", empty))
+    bert = tmp_path / "bert"
+    tiny = BertConfig(num_hidden_layers=1, num_attention_heads=2, hidden_size=8, vocab_size=40)
+    BertForMaskedLM(tiny).save_pretrained(bert)
+    word_tokenizer().save_pretrained(bert)
+    cases.append(("this bert is neither", bert))  # an encoder-only model
+    gpt = tmp_path / "gpt2"  # a decoder-only model opens; its tokenizer must fit it
+    tiny = GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=20)
+    GPT2LMHeadModel(tiny).save_pretrained(gpt)
     word_tokenizer().save_pretrained(gpt)
-    cases["this is a gpt2"] = gpt
+    cases.append(("does not belong to this model", gpt))
     pickled = tmp_path / "pickled"
     save_tiny(pickled, "marian")
     (pickled / "model.safetensors").rename(pickled / "pytorch_model.bin")
-    cases["no safetensors weights"] = pickled
+    cases.append(("no safetensors weights", pickled))
     alien = tmp_path / "alien"
     save_tiny(alien, "marian")
     config = json.loads((alien / "config.json").read_text())
     (alien / "config.json").write_text(json.dumps(config | {"auto_map": {"x": "y.Z"}}))
-    cases["remote code"] = alien
+    cases.append(("remote code", alien))
     mismatched = tmp_path / "mismatched"
     save_tiny(mismatched, "marian")
     big = word_tokenizer(codes=[f"__x{i}__" for i in range(40)])
     big.save_pretrained(mismatched)
-    cases["does not belong to this model"] = mismatched
-    for needle, folder in cases.items():
+    cases.append(("does not belong to this model", mismatched))
+    for needle, folder in cases:
         with pytest.raises(CheckpointError) as err:
             open_model(str(folder))
         assert needle in str(err.value) and "\n" not in str(err.value), err.value

@@ -21,6 +21,7 @@ import torch
 
 from core.model.decode import Translation
 from core.model.interface import TranslationModel
+from core.model.transformer import evaluating
 
 TOP_K = 5  # words kept per layer and step
 LENS_COLORS = ("prob", "rank")  # what a lens chart's colour shows: the chosen word's prob or rank
@@ -77,8 +78,11 @@ def lens_log_probs(m: TranslationModel, outputs: list[torch.Tensor]) -> torch.Te
 def logit_lens(m: TranslationModel, t: Translation, k: int = TOP_K) -> LogitLens:
     """The lens of a translation: top ``k`` words and the chosen word's rank, per layer × step
     (through the model's own final norm and output layer)."""
-    p = m.forced(t.src_ids, t.out_ids)
-    logp = lens_log_probs(m, p.decoder_outputs)  # (L, T, V)
+    src = torch.tensor([t.src_ids], device=m.device)  # (1, S)
+    tgt_in = torch.tensor([m.decoder_inputs(t.out_ids)], device=m.device)  # (1, T)
+    with evaluating(m.model), torch.no_grad():
+        outputs = m.stream(src, tgt_in, "decoder")[1:]  # L x (1, T, D): each layer's output
+    logp = lens_log_probs(m, outputs)  # (L, T, V)
     chosen = torch.tensor(t.out_ids, device=logp.device)  # (T,)
     chosen_logp = logp.gather(-1, chosen.expand(logp.size(0), -1)[..., None])  # (L, T, 1)
     rank = (logp > chosen_logp).sum(-1)  # (L, T)

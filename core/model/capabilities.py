@@ -11,6 +11,7 @@ from __future__ import annotations
 
 STUDIO = "studio"
 HUGGING_FACE = "hugging face"
+LANGUAGE_MODEL = "language model"  # a decoder-only model translating by a prompt
 
 NOT_TRAINED_HERE = "A Hugging Face model was not trained here: it has no snapshots to replay."
 
@@ -23,6 +24,35 @@ BY_FAMILY: dict[str, dict[str, str]] = {
         "supervision": "Supervision is compared between two of the studio's own checkpoints: "
         "a Hugging Face model was not trained here.",
     },
+}
+
+NO_SITES = (
+    "{what} reads every site of a pass (queries, keys, each sub-layer's input and output); for a "
+    "prompted language model the studio reads its attention maps, residual stream and outputs, "
+    "and {what_lower} is not built for it yet."
+)
+
+
+def _lm_refusal(what: str) -> str:
+    return NO_SITES.format(what=what, what_lower=what[0].lower() + what[1:])
+
+
+BY_FAMILY[LANGUAGE_MODEL] = {
+    "training": "A language model was not trained here: it has no snapshots to replay.",
+    "supervision": "Supervision is compared between two of the studio's own checkpoints: "
+    "a language model was not trained here.",
+    "bfloat16": "A prompted language model is measured in the dtype it was opened in.",
+    "ablation": "Removing heads of a prompted language model is not built yet: each of its heads "
+    "is shared by the three blocks the page shows (source, output, output over source).",
+    "attribution": _lm_refusal("Attribution"),
+    "inside": _lm_refusal("Inside a head"),
+    "patch": _lm_refusal("Patching"),
+    "project": _lm_refusal("Where tokens live"),
+    **{
+        method: _lm_refusal("This attribution method")
+        for method in ("rollout", "norm", "alti", "value-zeroing", "grad-input")
+    },
+    "integrated-gradients": _lm_refusal("This attribution method"),
 }
 
 T5_IG = (

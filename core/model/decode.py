@@ -32,6 +32,7 @@ class DecodeSettings:
     max_len: int = MAX_LEN  # longest output, in tokens
     topk: int = TOP_K  # candidate words shown per output step
     target_lang: str = ""  # a multilingual model's target language code ("" = its default)
+    prompt: str = ""  # a prompted language model's template ("" = core.model.prompt's default)
 
 
 GREEDY = DecodeSettings()  # the default: greedy decoding

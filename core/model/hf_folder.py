@@ -16,10 +16,17 @@ import struct
 from pathlib import Path
 
 from core.corpus.source import file_sha1
+from core.model.capabilities import LANGUAGE_MODEL
 from core.model.config import ModelConfig
 from core.places import shown_path
 
 FAMILY = "hugging face"
+LM_TYPES = {  # the decoder-only families whose modules the studio knows -> how they place tokens
+    "gpt2": "learned positions",
+    "llama": "rope",
+    "qwen2": "rope",
+    "mistral": "rope",
+}
 CONFIG = "config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "source.spm", "spiece.model")
 TOKENIZER_BYTES = 64 << 20  # a larger tokenizer file is not one (NLLB-200's is 17 MB)
@@ -85,18 +92,69 @@ def studio_config(config: dict) -> ModelConfig:
     )
 
 
+def is_language_model(config: dict) -> bool:
+    """Whether a config describes a decoder-only language model (``...ForCausalLM``,
+    ``GPT2LMHeadModel``)."""
+    names = [str(a) for a in config.get("architectures") or []]
+    causal = any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in names)
+    return not config.get("is_encoder_decoder") and (causal or config.get("model_type") in LM_TYPES)
+
+
+def lm_config(config: dict) -> ModelConfig:
+    """A decoder-only config's sizes in the studio's terms: its one stack counted as both the
+    encoder's and the decoder's layers (a prompted model's three kinds of attention are blocks
+    of the same layers' one attention)."""
+    d_model = int(_first(config, "hidden_size", "n_embd", default=1))
+    layers = int(_first(config, "num_hidden_layers", "n_layer", default=1))
+    vocab = int(config.get("vocab_size") or 1)
+    return ModelConfig(
+        src_vocab_size=vocab,
+        tgt_vocab_size=vocab,
+        d_model=d_model,
+        num_heads=int(_first(config, "num_attention_heads", "n_head", default=1)),
+        num_encoder_layers=layers,
+        num_decoder_layers=layers,
+        d_ff=int(_first(config, "intermediate_size", "n_inner", default=4 * d_model)),
+        dropout=0.0,
+        max_positions=int(_first(config, "max_position_embeddings", "n_positions", default=2048)),
+        norm_first=True,
+        pad_id=0,
+    )
+
+
+def lm_geometry(config: dict) -> dict:
+    """What a decoder-only config says of its attention: key/value heads (grouped-query
+    attention when fewer than the query heads), positions, a sliding window."""
+    heads = int(_first(config, "num_attention_heads", "n_head", default=1))
+    out = {
+        "kv_heads": int(_first(config, "num_key_value_heads", default=heads)),
+        "positions": LM_TYPES.get(str(config.get("model_type")), "positions"),
+    }
+    if config.get("sliding_window") and config.get("use_sliding_window", True):
+        out["sliding_window"] = int(config["sliding_window"])
+    return out
+
+
 def check_encoder_decoder(config: dict) -> None:
-    """HFModelError unless the config describes an encoder-decoder."""
+    """HFModelError unless the config describes an encoder-decoder, or a decoder-only family
+    the studio knows (``LM_TYPES``)."""
     kind = str(config.get("model_type") or "unknown")
-    if not config.get("is_encoder_decoder"):
-        raise HFModelError(
-            f"The studio reads encoder-decoder models; this is a {kind} (decoder-only or "
-            "encoder-only)."
-        )
     if config.get("auto_map"):
         raise HFModelError(
             f"This {kind} needs its own code (auto_map); the studio never runs a model's "
             "remote code."
+        )
+    if is_language_model(config):
+        if kind not in LM_TYPES:
+            raise HFModelError(
+                f"The studio reads decoder-only models of the families {', '.join(LM_TYPES)}; "
+                f"this is a {kind}."
+            )
+        return
+    if not config.get("is_encoder_decoder"):
+        raise HFModelError(
+            f"The studio reads encoder-decoder and decoder-only models; this {kind} is neither "
+            "(encoder-only models are not opened yet)."
         )
 
 
@@ -177,6 +235,14 @@ def describe(folder) -> dict:
             f"{shown_path(folder)} has no tokenizer files (tokenizer.json or "
             "tokenizer_config.json): save the tokenizer beside the model."
         )
+    if is_language_model(config):
+        return {
+            "family": LANGUAGE_MODEL,
+            "model_type": str(config.get("model_type")),
+            "parameters": safetensors_parameters(folder),
+            "model_config": vars(lm_config(config)),
+            **lm_geometry(config),
+        }
     cfg = studio_config(config)
     return {
         "family": FAMILY,
@@ -188,8 +254,18 @@ def describe(folder) -> dict:
 
 
 def size_label(info: dict) -> str:
-    """E.g. 'marian · 74.6 M params · 512 wide · 6+6 layers · 8 heads · en→fr'."""
+    """E.g. 'marian · 74.6 M params · 512 wide · 6+6 layers · 8 heads · en→fr', or
+    'llama · 134.52 M params · 576 wide · 30 layers · 9 heads (3 key/value heads) · rope'."""
     cfg = info.get("model_config") or {}
+    if info.get("family") == LANGUAGE_MODEL:
+        heads, kv = cfg.get("num_heads"), info.get("kv_heads")
+        shared = f" ({kv} key/value heads)" if kv and kv != heads else ""
+        window = f" · sliding window {info['sliding_window']}" if info.get("sliding_window") else ""
+        return (
+            f"{info.get('model_type', '?')} · {info.get('parameters', 0) / 1e6:.2f} M params · "
+            f"{cfg.get('d_model')} wide · {cfg.get('num_decoder_layers')} layers · {heads} "
+            f"heads{shared} · {info.get('positions', '?')}{window}"
+        )
     langs = ""
     if info.get("source_lang") or info.get("target_lang"):
         langs = f" · {info.get('source_lang', '?')}→{info.get('target_lang', '?')}"

@@ -61,6 +61,7 @@ class TranslationModel(ABC):
     source_label: str  # the sentence box's label ("English sentence", "Source sentence (en)")
     target_name: str  # the target language as a box names it ("French", "fr")
     example_sentence: str = "i'm home ."  # what the sentence box shows before a user types
+    reads_prompt: bool = False  # a decoder-only model translating by a prompt template
 
     # ------------------------------------------------------------------ what it is
 
@@ -88,6 +89,17 @@ class TranslationModel(ABC):
         if (src, tgt) == ("source", "target"):
             return "English", "French"
         return LANGUAGE_NAMES.get(src, src), LANGUAGE_NAMES.get(tgt, tgt)
+
+    def with_prompt(self, template: str) -> TranslationModel:
+        """This model reading ``template`` (a prompted language model's; ``core.model.prompt``);
+        a model that reads no prompt is itself."""
+        return self
+
+    @property
+    def view_key(self) -> str:
+        """What, beside its file, sets what this model computes: "" unless it reads a
+        prompt (its template's hash then); results cached per model file add it."""
+        return ""
 
     def supports(self, what: str) -> str | None:
         """Why this model cannot do ``what`` (a section, method or setting), in one line;

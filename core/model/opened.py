@@ -12,9 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.corpus.source import file_sha1
-from core.model import hf_folder, hf_model
-from core.model.capabilities import HUGGING_FACE, STUDIO
+from core.model import hf_folder, hf_model, lm_loading
+from core.model.capabilities import HUGGING_FACE, LANGUAGE_MODEL, STUDIO
 from core.model.checkpoints import CheckpointError, read_metadata
+from core.model.decode import TranslationError
 from core.model.interface import TranslationModel
 from core.model.studio_model import StudioModel, config_parameters
 
@@ -24,17 +25,45 @@ describe_folder = hf_folder.describe  # a model folder's config and sizes, read 
 size_label = hf_folder.size_label  # "marian · 74 M params · ..."
 FOLDER_CONFIG = hf_folder.CONFIG  # the file that makes a folder a model folder
 count_parameters = config_parameters  # a studio ModelConfig's parameters (as a dict)
+held_dtype = lm_loading.held_dtype  # the dtype a language model is held in, within a limit
 
 
 def open_model(
-    spec: str, device="cpu", max_bytes: int | None = None, hub: bool = False
+    spec: str,
+    device="cpu",
+    max_bytes: int | None = None,
+    hub: bool = False,
+    prompt: str = "",
+    section: str = "",
 ) -> TranslationModel:
-    """A studio checkpoint, or a Hugging Face model folder (a hub id too when ``hub``);
-    CheckpointError in one line when it cannot be opened."""
+    """A studio checkpoint, or a Hugging Face model folder (a hub id too when ``hub``), a
+    decoder-only one reading ``prompt`` ("" = the default template); CheckpointError in one
+    line when it cannot be opened, a prompt is given to a model that reads none, or it cannot
+    do ``section`` (a command's work: ``TranslationModel.supports``)."""
+    m = _opened(spec, device, max_bytes, hub)
+    if section and (refusal := m.supports(section)):
+        raise CheckpointError(refusal)
+    if not prompt:
+        return m
+    if not m.reads_prompt:
+        raise CheckpointError(
+            "A prompt template is for decoder-only models; this model reads its source itself."
+        )
+    try:
+        return m.with_prompt(prompt)
+    except TranslationError as e:
+        raise CheckpointError(str(e)) from e
+
+
+def _opened(spec: str, device, max_bytes: int | None, hub: bool) -> TranslationModel:
+    """The model ``spec`` names (``open_model``'s work before a prompt)."""
     looks_like_hub = hub and not Path(spec).exists() and hf_folder.HUB_ID.fullmatch(spec or "")
     if hf_folder.is_model_folder(spec) or looks_like_hub:
         try:
-            return hf_model.load(hf_folder.resolve(spec), device, max_bytes)
+            folder = hf_folder.resolve(spec)
+            if hf_folder.is_language_model(hf_folder.read_config(folder)):
+                return lm_loading.load(folder, device, max_bytes)
+            return hf_model.load(folder, device, max_bytes)
         except hf_folder.HFModelError as e:
             raise CheckpointError(str(e)) from e
     if Path(spec).is_dir():  # a folder without config.json: read_config says so
@@ -53,8 +82,14 @@ def model_path(spec: str) -> Path:
 
 def family_of(path) -> str:
     """The family of the model at ``path``, before opening it: a folder is a Hugging Face
-    model, a file a studio checkpoint."""
-    return HUGGING_FACE if hf_folder.is_model_folder(path) else STUDIO
+    model (a language model where its config says decoder-only), a file a studio checkpoint."""
+    if not hf_folder.is_model_folder(path):
+        return STUDIO
+    try:
+        causal = hf_folder.is_language_model(hf_folder.read_config(path))
+    except hf_folder.HFModelError:
+        causal = False
+    return LANGUAGE_MODEL if causal else HUGGING_FACE
 
 
 def parameters_of(path) -> int:

@@ -33,7 +33,7 @@ import torch
 
 from core.corpus.text import tokenize
 from core.model import opened
-from core.model.capabilities import HUGGING_FACE, STUDIO
+from core.model.capabilities import HUGGING_FACE, LANGUAGE_MODEL, STUDIO
 from core.model.checkpoints import CheckpointError
 from core.model.decode import MAX_LEN, source_len
 from core.training.settings import GROUPS, field_default
@@ -349,7 +349,11 @@ def scoring_problem(model: Mapping, pairs: list, tokenizer: str = "word") -> str
     )
 
 
-OPEN_BYTES = {STUDIO: MODEL_BYTES, HUGGING_FACE: HF_MODEL_BYTES}  # what the server opens
+OPEN_BYTES = {  # what the server opens
+    STUDIO: MODEL_BYTES,
+    HUGGING_FACE: HF_MODEL_BYTES,
+    LANGUAGE_MODEL: HF_MODEL_BYTES,
+}
 
 
 def patch_row_bytes(model: Mapping, src_len: int, tgt_len: int) -> int:
@@ -377,7 +381,14 @@ def open_problem(path) -> str | None:
         return str(e)
     except (CheckpointError, TypeError, ValueError, RuntimeError):
         return None
-    return model_problem(count, OPEN_BYTES[opened.family_of(path)])
+    family = opened.family_of(path)
+    if family == LANGUAGE_MODEL:  # held in bfloat16 where only that fits and the CPU runs it
+        try:
+            opened.held_dtype(count, OPEN_BYTES[family], "cpu")
+        except opened.HFModelError as e:
+            return str(e)
+        return None
+    return model_problem(count, OPEN_BYTES[family])
 
 
 def model_problem(n_parameters: int, limit: int = MODEL_BYTES) -> str | None:

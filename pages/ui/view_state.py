@@ -59,6 +59,7 @@ class ViewState:
     alpha: float = ALPHA  # beam length penalty
     max_len: int = MAX_LEN  # longest output
     target_lang: str = ""  # a multilingual Hugging Face model's target language code
+    prompt: str = ""  # a prompted language model's template ("" = the default one)
     kind: str = "cross"  # attention kind shown
     layer: int = 0
     head: str = "0"  # a head number, "mean", "max" or "rollout"
@@ -130,6 +131,7 @@ class ViewState:
             "token",
             "method",
             "target_lang",
+            "prompt",
             "corrupt",
             "patch_prefix",
             "patch_answer",
@@ -185,7 +187,9 @@ class ViewState:
 
     def settings(self) -> DecodeSettings:
         """The decoding settings of this state."""
-        return DecodeSettings(self.beam, self.alpha, self.max_len, target_lang=self.target_lang)
+        return DecodeSettings(
+            self.beam, self.alpha, self.max_len, target_lang=self.target_lang, prompt=self.prompt
+        )
 
     def set_sentence(self, sentence: str) -> None:
         """Show ``sentence``; a reference or target given for another sentence is dropped."""

@@ -8,10 +8,12 @@ import streamlit as st
 
 from core.attribution.methods import METHODS
 from core.model.checked_translation import DEFAULT_SENTENCE, EXAMPLES, MAX_SENTENCE_TOKENS
+from core.model.prompt import DEFAULT_TEMPLATE, MAX_TEMPLATE_CHARS
 from pages.ui.view_state import MAX_REFERENCE_CHARS, MAX_TEXT_CHARS, ViewState
 
 TRANSLATE_KEYS = (  # the Translate page's URL keys
     *("model", "sentence", "reference", "target", "beam", "alpha", "max_len", "target_lang"),
+    "prompt",
 )
 ATTENTION_KEYS = tuple(f.name for f in fields(ViewState))  # the Attention page's: the whole view
 
@@ -78,6 +80,25 @@ def target_language(lm, state: ViewState, prefix: str) -> None:
         key=f"{prefix}_target",
         help="Forced as the first output token (forced_bos_token_id), as the model expects.",
     )
+
+
+def prompt_template(lm, state: ViewState, prefix: str) -> None:
+    """A prompted language model's template (widget ``<prefix>_prompt``); nothing for a model
+    that reads no prompt. A template that cannot make a prompt is kept in the box and named by
+    the translation's error."""
+    if not lm.reads_prompt:
+        state.prompt = ""
+        return
+    widget_default(f"{prefix}_prompt", state.prompt or DEFAULT_TEMPLATE)
+    typed = st.text_area(
+        "Prompt template",
+        key=f"{prefix}_prompt",
+        height=80,
+        max_chars=MAX_TEMPLATE_CHARS,
+        help="The model reads this text with your sentence in place of {src} and continues it; "
+        "its continuation, up to the end of the line, is the translation.",
+    )
+    state.prompt = "" if typed == DEFAULT_TEMPLATE else typed
 
 
 def bounded(text: str, what: str) -> str:

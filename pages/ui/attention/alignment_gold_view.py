@@ -71,7 +71,7 @@ def scored(entry: ModelEntry, lm: TranslationModel, gold: GoldSet) -> AlignmentG
     """Every reader's AER on a gold set: cached for every session; an uploaded set within the
     server's bounds (budget.SCORING_CELLS) and in its one slot for heavy work, or None after
     a message saying why not now."""
-    args = (lm, entry.path, entry.mtime, gold.key, gold.pairs, gold.links)
+    args = (lm, entry.path, entry.mtime, gold.key + lm.view_key, gold.pairs, gold.links)
     found, grid = alignment_grid.peek(*args)
     if found:
         return grid
@@ -217,7 +217,8 @@ def open_on_best_reader(entry, lm, state: ViewState) -> None:
         return
     try:
         gold = shipped_gold()
-        grid = alignment_grid(lm, entry.path, entry.mtime, gold.key, gold.pairs, gold.links)
+        key = gold.key + lm.view_key
+        grid = alignment_grid(lm, entry.path, entry.mtime, key, gold.pairs, gold.links)
     except (GoldError, OSError, ValueError, RuntimeError, IndexError):
         return
     best = grid.best

@@ -51,7 +51,8 @@ def other_readers_panel(page: SectionInputs, gold: GoldSet) -> None:
             rev_lm = reverse = None
     methods = tuple(m for m in METHODS if page.lm.supports(m) is None)
     where = (reverse.path, reverse.mtime) if reverse else (None, None)
-    args = (page.lm, page.entry.path, page.entry.mtime, gold.key, gold.pairs, gold.links)
+    key = gold.key + page.lm.view_key
+    args = (page.lm, page.entry.path, page.entry.mtime, key, gold.pairs, gold.links)
     args = (*args, methods, rev_lm, *where)
     found, rows = cached.other_readers.peek(*args)
     if not found:

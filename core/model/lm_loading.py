@@ -1,0 +1,104 @@
+"""Open a decoder-only model folder (``save_pretrained`` layout) as a ``PromptedModel``: the
+rules of every Hugging Face folder (safetensors only, no remote code, every parameter in the
+files) and the server's memory limit counted in the dtype it will hold.
+
+A model whose float32 weights pass the limit but whose bfloat16 ones fit is opened in bfloat16
+where the device computes it natively (a GPU that supports it, or a CPU with AVX-512 BF16 or
+AMX), and says so (``meta["dtype"]``); elsewhere it is refused in one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from core.model import hugging_face as hf
+from core.model.hf_folder import HFModelError, describe, lm_config
+from core.model.hf_model import check_complete
+from core.model.prompted import PromptedModel
+from core.places import shown_path
+
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of a CPU computing bf16
+
+
+def config_parameters(folder: Path) -> int:
+    """Parameters of the model its config describes, counted on the meta device."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def native_bfloat16(device) -> bool:
+    """Whether ``device`` computes bfloat16 natively (not by emulation, many times slower)."""
+    if torch.device(device).type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    try:
+        flags = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return False
+    return any(f" {flag}" in flags for flag in NATIVE_BF16_FLAGS)
+
+
+def held_dtype(count: int, max_bytes: int | None, device) -> torch.dtype:
+    """float32, or bfloat16 where only that fits and the device computes it natively;
+    HFModelError in one line where neither will do."""
+    if max_bytes is None or 4 * count <= max_bytes:
+        return torch.float32
+    size = f"{count / 1e6:,.0f} M parameters ({4 * count / 2**30:.1f} GB in float32"
+    limit = f"this server opens models of at most {max_bytes / 2**30:.2f} GB"
+    if 2 * count <= max_bytes:
+        if native_bfloat16(device):
+            return torch.bfloat16
+        raise HFModelError(
+            f"This model has {size}, {2 * count / 2**30:.1f} GB in bfloat16); {limit}, and "
+            "this processor has no native bfloat16 to hold it in half the memory."
+        )
+    raise HFModelError(f"This model has {size}); {limit}.")
+
+
+def end_ids(tokenizer) -> frozenset:
+    """Ids that end a prompted translation: the end of text, and every token holding a new
+    line."""
+    texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
+    ends = {i for i, text in enumerate(texts) if "\n" in text}
+    if tokenizer.eos_token_id is not None:
+        ends.add(int(tokenizer.eos_token_id))
+    return frozenset(ends)
+
+
+def load(folder, device: str | torch.device = "cpu", max_bytes: int | None = None) -> PromptedModel:
+    """A decoder-only model folder as a PromptedModel (eager attention, eval mode)."""
+    folder = Path(folder)
+    info = describe(folder)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        count = max(config_parameters(folder), int(info["parameters"]))
+        dtype = held_dtype(count, max_bytes, device)
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        model, loading = AutoModelForCausalLM.from_pretrained(
+            folder,
+            attn_implementation="eager",
+            local_files_only=True,
+            use_safetensors=True,
+            output_loading_info=True,
+            dtype=dtype,
+        )
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise HFModelError(f"{shown_path(folder)} cannot be loaded: {first}") from e
+    check_complete(folder, model, loading)
+    hf.check_tokenizer(tokenizer, model.config)
+    model.to(device).eval()
+    info["tokens"] = hf.tokenizer_kind(tokenizer)
+    info["pieces"] = hf.tokenizer_algorithm(tokenizer)
+    info["dtype"] = str(dtype).removeprefix("torch.")
+    cfg = lm_config(model.config.to_dict())
+    return PromptedModel(model, tokenizer, cfg, info, ends=end_ids(tokenizer))

@@ -1,0 +1,75 @@
+"""Where a decoder-only language model keeps its parts: its layers, each layer's attention and
+projections, its final norm, its rotary embedding; the families of ``hf_folder.LM_TYPES``.
+
+GPT-2 keeps them in ``transformer.h[i].attn`` (one ``c_attn`` making q, k and v, ``c_proj``
+as W_o, learned positions ``wpe``, LayerNorm ``ln_f``); Llama, Qwen2 and Mistral in
+``model.layers[i].self_attn`` (``q_proj`` ... ``o_proj``, key/value heads shared by groups of
+query heads, rotary positions, RMSNorm ``norm``).
+
+Shape key: B batch, N tokens, D model width.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from core.model.hf_folder import HFModelError
+
+
+def base(model: nn.Module) -> nn.Module:
+    """The stack under the language-model head (``model.model`` / ``model.transformer``)."""
+    return model.base_model
+
+
+def layers_of(model: nn.Module) -> Sequence[nn.Module]:
+    """The decoder layers, in order."""
+    stack = base(model)
+    layers = getattr(stack, "layers", None)
+    layers = layers if layers is not None else getattr(stack, "h", None)
+    if layers is None:
+        raise HFModelError(f"The studio does not know where a {type(stack).__name__}'s layers are.")
+    return layers
+
+
+def attention_of(layer: nn.Module) -> nn.Module:
+    """A layer's self-attention module."""
+    module = getattr(layer, "self_attn", None) or getattr(layer, "attn", None)
+    if module is None:
+        raise HFModelError(f"The studio does not know where a {type(layer).__name__}'s heads are.")
+    return module
+
+
+def final_norm(model: nn.Module) -> nn.Module:
+    """The norm after the last layer (``norm`` / ``ln_f``)."""
+    stack = base(model)
+    norm = getattr(stack, "norm", None) or getattr(stack, "ln_f", None)
+    if norm is None:
+        raise HFModelError(f"The studio does not know a {type(stack).__name__}'s final norm.")
+    return norm
+
+
+class LayerOutputs:
+    """Each layer's output (before the final norm) of the passes this thread runs inside the
+    block, by forward hooks removed when it ends (another thread's passes are not kept):
+    ``outputs`` is L x (B, N, D)."""
+
+    def __init__(self, model: nn.Module):
+        self.layers, self.outputs, self.handles = layers_of(model), [], []
+        self.thread = threading.get_ident()
+
+    def __enter__(self) -> LayerOutputs:
+        for layer in self.layers:
+            self.handles.append(layer.register_forward_hook(self._keep))
+        return self
+
+    def _keep(self, module, args, output) -> None:
+        if threading.get_ident() == self.thread:
+            self.outputs.append(output if isinstance(output, torch.Tensor) else output[0])
+
+    def __exit__(self, *exc) -> None:
+        for handle in self.handles:
+            handle.remove()

@@ -1,0 +1,99 @@
+"""Translation by prompting: the prompt a decoder-only model reads, and the three blocks of its
+one attention that the studio shows as an encoder-decoder's three kinds.
+
+A template (``English: {src}\\nFrench:`` by default, any text holding ``{src}`` once) is cut
+at ``{src}``: the ids before the English span (the tokenizer's start token included where it
+adds one), the span itself, the ids after it. The model continues the prompt; its
+continuation is the translation, read up to the end of the line. The sequence it reads is
+
+    before · source (S: the sentence's pieces, then after[0]) · after[1:-1]
+           · decoder inputs (T: after[-1], then the output[:-1])
+
+so the first id after the sentence (a new line, by default) plays an encoder's end token, and
+the last one (``:``) the decoder's start token: the first output is predicted there. Of
+each layer's causal self-attention (N × N) the studio shows three blocks:
+
+- ``encoder``: the source's rows over the source (S × S; causal, so its upper triangle is 0);
+- ``decoder_self``: the decoder inputs' rows over themselves (T × T, causal);
+- ``cross``: the decoder inputs' rows over the source (T × S): an encoder-decoder's
+  cross-attention, what the alignment readers read.
+
+A block's rows do not sum to 1: each row's other weight is on the template's tokens (and the
+first token, where many heads park weight). The template is a user's text: it is cut, never
+formatted (no ``str.format`` on it), and bounded in length.
+
+Shape key: L layers, H heads, N sequence, S source pieces, T decoder steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+DEFAULT_TEMPLATE = "English: {src}\nFrench:"
+SLOT = "{src}"
+MAX_TEMPLATE_CHARS = 300  # a prompt template longer than this is refused
+
+
+def template_problem(template: str) -> str | None:
+    """Why a template cannot make a prompt, in one line; None when it can."""
+    if len(template) > MAX_TEMPLATE_CHARS:
+        return (
+            f"The prompt template has {len(template):,} characters; at most {MAX_TEMPLATE_CHARS}."
+        )
+    if template.count(SLOT) != 1:
+        return f"The prompt template must hold {SLOT} exactly once, where the sentence goes."
+    if not template.split(SLOT)[1].strip(" "):
+        return (
+            f"The prompt template needs text after {SLOT} (such as a new line and 'French:'): "
+            "the model reads it before it writes the translation."
+        )
+    return None
+
+
+def template_parts(template: str) -> tuple[str, str, str]:
+    """(the text before the sentence, the spaces that lead into it, the text after it): the
+    spaces at the end of the first part go with the sentence, as a tokenizer reads them."""
+    before, after = template.split(SLOT)
+    kept = before.rstrip(" ")
+    return kept, before[len(kept) :], after
+
+
+@dataclass(frozen=True)
+class PromptLayout:
+    """The ids a template puts around a source: ``before`` it, ``after`` it (the last id
+    of ``after`` is the first decoder input), and the spaces that lead into it."""
+
+    before: tuple[int, ...]
+    after: tuple[int, ...]
+    gap: str  # what precedes the sentence's first word ("" or " ")
+
+    def source_ids(self, pieces) -> list[int]:
+        """A sentence's pieces as the source: the first id after them ends it."""
+        return [*pieces, self.after[0]]
+
+    def prompt(self, src_ids) -> list[int]:
+        """What the model reads before it writes: the template around a source."""
+        return [*self.before, *src_ids, *self.after[1:]]
+
+    def sequence(self, src_ids, tgt_in) -> list[int]:
+        """The ids the model reads for a source and its decoder inputs (``tgt_in[0]`` is
+        ``after[-1]``)."""
+        return [*self.before, *src_ids, *self.after[1:-1], *tgt_in]
+
+    def spans(self, S: int, T: int) -> tuple[slice, slice]:
+        """(the source's positions, the decoder inputs' positions) in ``sequence``."""
+        a = len(self.before)
+        c = a + S + len(self.after) - 2
+        return slice(a, a + S), slice(c, c + T)
+
+
+def blocks(weights: torch.Tensor, source: slice, steps: slice) -> dict[str, torch.Tensor]:
+    """{kind: block} of (..., N, N) attention weights: the source's rows over the source,
+    the steps' over the steps, the steps' over the source."""
+    return {
+        "encoder": weights[..., source, source],  # (..., S, S)
+        "decoder_self": weights[..., steps, steps],  # (..., T, T)
+        "cross": weights[..., steps, source],  # (..., T, S)
+    }

@@ -1,0 +1,368 @@
+"""A decoder-only language model (GPT-2, Llama, Qwen2, Mistral) behind the one interface
+(``core.model.interface``), translating by a prompt (``core.model.prompt``).
+
+``PromptedModel`` reads a sentence into its template's English span, continues the prompt
+greedily to the end of the line, and answers every question the interface asks in the
+encoder-decoder's terms: the "source" is the English span, the "decoder inputs" the last
+template id and the output before each step, and the three kinds of attention are the three
+blocks of each layer's one causal self-attention (``prompt.blocks``). The passes run the whole
+prompt, one row at a time (a prompt padded in its middle would move every later position),
+and cut what the interface returns from it: logits and the residual stream at the decoder
+inputs (``decoder``) or the source (``encoder``), the blocks of the weights. The tokens are
+the tokenizer's (``core.model.hugging_face``), as for ``HFModel``, whose token methods it
+shares.
+
+What it does not do yet (``core.model.capabilities``: the sections that would need it say so
+in one line): a record with every site (Inside a head, attribution, patching, the projector),
+removing heads, decoding by beam search.
+
+Shape key: B batch, S source pieces, T decoder steps, N prompt + output ids, L layers, H heads,
+D model width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import torch
+from torch import nn
+
+from core.corpus.text import tokenize
+from core.model import hugging_face as hf
+from core.model import lm_sites
+from core.model.capabilities import LANGUAGE_MODEL
+from core.model.decode import DecodeSettings, Translation, TranslationError
+from core.model.hf_model import HFModel, as_text
+from core.model.hooks import HookPoint
+from core.model.parts import AttentionWeights, Source, SublayerNorm
+from core.model.prompt import DEFAULT_TEMPLATE, PromptLayout, blocks, template_parts
+from core.model.prompt import template_problem as _template_problem
+from core.model.record import Record
+from core.model.transformer import AttentionMaps, evaluating
+
+NO_RECORD = (
+    "A prompted language model gives its attention maps, its residual stream and its outputs; "
+    "a record of every site (queries, keys, each sub-layer) is not built for it yet."
+)
+
+
+@dataclass
+class PromptedModel(HFModel):
+    """A decoder-only model and its tokenizer, translating by ``template``."""
+
+    template: str = DEFAULT_TEMPLATE  # the prompt: any text holding {src} once
+    ends: frozenset = field(default_factory=frozenset)  # ids that end the line (and the text)
+    family = LANGUAGE_MODEL
+    reads_prompt = True
+
+    # ------------------------------------------------------------------ what it is
+
+    def with_prompt(self, template: str) -> PromptedModel:
+        """The same model (its modules shared) reading ``template`` ("" = the default);
+        TranslationError in one line for a template that cannot make a prompt."""
+        template = template or DEFAULT_TEMPLATE
+        if problem := _template_problem(template):
+            raise TranslationError(problem)
+        return self if template == self.template else dataclasses.replace(self, template=template)
+
+    @property
+    def view_key(self) -> str:
+        return "prompt:" + hashlib.sha1(self.template.encode("utf-8")).hexdigest()[:16]
+
+    @property
+    def languages(self) -> tuple[str, str]:
+        return ("en", "fr") if self.template == DEFAULT_TEMPLATE else ("source", "target")
+
+    @property
+    def source_label(self) -> str:
+        return "English sentence (read into the prompt)"
+
+    @property
+    def target_name(self) -> str:
+        return "French"
+
+    @cached_property
+    def layout(self) -> PromptLayout:
+        """The ids this model's template puts around a source."""
+        before, gap, after = template_parts(self.template)
+        first = self.tokenizer(before)["input_ids"]  # the start token, where it adds one
+        rest = self.tokenizer(after, add_special_tokens=False)["input_ids"]
+        if len(rest) < 2:
+            raise TranslationError(
+                "The text after {src} must be two tokens or more: the first ends the sentence, "
+                "the model writes after the last (e.g. a new line and 'French:')."
+            )
+        return PromptLayout(tuple(first), tuple(rest), gap)
+
+    @property
+    def start_id(self) -> int:
+        return self.layout.after[-1]
+
+    @cached_property
+    def eos_id(self) -> int:
+        ids = self.tokenizer("\n", add_special_tokens=False)["input_ids"]
+        return int(ids[-1]) if len(ids) == 1 else int(self.tokenizer.eos_token_id)
+
+    @property
+    def pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        pad = pad if pad is not None else self.tokenizer.eos_token_id
+        return int(pad if pad is not None else 0)
+
+    def decoder_inputs(self, out_ids: Sequence[int]) -> list[int]:
+        return [self.start_id, *list(out_ids)[:-1]]
+
+    def layers(self, kind: str) -> int:
+        return self.cfg.num_decoder_layers
+
+    @property
+    def depth(self) -> tuple[int, int]:
+        return self.cfg.num_decoder_layers, self.cfg.num_decoder_layers
+
+    # ------------------------------------------------------------------ tokens
+
+    def _pieces(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _room(self) -> int:
+        """The most source pieces a prompt may hold and still leave room for the output."""
+        return self.cfg.max_positions - len(self.layout.before) - len(self.layout.after) - 64
+
+    def source(self, sentence: str) -> Source:
+        if not (sentence or "").strip():
+            raise TranslationError("The sentence is empty: type a few words to translate.")
+        pieces = self._pieces(self.layout.gap + sentence.strip())[: max(self._room(), 1)]
+        ids = self.layout.source_ids(pieces)
+        return Source(ids, self.source_tokens(ids), [False] * len(ids), [])
+
+    def token_count(self, text: str, words: Sequence[str], target: bool = False) -> int:
+        return len(self._pieces(text)) + 1 + (0 if target else len(self.layout.before))
+
+    def target_ids(self, text: str, first: int | None = None) -> list[int]:
+        return self._pieces(" " + text.strip())[: self.cfg.max_positions // 2] + [self.eos_id]
+
+    def words_to_source(self, words: Sequence[str]) -> list[int]:
+        return self.source(as_text(words)).ids
+
+    def words_to_target(self, words: Sequence[str], target_lang=None) -> list[int]:
+        return self.target_ids(as_text(words))
+
+    def word_pieces(self, words: Sequence[str], target: bool):
+        """(piece ids, the word of each piece): each word cut alone after a space (the
+        source's first word after the template's own lead-in), no specials."""
+        ids, owner = [], []
+        for i, word in enumerate(words):
+            lead = " " if target or i else self.layout.gap
+            pieces = self._pieces(lead + word)
+            ids += pieces
+            owner += [i] * len(pieces)
+        return ids, owner
+
+    def framing(self, words: Sequence[str], target: bool) -> tuple[list[int], list[int]]:
+        """Nothing before either sentence (the template is around the source, not in it);
+        after the source the template's first id, after the target the end of the line."""
+        return [], [self.eos_id if target else self.layout.after[0]]
+
+    def source_tokens(self, ids: Sequence[int]) -> list[str]:
+        return hf.shown_tokens(self, ids)
+
+    def target_words(self, ids: Sequence[int]) -> list[str]:
+        return hf.words_of(self, self._cut(ids))
+
+    def scored_words(self, ids: Sequence[int]) -> list[str]:
+        return tokenize(self.tokenizer.decode(self._cut(ids), skip_special_tokens=True))
+
+    def _cut(self, ids: Sequence[int]) -> list[int]:
+        """Ids before the first that ends the line."""
+        ids = list(ids)
+        return next((ids[:i] for i, x in enumerate(ids) if x in self.ends), ids)
+
+    def language_code(self, language: str = "fr") -> str | None:
+        return None
+
+    def language_id(self, code: str | None) -> int | None:
+        return None
+
+    # ------------------------------------------------------------------ decoding
+
+    @torch.no_grad()
+    def continuation(self, prompt: Sequence[int], max_len: int) -> list[int]:
+        """Greedy ids after ``prompt``, up to and including the first that ends the line, at
+        most ``max_len`` (and the model's positions)."""
+        past, x, out = None, torch.tensor([list(prompt)], device=self.device), []
+        room = min(max_len, self.cfg.max_positions - len(prompt))
+        with evaluating(self.model):
+            for _ in range(max(room, 0)):
+                o = self.model(input_ids=x, cache=past, use_cache=True)
+                past, nxt = o.cache, int(o.logits[0, -1].argmax())
+                out.append(nxt)
+                if nxt in self.ends:
+                    break
+                x = torch.tensor([[nxt]], device=self.device)
+        return out
+
+    def translate(self, sentence: str, settings: DecodeSettings) -> Translation:
+        lm = self.with_prompt(settings.prompt) if settings.prompt else self
+        src = lm.source(sentence).ids
+        out = lm.continuation(lm.layout.prompt(src), settings.max_len)
+        notes = (
+            []
+            if out and out[-1] in lm.ends
+            else [f"Stopped at {len(out)} tokens before the line ended."]
+        )
+        if settings.beam_size > 1:
+            notes.append("Beam search is not built for prompted models: greedy decoding shown.")
+        return lm._translation(src, out, settings.topk, notes)
+
+    def force(self, sentence: str, target: str, settings: DecodeSettings) -> Translation:
+        if not (target or "").strip():
+            raise TranslationError("The target is empty: type the translation to explain.")
+        lm = self.with_prompt(settings.prompt) if settings.prompt else self
+        return lm._translation(
+            lm.source(sentence).ids, lm.target_ids(target), settings.topk, [], True
+        )
+
+    @torch.no_grad()
+    def _translation(self, src, out_ids, topk, notes, forced=False) -> Translation:
+        """The Translation of ``out_ids`` after ``src``: one pass, its three blocks."""
+        if not out_ids:
+            raise TranslationError("The model wrote nothing: try another prompt template.")
+        tgt_in = self.decoder_inputs(out_ids)
+        logits, weights, _ = self._pass(src, tgt_in, weights=True)
+        logp = logits.float().log_softmax(-1)  # (T, V)
+        kinds = blocks(torch.stack(weights)[:, 0], *self.layout.spans(len(src), len(tgt_in)))
+        chosen = torch.tensor(out_ids, device=logp.device)
+        token_logp = logp.gather(-1, chosen[:, None])[:, 0]  # (T,)
+        ranks = (logp > token_logp[:, None]).sum(-1) + 1  # (T,)
+        shown = self.target_tokens(out_ids)
+        ended = out_ids[-1] in self.ends
+        return Translation(
+            self.source_tokens(src),
+            [False] * len(src),
+            shown[:-1] if ended else shown,
+            shown,
+            self.target_tokens(tgt_in),
+            hf._topk(self, logp, topk),
+            float(token_logp.sum()),
+            AttentionMaps(kinds["encoder"], kinds["decoder_self"], kinds["cross"]),
+            notes,
+            self.target_words(out_ids),
+            list(src),
+            list(out_ids),
+            token_logp.exp().tolist(),
+            ranks.tolist(),
+            forced,
+        )
+
+    @torch.no_grad()
+    def greedy(self, src: torch.Tensor, max_len: int, target_lang: str | None = None, memory=None):
+        rows = [self.continuation(self.layout.prompt(s), max_len) for s in self._rows(src)]
+        out = torch.full((len(rows), max(map(len, rows), default=1)), self.pad_id)
+        for i, row in enumerate(rows):
+            out[i, : len(row)] = torch.tensor(row)
+        return out.to(self.device)  # (B, T)
+
+    def max_output(self, longest: int) -> int:
+        return min(2 * longest + 8, self.cfg.max_positions // 2)
+
+    # ------------------------------------------------------------------ passes
+
+    def _rows(self, ids: torch.Tensor) -> list[list[int]]:
+        """Each row of (B, .) padded ids without its trailing padding."""
+        rows = []
+        for row in ids.tolist():
+            while row and row[-1] == self.pad_id:
+                row.pop()
+            rows.append(row)
+        return rows
+
+    def _pass(self, src, tgt_in, weights=False):
+        """One row's pass over the prompt and the decoder inputs: (logits (T, V) at the
+        decoder inputs, L x (1, H, N, N) weights or None, L + 1 x (N, D) the stream)."""
+        ids = torch.tensor([self.layout.sequence(src, tgt_in)], device=self.device)  # (1, N)
+        with lm_sites.LayerOutputs(self.model) as kept:
+            o = self.model(input_ids=ids, output_attentions=weights, output_hidden_states=True)
+        _, steps = self.layout.spans(len(src), len(tgt_in))
+        stream = [h[0] for h in o.hidden_states[:-1]] + [kept.outputs[-1][0]]  # L + 1 x (N, D)
+        return o.logits[0, steps], (o.attentions if weights else None), stream
+
+    def _each_row(self, src, tgt_in, weights=False):
+        """The rows of a padded batch, each through ``_pass``: (S, T, that pass)."""
+        for s, t in zip(self._rows(src), self._rows(tgt_in)):
+            yield len(s), len(t), self._pass(s, t, weights)
+
+    def masks(self, src, tgt_in):
+        T = tgt_in.size(1)
+        causal = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).tril()
+        return (src != self.pad_id)[:, None, None, :], causal.expand(tgt_in.size(0), 1, T, T)
+
+    def run(self, src, tgt_in, memory=None, need_weights: bool = False) -> torch.Tensor:
+        V = self.model.get_output_embeddings().out_features
+        out = torch.zeros(*tgt_in.shape, V, device=self.device)  # (B, T, V)
+        for b, (_, T, (logits, _, _)) in enumerate(self._each_row(src, tgt_in)):
+            out[b, :T] = logits
+        return out
+
+    def hidden(self, src, tgt_in, memory=None) -> torch.Tensor:
+        norm = lm_sites.final_norm(self.model)
+        return norm(self.stream(src, tgt_in, "decoder")[-1])  # (B, T, D)
+
+    def encode(self, src) -> torch.Tensor:
+        raise ValueError("A decoder-only model has no encoder: its source is read in its prompt.")
+
+    def patterns(self, src, tgt_in, kinds: Sequence[str] = ("encoder", "decoder_self", "cross")):
+        """{kind: (L, B, H, Tq, Tk)}: each row's blocks, zero-padded."""
+        B, S, T = src.size(0), src.size(1), tgt_in.size(1)
+        L, H = self.cfg.num_decoder_layers, self.cfg.num_heads
+        shape = {"encoder": (S, S), "decoder_self": (T, T), "cross": (T, S)}
+        out = {k: torch.zeros(L, B, H, *shape[k], device=self.device) for k in kinds}
+        for b, (s, t, (_, weights, _)) in enumerate(self._each_row(src, tgt_in, weights=True)):
+            got = blocks(torch.stack(weights)[:, 0], *self.layout.spans(s, t))  # (L, H, ., .)
+            for k in kinds:
+                out[k][:, b, :, : got[k].size(-2), : got[k].size(-1)] = got[k]
+        return out
+
+    def stream(self, src, tgt_in, side: str) -> list[torch.Tensor]:
+        """L + 1 x (B, S|T, D): the residual stream at the source (``encoder``) or the decoder
+        inputs (``decoder``): each layer's input, then the last layer's output (before the
+        final norm)."""
+        B, n = src.size(0), (src if side == "encoder" else tgt_in).size(1)
+        L, D = self.cfg.num_decoder_layers, self.cfg.d_model
+        out = [torch.zeros(B, n, D, device=self.device) for _ in range(L + 1)]
+        for b, (s, t, (_, _, stream)) in enumerate(self._each_row(src, tgt_in)):
+            source, steps = self.layout.spans(s, t)
+            at = source if side == "encoder" else steps
+            for layer, states in enumerate(stream):
+                out[layer][b, : states[at].size(0)] = states[at]
+        return out
+
+    def record(self, src, tgt_in, out_ids=None) -> Record:
+        raise ValueError(NO_RECORD)
+
+    def logits_of(self, hidden, weight=None) -> torch.Tensor:
+        head = self.model.get_output_embeddings()
+        if weight is None:
+            return head(hidden)
+        return nn.functional.linear(hidden.to(weight.dtype), weight, head.bias)
+
+    def lens(self, stream) -> torch.Tensor:
+        return self.logits_of(lm_sites.final_norm(self.model)(stream))
+
+    def lens_words(self) -> str:
+        norm = type(lm_sites.final_norm(self.model)).__name__
+        return f"each layer's output through the final norm ({norm}) and lm_head"
+
+    def hook_points(self) -> dict[str, HookPoint]:
+        return {}
+
+    # ------------------------------------------------------------------ structure
+
+    def attention_weights(self, kind: str, layer: int) -> AttentionWeights:
+        raise ValueError(NO_RECORD)
+
+    def sublayer_norm(self, kind: str, layer: int) -> SublayerNorm:
+        raise ValueError(NO_RECORD)

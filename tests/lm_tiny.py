@@ -1,0 +1,127 @@
+"""Tiny random decoder-only language models for tests, built offline: a small config with the
+flags each family's real hub checkpoints ship with, random weights, a byte-level BPE tokenizer
+trained here with ``tokenizers`` (as GPT-2's, SmolLM's and Qwen2's are byte-level BPE), all
+written with ``save_pretrained`` into a folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from tests.hf_tiny import ENGLISH, FRENCH
+
+LM_FAMILIES = ("gpt2", "llama", "qwen2", "mistral")
+END_OF_TEXT = "<|endoftext|>"
+LM_REAL_FLAGS = {  # each family's flags as its real hub checkpoints ship them (config.json)
+    "gpt2": {  # openai-community/gpt2: gelu_new, learned positions, LayerNorm 1e-5, tied
+        # embeddings, q·k scaled by 1/√Dh, no layer-index scaling, bos = eos = <|endoftext|>
+        "activation_function": "gelu_new",
+        "layer_norm_epsilon": 1e-5,
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False,
+        "tie_word_embeddings": True,
+    },
+    "llama": {  # HuggingFaceTB/SmolLM-135M (llama): RoPE θ 10 000, RMSNorm 1e-5, SwiGLU
+        # (silu), grouped-query attention (9 heads, 3 key/value heads), no biases, tied
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": True,
+    },
+    "qwen2": {  # Qwen/Qwen2-0.5B: RoPE θ 1 000 000, RMSNorm 1e-6, bias on q/k/v (in the
+        # architecture), grouped-query attention (14 heads, 2 key/value heads), tied, no window
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "use_sliding_window": False,
+        "tie_word_embeddings": True,
+    },
+    "mistral": {  # mistralai/Mistral-7B-v0.1: RoPE θ 10 000, RMSNorm 1e-5, grouped-query
+        # attention (32 heads, 8 key/value heads), untied lm_head, a sliding window (4096 there;
+        # 6 here, so that the tests' prompts are longer than it)
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+        "sliding_window": 6,
+    },
+}
+KV_HEADS = {"gpt2": 4, "llama": 2, "qwen2": 2, "mistral": 2}  # of 4 query heads
+
+
+def training_lines() -> list[str]:
+    """What the tiny tokenizer learns its merges from: both word lists and prompts."""
+    en, fr = ENGLISH.split(), FRENCH.split()
+    pairs = [f"English: {' '.join(en[i : i + 4])}\nFrench: {' '.join(fr[i : i + 4])}\n"
+             for i in range(0, len(en), 2)]  # fmt: skip
+    return [ENGLISH, FRENCH, *pairs] * 5
+
+
+def byte_level_tokenizer(bos: bool):
+    """A byte-level BPE fast tokenizer (GPT-2's scheme), trained on ``training_lines``; a
+    Llama-like one (``bos``) puts <s> first."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    specials = [END_OF_TEXT, "<s>"] if bos else [END_OF_TEXT]
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tk.train_from_iterator(training_lines(), trainer)
+    if bos:
+        tk.post_processor = processors.TemplateProcessing(
+            single="<s> $A", special_tokens=[("<s>", tk.token_to_id("<s>"))]
+        )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        eos_token=END_OF_TEXT,
+        bos_token="<s>" if bos else END_OF_TEXT,
+        pad_token=None if not bos else END_OF_TEXT,
+    )
+
+
+def tiny_lm_config(family: str, tokenizer):
+    """A 2-layer, 4-head, 32-wide config of one family, with its real checkpoints' flags."""
+    from transformers import GPT2Config, LlamaConfig, MistralConfig, Qwen2Config
+
+    eos = tokenizer.eos_token_id
+    bos = tokenizer.bos_token_id
+    if family == "gpt2":
+        return GPT2Config(
+            vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=4, n_positions=128,
+            bos_token_id=eos, eos_token_id=eos, **LM_REAL_FLAGS[family],
+        )  # fmt: skip
+    cls = {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig}[family]
+    return cls(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=KV_HEADS[family],
+        max_position_embeddings=128, bos_token_id=bos, eos_token_id=eos,
+        **LM_REAL_FLAGS[family],
+    )  # fmt: skip
+
+
+def save_tiny_lm(folder, family: str = "llama", seed: int = 0) -> Path:
+    """Build one tiny random language model with its tokenizer and save both into ``folder``;
+    every weight perturbed off its initial value (norms' gains and biases included)."""
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = byte_level_tokenizer(bos=family in ("llama", "mistral"))
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(tiny_lm_config(family, tokenizer))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    folder = Path(folder)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

@@ -1,0 +1,61 @@
+"""AppTest tests of a decoder-only language model on the Translate and Attention pages: listed
+by the picker with its size, translating by its prompt template (editable, kept in the URL),
+its three blocks shown as maps, scored by Alignment, read by the logit lens, and one line
+where a section cannot read it (``TranslationModel.supports``)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from pages.ui.attention.sections import SECTION_KEYS
+from tests.helpers import assert_clean, plain, run_page_script
+
+
+@pytest.fixture
+def lm_dirs(studio_dirs, lm_models) -> dict:
+    """The studio's folders with the tiny Llama and GPT-2 models under checkpoints/."""
+    for family in ("llama", "gpt2"):
+        shutil.copytree(lm_models[family], studio_dirs["checkpoints"] / family)
+    return studio_dirs
+
+
+def texts(at) -> str:
+    return plain("\n".join([m.value for m in at.markdown] + [c.value for c in at.caption]))
+
+
+def test_the_translate_page_translates_by_the_prompt(lm_dirs):
+    at = run_page_script("translate.py", {"model": "checkpoints/llama/", "sentence": "i am cold ."})
+    assert_clean(at)
+    labels = at.selectbox(key="tr_model").options
+    assert any("checkpoints/llama/ · 4 heads · Hugging Face llama" in x for x in labels)
+    assert (
+        "llama · 0.03 M params · 32 wide · 2 layers · 4 heads (2 key/value heads) · rope"
+        in texts(at)
+    )
+    assert at.text_area(key="tr_prompt").value == "English: {src}\nFrench:"
+    assert "translates by prompting" in texts(at)
+    at.text_area(key="tr_prompt").set_value("Translate: {src}\nIn French:").run()
+    assert_clean(at)
+    assert at.query_params["prompt"] == "Translate: {src}\nIn French:"
+    at.text_area(key="tr_prompt").set_value("no slot here").run()
+    assert "exactly once" in plain(at.error[0].value)
+    assert at.text_area(key="tr_prompt").value == "no slot here"  # kept in the box
+
+
+@pytest.mark.parametrize("section", SECTION_KEYS)
+def test_every_attention_section_shows_the_model_or_says_why_not(lm_dirs, lm_loaded, section):
+    query = {"model": "checkpoints/llama/", "sentence": "the boy is tall .", "section": section}
+    at = run_page_script("attention.py", query)
+    assert_clean(at)
+    problem = lm_loaded["llama"].supports(section)
+    if problem:
+        assert plain(at.info[-1].value) == problem
+    elif section == "maps":
+        assert "one causal attention per layer" in texts(at) and at.get("plotly_chart")
+    elif section == "alignment":
+        assert "Links" in texts(at) and at.get("plotly_chart")
+        assert "readers scored on" in texts(at)
+    elif section == "lens":
+        assert "final norm (LlamaRMSNorm) and lm_head" in texts(at)

@@ -1,0 +1,221 @@
+"""The conformance suite of the decoder-only families (GPT-2, Llama, Qwen2, Mistral), each a
+tiny random model with its real hub checkpoints' flags (``tests/lm_tiny.py``), read through the
+one interface as a prompted translator (``core.model.prompted``): every invariant the sections
+that read it rely on, checked against the model's own computation from ids (one forward of the
+whole prompt, ``generate``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from core.alignment.extract import pair_maps
+from core.attention.logit_lens import logit_lens
+from core.model.decode import DecodeSettings, TranslationError
+from core.model.hf_folder import HFModelError, describe, size_label
+from core.model.lm_loading import held_dtype
+from core.model.opened import open_model
+from core.model.prompt import DEFAULT_TEMPLATE
+from core.model.prompted import PromptedModel
+from tests.lm_tiny import KV_HEADS, LM_FAMILIES, LM_REAL_FLAGS
+
+SOURCE, TARGET = "i am cold .", "je suis froid ."
+SETTINGS = DecodeSettings(max_len=8)
+
+
+@pytest.fixture(scope="module", params=LM_FAMILIES)
+def lm(request, lm_loaded) -> PromptedModel:
+    return lm_loaded[request.param]
+
+
+def own_pass(lm: PromptedModel, src_ids, out_ids):
+    """The model's own forward of the whole prompt and output: (logits (N, V), L x (H, N, N)
+    weights, L + 1 hidden states (N, D)), and (source positions, decoder-input positions)."""
+    tgt_in = lm.decoder_inputs(out_ids)
+    ids = torch.tensor([[*lm.layout.prompt(src_ids), *out_ids[:-1]]])
+    with torch.no_grad():
+        o = lm.model(input_ids=ids, output_attentions=True, output_hidden_states=True)
+    spans = lm.layout.spans(len(src_ids), len(tgt_in))
+    return o.logits[0], [w[0] for w in o.attentions], [h[0] for h in o.hidden_states], spans
+
+
+def test_the_folder_is_described_from_its_config_and_headers(lm_models):
+    for family, folder in lm_models.items():
+        info = describe(folder)
+        assert info["family"] == "language model" and info["model_type"] == family
+        label = size_label(info)
+        heads = "4 heads" + (
+            f" ({KV_HEADS[family]} key/value heads)" if KV_HEADS[family] < 4 else ""
+        )
+        assert f"32 wide · 2 layers · {heads}" in label
+        assert ("learned positions" if family == "gpt2" else "rope") in label
+        assert ("sliding window 6" in label) == (family == "mistral")
+        config = json.loads((folder / "config.json").read_text())
+        for flag, value in LM_REAL_FLAGS[family].items():  # saved as the real checkpoints ship
+            assert config.get(flag, value) == value, (family, flag)
+
+
+def test_greedy_translation_is_generates_own(lm):
+    t = lm.translate(SOURCE, SETTINGS)
+    prompt = torch.tensor([lm.layout.prompt(t.src_ids)])
+    with torch.no_grad():
+        out = lm.model.generate(input_ids=prompt, max_new_tokens=8, do_sample=False, num_beams=1)
+    own = out[0, prompt.size(1) :].tolist()
+    ends = [i for i, x in enumerate(own) if x in lm.ends]
+    assert t.out_ids == (own[: ends[0] + 1] if ends else own)
+
+
+def test_the_three_kinds_are_blocks_of_the_models_own_attention(lm):
+    t = lm.translate(SOURCE, SETTINGS)
+    logits, weights, _, (source, steps) = own_pass(lm, t.src_ids, t.out_ids)
+    own = torch.stack(weights)  # (L, H, N, N)
+    assert torch.allclose(t.attention.encoder, own[:, :, source, source], atol=1e-6)
+    assert torch.allclose(t.attention.decoder_self, own[:, :, steps, steps], atol=1e-6)
+    assert torch.allclose(t.attention.cross, own[:, :, steps, source], atol=1e-6)
+    assert torch.all(t.attention.encoder.triu(1) == 0)  # causal: no token sees a later one
+    assert torch.all(t.attention.cross.sum(-1) <= 1 + 1e-5)  # the rest is on the template
+    logp = logits[steps].float().log_softmax(-1)
+    own_logp = logp.gather(-1, torch.tensor(t.out_ids)[:, None])[:, 0]
+    assert torch.allclose(torch.tensor(t.token_probs), own_logp.exp(), atol=1e-5)
+    assert t.log_prob == pytest.approx(float(own_logp.sum()), abs=1e-4)
+
+
+def test_a_padded_batch_equals_each_sentence_alone(lm):
+    rows = [(lm.source(s).ids, lm.target_ids(f)) for s, f in ((SOURCE, TARGET), ("i am .", "je ."))]
+    S, T = (max(len(r[i]) for r in rows) for i in (0, 1))
+    src = torch.full((2, S), lm.pad_id)
+    tgt = torch.full((2, T), lm.pad_id)
+    for b, (s, out) in enumerate(rows):
+        src[b, : len(s)] = torch.tensor(s)
+        tgt[b, : len(out)] = torch.tensor(lm.decoder_inputs(out))
+    with torch.no_grad():
+        patterns, logits = lm.patterns(src, tgt), lm.run(src, tgt)
+        streams = {side: lm.stream(src, tgt, side) for side in ("encoder", "decoder")}
+    for b, (s, out) in enumerate(rows):
+        own_logits, weights, hidden, (source, steps) = own_pass(lm, s, out)
+        own = torch.stack(weights)
+        n, m = len(s), len(out)
+        assert torch.allclose(
+            patterns["cross"][:, b, :, :m, :n], own[:, :, steps, source], atol=1e-6
+        )
+        assert torch.all(patterns["cross"][:, b, :, m:] == 0)
+        assert torch.allclose(logits[b, :m], own_logits[steps], atol=1e-5)
+        for side, at in (("encoder", source), ("decoder", steps)):
+            stream = streams[side]
+            assert len(stream) == lm.depth[1] + 1
+            for layer in range(lm.depth[1]):  # each layer's input is the model's hidden state
+                assert torch.allclose(
+                    stream[layer][b, : at.stop - at.start], hidden[layer][at], atol=1e-5
+                )
+
+
+def test_the_last_layers_lens_is_the_output_and_the_logit_lens_agrees(lm):
+    t = lm.force(SOURCE, TARGET, SETTINGS)
+    src = torch.tensor([t.src_ids])
+    tgt_in = torch.tensor([lm.decoder_inputs(t.out_ids)])
+    with torch.no_grad():
+        stream = lm.stream(src, tgt_in, "decoder")
+        lens = lm.lens(stream[-1])
+        assert torch.allclose(lens, lm.run(src, tgt_in), atol=1e-5)
+        assert torch.allclose(lm.logits_of(lm.hidden(src, tgt_in)), lens, atol=1e-5)
+    view = logit_lens(lm, t)
+    assert view.layers == lm.depth[1]
+    assert view.chosen_prob[-1] == pytest.approx(t.token_probs, abs=1e-5)
+    assert "final norm" in view.projected and "lm_head" in view.projected
+
+
+def test_a_gold_pair_is_read_from_the_cross_block(lm):
+    pair = (["i", "am", "cold", "."], ["je", "suis", "froid", "."])
+    [maps] = pair_maps(lm, [pair, (["i", "am", "."], ["je", "suis", "."])])[:1]
+    w = lm.word_pair(*pair)
+    assert w.src_ids[-1] == lm.layout.after[0]  # the template's first id ends the source
+    _, weights, _, (source, steps) = own_pass(lm, w.src_ids, w.out_ids)
+    own = torch.stack(weights)[:, :, steps, source][:, :, w.target_rows(), w.source_columns()]
+    assert maps.src_words.tolist() == w.src_words and maps.tgt_words.tolist() == w.tgt_words
+    assert maps.cross.shape == tuple(own.shape)
+    assert torch.allclose(torch.from_numpy(maps.cross), own, atol=1e-6)
+
+
+def test_a_template_is_cut_never_formatted(lm):
+    other = lm.with_prompt("Translate {src} into French:")
+    assert other.model is lm.model and other.template != lm.template
+    assert lm.with_prompt("") is lm  # "" is the default
+    t = other.translate(SOURCE, SETTINGS)
+    assert t.decoder_inputs[0] == other.target_tokens([other.layout.after[-1]])[0]
+    for bad, words in (
+        ("English: {src} {src}", "exactly once"),
+        ("no slot", "exactly once"),
+        ("English: {src}", "text after"),
+        ("{src}" + "x" * 400, "characters"),
+    ):
+        with pytest.raises(TranslationError, match=words):
+            lm.translate(SOURCE, DecodeSettings(prompt=bad))
+    weird = lm.with_prompt("{0} {src.__class__} {{x}}: {src}\nFr:")  # braces stay text
+    assert weird.translate(SOURCE, SETTINGS).src_ids == lm.source(SOURCE).ids
+
+
+def test_what_it_cannot_do_is_said_in_one_line(lm):
+    for section in ("inside", "attribution", "patch", "project", "ablation", "training"):
+        assert lm.supports(section) and "\n" not in lm.supports(section)
+    assert lm.supports("maps") is None and lm.supports("alignment") is None
+    assert lm.supports("lens") is None
+    with pytest.raises(ValueError, match="not built"):
+        lm.record(torch.tensor([[1]]), torch.tensor([[1]]))
+
+
+# ----------------------------------------------------------------------------- opening
+
+
+def test_open_model_returns_a_prompted_model(lm_models):
+    m = open_model(str(lm_models["qwen2"]))
+    assert isinstance(m, PromptedModel) and m.template == DEFAULT_TEMPLATE
+    assert m.meta["dtype"] == "float32" and m.family == "language model"
+
+
+def edited(folder, tmp_path, **changes):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    config = json.loads((copy / "config.json").read_text()) | changes
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+def test_a_model_needing_remote_code_or_of_another_kind_is_refused(lm_models, tmp_path):
+    folder = lm_models["llama"]
+    with pytest.raises(HFModelError, match="remote code"):
+        describe(edited(folder, tmp_path / "a", auto_map={"AutoModelForCausalLM": "x.Y"}))
+    with pytest.raises(HFModelError, match="decoder-only models of the families"):
+        describe(
+            edited(folder, tmp_path / "b", model_type="falcon", architectures=["FalconForCausalLM"])
+        )
+    with pytest.raises(HFModelError, match="neither"):
+        describe(
+            edited(folder, tmp_path / "c", model_type="bert", architectures=["BertForMaskedLM"])
+        )
+
+
+def test_pickled_weights_are_never_opened(lm_models, tmp_path):
+    import shutil
+
+    copy = tmp_path / "bin"
+    shutil.copytree(lm_models["gpt2"], copy)
+    (copy / "model.safetensors").rename(copy / "pytorch_model.bin")
+    with pytest.raises(HFModelError, match="safetensors"):
+        describe(copy)
+
+
+def test_the_memory_limit_counts_the_dtype_the_server_holds(monkeypatch):
+    from core.model import lm_loading
+
+    assert held_dtype(100, 400, "cpu") == torch.float32
+    monkeypatch.setattr(lm_loading, "native_bfloat16", lambda device: True)
+    assert held_dtype(150, 400, "cpu") == torch.bfloat16  # 600 B in float32, 300 B in bf16
+    monkeypatch.setattr(lm_loading, "native_bfloat16", lambda device: False)
+    with pytest.raises(HFModelError, match="no native bfloat16"):
+        held_dtype(150, 400, "cpu")
+    with pytest.raises(HFModelError, match="at most"):
+        held_dtype(1000, 400, "cpu")
