@@ -3,14 +3,17 @@
     python -m core.inside_head --checkpoint CK --sentence S --kind cross --layer L --head H
         --query I [--beam N]
     python -m core.inside_head --checkpoint CK --sentence S --logit-lens [--top K] [--beam N]
+    python -m core.inside_head --checkpoint FOLDER --sentence S --head-roles [--prompt T]
 
 The first form prints one JSON line: ``kind``, ``layer``, ``head``, ``query``,
 ``query_token``, ``key_tokens``, ``head_width``, the query vector ``q``, the key vectors
 ``keys``, the scaled ``scores`` q·k/√d_k, the ``mask`` and the softmax ``weights``. The
 second prints one JSON line per output step: ``step``, ``reads``, ``chosen`` and, per
 decoder layer, its ``top`` words with probabilities and the chosen word's rank and
-probability. The library is ``core.attention.query_key`` and ``core.attention.logit_lens``,
-the same functions the Attention page calls.
+probability. The third (a decoder-only model) prints one JSON line per head: its
+``previous``-token, ``first``-token and ``induction`` scores and the ``roles`` they reach. The
+library is ``core.attention.query_key``, ``core.attention.logit_lens`` and
+``core.attention.head_roles``, the same functions the Attention page calls.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ import argparse
 import json
 import sys
 
+from core.attention.head_roles import head_roles
 from core.attention.kinds import KINDS
 from core.attention.logit_lens import TOP_K, logit_lens
-from core.attention.query_key import InsideHeadError, query_key_view
+from core.attention.query_key import InsideHeadError, query_key_view, sequence_query_key
 from core.command_line import CommandError, add_prompt_flag, run_command
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError
@@ -45,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head", type=int, default=0, help="head, counted from 0")
     p.add_argument("--query", type=int, default=0, help="query token's position, from 0")
     p.add_argument("--logit-lens", action="store_true", help="the decoder's logit lens instead")
+    p.add_argument("--head-roles", action="store_true", help="a decoder-only model's head roles")
     p.add_argument("--top", type=int, default=TOP_K, help="logit lens: words kept per cell")
     p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
     add_prompt_flag(p)
@@ -72,20 +77,20 @@ def run(args) -> list[str]:
         raise CommandError(message)
     lm = open_model(args.checkpoint, hub=True, prompt=args.prompt)
     t = translate_sentence(lm, args.sentence, DecodeSettings(beam_size=args.beam))
-    if args.logit_lens:
-        rows = logit_lens(lm, t, args.top).rows()
+    if args.logit_lens or args.head_roles:
+        rows = logit_lens(lm, t, args.top).rows() if args.logit_lens else head_roles(lm, t).rows()
         return [json.dumps(row, ensure_ascii=False) for row in rows]
-    if refusal := lm.supports("inside"):
-        raise CommandError(refusal)
-    v = query_key_view(lm, t, args.kind, args.layer, args.head, args.query)
+    if lm.reads_prompt:  # one sequence: --query counts the prompt's tokens and the output's
+        v = sequence_query_key(lm, t, args.layer, args.head, args.query)
+    else:
+        v = query_key_view(lm, t, args.kind, args.layer, args.head, args.query)
     return [json.dumps(v.to_json(), ensure_ascii=False)]
 
 
 def main(argv=None) -> int:
     """Print one head's q·k view or the logit lens of a checkpoint's translation."""
-    return run_command(
-        build_parser(), run, (CheckpointError, InsideHeadError, TranslationError), argv
-    )
+    errors = (CheckpointError, InsideHeadError, TranslationError, ValueError)
+    return run_command(build_parser(), run, errors, argv)
 
 
 if __name__ == "__main__":

@@ -54,8 +54,13 @@ def test_every_attention_section_shows_the_model_or_says_why_not(lm_dirs, lm_loa
         assert plain(at.info[-1].value) == problem
     elif section == "maps":
         assert "one causal attention per layer" in texts(at) and at.get("plotly_chart")
+        assert "What each head does" in texts(at) and "induction" in texts(at)
     elif section == "alignment":
         assert "Links" in texts(at) and at.get("plotly_chart")
         assert "readers scored on" in texts(at)
+    elif section == "inside":  # the whole sequence; RoPE, grouped-query attention said
+        assert "rotated by their positions" in texts(at) and "heads 0, 1 read the same" in texts(at)
+        assert len(at.get("plotly_chart")) == 2
+        assert at.selectbox(key="at_query").options[0].startswith("0: <s>")
     elif section == "lens":
         assert "final norm (LlamaRMSNorm) and lm_head" in texts(at)

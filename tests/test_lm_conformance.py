@@ -8,11 +8,20 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
 from core.alignment.extract import pair_maps
+from core.attention.head_roles import (
+    REPEATED_TOKENS,
+    ROLE_SHARE,
+    HeadRoles,
+    head_roles,
+    repeated_ids,
+)
 from core.attention.logit_lens import logit_lens
+from core.attention.query_key import InsideHeadError, sequence_query_key
 from core.model.decode import DecodeSettings, TranslationError
 from core.model.hf_folder import HFModelError, describe, size_label
 from core.model.lm_loading import held_dtype
@@ -138,6 +147,66 @@ def test_a_gold_pair_is_read_from_the_cross_block(lm):
     assert torch.allclose(torch.from_numpy(maps.cross), own, atol=1e-6)
 
 
+def test_inside_a_head_rebuilds_the_models_own_weights_with_rope(lm):
+    t = lm.translate(SOURCE, SETTINGS)
+    _, weights, _, _ = own_pass(lm, t.src_ids, t.out_ids)
+    family = lm.model_type
+    for layer in range(lm.depth[1]):
+        for head in range(lm.cfg.num_heads):
+            for query in (0, 5, len(t.src_ids) + 4):
+                v = sequence_query_key(lm, t, layer, head, query)
+                own = weights[layer][head, query].numpy()
+                assert np.allclose(v.weights, own, atol=1e-5), (family, layer, head, query)
+                assert np.allclose(v.products.sum(-1) * v.scale, v.scores, atol=1e-5)
+    v = sequence_query_key(lm, t, 1, 3, len(v.key_tokens) - 1)
+    assert v.key_tokens == lm.source_tokens(
+        lm.layout.sequence(t.src_ids, lm.decoder_inputs(t.out_ids))
+    )
+    assert (v.unrotated is None) == (family == "gpt2")  # learned positions: nothing rotated
+    if v.unrotated is not None:
+        assert not np.allclose(v.unrotated[v.mask], v.scores[v.mask])  # RoPE moved them
+    assert v.sharing == ([3] if KV_HEADS[family] == 4 else [2, 3])  # 4 heads, 2 key/value heads
+    assert v.window == (6 if family == "mistral" else None)
+    assert v.mask.sum() == (6 if family == "mistral" else len(v.key_tokens))
+    with pytest.raises(InsideHeadError, match="heads"):
+        sequence_query_key(lm, t, 0, 4, 0)
+
+
+def test_head_roles_are_the_models_own_weights(lm):
+    t = lm.translate(SOURCE, SETTINGS)
+    r = head_roles(lm, t)
+    _, weights, _, _ = own_pass(lm, t.src_ids, t.out_ids)
+    own = torch.stack(weights).numpy()  # (L, H, N, N)
+    n = own.shape[-1]
+    assert r.tokens == n
+    rows = np.arange(1, n)
+    assert np.allclose(r.previous, own[..., rows, rows - 1].mean(-1), atol=1e-6)
+    assert np.allclose(r.first, own[..., 1:, 0].mean(-1), atol=1e-6)
+    twice = repeated_ids(lm)
+    start, k = len(lm.start_ids()), REPEATED_TOKENS
+    assert twice[start : start + k] == twice[start + k :] and len(set(twice[start:])) == k
+    assert not set(twice[start:]) & lm.special_ids()
+    with torch.no_grad():
+        seen = torch.stack(
+            lm.model(input_ids=torch.tensor([twice]), output_attentions=True).attentions
+        )
+    i = np.arange(k - 1)
+    assert np.allclose(
+        r.induction, seen[:, 0][..., start + k + i, start + i + 1].mean(-1), atol=1e-6
+    )
+
+
+def test_a_role_is_named_only_where_its_weight_reaches_the_share():
+    grid = np.zeros((2, 3))
+    previous, first, induction = grid.copy(), grid.copy(), grid.copy()
+    previous[0, 1], first[1, 2], induction[1, 2] = ROLE_SHARE, 0.9, ROLE_SHARE - 0.01
+    r = HeadRoles(previous, first, induction, 10, 24)
+    assert r.roles(0, 1) == ["previous-token"] and r.roles(1, 2) == ["first-token sink"]
+    assert r.roles(0, 0) == [] and len(r.rows()) == 6
+    assert r.rows()[1] | {} == {"layer": 0, "head": 1, "previous": 0.4, "first": 0.0,
+                               "induction": 0.0, "roles": ["previous-token"]}  # fmt: skip
+
+
 def test_a_template_is_cut_never_formatted(lm):
     other = lm.with_prompt("Translate {src} into French:")
     assert other.model is lm.model and other.template != lm.template
@@ -157,7 +226,7 @@ def test_a_template_is_cut_never_formatted(lm):
 
 
 def test_what_it_cannot_do_is_said_in_one_line(lm):
-    for section in ("inside", "attribution", "patch", "project", "ablation", "training"):
+    for section in ("attribution", "patch", "project", "ablation", "training"):
         assert lm.supports(section) and "\n" not in lm.supports(section)
     assert lm.supports("maps") is None and lm.supports("alignment") is None
     assert lm.supports("lens") is None

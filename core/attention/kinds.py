@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 KINDS = ("encoder", "decoder_self", "cross")
+SEQUENCE = "sequence"  # not a kind: a decoder-only model's whole sequence, for its axes' words
 
 BOUNDARY_TOKENS = (  # the studio's <bos>/<eos>; a Hugging Face model's <s>, </s> and the
     *("<bos>", "<eos>", "<s>", "</s>", "<pad>"),  # <pad> Marian and T5 start decoding from
@@ -36,6 +37,11 @@ KIND_LABELS: dict[str, tuple[str, str, str]] = {
         "Cross attention (decoder → encoder)",
         "output token (query)",
         "source token (key)",
+    ),
+    SEQUENCE: (  # a decoder-only model's one attention over its prompt and output
+        "Self-attention over the prompt and output (causal)",
+        "token (query)",
+        "earlier token (key)",
     ),
 }
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from core.attention.kinds import kind_labels
+from core.attention.kinds import SEQUENCE, kind_labels
 from core.model.decode import Translation
 from core.model.interface import TranslationModel
 from core.model.record import Record
@@ -58,6 +58,9 @@ class QueryKey:
     weights: np.ndarray  # (Tk,) the softmax over the allowed keys, 0 where masked
     scale: float = 0.0  # what q·k is multiplied by (0: 1/sqrt(Dh), the paper's)
     bias: np.ndarray | None = None  # (Tk,) a relative-position bias added to q·k (T5)
+    unrotated: np.ndarray | None = None  # (Tk,) scores of q and k before RoPE rotates them
+    sharing: list[int] | None = None  # query heads reading the same key/value head (GQA)
+    window: int | None = None  # a sliding window: the keys a query sees at most
 
     @property
     def head_width(self) -> int:
@@ -73,7 +76,8 @@ class QueryKey:
             if plain
             else ("q·k (no 1/√d)" if self.scale == 1.0 else f"q·k × {self.scale:.3g}")
         )
-        return words + (" + position bias" if self.bias is not None else "")
+        words += " + position bias" if self.bias is not None else ""
+        return words + (" (q, k rotated: RoPE)" if self.unrotated is not None else "")
 
     def to_json(self) -> dict:
         """Plain lists, for ``python -m core.inside_head``."""
@@ -93,7 +97,19 @@ class QueryKey:
             "score": self.score_words,
             "bias": None if self.bias is None else np.round(self.bias, 6).tolist(),
             **rounded,
+            **self._decoder_only(),
         }
+
+    def _decoder_only(self) -> dict:
+        """A decoder-only model's extra fields: the scores before RoPE, the heads sharing
+        this one's keys, the sliding window (none for a model of two stacks)."""
+        if self.kind != SEQUENCE:
+            return {}
+        unrotated = self.unrotated
+        unrotated = (
+            None if unrotated is None else np.round(unrotated.astype(np.float64), 6).tolist()
+        )
+        return {"unrotated_scores": unrotated, "sharing_keys": self.sharing, "window": self.window}
 
 
 def translation_tokens(t: Translation, kind: str) -> tuple[list[str], list[str]]:
@@ -160,3 +176,40 @@ def query_key_view(
         s.scale,
         None if s.bias is None else s.bias[query].cpu().numpy().astype(np.float32),
     )
+
+
+def sequence_query_key(
+    m: TranslationModel, t: Translation, layer: int, head: int, query: int
+) -> QueryKey:
+    """The q·k view of one query of one head of a decoder-only model, over the whole sequence
+    it reads (prompt and output fed back): q and k rotated as the model rotates them, the
+    scores before rotation beside them, the heads that share this one's keys."""
+    try:
+        s, tokens = m.sequence_heads(t.src_ids, t.out_ids, layer)
+    except ValueError as e:  # a layer outside the model, or a model of two stacks
+        raise InsideHeadError(str(e)) from e
+    if not 0 <= head < s.q.size(0):
+        raise InsideHeadError(
+            f"Head {head}: this model has {s.q.size(0)} heads (0..{s.q.size(0) - 1})."
+        )
+    if not 0 <= query < len(tokens):
+        raise InsideHeadError(
+            f"Query {query} is outside the sequence: it has {len(tokens)} tokens "
+            f"(0..{len(tokens) - 1})."
+        )
+    kv = s.kv_head(head)
+    q, k = s.q[head, query].float(), s.k[kv].float()  # (Dh,), (N, Dh)
+    scores = k @ q * s.scale  # (N,)
+    plain = s.k_plain[kv].float() @ s.q_plain[head, query].float() * s.scale  # (N,)
+    mask = s.mask[query]  # (N,)
+    weights = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(-1)
+    weights = weights.masked_fill(~mask, 0.0)  # (N,)
+    arrays = (q, k, q * k, scores, weights, plain)
+    q_, k_, products, scores_, weights_, plain_ = (
+        a.cpu().numpy().astype(np.float32) for a in arrays
+    )
+    return QueryKey(
+        SEQUENCE, layer, head, query, tokens, tokens, q_, k_, products, scores_,
+        mask.cpu().numpy(), weights_, s.scale, None, plain_ if s.rotary else None,
+        s.sharing(head), s.window,
+    )  # fmt: skip

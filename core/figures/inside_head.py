@@ -20,6 +20,7 @@ from core.figures.labels import plotly_text
 
 VECTOR_COLORSCALE = "RdBu_r"  # signed vector entries: blue below 0, white at 0, red above
 MASKED_COLOR = "#bdbdbd"  # a masked key's score bar and mask cell
+UNROTATED_COLOR = "#c6dbef"  # a score of q and k before the rotary embedding rotates them
 ROW_PX = 22  # height of one key's row
 PANEL_GAP_PX = 40  # between two panels of the vectors figure: room for a panel's title
 PANEL_TITLE_PX = 26  # room for the top panels' titles under a figure's subtitle
@@ -114,11 +115,26 @@ def scores_figure(v: QueryKey) -> go.Figure:
             y=keys,
             orientation="h",
             marker_color=colors,
+            name="score",
             hovertemplate="key %{y}<br>score=%{x:.3f}<extra></extra>",
         ),
         row=1,
         col=1,
     )
+    if v.unrotated is not None:  # RoPE: the same q and k before rotation, lighter
+        fig.add_trace(
+            go.Bar(
+                x=np.asarray(v.unrotated, dtype=np.float32),
+                y=keys,
+                orientation="h",
+                marker_color=UNROTATED_COLOR,
+                name="before RoPE",
+                hovertemplate="key %{y}<br>score before RoPE=%{x:.3f}<extra></extra>",
+            ),
+            row=1,
+            col=1,
+        )
+        fig.update_layout(barmode="group")
     fig.add_trace(
         go.Heatmap(
             z=v.mask.astype(np.float32)[:, None],  # (Tk, 1)

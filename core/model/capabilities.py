@@ -45,7 +45,6 @@ BY_FAMILY[LANGUAGE_MODEL] = {
     "ablation": "Removing heads of a prompted language model is not built yet: each of its heads "
     "is shared by the three blocks the page shows (source, output, output over source).",
     "attribution": _lm_refusal("Attribution"),
-    "inside": _lm_refusal("Inside a head"),
     "patch": _lm_refusal("Patching"),
     "project": _lm_refusal("Where tokens live"),
     **{

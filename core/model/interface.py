@@ -41,7 +41,7 @@ from core.model import capabilities
 from core.model.config import ModelConfig
 from core.model.decode import DecodeSettings, Translation
 from core.model.hooks import Hook, HookPoint, StopForward, capture, hooked, replace_with, stop_at
-from core.model.parts import AttentionWeights, Source, SublayerNorm, WordPair
+from core.model.parts import AttentionWeights, SequenceHeads, Source, SublayerNorm, WordPair
 from core.model.record import KINDS, Record, attention_site, from_cache, recorded_sites
 from core.model.transformer import evaluating
 
@@ -441,6 +441,28 @@ class TranslationModel(ABC):
     @abstractmethod
     def sublayer_norm(self, kind: str, layer: int) -> SublayerNorm:
         """The norm around one attention sub-layer."""
+
+    def sequence_heads(
+        self, src_ids: Sequence[int], out_ids: Sequence[int], layer: int
+    ) -> tuple[SequenceHeads, list[str]]:
+        """A decoder-only model's one layer over the whole sequence it reads for this source
+        and output (prompt and output): every head's q and k, the mask and its own weights,
+        with the sequence's shown tokens; ValueError for a model of two stacks."""
+        raise ValueError("Only a decoder-only model reads its source and output as one sequence.")
+
+    def sequence_ids(self, src_ids: Sequence[int], out_ids: Sequence[int]) -> list[int]:
+        """The ids a decoder-only model reads for this source and output (the prompt, then
+        the output but its last); ValueError for a model of two stacks."""
+        raise ValueError("Only a decoder-only model reads its source and output as one sequence.")
+
+    def sequence_patterns(self, ids: Sequence[int]) -> torch.Tensor:
+        """(L, H, N, N) a decoder-only model's attention weights over ``ids`` (its own
+        ``output_attentions``); ValueError for a model of two stacks."""
+        raise ValueError("Only a decoder-only model reads its source and output as one sequence.")
+
+    def start_ids(self) -> list[int]:
+        """The ids a decoder-only model reads before any text (its start token, or none)."""
+        return []
 
     def check_layer(self, kind: str, layer: int) -> None:
         """ValueError in words for a kind or layer this model does not have."""

@@ -1,5 +1,6 @@
 """What the one interface (``core.model.interface``) hands out, whatever the family: a sentence
-as a model reads it, a sentence pair in pieces, one attention's weights and the norm around it.
+as a model reads it, a sentence pair in pieces, one attention's weights and the norm around it,
+a decoder-only model's queries and keys over a whole sequence.
 
 Shape key: D model width, H heads, Dh head width, Tq queries, Tk keys.
 """
@@ -90,3 +91,33 @@ def linear_parts(linear: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
     """(weight, bias) of a linear layer, zeros for a missing bias."""
     bias = linear.bias if linear.bias is not None else linear.weight.new_zeros(linear.out_features)
     return linear.weight, bias
+
+
+@dataclass
+class SequenceHeads:
+    """One layer of a decoder-only model over a whole sequence: q and k of every head, before
+    and after the rotary embedding, the mask, and the model's own weights."""
+
+    q: torch.Tensor  # (H, N, Dh) queries as the scores use them (rotated where RoPE)
+    k: torch.Tensor  # (Hkv, N, Dh) keys as the scores use them
+    q_plain: torch.Tensor  # (H, N, Dh) queries before any rotation
+    k_plain: torch.Tensor  # (Hkv, N, Dh) keys before any rotation
+    scale: float  # what q·k is multiplied by
+    mask: torch.Tensor  # (N, N) boolean, True = may attend
+    weights: torch.Tensor  # (H, N, N) the model's own attention weights (output_attentions)
+    rotary: bool  # whether q and k are rotated by position (RoPE)
+    window: int | None = None  # a sliding window: the keys a query sees at most
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head (1: every head its own keys)."""
+        return self.q.size(0) // self.k.size(0)
+
+    def kv_head(self, head: int) -> int:
+        """The key/value head that query head ``head`` reads."""
+        return head // self.group
+
+    def sharing(self, head: int) -> list[int]:
+        """The query heads that read the same keys as ``head`` (itself included)."""
+        g = self.group
+        return list(range(self.kv_head(head) * g, (self.kv_head(head) + 1) * g))

@@ -33,12 +33,12 @@ from torch import nn
 
 from core.corpus.text import tokenize
 from core.model import hugging_face as hf
-from core.model import lm_sites
+from core.model import lm_heads, lm_sites
 from core.model.capabilities import LANGUAGE_MODEL
 from core.model.decode import DecodeSettings, Translation, TranslationError
 from core.model.hf_model import HFModel, as_text
 from core.model.hooks import HookPoint
-from core.model.parts import AttentionWeights, Source, SublayerNorm
+from core.model.parts import AttentionWeights, SequenceHeads, Source, SublayerNorm
 from core.model.prompt import DEFAULT_TEMPLATE, PromptLayout, blocks, template_parts
 from core.model.prompt import template_problem as _template_problem
 from core.model.record import Record
@@ -360,6 +360,24 @@ class PromptedModel(HFModel):
         return {}
 
     # ------------------------------------------------------------------ structure
+
+    def sequence_heads(self, src_ids, out_ids, layer: int) -> tuple[SequenceHeads, list[str]]:
+        self.check_layer("decoder_self", layer)
+        ids = self.sequence_ids(src_ids, out_ids)
+        return lm_heads.sequence_heads(self.model, ids, layer), self.source_tokens(ids)
+
+    def sequence_ids(self, src_ids, out_ids) -> list[int]:
+        return self.layout.sequence(list(src_ids), self.decoder_inputs(list(out_ids)))
+
+    @torch.no_grad()
+    def sequence_patterns(self, ids) -> torch.Tensor:
+        x = torch.tensor([list(ids)], device=self.device)  # (1, N)
+        with evaluating(self.model):
+            weights = self.model(input_ids=x, output_attentions=True).attentions
+        return torch.stack(weights)[:, 0]  # (L, H, N, N)
+
+    def start_ids(self) -> list[int]:
+        return self.tokenizer("")["input_ids"]
 
     def attention_weights(self, kind: str, layer: int) -> AttentionWeights:
         raise ValueError(NO_RECORD)

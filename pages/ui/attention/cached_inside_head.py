@@ -1,8 +1,9 @@
-"""Cached calls of the "Inside a head" and "Logit lens" sections."""
+"""Cached calls of the "Inside a head" and "Logit lens" sections, and of a decoder-only model's
+head roles (the "Maps" section)."""
 
 from __future__ import annotations
 
-from core.attention import logit_lens, query_key
+from core.attention import head_roles, logit_lens, query_key
 from core.model.decode import Translation
 from core.model.interface import TranslationModel
 from pages.ui.shared_cache import shared
@@ -17,6 +18,21 @@ def query_key_view(
 
 
 @shared()
+def sequence_query_key(
+    _lm: TranslationModel, _t: Translation, key: tuple, layer: int, head: int, query: int
+) -> query_key.QueryKey:
+    """A decoder-only model's head over its whole sequence (``key``: as ``query_key_view``'s,
+    the prompt template in its settings)."""
+    return query_key.sequence_query_key(_lm, _t, layer, head, query)
+
+
+@shared()
 def lens(_lm: TranslationModel, _t: Translation, key: tuple) -> logit_lens.LogitLens:
     """The logit lens of a cached translation (``key``: model file, sentence, settings)."""
     return logit_lens.logit_lens(_lm, _t)
+
+
+@shared()
+def roles(_lm: TranslationModel, _t: Translation, key: tuple) -> head_roles.HeadRoles:
+    """A decoder-only model's head roles on a cached translation (``key``: as ``lens``'s)."""
+    return head_roles.head_roles(_lm, _t)

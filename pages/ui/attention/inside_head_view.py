@@ -22,6 +22,9 @@ def inside_head_section(page: SectionInputs) -> None:
     """The q·k view of the chosen head and query, then the lines view of the layer."""
     state, pieces = page.state, page.pieces
     head = head_number(state)
+    if page.lm.reads_prompt:
+        sequence_view(page, head)
+        return
     queries, _ = pieces.tokens(state.kind)
     query = query_picker(queries, state)
     key = page.key
@@ -45,6 +48,45 @@ def inside_head_section(page: SectionInputs) -> None:
         )
     )
     lines_view(page, head)
+
+
+def sequence_view(page: SectionInputs, head: int) -> None:
+    """A decoder-only model's head over its whole sequence: the query picked among the
+    prompt's and output's tokens, q and k as rotated by RoPE, the scores before it."""
+    state, t = page.state, page.translation
+    try:
+        first = cached.sequence_query_key(page.lm, t, page.key, state.layer, head, 0)
+        query = query_picker(first.query_tokens, state)
+        v = cached.sequence_query_key(page.lm, t, page.key, state.layer, head, query)
+    except InsideHeadError as e:
+        st.error(md(e))
+        return
+    name = export_name(state.model, state.sentence, "sequence", state.layer, head, f"q{query}")
+    chart(figs.vectors_figure(v), "qk_vectors", name=f"{name}_vectors")
+    chart(figs.scores_figure(v), "qk_scores", name=f"{name}_scores")
+    st.caption(md(sequence_words(v)))
+
+
+def sequence_words(v) -> str:
+    """What the decoder-only q·k view shows, in words: the sequence, RoPE, shared keys."""
+    words = [
+        f"q and k of head {v.head}, recomputed from the model's own norm and projections over "
+        "the whole sequence it reads (the prompt with your sentence, then its output fed "
+        f"back). score_j = {v.score_words}; the softmax equals row {v.query} of the model's "
+        "own attention."
+    ]
+    if v.unrotated is not None:
+        words.append(
+            "Both q and k are rotated by their positions (rotary embedding) before the product; "
+            "the light bars are the scores the same q and k give unrotated: the difference is "
+            "what position adds."
+        )
+    if v.sharing and len(v.sharing) > 1:
+        heads = ", ".join(str(h) for h in v.sharing)
+        words.append(f"Grouped-query attention: heads {heads} read the same keys and values.")
+    if v.window:
+        words.append(f"A sliding window: each token sees at most the last {v.window} tokens.")
+    return " ".join(words)
 
 
 def head_number(state: ViewState) -> int:

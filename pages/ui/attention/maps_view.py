@@ -10,8 +10,10 @@ from core.attention.maps import blank_note, export_name, hide_columns, select_vi
 from core.attention.sentence_maps import SentenceMaps
 from core.figures import attention as figs
 from core.figures import comparison as cmp_figs
+from core.figures import head_roles as roles_fig
 from core.figures.clicks import clickable, clicked_cell
 from core.figures.model_view import model_view_figure
+from pages.ui.attention import cached_inside_head
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.cached import head_table
 from pages.ui.charts import chart
@@ -56,6 +58,22 @@ def maps_section(page: SectionInputs) -> None:
         )
     overview(page, pick)
     head_statistics(table, state, page.lm.meta)
+    if page.lm.reads_prompt:
+        roles_panel(page)
+
+
+def roles_panel(page: SectionInputs) -> None:
+    """A decoder-only model's heads: previous-token, first-token sink and induction scores."""
+    st.markdown("**What each head does** (the model's one attention, over the whole sequence)")
+    roles = cached_inside_head.roles(page.lm, page.translation, page.key)
+    name = export_name(page.state.model, page.state.sentence, "roles", 0, "all")
+    chart(roles_fig.head_roles_figure(roles), "head_roles", name=name)
+    st.caption(
+        "previous-token: mean weight on the token just before; first-token sink: on the "
+        "sequence's first token (many heads park weight there); induction: from a token of a "
+        "random sequence's second copy to the token that followed its first copy (Olsson et "
+        "al. 2022). Also as JSON lines: python -m core.inside_head --head-roles."
+    )
 
 
 def _clicked() -> None:

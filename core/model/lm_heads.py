@@ -1,0 +1,74 @@
+"""One layer's queries and keys of a decoder-only model, rebuilt from its own modules: what
+"Inside a head" takes apart for GPT-2, Llama, Qwen2 and Mistral.
+
+From the layer's input (the residual stream) the model's own norm (``input_layernorm`` /
+``ln_1``) and projections give q and k of every head (GPT-2's one ``c_attn`` cut in three);
+Llama-like families then rotate both by the rotary position embedding of each position (the
+model's own ``rotary_emb`` and ``apply_rotary_pos_emb``), and a key/value head serves a group
+of query heads (grouped-query attention). The mask is causal, and a sliding window (Mistral)
+keeps only the last ``window`` keys. A test checks that the softmax of the rebuilt scores is
+the model's own ``output_attentions`` within 1e-5.
+
+Shape key: N tokens, H query heads, Hkv key/value heads, Dh head width, D model width.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+from torch import nn
+
+from core.model import lm_sites
+from core.model.parts import SequenceHeads
+
+
+def _split(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """(1, N, heads * Dh) -> (heads, N, Dh)."""
+    return x.view(x.size(1), heads, -1).transpose(0, 1)  # via (N, heads, Dh)
+
+
+def _queries_keys(model: nn.Module, layer: nn.Module, x: torch.Tensor):
+    """(q (H, N, Dh), k (Hkv, N, Dh), scale) of one layer's attention read from the stream x
+    (1, N, D), before any rotation."""
+    attn = lm_sites.attention_of(layer)
+    cfg = model.config
+    heads = cfg.num_attention_heads if hasattr(cfg, "num_attention_heads") else cfg.n_head
+    if hasattr(attn, "c_attn"):  # GPT-2: one projection makes q, k and v
+        h = layer.ln_1(x)
+        q, k, _ = attn.c_attn(h).split(h.size(-1), dim=-1)  # 3 x (1, N, D)
+        return _split(q, heads), _split(k, heads), float(attn.scaling)
+    h = layer.input_layernorm(x)
+    kv = getattr(cfg, "num_key_value_heads", None) or heads
+    return _split(attn.q_proj(h), heads), _split(attn.k_proj(h), kv), float(attn.scaling)
+
+
+def _rotated(model: nn.Module, q, k, x: torch.Tensor):
+    """q, k rotated by each position's angle (RoPE), as the family's own code rotates them."""
+    rotary = getattr(lm_sites.base(model), "rotary_emb", None)
+    if rotary is None:
+        return q, k, False
+    positions = torch.arange(x.size(1), device=x.device)[None]  # (1, N)
+    cos, sin = rotary(x, positions)
+    apply = importlib.import_module(type(model).__module__).apply_rotary_pos_emb
+    q_rot, k_rot = apply(q[None], k[None], cos, sin)  # (1, H|Hkv, N, Dh)
+    return q_rot[0], k_rot[0], True
+
+
+def sequence_heads(model: nn.Module, ids: list[int], layer_index: int) -> SequenceHeads:
+    """One layer of ``model`` over ``ids``: every head's q and k and the model's own weights."""
+    x = torch.tensor([ids], device=next(model.parameters()).device)  # (1, N)
+    with torch.no_grad():
+        o = model(input_ids=x, output_attentions=True, output_hidden_states=True)
+        stream = o.hidden_states[layer_index]  # (1, N, D): the layer's input
+        layer = lm_sites.layers_of(model)[layer_index]
+        q, k, scale = _queries_keys(model, layer, stream)
+        q_rot, k_rot, rotary = _rotated(model, q, k, stream)
+    N = len(ids)
+    mask = torch.ones(N, N, dtype=torch.bool, device=x.device).tril()  # (N, N)
+    window = getattr(model.config, "sliding_window", None)
+    window = window if window and getattr(model.config, "use_sliding_window", True) else None
+    if window:
+        mask &= ~torch.ones(N, N, dtype=torch.bool, device=x.device).tril(-window)
+    weights = o.attentions[layer_index][0]  # (H, N, N)
+    return SequenceHeads(q_rot, k_rot, q, k, scale, mask, weights, rotary, window)
