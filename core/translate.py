@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.input and not args.sentence:
         raise CommandError("give a sentence or --input FILE")
     lm = open_model(args.checkpoint, hub=True, prompt=args.prompt)
-    heads = heads_of(args.ablate, lm.cfg)
+    heads = heads_of(args.ablate, lm.cfg, lm.head_kinds)
     if args.input:
         with open(args.input, encoding="utf-8") as f:
             lines = f.read().splitlines()

@@ -6,6 +6,7 @@ whole prompt, ``generate``)."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
@@ -13,6 +14,8 @@ import pytest
 import torch
 
 from core.alignment.extract import pair_maps
+from core.attention.ablation import HeadSpec, HeadSpecError, all_heads, heads_of
+from core.attention.head_measures import Measures
 from core.attention.head_roles import (
     REPEATED_TOKENS,
     ROLE_SHARE,
@@ -22,6 +25,9 @@ from core.attention.head_roles import (
 )
 from core.attention.logit_lens import logit_lens
 from core.attention.query_key import InsideHeadError, sequence_query_key
+from core.corpus.splits import Split
+from core.measure.sample import sample_of
+from core.model import lm_sites
 from core.model.decode import DecodeSettings, TranslationError
 from core.model.hf_folder import HFModelError, describe, size_label
 from core.model.lm_loading import held_dtype
@@ -109,7 +115,7 @@ def test_a_padded_batch_equals_each_sentence_alone(lm):
         assert torch.allclose(
             patterns["cross"][:, b, :, :m, :n], own[:, :, steps, source], atol=1e-6
         )
-        assert torch.all(patterns["cross"][:, b, :, m:] == 0)
+        assert torch.all(patterns["cross"][:, b, :, :, n:] == 0)  # no source past its own
         assert torch.allclose(logits[b, :m], own_logits[steps], atol=1e-5)
         for side, at in (("encoder", source), ("decoder", steps)):
             stream = streams[side]
@@ -226,10 +232,11 @@ def test_a_template_is_cut_never_formatted(lm):
 
 
 def test_what_it_cannot_do_is_said_in_one_line(lm):
-    for section in ("attribution", "patch", "project", "ablation", "training"):
+    for section in ("attribution", "patch", "project", "training"):
         assert lm.supports(section) and "\n" not in lm.supports(section)
     assert lm.supports("maps") is None and lm.supports("alignment") is None
-    assert lm.supports("lens") is None
+    assert lm.supports("lens") is None and lm.supports("ablation") is None
+    assert lm.supports("inside") is None
     with pytest.raises(ValueError, match="not built"):
         lm.record(torch.tensor([[1]]), torch.tensor([[1]]))
 
@@ -288,3 +295,91 @@ def test_the_memory_limit_counts_the_dtype_the_server_holds(monkeypatch):
         held_dtype(150, 400, "cpu")
     with pytest.raises(HFModelError, match="at most"):
         held_dtype(1000, 400, "cpu")
+
+
+# ----------------------------------------------------------------------------- heads
+
+
+def removed_by_hand(lm: PromptedModel, heads) -> torch.nn.Module:
+    """A copy of the model whose W_o ignores ``heads`` (layer, head): their columns zeroed."""
+    model = copy.deepcopy(lm.model)
+    width = lm.cfg.d_model // lm.cfg.num_heads
+    with torch.no_grad():
+        for layer, head in heads:
+            w_o = lm_sites.output_projection(
+                lm_sites.attention_of(lm_sites.layers_of(model)[layer])
+            )
+            cols = slice(head * width, (head + 1) * width)
+            if isinstance(w_o, torch.nn.Linear):
+                w_o.weight[:, cols] = 0.0  # (D, H * Dh): a head's inputs are columns
+            else:  # GPT-2's Conv1D keeps W_o as (H * Dh, D): its inputs are rows
+                w_o.weight[cols, :] = 0.0
+    return model
+
+
+def test_removing_a_head_equals_zeroing_its_columns_of_w_o(lm):
+    src = torch.tensor([lm.source(SOURCE).ids])
+    out = lm.target_ids(TARGET)
+    tgt_in = torch.tensor([lm.decoder_inputs(out)])
+    with torch.no_grad(), lm.heads_removed([("decoder_self", 1, 2)]):
+        removed = lm.run(src, tgt_in)
+    model = removed_by_hand(lm, [(1, 2)])
+    ids = torch.tensor([[*lm.layout.prompt(src[0].tolist()), *out[:-1]]])
+    _, steps = lm.layout.spans(src.size(1), tgt_in.size(1))
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits[0, steps]
+        plain = lm.run(src, tgt_in)
+    assert torch.allclose(removed[0], expected, atol=1e-5)
+    assert not torch.allclose(removed, plain, atol=1e-4)  # the head mattered
+    for kind in ("encoder", "cross"):  # the three blocks' heads are the same heads
+        with torch.no_grad(), lm.heads_removed([(kind, 1, 2)]):
+            assert torch.allclose(lm.run(src, tgt_in), removed, atol=1e-6)
+
+
+def test_each_row_keeps_its_own_heads_and_a_spec_names_the_one_kind(lm):
+    src = torch.tensor([lm.source(SOURCE).ids] * 2)
+    tgt_in = torch.tensor([lm.decoder_inputs(lm.target_ids(TARGET))] * 2)
+    gate = torch.ones(2, lm.cfg.num_heads)
+    gate[1, 0] = 0.0
+    with torch.no_grad(), lm.rows_gated({("decoder_self", 0): gate}):
+        rows = lm.run(src, tgt_in)
+    with torch.no_grad(), lm.heads_removed([("decoder_self", 0, 0)]):
+        removed = lm.run(src[:1], tgt_in[:1])
+    with torch.no_grad():
+        plain = lm.run(src[:1], tgt_in[:1])
+    assert torch.allclose(rows[0], plain[0], atol=1e-5)
+    assert torch.allclose(rows[1], removed[0], atol=1e-5)
+    assert [h.kind for h in all_heads(lm.cfg, lm.head_kinds)] == ["decoder_self"] * 8
+    with pytest.raises(HeadSpecError, match="decoder-only"):
+        heads_of("cross:0:1", lm.cfg, lm.head_kinds)
+
+
+def test_head_importance_measures_the_language_models_loss_with_heads_removed(lm):
+    from tests.test_hf_importance import pairs
+
+    sample = sample_of(lm, Split(pairs(6)), 6)
+    sets = [
+        [],
+        [HeadSpec("decoder_self", 0, 1)],
+        [HeadSpec("decoder_self", 1, h) for h in range(4)],
+    ]
+    measures = Measures(lm, sample)
+    losses = measures.losses(sets)
+    for heads, got in zip(sets, losses):
+        model = removed_by_hand(lm, [(h.layer, h.head) for h in heads])
+        total, count = 0.0, 0
+        for src, tgt in sample.encoded:  # one pair at a time, the whole prompt
+            ids = torch.tensor([[*lm.layout.prompt(src), *tgt[:-1]]])
+            _, steps = lm.layout.spans(len(src), len(tgt))
+            with torch.no_grad():
+                logits = model(input_ids=ids).logits[0, steps]
+            total += float(
+                torch.nn.functional.cross_entropy(logits, torch.tensor(tgt), reduction="sum")
+            )
+            count += len(tgt)
+        assert got == pytest.approx(total / count, abs=1e-5)
+    outputs = measures.output_ids(sets[:2])
+    for src, ids in zip(sample.src_ids, outputs[0]):
+        assert ids[: len(alone := lm.continuation(lm.layout.prompt(src), len(ids)))] == alone
+    scores = measures.gradients()
+    assert len(scores) == 2 * 4 and all(v >= 0 for v in scores.values())

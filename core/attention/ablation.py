@@ -10,7 +10,7 @@ from 0).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -85,10 +85,18 @@ def layer_count(cfg: ModelConfig, kind: str) -> int:
     return cfg.num_encoder_layers if kind == "encoder" else cfg.num_decoder_layers
 
 
-def check_heads(heads: Iterable[HeadSpec], cfg: ModelConfig) -> list[HeadSpec]:
-    """The heads, if this model has every one of them; else HeadSpecError naming the first."""
+def check_heads(
+    heads: Iterable[HeadSpec], cfg: ModelConfig, kinds: Sequence[str] = KINDS
+) -> list[HeadSpec]:
+    """The heads, if this model (its heads of ``kinds``) has every one of them; else
+    HeadSpecError naming the first."""
     heads = list(heads)
     for h in heads:
+        if h.kind not in kinds:
+            raise HeadSpecError(
+                f"{h.spec}: this model's heads are {' and '.join(kinds)} heads (a decoder-only "
+                "model has one attention per layer)."
+            )
         layers = layer_count(cfg, h.kind)
         if not 0 <= h.layer < layers:
             where = "encoder" if h.kind == "encoder" else "decoder"
@@ -103,9 +111,9 @@ def check_heads(heads: Iterable[HeadSpec], cfg: ModelConfig) -> list[HeadSpec]:
     return heads
 
 
-def heads_of(text: str, cfg: ModelConfig) -> list[HeadSpec]:
+def heads_of(text: str, cfg: ModelConfig, kinds: Sequence[str] = KINDS) -> list[HeadSpec]:
     """The checked heads of a specification for this model (HeadSpecError if any is bad)."""
-    return check_heads(parse_heads(text), cfg)
+    return check_heads(parse_heads(text), cfg, kinds)
 
 
 def spec_text(heads: Iterable[HeadSpec]) -> str:
@@ -113,11 +121,11 @@ def spec_text(heads: Iterable[HeadSpec]) -> str:
     return ",".join(h.spec for h in sorted(set(heads), key=HeadSpec.order))
 
 
-def all_heads(cfg: ModelConfig) -> list[HeadSpec]:
-    """Every head of a model, in order."""
+def all_heads(cfg: ModelConfig, kinds: Sequence[str] = KINDS) -> list[HeadSpec]:
+    """Every head of a model (of ``kinds``: ``TranslationModel.head_kinds``), in order."""
     return [
         HeadSpec(kind, layer, head)
-        for kind in KINDS
+        for kind in kinds
         for layer in range(layer_count(cfg, kind))
         for head in range(cfg.num_heads)
     ]
@@ -130,6 +138,6 @@ def all_heads(cfg: ModelConfig) -> list[HeadSpec]:
 def ablated(m: TranslationModel, heads: Iterable[HeadSpec]):
     """Remove ``heads`` (each one's output zeroed before W_o) inside the block, in this thread
     only (``TranslationModel.heads_removed``); HeadSpecError for a head the model lacks."""
-    heads = check_heads(heads, m.cfg)
+    heads = check_heads(heads, m.cfg, m.head_kinds)
     with m.heads_removed([(h.kind, h.layer, h.head) for h in heads]):
         yield m

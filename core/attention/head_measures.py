@@ -63,7 +63,13 @@ class Measures:
     def __init__(self, m: TranslationModel, sample: Sample, target_lang=None, precision="float32"):
         self.m, self.sample, self.target_lang = m, sample, target_lang
         self.precision = resolved_precision(precision, m)
-        self.heads = {(h.kind, h.layer) for h in all_heads(m.cfg)}
+        self.heads = {(h.kind, h.layer) for h in all_heads(m.cfg, m.head_kinds)}
+        self.encoder_apart = "encoder" in m.head_kinds  # a decoder-only model reads no memory
+
+    def gates_memory(self, heads: Sequence[HeadSpec]) -> bool:
+        """Whether removing ``heads`` changes what the decoder reads of the source: an encoder
+        head, or any head of a decoder-only model (its prompt is read by the same heads)."""
+        return not self.encoder_apart or any(h.kind == "encoder" for h in heads)
 
     def rows_per_pass(self) -> int:
         """(Head set, sentence) rows one greedy pass decodes: fewer for a bigger model."""
@@ -75,7 +81,7 @@ class Measures:
 
     def all_heads(self) -> list[HeadSpec]:
         """Every head, kinds in KINDS order, then layer, then head."""
-        return all_heads(self.m.cfg)
+        return all_heads(self.m.cfg, self.m.head_kinds)
 
     def gates(self, sets: Sequence[Sequence[HeadSpec]], rows: Sequence[int]) -> dict:
         """{(kind, layer): (B, H) gates}: row b is 0 at the heads set ``rows[b]`` removes."""
@@ -105,7 +111,7 @@ class Measures:
         [set][sentence] -> output ids (read up to the end token). ``tick(rows)`` after each
         pass."""
         n, sources = len(self.sample.sources), self.sample.src_ids
-        inside = [any(h.kind == "encoder" for h in heads) for heads in sets]
+        inside = [self.gates_memory(heads) for heads in sets]
         with self.computing():  # bfloat16 copies of the weights made once for the phase
             encoded = encoded_states(self.m, sources, FORCED_ROWS) if not all(inside) else []
             order = sorted(range(n), key=lambda i: len(sources[i]))
@@ -140,18 +146,19 @@ class Measures:
     def losses(self, sets: Sequence[Sequence[HeadSpec]], tick: Tick = None) -> list[float]:
         """Mean per-token teacher-forced loss over the sample's pairs, for each head set."""
         pairs = self.sample.encoded
-        inside = [any(h.kind == "encoder" for h in heads) for heads in sets]
+        inside = [self.gates_memory(heads) for heads in sets]
         order = sorted(range(len(pairs)), key=lambda p: (len(pairs[p][0]), len(pairs[p][1])))
         rows = sorted(
             ((j, p) for p in order for j in range(len(sets))), key=lambda r: inside[r[0]]
         )  # pairs of like length, the sets that gate the encoder last
         sums, counts = [0.0] * len(sets), [0] * len(sets)
         with self.computing(keep_casts=False):
-            encoded = encoded_states(self.m, [s for s, _ in pairs], FORCED_ROWS)
+            sources = [s for s, _ in pairs]
+            encoded = encoded_states(self.m, sources, FORCED_ROWS) if not all(inside) else []
             for start in range(0, len(rows), FORCED_ROWS):
                 chunk = rows[start : start + FORCED_ROWS]
                 gates = self.gates(sets, [j for j, _ in chunk])
-                again = any(kind == "encoder" for kind, _ in gates)
+                again = any(inside[j] for j, _ in chunk)
                 memory = None if again else [encoded[p] for _, p in chunk]
                 with self.m.rows_gated(gates):
                     tokens = token_losses(self.m, [pairs[p] for _, p in chunk], memory)  # (B, T)

@@ -42,8 +42,6 @@ BY_FAMILY[LANGUAGE_MODEL] = {
     "supervision": "Supervision is compared between two of the studio's own checkpoints: "
     "a language model was not trained here.",
     "bfloat16": "A prompted language model is measured in the dtype it was opened in.",
-    "ablation": "Removing heads of a prompted language model is not built yet: each of its heads "
-    "is shared by the three blocks the page shows (source, output, output over source).",
     "attribution": _lm_refusal("Attribution"),
     "patch": _lm_refusal("Patching"),
     "project": _lm_refusal("Where tokens live"),

@@ -161,7 +161,7 @@ def _input_site(name: str):
     return hook
 
 
-def _heads_site(name: str, heads: int, before: bool):
+def heads_site(name: str, heads: int, before: bool):
     """A hook passing a (B, T, H * Dh) tensor through the site ``name`` as (B, T, H, Dh): a
     forward pre-hook on W_o (``before``), or a forward hook on W_v."""
 
@@ -272,8 +272,8 @@ class _Installer:
         module.register_forward_pre_hook(_queries_keys(p), with_kwargs=True)
         module.register_forward_hook(_attention_outputs(p), with_kwargs=True)
         _, _, v, o = (self.hooked(m) for m in projections(module))
-        v.register_forward_hook(_heads_site(f"{p}.v", v.out_features // width, before=False))
-        o.register_forward_pre_hook(_heads_site(f"{p}.z", heads, before=True))
+        v.register_forward_hook(heads_site(f"{p}.v", v.out_features // width, before=False))
+        o.register_forward_pre_hook(heads_site(f"{p}.z", heads, before=True))
         self.resid_post(layer, kind, f"{p}.resid_post")
 
     def resid_post(self, layer: nn.Module, kind: str, name: str) -> None:

@@ -406,9 +406,19 @@ class TranslationModel(ABC):
 
             return hook
 
-        pairs = [(f"{attention_site(k, i)}.z", scale(g)) for (k, i), g in gates.items()]
+        pairs = [(self.gate_site(k, i), scale(g)) for (k, i), g in gates.items()]
         with self.hooks(pairs):
             yield self
+
+    @property
+    def head_kinds(self) -> tuple[str, ...]:
+        """The kinds whose heads are heads of their own (a decoder-only model's three kinds
+        are blocks of one attention: its heads are of one kind)."""
+        return KINDS
+
+    def gate_site(self, kind: str, layer: int) -> str:
+        """The site where a head of (kind, layer) is scaled: its ``z``."""
+        return f"{attention_site(kind, layer)}.z"
 
     @contextmanager
     def heads_removed(self, heads: Iterable[tuple[str, int, int]]):

@@ -33,7 +33,7 @@ def _queries_keys(model: nn.Module, layer: nn.Module, x: torch.Tensor):
     (1, N, D), before any rotation."""
     attn = lm_sites.attention_of(layer)
     cfg = model.config
-    heads = cfg.num_attention_heads if hasattr(cfg, "num_attention_heads") else cfg.n_head
+    heads = cfg.num_attention_heads  # GPT-2's config maps it to n_head
     if hasattr(attn, "c_attn"):  # GPT-2: one projection makes q, k and v
         h = layer.ln_1(x)
         q, k, _ = attn.c_attn(h).split(h.size(-1), dim=-1)  # 3 x (1, N, D)

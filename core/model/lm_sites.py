@@ -6,6 +6,10 @@ as W_o, learned positions ``wpe``, LayerNorm ``ln_f``); Llama, Qwen2 and Mistral
 ``model.layers[i].self_attn`` (``q_proj`` ... ``o_proj``, key/value heads shared by groups of
 query heads, rotary positions, RMSNorm ``norm``).
 
+Its hook sites (``core.model.hooks``) are installed once, as an encoder-decoder's are
+(``core.model.hf_sites``): ``decoder.{i}.self.z``, each head's output before W_o (what removing
+a head scales), over the whole sequence.
+
 Shape key: B batch, N tokens, D model width.
 """
 
@@ -18,6 +22,8 @@ import torch
 from torch import nn
 
 from core.model.hf_folder import HFModelError
+from core.model.hf_sites import POINTS, heads_site
+from core.model.hooks import HookPoint
 
 
 def base(model: nn.Module) -> nn.Module:
@@ -73,3 +79,32 @@ class LayerOutputs:
     def __exit__(self, *exc) -> None:
         for handle in self.handles:
             handle.remove()
+
+
+def output_projection(attention: nn.Module) -> nn.Module:
+    """W_o of one attention (``o_proj`` / GPT-2's ``c_proj``)."""
+    found = getattr(attention, "o_proj", None) or getattr(attention, "c_proj", None)
+    if found is None:
+        raise HFModelError(f"The studio does not know a {type(attention).__name__}'s W_o.")
+    return found
+
+
+def hook_points(model: nn.Module) -> dict[str, HookPoint]:
+    """The model's hook points by site name (installed on first use): each layer's ``z``."""
+    points = getattr(model, POINTS, None)
+    if points is not None:
+        return points
+    points = {}
+    setattr(model, POINTS, points)
+    heads = (
+        model.config.num_attention_heads
+        if hasattr(model.config, "num_attention_heads")
+        else model.config.n_head
+    )
+    for i, layer in enumerate(layers_of(model)):
+        name = f"decoder.{i}.self.z"
+        points[name] = HookPoint("z", name)
+        w_o = output_projection(attention_of(layer))
+        setattr(w_o, POINTS, points)
+        w_o.register_forward_pre_hook(heads_site(name, heads, before=True))
+    return points

@@ -51,6 +51,33 @@ NO_RECORD = (
 
 
 @dataclass
+class Pass:
+    """One forward of a padded batch over the whole sequences."""
+
+    logits: torch.Tensor  # (B, N, V)
+    attentions: torch.Tensor | None  # (L, B, H, N, N), when asked for
+    stream: list[torch.Tensor]  # L + 1 x (B, N, D): each layer's input, the last one's output
+    sources: list[slice]  # each row's source positions
+    steps: slice  # the decoder inputs' positions (the same in every row)
+
+    def block(self, kind: str, b: int, S: int) -> torch.Tensor:
+        """(L, H, Tq, Tk) one row's block of ``kind``, its source's columns first and zeros
+        after them (up to S)."""
+        w = blocks(self.attentions[:, b], self.sources[b], self.steps)[kind]
+        if kind == "decoder_self":
+            return w
+        pad = [0, S - w.size(-1)] + ([0, S - w.size(-2)] if kind == "encoder" else [])
+        return nn.functional.pad(w, pad)
+
+    def at_source(self, states: torch.Tensor, S: int) -> torch.Tensor:
+        """(B, S, D) of (B, N, D): each row's source positions first, zeros after them."""
+        out = states.new_zeros(states.size(0), S, states.size(-1))
+        for b, where in enumerate(self.sources):
+            out[b, : where.stop - where.start] = states[b, where]
+        return out
+
+
+@dataclass
 class PromptedModel(HFModel):
     """A decoder-only model and its tokenizer, translating by ``template``."""
 
@@ -193,17 +220,37 @@ class PromptedModel(HFModel):
     def continuation(self, prompt: Sequence[int], max_len: int) -> list[int]:
         """Greedy ids after ``prompt``, up to and including the first that ends the line, at
         most ``max_len`` (and the model's positions)."""
-        past, x, out = None, torch.tensor([list(prompt)], device=self.device), []
-        room = min(max_len, self.cfg.max_positions - len(prompt))
+        return self._continue([list(prompt)], max_len)[0]
+
+    @torch.no_grad()
+    def _continue(self, prompts: list[list[int]], max_len: int) -> list[list[int]]:
+        """Greedy continuations of many prompts at once, left-padded (a key/value cache; each
+        row read up to its first id that ends the line)."""
+        B, P = len(prompts), max(map(len, prompts))
+        ids = torch.full((B, P), self.pad_id, device=self.device)  # (B, P)
+        mask = torch.zeros(B, P, dtype=torch.long, device=self.device)
+        for b, row in enumerate(prompts):
+            ids[b, P - len(row) :], mask[b, P - len(row) :] = torch.tensor(row), 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P)
+        cache, out, done = None, [], torch.zeros(B, dtype=torch.bool, device=self.device)
+        ends = torch.tensor(sorted(self.ends), device=self.device)
         with evaluating(self.model):
-            for _ in range(max(room, 0)):
-                o = self.model(input_ids=x, cache=past, use_cache=True)
-                past, nxt = o.cache, int(o.logits[0, -1].argmax())
+            for _ in range(max(min(max_len, self.cfg.max_positions - P), 0)):
+                o = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                               cache=cache, use_cache=True)  # fmt: skip
+                cache, nxt = o.cache, o.logits[:, -1].argmax(-1)  # (B,)
                 out.append(nxt)
-                if nxt in self.ends:
+                done |= torch.isin(nxt, ends)
+                if bool(done.all()):
                     break
-                x = torch.tensor([[nxt]], device=self.device)
-        return out
+                ids, positions = nxt[:, None], positions[:, -1:] + 1  # (B, 1)
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        rows = torch.stack(out, dim=1).tolist() if out else [[] for _ in prompts]  # (B, T)
+        return [self._through_end(row) for row in rows]
+
+    def _through_end(self, ids: list[int]) -> list[int]:
+        """Ids up to and including the first that ends the line."""
+        return next((ids[: i + 1] for i, x in enumerate(ids) if x in self.ends), ids)
 
     def translate(self, sentence: str, settings: DecodeSettings) -> Translation:
         lm = self.with_prompt(settings.prompt) if settings.prompt else self
@@ -232,9 +279,9 @@ class PromptedModel(HFModel):
         if not out_ids:
             raise TranslationError("The model wrote nothing: try another prompt template.")
         tgt_in = self.decoder_inputs(out_ids)
-        logits, weights, _ = self._pass(src, tgt_in, weights=True)
-        logp = logits.float().log_softmax(-1)  # (T, V)
-        kinds = blocks(torch.stack(weights)[:, 0], *self.layout.spans(len(src), len(tgt_in)))
+        p = self._pass(torch.tensor([src]), torch.tensor([tgt_in]), weights=True)
+        logp = p.logits[0, p.steps].float().log_softmax(-1)  # (T, V)
+        kinds = {k: p.block(k, 0, len(src)) for k in ("encoder", "decoder_self", "cross")}
         chosen = torch.tensor(out_ids, device=logp.device)
         token_logp = logp.gather(-1, chosen[:, None])[:, 0]  # (T,)
         ranks = (logp > token_logp[:, None]).sum(-1) + 1  # (T,)
@@ -260,10 +307,10 @@ class PromptedModel(HFModel):
 
     @torch.no_grad()
     def greedy(self, src: torch.Tensor, max_len: int, target_lang: str | None = None, memory=None):
-        rows = [self.continuation(self.layout.prompt(s), max_len) for s in self._rows(src)]
+        rows = self._continue([self.layout.prompt(s) for s in self._rows(src)], max_len)
         out = torch.full((len(rows), max(map(len, rows), default=1)), self.pad_id)
         for i, row in enumerate(rows):
-            out[i, : len(row)] = torch.tensor(row)
+            out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
         return out.to(self.device)  # (B, T)
 
     def max_output(self, longest: int) -> int:
@@ -280,20 +327,27 @@ class PromptedModel(HFModel):
             rows.append(row)
         return rows
 
-    def _pass(self, src, tgt_in, weights=False):
-        """One row's pass over the prompt and the decoder inputs: (logits (T, V) at the
-        decoder inputs, L x (1, H, N, N) weights or None, L + 1 x (N, D) the stream)."""
-        ids = torch.tensor([self.layout.sequence(src, tgt_in)], device=self.device)  # (1, N)
+    def _pass(self, src, tgt_in, weights=False) -> Pass:
+        """One pass of a padded batch: each row's prompt and decoder inputs, its source left-
+        padded so that every row's decoder inputs sit at the same positions."""
+        rows_s, rows_t = self._rows(src), self._rows(tgt_in)
+        S, T = max(map(len, rows_s)), max(map(len, rows_t))
+        n_before = len(self.layout.before)
+        N = self.layout.spans(S, T)[1].stop
+        ids = torch.full((len(rows_s), N), self.pad_id, device=self.device)  # (B, N)
+        mask = torch.zeros_like(ids)
+        for b, (s, t) in enumerate(zip(rows_s, rows_t)):
+            seq = self.layout.sequence(s, t)
+            ids[b, S - len(s) : S - len(s) + len(seq)] = torch.tensor(seq)
+            mask[b, S - len(s) : S - len(s) + len(seq)] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, N)
         with lm_sites.LayerOutputs(self.model) as kept:
-            o = self.model(input_ids=ids, output_attentions=weights, output_hidden_states=True)
-        _, steps = self.layout.spans(len(src), len(tgt_in))
-        stream = [h[0] for h in o.hidden_states[:-1]] + [kept.outputs[-1][0]]  # L + 1 x (N, D)
-        return o.logits[0, steps], (o.attentions if weights else None), stream
-
-    def _each_row(self, src, tgt_in, weights=False):
-        """The rows of a padded batch, each through ``_pass``: (S, T, that pass)."""
-        for s, t in zip(self._rows(src), self._rows(tgt_in)):
-            yield len(s), len(t), self._pass(s, t, weights)
+            o = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                           output_attentions=weights, output_hidden_states=True)  # fmt: skip
+        sources = [slice(n_before + S - len(s), n_before + S) for s in rows_s]
+        stream = [*o.hidden_states[:-1], kept.outputs[-1]]  # L + 1 x (B, N, D)
+        attentions = torch.stack(o.attentions) if weights else None  # (L, B, H, N, N)
+        return Pass(o.logits, attentions, stream, sources, self.layout.spans(S, T)[1])
 
     def masks(self, src, tgt_in):
         T = tgt_in.size(1)
@@ -301,11 +355,8 @@ class PromptedModel(HFModel):
         return (src != self.pad_id)[:, None, None, :], causal.expand(tgt_in.size(0), 1, T, T)
 
     def run(self, src, tgt_in, memory=None, need_weights: bool = False) -> torch.Tensor:
-        V = self.model.get_output_embeddings().out_features
-        out = torch.zeros(*tgt_in.shape, V, device=self.device)  # (B, T, V)
-        for b, (_, T, (logits, _, _)) in enumerate(self._each_row(src, tgt_in)):
-            out[b, :T] = logits
-        return out
+        p = self._pass(src, tgt_in)
+        return p.logits[:, p.steps]  # (B, T, V)
 
     def hidden(self, src, tgt_in, memory=None) -> torch.Tensor:
         norm = lm_sites.final_norm(self.model)
@@ -315,30 +366,23 @@ class PromptedModel(HFModel):
         raise ValueError("A decoder-only model has no encoder: its source is read in its prompt.")
 
     def patterns(self, src, tgt_in, kinds: Sequence[str] = ("encoder", "decoder_self", "cross")):
-        """{kind: (L, B, H, Tq, Tk)}: each row's blocks, zero-padded."""
-        B, S, T = src.size(0), src.size(1), tgt_in.size(1)
-        L, H = self.cfg.num_decoder_layers, self.cfg.num_heads
-        shape = {"encoder": (S, S), "decoder_self": (T, T), "cross": (T, S)}
-        out = {k: torch.zeros(L, B, H, *shape[k], device=self.device) for k in kinds}
-        for b, (s, t, (_, weights, _)) in enumerate(self._each_row(src, tgt_in, weights=True)):
-            got = blocks(torch.stack(weights)[:, 0], *self.layout.spans(s, t))  # (L, H, ., .)
-            for k in kinds:
-                out[k][:, b, :, : got[k].size(-2), : got[k].size(-1)] = got[k]
+        """{kind: (L, B, H, Tq, Tk)}: each row's blocks, its source's columns first."""
+        p = self._pass(src, tgt_in, weights=True)
+        S = src.size(1)
+        out = {}
+        for kind in kinds:
+            rows = [p.block(kind, b, S) for b in range(src.size(0))]  # B x (L, H, Tq, Tk)
+            out[kind] = torch.stack(rows, dim=1)  # (L, B, H, Tq, Tk)
         return out
 
     def stream(self, src, tgt_in, side: str) -> list[torch.Tensor]:
-        """L + 1 x (B, S|T, D): the residual stream at the source (``encoder``) or the decoder
-        inputs (``decoder``): each layer's input, then the last layer's output (before the
-        final norm)."""
-        B, n = src.size(0), (src if side == "encoder" else tgt_in).size(1)
-        L, D = self.cfg.num_decoder_layers, self.cfg.d_model
-        out = [torch.zeros(B, n, D, device=self.device) for _ in range(L + 1)]
-        for b, (s, t, (_, _, stream)) in enumerate(self._each_row(src, tgt_in)):
-            source, steps = self.layout.spans(s, t)
-            at = source if side == "encoder" else steps
-            for layer, states in enumerate(stream):
-                out[layer][b, : states[at].size(0)] = states[at]
-        return out
+        """L + 1 x (B, S|T, D): the residual stream at the source (``encoder``, each row's
+        source first) or the decoder inputs (``decoder``): each layer's input, then the last
+        layer's output (before the final norm)."""
+        p = self._pass(src, tgt_in)
+        if side == "decoder":
+            return [h[:, p.steps] for h in p.stream]
+        return [p.at_source(h, src.size(1)) for h in p.stream]
 
     def record(self, src, tgt_in, out_ids=None) -> Record:
         raise ValueError(NO_RECORD)
@@ -357,7 +401,14 @@ class PromptedModel(HFModel):
         return f"each layer's output through the final norm ({norm}) and lm_head"
 
     def hook_points(self) -> dict[str, HookPoint]:
-        return {}
+        return lm_sites.hook_points(self.model)
+
+    @property
+    def head_kinds(self) -> tuple[str, ...]:
+        return ("decoder_self",)  # one attention per layer: its heads are the model's heads
+
+    def gate_site(self, kind: str, layer: int) -> str:
+        return f"decoder.{layer}.self.z"  # the three blocks' heads are the same heads
 
     # ------------------------------------------------------------------ structure
 

@@ -60,9 +60,9 @@ def ablation_section(page: SectionInputs) -> None:
 
 def pick_heads(lm: TranslationModel, state: ViewState) -> list[HeadSpec]:
     """The heads-to-remove picker, seeded from the URL; keeps the state's spec in step."""
-    every = {h.label: h for h in all_heads(lm.cfg)}
+    every = {h.label: h for h in all_heads(lm.cfg, lm.head_kinds)}
     try:
-        wanted = heads_of(state.ablate, lm.cfg)
+        wanted = heads_of(state.ablate, lm.cfg, lm.head_kinds)
     except HeadSpecError as e:
         st.warning(md(f"The heads to remove given in the link were ignored: {e}"))
         wanted = []
