@@ -232,11 +232,11 @@ def test_a_template_is_cut_never_formatted(lm):
 
 
 def test_what_it_cannot_do_is_said_in_one_line(lm):
-    for section in ("attribution", "patch", "project", "training"):
+    for section in ("attribution", "patch", "training"):
         assert lm.supports(section) and "\n" not in lm.supports(section)
     assert lm.supports("maps") is None and lm.supports("alignment") is None
     assert lm.supports("lens") is None and lm.supports("ablation") is None
-    assert lm.supports("inside") is None
+    assert lm.supports("inside") is None and lm.supports("project") is None
     with pytest.raises(ValueError, match="not built"):
         lm.record(torch.tensor([[1]]), torch.tensor([[1]]))
 
@@ -383,3 +383,19 @@ def test_head_importance_measures_the_language_models_loss_with_heads_removed(lm
         assert ids[: len(alone := lm.continuation(lm.layout.prompt(src), len(ids)))] == alone
     scores = measures.gradients()
     assert len(scores) == 2 * 4 and all(v >= 0 for v in scores.values())
+
+
+def test_where_tokens_live_are_its_hidden_states(lm, tmp_path, monkeypatch):
+    from core.attention import projector
+    from core.attention.projector import ALL_LAYERS, project
+    from tests import helpers
+
+    monkeypatch.setenv("FRA_ENG_ZIP", str(helpers.fra_eng_like(tmp_path)))
+    result = project(lm, "encoder", ALL_LAYERS, "pca", 2, 4)
+    read = projector.sentences_of(lm, 4)
+    src = read.sources[2]
+    _, _, hidden, (source, _) = own_pass(lm, src, [lm.eos_id])
+    rows = (result.sentence == 2) & (result.layer == 1)
+    got = torch.from_numpy(result.vectors[rows]).float()
+    assert torch.allclose(got, hidden[1][source].half().float(), atol=1e-3)
+    assert [result.tokens[i] for i in np.flatnonzero(rows)] == read.source_tokens[2]

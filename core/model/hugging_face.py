@@ -110,7 +110,10 @@ def shown_tokens(hm: TranslationModel, ids: Sequence[int], first: bool = True) -
     raw = hm.tokenizer.convert_ids_to_tokens(list(ids))
     specials, kind = _specials(hm.tokenizer), hm.meta.get("tokens", "pieces")
     shown = []
-    for tok in raw:
+    for i, tok in zip(ids, raw):
+        if tok is None:  # an id past the tokenizer's (Qwen2 pads its embeddings: 151,936)
+            shown.append(f"<unused {i}>")
+            continue
         if tok in specials or LANGUAGE_CODE.fullmatch(tok):
             shown.append(tok)
             continue

@@ -44,6 +44,7 @@ from core.model.prompt import template_problem as _template_problem
 from core.model.record import Record
 from core.model.transformer import AttentionMaps, evaluating
 
+NEWLINE, TAB = "Ċ", "ĉ"  # byte-level BPE's characters for "\n" and "\t" (GPT-2's byte map)
 NO_RECORD = (
     "A prompted language model gives its attention maps, its residual stream and its outputs; "
     "a record of every site (queries, keys, each sub-layer) is not built for it yet."
@@ -195,7 +196,13 @@ class PromptedModel(HFModel):
         return [], [self.eos_id if target else self.layout.after[0]]
 
     def source_tokens(self, ids: Sequence[int]) -> list[str]:
-        return hf.shown_tokens(self, ids)
+        return self.target_tokens(ids)
+
+    def target_tokens(self, ids: Sequence[int]) -> list[str]:
+        """Shown tokens (``hf.shown_tokens``), a byte-level new line or tab drawn as ⏎ or ⇥:
+        the template's line ends are tokens of their own here."""
+        shown = hf.shown_tokens(self, ids)
+        return [t.replace(NEWLINE, "⏎").replace(TAB, "⇥") for t in shown]
 
     def target_words(self, ids: Sequence[int]) -> list[str]:
         return hf.words_of(self, self._cut(ids))
@@ -255,15 +262,37 @@ class PromptedModel(HFModel):
     def translate(self, sentence: str, settings: DecodeSettings) -> Translation:
         lm = self.with_prompt(settings.prompt) if settings.prompt else self
         src = lm.source(sentence).ids
-        out = lm.continuation(lm.layout.prompt(src), settings.max_len)
-        notes = (
-            []
-            if out and out[-1] in lm.ends
-            else [f"Stopped at {len(out)} tokens before the line ended."]
-        )
+        out, passed = lm._decode_with_maps(lm.layout.prompt(src), settings.max_len)
+        ended = out and out[-1] in lm.ends
+        notes = [] if ended else [f"Stopped at {len(out)} tokens before the line ended."]
         if settings.beam_size > 1:
             notes.append("Beam search is not built for prompted models: greedy decoding shown.")
-        return lm._translation(src, out, settings.topk, notes)
+        return lm._translation(src, out, settings.topk, notes, passed=passed)
+
+    @torch.no_grad()
+    def _decode_with_maps(self, prompt: list[int], max_len: int):
+        """Greedy ids after ``prompt`` (through the first that ends the line) with what the
+        decoding computed on the way: (ids, (logits (T, V), weights (L, H, N, N))), N the
+        prompt and the output but its last; no second pass (equal to one: tested)."""
+        P, room = len(prompt), max(min(max_len, self.cfg.max_positions - len(prompt)), 1)
+        L, H = self.cfg.num_decoder_layers, self.cfg.num_heads
+        weights = torch.zeros(L, H, P + room, P + room, device=self.device)
+        x, cache, out, logits = torch.tensor([prompt], device=self.device), None, [], []
+        with evaluating(self.model):
+            for step in range(room):
+                o = self.model(input_ids=x, cache=cache, use_cache=True, output_attentions=True)
+                rows = torch.stack(o.attentions)[:, 0]  # (L, H, new, keys kept)
+                at = 0 if step == 0 else P + step - 1  # the first new row's position
+                end = at + rows.size(2)  # the keys kept are the last ones (a sliding window)
+                weights[:, :, at:end, end - rows.size(3) : end] = rows
+                cache, nxt = o.cache, int(o.logits[0, -1].argmax())
+                out.append(nxt)
+                logits.append(o.logits[0, -1])
+                if nxt in self.ends:
+                    break
+                x = torch.tensor([[nxt]], device=self.device)
+        N = P + len(out) - 1
+        return out, (torch.stack(logits), weights[:, :, :N, :N])
 
     def force(self, sentence: str, target: str, settings: DecodeSettings) -> Translation:
         if not (target or "").strip():
@@ -274,14 +303,19 @@ class PromptedModel(HFModel):
         )
 
     @torch.no_grad()
-    def _translation(self, src, out_ids, topk, notes, forced=False) -> Translation:
-        """The Translation of ``out_ids`` after ``src``: one pass, its three blocks."""
+    def _translation(self, src, out_ids, topk, notes, forced=False, passed=None) -> Translation:
+        """The Translation of ``out_ids`` after ``src``: its three blocks, of what decoding
+        computed (``passed``: logits (T, V) and weights (L, H, N, N)) or of one pass."""
         if not out_ids:
             raise TranslationError("The model wrote nothing: try another prompt template.")
         tgt_in = self.decoder_inputs(out_ids)
-        p = self._pass(torch.tensor([src]), torch.tensor([tgt_in]), weights=True)
-        logp = p.logits[0, p.steps].float().log_softmax(-1)  # (T, V)
-        kinds = {k: p.block(k, 0, len(src)) for k in ("encoder", "decoder_self", "cross")}
+        if passed is None:
+            p = self._pass(torch.tensor([src], device=self.device),
+                           torch.tensor([tgt_in], device=self.device), weights=True)  # fmt: skip
+            passed = (p.logits[0, p.steps], p.attentions[:, 0])
+        logp = passed[0].float().log_softmax(-1)  # (T, V)
+        spans = self.layout.spans(len(src), len(tgt_in))
+        kinds = blocks(passed[1], *spans)  # (L, H, ., .) each
         chosen = torch.tensor(out_ids, device=logp.device)
         token_logp = logp.gather(-1, chosen[:, None])[:, 0]  # (T,)
         ranks = (logp > token_logp[:, None]).sum(-1) + 1  # (T,)
@@ -314,7 +348,9 @@ class PromptedModel(HFModel):
         return out.to(self.device)  # (B, T)
 
     def max_output(self, longest: int) -> int:
-        return min(2 * longest + 8, self.cfg.max_positions // 2)
+        """1.5x the longest source plus 5 (as an encoder-decoder's: French runs about 1.2x
+        English in pieces), within half the model's positions."""
+        return min(longest + longest // 2 + 5, self.cfg.max_positions // 2)
 
     # ------------------------------------------------------------------ passes
 
