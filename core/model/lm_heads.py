@@ -59,7 +59,7 @@ def sequence_heads(model: nn.Module, ids: list[int], layer_index: int) -> Sequen
     """One layer of ``model`` over ``ids``: every head's q and k and the model's own weights."""
     x = torch.tensor([ids], device=next(model.parameters()).device)  # (1, N)
     with torch.no_grad():
-        o = model(input_ids=x, output_attentions=True, output_hidden_states=True)
+        o = model(input_ids=x, output_attentions=True, output_hidden_states=True, logits_to_keep=1)
         stream = o.hidden_states[layer_index]  # (1, N, D): the layer's input
         layer = lm_sites.layers_of(model)[layer_index]
         q, k, scale = _queries_keys(model, layer, stream)

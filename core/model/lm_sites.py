@@ -58,27 +58,25 @@ def final_norm(model: nn.Module) -> nn.Module:
     return norm
 
 
-class LayerOutputs:
-    """Each layer's output (before the final norm) of the passes this thread runs inside the
-    block, by forward hooks removed when it ends (another thread's passes are not kept):
-    ``outputs`` is L x (B, N, D)."""
+class LastOutput:
+    """The last layer's output (before the final norm) of the pass this thread runs inside the
+    block, by a forward hook removed when it ends (another thread's passes are not kept):
+    ``output`` is (B, N, D)."""
 
     def __init__(self, model: nn.Module):
-        self.layers, self.outputs, self.handles = layers_of(model), [], []
+        self.layer, self.output, self.handle = layers_of(model)[-1], None, None
         self.thread = threading.get_ident()
 
-    def __enter__(self) -> LayerOutputs:
-        for layer in self.layers:
-            self.handles.append(layer.register_forward_hook(self._keep))
+    def __enter__(self) -> LastOutput:
+        self.handle = self.layer.register_forward_hook(self._keep)
         return self
 
     def _keep(self, module, args, output) -> None:
         if threading.get_ident() == self.thread:
-            self.outputs.append(output if isinstance(output, torch.Tensor) else output[0])
+            self.output = output if isinstance(output, torch.Tensor) else output[0]
 
     def __exit__(self, *exc) -> None:
-        for handle in self.handles:
-            handle.remove()
+        self.handle.remove()
 
 
 def output_projection(attention: nn.Module) -> nn.Module:

@@ -55,7 +55,7 @@ NO_RECORD = (
 class Pass:
     """One forward of a padded batch over the whole sequences."""
 
-    logits: torch.Tensor  # (B, N, V)
+    logits: torch.Tensor | None  # (B, T, V) at the decoder inputs, when asked for
     attentions: torch.Tensor | None  # (L, B, H, N, N), when asked for
     stream: list[torch.Tensor]  # L + 1 x (B, N, D): each layer's input, the last one's output
     sources: list[slice]  # each row's source positions
@@ -244,7 +244,7 @@ class PromptedModel(HFModel):
         with evaluating(self.model):
             for _ in range(max(min(max_len, self.cfg.max_positions - P), 0)):
                 o = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                               cache=cache, use_cache=True)  # fmt: skip
+                               cache=cache, use_cache=True, logits_to_keep=1)  # fmt: skip
                 cache, nxt = o.cache, o.logits[:, -1].argmax(-1)  # (B,)
                 out.append(nxt)
                 done |= torch.isin(nxt, ends)
@@ -280,7 +280,13 @@ class PromptedModel(HFModel):
         x, cache, out, logits = torch.tensor([prompt], device=self.device), None, [], []
         with evaluating(self.model):
             for step in range(room):
-                o = self.model(input_ids=x, cache=cache, use_cache=True, output_attentions=True)
+                o = self.model(
+                    input_ids=x,
+                    cache=cache,
+                    use_cache=True,
+                    output_attentions=True,
+                    logits_to_keep=1,
+                )
                 rows = torch.stack(o.attentions)[:, 0]  # (L, H, new, keys kept)
                 at = 0 if step == 0 else P + step - 1  # the first new row's position
                 end = at + rows.size(2)  # the keys kept are the last ones (a sliding window)
@@ -312,7 +318,7 @@ class PromptedModel(HFModel):
         if passed is None:
             p = self._pass(torch.tensor([src], device=self.device),
                            torch.tensor([tgt_in], device=self.device), weights=True)  # fmt: skip
-            passed = (p.logits[0, p.steps], p.attentions[:, 0])
+            passed = (p.logits[0], p.attentions[:, 0])
         logp = passed[0].float().log_softmax(-1)  # (T, V)
         spans = self.layout.spans(len(src), len(tgt_in))
         kinds = blocks(passed[1], *spans)  # (L, H, ., .) each
@@ -363,9 +369,11 @@ class PromptedModel(HFModel):
             rows.append(row)
         return rows
 
-    def _pass(self, src, tgt_in, weights=False) -> Pass:
+    def _pass(self, src, tgt_in, weights=False, states=False, logits=True) -> Pass:
         """One pass of a padded batch: each row's prompt and decoder inputs, its source left-
-        padded so that every row's decoder inputs sit at the same positions."""
+        padded so that every row's decoder inputs sit at the same positions, the last ones
+        (``weights``: every attention's; ``states``: every layer's input; ``logits``: at the
+        decoder inputs only)."""
         rows_s, rows_t = self._rows(src), self._rows(tgt_in)
         S, T = max(map(len, rows_s)), max(map(len, rows_t))
         n_before = len(self.layout.before)
@@ -377,13 +385,15 @@ class PromptedModel(HFModel):
             ids[b, S - len(s) : S - len(s) + len(seq)] = torch.tensor(seq)
             mask[b, S - len(s) : S - len(s) + len(seq)] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, N)
-        with lm_sites.LayerOutputs(self.model) as kept:
+        with lm_sites.LastOutput(self.model) as last:
             o = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                           output_attentions=weights, output_hidden_states=True)  # fmt: skip
+                           output_attentions=weights, output_hidden_states=states,
+                           logits_to_keep=T if logits else 1)  # fmt: skip
         sources = [slice(n_before + S - len(s), n_before + S) for s in rows_s]
-        stream = [*o.hidden_states[:-1], kept.outputs[-1]]  # L + 1 x (B, N, D)
+        stream = [*(o.hidden_states[:-1] if states else ()), last.output]  # (L +) 1 x (B, N, D)
         attentions = torch.stack(o.attentions) if weights else None  # (L, B, H, N, N)
-        return Pass(o.logits, attentions, stream, sources, self.layout.spans(S, T)[1])
+        steps = self.layout.spans(S, T)[1]  # the last T positions
+        return Pass(o.logits if logits else None, attentions, stream, sources, steps)
 
     def masks(self, src, tgt_in):
         T = tgt_in.size(1)
@@ -391,19 +401,18 @@ class PromptedModel(HFModel):
         return (src != self.pad_id)[:, None, None, :], causal.expand(tgt_in.size(0), 1, T, T)
 
     def run(self, src, tgt_in, memory=None, need_weights: bool = False) -> torch.Tensor:
-        p = self._pass(src, tgt_in)
-        return p.logits[:, p.steps]  # (B, T, V)
+        return self._pass(src, tgt_in).logits  # (B, T, V)
 
     def hidden(self, src, tgt_in, memory=None) -> torch.Tensor:
-        norm = lm_sites.final_norm(self.model)
-        return norm(self.stream(src, tgt_in, "decoder")[-1])  # (B, T, D)
+        p = self._pass(src, tgt_in, logits=False)
+        return lm_sites.final_norm(self.model)(p.stream[-1][:, p.steps])  # (B, T, D)
 
     def encode(self, src) -> torch.Tensor:
         raise ValueError("A decoder-only model has no encoder: its source is read in its prompt.")
 
     def patterns(self, src, tgt_in, kinds: Sequence[str] = ("encoder", "decoder_self", "cross")):
         """{kind: (L, B, H, Tq, Tk)}: each row's blocks, its source's columns first."""
-        p = self._pass(src, tgt_in, weights=True)
+        p = self._pass(src, tgt_in, weights=True, logits=False)
         S = src.size(1)
         out = {}
         for kind in kinds:
@@ -415,7 +424,7 @@ class PromptedModel(HFModel):
         """L + 1 x (B, S|T, D): the residual stream at the source (``encoder``, each row's
         source first) or the decoder inputs (``decoder``): each layer's input, then the last
         layer's output (before the final norm)."""
-        p = self._pass(src, tgt_in)
+        p = self._pass(src, tgt_in, states=True, logits=False)
         if side == "decoder":
             return [h[:, p.steps] for h in p.stream]
         return [p.at_source(h, src.size(1)) for h in p.stream]
@@ -460,7 +469,7 @@ class PromptedModel(HFModel):
     def sequence_patterns(self, ids) -> torch.Tensor:
         x = torch.tensor([list(ids)], device=self.device)  # (1, N)
         with evaluating(self.model):
-            weights = self.model(input_ids=x, output_attentions=True).attentions
+            weights = self.model(input_ids=x, output_attentions=True, logits_to_keep=1).attentions
         return torch.stack(weights)[:, 0]  # (L, H, N, N)
 
     def start_ids(self) -> list[int]:
