@@ -19,7 +19,7 @@ import sys
 
 from core.attention.head_measures import PRECISIONS
 from core.attention.importance import SENTENCES, importance_for
-from core.command_line import CommandError, run_command, terminal_progress
+from core.command_line import CommandError, add_prompt_flag, run_command, terminal_progress
 from core.corpus.source import DataError
 from core.model.checkpoints import CheckpointError
 from core.model.opened import model_path, open_model
@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="a Hugging Face model's passes (auto: bfloat16 where the CPU runs it natively)",
     )
+    add_prompt_flag(p)
     return p
 
 
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> list[str]:
     """Head importance of the checkpoint, as JSON lines."""
     if args.sentences < 1:
         raise CommandError("--sentences must be at least 1.")
-    lm = open_model(args.checkpoint, hub=True, section="ablation")
+    lm = open_model(args.checkpoint, hub=True, prompt=args.prompt, section="ablation")
     path = model_path(args.checkpoint)
     result = importance_for(
         lm,

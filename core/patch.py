@@ -26,7 +26,7 @@ import json
 import sys
 
 from core.attention.patching import DIRECTIONS, patch
-from core.command_line import run_command
+from core.command_line import add_prompt_flag, run_command
 from core.model.checkpoints import CheckpointError
 from core.model.decode import TranslationError
 from core.model.opened import open_model
@@ -49,12 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--answers", nargs=2, default=None, metavar=("CLEAN", "CORRUPT"), help="two answer words"
     )
     p.add_argument("--target-lang", default="", help="a multilingual model's target language")
+    add_prompt_flag(p)
     return p
 
 
 def run(args: argparse.Namespace) -> list[str]:
     """One line per component, then the metrics."""
-    lm = open_model(args.checkpoint, hub=True, section="patch")
+    lm = open_model(args.checkpoint, hub=True, prompt=args.prompt, section="patch")
     answers = tuple(args.answers) if args.answers else None
     result = patch(
         lm, args.clean, args.corrupt, None, direction=args.direction, prefix=args.prefix,

@@ -31,7 +31,7 @@ from core.attention.projector import (
     ProjectionError,
     project,
 )
-from core.command_line import CommandError, run_command, terminal_progress
+from core.command_line import CommandError, add_prompt_flag, run_command, terminal_progress
 from core.corpus.source import DataError
 from core.model.checkpoints import CheckpointError
 from core.model.opened import open_model
@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--decoder-reads", choices=READS, default=READS[0], help="a reference or its translation"
     )
+    add_prompt_flag(p)
     return p
 
 
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> list[str]:
     """Every point, the summary, and the picked token's neighbours."""
     if args.neighbours < 1:
         raise CommandError("--neighbours must be at least 1.")
-    lm = open_model(args.checkpoint, hub=True, section="project")
+    lm = open_model(args.checkpoint, hub=True, prompt=args.prompt, section="project")
     result = project(
         lm,
         args.side,

@@ -47,6 +47,9 @@ def test_the_translate_page_translates_by_the_prompt(lm_dirs):
 @pytest.mark.parametrize("section", SECTION_KEYS)
 def test_every_attention_section_shows_the_model_or_says_why_not(lm_dirs, lm_loaded, section):
     query = {"model": "checkpoints/llama/", "sentence": "the boy is tall .", "section": section}
+    if section == "patch":  # one length in pieces; answers of one piece each
+        query |= {"corrupt": "you are tall .", "patch_ask": "1"}
+        query |= {"patch_answer": "the", "patch_wrong": "he"}
     at = run_page_script("attention.py", query)
     assert_clean(at)
     problem = lm_loaded["llama"].supports(section)
@@ -62,5 +65,8 @@ def test_every_attention_section_shows_the_model_or_says_why_not(lm_dirs, lm_loa
         assert "rotated by their positions" in texts(at) and "heads 0, 1 read the same" in texts(at)
         assert len(at.get("plotly_chart")) == 2
         assert at.selectbox(key="at_query").options[0].startswith("0: <s>")
+    elif section == "patch":
+        charts = {c.key for c in at.get("plotly_chart")}
+        assert charts == {"patch_heads", "patch_stream"} and "the answers you gave" in texts(at)
     elif section == "lens":
         assert "final norm (LlamaRMSNorm) and lm_head" in texts(at)

@@ -24,12 +24,14 @@ from core.attention.head_roles import (
     repeated_ids,
 )
 from core.attention.logit_lens import logit_lens
+from core.attention.patching import Component, components, patch
 from core.attention.query_key import InsideHeadError, sequence_query_key
 from core.corpus.splits import Split
 from core.measure.sample import sample_of
 from core.model import lm_sites
 from core.model.decode import DecodeSettings, TranslationError
 from core.model.hf_folder import HFModelError, describe, size_label
+from core.model.hooks import capture, replace_with
 from core.model.lm_loading import held_dtype
 from core.model.opened import open_model
 from core.model.prompt import DEFAULT_TEMPLATE
@@ -232,11 +234,12 @@ def test_a_template_is_cut_never_formatted(lm):
 
 
 def test_what_it_cannot_do_is_said_in_one_line(lm):
-    for section in ("attribution", "patch", "training"):
+    for section in ("attribution", "training"):
         assert lm.supports(section) and "\n" not in lm.supports(section)
     assert lm.supports("maps") is None and lm.supports("alignment") is None
     assert lm.supports("lens") is None and lm.supports("ablation") is None
     assert lm.supports("inside") is None and lm.supports("project") is None
+    assert lm.supports("patch") is None
     with pytest.raises(ValueError, match="not built"):
         lm.record(torch.tensor([[1]]), torch.tensor([[1]]))
 
@@ -399,3 +402,56 @@ def test_where_tokens_live_are_its_hidden_states(lm, tmp_path, monkeypatch):
     got = torch.from_numpy(result.vectors[rows]).float()
     assert torch.allclose(got, hidden[1][source].half().float(), atol=1e-3)
     assert [result.tokens[i] for i in np.flatnonzero(rows)] == read.source_tokens[2]
+
+
+# ----------------------------------------------------------------------------- patching
+
+
+def test_the_stream_sites_are_the_layers_outputs_at_the_sentence_and_the_steps(lm):
+    rows = [(lm.source(s).ids, lm.target_ids(f)) for s, f in ((SOURCE, TARGET), ("i am .", "je ."))]
+    S, T = (max(len(r[i]) for r in rows) for i in (0, 1))
+    src, tgt = torch.full((2, S), lm.pad_id), torch.full((2, T), lm.pad_id)
+    for b, (s, out) in enumerate(rows):
+        src[b, : len(s)], tgt[b, : len(out)] = torch.tensor(s), torch.tensor(lm.decoder_inputs(out))
+    seen: dict = {}
+    sites = [f"{side}.{i}.out" for side in ("encoder", "decoder") for i in range(lm.depth[1])]
+    with torch.no_grad(), lm.hooks((s, capture(seen)) for s in sites):
+        lm.run(src, tgt)
+    for b, (s, out) in enumerate(rows):
+        _, _, hidden, (source, steps) = own_pass(lm, s, out)
+        for i in range(lm.depth[1] - 1):  # layer i's output is layer i + 1's input
+            n, m = len(s), len(out)
+            assert torch.allclose(seen[f"encoder.{i}.out"][b, :n], hidden[i + 1][source], atol=1e-5)
+            assert torch.allclose(seen[f"decoder.{i}.out"][b, :m], hidden[i + 1][steps], atol=1e-5)
+
+
+def test_patching_a_run_into_itself_changes_nothing(lm):
+    src = torch.tensor([lm.source(SOURCE).ids])
+    tgt_in = torch.tensor([lm.decoder_inputs(lm.target_ids(TARGET))])
+    sites = [s for s in lm.hook_points() if s.endswith((".z", ".out"))]
+    seen: dict = {}
+    with torch.no_grad():
+        with lm.hooks((s, capture(seen)) for s in sites):
+            before = lm.run(src, tgt_in)
+        assert set(seen) == set(sites)
+        for s in sites:
+            with lm.hooks([(s, replace_with(seen[s].clone()))]):
+                assert torch.allclose(lm.run(src, tgt_in), before, atol=1e-6), s
+
+
+def test_patching_reads_the_decoder_only_model_through_its_sites(lm):
+    clean, corrupt = "the boy is tall .", "you are tall ."  # one length in every tiny vocabulary
+    assert len(lm.source(clean).ids) == len(lm.source(corrupt).ids)
+    last = lm.depth[1] - 1
+    chosen = [
+        Component("decoder_stream", last, position=0),  # the one step the metric reads
+        Component("encoder_stream", last, position=2),  # the last layer's output: nothing reads it
+        Component("decoder_self", 0, 1),
+    ]
+    result = patch(lm, clean, corrupt, chosen, prefix="", answers=("the", "he"))  # one piece each
+    effects = [r["effect"] for r in result.rows]
+    assert effects[0] == pytest.approx(1.0, abs=1e-4)
+    assert effects[1] == pytest.approx(0.0, abs=1e-4)
+    assert np.isfinite(effects[2])
+    every = components(lm, len(lm.source(clean).ids), 1)
+    assert {c.kind for c in every} == {"decoder_self", "encoder_stream", "decoder_stream"}

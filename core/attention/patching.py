@@ -110,7 +110,7 @@ def components(m: TranslationModel, source_len: int, target_len: int) -> list[Co
     """Every head of every kind, then each layer's output at each position."""
     heads = [
         Component(kind, layer, head)
-        for kind in KINDS
+        for kind in m.head_kinds
         for layer in range(m.layers(kind))
         for head in range(m.cfg.num_heads)
     ]

@@ -43,7 +43,6 @@ BY_FAMILY[LANGUAGE_MODEL] = {
     "a language model was not trained here.",
     "bfloat16": "A prompted language model is measured in the dtype it was opened in.",
     "attribution": _lm_refusal("Attribution"),
-    "patch": _lm_refusal("Patching"),
     **{
         method: _lm_refusal("This attribution method")
         for method in ("rollout", "norm", "alti", "value-zeroing", "grad-input")

@@ -8,7 +8,9 @@ query heads, rotary positions, RMSNorm ``norm``).
 
 Its hook sites (``core.model.hooks``) are installed once, as an encoder-decoder's are
 (``core.model.hf_sites``): ``decoder.{i}.self.z``, each head's output before W_o (what removing
-a head scales), over the whole sequence.
+a head scales), over the whole sequence; ``encoder.{i}.out`` and ``decoder.{i}.out``, the
+layer's output at the sentence's positions and at the decoder inputs', as an
+encoder-decoder's stacks give them (what patching reads and writes).
 
 Shape key: B batch, N tokens, D model width.
 """
@@ -17,13 +19,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from contextlib import contextmanager
 
 import torch
 from torch import nn
 
 from core.model.hf_folder import HFModelError
 from core.model.hf_sites import POINTS, heads_site
-from core.model.hooks import HookPoint
+from core.model.hooks import HookPoint, any_on
 
 
 def base(model: nn.Module) -> nn.Module:
@@ -87,22 +90,72 @@ def output_projection(attention: nn.Module) -> nn.Module:
     return found
 
 
+_placed = threading.local()  # this thread's pass: (each row's source positions, the steps')
+
+
+@contextmanager
+def placing(sources: Sequence[slice], steps: slice):
+    """Within the block, this thread's passes give the stream sites in the interface's terms:
+    ``encoder.{i}.out`` at each row's source positions (left-aligned, (B, S, D)),
+    ``decoder.{i}.out`` at the decoder inputs' ((B, T, D))."""
+    _placed.value = (list(sources), steps)
+    try:
+        yield
+    finally:
+        _placed.value = None
+
+
+def _stream_sites(encoder: HookPoint, decoder: HookPoint):
+    """A forward hook on a layer passing its output's source and decoder-input positions
+    through the two sites (only inside ``placing``, only where this thread hooks them)."""
+
+    def hook(module, args, output):
+        where = getattr(_placed, "value", None)
+        if not any_on() or where is None or not (encoder.on() or decoder.on()):
+            return None
+        x = output if isinstance(output, torch.Tensor) else output[0]  # (B, N, D)
+        sources, steps = where
+        y = x
+        if encoder.on():
+            S = max(s.stop - s.start for s in sources)
+            view = x.new_zeros(x.size(0), S, x.size(-1))  # (B, S, D) each row's source first
+            for b, at in enumerate(sources):
+                view[b, : at.stop - at.start] = x[b, at]
+            new = encoder(view)
+            if new is not view:
+                y = y.clone()
+                for b, at in enumerate(sources):
+                    y[b, at] = new[b, : at.stop - at.start]
+        if decoder.on():
+            view = y[:, steps].clone()  # (B, T, D)
+            new = decoder(view)
+            if new is not view:
+                y = y.clone() if y is x else y
+                y[:, steps] = new
+        if y is x:
+            return None
+        return y if isinstance(output, torch.Tensor) else (y, *output[1:])
+
+    return hook
+
+
 def hook_points(model: nn.Module) -> dict[str, HookPoint]:
-    """The model's hook points by site name (installed on first use): each layer's ``z``."""
+    """The model's hook points by site name (installed on first use): each layer's ``z``
+    (B, N, H, Dh) over the whole sequence, and its output at the source and at the decoder
+    inputs (``placing``)."""
     points = getattr(model, POINTS, None)
     if points is not None:
         return points
     points = {}
     setattr(model, POINTS, points)
-    heads = (
-        model.config.num_attention_heads
-        if hasattr(model.config, "num_attention_heads")
-        else model.config.n_head
-    )
+    heads = model.config.num_attention_heads  # GPT-2's config maps it to n_head
     for i, layer in enumerate(layers_of(model)):
         name = f"decoder.{i}.self.z"
         points[name] = HookPoint("z", name)
         w_o = output_projection(attention_of(layer))
         setattr(w_o, POINTS, points)
         w_o.register_forward_pre_hook(heads_site(name, heads, before=True))
+        encoder, decoder = (HookPoint("out", f"{side}.{i}.out") for side in ("encoder", "decoder"))
+        points[encoder.name], points[decoder.name] = encoder, decoder
+        layer.register_forward_hook(_stream_sites(encoder, decoder))
     return points

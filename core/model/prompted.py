@@ -385,14 +385,14 @@ class PromptedModel(HFModel):
             ids[b, S - len(s) : S - len(s) + len(seq)] = torch.tensor(seq)
             mask[b, S - len(s) : S - len(s) + len(seq)] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, N)
-        with lm_sites.LastOutput(self.model) as last:
+        sources = [slice(n_before + S - len(s), n_before + S) for s in rows_s]
+        steps = self.layout.spans(S, T)[1]  # the last T positions
+        with lm_sites.LastOutput(self.model) as last, lm_sites.placing(sources, steps):
             o = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                            output_attentions=weights, output_hidden_states=states,
                            logits_to_keep=T if logits else 1)  # fmt: skip
-        sources = [slice(n_before + S - len(s), n_before + S) for s in rows_s]
         stream = [*(o.hidden_states[:-1] if states else ()), last.output]  # (L +) 1 x (B, N, D)
         attentions = torch.stack(o.attentions) if weights else None  # (L, B, H, N, N)
-        steps = self.layout.spans(S, T)[1]  # the last T positions
         return Pass(o.logits if logits else None, attentions, stream, sources, steps)
 
     def masks(self, src, tgt_in):
