@@ -65,6 +65,12 @@ def test_every_attention_section_shows_the_model_or_says_why_not(lm_dirs, lm_loa
         assert "rotated by their positions" in texts(at) and "heads 0, 1 read the same" in texts(at)
         assert len(at.get("plotly_chart")) == 2
         assert at.selectbox(key="at_query").options[0].startswith("0: <s>")
+    elif section == "attribution":  # the methods that explain it: gradient × input first
+        assert at.selectbox(key="atr_method").options == [
+            "Gradient × input",
+            "Integrated gradients",
+        ]
+        assert "Not offered for this model" in texts(at) and len(at.get("plotly_chart")) >= 2
     elif section == "patch":
         charts = {c.key for c in at.get("plotly_chart")}
         assert charts == {"patch_heads", "patch_stream"} and "the answers you gave" in texts(at)

@@ -26,6 +26,7 @@ from core.attention.head_roles import (
 from core.attention.logit_lens import logit_lens
 from core.attention.patching import Component, components, patch
 from core.attention.query_key import InsideHeadError, sequence_query_key
+from core.attribution.methods import attribute
 from core.corpus.splits import Split
 from core.measure.sample import sample_of
 from core.model import lm_sites
@@ -234,12 +235,13 @@ def test_a_template_is_cut_never_formatted(lm):
 
 
 def test_what_it_cannot_do_is_said_in_one_line(lm):
-    for section in ("attribution", "training"):
-        assert lm.supports(section) and "\n" not in lm.supports(section)
+    for what in ("training", "alti", "norm", "rollout", "value-zeroing", "attention"):
+        assert lm.supports(what) and "\n" not in lm.supports(what)
     assert lm.supports("maps") is None and lm.supports("alignment") is None
     assert lm.supports("lens") is None and lm.supports("ablation") is None
     assert lm.supports("inside") is None and lm.supports("project") is None
-    assert lm.supports("patch") is None
+    assert lm.supports("patch") is None and lm.supports("attribution") is None
+    assert lm.supports("grad-input") is None and lm.supports("integrated-gradients") is None
     with pytest.raises(ValueError, match="not built"):
         lm.record(torch.tensor([[1]]), torch.tensor([[1]]))
 
@@ -455,3 +457,35 @@ def test_patching_reads_the_decoder_only_model_through_its_sites(lm):
     assert np.isfinite(effects[2])
     every = components(lm, len(lm.source(clean).ids), 1)
     assert {c.kind for c in every} == {"decoder_self", "encoder_stream", "decoder_stream"}
+
+
+# ----------------------------------------------------------------------------- attribution
+
+
+def test_the_embeddings_path_equals_the_ids_path(lm):
+    src = torch.tensor([lm.source(SOURCE).ids])
+    tgt_in = torch.tensor([lm.decoder_inputs(lm.target_ids(TARGET))])
+    with torch.no_grad():
+        logp = lm.run(src, tgt_in).float().log_softmax(-1)
+        embeddings = lm.embeddings(src, tgt_in)
+        copies = tuple(e.expand(3, -1, -1) for e in embeddings)  # as the gradient methods batch
+        again = lm.log_probs_from_embeddings(src, tgt_in, *copies)
+        steps = torch.tensor([0, 2])
+        some = lm.log_probs_at(src, tgt_in, *copies, steps)
+    assert embeddings[0].shape == (1, src.size(1), lm.cfg.d_model)
+    own = lm.model.get_input_embeddings()(src)  # the sentence's token embeddings
+    assert torch.allclose(embeddings[0], own, atol=1e-6)
+    assert torch.allclose(again, logp.expand(3, -1, -1), atol=1e-5)
+    assert torch.allclose(some, logp[:, steps].expand(3, -1, -1), atol=1e-5)
+
+
+def test_gradient_methods_explain_the_source_and_the_prefix(lm):
+    t = lm.translate(SOURCE, SETTINGS)
+    for method in ("grad-input", "integrated-gradients"):
+        a = attribute(lm, t.src_ids, t.out_ids, method)
+        S, T = len(t.src_ids), len(t.out_ids)
+        assert a.contributions.shape == (T, S + T)
+        w = a.contributions
+        assert np.allclose(w.sum(-1), 1.0, atol=1e-5) and (w >= 0).all()
+        assert np.all(np.triu(w[:, S:], 1) == 0)  # no step reads a later token
+    assert a.completeness is not None and abs(a.completeness) < 0.05

@@ -26,28 +26,16 @@ BY_FAMILY: dict[str, dict[str, str]] = {
     },
 }
 
-NO_SITES = (
-    "{what} reads every site of a pass (queries, keys, each sub-layer's input and output); for a "
-    "prompted language model the studio reads its attention maps, residual stream and outputs, "
-    "and {what_lower} is not built for it yet."
+ATTENTION_SITES = (
+    "This method reads each attention's inputs and weights in a recorded pass; a prompted "
+    "language model's attention is read as three blocks of one, which these derivations do "
+    "not cover yet: use gradient × input or integrated gradients."
 )
-
-
-def _lm_refusal(what: str) -> str:
-    return NO_SITES.format(what=what, what_lower=what[0].lower() + what[1:])
-
-
 BY_FAMILY[LANGUAGE_MODEL] = {
     "training": "A language model was not trained here: it has no snapshots to replay.",
     "supervision": "Supervision is compared between two of the studio's own checkpoints: "
     "a language model was not trained here.",
-    "bfloat16": "A prompted language model is measured in the dtype it was opened in.",
-    "attribution": _lm_refusal("Attribution"),
-    **{
-        method: _lm_refusal("This attribution method")
-        for method in ("rollout", "norm", "alti", "value-zeroing", "grad-input")
-    },
-    "integrated-gradients": _lm_refusal("This attribution method"),
+    **dict.fromkeys(("attention", "rollout", "norm", "alti", "value-zeroing"), ATTENTION_SITES),
 }
 
 T5_IG = (

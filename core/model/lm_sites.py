@@ -10,7 +10,8 @@ Its hook sites (``core.model.hooks``) are installed once, as an encoder-decoder'
 (``core.model.hf_sites``): ``decoder.{i}.self.z``, each head's output before W_o (what removing
 a head scales), over the whole sequence; ``encoder.{i}.out`` and ``decoder.{i}.out``, the
 layer's output at the sentence's positions and at the decoder inputs', as an
-encoder-decoder's stacks give them (what patching reads and writes).
+encoder-decoder's stacks give them (what patching reads and writes); ``encoder.embed`` and
+``decoder.embed``, the token embeddings there (what the gradient methods differentiate).
 
 Shape key: B batch, N tokens, D model width.
 """
@@ -105,9 +106,10 @@ def placing(sources: Sequence[slice], steps: slice):
         _placed.value = None
 
 
-def _stream_sites(encoder: HookPoint, decoder: HookPoint):
-    """A forward hook on a layer passing its output's source and decoder-input positions
-    through the two sites (only inside ``placing``, only where this thread hooks them)."""
+def _placed_sites(encoder: HookPoint, decoder: HookPoint):
+    """A forward hook passing a module's output (B, N, D) at the source's and the decoder
+    inputs' positions through the two sites (only inside ``placing``, only where this thread
+    hooks them): a layer's output, or the token embeddings."""
 
     def hook(module, args, output):
         where = getattr(_placed, "value", None)
@@ -139,10 +141,19 @@ def _stream_sites(encoder: HookPoint, decoder: HookPoint):
     return hook
 
 
+def _placed_pair(points: dict, module: nn.Module, suffix: str) -> None:
+    """The ``encoder.{suffix}`` and ``decoder.{suffix}`` sites on a module's output."""
+    encoder, decoder = (
+        HookPoint(suffix.rsplit(".", 1)[-1], f"{side}.{suffix}") for side in ("encoder", "decoder")
+    )
+    points[encoder.name], points[decoder.name] = encoder, decoder
+    module.register_forward_hook(_placed_sites(encoder, decoder))
+
+
 def hook_points(model: nn.Module) -> dict[str, HookPoint]:
     """The model's hook points by site name (installed on first use): each layer's ``z``
-    (B, N, H, Dh) over the whole sequence, and its output at the source and at the decoder
-    inputs (``placing``)."""
+    (B, N, H, Dh) over the whole sequence; its output, and the token embeddings, at the source
+    and at the decoder inputs (``placing``)."""
     points = getattr(model, POINTS, None)
     if points is not None:
         return points
@@ -155,7 +166,6 @@ def hook_points(model: nn.Module) -> dict[str, HookPoint]:
         w_o = output_projection(attention_of(layer))
         setattr(w_o, POINTS, points)
         w_o.register_forward_pre_hook(heads_site(name, heads, before=True))
-        encoder, decoder = (HookPoint("out", f"{side}.{i}.out") for side in ("encoder", "decoder"))
-        points[encoder.name], points[decoder.name] = encoder, decoder
-        layer.register_forward_hook(_stream_sites(encoder, decoder))
+        _placed_pair(points, layer, f"{i}.out")
+    _placed_pair(points, model.get_input_embeddings(), "embed")
     return points

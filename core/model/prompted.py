@@ -13,8 +13,8 @@ the tokenizer's (``core.model.hugging_face``), as for ``HFModel``, whose token m
 shares.
 
 What it does not do yet (``core.model.capabilities``: the sections that would need it say so
-in one line): a record with every site (Inside a head, attribution, patching, the projector),
-removing heads, decoding by beam search.
+in one line): a record with every attention site (the attribution methods that decompose the
+attention: rollout, norm-based, ALTI+, value zeroing), decoding by beam search.
 
 Shape key: B batch, S source pieces, T decoder steps, N prompt + output ids, L layers, H heads,
 D model width, V vocabulary.
@@ -431,6 +431,22 @@ class PromptedModel(HFModel):
 
     def record(self, src, tgt_in, out_ids=None) -> Record:
         raise ValueError(NO_RECORD)
+
+    def forced(self, src_ids, out_ids) -> Record:
+        """A light record of one sentence: its ids, masks, logits and ``logp``; no attention
+        or layer sites (the analyses that read them refuse a prompted model: ``supports``),
+        which is all the gradient methods read."""
+        if not len(out_ids):
+            raise ValueError("There is no output to feed the decoder: translate a sentence first.")
+        src = torch.tensor([list(src_ids)], device=self.device)  # (1, S)
+        tgt_in = torch.tensor([self.decoder_inputs(out_ids)], device=self.device)  # (1, T)
+        out = torch.tensor([list(out_ids)], device=self.device)  # (1, T)
+        with evaluating(self.model), torch.no_grad():
+            logits = self.run(src, tgt_in)  # (1, T, V)
+        none = {k: [] for k in ("encoder", "decoder_self", "cross")}
+        sides = {"encoder": [], "decoder": []}
+        masks = self.masks(src, tgt_in)
+        return Record(src, tgt_in, *masks, none, sides, dict(sides), src.new_zeros(0), logits, out)
 
     def logits_of(self, hidden, weight=None) -> torch.Tensor:
         head = self.model.get_output_embeddings()

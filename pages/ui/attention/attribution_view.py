@@ -74,7 +74,7 @@ DALE = (
 def attribution_section(page: SectionInputs) -> None:
     """The method picker, attention beside contributions, source shares, faithfulness."""
     state = page.state
-    method = pick_method(state)
+    method = pick_method(state, page.lm)
     choices = gradient_choices(method)  # the gradient methods' baseline, steps, aggregation
     layer, head = cross_choice(page.maps, state)
     shown = explained_or_error(page, method, layer, head, choices)
@@ -241,19 +241,26 @@ def explanation_csv(e: Explained) -> bytes:
     return table.to_csv(index=False, lineterminator="\r\n").encode("utf-8")
 
 
-def pick_method(state: ViewState) -> str:
-    """The method picker (widget ``atr_method``), kept in the view state and the URL."""
-    widget_default("atr_method", state.method, METHODS)
+def pick_method(state: ViewState, lm=None) -> str:
+    """The method picker (widget ``atr_method``), kept in the view state and the URL: the
+    methods that explain this model (the others named under it, with why)."""
+    usable = [m for m in METHODS if lm is None or method_problem(lm, m) is None] or list(METHODS)
+    if state.method not in usable:
+        state.method = usable[0]
+    widget_default("atr_method", state.method, usable)
     left, right = st.columns([1, 2], vertical_alignment="center")
     state.method = left.selectbox(
         "Attribution method",
-        METHODS,
+        usable,
         key="atr_method",
         format_func=lambda m: METHOD_NAMES[m],
         help="How each output token's log-probability is split over the source tokens and "
         "the translation's prefix the decoder had read. Every method's rows sum to 1.",
     )
     right.caption(md(f"{METHOD_NAMES[state.method]}: {METHOD_WORDS[state.method]}"))
+    if left_out := [m for m in METHODS if m not in usable]:
+        names = ", ".join(METHOD_NAMES[m] for m in left_out)
+        st.caption(md(f"Not offered for this model: {names}. {method_problem(lm, left_out[0])}"))
     return state.method
 
 
