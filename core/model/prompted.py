@@ -5,12 +5,13 @@
 greedily to the end of the line, and answers every question the interface asks in the
 encoder-decoder's terms: the "source" is the English span, the "decoder inputs" the last
 template id and the output before each step, and the three kinds of attention are the three
-blocks of each layer's one causal self-attention (``prompt.blocks``). The passes run the whole
-prompt, one row at a time (a prompt padded in its middle would move every later position),
-and cut what the interface returns from it: logits and the residual stream at the decoder
-inputs (``decoder``) or the source (``encoder``), the blocks of the weights. The tokens are
-the tokenizer's (``core.model.hugging_face``), as for ``HFModel``, whose token methods it
-shares.
+blocks of each layer's one causal self-attention (``prompt.blocks``). A batch runs whole
+sequences, each row's source left-padded (attention mask and positions skip the padding, so
+a row reads as it would alone and every row's decoder inputs sit at the last positions), and
+the interface's answers are cut from it: logits and the residual stream at the decoder inputs
+(``decoder``) or the source (``encoder``), the blocks of the weights; the hook sites are
+placed the same way (``lm_sites``). The tokens are the tokenizer's
+(``core.model.hugging_face``), as for ``HFModel``, whose token methods it shares.
 
 What it does not do yet (``core.model.capabilities``: the sections that would need it say so
 in one line): a record with every attention site (the attribution methods that decompose the
@@ -95,7 +96,11 @@ class PromptedModel(HFModel):
         template = template or DEFAULT_TEMPLATE
         if problem := _template_problem(template):
             raise TranslationError(problem)
-        return self if template == self.template else dataclasses.replace(self, template=template)
+        if template == self.template:
+            return self
+        other = dataclasses.replace(self, template=template)
+        other.layout  # noqa: B018 - cut now: TranslationError for too little after {src}
+        return other
 
     @property
     def view_key(self) -> str:
@@ -132,8 +137,10 @@ class PromptedModel(HFModel):
 
     @cached_property
     def eos_id(self) -> int:
-        ids = self.tokenizer("\n", add_special_tokens=False)["input_ids"]
-        return int(ids[-1]) if len(ids) == 1 else int(self.tokenizer.eos_token_id)
+        """The new line as it follows a word (what ends a translation), else the end of text."""
+        last = self.tokenizer("a\n", add_special_tokens=False)["input_ids"][-1]
+        ends_line = "\n" in self.tokenizer.decode([last])
+        return int(last if ends_line else self.tokenizer.eos_token_id)
 
     @property
     def pad_id(self) -> int:
@@ -262,7 +269,7 @@ class PromptedModel(HFModel):
     def translate(self, sentence: str, settings: DecodeSettings) -> Translation:
         lm = self.with_prompt(settings.prompt) if settings.prompt else self
         src = lm.source(sentence).ids
-        out, passed = lm._decode_with_maps(lm.layout.prompt(src), settings.max_len)
+        out, passed = lm._decode_with_maps(src, settings.max_len)
         ended = out and out[-1] in lm.ends
         notes = [] if ended else [f"Stopped at {len(out)} tokens before the line ended."]
         if settings.beam_size > 1:
@@ -270,35 +277,39 @@ class PromptedModel(HFModel):
         return lm._translation(src, out, settings.topk, notes, passed=passed)
 
     @torch.no_grad()
-    def _decode_with_maps(self, prompt: list[int], max_len: int):
-        """Greedy ids after ``prompt`` (through the first that ends the line) with what the
-        decoding computed on the way: (ids, (logits (T, V), weights (L, H, N, N))), N the
-        prompt and the output but its last; no second pass (equal to one: tested)."""
+    def _decode_with_maps(self, src: list[int], max_len: int):
+        """Greedy ids after the prompt of ``src`` (through the first that ends the line) with
+        what decoding computed on the way: (ids, (logits (T, V), {kind: (L, H, ., .)})), the
+        blocks kept from each step's row (no second pass; equal to one: tested). Only the
+        source's rows and the decoder inputs' are kept, never the whole N × N."""
+        prompt = self.layout.prompt(src)
         P, room = len(prompt), max(min(max_len, self.cfg.max_positions - len(prompt)), 1)
-        L, H = self.cfg.num_decoder_layers, self.cfg.num_heads
-        weights = torch.zeros(L, H, P + room, P + room, device=self.device)
-        x, cache, out, logits = torch.tensor([prompt], device=self.device), None, [], []
+        x, cache, out, logits, rows = torch.tensor([prompt], device=self.device), None, [], [], []
         with evaluating(self.model):
             for step in range(room):
-                o = self.model(
-                    input_ids=x,
-                    cache=cache,
-                    use_cache=True,
-                    output_attentions=True,
-                    logits_to_keep=1,
-                )
-                rows = torch.stack(o.attentions)[:, 0]  # (L, H, new, keys kept)
-                at = 0 if step == 0 else P + step - 1  # the first new row's position
-                end = at + rows.size(2)  # the keys kept are the last ones (a sliding window)
-                weights[:, :, at:end, end - rows.size(3) : end] = rows
+                o = self.model(input_ids=x, cache=cache, use_cache=True, output_attentions=True,
+                               logits_to_keep=1)  # fmt: skip
+                new = torch.stack(o.attentions)[:, 0, :, -1]  # (L, H, keys kept): the last row
+                if step == 0:
+                    first = torch.stack(o.attentions)[:, 0]  # (L, H, P, P): the prompt's rows
+                full = new.new_zeros(*new.shape[:2], P + step)  # a sliding window's keys last
+                full[..., P + step - new.size(-1) :] = new
+                rows.append(full)
                 cache, nxt = o.cache, int(o.logits[0, -1].argmax())
                 out.append(nxt)
                 logits.append(o.logits[0, -1])
                 if nxt in self.ends:
                     break
                 x = torch.tensor([[nxt]], device=self.device)
-        N = P + len(out) - 1
-        return out, (torch.stack(logits), weights[:, :, :N, :N])
+        source, steps = self.layout.spans(len(src), len(out))
+        N = steps.stop
+        decoder = torch.stack([nn.functional.pad(r, [0, N - r.size(-1)]) for r in rows], dim=2)
+        kinds = {  # (L, H, T, N): the decoder inputs' rows
+            "encoder": first[..., source, source],
+            "decoder_self": decoder[..., steps],
+            "cross": decoder[..., source],
+        }
+        return out, (torch.stack(logits), kinds)
 
     def force(self, sentence: str, target: str, settings: DecodeSettings) -> Translation:
         if not (target or "").strip():
@@ -311,17 +322,19 @@ class PromptedModel(HFModel):
     @torch.no_grad()
     def _translation(self, src, out_ids, topk, notes, forced=False, passed=None) -> Translation:
         """The Translation of ``out_ids`` after ``src``: its three blocks, of what decoding
-        computed (``passed``: logits (T, V) and weights (L, H, N, N)) or of one pass."""
+        computed (``passed``: logits (T, V) and {kind: block}) or of one pass."""
         if not out_ids:
             raise TranslationError("The model wrote nothing: try another prompt template.")
         tgt_in = self.decoder_inputs(out_ids)
         if passed is None:
             p = self._pass(torch.tensor([src], device=self.device),
                            torch.tensor([tgt_in], device=self.device), weights=True)  # fmt: skip
-            passed = (p.logits[0], p.attentions[:, 0])
+            passed = (
+                p.logits[0],
+                blocks(p.attentions[:, 0], *self.layout.spans(len(src), len(tgt_in))),
+            )
         logp = passed[0].float().log_softmax(-1)  # (T, V)
-        spans = self.layout.spans(len(src), len(tgt_in))
-        kinds = blocks(passed[1], *spans)  # (L, H, ., .) each
+        kinds = passed[1]  # (L, H, ., .) each
         chosen = torch.tensor(out_ids, device=logp.device)
         token_logp = logp.gather(-1, chosen[:, None])[:, 0]  # (T,)
         ranks = (logp > token_logp[:, None]).sum(-1) + 1  # (T,)
