@@ -10,7 +10,9 @@ interleaved repeats):
 - load: seconds to open the folder as the studio does (``core.model.opened.open_model``);
 - maps: one 64-token prompt, every layer's and head's map (``output_attentions``) against
   the same model's plain forward, and the ratio; and against the plain forward of the model
-  loaded with transformers' default attention (``sdpa``, which cannot return maps);
+  loaded with transformers' default attention (``sdpa``, which cannot return maps); both
+  sides project only the last position onto the vocabulary (``logits_to_keep=1``: the maps
+  need none of the logits);
 - translate: a prompted translation of 20 output tokens with every map (greedy decoding with
   a key/value cache, each step's maps kept as it runs) against the model's own greedy
   ``generate`` of 20 tokens (eager, and sdpa), and the ratios (random weights never end a
@@ -110,7 +112,9 @@ def measure(name: str, repeats: int, importance: int) -> dict:
         ids = torch.randint(3, len(lm.tokenizer), (1, PROMPT_TOKENS), generator=g)
         with torch.no_grad():
             maps, plain = median_pair(
-                lambda: lm.sequence_patterns(ids[0].tolist()), lambda: model(input_ids=ids), repeats
+                lambda: lm.sequence_patterns(ids[0].tolist()),
+                lambda: model(input_ids=ids, logits_to_keep=1),  # the same work: no logits
+                repeats,
             )
             sentence = "the boy is tall and the girl is small ."
             settings = DecodeSettings(max_len=OUTPUT_TOKENS)
@@ -121,7 +125,9 @@ def measure(name: str, repeats: int, importance: int) -> dict:
                 lambda: lm.translate(sentence, settings), lambda: generate(model, prompt), repeats
             )
             fast = sdpa(folder)
-            _, plain_sdpa = median_pair(lambda: None, lambda: fast(input_ids=ids), repeats)
+            _, plain_sdpa = median_pair(
+                lambda: None, lambda: fast(input_ids=ids, logits_to_keep=1), repeats
+            )
             _, own_sdpa = median_pair(lambda: None, lambda: generate(fast, prompt), repeats)
         row = {
             "model": name,
@@ -184,7 +190,7 @@ def page_run(folder: Path, repeats: int) -> dict:
     again = []
     for i in range(repeats):
         box = at.text_input(key="at_sentence")
-        box.set_value(f"the boy is tall and the girl is small {'.' * (i + 1)}")
+        box.set_value(f"the boy is tall and the girl is small {'.' * (i + 2)}")  # a new one
         again.append(seconds(box.run))
         assert not at.exception, [e.message for e in at.exception]
     status = Path("/proc/self/status").read_text().splitlines()
@@ -204,12 +210,14 @@ def head_importance(lm, folder: Path, sentences: int = 50) -> dict:
     seen = []
     start = time.perf_counter()
     result = importance_for(
-        lm, str(folder), sentences, progress=lambda f, what: seen.append((f, what)), refresh=True
+        lm, str(folder), sentences, progress=lambda f, what: seen.append((f, what))
     )
     return {
         "importance_sentences": sentences,
-        "importance_heads": len(result.rows),
-        "importance_s": round(time.perf_counter() - start, 1),
+        "importance_heads": len(result.heads),
+        "importance_s": round(result.seconds, 1),  # as computed (also when read from disk)
+        "importance_from_disk": result.cached,
+        "importance_call_s": round(time.perf_counter() - start, 1),
         "importance_progress_updates": len(seen),
         "importance_precision": result.precision,
     }

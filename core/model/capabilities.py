@@ -15,6 +15,11 @@ LANGUAGE_MODEL = "language model"  # a decoder-only model translating by a promp
 
 NOT_TRAINED_HERE = "A Hugging Face model was not trained here: it has no snapshots to replay."
 
+ATTENTION_SITES = (
+    "This method reads each attention's inputs and weights in a recorded pass; a prompted "
+    "language model's attention is read as three blocks of one, which these derivations do "
+    "not cover yet: use gradient × input or integrated gradients."
+)
 BY_FAMILY: dict[str, dict[str, str]] = {
     STUDIO: {
         "bfloat16": "The studio's own models are small: they are measured exactly, in float32.",
@@ -24,18 +29,12 @@ BY_FAMILY: dict[str, dict[str, str]] = {
         "supervision": "Supervision is compared between two of the studio's own checkpoints: "
         "a Hugging Face model was not trained here.",
     },
-}
-
-ATTENTION_SITES = (
-    "This method reads each attention's inputs and weights in a recorded pass; a prompted "
-    "language model's attention is read as three blocks of one, which these derivations do "
-    "not cover yet: use gradient × input or integrated gradients."
-)
-BY_FAMILY[LANGUAGE_MODEL] = {
-    "training": "A language model was not trained here: it has no snapshots to replay.",
-    "supervision": "Supervision is compared between two of the studio's own checkpoints: "
-    "a language model was not trained here.",
-    **dict.fromkeys(("attention", "rollout", "norm", "alti", "value-zeroing"), ATTENTION_SITES),
+    LANGUAGE_MODEL: {
+        "training": NOT_TRAINED_HERE,
+        "supervision": "Supervision is compared between two of the studio's own checkpoints: "
+        "a Hugging Face model was not trained here.",
+        **dict.fromkeys(("attention", "rollout", "norm", "alti", "value-zeroing"), ATTENTION_SITES),
+    },
 }
 
 T5_IG = (

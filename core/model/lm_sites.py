@@ -1,5 +1,5 @@
-"""Where a decoder-only language model keeps its parts: its layers, each layer's attention and
-projections, its final norm, its rotary embedding; the families of ``hf_folder.LM_TYPES``.
+"""Where a decoder-only language model keeps its parts (its layers, each layer's attention and
+output projection, its final norm) and its hook sites; the families of ``hf_folder.LM_TYPES``.
 
 GPT-2 keeps them in ``transformer.h[i].attn`` (one ``c_attn`` making q, k and v, ``c_proj``
 as W_o, learned positions ``wpe``, LayerNorm ``ln_f``); Llama, Qwen2 and Mistral in
