@@ -64,7 +64,9 @@ def test_every_attention_section_shows_the_model_or_says_why_not(lm_dirs, lm_loa
     elif section == "inside":  # the whole sequence; RoPE, grouped-query attention said
         assert "rotated by their positions" in texts(at) and "heads 0, 1 read the same" in texts(at)
         assert len(at.get("plotly_chart")) == 2
-        assert at.selectbox(key="at_query").options[0].startswith("0: <s>")
+        picker = at.selectbox(key="at_query")  # opens on the first output step, after ":"
+        assert picker.options[0].startswith("0: <s>")
+        assert picker.options[picker.value] == "12: ##:"  # the template's last token
     elif section == "attribution":  # the methods that explain it: gradient × input first
         assert at.selectbox(key="atr_method").options == [
             "Gradient × input",

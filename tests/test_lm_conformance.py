@@ -489,3 +489,31 @@ def test_gradient_methods_explain_the_source_and_the_prefix(lm):
         assert np.allclose(w.sum(-1), 1.0, atol=1e-5) and (w >= 0).all()
         assert np.all(np.triu(w[:, S:], 1) == 0)  # no step reads a later token
     assert a.completeness is not None and abs(a.completeness) < 0.05
+
+
+def test_one_threads_hooks_and_states_leave_another_thread_alone(lm):
+    import threading
+
+    src = torch.tensor([lm.source(SOURCE).ids])
+    tgt_in = torch.tensor([lm.decoder_inputs(lm.target_ids(TARGET))])
+    with torch.no_grad():
+        plain, hidden = lm.run(src, tgt_in), lm.hidden(src, tgt_in)
+    seen, inside, release = {}, threading.Event(), threading.Event()
+
+    def remover():
+        with torch.no_grad(), lm.heads_removed([("decoder_self", 1, h) for h in range(4)]):
+            seen["removed"] = lm.hidden(src, tgt_in)  # its own last-layer state kept
+            inside.set()
+            release.wait(10)
+            seen["removed again"] = lm.hidden(src, tgt_in)
+
+    thread = threading.Thread(target=remover)
+    thread.start()
+    inside.wait(10)
+    with torch.no_grad():  # while the other thread has every head of layer 1 removed
+        seen["other"], seen["other hidden"] = lm.run(src, tgt_in), lm.hidden(src, tgt_in)
+    release.set()
+    thread.join()
+    assert torch.equal(seen["other"], plain) and torch.equal(seen["other hidden"], hidden)
+    assert not torch.allclose(seen["removed"], hidden, atol=1e-4)
+    assert torch.equal(seen["removed again"], seen["removed"])

@@ -62,25 +62,31 @@ def final_norm(model: nn.Module) -> nn.Module:
     return norm
 
 
+_kept = threading.local()  # this thread's LastOutput, while one is open
+
+
 class LastOutput:
     """The last layer's output (before the final norm) of the pass this thread runs inside the
-    block, by a forward hook removed when it ends (another thread's passes are not kept):
-    ``output`` is (B, N, D)."""
+    block: ``output`` (B, N, D). A permanent hook on the last layer (``hook_points``) keeps it
+    for the thread that asked; no hook is added or removed while other threads run the model."""
 
     def __init__(self, model: nn.Module):
-        self.layer, self.output, self.handle = layers_of(model)[-1], None, None
-        self.thread = threading.get_ident()
+        hook_points(model)  # the permanent hooks, installed once
+        self.output = None
 
     def __enter__(self) -> LastOutput:
-        self.handle = self.layer.register_forward_hook(self._keep)
+        _kept.value = self
         return self
 
-    def _keep(self, module, args, output) -> None:
-        if threading.get_ident() == self.thread:
-            self.output = output if isinstance(output, torch.Tensor) else output[0]
-
     def __exit__(self, *exc) -> None:
-        self.handle.remove()
+        _kept.value = None
+
+
+def _keep_last(module, args, output) -> None:
+    """The last layer's forward hook: its output, for this thread's open LastOutput."""
+    kept = getattr(_kept, "value", None)
+    if kept is not None:
+        kept.output = output if isinstance(output, torch.Tensor) else output[0]
 
 
 def output_projection(attention: nn.Module) -> nn.Module:
@@ -168,4 +174,5 @@ def hook_points(model: nn.Module) -> dict[str, HookPoint]:
         w_o.register_forward_pre_hook(heads_site(name, heads, before=True))
         _placed_pair(points, layer, f"{i}.out")
     _placed_pair(points, model.get_input_embeddings(), "embed")
+    layers_of(model)[-1].register_forward_hook(_keep_last)
     return points

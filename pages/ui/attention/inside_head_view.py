@@ -56,6 +56,8 @@ def sequence_view(page: SectionInputs, head: int) -> None:
     state, t = page.state, page.translation
     try:
         first = cached.sequence_query_key(page.lm, t, page.key, state.layer, head, 0)
+        if state.query == 0 and "at_query" not in st.session_state:  # the first output step
+            state.query = len(first.query_tokens) - len(t.out_ids)  # reads ":", writes a word
         query = query_picker(first.query_tokens, state)
         v = cached.sequence_query_key(page.lm, t, page.key, state.layer, head, query)
     except InsideHeadError as e:
