@@ -58,6 +58,9 @@ def test_every_attention_section_shows_the_model_or_says_why_not(lm_dirs, lm_loa
     elif section == "maps":
         assert "one causal attention per layer" in texts(at) and at.get("plotly_chart")
         assert "What each head does" in texts(at) and "induction" in texts(at)
+        assert at.toggle(key="at_hide").label == "Hide ⏎"  # the line end that ends the sentence
+        at.toggle(key="at_hide").set_value(True).run()
+        assert_clean(at)
     elif section == "alignment":
         assert "Links" in texts(at) and at.get("plotly_chart")
         assert "readers scored on" in texts(at)

@@ -12,7 +12,8 @@ KINDS = ("encoder", "decoder_self", "cross")
 SEQUENCE = "sequence"  # not a kind: a decoder-only model's whole sequence, for its axes' words
 
 BOUNDARY_TOKENS = (  # the studio's <bos>/<eos>; a Hugging Face model's <s>, </s> and the
-    *("<bos>", "<eos>", "<s>", "</s>", "<pad>"),  # <pad> Marian and T5 start decoding from
+    *("<bos>", "<eos>", "<s>", "</s>", "<pad>"),  # <pad> Marian and T5 start decoding from;
+    "⏎",  # the new line that ends a prompted language model's sentence (core.model.prompted)
 )
 
 KIND_NAMES = {  # short names, for pickers, legends and head labels ("Cross L1 H2")

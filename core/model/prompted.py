@@ -46,6 +46,7 @@ from core.model.record import Record
 from core.model.transformer import AttentionMaps, evaluating
 
 NEWLINE, TAB = "Ċ", "ĉ"  # byte-level BPE's characters for "\n" and "\t" (GPT-2's byte map)
+LINE_END = "⏎"  # a new line as shown (a boundary token: core.attention.kinds)
 NO_RECORD = (
     "A prompted language model gives its attention maps, its residual stream and its outputs; "
     "a record of every site (queries, keys, each sub-layer) is not built for it yet."
@@ -208,8 +209,8 @@ class PromptedModel(HFModel):
     def target_tokens(self, ids: Sequence[int]) -> list[str]:
         """Shown tokens (``hf.shown_tokens``), a byte-level new line or tab drawn as ⏎ or ⇥:
         the template's line ends are tokens of their own here."""
-        shown = hf.shown_tokens(self, ids)
-        return [t.replace(NEWLINE, "⏎").replace(TAB, "⇥") for t in shown]
+        shown = (t.replace(NEWLINE, LINE_END).replace(TAB, "⇥") for t in hf.shown_tokens(self, ids))
+        return [LINE_END if t == "##" + LINE_END else t for t in shown]  # a line end stands alone
 
     def target_words(self, ids: Sequence[int]) -> list[str]:
         return hf.words_of(self, self._cut(ids))
