@@ -83,7 +83,7 @@ def method_flags(args, lm) -> None:
 
 def run(args) -> list[str]:
     """The lines to print (every pass with the whole target visible, with --whole-target)."""
-    lm = open_model(args.checkpoint, hub=True, prompt=args.prompt)
+    lm = open_model(args.checkpoint, hub=True, prompt=args.prompt, section="alignment")
     with lm.whole_target() if args.whole_target else contextlib.nullcontext():
         return lines(args, lm)
 

@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> list[str]:
     """BLEU, loss and speed of the checkpoint on the split, as one JSON object."""
-    lm = open_model(args.checkpoint, hub=True, prompt=args.prompt)
+    lm = open_model(args.checkpoint, hub=True, prompt=args.prompt, section="evaluate")
     cfg = data_config_of(lm.meta)  # the default settings for a model not trained here
     if args.data:
         cfg.source = args.data

@@ -80,7 +80,7 @@ def run(args) -> list[str]:
     if args.logit_lens or args.head_roles:
         rows = logit_lens(lm, t, args.top).rows() if args.logit_lens else head_roles(lm, t).rows()
         return [json.dumps(row, ensure_ascii=False) for row in rows]
-    if lm.reads_prompt:  # one sequence: --query counts the prompt's tokens and the output's
+    if lm.one_sequence:  # --query counts the whole sequence's tokens (a prompt's and output's)
         v = sequence_query_key(lm, t, args.layer, args.head, args.query)
     else:
         v = query_key_view(lm, t, args.kind, args.layer, args.head, args.query)

@@ -26,14 +26,6 @@ from pages.ui.view_widgets import (
     write_url,
 )
 
-PROMPT_BLOCKS = (
-    "A decoder-only model has one causal attention per layer. Read as an encoder-decoder: "
-    "**encoder** = the sentence's tokens over the sentence (causal: the upper triangle is 0), "
-    "**decoder self** = the output's steps over the output, **cross** = the output's steps "
-    "over the sentence. A row need not sum to 1: the rest of its weight is on the template's "
-    "other tokens (often the first one)."
-)
-
 
 def main() -> None:
     """Build the page."""
@@ -74,8 +66,8 @@ def main() -> None:
         st.markdown(f"**Translation ({mode}):** {md(t.text) or '(empty)'}")
     for w in t.warnings:
         st.warning(md(w))
-    if lm.reads_prompt:
-        st.caption(PROMPT_BLOCKS)
+    if lm.kinds_words:
+        st.caption(lm.kinds_words)
     link("translate.py", "Change decoding on the Translate page", state.to_query(TRANSLATE_KEYS))
     clamp_view(state, pieces)
     open_on_best_reader(entry, lm, state)

@@ -201,7 +201,10 @@ def main() -> None:
             show_translation(t, state, lm.pieces_name)
             if state.target:
                 show_target(lm, entry, t, state)
-        d2l_section(lm, entry, settings)
+        if problem := lm.supports("d2l"):
+            st.caption(md(problem))
+        else:
+            d2l_section(lm, entry, settings)
         write_url(state, TRANSLATE_KEYS)
     footer()
 

@@ -292,13 +292,14 @@ def hf_models(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="session")
 def lm_models(tmp_path_factory) -> dict:
-    """{family: folder} of tiny random decoder-only models (tests/lm_tiny.py), built offline
-    once per session."""
+    """{family: folder} of tiny random decoder-only models and masked language models
+    (tests/lm_tiny.py), built offline once per session."""
     os.environ["HF_HUB_OFFLINE"] = "1"
-    from tests.lm_tiny import LM_FAMILIES, save_tiny_lm
+    from tests.lm_tiny import ENCODER_FAMILIES, LM_FAMILIES, save_tiny_encoder, save_tiny_lm
 
     root = tmp_path_factory.mktemp("lm")
-    return {family: save_tiny_lm(root / family, family) for family in LM_FAMILIES}
+    folders = {family: save_tiny_lm(root / family, family) for family in LM_FAMILIES}
+    return folders | {f: save_tiny_encoder(root / f, f) for f in ENCODER_FAMILIES}
 
 
 @pytest.fixture(scope="session")

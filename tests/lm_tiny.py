@@ -125,3 +125,98 @@ def save_tiny_lm(folder, family: str = "llama", seed: int = 0) -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+ENCODER_FAMILIES = ("bert", "roberta")
+ENCODER_REAL_FLAGS = {  # as their real hub checkpoints ship them (config.json)
+    "bert": {  # google-bert/bert-base-uncased: post-LN, LayerNorm 1e-12, gelu, absolute
+        # learned positions, two token types, the MLM decoder tied to the embeddings
+        "hidden_act": "gelu",
+        "layer_norm_eps": 1e-12,
+        "position_embedding_type": "absolute",
+        "type_vocab_size": 2,
+        "tie_word_embeddings": True,
+    },
+    "roberta": {  # FacebookAI/roberta-base: LayerNorm 1e-5, one token type, positions
+        # offset past the padding id (max_position_embeddings 514 = 512 + 2)
+        "hidden_act": "gelu",
+        "layer_norm_eps": 1e-5,
+        "type_vocab_size": 1,
+        "tie_word_embeddings": True,
+    },
+}
+
+
+def wordpiece_tokenizer():
+    """A WordPiece fast tokenizer (BERT's scheme: [CLS] … [SEP], [MASK]), trained here."""
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tk = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tk.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tk.decoder = decoders.WordPiece()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=200, special_tokens=specials, show_progress=False
+    )
+    tk.train_from_iterator(training_lines(), trainer)
+    tk.post_processor = processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+        sep_token="[SEP]", mask_token="[MASK]",
+    )  # fmt: skip
+
+
+def roberta_tokenizer():
+    """A byte-level BPE fast tokenizer as RoBERTa's: <s> … </s>, <pad> 1, <mask>."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=320, special_tokens=specials, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )  # fmt: skip
+    tk.train_from_iterator(training_lines(), trainer)
+    tk.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk, bos_token="<s>", eos_token="</s>", cls_token="<s>",
+        sep_token="</s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>",
+    )  # fmt: skip
+
+
+def save_tiny_encoder(folder, family: str = "bert", seed: int = 0) -> Path:
+    """A tiny random BERT or RoBERTa masked LM with its tokenizer, saved into ``folder``."""
+    from transformers import AutoModelForMaskedLM, BertConfig, RobertaConfig
+
+    tokenizer = wordpiece_tokenizer() if family == "bert" else roberta_tokenizer()
+    sizes = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "intermediate_size": 64, "vocab_size": len(tokenizer)}  # fmt: skip
+    if family == "bert":
+        config = BertConfig(**sizes, max_position_embeddings=128, pad_token_id=0,
+                            **ENCODER_REAL_FLAGS["bert"])  # fmt: skip
+    else:
+        ids = {"pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2}
+        config = RobertaConfig(**sizes, max_position_embeddings=130, **ids,
+                               **ENCODER_REAL_FLAGS["roberta"])  # fmt: skip
+    torch.manual_seed(seed)
+    model = AutoModelForMaskedLM.from_config(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    folder = Path(folder)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

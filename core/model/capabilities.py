@@ -12,6 +12,7 @@ from __future__ import annotations
 STUDIO = "studio"
 HUGGING_FACE = "hugging face"
 LANGUAGE_MODEL = "language model"  # a decoder-only model translating by a prompt
+MASKED_LM = "masked language model"  # an encoder-only model filling [MASK] tokens
 
 NOT_TRAINED_HERE = "A Hugging Face model was not trained here: it has no snapshots to replay."
 
@@ -34,6 +35,28 @@ BY_FAMILY: dict[str, dict[str, str]] = {
         "supervision": "Supervision is compared between two of the studio's own checkpoints: "
         "a Hugging Face model was not trained here.",
         **dict.fromkeys(("attention", "rollout", "norm", "alti", "value-zeroing"), ATTENTION_SITES),
+    },
+}
+
+NO_TRANSLATION = (
+    "A masked language model (BERT, RoBERTa) fills [MASK] tokens of one sentence; it does not "
+    "translate, so {what} (which compares a source with its translation) does not apply."
+)
+BY_FAMILY[MASKED_LM] = {
+    "training": NOT_TRAINED_HERE,
+    "supervision": NOT_TRAINED_HERE,
+    **{
+        what: NO_TRANSLATION.format(what=words)
+        for what, words in (
+            ("alignment", "alignment"),
+            ("attribution", "attribution"),
+            ("patch", "patching"),
+            ("project", "the projector of validation translations"),
+            ("ablation", "removing heads and their BLEU"),
+            ("compare", "comparing two models' translations"),
+            ("d2l", "the d2l chapter's BLEU check"),
+            ("evaluate", "BLEU on a split"),
+        )
     },
 }
 

@@ -16,7 +16,7 @@ import struct
 from pathlib import Path
 
 from core.corpus.source import file_sha1
-from core.model.capabilities import LANGUAGE_MODEL
+from core.model.capabilities import LANGUAGE_MODEL, MASKED_LM
 from core.model.config import ModelConfig
 from core.places import shown_path
 
@@ -26,6 +26,10 @@ LM_TYPES = {  # the decoder-only families whose modules the studio knows -> how 
     "llama": "rope",
     "qwen2": "rope",
     "mistral": "rope",
+}
+ENCODER_TYPES = {  # the encoder-only families whose modules the studio knows -> positions
+    "bert": "learned positions",
+    "roberta": "learned positions",
 }
 CONFIG = "config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "source.spm", "spiece.model")
@@ -100,6 +104,16 @@ def is_language_model(config: dict) -> bool:
     return not config.get("is_encoder_decoder") and (causal or config.get("model_type") in LM_TYPES)
 
 
+def is_masked_lm(config: dict) -> bool:
+    """Whether a config describes an encoder-only masked language model (``...ForMaskedLM``,
+    or a BERT / RoBERTa)."""
+    names = [str(a) for a in config.get("architectures") or []]
+    masked = any(a.endswith("ForMaskedLM") for a in names)
+    return not config.get("is_encoder_decoder") and (
+        masked or config.get("model_type") in ENCODER_TYPES
+    )
+
+
 def lm_config(config: dict) -> ModelConfig:
     """A decoder-only config's sizes in the studio's terms: its one stack counted as both the
     encoder's and the decoder's layers (a prompted model's three kinds of attention are blocks
@@ -144,6 +158,13 @@ def check_encoder_decoder(config: dict) -> None:
             f"This {kind} needs its own code (auto_map); the studio never runs a model's "
             "remote code."
         )
+    if is_masked_lm(config) and not is_language_model(config):
+        if kind not in ENCODER_TYPES:
+            raise HFModelError(
+                f"The studio reads encoder-only models of the families {', '.join(ENCODER_TYPES)}; "
+                f"this is a {kind}."
+            )
+        return
     if is_language_model(config):
         if kind not in LM_TYPES:
             raise HFModelError(
@@ -153,8 +174,8 @@ def check_encoder_decoder(config: dict) -> None:
         return
     if not config.get("is_encoder_decoder"):
         raise HFModelError(
-            f"The studio reads encoder-decoder and decoder-only models; this {kind} is neither "
-            "(encoder-only models are not opened yet)."
+            f"The studio reads encoder-decoder, decoder-only and masked language models; this "
+            f"{kind} is none of them."
         )
 
 
@@ -235,6 +256,14 @@ def describe(folder) -> dict:
             f"{shown_path(folder)} has no tokenizer files (tokenizer.json or "
             "tokenizer_config.json): save the tokenizer beside the model."
         )
+    if is_masked_lm(config) and not is_language_model(config):
+        return {
+            "family": MASKED_LM,
+            "model_type": str(config.get("model_type")),
+            "parameters": safetensors_parameters(folder),
+            "model_config": vars(lm_config(config)),
+            "positions": ENCODER_TYPES[str(config.get("model_type"))],
+        }
     if is_language_model(config):
         return {
             "family": LANGUAGE_MODEL,
@@ -257,7 +286,7 @@ def size_label(info: dict) -> str:
     """E.g. 'marian · 74.6 M params · 512 wide · 6+6 layers · 8 heads · en→fr', or
     'llama · 134.52 M params · 576 wide · 30 layers · 9 heads (3 key/value heads) · rope'."""
     cfg = info.get("model_config") or {}
-    if info.get("family") == LANGUAGE_MODEL:
+    if info.get("family") in (LANGUAGE_MODEL, MASKED_LM):
         heads, kv = cfg.get("num_heads"), info.get("kv_heads")
         shared = f" ({kv} key/value heads)" if kv and kv != heads else ""
         window = f" · sliding window {info['sliding_window']}" if info.get("sliding_window") else ""

@@ -62,6 +62,8 @@ class TranslationModel(ABC):
     target_name: str  # the target language as a box names it ("French", "fr")
     example_sentence: str = "i'm home ."  # what the sentence box shows before a user types
     reads_prompt: bool = False  # a decoder-only model translating by a prompt template
+    one_sequence: bool = False  # one stack over one sequence (decoder-only, or encoder-only)
+    kinds_words: str = ""  # what its three kinds of attention are, where not an encoder-decoder's
 
     # ------------------------------------------------------------------ what it is
 
@@ -469,6 +471,10 @@ class TranslationModel(ABC):
         """(L, H, N, N) a decoder-only model's attention weights over ``ids`` (its own
         ``output_attentions``); ValueError for a model of two stacks."""
         raise ValueError("Only a decoder-only model reads its source and output as one sequence.")
+
+    def first_step(self, src_ids: Sequence[int], out_ids: Sequence[int]) -> int:
+        """Where the first decoder input sits in ``sequence_ids`` (a one-sequence model)."""
+        raise ValueError("Only a one-sequence model reads its source and output as one sequence.")
 
     def start_ids(self) -> list[int]:
         """The ids a decoder-only model reads before any text (its start token, or none)."""

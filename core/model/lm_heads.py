@@ -34,6 +34,9 @@ def _queries_keys(model: nn.Module, layer: nn.Module, x: torch.Tensor):
     attn = lm_sites.attention_of(layer)
     cfg = model.config
     heads = cfg.num_attention_heads  # GPT-2's config maps it to n_head
+    if hasattr(attn, "query"):  # BERT, RoBERTa: post-LN, the layer's input read as it is
+        kv = heads
+        return _split(attn.query(x), heads), _split(attn.key(x), kv), float(attn.scaling)
     if hasattr(attn, "c_attn"):  # GPT-2: one projection makes q, k and v
         h = layer.ln_1(x)
         q, k, _ = attn.c_attn(h).split(h.size(-1), dim=-1)  # 3 x (1, N, D)
@@ -55,17 +58,22 @@ def _rotated(model: nn.Module, q, k, x: torch.Tensor):
     return q_rot[0], k_rot[0], True
 
 
-def sequence_heads(model: nn.Module, ids: list[int], layer_index: int) -> SequenceHeads:
-    """One layer of ``model`` over ``ids``: every head's q and k and the model's own weights."""
+def sequence_heads(
+    model: nn.Module, ids: list[int], layer_index: int, causal: bool = True
+) -> SequenceHeads:
+    """One layer of ``model`` over ``ids``: every head's q and k and the model's own weights
+    (``causal``: a decoder's mask; an encoder's query sees every token)."""
     x = torch.tensor([ids], device=next(model.parameters()).device)  # (1, N)
     with torch.no_grad():
-        o = model(input_ids=x, output_attentions=True, output_hidden_states=True, logits_to_keep=1)
+        extra = {"logits_to_keep": 1} if causal else {}  # a masked LM projects every token
+        o = model(input_ids=x, output_attentions=True, output_hidden_states=True, **extra)
         stream = o.hidden_states[layer_index]  # (1, N, D): the layer's input
         layer = lm_sites.layers_of(model)[layer_index]
         q, k, scale = _queries_keys(model, layer, stream)
         q_rot, k_rot, rotary = _rotated(model, q, k, stream)
     N = len(ids)
-    mask = torch.ones(N, N, dtype=torch.bool, device=x.device).tril()  # (N, N)
+    mask = torch.ones(N, N, dtype=torch.bool, device=x.device)  # (N, N)
+    mask = mask.tril() if causal else mask
     window = getattr(model.config, "sliding_window", None)
     window = window if window and getattr(model.config, "use_sliding_window", True) else None
     if window:

@@ -1,4 +1,5 @@
-"""Open a decoder-only model folder (``save_pretrained`` layout) as a ``PromptedModel``: the
+"""Open a decoder-only model folder (``save_pretrained`` layout) as a ``PromptedModel``, a
+masked language model's (BERT, RoBERTa) as a ``MaskedModel``: the
 rules of every Hugging Face folder (safetensors only, no remote code, every parameter in the
 files) and the server's memory limit counted in the dtype it will hold.
 
@@ -14,21 +15,24 @@ from pathlib import Path
 import torch
 
 from core.model import hugging_face as hf
+from core.model.capabilities import MASKED_LM
 from core.model.hf_folder import HFModelError, describe, lm_config
 from core.model.hf_model import check_complete
+from core.model.masked import MaskedModel
 from core.model.prompted import PromptedModel
 from core.places import shown_path
 
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of a CPU computing bf16
 
 
-def config_parameters(folder: Path) -> int:
-    """Parameters of the model its config describes, counted on the meta device."""
+def config_parameters(folder: Path, auto=None) -> int:
+    """Parameters of the model its config describes, counted on the meta device (``auto``:
+    the Auto class that builds it, a causal LM's by default)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(folder, local_files_only=True)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        model = (auto or AutoModelForCausalLM).from_config(config)
     return sum(p.numel() for p in model.parameters())
 
 
@@ -70,20 +74,24 @@ def end_ids(tokenizer) -> frozenset:
     return frozenset(ends)
 
 
-def load(folder, device: str | torch.device = "cpu", max_bytes: int | None = None) -> PromptedModel:
-    """A decoder-only model folder as a PromptedModel (eager attention, eval mode)."""
+def load(folder, device: str | torch.device = "cpu", max_bytes: int | None = None):
+    """A decoder-only model folder as a PromptedModel, a masked language model's as a
+    MaskedModel (eager attention, eval mode)."""
     folder = Path(folder)
     info = describe(folder)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
+
+    masked = info["family"] == MASKED_LM
+    auto = AutoModelForMaskedLM if masked else AutoModelForCausalLM
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
-        count = max(config_parameters(folder), int(info["parameters"]))
+        count = max(config_parameters(folder, auto), int(info["parameters"]))
         dtype = held_dtype(count, max_bytes, device)
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        model, loading = AutoModelForCausalLM.from_pretrained(
+        model, loading = auto.from_pretrained(
             folder,
             attn_implementation="eager",
             local_files_only=True,
@@ -101,4 +109,8 @@ def load(folder, device: str | torch.device = "cpu", max_bytes: int | None = Non
     info["pieces"] = hf.tokenizer_algorithm(tokenizer)
     info["dtype"] = str(dtype).removeprefix("torch.")
     cfg = lm_config(model.config.to_dict())
+    if masked:
+        if tokenizer.mask_token_id is None:
+            raise HFModelError(f"{shown_path(folder)}'s tokenizer has no mask token to fill.")
+        return MaskedModel(model, tokenizer, cfg, info)
     return PromptedModel(model, tokenizer, cfg, info, ends=end_ids(tokenizer))

@@ -40,14 +40,18 @@ def layers_of(model: nn.Module) -> Sequence[nn.Module]:
     stack = base(model)
     layers = getattr(stack, "layers", None)
     layers = layers if layers is not None else getattr(stack, "h", None)
+    encoder = getattr(stack, "encoder", None)  # BERT, RoBERTa: encoder.layer
+    layers = layers if layers is not None or encoder is None else getattr(encoder, "layer", None)
     if layers is None:
         raise HFModelError(f"The studio does not know where a {type(stack).__name__}'s layers are.")
     return layers
 
 
 def attention_of(layer: nn.Module) -> nn.Module:
-    """A layer's self-attention module."""
+    """A layer's self-attention module (BERT's: ``attention.self``)."""
     module = getattr(layer, "self_attn", None) or getattr(layer, "attn", None)
+    bert = getattr(layer, "attention", None)
+    module = module or (getattr(bert, "self", None) if bert is not None else None)
     if module is None:
         raise HFModelError(f"The studio does not know where a {type(layer).__name__}'s heads are.")
     return module

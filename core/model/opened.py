@@ -13,7 +13,7 @@ from pathlib import Path
 
 from core.corpus.source import file_sha1
 from core.model import hf_folder, hf_model, lm_loading
-from core.model.capabilities import HUGGING_FACE, LANGUAGE_MODEL, STUDIO
+from core.model.capabilities import HUGGING_FACE, LANGUAGE_MODEL, MASKED_LM, STUDIO
 from core.model.checkpoints import CheckpointError, read_metadata
 from core.model.decode import TranslationError
 from core.model.interface import TranslationModel
@@ -61,7 +61,8 @@ def _opened(spec: str, device, max_bytes: int | None, hub: bool) -> TranslationM
     if hf_folder.is_model_folder(spec) or looks_like_hub:
         try:
             folder = hf_folder.resolve(spec)
-            if hf_folder.is_language_model(hf_folder.read_config(folder)):
+            config = hf_folder.read_config(folder)
+            if hf_folder.is_language_model(config) or hf_folder.is_masked_lm(config):
                 return lm_loading.load(folder, device, max_bytes)
             return hf_model.load(folder, device, max_bytes)
         except hf_folder.HFModelError as e:
@@ -86,10 +87,12 @@ def family_of(path) -> str:
     if not hf_folder.is_model_folder(path):
         return STUDIO
     try:
-        causal = hf_folder.is_language_model(hf_folder.read_config(path))
+        config = hf_folder.read_config(path)
     except hf_folder.HFModelError:
-        causal = False
-    return LANGUAGE_MODEL if causal else HUGGING_FACE
+        return HUGGING_FACE
+    if hf_folder.is_language_model(config):
+        return LANGUAGE_MODEL
+    return MASKED_LM if hf_folder.is_masked_lm(config) else HUGGING_FACE
 
 
 def parameters_of(path) -> int:

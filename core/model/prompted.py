@@ -88,6 +88,14 @@ class PromptedModel(HFModel):
     ends: frozenset = field(default_factory=frozenset)  # ids that end the line (and the text)
     family = LANGUAGE_MODEL
     reads_prompt = True
+    one_sequence = True
+    kinds_words = (
+        "A decoder-only model has one causal attention per layer. Read as an encoder-decoder: "
+        "**encoder** = the sentence's tokens over the sentence (causal: the upper triangle is "
+        "0), **decoder self** = the output's steps over the output, **cross** = the output's "
+        "steps over the sentence. A row need not sum to 1: the rest of its weight is on the "
+        "template's other tokens (often the first one)."
+    )
 
     # ------------------------------------------------------------------ what it is
 
@@ -504,6 +512,9 @@ class PromptedModel(HFModel):
 
     def start_ids(self) -> list[int]:
         return self.tokenizer("")["input_ids"]
+
+    def first_step(self, src_ids, out_ids) -> int:
+        return len(self.sequence_ids(src_ids, out_ids)) - len(out_ids)
 
     def attention_weights(self, kind: str, layer: int) -> AttentionWeights:
         raise ValueError(NO_RECORD)

@@ -33,7 +33,7 @@ import torch
 
 from core.corpus.text import tokenize
 from core.model import opened
-from core.model.capabilities import HUGGING_FACE, LANGUAGE_MODEL, STUDIO
+from core.model.capabilities import HUGGING_FACE, LANGUAGE_MODEL, MASKED_LM, STUDIO
 from core.model.checkpoints import CheckpointError
 from core.model.decode import MAX_LEN, source_len
 from core.training.settings import GROUPS, field_default
@@ -353,6 +353,7 @@ OPEN_BYTES = {  # what the server opens
     STUDIO: MODEL_BYTES,
     HUGGING_FACE: HF_MODEL_BYTES,
     LANGUAGE_MODEL: HF_MODEL_BYTES,
+    MASKED_LM: HF_MODEL_BYTES,
 }
 
 
@@ -382,7 +383,7 @@ def open_problem(path) -> str | None:
     except (CheckpointError, TypeError, ValueError, RuntimeError):
         return None
     family = opened.family_of(path)
-    if family == LANGUAGE_MODEL:  # held in bfloat16 where only that fits and the CPU runs it
+    if family in (LANGUAGE_MODEL, MASKED_LM):  # bfloat16 where only that fits, natively
         try:
             opened.held_dtype(count, OPEN_BYTES[family], "cpu")
         except opened.HFModelError as e:

@@ -215,6 +215,8 @@ def open_on_best_reader(entry, lm, state: ViewState) -> None:
     section = st.session_state.get("at_section") or state.section  # the picker's new value
     if not st.session_state.pop(OPEN_BEST, False) or section != "alignment":
         return
+    if lm.supports("alignment"):  # said by the section itself
+        return
     try:
         gold = shipped_gold()
         key = gold.key + lm.view_key

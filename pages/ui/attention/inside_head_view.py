@@ -22,7 +22,7 @@ def inside_head_section(page: SectionInputs) -> None:
     """The q·k view of the chosen head and query, then the lines view of the layer."""
     state, pieces = page.state, page.pieces
     head = head_number(state)
-    if page.lm.reads_prompt:
+    if page.lm.one_sequence:
         sequence_view(page, head)
         return
     queries, _ = pieces.tokens(state.kind)
@@ -57,7 +57,7 @@ def sequence_view(page: SectionInputs, head: int) -> None:
     try:
         first = cached.sequence_query_key(page.lm, t, page.key, state.layer, head, 0)
         if state.query == 0 and "at_query" not in st.session_state:  # the first output step
-            state.query = len(first.query_tokens) - len(t.out_ids)  # reads ":", writes a word
+            state.query = page.lm.first_step(t.src_ids, t.out_ids)  # a prompt's ":", a mask
         query = query_picker(first.query_tokens, state)
         v = cached.sequence_query_key(page.lm, t, page.key, state.layer, head, query)
     except InsideHeadError as e:

@@ -58,7 +58,7 @@ def maps_section(page: SectionInputs) -> None:
         )
     overview(page, pick)
     head_statistics(table, state, page.lm.meta)
-    if page.lm.reads_prompt:
+    if page.lm.one_sequence:
         roles_panel(page)
 
 

@@ -1,0 +1,239 @@
+"""An encoder-only masked language model (BERT, RoBERTa) behind the one interface
+(``core.model.interface``): it fills the sentence's mask tokens.
+
+``MaskedModel`` reads a sentence (its tokenizer's ``[CLS] … [SEP]``, ``<s> … </s>``) and
+writes, at each mask token (``[MASK]``, ``<mask>``), its most likely token: that is its
+"translation", with the candidates of each mask; a sentence without a mask is predicted at
+every token, each read unmasked. Its one bidirectional self-attention is the *encoder* kind;
+the rows of the predicted positions are shown as the other two kinds, as blocks of it (*cross*:
+over the whole sentence; *decoder self*: over the predicted positions). One forward gives
+every figure; what needs a translation (alignment, attribution, patching, removing heads by
+BLEU) says so in one line (``core.model.capabilities``).
+
+Shape key: S sentence tokens, T predicted positions, L layers, H heads, D width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from core.model import hugging_face as hf
+from core.model import lm_heads
+from core.model.capabilities import MASKED_LM
+from core.model.decode import DecodeSettings, Translation, TranslationError
+from core.model.hf_model import HFModel
+from core.model.hooks import HookPoint
+from core.model.parts import AttentionWeights, SequenceHeads, Source, SublayerNorm
+from core.model.record import Record
+from core.model.transformer import AttentionMaps, evaluating
+
+NOT_HERE = "A masked language model fills mask tokens; it has no {what}."
+
+
+@dataclass
+class MaskedModel(HFModel):
+    """A BERT-like model and its tokenizer, filling mask tokens."""
+
+    family = MASKED_LM
+    one_sequence = True
+    kinds_words = (
+        "A masked language model has one bidirectional attention per layer: **encoder** = "
+        "every token over every token. The rows of the predicted positions (the mask tokens) "
+        "are shown as the other kinds: **cross** = over the whole sentence, **decoder self** = "
+        "over the predicted positions."
+    )
+
+    # ------------------------------------------------------------------ what it is
+
+    @property
+    def mask_token(self) -> str:
+        return str(self.tokenizer.mask_token)
+
+    @property
+    def example_sentence(self) -> str:
+        return f"the boy is {self.mask_token} ."
+
+    @property
+    def source_label(self) -> str:
+        return f"Sentence (type {self.mask_token} where the model should fill a word)"
+
+    @property
+    def target_name(self) -> str:
+        return "filled words"
+
+    @property
+    def languages(self) -> tuple[str, str]:
+        return "en", "en"
+
+    @property
+    def start_id(self) -> int:
+        return int(self.tokenizer.cls_token_id)
+
+    @property
+    def eos_id(self) -> int:
+        return int(self.tokenizer.sep_token_id)
+
+    def layers(self, kind: str) -> int:
+        return self.cfg.num_encoder_layers
+
+    @property
+    def depth(self) -> tuple[int, int]:
+        return self.cfg.num_encoder_layers, self.cfg.num_encoder_layers
+
+    @property
+    def head_kinds(self) -> tuple[str, ...]:
+        return ("encoder",)
+
+    def source(self, sentence: str) -> Source:
+        if not (sentence or "").strip():
+            raise TranslationError("The sentence is empty: type a few words.")
+        return super().source(sentence)
+
+    def positions(self, ids: Sequence[int]) -> list[int]:
+        """The predicted positions: the mask tokens, or every token when there is none."""
+        masks = [i for i, x in enumerate(ids) if x == self.mask_id]
+        return masks or list(range(len(ids)))
+
+    def decoder_inputs(self, out_ids: Sequence[int]) -> list[int]:
+        return list(out_ids)  # no decoder: each prediction reads the sentence, not the last
+
+    # ------------------------------------------------------------------ the one pass
+
+    @torch.no_grad()
+    def _forward(self, ids: Sequence[int]):
+        """(logits (S, V), weights (L, H, S, S), hidden states L + 1 x (S, D)) of one sentence."""
+        x = torch.tensor([list(ids)], device=self.device)  # (1, S)
+        with evaluating(self.model):
+            o = self.model(input_ids=x, output_attentions=True, output_hidden_states=True)
+        return o.logits[0], torch.stack(o.attentions)[:, 0], [h[0] for h in o.hidden_states]
+
+    def translate(self, sentence: str, settings: DecodeSettings) -> Translation:
+        src = self.source(sentence)
+        logits, weights, _ = self._forward(src.ids)
+        at = self.positions(src.ids)
+        logp = logits[at].float().log_softmax(-1)  # (T, V)
+        out = logp.argmax(-1)  # (T,)
+        token_logp = logp.gather(-1, out[:, None])[:, 0]  # (T,)
+        notes = list(src.notes)
+        if not any(x == self.mask_id for x in src.ids):
+            notes.append(
+                f"No {self.mask_token} in the sentence: the model's prediction at every token, "
+                "each read unmasked."
+            )
+        rows = weights[:, :, at]  # (L, H, T, S)
+        shown = self.target_tokens(out.tolist())
+        return Translation(
+            src.tokens,
+            src.unknown,
+            shown,
+            shown,
+            [src.tokens[i] for i in at],
+            hf._topk(self, logp, settings.topk),
+            float(token_logp.sum()),
+            AttentionMaps(weights, rows[..., at], rows),
+            notes,
+            hf.words_of(self, out.tolist()),
+            list(src.ids),
+            out.tolist(),
+            token_logp.exp().tolist(),
+            [1] * len(at),
+        )
+
+    def force(self, sentence: str, target: str, settings: DecodeSettings) -> Translation:
+        raise TranslationError(
+            "A masked language model fills mask tokens: it has no translation to rate."
+        )
+
+    def greedy(self, src, max_len, target_lang=None, memory=None):
+        raise ValueError(NOT_HERE.format(what="decoder to decode with"))
+
+    def evaluate(self, split, max_sentences: int = 0, target_lang: str | None = None) -> dict:
+        raise ValueError(NOT_HERE.format(what="translation to score"))
+
+    # ------------------------------------------------------------------ passes
+
+    def _states(self, src: torch.Tensor, side: str) -> list[torch.Tensor]:
+        """L + 1 x (B, S|T, D): each row's hidden states, at every token or the predicted."""
+        rows = []
+        for ids in src.tolist():
+            ids = [x for x in ids if x != self.pad_id]
+            _, _, hidden = self._forward(ids)
+            at = list(range(len(ids))) if side == "encoder" else self.positions(ids)
+            rows.append([h[at] for h in hidden])
+        n = max(len(r[0]) for r in rows)
+        return [
+            torch.stack([nn.functional.pad(r[i], [0, 0, 0, n - len(r[i])]) for r in rows])
+            for i in range(len(rows[0]))
+        ]
+
+    def stream(self, src, tgt_in, side: str) -> list[torch.Tensor]:
+        """L + 1 x (B, S|T, D): the hidden states (the embeddings' output, then each layer's),
+        at every token (``encoder``) or at the predicted positions (``decoder``)."""
+        return self._states(src, side)
+
+    def hidden(self, src, tgt_in, memory=None) -> torch.Tensor:
+        return self._states(src, "decoder")[-1]  # (B, T, D)
+
+    def run(self, src, tgt_in, memory=None, need_weights: bool = False) -> torch.Tensor:
+        return self.logits_of(self.hidden(src, tgt_in))  # (B, T, V)
+
+    def encode(self, src) -> torch.Tensor:
+        return self._states(src, "encoder")[-1]  # (B, S, D)
+
+    def _head(self) -> nn.Module:
+        """The masked-LM head: a transform (dense, activation, LayerNorm), then the decoder."""
+        return getattr(self.model, "cls", None) or self.model.lm_head
+
+    def logits_of(self, hidden, weight=None) -> torch.Tensor:
+        return self._head()(hidden)
+
+    def lens(self, stream) -> torch.Tensor:
+        return self._head()(stream)
+
+    def lens_words(self) -> str:
+        return (
+            "each layer's output through the masked-LM head (dense, activation, LayerNorm, decoder)"
+        )
+
+    def masks(self, src, tgt_in):
+        S = src.size(1)
+        full = torch.ones(src.size(0), 1, S, S, dtype=torch.bool, device=src.device)
+        return (src != self.pad_id)[:, None, None, :], full
+
+    def hook_points(self) -> dict[str, HookPoint]:
+        return {}
+
+    def record(self, src, tgt_in, out_ids=None) -> Record:
+        raise ValueError(NOT_HERE.format(what="translation to record"))
+
+    # ------------------------------------------------------------------ one sequence
+
+    def sequence_ids(self, src_ids, out_ids) -> list[int]:
+        return list(src_ids)
+
+    @torch.no_grad()
+    def sequence_patterns(self, ids) -> torch.Tensor:
+        return self._forward(ids)[1]  # (L, H, N, N)
+
+    def start_ids(self) -> list[int]:
+        return [self.start_id]
+
+    def first_step(self, src_ids, out_ids) -> int:
+        return self.positions(src_ids)[0]
+
+    def sequence_heads(self, src_ids, out_ids, layer: int) -> tuple[SequenceHeads, list[str]]:
+        self.check_layer("encoder", layer)
+        ids = list(src_ids)
+        return lm_heads.sequence_heads(self.model, ids, layer, causal=False), self.source_tokens(
+            ids
+        )
+
+    def attention_weights(self, kind: str, layer: int) -> AttentionWeights:
+        raise ValueError(NOT_HERE.format(what="recorded pass"))
+
+    def sublayer_norm(self, kind: str, layer: int) -> SublayerNorm:
+        raise ValueError(NOT_HERE.format(what="recorded pass"))

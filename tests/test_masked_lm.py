@@ -1,0 +1,121 @@
+"""Masked language models (BERT, RoBERTa) through the one interface (``core.model.masked``):
+tiny random models with their real checkpoints' flags (``tests/lm_tiny.py``), each figure
+checked against the model's own forward; every section of the Attention page shows the model
+or says in one line why not."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from core.attention.head_roles import head_roles
+from core.attention.logit_lens import logit_lens
+from core.attention.query_key import sequence_query_key
+from core.model.decode import DecodeSettings, TranslationError
+from core.model.hf_folder import describe, size_label
+from core.model.masked import MaskedModel
+from pages.ui.attention.sections import SECTION_KEYS
+from tests.helpers import assert_clean, plain, run_page_script
+from tests.lm_tiny import ENCODER_FAMILIES, ENCODER_REAL_FLAGS
+
+SETTINGS = DecodeSettings()
+
+
+@pytest.fixture(scope="module", params=ENCODER_FAMILIES)
+def mlm(request, lm_loaded) -> MaskedModel:
+    return lm_loaded[request.param]
+
+
+def own(mlm: MaskedModel, ids):
+    """The model's own forward: (logits (S, V), L x (H, S, S), L + 1 hidden states (S, D))."""
+    with torch.no_grad():
+        o = mlm.model(
+            input_ids=torch.tensor([ids]), output_attentions=True, output_hidden_states=True
+        )
+    return o.logits[0], [w[0] for w in o.attentions], [h[0] for h in o.hidden_states]
+
+
+def test_the_folder_is_described_and_saved_with_the_real_flags(lm_models):
+    for family in ENCODER_FAMILIES:
+        info = describe(lm_models[family])
+        assert info["family"] == "masked language model"
+        assert f"{family} · " in size_label(info) and "2 layers · 4 heads · learned" in size_label(
+            info
+        )
+        config = json.loads((lm_models[family] / "config.json").read_text())
+        for flag, value in ENCODER_REAL_FLAGS[family].items():
+            assert config.get(flag, value) == value, (family, flag)
+
+
+def test_the_masks_are_filled_with_the_models_own_prediction_and_maps(mlm):
+    t = mlm.translate(f"the boy is {mlm.mask_token} .", SETTINGS)
+    logits, weights, _ = own(mlm, t.src_ids)
+    at = [i for i, x in enumerate(t.src_ids) if x == mlm.mask_id]
+    assert len(at) == 1 and t.decoder_inputs == [mlm.mask_token]
+    assert t.out_ids == [int(logits[at[0]].argmax())]
+    full = torch.stack(weights)  # (L, H, S, S)
+    assert torch.allclose(t.attention.encoder, full, atol=1e-6)
+    assert torch.allclose(t.attention.cross, full[:, :, at], atol=1e-6)
+    assert torch.allclose(t.attention.decoder_self, full[:, :, at][..., at], atol=1e-6)
+    assert t.token_probs[0] == pytest.approx(float(logits[at[0]].softmax(-1).max()), abs=1e-5)
+    every = mlm.translate("the boy is tall .", SETTINGS)  # no mask: every token predicted
+    assert len(every.out_ids) == len(every.src_ids) and "every token" in every.warnings[0]
+
+
+def test_inside_a_head_the_lens_and_the_roles_are_the_models_own(mlm):
+    t = mlm.translate(f"the boy is {mlm.mask_token} .", SETTINGS)
+    logits, weights, hidden = own(mlm, t.src_ids)
+    for layer in range(2):
+        for head in range(4):
+            for query in range(len(t.src_ids)):
+                v = sequence_query_key(mlm, t, layer, head, query)
+                assert np.allclose(v.weights, weights[layer][head, query].numpy(), atol=1e-5)
+                assert v.mask.all() and v.unrotated is None  # bidirectional, learned positions
+    lens = logit_lens(mlm, t)
+    at = t.src_ids.index(mlm.mask_id)
+    assert lens.chosen_prob[-1] == pytest.approx([float(logits[at].softmax(-1).max())], abs=1e-5)
+    r = head_roles(mlm, t)
+    w = torch.stack(weights).numpy()
+    assert np.allclose(r.first, w[..., 1:, 0].mean(-1), atol=1e-6)
+
+
+def test_what_it_cannot_do_is_said_in_one_line(mlm):
+    for section in ("alignment", "attribution", "patch", "project", "ablation", "compare"):
+        assert "does not translate" in mlm.supports(section)
+    for section in ("maps", "inside", "lens", "playback"):
+        assert mlm.supports(section) is None
+    with pytest.raises(TranslationError, match="no translation to rate"):
+        mlm.force("the boy is tall .", "le garçon", SETTINGS)
+
+
+@pytest.fixture
+def mlm_dirs(studio_dirs, lm_models) -> dict:
+    shutil.copytree(lm_models["bert"], studio_dirs["checkpoints"] / "bert")
+    return studio_dirs
+
+
+def texts(at) -> str:
+    return plain("\n".join([m.value for m in at.markdown] + [c.value for c in at.caption]))
+
+
+@pytest.mark.parametrize("section", SECTION_KEYS)
+def test_every_attention_section_shows_the_model_or_says_why_not(mlm_dirs, lm_loaded, section):
+    query = {"model": "checkpoints/bert/", "sentence": "the boy is [MASK] .", "section": section}
+    at = run_page_script("attention.py", query)
+    assert_clean(at)
+    problem = lm_loaded["bert"].supports(section)
+    if problem:
+        assert plain(at.info[-1].value) == problem
+    elif section == "maps":
+        assert at.get("plotly_chart") and "What each head does" in texts(at)
+
+
+def test_the_translate_page_fills_the_mask(mlm_dirs):
+    at = run_page_script("translate.py", {"model": "checkpoints/bert/"})
+    assert_clean(at)
+    assert at.text_input(key="tr_sentence").value == "the boy is [MASK] ."
+    assert "bert · 0.03 M params" in texts(at) and at.dataframe
