@@ -41,7 +41,10 @@ def main() -> None:
     target_language(lm, state, "at")
     prompt_template(lm, state, "at")
     sentence_input(state, "at", lm.source_label, lm.example_sentence)
-    target_input(state, "at", lm.target_name)
+    if lm.supports("force"):  # a model that does not translate has nothing to rate
+        state.target = ""
+    else:
+        target_input(state, "at", lm.target_name)
     settings = state.settings()
     try:
         lm = lm.with_prompt(settings.prompt)
@@ -63,7 +66,7 @@ def main() -> None:
             "(each token's probability and rank: Translate page)."
         )
     else:
-        st.markdown(f"**Translation ({mode}):** {md(t.text) or '(empty)'}")
+        st.markdown(f"**{lm.output_label} ({mode}):** {md(t.text) or '(empty)'}")
     for w in t.warnings:
         st.warning(md(w))
     if lm.kinds_words:

@@ -102,9 +102,11 @@ def badge(token: str, color: str) -> str:
     return f":{color}-badge[{md(token)}]"
 
 
-def show_translation(t: Translation, state: ViewState, pieces: str = "BPE") -> None:
+def show_translation(
+    t: Translation, state: ViewState, pieces: str = "BPE", label: str = "Translation"
+) -> None:
     """The translation, its source tokens (unknown marked), warnings and candidates."""
-    st.subheader("Translation")
+    st.subheader(label)
     st.markdown(f"### {md(t.text) or '(empty output)'}")
     st.caption(
         f"log-probability {t.log_prob:.2f} · {len(t.output_tokens)} decoder steps · "
@@ -192,13 +194,16 @@ def main() -> None:
         prompt_template(lm, state, "tr")
         sentence_input(state, "tr", lm.source_label, lm.example_sentence)
         settings = decode_settings(state)
-        target_input(state, "tr", lm.target_name)
+        if lm.supports("force"):  # a model that does not translate has nothing to rate
+            state.target = ""
+        else:
+            target_input(state, "tr", lm.target_name)
         try:
             t = translate(lm, entry.path, entry.mtime, state.sentence, settings)
         except TranslationError as e:
             st.error(md(e))
         else:
-            show_translation(t, state, lm.pieces_name)
+            show_translation(t, state, lm.pieces_name, lm.output_label)
             if state.target:
                 show_target(lm, entry, t, state)
         if problem := lm.supports("d2l"):

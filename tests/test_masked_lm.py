@@ -112,6 +112,11 @@ def test_every_attention_section_shows_the_model_or_says_why_not(mlm_dirs, lm_lo
         assert plain(at.info[-1].value) == problem
     elif section == "maps":
         assert at.get("plotly_chart") and "What each head does" in texts(at)
+        assert "**Filled (greedy):**" in at.markdown[0].value or "Filled (greedy)" in texts(at)
+        assert not [b for b in at.text_input if b.key == "at_target"]  # nothing to rate
+    elif section == "inside":  # opens on the mask; every token sees every other
+        picker = at.selectbox(key="at_query")
+        assert picker.options[picker.value] == "4: [MASK]" and "every token seeing" in texts(at)
 
 
 def test_the_translate_page_fills_the_mask(mlm_dirs):

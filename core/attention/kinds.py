@@ -39,10 +39,10 @@ KIND_LABELS: dict[str, tuple[str, str, str]] = {
         "output token (query)",
         "source token (key)",
     ),
-    SEQUENCE: (  # a decoder-only model's one attention over its prompt and output
-        "Self-attention over the prompt and output (causal)",
+    SEQUENCE: (  # a one-stack model's one attention (a prompt and its output, or a sentence)
+        "Self-attention over the whole sequence",
         "token (query)",
-        "earlier token (key)",
+        "token (key)",
     ),
 }
 

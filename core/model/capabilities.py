@@ -56,6 +56,7 @@ BY_FAMILY[MASKED_LM] = {
             ("compare", "comparing two models' translations"),
             ("d2l", "the d2l chapter's BLEU check"),
             ("evaluate", "BLEU on a split"),
+            ("force", "rating a translation you type"),
         )
     },
 }

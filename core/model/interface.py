@@ -64,6 +64,7 @@ class TranslationModel(ABC):
     reads_prompt: bool = False  # a decoder-only model translating by a prompt template
     one_sequence: bool = False  # one stack over one sequence (decoder-only, or encoder-only)
     kinds_words: str = ""  # what its three kinds of attention are, where not an encoder-decoder's
+    output_label: str = "Translation"  # what its output is called on the pages
 
     # ------------------------------------------------------------------ what it is
 

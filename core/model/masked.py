@@ -40,6 +40,7 @@ class MaskedModel(HFModel):
 
     family = MASKED_LM
     one_sequence = True
+    output_label = "Filled"
     kinds_words = (
         "A masked language model has one bidirectional attention per layer: **encoder** = "
         "every token over every token. The rows of the predicted positions (the mask tokens) "

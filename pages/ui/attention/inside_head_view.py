@@ -66,16 +66,20 @@ def sequence_view(page: SectionInputs, head: int) -> None:
     name = export_name(state.model, state.sentence, "sequence", state.layer, head, f"q{query}")
     chart(figs.vectors_figure(v), "qk_vectors", name=f"{name}_vectors")
     chart(figs.scores_figure(v), "qk_scores", name=f"{name}_scores")
-    st.caption(md(sequence_words(v)))
+    st.caption(md(sequence_words(v, page.lm.reads_prompt)))
 
 
-def sequence_words(v) -> str:
-    """What the decoder-only q·k view shows, in words: the sequence, RoPE, shared keys."""
+def sequence_words(v, prompted: bool) -> str:
+    """What a one-sequence model's q·k view shows, in words: the sequence, RoPE, shared keys."""
+    read = (
+        "the prompt with your sentence, then its output fed back"
+        if prompted
+        else "your sentence as it reads it, every token seeing every other"
+    )
     words = [
-        f"q and k of head {v.head}, recomputed from the model's own norm and projections over "
-        "the whole sequence it reads (the prompt with your sentence, then its output fed "
-        f"back). score_j = {v.score_words}; the softmax equals row {v.query} of the model's "
-        "own attention."
+        f"q and k of head {v.head}, recomputed from the model's own layers over the whole "
+        f"sequence it reads ({read}). score_j = {v.score_words}; the softmax equals row "
+        f"{v.query} of the model's own attention."
     ]
     if v.unrotated is not None:
         words.append(
