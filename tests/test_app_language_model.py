@@ -70,8 +70,10 @@ def test_every_attention_section_shows_the_model_or_says_why_not(lm_dirs, lm_loa
         picker = at.selectbox(key="at_query")  # opens on the first output step, after ":"
         assert picker.options[0].startswith("0: <s>")
         assert picker.options[picker.value] == "12: ##:"  # the template's last token
-    elif section == "attribution":  # the methods that explain it: gradient × input first
+    elif section == "attribution":  # the methods that explain it
         assert at.selectbox(key="atr_method").options == [
+            "Raw cross-attention",
+            "Attention rollout",
             "Gradient × input",
             "Integrated gradients",
         ]

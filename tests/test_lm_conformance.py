@@ -26,7 +26,7 @@ from core.attention.head_roles import (
 from core.attention.logit_lens import logit_lens
 from core.attention.patching import Component, components, patch
 from core.attention.query_key import InsideHeadError, sequence_query_key
-from core.attribution.methods import attribute
+from core.attribution.methods import AttributionError, attribute
 from core.corpus.splits import Split
 from core.measure.sample import sample_of
 from core.model import lm_sites
@@ -236,13 +236,14 @@ def test_a_template_is_cut_never_formatted(lm):
 
 
 def test_what_it_cannot_do_is_said_in_one_line(lm):
-    for what in ("training", "alti", "norm", "rollout", "value-zeroing", "attention"):
+    for what in ("training", "alti", "norm", "value-zeroing"):
         assert lm.supports(what) and "\n" not in lm.supports(what)
     assert lm.supports("maps") is None and lm.supports("alignment") is None
     assert lm.supports("lens") is None and lm.supports("ablation") is None
     assert lm.supports("inside") is None and lm.supports("project") is None
     assert lm.supports("patch") is None and lm.supports("attribution") is None
-    assert lm.supports("grad-input") is None and lm.supports("integrated-gradients") is None
+    for method in ("attention", "rollout", "grad-input", "integrated-gradients"):
+        assert lm.supports(method) is None
     with pytest.raises(ValueError, match="not built"):
         lm.record(torch.tensor([[1]]), torch.tensor([[1]]))
 
@@ -516,3 +517,28 @@ def test_one_threads_hooks_and_states_leave_another_thread_alone(lm):
     assert torch.equal(seen["other"], plain) and torch.equal(seen["other hidden"], hidden)
     assert not torch.allclose(seen["removed"], hidden, atol=1e-4)
     assert torch.equal(seen["removed again"], seen["removed"])
+
+
+def test_attention_and_rollout_read_the_one_attentions_rows(lm):
+    t = lm.translate(SOURCE, SETTINGS)
+    _, weights, _, (source, steps) = own_pass(lm, t.src_ids, t.out_ids)
+    w = torch.stack(weights).double().numpy()  # (L, H, N, N)
+    S, T = len(t.src_ids), len(t.out_ids)
+
+    def cut(a):  # rows of the decoder inputs over [source ; prefix], renormalised
+        rows = np.concatenate([a[steps, source], a[steps, steps]], axis=1)
+        return rows / rows.sum(1, keepdims=True)
+
+    got = attribute(lm, t.src_ids, t.out_ids, "attention", layer=1, head="2").contributions
+    assert np.allclose(got, cut(w[1, 2]), atol=1e-5)
+    mean = attribute(lm, t.src_ids, t.out_ids, "attention", layer=0).contributions
+    assert np.allclose(mean, cut(w[0].mean(0)), atol=1e-5)
+    eye, r = np.eye(w.shape[-1]), np.eye(w.shape[-1])
+    for layer in w:  # rollout by hand: 0.5 A + 0.5 I, rows renormalised, first layer right
+        mix = 0.5 * layer.mean(0) + 0.5 * eye
+        r = (mix / mix.sum(1, keepdims=True)) @ r
+    rolled = attribute(lm, t.src_ids, t.out_ids, "rollout").contributions
+    assert rolled.shape == (T, S + T) and np.allclose(rolled, cut(r), atol=1e-5)
+    assert np.all(np.triu(rolled[:, S:], 1) == 0)  # no step reads a later token
+    with pytest.raises(AttributionError, match="head must be"):
+        attribute(lm, t.src_ids, t.out_ids, "attention", layer=0, head="9")

@@ -7,8 +7,10 @@ y_{t-1} can matter to row t. Every method's rows are non-negative and sum to 1; 
 gradient methods normalise absolute values and keep their signed scores in ``raw``.
 
 Methods (``METHODS``):
-- ``attention``: one layer's cross-attention (one head or the heads' mean); no prefix part;
-- ``rollout``: attention rollout through encoder, decoder and cross attention;
+- ``attention``: one layer's cross-attention (one head or the heads' mean); no prefix part
+  (a one-sequence model: its one attention's rows, ``core.attribution.one_sequence``);
+- ``rollout``: attention rollout through encoder, decoder and cross attention (a one-sequence
+  model: through its one attention);
 - ``norm``: rollout of norm-based contributions ||a f(x)|| (Kobayashi et al. 2020);
 - ``alti``: ALTI+ (Ferrando et al. 2022), exact for post-LN (``core.attribution.terms``);
 - ``value-zeroing``: Mohebbi et al. 2023, rolled out the same way;
@@ -39,6 +41,7 @@ from core.attribution.gradients import (
     integrated_gradients,
 )
 from core.attribution.mixing import MIXING_METHODS, cross_mixing, self_mixing
+from core.attribution.one_sequence import sequence_contributions
 from core.attribution.terms import TermsError, sublayer_terms
 from core.attribution.value_zeroing import value_zeroing_steps
 from core.model.interface import TranslationModel
@@ -118,13 +121,18 @@ def mixing_contributions(m: TranslationModel, p: Record, method: str) -> torch.T
     return compose(encoder, decoder)
 
 
-def attention_contributions(m: TranslationModel, p: Record, layer: int, head: str) -> torch.Tensor:
-    """One layer's cross-attention, a head or the heads' mean, as (T, S + T) rows."""
+def check_layer_head(m: TranslationModel, layer: int, head: str) -> None:
+    """AttributionError unless the model has this decoder layer and head (or "mean")."""
     L, H = m.cfg.num_decoder_layers, m.cfg.num_heads
     if not 0 <= layer < L:
         raise AttributionError(f"layer must be 0..{L - 1} (got {layer})")
     if head != MEAN and not (str(head).isdigit() and int(head) < H):
         raise AttributionError(f"head must be 0..{H - 1} or {MEAN!r} (got {head!r})")
+
+
+def attention_contributions(m: TranslationModel, p: Record, layer: int, head: str) -> torch.Tensor:
+    """One layer's cross-attention, a head or the heads' mean, as (T, S + T) rows."""
+    check_layer_head(m, layer, head)
     recorded = p.attention["cross"][layer].weights[0].float()  # (H, T, S)
     weights = recorded.mean(0) if head == MEAN else recorded[int(head)]  # (T, S)
     return torch.cat([weights, weights.new_zeros(p.output_length, p.output_length)], dim=1)
@@ -180,7 +188,11 @@ def attribute(
     with evaluating(m.model):
         p = p or m.forced(src_ids, out_ids)
         raw = completeness = None
-        if method == "attention":
+        if m.one_sequence and method in ("attention", "rollout"):  # one attention, cut
+            layer = m.cfg.num_decoder_layers - 1 if layer is None else layer
+            check_layer_head(m, layer, str(head))
+            scores = sequence_contributions(m, src_ids, out_ids, method, layer, str(head))
+        elif method == "attention":
             layer = m.cfg.num_decoder_layers - 1 if layer is None else layer
             scores = attention_contributions(m, p, layer, str(head))
         elif method in MIXING_METHODS:

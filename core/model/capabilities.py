@@ -19,7 +19,7 @@ NOT_TRAINED_HERE = "A Hugging Face model was not trained here: it has no snapsho
 ATTENTION_SITES = (
     "This method reads each attention's inputs and weights in a recorded pass; a prompted "
     "language model's attention is read as three blocks of one, which these derivations do "
-    "not cover yet: use gradient × input or integrated gradients."
+    "not cover yet: use attention, rollout, gradient × input or integrated gradients."
 )
 BY_FAMILY: dict[str, dict[str, str]] = {
     STUDIO: {
@@ -34,7 +34,7 @@ BY_FAMILY: dict[str, dict[str, str]] = {
         "training": NOT_TRAINED_HERE,
         "supervision": "Supervision is compared between two of the studio's own checkpoints: "
         "a Hugging Face model was not trained here.",
-        **dict.fromkeys(("attention", "rollout", "norm", "alti", "value-zeroing"), ATTENTION_SITES),
+        **dict.fromkeys(("norm", "alti", "value-zeroing"), ATTENTION_SITES),
     },
 }
 

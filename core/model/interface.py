@@ -473,6 +473,11 @@ class TranslationModel(ABC):
         ``output_attentions``); ValueError for a model of two stacks."""
         raise ValueError("Only a decoder-only model reads its source and output as one sequence.")
 
+    def sequence_spans(self, S: int, T: int) -> tuple[slice, slice]:
+        """(the source's positions, the decoder inputs') in ``sequence_ids`` of S source and T
+        output tokens (a one-sequence model that translates)."""
+        raise ValueError("Only a one-sequence model reads its source and output as one sequence.")
+
     def first_step(self, src_ids: Sequence[int], out_ids: Sequence[int]) -> int:
         """Where the first decoder input sits in ``sequence_ids`` (a one-sequence model)."""
         raise ValueError("Only a one-sequence model reads its source and output as one sequence.")

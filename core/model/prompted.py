@@ -513,6 +513,9 @@ class PromptedModel(HFModel):
     def start_ids(self) -> list[int]:
         return self.tokenizer("")["input_ids"]
 
+    def sequence_spans(self, S: int, T: int) -> tuple[slice, slice]:
+        return self.layout.spans(S, T)
+
     def first_step(self, src_ids, out_ids) -> int:
         return len(self.sequence_ids(src_ids, out_ids)) - len(out_ids)
 
