@@ -89,6 +89,12 @@ def prompt_template(lm, state: ViewState, prefix: str) -> None:
     if not lm.reads_prompt:
         state.prompt = ""
         return
+    if len(state.prompt) > MAX_TEMPLATE_CHARS:  # from a link: the box could not hold it
+        st.error(
+            f"The link's prompt template has {len(state.prompt):,} characters; a template holds "
+            f"at most {MAX_TEMPLATE_CHARS}: the default is used instead."
+        )
+        state.prompt = ""
     widget_default(f"{prefix}_prompt", state.prompt or DEFAULT_TEMPLATE)
     typed = st.text_area(
         "Prompt template",
