@@ -42,8 +42,10 @@ class RunError(Exception):
 
 
 def write_json(path: Path, obj) -> None:
-    """Write JSON atomically and durably (the old file or the new one after a power loss)."""
-    tmp = path.with_name(path.name + ".tmp")
+    """Write JSON atomically and durably (the old file or the new one after a power loss);
+    each writer its own temporary file, so two writing at once (sessions racing on a run, the
+    trainer and the server) never move each other's away."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(obj, indent=2))
     replace_durably(tmp, path)
 
