@@ -116,8 +116,14 @@ def save_tiny_lm(folder, family: str = "llama", seed: int = 0) -> Path:
     from transformers import AutoModelForCausalLM
 
     tokenizer = byte_level_tokenizer(bos=family in ("llama", "mistral"))
+    return saved(folder, AutoModelForCausalLM, tiny_lm_config(family, tokenizer), tokenizer, seed)
+
+
+def saved(folder, auto, config, tokenizer, seed: int) -> Path:
+    """A random model of ``config`` (every weight perturbed off its initial value: norms'
+    gains and biases included) and its tokenizer, saved into ``folder``."""
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(tiny_lm_config(family, tokenizer))
+    model = auto.from_config(config)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -211,12 +217,4 @@ def save_tiny_encoder(folder, family: str = "bert", seed: int = 0) -> Path:
         ids = {"pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2}
         config = RobertaConfig(**sizes, max_position_embeddings=130, **ids,
                                **ENCODER_REAL_FLAGS["roberta"])  # fmt: skip
-    torch.manual_seed(seed)
-    model = AutoModelForMaskedLM.from_config(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    folder = Path(folder)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return saved(folder, AutoModelForMaskedLM, config, tokenizer, seed)

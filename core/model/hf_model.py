@@ -402,34 +402,45 @@ def check_complete(folder: Path, model: nn.Module, loading: dict) -> None:
         )
 
 
-def load(folder, device: str | torch.device = "cpu", max_bytes: int | None = None) -> HFModel:
-    """Load a model folder (eager attention, eval mode); HFModelError in one line when it is
-    not an encoder-decoder, has no safetensors weights, passes ``max_bytes`` in float32, or
-    its tokenizer does not fit the model."""
-    folder = Path(folder)
-    info = describe(folder)
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+def from_folder(folder: Path, auto, prepare) -> tuple[nn.Module, object]:
+    """(model, tokenizer) by ``auto`` as every folder is read: eager, safetensors, local, whole,
+    a tokenizer that fits; ``prepare()``'s dict (a dtype) to ``from_pretrained``; HFModelError."""
+    from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
-        check_size(folder, info, max_bytes)
+        extra = prepare()
         with warnings.catch_warnings():  # MarianTokenizer: "Recommended: pip install sacremoses"
             warnings.filterwarnings("ignore", message=".*sacremoses.*")
             tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        model, loading = AutoModelForSeq2SeqLM.from_pretrained(
+        model, loading = auto.from_pretrained(
             folder,
             attn_implementation="eager",
             local_files_only=True,
             use_safetensors=True,
             output_loading_info=True,
+            **extra,
         )
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise HFModelError(f"{shown_path(folder)} cannot be loaded: {first}") from e
     check_complete(folder, model, loading)
     hf.check_tokenizer(tokenizer, model.config)
+    return model, tokenizer
+
+
+def load(folder, device: str | torch.device = "cpu", max_bytes: int | None = None) -> HFModel:
+    """An encoder-decoder folder (``from_folder``; eval mode); HFModelError in one line, its
+    float32 weights past ``max_bytes`` too."""
+    folder = Path(folder)
+    info = describe(folder)
+    from transformers import AutoModelForSeq2SeqLM
+
+    model, tokenizer = from_folder(
+        folder, AutoModelForSeq2SeqLM, lambda: check_size(folder, info, max_bytes) or {}
+    )
     model.to(device).eval()
     info["tokens"] = hf.tokenizer_kind(tokenizer)
     info["pieces"] = hf.tokenizer_algorithm(tokenizer)

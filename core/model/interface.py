@@ -19,10 +19,13 @@ adapters, and ``core.model.opened.open_model`` returns one of them. Everything o
   embeddings path (``embeddings`` and ``log_probs_from_embeddings``: the exact function of
   the token embeddings that the ids path computes, by hooks on the embedding sites);
 - hook sites (``hook_points``, ``hooks``: ``core.model.hooks``), and on them removing heads
-  (``heads_removed``, ``rows_gated``: each head's output scaled before W_o, per thread);
+  (``core.model.head_gates``: ``heads_removed``, ``rows_gated``: each head's output scaled
+  before W_o, per thread);
 - what the decompositions need: each attention's weights (``attention_weights``) and the
   norm around it (``sublayer_norm``), the output layer (``logits_of``, ``lens``);
-- what it cannot do, in one line (``supports``, from ``core.model.capabilities``).
+- what it cannot do, in one line (``supports``, from ``core.model.capabilities``);
+- a one-stack model's whole sequence (``core.model.one_sequence``: its ids, weights, the q·k
+  of one layer), which a model of two stacks declines in one line.
 
 Shape key: B batch, S source tokens, T decoder steps, D model width, H heads, Dh head width,
 V target vocabulary.
@@ -31,7 +34,7 @@ V target vocabulary.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import contextmanager, suppress
 
 import torch
@@ -40,15 +43,17 @@ from torch import nn
 from core.model import capabilities
 from core.model.config import ModelConfig
 from core.model.decode import DecodeSettings, Translation
+from core.model.head_gates import HeadGates
 from core.model.hooks import Hook, HookPoint, StopForward, capture, hooked, replace_with, stop_at
-from core.model.parts import AttentionWeights, SequenceHeads, Source, SublayerNorm, WordPair
+from core.model.one_sequence import OneSequence
+from core.model.parts import AttentionWeights, Source, SublayerNorm, WordPair
 from core.model.record import KINDS, Record, attention_site, from_cache, recorded_sites
 from core.model.transformer import evaluating
 
 LANGUAGE_NAMES = {"en": "English", "fr": "French", "de": "German", "es": "Spanish"}
 
 
-class TranslationModel(ABC):
+class TranslationModel(HeadGates, OneSequence, ABC):
     """A model as the studio reads it (the adapters: ``StudioModel``, ``HFModel``)."""
 
     family: str  # "studio" or "hugging face"
@@ -62,8 +67,6 @@ class TranslationModel(ABC):
     target_name: str  # the target language as a box names it ("French", "fr")
     example_sentence: str = "i'm home ."  # what the sentence box shows before a user types
     reads_prompt: bool = False  # a decoder-only model translating by a prompt template
-    one_sequence: bool = False  # one stack over one sequence (decoder-only, or encoder-only)
-    kinds_words: str = ""  # what its three kinds of attention are, where not an encoder-decoder's
     output_label: str = "Translation"  # what its output is called on the pages
 
     # ------------------------------------------------------------------ what it is
@@ -342,13 +345,18 @@ class TranslationModel(ABC):
     def forced(self, src_ids: Sequence[int], out_ids: Sequence[int]) -> Record:
         """The record of one sentence: ``out_ids`` teacher-forced after ``src_ids``, in eval
         mode; its ``logp`` is each output token's log-probability."""
+        src, tgt_in, out = self.forced_batch(src_ids, out_ids)
+        with evaluating(self.model), torch.no_grad():
+            return self.record(src, tgt_in, out)
+
+    def forced_batch(self, src_ids: Sequence[int], out_ids: Sequence[int]):
+        """((1, S) source, (1, T) decoder inputs, (1, T) outputs) of one sentence;
+        ValueError when there is no output."""
         if not len(out_ids):
             raise ValueError("There is no output to feed the decoder: translate a sentence first.")
         src = torch.tensor([list(src_ids)], device=self.device)  # (1, S)
         tgt_in = torch.tensor([self.decoder_inputs(out_ids)], device=self.device)  # (1, T)
-        out = torch.tensor([list(out_ids)], device=self.device)  # (1, T)
-        with evaluating(self.model), torch.no_grad():
-            return self.record(src, tgt_in, out)
+        return src, tgt_in, torch.tensor([list(out_ids)], device=self.device)  # (1, T)
 
     @property
     def depth(self) -> tuple[int, int]:
@@ -394,48 +402,7 @@ class TranslationModel(ABC):
             hidden = self.hidden(src, tgt_in)  # (B, T, D)
         return self.logits_of(hidden[:, steps]).float().log_softmax(-1)  # (B, P, V)
 
-    # ------------------------------------------------------------------ heads
-
-    @contextmanager
-    def rows_gated(self, gates: Mapping[tuple[str, int], torch.Tensor]):
-        """Within the block, in this thread, head h of (kind, layer) is scaled by
-        ``gates[(kind, layer)]`` ((H,) for every row, or (B, H): row b its own) before W_o;
-        0 removes a head, and a gate that requires grad gives each head's gradient."""
-
-        def scale(gate: torch.Tensor) -> Hook:
-            def hook(z: torch.Tensor, name: str) -> torch.Tensor:  # (B, T, H, Dh)
-                g = gate.to(z.dtype)
-                return z * (g[:, None, :, None] if g.dim() == 2 else g[None, None, :, None])
-
-            return hook
-
-        pairs = [(self.gate_site(k, i), scale(g)) for (k, i), g in gates.items()]
-        with self.hooks(pairs):
-            yield self
-
-    @property
-    def head_kinds(self) -> tuple[str, ...]:
-        """The kinds whose heads are heads of their own (a decoder-only model's three kinds
-        are blocks of one attention: its heads are of one kind)."""
-        return KINDS
-
-    def gate_site(self, kind: str, layer: int) -> str:
-        """The site where a head of (kind, layer) is scaled: its ``z``."""
-        return f"{attention_site(kind, layer)}.z"
-
-    @contextmanager
-    def heads_removed(self, heads: Iterable[tuple[str, int, int]]):
-        """Within the block, in this thread, each (kind, layer, head) contributes nothing."""
-        gates: dict[tuple[str, int], torch.Tensor] = {}
-        for kind, layer, head in heads:
-            if kind not in KINDS:
-                raise ValueError(f"unknown attention kind {kind!r}")
-            gate = gates.setdefault(
-                (kind, layer), torch.ones(self.cfg.num_heads, device=self.device)
-            )
-            gate[head] = 0.0
-        with self.rows_gated(gates):
-            yield self
+    # ------------------------------------------------------------------ heads (HeadGates)
 
     @contextmanager
     def whole_target(self):
@@ -454,37 +421,6 @@ class TranslationModel(ABC):
     @abstractmethod
     def sublayer_norm(self, kind: str, layer: int) -> SublayerNorm:
         """The norm around one attention sub-layer."""
-
-    def sequence_heads(
-        self, src_ids: Sequence[int], out_ids: Sequence[int], layer: int
-    ) -> tuple[SequenceHeads, list[str]]:
-        """A decoder-only model's one layer over the whole sequence it reads for this source
-        and output (prompt and output): every head's q and k, the mask and its own weights,
-        with the sequence's shown tokens; ValueError for a model of two stacks."""
-        raise ValueError("Only a decoder-only model reads its source and output as one sequence.")
-
-    def sequence_ids(self, src_ids: Sequence[int], out_ids: Sequence[int]) -> list[int]:
-        """The ids a decoder-only model reads for this source and output (the prompt, then
-        the output but its last); ValueError for a model of two stacks."""
-        raise ValueError("Only a decoder-only model reads its source and output as one sequence.")
-
-    def sequence_patterns(self, ids: Sequence[int]) -> torch.Tensor:
-        """(L, H, N, N) a decoder-only model's attention weights over ``ids`` (its own
-        ``output_attentions``); ValueError for a model of two stacks."""
-        raise ValueError("Only a decoder-only model reads its source and output as one sequence.")
-
-    def sequence_spans(self, S: int, T: int) -> tuple[slice, slice]:
-        """(the source's positions, the decoder inputs') in ``sequence_ids`` of S source and T
-        output tokens (a one-sequence model that translates)."""
-        raise ValueError("Only a one-sequence model reads its source and output as one sequence.")
-
-    def first_step(self, src_ids: Sequence[int], out_ids: Sequence[int]) -> int:
-        """Where the first decoder input sits in ``sequence_ids`` (a one-sequence model)."""
-        raise ValueError("Only a one-sequence model reads its source and output as one sequence.")
-
-    def start_ids(self) -> list[int]:
-        """The ids a decoder-only model reads before any text (its start token, or none)."""
-        return []
 
     def check_layer(self, kind: str, layer: int) -> None:
         """ValueError in words for a kind or layer this model does not have."""

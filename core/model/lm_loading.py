@@ -17,7 +17,7 @@ import torch
 from core.model import hugging_face as hf
 from core.model.capabilities import MASKED_LM
 from core.model.hf_folder import HFModelError, describe, lm_config
-from core.model.hf_model import check_complete
+from core.model.hf_model import from_folder
 from core.model.masked import MaskedModel
 from core.model.prompted import PromptedModel
 from core.places import shown_path
@@ -79,35 +79,20 @@ def load(folder, device: str | torch.device = "cpu", max_bytes: int | None = Non
     MaskedModel (eager attention, eval mode)."""
     folder = Path(folder)
     info = describe(folder)
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
     masked = info["family"] == MASKED_LM
     auto = AutoModelForMaskedLM if masked else AutoModelForCausalLM
 
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
+    def dtype() -> dict:  # the memory limit, counted in the dtype the server will hold
         count = max(config_parameters(folder, auto), int(info["parameters"]))
-        dtype = held_dtype(count, max_bytes, device)
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        model, loading = auto.from_pretrained(
-            folder,
-            attn_implementation="eager",
-            local_files_only=True,
-            use_safetensors=True,
-            output_loading_info=True,
-            dtype=dtype,
-        )
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise HFModelError(f"{shown_path(folder)} cannot be loaded: {first}") from e
-    check_complete(folder, model, loading)
-    hf.check_tokenizer(tokenizer, model.config)
+        return {"dtype": held_dtype(count, max_bytes, device)}
+
+    model, tokenizer = from_folder(folder, auto, dtype)
     model.to(device).eval()
     info["tokens"] = hf.tokenizer_kind(tokenizer)
     info["pieces"] = hf.tokenizer_algorithm(tokenizer)
-    info["dtype"] = str(dtype).removeprefix("torch.")
+    info["dtype"] = str(model.dtype).removeprefix("torch.")
     cfg = lm_config(model.config.to_dict())
     if masked:
         if tokenizer.mask_token_id is None:

@@ -1,5 +1,6 @@
-"""Translation by prompting: the prompt a decoder-only model reads, and the three blocks of its
-one attention that the studio shows as an encoder-decoder's three kinds.
+"""Translation by prompting: the prompt a decoder-only model reads, the three blocks of its
+one attention that the studio shows as an encoder-decoder's three kinds, and one batched pass
+cut into them (``Pass``).
 
 A template (``English: {src}\\nFrench:`` by default, any text holding ``{src}`` once) is cut
 at ``{src}``: the ids before the English span (the tokenizer's start token included where it
@@ -30,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 DEFAULT_TEMPLATE = "English: {src}\nFrench:"
 SLOT = "{src}"
@@ -97,3 +99,30 @@ def blocks(weights: torch.Tensor, source: slice, steps: slice) -> dict[str, torc
         "decoder_self": weights[..., steps, steps],  # (..., T, T)
         "cross": weights[..., steps, source],  # (..., T, S)
     }
+
+
+@dataclass
+class Pass:
+    """One forward of a padded batch over the whole sequences."""
+
+    logits: torch.Tensor | None  # (B, T, V) at the decoder inputs, when asked for
+    attentions: torch.Tensor | None  # (L, B, H, N, N), when asked for
+    stream: list[torch.Tensor]  # L + 1 x (B, N, D): each layer's input, the last one's output
+    sources: list[slice]  # each row's source positions
+    steps: slice  # the decoder inputs' positions (the same in every row)
+
+    def block(self, kind: str, b: int, S: int) -> torch.Tensor:
+        """(L, H, Tq, Tk) one row's block of ``kind``, its source's columns first and zeros
+        after them (up to S)."""
+        w = blocks(self.attentions[:, b], self.sources[b], self.steps)[kind]
+        if kind == "decoder_self":
+            return w
+        pad = [0, S - w.size(-1)] + ([0, S - w.size(-2)] if kind == "encoder" else [])
+        return nn.functional.pad(w, pad)
+
+    def at_source(self, states: torch.Tensor, S: int) -> torch.Tensor:
+        """(B, S, D) of (B, N, D): each row's source positions first, zeros after them."""
+        out = states.new_zeros(states.size(0), S, states.size(-1))
+        for b, where in enumerate(self.sources):
+            out[b, : where.stop - where.start] = states[b, where]
+        return out

@@ -40,8 +40,9 @@ from core.model.decode import DecodeSettings, Translation, TranslationError
 from core.model.hf_model import HFModel, as_text
 from core.model.hooks import HookPoint
 from core.model.parts import AttentionWeights, SequenceHeads, Source, SublayerNorm
-from core.model.prompt import DEFAULT_TEMPLATE, PromptLayout, blocks, template_parts
+from core.model.prompt import DEFAULT_TEMPLATE, Pass, PromptLayout, blocks, template_parts
 from core.model.prompt import template_problem as _template_problem
+from core.model.prompted_decoding import continue_prompts, decode_with_maps
 from core.model.record import Record
 from core.model.transformer import AttentionMaps, evaluating
 
@@ -51,33 +52,6 @@ NO_RECORD = (
     "A prompted language model gives its attention maps, its residual stream and its outputs; "
     "a record of every site (queries, keys, each sub-layer) is not built for it yet."
 )
-
-
-@dataclass
-class Pass:
-    """One forward of a padded batch over the whole sequences."""
-
-    logits: torch.Tensor | None  # (B, T, V) at the decoder inputs, when asked for
-    attentions: torch.Tensor | None  # (L, B, H, N, N), when asked for
-    stream: list[torch.Tensor]  # L + 1 x (B, N, D): each layer's input, the last one's output
-    sources: list[slice]  # each row's source positions
-    steps: slice  # the decoder inputs' positions (the same in every row)
-
-    def block(self, kind: str, b: int, S: int) -> torch.Tensor:
-        """(L, H, Tq, Tk) one row's block of ``kind``, its source's columns first and zeros
-        after them (up to S)."""
-        w = blocks(self.attentions[:, b], self.sources[b], self.steps)[kind]
-        if kind == "decoder_self":
-            return w
-        pad = [0, S - w.size(-1)] + ([0, S - w.size(-2)] if kind == "encoder" else [])
-        return nn.functional.pad(w, pad)
-
-    def at_source(self, states: torch.Tensor, S: int) -> torch.Tensor:
-        """(B, S, D) of (B, N, D): each row's source positions first, zeros after them."""
-        out = states.new_zeros(states.size(0), S, states.size(-1))
-        for b, where in enumerate(self.sources):
-            out[b, : where.stop - where.start] = states[b, where]
-        return out
 
 
 @dataclass
@@ -243,82 +217,17 @@ class PromptedModel(HFModel):
     def continuation(self, prompt: Sequence[int], max_len: int) -> list[int]:
         """Greedy ids after ``prompt``, up to and including the first that ends the line, at
         most ``max_len`` (and the model's positions)."""
-        return self._continue([list(prompt)], max_len)[0]
-
-    @torch.no_grad()
-    def _continue(self, prompts: list[list[int]], max_len: int) -> list[list[int]]:
-        """Greedy continuations of many prompts at once, left-padded (a key/value cache; each
-        row read up to its first id that ends the line)."""
-        B, P = len(prompts), max(map(len, prompts))
-        ids = torch.full((B, P), self.pad_id, device=self.device)  # (B, P)
-        mask = torch.zeros(B, P, dtype=torch.long, device=self.device)
-        for b, row in enumerate(prompts):
-            ids[b, P - len(row) :], mask[b, P - len(row) :] = torch.tensor(row), 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P)
-        cache, out, done = None, [], torch.zeros(B, dtype=torch.bool, device=self.device)
-        ends = torch.tensor(sorted(self.ends), device=self.device)
-        with evaluating(self.model):
-            for _ in range(max(min(max_len, self.cfg.max_positions - P), 0)):
-                o = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                               cache=cache, use_cache=True, logits_to_keep=1)  # fmt: skip
-                cache, nxt = o.cache, o.logits[:, -1].argmax(-1)  # (B,)
-                out.append(nxt)
-                done |= torch.isin(nxt, ends)
-                if bool(done.all()):
-                    break
-                ids, positions = nxt[:, None], positions[:, -1:] + 1  # (B, 1)
-                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-        rows = torch.stack(out, dim=1).tolist() if out else [[] for _ in prompts]  # (B, T)
-        return [self._through_end(row) for row in rows]
-
-    def _through_end(self, ids: list[int]) -> list[int]:
-        """Ids up to and including the first that ends the line."""
-        return next((ids[: i + 1] for i, x in enumerate(ids) if x in self.ends), ids)
+        return continue_prompts(self, [list(prompt)], max_len)[0]
 
     def translate(self, sentence: str, settings: DecodeSettings) -> Translation:
         lm = self.with_prompt(settings.prompt) if settings.prompt else self
         src = lm.source(sentence).ids
-        out, passed = lm._decode_with_maps(src, settings.max_len)
+        out, passed = decode_with_maps(lm, src, settings.max_len)
         ended = out and out[-1] in lm.ends
         notes = [] if ended else [f"Stopped at {len(out)} tokens before the line ended."]
         if settings.beam_size > 1:
             notes.append("Beam search is not built for prompted models: greedy decoding shown.")
         return lm._translation(src, out, settings.topk, notes, passed=passed)
-
-    @torch.no_grad()
-    def _decode_with_maps(self, src: list[int], max_len: int):
-        """Greedy ids after the prompt of ``src`` (through the first that ends the line) with
-        what decoding computed on the way: (ids, (logits (T, V), {kind: (L, H, ., .)})), the
-        blocks kept from each step's row (no second pass; equal to one: tested). Only the
-        source's rows and the decoder inputs' are kept, never the whole N × N."""
-        prompt = self.layout.prompt(src)
-        P, room = len(prompt), max(min(max_len, self.cfg.max_positions - len(prompt)), 1)
-        x, cache, out, logits, rows = torch.tensor([prompt], device=self.device), None, [], [], []
-        with evaluating(self.model):
-            for step in range(room):
-                o = self.model(input_ids=x, cache=cache, use_cache=True, output_attentions=True,
-                               logits_to_keep=1)  # fmt: skip
-                new = torch.stack(o.attentions)[:, 0, :, -1]  # (L, H, keys kept): the last row
-                if step == 0:
-                    first = torch.stack(o.attentions)[:, 0]  # (L, H, P, P): the prompt's rows
-                full = new.new_zeros(*new.shape[:2], P + step)  # a sliding window's keys last
-                full[..., P + step - new.size(-1) :] = new
-                rows.append(full)
-                cache, nxt = o.cache, int(o.logits[0, -1].argmax())
-                out.append(nxt)
-                logits.append(o.logits[0, -1])
-                if nxt in self.ends:
-                    break
-                x = torch.tensor([[nxt]], device=self.device)
-        source, steps = self.layout.spans(len(src), len(out))
-        N = steps.stop
-        decoder = torch.stack([nn.functional.pad(r, [0, N - r.size(-1)]) for r in rows], dim=2)
-        kinds = {  # (L, H, T, N): the decoder inputs' rows
-            "encoder": first[..., source, source],
-            "decoder_self": decoder[..., steps],
-            "cross": decoder[..., source],
-        }
-        return out, (torch.stack(logits), kinds)
 
     def force(self, sentence: str, target: str, settings: DecodeSettings) -> Translation:
         if not (target or "").strip():
@@ -369,7 +278,7 @@ class PromptedModel(HFModel):
 
     @torch.no_grad()
     def greedy(self, src: torch.Tensor, max_len: int, target_lang: str | None = None, memory=None):
-        rows = self._continue([self.layout.prompt(s) for s in self._rows(src)], max_len)
+        rows = continue_prompts(self, [self.layout.prompt(s) for s in self._rows(src)], max_len)
         out = torch.full((len(rows), max(map(len, rows), default=1)), self.pad_id)
         for i, row in enumerate(rows):
             out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
@@ -458,11 +367,7 @@ class PromptedModel(HFModel):
         """A light record of one sentence: its ids, masks, logits and ``logp``; no attention
         or layer sites (the analyses that read them refuse a prompted model: ``supports``),
         which is all the gradient methods read."""
-        if not len(out_ids):
-            raise ValueError("There is no output to feed the decoder: translate a sentence first.")
-        src = torch.tensor([list(src_ids)], device=self.device)  # (1, S)
-        tgt_in = torch.tensor([self.decoder_inputs(out_ids)], device=self.device)  # (1, T)
-        out = torch.tensor([list(out_ids)], device=self.device)  # (1, T)
+        src, tgt_in, out = self.forced_batch(src_ids, out_ids)
         with evaluating(self.model), torch.no_grad():
             logits = self.run(src, tgt_in)  # (1, T, V)
         none = {k: [] for k in ("encoder", "decoder_self", "cross")}

@@ -1,0 +1,82 @@
+"""Greedy decoding of a prompted decoder-only model (``lm``: a ``core.model.prompted``
+``PromptedModel``, which calls these): many prompts
+left-padded at once with a key/value cache, and one sentence with every attention row kept as
+it decodes (the maps of its translation, no second pass).
+
+Shape key: B prompts, P prompt ids, T output steps, L layers, H heads, N prompt + output.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from core.model.transformer import evaluating
+
+
+@torch.no_grad()
+def continue_prompts(lm, prompts: list[list[int]], max_len: int) -> list[list[int]]:
+    """Greedy continuations of many prompts at once, left-padded (a key/value cache; each
+    row read up to its first id that ends the line)."""
+    B, P = len(prompts), max(map(len, prompts))
+    ids = torch.full((B, P), lm.pad_id, device=lm.device)  # (B, P)
+    mask = torch.zeros(B, P, dtype=torch.long, device=lm.device)
+    for b, row in enumerate(prompts):
+        ids[b, P - len(row) :], mask[b, P - len(row) :] = torch.tensor(row), 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P)
+    cache, out, done = None, [], torch.zeros(B, dtype=torch.bool, device=lm.device)
+    ends = torch.tensor(sorted(lm.ends), device=lm.device)
+    with evaluating(lm.model):
+        for _ in range(max(min(max_len, lm.cfg.max_positions - P), 0)):
+            o = lm.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                         cache=cache, use_cache=True, logits_to_keep=1)  # fmt: skip
+            cache, nxt = o.cache, o.logits[:, -1].argmax(-1)  # (B,)
+            out.append(nxt)
+            done |= torch.isin(nxt, ends)
+            if bool(done.all()):
+                break
+            ids, positions = nxt[:, None], positions[:, -1:] + 1  # (B, 1)
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+    rows = torch.stack(out, dim=1).tolist() if out else [[] for _ in prompts]  # (B, T)
+    return [through_end(lm, row) for row in rows]
+
+
+def through_end(lm, ids: list[int]) -> list[int]:
+    """Ids up to and including the first that ends the line."""
+    return next((ids[: i + 1] for i, x in enumerate(ids) if x in lm.ends), ids)
+
+
+@torch.no_grad()
+def decode_with_maps(lm, src: list[int], max_len: int):
+    """Greedy ids after the prompt of ``src`` (through the first that ends the line) with
+    what decoding computed on the way: (ids, (logits (T, V), {kind: (L, H, ., .)})), the
+    blocks kept from each step's row (no second pass; equal to one: tested). Only the
+    source's rows and the decoder inputs' are kept, never the whole N × N."""
+    prompt = lm.layout.prompt(src)
+    P, room = len(prompt), max(min(max_len, lm.cfg.max_positions - len(prompt)), 1)
+    x, cache, out, logits, rows = torch.tensor([prompt], device=lm.device), None, [], [], []
+    with evaluating(lm.model):
+        for step in range(room):
+            o = lm.model(input_ids=x, cache=cache, use_cache=True, output_attentions=True,
+                         logits_to_keep=1)  # fmt: skip
+            new = torch.stack(o.attentions)[:, 0, :, -1]  # (L, H, keys kept): the last row
+            if step == 0:
+                first = torch.stack(o.attentions)[:, 0]  # (L, H, P, P): the prompt's rows
+            full = new.new_zeros(*new.shape[:2], P + step)  # a sliding window's keys last
+            full[..., P + step - new.size(-1) :] = new
+            rows.append(full)
+            cache, nxt = o.cache, int(o.logits[0, -1].argmax())
+            out.append(nxt)
+            logits.append(o.logits[0, -1])
+            if nxt in lm.ends:
+                break
+            x = torch.tensor([[nxt]], device=lm.device)
+    source, steps = lm.layout.spans(len(src), len(out))
+    N = steps.stop
+    decoder = torch.stack([nn.functional.pad(r, [0, N - r.size(-1)]) for r in rows], dim=2)
+    kinds = {  # (L, H, T, N): the decoder inputs' rows
+        "encoder": first[..., source, source],
+        "decoder_self": decoder[..., steps],
+        "cross": decoder[..., source],
+    }
+    return out, (torch.stack(logits), kinds)
