@@ -17,9 +17,10 @@ interleaved repeats):
   a key/value cache, each step's maps kept as it runs) against the model's own greedy
   ``generate`` of 20 tokens (eager, and sdpa), and the ratios (random weights never end a
   line: every run writes the same 20 tokens);
-- head importance (``--importance``): every head removed alone on 50 validation sentences of
-  fra-eng (``FRA_ENG_ZIP``): BLEU of the prompted translations and the loss of the
-  references, gradient scores and the pruning curve, once, with its progress;
+- head importance (``--importance N``): every head removed alone on N validation sentences of
+  fra-eng (``FRA_ENG_ZIP``): the loss of each sentence's first reference after its prompt
+  (each head set run again from its lowest layer), gradient scores and the pruning curve,
+  once, with its progress (``--device cuda``: on the GPU, in float32);
 - page: the Attention page's own work over the folder (Streamlit's AppTest, in a process of
   its own: what the server computes), the first run with the model load and the median
   after a new sentence, and that process's peak resident set (VmHWM): the server's memory
@@ -27,7 +28,7 @@ interleaved repeats):
 - memory: the bench process's peak resident set after loading, translating (and head
   importance).
 
-    python bench/language_models.py --repeats 5 [--importance]
+    python bench/language_models.py --repeats 5 [--importance 50] [--device cuda]
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core.model.decode import DecodeSettings  # noqa: E402
 from core.model.opened import open_model  # noqa: E402
+from core.training.devices import device_description  # noqa: E402
 from tests.lm_tiny import byte_level_tokenizer  # noqa: E402
 
 CONFIGS = {
@@ -90,6 +92,8 @@ def build(name: str, folder: Path) -> Path:
 def seconds(fn) -> float:
     start = time.perf_counter()
     fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()  # a GPU's work done, not only queued
     return time.perf_counter() - start
 
 
@@ -102,14 +106,15 @@ def median_pair(a, b, repeats: int) -> tuple[float, float]:
     return statistics.median(ta), statistics.median(tb)
 
 
-def measure(name: str, repeats: int, importance: int) -> dict:
+def measure(name: str, repeats: int, importance: int, device: str = "cpu") -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         folder = build(name, Path(tmp) / name)
-        loads = [seconds(lambda: open_model(str(folder))) for _ in range(3)]
-        lm = dataclasses.replace(open_model(str(folder)), ends=frozenset())  # never ends a line
+        loads = [seconds(lambda: open_model(str(folder), device)) for _ in range(3)]
+        lm = open_model(str(folder), device)
+        lm = dataclasses.replace(lm, ends=frozenset())  # never ends a line
         model = lm.model
         g = torch.Generator().manual_seed(0)
-        ids = torch.randint(3, len(lm.tokenizer), (1, PROMPT_TOKENS), generator=g)
+        ids = torch.randint(3, len(lm.tokenizer), (1, PROMPT_TOKENS), generator=g).to(device)
         with torch.no_grad():
             maps, plain = median_pair(
                 lambda: lm.sequence_patterns(ids[0].tolist()),
@@ -118,19 +123,20 @@ def measure(name: str, repeats: int, importance: int) -> dict:
             )
             sentence = "the boy is tall and the girl is small ."
             settings = DecodeSettings(max_len=OUTPUT_TOKENS)
-            prompt = torch.tensor([lm.layout.prompt(lm.source(sentence).ids)])
+            prompt = torch.tensor([lm.layout.prompt(lm.source(sentence).ids)], device=device)
             t = lm.translate(sentence, settings)
             assert len(t.out_ids) == OUTPUT_TOKENS, len(t.out_ids)
             studio, own = median_pair(
                 lambda: lm.translate(sentence, settings), lambda: generate(model, prompt), repeats
             )
-            fast = sdpa(folder)
+            fast = sdpa(folder).to(device)
             _, plain_sdpa = median_pair(
                 lambda: None, lambda: fast(input_ids=ids, logits_to_keep=1), repeats
             )
             _, own_sdpa = median_pair(lambda: None, lambda: generate(fast, prompt), repeats)
         row = {
             "model": name,
+            "device": device_description(lm.device),
             "parameters_M": round(sum(p.numel() for p in model.parameters()) / 1e6, 1),
             "load_s": round(statistics.median(loads), 3),
             "maps_64_tokens_s": round(maps, 4),
@@ -144,7 +150,8 @@ def measure(name: str, repeats: int, importance: int) -> dict:
             "generate_20_sdpa_s": round(own_sdpa, 4),
             "translate_ratio_to_sdpa": round(studio / own_sdpa, 3),
         }
-        row |= page_figures(folder, repeats)
+        if device == "cpu":  # the pages hold a model on the CPU
+            row |= page_figures(folder, repeats)
         if importance:
             row |= head_importance(lm, folder, importance)
         row["peak_rss_MB"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
@@ -234,6 +241,12 @@ def main() -> None:
         help="also head importance on N sentences (minutes; the issue asks for 50)",
     )
     p.add_argument("--model", choices=list(CONFIGS), action="append")
+    p.add_argument(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="where the models run (cuda: no page figures, which are the CPU's)",
+    )
     p.add_argument("--page", help=argparse.SUPPRESS)  # a model folder: the page's figures only
     args = p.parse_args()
     if args.page:
@@ -241,7 +254,7 @@ def main() -> None:
         return
     torch.set_num_threads(max(1, torch.get_num_threads()))
     for name in args.model or list(CONFIGS):
-        print(json.dumps(measure(name, args.repeats, args.importance)), flush=True)
+        print(json.dumps(measure(name, args.repeats, args.importance, args.device)), flush=True)
 
 
 if __name__ == "__main__":

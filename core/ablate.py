@@ -23,14 +23,17 @@ from core.command_line import CommandError, add_prompt_flag, run_command, termin
 from core.corpus.source import DataError
 from core.model.checkpoints import CheckpointError
 from core.model.opened import model_path, open_model
+from core.training.devices import pick_device
 
 
 def json_lines(result) -> list[str]:
-    """A baseline line, then one line per head (kind, layer, head, BLEU, loss, changes)."""
+    """A baseline line, then one line per head (kind, layer, head, BLEU, loss, changes; a
+    language model's: the loss alone, its baseline BLEU null)."""
     agree = result.agreement()
-    base = {"baseline": True, "bleu": result.bleu, "loss": result.loss}
-    base |= {"sentences": result.sentences, "pairs": result.pairs, "heads": len(result.heads)}
-    base |= {"spearman_loss": agree["loss"], "spearman_bleu": agree["bleu"]}
+    base = {"baseline": True, "measured": result.measured, "bleu": result.bleu}
+    base |= {"loss": result.loss, "sentences": result.sentences, "pairs": result.pairs}
+    base |= {"heads": len(result.heads), "spearman_loss": agree["loss"]}
+    base |= {"spearman_bleu": agree["bleu"]} if "bleu" in agree else {}
     base |= {"seconds": round(result.seconds, 2), "cached": result.cached}
     base |= {"precision": result.precision}
     return [json.dumps(base)] + [json.dumps(row) for row in result.heads]
@@ -56,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="a Hugging Face model's passes (auto: bfloat16 where the CPU runs it natively)",
     )
+    p.add_argument(
+        "--device",
+        default="cpu",
+        choices=("cpu", "auto", "cuda", "mps"),
+        help="where the model runs (auto: CUDA, then Apple MPS, then the CPU; the pages: CPU)",
+    )
     add_prompt_flag(p)
     return p
 
@@ -64,7 +73,11 @@ def run(args: argparse.Namespace) -> list[str]:
     """Head importance of the checkpoint, as JSON lines."""
     if args.sentences < 1:
         raise CommandError("--sentences must be at least 1.")
-    lm = open_model(args.checkpoint, hub=True, prompt=args.prompt, section="ablation")
+    try:
+        device = pick_device(args.device)
+    except ValueError as e:
+        raise CommandError(str(e)) from e
+    lm = open_model(args.checkpoint, device, hub=True, prompt=args.prompt, section="ablation")
     path = model_path(args.checkpoint)
     result = importance_for(
         lm,

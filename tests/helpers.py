@@ -515,6 +515,16 @@ SUBJECTS = [("i am", "je suis"), ("you are", "tu es"), ("he is", "il est"), ("we
 ADJECTIVES = [("cold", "froid"), ("hot", "chaud"), ("tired", "fatigué"), ("tall", "grand")]
 
 
+def word_pairs(n: int = 16) -> list[tuple[list[str], list[str]]]:
+    """``n`` English-French pairs of the tiny models' words, of two lengths."""
+    out = []
+    for s_en, s_fr in SUBJECTS:
+        for a_en, a_fr in ADJECTIVES:
+            tail = ["."] if len(out) % 2 else ["home", "."]
+            out.append(([*s_en.split(), a_en, *tail], [*s_fr.split(), a_fr, *tail]))
+    return out[:n]
+
+
 def fra_eng_like(tmp_path, n: int = 400) -> Path:
     """A fra.txt-in-a-zip corpus of the tiny Hugging Face models' words, standing in for
     fra-eng."""

@@ -19,8 +19,9 @@ from core.corpus.bpe import join_pieces
 from core.corpus.splits import Split
 from core.measure.sample import sample_of
 from core.model import hugging_face as hf
+from tests import helpers
 from tests.helpers import assert_clean, fra_eng_like, plain, run_page_script
-from tests.test_hf_importance import model_folder, pairs
+from tests.test_hf_importance import model_folder
 
 
 def test_words_are_found_among_sentencepiece_pieces_without_the_specials(hf_loaded):
@@ -45,7 +46,7 @@ def test_a_language_code_belongs_to_no_word(hf_loaded):
 def test_occluded_log_probs_in_one_batch_equal_the_models_own_passes(hf_loaded, family):
     hm = hf_loaded[family]
     target = "__fr__" if family == "m2m_100" else None
-    sample = sample_of(hm, Split(pairs(3)), 3, target)
+    sample = sample_of(hm, Split(helpers.word_pairs(3)), 3, target)
     case = fa.translate_sample(hm, sample, target)[1]
     assert case.out_ids[-1] == hm.model.config.eos_token_id or len(case.out_ids) > 5
     unk = hm.unk_id

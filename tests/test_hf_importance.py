@@ -38,16 +38,6 @@ SETS = [
 ]
 
 
-def pairs(n: int = 16) -> list[tuple[list[str], list[str]]]:
-    """``n`` English-French pairs of the tiny models' words, of two lengths."""
-    out = []
-    for s_en, s_fr in helpers.SUBJECTS:
-        for a_en, a_fr in helpers.ADJECTIVES:
-            tail = ["."] if len(out) % 2 else ["home", "."]
-            out.append(([*s_en.split(), a_en, *tail], [*s_fr.split(), a_fr, *tail]))
-    return out[:n]
-
-
 def _target(family: str) -> str | None:
     return "__fr__" if family == "m2m_100" else None
 
@@ -72,7 +62,7 @@ def test_d2l_words_are_given_to_a_tokenizer_as_text():
 @pytest.mark.parametrize("family", FAMILIES)
 def test_each_rows_gates_give_the_loss_of_removing_its_heads_by_hand(hf_loaded, family):
     hm = hf_loaded[family]
-    sample = sample_of(hm, Split(pairs()), 16, _target(family))
+    sample = sample_of(hm, Split(helpers.word_pairs()), 16, _target(family))
     batched = Measures(hm, sample, _target(family)).losses(SETS)
     start = hm.model.config.decoder_start_token_id
     for heads, got in zip(SETS, batched):
@@ -100,7 +90,7 @@ def test_batched_greedy_outputs_equal_generate_one_sentence_at_a_time(
     monkeypatch.setattr(hf_model, "MAX_LEN", 6)  # every batch: the same output length
     hm = hf_loaded[family]
     target = _target(family)
-    sample = sample_of(hm, Split(pairs()), 16, target)
+    sample = sample_of(hm, Split(helpers.word_pairs()), 16, target)
     measures = Measures(hm, sample, target)
     batched = measures.output_ids(SETS)
     extra = {"forced_bos_token_id": hm.tokenizer.convert_tokens_to_ids(target)} if target else {}
@@ -132,7 +122,7 @@ def test_the_gradient_score_is_the_derivative_of_the_loss_at_the_gate(
     monkeypatch.setattr(T5LayerNorm, "forward", rms_norm_in_its_own_dtype)
     hm = load(hf_models[family])  # a model of its own: the shared one is never changed
     hm.model.double()  # a central difference of a float32 loss is noise at these slopes
-    sample = sample_of(hm, Split(pairs(1)), 1)
+    sample = sample_of(hm, Split(helpers.word_pairs(1)), 1)
     measures = Measures(hm, sample)
     scores = measures.gradients()
     assert len(scores) == len(measures.all_heads()) == 3 * 2 * 4
@@ -158,7 +148,7 @@ def test_the_gradient_score_is_the_derivative_of_the_loss_at_the_gate(
 @pytest.mark.parametrize("family", ["marian", "t5"])
 def test_bfloat16_passes_measure_what_float32_measures(hf_loaded, family):
     hm = hf_loaded[family]
-    sample = sample_of(hm, Split(pairs()), 16)
+    sample = sample_of(hm, Split(helpers.word_pairs()), 16)
     exact, fast = Measures(hm, sample), Measures(hm, sample, precision="bfloat16")
     assert (exact.precision, fast.precision) == ("float32", "bfloat16")
     losses, quick = exact.losses(SETS), fast.losses(SETS)

@@ -37,6 +37,7 @@ from core.model.lm_loading import held_dtype
 from core.model.opened import open_model
 from core.model.prompt import DEFAULT_TEMPLATE
 from core.model.prompted import PromptedModel
+from tests import helpers
 from tests.lm_tiny import KV_HEADS, LM_FAMILIES, LM_REAL_FLAGS
 
 SOURCE, TARGET = "i am cold .", "je suis froid ."
@@ -360,14 +361,15 @@ def test_each_row_keeps_its_own_heads_and_a_spec_names_the_one_kind(lm):
 
 
 def test_head_importance_measures_the_language_models_loss_with_heads_removed(lm):
-    from tests.test_hf_importance import pairs
 
-    sample = sample_of(lm, Split(pairs(6)), 6)
+    sample = sample_of(lm, Split(helpers.word_pairs(6)), 6)
     sets = [
         [],
         [HeadSpec("decoder_self", 0, 1)],
         [HeadSpec("decoder_self", 1, h) for h in range(4)],
-    ]
+        [HeadSpec("decoder_self", 1, 3), HeadSpec("decoder_self", 0, 2)],
+        [],
+    ]  # run again from layer 0, 1 and 0 (``resumed_losses``), then the whole pass again
     measures = Measures(lm, sample)
     losses = measures.losses(sets)
     for heads, got in zip(sets, losses):
@@ -393,7 +395,6 @@ def test_head_importance_measures_the_language_models_loss_with_heads_removed(lm
 def test_where_tokens_live_are_its_hidden_states(lm, tmp_path, monkeypatch):
     from core.attention import projector
     from core.attention.projector import ALL_LAYERS, project
-    from tests import helpers
 
     monkeypatch.setenv("FRA_ENG_ZIP", str(helpers.fra_eng_like(tmp_path)))
     result = project(lm, "encoder", ALL_LAYERS, "pca", 2, 4)

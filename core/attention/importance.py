@@ -3,7 +3,11 @@
 For each head alone: the change in BLEU (greedy, all references) and in mean per-token loss
 (teacher-forced). Beside it the gradient score of Michel, Levy & Neubig (2019), "Are Sixteen
 Heads Really Better than One?": I_h = E_x |dL(x)/d xi_h| at gates xi = 1, one backward pass
-per batch; and the BLEU of removing heads cumulatively, least important first. Results are
+per batch; and the BLEU of removing heads cumulatively, least important first. A language
+model (one sequence: prompt, then output) is measured by the loss alone, of each sentence's
+first reference after its prompt, each head set run again from its lowest layer only
+(``Measures.resumed_losses``): BLEU would need every head's prompted translations, 4x the
+work, where the issue asks for every head of a 124 M model on 50 texts in minutes. Results are
 cached on disk per checkpoint content, data settings and sample size.
 
 Shape key: B batch (sentences x head sets), H heads, S source length, T target length, V
@@ -14,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -35,6 +39,9 @@ from core.runs.disk_cache import read_cached, write_cached
 SENTENCES = 200  # validation sentences of the importance sample (the first N of the split)
 MAX_CURVE_POINTS = 24  # the pruning curve has at most this many points besides 0 removed (Michel
 # et al. 2019 draw 10 % steps; 24 points of 144 heads are 6 heads apart)
+LOSS_CURVE_POINTS = 10  # a language model's curve: Michel et al.'s 10 % steps (each point
+# runs every layer again: 24 points took 45 s of GPT-2 124 M's 210 on 2 cores)
+BY_LOSS = "loss"  # what a one-sequence model's importance measures (the others: "bleu")
 CACHE_VERSION = 1  # bump when the numbers a cached result holds change meaning
 
 
@@ -45,15 +52,16 @@ CACHE_VERSION = 1  # bump when the numbers a cached result holds change meaning
 class HeadImportance:
     """What removing each head alone costs on a validation sample, and the pruning curve."""
 
-    bleu: float  # baseline BLEU, no head removed
+    bleu: float | None  # baseline BLEU, no head removed (None: measured by the loss alone)
     loss: float  # baseline mean per-token loss
     sentences: int  # source sentences in the sample
     pairs: int  # (source, reference) pairs the loss is measured on
-    heads: list[dict]  # kind, layer, head, bleu, delta_bleu, loss, delta_loss, gradient
-    pruning: list[dict]  # removed, fraction, bleu, head (the last removed, in words)
+    heads: list[dict]  # kind, layer, head, [bleu, delta_bleu,] loss, delta_loss, gradient
+    pruning: list[dict]  # removed, fraction, bleu (or loss), head (the last removed, in words)
     seconds: float = 0.0  # time it took to compute
     cached: bool = False  # read from the disk cache
     precision: str = "float32"  # of the passes that removed heads (the gradients: float32)
+    measured: str = "bleu"  # "bleu" (BLEU and loss) or BY_LOSS (the loss alone)
 
     def frame(self) -> pd.DataFrame:
         """One row per head: kind, layer, head, label, BLEU/loss and their changes, gradient."""
@@ -63,39 +71,39 @@ class HeadImportance:
         return table
 
     def agreement(self) -> dict[str, float | None]:
-        """Spearman rank correlation of the gradient score with the loss rise and BLEU drop."""
+        """Spearman rank correlation of the gradient score with the loss rise and BLEU drop
+        (no "bleu" where measured by the loss alone)."""
         table = pd.DataFrame(self.heads)
-        rhos = {
-            "loss": spearman(table["gradient"].to_numpy(), table["delta_loss"].to_numpy()),
-            "bleu": spearman(table["gradient"].to_numpy(), -table["delta_bleu"].to_numpy()),
-        }
+        score = table["gradient"].to_numpy()
+        rhos = {"loss": spearman(score, table["delta_loss"].to_numpy())}
+        if self.measured != BY_LOSS:
+            rhos["bleu"] = spearman(score, -table["delta_bleu"].to_numpy())
         return {what: None if np.isnan(rho) else rho for what, rho in rhos.items()}
 
     def order(self) -> list[HeadSpec]:
-        """Heads from least to most important (smallest BLEU drop, then smallest loss rise)."""
-        rows = sorted(self.heads, key=lambda r: (-r["delta_bleu"], r["delta_loss"]))
+        """Heads from least to most important (smallest BLEU drop, then smallest loss rise;
+        measured by the loss alone: smallest loss rise)."""
+        by_loss = self.measured == BY_LOSS
+        rows = sorted(
+            self.heads, key=lambda r: (0 if by_loss else -r["delta_bleu"], r["delta_loss"])
+        )
         return [HeadSpec(r["kind"], r["layer"], r["head"]) for r in rows]
 
 
-def curve_points(n_heads: int) -> list[int]:
+def curve_points(n_heads: int, most: int = MAX_CURVE_POINTS) -> list[int]:
     """How many heads are removed at each point of the pruning curve (1..n_heads)."""
-    if n_heads <= MAX_CURVE_POINTS:
+    if n_heads <= most:
         return list(range(1, n_heads + 1))
-    return sorted({int(round(x)) for x in np.linspace(1, n_heads, MAX_CURVE_POINTS)})
+    return sorted({int(round(x)) for x in np.linspace(1, n_heads, most)})
 
 
-def head_row(h: HeadSpec, bleu: tuple, loss: tuple, gradient: float) -> dict:
-    """One head's row: BLEU and loss without it ((baseline, without) pairs) and its score."""
-    return {
-        "kind": h.kind,
-        "layer": h.layer,
-        "head": h.head,
-        "bleu": bleu[1],
-        "delta_bleu": bleu[1] - bleu[0],
-        "loss": loss[1],
-        "delta_loss": loss[1] - loss[0],
-        "gradient": gradient,
-    }
+def head_row(h: HeadSpec, bleu: tuple | None, loss: tuple, gradient: float) -> dict:
+    """One head's row: BLEU (unless None) and loss without it ((baseline, without) pairs)
+    and its score."""
+    row = {"kind": h.kind, "layer": h.layer, "head": h.head}
+    if bleu is not None:
+        row |= {"bleu": bleu[1], "delta_bleu": bleu[1] - bleu[0]}
+    return row | {"loss": loss[1], "delta_loss": loss[1] - loss[0], "gradient": gradient}
 
 
 def head_importance(
@@ -105,7 +113,10 @@ def head_importance(
     target_lang: str | None = None,
     precision: str = "float32",
 ) -> HeadImportance:
-    """BLEU and loss with each head removed alone, gradient scores and the pruning curve."""
+    """BLEU and loss with each head removed alone, gradient scores and the pruning curve (a
+    one-sequence model's: the loss alone, ``by_loss``)."""
+    if lm.one_sequence:
+        return by_loss(lm, sample, progress, precision)
     start, measures = time.perf_counter(), Measures(lm, sample, target_lang, precision)
     heads, row = measures.all_heads(), measures.loss_row
     n, pairs, points = len(sample.sources), len(sample.encoded), curve_points(len(heads))
@@ -126,25 +137,70 @@ def head_importance(
         curve = measures.bleu(
             [order[:k] for k in points], lambda r: work.advance(r, "pruning curve")
         )
-    result.pruning = [{"removed": 0, "fraction": 0.0, "bleu": bleus[0], "head": ""}] + [
-        {"removed": k, "fraction": k / len(heads), "bleu": b, "head": order[k - 1].label}
-        for k, b in zip(points, curve)
-    ]
+    result.pruning = pruning_points(order, points, curve, "bleu", bleus[0])
     result.seconds = time.perf_counter() - start
     return result
+
+
+def by_loss(lm, sample: Sample, progress=None, precision: str = "float32") -> HeadImportance:
+    """A one-sequence model's head importance: the loss of each sentence's first reference
+    with each head removed alone, gradient scores and the pruning curve in loss."""
+    start = time.perf_counter()
+    firsts = np.cumsum([0] + [len(r) for r in sample.references[:-1]])  # each first pair
+    sample = replace(sample, encoded=[sample.encoded[i] for i in firsts])
+    measures = Measures(lm, sample, None, precision)
+    heads, pairs = measures.all_heads(), len(sample.encoded)
+    points = curve_points(len(heads), LOSS_CURVE_POINTS)
+    per_head = 1 + sum(measures.share([h]) for h in heads)  # whole passes, the baseline's too
+    work = Progress(progress, pairs * (per_head + len(points) + 3))
+    with evaluating(lm.model):
+        losses = measures.losses(
+            [[]] + [[h] for h in heads], lambda r: work.advance(r, "loss per head")
+        )
+        grads = measures.gradients()
+        work.advance(3 * pairs, "gradient scores")
+        rows = [head_row(h, None, (losses[0], lo), grads[h]) for h, lo in zip(heads, losses[1:])]
+        result = HeadImportance(None, losses[0], pairs, pairs, rows, [], measured=BY_LOSS)
+        result.precision = measures.precision
+        order = result.order()
+        sets = [order[:k] for k in points]
+        scale = len(sets) / sum(measures.share(heads) for heads in sets)  # as counted above
+        curve = measures.losses(sets, lambda r: work.advance(r * scale, "pruning curve"))
+    result.pruning = pruning_points(order, points, curve, "loss", losses[0])
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def pruning_points(order: list[HeadSpec], points, values, what: str, baseline) -> list[dict]:
+    """The pruning curve: none removed, then each point's ``what`` (bleu or loss)."""
+    first = {"removed": 0, "fraction": 0.0, what: baseline, "head": ""}
+    return [first] + [
+        {"removed": k, "fraction": k / len(order), what: v, "head": order[k - 1].label}
+        for k, v in zip(points, values)
+    ]
 
 
 # ----------------------------------------------------------------------------- disk cache
 
 
 def importance_key(
-    checkpoint, cfg: DataConfig, sentences: int, target_lang=None, precision="float32"
+    checkpoint, cfg: DataConfig, sentences: int, target_lang=None, precision="float32", model=None
 ) -> str:
     """Cache key of head importance: checkpoint, data settings, corpus and sample size (and
-    a multilingual model's target language, and a precision other than float32)."""
+    a multilingual model's target language, a precision other than float32, and the
+    ``model_facts`` of a language model)."""
     facts = {"target_lang": target_lang} if target_lang else {}
     facts |= {"precision": precision} if precision != "float32" else {}
+    facts |= model or {}
     return sample_key(checkpoint, cfg, sentences, version=CACHE_VERSION, **facts)
+
+
+def model_facts(lm) -> dict:
+    """What else a model's result depends on: a language model's prompt template and its
+    measure (none for the others)."""
+    if not lm.one_sequence:
+        return {}
+    return {"measured": BY_LOSS, "prompt": getattr(lm, "template", "")}
 
 
 def cached_importance(key: str) -> HeadImportance | None:
@@ -183,7 +239,7 @@ def importance_for(
     """
     cfg, carried = validation_source(lm.meta, source)
     precision = resolved_precision(precision, lm)
-    key = importance_key(checkpoint, cfg, sentences, target_lang, precision)
+    key = importance_key(checkpoint, cfg, sentences, target_lang, precision, model_facts(lm))
     if not refresh and (hit := cached_importance(key)) is not None:
         return hit
     if progress:
@@ -195,13 +251,18 @@ def importance_for(
 
 
 def lookup_importance(
-    checkpoint, meta: Mapping, sentences: int = SENTENCES, target_lang=None, precision="float32"
+    checkpoint,
+    meta: Mapping,
+    sentences: int = SENTENCES,
+    target_lang=None,
+    precision="float32",
+    model: Mapping | None = None,
 ):
     """A cached result for this checkpoint, sample size (and a Hugging Face model's resolved
-    precision), or None (never computes)."""
+    precision, and ``model_facts``), or None (never computes)."""
     try:
         cfg = validation_source(meta)[0]
-        key = importance_key(checkpoint, cfg, sentences, target_lang, precision)
+        key = importance_key(checkpoint, cfg, sentences, target_lang, precision, model)
     except DataError:
         return None
     return cached_importance(key)

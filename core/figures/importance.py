@@ -132,13 +132,30 @@ def agreement_figure(
 
 
 def rho_words(rho: Mapping[str, float | None]) -> str:
-    """The agreement in words: "Spearman ρ 0.59 with the loss rise, 0.64 with the BLEU drop"."""
-    loss, bleu = (f"{v:.2f}" if v is not None else "n/a" for v in (rho["loss"], rho["bleu"]))
+    """The agreement in words: "Spearman ρ 0.59 with the loss rise, 0.64 with the BLEU drop"
+    (the loss alone where no BLEU was measured)."""
+    loss, bleu = (f"{v:.2f}" if v is not None else "n/a" for v in (rho["loss"], rho.get("bleu")))
+    if "bleu" not in rho:
+        return f"Spearman ρ {loss} with the loss rise"
     return f"Spearman ρ {loss} with the loss rise, {bleu} with the BLEU drop"
 
 
-def pruning_figure(points: Sequence[Mapping], baseline_bleu: float) -> go.Figure:
-    """BLEU against the fraction of heads removed, least important first."""
+def baseline_words(result) -> str:
+    """A HeadImportance's baseline in words: "baseline BLEU 31.2, loss 1.234 on 200
+    validation sentences (412 pairs)", or a language model's loss on its texts."""
+    if result.bleu is None:
+        return f"baseline loss {result.loss:.3f} on {result.sentences} validation sentences"
+    return (
+        f"baseline BLEU {result.bleu:.1f}, loss {result.loss:.3f} on {result.sentences} "
+        f"validation sentences ({result.pairs} pairs)"
+    )
+
+
+def pruning_figure(points: Sequence[Mapping], result) -> go.Figure:
+    """BLEU (or a language model's loss) against the fraction of heads removed, least
+    important first."""
+    what = "BLEU" if result.bleu is not None else "loss"
+    key, baseline, fmt = what.lower(), points[0][what.lower()], ".1f" if what == "BLEU" else ".3f"
     hover = [
         plotly_text(f"{p['removed']} removed" + (f" (last: {p['head']})" if p["head"] else ""))
         for p in points
@@ -146,22 +163,23 @@ def pruning_figure(points: Sequence[Mapping], baseline_bleu: float) -> go.Figure
     fig = go.Figure(
         go.Scatter(
             x=np.asarray([p["fraction"] for p in points], dtype=np.float32),
-            y=np.asarray([p["bleu"] for p in points], dtype=np.float32),
+            y=np.asarray([p[key] for p in points], dtype=np.float32),
             mode="lines+markers",
             text=hover,
-            name="BLEU",
-            hovertemplate="%{text}<br>BLEU %{y:.1f}<extra></extra>",
+            name=what,
+            hovertemplate=f"%{{text}}<br>{what} %{{y:{fmt}}}<extra></extra>",
         )
     )
-    fig.add_hline(y=baseline_bleu, line_dash="dash", line_color="#888")
+    fig.add_hline(y=baseline, line_dash="dash", line_color="#888")
+    smallest = "smallest BLEU drop" if what == "BLEU" else "smallest loss rise"
     notes = [
-        "heads removed cumulatively, smallest BLEU drop first",
-        f"dashed: baseline BLEU {baseline_bleu:.1f}",
+        f"heads removed cumulatively, {smallest} first",
+        f"dashed: baseline {what} {baseline:{fmt}}",
     ]
     head = title_layout("Pruning curve", notes)
     fig.update_layout(
         xaxis={"title": {"text": "fraction of heads removed"}, "range": [-0.02, 1.02]},
-        yaxis={"title": {"text": "BLEU"}, "rangemode": "tozero"},
+        yaxis={"title": {"text": what}, "rangemode": "tozero"},
         height=int(340 + head["margin"]["t"]),
         **head,
     )

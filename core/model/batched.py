@@ -49,14 +49,13 @@ def stacked(states: Sequence[torch.Tensor], width: int) -> torch.Tensor:
     return out  # (B, S, D)
 
 
-def label_losses(m: TranslationModel, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def label_losses(m: TranslationModel, hidden: torch.Tensor, labels: torch.Tensor, weight=None):
     """(B, T) cross-entropy of each label given the decoder's (B, T, D) outputs, 0 where the
     label is IGNORE, in float32 whatever the outputs' type. The logits are made CHUNK label
-    positions at a time (``m.logits_of``) and padding gets none."""
+    positions at a time (``m.logits_of``, by ``weight`` where given) and padding gets none."""
     flat, wanted = hidden.flatten(0, 1), labels.flatten()  # (B*T, D), (B*T,)
-    weight = None  # under autocast: the output layer's weight cast once for all the chunks
-    if torch.is_autocast_enabled(hidden.device.type):
-        weight = m.output_weight().to(torch.get_autocast_dtype(hidden.device.type))  # (V, D)
+    if weight is None and torch.is_autocast_enabled(hidden.device.type):
+        weight = cast_output_weight(m, hidden.device.type)  # cast once for all the chunks
     real = (wanted != IGNORE).nonzero()[:, 0]  # (N,) the positions with a label
     kind = torch.promote_types(hidden.dtype, torch.float32)
     losses = torch.zeros(wanted.shape, dtype=kind, device=hidden.device)  # (B*T,)
@@ -70,6 +69,11 @@ def label_losses(m: TranslationModel, hidden: torch.Tensor, labels: torch.Tensor
     if parts:
         losses = losses.index_put((real,), torch.cat(parts))  # out of place: autograd-safe
     return losses.view(labels.shape)  # (B, T)
+
+
+def cast_output_weight(m: TranslationModel, device_type: str) -> torch.Tensor:
+    """(V, D) the output layer's weight in the autocast type of ``device_type``."""
+    return m.output_weight().to(torch.get_autocast_dtype(device_type))
 
 
 def forced_batch(m: TranslationModel, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]):

@@ -101,6 +101,54 @@ def output_projection(attention: nn.Module) -> nn.Module:
     return found
 
 
+_inputs = threading.local()  # this thread's LayerInputs, while one is open
+
+
+class LayerInputs:
+    """Every layer's inputs (positional and keyword arguments: the stream, the mask, the
+    positions) of the pass this thread runs inside the block, kept by a permanent pre-hook
+    on each layer (``hook_points``), so that ``resumed`` can run the layers from any one on
+    again with the layers below as they were."""
+
+    def __init__(self, model: nn.Module):
+        hook_points(model)  # the permanent hooks, installed once
+        self.calls: dict[int, tuple[tuple, dict]] = {}
+
+    def __enter__(self) -> LayerInputs:
+        _inputs.value = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _inputs.value = None
+
+
+def _keep_inputs(index: int):
+    """Layer ``index``'s forward pre-hook: its arguments, for this thread's open LayerInputs."""
+
+    def hook(module, args, kwargs) -> None:
+        kept = getattr(_inputs, "value", None)
+        if kept is not None:
+            kept.calls[index] = (args, kwargs)
+
+    return hook
+
+
+def resumed(model: nn.Module, kept: LayerInputs, start: int) -> torch.Tensor:
+    """(B, N, D) the last layer's output (before the final norm) of layers ``start``... run
+    again on the stream layer ``start`` was given, with each layer's other arguments as kept
+    (under this thread's hooks: a head removed at or above ``start`` changes it; the layers
+    below are not run). Equal to the whole pass's (tested per family)."""
+    if _inputs.__dict__.get("value") is not None:
+        raise RuntimeError("resumed runs outside LayerInputs (it would keep its own inputs)")
+    args, kwargs = kept.calls[start]
+    x = args[0] if args else kwargs["hidden_states"]  # (B, N, D)
+    for i, layer in enumerate(layers_of(model)[start:], start):
+        args, kwargs = kept.calls[i]
+        out = layer(x, *args[1:], **kwargs) if args else layer(**{**kwargs, "hidden_states": x})
+        x = out if isinstance(out, torch.Tensor) else out[0]
+    return x
+
+
 _placed = threading.local()  # this thread's pass: (each row's source positions, the steps')
 
 
@@ -177,6 +225,7 @@ def hook_points(model: nn.Module) -> dict[str, HookPoint]:
         setattr(w_o, POINTS, points)
         w_o.register_forward_pre_hook(heads_site(name, heads, before=True))
         _placed_pair(points, layer, f"{i}.out")
+        layer.register_forward_pre_hook(_keep_inputs(i), with_kwargs=True)
     _placed_pair(points, model.get_input_embeddings(), "embed")
     layers_of(model)[-1].register_forward_hook(_keep_last)
     return points

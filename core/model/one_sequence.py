@@ -50,6 +50,11 @@ class OneSequence:
         """Where the first decoder input (or predicted token) sits in ``sequence_ids``."""
         raise ValueError(TWO_STACKS)
 
+    def hidden_resumable(self, src, tgt_in):
+        """``hidden`` of one pass (B, T, D), and ``again(layer)``: the same run again from that
+        layer on, the layers below as they were."""
+        raise ValueError(TWO_STACKS)
+
     def start_ids(self) -> list[int]:
         """The ids it reads before any text (its start token, or none)."""
         return []

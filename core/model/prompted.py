@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -321,7 +321,7 @@ class PromptedModel(HFModel):
         with lm_sites.LastOutput(self.model) as last, lm_sites.placing(sources, steps):
             o = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                            output_attentions=weights, output_hidden_states=states,
-                           logits_to_keep=T if logits else 1)  # fmt: skip
+                           use_cache=False, logits_to_keep=T if logits else 1)  # fmt: skip
         stream = [*(o.hidden_states[:-1] if states else ()), last.output]  # (L +) 1 x (B, N, D)
         attentions = torch.stack(o.attentions) if weights else None  # (L, B, H, N, N)
         return Pass(o.logits if logits else None, attentions, stream, sources, steps)
@@ -337,6 +337,18 @@ class PromptedModel(HFModel):
     def hidden(self, src, tgt_in, memory=None) -> torch.Tensor:
         p = self._pass(src, tgt_in, logits=False)
         return lm_sites.final_norm(self.model)(p.stream[-1][:, p.steps])  # (B, T, D)
+
+    def hidden_resumable(self, src, tgt_in) -> tuple[torch.Tensor, Callable]:
+        """``hidden`` of one pass, and ``again(layer)``: the same run again from that layer on,
+        the layers below as they were (what removing heads there or above changes)."""
+        with lm_sites.LayerInputs(self.model) as kept:
+            p = self._pass(src, tgt_in, logits=False)
+        norm = lm_sites.final_norm(self.model)
+
+        def again(start: int) -> torch.Tensor:
+            return norm(lm_sites.resumed(self.model, kept, start)[:, p.steps])  # (B, T, D)
+
+        return norm(p.stream[-1][:, p.steps]), again
 
     def encode(self, src) -> torch.Tensor:
         raise ValueError("A decoder-only model has no encoder: its source is read in its prompt.")

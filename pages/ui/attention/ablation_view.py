@@ -13,10 +13,12 @@ from core.attention.ablation import (
 )
 from core.attention.head_measures import resolved_precision
 from core.attention.importance import (
+    BY_LOSS,
     SENTENCES,
     HeadImportance,
     importance_for,
     lookup_importance,
+    model_facts,
 )
 from core.attention.maps import export_name, select_view
 from core.attention.sentence_maps import SentenceMaps
@@ -175,10 +177,11 @@ def importance_panel(entry: ModelEntry, lm: TranslationModel, state: ViewState) 
     )
     target = state.target_lang or None
     precision = "float32" if lm.supports("bfloat16") else precision_choice(lm)
-    result = lookup_importance(entry.path, lm.meta, n, target, precision)
+    result = lookup_importance(entry.path, lm.meta, n, target, precision, model_facts(lm))
     if result is None:
+        measures = "the loss" if lm.one_sequence else "BLEU and loss"
         st.caption(
-            "Removes each head alone and measures BLEU and loss on the validation "
+            f"Removes each head alone and measures {measures} on the validation "
             "sentences; beside it a gradient score that needs one backward pass. The "
             "result is kept on disk for this model."
         )
@@ -246,31 +249,35 @@ def compute_importance(
 
 def show_importance(result: HeadImportance, state: ViewState) -> None:
     """Grids of the change in BLEU and loss, the gradient score, agreement, pruning, CSV."""
-    table = result.frame()
-    base = (
-        f"baseline BLEU {result.bleu:.1f}, loss {result.loss:.3f} on {result.sentences} "
-        f"validation sentences ({result.pairs} pairs)"
-    )
+    table, by_loss = result.frame(), result.measured == BY_LOSS
+    base = abfigs.baseline_words(result)
     how = "read from the disk cache" if result.cached else f"computed in {result.seconds:.0f} s"
     how += " in bfloat16" if result.precision == "bfloat16" else ""
     st.markdown(f"Removing each head alone — {base}; {how}.")
+    if by_loss:
+        st.caption(
+            "A language model is measured by the loss of each sentence's first reference "
+            "after its prompt (its prompted translations with every head removed would take "
+            "four times as long); the pruning curve in loss, at 10 % steps."
+        )
     name = export_name(state.model, "", what="head importance")
-    bleu_tab, loss_tab = st.tabs(["Change in BLEU", "Change in loss"])
-    for tab, column in ((bleu_tab, "delta_bleu"), (loss_tab, "delta_loss")):
+    columns = ["delta_loss"] if by_loss else ["delta_bleu", "delta_loss"]
+    tabs = st.tabs([abfigs.METRICS[c][0].split(" with")[0] for c in columns])
+    for tab, column in zip(tabs, columns):
         fig = abfigs.importance_grid_figure(table, column, base)
         chart(fig, f"ab_imp_{column}", tab, f"{name}_{column}")
     fig = abfigs.importance_grid_figure(table, "gradient", base)
     chart(fig, "ab_imp_gradient", name=f"{name}_gradient")
     left, right = st.columns(2)
     chart(abfigs.agreement_figure(table, result.agreement()), "ab_agree", left, f"{name}_agree")
-    chart(abfigs.pruning_figure(result.pruning, result.bleu), "ab_prune", right, f"{name}_prune")
+    chart(abfigs.pruning_figure(result.pruning, result), "ab_prune", right, f"{name}_prune")
     remove_least_important(result)
     csv = table.to_csv(index=False, lineterminator="\r\n").encode("utf-8")
     st.download_button("Importance table as CSV", csv, f"{name}.csv", "text/csv")
 
 
 def remove_least_important(result: HeadImportance) -> None:
-    """Put the k least important heads (smallest BLEU drop) into the picker above."""
+    """Put the k least important heads (smallest BLEU drop, or loss rise) into the picker."""
     order = result.order()
     row = st.container(horizontal=True, vertical_alignment="bottom")
     row.number_input(
