@@ -217,7 +217,7 @@ def head_importance(lm, folder: Path, sentences: int = 50) -> dict:
     seen = []
     start = time.perf_counter()
     result = importance_for(
-        lm, str(folder), sentences, progress=lambda f, what: seen.append((f, what))
+        lm, str(folder), sentences, progress=lambda f, what: seen.append((f, what)), refresh=True
     )
     return {
         "importance_sentences": sentences,

@@ -132,3 +132,22 @@ def test_the_page_shows_a_language_models_importance_in_loss(
     titles = [c.proto.spec for c in at.get("plotly_chart")]
     assert any("Pruning curve" in t and "baseline loss" in t for t in titles)
     assert LOSS_CURVE_POINTS == 10
+
+
+def test_a_masked_language_models_importance_is_its_masked_lm_loss(
+    studio_dirs, lm_models, lm_loaded, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("FRA_ENG_ZIP", str(helpers.fra_eng_like(tmp_path)))
+    folder = shutil.copytree(lm_models["bert"], studio_dirs["checkpoints"] / "bert")
+    bert = lm_loaded["bert"]
+    result = importance_for(bert, folder, 5)
+    assert result.measured == BY_LOSS and result.sentences == 5 and len(result.heads) == 8
+    assert {r["kind"] for r in result.heads} == {"encoder"}
+    assert any(r["delta_loss"] != 0 for r in result.heads)
+    query = {"model": "checkpoints/bert/", "sentence": "the boy is [MASK] .", "section": "ablation"}
+    at = run_page_script("attention.py", query)
+    at.number_input(key="ab_sentences").set_value(5)
+    at.button(key="ab_compute").click().run()  # read from the disk cache
+    assert_clean(at)
+    shown = plain(" ".join([m.value for m in at.markdown] + [c.value for c in at.caption]))
+    assert "masked-LM loss" in shown and "read from the disk cache" in shown

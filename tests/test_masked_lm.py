@@ -5,6 +5,8 @@ or says in one line why not."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import shutil
 
@@ -84,9 +86,9 @@ def test_inside_a_head_the_lens_and_the_roles_are_the_models_own(mlm):
 
 
 def test_what_it_cannot_do_is_said_in_one_line(mlm):
-    for section in ("alignment", "attribution", "patch", "project", "ablation", "compare"):
+    for section in ("alignment", "attribution", "patch", "project", "compare"):
         assert "does not translate" in mlm.supports(section)
-    for section in ("maps", "inside", "lens", "playback"):
+    for section in ("maps", "inside", "lens", "playback", "ablation"):
         assert mlm.supports(section) is None
     with pytest.raises(TranslationError, match="no translation to rate"):
         mlm.force("the boy is tall .", "le garçon", SETTINGS)
@@ -114,6 +116,12 @@ def test_every_attention_section_shows_the_model_or_says_why_not(mlm_dirs, lm_lo
         assert at.get("plotly_chart") and "What each head does" in texts(at)
         assert "**Filled (greedy):**" in at.markdown[0].value or "Filled (greedy)" in texts(at)
         assert not [b for b in at.text_input if b.key == "at_target"]  # nothing to rate
+    elif section == "ablation":  # heads removed: the mask filled again; importance by MLM loss
+        assert at.multiselect(key="ab_heads").options[0] == "Encoder self L0 H0"
+        assert "measures the loss" in texts(at)
+        at.multiselect(key="ab_heads").set_value(["Encoder self L1 H2"]).run()
+        assert_clean(at)
+        assert "1 head removed" in texts(at)
     elif section == "inside":  # opens on the mask; every token sees every other
         picker = at.selectbox(key="at_query")
         assert picker.options[picker.value] == "4: [MASK]" and "every token seeing" in texts(at)
@@ -124,3 +132,52 @@ def test_the_translate_page_fills_the_mask(mlm_dirs):
     assert_clean(at)
     assert at.text_input(key="tr_sentence").value == "the boy is [MASK] ."
     assert "bert · 0.03 M params" in texts(at) and at.dataframe
+
+
+def test_removing_a_head_equals_zeroing_its_columns_of_w_o(mlm):
+    ids = mlm.source("the boy is [MASK] .").ids
+    at = mlm.positions(ids)
+    model = copy.deepcopy(mlm.model)
+    width = mlm.cfg.d_model // mlm.cfg.num_heads
+    with torch.no_grad():
+        dense = model.base_model.encoder.layer[1].attention.output.dense
+        dense.weight[:, 2 * width : 3 * width] = 0.0
+        expected = model(input_ids=torch.tensor([ids])).logits[0, at]
+        with mlm.heads_removed([("encoder", 1, 2)]):
+            got = mlm.run(torch.tensor([ids]), None)[0]
+        plain = mlm.run(torch.tensor([ids]), None)[0]
+    assert torch.allclose(got, expected, atol=1e-5)
+    assert not torch.allclose(got, plain, atol=1e-4)  # the head mattered
+    assert torch.allclose(plain, own(mlm, ids)[0][at], atol=1e-5)  # the batched pass
+
+
+def test_the_masked_lm_loss_runs_again_from_a_layer_as_a_whole_pass(mlm):
+    from core.attention.ablation import HeadSpec
+    from core.attention.head_measures import Measures
+    from core.corpus.splits import Split
+    from core.measure.sample import sample_of
+    from tests import helpers
+
+    sample = sample_of(mlm, Split(helpers.word_pairs(4)), 4)
+    masked, wanted = mlm.loss_pair(sample.src_ids[0])
+    assert masked.count(mlm.mask_id) == len(wanted) >= 1 and masked[0] == mlm.start_id
+    pairs = [mlm.loss_pair(ids) for ids in sample.src_ids]
+    sample = dataclasses.replace(sample, encoded=pairs)
+    sets = [[], [HeadSpec("encoder", 1, 0)], [HeadSpec("encoder", 0, 3), HeadSpec("encoder", 1, 1)]]
+    losses = Measures(mlm, sample).losses(sets)
+    for heads, got in zip(sets, losses):
+        model = copy.deepcopy(mlm.model)
+        width = mlm.cfg.d_model // mlm.cfg.num_heads
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for h in heads:
+                dense = model.base_model.encoder.layer[h.layer].attention.output.dense
+                dense.weight[:, h.head * width : (h.head + 1) * width] = 0.0
+            for ids, targets in pairs:  # one sentence at a time, no padding
+                logits = model(input_ids=torch.tensor([ids])).logits[0]
+                at = [i for i, x in enumerate(ids) if x == mlm.mask_id]
+                loss = torch.nn.functional.cross_entropy(
+                    logits[at], torch.tensor(targets), reduction="sum"
+                )
+                total, count = total + float(loss), count + len(targets)
+        assert got == pytest.approx(total / count, abs=1e-5)

@@ -30,6 +30,7 @@ from core.corpus.source import DataError
 from core.measure.progress import Progress, ProgressFn
 from core.measure.rank import spearman
 from core.measure.sample import Sample, sample_key, validation_sample
+from core.model.capabilities import MASKED_LM
 from core.model.checkpoints import validation_source
 from core.model.interface import TranslationModel
 from core.model.transformer import evaluating
@@ -146,8 +147,7 @@ def by_loss(lm, sample: Sample, progress=None, precision: str = "float32") -> He
     """A one-sequence model's head importance: the loss of each sentence's first reference
     with each head removed alone, gradient scores and the pruning curve in loss."""
     start = time.perf_counter()
-    firsts = np.cumsum([0] + [len(r) for r in sample.references[:-1]])  # each first pair
-    sample = replace(sample, encoded=[sample.encoded[i] for i in firsts])
+    sample = replace(sample, encoded=loss_pairs(lm, sample))
     measures = Measures(lm, sample, None, precision)
     heads, pairs = measures.all_heads(), len(sample.encoded)
     points = curve_points(len(heads), LOSS_CURVE_POINTS)
@@ -169,6 +169,31 @@ def by_loss(lm, sample: Sample, progress=None, precision: str = "float32") -> He
     result.pruning = pruning_points(order, points, curve, "loss", losses[0])
     result.seconds = time.perf_counter() - start
     return result
+
+
+def loss_pairs(lm, sample: Sample) -> list[tuple[list[int], list[int]]]:
+    """The pairs a one-sequence model's loss reads: each sentence and its first reference
+    (a language model's prompt, then the reference), or each sentence with about 15 % of its
+    tokens masked and those tokens (a masked language model's, ``MaskedModel.loss_pair``)."""
+    if lm.family == MASKED_LM:
+        return [lm.loss_pair(ids) for ids in sample.src_ids]
+    firsts = np.cumsum([0] + [len(r) for r in sample.references[:-1]])  # each first pair
+    return [sample.encoded[i] for i in firsts]
+
+
+def loss_words(lm) -> str:
+    """What a one-sequence model's importance measures, in words (the page's caption)."""
+    if lm.family == MASKED_LM:
+        return (
+            "A masked language model is measured by its masked-LM loss: about 15 % of each "
+            "sentence's tokens (at least one, evenly spaced) replaced by the mask token and "
+            "predicted"
+        )
+    return (
+        "A language model is measured by the loss of each sentence's first reference after "
+        "its prompt (its prompted translations with every head removed would take four "
+        "times as long)"
+    )
 
 
 def pruning_points(order: list[HeadSpec], points, values, what: str, baseline) -> list[dict]:

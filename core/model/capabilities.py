@@ -52,7 +52,6 @@ BY_FAMILY[MASKED_LM] = {
             ("attribution", "attribution"),
             ("patch", "patching"),
             ("project", "the projector of validation translations"),
-            ("ablation", "removing heads and their BLEU"),
             ("compare", "comparing two models' translations"),
             ("d2l", "the d2l chapter's BLEU check"),
             ("evaluate", "BLEU on a split"),

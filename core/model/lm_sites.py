@@ -93,6 +93,13 @@ def _keep_last(module, args, output) -> None:
         kept.output = output if isinstance(output, torch.Tensor) else output[0]
 
 
+def output_projection_of(layer: nn.Module) -> nn.Module:
+    """W_o of a layer's attention (BERT's: ``attention.output.dense``, outside its heads)."""
+    outside = getattr(getattr(layer, "attention", None), "output", None)
+    dense = getattr(outside, "dense", None) if outside is not None else None
+    return dense if dense is not None else output_projection(attention_of(layer))
+
+
 def output_projection(attention: nn.Module) -> nn.Module:
     """W_o of one attention (``o_proj`` / GPT-2's ``c_proj``)."""
     found = getattr(attention, "o_proj", None) or getattr(attention, "c_proj", None)
@@ -221,7 +228,7 @@ def hook_points(model: nn.Module) -> dict[str, HookPoint]:
     for i, layer in enumerate(layers_of(model)):
         name = f"decoder.{i}.self.z"
         points[name] = HookPoint("z", name)
-        w_o = output_projection(attention_of(layer))
+        w_o = output_projection_of(layer)
         setattr(w_o, POINTS, points)
         w_o.register_forward_pre_hook(heads_site(name, heads, before=True))
         _placed_pair(points, layer, f"{i}.out")

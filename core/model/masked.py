@@ -15,14 +15,14 @@ Shape key: S sentence tokens, T predicted positions, L layers, H heads, D width,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from core.model import hugging_face as hf
-from core.model import lm_heads
+from core.model import lm_heads, lm_sites
 from core.model.capabilities import MASKED_LM
 from core.model.decode import DecodeSettings, Translation, TranslationError
 from core.model.hf_model import HFModel
@@ -32,6 +32,7 @@ from core.model.record import Record
 from core.model.transformer import AttentionMaps, evaluating
 
 NOT_HERE = "A masked language model fills mask tokens; it has no {what}."
+MASKED_SHARE = 0.15  # of a sentence's tokens masked for the masked-LM loss (BERT's share)
 
 
 @dataclass
@@ -176,8 +177,43 @@ class MaskedModel(HFModel):
         at every token (``encoder``) or at the predicted positions (``decoder``)."""
         return self._states(src, side)
 
+    def _at_positions(self, src: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) each row's (B, S, D) ``states`` at its predicted positions, zero after."""
+        rows = [[x for x in ids if x != self.pad_id] for ids in src.tolist()]
+        at = [self.positions(ids) for ids in rows]
+        out = states.new_zeros(len(rows), max(map(len, at)), states.size(-1))  # (B, T, D)
+        for b, where in enumerate(at):
+            out[b, : len(where)] = states[b, where]
+        return out
+
+    def _batch(self, src: torch.Tensor) -> torch.Tensor:
+        """(B, S, D) the last layer's output of a right-padded batch, under this thread's hooks
+        (with gradients where enabled: the gradient score)."""
+        with lm_sites.LastOutput(self.model) as last:
+            self.model.base_model(input_ids=src, attention_mask=(src != self.pad_id).long())
+        return last.output
+
     def hidden(self, src, tgt_in, memory=None) -> torch.Tensor:
-        return self._states(src, "decoder")[-1]  # (B, T, D)
+        return self._at_positions(src, self._batch(src))  # (B, T, D)
+
+    def hidden_resumable(self, src, tgt_in) -> tuple[torch.Tensor, Callable]:
+        with lm_sites.LayerInputs(self.model) as kept:
+            whole = self._batch(src)  # (B, S, D)
+
+        def again(start: int) -> torch.Tensor:
+            return self._at_positions(src, lm_sites.resumed(self.model, kept, start))
+
+        return self._at_positions(src, whole), again
+
+    def loss_pair(self, ids: Sequence[int]) -> tuple[list[int], list[int]]:
+        """(the sentence with about 15 % of its tokens masked, at least one, evenly spaced;
+        the masked tokens): the masked-LM loss's pair, the same every time."""
+        inside = [i for i, x in enumerate(ids) if x not in self.tokenizer.all_special_ids]
+        inside = inside or list(range(len(ids)))
+        k = max(1, round(MASKED_SHARE * len(inside)))
+        chosen = [inside[int((j + 0.5) * len(inside) / k)] for j in range(k)]
+        masked = [self.mask_id if i in chosen else x for i, x in enumerate(ids)]
+        return masked, [ids[i] for i in chosen]
 
     def run(self, src, tgt_in, memory=None, need_weights: bool = False) -> torch.Tensor:
         return self.logits_of(self.hidden(src, tgt_in))  # (B, T, V)
@@ -206,7 +242,10 @@ class MaskedModel(HFModel):
         return (src != self.pad_id)[:, None, None, :], full
 
     def hook_points(self) -> dict[str, HookPoint]:
-        return {}
+        return lm_sites.hook_points(self.model)
+
+    def gate_site(self, kind: str, layer: int) -> str:
+        return f"decoder.{layer}.self.z"  # its one attention's heads (lm_sites' names)
 
     def record(self, src, tgt_in, out_ids=None) -> Record:
         raise ValueError(NOT_HERE.format(what="translation to record"))

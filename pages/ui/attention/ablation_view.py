@@ -18,6 +18,7 @@ from core.attention.importance import (
     HeadImportance,
     importance_for,
     lookup_importance,
+    loss_words,
     model_facts,
 )
 from core.attention.maps import export_name, select_view
@@ -190,7 +191,7 @@ def importance_panel(entry: ModelEntry, lm: TranslationModel, state: ViewState) 
         result = compute_importance(entry, lm, n, target, precision)
         if result is None:
             return
-    show_importance(result, state)
+    show_importance(result, state, lm)
 
 
 PRECISION_LABELS = {
@@ -247,7 +248,7 @@ def compute_importance(
     return result
 
 
-def show_importance(result: HeadImportance, state: ViewState) -> None:
+def show_importance(result: HeadImportance, state: ViewState, lm: TranslationModel) -> None:
     """Grids of the change in BLEU and loss, the gradient score, agreement, pruning, CSV."""
     table, by_loss = result.frame(), result.measured == BY_LOSS
     base = abfigs.baseline_words(result)
@@ -255,11 +256,7 @@ def show_importance(result: HeadImportance, state: ViewState) -> None:
     how += " in bfloat16" if result.precision == "bfloat16" else ""
     st.markdown(f"Removing each head alone — {base}; {how}.")
     if by_loss:
-        st.caption(
-            "A language model is measured by the loss of each sentence's first reference "
-            "after its prompt (its prompted translations with every head removed would take "
-            "four times as long); the pruning curve in loss, at 10 % steps."
-        )
+        st.caption(f"{loss_words(lm)}; the pruning curve in loss, at 10 % steps.")
     name = export_name(state.model, "", what="head importance")
     columns = ["delta_loss"] if by_loss else ["delta_bleu", "delta_loss"]
     tabs = st.tabs([abfigs.METRICS[c][0].split(" with")[0] for c in columns])
