@@ -88,3 +88,20 @@ def test_every_attention_section_shows_the_model_or_says_why_not(lm_dirs, lm_loa
         assert charts == {"patch_heads", "patch_stream"} and "the answers you gave" in texts(at)
     elif section == "lens":
         assert "final norm (LlamaRMSNorm) and lm_head" in texts(at)
+
+
+def test_the_indirect_object_example_fills_the_patching_boxes(lm_dirs):
+    from core.attention.patching import INDIRECT_OBJECT
+
+    query = {"model": "checkpoints/gpt2/", "sentence": "the boy is tall .", "section": "patch"}
+    at = run_page_script("attention.py", query)
+    at.button(key="at_patch_ioi").click().run()
+    assert_clean(at)
+    assert at.text_area(key="at_prompt").value == INDIRECT_OBJECT["prompt"]
+    assert at.text_input(key="at_sentence").value == "John"
+    assert at.text_input(key="at_corrupt").value == "Mary"
+    assert at.text_input(key="at_patch_answer").value == "Mary"
+    assert at.query_params["prompt"] == INDIRECT_OBJECT["prompt"]
+    # the tiny tokenizer splits the names into pieces: a real GPT-2 reads each as one token;
+    # either way the page shows the patching result or one line of why not
+    assert at.get("plotly_chart") or at.error or at.info

@@ -52,6 +52,16 @@ DIRECTION_NAMES = {
     "denoise": "denoising: clean into corrupted (what suffices)",
     "noise": "noising: corrupted into clean (what is necessary)",
 }
+INDIRECT_OBJECT = {  # Wang et al. (2023)'s indirect-object task as a prompted pair: the
+    # template holds the sentence's one changed word (the repeated subject), the answer is
+    # the indirect object (Mary), the corrupted run's the subject (John); GPT-2 reads each
+    # name as one token
+    "prompt": "When John and Mary went to the shops, {src} gave the bag to",
+    "clean": "John",
+    "corrupt": "Mary",
+    "answer": "Mary",
+    "wrong": "John",
+}
 STREAMS = ("encoder_stream", "decoder_stream")  # a layer's output, position by position
 ENCODER_OUTPUT = "encoder_output"  # the encoder's final output (what the decoder reads)
 ROWS = 256  # the most components patched in one batched pass (fewer where they pass the

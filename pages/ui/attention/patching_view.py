@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from core.attention.maps import export_name
-from core.attention.patching import DIRECTION_NAMES, DIRECTIONS
+from core.attention.patching import DIRECTION_NAMES, DIRECTIONS, INDIRECT_OBJECT
 from core.figures import patching as figs
 from core.model.decode import TranslationError
 from pages.ui.attention import cached_ablation as cached
@@ -68,6 +68,23 @@ def question_inputs(page: SectionInputs) -> tuple[str, str | None, tuple[str, st
     return state.patch_dir, state.patch_prefix, given if all(given) else None
 
 
+def use_indirect_object() -> None:
+    """Button callback: the template, the two sentences and the two answers of the
+    indirect-object task (``INDIRECT_OBJECT``) into their boxes."""
+    pair = INDIRECT_OBJECT
+    boxes = {
+        "at_prompt": pair["prompt"],
+        "at_sentence": pair["clean"],
+        "at_corrupt": pair["corrupt"],
+        "at_patch_ask": True,
+        "at_patch_prefix": "",
+        "at_patch_answer": pair["answer"],
+        "at_patch_wrong": pair["wrong"],
+    }
+    for key, value in boxes.items():
+        st.session_state[key] = value
+
+
 def patching_section(page: SectionInputs) -> None:
     """The metric, the head grids, the residual-stream grids and the table as CSV."""
     st.caption(
@@ -79,6 +96,14 @@ def patching_section(page: SectionInputs) -> None:
         "the clean run's word back, 0 that it changes nothing (Meng et al. 2022; Wang et al. "
         "2023)."
     )
+    if page.lm.reads_prompt:
+        st.button(
+            "Use the indirect-object example (Wang et al. 2023)",
+            key="at_patch_ioi",
+            on_click=use_indirect_object,
+            help="Template: “When John and Mary went to the shops, {src} gave the bag to”; "
+            "clean “John”, corrupted “Mary”; answers “Mary” and “John”.",
+        )
     corrupt = corrupt_input(page)
     if not corrupt:
         st.info(md(f"Type the corrupted sentence, e.g. {code(EXAMPLE[1])} for {code(EXAMPLE[0])}."))
