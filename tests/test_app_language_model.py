@@ -79,6 +79,8 @@ def test_every_attention_section_shows_the_model_or_says_why_not(lm_dirs, lm_loa
         assert at.selectbox(key="atr_method").options == [
             "Raw cross-attention",
             "Attention rollout",
+            "Norm-based",
+            "ALTI+",
             "Gradient × input",
             "Integrated gradients",
         ]

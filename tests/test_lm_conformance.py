@@ -237,13 +237,13 @@ def test_a_template_is_cut_never_formatted(lm):
 
 
 def test_what_it_cannot_do_is_said_in_one_line(lm):
-    for what in ("training", "alti", "norm", "value-zeroing"):
+    for what in ("training", "value-zeroing"):
         assert lm.supports(what) and "\n" not in lm.supports(what)
     assert lm.supports("maps") is None and lm.supports("alignment") is None
     assert lm.supports("lens") is None and lm.supports("ablation") is None
     assert lm.supports("inside") is None and lm.supports("project") is None
     assert lm.supports("patch") is None and lm.supports("attribution") is None
-    for method in ("attention", "rollout", "grad-input", "integrated-gradients"):
+    for method in ("attention", "rollout", "norm", "alti", "grad-input", "integrated-gradients"):
         assert lm.supports(method) is None
     with pytest.raises(ValueError, match="not built"):
         lm.record(torch.tensor([[1]]), torch.tensor([[1]]))
@@ -543,3 +543,62 @@ def test_attention_and_rollout_read_the_one_attentions_rows(lm):
     assert np.all(np.triu(rolled[:, S:], 1) == 0)  # no step reads a later token
     with pytest.raises(AttributionError, match="head must be"):
         attribute(lm, t.src_ids, t.out_ids, "attention", layer=0, head="9")
+
+
+def test_each_attention_sub_layer_is_the_sum_of_its_token_terms(lm):
+    """Norm-based and ALTI+ read a pre-LN layer as y_i = x_i + sum_j v_ij + b_O: the terms
+    rebuild the model's own residual after attention (its attention module's output added
+    to the layer's input), every layer."""
+    from core.attribution.one_sequence import sublayer_terms
+
+    ids = lm.sequence_ids(lm.source(SOURCE).ids, lm.target_ids(TARGET))
+    seen = {}
+    hooks = [
+        lm_sites.attention_of(layer).register_forward_hook(
+            lambda mod, args, out, i=i: seen.__setitem__(i, out[0][0])
+        )
+        for i, layer in enumerate(lm_sites.layers_of(lm.model))
+    ]
+    try:
+        with torch.no_grad():
+            o = lm.model(
+                input_ids=torch.tensor([ids]), output_attentions=True, output_hidden_states=True
+            )
+            for i, layer in enumerate(lm_sites.layers_of(lm.model)):
+                x = o.hidden_states[i][0]  # (N, D) the layer's input
+                t = sublayer_terms(lm.model, layer, x, o.attentions[i][0])
+                assert torch.allclose(t.output, x + seen[i], atol=1e-5)
+                assert torch.allclose(t.rebuilt(), t.output, atol=1e-5)
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def test_norm_based_and_alti_roll_out_over_the_one_attention(lm):
+    from core.attribution.mixing import alti_scores
+    from core.attribution.one_sequence import sublayer_terms
+
+    t = lm.translate(SOURCE, SETTINGS)
+    S, T = len(t.src_ids), len(t.out_ids)
+    ids = lm.sequence_ids(t.src_ids, t.out_ids)
+    source, steps = lm.sequence_spans(S, T)
+    with torch.no_grad():
+        o = lm.model(
+            input_ids=torch.tensor([ids]), output_attentions=True, output_hidden_states=True
+        )
+        r = torch.eye(len(ids), dtype=torch.float64)
+        for i, layer in enumerate(lm_sites.layers_of(lm.model)):  # ALTI by hand
+            terms = sublayer_terms(lm.model, layer, o.hidden_states[i][0], o.attentions[i][0])
+            pieces = terms.keys.clone()
+            pieces[range(len(ids)), range(len(ids))] += terms.residual  # the own token's
+            scores = alti_scores(pieces, terms.output).double()
+            r = (scores / scores.sum(1, keepdim=True)) @ r
+    rows = torch.cat([r[steps, source], r[steps, steps]], dim=1)
+    expected = (rows / rows.sum(1, keepdim=True)).numpy()
+    alti = attribute(lm, t.src_ids, t.out_ids, "alti").contributions
+    assert alti.shape == (T, S + T) and np.allclose(alti, expected, atol=1e-5)
+    for method in ("alti", "norm"):
+        got = attribute(lm, t.src_ids, t.out_ids, method).contributions
+        assert np.allclose(got.sum(1), 1, atol=1e-5) and np.all(got >= 0)
+        assert np.all(np.triu(got[:, S:], 1) == 0)  # no step reads a later token
+    assert not np.allclose(attribute(lm, t.src_ids, t.out_ids, "norm").contributions, alti)

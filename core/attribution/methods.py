@@ -188,7 +188,7 @@ def attribute(
     with evaluating(m.model):
         p = p or m.forced(src_ids, out_ids)
         raw = completeness = None
-        if m.one_sequence and method in ("attention", "rollout"):  # one attention, cut
+        if m.one_sequence and method in ("attention", "rollout", "norm", "alti"):  # one, cut
             layer = m.cfg.num_decoder_layers - 1 if layer is None else layer
             check_layer_head(m, layer, str(head))
             scores = sequence_contributions(m, src_ids, out_ids, method, layer, str(head))

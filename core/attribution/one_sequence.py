@@ -1,5 +1,7 @@
-"""Raw attention and attention rollout of a one-sequence model (a decoder-only model
-translating by a prompt): the rows of the decoder inputs over the source and the prefix.
+"""Raw attention, attention rollout, norm-based and ALTI+ of a one-sequence model (a
+decoder-only model translating by a prompt): the rows of the decoder inputs over the source
+and the prefix. Norm-based and ALTI+ decompose each layer's pre-LN attention sub-layer into
+one term per token (``sublayer_terms``) and roll the layers' mixing out like rollout.
 
 Such a model has one causal attention per layer over the prompt and its output. ``attention``
 takes one layer's weights (a head, or the heads' mean); ``rollout`` (Abnar & Zuidema 2020)
@@ -19,6 +21,9 @@ from collections.abc import Sequence
 import torch
 
 from core.attribution.compose import normalised
+from core.attribution.mixing import self_mixing
+from core.attribution.terms import SublayerTerms
+from core.model import lm_heads, lm_sites
 from core.model.interface import TranslationModel
 
 
@@ -32,6 +37,33 @@ def rollout(weights: torch.Tensor) -> torch.Tensor:
         mix = normalised(0.5 * layer.mean(0) + 0.5 * eye)  # (N, N)
         out = mix @ out
     return out
+
+
+def mixing_rollout(m: TranslationModel, ids: Sequence[int], method: str) -> torch.Tensor:
+    """(N, N) the layers' norm-based or ALTI+ mixing of a pre-LN decoder over ``ids``,
+    composed (the first layer's on the right). Each layer's attention sub-layer is
+    y_i = x_i + sum_j v_ij + b_O with v_ij = sum_h a^h_ij f^h(x_j) (``lm_heads.head_outputs``:
+    its norm comes before, RMSNorm or LayerNorm alike): the terms of ``core.attribution.terms``'
+    pre-LN case, mixed by ``core.attribution.mixing``."""
+    x = torch.tensor([list(ids)], device=m.device)  # (1, N)
+    o = m.model(input_ids=x, output_attentions=True, output_hidden_states=True, logits_to_keep=1)
+    out = None
+    for i, layer in enumerate(lm_sites.layers_of(m.model)):
+        t = sublayer_terms(m.model, layer, o.hidden_states[i][0], o.attentions[i][0])
+        mix = self_mixing(method, t).double()  # (N, N)
+        out = mix if out is None else mix @ out
+    return out
+
+
+def sublayer_terms(model, layer, x: torch.Tensor, weights: torch.Tensor) -> SublayerTerms:
+    """One layer's attention sub-layer over the sequence as terms: its input x (N, D), its
+    weights (H, N, N)."""
+    x, weights = x.float(), weights.float()
+    f, b_o = lm_heads.head_outputs(model, layer, x)  # (H, N, D), (D,)
+    values = torch.einsum("hij,hjd->ijd", weights, f.float())  # (N, N, D)
+    bias = b_o.float().expand_as(x)  # (N, D)
+    output = x + values.sum(1) + bias  # (N, D) the residual after the sub-layer
+    return SublayerTerms(values, x, bias, output, weights, values, x)
 
 
 def sequence_contributions(
@@ -49,6 +81,9 @@ def sequence_contributions(
     source, steps = m.sequence_spans(len(src_ids), len(out_ids))
     if method == "rollout":
         a = rollout(w)  # (N, N)
+    elif method in ("norm", "alti"):
+        with torch.no_grad():
+            a = mixing_rollout(m, ids, method)  # (N, N)
     else:
         a = w[layer].mean(0) if head == "mean" else w[layer][int(head)]  # (N, N)
     rows = a[steps]  # (T, N)

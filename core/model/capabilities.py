@@ -17,9 +17,9 @@ MASKED_LM = "masked language model"  # an encoder-only model filling [MASK] toke
 NOT_TRAINED_HERE = "A Hugging Face model was not trained here: it has no snapshots to replay."
 
 ATTENTION_SITES = (
-    "This method reads each attention's inputs and weights in a recorded pass; a prompted "
-    "language model's attention is read as three blocks of one, which these derivations do "
-    "not cover yet: use attention, rollout, gradient × input or integrated gradients."
+    "Value zeroing re-runs each attention sub-layer with one token's value zeroed through a "
+    "recorded encoder-decoder pass; for a prompted language model it is not written yet: use "
+    "attention, rollout, norm-based, ALTI+, gradient × input or integrated gradients."
 )
 BY_FAMILY: dict[str, dict[str, str]] = {
     STUDIO: {
@@ -34,7 +34,7 @@ BY_FAMILY: dict[str, dict[str, str]] = {
         "training": NOT_TRAINED_HERE,
         "supervision": "Supervision is compared between two of the studio's own checkpoints: "
         "a Hugging Face model was not trained here.",
-        **dict.fromkeys(("norm", "alti", "value-zeroing"), ATTENTION_SITES),
+        "value-zeroing": ATTENTION_SITES,
     },
 }
 

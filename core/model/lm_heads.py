@@ -46,6 +46,29 @@ def _queries_keys(model: nn.Module, layer: nn.Module, x: torch.Tensor):
     return _split(attn.q_proj(h), heads), _split(attn.k_proj(h), kv), float(attn.scaling)
 
 
+def head_outputs(model: nn.Module, layer: nn.Module, x: torch.Tensor):
+    """(f (H, N, D), b_O (D,)): what each token's value becomes through each head's W_O,
+    f^h(x_j) = (norm(x_j) W_V^h + b_V^h) W_O^h, from the layer's input x (N, D) by its own
+    pre-attention norm and projections (a key/value head serving its group of query heads),
+    and W_O's bias (zero where it has none): the attention's output at i is
+    sum_h sum_j a^h_ij f^h(x_j) + b_O. A pre-LN decoder's only (GPT-2, Llama, Qwen2,
+    Mistral)."""
+    attn, cfg = lm_sites.attention_of(layer), model.config
+    heads = cfg.num_attention_heads
+    w_o = lm_sites.output_projection(attn)
+    if hasattr(attn, "c_attn"):  # GPT-2: v is c_attn's last third; Conv1D keeps W as (in, out)
+        v = attn.c_attn(layer.ln_1(x[None])).split(x.size(-1), dim=-1)[2]  # (1, N, D)
+        v = _split(v, heads)  # (H, N, Dh)
+        per_head = w_o.weight.view(heads, -1, w_o.weight.size(-1))  # (H, Dh, D)
+    else:
+        kv = getattr(cfg, "num_key_value_heads", None) or heads
+        v = _split(attn.v_proj(layer.input_layernorm(x[None])), kv)  # (Hkv, N, Dh)
+        v = v.repeat_interleave(heads // kv, dim=0)  # (H, N, Dh): each query head's
+        per_head = w_o.weight.T.reshape(heads, -1, w_o.weight.size(0))  # (H, Dh, D)
+    bias = w_o.bias if w_o.bias is not None else x.new_zeros(x.size(-1))
+    return torch.einsum("hnd,hde->hne", v, per_head), bias  # (H, N, D), (D,)
+
+
 def _rotated(model: nn.Module, q, k, x: torch.Tensor):
     """q, k rotated by each position's angle (RoPE), as the family's own code rotates them."""
     rotary = getattr(lm_sites.base(model), "rotary_emb", None)
