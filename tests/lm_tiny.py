@@ -11,7 +11,7 @@ import torch
 
 from tests.hf_tiny import ENGLISH, FRENCH
 
-LM_FAMILIES = ("gpt2", "llama", "qwen2", "mistral")
+LM_FAMILIES = ("gpt2", "llama", "qwen2", "mistral", "gemma")
 END_OF_TEXT = "<|endoftext|>"
 LM_REAL_FLAGS = {  # each family's flags as its real hub checkpoints ship them (config.json)
     "gpt2": {  # openai-community/gpt2: gelu_new, learned positions, LayerNorm 1e-5, tied
@@ -49,8 +49,18 @@ LM_REAL_FLAGS = {  # each family's flags as its real hub checkpoints ship them (
         "tie_word_embeddings": False,
         "sliding_window": 6,
     },
+    "gemma": {  # google/gemma-2b: RoPE θ 10 000, RMSNorm 1e-6 scaling by (1 + w), GeGLU
+        # (gelu_pytorch_tanh), the embeddings scaled by √D, one key/value head (multi-query),
+        # head width set apart from D / heads (256 there, 8 heads of 2048; 16 here, 4 of 32)
+        "hidden_act": "gelu_pytorch_tanh",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "head_dim": 16,
+        "attention_bias": False,
+        "tie_word_embeddings": True,
+    },
 }
-KV_HEADS = {"gpt2": 4, "llama": 2, "qwen2": 2, "mistral": 2}  # of 4 query heads
+KV_HEADS = {"gpt2": 4, "llama": 2, "qwen2": 2, "mistral": 2, "gemma": 1}  # of 4 query heads
 
 
 def training_lines() -> list[str]:
@@ -92,7 +102,7 @@ def byte_level_tokenizer(bos: bool):
 
 def tiny_lm_config(family: str, tokenizer):
     """A 2-layer, 4-head, 32-wide config of one family, with its real checkpoints' flags."""
-    from transformers import GPT2Config, LlamaConfig, MistralConfig, Qwen2Config
+    from transformers import GemmaConfig, GPT2Config, LlamaConfig, MistralConfig, Qwen2Config
 
     eos = tokenizer.eos_token_id
     bos = tokenizer.bos_token_id
@@ -101,7 +111,8 @@ def tiny_lm_config(family: str, tokenizer):
             vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=4, n_positions=128,
             bos_token_id=eos, eos_token_id=eos, **LM_REAL_FLAGS[family],
         )  # fmt: skip
-    cls = {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig}[family]
+    cls = {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig}.get(family)
+    cls = cls or GemmaConfig
     return cls(
         vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=KV_HEADS[family],
@@ -115,7 +126,7 @@ def save_tiny_lm(folder, family: str = "llama", seed: int = 0) -> Path:
     every weight perturbed off its initial value (norms' gains and biases included)."""
     from transformers import AutoModelForCausalLM
 
-    tokenizer = byte_level_tokenizer(bos=family in ("llama", "mistral"))
+    tokenizer = byte_level_tokenizer(bos=family in ("llama", "mistral", "gemma"))
     return saved(folder, AutoModelForCausalLM, tiny_lm_config(family, tokenizer), tokenizer, seed)
 
 

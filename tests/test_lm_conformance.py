@@ -66,9 +66,8 @@ def test_the_folder_is_described_from_its_config_and_headers(lm_models):
         info = describe(folder)
         assert info["family"] == "language model" and info["model_type"] == family
         label = size_label(info)
-        heads = "4 heads" + (
-            f" ({KV_HEADS[family]} key/value heads)" if KV_HEADS[family] < 4 else ""
-        )
+        kv = KV_HEADS[family]
+        heads = "4 heads" + (f" ({kv} key/value head{'s' * (kv != 1)})" if kv < 4 else "")
         assert f"32 wide · 2 layers · {heads}" in label
         assert ("learned positions" if family == "gpt2" else "rope") in label
         assert ("sliding window 6" in label) == (family == "mistral")
@@ -176,7 +175,8 @@ def test_inside_a_head_rebuilds_the_models_own_weights_with_rope(lm):
     assert (v.unrotated is None) == (family == "gpt2")  # learned positions: nothing rotated
     if v.unrotated is not None:
         assert not np.allclose(v.unrotated[v.mask], v.scores[v.mask])  # RoPE moved them
-    assert v.sharing == ([3] if KV_HEADS[family] == 4 else [2, 3])  # 4 heads, 2 key/value heads
+    group = 4 // KV_HEADS[family]  # query heads per key/value head, of 4
+    assert v.sharing == list(range(4 - group, 4))  # head 3's group
     assert v.window == (6 if family == "mistral" else None)
     assert v.mask.sum() == (6 if family == "mistral" else len(v.key_tokens))
     with pytest.raises(InsideHeadError, match="heads"):
@@ -309,12 +309,13 @@ def test_the_memory_limit_counts_the_dtype_the_server_holds(monkeypatch):
 def removed_by_hand(lm: PromptedModel, heads) -> torch.nn.Module:
     """A copy of the model whose W_o ignores ``heads`` (layer, head): their columns zeroed."""
     model = copy.deepcopy(lm.model)
-    width = lm.cfg.d_model // lm.cfg.num_heads
     with torch.no_grad():
         for layer, head in heads:
             w_o = lm_sites.output_projection(
                 lm_sites.attention_of(lm_sites.layers_of(model)[layer])
             )
+            inputs = w_o.weight.size(1 if isinstance(w_o, torch.nn.Linear) else 0)
+            width = inputs // lm.cfg.num_heads  # a head's width (Gemma's is not D / H)
             cols = slice(head * width, (head + 1) * width)
             if isinstance(w_o, torch.nn.Linear):
                 w_o.weight[:, cols] = 0.0  # (D, H * Dh): a head's inputs are columns

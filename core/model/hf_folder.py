@@ -26,6 +26,7 @@ LM_TYPES = {  # the decoder-only families whose modules the studio knows -> how 
     "llama": "rope",
     "qwen2": "rope",
     "mistral": "rope",
+    "gemma": "rope",
 }
 ENCODER_TYPES = {  # the encoder-only families whose modules the studio knows -> positions
     "bert": "learned positions",
@@ -288,7 +289,7 @@ def size_label(info: dict) -> str:
     cfg = info.get("model_config") or {}
     if info.get("family") in (LANGUAGE_MODEL, MASKED_LM):
         heads, kv = cfg.get("num_heads"), info.get("kv_heads")
-        shared = f" ({kv} key/value heads)" if kv and kv != heads else ""
+        shared = f" ({kv} key/value head{'s' * (kv != 1)})" if kv and kv != heads else ""
         window = f" · sliding window {info['sliding_window']}" if info.get("sliding_window") else ""
         return (
             f"{info.get('model_type', '?')} · {info.get('parameters', 0) / 1e6:.2f} M params · "
