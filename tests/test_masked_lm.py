@@ -86,9 +86,9 @@ def test_inside_a_head_the_lens_and_the_roles_are_the_models_own(mlm):
 
 
 def test_what_it_cannot_do_is_said_in_one_line(mlm):
-    for section in ("alignment", "attribution", "patch", "project", "compare"):
+    for section in ("alignment", "attribution", "patch", "compare"):
         assert "does not translate" in mlm.supports(section)
-    for section in ("maps", "inside", "lens", "playback", "ablation"):
+    for section in ("maps", "inside", "lens", "playback", "ablation", "project"):
         assert mlm.supports(section) is None
     with pytest.raises(TranslationError, match="no translation to rate"):
         mlm.force("the boy is tall .", "le garçon", SETTINGS)
@@ -122,6 +122,8 @@ def test_every_attention_section_shows_the_model_or_says_why_not(mlm_dirs, lm_lo
         at.multiselect(key="ab_heads").set_value(["Encoder self L1 H2"]).run()
         assert_clean(at)
         assert "1 head removed" in texts(at)
+    elif section == "project":  # one stack: the sentence's tokens only
+        assert at.selectbox(key="space_side").options == ["encoder (source)"]
     elif section == "inside":  # opens on the mask; every token sees every other
         picker = at.selectbox(key="at_query")
         assert picker.options[picker.value] == "4: [MASK]" and "every token seeing" in texts(at)
@@ -181,3 +183,23 @@ def test_the_masked_lm_loss_runs_again_from_a_layer_as_a_whole_pass(mlm):
                 )
                 total, count = total + float(loss), count + len(targets)
         assert got == pytest.approx(total / count, abs=1e-5)
+
+
+def test_where_tokens_live_are_its_hidden_states(mlm, tmp_path, monkeypatch):
+    from core.attention import projector
+    from core.attention.projector import ALL_LAYERS, ProjectionError, project
+    from tests import helpers
+
+    monkeypatch.setenv("FRA_ENG_ZIP", str(helpers.fra_eng_like(tmp_path)))
+    result = project(mlm, "encoder", ALL_LAYERS, "pca", 2, 4)
+    read = projector.sentences_of(mlm, 4)
+    ids = read.sources[2]
+    _, _, hidden = own(mlm, ids)
+    rows = (result.sentence == 2) & (result.layer == 1)
+    got = torch.from_numpy(result.vectors[rows]).float()
+    assert torch.allclose(got, hidden[1].half().float(), atol=1e-3)
+    assert [result.tokens[i] for i in np.flatnonzero(rows)] == mlm.source_tokens(ids)
+    assert "→" not in read.texts[0]  # it reads the sentence alone
+    assert projector.sides_of(mlm) == ("encoder",)
+    with pytest.raises(ProjectionError, match="one stack"):
+        project(mlm, "decoder", ALL_LAYERS, "pca", 2, 4)

@@ -51,7 +51,6 @@ BY_FAMILY[MASKED_LM] = {
             ("alignment", "alignment"),
             ("attribution", "attribution"),
             ("patch", "patching"),
-            ("project", "the projector of validation translations"),
             ("compare", "comparing two models' translations"),
             ("d2l", "the d2l chapter's BLEU check"),
             ("evaluate", "BLEU on a split"),

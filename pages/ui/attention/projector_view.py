@@ -18,10 +18,10 @@ from core.attention.projector import (
     METHODS,
     READS,
     SENTENCE_CHOICES,
-    SIDES,
     Projection,
     ProjectionError,
     layer_count,
+    sides_of,
     umap_available,
 )
 from core.corpus.source import DataError
@@ -59,8 +59,9 @@ def _settings(page: SectionInputs) -> tuple:
     methods = METHODS if umap_available() else ("pca",)
     cols = [*st.columns(3), *st.columns(3)]
     with cols[0]:
-        widget_default("space_side", state.space_side, SIDES)
-        state.space_side = st.selectbox("Side", SIDES, key="space_side", format_func=SIDE_NAMES.get)
+        sides = sides_of(page.lm)
+        widget_default("space_side", state.space_side, sides)
+        state.space_side = st.selectbox("Side", sides, key="space_side", format_func=SIDE_NAMES.get)
     with cols[1]:
         layer = _layer(state, layer_count(page.lm, state.space_side))
     with cols[3]:
