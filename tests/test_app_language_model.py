@@ -81,10 +81,11 @@ def test_every_attention_section_shows_the_model_or_says_why_not(lm_dirs, lm_loa
             "Attention rollout",
             "Norm-based",
             "ALTI+",
+            "Value zeroing",
             "Gradient × input",
             "Integrated gradients",
         ]
-        assert "Not offered for this model" in texts(at) and len(at.get("plotly_chart")) >= 2
+        assert "Not offered for this model" not in texts(at) and len(at.get("plotly_chart")) >= 2
     elif section == "patch":
         charts = {c.key for c in at.get("plotly_chart")}
         assert charts == {"patch_heads", "patch_stream"} and "the answers you gave" in texts(at)

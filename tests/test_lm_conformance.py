@@ -26,7 +26,7 @@ from core.attention.head_roles import (
 from core.attention.logit_lens import logit_lens
 from core.attention.patching import Component, components, patch
 from core.attention.query_key import InsideHeadError, sequence_query_key
-from core.attribution.methods import AttributionError, attribute
+from core.attribution.methods import METHODS, AttributionError, attribute
 from core.corpus.splits import Split
 from core.measure.sample import sample_of
 from core.model import lm_sites
@@ -237,13 +237,12 @@ def test_a_template_is_cut_never_formatted(lm):
 
 
 def test_what_it_cannot_do_is_said_in_one_line(lm):
-    for what in ("training", "value-zeroing"):
-        assert lm.supports(what) and "\n" not in lm.supports(what)
+    assert lm.supports("training") and "\n" not in lm.supports("training")
     assert lm.supports("maps") is None and lm.supports("alignment") is None
     assert lm.supports("lens") is None and lm.supports("ablation") is None
     assert lm.supports("inside") is None and lm.supports("project") is None
     assert lm.supports("patch") is None and lm.supports("attribution") is None
-    for method in ("attention", "rollout", "norm", "alti", "grad-input", "integrated-gradients"):
+    for method in METHODS:  # every attribution method
         assert lm.supports(method) is None
     with pytest.raises(ValueError, match="not built"):
         lm.record(torch.tensor([[1]]), torch.tensor([[1]]))
@@ -603,3 +602,47 @@ def test_norm_based_and_alti_roll_out_over_the_one_attention(lm):
         assert np.allclose(got.sum(1), 1, atol=1e-5) and np.all(got >= 0)
         assert np.all(np.triu(got[:, S:], 1) == 0)  # no step reads a later token
     assert not np.allclose(attribute(lm, t.src_ids, t.out_ids, "norm").contributions, alti)
+
+
+def test_value_zeroing_is_the_layer_run_again_without_a_tokens_values(lm):
+    """Zeroing token j's value vectors in every head (at the model's own v projection, the
+    weights as they are) moves layer 0's output as ``zeroing_mix`` says; the layer's output
+    rebuilt from the terms is the model's own."""
+    from core.attribution.compose import normalised
+    from core.attribution.one_sequence import sublayer_terms, zeroing_mix
+    from core.model.lm_heads import after_attention
+
+    ids = lm.sequence_ids(lm.source(SOURCE).ids, lm.target_ids(TARGET))
+    layer = lm_sites.layers_of(lm.model)[0]
+    attn = lm_sites.attention_of(layer)
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        o = lm.model(input_ids=x, output_attentions=True, output_hidden_states=True)
+        t = sublayer_terms(lm.model, layer, o.hidden_states[0][0], o.attentions[0][0])
+        base = o.hidden_states[1][0]  # (N, D) layer 0's output
+        assert torch.allclose(after_attention(layer, t.output), base, atol=1e-5)
+        moved_by = torch.zeros(len(ids), len(ids))
+        for j in range(len(ids)):
+
+            def zero_j(module, args, out, j=j):
+                out = out.clone()
+                if hasattr(attn, "c_attn"):  # GPT-2: v is the last third of c_attn's output
+                    out[0, j, 2 * out.size(-1) // 3 :] = 0.0
+                else:
+                    out[0, j] = 0.0
+                return out
+
+            proj = attn.c_attn if hasattr(attn, "c_attn") else attn.v_proj
+            handle = proj.register_forward_hook(zero_j)
+            try:
+                moved = lm.model(input_ids=x, output_hidden_states=True).hidden_states[1][0]
+            finally:
+                handle.remove()
+            cos = torch.nn.functional.cosine_similarity(base, moved, dim=-1)  # (N,)
+            moved_by[:, j] = (1 - cos).clamp(min=0)
+        got = zeroing_mix(layer, t)
+    assert torch.allclose(got, normalised(moved_by), atol=1e-4)
+    assert torch.all(got.triu(1) == 0)  # a later token's values move nothing
+    t = lm.translate(SOURCE, SETTINGS)
+    scores = attribute(lm, t.src_ids, t.out_ids, "value-zeroing").contributions
+    assert np.allclose(scores.sum(1), 1, atol=1e-5) and np.all(scores >= 0)

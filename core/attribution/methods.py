@@ -66,6 +66,8 @@ METHOD_NAMES = {
     "grad-input": "Gradient × input",
     "integrated-gradients": "Integrated gradients",
 }
+SEQUENCE_METHODS = ("attention", "rollout", "norm", "alti", "value-zeroing")  # read from
+# one attention by ``core.attribution.one_sequence`` for a one-sequence model
 MEAN = "mean"  # the ``head`` of the attention method that averages the layer's heads
 
 
@@ -188,7 +190,7 @@ def attribute(
     with evaluating(m.model):
         p = p or m.forced(src_ids, out_ids)
         raw = completeness = None
-        if m.one_sequence and method in ("attention", "rollout", "norm", "alti"):  # one, cut
+        if m.one_sequence and method in SEQUENCE_METHODS:  # one attention, cut
             layer = m.cfg.num_decoder_layers - 1 if layer is None else layer
             check_layer_head(m, layer, str(head))
             scores = sequence_contributions(m, src_ids, out_ids, method, layer, str(head))

@@ -1,7 +1,8 @@
-"""Raw attention, attention rollout, norm-based and ALTI+ of a one-sequence model (a
-decoder-only model translating by a prompt): the rows of the decoder inputs over the source
-and the prefix. Norm-based and ALTI+ decompose each layer's pre-LN attention sub-layer into
-one term per token (``sublayer_terms``) and roll the layers' mixing out like rollout.
+"""Raw attention, attention rollout, norm-based, ALTI+ and value zeroing of a one-sequence
+model (a decoder-only model translating by a prompt): the rows of the decoder inputs over the
+source and the prefix. Norm-based, ALTI+ and value zeroing decompose each layer's pre-LN
+attention sub-layer into one term per token (``sublayer_terms``) and roll the layers' mixing
+out like rollout.
 
 Such a model has one causal attention per layer over the prompt and its output. ``attention``
 takes one layer's weights (a head, or the heads' mean); ``rollout`` (Abnar & Zuidema 2020)
@@ -23,8 +24,11 @@ import torch
 from core.attribution.compose import normalised
 from core.attribution.mixing import self_mixing
 from core.attribution.terms import SublayerTerms
+from core.attribution.value_zeroing import change
 from core.model import lm_heads, lm_sites
 from core.model.interface import TranslationModel
+
+ZEROINGS = 16  # tokens zeroed in one batch of copies: (16, N, D) through the feed-forward
 
 
 def rollout(weights: torch.Tensor) -> torch.Tensor:
@@ -50,9 +54,24 @@ def mixing_rollout(m: TranslationModel, ids: Sequence[int], method: str) -> torc
     out = None
     for i, layer in enumerate(lm_sites.layers_of(m.model)):
         t = sublayer_terms(m.model, layer, o.hidden_states[i][0], o.attentions[i][0])
-        mix = self_mixing(method, t).double()  # (N, N)
-        out = mix if out is None else mix @ out
+        mix = zeroing_mix(layer, t) if method == "value-zeroing" else self_mixing(method, t)
+        out = mix.double() if out is None else mix.double() @ out  # (N, N)
     return out
+
+
+def zeroing_mix(layer, t: SublayerTerms) -> torch.Tensor:
+    """(N, N) one layer's value zeroing (Mohebbi et al. 2023): C_ij = 1 - cos(h_i, h_i^-j),
+    h the layer's output and h^-j the same with token j's values zeroed in every head (the
+    weights as they are): the sub-layer's output less j's term, then the feed-forward;
+    rows normalised. A later token's term is 0, so is its column (float noise cleared)."""
+    base = lm_heads.after_attention(layer, t.output)  # (N, D)
+    N, parts = t.output.size(0), []
+    for start in range(0, N, ZEROINGS):
+        terms = t.values[:, start : start + ZEROINGS].transpose(0, 1)  # (n, N, D): j's terms
+        moved = lm_heads.after_attention(layer, t.output[None] - terms)  # (n, N, D)
+        parts.append(change(base[None], moved))  # (N, n)
+    read = (t.weights.sum(0) > 0).to(base.dtype)  # (N, N) what each row attends at all
+    return normalised(torch.cat(parts, dim=1) * read)  # (N, N): no float noise elsewhere
 
 
 def sublayer_terms(model, layer, x: torch.Tensor, weights: torch.Tensor) -> SublayerTerms:
@@ -81,7 +100,7 @@ def sequence_contributions(
     source, steps = m.sequence_spans(len(src_ids), len(out_ids))
     if method == "rollout":
         a = rollout(w)  # (N, N)
-    elif method in ("norm", "alti"):
+    elif method in ("norm", "alti", "value-zeroing"):
         with torch.no_grad():
             a = mixing_rollout(m, ids, method)  # (N, N)
     else:

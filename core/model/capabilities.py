@@ -16,11 +16,6 @@ MASKED_LM = "masked language model"  # an encoder-only model filling [MASK] toke
 
 NOT_TRAINED_HERE = "A Hugging Face model was not trained here: it has no snapshots to replay."
 
-ATTENTION_SITES = (
-    "Value zeroing re-runs each attention sub-layer with one token's value zeroed through a "
-    "recorded encoder-decoder pass; for a prompted language model it is not written yet: use "
-    "attention, rollout, norm-based, ALTI+, gradient × input or integrated gradients."
-)
 BY_FAMILY: dict[str, dict[str, str]] = {
     STUDIO: {
         "bfloat16": "The studio's own models are small: they are measured exactly, in float32.",
@@ -34,7 +29,6 @@ BY_FAMILY: dict[str, dict[str, str]] = {
         "training": NOT_TRAINED_HERE,
         "supervision": "Supervision is compared between two of the studio's own checkpoints: "
         "a Hugging Face model was not trained here.",
-        "value-zeroing": ATTENTION_SITES,
     },
 }
 

@@ -69,6 +69,14 @@ def head_outputs(model: nn.Module, layer: nn.Module, x: torch.Tensor):
     return torch.einsum("hnd,hde->hne", v, per_head), bias  # (H, N, D), (D,)
 
 
+def after_attention(layer: nn.Module, y: torch.Tensor) -> torch.Tensor:
+    """(..., D) the layer's output from its residual after attention y (..., D): the
+    pre-LN feed-forward added, y + MLP(norm(y)) (``ln_2`` / ``post_attention_layernorm``)."""
+    norm = getattr(layer, "ln_2", None) or layer.post_attention_layernorm
+    dtype = next(layer.mlp.parameters()).dtype
+    return y + layer.mlp(norm(y.to(dtype))).to(y.dtype)
+
+
 def _rotated(model: nn.Module, q, k, x: torch.Tensor):
     """q, k rotated by each position's angle (RoPE), as the family's own code rotates them."""
     rotary = getattr(lm_sites.base(model), "rotary_emb", None)
