@@ -76,9 +76,13 @@ def pick_heads(lm: TranslationModel, state: ViewState) -> list[HeadSpec]:
         "Heads to remove",
         list(every),
         key=HEADS_KEY,
-        placeholder="Choose heads, e.g. Cross L1 H0",
-        help="L: layer, H: head, both counted from 0. Encoder self, decoder self and "
-        "cross attention heads can be mixed.",
+        placeholder=f"Choose heads, e.g. {list(every)[-1]}",
+        help="L: layer, H: head, both counted from 0."
+        + (
+            " Encoder self, decoder self and cross attention heads can be mixed."
+            if len(lm.head_kinds) > 1
+            else " The model has one attention per layer: these are its heads."
+        ),
     )
     heads = [every[label] for label in chosen]
     state.ablate = spec_text(heads)
