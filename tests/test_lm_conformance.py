@@ -26,7 +26,7 @@ from core.attention.head_roles import (
 from core.attention.logit_lens import logit_lens
 from core.attention.patching import Component, components, patch
 from core.attention.query_key import InsideHeadError, sequence_query_key
-from core.attribution.methods import METHODS, AttributionError, attribute
+from core.attribution.methods import METHODS
 from core.corpus.splits import Split
 from core.measure.sample import sample_of
 from core.model import lm_sites
@@ -463,35 +463,6 @@ def test_patching_reads_the_decoder_only_model_through_its_sites(lm):
 # ----------------------------------------------------------------------------- attribution
 
 
-def test_the_embeddings_path_equals_the_ids_path(lm):
-    src = torch.tensor([lm.source(SOURCE).ids])
-    tgt_in = torch.tensor([lm.decoder_inputs(lm.target_ids(TARGET))])
-    with torch.no_grad():
-        logp = lm.run(src, tgt_in).float().log_softmax(-1)
-        embeddings = lm.embeddings(src, tgt_in)
-        copies = tuple(e.expand(3, -1, -1) for e in embeddings)  # as the gradient methods batch
-        again = lm.log_probs_from_embeddings(src, tgt_in, *copies)
-        steps = torch.tensor([0, 2])
-        some = lm.log_probs_at(src, tgt_in, *copies, steps)
-    assert embeddings[0].shape == (1, src.size(1), lm.cfg.d_model)
-    own = lm.model.get_input_embeddings()(src)  # the sentence's token embeddings
-    assert torch.allclose(embeddings[0], own, atol=1e-6)
-    assert torch.allclose(again, logp.expand(3, -1, -1), atol=1e-5)
-    assert torch.allclose(some, logp[:, steps].expand(3, -1, -1), atol=1e-5)
-
-
-def test_gradient_methods_explain_the_source_and_the_prefix(lm):
-    t = lm.translate(SOURCE, SETTINGS)
-    for method in ("grad-input", "integrated-gradients"):
-        a = attribute(lm, t.src_ids, t.out_ids, method)
-        S, T = len(t.src_ids), len(t.out_ids)
-        assert a.contributions.shape == (T, S + T)
-        w = a.contributions
-        assert np.allclose(w.sum(-1), 1.0, atol=1e-5) and (w >= 0).all()
-        assert np.all(np.triu(w[:, S:], 1) == 0)  # no step reads a later token
-    assert a.completeness is not None and abs(a.completeness) < 0.05
-
-
 def test_one_threads_hooks_and_states_leave_another_thread_alone(lm):
     import threading
 
@@ -518,131 +489,3 @@ def test_one_threads_hooks_and_states_leave_another_thread_alone(lm):
     assert torch.equal(seen["other"], plain) and torch.equal(seen["other hidden"], hidden)
     assert not torch.allclose(seen["removed"], hidden, atol=1e-4)
     assert torch.equal(seen["removed again"], seen["removed"])
-
-
-def test_attention_and_rollout_read_the_one_attentions_rows(lm):
-    t = lm.translate(SOURCE, SETTINGS)
-    _, weights, _, (source, steps) = own_pass(lm, t.src_ids, t.out_ids)
-    w = torch.stack(weights).double().numpy()  # (L, H, N, N)
-    S, T = len(t.src_ids), len(t.out_ids)
-
-    def cut(a):  # rows of the decoder inputs over [source ; prefix], renormalised
-        rows = np.concatenate([a[steps, source], a[steps, steps]], axis=1)
-        return rows / rows.sum(1, keepdims=True)
-
-    got = attribute(lm, t.src_ids, t.out_ids, "attention", layer=1, head="2").contributions
-    assert np.allclose(got, cut(w[1, 2]), atol=1e-5)
-    mean = attribute(lm, t.src_ids, t.out_ids, "attention", layer=0).contributions
-    assert np.allclose(mean, cut(w[0].mean(0)), atol=1e-5)
-    eye, r = np.eye(w.shape[-1]), np.eye(w.shape[-1])
-    for layer in w:  # rollout by hand: 0.5 A + 0.5 I, rows renormalised, first layer right
-        mix = 0.5 * layer.mean(0) + 0.5 * eye
-        r = (mix / mix.sum(1, keepdims=True)) @ r
-    rolled = attribute(lm, t.src_ids, t.out_ids, "rollout").contributions
-    assert rolled.shape == (T, S + T) and np.allclose(rolled, cut(r), atol=1e-5)
-    assert np.all(np.triu(rolled[:, S:], 1) == 0)  # no step reads a later token
-    with pytest.raises(AttributionError, match="head must be"):
-        attribute(lm, t.src_ids, t.out_ids, "attention", layer=0, head="9")
-
-
-def test_each_attention_sub_layer_is_the_sum_of_its_token_terms(lm):
-    """Norm-based and ALTI+ read a pre-LN layer as y_i = x_i + sum_j v_ij + b_O: the terms
-    rebuild the model's own residual after attention (its attention module's output added
-    to the layer's input), every layer."""
-    from core.attribution.one_sequence import sublayer_terms
-
-    ids = lm.sequence_ids(lm.source(SOURCE).ids, lm.target_ids(TARGET))
-    seen = {}
-    hooks = [
-        lm_sites.attention_of(layer).register_forward_hook(
-            lambda mod, args, out, i=i: seen.__setitem__(i, out[0][0])
-        )
-        for i, layer in enumerate(lm_sites.layers_of(lm.model))
-    ]
-    try:
-        with torch.no_grad():
-            o = lm.model(
-                input_ids=torch.tensor([ids]), output_attentions=True, output_hidden_states=True
-            )
-            for i, layer in enumerate(lm_sites.layers_of(lm.model)):
-                x = o.hidden_states[i][0]  # (N, D) the layer's input
-                t = sublayer_terms(lm.model, layer, x, o.attentions[i][0])
-                assert torch.allclose(t.output, x + seen[i], atol=1e-5)
-                assert torch.allclose(t.rebuilt(), t.output, atol=1e-5)
-    finally:
-        for h in hooks:
-            h.remove()
-
-
-def test_norm_based_and_alti_roll_out_over_the_one_attention(lm):
-    from core.attribution.mixing import alti_scores
-    from core.attribution.one_sequence import sublayer_terms
-
-    t = lm.translate(SOURCE, SETTINGS)
-    S, T = len(t.src_ids), len(t.out_ids)
-    ids = lm.sequence_ids(t.src_ids, t.out_ids)
-    source, steps = lm.sequence_spans(S, T)
-    with torch.no_grad():
-        o = lm.model(
-            input_ids=torch.tensor([ids]), output_attentions=True, output_hidden_states=True
-        )
-        r = torch.eye(len(ids), dtype=torch.float64)
-        for i, layer in enumerate(lm_sites.layers_of(lm.model)):  # ALTI by hand
-            terms = sublayer_terms(lm.model, layer, o.hidden_states[i][0], o.attentions[i][0])
-            pieces = terms.keys.clone()
-            pieces[range(len(ids)), range(len(ids))] += terms.residual  # the own token's
-            scores = alti_scores(pieces, terms.output).double()
-            r = (scores / scores.sum(1, keepdim=True)) @ r
-    rows = torch.cat([r[steps, source], r[steps, steps]], dim=1)
-    expected = (rows / rows.sum(1, keepdim=True)).numpy()
-    alti = attribute(lm, t.src_ids, t.out_ids, "alti").contributions
-    assert alti.shape == (T, S + T) and np.allclose(alti, expected, atol=1e-5)
-    for method in ("alti", "norm"):
-        got = attribute(lm, t.src_ids, t.out_ids, method).contributions
-        assert np.allclose(got.sum(1), 1, atol=1e-5) and np.all(got >= 0)
-        assert np.all(np.triu(got[:, S:], 1) == 0)  # no step reads a later token
-    assert not np.allclose(attribute(lm, t.src_ids, t.out_ids, "norm").contributions, alti)
-
-
-def test_value_zeroing_is_the_layer_run_again_without_a_tokens_values(lm):
-    """Zeroing token j's value vectors in every head (at the model's own v projection, the
-    weights as they are) moves layer 0's output as ``zeroing_mix`` says; the layer's output
-    rebuilt from the terms is the model's own."""
-    from core.attribution.compose import normalised
-    from core.attribution.one_sequence import sublayer_terms, zeroing_mix
-    from core.model.lm_heads import after_attention
-
-    ids = lm.sequence_ids(lm.source(SOURCE).ids, lm.target_ids(TARGET))
-    layer = lm_sites.layers_of(lm.model)[0]
-    attn = lm_sites.attention_of(layer)
-    x = torch.tensor([ids])
-    with torch.no_grad():
-        o = lm.model(input_ids=x, output_attentions=True, output_hidden_states=True)
-        t = sublayer_terms(lm.model, layer, o.hidden_states[0][0], o.attentions[0][0])
-        base = o.hidden_states[1][0]  # (N, D) layer 0's output
-        assert torch.allclose(after_attention(layer, t.output), base, atol=1e-5)
-        moved_by = torch.zeros(len(ids), len(ids))
-        for j in range(len(ids)):
-
-            def zero_j(module, args, out, j=j):
-                out = out.clone()
-                if hasattr(attn, "c_attn"):  # GPT-2: v is the last third of c_attn's output
-                    out[0, j, 2 * out.size(-1) // 3 :] = 0.0
-                else:
-                    out[0, j] = 0.0
-                return out
-
-            proj = attn.c_attn if hasattr(attn, "c_attn") else attn.v_proj
-            handle = proj.register_forward_hook(zero_j)
-            try:
-                moved = lm.model(input_ids=x, output_hidden_states=True).hidden_states[1][0]
-            finally:
-                handle.remove()
-            cos = torch.nn.functional.cosine_similarity(base, moved, dim=-1)  # (N,)
-            moved_by[:, j] = (1 - cos).clamp(min=0)
-        got = zeroing_mix(layer, t)
-    assert torch.allclose(got, normalised(moved_by), atol=1e-4)
-    assert torch.all(got.triu(1) == 0)  # a later token's values move nothing
-    t = lm.translate(SOURCE, SETTINGS)
-    scores = attribute(lm, t.src_ids, t.out_ids, "value-zeroing").contributions
-    assert np.allclose(scores.sum(1), 1, atol=1e-5) and np.all(scores >= 0)
