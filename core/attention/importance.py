@@ -5,7 +5,8 @@ For each head alone: the change in BLEU (greedy, all references) and in mean per
 Heads Really Better than One?": I_h = E_x |dL(x)/d xi_h| at gates xi = 1, one backward pass
 per batch; and the BLEU of removing heads cumulatively, least important first. A language
 model (one sequence: prompt, then output) is measured by the loss alone, of each sentence's
-first reference after its prompt, each head set run again from its lowest layer only
+first reference after its prompt (a masked language model: its masked-LM loss,
+``loss_pairs``), each head set run again from its lowest layer only
 (``Measures.resumed_losses``): BLEU would need every head's prompted translations, 4x the
 work, where the issue asks for every head of a 124 M model on 50 texts in minutes. Results are
 cached on disk per checkpoint content, data settings and sample size.
@@ -144,8 +145,8 @@ def head_importance(
 
 
 def by_loss(lm, sample: Sample, progress=None, precision: str = "float32") -> HeadImportance:
-    """A one-sequence model's head importance: the loss of each sentence's first reference
-    with each head removed alone, gradient scores and the pruning curve in loss."""
+    """A one-sequence model's head importance: its loss (``loss_pairs``) with each head
+    removed alone, gradient scores and the pruning curve in loss."""
     start = time.perf_counter()
     sample = replace(sample, encoded=loss_pairs(lm, sample))
     measures = Measures(lm, sample, None, precision)

@@ -145,7 +145,7 @@ def resumed(model: nn.Module, kept: LayerInputs, start: int) -> torch.Tensor:
     again on the stream layer ``start`` was given, with each layer's other arguments as kept
     (under this thread's hooks: a head removed at or above ``start`` changes it; the layers
     below are not run). Equal to the whole pass's (tested per family)."""
-    if _inputs.__dict__.get("value") is not None:
+    if getattr(_inputs, "value", None) is not None:
         raise RuntimeError("resumed runs outside LayerInputs (it would keep its own inputs)")
     args, kwargs = kept.calls[start]
     x = args[0] if args else kwargs["hidden_states"]  # (B, N, D)
