@@ -151,3 +151,17 @@ def test_a_masked_language_models_importance_is_its_masked_lm_loss(
     assert_clean(at)
     shown = plain(" ".join([m.value for m in at.markdown] + [c.value for c in at.caption]))
     assert "masked-LM loss" in shown and "read from the disk cache" in shown
+
+
+def test_another_threads_pass_leaves_the_kept_inputs_alone(lm_loaded):
+    import threading
+
+    lm = lm_loaded["llama"]
+    src, dec, _ = batch(lm)
+    with torch.no_grad(), lm_sites.LayerInputs(lm.model) as kept:
+        other = threading.Thread(target=lambda: lm.hidden(src[:1], dec[:1]))
+        other.start()
+        other.join()
+        assert kept.calls == {}  # the other thread's pass kept nothing here
+        lm.model(input_ids=src)
+    assert sorted(kept.calls) == list(range(lm.cfg.num_decoder_layers))
