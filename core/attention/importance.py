@@ -31,7 +31,6 @@ from core.corpus.source import DataError
 from core.measure.progress import Progress, ProgressFn
 from core.measure.rank import spearman
 from core.measure.sample import Sample, sample_key, validation_sample
-from core.model.capabilities import MASKED_LM
 from core.model.checkpoints import validation_source
 from core.model.interface import TranslationModel
 from core.model.transformer import evaluating
@@ -173,28 +172,10 @@ def by_loss(lm, sample: Sample, progress=None, precision: str = "float32") -> He
 
 
 def loss_pairs(lm, sample: Sample) -> list[tuple[list[int], list[int]]]:
-    """The pairs a one-sequence model's loss reads: each sentence and its first reference
-    (a language model's prompt, then the reference), or each sentence with about 15 % of its
-    tokens masked and those tokens (a masked language model's, ``MaskedModel.loss_pair``)."""
-    if lm.family == MASKED_LM:
-        return [lm.loss_pair(ids) for ids in sample.src_ids]
+    """The pairs a one-sequence model's loss reads (``OneSequence.loss_pairs``): each
+    sentence's first reference after its prompt, or the sentence with tokens masked."""
     firsts = np.cumsum([0] + [len(r) for r in sample.references[:-1]])  # each first pair
-    return [sample.encoded[i] for i in firsts]
-
-
-def loss_words(lm) -> str:
-    """What a one-sequence model's importance measures, in words (the page's caption)."""
-    if lm.family == MASKED_LM:
-        return (
-            "A masked language model is measured by its masked-LM loss: about 15 % of each "
-            "sentence's tokens (at least one, evenly spaced) replaced by the mask token and "
-            "predicted"
-        )
-    return (
-        "A language model is measured by the loss of each sentence's first reference after "
-        "its prompt (its prompted translations with every head removed would take four "
-        "times as long)"
-    )
+    return lm.loss_pairs(sample.src_ids, [sample.encoded[i] for i in firsts])
 
 
 def pruning_points(order: list[HeadSpec], points, values, what: str, baseline) -> list[dict]:

@@ -33,7 +33,6 @@ import torch
 from core.measure.progress import ProgressFn, checked
 from core.measure.sample import validation_sample
 from core.model import batched
-from core.model.capabilities import MASKED_LM
 from core.model.checkpoints import validation_source
 from core.model.transformer import evaluating
 from core.runs import budget
@@ -191,7 +190,7 @@ def sentences_of(
         else [" ".join(ref[0]) for ref in sample.references]
     )
     texts = [f"{' '.join(src)} → {out}" for src, out in zip(sample.sources, read)]
-    if lm.family == MASKED_LM:  # it reads the sentence alone
+    if "decoder" not in lm.stream_sides:  # it reads the sentence alone
         texts = [" ".join(src) for src in sample.sources]
     return Sentences(sources, targets, src_tokens, tgt_tokens, texts)
 
@@ -301,12 +300,6 @@ def umap_coords(x: torch.Tensor, dims: int) -> np.ndarray:
         return reducer.fit_transform(x.cpu().numpy()).astype(np.float32)
 
 
-def sides_of(lm) -> tuple[str, ...]:
-    """The sides a model has points on: a masked language model's one stack reads only the
-    sentence (its encoder side); the others, both."""
-    return SIDES[:1] if lm.family == MASKED_LM else SIDES
-
-
 def check_choice(side: str, method: str, dims: int, sentences: int) -> None:
     """ProjectionError for a side, method, dimension or sentence count out of range."""
     if side not in SIDES:
@@ -338,7 +331,7 @@ def project(
     (``reads``); the size is checked before anything is computed."""
     count = len(sentences.texts) if isinstance(sentences, Sentences) else sentences
     check_choice(side, method, dims, count)
-    if side not in sides_of(lm):
+    if side not in lm.stream_sides:
         raise ProjectionError(
             "A masked language model reads one sentence with one stack: its tokens are the "
             "encoder side's."

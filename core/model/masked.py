@@ -42,6 +42,11 @@ class MaskedModel(HFModel):
     family = MASKED_LM
     one_sequence = True
     output_label = "Filled"
+    stream_sides = ("encoder",)  # one stack reading one sentence
+    loss_words = (
+        "A masked language model is measured by its masked-LM loss: about 15 % of each "
+        "sentence's tokens (at least one, evenly spaced) replaced by the mask token and predicted"
+    )
     kinds_words = (
         "A masked language model has one bidirectional attention per layer: **encoder** = "
         "every token over every token. The rows of the predicted positions (the mask tokens) "
@@ -204,6 +209,9 @@ class MaskedModel(HFModel):
             return self._at_positions(src, lm_sites.resumed(self.model, kept, start))
 
         return self._at_positions(src, whole), again
+
+    def loss_pairs(self, src_ids, first_pairs) -> list[tuple[list[int], list[int]]]:
+        return [self.loss_pair(ids) for ids in src_ids]  # the sentences alone, masked
 
     def loss_pair(self, ids: Sequence[int]) -> tuple[list[int], list[int]]:
         """(the sentence with about 15 % of its tokens masked, at least one, evenly spaced;

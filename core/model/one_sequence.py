@@ -24,6 +24,14 @@ class OneSequence:
 
     one_sequence: bool = False  # one stack over one sequence (decoder-only, or encoder-only)
     kinds_words: str = ""  # what its three kinds of attention are, where not an encoder-decoder's
+    stream_sides: tuple[str, ...] = ("encoder", "decoder")  # where its tokens have states
+    loss_words: str = ""  # what a one-sequence model's head importance measures, in words
+
+    def loss_pairs(self, src_ids, first_pairs) -> list[tuple[list[int], list[int]]]:
+        """The (ids, labels) pairs a one-sequence model's loss reads, given each validation
+        sentence's ids and its first (source, reference) pair: those pairs (a language
+        model's prompt, then the reference)."""
+        return list(first_pairs)
 
     def sequence_ids(self, src_ids: Sequence[int], out_ids: Sequence[int]) -> list[int]:
         """The ids it reads for this source and output (a prompt, then the output but its

@@ -63,6 +63,11 @@ class PromptedModel(HFModel):
     family = LANGUAGE_MODEL
     reads_prompt = True
     one_sequence = True
+    loss_words = (
+        "A language model is measured by the loss of each sentence's first reference after "
+        "its prompt (its prompted translations with every head removed would take four "
+        "times as long)"
+    )
     kinds_words = (
         "A decoder-only model has one causal attention per layer. Read as an encoder-decoder: "
         "**encoder** = the sentence's tokens over the sentence (causal: the upper triangle is "

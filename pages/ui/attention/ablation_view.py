@@ -18,7 +18,6 @@ from core.attention.importance import (
     HeadImportance,
     importance_for,
     lookup_importance,
-    loss_words,
     model_facts,
 )
 from core.attention.maps import export_name, select_view
@@ -260,7 +259,7 @@ def show_importance(result: HeadImportance, state: ViewState, lm: TranslationMod
     how += " in bfloat16" if result.precision == "bfloat16" else ""
     st.markdown(f"Removing each head alone — {base}; {how}.")
     if by_loss:
-        st.caption(f"{loss_words(lm)}; the pruning curve in loss, at 10 % steps.")
+        st.caption(f"{lm.loss_words}; the pruning curve in loss, at 10 % steps.")
     name = export_name(state.model, "", what="head importance")
     columns = ["delta_loss"] if by_loss else ["delta_bleu", "delta_loss"]
     tabs = st.tabs([abfigs.METRICS[c][0].split(" with")[0] for c in columns])

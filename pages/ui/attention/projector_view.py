@@ -21,7 +21,6 @@ from core.attention.projector import (
     Projection,
     ProjectionError,
     layer_count,
-    sides_of,
     umap_available,
 )
 from core.corpus.source import DataError
@@ -59,7 +58,7 @@ def _settings(page: SectionInputs) -> tuple:
     methods = METHODS if umap_available() else ("pca",)
     cols = [*st.columns(3), *st.columns(3)]
     with cols[0]:
-        sides = sides_of(page.lm)
+        sides = page.lm.stream_sides
         widget_default("space_side", state.space_side, sides)
         state.space_side = st.selectbox("Side", sides, key="space_side", format_func=SIDE_NAMES.get)
     with cols[1]:
