@@ -1,19 +1,18 @@
 """``python -m core.align``: word alignments from cross-attention, and their error rate.
 
     python -m core.align --checkpoint CK --data PAIRS [--gold LINKS] [--one-indexed]
-        [--layer L] [--head H|mean] [--mode awo|awi] [--threshold X] [--whole-target]
+        [--layer L] [--head H|mean] [--mode awo|awi|whole] [--threshold X] [--whole-target]
     python -m core.align --checkpoint CK --held-out [--similarity] [--reverse FR_EN_CK] ...
 
-``PAIRS`` holds one ``english tokens ||| french tokens`` line per pair. Without ``--gold``:
-one line of Pharaoh links (``i-j``: source word i, target word j, from 0) per pair, read
-from the chosen layer, head and mode (the rest from the best reader on the shipped gold
-set). With ``--gold``: one JSON line per reader (``layer``, ``head``, ``mode``, ``aer``,
-``precision``, ``recall``, ``pairs``; ``--layer``/``--head``/``--mode`` narrow them), one per
-``--method`` (an attribution method's source part read as a map, AWO), one per state reader
-with ``--similarity`` (SimAlign), one per combination with a model of the opposite direction
-(``--reverse CK``), ``{"best": ...}``, and with ``--compare-with PLAIN`` ``{"supervision":
-...}`` lines (the trained head and the best reader beside PLAIN's). ``--held-out`` scores the
-held-out Tatoeba gold set; ``--whole-target`` reads with no future mask.
+``PAIRS``: ``english tokens ||| french tokens`` lines. Without ``--gold``: a line of Pharaoh
+links (``i-j``: source word i, target word j, from 0) per pair, by the chosen reader (the
+rest from the best reader on the shipped gold set). With ``--gold``: a JSON line per reader
+(``layer``, ``head``, ``mode``, ``aer``, ``precision``, ``recall``, ``pairs``; ``--layer``,
+``--head``, ``--mode`` narrow them), one per ``--method`` (an attribution's source part as a
+map), per state reader with ``--similarity`` (SimAlign), per combination with a model of the
+opposite direction (``--reverse CK``), ``{"best": ...}``, with ``--compare-with PLAIN``
+``{"supervision": ...}`` lines. ``--held-out``: the held-out Tatoeba gold set. ``--whole-target``
+reads every mode with no future mask (mode ``whole``: AWO so, where trained so).
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ import sys
 from pathlib import Path
 
 from core.alignment import gold as files
-from core.alignment.extract import Reader, links, pair_maps, pick_readers
+from core.alignment.extract import Reader, links, modes, pair_maps, pick_readers
 from core.alignment.grid import alignment_grid
 from core.alignment.held_out import held_out_gold
 from core.alignment.other_readers import other_readers
@@ -46,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--one-indexed", action="store_true", help="the gold links count from 1")
     p.add_argument("--layer", help="a decoder layer, or 'all' (the mean of every layer)")
     p.add_argument("--head", help="a head number, or 'mean'")
-    p.add_argument("--mode", help="awo (the step that predicts a word) or awi (that reads it)")
+    p.add_argument("--mode", help="awo (the step that predicts a word), awi, or whole")
     p.add_argument("--threshold", type=float, help="link every source word at or above this share")
     p.add_argument("--method", action="append", help="with --gold: also an attribution method")
     p.add_argument("--whole-target", action="store_true", help="read with no future mask")
@@ -57,12 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def chosen_readers(args, layers: int, heads: int) -> list[Reader]:
+def chosen_readers(args, lm) -> list[Reader]:
     """The readers the flags ask for (CommandError naming a bad flag)."""
     if args.threshold is not None and not 0 < args.threshold <= 1:
         raise CommandError(f"--threshold must be in (0, 1] (got {args.threshold})")
     try:
-        return pick_readers(layers, heads, args.mode, args.layer, args.head)
+        layers, heads = lm.cfg.num_decoder_layers, lm.cfg.num_heads
+        return pick_readers(layers, heads, args.mode, args.layer, args.head, modes(lm))
     except ValueError as e:
         raise CommandError(str(e)) from e
 
@@ -90,7 +90,7 @@ def run(args) -> list[str]:
 
 def lines(args, lm) -> list[str]:
     method_flags(args, lm)
-    picked = chosen_readers(args, lm.cfg.num_decoder_layers, lm.cfg.num_heads)
+    picked = chosen_readers(args, lm)
     if args.held_out:
         pairs, gold = held_out_gold()
     elif args.gold is None:
@@ -112,7 +112,7 @@ def lines(args, lm) -> list[str]:
 
 def main(argv=None) -> int:
     """Print alignments, or the AER of every reader."""
-    errors = (CheckpointError, files.GoldError, SupervisionError, OSError, ValueError)
+    errors = CheckpointError, files.GoldError, SupervisionError, OSError, ValueError
     return run_command(build_parser(), run, errors, argv)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -152,3 +153,102 @@ def test_the_alignment_section_reads_a_full_context_head_as_trained(studio_dirs)
     (table,) = [d.value for d in at.dataframe if "AER plain" in d.value.columns]
     assert list(table["reader"])[-1] == "supervised head, AWO, whole target"
     assert any("whole target visible" in c.value for c in at.caption)
+
+
+def test_a_full_context_model_is_read_in_a_third_mode_every_grid_scores(tmp_path, tiny_checkpoint):
+    from core.alignment.extract import WHOLE, Reader, mode_label, modes, pair_maps, read
+    from core.alignment.gold import studio_gold
+    from core.alignment.grid import alignment_grid
+    from core.alignment.symmetrised import reader_name
+    from tests.test_supervision_effect import supervised_copy
+
+    lm = StudioModel.load(full_context_copy(tiny_checkpoint, tmp_path / "full.pt"))
+    plain = StudioModel.load(supervised_copy(tiny_checkpoint, tmp_path / "causal.pt"))
+    assert modes(plain) == ("awo", "awi") and modes(lm) == ("awo", "awi", WHOLE)
+    pairs, gold = studio_gold()
+    grid, causal = alignment_grid(lm, pairs, gold), alignment_grid(plain, pairs, gold)
+    assert [r for r in grid.rows if r.mode != WHOLE] == causal.rows  # the causal ones unchanged
+    whole = [r for r in grid.rows if r.mode == WHOLE]
+    assert len(whole) == len(causal.rows) // 2  # every layer x head, the means, in one mode
+    with lm.whole_target():  # as --whole-target reads AWO: the same figures
+        awo = [r for r in alignment_grid(lm, pairs, gold).rows if r.mode == "awo"]
+    assert [(r.layer, r.head, r.aer) for r in whole] == [(r.layer, r.head, r.aer) for r in awo]
+    one = pair_maps(lm, pairs[:3], english_first=True)
+    assert all(m.whole is not None for m in one)
+    assert all(p.whole is None for p in pair_maps(plain, pairs[:3], english_first=True))
+    with pytest.raises(ValueError, match="whole target"):
+        read(pair_maps(plain, pairs[:1])[0], Reader(0, 0, WHOLE))
+    best = min(whole, key=lambda r: (r.aer, -r.precision))
+    name = reader_name(best)  # as both directions combined name a model's best reader
+    assert name.endswith(", AWO, whole target") and mode_label("awi") == "AWI"
+
+
+def test_a_translation_is_read_again_with_the_whole_target(tmp_path, tiny_checkpoint):
+    from core.alignment.extract import (
+        WHOLE,
+        Reader,
+        from_sentence,
+        links,
+        pair_maps,
+        whole_target_cross,
+    )
+    from core.model.decode import DecodeSettings
+
+    lm = StudioModel.load(full_context_copy(tiny_checkpoint, tmp_path / "full.pt"))
+    t = lm.force("the cat sees the dog .", "le chat voit le chien .", DecodeSettings())
+    cross = t.attention.cross.float().numpy()  # (L, H, T, S)
+    whole = whole_target_cross(lm, t.src_ids, t.out_ids)
+    assert whole.shape == cross.shape and not np.allclose(whole, cross)
+    sentence = from_sentence(cross, t.src_tokens, t.output_tokens, whole)
+    (forced,) = pair_maps(lm, [(t.src_tokens[:-1], t.words)])  # the same pair teacher-forced
+    np.testing.assert_allclose(sentence.whole, forced.whole, atol=1e-5)
+    np.testing.assert_allclose(sentence.cross, forced.cross, atol=1e-5)
+    reader = Reader(1, 2, WHOLE)
+    assert links(sentence, reader) == links(forced, reader)
+
+
+def test_the_command_offers_the_whole_mode_only_where_trained_so(tmp_path, tiny_checkpoint, capsys):
+    full = full_context_copy(tiny_checkpoint, tmp_path / "full.pt")
+    argv = [*GOLD, "--mode", "whole", "--layer", "1", "--head", "2"]
+    assert align_main(["--checkpoint", str(full), *argv]) == 0
+    (row, best) = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert row["mode"] == "whole" and best["best"] == row
+    assert align_main(["--checkpoint", str(full), *GOLD, "--mode", "awo", "--layer", "1"]) == 0
+    out = capsys.readouterr().out
+    assert align_main(["--checkpoint", str(tiny_checkpoint), *argv]) == 2
+    err = capsys.readouterr().err
+    assert "--align-full-context" in err and err.count("\n") == 1
+    assert '"whole"' not in out
+
+
+def test_the_sentence_view_reads_the_translation_with_the_whole_target(studio_dirs):
+    from core.alignment.extract import WHOLE, Reader, from_sentence, links, whole_target_cross
+    from core.model.decode import DecodeSettings
+    from core.runs import catalogue
+    from tests import helpers
+    from tests.test_app_alignment import SENTENCE, pharaoh
+    from tests.test_app_attribution import specs, title
+
+    ckpts = studio_dirs["checkpoints"]
+    full_context_copy(ckpts / catalogue.SHIPPED_NAME, ckpts / catalogue.ALIGNED_NAME)
+    target = "le chat voit le chien ."
+    query = {"section": "alignment", "sentence": SENTENCE, "target": target, "layer": "1"}
+    at = helpers.run_page_script(
+        "attention.py", {**query, "model": f"checkpoints/{catalogue.ALIGNED_NAME}", "head": "2"}
+    )
+    helpers.assert_clean(at)
+    offered = at.button_group(key="al_mode").options
+    assert offered[-1] == "AWO, whole target (as the head was trained)" and len(offered) == 3
+    at.button_group(key="al_mode").set_value(WHOLE).run()
+    helpers.assert_clean(at)
+    titles = [title(s) for s in specs(at)]
+    assert any(t.startswith("AWO, whole target (as the head was trained)") for t in titles)
+    lm = StudioModel.load(ckpts / catalogue.ALIGNED_NAME)
+    t = lm.force(SENTENCE, target, DecodeSettings())
+    whole = whole_target_cross(lm, t.src_ids, t.out_ids)
+    pair = from_sentence(t.attention.cross.float().numpy(), t.src_tokens, t.output_tokens, whole)
+    assert pharaoh(at) == links(pair, Reader(1, 2, WHOLE))
+    plain = helpers.run_page_script("attention.py", {**query, "align": WHOLE})  # not trained so
+    helpers.assert_clean(plain)
+    assert len(plain.button_group(key="al_mode").options) == 2
+    assert plain.button_group(key="al_mode").value == "awo"

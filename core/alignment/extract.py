@@ -6,7 +6,10 @@ read at two steps:
 
 - **AWO** (attention when outputting): step k, the step that *predicts* piece k;
 - **AWI** (attention when inputting, the "shift" of Chen et al. 2020): step k + 1, the step
-  that *reads* piece k as its input.
+  that *reads* piece k as its input;
+- **whole** (a model whose head was trained to align with the whole target visible,
+  ``align_full_context``: Garg et al.'s full context): step k as AWO, in a second pass in
+  which every decoder position sees the whole target, as that head was trained.
 
 A reader takes one layer and one head, a layer's mean over heads (``head=None``), or the
 mean over every layer and head (``layer=None``). Each target piece links to the source piece
@@ -33,7 +36,8 @@ from core.model.interface import TranslationModel
 from core.model.parts import LANGUAGE_CODE, WordPair
 from core.model.transformer import evaluating
 
-MODES = ("awo", "awi")
+MODES = ("awo", "awi")  # every model's
+WHOLE = "whole"  # AWO in the full-context pass: a model trained so (``reads_whole``) only
 BATCH = 64  # pairs teacher-forced together
 Link = tuple[int, int]  # (source word, target word), 0-indexed
 
@@ -44,7 +48,7 @@ class Reader:
 
     layer: int | None  # a decoder layer, or None: the mean of every layer and head
     head: int | None  # a head, or None: the layer's mean over heads
-    mode: str = "awo"  # "awo" or "awi"
+    mode: str = "awo"  # "awo", "awi" or "whole"
 
     @property
     def head_label(self) -> str:
@@ -65,6 +69,7 @@ class PairMaps:
     src_words: np.ndarray  # (S - 1,) the word of each source piece
     tgt_words: np.ndarray  # (T - 1,) the word of each target piece
     turned: bool = False  # an (English, French) pair read French first: links turn back
+    whole: np.ndarray | None = None  # (L, H, T, S) the full-context pass's (``reads_whole``)
 
 
 def piece_words(pieces: Sequence[str]) -> np.ndarray:
@@ -79,6 +84,22 @@ def reads_french(m: TranslationModel) -> bool:
     """Whether a model reads French and writes English: it reads a gold set's pairs
     (English first) turned round, and its links are turned back."""
     return m.languages == ("fr", "en")
+
+
+def mode_label(mode: str) -> str:
+    """A mode as tables and lines write it: "AWO", "AWI", "AWO, whole target"."""
+    return "AWO, whole target" if mode == WHOLE else mode.upper()
+
+
+def reads_whole(m: TranslationModel) -> bool:
+    """Whether a model's head was trained to align with the whole target visible
+    (``core.train --align-full-context``): it is read in the ``whole`` mode too."""
+    return bool((m.meta.get("train_config") or {}).get("align_full_context"))
+
+
+def modes(m: TranslationModel) -> tuple[str, ...]:
+    """The modes a model is read in: AWO and AWI, and ``whole`` where it was trained so."""
+    return (*MODES, WHOLE) if reads_whole(m) else MODES
 
 
 def encoded(
@@ -119,30 +140,44 @@ def pair_maps(
     (the specials a tokenizer puts around a sentence left out, as <bos> is); ``english_first``
     as ``encoded``: a French→English model's maps are marked turned."""
     rows, out = encoded(m, pairs, english_first), []
-    turned = english_first and reads_french(m)
+    turned, whole = english_first and reads_french(m), reads_whole(m)
     with evaluating(m.model):
         for start in range(0, len(rows), batch):
             chunk = rows[start : start + batch]
-            cross = m.patterns(*padded_batch(m, chunk), ["cross"])["cross"]  # (L, B, H, T, S)
-            cross = cross.float().cpu().numpy()
+            batch_ids = padded_batch(m, chunk)
+            cross = cross_maps(m, batch_ids)  # (L, B, H, T, S)
+            if whole:
+                with m.whole_target():
+                    full = cross_maps(m, batch_ids)  # (L, B, H, T, S)
             for i, w in enumerate(chunk):
-                kept = cross[:, i, :, w.target_rows(), w.source_columns()]  # (L, H, T_i, S_i)
+                cut = (slice(None), i, slice(None), w.target_rows(), w.source_columns())
                 words = (np.array(x, dtype=np.int64) for x in (w.src_words, w.tgt_words))
-                out.append(PairMaps(np.ascontiguousarray(kept), *words, turned))
+                kept = np.ascontiguousarray(cross[cut])  # (L, H, T_i, S_i)
+                full_kept = np.ascontiguousarray(full[cut]) if whole else None  # (L, H, T_i, S_i)
+                out.append(PairMaps(kept, *words, turned, full_kept))
             if tick:
                 tick(len(chunk))
     return out
 
 
+def cross_maps(m: TranslationModel, batch_ids: tuple[torch.Tensor, torch.Tensor]) -> np.ndarray:
+    """(L, B, H, T, S) cross-attention of one padded batch, float32 on the CPU."""
+    return m.patterns(*batch_ids, ["cross"])["cross"].float().cpu().numpy()
+
+
 def read(maps: PairMaps, reader: Reader) -> np.ndarray:
-    """The (target pieces, source pieces) weights a reader sees, <eos> column dropped."""
+    """The (target pieces, source pieces) weights a reader sees, <eos> column dropped
+    (ValueError for the ``whole`` mode of maps without a full-context pass)."""
+    cross = maps.whole if reader.mode == WHOLE else maps.cross  # (L, H, T, S)
+    if cross is None:
+        raise ValueError("this model's head was not trained with the whole target visible")
     if reader.layer is None:
-        w = maps.cross.mean(axis=(0, 1))  # (T, S)
+        w = cross.mean(axis=(0, 1))  # (T, S)
     elif reader.head is None:
-        w = maps.cross[reader.layer].mean(axis=0)
+        w = cross[reader.layer].mean(axis=0)
     else:
-        w = maps.cross[reader.layer, reader.head]
-    rows = slice(0, -1) if reader.mode == "awo" else slice(1, None)
+        w = cross[reader.layer, reader.head]
+    rows = slice(1, None) if reader.mode == "awi" else slice(0, -1)
     return w[rows, :-1]  # (T - 1, S - 1)
 
 
@@ -160,10 +195,10 @@ def links(maps: PairMaps, reader: Reader, threshold: float | None = None) -> set
     return {(j, i) for i, j in found} if maps.turned else found
 
 
-def readers(layers: int, heads: int) -> list[Reader]:
-    """Every reader: each layer x (each head, the mean), the mean of all, in both modes."""
+def readers(layers: int, heads: int, read_in: Sequence[str] = MODES) -> list[Reader]:
+    """Every reader: each layer x (each head, the mean), the mean of all, in each mode."""
     out = []
-    for mode in MODES:
+    for mode in read_in:
         for layer in range(layers):
             out += [Reader(layer, h, mode) for h in range(heads)] + [Reader(layer, None, mode)]
         out.append(Reader(None, None, mode))
@@ -171,19 +206,26 @@ def readers(layers: int, heads: int) -> list[Reader]:
 
 
 def pick_readers(
-    layers: int, heads: int, mode: str | None, layer: str | None, head: str | None
+    layers: int,
+    heads: int,
+    mode: str | None,
+    layer: str | None,
+    head: str | None,
+    read_in: Sequence[str] = MODES,
 ) -> list[Reader]:
-    """The readers of one mode, layer ("all" = the mean of all) and head ("mean") as a user
-    writes them, None for every one; ValueError naming what is wrong."""
-    if mode is not None and mode not in MODES:
-        raise ValueError(f"--mode must be one of {', '.join(MODES)} (got {mode!r})")
+    """The readers of one mode (of ``read_in``, a model's ``modes``), layer ("all" = the mean
+    of all) and head ("mean") as a user writes them, None for every one; ValueError naming
+    what is wrong."""
+    if mode is not None and mode not in read_in:
+        but = " (whole: a model trained with --align-full-context)" if mode == WHOLE else ""
+        raise ValueError(f"--mode must be one of {', '.join(read_in)} (got {mode!r}){but}")
     if layer not in (None, "all") and not (layer.isdigit() and int(layer) < layers):
         raise ValueError(f"--layer must be 0..{layers - 1} or 'all' (got {layer!r})")
     if head not in (None, "mean") and not (head.isdigit() and int(head) < heads):
         raise ValueError(f"--head must be 0..{heads - 1} or 'mean' (got {head!r})")
     keep = [
         r
-        for r in readers(layers, heads)
+        for r in readers(layers, heads, read_in)
         if (mode is None or r.mode == mode)
         and (layer is None or str(r.layer_label) == layer)
         and (head is None or r.head_label == head)
@@ -196,9 +238,13 @@ def pick_readers(
 
 
 def from_sentence(
-    cross: np.ndarray, src_tokens: Sequence[str], output_tokens: Sequence[str]
+    cross: np.ndarray,
+    src_tokens: Sequence[str],
+    output_tokens: Sequence[str],
+    whole: np.ndarray | None = None,
 ) -> PairMaps:
-    """A translated sentence's maps as a pair: cross (L, H, T, S) over its own tokens.
+    """A translated sentence's maps as a pair: cross (L, H, T, S) over its own tokens, and
+    ``whole`` (the same shape) from the full-context pass where the model is read so.
 
     ``output_tokens`` are the decoder's outputs (<eos> last, if reached); the target pieces
     are those before <eos>, so rows number pieces + 1 as for a teacher-forced pair.
@@ -209,9 +255,26 @@ def from_sentence(
         else list(output_tokens)
     )
     rows = len(pieces) + 1
-    if cross.shape[2] < rows:  # stopped before <eos>: pad one empty row
-        cross = np.concatenate([cross, np.zeros_like(cross[:, :, :1])], axis=2)
-    return PairMaps(cross[:, :, :rows], piece_words(src_tokens[:-1]), piece_words(pieces))
+
+    def cut(maps: np.ndarray) -> np.ndarray:  # (L, H, rows, S)
+        if maps.shape[2] < rows:  # stopped before <eos>: pad one empty row
+            maps = np.concatenate([maps, np.zeros_like(maps[:, :, :1])], axis=2)
+        return maps[:, :, :rows]
+
+    words = piece_words(src_tokens[:-1]), piece_words(pieces)
+    return PairMaps(cut(cross), *words, whole=None if whole is None else cut(whole))
+
+
+@torch.no_grad()
+def whole_target_cross(
+    m: TranslationModel, src_ids: Sequence[int], out_ids: Sequence[int]
+) -> np.ndarray:
+    """(L, H, T, S) cross-attention of one translation teacher-forced in the full-context
+    pass (every decoder position sees the whole output): how a head trained with
+    ``align_full_context`` reads a sentence the model translated (Garg et al.)."""
+    src, tgt_in, _ = m.forced_batch(src_ids, out_ids)  # (1, S), (1, T)
+    with evaluating(m.model), m.whole_target():
+        return cross_maps(m, (src, tgt_in))[:, 0]  # (L, H, T, S)
 
 
 def _leading_specials(tokens: Sequence[str]) -> int:

@@ -3,7 +3,8 @@
 The pairs are teacher-forced once (their cross-attention kept, ``core.alignment.extract``);
 then every reader's links are scored against the gold links with AER (``core.alignment.aer``).
 Readers: each decoder layer's heads and their mean, the mean of all layers, in AWO and AWI
-mode. The best reader has the lowest AER (ties: higher precision, then the earlier reader).
+mode (and ``whole`` for a model whose head was trained with the whole target visible). The
+best reader has the lowest AER (ties: higher precision, then the earlier reader).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from core.alignment.aer import score
-from core.alignment.extract import Reader, links, pair_maps, readers
+from core.alignment.extract import Reader, links, modes, pair_maps, readers
 from core.alignment.gold import GoldLinks
 from core.measure.progress import ProgressFn, checked
 from core.model.interface import TranslationModel
@@ -77,7 +78,8 @@ def alignment_grid(
 
     maps = pair_maps(lm, pairs, tick=tick, english_first=True)  # a gold set: English first
     cfg = lm.cfg
-    chosen = list(only) if only is not None else readers(cfg.num_decoder_layers, cfg.num_heads)
+    every = readers(cfg.num_decoder_layers, cfg.num_heads, modes(lm))
+    chosen = list(only) if only is not None else every
     rows = []
     for i, reader in enumerate(chosen):
         s = score(predicted(maps, reader, threshold), list(gold))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from core.alignment.aer import COMBINATIONS, combinations, score
-from core.alignment.extract import links, pair_maps
+from core.alignment.extract import links, mode_label, pair_maps
 from core.alignment.gold import GoldLinks, Link
 from core.alignment.grid import GridRow, alignment_grid
 from core.model.interface import TranslationModel
@@ -59,6 +59,6 @@ def symmetrised(
 def reader_name(row: GridRow) -> str:
     """A reader in a few words: "layer 0 head 0, AWO", "all layers, AWO"."""
     if row.layer == "all":
-        return f"all layers, {row.mode.upper()}"
+        return f"all layers, {mode_label(row.mode)}"
     head = "mean of heads" if row.head == "mean" else f"head {row.head}"
-    return f"layer {row.layer} {head}, {row.mode.upper()}"
+    return f"layer {row.layer} {head}, {mode_label(row.mode)}"

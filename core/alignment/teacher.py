@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from core.alignment.eflomal_teacher import EFLOMAL, eflomal_links
-from core.alignment.extract import Reader, links, pair_maps
+from core.alignment.extract import Reader, links, mode_label, pair_maps
 from core.alignment.gold import check_gold, read_links, read_pairs, studio_gold
 from core.alignment.grid import alignment_grid
 from core.corpus.config import DataConfig
@@ -60,7 +60,7 @@ def describe_reader(name: str, reader: Reader) -> str:
     """e.g. "fra-eng-small.pt, layer 1, mean of heads, AWO"."""
     head = "mean of heads" if reader.head is None else f"head {reader.head}"
     layer = "all layers" if reader.layer is None else f"layer {reader.layer}"
-    return f"{name}, {layer}, {head}, {reader.mode.upper()}"
+    return f"{name}, {layer}, {head}, {mode_label(reader.mode)}"
 
 
 def file_links(pairs_path: str | Path, links_path: str | Path) -> tuple[list, list[set]]:

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from core.alignment.extract import mode_label
 from core.alignment.grid import AlignmentGrid, GridRow
 from core.alignment.supervision_effect import EffectRow
 from core.attribution.methods import METHOD_NAMES
@@ -32,7 +33,7 @@ def grid_table(rows: Sequence[GridRow]) -> pd.DataFrame:
     """Every reader, lowest AER first: mode, layer, head, AER, precision, recall, pairs."""
     ranked = sorted(rows, key=lambda r: (r.aer, -r.precision))  # the order of .best
     table = {
-        "mode": [r.mode.upper() for r in ranked],
+        "mode": [mode_label(r.mode) for r in ranked],
         "layer": [str(r.layer) for r in ranked],
         "head": [r.head for r in ranked],
         "AER": [r.aer for r in ranked],
@@ -48,10 +49,12 @@ def effect_table(rows: Sequence[EffectRow]) -> pd.DataFrame:
     and the change (the supervised model's minus the plain one's)."""
     table = {
         "reader": [r.reader for r in rows],
-        "in the plain model": [f"{reader_words(r.plain)}, {r.plain.mode.upper()}" for r in rows],
+        "in the plain model": [
+            f"{reader_words(r.plain)}, {mode_label(r.plain.mode)}" for r in rows
+        ],
         "AER plain": [r.plain.aer for r in rows],
         "in this model": [
-            f"{reader_words(r.supervised)}, {r.supervised.mode.upper()}" for r in rows
+            f"{reader_words(r.supervised)}, {mode_label(r.supervised.mode)}" for r in rows
         ],
         "AER this model": [r.supervised.aer for r in rows],
         "change": [r.change for r in rows],

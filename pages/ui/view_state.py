@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
 from core.alignment.extract import MODES as ALIGN_MODES
+from core.alignment.extract import WHOLE
 from core.attention.kinds import KINDS
 from core.attention.logit_lens import LENS_COLORS
 from core.attention.maps import HEAD_AGGREGATES, head_options
@@ -84,7 +85,7 @@ class ViewState:
     contrast_step: int = -1  # "Why this word": the output step (-1 = the first with another)
     contrast_word: str = ""  # ... the alternative word ("" = the step's likeliest other)
     contrast_method: str = CONTRAST_METHODS[0]  # ... the contrastive method
-    align: str = ALIGN_MODES[0]  # alignment mode: "awo" (the step that predicts) or "awi"
+    align: str = ALIGN_MODES[0]  # alignment mode: "awo" (the step that predicts), "awi", "whole"
     train_step: int = -1  # "Over training": the snapshot step shown (-1 = the latest, followed)
     diff_from: int = -1  # "Over training": step A of B − A, B the step shown (-1 = none)
     query: int = 0  # "Inside a head": the query token of the q·k view (its position)
@@ -151,7 +152,7 @@ class ViewState:
             state.too_long.append("target")
         if state.forced not in ("A", "B"):
             state.forced = cls.forced
-        if state.align not in ALIGN_MODES:
+        if state.align not in (*ALIGN_MODES, WHOLE):  # whole: the section checks the model
             state.align = cls.align
         if state.lens not in LENS_COLORS:
             state.lens = cls.lens

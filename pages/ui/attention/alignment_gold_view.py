@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.alignment.extract import MODES
+from core.alignment.extract import mode_label
 from core.alignment.gold import GoldError
 from core.alignment.grid import AlignmentGrid, GridRow
 from core.attention.maps import export_name
@@ -144,7 +144,7 @@ def show_grid(grid: AlignmentGrid, gold: GoldSet, state: ViewState) -> None:
     best = grid.best
     st.markdown(
         f"{len(grid.rows)} readers scored on {md(gold.name)} in {grid.seconds:.2f} s. "
-        f"**Best: {grid_figs.reader_words(best)}, {best.mode.upper()}**: AER {best.aer:.3f} "
+        f"**Best: {grid_figs.reader_words(best)}, {mode_label(best.mode)}**: AER {best.aer:.3f} "
         f"(precision {best.precision:.3f}, recall {best.recall:.3f})."
     )
     st.button(
@@ -159,7 +159,7 @@ def show_grid(grid: AlignmentGrid, gold: GoldSet, state: ViewState) -> None:
     zrange = grid_figs.aer_range(grid.rows)
     row = st.container(horizontal=True, gap="medium")  # side by side where both fit
     name = export_name(state.model, "", what="alignment aer")
-    for mode in MODES:
+    for mode in dict.fromkeys(r.mode for r in grid.rows):  # AWO, AWI (and whole), in order
         fig = grid_figs.aer_grid_figure(grid.rows, mode, zrange)
         chart(fig, f"al_grid_{mode}", row.container(width=PANEL_PX), f"{name}_{mode}")
     table = grid_figs.grid_table(grid.rows)
@@ -230,6 +230,6 @@ def open_on_best_reader(entry, lm, state: ViewState) -> None:
         state.layer, state.head = best.layer, best.head
     st.session_state[BEST_NOTE] = (
         f"Opened on the reader that aligns best on {md(gold.name)}: "
-        f"{grid_figs.reader_words(best)}, {best.mode.upper()} (AER {best.aer:.3f}). Pick "
+        f"{grid_figs.reader_words(best)}, {mode_label(best.mode)} (AER {best.aer:.3f}). Pick "
         "another layer and head in the view above."
     )

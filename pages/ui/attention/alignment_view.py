@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.alignment.extract import MODES, Reader, alignable, from_sentence, links, read
+from core.alignment.extract import (
+    WHOLE,
+    Reader,
+    alignable,
+    from_sentence,
+    links,
+    modes,
+    read,
+    whole_target_cross,
+)
 from core.alignment.gold import write_links
 from core.attention.maps import csv_cell, export_name
 from core.corpus.bpe import join_pieces
@@ -24,12 +33,18 @@ HOW = (
     "the next step often aligns better. A word cut into pieces (BPE) is linked to a word "
     "when any of its pieces is."
 )
+WHOLE_HOW = (
+    " **Whole target**: this model's head was trained to align in a pass where every decoder "
+    "step sees the whole translation (Garg et al.'s full context); the translation is read "
+    "again that way."
+)
 
 
 def alignment_section(page: SectionInputs) -> None:
     """The reader picker, its weights with the links circled, the links as lines and text."""
     source, target = page.lm.language_names
-    st.caption(HOW.format(source=source, target=target))
+    whole = WHOLE_HOW if WHOLE in modes(page.lm) else ""
+    st.caption(HOW.format(source=source, target=target) + whole)
     if note := st.session_state.pop(BEST_NOTE, None):
         st.info(note)
     reader = pick_reader(page)
@@ -39,12 +54,14 @@ def alignment_section(page: SectionInputs) -> None:
 
 def pick_reader(page: SectionInputs) -> Reader:
     """The mode (widget ``al_mode``, kept in the URL) and "mean of all layers" (``al_all``)."""
-    state = page.state
-    widget_default("al_mode", state.align, MODES)
+    state, offered = page.state, modes(page.lm)
+    if state.align not in offered:  # "whole" from a URL, for a model not trained so
+        state.align = offered[0]
+    widget_default("al_mode", state.align, offered)
     row = st.container(horizontal=True, vertical_alignment="bottom", gap="large")
     state.align = row.segmented_control(
         f"Read each {page.lm.language_names[1]} token at",
-        MODES,
+        offered,
         key="al_mode",
         required=True,  # a click on the chosen mode keeps it
         format_func=lambda m: align_figs.MODE_NAMES[m],
@@ -63,8 +80,10 @@ def pick_reader(page: SectionInputs) -> Reader:
 
 def sentence_links(page: SectionInputs, reader: Reader) -> None:
     """The reader's matrix beside the lines view, then the Pharaoh line and the CSV."""
-    p, state = alignable(page.pieces), page.state
-    pair = from_sentence(p.cross, p.src_tokens, p.output_tokens)
+    p, state, t = alignable(page.pieces), page.state, page.translation
+    read_whole = reader.mode == WHOLE and t.out_ids  # (L, H, T, S) from the full-context pass
+    whole = whole_target_cross(page.lm, t.src_ids, t.out_ids) if read_whole else None
+    pair = from_sentence(p.cross, p.src_tokens, p.output_tokens, whole)
     src, tgt = align_figs.sentence_pieces(pair, p.src_tokens, p.output_tokens)
     if not tgt:
         st.info("The translation is empty: there is nothing to align.")
