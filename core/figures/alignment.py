@@ -28,11 +28,11 @@ MODE_NAMES = {
     "awi": "AWI (attention when inputting)",
     "whole": "AWO, whole target (as the head was trained)",
 }
-ROW_WORDS = {  # which decoder step's row a mode reads for French piece k
-    "awo": "each French token's row is the step that outputs it (step k)",
-    "awi": "each French token's row is the next step, which reads it as input (step k + 1)",
-    "whole": "each French token's row is the step that outputs it, in a pass where every step "
-    "sees the whole translation (Garg et al.'s full context)",
+ROW_WORDS = {  # which decoder step's row a mode reads for target piece k (format: target=)
+    "awo": "each {target} token's row is the step that outputs it (step k)",
+    "awi": "each {target} token's row is the next step, which reads it as input (step k + 1)",
+    "whole": "each {target} token's row is the step that outputs it, in a pass where every "
+    "step sees the whole translation (Garg et al.'s full context)",
 }
 LINK_COLOR = "#d62728"  # the open circles on linked cells, and the lines
 STAR_COLOR = "#ffbf00"  # the frame around the best reader's cell (alignment_grid)

@@ -35,11 +35,12 @@ OPEN_BEST = "al_open_best"  # session flag: this run opens Alignment on the best
 BEST_NOTE = "al_best_note"  # what the section says about the reader it opened on
 AER_WORDS = (
     "Every reader (each decoder layer's heads and their mean, and the mean of all layers, in "
-    "both modes) links the words of each gold pair; its links are scored against links a "
-    "person made. **AER** (alignment error rate, Och & Ney 2003) = 1 − (|A∩S| + |A∩P|) / "
-    "(|A| + |S|), with A the reader's links, S the sure and P the possible gold links: 0 is "
-    "perfect, lower is better. **Precision**: the share of the reader's links that are gold "
-    "(sure or possible); **recall**: the share of the sure links the reader found."
+    "each mode the model is read in) links the words of each gold pair; its links are scored "
+    "against links a person made. **AER** (alignment error rate, Och & Ney 2003) = "
+    "1 − (|A∩S| + |A∩P|) / (|A| + |S|), with A the reader's links, S the sure and P the "
+    "possible gold links: 0 is perfect, lower is better. **Precision**: the share of the "
+    "reader's links that are gold (sure or possible); **recall**: the share of the sure links "
+    "the reader found."
 )
 FORMATS = (
     "Pairs: one `english tokens ||| french tokens` line per pair, tokenized as the model "

@@ -92,7 +92,7 @@ def sentence_links(page: SectionInputs, reader: Reader) -> None:
     name = link_name(state, reader)
     row = st.container(horizontal=True, gap="medium")  # side by side where both fit
     title = f"{align_figs.MODE_NAMES[reader.mode]} — {align_figs.reader_words(reader)}"
-    notes = [align_figs.ROW_WORDS[reader.mode]]
+    notes = [align_figs.ROW_WORDS[reader.mode].format(target=page.lm.language_names[1])]
     marked = align_figs.link_cells(pair, found)
     languages = page.lm.language_names
     fig = align_figs.link_matrix_figure(
