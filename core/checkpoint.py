@@ -13,7 +13,8 @@ from pathlib import Path
 from core.alignment.head_aer import store_in_history
 from core.command_line import run_command, terminal_progress
 from core.corpus.source import DataError
-from core.model.checkpoints import CheckpointError, compact, read_checkpoint
+from core.model.checkpoints import CheckpointError, atomic_save, compact, read_checkpoint
+from core.runs.catalogue import bleu_at
 from core.runs.history import write_history
 
 
@@ -41,10 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> list[str]:
     """Write the compact copy and, beside it, the run's history up to its step."""
     out = compact(args.src, args.dst, half=not args.float32)
+    step = own_bleu(Path(args.src).parent, out)
     lines = [f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)"]
     if args.no_history:
         return lines
-    step = (read_checkpoint(out).get("state") or {}).get("step")
     history = write_history(Path(args.src).parent, out, step)
     if history is not None and not args.no_trajectories:
         try:  # every head's numbers at each step with a snapshot model, for Over training
@@ -54,6 +55,19 @@ def run(args: argparse.Namespace) -> list[str]:
     if history is not None:
         lines.append(f"wrote {history} ({history.stat().st_size / 1e6:.2f} MB)")
     return lines
+
+
+def own_bleu(run_dir: Path, out: Path) -> int | None:
+    """Record in the copy the validation BLEU at its own step, read from the run's metrics
+    (a run's last.pt: its state's best_bleu is the run's best so far, not its own); the
+    copy's step."""
+    ckpt = read_checkpoint(out)
+    step = (ckpt.get("state") or {}).get("step")
+    bleu = bleu_at(run_dir, step)
+    if bleu is not None:
+        ckpt["val_bleu"] = bleu
+        atomic_save(ckpt, out)
+    return step
 
 
 def main(argv=None) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -89,3 +90,30 @@ def test_the_shipped_model_ships_its_training_history():
     blob = path.read_bytes()
     for machine_path in (b"/work/", b"/tmp/", b"/home/", b"/root/"):
         assert machine_path not in blob
+
+
+def test_a_compact_copy_of_a_run_s_last_model_says_its_own_bleu(tmp_path, tiny_run, monkeypatch):
+    from core.model.checkpoints import atomic_save, read_checkpoint
+    from core.runs.catalogue import bleu_at, read_entry
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    ckpt = read_checkpoint(run / "last.pt")
+    ckpt["state"]["best_bleu"] = 99.0  # the run's best so far: not this model's
+    atomic_save(ckpt, run / "last.pt")
+    step, own = ckpt["state"]["step"], 12.5
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    for r in records:  # the tiny run measures no BLEU: its last evaluation says 12.5
+        if r.get("record") == "eval" and r.get("step") == step:
+            r["val_bleu"] = own
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert bleu_at(run, step) == own
+    out = tmp_path / "ship" / "small.pt"
+    out.parent.mkdir()
+    assert checkpoint_main([str(run / "last.pt"), str(out), "--no-trajectories"]) == 0
+    assert read_checkpoint(out)["val_bleu"] == own
+    entry = read_entry(out, "checkpoints/small.pt", None, tmp_path / "no-runs")
+    assert entry.val_bleu == own and f"val BLEU {own:.1f}" in entry.label
+    bare = tmp_path / "bare.pt"  # a file outside any run: the state's figure, as before
+    assert checkpoint_main([str(out), str(bare), "--no-history"]) == 0
+    assert "val_bleu" not in read_checkpoint(bare) or read_checkpoint(bare)["val_bleu"] == own

@@ -87,9 +87,9 @@ class ModelEntry:
         return f"{self.key} · {heads} · {step} · {bleu}"
 
 
-def _bleu_at(run_dir: Path | None, step: int | None) -> float | None:
+def bleu_at(run_dir: Path | None, step: int | None) -> float | None:
     """The val BLEU recorded at ``step`` in a run's metrics, if any."""
-    if run_dir is None or step is None:
+    if run_dir is None or step is None or not RunDir(run_dir).metrics.is_file():
         return None
     for rec in reversed(RunDir(run_dir).read_metrics()):
         if rec.get("record") == "eval" and rec.get("step") == step and "val_bleu" in rec:
@@ -110,6 +110,7 @@ def _checkpoint_info(path: str, mtime_ns: int, size: int) -> dict:
         "heads": cfg.get("num_heads"),
         "step": state.get("step"),
         "best_bleu": usable_bleu(state.get("best_bleu")),
+        "val_bleu": usable_bleu(ckpt.get("val_bleu")),  # its own step's (core.checkpoint)
         "run": ckpt.get("run"),
         "promoted_from": ckpt.get("promoted_from"),
     }
@@ -144,9 +145,9 @@ def read_entry(path: Path, key: str, run_dir: Path | None, runs: Path) -> ModelE
         origin = "run best" if path.name == "best.pt" else "run last"
     else:
         origin = _origin(path, info)
-    bleu = info["best_bleu"]
+    bleu = info["best_bleu"] if info["val_bleu"] is None else info["val_bleu"]
     if origin == "run last":  # best_bleu is the best so far, not necessarily this one's
-        bleu = _bleu_at(run_dir, info["step"])
+        bleu = bleu_at(run_dir, info["step"])
     return ModelEntry(
         key,
         str(path),
