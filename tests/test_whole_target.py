@@ -252,3 +252,21 @@ def test_the_sentence_view_reads_the_translation_with_the_whole_target(studio_di
     helpers.assert_clean(plain)
     assert len(plain.button_group(key="al_mode").options) == 2
     assert plain.button_group(key="al_mode").value == "awo"
+
+
+def test_the_scoring_bound_counts_the_full_context_pass(tmp_path, tiny_checkpoint):
+    from core.alignment.extract import pair_maps
+    from core.alignment.gold import studio_gold
+    from core.runs import budget
+
+    lm = StudioModel.load(full_context_copy(tiny_checkpoint, tmp_path / "full.pt"))
+    pairs, _ = studio_gold()
+    cfg = vars(lm.cfg)
+    causal, whole = budget.scoring_cells(cfg, pairs), budget.scoring_cells(cfg, pairs, whole=True)
+    kept = sum(m.cross.size + m.whole.size for m in pair_maps(lm, pairs, english_first=True))
+    L, H = lm.cfg.num_decoder_layers, lm.cfg.num_heads
+    assert whole - causal == sum(  # one more cross-attention per pair: <bos> + words, <eos>
+        L * H * (len(t) + 1) * (len(s) + 1) for s, t in pairs
+    )
+    assert kept <= whole  # the bound holds what the grid keeps
+    assert budget.scoring_problem(cfg, pairs, "word", True) is None

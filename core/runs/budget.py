@@ -322,22 +322,28 @@ def _children(value) -> Iterable:
     return []
 
 
-def scoring_cells(model: Mapping, pairs: Iterable, tokenizer: str = "word") -> int:
-    """Attention weights (all three kinds) a scoring job teacher-forcing these pairs holds."""
+def scoring_cells(
+    model: Mapping, pairs: Iterable, tokenizer: str = "word", whole: bool = False
+) -> int:
+    """Attention weights (all three kinds) a scoring job teacher-forcing these pairs holds;
+    ``whole``: a model read in the full-context pass too (its cross-attention once more)."""
     positions = model.get("max_positions", 512)
-    return sum(
-        attention_cells(
-            model,
-            source_len(list(src), tokenizer, positions),
-            source_len(list(tgt), tokenizer, positions),  # <bos> + the target's tokens
-        )
-        for src, tgt in pairs
-    )
+    cells = 0
+    for src, tgt in pairs:
+        S = source_len(list(src), tokenizer, positions)
+        T = source_len(list(tgt), tokenizer, positions)  # <bos> + the target's tokens
+        cells += attention_cells(model, S, T)
+        if whole:
+            cells += model["num_heads"] * model["num_decoder_layers"] * T * S
+    return cells
 
 
-def scoring_problem(model: Mapping, pairs: list, tokenizer: str = "word") -> str | None:
-    """Why scoring every reader on these pairs would pass SCORING_CELLS (None: it would not)."""
-    cells = scoring_cells(model, pairs, tokenizer)
+def scoring_problem(
+    model: Mapping, pairs: list, tokenizer: str = "word", whole: bool = False
+) -> str | None:
+    """Why scoring every reader on these pairs would pass SCORING_CELLS (None: it would not);
+    ``whole`` as ``scoring_cells``."""
+    cells = scoring_cells(model, pairs, tokenizer, whole)
     if cells <= SCORING_CELLS:
         return None
     return (

@@ -10,6 +10,7 @@ from typing import TypeVar
 
 import streamlit as st
 
+from core.alignment.extract import WHOLE, modes
 from core.alignment.gold import (
     GOLD_DIR,
     GoldError,
@@ -152,7 +153,8 @@ def within_bounds(lm: TranslationModel, gold: GoldSet, compute: Callable[[], T])
     None after a message saying why not (TimeLimit inside the slot is the caller's to show)."""
     if gold.shipped:
         return compute()
-    if problem := budget.scoring_problem(vars(lm.cfg), gold.pairs, "bpe" if lm.subword else "word"):
+    tokenizer, whole = "bpe" if lm.subword else "word", WHOLE in modes(lm)
+    if problem := budget.scoring_problem(vars(lm.cfg), gold.pairs, tokenizer, whole):
         st.error(md(problem))
         return None
     with heavy_slot() as slot:
