@@ -114,6 +114,10 @@ def test_a_compact_copy_of_a_run_s_last_model_says_its_own_bleu(tmp_path, tiny_r
     assert read_checkpoint(out)["val_bleu"] == own
     entry = read_entry(out, "checkpoints/small.pt", None, tmp_path / "no-runs")
     assert entry.val_bleu == own and f"val BLEU {own:.1f}" in entry.label
+    monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(tmp_path))  # saved from the page: the same
+    monkeypatch.setenv("ATTENTION_STUDIO_CHECKPOINTS", str(tmp_path / "saved"))
+    saved = promote("run", "last", "keeper")
+    assert read_checkpoint(saved)["val_bleu"] == own
     bare = tmp_path / "bare.pt"  # a file outside any run: the state's figure, as before
     assert checkpoint_main([str(out), str(bare), "--no-history"]) == 0
     assert "val_bleu" not in read_checkpoint(bare) or read_checkpoint(bare)["val_bleu"] == own

@@ -25,7 +25,7 @@ from core.model.checkpoints import (
 )
 from core.places import checkpoints_root
 from core.runs import budget, quota
-from core.runs.catalogue import ModelError, validate_name
+from core.runs.catalogue import ModelError, bleu_at, validate_name
 from core.runs.history import MAX_BYTES, history_path, write_history
 from core.runs.jobs import check_room
 from core.runs.locks import launch_lock
@@ -55,6 +55,8 @@ def promote(
     except (RunError, OwnershipError) as e:
         raise ModelError(str(e)) from e
     ckpt = _copy_of(run_id, rd.best if which == "best" else rd.last, which)
+    if (bleu := bleu_at(rd.path, (ckpt.get("state") or {}).get("step"))) is not None:
+        ckpt["val_bleu"] = bleu  # its own step's: a last checkpoint is not the run's best
     if (pairs := validation_pairs_of(ckpt)) is not None:  # its validation basis travels with it
         ckpt["validation_pairs"] = pairs
     ckpt["promoted_from"] = {"run": run_id, "which": which, "at": time.time()}
