@@ -182,7 +182,10 @@ def main() -> None:
     """Build the page."""
     ensure_app_navigation()
     st.title("Translate")
-    st.caption("English → French with an encoder-decoder Transformer (d2l.ai chapter 11.7).")
+    st.caption(
+        "Translate with a trained model: the d2l.ai encoder-decoder Transformer (chapter 11.7), "
+        "English → French or French → English, or any model the studio opens."
+    )
     state = view_state()
     picked = pick_model(state, "tr")
     if picked is not None:
