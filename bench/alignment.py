@@ -4,20 +4,23 @@
         [--eflomal PATH] [--eflomal-runs 3] [--train-pairs N] [--pairs 500] [--repeats 5]
         [--write-reference]
 
-On each gold set (the shipped one, and the held-out Tatoeba pairs where fra-eng.zip is here):
-part 1, every layer x head x mode of the model (AWO and AWI), the best reader first, then the
-readers beyond one head: attribution methods, the stacks' states (SimAlign), and with
-``--reverse`` both directions symmetrised. Part 2: eflomal (Östling & Tiedemann 2016;
-GPLv3, so it runs here as an external program and is never imported by the app: ``pip install
-eflomal`` in any environment and pass ``--eflomal path/to/eflomal-align``, or have it on PATH)
-aligns the model's own training pairs with the gold pairs appended, unsupervised, as is usual;
-the gold part is scored forward, reverse, intersected, united and grow-diag-final-and, in
-each of ``--eflomal-runs`` runs (a sampler: its runs differ; the median run is printed and
-``--write-reference`` keeps its figure for the page). Part 3: the time of the full AER grid
-over ``--pairs`` pairs (the shipped set repeated), medians.
+Part 0, on the dev gold set (100 validation pairs): the cut of the both-ways reading
+(``extract.BOTH_WAYS``) chosen over the three shipped models. Then on each gold set (the
+shipped one, and the held-out Tatoeba pairs where fra-eng.zip is here): part 1, every layer x
+head x mode of the model (AWO and AWI), the best reader first, the best and a supervised head
+read both ways, then the readers beyond one head: attribution methods, the stacks' states
+(SimAlign), and with ``--reverse`` both directions symmetrised (by argmax and both ways).
+Part 2: eflomal (Östling & Tiedemann 2016; GPLv3, so it runs here as an external program and is
+never imported by the app: ``pip install eflomal`` in any environment and pass ``--eflomal
+path/to/eflomal-align``, or have it on PATH) aligns the model's own training pairs with the
+gold pairs appended, unsupervised, as is usual; the gold part is scored forward, reverse,
+intersected, united and grow-diag-final-and, in each of ``--eflomal-runs`` runs (a sampler: its
+runs differ; the median run is printed and ``--write-reference`` keeps its figure for the
+page). Part 3: the time of the full AER grid over ``--pairs`` pairs (the shipped set
+repeated), medians.
 
-Needs fra-eng.zip (FRA_ENG_ZIP, else ../shared/data/fra-eng.zip) for the held-out set and
-part 2.
+Needs fra-eng.zip (FRA_ENG_ZIP, else ../shared/data/fra-eng.zip) for the dev and held-out
+sets and part 2.
 """
 
 from __future__ import annotations
@@ -32,17 +35,21 @@ import torch
 from common import ROOT, corpus_path, median
 
 from core.alignment.aer import combinations, score
+from core.alignment.both_ways import best_aer_by_cut, chosen_cut
 from core.alignment.eflomal_teacher import run_eflomal
+from core.alignment.extract import BOTH_WAYS, WHOLE, Reader, reads_whole
 from core.alignment.from_attribution import attribution_scores
 from core.alignment.gold import GOLD_DIR, GoldError, studio_gold
 from core.alignment.grid import alignment_grid
-from core.alignment.held_out import held_out_gold
+from core.alignment.held_out import DEV, held_out_gold
 from core.alignment.similarity import similarity_scores
-from core.alignment.symmetrised import symmetrised
+from core.alignment.symmetrised import reader_name, symmetrised
+from core.attention.head_stats import supervised_head
 from core.corpus.splits import load_splits
 from core.model.checkpoints import trained_data
 from core.model.opened import open_model
 
+SHIPPED = ("fra-eng-small.pt", "fra-eng-small-aligned.pt", "fr-en-small-aligned.pt")
 REFERENCES = {  # the page shows these figures beside the model's
     "shipped gold set": GOLD_DIR / "reference.json",
     "held-out Tatoeba set": GOLD_DIR / "tatoeba-test.reference.json",
@@ -72,9 +79,43 @@ def model_grid(lm, pairs, gold) -> None:
         )
 
 
+def read_both_ways(lm, pairs, gold) -> None:
+    """Part 1: the best reader read both ways, and the supervised head (in the mode it was
+    trained in) by argmax and both ways."""
+    best = alignment_grid(lm, pairs, gold, both_ways=True).best
+    print(
+        f"  both ways (cut {BOTH_WAYS}): best {reader_name(best)}: AER {best.aer:.3f}  "
+        f"P {best.precision:.3f}  R {best.recall:.3f}"
+    )
+    found = supervised_head(lm.meta)
+    if found is None:
+        return
+    head = [Reader(found[0], found[1], WHOLE if reads_whole(lm) else "awo")]
+    for ways in (False, True):
+        r = alignment_grid(lm, pairs, gold, head, both_ways=ways).rows[0]
+        print(
+            f"  supervised head, {reader_name(r)}{', both ways' if ways else ''}: "
+            f"AER {r.aer:.3f}  P {r.precision:.3f}  R {r.recall:.3f}"
+        )
+
+
+def chosen_on_dev(pairs, gold) -> None:
+    """Part 0: every cut's AER of the shipped models' best readers on the dev set, and the
+    cut chosen (the lowest mean)."""
+    tables = []
+    for name in SHIPPED:
+        tables.append(best_aer_by_cut(open_model(ROOT / "checkpoints" / name), pairs, gold))
+        print(f"  {name:26s} " + " ".join(f"{c}: {a:.3f}" for c, a in tables[-1].items()))
+    cut, means = chosen_cut(tables)
+    print(f"  {'mean':26s} " + " ".join(f"{c}: {a:.3f}" for c, a in means.items()))
+    print(f"  chosen: {cut} (extract.BOTH_WAYS = {BOTH_WAYS})")
+
+
 def both_directions(lm, reverse, pairs, gold) -> None:
-    """Part 1, with a model of the opposite direction: both best readers, combined."""
-    for r in symmetrised(lm, reverse, pairs, gold):
+    """Part 1, with a model of the opposite direction: both best readers, combined (by
+    argmax, then both ways)."""
+    rows = symmetrised(lm, reverse, pairs, gold) + symmetrised(lm, reverse, pairs, gold, None, True)
+    for r in rows:
         print(
             f"  both directions, {r['combination']:>20}: AER {r['aer']:.3f}  "
             f"P {r['precision']:.3f}  R {r['recall']:.3f}"
@@ -121,10 +162,12 @@ def statistical(program: str, lm, pairs, gold, args, name: str) -> dict:
 
 
 def gold_sets() -> dict:
-    """{name: (pairs, gold)}: the shipped set, and the held-out one where its corpus is here."""
+    """{name: (pairs, gold)}: the shipped set, and the held-out and dev ones where their corpus
+    is here."""
     sets = {"shipped gold set": studio_gold()}
     try:
         sets["held-out Tatoeba set"] = held_out_gold(corpus_path())
+        sets["dev set"] = held_out_gold(corpus_path(), DEV)
     except (GoldError, SystemExit) as e:
         print(f"held-out gold set skipped: {e}")
     return sets
@@ -157,9 +200,16 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     lm = open_model(args.checkpoint)
     reverse = open_model(args.reverse) if args.reverse else None
-    for name, (pairs, gold) in gold_sets().items():
+    sets = gold_sets()
+    if "dev set" in sets:
+        print("=== the both-ways cut, on the dev set ===")
+        chosen_on_dev(*sets.pop("dev set"))
+    for name, (pairs, gold) in sets.items():
         print(f"\n=== {name} ({len(pairs)} pairs) ===")
         model_grid(lm, pairs, gold)
+        read_both_ways(lm, pairs, gold)
+        if reverse is not None:
+            read_both_ways(reverse, pairs, gold)
         if reverse is not None:
             both_directions(lm, reverse, pairs, gold)
         if not args.eflomal:

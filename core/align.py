@@ -1,18 +1,18 @@
 """``python -m core.align``: word alignments from cross-attention, and their error rate.
 
     python -m core.align --checkpoint CK --data PAIRS [--gold LINKS] [--one-indexed]
-        [--layer L] [--head H|mean] [--mode awo|awi|whole] [--threshold X] [--whole-target]
+        [--layer L] [--head H|mean] [--mode awo|awi|whole] [--threshold X] [--both-ways]
     python -m core.align --checkpoint CK --held-out [--similarity] [--reverse FR_EN_CK] ...
 
-``PAIRS``: ``english tokens ||| french tokens`` lines. Without ``--gold``: a line of Pharaoh
-links (``i-j``: source word i, target word j, from 0) per pair, by the chosen reader (the
-rest from the best reader on the shipped gold set). With ``--gold``: a JSON line per reader
-(``layer``, ``head``, ``mode``, ``aer``, ``precision``, ``recall``, ``pairs``; ``--layer``,
-``--head``, ``--mode`` narrow them), one per ``--method`` (an attribution's source part as a
-map), per state reader with ``--similarity`` (SimAlign), per combination with a model of the
-opposite direction (``--reverse CK``), ``{"best": ...}``, with ``--compare-with PLAIN``
-``{"supervision": ...}`` lines. ``--held-out``: the held-out Tatoeba gold set. ``--whole-target``
-reads every mode with no future mask (mode ``whole``: AWO so, where trained so).
+``PAIRS``: ``english ||| french`` lines. Without ``--gold``: a line of Pharaoh links (``i-j``,
+from 0) per pair, by the best chosen reader on the shipped gold set. With ``--gold``: a JSON
+line per reader (``layer``, ``head``, ``mode``, ``aer``, ``precision``, ``recall``, ``pairs``;
+``--layer/--head/--mode`` narrow them), per ``--method`` (an attribution's source part), per
+state reader with ``--similarity`` (SimAlign), per combination with a model of the other
+direction (``--reverse CK``), ``{"best": ...}``, with ``--compare-with PLAIN`` ``{"supervision":
+...}`` lines. ``--held-out``: the held-out gold set. ``--whole-target``: every mode with no
+future mask. ``--both-ways``: links where a weight's two-way share reaches ``--threshold``
+(default ``extract.BOTH_WAYS``, chosen on the dev set; awesome-align's extraction).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head", help="a head number, or 'mean'")
     p.add_argument("--mode", help="awo (the step that predicts a word), awi, or whole")
     p.add_argument("--threshold", type=float, help="link every source word at or above this share")
+    p.add_argument("--both-ways", action="store_true", help="row share x column share (awesome)")
     p.add_argument("--method", action="append", help="with --gold: also an attribution method")
     p.add_argument("--whole-target", action="store_true", help="read with no future mask")
     p.add_argument("--similarity", action="store_true", help="with --gold: SimAlign readers")
@@ -90,22 +91,22 @@ def run(args) -> list[str]:
 
 def lines(args, lm) -> list[str]:
     method_flags(args, lm)
-    picked = chosen_readers(args, lm)
+    picked, reading = chosen_readers(args, lm), (args.threshold, args.both_ways)
     if args.held_out:
         pairs, gold = held_out_gold()
     elif args.gold is None:
-        best = alignment_grid(lm, *files.studio_gold(), picked, args.threshold).best.reader()
+        grid = alignment_grid(lm, *files.studio_gold(), picked, *reading)
         maps = pair_maps(lm, files.read_pairs(args.data), english_first=True)
-        return [files.write_links(links(m, best, args.threshold)) for m in maps]
+        return [files.write_links(links(m, grid.best.reader(), *reading)) for m in maps]
     else:
         pairs, gold = files.read_pairs(args.data), files.read_links(args.gold, args.one_indexed)
         files.check_gold(pairs, gold, (Path(args.data).name, Path(args.gold).name))
-    grid = alignment_grid(lm, pairs, gold, picked, args.threshold)
+    grid = alignment_grid(lm, pairs, gold, picked, *reading)
     reverse = open_model(args.reverse, hub=True) if args.reverse else None
-    extra = other_readers(lm, pairs, gold, args.method or (), args.similarity, reverse)
+    extra = other_readers(lm, pairs, gold, args.method or (), args.similarity, reverse, *reading)
     rows = [r.to_json() for r in grid.rows] + extra + [{"best": grid.best.to_json()}]
     if args.compare_with:
-        effect = compared(lm, open_model(args.compare_with), pairs, gold, grid, args.threshold)
+        effect = compared(lm, open_model(args.compare_with), pairs, gold, grid, *reading)
         rows += [{"supervision": row.to_json()} for row in effect]
     return [json.dumps(r) for r in rows]
 

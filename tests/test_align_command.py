@@ -37,7 +37,8 @@ def test_the_grid_scores_every_reader_and_the_best_is_the_lowest_aer(tiny_model)
 
 def test_perfect_links_score_zero_and_the_grid_uses_them(tiny_model, monkeypatch):
     gold = [GoldLinks({(0, 0), (1, 1)}), GoldLinks({(0, 0)})]
-    monkeypatch.setattr(grid_module, "predicted", lambda maps, r, t=None: [g.sure for g in gold])
+    perfect = [g.sure for g in gold]
+    monkeypatch.setattr(grid_module, "predicted", lambda maps, r, t=None, w=False: perfect)
     grid = alignment_grid(tiny_model, [(["a", "b"], ["x", "y"]), (["c"], ["z"])], gold)
     assert {r.aer for r in grid.rows} == {0.0}
 

@@ -249,7 +249,8 @@ def test_without_the_corpus_the_held_out_set_says_how_to_get_it(
 
 
 def test_another_corpus_is_refused_by_the_hashes(tmp_path, monkeypatch):
-    monkeypatch.setattr(held_out, "gold_rows", lambda: [(1, "0" * 16, GoldLinks({(0, 0)}))])
+    rows = [(1, "0" * 16, GoldLinks({(0, 0)}))]
+    monkeypatch.setattr(held_out, "gold_rows", lambda path=None: rows)
     other = tmp_path / "fra-eng.zip"
     with zipfile.ZipFile(other, "w") as z:
         z.writestr("fra.txt", "Go.\tVa !\nHi.\tSalut !\n")

@@ -8,6 +8,7 @@ import shutil
 import numpy as np
 from streamlit.testing.v1 import AppTest
 
+from core.alignment.extract import BOTH_WAYS
 from core.alignment.gold import studio_gold
 from tests.helpers import assert_clean, plain, run_page_script
 from tests.test_app_attribution import query, specs, title, z_of
@@ -93,6 +94,11 @@ def test_alignment_opens_on_the_best_reader_and_says_so(studio_dirs):
         "1",
     )
     assert not [i for i in named.info if "Opened on the reader" in i.value]
+    both = run_page({"sentence": SENTENCE, "both": "1"})  # read both ways: that grid's best
+    assert_clean(both)
+    shows(both, best_reader(both))
+    (note,) = [plain(i.value) for i in both.info if "Opened on the reader" in i.value]
+    assert f"read both ways (AER {best_reader(both)['AER']:.3f})" in note
 
 
 def test_the_mode_travels_in_the_url_and_moves_the_row(studio_dirs):
@@ -333,3 +339,25 @@ def test_a_french_to_english_model_s_links_name_its_languages(studio_dirs, rever
     assert matrix["layout"]["yaxis"]["title"]["text"] == "English token (target)"
     assert any("Pharaoh: French word – English word" in m.value for m in at.markdown)
     assert any("Each English token is linked to the French word" in c.value for c in at.caption)
+
+
+def test_both_ways_links_what_row_and_column_choose_and_rescores_the_grid(studio_dirs):
+    at = run_page({"sentence": SENTENCE, "layer": "1", "head": "2"})
+    argmax_table = at.dataframe[0].value
+    at.checkbox(key="al_both").check().run()
+    assert_clean(at)
+    matrix = charts(at)["AWO (attention when outputting)"]
+    assert title(matrix).endswith("— layer 1, head 2, both ways")
+    z = np.asarray(z_of(matrix), dtype=float)  # (T, S) the weights shown, no <eos>
+    share = (z / z.sum(1, keepdims=True)) * (z / z.sum(0, keepdims=True))
+    assert pharaoh(at) == {(s, t) for t, s in zip(*np.nonzero(share >= BOTH_WAYS))}
+    table = at.dataframe[0].value
+    (words,) = [plain(m.value) for m in at.markdown if "readers scored" in m.value]
+    assert "read both ways" in words and f"AER {table.iloc[0]['AER']:.3f}" in words
+    assert list(table["AER"]) != list(argmax_table["AER"])
+    assert query(at)["both"] == "1"
+    again = run_page(query(at))  # a reload or a shared link keeps the reading
+    assert_clean(again)
+    assert again.checkbox(key="al_both").value and pharaoh(again) == pharaoh(at)
+    again.radio(key="at_section").set_value("maps").run()
+    assert "both" not in query(again)  # it means something in this section only

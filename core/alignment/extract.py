@@ -14,8 +14,11 @@ read at two steps:
 A reader takes one layer and one head, a layer's mean over heads (``head=None``), or the
 mean over every layer and head (``layer=None``). Each target piece links to the source piece
 with the largest weight (argmax), or to every source piece whose weight, renormalised over
-real source pieces, reaches a threshold. The source ``<eos>`` is never aligned. Pieces map
-to words: two words are linked when any of their pieces are (BPE).
+real source pieces, reaches a threshold; read **both ways**, to every source piece where that
+share times the weight's share of its column (the source piece's weight over the target
+pieces) reaches ``BOTH_WAYS`` (awesome-align's extraction, Dou & Neubig 2021: a link both
+words choose; a word may link to several, or to none). The source ``<eos>`` is never
+aligned. Pieces map to words: two words are linked when any of their pieces are (BPE).
 
 Shape key: L layers, H heads, T decoder steps (target pieces + 1), S source pieces (+ <eos>),
 N pairs.
@@ -40,6 +43,7 @@ MODES = ("awo", "awi")  # every model's
 WHOLE = "whole"  # AWO in the full-context pass: a model trained so (``reads_whole``) only
 BATCH = 64  # pairs teacher-forced together
 Link = tuple[int, int]  # (source word, target word), 0-indexed
+BOTH_WAYS = 0.15  # the two-way share a link needs, chosen on the dev set (``both_ways``)
 
 
 @dataclass(frozen=True)
@@ -181,16 +185,32 @@ def read(maps: PairMaps, reader: Reader) -> np.ndarray:
     return w[rows, :-1]  # (T - 1, S - 1)
 
 
-def links(maps: PairMaps, reader: Reader, threshold: float | None = None) -> set[Link]:
-    """Word links (source word, target word) of one pair under a reader."""
+def shares(w: np.ndarray, both_ways: bool = False) -> np.ndarray:
+    """(T, S) each weight's share of its row (its target piece's weight over source pieces);
+    ``both_ways``: times its share of its column (the source piece's weight over target
+    pieces), awesome-align's two-way reading of one matrix (Dou & Neubig 2021)."""
+    share = w / np.clip(w.sum(axis=1, keepdims=True), 1e-12, None)  # (T, S)
+    if both_ways:
+        share = share * (w / np.clip(w.sum(axis=0, keepdims=True), 1e-12, None))  # (T, S)
+    return share
+
+
+def links(
+    maps: PairMaps, reader: Reader, threshold: float | None = None, both_ways: bool = False
+) -> set[Link]:
+    """Word links (source word, target word) of one pair under a reader: each target piece's
+    argmax; with a ``threshold``, every weight whose share reaches it; ``both_ways``, every
+    weight whose two-way share (``shares``) reaches it (``BOTH_WAYS`` without a threshold)."""
     w = read(maps, reader)  # (T - 1, S - 1)
     if w.size == 0:
         return set()
-    if threshold is None:  # a row without weight (a translation cut before <eos>) links none
+    if both_ways:
+        cut = BOTH_WAYS if threshold is None else threshold
+        pairs = zip(*np.nonzero(cut <= shares(w, both_ways=True).T))
+    elif threshold is None:  # a row without weight (a translation cut before <eos>) links none
         pairs = ((s, t) for t, s in enumerate(w.argmax(axis=1)) if w[t].sum() > 0)
     else:
-        share = w / np.clip(w.sum(axis=1, keepdims=True), 1e-12, None)
-        pairs = zip(*np.nonzero(threshold <= share.T))
+        pairs = zip(*np.nonzero(threshold <= shares(w).T))
     found = {(int(maps.src_words[s]), int(maps.tgt_words[t])) for s, t in pairs}
     return {(j, i) for i, j in found} if maps.turned else found
 

@@ -55,9 +55,11 @@ class AlignmentGrid:
         return min(self.rows, key=lambda r: (r.aer, -r.precision))
 
 
-def predicted(maps, reader: Reader, threshold: float | None = None) -> list[set]:
-    """Every pair's links under one reader."""
-    return [links(m, reader, threshold) for m in maps]
+def predicted(
+    maps, reader: Reader, threshold: float | None = None, both_ways: bool = False
+) -> list[set]:
+    """Every pair's links under one reader (``extract.links``)."""
+    return [links(m, reader, threshold, both_ways) for m in maps]
 
 
 def alignment_grid(
@@ -66,9 +68,11 @@ def alignment_grid(
     gold: Sequence[GoldLinks],
     only: Sequence[Reader] | None = None,
     threshold: float | None = None,
+    both_ways: bool = False,
     progress: ProgressFn | None = None,
 ) -> AlignmentGrid:
-    """Score every reader (or ``only`` these) against the gold links."""
+    """Score every reader (or ``only`` these) against the gold links, each read as
+    ``extract.links`` reads it (argmax, a threshold, or both ways)."""
     start, n = time.perf_counter(), max(len(pairs), 1)
     done, report = [0], checked(progress)  # stops past a shared server's time limit
 
@@ -82,7 +86,7 @@ def alignment_grid(
     chosen = list(only) if only is not None else every
     rows = []
     for i, reader in enumerate(chosen):
-        s = score(predicted(maps, reader, threshold), list(gold))
+        s = score(predicted(maps, reader, threshold, both_ways), list(gold))
         rows.append(
             GridRow(
                 reader.layer_label,

@@ -11,6 +11,10 @@ and links as ``studio_gold`` does; GoldError says what is missing or different.
 The pairs are a random sample (seed 2026) of the test split of the shipped models (split seed
 0, pairs of 5-12 English tokens), aligned by hand under the studio set's guidelines
 (``gold/README.md``) before any model's output on them was looked at.
+
+``gold/tatoeba-dev.gold`` is kept the same way: 100 pairs of the shipped models' validation
+split (seed 2027, none of the held-out set's), aligned so too. It is the dev set: a reading's
+setting (``extract.BOTH_WAYS``) is chosen on it, and the two others only report.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from core.corpus.source import corpus_pairs, fra_eng_copy
 from core.corpus.text import tokenize
 
 HELD_OUT = GOLD_DIR / "tatoeba-test.gold"
+DEV = GOLD_DIR / "tatoeba-dev.gold"  # 100 validation pairs: where a reading's setting is chosen
 HASH_DIGITS = 16
 
 
@@ -56,15 +61,18 @@ def corpus_text(numbers: list[int], corpus: Path) -> dict[int, Pair]:
     return found
 
 
-def held_out_gold(corpus: str | Path | None = None) -> tuple[list[Pair], list[GoldLinks]]:
-    """The held-out set's pairs (from ``corpus``, else the local fra-eng.zip) and links."""
+def held_out_gold(
+    corpus: str | Path | None = None, gold: Path = HELD_OUT
+) -> tuple[list[Pair], list[GoldLinks]]:
+    """The held-out set's pairs (from ``corpus``, else the local fra-eng.zip) and links;
+    ``gold=DEV``: the dev set's, kept the same way."""
     path = Path(corpus) if corpus else fra_eng_copy()
     if path is None or not path.is_file():
         raise GoldError(
             "The held-out gold set reads its sentences from fra-eng.zip, which is not on this "
             "machine: set FRA_ENG_ZIP to a copy (or train once on fra-eng to download it)."
         )
-    rows = gold_rows()
+    rows = gold_rows(gold)
     text = corpus_text([n for n, _, _ in rows], path)
     pairs = []
     for number, digest, _ in rows:

@@ -21,12 +21,16 @@ def other_readers(
     methods: Sequence[str] = (),
     similarity: bool = False,
     reverse: TranslationModel | None = None,
+    threshold: float | None = None,
+    both_ways: bool = False,
 ) -> list[dict]:
     """One JSON-able row per method, per state reader (best first, with ``similarity``) and
-    per combination of both directions (with a ``reverse`` model)."""
+    per combination of both directions (with a ``reverse`` model: each model's best head
+    read as ``threshold``/``both_ways`` say, ``extract.links``)."""
     rows = [attribution_scores(lm, pairs, gold, m) for m in methods]
     if similarity:
         rows += [r.to_json() for r in similarity_scores(lm, pairs, gold)]
     if reverse is not None:
-        rows += [{"symmetrised": r} for r in symmetrised(lm, reverse, pairs, gold)]
+        both = symmetrised(lm, reverse, pairs, gold, threshold, both_ways)
+        rows += [{"symmetrised": r} for r in both]
     return rows

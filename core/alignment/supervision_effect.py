@@ -75,6 +75,7 @@ def whole_target_row(
     pairs: list,
     gold: list[GoldLinks],
     threshold: float | None = None,
+    both_ways: bool = False,
 ) -> EffectRow | None:
     """For a head trained with the whole target visible (``align_full_context``, Garg et
     al.'s full context): that head read the same way in both models, AWO; None for a head
@@ -86,7 +87,7 @@ def whole_target_row(
 
     def read(m: TranslationModel) -> GridRow:
         with m.whole_target():
-            return alignment_grid(m, pairs, gold, only, threshold).rows[0]
+            return alignment_grid(m, pairs, gold, only, threshold, both_ways=both_ways).rows[0]
 
     return EffectRow("supervised head, AWO, whole target", read(plain), read(lm))
 
@@ -98,9 +99,11 @@ def compared(
     gold: list[GoldLinks],
     grid: AlignmentGrid,
     threshold: float | None = None,
+    both_ways: bool = False,
 ) -> list[EffectRow]:
     """``lm``'s supervised head and best reader (``grid``: every reader of ``lm`` scored on
-    ``pairs``/``gold``) beside those of ``plain``, scored here on the same gold set."""
+    ``pairs``/``gold``) beside those of ``plain``, scored here on the same gold set, read
+    the way ``grid`` was (``threshold``, ``both_ways``: ``extract.links``)."""
     found = supervised_head(lm.meta)
     if found is None:
         raise SupervisionError(
@@ -113,7 +116,7 @@ def compared(
         raise SupervisionError(
             "the comparison scores every reader: leave out --layer/--head/--mode"
         )
-    plain_grid = alignment_grid(plain, pairs, gold, threshold=threshold)
+    plain_grid = alignment_grid(plain, pairs, gold, threshold=threshold, both_ways=both_ways)
     rows = supervision_effect(plain_grid, grid, found[0], found[1])
-    whole = whole_target_row(lm, plain, pairs, gold, threshold)
+    whole = whole_target_row(lm, plain, pairs, gold, threshold, both_ways)
     return rows if whole is None else [*rows, whole]

@@ -31,23 +31,36 @@ def direction_problem(forward: TranslationModel, reverse: TranslationModel) -> s
     )
 
 
-def best_links(lm: TranslationModel, pairs, gold) -> tuple[GridRow, list[set[Link]]]:
-    """A model's best attention reader on a gold set, and every pair's links under it."""
-    best = alignment_grid(lm, pairs, gold).best
+def best_links(
+    lm: TranslationModel, pairs, gold, threshold: float | None = None, both_ways: bool = False
+) -> tuple[GridRow, list[set[Link]]]:
+    """A model's best attention reader on a gold set, and every pair's links under it (each
+    read as ``extract.links`` reads with ``threshold`` and ``both_ways``)."""
+    best = alignment_grid(lm, pairs, gold, None, threshold, both_ways).best
     maps = pair_maps(lm, pairs, english_first=True)
-    return best, [links(m, best.reader()) for m in maps]
+    return best, [links(m, best.reader(), threshold, both_ways) for m in maps]
 
 
 def symmetrised(
-    forward: TranslationModel, reverse: TranslationModel, pairs, gold: Sequence[GoldLinks]
+    forward: TranslationModel,
+    reverse: TranslationModel,
+    pairs,
+    gold: Sequence[GoldLinks],
+    threshold: float | None = None,
+    both_ways: bool = False,
 ) -> list[dict]:
-    """One row per combination of the two models' best readers: AER, precision, recall."""
+    """One row per combination of the two models' best readers (read as ``best_links``
+    says): AER, precision, recall."""
     if problem := direction_problem(forward, reverse):
         raise ValueError(problem)
-    fwd_best, fwd = best_links(forward, pairs, gold)
-    rev_best, rev = best_links(reverse, pairs, gold)
+    fwd_best, fwd = best_links(forward, pairs, gold, threshold, both_ways)
+    rev_best, rev = best_links(reverse, pairs, gold, threshold, both_ways)
     combined = combinations(fwd, rev, [(len(s), len(t)) for s, t in pairs])
-    readers = {"forward_reader": reader_name(fwd_best), "reverse_reader": reader_name(rev_best)}
+    ways = ", both ways" if both_ways else ""
+    readers = {
+        "forward_reader": reader_name(fwd_best) + ways,
+        "reverse_reader": reader_name(rev_best) + ways,
+    }
     rows = []
     for name in COMBINATIONS:
         s = score(combined[name], list(gold))

@@ -86,6 +86,7 @@ class ViewState:
     contrast_word: str = ""  # ... the alternative word ("" = the step's likeliest other)
     contrast_method: str = CONTRAST_METHODS[0]  # ... the contrastive method
     align: str = ALIGN_MODES[0]  # alignment mode: "awo" (the step that predicts), "awi", "whole"
+    both: bool = False  # alignment: every reader links both ways (core.alignment.extract.links)
     train_step: int = -1  # "Over training": the snapshot step shown (-1 = the latest, followed)
     diff_from: int = -1  # "Over training": step A of B − A, B the step shown (-1 = none)
     query: int = 0  # "Inside a head": the query token of the q·k view (its position)

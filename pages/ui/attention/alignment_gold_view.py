@@ -31,6 +31,7 @@ from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_state import ViewState
 
 SHIPPED, HELD_OUT, UPLOAD = "shipped", "held-out", "upload"
+BOTH_WAYS_KEY = "al_both"  # widget: every reader links both ways (extract.links)
 OPEN_BEST = "al_open_best"  # session flag: this run opens Alignment on the best reader
 BEST_NOTE = "al_best_note"  # what the section says about the reader it opened on
 AER_WORDS = (
@@ -64,8 +65,8 @@ def gold_panel(page: SectionInputs) -> None:
         return
     if grid is not None:
         show_grid(grid, gold, page.state)
-        supervision_panel(page, gold, grid, scored)
-        other_readers_panel(page, gold)
+        supervision_panel(page, gold, grid, scored, both_ways())
+        other_readers_panel(page, gold, both_ways())
 
 
 def scored(entry: ModelEntry, lm: TranslationModel, gold: GoldSet) -> AlignmentGrid | None:
@@ -73,6 +74,7 @@ def scored(entry: ModelEntry, lm: TranslationModel, gold: GoldSet) -> AlignmentG
     server's bounds (budget.SCORING_CELLS) and in its one slot for heavy work, or None after
     a message saying why not now."""
     args = (lm, entry.path, entry.mtime, gold.key + lm.view_key, gold.pairs, gold.links)
+    args = (*args, both_ways())
     found, grid = alignment_grid.peek(*args)
     if found:
         return grid
@@ -145,7 +147,8 @@ def show_grid(grid: AlignmentGrid, gold: GoldSet, state: ViewState) -> None:
     best = grid.best
     st.markdown(
         f"{len(grid.rows)} readers scored on {md(gold.name)} in {grid.seconds:.2f} s. "
-        f"**Best: {grid_figs.reader_words(best)}, {mode_label(best.mode)}**: AER {best.aer:.3f} "
+        f"**Best: {grid_figs.reader_words(best)}, {mode_label(best.mode)}{ways_words()}**: "
+        f"AER {best.aer:.3f} "
         f"(precision {best.precision:.3f}, recall {best.recall:.3f})."
     )
     st.button(
@@ -174,6 +177,17 @@ def show_grid(grid: AlignmentGrid, gold: GoldSet, state: ViewState) -> None:
     st.download_button(
         "AER of every reader as CSV", csv, f"{name}.csv", "text/csv", key="al_grid_csv"
     )
+
+
+def both_ways() -> bool:
+    """Whether the reader picker's "Both ways" box is ticked: every reader (the sentence's,
+    the gold set's, both directions') links both ways."""
+    return bool(st.session_state.get(BOTH_WAYS_KEY))
+
+
+def ways_words() -> str:
+    """ ", read both ways" where every reader is, else nothing."""
+    return ", read both ways" if both_ways() else ""
 
 
 def use_best(best: GridRow) -> None:
@@ -221,7 +235,8 @@ def open_on_best_reader(entry, lm, state: ViewState) -> None:
     try:
         gold = shipped_gold()
         key = gold.key + lm.view_key
-        grid = alignment_grid(lm, entry.path, entry.mtime, key, gold.pairs, gold.links)
+        args = (lm, entry.path, entry.mtime, key, gold.pairs, gold.links, state.both)
+        grid = alignment_grid(*args)
     except (GoldError, OSError, ValueError, RuntimeError, IndexError):
         return
     best = grid.best
@@ -231,6 +246,7 @@ def open_on_best_reader(entry, lm, state: ViewState) -> None:
         state.layer, state.head = best.layer, best.head
     st.session_state[BEST_NOTE] = (
         f"Opened on the reader that aligns best on {md(gold.name)}: "
-        f"{grid_figs.reader_words(best)}, {mode_label(best.mode)} (AER {best.aer:.3f}). Pick "
+        f"{grid_figs.reader_words(best)}, {mode_label(best.mode)}"
+        f"{', read both ways' if state.both else ''} (AER {best.aer:.3f}). Pick "
         "another layer and head in the view above."
     )

@@ -11,16 +11,23 @@ from pages.ui.shared_cache import shared
 
 @shared()
 def alignment_grid(
-    _lm: TranslationModel, path: str, mtime: float, gold_key: str, _pairs: list, _gold: list
+    _lm: TranslationModel,
+    path: str,
+    mtime: float,
+    gold_key: str,
+    _pairs: list,
+    _gold: list,
+    both_ways: bool = False,
 ) -> grid.AlignmentGrid:
-    """Every reader's AER on a gold set (``gold_key``: a hash of its content), per model file.
+    """Every reader's AER on a gold set (``gold_key``: a hash of its content), per model file,
+    read by argmax or ``both_ways`` (``core.alignment.extract.links``).
 
     A progress bar shows when it runs past a second; created and removed in here, it is
     replayed as nothing on a cache hit.
     """
     report = LateProgress()
     try:
-        return grid.alignment_grid(_lm, _pairs, _gold, progress=report)
+        return grid.alignment_grid(_lm, _pairs, _gold, both_ways=both_ways, progress=report)
     finally:
         report.done()
 
@@ -37,7 +44,9 @@ def other_readers(
     _reverse: TranslationModel | None,
     reverse_path: str | None,
     reverse_mtime: float | None,
+    both_ways: bool = False,
 ) -> list[dict]:
     """Readers beyond one head on a gold set (``core.alignment.other_readers``: the command's
-    rows), per model file, gold set and reverse model file."""
-    return readers.other_readers(_lm, _pairs, _gold, methods, True, _reverse)
+    rows), per model file, gold set and reverse model file; both directions' heads read by
+    argmax or ``both_ways``."""
+    return readers.other_readers(_lm, _pairs, _gold, methods, True, _reverse, None, both_ways)

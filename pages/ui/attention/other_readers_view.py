@@ -34,8 +34,9 @@ OTHER_WORDS = (
 )
 
 
-def other_readers_panel(page: SectionInputs, gold: GoldSet) -> None:
-    """Pick a model of the opposite direction, score the readers (a button; cached), show them."""
+def other_readers_panel(page: SectionInputs, gold: GoldSet, both: bool = False) -> None:
+    """Pick a model of the opposite direction, score the readers (a button; cached), show them
+    (``both``: the two directions' heads read both ways, as the grid above)."""
     st.subheader("Readers beyond one head")
     st.caption(OTHER_WORDS)
     reverse = pick_reverse(page)
@@ -53,7 +54,7 @@ def other_readers_panel(page: SectionInputs, gold: GoldSet) -> None:
     where = (reverse.path, reverse.mtime) if reverse else (None, None)
     key = gold.key + page.lm.view_key
     args = (page.lm, page.entry.path, page.entry.mtime, key, gold.pairs, gold.links)
-    args = (*args, methods, rev_lm, *where)
+    args = (*args, methods, rev_lm, *where, both)
     found, rows = cached.other_readers.peek(*args)
     if not found:
         if not st.button("Score these readers", key=RUN_KEY):

@@ -49,7 +49,7 @@ SECTIONS = {  # key (the URL's ``section``) -> section
     "ablation": Section("Remove heads", ablation_view.ablation_section),
     "compare": Section("Compare", comparison_view.comparison_section),
     "attribution": Section("Attribution", attribution_view.attribution_section, fields=ATTRIBUTION),
-    "alignment": Section("Alignment", alignment_view.alignment_section, fields=("align",)),
+    "alignment": Section("Alignment", alignment_view.alignment_section, fields=("align", "both")),
     "inside": Section(
         "Inside a head", inside_head_view.inside_head_section, fields=("query", "lines_all")
     ),

@@ -26,9 +26,12 @@ SUPERVISION_WORDS = (
 )
 
 
-def supervision_panel(page: SectionInputs, gold: GoldSet, grid: AlignmentGrid, scored: Callable):
+def supervision_panel(
+    page: SectionInputs, gold: GoldSet, grid: AlignmentGrid, scored: Callable, both: bool = False
+):
     """For a model with a head trained to align: that head and the best reader beside a plain
-    model's. For the plain shipped model: where the supervised one is."""
+    model's (``scored``: a model's grid, read as ``grid`` was; ``both``: both ways). For the
+    plain shipped model: where the supervised one is."""
     found = supervised_head(page.lm.meta)
     if found is None:
         point_to_supervised(page)
@@ -44,7 +47,9 @@ def supervision_panel(page: SectionInputs, gold: GoldSet, grid: AlignmentGrid, s
         plain_grid = scored(plain, plain_lm, gold)
         rows = None if plain_grid is None else supervision_effect(plain_grid, grid, layer, head)
         whole = (
-            None if rows is None else whole_target_row(page.lm, plain_lm, gold.pairs, gold.links)
+            None
+            if rows is None
+            else whole_target_row(page.lm, plain_lm, gold.pairs, gold.links, None, both)
         )
         rows = rows if whole is None else [*rows, whole]
     except (CheckpointError, ValueError, RuntimeError, IndexError) as e:
