@@ -8,12 +8,11 @@
 from 0) per pair, by the best chosen reader on the shipped gold set. With ``--gold``: a JSON
 line per reader (``layer``, ``head``, ``mode``, ``aer``, ``precision``, ``recall``, ``pairs``;
 ``--layer/--head/--mode`` narrow them), per ``--method`` (an attribution's source part), per
-state reader with ``--similarity`` (SimAlign), per combination with a model of the other
-direction (``--reverse CK``), ``{"best": ...}``, with ``--compare-with PLAIN`` ``{"supervision":
-...}`` lines. ``--held-out``: the held-out gold set. ``--whole-target``: every mode with no
-future mask. ``--both-ways``: links where a weight's two-way share reaches ``--threshold``
-(default ``extract.BOTH_WAYS``, chosen on the dev set; awesome-align's extraction).
-"""
+state reader with ``--similarity`` (SimAlign), per combination with a model of the other way
+(``--reverse CK``), ``{"best": ...}``, ``--compare-with PLAIN``'s ``{"supervision": ...}``.
+``--held-out``: the held-out gold set. ``--whole-target``: every mode with no future mask.
+``--both-ways``: a link where a weight's row share x column share reaches ``--threshold``
+(default ``extract.BOTH_WAYS``; awesome-align's extraction)."""
 
 from __future__ import annotations
 
@@ -85,12 +84,12 @@ def method_flags(args, lm) -> None:
 def run(args) -> list[str]:
     """The lines to print (every pass with the whole target visible, with --whole-target)."""
     lm = open_model(args.checkpoint, hub=True, prompt=args.prompt, section="alignment")
+    method_flags(args, lm)
     with lm.whole_target() if args.whole_target else contextlib.nullcontext():
         return lines(args, lm)
 
 
 def lines(args, lm) -> list[str]:
-    method_flags(args, lm)
     picked, reading = chosen_readers(args, lm), (args.threshold, args.both_ways)
     if args.held_out:
         pairs, gold = held_out_gold()
