@@ -76,13 +76,15 @@ def pick_reader(page: SectionInputs) -> Reader:
         format_func=lambda m: align_figs.MODE_NAMES[m],
         help="AWO: the decoder step that outputs the token. AWI: the next one, which reads it.",
     )
-    every = row.checkbox(
+    boxes = row.container(width="content", gap="small")  # the two boxes stay together
+    every = boxes.checkbox(
         "Mean of all layers",
         key="al_all",
         help="Average every decoder layer and head instead of the view's layer and head.",
     )
     widget_default(BOTH_WAYS_KEY, state.both)
-    state.both = row.checkbox("Both ways", key=BOTH_WAYS_KEY, help=BOTH_HELP.format(cut=BOTH_WAYS))
+    both = BOTH_HELP.format(cut=BOTH_WAYS)
+    state.both = boxes.checkbox("Both ways", key=BOTH_WAYS_KEY, help=both)
     if every:
         return Reader(None, None, state.align)
     layer, head = cross_choice(page.pieces, state)
