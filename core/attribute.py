@@ -23,7 +23,7 @@ import sys
 from core.attribution.contrast import contrast_problem
 from core.attribution.explain import sentence_json
 from core.attribution.faithfulness import DEFAULT_METHODS, SENTENCES, faithfulness_for
-from core.attribution.file_mode import FileModeError, attribute_file
+from core.attribution.file_mode import FileModeError, attribute_file, out_problem
 from core.attribution.gradients import add_choice_flags, choices_from
 from core.attribution.methods import MEAN, METHODS, AttributionError, method_problem
 from core.command_line import CommandError, run_command, terminal_progress
@@ -87,8 +87,8 @@ def problem(args) -> str | None:
 
 def run(args) -> list[str]:
     """The lines to print (CommandError when a flag's value cannot be used)."""
-    if message := problem(args):
-        raise CommandError(message)
+    if message := problem(args) or (args.input and out_problem(args.input, args.out)):
+        raise CommandError(message)  # --out checked before the model loads
     lm = open_model(args.checkpoint, hub=True, section="attribution")
     target = args.target_lang or None
     if args.faithfulness:

@@ -5,6 +5,7 @@ Every folder is set by the environment; nothing else in ``core`` names a folder.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -115,6 +116,22 @@ def shown_path(path) -> str:
         inside = "" if inside == "." else inside
         return f"{label}/{inside}" if label else inside or "."
     return p.name
+
+
+# a path from the root or from ~ inside words another library wrote (not a web address's
+# //, not a relative a/b), less the full stop or bracket that ends the sentence after it
+ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~-])~?/[^\s'\"`<>|]*[^\s'\"`<>|.,;:)\]}]")
+
+
+def shown_paths(text: str, *paths) -> str:
+    """Words another library wrote (an error from transformers, safetensors, tokenizers, the
+    system) with every path of this machine in them shown as ``shown_path`` shows it:
+    ``paths`` first, where the text may hold them whole (with spaces), then anything else
+    that starts at the root or at ~ (a web address is left as it is)."""
+    known = {Path(p).expanduser() for p in paths} | {Path(p).expanduser().resolve() for p in paths}
+    for path in sorted((str(p) for p in known if p.is_absolute()), key=len, reverse=True):
+        text = text.replace(path, shown_path(path))
+    return ABSOLUTE_PATH.sub(lambda found: shown_path(found.group()) or "…", text)
 
 
 def corpus_folders() -> list[Path]:

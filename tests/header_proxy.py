@@ -13,12 +13,20 @@ class HeaderProxy:
     each of ``more``) on each request it passes on (a client's own header of that name
     dropped, or kept where the proxy ``appends``, as a careless one would), the websocket's
     upgrade request included, then pipes the websocket's bytes both ways. Chromium 150 no
-    longer sends Playwright's extra headers on a websocket, as a proxy would."""
+    longer sends Playwright's extra headers on a websocket, as a proxy would. ``via``: the
+    app's address it dials (the app then sees the connection come from that address, where
+    it is one of this machine's own), loopback by default."""
 
     def __init__(
-        self, upstream: str, header: str, value: str, more: dict | None = None, appends=False
+        self,
+        upstream: str,
+        header: str,
+        value: str,
+        more: dict | None = None,
+        appends=False,
+        via: str = "127.0.0.1",
     ):
-        self.upstream = ("127.0.0.1", int(upstream.rsplit(":", 1)[1]))
+        self.upstream = (via, int(upstream.rsplit(":", 1)[1]))  # ``via``: the address dialled
         fields = {header: value, **(more or {})}
         self.line = b"\r\n".join(f"{k}: {v}".encode() for k, v in fields.items())
         self.names = () if appends else tuple(k.lower().encode() + b":" for k in fields)

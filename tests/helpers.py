@@ -330,11 +330,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(runs: Path, script: str = "app.py", env: dict | None = None):
+def own_address() -> str | None:
+    """One of this machine's own addresses that is not loopback (the one its default route
+    leaves from; nothing is sent), or None where it has none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # TEST-NET-1: only the route is looked up
+        except OSError:
+            return None
+        address = s.getsockname()[0]
+    return None if address.startswith(("127.", "0.")) else address
+
+
+def start_server(
+    runs: Path, script: str = "app.py", env: dict | None = None, uvicorn_host: str | None = None
+):
     """Start ``streamlit run SCRIPT`` on a free loopback port; return (process, base URL).
 
-    ``env``: more environment variables of the server (e.g. how it knows its users). Skips
-    when Chromium or Playwright is missing; CI installs both.
+    ``env``: more environment variables of the server (e.g. how it knows its users).
+    ``uvicorn_host``: serve ``app:app`` with ``uvicorn --host HOST`` instead, as an operator
+    may (Streamlit's ``server.address`` then still reads 127.0.0.1). Skips when Chromium or
+    Playwright is missing; CI installs both.
     """
     if not shutil.which("chromium") and not Path(CHROMIUM).exists():
         pytest.skip("chromium is not installed (apt-get install chromium)")
@@ -348,15 +364,19 @@ def start_server(runs: Path, script: str = "app.py", env: dict | None = None):
         **(env or {}),
     }
     with open(runs / "server.log", "w") as log:
+        command = [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            script,
+            f"--server.port={port}",  # the rest comes from .streamlit/config.toml
+        ]
+        if uvicorn_host is not None:
+            command = [sys.executable, "-m", "uvicorn", "app:app", "--host", uvicorn_host]
+            command += ["--port", str(port)]
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "streamlit",
-                "run",
-                script,
-                f"--server.port={port}",  # the rest comes from .streamlit/config.toml
-            ],
+            command,
             cwd=ROOT,
             env=env,
             stdout=log,

@@ -251,6 +251,27 @@ def test_an_uploaded_gold_set_is_scored_in_the_servers_one_heavy_slot(studio_dir
     assert not at.warning and len(at.dataframe[0].value) == 22  # scored once the slot is free
 
 
+def test_a_link_to_alignment_scores_the_shipped_set_in_the_heavy_slot(studio_dirs):
+    """Found by the audit (issue 64): a link opening Alignment computed the shipped gold set's
+    grid at once, outside the slot, concurrently across sessions (on a GPT-2-sized model a
+    minute and 2 GB per prompt template); now it waits its turn and says so in one line."""
+    from pages.ui.attention.cached_alignment import alignment_grid
+    from tests.helpers import heavy_slot_held
+
+    alignment_grid.clear()
+    with heavy_slot_held():  # another session's heavy job holds the slot
+        at = run_page({"sentence": SENTENCE})  # a URL that names no reader: opens on the best
+        assert_clean(at)
+        assert any("one runs at a time" in plain(w.value) for w in at.warning)
+        assert not at.dataframe and not [i for i in at.info if "Opened on the reader" in i.value]
+    at.run()  # the slot free: scored in it, kept for every session
+    assert_clean(at)
+    assert not at.warning and len(at.dataframe[0].value) == 22
+    again = run_page({"sentence": SENTENCE})  # another session: the kept grid, no line
+    assert_clean(again)
+    shows(again, best_reader(again))
+
+
 def test_an_upload_waits_in_line_and_is_scored_when_the_slot_frees(studio_dirs):
     """The fair queue: a page asking while another session holds the slot waits its turn
     and then computes, with nothing to click again."""

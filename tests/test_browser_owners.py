@@ -113,3 +113,39 @@ def test_a_header_sent_twice_signs_nobody_in(secret_server, chromium):
     finally:
         client.close()
         careless.close()
+
+
+@pytest.fixture(scope="module")
+def uvicorn_server(tmp_path_factory):
+    """The app served as an operator may serve it: ``uvicorn app:app --host 0.0.0.0``, header
+    identity without a secret. Streamlit's ``server.address`` still reads 127.0.0.1 there."""
+    if helpers.own_address() is None:
+        pytest.skip("this machine has no address but loopback")
+    runs = tmp_path_factory.mktemp("owners-uvicorn")
+    env = {IDENTITY_ENV: "header:X-Forwarded-User", TEACHERS_ENV: "teacher"}
+    env |= {PROXY_SECRET_ENV: "", "ATTENTION_STUDIO_WARM": "0"}
+    proc, url = helpers.start_server(runs, env=env, uvicorn_host="0.0.0.0")
+    yield url
+    helpers.stop_server(proc)
+
+
+@pytest.mark.parametrize(
+    "via, more, signed_in",
+    [
+        ("own", {}, "Not signed in"),  # from this machine's network address: anyone's
+        ("own", {"X-Forwarded-For": "127.0.0.1"}, "Not signed in"),
+        ("127.0.0.1", {"X-Forwarded-For": "127.0.0.1"}, "Not signed in"),  # forwarded
+        ("127.0.0.1", {}, "Signed in as teacher"),  # straight from loopback: the proxy
+    ],
+)
+def test_a_header_is_trusted_by_the_connections_peer_not_the_servers_setting(
+    uvicorn_server, chromium, via, more, signed_in
+):
+    """Issue 64, item 1: under uvicorn on every interface, a client that reaches the port from
+    the network and names itself the teacher is nobody; a proxy on loopback is trusted."""
+    address = helpers.own_address() if via == "own" else via
+    proxy = HeaderProxy(uvicorn_server, "X-Forwarded-User", "teacher", more, via=address)
+    try:
+        assert signed_in_as(proxy.url, chromium) == signed_in
+    finally:
+        proxy.close()

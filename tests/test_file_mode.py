@@ -84,7 +84,7 @@ def test_bad_inputs_are_named(tmp_path):
     with pytest.raises(FileModeError, match="cannot be read"):
         read_input(tmp_path / "missing.tsv")
     with pytest.raises(FileModeError, match="not JSON"):
-        read_records(b'{"line": 0}\nnot json\n')
+        read_records(b'{"line": 0, "error": "too long"}\nnot json\n')
     with pytest.raises(FileModeError, match="no 'line'"):
         read_records(b'{"method": "alti"}\n')
 
@@ -125,3 +125,141 @@ def test_the_page_loads_a_results_file(studio_dirs, tiny_model, pairs, tmp_path)
     at.file_uploader(key="atr_file").set_value(("x.jsonl", b"not json\n", "text/plain"))
     at.run()
     assert any("cannot be read" in e.value for e in at.error)
+
+
+# ----------------------------------------------------------------------------- malformed files
+
+
+@pytest.fixture(scope="module")
+def written(tiny_model, tmp_path_factory) -> list[dict]:
+    """The records the real file mode writes for PAIRS (grad-input: with raw scores)."""
+    pairs = tmp_path_factory.mktemp("written") / "pairs.tsv"
+    pairs.write_text(PAIRS, encoding="utf-8")
+    attribute_file(tiny_model, pairs, pairs.with_name("out.jsonl"), "grad-input")
+    return [json.loads(x) for x in pairs.with_name("out.jsonl").read_text().splitlines()]
+
+
+def lines_of(records) -> bytes:
+    """Records as a results file's bytes, written as the file mode writes them."""
+    return b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in records)
+
+
+BROKEN = {  # what is done to the second record (a full one) -> the field the error names
+    "no contributions": (lambda r: r.pop("contributions"), "contributions"),
+    "no rows": (lambda r: r.update(contributions=[]), "contributions"),
+    "a short row": (lambda r: r["contributions"][1].pop(), r"contributions\[1\]"),
+    "a row of text": (lambda r: r["contributions"].__setitem__(0, "abc"), r"contributions\[0\]"),
+    "no shares": (lambda r: r.update(source_share=[]), "source_share"),
+    "a share in words": (lambda r: r["source_share"].__setitem__(0, "x"), r"source_share\[0\]"),
+    "a NaN share": (lambda r: r["source_share"].__setitem__(1, float("nan")), "source_share"),
+    "an infinite score": (lambda r: r["contributions"][0].__setitem__(0, 1e400), "contributions"),
+    "a huge integer": (lambda r: r["source_share"].__setitem__(0, 10**400), "source_share"),
+    "a boolean score": (lambda r: r["source_share"].__setitem__(0, True), "source_share"),
+    "source a number": (lambda r: r.update(source=5), "source"),
+    "a token a list": (lambda r: r["source"].__setitem__(0, ["x"]), r"source\[0\]"),
+    "no output": (lambda r: r.update(output=None), "output"),
+    "no prefix": (lambda r: r.pop("prefix"), "prefix"),
+    "step scores a list": (lambda r: r.update(step_scores=[1]), "step_scores"),
+    "perplexity a number": (lambda r: r["step_scores"].update(perplexity=5), "perplexity"),
+    "a line in words": (lambda r: r.update(line="two"), "line"),
+    "a negative line": (lambda r: r.update(line=-1), "line"),
+    "an error not text": (lambda r: r.update(error={"a": 1}), "error"),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN)
+def test_a_malformed_record_is_a_file_mode_error_naming_its_line_and_field(written, case):
+    broken, field = [dict(r) for r in written], BROKEN[case][1]
+    broken[1] = json.loads(json.dumps(written[1]))  # a deep copy
+    BROKEN[case][0](broken[1])
+    with pytest.raises(FileModeError, match=rf"^line 2: .*{field}"):
+        aggregate(read_records(lines_of(broken)))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b"[" * 100_000, b'{"line": ' + b"9" * 5000 + b"}", b"NaN", b'{"line": 0} junk'],
+    ids=["nested deep", "a long number", "NaN", "junk after"],
+)
+def test_a_line_json_cannot_read_is_a_file_mode_error(written, line):
+    with pytest.raises(FileModeError, match="^line 2: "):
+        read_records(lines_of(written[:1]) + line + b"\n")
+
+
+def test_a_line_break_inside_a_token_is_part_of_its_record(written):
+    """The writer ends records with \\n only: a token holding U+2028 or U+0085 stays whole."""
+    record = json.loads(json.dumps(written[1]))
+    record["source"][0] = "a\u2028b\x85c"
+    assert read_records(lines_of([record]))[0]["source"][0] == "a\u2028b\x85c"
+
+
+def test_a_malformed_file_on_the_page_is_an_error_not_an_exception(studio_dirs, written):
+    from tests.helpers import assert_clean, plain, run_page_script
+
+    broken = json.loads(json.dumps(written[1]))
+    broken["contributions"] = []  # was a ZeroDivisionError in the page
+    at = run_page_script("attention.py", {"sentence": "i'm home .", "section": "attribution"})
+    at.file_uploader(key="atr_file").set_value(
+        ("bad.jsonl", lines_of([written[0], broken]), "text/plain")
+    )
+    at.run()
+    assert_clean(at)
+    (error,) = [plain(e.value) for e in at.error if "cannot be read" in plain(e.value)]
+    rows = f"{len(broken['output'])} rows, one per output token"
+    assert error == f"bad.jsonl cannot be read: line 2: contributions must be {rows}."
+
+
+# ----------------------------------------------------------------------------- --out checked
+
+
+def one_error_line(err: str) -> str:
+    """The command's error line (a note on a busy machine's CPU may come before it)."""
+    assert "Traceback" not in err
+    return err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("how", ["same path", "other spelling", "symlink", "hard link"])
+def test_out_the_same_file_as_input_is_refused(tiny_checkpoint, tmp_path, capsys, how, monkeypatch):
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text(PAIRS.rstrip("\n"), encoding="utf-8")  # no last newline: it was cut off
+    out = {"same path": pairs, "other spelling": tmp_path / "." / "pairs.tsv"}.get(how)
+    if out is None:
+        out = tmp_path / "link.jsonl"
+        (out.symlink_to if how == "symlink" else out.hardlink_to)(pairs)
+    args = ["--checkpoint", str(tiny_checkpoint), "--input", str(pairs), "--out", str(out)]
+    assert attribute_cmd.main(args) == 2
+    assert "same file as --input" in one_error_line(capsys.readouterr().err)
+    assert pairs.read_text(encoding="utf-8") == PAIRS.rstrip("\n")
+
+
+@pytest.mark.parametrize(
+    "out, words",
+    [
+        ("missing/out.jsonl", "there is no folder"),
+        ("folder", "is a folder"),
+        ("note.txt/o.jsonl", "note.txt is not a folder"),
+    ],
+)
+def test_out_in_a_missing_folder_or_a_folder_is_one_line(
+    tiny_checkpoint, pairs, tmp_path, capsys, out, words
+):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "note.txt").write_text("a note\n")
+    args = ["--checkpoint", str(tiny_checkpoint), "--input", str(pairs)]
+    assert attribute_cmd.main([*args, "--out", str(tmp_path / out)]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith("error: --out ") and words in line
+
+
+@pytest.mark.parametrize(
+    "notes", [b"my notes\n[1, 2]\nthe last line, no newline", b"one line, no newline", b"\x80 pt\n"]
+)
+def test_out_an_existing_file_of_something_else_is_refused_untouched(
+    tiny_checkpoint, pairs, tmp_path, capsys, notes
+):
+    path = tmp_path / "notes.txt"
+    path.write_bytes(notes)
+    args = ["--checkpoint", str(tiny_checkpoint), "--input", str(pairs), "--out", str(path)]
+    assert attribute_cmd.main(args) == 2
+    assert "not an attributions file" in one_error_line(capsys.readouterr().err)
+    assert path.read_bytes() == notes

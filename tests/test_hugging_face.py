@@ -217,8 +217,8 @@ def one_tensor(folder):
 
 
 def test_weights_that_do_not_cover_the_model_are_refused_never_made_random(tmp_path):
-    """Issue 49, item 4: the size is the config's (counted on the meta device), and a folder
-    whose weights leave tensors out is refused, not filled with random weights."""
+    """Issue 49, item 4: the size is the config's (counted from it by core.model.hf_size), and
+    a folder whose weights leave tensors out is refused, not filled with random weights."""
     folder = one_tensor(save_tiny(tmp_path / "partial", "marian"))
     with pytest.raises(CheckpointError, match="weights do not cover the model") as err:
         open_model(str(folder))

@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from core.runs import jobs, owners
 from core.runs.catalogue import ModelError
+from core.runs.connection import Connection
 from core.runs.notes import write_notes
 from core.runs.promotion import promote
 from core.runs.run_dir import RunDir, RunError, read_json
@@ -205,15 +206,15 @@ def test_header_identity_needs_a_secret_or_a_loopback_server(monkeypatch, by_hea
     assert owners.identity_problem("0.0.0.0") is None
 
 
-def headers(**fields):
-    """values_of(name) for a request carrying these headers (each a list of values)."""
+def headers(peer: str | None = "127.0.0.1", **fields) -> Connection:
+    """A connection from ``peer`` whose handshake carried these headers (each a list)."""
     lower = {k.lower().replace("_", "-"): v for k, v in fields.items()}
-    return lambda name: list(lower.get(name.lower(), []))
+    return Connection(peer, lambda name: list(lower.get(name.lower(), [])))
 
 
 def test_a_header_names_the_user_only_once_and_only_with_the_proxys_secret(monkeypatch, by_header):
     secret = "s3cret-s3cret-s3cret"
-    monkeypatch.delenv(owners.PROXY_SECRET_ENV, raising=False)  # a loopback server: trusted
+    monkeypatch.delenv(owners.PROXY_SECRET_ENV, raising=False)  # straight from loopback: trusted
     assert owners.header_user(headers(x_forwarded_user=["alice"])).name == "alice"
     assert owners.header_user(headers(x_forwarded_user=["carol", "bob"])).name is None
     assert owners.header_user(headers()).name is None
@@ -221,10 +222,44 @@ def test_a_header_names_the_user_only_once_and_only_with_the_proxys_secret(monke
     assert owners.header_user(headers(x_forwarded_user=["carol"])).name is None  # no proof
     sent = {"x_forwarded_user": ["carol"], "x_attention_studio_proxy": [secret]}
     assert owners.header_user(headers(**sent)).teacher
+    assert owners.header_user(headers("203.0.113.7", **sent)).teacher  # from anywhere
     wrong = {"x_forwarded_user": ["carol"], "x_attention_studio_proxy": [secret + "x"]}
     assert owners.header_user(headers(**wrong)).name is None
     twice = {"x_forwarded_user": ["carol"], "x_attention_studio_proxy": [secret, secret]}
     assert owners.header_user(headers(**twice)).name is None
+    monkeypatch.setenv(owners.PROXY_SECRET_ENV, "short")  # too short to prove anything
+    assert owners.header_user(headers(x_forwarded_user=["carol"])).name is None
+    short = {**sent, "x_attention_studio_proxy": ["short"]}
+    assert owners.header_user(headers(**short)).name is None
+
+
+@pytest.mark.parametrize(
+    "peer, forwarded, trusted",
+    [
+        ("127.0.0.1", None, True),
+        ("::1", None, True),
+        ("127.0.0.2", None, True),  # all of 127.0.0.0/8 is this machine
+        ("::ffff:127.0.0.1", None, True),
+        ("192.0.2.2", None, False),  # the machine's own network address: anyone's way in
+        ("10.0.0.5", None, False),
+        ("0.0.0.0", None, False),
+        (None, None, False),  # no connection known: nobody
+        ("localhost", None, False),  # a name, not an address the socket gives
+        ("127.0.0.1", "127.0.0.1", False),  # the peer may be what a forwarding header said
+        ("127.0.0.1", "203.0.113.9", False),
+    ],
+)
+def test_without_a_secret_a_header_is_trusted_only_straight_from_loopback(
+    monkeypatch, by_header, peer, forwarded, trusted
+):
+    """Issue 64, item 1: the connection's own peer decides, never the server's setting."""
+    monkeypatch.delenv(owners.PROXY_SECRET_ENV, raising=False)
+    more = {"x_forwarded_for": [forwarded]} if forwarded else {}
+    user = owners.header_user(headers(peer, x_forwarded_user=["carol"], **more))
+    assert (user.name == "carol") is trusted
+    for name in ("Forwarded",):  # any forwarding header, not only X-Forwarded-For
+        conn = headers(peer, x_forwarded_user=["carol"], **{name: ["for=127.0.0.1"]})
+        assert owners.header_user(conn).name is None
 
 
 def test_a_server_that_cannot_trust_its_header_serves_one_line(monkeypatch, studio_dirs):

@@ -3,14 +3,17 @@ answer is a valid value or a clear error of the parser's own kind, never another
 
 Outside input: URL query strings (the view state), settings and request.json, the head-removal
 spec, the token picker, corpus files and uploads (any bytes, any encoding, huge lines), file
-paths a user typed, run and model names, checkpoint metadata and stored BPE tokenizers.
+paths a user typed, run and model names, checkpoint metadata and stored BPE tokenizers, and
+the results files of ``core.attribute --input`` loaded back on the Attention page.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import string
 
+import pyarrow as pa
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -19,6 +22,7 @@ from hypothesis import strategies as st
 from core.attention import token_pick
 from core.attention.ablation import HeadSpecError, heads_of, parse_heads
 from core.attention.kinds import KINDS
+from core.attribution.file_mode import FileModeError, aggregate, attribute_file, read_records
 from core.corpus import user_files
 from core.corpus.bpe import vocab_from_meta
 from core.corpus.source import DataError, corpus_pairs
@@ -280,3 +284,70 @@ def test_any_form_submission_gives_reasons_or_none(preset, overrides):
     """What the Train form sends to validate_settings: reasons in words, or none."""
     problems = run_settings.validate_settings(preset, overrides)
     assert isinstance(problems, list) and all(isinstance(p, str) and p for p in problems)
+
+
+REMOVED = object()  # a place taken out of a record
+JUNK = JSON | st.sampled_from(
+    [float("nan"), float("inf"), 10**400, 1e308, -1e308, 10**30, [], {}, "", [[[]]], [["x"]]]
+).map(copy.deepcopy)  # a copy: a later mutation may change what it was given
+RAW_LINES = st.binary(max_size=60) | st.sampled_from(
+    [b"[" * 50_000, b'{"line": ' + b"9" * 5000 + b"}", b"NaN", b'{"line": 1e999}', b"\xff{"]
+)
+
+
+def mutated(value, data, inside: bool = False):
+    """``value`` with one place in it (drawn; ``inside``: not itself) replaced by junk,
+    removed, emptied or grown."""
+    if isinstance(value, dict | list) and value and (inside or data.draw(st.booleans())):
+        key = data.draw(
+            st.sampled_from(list(value) if isinstance(value, dict) else range(len(value)))
+        )
+        inner = mutated(value[key], data)
+        if inner is REMOVED:
+            del value[key]
+        else:
+            value[key] = inner
+        return value
+    how = data.draw(st.sampled_from(["junk", "remove", "empty", "grow"]))
+    if how == "remove":
+        return REMOVED
+    if how == "empty" and isinstance(value, dict | list | str):
+        return type(value)()
+    if how == "grow" and isinstance(value, list):
+        return [*value, data.draw(JUNK)]
+    if how == "grow" and isinstance(value, dict):
+        return value | {data.draw(TEXT): data.draw(JUNK)}
+    return data.draw(JUNK)
+
+
+@pytest.fixture(scope="module")
+def written_records(tiny_model, tmp_path_factory) -> list[dict]:
+    """What the real file mode writes: explained lines (grad-input: raw scores, a contrast,
+    a forced target) and a line it could not explain."""
+    pairs = tmp_path_factory.mktemp("file-mode") / "pairs.tsv"
+    pairs.write_text("i'm home .\ni'm cold .\tj'ai froid .\tje suis froid .\nhi .\ta\ta\n")
+    attribute_file(tiny_model, pairs, pairs.with_name("out.jsonl"), "grad-input")
+    return [json.loads(x) for x in pairs.with_name("out.jsonl").read_text().splitlines()]
+
+
+@settings(SLOW, max_examples=400)
+@given(st.data())
+def test_any_results_file_is_summed_up_or_refused_clearly(written_records, data):
+    """A results file uploaded on the Attention page: its tables, or a FileModeError in one
+    line; never another exception (the page would show a traceback)."""
+    records = json.loads(json.dumps(written_records))  # a deep copy
+    for _ in range(data.draw(st.integers(1, 3))):
+        k = data.draw(st.integers(0, len(records) - 1))
+        records[k] = mutated(records[k], data, inside=True)  # whole lines: RAW_LINES
+    lines = [json.dumps(r, ensure_ascii=False).encode() for r in records]
+    if data.draw(st.booleans()):
+        lines.insert(data.draw(st.integers(0, len(lines))), data.draw(RAW_LINES))
+    try:
+        result = aggregate(read_records(b"\n".join(lines) + b"\n"))
+    except FileModeError as e:
+        assert str(e) and "\n" not in str(e)
+        return
+    for table in (result.by_position, result.by_token, result.per_sentence):
+        numbers = table.select_dtypes("number").to_numpy(dtype=float, na_value=0.0)
+        assert numbers.size == 0 or abs(numbers).max() < float("inf")
+        pa.Table.from_pandas(table)  # what st.dataframe sends to the browser

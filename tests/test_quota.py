@@ -48,10 +48,35 @@ def test_a_launch_past_the_number_of_runs_is_refused_first_for_everyone_then_per
     monkeypatch.setenv(quota.MAX_RUNS_ENV, "3")
     with pytest.raises(RunError, match=r"keeps at most 3 runs \(ATTENTION_STUDIO_MAX_RUNS\)"):
         jobs.start_run(TINY_PRESET, tiny_settings)
-    monkeypatch.setenv(quota.MAX_RUNS_ENV, "8")  # a quarter of 8 each: alice has 2
+    monkeypatch.setenv(quota.MAX_RUNS_ENV, "8")
+    monkeypatch.setenv(quota.CLASS_SIZE_ENV, "4")  # a quarter of 8 each: alice has 2
     assert "you have 2" in quota.runs_problem("alice")
     assert quota.runs_problem("bob") is None and quota.runs_problem(None) is None
     assert len(run_dirs(jobs_env["runs"])) == 3  # nothing was made
+
+
+def test_a_few_users_leave_room_for_the_rest_of_a_class(tmp_path, monkeypatch):
+    """Issue 64, item 12: with a quarter each, four users filled the 200 runs. By default each
+    user keeps a twentieth (10 of 200 runs, 5 % of the disk quota); teachers are not held to
+    a share; the settings are the operator's."""
+    monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(tmp_path))
+    for name in (quota.MAX_RUNS_ENV, quota.CLASS_SIZE_ENV, quota.USER_MAX_RUNS_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ATTENTION_STUDIO_TEACHERS", "carol")
+    for user in ("u0", "u1", "u2", "u3", "carol"):
+        for i in range(quota.user_max_runs()):
+            RunDir(tmp_path / f"{user}-{i:02d}").create()
+            (tmp_path / f"{user}-{i:02d}" / "job.json").write_text(json.dumps({"owner": user}))
+    assert quota.user_max_runs() == 10
+    assert "Each user may keep at most 10 runs" in quota.runs_problem("u0")
+    assert quota.runs_problem("u4") is None  # 50 of 200 taken: the class still has room
+    assert quota.runs_problem("carol") is None  # a teacher
+    assert quota.user_quota_bytes(20 * budget.GB) == budget.GB
+    monkeypatch.setenv(quota.USER_MAX_RUNS_ENV, "11")
+    assert quota.runs_problem("u0") is None
+    monkeypatch.setenv(quota.CLASS_SIZE_ENV, "many")
+    assert quota.CLASS_SIZE_ENV in quota.runs_problem("u4")
+    assert quota.CLASS_SIZE_ENV in quota.settings_problem()
 
 
 @pytest.mark.parametrize("raw", ["0", "-1", "ten", "2.5"])
@@ -99,6 +124,7 @@ def test_each_user_has_a_share_of_the_quota(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("ATTENTION_STUDIO_CHECKPOINTS", str(tmp_path / "ckpts"))
     monkeypatch.setenv(quota.QUOTA_ENV, str(100 * budget.MB / budget.GB))
+    monkeypatch.setenv(quota.CLASS_SIZE_ENV, "4")  # a quarter each: 25 MB
     for name, owner in (("a1", "alice"), ("a2", "alice"), ("b1", "bob")):
         rd = RunDir(tmp_path / "runs" / name)
         rd.create()

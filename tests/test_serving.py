@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import colorsys
 import tomllib
+import urllib.error
+import urllib.request
 from urllib.parse import urlparse
 
+import pytest
+
+from pages.ui import closed_routes
 from tests.helpers import ROOT
 
 
@@ -53,3 +58,31 @@ def test_a_started_app_listens_on_loopback_only(app_server):
     port = urlparse(app_server["url"]).port
     addresses = _listening_addresses(port)
     assert addresses == {"0100007F"}, addresses  # 127.0.0.1, never 0.0.0.0 or ::
+
+
+def test_streamlits_metrics_are_closed_to_whoever_reaches_the_port(app_server):
+    """Issue 64, item 11: /_stcore/metrics (cache names, sessions, timings) answers 404 unless
+    the operator sets ATTENTION_STUDIO_METRICS=1; the app itself still answers."""
+    for path in ("/_stcore/metrics", "//_stcore/metrics/", "/_stcore/metrics?families=x"):
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(app_server["url"] + path, timeout=10)
+        assert e.value.code == 404, path
+    assert urllib.request.urlopen(app_server["url"] + "/_stcore/health").read() == b"ok"
+
+
+@pytest.mark.parametrize(
+    "setting, path, is_closed",
+    [
+        ("", "/_stcore/metrics", True),
+        ("0", "/_stcore/metrics", True),
+        ("yes", "/_stcore/metrics", True),  # only "1" opens it
+        ("", "/class/_stcore/metrics", True),  # behind a base URL
+        ("", "/_stcore//metrics/", True),
+        ("", "/_stcore/health", False),
+        ("", "/", False),
+        ("1", "/_stcore/metrics", False),
+    ],
+)
+def test_only_the_operator_opens_the_metrics_route(monkeypatch, setting, path, is_closed):
+    monkeypatch.setenv(closed_routes.METRICS_ENV, setting)
+    assert closed_routes.closed(path) is is_closed

@@ -35,6 +35,7 @@ import torch
 from core.attention.kinds import BOUNDARY_TOKENS
 from core.attention.sentence_maps import SentenceMaps
 from core.corpus.bpe import word_spans
+from core.measure.progress import check_time
 from core.model.interface import TranslationModel
 from core.model.parts import LANGUAGE_CODE, WordPair
 from core.model.transformer import evaluating
@@ -147,6 +148,7 @@ def pair_maps(
     turned, whole = english_first and reads_french(m), reads_whole(m)
     with evaluating(m.model):
         for start in range(0, len(rows), batch):
+            check_time()  # a shared server's limit for one heavy job
             chunk = rows[start : start + batch]
             batch_ids = padded_batch(m, chunk)
             cross = cross_maps(m, batch_ids)  # (L, B, H, T, S)

@@ -19,6 +19,7 @@ from core.alignment.aer import score
 from core.alignment.extract import PairMaps, Reader, encoded, links, reads_french
 from core.alignment.gold import GoldLinks
 from core.attribution.methods import attribute
+from core.measure.progress import check_time
 from core.model.interface import TranslationModel
 
 AWO = Reader(0, 0, "awo")  # a one-layer, one-head "map": the attribution's source part
@@ -29,6 +30,7 @@ def attribution_maps(m: TranslationModel, pairs: Sequence, method: str) -> list[
     specials a tokenizer puts around a sentence left out)."""
     out, turned = [], reads_french(m)
     for w in encoded(m, pairs, english_first=True):
+        check_time()  # a shared server's limit for one heavy job
         source = attribute(m, w.src_ids, w.out_ids, method).source  # (T, S)
         kept = source[w.target_rows(), w.source_columns()][None, None].astype(np.float32)
         words = (np.array(x, dtype=np.int64) for x in (w.src_words, w.tgt_words))

@@ -30,6 +30,7 @@ import torch
 from core.alignment.aer import score
 from core.alignment.extract import BATCH, MODES, encoded, padded_batch, reads_french
 from core.alignment.gold import GoldLinks, Link
+from core.measure.progress import check_time
 from core.model.interface import TranslationModel
 from core.model.parts import WordPair
 from core.model.transformer import evaluating
@@ -93,6 +94,7 @@ def pair_states(lm: TranslationModel, pairs, batch: int = BATCH) -> list[PairSta
     rows, out, turned = encoded(lm, pairs, english_first=True), [], reads_french(lm)
     with evaluating(lm.model), torch.no_grad():
         for start in range(0, len(rows), batch):
+            check_time()  # a shared server's limit for one heavy job
             chunk = rows[start : start + batch]
             src, tgt_in = padded_batch(lm, chunk)
             enc = torch.stack(lm.stream(src, tgt_in, "encoder"))  # (La + 1, B, S, D)
@@ -173,6 +175,7 @@ def similarity_scores(
     states = pair_states(lm, pairs)
     rows = []
     for r in state_readers(*lm.depth):
+        check_time()
         s = score([state_links(p, r) for p in states], list(gold))
         row = (r.encoder_layer, r.decoder_layer, r.mode, r.method, s.aer, s.precision, s.recall)
         rows.append(SimilarityRow(*row, s.pairs))

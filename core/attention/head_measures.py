@@ -14,15 +14,17 @@ Shape key: B rows (sentences x head sets), H heads, S source tokens, T target to
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import nullcontext
 
 import torch
 
 from core.attention.ablation import HeadSpec, all_heads
+from core.measure.progress import check_time
 from core.measure.sample import Sample
 from core.model.batched import (
     FORCED_ROWS,
+    Tick,
     cast_output_weight,
     decode_rows,
     encoded_states,
@@ -35,13 +37,16 @@ from core.model.batched import (
 from core.model.interface import TranslationModel
 from core.model.scores import corpus_bleu
 
-Tick = Callable[[int], None] | None  # called with the rows done after each pass
-
 GRADIENT_ROWS = 64  # the most pairs one backward pass of the gradient score reads
 GRADIENT_ROW_CELLS = 4 * 59_514  # a backward pass's pairs x vocabulary: float32 logits, their
 # gradient and the saved activations; at opus-mt's size (59,514 words) the gradient of 32 rows
 # took 900 MB above the model, of 4 rows 150 (as fast on 2 cores)
 PRECISIONS = ("auto", "float32", "bfloat16")  # of the passes that remove heads
+
+
+def deadline(rows: int) -> None:
+    """A ``Tick`` that checks the time limit (TimeLimit past a ``time_limit``)."""
+    check_time()
 
 
 def resolved_precision(precision: str, m: TranslationModel) -> str:
@@ -116,7 +121,9 @@ class Measures:
         n, sources = len(self.sample.sources), self.sample.src_ids
         inside = [self.gates_memory(heads) for heads in sets]
         with self.computing():  # bfloat16 copies of the weights made once for the phase
-            encoded = encoded_states(self.m, sources, FORCED_ROWS) if not all(inside) else []
+            encoded = (
+                encoded_states(self.m, sources, FORCED_ROWS, deadline) if not all(inside) else []
+            )
             order = sorted(range(n), key=lambda i: len(sources[i]))
             rows = sorted(
                 ((j, i) for i in order for j in range(len(sets))), key=lambda r: inside[r[0]]
@@ -159,7 +166,9 @@ class Measures:
         sums, counts = [0.0] * len(sets), [0] * len(sets)
         with self.computing(keep_casts=False):
             sources = [s for s, _ in pairs]
-            encoded = encoded_states(self.m, sources, FORCED_ROWS) if not all(inside) else []
+            encoded = (
+                encoded_states(self.m, sources, FORCED_ROWS, deadline) if not all(inside) else []
+            )
             for start in range(0, len(rows), FORCED_ROWS):
                 chunk = rows[start : start + FORCED_ROWS]
                 gates = self.gates(sets, [j for j, _ in chunk])
@@ -217,6 +226,7 @@ class Measures:
         with torch.enable_grad():
             per_pass = self.gradient_rows()
             for start in range(0, len(pairs), per_pass):
+                check_time()  # a shared server's limit for one heavy job
                 chunk = pairs[start : start + per_pass]
                 ones = {
                     key: torch.ones(len(chunk), H, device=self.m.device, requires_grad=True)

@@ -242,9 +242,12 @@ def _found_question(m: TranslationModel, sources, max_len: int, target_lang=None
     return tgt_in, (out_a[step], out_b[step])
 
 
-def _given_question(m: TranslationModel, sources, prefix: str | None, answers, target_lang=None):
+def _given_question(
+    m: TranslationModel, sources, prefix: str | None, answers, target_lang=None, prompt=None
+):
     """(decoder inputs (1, T): the start token + the prefix given, (answer, wrong) ids): the
-    answers given, else each source's likeliest word after the prefix."""
+    answers given, else each source's likeliest word after the prefix (its pass checked
+    first, ``prompt`` as ``_check_pass``)."""
     words = tokenize(prefix or "")
     if len(words) > MAX_SENTENCE_TOKENS:
         raise TranslationError(f"The prefix takes at most {MAX_SENTENCE_TOKENS} words.")
@@ -259,6 +262,7 @@ def _given_question(m: TranslationModel, sources, prefix: str | None, answers, t
             f"The prefix takes at most {MAX_PIECES - 1} pieces in this model: it has {len(ids)}."
         )
     tgt_in = torch.tensor([[m.start_id, *ids]], device=m.device)  # (1, T)
+    _check_pass(m, sources[0].size(1), tgt_in.size(1), prompt)  # the prefix: before any pass
     if answers is not None:
         pair = tuple(_one_piece(m, w) for w in answers)
     else:
@@ -267,6 +271,14 @@ def _given_question(m: TranslationModel, sources, prefix: str | None, answers, t
         said = m.target_tokens([pair[0]])[0]
         raise TranslationError(f"Both runs answer “{said}” there: give two different answer words.")
     return tgt_in, pair
+
+
+def _check_pass(m: TranslationModel, S: int, T: int, prompt: int | None) -> None:
+    """TranslationError in one line when one row of a patching pass (S source and T decoder
+    positions, and a prompted model's ``prompt`` template positions) would pass the
+    server's bytes for one pass (``budget.patch_problem``)."""
+    if problem := budget.patch_problem(vars(m.cfg), S, T, prompt):
+        raise TranslationError(problem)
 
 
 def _metric(logits: torch.Tensor, answers) -> float:
@@ -293,14 +305,17 @@ def patch(
     if direction not in DIRECTIONS:
         raise TranslationError(f"The direction is one of {', '.join(DIRECTIONS)}.")
     (a_ids, a_tokens), (b_ids, b_tokens) = _sources(m, clean, corrupt)
+    prompt = budget.prompt_positions(m)  # a prompted model's template: read in every pass
+    _check_pass(m, len(a_ids), 1, prompt)  # before any pass: the shortest question
     with evaluating(m.model):
         src_a, src_b = (torch.tensor([i], device=m.device) for i in (a_ids, b_ids))  # (1, S)
         given = prefix is not None or answers is not None
         tgt_in, answers_ids = (
-            _given_question(m, (src_a, src_b), prefix, answers, target_lang)
+            _given_question(m, (src_a, src_b), prefix, answers, target_lang, prompt)
             if given
             else _found_question(m, (src_a, src_b), max_len, target_lang)
         )
+        _check_pass(m, len(a_ids), tgt_in.size(1), prompt)  # the question's: before patching
         todo = list(chosen) if chosen is not None else components(m, len(a_ids), tgt_in.size(1))
         donor, receiver = (src_a, src_b) if direction == "denoise" else (src_b, src_a)
         logits_d, seen = _recorded(m, list(dict.fromkeys(site(c) for c in todo)), donor, tgt_in)
@@ -313,7 +328,7 @@ def patch(
         )
         span = m_clean - m_corrupt
         effects: list[float] = []
-        rows = budget.patch_rows(vars(m.cfg), len(a_ids), tgt_in.size(1), ROWS)
+        rows = budget.patch_rows(vars(m.cfg), len(a_ids), tgt_in.size(1), ROWS, prompt)
         for start in range(0, len(todo), rows):
             check_time()  # a shared server's limit for one heavy job
             chunk = todo[start : start + rows]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from core.measure.progress import ProgressFn, checked
+from core.measure.progress import ProgressFn, check_time, checked
 from core.measure.sample import validation_sample
 from core.model import batched
 from core.model.checkpoints import validation_source
@@ -158,7 +158,7 @@ def own_translations(lm, sources: list[list[int]], target_lang=None) -> list[lis
     """The model's greedy translation of each source, as output ids ending with its end
     token (a translation cut at ``max_output`` gets one)."""
     outs = []
-    for row in batched.greedy_outputs(lm, sources, target_lang):
+    for row in batched.greedy_outputs(lm, sources, target_lang, tick=lambda _: check_time()):
         row = [int(i) for i in row]
         cut = row[: row.index(lm.eos_id)] if lm.eos_id in row else row
         outs.append([*cut, lm.eos_id])

@@ -16,6 +16,7 @@ import torch
 from core.attention.head_stats import NEAR_DIAGONAL_KEYS
 from core.attention.kinds import KINDS
 from core.attention.sentence_maps import SentenceMaps
+from core.measure.progress import check_time
 from core.model.interface import TranslationModel
 from core.model.transformer import evaluating
 
@@ -87,6 +88,7 @@ def validation_means(m: TranslationModel, rows: Sequence[tuple[list[int], list[i
     sums, device = {}, m.device
     with evaluating(m.model):
         for start in range(0, len(rows), BATCH):
+            check_time()  # a shared server's limit for one heavy job
             chunk = rows[start : start + BATCH]
             s_len = np.array([len(s) for s, _ in chunk])
             t_len = np.array([len(t) + 1 for _, t in chunk])  # <bos> + reference

@@ -32,7 +32,7 @@ from core.attribution.gradients import DEFAULT_CHOICES, GradientChoices
 from core.attribution.methods import METHOD_NAMES, METHODS, Attribution, attribute
 from core.corpus.bpe import PREFIX
 from core.corpus.source import DataError
-from core.measure.progress import Progress
+from core.measure.progress import Progress, check_time
 from core.measure.rank import spearman
 from core.measure.sample import Sample, sample_key, validation_sample
 from core.model.batched import greedy_outputs
@@ -89,7 +89,7 @@ def usable_methods(m: TranslationModel, methods: Sequence[str]) -> list[str]:
 
 def translate_sample(m: TranslationModel, sample: Sample, target_lang=None) -> list[Case]:
     """Greedy translations of every sample sentence (batched), as Cases."""
-    outputs = greedy_outputs(m, sample.src_ids, target_lang)
+    outputs = greedy_outputs(m, sample.src_ids, target_lang, tick=lambda _: check_time())
     cases = []
     for src, ids in zip(sample.src_ids, outputs):
         ids = ids[: ids.index(m.eos_id) + 1] if m.eos_id in ids else ids
@@ -114,6 +114,7 @@ def output_logp(m: TranslationModel, sources: list[list[int]], out_ids: list[int
     tgt_in = torch.tensor([m.decoder_inputs(out_ids)], device=m.device)  # (1, T)
     parts = []
     for i in range(0, len(sources), ROWS_PER_PASS):
+        check_time()  # a shared server's limit for one heavy job
         src = torch.tensor(sources[i : i + ROWS_PER_PASS], device=m.device)  # (n, S)
         n = src.size(0)
         logp = m.run(src, tgt_in.expand(n, -1)).float().log_softmax(-1)  # (n, T, V)
@@ -166,6 +167,7 @@ def rankings(m: TranslationModel, case: Case, methods, rng, clock: dict):
     for row, method, choices in (
         v if isinstance(v, tuple) else (v, v, DEFAULT_CHOICES) for v in methods
     ):
+        check_time()
         start = time.perf_counter()
         out[row] = word_scores(explain(method, choices=choices), case.spans)
         clock[row] = clock.get(row, 0.0) + time.perf_counter() - start

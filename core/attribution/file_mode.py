@@ -18,6 +18,7 @@ one row per sentence.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -36,6 +37,8 @@ from core.model.interface import TranslationModel
 MAX_INPUT_BYTES = 20 * 2**20  # an input file read whole (pairs of sentences: 20 MB is plenty)
 MAX_LINE_CHARS = 2000  # a longer line is an error of its own, never tokenised
 MAX_RECORDS_BYTES = 64 * 2**20  # the most of a results file the page reads back
+RECORD_START = '{"line": '  # how every line the file mode writes begins (one_line's head)
+MAX_NUMBER = 1e300  # a results file's largest number (perplexity's own cap): every sum is finite
 
 
 class FileModeError(ValueError):
@@ -74,24 +77,51 @@ def read_input(path: str | Path) -> list[InputLine]:
     return lines
 
 
+def out_problem(input_path: str | Path, out_path: str | Path) -> str | None:
+    """Why ``out_path`` cannot take the results, in one line (None if it can): a folder, in a
+    folder that is not there, or the input itself (by another name, a symlink, a hard link)."""
+    out = Path(out_path)
+    if out.is_dir():
+        return f"--out {out} is a folder: give a file in it, e.g. {out / 'attributions.jsonl'}"
+    if not out.parent.is_dir():
+        if out.parent.exists():
+            return f"--out {out}: {out.parent} is not a folder"
+        return f"--out {out}: there is no folder {out.parent}; make it or give another --out"
+    try:
+        same = out.exists() and os.path.samefile(input_path, out)
+    except OSError:  # the input cannot be read: read_input says why
+        same = False
+    if same:
+        return f"--out {out} is the same file as --input {input_path}: give another --out"
+    return None
+
+
 def done_lines(out: Path, method: str, choices: GradientChoices) -> set[int]:
     """The input lines an existing output file already holds (FileModeError when it was made
-    with another method or other choices: resuming would mix two explanations)."""
+    with another method or other choices, as resuming would mix two explanations, or when it
+    is not an attributions file at all, which would be appended to)."""
     if not out.is_file():
         return set()
     done = set()
     asked = choices.to_json() if choices != DEFAULT_CHOICES else None
-    with out.open(encoding="utf-8") as f:
-        for n, text in enumerate(f):
+    with out.open(encoding="utf-8", errors="replace", newline="\n") as f:
+        for n, text in enumerate(f, start=1):
+            cut = not text.endswith("\n")  # the last line, cut by an interruption: done again
+            if cut and (text.startswith(RECORD_START) or RECORD_START.startswith(text)):
+                continue
             try:
                 record = json.loads(text)
-            except ValueError:
-                continue  # a line cut by an interruption: done again
+            except (ValueError, RecursionError):
+                record = None
+            if cut or not isinstance(record, dict) or "line" not in record:
+                raise FileModeError(
+                    f"{out.name} is not an attributions file (line {n}): give another --out."
+                )
             if "error" not in record and (
                 record.get("method") != method or record.get("choices") != asked
             ):
                 raise FileModeError(
-                    f"{out.name} line {n + 1} was made with {record.get('method')} and other "
+                    f"{out.name} line {n} was made with {record.get('method')} and other "
                     "choices: give another --out, or the same method and choices to go on."
                 )
             if isinstance(record.get("line"), int):
@@ -139,12 +169,18 @@ def attribute_file(
 ) -> dict:
     """Explain every line of the input not yet in the output, appending one JSON line each;
     returns {lines, written, skipped, errors, seconds}."""
+    if why := out_problem(input_path, out_path):
+        raise FileModeError(why)
     lines, out, settings = read_input(input_path), Path(out_path), settings or DecodeSettings()
-    done = done_lines(out, method, choices)
-    cut_partial_line(out)
+    try:
+        done = done_lines(out, method, choices)
+        cut_partial_line(out)
+        f = out.open("a", encoding="utf-8")
+    except OSError as e:
+        raise FileModeError(f"--out {out} cannot be written ({e.strerror or e}).") from None
     todo = [line for line in lines if line.index not in done]
     start, errors = time.perf_counter(), 0
-    with out.open("a", encoding="utf-8") as f:
+    with f:
         for k, line in enumerate(todo):
             record = one_line(m, line, method, settings, choices)
             errors += "error" in record
@@ -162,26 +198,87 @@ def attribute_file(
 
 
 def read_records(source: str | Path | bytes) -> list[dict]:
-    """The JSON objects of a results file (a path, or its bytes as uploaded), bounded."""
+    """The JSON objects of a results file (a path, or its bytes as uploaded), bounded, each
+    checked as ``aggregate`` reads it (FileModeError naming the line and the field)."""
     data = source if isinstance(source, bytes) else Path(source).read_bytes()
     if len(data) > MAX_RECORDS_BYTES:
         raise FileModeError(
             f"The results file is {len(data) / 2**20:.1f} MB; at most 64 MB is read."
         )
-    records = []
-    for n, text in enumerate(data.decode("utf-8", errors="replace").splitlines()):
-        if not text.strip():
-            continue
-        try:
-            record = json.loads(text)
-        except ValueError:
-            raise FileModeError(
-                f"line {n + 1} is not JSON: is this an attributions file?"
-            ) from None
-        if not isinstance(record, dict) or "line" not in record:
-            raise FileModeError(f"line {n + 1} is not an attribution record (no 'line').")
-        records.append(record)
+    records = []  # lines end with \n alone: a token may hold U+2028, which splitlines cuts at
+    for n, text in enumerate(data.decode("utf-8", errors="replace").split("\n"), start=1):
+        if text.strip():
+            records.append(checked_record(parsed_line(text, n), n))
     return records
+
+
+def parsed_line(text: str, n: int) -> dict:
+    """Line ``n``'s JSON object holding a ``line`` (FileModeError for anything else)."""
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
+        raise FileModeError(f"line {n}: not JSON: is this an attributions file?") from None
+    if not isinstance(record, dict) or "line" not in record:
+        raise FileModeError(f"line {n}: not an attribution record (no 'line').")
+    return record
+
+
+def checked_record(r: dict, n: int) -> dict:
+    """``r`` (line ``n`` of a results file) when every field ``aggregate`` reads is what the
+    file mode writes: a line number; an ``error`` text, or T > 0 output tokens, a (T, S + P)
+    ``contributions`` matrix over the S source and P prefix tokens, T ``source_share``
+    numbers and ``step_scores`` holding a list of perplexities. FileModeError if not."""
+    if type(r["line"]) is not int or not 0 <= r["line"] < MAX_INPUT_BYTES:  # bool is no line
+        raise FileModeError(f"line {n}: line must be a line number (got {r['line']!r:.40}).")
+    if "error" in r:
+        if not isinstance(r["error"], str):
+            raise FileModeError(f"line {n}: error must be text.")
+        return r
+    source, prefix, output = (_tokens(r, name, n) for name in ("source", "prefix", "output"))
+    if not output:
+        raise FileModeError(f"line {n}: output is empty: an explanation has an output token.")
+    rows = _field(r, "contributions", n)
+    if not isinstance(rows, list) or len(rows) != len(output):
+        T = len(output)
+        raise FileModeError(f"line {n}: contributions must be {T} rows, one per output token.")
+    for t, row in enumerate(rows):
+        _numbers(row, f"contributions[{t}]", n, len(source) + len(prefix))
+    _numbers(_field(r, "source_share", n), "source_share", n, len(output))
+    scores = r.get("step_scores") or {}
+    if not isinstance(scores, dict):
+        raise FileModeError(f"line {n}: step_scores must be an object of score lists.")
+    if (perplexity := scores.get("perplexity")) is not None:
+        _numbers(perplexity, "step_scores.perplexity", n)
+    return r
+
+
+def _field(r: dict, name: str, n: int):
+    """``r[name]`` (FileModeError naming line ``n`` when it is not there)."""
+    if name not in r:
+        raise FileModeError(f"line {n}: no '{name}': is this an attributions file?")
+    return r[name]
+
+
+def _tokens(r: dict, name: str, n: int) -> list[str]:
+    """``r[name]`` when it is a list of texts (FileModeError naming the field otherwise)."""
+    tokens = _field(r, name, n)
+    if not isinstance(tokens, list):
+        raise FileModeError(f"line {n}: {name} must be a list of tokens.")
+    for i, token in enumerate(tokens):
+        if not isinstance(token, str):
+            raise FileModeError(f"line {n}: {name}[{i}] must be text (got {token!r:.40}).")
+    return tokens
+
+
+def _numbers(values, field: str, n: int, length: int | None = None) -> None:
+    """FileModeError unless ``values`` is a list (of ``length`` where given) of finite
+    numbers, none a bool, each at most MAX_NUMBER in size."""
+    if not isinstance(values, list) or length not in (None, len(values)):
+        size = "" if length is None else f"{length} "
+        raise FileModeError(f"line {n}: {field} must be a list of {size}numbers.")
+    for i, v in enumerate(values):
+        if type(v) not in (int, float) or not abs(v) <= MAX_NUMBER:  # NaN fails <= too
+            raise FileModeError(f"line {n}: {field}[{i}] must be a finite number (got {v!r:.40}).")
 
 
 @dataclass
@@ -195,12 +292,13 @@ class Aggregated:
 
 
 def aggregate(records: Iterable[dict]) -> Aggregated:
-    """Means over the explained sentences (records with an ``error`` counted, not read)."""
+    """Means over the explained sentences of ``read_records``'s records (those with an
+    ``error`` counted, not read)."""
     shares: dict[int, list[float]] = defaultdict(list)
     received: dict[str, list[float]] = defaultdict(list)
     rows, errors = [], 0
     for r in records:
-        if "error" in r or "contributions" not in r:
+        if "error" in r:  # read_records let no other record without contributions through
             errors += 1
             continue
         source, contributions = r["source"], r["contributions"]

@@ -25,6 +25,7 @@ from core.attribution.compose import normalised
 from core.attribution.mixing import self_mixing
 from core.attribution.terms import SublayerTerms
 from core.attribution.value_zeroing import change
+from core.measure.progress import check_time
 from core.model import lm_heads, lm_sites
 from core.model.interface import TranslationModel
 
@@ -67,6 +68,7 @@ def zeroing_mix(layer, t: SublayerTerms) -> torch.Tensor:
     base = lm_heads.after_attention(layer, t.output)  # (N, D)
     N, parts = t.output.size(0), []
     for start in range(0, N, ZEROINGS):
+        check_time()  # a shared server's limit for one heavy job (a long prompt: many)
         terms = t.values[:, start : start + ZEROINGS].transpose(0, 1)  # (n, N, D): j's terms
         moved = lm_heads.after_attention(layer, t.output[None] - terms)  # (n, N, D)
         parts.append(change(base[None], moved))  # (N, n)

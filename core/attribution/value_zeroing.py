@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from core.attribution.compose import DecoderStep, normalised
+from core.measure.progress import check_time
 from core.model.hooks import StopForward, stop_at
 from core.model.interface import TranslationModel
 from core.model.record import Record
@@ -63,6 +64,7 @@ def layer_output(m: TranslationModel, site: str, hooks: list, run) -> torch.Tens
 @torch.no_grad()
 def encoder_matrix(m: TranslationModel, p: Record, layer: int) -> torch.Tensor:
     """One encoder layer's value-zeroing matrix (S, S)."""
+    check_time()  # a shared server's limit for one heavy job
     S = p.source_length
     keep = zero_one_each(S, S, 0, p.src.device)  # (N=S, S)
     src, tgt_in = p.src.expand(S, -1), p.tgt_in.expand(S, -1)
@@ -74,6 +76,7 @@ def encoder_matrix(m: TranslationModel, p: Record, layer: int) -> torch.Tensor:
 @torch.no_grad()
 def decoder_step(m: TranslationModel, p: Record, layer: int) -> DecoderStep:
     """One decoder layer's value-zeroing step: rows over the decoder inputs and the source."""
+    check_time()  # a shared server's limit for one heavy job
     T, S = p.output_length, p.source_length
     N, device = T + S, p.src.device
     hooks = [

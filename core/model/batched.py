@@ -9,7 +9,7 @@ Shape key: B rows, S source tokens, T decoder steps, D model width, V vocabulary
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING
 
@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from core.model.config import ModelConfig
     from core.model.interface import TranslationModel
 
+Tick = Callable[[int], None] | None  # called with the rows done after each pass (a caller's
+# progress, or its deadline: ``core.measure.progress.check_time`` sits above this package)
 IGNORE = -100  # a label position that does not count (padding)
 CHUNK = 64  # label positions whose logits are made at once: (64, V) float32 is 15 MB at opus-mt
 
@@ -93,14 +95,19 @@ def token_losses(m: TranslationModel, pairs, memory: Sequence[torch.Tensor] | No
     return label_losses(m, m.hidden(src, dec, states), labels)  # (B, T)
 
 
-def encoded_states(m: TranslationModel, sources: Sequence[Sequence[int]], rows: int) -> list:
-    """Each source's (S, D) encoder output, ``rows`` sources at a time."""
+def encoded_states(
+    m: TranslationModel, sources: Sequence[Sequence[int]], rows: int, tick: Tick = None
+) -> list:
+    """Each source's (S, D) encoder output, ``rows`` sources at a time (``tick(rows)`` after
+    each pass)."""
     out = []
     for start in range(0, len(sources), rows):
         chunk = sources[start : start + rows]
         src, _ = padded(chunk, m.pad_id, m.device)
         states = m.encode(src)  # (B, S, D)
         out += [states[b, : len(ids)] for b, ids in enumerate(chunk)]
+        if tick:
+            tick(len(chunk))
     return out
 
 
@@ -125,9 +132,11 @@ def decode_rows(cfg: ModelConfig) -> int:
     return max(1, min(MAX_DECODE_ROWS, DECODE_ROW_CELLS // cells))
 
 
-def greedy_outputs(m: TranslationModel, sources, target_lang=None, rows: int | None = None):
+def greedy_outputs(
+    m: TranslationModel, sources, target_lang=None, rows: int | None = None, tick: Tick = None
+):
     """Greedy output ids of every source, in order: ``rows`` sources of like length a pass
-    (``decode_rows`` of the model where not given)."""
+    (``decode_rows`` of the model where not given; ``tick(rows)`` after each pass)."""
     rows = rows or decode_rows(m.cfg)
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     out: list[list[int]] = [[] for _ in sources]
@@ -135,6 +144,8 @@ def greedy_outputs(m: TranslationModel, sources, target_lang=None, rows: int | N
         chunk = order[start : start + rows]
         for i, ids in zip(chunk, greedy_pass(m, [sources[i] for i in chunk], target_lang)):
             out[i] = ids
+        if tick:
+            tick(len(chunk))
     return out
 
 

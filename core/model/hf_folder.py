@@ -18,7 +18,8 @@ from pathlib import Path
 from core.corpus.source import file_sha1
 from core.model.capabilities import LANGUAGE_MODEL, MASKED_LM
 from core.model.config import ModelConfig
-from core.places import shown_path
+from core.model.hf_size import counted_parameters, scale_problem
+from core.places import shown_path, shown_paths
 
 FAMILY = "hugging face"
 LM_TYPES = {  # the decoder-only families whose modules the studio knows -> how they place tokens
@@ -36,6 +37,9 @@ CONFIG = "config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "source.spm", "spiece.model")
 TOKENIZER_BYTES = 64 << 20  # a larger tokenizer file is not one (NLLB-200's is 17 MB)
 CONFIG_BYTES = 1 << 20  # a config.json larger than this is not a model's config
+HEADER_BYTES = 100_000_000  # a larger safetensors header is not one (safetensors' own limit)
+WEIGHTS = "model.safetensors"  # a model's weights, in one file
+INDEX = "model.safetensors.index.json"  # or which shard holds each of its tensors
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
 
@@ -63,7 +67,8 @@ def read_config(folder) -> dict:
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise HFModelError(f"{shown_path(path)} cannot be read as JSON: {e}") from e
+        reason = shown_paths(str(e), path)
+        raise HFModelError(f"{shown_path(path)} cannot be read as JSON: {reason}") from e
     if not isinstance(config, dict):
         raise HFModelError(f"{shown_path(path)} is not a model configuration.")
     return config
@@ -189,28 +194,84 @@ def folder_sha1(folder) -> str:
     return digest.hexdigest()
 
 
-def _header_parameters(path: Path) -> int:
-    """Parameters of one safetensors file, read from its header only (HFModelError, in one
-    line, for anything that is not a safetensors header: an empty or truncated file, a
-    header that is not an object of tensors)."""
+def _data_end(tensor: dict) -> int:
+    """Where one tensor's bytes end, from its header entry (ValueError when its offsets
+    are not 0 <= begin <= end)."""
+    begin, end = (int(n) for n in tensor["data_offsets"])
+    if not 0 <= begin <= end:
+        raise ValueError(f"data offsets {begin}, {end} are out of order")
+    return end
+
+
+def _header(path: Path) -> tuple[int, int]:
+    """(parameters of a safetensors file, the length in bytes its header declares: 8 + the
+    header + where the last tensor ends), the header only read; HFModelError in one line for
+    anything that is not a safetensors header (an empty or truncated file, a header that is
+    not an object of tensors)."""
     with open(path, "rb") as f:
         head = f.read(8)
         if len(head) < 8:
             raise HFModelError(f"{shown_path(path)} is empty or cut short (being copied?).")
         (size,) = struct.unpack("<Q", head)
-        if size > 100 << 20:
+        if size > HEADER_BYTES:
             raise HFModelError(f"{shown_path(path)} is not a safetensors file.")
         try:
             header = json.loads(f.read(size))
-            shapes = [v["shape"] for k, v in header.items() if k != "__metadata__"]
-            return sum(math.prod(int(n) for n in shape) for shape in shapes)
+            tensors = [v for k, v in header.items() if k != "__metadata__"]
+            parameters = sum(math.prod(int(n) for n in v["shape"]) for v in tensors)
+            end = max((_data_end(v) for v in tensors), default=0)
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             raise HFModelError(f"{shown_path(path)} is not a safetensors file: {e}") from e
+    return parameters, 8 + size + end
+
+
+def _header_parameters(path: Path) -> int:
+    """Parameters of one safetensors file, read from its header only; HFModelError in one
+    line for a damaged file, or one whose length is not what its header declares (cut short
+    as a copy is under way, or with bytes after its tensors)."""
+    try:
+        parameters, declared = _header(path)
+        length = path.stat().st_size
+    except OSError as e:
+        raise HFModelError(f"{shown_path(path)} cannot be read ({e.strerror or e}).") from e
+    if length < declared:
+        raise HFModelError(
+            f"{shown_path(path)} is cut short (being copied?): its header declares "
+            f"{declared:,} bytes, the file has {length:,}."
+        )
+    if length > declared:
+        raise HFModelError(
+            f"{shown_path(path)} is longer than its header says ({length:,} bytes, not "
+            f"{declared:,}): it is not one whole safetensors file."
+        )
+    return parameters
+
+
+def _check_shards(folder: Path) -> None:
+    """HFModelError unless every shard a sharded model's index names is a file of the
+    folder (by its base name: an index never sends the loader elsewhere)."""
+    index = folder / INDEX
+    if not index.is_file():
+        return
+    try:
+        if index.stat().st_size > 16 * CONFIG_BYTES:
+            raise ValueError("too large to be an index of shards")
+        shards = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError) as e:
+        reason = shown_paths(str(e), index)
+        raise HFModelError(f"{shown_path(index)} is not an index of shards: {reason}") from e
+    for name in sorted(str(s) for s in shards):
+        if Path(name).name != name or not (folder / name).is_file():
+            raise HFModelError(
+                f"{shown_path(index)} names the shard {json.dumps(name)[:80]}, which is not a "
+                "file of the folder (still being copied?)."
+            )
 
 
 def safetensors_parameters(folder) -> int:
-    """Parameters stored in a folder's safetensors files, read from their headers only
-    (HFModelError when the folder has no safetensors weights, or a damaged one)."""
+    """Parameters stored in a folder's safetensors files (a sharded model's every shard),
+    read from their headers only; HFModelError when the folder has no safetensors weights, a
+    shard its index names is missing, or a file is damaged or not its declared length."""
     folder = Path(folder)
     files = sorted(folder.glob("*.safetensors"))
     if not files:
@@ -218,6 +279,12 @@ def safetensors_parameters(folder) -> int:
             f"{shown_path(folder)} has no safetensors weights (model.safetensors): the studio "
             "opens no pickled weights (pytorch_model.bin); save with save_pretrained."
         )
+    if not (folder / WEIGHTS).is_file() and not (folder / INDEX).is_file():
+        raise HFModelError(
+            f"{shown_path(folder)} has no {WEIGHTS} (nor {INDEX}, the index of a sharded "
+            f"model's files), which transformers reads: save with save_pretrained."
+        )
+    _check_shards(folder)
     return sum(_header_parameters(path) for path in files)
 
 
@@ -240,11 +307,9 @@ def languages(folder, config: dict) -> dict:
     return out
 
 
-def describe(folder) -> dict:
-    """What the picker shows of a model folder, its weights never read: model type,
-    parameters, layers, heads, width and languages (HFModelError when it cannot be opened)."""
-    config = read_config(folder)
-    check_encoder_decoder(config)
+def check_tokenizer_files(folder) -> None:
+    """HFModelError unless the folder holds a tokenizer, none of its files past
+    TOKENIZER_BYTES."""
     for name in (*TOKENIZER_FILES, "vocab.json", "target.spm", "sentencepiece.bpe.model"):
         path = Path(folder) / name
         if path.is_file() and path.stat().st_size > TOKENIZER_BYTES:
@@ -257,29 +322,41 @@ def describe(folder) -> dict:
             f"{shown_path(folder)} has no tokenizer files (tokenizer.json or "
             "tokenizer_config.json): save the tokenizer beside the model."
         )
+
+
+def _family_facts(folder, config: dict) -> dict:
+    """The family, the sizes in the studio's terms and what else the picker names: how a
+    one-stack model places tokens, an encoder-decoder's languages."""
+    kind = str(config.get("model_type") or "unknown")
     if is_masked_lm(config) and not is_language_model(config):
-        return {
-            "family": MASKED_LM,
-            "model_type": str(config.get("model_type")),
-            "parameters": safetensors_parameters(folder),
-            "model_config": vars(lm_config(config)),
-            "positions": ENCODER_TYPES[str(config.get("model_type"))],
-        }
+        facts = {"family": MASKED_LM, "positions": ENCODER_TYPES[kind]}
+        return facts | {"model_config": vars(lm_config(config))}
     if is_language_model(config):
-        return {
-            "family": LANGUAGE_MODEL,
-            "model_type": str(config.get("model_type")),
-            "parameters": safetensors_parameters(folder),
-            "model_config": vars(lm_config(config)),
-            **lm_geometry(config),
-        }
-    cfg = studio_config(config)
-    return {
-        "family": FAMILY,
+        facts = {"family": LANGUAGE_MODEL, **lm_geometry(config)}
+        return facts | {"model_config": vars(lm_config(config))}
+    facts = {"family": FAMILY, "model_config": vars(studio_config(config))}
+    return facts | languages(folder, config)
+
+
+def describe(folder) -> dict:
+    """What the picker shows of a model folder, its weights never read and nothing built:
+    model type, parameters (``parameters`` in the weight files, ``config_parameters`` as the
+    config counts them: None for a family without a count), layers, heads, width and
+    languages; HFModelError when it cannot be opened, a config past ``hf_size``'s caps too."""
+    config = read_config(folder)
+    check_encoder_decoder(config)
+    if problem := scale_problem(config):
+        raise HFModelError(f"{shown_path(folder)}: {problem}")
+    check_tokenizer_files(folder)
+    try:
+        facts = _family_facts(folder, config)
+    except (TypeError, ValueError) as e:  # a size of a family without a count here
+        reason = f"config.json's sizes cannot be read ({e})."
+        raise HFModelError(f"{shown_path(folder)}: {reason}") from e
+    return facts | {
         "model_type": str(config.get("model_type") or "unknown"),
         "parameters": safetensors_parameters(folder),
-        "model_config": vars(cfg),
-        **languages(folder, config),
+        "config_parameters": counted_parameters(config),
     }
 
 
@@ -313,7 +390,9 @@ def resolve(spec: str) -> Path:
     if path.is_dir():
         return path
     if not HUB_ID.fullmatch(spec or ""):
-        raise HFModelError(f"{spec} is neither a model folder nor a hub id (owner/name).")
+        raise HFModelError(
+            f"{shown_paths(spec, spec)} is neither a model folder nor a hub id (owner/name)."
+        )
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
         raise HFModelError(
             f"{spec} is a hub id and this machine is offline (HF_HUB_OFFLINE): download it "

@@ -32,12 +32,13 @@ from core.model.capabilities import HUGGING_FACE
 from core.model.config import ModelConfig
 from core.model.decode import MAX_LEN, DecodeSettings, Translation, TranslationError
 from core.model.hf_folder import HFModelError, describe, studio_config
+from core.model.hf_size import MAX_PARAMETERS
 from core.model.hooks import HookPoint
 from core.model.interface import TranslationModel
 from core.model.parts import AttentionWeights, Source, SublayerNorm, linear_parts
 from core.model.record import side_of
 from core.model.scores import corpus_bleu
-from core.places import shown_path
+from core.places import shown_path, shown_paths
 
 
 def _cut(ids: Sequence[int], end: int) -> list[int]:
@@ -365,15 +366,31 @@ class HFModel(TranslationModel):
 # ----------------------------------------------------------------------------- loading
 
 
-def config_parameters(folder: Path) -> int:
-    """Parameters of the model its config describes, counted on the meta device (no memory
-    is allocated): what loading it will hold, whatever its weight files say."""
-    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+def meta_parameters(folder: Path, auto) -> int:
+    """Parameters of the model a folder's config describes, built by ``auto`` on the meta
+    device (no memory): only for a family ``hf_size`` has no count for, and only once its
+    caps have passed (``describe``), so that its layers are few."""
+    from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(folder, local_files_only=True)
     with torch.device("meta"):
-        model = AutoModelForSeq2SeqLM.from_config(config)
+        model = auto.from_config(config)
     return sum(p.numel() for p in model.parameters())
+
+
+def held_parameters(folder: Path, info: dict, auto) -> int:
+    """Parameters loading a described folder (``describe``) will hold: its config's count
+    (on the meta device for a family without one), or its weight files' if they hold more;
+    HFModelError past ``hf_size.MAX_PARAMETERS``."""
+    count = info.get("config_parameters")
+    if count is None:
+        count = meta_parameters(folder, auto)
+        if count > MAX_PARAMETERS:
+            raise HFModelError(
+                f"This model has {count / 1e6:,.0f} M parameters; the studio opens models of "
+                f"at most {MAX_PARAMETERS / 1e6:,.0f} M."
+            )
+    return max(count, int(info["parameters"]))
 
 
 def check_size(folder: Path, info: dict, max_bytes: int | None) -> None:
@@ -381,7 +398,9 @@ def check_size(folder: Path, info: dict, max_bytes: int | None) -> None:
     ``max_bytes`` in float32."""
     if max_bytes is None:
         return
-    count = max(config_parameters(folder), int(info["parameters"]))
+    from transformers import AutoModelForSeq2SeqLM
+
+    count = held_parameters(folder, info, AutoModelForSeq2SeqLM)
     if 4 * count > max_bytes:
         raise HFModelError(
             f"This model has {count / 1e6:,.0f} M parameters ({4 * count / 2**30:.1f} GB in "
@@ -400,6 +419,20 @@ def check_complete(folder: Path, model: nn.Module, loading: dict) -> None:
             f"are missing (e.g. {missing[0]}), so they would be random; save it whole with "
             "save_pretrained."
         )
+
+
+def load_error(folder: Path, error: Exception) -> str:
+    """Why transformers could not load a folder, in one line: the first line of its error,
+    every path in it shown by the one rule (``places.shown_paths``)."""
+    from safetensors import SafetensorError
+
+    lines = str(error).strip().splitlines()
+    first = shown_paths(lines[0], folder) if lines else type(error).__name__
+    if isinstance(error, KeyError):
+        first = f"KeyError {first}"
+    if isinstance(error, SafetensorError):
+        first = f"its safetensors weights are damaged ({first})"
+    return f"{shown_path(folder)} cannot be loaded: {first}"
 
 
 def from_folder(folder: Path, auto, prepare) -> tuple[nn.Module, object]:
@@ -423,9 +456,11 @@ def from_folder(folder: Path, auto, prepare) -> tuple[nn.Module, object]:
             output_loading_info=True,
             **extra,
         )
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise HFModelError(f"{shown_path(folder)} cannot be loaded: {first}") from e
+    except HFModelError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a folder damaged in any way: transformers',
+        # safetensors' (SafetensorError) and tokenizers' (a plain Exception) own errors
+        raise HFModelError(load_error(folder, e)) from e
     check_complete(folder, model, loading)
     hf.check_tokenizer(tokenizer, model.config)
     return model, tokenizer

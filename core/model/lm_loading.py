@@ -17,23 +17,12 @@ import torch
 from core.model import hugging_face as hf
 from core.model.capabilities import MASKED_LM
 from core.model.hf_folder import HFModelError, describe, lm_config
-from core.model.hf_model import from_folder
+from core.model.hf_model import from_folder, held_parameters
 from core.model.masked import MaskedModel
 from core.model.prompted import PromptedModel
 from core.places import shown_path
 
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of a CPU computing bf16
-
-
-def config_parameters(folder: Path, auto=None) -> int:
-    """Parameters of the model its config describes, counted on the meta device (``auto``:
-    the Auto class that builds it, a causal LM's by default)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.from_pretrained(folder, local_files_only=True)
-    with torch.device("meta"):
-        model = (auto or AutoModelForCausalLM).from_config(config)
-    return sum(p.numel() for p in model.parameters())
 
 
 def native_bfloat16(device) -> bool:
@@ -85,7 +74,7 @@ def load(folder, device: str | torch.device = "cpu", max_bytes: int | None = Non
     auto = AutoModelForMaskedLM if masked else AutoModelForCausalLM
 
     def dtype() -> dict:  # the memory limit, counted in the dtype the server will hold
-        count = max(config_parameters(folder, auto), int(info["parameters"]))
+        count = held_parameters(folder, info, auto)
         return {"dtype": held_dtype(count, max_bytes, device)}
 
     model, tokenizer = from_folder(folder, auto, dtype)

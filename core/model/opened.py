@@ -99,7 +99,8 @@ def parameters_of(path) -> int:
     """How many parameters the model at ``path`` has, read from its config and weight
     headers (HFModelError or CheckpointError when they cannot be read)."""
     if hf_folder.is_model_folder(path):
-        return hf_folder.describe(path)["parameters"]
+        info = hf_folder.describe(path)  # the config's count, or the weights' if they hold more
+        return max(info["config_parameters"] or 0, info["parameters"])
     return count_parameters(read_metadata(path).get("model_config") or {})
 
 

@@ -11,14 +11,16 @@ before it is made, and a limit that is checked where it is written as well as at
 | a run on disk (all of it) | the sum (``run_budget``) | launch, resume (quota); recorder |
 | a saved model and its history | checkpoint and history size | "Save as a model" (quota) |
 | a translation with its maps | heads, layers, source and output | before decoding (pages) |
-| an alignment-scoring job | pairs x layers x heads x words | before scoring (pages) |
+| an alignment-scoring job | pairs x layers x heads x positions | before scoring (pages) |
+| a pass of activation patching | rows x layers x positions | before any pass |
 | a model opened by the server | parameters | before loading (pages) |
 | a run exported for TensorBoard | each summary's bytes | before each is written |
 | an aligner's files for a run | their bytes | launch (``core.runs.alignment_request``) |
 
 What all of it holds on disk together is checked against the quota (``core.runs.quota``).
 
-Shape key: H heads, Le / Ld encoder / decoder layers, S source tokens, T output tokens.
+Shape key: H heads, Le / Ld encoder / decoder layers, S source tokens, T output tokens, P a
+prompted model's template tokens besides them (``prompt_positions``), N = P + S + T.
 """
 
 from __future__ import annotations
@@ -322,16 +324,34 @@ def _children(value) -> Iterable:
     return []
 
 
+def prompt_positions(m) -> int | None:
+    """P: the positions a prompted decoder-only model's pass reads besides a source and its
+    decoder inputs (its template's tokens), read from the one interface
+    (``TranslationModel.sequence_spans``); None for a model that reads no prompt."""
+    if not m.reads_prompt:
+        return None
+    return m.sequence_spans(0, 0)[1].stop  # a sequence of no source and no output
+
+
 def scoring_cells(
-    model: Mapping, pairs: Iterable, tokenizer: str = "word", whole: bool = False
+    model: Mapping,
+    pairs: Iterable,
+    tokenizer: str = "word",
+    whole: bool = False,
+    prompt: int | None = None,
 ) -> int:
     """Attention weights (all three kinds) a scoring job teacher-forcing these pairs holds;
-    ``whole``: a model read in the full-context pass too (its cross-attention once more)."""
+    ``whole``: a model read in the full-context pass too (its cross-attention once more);
+    ``prompt``: P of a prompted model, whose one attention reads all N positions of each
+    pair (L H N², the template's rows and columns too)."""
     positions = model.get("max_positions", 512)
     cells = 0
     for src, tgt in pairs:
         S = source_len(list(src), tokenizer, positions)
         T = source_len(list(tgt), tokenizer, positions)  # <bos> + the target's tokens
+        if prompt is not None:
+            cells += model["num_heads"] * model["num_decoder_layers"] * (prompt + S + T) ** 2
+            continue
         cells += attention_cells(model, S, T)
         if whole:
             cells += model["num_heads"] * model["num_decoder_layers"] * T * S
@@ -339,19 +359,27 @@ def scoring_cells(
 
 
 def scoring_problem(
-    model: Mapping, pairs: list, tokenizer: str = "word", whole: bool = False
+    model: Mapping,
+    pairs: list,
+    tokenizer: str = "word",
+    whole: bool = False,
+    prompt: int | None = None,
 ) -> str | None:
     """Why scoring every reader on these pairs would pass SCORING_CELLS (None: it would not);
-    ``whole`` as ``scoring_cells``."""
-    cells = scoring_cells(model, pairs, tokenizer, whole)
+    ``whole`` and ``prompt`` as ``scoring_cells``."""
+    cells = scoring_cells(model, pairs, tokenizer, whole, prompt)
     if cells <= SCORING_CELLS:
         return None
+    layers = f"{model['num_encoder_layers']}+{model['num_decoder_layers']} layers"
+    shorter = "fewer or shorter pairs"
+    if prompt is not None:  # one stack, its template read with every pair
+        layers = f"{model['num_decoder_layers']} layers, a prompt template of {prompt} tokens"
+        shorter += " or a shorter prompt template"
     return (
-        f"Scoring {len(pairs):,} pairs with this model ({model['num_heads']} heads, "
-        f"{model['num_encoder_layers']}+{model['num_decoder_layers']} layers) would hold "
-        f"{size_words(FLOAT32 * cells)} of attention maps; the server scores at most "
-        f"{size_words(FLOAT32 * SCORING_CELLS)} at once. Use fewer or shorter pairs "
-        "(python -m core.align takes any number)."
+        f"Scoring {len(pairs):,} pairs with this model ({model['num_heads']} heads, {layers}) "
+        f"would hold {size_words(FLOAT32 * cells)} of attention maps; the server scores at "
+        f"most {size_words(FLOAT32 * SCORING_CELLS)} at once. Use {shorter} (python -m "
+        "core.align takes any number)."
     )
 
 
@@ -363,20 +391,46 @@ OPEN_BYTES = {  # what the server opens
 }
 
 
-def patch_row_bytes(model: Mapping, src_len: int, tgt_len: int) -> int:
+def patch_row_bytes(model: Mapping, src_len: int, tgt_len: int, prompt: int | None = None) -> int:
     """An upper bound on what one row of a patching pass holds (float32): every layer's
     activations (queries, keys, values, outputs, the feed-forward's hidden layer), its
-    attention scores, the patched sites' copies and the last step's logits."""
+    attention scores, the patched sites' copies and the last step's logits; ``prompt``: P
+    of a prompted model, whose one stack reads all N = P + S + T positions in every layer."""
     D, H, F = model["d_model"], model["num_heads"], model["d_ff"]
     S, T, V = src_len, tgt_len, model["tgt_vocab_size"]
+    if prompt is not None:
+        N = prompt + S + T
+        stack = model["num_decoder_layers"] * (N * (12 * D + F) + H * N * N)
+        return FLOAT32 * (stack + 2 * N * D + V)
     encoder = model["num_encoder_layers"] * (S * (8 * D + F) + H * S * S)
     decoder = model["num_decoder_layers"] * (T * (12 * D + F) + H * T * (T + S))
     return FLOAT32 * (encoder + decoder + 2 * (S + T) * D + V)
 
 
-def patch_rows(model: Mapping, src_len: int, tgt_len: int, most: int) -> int:
-    """How many components one patching pass takes (at most ``most``), within PATCH_BYTES."""
-    return max(1, min(most, PATCH_BYTES // patch_row_bytes(model, src_len, tgt_len)))
+def patch_rows(
+    model: Mapping, src_len: int, tgt_len: int, most: int, prompt: int | None = None
+) -> int:
+    """How many components one patching pass takes (at most ``most``), within PATCH_BYTES
+    (``prompt`` as ``patch_row_bytes``)."""
+    row = patch_row_bytes(model, src_len, tgt_len, prompt)
+    return max(1, min(most, PATCH_BYTES // row))
+
+
+def patch_problem(
+    model: Mapping, src_len: int, tgt_len: int, prompt: int | None = None
+) -> str | None:
+    """Why one row of a patching pass alone would pass PATCH_BYTES, in one line (None: it
+    fits); ``prompt`` as ``patch_row_bytes``."""
+    row = patch_row_bytes(model, src_len, tgt_len, prompt)
+    if row <= PATCH_BYTES:
+        return None
+    template = f"{prompt} tokens of the prompt template, " if prompt else ""
+    shorter = "prompt template, sentence or prefix" if prompt else "sentence or prefix"
+    return (
+        f"Activation patching here would hold {size_words(row)} for each component it patches "
+        f"({template}{src_len} of the sentence and {tgt_len} of the target prefix, at every "
+        f"layer); one pass may hold at most {size_words(PATCH_BYTES)}: use a shorter {shorter}."
+    )
 
 
 def open_problem(path) -> str | None:

@@ -197,10 +197,17 @@ def _run_entries(runs: Path) -> list[ModelEntry]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _folder_info(path: str, mtime_ns: int) -> dict:
+def _folder_info(path: str, version: tuple) -> dict:
     """What a Hugging Face model folder's files say (config and weight headers, cached per
-    folder and config modification time)."""
+    folder and ``_folder_version``)."""
     return opened.describe_folder(path)
+
+
+def _folder_version(folder: Path) -> tuple:
+    """Each file's name, size and modification time: a weights file cut short, grown or
+    replaced after its folder was listed is read again."""
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    return tuple((p.name, st.st_size, st.st_mtime_ns) for p in files for st in [p.stat()])
 
 
 def _mtime(path: Path) -> float:
@@ -224,7 +231,7 @@ def _unreadable(folder: Path, e: Exception) -> str:
 def folder_entry(folder: Path, key: str) -> ModelEntry:
     """One Hugging Face model folder; an unusable entry with the reason, never raises."""
     try:
-        info = _folder_info(str(folder), (folder / opened.FOLDER_CONFIG).stat().st_mtime_ns)
+        info = _folder_info(str(folder), _folder_version(folder))
     except Exception as e:  # noqa: BLE001 - one broken folder is listed, never takes a page down
         return ModelEntry(key, str(folder), "unreadable", _mtime(folder), usable=False,
                           reason=_unreadable(folder, e))  # fmt: skip

@@ -3,12 +3,13 @@
 Heavy work (head importance, faithfulness, patching, every head over training...) runs one
 job at a time. Whoever asks while the slot is taken waits in line and is told their place.
 The line is fair, not first-come-first-served: the next job is the waiting one whose owner
-(a user where the server knows users, else a browser session) has held the slot least in
+(a user where the server knows users, else the client's address: every tab and session of
+one browser, or of one machine, is one owner) has held the slot least in
 the last ``window_s`` seconds, so one person asking again and again goes behind everyone
 who asked less, as a batch scheduler's fair share does. Each owner has one place in line at
-a time (a second tab is told it already waits), the line holds at most ``max_waiting``
-owners, and each job may hold the slot for ``limit_s`` seconds: the work checks its deadline
-(``core.measure.progress.time_limit``) and stops past it.
+a time (a second tab or session is told where its first job stands), the line holds at most
+``max_waiting`` owners, and each job may hold the slot for ``limit_s`` seconds: the work
+checks its deadline (``core.measure.progress.time_limit``) and stops past it.
 
 No Streamlit here: ``pages/ui/heavy_work.py`` keeps one queue per server and shows the place.
 """
@@ -71,10 +72,11 @@ class FairQueue:
     def join(self, owner: str) -> Ticket:
         """A place in line for ``owner``, or QueueRefused (already in line, or the line full)."""
         with self._cond:
-            if any(t.owner == owner for t in self._waiting + self._running):
+            if mine := [t for t in self._running + self._waiting if t.owner == owner]:
                 raise QueueRefused(
-                    "You already have heavy work running or waiting on this server (in another "
-                    "tab or a section still computing): one at a time each, so others get a turn."
+                    f"You already have heavy work {self._where(mine[0])} on this server (in "
+                    "another tab or a section still computing): one job at a time for each "
+                    "person, so others get a turn. Try again when it is done."
                 )
             if len(self._waiting) >= self.max_waiting:
                 raise QueueRefused(
@@ -112,6 +114,14 @@ class FairQueue:
             ahead = 0 if ticket.started is not None else len(self._running) + line.index(ticket)
             return Place(ahead, len(line), running_for, self.limit_s)
 
+    def _where(self, ticket: Ticket) -> str:
+        """Under the lock: 'running (42 s of at most 600 s)' or 'waiting, 2nd in line'."""
+        if ticket.started is not None:
+            held = self.clock() - ticket.started
+            return f"running ({held:.0f} s of at most {self.limit_s:.0f} s)"
+        ahead = len(self._running) + self._line().index(ticket)
+        return f"waiting, {ordinal(ahead)} in line"
+
     def spent(self, owner: str) -> float:
         """Seconds ``owner`` held the slot in the last ``window_s`` (their share used)."""
         with self._cond:
@@ -139,6 +149,12 @@ class FairQueue:
         ticket.deadline = ticket.started + self.limit_s
         self._running.append(ticket)
         return True
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th … 11th, 12th, 13th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def limit_from_env() -> float:

@@ -8,13 +8,15 @@ The operator tells the server how it knows its users (``ATTENTION_STUDIO_IDENTIT
   ``.streamlit/secrets.toml``): a user is their e-mail address (else their ``sub``);
 - ``header:NAME``: a header that an authenticating reverse proxy sets on every request,
   e.g. ``header:X-Forwarded-User``. A header proves nothing by itself (any client can send
-  one), so the server trusts it only with proof that the proxy sent it: the proxy also sends
-  ``X-Attention-Studio-Proxy`` with the secret in ``ATTENTION_STUDIO_PROXY_SECRET`` (compared
-  in constant time), or, without a secret, the server listens only on loopback (127.0.0.1,
-  ::1, localhost: the proxy on the same machine is the way in). Without either, every page
-  says so in one line and serves nothing. A request carrying the user's header (or the
-  secret) zero or several times is not signed in: a proxy that appends rather than replaces
-  is not bypassed.
+  one), so the server trusts it only with proof that the proxy sent it, read from the
+  connection itself (``core.runs.connection``): the proxy also sends
+  ``X-Attention-Studio-Proxy`` with the secret in ``ATTENTION_STUDIO_PROXY_SECRET``
+  (compared in constant time), or, without a secret, the session's websocket came straight
+  from a loopback address (the proxy on the same machine), whatever address the server was
+  told to listen on. A request carrying the user's header (or the secret) zero or several
+  times is not signed in: a proxy that appends rather than replaces is not bypassed. A
+  server started on more than loopback without a secret says so on every page and serves
+  nothing (an operator's mistake named at once; the check per connection holds anyway).
 
 Any other value of ``ATTENTION_STUDIO_IDENTITY`` (``Streamlit``, ``header:X-User,``,
 ``headers:…``) is refused in one line, never read as "nobody is known".
@@ -29,19 +31,23 @@ replaces from a browser a model the app did not save (the shipped model, the ope
 
 from __future__ import annotations
 
-import hmac
 import os
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
+from core.runs.connection import (
+    MIN_SECRET_CHARS,
+    PROXY_HEADER,
+    PROXY_SECRET_ENV,
+    Connection,
+    direct_loopback,
+    proxy_proven,
+    proxy_secret,
+)
 from core.runs.run_dir import RunDir, RunError, read_json
 
 IDENTITY_ENV = "ATTENTION_STUDIO_IDENTITY"  # "", "streamlit" or "header:NAME"
-PROXY_SECRET_ENV = "ATTENTION_STUDIO_PROXY_SECRET"  # what the proxy proves itself with
-PROXY_HEADER = "X-Attention-Studio-Proxy"  # the header the proxy sends the secret in
 LOOPBACK = ("127.0.0.1", "::1", "localhost")  # server addresses only this machine reaches
-MIN_SECRET_CHARS = 16  # a shorter secret is guessed
 TEACHERS_ENV = "ATTENTION_STUDIO_TEACHERS"  # users who may change everything, comma-separated
 MAX_NAME_CHARS = 200  # a longer user name is not one
 VISITOR = "visitors who are not signed in can only look"
@@ -93,11 +99,6 @@ def identity_header() -> str | None:
     return name if HEADER_RE.fullmatch(name) else None
 
 
-def proxy_secret() -> str:
-    """The secret the authenticating proxy sends in PROXY_HEADER ("" where none is set)."""
-    return os.environ.get(PROXY_SECRET_ENV, "").strip()
-
-
 def identity_problem(address: str) -> str | None:
     """Why the server must not serve with these identity settings while listening on
     ``address`` (None: it may)."""
@@ -120,15 +121,12 @@ def identity_problem(address: str) -> str | None:
     )
 
 
-def header_user(values_of: Callable[[str], list[str]]) -> User:
-    """The user a proxy named in this request's headers (``values_of(name)``: every value the
-    request carries for that header): nobody unless the header came exactly once and, where
-    a secret is set, the proxy's secret came exactly once and matches."""
-    if secret := proxy_secret():
-        sent = values_of(PROXY_HEADER)
-        if len(sent) != 1 or not hmac.compare_digest(sent[0].encode(), secret.encode()):
-            return User()
-    names = values_of(identity_header() or "")
+def header_user(conn: Connection) -> User:
+    """The user a proxy named in this connection's handshake: nobody unless the header came
+    exactly once and the proxy proved it sent it: where a secret is set, the secret came
+    exactly once and matches; without one, the connection came straight from loopback."""
+    proven = proxy_proven(conn) if proxy_secret() else direct_loopback(conn)
+    names = conn.values_of(identity_header() or "") if proven else []
     return user_named(names[0]) if len(names) == 1 else User()
 
 

@@ -1,8 +1,11 @@
 """The disk quota: the runs folder and the saved models share one limit
-(``ATTENTION_STUDIO_QUOTA_GB``; by default half of what the disk leaves them), and each user
-a share of it where users are known (``ATTENTION_STUDIO_USER_QUOTA_GB``). A live run counts
-for what it may still grow to (its budget, recorded in job.json at launch), not only for
-what it holds now; a refusal names the largest holdings to delete.
+(``ATTENTION_STUDIO_QUOTA_GB``; by default half of what the disk leaves them), and so does the
+number of runs (``ATTENTION_STUDIO_MAX_RUNS``). Where users are known each user, teachers
+aside, may hold a share of both that leaves room for a class: a ``CLASS_SIZE``-th by default
+(``ATTENTION_STUDIO_CLASS_SIZE``; ``ATTENTION_STUDIO_USER_QUOTA_GB`` and
+``ATTENTION_STUDIO_USER_MAX_RUNS`` set each share directly). A live run counts for what it may
+still grow to (its budget, recorded in job.json at launch), not only for what it holds now; a
+refusal names the largest holdings to delete.
 """
 
 from __future__ import annotations
@@ -18,11 +21,15 @@ from pathlib import Path
 from core.model.checkpoints import CheckpointError, read_checkpoint
 from core.places import checkpoints_root, runs_root
 from core.runs.budget import GB, BudgetError, size_words
+from core.runs.owners import teachers
 
 QUOTA_ENV = "ATTENTION_STUDIO_QUOTA_GB"  # runs + saved models on disk (default: see quota)
-USER_QUOTA_ENV = "ATTENTION_STUDIO_USER_QUOTA_GB"  # each user's share (default: a quarter)
+USER_QUOTA_ENV = "ATTENTION_STUDIO_USER_QUOTA_GB"  # each user's share (default: see CLASS_SIZE)
 QUOTA_SHARE = 0.5  # by default the app's folders may hold half of what the disk leaves them
-USER_SHARE = 0.25  # by default one user may hold a quarter of the quota
+CLASS_SIZE_ENV = "ATTENTION_STUDIO_CLASS_SIZE"  # users the server keeps room for (default below)
+CLASS_SIZE = 20  # by default each user may hold a twentieth of the runs and of the quota, so
+# that a few users cannot fill the server before the rest of a class of 20 has started
+USER_MAX_RUNS_ENV = "ATTENTION_STUDIO_USER_MAX_RUNS"  # each user's runs (default: see CLASS_SIZE)
 QUOTA_MIN_BYTES = 1 * GB  # the default quota is never below this
 MAX_SAVED_MODELS = 200  # models saved from runs ("Save as a model"), all users together
 MAX_RUNS_ENV = "ATTENTION_STUDIO_MAX_RUNS"  # run folders the server keeps (default MAX_RUNS)
@@ -151,9 +158,37 @@ def quota_bytes(used: int) -> int:
 
 
 def user_quota_bytes(quota: int) -> int:
-    """What one user's runs and models may hold (ATTENTION_STUDIO_USER_QUOTA_GB, else a share)."""
+    """What one user's runs and models may hold (ATTENTION_STUDIO_USER_QUOTA_GB, else the
+    quota over the class size)."""
     set_by_env = _env_gb(USER_QUOTA_ENV)
-    return set_by_env if set_by_env is not None else int(USER_SHARE * quota)
+    return set_by_env if set_by_env is not None else quota // class_size()
+
+
+def _whole_setting(name: str, default: int) -> int:
+    """A whole number above 0 from the environment (``default`` when unset); BudgetError for
+    a value the server does not understand."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise BudgetError(f"{name} must be a whole number above 0, not {raw!r}")
+    return int(raw)
+
+
+def class_size() -> int:
+    """How many users the server keeps room for (ATTENTION_STUDIO_CLASS_SIZE, else CLASS_SIZE)."""
+    return _whole_setting(CLASS_SIZE_ENV, CLASS_SIZE)
+
+
+def user_max_runs() -> int:
+    """How many runs one user may keep: ATTENTION_STUDIO_USER_MAX_RUNS, else the runs the
+    server keeps over the class size (at least 1)."""
+    return _whole_setting(USER_MAX_RUNS_ENV, max(1, max_runs() // class_size()))
+
+
+def held_to_share(owner: str | None) -> bool:
+    """Whether ``owner``'s holdings are held to a user's share (a known user, not a teacher)."""
+    return owner is not None and owner not in teachers()
 
 
 def check_room(
@@ -175,7 +210,7 @@ def check_room(
             f"and saved models already take {size_words(used)} of the {size_words(quota)} "
             f"this server allows ({QUOTA_ENV}). {_delete_hint(found, owner)}"
         )
-    if owner is None:
+    if not held_to_share(owner):
         return
     mine = [h for h in found if h.owner == owner]
     share = user_quota_bytes(quota)
@@ -204,33 +239,39 @@ def _delete_hint(found: list[Holder], owner: str | None) -> str:
 def max_runs() -> int:
     """How many run folders the server keeps: ATTENTION_STUDIO_MAX_RUNS (a whole number > 0),
     else MAX_RUNS."""
-    raw = os.environ.get(MAX_RUNS_ENV, "").strip()
-    if not raw:
-        return MAX_RUNS
-    if not raw.isdigit() or int(raw) < 1:
-        raise BudgetError(f"{MAX_RUNS_ENV} must be a whole number above 0, not {raw!r}")
-    return int(raw)
+    return _whole_setting(MAX_RUNS_ENV, MAX_RUNS)
+
+
+def settings_problem() -> str | None:
+    """Why the server must not serve with its run and quota settings as written (None: it
+    may)."""
+    try:
+        max_runs(), class_size(), user_max_runs()
+    except BudgetError as e:
+        return str(e)
+    return None
 
 
 def runs_problem(owner: str | None = None) -> str | None:
     """Why no more runs can be started (None: they can): the server keeps at most
-    ``max_runs()`` run folders, and each user (where users are known) a quarter of them."""
-    try:
-        most = max_runs()
-    except BudgetError as e:
-        return str(e)
+    ``max_runs()`` run folders, and each user (where users are known, teachers aside)
+    ``user_max_runs()`` of them."""
+    if problem := settings_problem():
+        return problem
+    most = max_runs()
     found = [h for h in holders() if h.what == "run"]
     if len(found) >= most:
         return (
             f"This server keeps at most {most} runs ({MAX_RUNS_ENV}), and there are "
             f"{len(found)}: delete runs you no longer need, or ask whoever runs the server."
         )
-    share = max(1, int(USER_SHARE * most))
-    mine = [h for h in found if owner is not None and h.owner == owner]
-    if owner is not None and len(mine) >= share:
+    share = user_max_runs()
+    mine = [h for h in found if h.owner == owner]
+    if held_to_share(owner) and len(mine) >= share:
         return (
-            f"Each user may keep at most {share} runs on this server, and you have "
-            f"{len(mine)}: delete runs you no longer need."
+            f"Each user may keep at most {share} runs on this server, so that the rest of the "
+            f"class has room ({USER_MAX_RUNS_ENV}), and you have {len(mine)}: delete runs "
+            "you no longer need."
         )
     return None
 

@@ -1,6 +1,7 @@
 """The server's one slot for heavy work, shared by every session: head importance, the
-faithfulness table, every head over training, an uploaded gold set, a saved model's heads,
-activation patching, the projector.
+faithfulness table, every head over training, a gold set's alignment scoring (uploaded or the
+app's own) and the readers beyond one head, a saved model's heads, activation patching, the
+projector.
 
 A fair queue (``core.runs.fair_queue``): whoever asks while the slot is taken waits in line
 with their place shown, the least recent user first; one place per user (or browser session
@@ -17,11 +18,11 @@ import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from core.measure.progress import TimeLimit, time_limit
-from core.runs.budget import BudgetError
+from core.runs.connection import client_address
 from core.runs.cpu_share import all_threads
-from core.runs.fair_queue import FairQueue, Place, QueueRefused, Ticket, limit_from_env
-from core.runs.quota import max_runs
-from pages.ui.identity import current_user
+from core.runs.fair_queue import FairQueue, Place, QueueRefused, Ticket, limit_from_env, ordinal
+from core.runs.quota import settings_problem
+from pages.ui.identity import connection, current_user
 
 HEAVY_SLOTS = 1  # heavy jobs the server runs at once (each takes every core)
 POLL_S = 0.5  # how often a waiting page shows its place again
@@ -41,10 +42,9 @@ def limit_problem() -> str | None:
     runs) as written (None: it may)."""
     try:
         limit_from_env()
-        max_runs()
-    except (ValueError, BudgetError) as e:
+    except ValueError as e:
         return str(e)
-    return None
+    return settings_problem()
 
 
 class SlotTaken(Exception):  # noqa: N818 (a state, not an error of the caller's)
@@ -53,18 +53,16 @@ class SlotTaken(Exception):  # noqa: N818 (a state, not an error of the caller's
 
 
 def owner() -> str:
-    """Whose turn this is: the signed-in user, else this browser session."""
+    """Whose turn this is: the signed-in user; else the client, by its address (every session
+    of one browser or machine: ``core.runs.connection.client_address``); else, where the
+    session has no connection (a test harness), the session."""
     name = current_user().name
     if name:
         return f"user:{name}"
+    if address := client_address(connection()):
+        return f"client:{address}"
     ctx = get_script_run_ctx()
     return f"session:{ctx.session_id if ctx else 'none'}"
-
-
-def ordinal(n: int) -> str:
-    """1st, 2nd, 3rd, 4th … 11th, 12th, 13th, 21st."""
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
 
 
 def place_words(place: Place, waited: float) -> str:

@@ -15,6 +15,7 @@ from core.runs.catalogue import ModelEntry
 from pages.ui.attention.cached_alignment import alignment_grid
 from pages.ui.attention.gold_sets import (
     MAX_GOLD_BYTES,
+    REFERENCE,
     GoldSet,
     held_out_set,
     reference_score,
@@ -33,6 +34,8 @@ from pages.ui.view_state import ViewState
 SHIPPED, HELD_OUT, UPLOAD = "shipped", "held-out", "upload"
 BOTH_WAYS_KEY = "al_both"  # widget: every reader links both ways (extract.links)
 OPEN_BEST = "al_open_best"  # session flag: this run opens Alignment on the best reader
+OPEN_WHEN_SCORED = "al_open_scored"  # session flag: ... once the gold panel has scored it
+SCORED_BEST = "al_scored_best"  # the best reader the gold panel scored, for the next run
 BEST_NOTE = "al_best_note"  # what the section says about the reader it opened on
 AER_WORDS = (
     "Every reader (each decoder layer's heads and their mean, and the mean of all layers, in "
@@ -58,21 +61,24 @@ def gold_panel(page: SectionInputs) -> None:
     gold = pick_gold()
     if gold is None:
         return
+    opening = st.session_state.pop(OPEN_WHEN_SCORED, False)  # asked once: now or never
     try:
         grid = scored(page.entry, page.lm, gold)
     except (GoldError, ValueError, RuntimeError, IndexError) as e:
         st.error(md(f"The readers cannot be scored on {gold.name}: {' '.join(str(e).split())}"))
         return
     if grid is not None:
+        if opening and gold.reference == REFERENCE.name:  # the shipped set, scored just now
+            open_when_scored(grid, gold)
         show_grid(grid, gold, page.state)
         supervision_panel(page, gold, grid, scored, both_ways())
         other_readers_panel(page, gold, both_ways())
 
 
 def scored(entry: ModelEntry, lm: TranslationModel, gold: GoldSet) -> AlignmentGrid | None:
-    """Every reader's AER on a gold set: cached for every session; an uploaded set within the
-    server's bounds (budget.SCORING_CELLS) and in its one slot for heavy work, or None after
-    a message saying why not now."""
+    """Every reader's AER on a gold set: cached for every session; computed (on any gold set,
+    the app's own ones too) within the server's bounds (budget.SCORING_CELLS) and in its one
+    slot for heavy work, or None after a message saying why not now."""
     args = (lm, entry.path, entry.mtime, gold.key + lm.view_key, gold.pairs, gold.links)
     args = (*args, both_ways())
     found, grid = alignment_grid.peek(*args)
@@ -223,10 +229,23 @@ def open_alignment_on_best() -> None:
     st.session_state[OPEN_BEST] = True
 
 
+def open_when_scored(grid: AlignmentGrid, gold: GoldSet) -> None:
+    """Where Alignment was opened before the shipped gold set was scored
+    (``open_on_best_reader``): now that it is, run the page again opening on its best reader
+    (the view's widgets, drawn above, take it only before they are drawn)."""
+    st.session_state[SCORED_BEST] = (grid.best, gold.name)
+    st.rerun()
+
+
 def open_on_best_reader(entry, lm, state: ViewState) -> None:
     """Before the view's controls are drawn: where Alignment is being opened, put the best
-    reader of the shipped gold set (cached for every session) in the view, and leave the
-    section a note that says so. Nothing when the set cannot be read or scored."""
+    reader of the shipped gold set in the view, and leave the section a note that says so.
+    A grid not yet cached for every session is scored by the gold panel below, in the
+    server's heavy slot (its place in line shown there), which then runs the page again
+    (``open_when_scored``). Nothing when the set cannot be read or scored."""
+    if scored_best := st.session_state.pop(SCORED_BEST, None):
+        opened_on(*scored_best, state)
+        return
     section = st.session_state.get("at_section") or state.section  # the picker's new value
     if not st.session_state.pop(OPEN_BEST, False) or section != "alignment":
         return
@@ -234,18 +253,26 @@ def open_on_best_reader(entry, lm, state: ViewState) -> None:
         return
     try:
         gold = shipped_gold()
-        key = gold.key + lm.view_key
-        args = (lm, entry.path, entry.mtime, key, gold.pairs, gold.links, state.both)
-        grid = alignment_grid(*args)
-    except (GoldError, OSError, ValueError, RuntimeError, IndexError):
+    except (GoldError, OSError):
         return
-    best = grid.best
+    key = gold.key + lm.view_key
+    found, grid = alignment_grid.peek(
+        lm, entry.path, entry.mtime, key, gold.pairs, gold.links, state.both
+    )
+    if not found:
+        st.session_state[OPEN_WHEN_SCORED] = True
+        return
+    opened_on(grid.best, gold.name, state)
+
+
+def opened_on(best: GridRow, gold_name: str, state: ViewState) -> None:
+    """Put ``best`` in the view (its widgets not drawn yet) and leave the section a note."""
     use_best(best)
     state.kind, state.align = "cross", best.mode
     if best.layer != "all":
         state.layer, state.head = best.layer, best.head
     st.session_state[BEST_NOTE] = (
-        f"Opened on the reader that aligns best on {md(gold.name)}: "
+        f"Opened on the reader that aligns best on {md(gold_name)}: "
         f"{grid_figs.reader_words(best)}, {mode_label(best.mode)}"
         f"{', read both ways' if state.both else ''} (AER {best.aer:.3f}). Pick "
         "another layer and head in the view above."

@@ -59,9 +59,12 @@ def patched(
     prefix: str | None = None,
     answers: tuple[str, str] | None = None,
     target_lang: str = "",
+    view: str = "",
 ) -> Patching:
-    """Activation patching, cached per model, sentence pair and question for every session,
-    in the server's heavy slot (SlotTaken when another session holds it)."""
+    """Activation patching, cached per model (``view``: its ``view_key``, a prompted model's
+    template), sentence pair and question for every session, in the server's heavy slot
+    (SlotTaken when another session holds it; TranslationError in one line, before any pass,
+    for a pass past the server's bytes)."""
     with heavy_slot_or_raise():
         return patch(
             _lm,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.alignment import grid
+from core.alignment import grid, supervision_effect
 from core.alignment import other_readers as readers
 from core.model.interface import TranslationModel
 from pages.ui.progress import LateProgress
@@ -50,3 +50,21 @@ def other_readers(
     rows), per model file, gold set and reverse model file; both directions' heads read by
     argmax or ``both_ways``."""
     return readers.other_readers(_lm, _pairs, _gold, methods, True, _reverse, None, both_ways)
+
+
+@shared()
+def whole_target_row(
+    _lm: TranslationModel,
+    path: str,
+    mtime: float,
+    _plain: TranslationModel,
+    plain_path: str,
+    plain_mtime: float,
+    gold_key: str,
+    _pairs: list,
+    _gold: list,
+    both_ways: bool = False,
+) -> supervision_effect.EffectRow | None:
+    """A head trained with the whole target visible, read so in it and in a plain model, on
+    a gold set (``core.alignment.supervision_effect.whole_target_row``), per model files."""
+    return supervision_effect.whole_target_row(_lm, _plain, _pairs, _gold, None, both_ways)

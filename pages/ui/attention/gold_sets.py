@@ -44,8 +44,8 @@ class GoldSet:
     pairs: list  # (English tokens, French tokens) per pair
     links: list[GoldLinks]  # the gold links of each pair
     key: str  # a hash of the content: the cache key
-    shipped: bool = False  # one of the app's own gold sets (studio_gold, held_out_gold)
-    reference: str | None = None  # the file of a statistical aligner's score on it
+    reference: str | None = None  # the file of a statistical aligner's score on it (the
+    # app's own gold sets: studio_gold, held_out_gold)
 
 
 def content_key(*parts: bytes) -> str:
@@ -120,7 +120,7 @@ def shipped_gold() -> GoldSet:
     content = repr((pairs, [(sorted(g.sure), sorted(g.possible)) for g in links]))
     name = f"the shipped gold set ({len(pairs)} pairs)"
     key = content_key(content.encode())
-    return GoldSet(name, pairs, links, key, shipped=True, reference=REFERENCE.name)
+    return GoldSet(name, pairs, links, key, reference=REFERENCE.name)
 
 
 @st.cache_data(show_spinner="Reading the held-out pairs from fra-eng.zip…", max_entries=1)
@@ -131,7 +131,7 @@ def held_out_set() -> GoldSet:
     content = repr((pairs, [(sorted(g.sure), sorted(g.possible)) for g in links]))
     name = f"the held-out Tatoeba pairs ({len(pairs)} pairs)"
     key = content_key(content.encode())
-    return GoldSet(name, pairs, links, key, shipped=True, reference=HELD_OUT_REFERENCE.name)
+    return GoldSet(name, pairs, links, key, reference=HELD_OUT_REFERENCE.name)
 
 
 def reference_score(name: str = REFERENCE.name) -> dict | None:
@@ -147,14 +147,22 @@ def reference_score(name: str = REFERENCE.name) -> dict | None:
     return ref if numbers else None
 
 
-def within_bounds(lm: TranslationModel, gold: GoldSet, compute: Callable[[], T]) -> T | None:
-    """``compute()`` now: at once on one of the app's gold sets; on an uploaded one only within
-    the server's bounds (``budget.scoring_problem``) and in its one slot for heavy work, else
-    None after a message saying why not (TimeLimit inside the slot is the caller's to show)."""
-    if gold.shipped:
-        return compute()
+def scoring_problem(lm: TranslationModel, gold: GoldSet) -> str | None:
+    """Why the server will not score every reader of ``lm`` on ``gold``, in one line
+    (``budget.scoring_problem``: the pairs, the model's size and a prompted model's template
+    tokens); None when it will."""
     tokenizer, whole = "bpe" if lm.subword else "word", WHOLE in modes(lm)
-    if problem := budget.scoring_problem(vars(lm.cfg), gold.pairs, tokenizer, whole):
+    prompt = budget.prompt_positions(lm)
+    return budget.scoring_problem(vars(lm.cfg), gold.pairs, tokenizer, whole, prompt)
+
+
+def within_bounds(lm: TranslationModel, gold: GoldSet, compute: Callable[[], T]) -> T | None:
+    """``compute()`` now, on any gold set (the app's own ones too: a link can ask for every
+    model and template): within the server's bounds (``scoring_problem``) and in its one slot
+    for heavy work, else None after a message saying why not (TimeLimit inside the slot is
+    the caller's to show). A result cached for every session is looked up (``peek``) by the
+    caller first, so a class opening one link computes it once."""
+    if problem := scoring_problem(lm, gold):
         st.error(md(problem))
         return None
     with heavy_slot() as slot:

@@ -121,6 +121,7 @@ def patching_section(page: SectionInputs) -> None:
             prefix,
             answers,
             state.target_lang,
+            page.lm.view_key,
         )
     except TranslationError as e:
         st.error(md(e))

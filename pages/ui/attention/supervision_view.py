@@ -6,14 +6,18 @@ from collections.abc import Callable
 
 import streamlit as st
 
+from core.alignment.extract import WHOLE, modes
 from core.alignment.grid import AlignmentGrid
-from core.alignment.supervision_effect import supervision_effect, whole_target_row
+from core.alignment.supervision_effect import EffectRow, supervision_effect
 from core.attention.head_stats import supervised_head
 from core.figures import alignment_grid as grid_figs
 from core.model.checkpoints import CheckpointError
+from core.model.interface import TranslationModel
 from core.runs import catalogue
-from pages.ui.attention.gold_sets import GoldSet
+from pages.ui.attention import cached_alignment as cached
+from pages.ui.attention.gold_sets import GoldSet, within_bounds
 from pages.ui.attention.inputs import SectionInputs
+from pages.ui.heavy_work import TimeLimit
 from pages.ui.model_picker import load_model, model_entries
 from pages.ui.text import code, md, spreadsheet_safe
 
@@ -46,13 +50,9 @@ def supervision_panel(
         plain_lm = load_model(plain.path, plain.mtime)
         plain_grid = scored(plain, plain_lm, gold)
         rows = None if plain_grid is None else supervision_effect(plain_grid, grid, layer, head)
-        whole = (
-            None
-            if rows is None
-            else whole_target_row(page.lm, plain_lm, gold.pairs, gold.links, None, both)
-        )
+        whole = None if rows is None else whole_row(page, plain, plain_lm, gold, both)
         rows = rows if whole is None else [*rows, whole]
-    except (CheckpointError, ValueError, RuntimeError, IndexError) as e:
+    except (CheckpointError, ValueError, RuntimeError, IndexError, TimeLimit) as e:
         st.error(md(f"{plain.key} cannot be compared: {' '.join(str(e).split())}"))
         return
     if rows is None:
@@ -63,6 +63,24 @@ def supervision_panel(
         hide_index=True,
         column_config={c: number for c in ("AER plain", "AER this model", "change")},
     )
+
+
+def whole_row(
+    page: SectionInputs,
+    plain: catalogue.ModelEntry,
+    plain_lm: TranslationModel,
+    gold: GoldSet,
+    both: bool,
+) -> EffectRow | None:
+    """For a head trained with the whole target visible: that head read so in both models
+    (cached for every session; computed within the server's bounds and in its heavy slot),
+    else None."""
+    if WHOLE not in modes(page.lm):  # a head trained in the causal pass
+        return None
+    args = (page.lm, page.entry.path, page.entry.mtime, plain_lm, plain.path, plain.mtime)
+    args = (*args, gold.key, gold.pairs, gold.links, both)
+    found, row = cached.whole_target_row.peek(*args)
+    return row if found else within_bounds(page.lm, gold, lambda: cached.whole_target_row(*args))
 
 
 def pick_plain(page: SectionInputs) -> catalogue.ModelEntry | None:
