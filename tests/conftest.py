@@ -30,7 +30,7 @@ os.environ.setdefault("ATTENTION_STUDIO_CHECK_FIGURES", "1")
 
 SLOW_PREFIXES = ("test_browser_", "test_app_")  # real browsers; whole pages run by AppTest
 SLOW_FILES = {  # files whose every test starts processes or trains, or runs hundreds of cases
-    "test_architecture.py",  # lint-imports and the commands as their own process
+    "test_architecture.py",  # the commands as their own process
     "test_distributed.py",
     "test_faults.py",
     "test_processes.py",

@@ -1,13 +1,15 @@
 """Contrastive explanations (Yin & Neubig 2022, "Interpreting Language Models with
 Contrastive Explanations"; inseq's ``contrast_prob_diff``): why this word rather than that
-one. The explained quantity at step t is log p(y_t) - log p(y'_t), y the translation (the
-model's own or a target the user gave), y' an alternative (the foil), both read after y's
-prefix: a token that pushes y_t up and y'_t down scores high. As inseq's step functions, the
-difference of probabilities p(y_t) - p(y'_t) (``contrast_prob_diff``) or the KL divergence
-between the step's distribution and the alternative's (``kl_divergence``) may be explained
-instead (``GradientChoices.function``). A foil of another length is
-laid on y's steps (``aligned_foil``): compared at the first step where the two differ, or at
-the steps a user pairs (inseq's ``contrast_targets_alignments``).
+one.
+
+The explained quantity at step t is log p(y_t) - log p(y'_t), y the translation (the model's
+own or a target the user gave), y' an alternative (the foil), both read after y's prefix: a
+token that pushes y_t up and y'_t down scores high. As inseq's step functions, the difference
+of probabilities p(y_t) - p(y'_t) (``contrast_prob_diff``) or the KL divergence between the
+step's distribution and the alternative's (``kl_divergence``) may be explained instead
+(``GradientChoices.function``). A foil of another length is laid on y's steps
+(``aligned_foil``): compared at the first step where the two differ, or at the steps a user
+pairs (inseq's ``contrast_targets_alignments``).
 
 Methods that contrast: the gradient methods (gradient x input and integrated gradients of
 the difference at the token embeddings) and occlusion (each source token replaced by the

@@ -1,7 +1,7 @@
 """Removing heads, on any model: each head's output scaled before W_o at its ``z`` hook site
 (``core.model.hooks``), in the calling thread only, so a model every session shares is never
-changed for another. ``TranslationModel`` inherits it; a decoder-only model's heads are of one
-kind, gated at its one attention (``PromptedModel.gate_site``).
+changed for another. ``TranslationModel`` inherits it; a one-sequence model's heads (decoder-only
+or masked) are of one kind, gated at its one attention (its ``gate_site``).
 
 Shape key: B batch, T tokens, H heads, Dh head width.
 """

@@ -1,5 +1,7 @@
-"""One layer's queries and keys of a decoder-only model, rebuilt from its own modules: what
-"Inside a head" takes apart for GPT-2, Llama, Qwen2 and Mistral.
+"""One layer of a one-sequence model, rebuilt from its own modules: its queries and keys, what
+"Inside a head" takes apart for GPT-2, Llama, Qwen2, Mistral, Gemma, BERT and RoBERTa; and a
+decoder-only model's value terms and feed-forward, what its norm-based, ALTI+ and value
+zeroing attributions read (``core.attribution.one_sequence``).
 
 From the layer's input (the residual stream) the model's own norm (``input_layernorm`` /
 ``ln_1``) and projections give q and k of every head (GPT-2's one ``c_attn`` cut in three);

@@ -1,9 +1,11 @@
 """What the one interface asks of a model of one stack over one sequence (a decoder-only model
 reading its prompt and output, or an encoder-only one reading a sentence), and what a model of
-two stacks answers: each question declined in one line (ValueError).
+two stacks answers: its defaults (flags, words, start ids, loss pairs), and each question
+about the one sequence declined in one line (ValueError).
 
 ``TranslationModel`` inherits it; ``PromptedModel`` and ``MaskedModel`` answer it. Head roles,
-Inside a head and the one-attention attribution read a model through it.
+Inside a head, head importance's loss, the projector's sides and the one-attention attribution
+read a model through it.
 
 Shape key: L layers, H heads, N tokens of the sequence.
 """

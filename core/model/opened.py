@@ -1,10 +1,13 @@
 """Open any model the studio reads, by one call: its own checkpoints (``.pt``) and Hugging
-Face encoder-decoder folders (``save_pretrained`` layout; on the command line also hub ids).
+Face model folders (``save_pretrained`` layout; on the command line also hub ids) of an
+encoder-decoder, a decoder-only or a masked language model.
 
 ``open_model`` returns a ``TranslationModel`` (``core.model.interface``): the studio's
-``StudioModel`` or an ``HFModel``. What else a caller outside ``core/model`` needs to know of
-a model's files (is this a model folder, its content's hash, its path as a hub id resolves)
-is here too, so nothing outside ``core/model`` reads a Hugging Face folder itself.
+``StudioModel``, an ``HFModel`` (an encoder-decoder), or what ``core.model.lm_loading`` opens:
+a ``PromptedModel`` (decoder-only, reading a prompt) or a ``MaskedModel``. What else a caller
+outside ``core/model`` needs to know of a model's files (is this a model folder, its content's
+hash, its path as a hub id resolves) is here too, so nothing outside ``core/model`` reads a
+Hugging Face folder itself.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What the one interface (``core.model.interface``) hands out, whatever the family: a sentence
 as a model reads it, a sentence pair in pieces, one attention's weights and the norm around it,
-a decoder-only model's queries and keys over a whole sequence.
+a one-sequence model's queries and keys over its whole sequence.
 
 Shape key: D model width, H heads, Dh head width, Tq queries, Tk keys.
 """

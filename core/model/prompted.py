@@ -1,5 +1,5 @@
-"""A decoder-only language model (GPT-2, Llama, Qwen2, Mistral) behind the one interface
-(``core.model.interface``), translating by a prompt (``core.model.prompt``).
+"""A decoder-only language model (GPT-2, Llama, Qwen2, Mistral, Gemma) behind the one
+interface (``core.model.interface``), translating by a prompt (``core.model.prompt``).
 
 ``PromptedModel`` reads a sentence into its template's English span, continues the prompt
 greedily to the end of the line, and answers every question the interface asks in the
@@ -13,9 +13,11 @@ the interface's answers are cut from it: logits and the residual stream at the d
 placed the same way (``lm_sites``). The tokens are the tokenizer's
 (``core.model.hugging_face``), as for ``HFModel``, whose token methods it shares.
 
-What it does not do yet (``core.model.capabilities``: the sections that would need it say so
-in one line): a record with every attention site (the attribution methods that decompose the
-attention: rollout, norm-based, ALTI+, value zeroing), decoding by beam search.
+What it does not do yet: a record with every attention site (``record``,
+``attention_weights`` and ``sublayer_norm`` decline in one line, so the attribution methods
+that decompose attention, rollout, norm-based, ALTI+ and value zeroing, read its one
+attention instead: ``core.attribution.one_sequence``), and decoding by beam search (greedy
+decoding is shown, with a note that says so).
 
 Shape key: B batch, S source pieces, T decoder steps, N prompt + output ids, L layers, H heads,
 D model width, V vocabulary.

@@ -1,11 +1,12 @@
 """The disk quota: the runs folder and the saved models share one limit
 (``ATTENTION_STUDIO_QUOTA_GB``; by default half of what the disk leaves them), and so does the
-number of runs (``ATTENTION_STUDIO_MAX_RUNS``). Where users are known each user, teachers
-aside, may hold a share of both that leaves room for a class: a ``CLASS_SIZE``-th by default
-(``ATTENTION_STUDIO_CLASS_SIZE``; ``ATTENTION_STUDIO_USER_QUOTA_GB`` and
-``ATTENTION_STUDIO_USER_MAX_RUNS`` set each share directly). A live run counts for what it may
-still grow to (its budget, recorded in job.json at launch), not only for what it holds now; a
-refusal names the largest holdings to delete.
+number of runs (``ATTENTION_STUDIO_MAX_RUNS``).
+
+Where users are known each user, teachers aside, may hold a share of both that leaves room
+for a class: a ``CLASS_SIZE``-th by default (``ATTENTION_STUDIO_CLASS_SIZE``;
+``ATTENTION_STUDIO_USER_QUOTA_GB`` and ``ATTENTION_STUDIO_USER_MAX_RUNS`` set each share
+directly). A live run counts for what it may still grow to (its budget, recorded in job.json
+at launch), not only for what it holds now; a refusal names the largest holdings to delete.
 """
 
 from __future__ import annotations

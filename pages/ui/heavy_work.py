@@ -4,7 +4,7 @@ app's own) and the readers beyond one head, a saved model's heads, activation pa
 projector.
 
 A fair queue (``core.runs.fair_queue``): whoever asks while the slot is taken waits in line
-with their place shown, the least recent user first; one place per user (or browser session
+with their place shown, the least recent user first; one place per user (or client address
 where the server knows no users); each job stops at the server's time limit
 (ATTENTION_STUDIO_HEAVY_LIMIT_S, 600 s by default).
 """
