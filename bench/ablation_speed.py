@@ -25,8 +25,8 @@ from core.attention.ablation import ablated, all_heads, parse_heads
 from core.attention.head_measures import Measures
 from core.measure.sample import validation_sample
 from core.model.checkpoints import trained_data
-from core.model.decode import GREEDY
 from core.model.opened import open_model
+from core.model.parts import GREEDY
 
 REMOVED = "encoder:1:0,decoder_self:0:2,cross:1:3"  # the heads the live re-translation removes
 

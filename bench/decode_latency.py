@@ -15,7 +15,8 @@ import torch
 from common import ROOT, median
 
 from core.model.checkpoints import load_checkpoint
-from core.model.decode import MAX_LEN, greedy_decode, prepare_source, translate
+from core.model.decode import greedy_decode, prepare_source, translate
+from core.model.parts import MAX_LEN
 
 SENTENCE = "i think we should go to the beach tomorrow morning ."  # 10 words + "."
 

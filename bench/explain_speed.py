@@ -29,8 +29,8 @@ from core.attention.patching import patch
 from core.attention.projector import ALL_LAYERS, project, sentences_of
 from core.attribution.explain import explain_contrast
 from core.model.checked_translation import translate_sentence
-from core.model.decode import DecodeSettings
 from core.model.opened import open_model
+from core.model.parts import DecodeSettings
 
 SENTENCE = "the boy is very tall and he plays well ."  # 10 words, 11 pieces with <eos>
 CORRUPT = "the girl is very tall and she plays well ."

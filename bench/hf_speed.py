@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from core.attention.ablation import HeadSpec, ablated  # noqa: E402
 from core.attention.head_measures import resolved_precision  # noqa: E402
 from core.model import hugging_face as hf  # noqa: E402
-from core.model.decode import DecodeSettings  # noqa: E402
 from core.model.hf_model import load  # noqa: E402
+from core.model.parts import DecodeSettings  # noqa: E402
 
 OPUS_EN_FR = {  # Helsinki-NLP/opus-mt-en-fr's config.json, sizes only
     "vocab_size": 59514,

@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from core.attribution.gradients import GradientChoices  # noqa: E402
 from core.attribution.methods import attribute  # noqa: E402
-from core.model.decode import DecodeSettings  # noqa: E402
 from core.model.opened import open_model  # noqa: E402
+from core.model.parts import DecodeSettings  # noqa: E402
 
 ENGLISH = "i am cold the boy is tall . you are hot we"
 FRENCH = "je suis froid le garçon est grand . tu es chaud nous je suis froid le garçon"

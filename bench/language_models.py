@@ -47,8 +47,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.model.decode import DecodeSettings  # noqa: E402
 from core.model.opened import open_model  # noqa: E402
+from core.model.parts import DecodeSettings  # noqa: E402
 from core.training.devices import device_description  # noqa: E402
 from tests.lm_tiny import byte_level_tokenizer  # noqa: E402
 

@@ -30,8 +30,8 @@ from core.command_line import CommandError, run_command, terminal_progress
 from core.corpus.source import DataError
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError
-from core.model.decode import BEAM_SIZES, DecodeSettings, TranslationError
 from core.model.opened import model_path, open_model
+from core.model.parts import BEAM_SIZES, DecodeSettings, TranslationError
 
 ERRORS = (CheckpointError, DataError, AttributionError, TranslationError, FileModeError)
 

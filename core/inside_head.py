@@ -29,8 +29,8 @@ from core.attention.query_key import InsideHeadError, query_key_view, sequence_q
 from core.command_line import CommandError, add_prompt_flag, run_command
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError
-from core.model.decode import BEAM_SIZES, DecodeSettings, TranslationError
 from core.model.opened import open_model
+from core.model.parts import BEAM_SIZES, DecodeSettings, TranslationError
 
 MAX_TOP = 100  # the most words --top may ask for
 

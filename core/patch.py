@@ -28,8 +28,8 @@ import sys
 from core.attention.patching import DIRECTIONS, patch
 from core.command_line import add_prompt_flag, run_command
 from core.model.checkpoints import CheckpointError
-from core.model.decode import TranslationError
 from core.model.opened import open_model
+from core.model.parts import TranslationError
 
 
 def build_parser() -> argparse.ArgumentParser:

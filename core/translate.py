@@ -9,8 +9,8 @@ import sys
 from core.attention.ablation import HeadSpecError, ablated, heads_of
 from core.command_line import CommandError, add_prompt_flag, run_command
 from core.model.checkpoints import CheckpointError
-from core.model.decode import ALPHA, MAX_LEN, DecodeSettings
 from core.model.opened import open_model
+from core.model.parts import ALPHA, MAX_LEN, DecodeSettings
 
 
 def build_parser() -> argparse.ArgumentParser:

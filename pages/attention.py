@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from core.attention.kinds import reading_hint
-from core.model.decode import TranslationError
+from core.model.parts import TranslationError
 from pages.ui.attention.alignment_gold_view import open_on_best_reader
 from pages.ui.attention.controls import view_controls
 from pages.ui.attention.inputs import SectionInputs

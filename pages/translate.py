@@ -7,7 +7,8 @@ import streamlit as st
 from core.corpus.text import D2L_TEST_PAIRS
 from core.model import d2l_check
 from core.model.checked_translation import target_frame, topk_frame
-from core.model.decode import (
+from core.model.interface import TranslationModel
+from core.model.parts import (
     ALPHAS,
     BEAM_SIZES,
     MAX_LENS,
@@ -15,7 +16,6 @@ from core.model.decode import (
     Translation,
     TranslationError,
 )
-from core.model.interface import TranslationModel
 from core.runs.catalogue import ModelEntry
 from pages.ui.cached import translate, validation_examples
 from pages.ui.frame import ensure_app_navigation, footer, link

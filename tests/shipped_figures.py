@@ -131,8 +131,8 @@ def run_case(command: str, flags: list[str]) -> list:
 def maps_of_translations() -> dict:
     """The maps, tokens and probabilities the Translate and Attention pages show."""
     from core.model.checked_translation import translate_sentence
-    from core.model.decode import DecodeSettings
     from core.model.opened import open_model
+    from core.model.parts import DecodeSettings
 
     out = {}
     lm = open_model(PLAIN)

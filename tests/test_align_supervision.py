@@ -23,8 +23,9 @@ from core.corpus.supervision import (
 )
 from core.model.align_loss import AlignTarget, alignment_loss
 from core.model.checkpoints import load_checkpoint
+from core.model.parts import evaluating
 from core.model.studio_model import StudioModel
-from core.model.transformer import Transformer, evaluating
+from core.model.transformer import Transformer
 from core.training.config import TrainConfig
 from core.training.loop import Trainer
 from core.training.settings import config_problems

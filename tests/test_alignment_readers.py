@@ -33,9 +33,8 @@ from core.corpus.splits import load_splits
 from core.corpus.text import D2L_TEST_PAIRS
 from core.figures import alignment_grid as grid_figs
 from core.model.checkpoints import trained_data
-from core.model.decode import TranslationError
+from core.model.parts import TranslationError
 from core.model.studio_model import StudioModel
-from core.model.transformer import evaluating
 from core.training.config import D2L_PROBES
 from core.training.probes import probe_sentences
 from tests import helpers
@@ -120,7 +119,7 @@ def test_the_states_read_are_the_models_own_stream(tiny_model):
     pairs = read_pairs_text(PAIRS)
     states = pair_states(tiny_model, pairs, batch=2)  # padded batches
     w = encoded(tiny_model, pairs)[0]
-    with evaluating(tiny_model.model), torch.no_grad():
+    with tiny_model.evaluating(), torch.no_grad():
         rec = tiny_model.forced(w.src_ids, w.out_ids)
     enc, dec = rec.stream("encoder"), rec.stream("decoder")  # L + 1 x (1, ., D)
     n = len(w.tgt_words)

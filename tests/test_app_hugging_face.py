@@ -11,7 +11,7 @@ import pytest
 
 from core.attention.ablation import HeadSpec, ablated
 from core.model.capabilities import NOT_TRAINED_HERE
-from core.model.decode import DecodeSettings
+from core.model.parts import DecodeSettings
 from pages.ui.attention.sections import SECTION_KEYS
 from tests.helpers import assert_clean, plain, run_page_script
 

@@ -359,7 +359,7 @@ def test_maps_built_unchecked_are_the_checked_ones_on_the_shipped_model(monkeypa
     from core.attention.maps import SentenceMaps
     from core.figures import plain
     from core.model.checked_translation import translate_sentence
-    from core.model.decode import DecodeSettings
+    from core.model.parts import DecodeSettings
     from core.model.studio_model import StudioModel
     from tests.helpers import SHIPPED
 

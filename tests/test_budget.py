@@ -333,7 +333,8 @@ def test_any_translation_is_within_its_estimate(shape, words, max_len, seed):
     """A translation with every map, of any tiny model shape, sentence and output length,
     holds no more than budget.translation_bytes says before it is made."""
     from core.model.checked_translation import translate_sentence
-    from core.model.decode import DecodeSettings, TranslationError, source_len
+    from core.model.decode import source_len
+    from core.model.parts import DecodeSettings, TranslationError
     from core.model.studio_model import StudioModel
 
     vocab = Vocab([*SPECIALS, *WORDS])

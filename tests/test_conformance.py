@@ -22,9 +22,9 @@ from core.attribution.methods import AttributionError, attribute
 from core.attribution.terms import sublayer_terms
 from core.attribution.value_zeroing import layer_output, zeroing
 from core.model import hf_sites
-from core.model.decode import DecodeSettings
 from core.model.hf_model import HFModel, load
 from core.model.hooks import capture, replace_with, writable
+from core.model.parts import DecodeSettings
 from core.model.record import KINDS, attention_site
 from core.model.studio_model import StudioModel
 from tests import helpers

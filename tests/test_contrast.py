@@ -14,7 +14,7 @@ from core.attribution.contrast import CONTRAST_METHODS, contrast_problem, foil_i
 from core.attribution.explain import explain_contrast
 from core.attribution.methods import METHODS, AttributionError
 from core.model.checked_translation import translate_sentence
-from core.model.decode import DecodeSettings
+from core.model.parts import DecodeSettings
 
 SENTENCE, TARGET, FOIL = "i'm home .", "je suis chez moi .", "je suis chez elle ."
 

@@ -12,8 +12,8 @@ import torch
 from core import ablate
 from core.attention.importance import importance_for
 from core.model.batched import forced_batch
-from core.model.decode import DecodeSettings
 from core.model.opened import open_model
+from core.model.parts import DecodeSettings
 from tests import helpers
 from tests.lm_tiny import LM_FAMILIES
 

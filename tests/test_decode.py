@@ -9,14 +9,8 @@ import torch
 
 from core.corpus.vocab import Vocab
 from core.model.blocks import subsequent_mask
-from core.model.decode import (
-    TranslationError,
-    beam_search,
-    greedy_decode,
-    teacher_forced,
-    translate,
-    translate_batch,
-)
+from core.model.decode import beam_search, greedy_decode, teacher_forced, translate, translate_batch
+from core.model.parts import TranslationError
 from tests.helpers import greedy_decode_uncached
 
 

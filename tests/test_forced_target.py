@@ -14,7 +14,7 @@ from core import attribute as attribute_cmd
 from core.attribution.explain import explain, in_words
 from core.model import hugging_face as hf
 from core.model.checked_translation import translate_sentence
-from core.model.decode import DecodeSettings, TranslationError, scored
+from core.model.parts import DecodeSettings, TranslationError, scored
 from core.model.studio_model import StudioModel
 from tests.helpers import assert_clean, plain, run_page_script
 from tests.hf_tiny import FAMILIES

@@ -22,7 +22,7 @@ from core.attribution.gradients import (
 )
 from core.attribution.methods import AttributionError, attribute
 from core.model.checked_translation import translate_sentence
-from core.model.decode import DecodeSettings
+from core.model.parts import DecodeSettings
 
 SENTENCE = "i'm home ."
 HF_SOURCE, HF_TARGET = "i am cold the boy is tall .", "je suis froid le garçon est grand ."

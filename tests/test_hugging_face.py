@@ -18,9 +18,9 @@ from core.model import hf_folder, hf_sites
 from core.model import hugging_face as hf
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError, read_checkpoint
-from core.model.decode import DecodeSettings
 from core.model.hf_model import HFModel
 from core.model.opened import open_model
+from core.model.parts import DecodeSettings
 from tests.hf_tiny import FAMILIES, LANGUAGES, save_tiny, tiny_config, word_tokenizer
 
 SENTENCE = "the boy is tall ."

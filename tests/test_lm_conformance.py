@@ -30,12 +30,11 @@ from core.attribution.methods import METHODS
 from core.corpus.splits import Split
 from core.measure.sample import sample_of
 from core.model import lm_sites
-from core.model.decode import DecodeSettings, TranslationError
 from core.model.hf_folder import HFModelError, describe, size_label
 from core.model.hooks import capture, replace_with
 from core.model.lm_loading import held_dtype
 from core.model.opened import open_model
-from core.model.prompt import DEFAULT_TEMPLATE
+from core.model.parts import DEFAULT_TEMPLATE, DecodeSettings, TranslationError
 from core.model.prompted import PromptedModel
 from tests import helpers
 from tests.lm_tiny import KV_HEADS, LM_FAMILIES, LM_REAL_FLAGS

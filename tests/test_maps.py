@@ -14,7 +14,8 @@ import torch
 from core.attention import maps as mp
 from core.attention.head_stats import rollout
 from core.attention.kinds import KINDS
-from core.model.decode import TranslationError, prepare_source, teacher_forced
+from core.model.decode import prepare_source, teacher_forced
+from core.model.parts import TranslationError
 
 
 def _maps(cross: np.ndarray, src: list[str], out: list[str]) -> mp.SentenceMaps:

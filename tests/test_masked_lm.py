@@ -17,9 +17,9 @@ import torch
 from core.attention.head_roles import head_roles
 from core.attention.logit_lens import logit_lens
 from core.attention.query_key import sequence_query_key
-from core.model.decode import DecodeSettings, TranslationError
 from core.model.hf_folder import describe, size_label
 from core.model.masked import MaskedModel
+from core.model.parts import DecodeSettings, TranslationError
 from pages.ui.attention.sections import SECTION_KEYS
 from tests.helpers import assert_clean, plain, run_page_script
 from tests.lm_tiny import ENCODER_FAMILIES, ENCODER_REAL_FLAGS

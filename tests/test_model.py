@@ -10,14 +10,8 @@ from torch import nn
 from core.model.blocks import MultiHeadAttention, attention, subsequent_mask
 from core.model.config import ModelConfig
 from core.model.output_loss import CHUNK_ROWS, projected_cross_entropy
-from core.model.transformer import (
-    AttentionMaps,
-    DecoderLayer,
-    Encoder,
-    EncoderLayer,
-    Transformer,
-    embedding,
-)
+from core.model.parts import AttentionMaps
+from core.model.transformer import DecoderLayer, Encoder, EncoderLayer, Transformer, embedding
 from tests import helpers
 from tests.helpers import toy_model_config
 

@@ -14,9 +14,8 @@ from hypothesis import strategies as st
 from core import patch as patch_cmd
 from core.attention import patching
 from core.attention.patching import DIRECTIONS, ENCODER_OUTPUT, Component, patch
-from core.model.decode import TranslationError
+from core.model.parts import TranslationError
 from core.model.studio_model import StudioModel
-from core.model.transformer import evaluating
 
 CLEAN, CORRUPT = "the cat sees the dog .", "the dog sees the cat ."
 
@@ -24,7 +23,7 @@ CLEAN, CORRUPT = "the cat sees the dog .", "the dog sees the cat ."
 def _run_parts(m):
     """(sources, decoder inputs, answers) of the test pair, as ``patch`` builds them."""
     (a, _), (b, _) = patching._sources(m, CLEAN, CORRUPT)
-    with evaluating(m.model):
+    with m.evaluating():
         out_a, out_b = (m.greedy(torch.tensor([ids]), 50)[0].tolist() for ids in (a, b))
     step = next(t for t, (x, y) in enumerate(zip(out_a, out_b)) if x != y)
     tgt_in = torch.tensor([[m.start_id, *out_a[:step]]])
@@ -65,7 +64,7 @@ def test_patching_the_corrupted_runs_own_activations_gives_zero(tiny_model):
     _, src_b, tgt_in, answers = _run_parts(m)
     chosen = patching.components(m, src_b.size(1), tgt_in.size(1))
     sites = list(dict.fromkeys(patching.site(c) for c in chosen))
-    with torch.no_grad(), evaluating(m.model):
+    with torch.no_grad(), m.evaluating():
         logits = m.run(src_b, tgt_in)  # (1, T, V): the corrupted run, no hook on
         _, own = patching._recorded(m, sites, src_b, tgt_in)
         metrics = patching.patched_metrics(m, chosen, own, src_b, tgt_in, answers)

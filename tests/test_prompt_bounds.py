@@ -13,7 +13,7 @@ import torch
 
 from core import patch as patch_command
 from core.attention import patching
-from core.model.decode import TranslationError
+from core.model.parts import TranslationError
 from core.runs import budget
 from tests.helpers import heavy_slot_held
 

@@ -30,7 +30,7 @@ from core.corpus.splits import inspect_file
 from core.corpus.vocab import SPECIALS
 from core.model.checkpoints import FORMAT, CheckpointError, read_metadata
 from core.model.config import ModelConfig
-from core.model.decode import ALPHAS, BEAM_SIZES, MAX_LENS
+from core.model.parts import ALPHAS, BEAM_SIZES, MAX_LENS
 from core.runs import jobs
 from core.runs.catalogue import ModelError, validate_name
 from core.runs.run_dir import RunDir, RunError, write_json
@@ -264,7 +264,7 @@ def test_any_checkpoint_bytes_are_refused_clearly(tmp_path, junk):
 def test_any_typed_sentence_is_translated_or_refused_in_words(tiny_model, sentence, params):
     """The Translate page's box and URL: a Translation, or a TranslationError to show."""
     from core.model.checked_translation import translate_sentence
-    from core.model.decode import TranslationError
+    from core.model.parts import TranslationError
 
     state = ViewState.from_query(params)
     try:

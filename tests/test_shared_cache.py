@@ -11,7 +11,7 @@ import torch
 
 from core.corpus.vocab import SPECIALS, Vocab
 from core.model.config import ModelConfig
-from core.model.decode import GREEDY, DecodeSettings, TranslationError
+from core.model.parts import GREEDY, DecodeSettings, TranslationError
 from core.model.studio_model import StudioModel
 from core.model.transformer import Transformer
 from core.runs import budget

@@ -23,7 +23,7 @@ from core.model.checkpoints import (
     read_checkpoint,
     save_checkpoint,
 )
-from core.model.decode import DecodeSettings
+from core.model.parts import DecodeSettings
 from core.model.scores import corpus_bleu
 from core.model.studio_model import StudioModel
 from core.model.transformer import Transformer

@@ -12,7 +12,7 @@ from core.corpus.source import sha1_of
 from core.corpus.text import D2L_TEST_PAIRS
 from core.model import checked_translation as tr
 from core.model.d2l_check import d2l_bleu, d2l_check
-from core.model.decode import DecodeSettings, TranslationError
+from core.model.parts import DecodeSettings, TranslationError
 from tests.helpers import TINY
 
 # ----------------------------------------------------------------------------- translating
@@ -196,7 +196,7 @@ def test_quoted_sentences_on_the_command_line_are_translated_one_per_line(
 ):
     """Issue 53, item 8: `core.translate "a" "b"` joined both into one sentence."""
     from core import translate as command
-    from core.model.decode import DecodeSettings
+    from core.model.parts import DecodeSettings
 
     monkeypatch.setattr(command, "open_model", lambda *args, **kwargs: tiny_model)
     assert command.sentences_of(["i am cold .", "go ."]) == ["i am cold .", "go ."]

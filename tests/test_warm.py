@@ -9,7 +9,7 @@ import threading
 
 from streamlit.web.server.app_discovery import discover_asgi_app
 
-from core.model.decode import DecodeSettings
+from core.model.parts import DecodeSettings
 from core.runs.catalogue import default_entry, list_models
 from pages.ui import cached, model_picker, warm
 from pages.ui.frame import PAGES, PAGES_DIR

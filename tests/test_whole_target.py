@@ -101,7 +101,7 @@ def test_a_hugging_face_model_says_it_reads_causal_passes_only(hf_models, capsys
 @pytest.mark.skipif(not (ROOT / "checkpoints" / "fra-eng-small.pt").is_file(), reason="shipped")
 def test_the_shipped_model_decodes_as_before_after_a_whole_target_block():
     lm = StudioModel.load(ROOT / "checkpoints" / "fra-eng-small.pt")
-    from core.model.decode import DecodeSettings
+    from core.model.parts import DecodeSettings
 
     before = lm.translate("i'm home .", DecodeSettings()).text
     with lm.whole_target():
@@ -192,7 +192,7 @@ def test_a_translation_is_read_again_with_the_whole_target(tmp_path, tiny_checkp
         pair_maps,
         whole_target_cross,
     )
-    from core.model.decode import DecodeSettings
+    from core.model.parts import DecodeSettings
 
     lm = StudioModel.load(full_context_copy(tiny_checkpoint, tmp_path / "full.pt"))
     t = lm.force("the cat sees the dog .", "le chat voit le chien .", DecodeSettings())
@@ -223,7 +223,7 @@ def test_the_command_offers_the_whole_mode_only_where_trained_so(tmp_path, tiny_
 
 def test_the_sentence_view_reads_the_translation_with_the_whole_target(studio_dirs):
     from core.alignment.extract import WHOLE, Reader, from_sentence, links, whole_target_cross
-    from core.model.decode import DecodeSettings
+    from core.model.parts import DecodeSettings
     from core.runs import catalogue
     from tests import helpers
     from tests.test_app_alignment import SENTENCE, pharaoh

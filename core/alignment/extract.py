@@ -38,7 +38,6 @@ from core.corpus.bpe import word_spans
 from core.measure.progress import check_time
 from core.model.interface import TranslationModel
 from core.model.parts import LANGUAGE_CODE, WordPair
-from core.model.transformer import evaluating
 
 MODES = ("awo", "awi")  # every model's
 WHOLE = "whole"  # AWO in the full-context pass: a model trained so (``reads_whole``) only
@@ -146,7 +145,7 @@ def pair_maps(
     as ``encoded``: a French→English model's maps are marked turned."""
     rows, out = encoded(m, pairs, english_first), []
     turned, whole = english_first and reads_french(m), reads_whole(m)
-    with evaluating(m.model):
+    with m.evaluating():
         for start in range(0, len(rows), batch):
             check_time()  # a shared server's limit for one heavy job
             chunk = rows[start : start + batch]
@@ -295,7 +294,7 @@ def whole_target_cross(
     pass (every decoder position sees the whole output): how a head trained with
     ``align_full_context`` reads a sentence the model translated (Garg et al.)."""
     src, tgt_in, _ = m.forced_batch(src_ids, out_ids)  # (1, S), (1, T)
-    with evaluating(m.model), m.whole_target():
+    with m.evaluating(), m.whole_target():
         return cross_maps(m, (src, tgt_in))[:, 0]  # (L, H, T, S)
 
 

@@ -33,7 +33,6 @@ from core.alignment.gold import GoldLinks, Link
 from core.measure.progress import check_time
 from core.model.interface import TranslationModel
 from core.model.parts import WordPair
-from core.model.transformer import evaluating
 
 METHODS = ("argmax", "itermax")
 ITERATIONS = 2  # SimAlign's default number of itermax rounds
@@ -92,7 +91,7 @@ def pair_states(lm: TranslationModel, pairs, batch: int = BATCH) -> list[PairSta
     """Every pair (English first, as a gold set holds them) teacher-forced in batches, its
     words' states in both stacks kept."""
     rows, out, turned = encoded(lm, pairs, english_first=True), [], reads_french(lm)
-    with evaluating(lm.model), torch.no_grad():
+    with lm.evaluating(), torch.no_grad():
         for start in range(0, len(rows), batch):
             check_time()  # a shared server's limit for one heavy job
             chunk = rows[start : start + batch]

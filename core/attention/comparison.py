@@ -26,8 +26,8 @@ from core.attention.maps import (
 )
 from core.corpus.text import tokenize
 from core.model.checked_translation import probability_text
-from core.model.decode import Translation
 from core.model.interface import TranslationModel
+from core.model.parts import Translation
 
 DIFF_WORDS = "B − A"  # what a difference map shows
 SAME_WITHIN = 1e-6  # two maps whose cells all differ by less than this are the same

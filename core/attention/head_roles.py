@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from core.model.decode import Translation
 from core.model.interface import TranslationModel
+from core.model.parts import Translation
 
 REPEATED_TOKENS = 24  # the random sequence read twice for the induction score
 ROLE_SHARE = 0.4  # a role is named where a head's mean weight on it reaches this

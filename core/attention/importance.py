@@ -33,7 +33,6 @@ from core.measure.rank import spearman
 from core.measure.sample import Sample, sample_key, validation_sample
 from core.model.checkpoints import validation_source
 from core.model.interface import TranslationModel
-from core.model.transformer import evaluating
 from core.places import ablation_root
 from core.runs.disk_cache import read_cached, write_cached
 
@@ -122,7 +121,7 @@ def head_importance(
     heads, row = measures.all_heads(), measures.loss_row
     n, pairs, points = len(sample.sources), len(sample.encoded), curve_points(len(heads))
     work = Progress(progress, n * (1 + len(heads) + len(points)) + row * pairs * (len(heads) + 3))
-    with evaluating(lm.model):
+    with lm.evaluating():
         sets = [[]] + [[h] for h in heads]
         bleus = measures.bleu(sets, lambda r: work.advance(r, "BLEU per head"))
         losses = measures.losses(sets, lambda r: work.advance(row * r, "loss per head"))
@@ -153,7 +152,7 @@ def by_loss(lm, sample: Sample, progress=None, precision: str = "float32") -> He
     points = curve_points(len(heads), LOSS_CURVE_POINTS)
     per_head = 1 + sum(measures.share([h]) for h in heads)  # whole passes, the baseline's too
     work = Progress(progress, pairs * (per_head + len(points) + 3))
-    with evaluating(lm.model):
+    with lm.evaluating():
         losses = measures.losses(
             [[]] + [[h] for h in heads], lambda r: work.advance(r, "loss per head")
         )

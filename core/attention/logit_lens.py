@@ -19,9 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from core.model.decode import Translation
 from core.model.interface import TranslationModel
-from core.model.transformer import evaluating
+from core.model.parts import Translation
 
 TOP_K = 5  # words kept per layer and step
 LENS_COLORS = ("prob", "rank")  # what a lens chart's colour shows: the chosen word's prob or rank
@@ -80,7 +79,7 @@ def logit_lens(m: TranslationModel, t: Translation, k: int = TOP_K) -> LogitLens
     (through the model's own final norm and output layer)."""
     src = torch.tensor([t.src_ids], device=m.device)  # (1, S)
     tgt_in = torch.tensor([m.decoder_inputs(t.out_ids)], device=m.device)  # (1, T)
-    with evaluating(m.model), torch.no_grad():
+    with m.evaluating(), torch.no_grad():
         outputs = m.stream(src, tgt_in, "decoder")[1:]  # L x (1, T, D): each layer's output
     logp = lens_log_probs(m, outputs)  # (L, T, V)
     chosen = torch.tensor(t.out_ids, device=logp.device)  # (T,)

@@ -17,8 +17,8 @@ from core.attention import head_stats
 from core.attention.kinds import check_tokens, kind_labels
 from core.attention.sentence_maps import SentenceMaps
 from core.model.checked_translation import translate_sentence
-from core.model.decode import DecodeSettings, TranslationError
 from core.model.interface import TranslationModel
+from core.model.parts import DecodeSettings, TranslationError
 
 HEAD_AGGREGATES = ("mean", "max", "rollout")  # besides a head number; rollout: encoder only
 HIDDEN_NOTE = "<bos>/<eos> columns hidden, rows renormalised"

@@ -40,11 +40,10 @@ from core.attention.kinds import KINDS
 from core.corpus.text import tokenize
 from core.measure.progress import check_time
 from core.model.checked_translation import MAX_SENTENCE_TOKENS
-from core.model.decode import MAX_LEN, TranslationError
 from core.model.hooks import capture
 from core.model.interface import TranslationModel
+from core.model.parts import MAX_LEN, TranslationError
 from core.model.record import attention_site
-from core.model.transformer import evaluating
 from core.runs import budget
 
 DIRECTIONS = ("denoise", "noise")  # clean into corrupted (sufficient), corrupted into clean
@@ -307,7 +306,7 @@ def patch(
     (a_ids, a_tokens), (b_ids, b_tokens) = _sources(m, clean, corrupt)
     prompt = budget.prompt_positions(m)  # a prompted model's template: read in every pass
     _check_pass(m, len(a_ids), 1, prompt)  # before any pass: the shortest question
-    with evaluating(m.model):
+    with m.evaluating():
         src_a, src_b = (torch.tensor([i], device=m.device) for i in (a_ids, b_ids))  # (1, S)
         given = prefix is not None or answers is not None
         tgt_in, answers_ids = (

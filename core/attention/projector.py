@@ -34,7 +34,6 @@ from core.measure.progress import ProgressFn, check_time, checked
 from core.measure.sample import validation_sample
 from core.model import batched
 from core.model.checkpoints import validation_source
-from core.model.transformer import evaluating
 from core.runs import budget
 
 SIDES = ("encoder", "decoder")
@@ -237,7 +236,7 @@ def representations(
     every sentence at each of ``layers``, layer by layer, sentence by sentence."""
     n, device = len(sentences.sources), lm.device
     per_layer: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
-    with evaluating(lm.model):
+    with lm.evaluating():
         for start in range(0, n, BATCH):
             src = _padded(sentences.sources[start : start + BATCH], lm.pad_id, device)  # (B, S)
             tgt_in = _padded(sentences.targets[start : start + BATCH], lm.pad_id, device)

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from core.attention.kinds import SEQUENCE, kind_labels
-from core.model.decode import Translation
 from core.model.interface import TranslationModel
+from core.model.parts import Translation
 from core.model.record import Record
 
 

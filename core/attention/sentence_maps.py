@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from core.attention.kinds import KINDS, kind_labels
-from core.model.decode import Translation
+from core.model.parts import Translation
 
 
 @dataclass

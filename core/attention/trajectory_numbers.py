@@ -18,7 +18,6 @@ from core.attention.kinds import KINDS
 from core.attention.sentence_maps import SentenceMaps
 from core.measure.progress import check_time
 from core.model.interface import TranslationModel
-from core.model.transformer import evaluating
 
 MAP_METRICS = ("entropy", "diagonal", "previous", "special")  # read from the maps alone
 BATCH = 64  # sentences teacher-forced together
@@ -86,7 +85,7 @@ def teacher_forced_rows(m: TranslationModel, sample) -> list[tuple[list[int], li
 def validation_means(m: TranslationModel, rows: Sequence[tuple[list[int], list[int]]]) -> dict:
     """{kind: {metric: (L, H)}} over teacher-forced pairs, each sentence weighing the same."""
     sums, device = {}, m.device
-    with evaluating(m.model):
+    with m.evaluating():
         for start in range(0, len(rows), BATCH):
             check_time()  # a shared server's limit for one heavy job
             chunk = rows[start : start + BATCH]

@@ -38,9 +38,8 @@ from core.attribution.gradients import (
     integrated_gradients,
 )
 from core.attribution.methods import METHODS, Attribution, AttributionError
-from core.model.decode import Translation
 from core.model.interface import TranslationModel
-from core.model.transformer import evaluating
+from core.model.parts import Translation
 
 CONTRAST_METHODS = ("grad-input", "integrated-gradients", "occlusion")
 CONTRAST_NAMES = {
@@ -151,7 +150,7 @@ def contrast_pick(
         )
     wanted, other = (torch.tensor(list(ids), device=m.device) for ids in (t.out_ids, foil))
     if function == "kl":
-        with torch.no_grad(), evaluating(m.model):
+        with torch.no_grad(), m.evaluating():
             logq = m.forced(t.src_ids, foil).logits[0].float().log_softmax(-1)  # (T, V)
         return lambda logp, steps: (logp.exp() * (logp - logq[steps])).nan_to_num().sum(-1)
 
@@ -211,7 +210,7 @@ def contrast(
     start = time.perf_counter()
     S, T = len(t.src_ids), len(t.out_ids)
     pick = contrast_pick(m, t, foil, choices.function)
-    with evaluating(m.model):
+    with m.evaluating():
         if method == "occlusion":
             raw = torch.cat([_occlusion(m, t, pick), torch.zeros(T, T)], dim=1)  # (T, S + T)
             completeness = None

@@ -22,8 +22,8 @@ from core.attribution.gradients import DEFAULT_CHOICES, GradientChoices
 from core.attribution.methods import MEAN, Attribution, AttributionError, attribute
 from core.attribution.step_scores import step_scores
 from core.corpus.bpe import PREFIX, join_pieces, word_spans
-from core.model.decode import Translation
 from core.model.interface import TranslationModel
+from core.model.parts import Translation
 
 SHARE_FLAG = 0.5  # an output token taking less than this from the source is flagged
 

@@ -38,7 +38,6 @@ from core.measure.sample import Sample, sample_key, validation_sample
 from core.model.batched import greedy_outputs
 from core.model.checkpoints import validation_source
 from core.model.interface import TranslationModel
-from core.model.transformer import evaluating
 from core.places import attribution_root
 from core.runs.disk_cache import read_cached, write_cached
 
@@ -258,7 +257,7 @@ def faithfulness(
     rhos = {r: [] for r in (*(v[0] for v in rows_of), RANDOM)}
     drops = {m: [[] for _ in DELETION_K] for m in rhos}
     work = Progress(progress, len(sample.sources) + 1)
-    with evaluating(lm.model):
+    with lm.evaluating():
         cases = translate_sample(lm, sample, target_lang)
         work.advance(1, "translating the sample")
         tokens = 0

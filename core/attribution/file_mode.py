@@ -31,8 +31,8 @@ from core.attribution.explain import sentence_json
 from core.attribution.gradients import DEFAULT_CHOICES, GradientChoices
 from core.attribution.methods import AttributionError
 from core.model.checked_translation import translate_sentence
-from core.model.decode import DecodeSettings, TranslationError
 from core.model.interface import TranslationModel
+from core.model.parts import DecodeSettings, TranslationError
 
 MAX_INPUT_BYTES = 20 * 2**20  # an input file read whole (pairs of sentences: 20 MB is plenty)
 MAX_LINE_CHARS = 2000  # a longer line is an error of its own, never tokenised

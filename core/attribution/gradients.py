@@ -318,7 +318,7 @@ def embedding_task(
             return [tuple(torch.zeros_like(x) for x in pair)]
         if c.baseline in RANDOM_BASELINES:
             return _random_baselines(m, p, c)
-        token = {"unk": m.unk_id, "pad": m.pad_id, "mask": getattr(m, "mask_id", None)}[c.baseline]
+        token = {"unk": m.unk_id, "pad": m.pad_id, "mask": m.mask_id}[c.baseline]
         if token is None:
             raise ValueError(f"This model's tokenizer has no {c.baseline.upper()} token.")
         ids = (baseline_ids(m, x, int(token), c.keep_specials) for x in (p.src, p.tgt_in))

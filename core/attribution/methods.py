@@ -46,7 +46,6 @@ from core.attribution.terms import TermsError, sublayer_terms
 from core.attribution.value_zeroing import value_zeroing_steps
 from core.model.interface import TranslationModel
 from core.model.record import Record
-from core.model.transformer import evaluating
 
 METHODS = (
     "attention",
@@ -187,7 +186,7 @@ def attribute(
     if not len(out_ids) or not len(src_ids):
         raise AttributionError("nothing to explain: the source or the output is empty")
     start = time.perf_counter()
-    with evaluating(m.model):
+    with m.evaluating():
         p = p or m.forced(src_ids, out_ids)
         raw = completeness = None
         if m.one_sequence and method in SEQUENCE_METHODS:  # one attention, cut

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from core.model.decode import Translation
 from core.model.interface import TranslationModel
-from core.model.transformer import evaluating
+from core.model.parts import Translation
 
 
 @dataclass
@@ -71,7 +70,7 @@ def _log_probs(m: TranslationModel, src_ids, out_ids) -> torch.Tensor:
 def step_scores(m: TranslationModel, t: Translation, foil: list[int] | None = None) -> StepScores:
     """The scores of every step of ``t`` (and against ``foil``, the contrast's output ids of
     the same length, where given)."""
-    with evaluating(m.model):
+    with m.evaluating():
         logp = _log_probs(m, t.src_ids, t.out_ids)  # (T, V)
         ids = torch.tensor(list(t.out_ids), device=logp.device)  # (T,)
         taken = logp.gather(-1, ids[:, None])[:, 0]  # (T,)

@@ -18,9 +18,9 @@ from pathlib import Path
 from core.corpus.config import DataConfig
 from core.corpus.source import DataError, file_sha1, fra_eng_copy
 from core.corpus.splits import Split, load_splits
-from core.model.decode import MAX_LEN
 from core.model.interface import TranslationModel
 from core.model.opened import model_sha1
+from core.model.parts import MAX_LEN
 
 
 @dataclass

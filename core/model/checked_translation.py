@@ -12,8 +12,8 @@ from core.corpus.source import DataError
 from core.corpus.splits import load_splits
 from core.corpus.text import tokenize
 from core.model.checkpoints import validation_source
-from core.model.decode import GREEDY, DecodeSettings, Translation, TranslationError
 from core.model.interface import TranslationModel
+from core.model.parts import GREEDY, DecodeSettings, Translation, TranslationError
 
 MAX_SENTENCE_TOKENS = 60  # longer input is refused with a message
 DEFAULT_SENTENCE = "i'm home ."

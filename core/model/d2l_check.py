@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from core.corpus.text import D2L_TEST_PAIRS, tokenize
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import LoadedModel
-from core.model.decode import GREEDY, DecodeSettings, TranslationError
+from core.model.parts import GREEDY, DecodeSettings, TranslationError
 from core.model.scores import corpus_bleu
 
 

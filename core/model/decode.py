@@ -6,66 +6,22 @@ K beam size.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-
 import torch
 
 from core.corpus.text import tokenize
 from core.corpus.vocab import Vocab
-from core.model.transformer import AttentionMaps, Transformer, evaluating
-
-ALPHA = 0.6  # GNMT length-penalty exponent of beam search
-MAX_LEN = 50  # longest output, in tokens
-TOP_K = 5  # candidate words kept per output step
-BEAM_SIZES = (1, 16)  # the beam sizes a page offers (1 = greedy): (least, most)
-ALPHAS = (0.0, 2.0)  # the length penalties a page offers
-MAX_LENS = (1, 200)  # the longest outputs a page offers
-
-
-@dataclass(frozen=True)
-class DecodeSettings:
-    """How to decode: greedy (beam_size 1) or beam search, and how much to keep."""
-
-    beam_size: int = 1  # 1 = greedy
-    alpha: float = ALPHA  # length penalty exponent (beam search only)
-    max_len: int = MAX_LEN  # longest output, in tokens
-    topk: int = TOP_K  # candidate words shown per output step
-    target_lang: str = ""  # a multilingual model's target language code ("" = its default)
-    prompt: str = ""  # a prompted language model's template ("" = core.model.prompt's default)
-
-
-GREEDY = DecodeSettings()  # the default: greedy decoding
-
-
-class TranslationError(ValueError):
-    """A sentence cannot be translated; the message says why and what to do."""
-
-
-@dataclass
-class Translation:
-    """One translated sentence with everything the app shows about it."""
-
-    src_tokens: list[str]  # the source as the model saw it, with <eos>, unknown words kept
-    src_unknown: list[bool]  # True where the word is not in the vocabulary (fed as <unk>)
-    tokens: list[str]  # output tokens (words, or BPE pieces), without <bos>/<eos>
-    output_tokens: list[str]  # what each decoder step produced: tokens + [<eos>] if reached
-    decoder_inputs: list[str]  # what each decoder step read: [<bos>] + tokens
-    topk: list[list[tuple[str, float]]]  # per step, the k most likely next words and probs
-    log_prob: float  # sum of log-probabilities of output_tokens
-    attention: AttentionMaps  # batch dim removed: (L, H, S, S), (L, H, T, T), (L, H, T, S)
-    warnings: list[str] = field(default_factory=list)
-    words: list[str] = field(default_factory=list)  # the output as words (pieces joined)
-    src_ids: list[int] = field(default_factory=list)  # the ids the encoder read (<eos> included)
-    out_ids: list[int] = field(default_factory=list)  # the ids of output_tokens
-    token_probs: list[float] = field(default_factory=list)  # p of each of output_tokens
-    ranks: list[int] = field(default_factory=list)  # each one's rank at its step (1 = the top)
-    forced: bool = False  # a target the user gave, teacher-forced: not the model's own output
-
-    @property
-    def text(self) -> str:
-        """The translation as one string of words."""
-        return " ".join(self.words)
+from core.model.parts import (
+    ALPHA,
+    MAX_LEN,
+    TOP_K,
+    AttentionMaps,
+    Source,
+    Translation,
+    TranslationError,
+    evaluating,
+    translation_of,
+)
+from core.model.transformer import Transformer
 
 
 def source_len(words: list[str], tokenizer: str, max_positions: int) -> int:
@@ -218,27 +174,6 @@ def teacher_forced(model: Transformer, src: torch.Tensor, out_ids: list[int]):
     return logits.float().log_softmax(-1), maps
 
 
-def _topk(logp: torch.Tensor, vocab: Vocab, k: int) -> list[list[tuple[str, float]]]:
-    """(T, V) log-probs -> per step the k best (word, probability)."""
-    p, i = logp.exp().topk(min(k, logp.size(-1)), dim=-1)  # (T, k)
-    return [list(zip(vocab.decode(row_i), row_p.tolist())) for row_p, row_i in zip(p, i)]
-
-
-def _squeeze(maps: AttentionMaps) -> AttentionMaps:
-    """Drop the batch dimension of single-sentence maps and move them to the CPU."""
-    return AttentionMaps(
-        *(m[:, 0].float().cpu() for m in (maps.encoder, maps.decoder_self, maps.cross))
-    )
-
-
-def scored(logp: torch.Tensor, out_ids: list[int]) -> tuple[list[float], list[int]]:
-    """(T, V) log-probs and the T tokens taken -> each token's log-probability and its rank
-    among all V at its step (1: the model's own first choice; ties share the better rank)."""
-    taken = logp.gather(-1, torch.tensor(out_ids, device=logp.device)[:, None])  # (T, 1)
-    ranks = 1 + (logp > taken).sum(-1)  # (T,)
-    return taken[:, 0].tolist(), ranks.tolist()
-
-
 def _cut_at_eos(ids: list[int]) -> list[int]:
     """Ids up to and including the first <eos>."""
     return ids[: ids.index(Vocab.eos_id) + 1] if Vocab.eos_id in ids else ids
@@ -281,16 +216,6 @@ def translate(
     )
 
 
-@dataclass
-class Source:
-    """A sentence as ``prepare_source`` read it."""
-
-    ids: list[int]  # with <eos>
-    tokens: list[str]  # with <eos>
-    unknown: list[bool]
-    warnings: list[str]
-
-
 def _translation(
     src: Source,
     out_ids: list[int],
@@ -304,24 +229,21 @@ def _translation(
     ``shown``: the tokens of a target the user gave, as typed (a word the vocabulary reads
     as <unk> keeps its name), which makes it a forced translation."""
     outputs = tgt_vocab.decode(out_ids) if shown is None else shown
-    tokens = [w for w in outputs if w != "<eos>"]
-    logps, ranks = scored(logp[0], out_ids)
-    return Translation(
-        src.tokens,
-        src.unknown,
-        tokens,
-        outputs,
-        ["<bos>"] + outputs[:-1] if outputs else ["<bos>"],
-        _topk(logp[0], tgt_vocab, topk),
-        float(sum(logps)),
-        _squeeze(maps),
-        src.warnings,
-        tgt_vocab.words(tokens),
-        list(src.ids),
-        list(out_ids),
-        [math.exp(x) for x in logps],
-        ranks,
-        shown is not None,
+    ended = bool(out_ids) and out_ids[-1] == Vocab.eos_id
+    return translation_of(
+        source=src,
+        out_ids=out_ids,
+        logp=logp[0],
+        maps=AttentionMaps(
+            *(m[:, 0].float().cpu() for m in (maps.encoder, maps.decoder_self, maps.cross))
+        ),
+        outputs=outputs,
+        ended=ended,
+        decoder_inputs=["<bos>"] + outputs[:-1] if outputs else ["<bos>"],
+        words=tgt_vocab.words(outputs[:-1] if ended else outputs),
+        candidates=tgt_vocab.decode,
+        topk=topk,
+        forced=shown is not None,
     )
 
 

@@ -30,12 +30,20 @@ from core.model import batched, hf_sites
 from core.model import hugging_face as hf
 from core.model.capabilities import HUGGING_FACE
 from core.model.config import ModelConfig
-from core.model.decode import MAX_LEN, DecodeSettings, Translation, TranslationError
 from core.model.hf_folder import HFModelError, describe, studio_config
 from core.model.hf_size import MAX_PARAMETERS
 from core.model.hooks import HookPoint
 from core.model.interface import TranslationModel
-from core.model.parts import AttentionWeights, Source, SublayerNorm, linear_parts
+from core.model.parts import (
+    MAX_LEN,
+    AttentionWeights,
+    DecodeSettings,
+    Source,
+    SublayerNorm,
+    Translation,
+    TranslationError,
+    linear_parts,
+)
 from core.model.record import side_of
 from core.model.scores import corpus_bleu
 from core.places import shown_path, shown_paths

@@ -17,17 +17,24 @@ Shape key: S source tokens, T decoder steps, L layers, H heads, V vocabulary.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 
 import torch
 
 from core.corpus.bpe import LONE_START, PREFIX
-from core.model.decode import TOP_K, DecodeSettings, Translation, TranslationError, scored
 from core.model.hf_folder import HFModelError
 from core.model.interface import TranslationModel
-from core.model.parts import LANGUAGE_CODE
-from core.model.transformer import AttentionMaps
+from core.model.parts import (
+    LANGUAGE_CODE,
+    TOP_K,
+    AttentionMaps,
+    DecodeSettings,
+    Source,
+    Translation,
+    TranslationError,
+    translation_of,
+)
 
 MULTILINGUAL = ("m2m_100", "nllb_moe", "mbart")  # model types whose target language is forced
 WORD_STARTS = ("\u2581", "\u0120")  # SentencePiece's ▁ and byte-level BPE's Ġ
@@ -212,16 +219,6 @@ def forced_pass(hm: TranslationModel, src: torch.Tensor, decoder_inputs: torch.T
     return out.logits.float().log_softmax(-1), maps
 
 
-def _topk(hm: TranslationModel, logp: torch.Tensor, k: int) -> list[list[tuple[str, float]]]:
-    """(T, V) log-probs -> per step the k best (token, probability), each token written as
-    the output tokens are (no ``▁``/``Ġ``; a continuing piece with ``##``)."""
-    p, i = logp.exp().topk(min(k, logp.size(-1)), dim=-1)  # (T, k)
-    return [
-        list(zip(shown_tokens(hm, row_i.tolist(), first=False), row_p.tolist()))
-        for row_p, row_i in zip(p, i)
-    ]
-
-
 def _rows(steps, T: int, width: int | None) -> torch.Tensor:
     """Per-step attentions of ``generate`` (T tuples of L (1, H, 1, k_t)) -> (L, 1, H, T, K),
     each step's row zero-padded on the keys (K = ``width``, or T for self-attention)."""
@@ -305,32 +302,33 @@ def _translation(
     and maps ``generate`` kept), else those of one teacher-forced pass."""
     _, dec = forced_inputs(hm, src[0].tolist(), out_ids)  # (1, T)
     logp, maps = passed if passed is not None else forced_pass(hm, src, dec)
-    eos = hm.model.config.eos_token_id
     src_ids = src[0].tolist()
     unknown = [i == hm.tokenizer.unk_token_id for i in src_ids]
     if any(unknown):
         notes.append("Some words are not in the model's vocabulary (read as unknown).")
     outputs = shown_tokens(hm, out_ids)
-    logps, ranks = scored(logp[0], out_ids)
-    return Translation(
-        shown_tokens(hm, src_ids),
-        unknown,
-        outputs[:-1] if out_ids and out_ids[-1] == eos else outputs,
-        outputs,
-        shown_tokens(hm, dec[0].tolist()),
-        _topk(hm, logp[0], topk),
-        float(sum(logps)),
-        AttentionMaps(
+    return translation_of(
+        source=Source(ids=src_ids, tokens=shown_tokens(hm, src_ids), unknown=unknown, notes=[]),
+        out_ids=out_ids,
+        logp=logp[0],
+        maps=AttentionMaps(
             *(m[:, 0].float().cpu() for m in (maps.encoder, maps.decoder_self, maps.cross))
         ),
-        notes,
-        words_of(hm, out_ids),
-        src_ids,
-        out_ids,
-        [math.exp(x) for x in logps],
-        ranks,
-        forced,
+        outputs=outputs,
+        ended=bool(out_ids) and out_ids[-1] == hm.model.config.eos_token_id,
+        decoder_inputs=shown_tokens(hm, dec[0].tolist()),
+        words=words_of(hm, out_ids),
+        candidates=candidates(hm),
+        topk=topk,
+        notes=notes,
+        forced=forced,
     )
+
+
+def candidates(hm: TranslationModel) -> Callable[[list[int]], list[str]]:
+    """Ids -> tokens as one step's candidates are shown: as the output tokens are (no
+    ``▁``/``Ġ``; a continuing piece with ``##``), each read as following other tokens."""
+    return functools.partial(shown_tokens, hm, first=False)
 
 
 def forced_inputs(hm: TranslationModel, src_ids, out_ids) -> tuple[torch.Tensor, torch.Tensor]:

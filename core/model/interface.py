@@ -24,6 +24,7 @@ adapters, and ``core.model.opened.open_model`` returns one of them. Everything o
 - what the decompositions need: each attention's weights (``attention_weights``) and the
   norm around it (``sublayer_norm``), the output layer (``logits_of``, ``lens``);
 - what it cannot do, in one line (``supports``, from ``core.model.capabilities``);
+- its module in eval mode for a block (``evaluating()``: dropout off, the mode restored after);
 - a one-stack model's whole sequence (``core.model.one_sequence``: its ids, weights, the q·k
   of one layer), which a model of two stacks declines in one line.
 
@@ -35,20 +36,25 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 
 import torch
 from torch import nn
 
-from core.model import capabilities
+from core.model import capabilities, parts
 from core.model.config import ModelConfig
-from core.model.decode import DecodeSettings, Translation
 from core.model.head_gates import HeadGates
 from core.model.hooks import Hook, HookPoint, StopForward, capture, hooked, replace_with, stop_at
 from core.model.one_sequence import OneSequence
-from core.model.parts import AttentionWeights, Source, SublayerNorm, WordPair
+from core.model.parts import (
+    AttentionWeights,
+    DecodeSettings,
+    Source,
+    SublayerNorm,
+    Translation,
+    WordPair,
+)
 from core.model.record import KINDS, Record, attention_site, from_cache, recorded_sites
-from core.model.transformer import evaluating
 
 LANGUAGE_NAMES = {"en": "English", "fr": "French", "de": "German", "es": "Spanish"}
 
@@ -80,6 +86,11 @@ class TranslationModel(HeadGates, OneSequence, ABC):
     def device(self) -> torch.device:
         """Where its weights are."""
         return next(self.model.parameters()).device
+
+    def evaluating(self) -> AbstractContextManager[nn.Module]:
+        """Its torch module in eval mode inside the block (dropout off), its mode restored
+        after, always; gradients are left as they are (the gradient methods need them)."""
+        return parts.evaluating(self.model)
 
     @property
     def model_type(self) -> str:
@@ -346,7 +357,7 @@ class TranslationModel(HeadGates, OneSequence, ABC):
         """The record of one sentence: ``out_ids`` teacher-forced after ``src_ids``, in eval
         mode; its ``logp`` is each output token's log-probability."""
         src, tgt_in, out = self.forced_batch(src_ids, out_ids)
-        with evaluating(self.model), torch.no_grad():
+        with self.evaluating(), torch.no_grad():
             return self.record(src, tgt_in, out)
 
     def forced_batch(self, src_ids: Sequence[int], out_ids: Sequence[int]):

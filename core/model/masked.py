@@ -24,12 +24,20 @@ from torch import nn
 from core.model import hugging_face as hf
 from core.model import lm_heads, lm_sites
 from core.model.capabilities import MASKED_LM
-from core.model.decode import DecodeSettings, Translation, TranslationError
 from core.model.hf_model import HFModel
 from core.model.hooks import HookPoint
-from core.model.parts import AttentionWeights, SequenceHeads, Source, SublayerNorm
+from core.model.parts import (
+    AttentionMaps,
+    AttentionWeights,
+    DecodeSettings,
+    SequenceHeads,
+    Source,
+    SublayerNorm,
+    Translation,
+    TranslationError,
+    translation_of,
+)
 from core.model.record import Record
-from core.model.transformer import AttentionMaps, evaluating
 
 NOT_HERE = "A masked language model fills mask tokens; it has no {what}."
 MASKED_SHARE = 0.15  # of a sentence's tokens masked for the masked-LM loss (BERT's share)
@@ -114,7 +122,7 @@ class MaskedModel(HFModel):
     def _forward(self, ids: Sequence[int]):
         """(logits (S, V), weights (L, H, S, S), hidden states L + 1 x (S, D)) of one sentence."""
         x = torch.tensor([list(ids)], device=self.device)  # (1, S)
-        with evaluating(self.model):
+        with self.evaluating():
             o = self.model(input_ids=x, output_attentions=True, output_hidden_states=True)
         return o.logits[0], torch.stack(o.attentions)[:, 0], [h[0] for h in o.hidden_states]
 
@@ -123,31 +131,26 @@ class MaskedModel(HFModel):
         logits, weights, _ = self._forward(src.ids)
         at = self.positions(src.ids)
         logp = logits[at].float().log_softmax(-1)  # (T, V)
-        out = logp.argmax(-1)  # (T,)
-        token_logp = logp.gather(-1, out[:, None])[:, 0]  # (T,)
-        notes = list(src.notes)
+        out = logp.argmax(-1).tolist()  # (T,)
+        notes = []
         if not any(x == self.mask_id for x in src.ids):
             notes.append(
                 f"No {self.mask_token} in the sentence: the model's prediction at every token, "
                 "each read unmasked."
             )
         rows = weights[:, :, at]  # (L, H, T, S)
-        shown = self.target_tokens(out.tolist())
-        return Translation(
-            src.tokens,
-            src.unknown,
-            shown,
-            shown,
-            [src.tokens[i] for i in at],
-            hf._topk(self, logp, settings.topk),
-            float(token_logp.sum()),
-            AttentionMaps(weights, rows[..., at], rows),
-            notes,
-            hf.words_of(self, out.tolist()),
-            list(src.ids),
-            out.tolist(),
-            token_logp.exp().tolist(),
-            [1] * len(at),
+        return translation_of(
+            source=src,
+            out_ids=out,
+            logp=logp,
+            maps=AttentionMaps(weights, rows[..., at], rows),
+            outputs=self.target_tokens(out),
+            ended=False,  # no end token: every predicted position is shown
+            decoder_inputs=[src.tokens[i] for i in at],
+            words=hf.words_of(self, out),
+            candidates=hf.candidates(self),
+            topk=settings.topk,
+            notes=notes,
         )
 
     def force(self, sentence: str, target: str, settings: DecodeSettings) -> Translation:

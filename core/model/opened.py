@@ -18,8 +18,8 @@ from core.corpus.source import file_sha1
 from core.model import hf_folder, hf_model, lm_loading
 from core.model.capabilities import HUGGING_FACE, LANGUAGE_MODEL, MASKED_LM, STUDIO
 from core.model.checkpoints import CheckpointError, read_metadata
-from core.model.decode import TranslationError
 from core.model.interface import TranslationModel
+from core.model.parts import TranslationError
 from core.model.studio_model import StudioModel, config_parameters
 
 HFModelError = hf_folder.HFModelError  # a folder that is not a model the studio can open

@@ -1,17 +1,38 @@
-"""What the one interface (``core.model.interface``) hands out, whatever the family: a sentence
-as a model reads it, a sentence pair in pieces, one attention's weights and the norm around it,
-a one-sequence model's queries and keys over its whole sequence.
+"""What the one interface (``core.model.interface``) hands out, whatever the family: a
+translation with its maps, the settings it was decoded with and their defaults, a sentence as a
+model reads it, a sentence pair in pieces, one attention's weights and the norm around it, a
+one-sequence model's queries and keys over its whole sequence.
 
-Shape key: D model width, H heads, Dh head width, Tq queries, Tk keys.
+A ``Translation`` is built in one place, ``translation_of``, whatever the adapter: each output's
+probability and rank (``scored``), the candidates of each step and the sum of log-probabilities
+are computed there once. The decoding defaults and the bounds a page offers are written here
+once (``ALPHA``, ``MAX_LEN``, ``TOP_K`` …, a prompt template's ``DEFAULT_TEMPLATE``), and eval
+mode (``evaluating``): every adapter and every reader imports them from here, never from an
+adapter.
+
+Shape key: L layers, B batch, S source length, T output steps, D model width, H heads,
+Dh head width, Tq queries, Tk keys.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+ALPHA = 0.6  # GNMT length-penalty exponent of beam search
+MAX_LEN = 50  # longest output, in tokens
+TOP_K = 5  # candidate words kept per output step
+BEAM_SIZES = (1, 16)  # the beam sizes a page offers (1 = greedy): (least, most)
+ALPHAS = (0.0, 2.0)  # the length penalties a page offers
+MAX_LENS = (1, 200)  # the longest outputs a page offers
+DEFAULT_TEMPLATE = "English: {src}\nFrench:"  # a prompted language model's prompt
+MAX_TEMPLATE_CHARS = 300  # a prompt template longer than this is refused
 
 LANGUAGE_CODE = re.compile(  # how tokenizers write a language code: M2M100 __fr__, NLLB
     r"^(__[a-z]{2,3}(_[A-Za-z]+)?__|[a-z]{2,3}_[A-Z][a-z]{3}|>>[a-z_]{2,8}<<)$"
@@ -26,6 +47,126 @@ class Source:
     tokens: list[str]  # the same as shown tokens
     unknown: list[bool]  # True where the token is the unknown one
     notes: list[str]  # what the user should know (words cut, unknown words)
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """How to decode: greedy (beam_size 1) or beam search, and how much to keep."""
+
+    beam_size: int = 1  # 1 = greedy
+    alpha: float = ALPHA  # length penalty exponent (beam search only)
+    max_len: int = MAX_LEN  # longest output, in tokens
+    topk: int = TOP_K  # candidate words shown per output step
+    target_lang: str = ""  # a multilingual model's target language code ("" = its default)
+    prompt: str = ""  # a prompted language model's template ("" = DEFAULT_TEMPLATE)
+
+
+GREEDY = DecodeSettings()  # the default: greedy decoding
+
+
+class TranslationError(ValueError):
+    """A sentence cannot be translated; the message says why and what to do."""
+
+
+@dataclass
+class AttentionMaps:
+    """Attention weights of one forward pass, stacked over layers."""
+
+    encoder: torch.Tensor | None = None  # (L, B, H, S, S) encoder self-attention
+    decoder_self: torch.Tensor | None = None  # (L, B, H, T, T) masked decoder self-attention
+    cross: torch.Tensor | None = None  # (L, B, H, T, S) decoder -> encoder attention
+
+
+@dataclass(kw_only=True)
+class Translation:
+    """One translated sentence with everything the app shows about it."""
+
+    src_tokens: list[str]  # the source as the model saw it, with <eos>, unknown words kept
+    src_unknown: list[bool]  # True where the word is not in the vocabulary (fed as <unk>)
+    tokens: list[str]  # output tokens (words, or BPE pieces), without <bos>/<eos>
+    output_tokens: list[str]  # what each decoder step produced: tokens + [<eos>] if reached
+    decoder_inputs: list[str]  # what each decoder step read: [<bos>] + tokens
+    topk: list[list[tuple[str, float]]]  # per step, the k most likely next words and probs
+    log_prob: float  # sum of log-probabilities of output_tokens
+    attention: AttentionMaps  # batch dim removed: (L, H, S, S), (L, H, T, T), (L, H, T, S)
+    warnings: list[str] = field(default_factory=list)
+    words: list[str] = field(default_factory=list)  # the output as words (pieces joined)
+    src_ids: list[int] = field(default_factory=list)  # the ids the encoder read (<eos> included)
+    out_ids: list[int] = field(default_factory=list)  # the ids of output_tokens
+    token_probs: list[float] = field(default_factory=list)  # p of each of output_tokens
+    ranks: list[int] = field(default_factory=list)  # each one's rank at its step (1 = the top)
+    forced: bool = False  # a target the user gave, teacher-forced: not the model's own output
+
+    @property
+    def text(self) -> str:
+        """The translation as one string of words."""
+        return " ".join(self.words)
+
+
+def scored(logp: torch.Tensor, out_ids: Sequence[int]) -> tuple[list[float], list[int]]:
+    """(T, V) log-probs and the T tokens taken -> each token's log-probability and its rank
+    among all V at its step (1: the model's own first choice; ties share the better rank)."""
+    taken = logp.gather(-1, torch.tensor(list(out_ids), device=logp.device)[:, None])  # (T, 1)
+    ranks = 1 + (logp > taken).sum(-1)  # (T,)
+    return taken[:, 0].tolist(), ranks.tolist()
+
+
+def translation_of(
+    *,
+    source: Source,
+    out_ids: Sequence[int],
+    logp: torch.Tensor,
+    maps: AttentionMaps,
+    outputs: list[str],
+    ended: bool,
+    decoder_inputs: list[str],
+    words: list[str],
+    candidates: Callable[[list[int]], list[str]],
+    topk: int,
+    notes: Sequence[str] = (),
+    forced: bool = False,
+) -> Translation:
+    """The one way a ``Translation`` is built, for every family: ``out_ids`` after ``source``.
+
+    Args:
+        logp: (T, V) log-probabilities at each output step, of which ``out_ids`` (T) were taken.
+        maps: (L, H, ., .) each, the batch dimension removed.
+        outputs: each output as shown (T); ``ended``: whether the last is the end token,
+            which the output tokens leave out.
+        decoder_inputs: what each step read, as shown (T).
+        candidates: ids -> their tokens as shown among a step's candidates.
+        notes: what the user should know besides the source's own notes.
+    """
+    logps, ranks = scored(logp, out_ids)
+    p, i = logp.exp().topk(min(topk, logp.size(-1)), dim=-1)  # (T, k)
+    return Translation(
+        src_tokens=source.tokens,
+        src_unknown=source.unknown,
+        tokens=outputs[:-1] if ended else outputs,
+        output_tokens=outputs,
+        decoder_inputs=decoder_inputs,
+        topk=[list(zip(candidates(ids.tolist()), ps.tolist())) for ps, ids in zip(p, i)],
+        log_prob=float(sum(logps)),  # in double, as the studio's figures were computed
+        attention=maps,
+        warnings=[*source.notes, *notes],
+        words=words,
+        src_ids=list(source.ids),
+        out_ids=list(out_ids),
+        token_probs=[math.exp(x) for x in logps],
+        ranks=ranks,
+        forced=forced,
+    )
+
+
+@contextmanager
+def evaluating(model: nn.Module) -> Iterator[nn.Module]:
+    """The model in eval mode inside the block (dropout off); its mode restored after, always."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 @dataclass

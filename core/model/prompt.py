@@ -33,9 +33,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-DEFAULT_TEMPLATE = "English: {src}\nFrench:"
+from core.model.parts import MAX_TEMPLATE_CHARS
+
 SLOT = "{src}"
-MAX_TEMPLATE_CHARS = 300  # a prompt template longer than this is refused
 
 
 def template_problem(template: str) -> str | None:

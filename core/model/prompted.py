@@ -38,15 +38,24 @@ from core.corpus.text import tokenize
 from core.model import hugging_face as hf
 from core.model import lm_heads, lm_sites
 from core.model.capabilities import LANGUAGE_MODEL
-from core.model.decode import DecodeSettings, Translation, TranslationError
 from core.model.hf_model import HFModel, as_text
 from core.model.hooks import HookPoint
-from core.model.parts import AttentionWeights, SequenceHeads, Source, SublayerNorm
-from core.model.prompt import DEFAULT_TEMPLATE, Pass, PromptLayout, blocks, template_parts
+from core.model.parts import (
+    DEFAULT_TEMPLATE,
+    AttentionMaps,
+    AttentionWeights,
+    DecodeSettings,
+    SequenceHeads,
+    Source,
+    SublayerNorm,
+    Translation,
+    TranslationError,
+    translation_of,
+)
+from core.model.prompt import Pass, PromptLayout, blocks, template_parts
 from core.model.prompt import template_problem as _template_problem
 from core.model.prompted_decoding import continue_prompts, decode_with_maps
 from core.model.record import Record
-from core.model.transformer import AttentionMaps, evaluating
 
 NEWLINE, TAB = "Ċ", "ĉ"  # byte-level BPE's characters for "\n" and "\t" (GPT-2's byte map)
 LINE_END = "⏎"  # a new line as shown (a boundary token: core.attention.kinds)
@@ -258,29 +267,23 @@ class PromptedModel(HFModel):
                 p.logits[0],
                 blocks(p.attentions[:, 0], *self.layout.spans(len(src), len(tgt_in))),
             )
-        logp = passed[0].float().log_softmax(-1)  # (T, V)
         kinds = passed[1]  # (L, H, ., .) each
-        chosen = torch.tensor(out_ids, device=logp.device)
-        token_logp = logp.gather(-1, chosen[:, None])[:, 0]  # (T,)
-        ranks = (logp > token_logp[:, None]).sum(-1) + 1  # (T,)
         shown = self.target_tokens(out_ids)
-        ended = out_ids[-1] in self.ends
-        return Translation(
-            self.source_tokens(src),
-            [False] * len(src),
-            shown[:-1] if ended else shown,
-            shown,
-            self.target_tokens(tgt_in),
-            hf._topk(self, logp, topk),
-            float(token_logp.sum()),
-            AttentionMaps(kinds["encoder"], kinds["decoder_self"], kinds["cross"]),
-            notes,
-            self.target_words(out_ids),
-            list(src),
-            list(out_ids),
-            token_logp.exp().tolist(),
-            ranks.tolist(),
-            forced,
+        return translation_of(
+            source=Source(
+                ids=list(src), tokens=self.source_tokens(src), unknown=[False] * len(src), notes=[]
+            ),
+            out_ids=out_ids,
+            logp=passed[0].float().log_softmax(-1),  # (T, V)
+            maps=AttentionMaps(kinds["encoder"], kinds["decoder_self"], kinds["cross"]),
+            outputs=shown,
+            ended=out_ids[-1] in self.ends,
+            decoder_inputs=self.target_tokens(tgt_in),
+            words=self.target_words(out_ids),
+            candidates=hf.candidates(self),
+            topk=topk,
+            notes=notes,
+            forced=forced,
         )
 
     @torch.no_grad()
@@ -387,7 +390,7 @@ class PromptedModel(HFModel):
         or layer sites (the analyses that read them refuse a prompted model: ``supports``),
         which is all the gradient methods read."""
         src, tgt_in, out = self.forced_batch(src_ids, out_ids)
-        with evaluating(self.model), torch.no_grad():
+        with self.evaluating(), torch.no_grad():
             logits = self.run(src, tgt_in)  # (1, T, V)
         none = {k: [] for k in ("encoder", "decoder_self", "cross")}
         sides = {"encoder": [], "decoder": []}
@@ -430,7 +433,7 @@ class PromptedModel(HFModel):
     @torch.no_grad()
     def sequence_patterns(self, ids) -> torch.Tensor:
         x = torch.tensor([list(ids)], device=self.device)  # (1, N)
-        with evaluating(self.model):
+        with self.evaluating():
             weights = self.model(input_ids=x, output_attentions=True, logits_to_keep=1).attentions
         return torch.stack(weights)[:, 0]  # (L, H, N, N)
 

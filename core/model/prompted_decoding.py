@@ -11,8 +11,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from core.model.transformer import evaluating
-
 
 @torch.no_grad()
 def continue_prompts(lm, prompts: list[list[int]], max_len: int) -> list[list[int]]:
@@ -26,7 +24,7 @@ def continue_prompts(lm, prompts: list[list[int]], max_len: int) -> list[list[in
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P)
     cache, out, done = None, [], torch.zeros(B, dtype=torch.bool, device=lm.device)
     ends = torch.tensor(sorted(lm.ends), device=lm.device)
-    with evaluating(lm.model):
+    with lm.evaluating():
         for _ in range(max(min(max_len, lm.cfg.max_positions - P), 0)):
             o = lm.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                          cache=cache, use_cache=True, logits_to_keep=1)  # fmt: skip
@@ -55,7 +53,7 @@ def decode_with_maps(lm, src: list[int], max_len: int):
     prompt = lm.layout.prompt(src)
     P, room = len(prompt), max(min(max_len, lm.cfg.max_positions - len(prompt)), 1)
     x, cache, out, logits, rows = torch.tensor([prompt], device=lm.device), None, [], [], []
-    with evaluating(lm.model):
+    with lm.evaluating():
         for step in range(room):
             o = lm.model(input_ids=x, cache=cache, use_cache=True, output_attentions=True,
                          logits_to_keep=1)  # fmt: skip

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from core.model.transformer import AttentionMaps
+from core.model.parts import AttentionMaps
 
 KINDS = ("encoder", "decoder_self", "cross")  # the attention kinds, in the model's order
 SIDES = ("encoder", "decoder")  # the two stacks

@@ -11,7 +11,8 @@ from core.corpus.batches import batches, encode_pairs
 from core.corpus.splits import Split
 from core.corpus.vocab import UNK, Vocab
 from core.model.decode import translate_batch
-from core.model.transformer import Transformer, evaluating
+from core.model.parts import evaluating
+from core.model.transformer import Transformer
 
 NO_BLEU = -1.0  # a recorded BLEU before any was measured (status.json, checkpoints)
 

@@ -27,10 +27,6 @@ from core.model.checked_translation import FRENCH_EXAMPLE
 from core.model.checkpoints import LoadedModel, data_config_of, load_checkpoint
 from core.model.config import ModelConfig
 from core.model.decode import (
-    MAX_LEN,
-    DecodeSettings,
-    Translation,
-    TranslationError,
     forced_translation,
     greedy_decode,
     prepare_source,
@@ -40,7 +36,16 @@ from core.model.decode import (
 )
 from core.model.hooks import HookPoint
 from core.model.interface import TranslationModel
-from core.model.parts import AttentionWeights, Source, SublayerNorm, linear_parts
+from core.model.parts import (
+    MAX_LEN,
+    AttentionWeights,
+    DecodeSettings,
+    Source,
+    SublayerNorm,
+    Translation,
+    TranslationError,
+    linear_parts,
+)
 from core.model.scores import evaluate_split
 from core.model.transformer import Transformer
 

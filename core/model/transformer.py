@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -41,15 +40,7 @@ from core.model.blocks import (
 from core.model.config import ModelConfig
 from core.model.hooks import HookPoint
 from core.model.output_loss import projected_cross_entropy
-
-
-@dataclass
-class AttentionMaps:
-    """Attention weights of one forward pass, stacked over layers."""
-
-    encoder: torch.Tensor | None = None  # (L, B, H, S, S) encoder self-attention
-    decoder_self: torch.Tensor | None = None  # (L, B, H, T, T) masked decoder self-attention
-    cross: torch.Tensor | None = None  # (L, B, H, T, S) decoder -> encoder attention
+from core.model.parts import AttentionMaps
 
 
 class EncoderLayer(nn.Module):
@@ -354,14 +345,3 @@ class Transformer(nn.Module):
     def num_parameters(self) -> int:
         """Number of trainable parameters."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
-
-
-@contextmanager
-def evaluating(model: nn.Module):
-    """The model in eval mode inside the block (dropout off); its mode restored after, always."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield model
-    finally:
-        model.train(was_training)

@@ -37,7 +37,8 @@ from core.corpus.text import tokenize
 from core.model import opened
 from core.model.capabilities import HUGGING_FACE, LANGUAGE_MODEL, MASKED_LM, STUDIO
 from core.model.checkpoints import CheckpointError
-from core.model.decode import MAX_LEN, source_len
+from core.model.decode import source_len
+from core.model.parts import MAX_LEN
 from core.training.settings import GROUPS, field_default
 
 MB = 2**20

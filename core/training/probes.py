@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 from core.corpus.text import D2L_TEST_PAIRS
 from core.corpus.vocab import Vocab
-from core.model.decode import TranslationError, translate
+from core.model.decode import translate
+from core.model.parts import TranslationError
 from core.model.transformer import Transformer
 from core.training.config import D2L_PROBES
 from core.training.random_streams import kept_random_streams

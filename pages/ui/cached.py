@@ -11,8 +11,8 @@ from core.attribution.gradients import DEFAULT_CHOICES, GradientChoices
 from core.attribution.step_scores import StepScores, step_scores
 from core.corpus.text import tokenize
 from core.model import checked_translation as translation
-from core.model.decode import DecodeSettings, Translation, TranslationError
 from core.model.interface import TranslationModel
+from core.model.parts import DecodeSettings, Translation, TranslationError
 from core.runs import budget
 from pages.ui.shared_cache import shared
 

@@ -33,7 +33,7 @@ from core.attention.sentence_maps import SentenceMaps
 from core.attribution.contrast import CONTRAST_METHODS
 from core.corpus.text import D2L_TEST_PAIRS
 from core.model.checked_translation import DEFAULT_SENTENCE
-from core.model.decode import ALPHA, ALPHAS, BEAM_SIZES, MAX_LEN, MAX_LENS, DecodeSettings
+from core.model.parts import ALPHA, ALPHAS, BEAM_SIZES, MAX_LEN, MAX_LENS, DecodeSettings
 
 OLD_SECTIONS = {  # the section values of links made before the keys: the labels shown then
     "Maps": "maps",

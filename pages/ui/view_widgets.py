@@ -8,7 +8,7 @@ import streamlit as st
 
 from core.attribution.methods import METHODS
 from core.model.checked_translation import DEFAULT_SENTENCE, EXAMPLES, MAX_SENTENCE_TOKENS
-from core.model.prompt import DEFAULT_TEMPLATE, MAX_TEMPLATE_CHARS
+from core.model.parts import DEFAULT_TEMPLATE, MAX_TEMPLATE_CHARS
 from pages.ui.view_state import MAX_REFERENCE_CHARS, MAX_TEXT_CHARS, ViewState
 
 TRANSLATE_KEYS = (  # the Translate page's URL keys

@@ -25,8 +25,8 @@ from core.attention.sentence_maps import SentenceMaps
 from core.corpus.source import DataError
 from core.figures import attention as figs
 from core.figures import importance as abfigs
-from core.model.decode import Translation, TranslationError
 from core.model.interface import TranslationModel
+from core.model.parts import Translation, TranslationError
 from core.runs.catalogue import ModelEntry
 from pages.ui.attention.cached_ablation import ablated_translate
 from pages.ui.attention.inputs import SectionInputs

@@ -10,8 +10,8 @@ from core.attention import ablation as ablate
 from core.attention.ablation import HeadSpec
 from core.attention.patching import Patching, patch
 from core.model import checked_translation as translation
-from core.model.decode import DecodeSettings, Translation
 from core.model.interface import TranslationModel
+from core.model.parts import DecodeSettings, Translation
 from pages.ui.cached import fitted
 from pages.ui.heavy_work import heavy_slot_or_raise
 from pages.ui.shared_cache import shared

@@ -4,8 +4,8 @@ head roles (the "Maps" section)."""
 from __future__ import annotations
 
 from core.attention import head_roles, logit_lens, query_key
-from core.model.decode import Translation
 from core.model.interface import TranslationModel
+from core.model.parts import Translation
 from pages.ui.shared_cache import shared
 
 

@@ -14,8 +14,8 @@ from core.corpus.text import D2L_TEST_PAIRS
 from core.figures import attention as figs
 from core.figures import comparison as cmp_figs
 from core.model.checkpoints import CheckpointError
-from core.model.decode import Translation, TranslationError
 from core.model.interface import TranslationModel
+from core.model.parts import Translation, TranslationError
 from core.runs.catalogue import ModelEntry, find_entry
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.cached import sentence_maps, teacher_forced, translate

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.attention.sentence_maps import SentenceMaps
-from core.model.decode import Translation
 from core.model.interface import TranslationModel
+from core.model.parts import Translation
 from core.runs.catalogue import ModelEntry
 from pages.ui.view_state import ViewState
 

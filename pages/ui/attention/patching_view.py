@@ -10,7 +10,7 @@ import streamlit as st
 from core.attention.maps import export_name
 from core.attention.patching import DIRECTION_NAMES, DIRECTIONS, INDIRECT_OBJECT
 from core.figures import patching as figs
-from core.model.decode import TranslationError
+from core.model.parts import TranslationError
 from pages.ui.attention import cached_ablation as cached
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.charts import chart

@@ -9,7 +9,7 @@ from core.attention.kinds import short_title
 from core.attention.maps import decoder_view, export_name, playback_step, select_view
 from core.figures import attention as figs
 from core.figures import playback as playback_figs
-from core.model.decode import TranslationError
+from core.model.parts import TranslationError
 from pages.ui.attention import player
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.cached import teacher_forced
