@@ -2,11 +2,14 @@
 trying every attack on a class server while the class works, and what it cost the others.
 
 Round four (issue 49) adds: a client claiming the teacher by sending the identity header
-itself (the server trusts the header only with the proxy's secret; the hostile user is
-signed in as "mallory" through that "proxy"), Patching and playback links with the longest
-prefix and reference a URL may carry, UMAP of 1,000 sentences from a link, a damaged model
-folder beside the others, and two tabs of the same user asking for head importance at once
-(the second is refused; the first stops at the server's time limit, 30 s here).
+itself, Patching and playback links with the longest prefix and reference a URL may carry,
+UMAP of 1,000 sentences from a link and a damaged model folder beside the others. Since
+round five (issue 64, ``bench/hostile_five.py``) the server is served as an operator may
+serve it, ``uvicorn app:app --host 0.0.0.0`` with header identity and no proxy secret, and
+the hostile session is a client from the network: it reaches the server at this machine's
+own address, never signed in; the header is trusted only from loopback (the control). Round
+four's two tabs of one user asking for heavy work became round five's nine sessions of one
+client.
 """
 
 from __future__ import annotations
@@ -15,24 +18,45 @@ import asyncio
 import json
 import time
 import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.students import TIMEOUT_MS, settled
 from bench.wire import percentile
+from tests.header_proxy import HeaderProxy
 
 HOSTILE_RUN = "20260101-000000-hostile"  # a finished run whose model never ends its output
-PROXY_SECRET = "load-bench-proxy-secret-0123456789"  # what the bench's "proxy" sends
-IDENTITY = {  # the server knows its users from a proxy's header (docs/serving.md)
+HEAVY_LIMIT_S = 30  # one heavy job's limit on the bench's server, short for the bench
+IDENTITY = {  # users named by a proxy's header, no proxy secret (docs/serving.md)
     "ATTENTION_STUDIO_IDENTITY": "header:X-Forwarded-User",
-    "ATTENTION_STUDIO_PROXY_SECRET": PROXY_SECRET,
+    "ATTENTION_STUDIO_PROXY_SECRET": "",  # trusted only from a direct loopback connection
     "ATTENTION_STUDIO_TEACHERS": "teacher",
-    "ATTENTION_STUDIO_HEAVY_LIMIT_S": "30",  # one heavy job's limit, short for the bench
+    "ATTENTION_STUDIO_HEAVY_LIMIT_S": str(HEAVY_LIMIT_S),
 }
-MALLORY = {"X-Forwarded-User": "mallory", "X-Attention-Studio-Proxy": PROXY_SECRET}
+VIEWPORT = {"width": 1280, "height": 900}
 HOSTILE_SETTINGS = {  # issue 31, item 1: 1.29 GB snapshots at every step
     "model": {"d_model": 64, "num_heads": 64, "num_encoder_layers": 24, "num_decoder_layers": 24},
     "train": {"eval_every": 1, "probes": ["!" * 200] * 8},
 }
+
+
+@dataclass(frozen=True)
+class Target:
+    """The class server as the hostile session reaches it."""
+
+    url: str  # its loopback address, as the students (and the controls) reach it
+    net: str  # this machine's own network address: the hostile session is a network client
+    big: str | None = None  # an opus-mt-sized model's key (--opus-sized), opened by link attacks
+    lm: str = ""  # a decoder-only model's key (round five's prompt-template attacks)
+
+
+class Seen(list):
+    """What the hostile session met, one (attempt, answer) per line; ``facts``: the figures
+    the summary reads (round five's counts and waits)."""
+
+    def __init__(self):
+        super().__init__()
+        self.facts: dict = {}
 
 
 def never_ending_run(runs: Path, shipped: Path) -> None:
@@ -73,9 +97,10 @@ def gold_files(words: int, pairs: int = 2000) -> tuple[bytes, bytes]:
     return text, links.encode()
 
 
-async def hostile(browser, url: str, until: float, seen: list, big: str | None = None) -> None:
-    """The hostile session: what one browser tried against everyone else, and what it met
-    (``big``: an opus-mt-sized model's folder, opened by the link attacks too)."""
+async def hostile(browser, target: Target, until: float, seen: list) -> None:
+    """Rounds three and four: what one browser from the network tried against everyone else,
+    and what it met (``target.big``: an opus-mt-sized model's folder, opened by the link
+    attacks too)."""
     from core.runs import jobs
     from core.runs.run_dir import RunError
 
@@ -84,13 +109,10 @@ async def hostile(browser, url: str, until: float, seen: list, big: str | None =
         seen.append(("launch the 1.29 GB-snapshot settings", "started (NOT refused)"))
     except RunError as e:
         seen.append(("launch the 1.29 GB-snapshot settings", f"refused: {str(e)[:110]}"))
-    await claim_teacher(browser, url, seen)
-    context = await browser.new_context(
-        viewport={"width": 1280, "height": 900}, extra_http_headers=MALLORY
-    )
+    await claim_teacher(browser, target, seen)
+    context = await browser.new_context(viewport=VIEWPORT)
     page = await context.new_page()
-    model = f"runs/{HOSTILE_RUN}/best.pt"
-    await two_tabs_of_heavy_work(context, url, seen)
+    url, model = target.net, f"runs/{HOSTILE_RUN}/best.pt"
     rounds = 0
     while rounds == 0 or time.time() < until:  # every attack at least once
         rounds += 1
@@ -109,14 +131,22 @@ async def hostile(browser, url: str, until: float, seen: list, big: str | None =
             (upload_gold, (gold_files(100), seen, "2,000 pairs of 100 words")),
             (upload_gold, (gold_files(6), seen, "2,000 pairs of 6 words")),
             (overwrite_shipped, (seen,)),
-            *((long_links, (seen, m)) for m in ("checkpoints/fra-eng-small.pt", big) if m),
+            *((long_links, (seen, m)) for m in ("checkpoints/fra-eng-small.pt", target.big) if m),
             (umap_link, (seen,)),
         ):
-            try:
-                await attempt(page, url, *args)
-            except Exception as e:  # noqa: BLE001 - the bench reports it and goes on
-                seen.append((attempt.__name__, f"bench error: {str(e).splitlines()[0][:100]}"))
+            await attempted(seen, attempt, page, url, *args)
     await context.close()
+
+
+async def attempted(seen: list, attempt, *args) -> None:
+    """``await attempt(*args)``; an exception box met on the way is written down as
+    "TRACEBACK", any other failure of the bench as itself, and the session goes on."""
+    try:
+        await attempt(*args)
+    except Exception as e:  # noqa: BLE001 - the bench reports it and goes on
+        line = str(e).splitlines()[0][:100] if str(e) else type(e).__name__
+        said = "TRACEBACK" if "exception on the page" in line else f"bench error: {line}"
+        seen.append((attempt.__name__, said))
 
 
 DRAWN_OR_SAID = (  # something a section shows once its script ran: a message, a chart, a button
@@ -131,56 +161,49 @@ async def shown(page) -> None:
     await settled(page)
 
 
-async def alerts(page) -> str:
-    """The page's messages (errors, warnings, notes) once it is idle, or what it drew."""
+async def alerts(page, prefer: str = "") -> str:
+    """The page's messages (errors, warnings, notes) once it is idle, or what it drew; only
+    the first line of the one holding ``prefer`` where one does."""
     await shown(page)
-    found = await page.locator('[data-testid="stAlert"]').all_inner_texts()
-    text = " / ".join(t.strip().splitlines()[0] for t in found if t.strip())
+    found = [t.strip() for t in await page.locator('[data-testid="stAlert"]').all_inner_texts()]
+    found = [t for t in found if t]
     if "Traceback" in await page.locator("body").inner_text():
         return "TRACEBACK"
+    chosen = [t for t in found if prefer and prefer in t] or found
+    text = " / ".join(t.splitlines()[0] for t in chosen)
     return text[:110] if text else "drawn, no message"
 
 
-async def claim_teacher(browser, url: str, seen: list) -> None:
-    """A client sending the identity header itself, once without the proxy's secret (the
-    attack) and once with it (the control: the header does reach the server)."""
-    for what, headers in (
-        ("claim the teacher by sending X-Forwarded-User", {"X-Forwarded-User": "teacher"}),
-        (
-            "control: the same through the proxy (with its secret)",
-            {**MALLORY, "X-Forwarded-User": "teacher"},
-        ),
-    ):
-        context = await browser.new_context(extra_http_headers=headers)
-        page = await context.new_page()
-        await page.goto(url, timeout=TIMEOUT_MS)
-        answer = page.get_by_text("Not signed in").or_(page.get_by_text("Signed in as"))
-        await answer.first.wait_for(timeout=TIMEOUT_MS)
-        text = await page.locator("body").inner_text()
-        seen.append((what, "signed in as teacher" if "Teacher:" in text else "not signed in"))
-        await context.close()
+CLAIMS = (  # (what, the address the "proxy" dials, more headers it sends)
+    ("claim the teacher from the network with X-Forwarded-User", "net", {}),
+    (
+        "claim the teacher from the network, also sending X-Forwarded-For: 127.0.0.1",
+        "net",
+        {"X-Forwarded-For": "127.0.0.1"},
+    ),
+    ("control: the same header from 127.0.0.1 (a proxy on this machine)", "127.0.0.1", {}),
+)
 
 
-async def two_tabs_of_heavy_work(context, url: str, seen: list) -> None:
-    """Two tabs of the same signed-in user ask for head importance on 5,000 sentences."""
-    query = urllib.parse.urlencode({"section": "ablation", "sentence": "go ."})
-    tabs = [await context.new_page() for _ in range(2)]
-    for tab in tabs:
-        await tab.goto(f"{url}/attention?{query}", timeout=TIMEOUT_MS)
-        await settled(tab)
-        box = tab.get_by_role("spinbutton", name="Validation sentences")
-        await box.fill("5000")
-        await box.press("Enter")
-        await settled(tab)
-    for tab in tabs:
-        await tab.get_by_role("button", name="Compute head importance").click(timeout=TIMEOUT_MS)
-    await asyncio.sleep(3)
-    seen.append(("a second tab asks for heavy work", await alerts(tabs[1])))
-    done = tabs[0].get_by_text("stopped after").or_(tabs[0].get_by_text("computed in"))
-    await done.first.wait_for(timeout=TIMEOUT_MS * 4)
-    seen.append(("head importance on 5,000 sentences", await alerts(tabs[0])))
-    for tab in tabs:
-        await tab.close()
+async def claim_teacher(browser, target: Target, seen: list) -> None:
+    """A client naming itself the teacher in the identity header: from the network (the
+    attacks, ``tests.header_proxy`` dialling this machine's own address, since Chromium does
+    not send extra headers on a websocket) and from loopback (the control: the header does
+    reach the server and is trusted there)."""
+    for what, via, more in CLAIMS:
+        address = urllib.parse.urlsplit(target.net).hostname if via == "net" else via
+        proxy = HeaderProxy(target.url, "X-Forwarded-User", "teacher", more, via=address)
+        context = await browser.new_context()
+        try:
+            page = await context.new_page()
+            await page.goto(proxy.url, timeout=TIMEOUT_MS)
+            answer = page.get_by_text("Not signed in").or_(page.get_by_text("Signed in as"))
+            await answer.first.wait_for(timeout=TIMEOUT_MS)
+            text = await page.locator("body").inner_text()
+            seen.append((what, "signed in as teacher" if "Teacher:" in text else "not signed in"))
+        finally:
+            await context.close()
+            proxy.close()
 
 
 async def long_links(page, url: str, seen: list, model: str) -> None:
@@ -220,8 +243,18 @@ async def umap_link(page, url: str, seen: list) -> None:
     seen.append(("UMAP of 1,000 sentences from a link", verdict))
 
 
-async def upload_gold(page, url: str, files: tuple[bytes, bytes], seen: list, what: str) -> None:
-    """The Alignment section's upload of a gold set; what the page answered."""
+GOLD_ANSWERS = (  # what the Alignment section says once it is done with an uploaded gold set
+    "readers scored",
+    "the server scores at most",
+    "was not scored",
+    "already have heavy work",
+    "one runs at a time",
+)
+
+
+async def uploaded(page, url: str, files: tuple[bytes, bytes]) -> str:
+    """The Alignment section's upload of a gold set; which of GOLD_ANSWERS the page gave
+    ("TRACEBACK" for an exception box)."""
     query = urllib.parse.urlencode({"section": "alignment", "sentence": "go ."})
     await page.goto(f"{url}/attention?{query}", timeout=TIMEOUT_MS)
     await page.get_by_text("Upload", exact=True).click(timeout=TIMEOUT_MS)
@@ -232,15 +265,34 @@ async def upload_gold(page, url: str, files: tuple[bytes, bytes], seen: list, wh
     await inputs.nth(1).set_input_files(
         {"name": "gold.txt", "mimeType": "text/plain", "buffer": files[1]}
     )
-    answers = ["readers scored", "the server scores at most", "one runs at a time"]
-    found = page.get_by_text(answers[0])
-    for words in answers[1:]:
+    return await first_answer(page, GOLD_ANSWERS, TIMEOUT_MS * 4)  # it may wait in line first
+
+
+async def first_answer(page, answers: tuple[str, ...], timeout: float, more=None) -> str:
+    """The first of ``answers`` the page shows, once it is idle (``more``: a locator that
+    counts as an answer of its own, "drawn"); "TRACEBACK" for an exception box; "no answer"
+    (with the page's messages) when none came within ``timeout`` ms."""
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+    box = page.locator('[data-testid="stException"]')
+    found = box if more is None else box.or_(more)
+    for words in answers:
         found = found.or_(page.get_by_text(words))
-    await found.first.wait_for(timeout=TIMEOUT_MS * 4)  # it may wait its turn in line first
+    try:
+        await found.first.wait_for(timeout=timeout)
+    except PlaywrightTimeout:
+        return f"no answer in {timeout / 1000:.0f} s: {await alerts(page)}"
+    text = await page.locator("body").inner_text()
+    if await box.count() or "Traceback" in text:
+        return "TRACEBACK"
     await settled(page)
     text = await page.locator("body").inner_text()
-    answer = next((a for a in answers if a in text), "?")
-    seen.append((f"upload a gold set of {what}", answer))
+    return next((a for a in answers if a in text), "drawn")
+
+
+async def upload_gold(page, url: str, files: tuple[bytes, bytes], seen: list, what: str) -> None:
+    """The Alignment section's upload of a gold set; what the page answered."""
+    seen.append((f"upload a gold set of {what}", await uploaded(page, url, files)))
 
 
 async def overwrite_shipped(page, url: str, seen: list) -> None:
@@ -249,12 +301,15 @@ async def overwrite_shipped(page, url: str, seen: list) -> None:
     await (
         page.get_by_text("Delete run")
         .or_(page.get_by_text("only its owner or a teacher"))
+        .or_(page.get_by_text("can only look"))
         .or_(page.get_by_text("Save as a model"))
         .first.wait_for(timeout=TIMEOUT_MS)
     )
     await settled(page)
     if not await page.get_by_text("Save as a model").count():  # not the run's owner
-        seen.append(("overwrite the shipped model", "no Save button: not the run's owner"))
+        looks = await page.get_by_text("can only look").count()
+        why = "not signed in" if looks else "not the run's owner"
+        seen.append(("overwrite the shipped model", f"no Save button: {why}"))
         return
     await page.get_by_text("Save as a model").click(timeout=TIMEOUT_MS)
     await page.get_by_role("textbox", name="Model name").fill("fra-eng-small")
@@ -266,8 +321,11 @@ async def overwrite_shipped(page, url: str, seen: list) -> None:
     seen.append(("overwrite the shipped model", "refused" if "shipped model" in text else "SAVED"))
 
 
-def compare(phases: dict, seen: list, intact: bool, quota: int, goal_mb: int = 1536) -> None:
-    """What the hostile session met, and what it cost the others (JSON lines and a table)."""
+def compare(
+    phases: dict, seen: list, intact: bool, quota: int, goal_mb: int = 1536, more=None
+) -> None:
+    """What the hostile session met, and what it cost the others (JSON lines and a table);
+    ``more``: round five's figures (``hostile_five.summary``)."""
     p95 = {
         phase: percentile([s for what, s, e in results if not e and what != "open a page"], 95)
         for phase, (results, *_) in phases.items()
@@ -284,6 +342,7 @@ def compare(phases: dict, seen: list, intact: bool, quota: int, goal_mb: int = 1
         "teacher_claimed_by_a_header": any(
             w.startswith("claim the teacher") and a != "not signed in" for w, a in seen
         ),
+        **(more or {}),
         "tracebacks_met": sum(1 for _, a in seen if a == "TRACEBACK"),
         "runs_folder_grew_mb": round(phases["class + hostile"][3] / 2**20, 1),
         "quota_gb": round(quota / 2**30, 1),

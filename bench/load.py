@@ -28,19 +28,27 @@ With ``--hostile`` the class works twice, the second time beside a hostile sessi
 31): it launches the settings whose snapshots once reached 1.29 GB each, opens
 ``?max_len=200`` links on a model that never ends its output (64 heads, 24 + 24 layers),
 uploads a 2,000-pair gold file of 100-word sentences and then a 2,000-pair short one, and
-tries to overwrite the shipped model; then round four's attacks (issue 49, ``bench/hostile.py``:
+tries to overwrite the shipped model; round four's attacks (issue 49, ``bench/hostile.py``:
 a teacher claimed by a header, the longest Patching and playback links, UMAP from a link, a
-damaged model folder, two tabs of heavy work), with the server knowing its users from a
-proxy's header. It reports what each attempt met, the ordinary sessions' p95 with it against
-without it, the server's peak memory in each phase against its goal (1.5 GB; 2 GB with
-``--opus-sized``, where an opus-mt-sized model sits in checkpoints/ and the link attacks
-open it too) and how much the runs folder grew, against the quota.
+damaged model folder); and first round five's (issue 64, ``bench/hostile_five.py``: the
+metrics route, nine sessions of one client asking for heavy work beside a victim of another,
+Readers beyond one head on a large gold set, Alignment links and a long template on a
+decoder-only model, weights cut short, malformed attribution results). The server is then
+served as an operator may serve it, ``uvicorn app:app --host 0.0.0.0``, knowing its users
+from a proxy's header without a proxy secret; the students reach it on 127.0.0.1, the
+hostile session from the network (this machine's own address), and the students work on
+until it has made every attempt. It reports what each attempt met, the ordinary sessions'
+p95 with it against without it, the server's peak memory in each phase against its goal
+(1.5 GB; 2 GB with ``--opus-sized``, where an opus-mt-sized model sits in checkpoints/ and
+the link attacks open it too, and the decoder-only model is GPT-2-sized) and how much the
+runs folder grew, against the quota.
 
     python bench/load.py [--sessions 10] [--seconds 120] [--alone 60] [--draw 120]
         [--browsers both|equal|lowest|none|all] [--hostile [--opus-sized]]
 
 Needs Debian's Chromium and the fra-eng corpus (``$FRA_ENG_ZIP`` or ../shared); every
-address it talks to is 127.0.0.1, and it stops by itself.
+address it talks to is 127.0.0.1 (with ``--hostile``, this machine's own address too), and it
+stops by itself.
 """
 
 from __future__ import annotations
@@ -65,11 +73,13 @@ from bench import wire  # noqa: E402
 from bench.common import corpus_path  # noqa: E402
 from bench.hostile import (  # noqa: E402
     IDENTITY,
+    Seen,
+    Target,
     compare,
     damaged_folder,
-    hostile,
     never_ending_run,
 )
+from bench.hostile_five import round_five_folders, session, summary  # noqa: E402
 from bench.students import (  # noqa: E402
     CHROMIUM,
     HEADS,
@@ -80,7 +90,7 @@ from bench.students import (  # noqa: E402
     student,
 )
 from bench.wire import percentile  # noqa: E402
-from tests.helpers import start_server, stop_server  # noqa: E402  (the browser tests' server)
+from tests.helpers import own_address, start_server, stop_server  # noqa: E402  (the tests' server)
 
 BROWSER_GROUP = {"nice": "0"}  # the niceness of the browsers' session in this phase
 LOWEST = "class, browsers at the lowest priority"  # the phase as if on the students' machines
@@ -178,6 +188,17 @@ def _descends(pid: int, ancestor: int, parent: int) -> bool:
     return False
 
 
+class Until(float):
+    """The students' deadline (they compare ``time.time() < until``), not past while ``busy``:
+    beside the hostile session the class works on until it has made every attempt. Python
+    asks a float subclass on the right of ``<`` first, through its ``__gt__``."""
+
+    busy = False
+
+    def __gt__(self, now) -> bool:
+        return self.busy or float(self) > now
+
+
 async def the_class(
     url: str,
     sessions: int,
@@ -185,11 +206,11 @@ async def the_class(
     seed: int,
     seen: list | None = None,
     wired=False,
-    big: str | None = None,
+    target: Target | None = None,
 ) -> list:
     """``sessions`` students at once in one headless Chromium for ``seconds`` (and the hostile
-    session beside them when ``seen`` is a list: what it met goes there); ``wired``: the same
-    students without a browser (``bench/wire.py``)."""
+    session beside them when ``seen`` is a list: what it met goes there; they work on until it
+    is done); ``wired``: the same students without a browser (``bench/wire.py``)."""
     from playwright.async_api import async_playwright
 
     results: list = []
@@ -201,9 +222,18 @@ async def the_class(
         return results
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        until = time.time() + seconds
+        until = Until(time.time() + seconds)
+        until.busy = seen is not None
+
+        async def hostile_session():
+            """The hostile session; the class stops once it is done (and ``seconds`` passed)."""
+            try:
+                await session(browser, target, float(until), seen)
+            finally:
+                until.busy = False
+
         work = [student(browser, url, seed + i, until, results) for i in range(sessions)]
-        work += [hostile(browser, url, until, seen, big)] if seen is not None else []
+        work += [hostile_session()] if seen is not None else []
         await asyncio.gather(*work)
         await browser.close()
     return results
@@ -282,6 +312,8 @@ def main() -> int:
         "student's wait), both (equal and lowest) or all",
     )
     args = p.parse_args()
+    if args.hostile and own_address() is None:
+        p.error("--hostile needs an address of this machine besides loopback")
     tmp = Path(tempfile.mkdtemp(prefix="load-"))
     env = {**os.environ, "ATTENTION_STUDIO_RUNS": str(tmp / "runs")}
     env["FRA_ENG_ZIP"] = corpus_path()
@@ -296,20 +328,17 @@ def main() -> int:
     run_id = jobs.start_run(
         "small", {"train": {"device": "cpu", "time_budget": 0, "max_steps": 10**6, "log_every": 10}}
     )
-    big = None
-    if args.hostile:
-        never_ending_run(tmp / "runs", tmp / "checkpoints" / "fra-eng-small.pt")
-        damaged_folder(tmp / "checkpoints")
-    if args.hostile and args.opus_sized:
-        sys.path.insert(0, str(ROOT / "bench"))
-        import hf_speed
-
-        hf_speed.build(tmp / "checkpoints" / "opus-mt-en-fr-random")
-        big = "checkpoints/opus-mt-en-fr-random/"
-    server, url = start_server(tmp / "runs", env=IDENTITY if args.hostile else None)
+    lm, big = hostile_folders(tmp, args.opus_sized) if args.hostile else (None, None)
+    host = "0.0.0.0" if args.hostile else None  # as an operator may serve it: every interface
+    server, url = start_server(
+        tmp / "runs", env=IDENTITY if args.hostile else None, uvicorn_host=host
+    )
+    target = None
+    if args.hostile:  # the hostile session is a client from the network: this machine's address
+        target = Target(url, f"http://{own_address()}:{url.rsplit(':', 1)[1]}", big, lm)
     memory = PeakMemory(server.pid)
     memory.start()
-    phases, seen = {}, []
+    phases, seen = {}, Seen()
     try:
         time.sleep(20)  # the trainer reads the corpus and starts
         first = len(train_records(tmp / "runs", run_id))
@@ -328,7 +357,7 @@ def main() -> int:
             if phase == DRAWN:
                 results = asyncio.run(one_browser(url, args.draw, args.seed))
             else:
-                work = (args.sessions, args.seconds, args.seed, hostile_seen, phase == WIRE, big)
+                work = (args.sessions, args.seconds, args.seed, hostile_seen, phase == WIRE, target)
                 results = asyncio.run(the_class(url, *work))
             wall = time.perf_counter() - cpu[2]
             used = {  # cores each part used on average during the class
@@ -360,8 +389,25 @@ def main() -> int:
     if WIRE in phases and DRAWN in phases:
         report_wait(student_wait(phases[WIRE][0], phases[DRAWN][0]))
     if args.hostile:
-        compare(phases, seen, intact, limit, 2048 if args.opus_sized else 1536)
+        compare(phases, seen, intact, limit, 2048 if args.opus_sized else 1536, summary(seen))
     return 0
+
+
+def hostile_folders(tmp: Path, opus_sized: bool) -> tuple[str, str | None]:
+    """The hostile session's runs and model folders in the bench's copies (a never-ending
+    model, a half-copied folder, round five's decoder-only and cut-short folders, with
+    ``opus_sized`` an opus-mt-sized model): (the decoder-only model's key, the opus-mt-sized
+    one's or None)."""
+    never_ending_run(tmp / "runs", tmp / "checkpoints" / "fra-eng-small.pt")
+    damaged_folder(tmp / "checkpoints")
+    lm = round_five_folders(tmp / "checkpoints", opus_sized)
+    if not opus_sized:
+        return lm, None
+    sys.path.insert(0, str(ROOT / "bench"))
+    import hf_speed
+
+    hf_speed.build(tmp / "checkpoints" / "opus-mt-en-fr-random")
+    return lm, "checkpoints/opus-mt-en-fr-random/"
 
 
 def phases_of(args) -> tuple[str, ...]:

@@ -18,8 +18,15 @@ import json
 import sys
 
 from core.attention.head_measures import PRECISIONS
-from core.attention.importance import SENTENCES, importance_for
-from core.command_line import CommandError, add_prompt_flag, run_command, terminal_progress
+from core.attention.importance import SAMPLE_SIZES, SENTENCES, importance_for
+from core.command_line import (
+    CommandError,
+    CommandParser,
+    InRange,
+    add_prompt_flag,
+    run_command,
+    terminal_progress,
+)
 from core.corpus.source import DataError
 from core.model.checkpoints import CheckpointError
 from core.model.opened import model_path, open_model
@@ -41,7 +48,7 @@ def json_lines(result) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     """--checkpoint, --data, --sentences and --refresh."""
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         description="BLEU and loss on validation sentences with each attention head removed."
     )
     p.add_argument(
@@ -50,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--data", default=None, help="corpus path or 'fra-eng' (default: the checkpoint's own data)"
     )
-    p.add_argument("--sentences", type=int, default=SENTENCES, help="first N validation sentences")
+    sentences = InRange(int, *SAMPLE_SIZES)
+    p.add_argument("--sentences", type=sentences, default=SENTENCES, help="the first N validation")
     p.add_argument("--refresh", action="store_true", help="recompute, ignoring a cached result")
     p.add_argument("--target-lang", default="", help="a multilingual model's target language")
     p.add_argument(
@@ -71,8 +79,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> list[str]:
     """Head importance of the checkpoint, as JSON lines."""
-    if args.sentences < 1:
-        raise CommandError("--sentences must be at least 1.")
     try:
         device = pick_device(args.device)
     except ValueError as e:

@@ -29,23 +29,24 @@ from core.alignment.held_out import held_out_gold
 from core.alignment.other_readers import other_readers
 from core.alignment.supervision_effect import SupervisionError, compared
 from core.attribution.methods import METHODS
-from core.command_line import CommandError, add_prompt_flag, run_command
+from core.command_line import CommandError, CommandParser, InRange, add_prompt_flag, run_command
 from core.model.checkpoints import CheckpointError
 from core.model.opened import open_model
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command's flags."""
-    p = argparse.ArgumentParser(description="Word alignments from cross-attention, and AER.")
+    p = CommandParser(description="Word alignments from cross-attention, and AER.")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--data", help="a file of 'english ||| french' lines")
     p.add_argument("--held-out", action="store_true", help="the held-out Tatoeba gold set")
     p.add_argument("--gold", help="Pharaoh links per pair: i-j sure, ipj possible")
     p.add_argument("--one-indexed", action="store_true", help="the gold links count from 1")
-    p.add_argument("--layer", help="a decoder layer, or 'all' (the mean of every layer)")
-    p.add_argument("--head", help="a head number, or 'mean'")
+    p.add_argument("--layer", type=InRange.index("all"), help="'all': the mean of every layer")
+    p.add_argument("--head", type=InRange.index("mean"), help="a head number, or 'mean'")
     p.add_argument("--mode", help="awo (the step that predicts a word), awi, or whole")
-    p.add_argument("--threshold", type=float, help="link every source word at or above this share")
+    share = InRange(float, 0, 1, above=True)
+    p.add_argument("--threshold", type=share, help="link every source word at or above this share")
     p.add_argument("--both-ways", action="store_true", help="row share x column share (awesome)")
     p.add_argument("--method", action="append", help="with --gold: also an attribution method")
     p.add_argument("--whole-target", action="store_true", help="read with no future mask")
@@ -58,11 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def chosen_readers(args, lm) -> list[Reader]:
     """The readers the flags ask for (CommandError naming a bad flag)."""
-    if args.threshold is not None and not 0 < args.threshold <= 1:
-        raise CommandError(f"--threshold must be in (0, 1] (got {args.threshold})")
     try:
         layers, heads = lm.cfg.num_decoder_layers, lm.cfg.num_heads
-        return pick_readers(layers, heads, args.mode, args.layer, args.head, modes(lm))
+        layer, head = (None if v is None else str(v) for v in (args.layer, args.head))
+        return pick_readers(layers, heads, args.mode, layer, head, modes(lm))
     except ValueError as e:
         raise CommandError(str(e)) from e
 

@@ -22,11 +22,11 @@ import sys
 
 from core.attribution.contrast import contrast_problem
 from core.attribution.explain import sentence_json
-from core.attribution.faithfulness import DEFAULT_METHODS, SENTENCES, faithfulness_for
+from core.attribution.faithfulness import DEFAULT_METHODS, SAMPLE_SIZES, SENTENCES, faithfulness_for
 from core.attribution.file_mode import FileModeError, attribute_file, out_problem
 from core.attribution.gradients import add_choice_flags, choices_from
 from core.attribution.methods import MEAN, METHODS, AttributionError, method_problem
-from core.command_line import CommandError, run_command, terminal_progress
+from core.command_line import CommandError, CommandParser, InRange, run_command, terminal_progress
 from core.corpus.source import DataError
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError
@@ -38,15 +38,16 @@ ERRORS = (CheckpointError, DataError, AttributionError, TranslationError, FileMo
 
 def build_parser() -> argparse.ArgumentParser:
     """The command's flags."""
-    p = argparse.ArgumentParser(description="Token attribution of a translation, as JSON.")
+    p = CommandParser(description="Token attribution of a translation, as JSON.")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--method", action="append", help=f"one of {', '.join(METHODS)}")
-    p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
-    p.add_argument("--layer", type=int, default=None, help="attention method: decoder layer")
-    p.add_argument("--head", default=MEAN, help="attention method: a head number or 'mean'")
+    p.add_argument("--beam", type=InRange(int, *BEAM_SIZES), default=1, help="beam size")
+    p.add_argument("--layer", type=InRange.index(), help="attention method: decoder layer")
+    p.add_argument("--head", type=InRange.index(MEAN), default=MEAN, help="attention: or 'mean'")
     p.add_argument("--words", action="store_true", help="merge BPE pieces into words")
     p.add_argument("--faithfulness", action="store_true", help="score methods by occlusion")
-    p.add_argument("--sentences", type=int, default=SENTENCES, help="validation sentences")
+    sentences = InRange(int, *SAMPLE_SIZES)
+    p.add_argument("--sentences", type=sentences, default=SENTENCES, help="validation sentences")
     p.add_argument("--data", default=None, help="corpus path or 'fra-eng' (default: its own)")
     p.add_argument("--refresh", action="store_true", help="recompute a cached faithfulness")
     p.add_argument("--target-lang", default="", help="a multilingual model's target language")
@@ -71,15 +72,13 @@ def problem(args) -> str | None:
     if args.faithfulness:
         if args.target or args.contrast:
             return "--target and --contrast explain one sentence: leave out --faithfulness"
-        return "--sentences must be at least 1" if args.sentences < 1 else None
+        return None
     if bool(args.input) != bool(args.out):
         return "--input and --out go together: the pairs file and the results file"
     if not " ".join(args.sentence).strip() and not args.input:
         return "give a sentence to explain (or --input FILE, or --faithfulness)"
     if len(args.method or []) > 1:
         return "give one --method for a sentence"
-    if not BEAM_SIZES[0] <= args.beam <= BEAM_SIZES[1]:
-        return f"--beam must be {BEAM_SIZES[0]}..{BEAM_SIZES[1]}"
     if args.target and args.beam != 1:
         return "--target is fed to the decoder instead of a search: leave out --beam"
     return None

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from core.alignment.head_aer import store_in_history
-from core.command_line import run_command, terminal_progress
+from core.command_line import CommandParser, run_command, terminal_progress
 from core.corpus.source import DataError
 from core.model.checkpoints import CheckpointError, atomic_save, compact, read_checkpoint
 from core.runs.catalogue import bleu_at
@@ -20,7 +20,7 @@ from core.runs.history import write_history
 
 def build_parser() -> argparse.ArgumentParser:
     """SRC, DST, --float32 and --no-history."""
-    p = argparse.ArgumentParser(description="Write a compact (float16, no optimiser) copy.")
+    p = CommandParser(description="Write a compact (float16, no optimiser) copy.")
     p.add_argument("src")
     p.add_argument("dst")
     p.add_argument("--float32", action="store_true", help="keep float32 weights")

@@ -4,20 +4,26 @@ Every ``python -m core.<command>`` is a module at the top of ``core`` whose ``ma
 ``run_command(parser, run, errors, argv)``: ``run(args)`` does the work through the library
 and returns the lines to print (or an exit code, for the trainer). An error a user can fix
 (``CommandError``, or one of the command's ``errors``) is one line on stderr, ``error: ...``,
-and exit code 2; anything else is a bug and shows its traceback.
+and exit code 2; anything else is a bug and shows its traceback. A flag's value is checked as
+its parser reads it (``CommandParser``; a number by ``InRange``, the range a page offers), so a
+refused value costs no model load.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import NoReturn
 
 from tqdm import tqdm
 
 from core.cpu_load import command_threads
 
 USAGE_ERROR = 2  # exit code of a command given something it cannot use
+INDICES = (0, 4095)  # a layer, head or position a flag names (the open model checks its own)
 
 
 class CommandError(Exception):
@@ -27,6 +33,63 @@ class CommandError(Exception):
 def one_line(error: BaseException) -> str:
     """An error's message on one line."""
     return " ".join(str(error).split())
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The commands' argument parser: a flag it refuses is one line, ``error: ...``, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``error: <message>`` alone (``--help`` shows the usage) and exit with 2."""
+        self.exit(USAGE_ERROR, f"error: {one_line(message)}\n")
+
+    def add_argument(self, *args, **kwargs):
+        """argparse's, with a number's range (an ``InRange`` type) added to its help."""
+        if isinstance(kind := kwargs.get("type"), InRange):
+            kwargs["help"] = "; ".join(filter(None, [kwargs.get("help"), kind.described()]))
+        return super().add_argument(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class InRange:
+    """A flag's ``type``: a finite number of ``kind`` (int or float) from ``least`` to ``most``
+    (the range a page offers, imported from where it is written), or one of the ``words``;
+    anything else is refused in one line that names the range."""
+
+    kind: type  # int or float
+    least: float
+    most: float
+    above: bool = False  # True: ``least`` itself is refused (a share or a size above 0)
+    words: tuple = ()  # (word, value) pairs also taken, e.g. ("mean", "mean")
+
+    def __call__(self, text: str):
+        """The value of ``text``; argparse.ArgumentTypeError naming the range."""
+        if text in dict(self.words):
+            return dict(self.words)[text]
+        try:
+            value = self.kind(text)
+        except ValueError:  # not a number (or an int's "nan", "1.5", 5,000 digits)
+            value = None
+        if value is None or not (math.isfinite(value) and self.holds(value)):
+            raise argparse.ArgumentTypeError(f"must be {self.described()} (got {text})")
+        return value
+
+    @classmethod
+    def index(cls, *words: str) -> InRange:
+        """A layer, head or position counted from 0 (``INDICES``), or one of ``words``."""
+        return cls(int, *INDICES, words=tuple((w, w) for w in words))
+
+    def holds(self, value) -> bool:
+        """Whether ``value`` is in the range."""
+        return (value > self.least if self.above else value >= self.least) and value <= self.most
+
+    def described(self) -> str:
+        """The range in words: 'a whole number from 1 to 16', 'a number above 0, at most 1'."""
+        show = (lambda x: f"{x:,}") if self.kind is int else (lambda x: f"{x:g}")
+        low = f"above {show(self.least)}, at most" if self.above else f"from {show(self.least)} to"
+        words = "".join(f" or {w!r}" for w, _ in self.words)
+        return (
+            f"{'a whole number' if self.kind is int else 'a number'} {low} {show(self.most)}{words}"
+        )
 
 
 def add_prompt_flag(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +112,10 @@ def run_command(
     """Parse ``argv``, call ``run`` and print the lines it returns; the exit code.
     ``share_cores``: one torch thread fewer on a busy machine (``core.cpu_load``); the
     trainer decides its threads itself (its ``threads`` setting, ``core.runs.cpu_share``)."""
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)  # a refused flag: one line already printed
+    except SystemExit as e:  # --help (0), or a value CommandParser refused (2)
+        return e.code if isinstance(e.code, int) else USAGE_ERROR
     if share_cores and (note := command_threads()):  # the app's policy on a busy machine
         print(note, file=sys.stderr)
     try:

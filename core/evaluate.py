@@ -13,8 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from core.command_line import add_prompt_flag, run_command
-from core.corpus.source import DataError
+from core.command_line import CommandParser, InRange, add_prompt_flag, run_command
+from core.corpus.source import MAX_PAIRS, DataError
 from core.corpus.splits import load_splits
 from core.model.checkpoints import CheckpointError, data_config_of
 from core.model.opened import open_model
@@ -22,13 +22,14 @@ from core.model.opened import open_model
 
 def build_parser() -> argparse.ArgumentParser:
     """--checkpoint, --data, --split and --max-sentences."""
-    p = argparse.ArgumentParser(description="Evaluate a checkpoint: BLEU, loss, speed.")
+    p = CommandParser(description="Evaluate a checkpoint: BLEU, loss, speed.")
     p.add_argument("--checkpoint", required=True)
     p.add_argument(
         "--data", default=None, help="corpus path or 'fra-eng' (default: the checkpoint's own data)"
     )
     p.add_argument("--split", default="test", choices=["train", "val", "test"])
-    p.add_argument("--max-sentences", type=int, default=0, help="0 = the whole split")
+    sentences = InRange(int, 0, MAX_PAIRS)  # 0 = the whole split
+    p.add_argument("--max-sentences", type=sentences, default=0, help="0 = the whole split")
     p.add_argument("--target-lang", default="", help="a multilingual model's target language")
     add_prompt_flag(p)
     return p

@@ -16,21 +16,23 @@ import json
 import sys
 from pathlib import Path
 
-from core.command_line import CommandError, run_command
+from core.command_line import CommandError, CommandParser, InRange, run_command
 from core.figures.tensorboard import export_tensorboard
 from core.runs.budget import MB, TENSORBOARD_BYTES
 from core.runs.history import SUFFIX
 
+MOST_MB = 4096  # the largest events file --limit-mb may ask for (4 GB)
+
 
 def build_parser() -> argparse.ArgumentParser:
     """RUN, --out, --no-images and --limit-mb."""
-    p = argparse.ArgumentParser(description="Export a run as a TensorBoard log folder.")
+    p = CommandParser(description="Export a run as a TensorBoard log folder.")
     p.add_argument("run", help=f"a run directory (runs/<id>) or a model's {SUFFIX} file")
     p.add_argument("--out", required=True, help="the log folder to write (created)")
     p.add_argument("--no-images", action="store_true", help="leave out the attention maps")
     p.add_argument(
         "--limit-mb",
-        type=float,
+        type=InRange(float, 0, MOST_MB, above=True),
         default=TENSORBOARD_BYTES / MB,
         help="the events file's largest size in MB (summaries past it are left out)",
     )
@@ -45,8 +47,6 @@ def run(args: argparse.Namespace) -> list[str]:
         raise CommandError(f"{args.run} is neither a run directory nor a {SUFFIX} file.")
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise CommandError(f"--out {args.out} is a file; give a folder.")
-    if args.limit_mb <= 0:
-        raise CommandError("--limit-mb must be positive.")
     limit = int(args.limit_mb * MB)
     done = export_tensorboard(source, Path(args.out), not args.no_images, limit)
     return [json.dumps({"out": args.out, **done}, ensure_ascii=False)]

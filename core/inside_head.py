@@ -26,7 +26,7 @@ from core.attention.head_roles import head_roles
 from core.attention.kinds import KINDS
 from core.attention.logit_lens import TOP_K, logit_lens
 from core.attention.query_key import InsideHeadError, query_key_view, sequence_query_key
-from core.command_line import CommandError, add_prompt_flag, run_command
+from core.command_line import CommandError, CommandParser, InRange, add_prompt_flag, run_command
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError
 from core.model.opened import open_model
@@ -37,7 +37,7 @@ MAX_TOP = 100  # the most words --top may ask for
 
 def build_parser() -> argparse.ArgumentParser:
     """The command's flags."""
-    p = argparse.ArgumentParser(description="Inside one attention head, or the logit lens.")
+    p = CommandParser(description="Inside one attention head, or the logit lens.")
     p.add_argument(
         "--checkpoint",
         required=True,
@@ -45,13 +45,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--sentence", required=True, help="the source sentence to translate")
     p.add_argument("--kind", default="cross", help=f"one of {', '.join(KINDS)}")
-    p.add_argument("--layer", type=int, default=0, help="layer, counted from 0")
-    p.add_argument("--head", type=int, default=0, help="head, counted from 0")
-    p.add_argument("--query", type=int, default=0, help="query token's position, from 0")
+    p.add_argument("--layer", type=InRange.index(), default=0, help="layer, counted from 0")
+    p.add_argument("--head", type=InRange.index(), default=0, help="head, counted from 0")
+    p.add_argument("--query", type=InRange.index(), default=0, help="query token's position")
     p.add_argument("--logit-lens", action="store_true", help="the decoder's logit lens instead")
     p.add_argument("--head-roles", action="store_true", help="a decoder-only model's head roles")
-    p.add_argument("--top", type=int, default=TOP_K, help="logit lens: words kept per cell")
-    p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
+    top = InRange(int, 1, MAX_TOP)
+    p.add_argument("--top", type=top, default=TOP_K, help="logit lens: words kept per cell")
+    p.add_argument("--beam", type=InRange(int, *BEAM_SIZES), default=1, help="beam size")
     add_prompt_flag(p)
     return p
 
@@ -62,12 +63,6 @@ def problem(args) -> str | None:
         return "give a sentence to translate (--sentence)"
     if args.kind not in KINDS:
         return f"unknown attention kind {args.kind!r}; use one of {', '.join(KINDS)}"
-    if min(args.layer, args.head, args.query) < 0:
-        return "--layer, --head and --query count from 0"
-    if not 1 <= args.top <= MAX_TOP:
-        return f"--top must be 1..{MAX_TOP}"
-    if not BEAM_SIZES[0] <= args.beam <= BEAM_SIZES[1]:
-        return f"--beam must be {BEAM_SIZES[0]}..{BEAM_SIZES[1]}"
     return None
 
 

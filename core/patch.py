@@ -10,7 +10,9 @@ JSON line per component patched from the clean run into the corrupted one (``kin
 ``layer``, ``head`` for every head of the three kinds, or ``position`` for a layer's output,
 the residual stream, kinds ``encoder_stream`` and ``decoder_stream``; ``effect``: 0 = the
 corrupted run, 1 = the clean run), then one line with ``clean_metric``, ``corrupt_metric``,
-the step, both tokens and the prefix. ``--direction noise`` patches the corrupted run into
+``gap`` (their difference, which every effect is divided by), ``caveat`` (one line when that
+gap is under one logit, too small to normalise by, and by how much; "" else), the step, both
+tokens and the prefix. ``--direction noise`` patches the corrupted run into
 the clean one instead (what is necessary rather than what suffices: 0 = the clean run
 unchanged, 1 = the corrupted run's metric). ``--prefix`` (target words, "" for none) and
 ``--answers`` (the clean and the corrupted answer word) choose the step and the metric where
@@ -26,7 +28,7 @@ import json
 import sys
 
 from core.attention.patching import DIRECTIONS, patch
-from core.command_line import add_prompt_flag, run_command
+from core.command_line import CommandParser, add_prompt_flag, run_command
 from core.model.checkpoints import CheckpointError
 from core.model.opened import open_model
 from core.model.parts import TranslationError
@@ -34,7 +36,7 @@ from core.model.parts import TranslationError
 
 def build_parser() -> argparse.ArgumentParser:
     """--checkpoint, --clean and --corrupt."""
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         description="The effect of patching each head and each residual position from one "
         "source sentence's run into another's."
     )

@@ -35,6 +35,9 @@ ATTRIBUTION = ".attribution"  # cached faithfulness tables (core.attribute), und
 TRAJECTORIES = ".trajectories"  # cached head trajectories (core.trajectories), under the runs root
 
 
+CORPORA = ".corpora"  # corpora prepared for training (core.runs.corpus_cache), under the runs root
+
+
 CACHE_ENV = "ATTENTION_STUDIO_CACHE"  # where the downloaded corpus is kept (default ~/.cache)
 
 
@@ -90,6 +93,11 @@ def trajectories_root() -> Path:
     return runs_root() / TRAJECTORIES
 
 
+def corpora_root() -> Path:
+    """Folder of corpora prepared for training (<runs root>/.corpora; not created)."""
+    return runs_root() / CORPORA
+
+
 def shown_path(path) -> str:
     """A path as a message shows it, never this machine's layout: inside one of the app's
     folders, that folder's name and the rest ('data/pairs.tsv', 'runs/<id>/last.pt',
@@ -132,6 +140,16 @@ def shown_paths(text: str, *paths) -> str:
     for path in sorted((str(p) for p in known if p.is_absolute()), key=len, reverse=True):
         text = text.replace(path, shown_path(path))
     return ABSOLUTE_PATH.sub(lambda found: shown_path(found.group()) or "…", text)
+
+
+RUN_CORPUS = "corpus"  # <run>/corpus/<name>: the copy of a run's corpus, under its own name
+
+
+def run_corpus_files(run) -> list[Path]:
+    """The copy of its corpus a run keeps: ``<run>/corpus/<the file's name>`` (runs made
+    before 29 November 2026: ``<run>/data.<suffix>``)."""
+    run = Path(run)
+    return sorted(p for p in [*run.glob("data.*"), *(run / RUN_CORPUS).glob("*")] if p.is_file())
 
 
 def corpus_folders() -> list[Path]:

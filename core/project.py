@@ -23,6 +23,7 @@ import sys
 from core.attention.projector import (
     ALL_LAYERS,
     DIMS,
+    MAX_SENTENCES,
     METHODS,
     NEIGHBOURS,
     READS,
@@ -31,44 +32,48 @@ from core.attention.projector import (
     ProjectionError,
     project,
 )
-from core.command_line import CommandError, add_prompt_flag, run_command, terminal_progress
+from core.command_line import (
+    INDICES,
+    CommandError,
+    CommandParser,
+    InRange,
+    add_prompt_flag,
+    run_command,
+    terminal_progress,
+)
 from core.corpus.source import DataError
 from core.model.checkpoints import CheckpointError
 from core.model.opened import open_model
 
-
-def layer_arg(text: str) -> int:
-    """A layer number, or "all"."""
-    if text == "all":
-        return ALL_LAYERS
-    if not (text.isascii() and text.isdigit()):
-        raise argparse.ArgumentTypeError(f"a layer is a number or 'all', not {text!r}")
-    return int(text)
+MAX_NEIGHBOURS = 1000  # the most neighbours --pick lists
+LAYER = InRange(int, *INDICES, words=(("all", ALL_LAYERS),))  # 0 = what the first layer reads
 
 
 def pick_arg(text: str) -> tuple[int, int]:
-    """SENTENCE:POSITION, two numbers from 0."""
+    """SENTENCE:POSITION, two numbers from 0 (a sentence of the first MAX_SENTENCES)."""
     parts = text.split(":")
     if len(parts) != 2 or not all(p.isascii() and p.isdigit() for p in parts):
-        raise argparse.ArgumentTypeError(f"--pick is SENTENCE:POSITION, e.g. 3:1, not {text!r}")
-    return int(parts[0]), int(parts[1])
+        raise argparse.ArgumentTypeError(f"is SENTENCE:POSITION, e.g. 3:1 (got {text})")
+    return InRange(int, 0, MAX_SENTENCES - 1)(parts[0]), InRange.index()(parts[1])
 
 
 def build_parser() -> argparse.ArgumentParser:
     """--checkpoint, --side, --layer, --method, --dims, --sentences, --data, --pick."""
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         description="Token representations of validation sentences projected to 2-D or 3-D."
     )
     p.add_argument("--checkpoint", required=True, help="a studio checkpoint, model folder or id")
     p.add_argument("--side", choices=SIDES, default="encoder")
-    p.add_argument("--layer", type=layer_arg, default=ALL_LAYERS, help="0 = the input; or all")
+    p.add_argument("--layer", type=LAYER, default=ALL_LAYERS, help="0 = the input; or all")
     p.add_argument("--method", choices=METHODS, default="pca")
     p.add_argument("--dims", type=int, choices=DIMS, default=2)
-    p.add_argument("--sentences", type=int, default=SENTENCES, help="first N validation ones")
+    sentences = InRange(int, 1, MAX_SENTENCES)
+    p.add_argument("--sentences", type=sentences, default=SENTENCES, help="the first N validation")
     p.add_argument("--data", default=None, help="corpus path (default: the checkpoint's own)")
     p.add_argument("--target-lang", default="", help="a multilingual model's target language")
     p.add_argument("--pick", type=pick_arg, default=None, help="SENTENCE:POSITION")
-    p.add_argument("--neighbours", type=int, default=NEIGHBOURS, help="neighbours of --pick")
+    near = InRange(int, 1, MAX_NEIGHBOURS)
+    p.add_argument("--neighbours", type=near, default=NEIGHBOURS, help="neighbours of --pick")
     p.add_argument(
         "--decoder-reads", choices=READS, default=READS[0], help="a reference or its translation"
     )
@@ -78,8 +83,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> list[str]:
     """Every point, the summary, and the picked token's neighbours."""
-    if args.neighbours < 1:
-        raise CommandError("--neighbours must be at least 1.")
     lm = open_model(args.checkpoint, hub=True, prompt=args.prompt, section="project")
     result = project(
         lm,

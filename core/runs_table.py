@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from core.command_line import CommandError, run_command
+from core.command_line import CommandError, CommandParser, run_command
 from core.places import RUNS_ENV
 from core.runs.status import list_runs
 from core.runs.table import filter_rows, run_rows
@@ -29,7 +29,7 @@ def plain(value):
 
 def build_parser() -> argparse.ArgumentParser:
     """--runs, --search, --state and --tag."""
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         description="Every run's settings, final metrics, note and tags as JSON lines."
     )
     p.add_argument("--runs", help=f"runs directory (default: ${RUNS_ENV} or runs/)")

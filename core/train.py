@@ -3,17 +3,16 @@
     python -m core.train --out runs/my-run [--preset small] [--d-model 256 ...]
     python -m core.train --out runs/my-run --resume [--max-steps 5000]
     python -m core.train --out runs/aligned --align-teacher checkpoints/fra-eng-small.pt
-        [--align-weight 0.05 --align-layer 0 --align-head 0]
 
 ``--align-teacher CK`` (the teacher's best attention reader), ``--align-teacher eflomal``
-(eflomal run on the training pairs, where installed) or ``--align-links FILE --align-pairs
-FILE`` (a statistical aligner's Pharaoh links and its ``english ||| french`` lines) train one
+(eflomal on the training pairs, where installed) or ``--align-links FILE --align-pairs FILE``
+(an aligner's Pharaoh links and its ``english ||| french`` or TAB lines) train one
 cross-attention head toward alignments of the training pairs (Garg et al. 2019;
-``core.alignment.teacher``), with weight ``--align-weight``.
+``core.alignment.teacher``), with weight ``--align-weight`` (``--align-layer``, ``-head``).
 
-One flag per setting (``core.training.settings``); the app launches it with ``--request``,
-so settings travel as data in the run's ``request.json``. The work is done by
-``core.runs.training_run``; under ``torchrun`` every process runs this same command.
+One flag per setting (``core.training.settings``), checked as the Train page checks them
+(``core.runs.capacity``); the app launches it with ``--request`` (settings as data in
+``request.json``); the work is ``core.runs.training_run``'s, under ``torchrun`` in every process.
 """
 
 from __future__ import annotations
@@ -24,11 +23,12 @@ import sys
 from pathlib import Path
 
 from core.alignment.teacher import prepare_alignments, read_source
-from core.command_line import CommandError, run_command
+from core.command_line import CommandError, CommandParser, run_command
 from core.corpus.config import DataConfig
 from core.corpus.source import DataError
 from core.model.checkpoints import CheckpointError
 from core.runs.alignment_request import ALIGN_WEIGHT, requested_alignment
+from core.runs.capacity import command_problems
 from core.runs.launcher import launch
 from core.runs.run_dir import RunDir
 from core.runs.training_run import read_request, run
@@ -37,9 +37,8 @@ from core.training.settings import add_setting_flags, settings_from_args
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """--out, --preset, --resume, --no-progress and one flag per setting
-    (core.training.settings)."""
-    p = argparse.ArgumentParser(description="Train an English-French Transformer.")
+    """--out, --preset, --resume, --no-progress and one flag per setting (core.training)."""
+    p = CommandParser(description="Train an English-French Transformer.")
     p.add_argument("--out", required=True, help="run directory to create (or resume)")
     p.add_argument("--preset", choices=sorted(PRESETS), default="small")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
@@ -58,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--align-teacher", help="a checkpoint whose best reader aligns, or 'eflomal'")
     p.add_argument("--align-links", help="Pharaoh links of the training pairs (an aligner's)")
-    p.add_argument("--align-pairs", help="the 'english ||| french' lines those links align")
+    p.add_argument("--align-pairs", help="the 'english ||| french' (or TAB) lines they align")
     add_setting_flags(p)
     return p
 
@@ -93,8 +92,9 @@ def with_alignments(args: argparse.Namespace) -> None:
 
 def train(args: argparse.Namespace, argv: list[str]) -> int:
     """Train (or resume) the run ``args`` names, or start its processes; the exit code."""
-    if args.processes < 1:
-        raise CommandError("--processes must be 1 or more.")
+    asked = (args.preset, settings_from_args(args), args.processes, args.resume or args.request)
+    if "WORLD_SIZE" not in os.environ and (problems := command_problems(*asked)):
+        raise CommandError("Invalid settings: " + "; ".join(problems) + ".")  # as the page's
     with_alignments(args)
     if args.processes > 1 and "WORLD_SIZE" not in os.environ:
         return launch(argv, args.processes)

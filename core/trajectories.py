@@ -25,7 +25,7 @@ from pathlib import Path
 from core.alignment.head_aer import head_trajectories
 from core.attention.trajectories import SENTENCES, as_json_lines, history_of
 from core.attention.trajectory_reading import stages
-from core.command_line import CommandError, run_command
+from core.command_line import CommandError, CommandParser, InRange, run_command
 from core.model.checkpoints import CheckpointError, read_metadata
 from core.runs.history import open_history
 
@@ -34,19 +34,18 @@ MAX_SENTENCES = 10_000
 
 def build_parser() -> argparse.ArgumentParser:
     """The command's flags."""
-    p = argparse.ArgumentParser(description="Every attention head's numbers over training.")
+    p = CommandParser(description="Every attention head's numbers over training.")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--run", help="a run directory (with snapshots/)")
     where.add_argument("--checkpoint", help="a model file: its run's or .history file's history")
-    p.add_argument("--sentences", type=int, default=SENTENCES, help="validation sentences")
+    sentences = InRange(int, 1, MAX_SENTENCES)
+    p.add_argument("--sentences", type=sentences, default=SENTENCES, help="validation sentences")
     p.add_argument("--probes-only", action="store_true", help="skip the validation sentences")
     return p
 
 
 def source_of(args) -> tuple[Path, Path | None]:
     """(the history to read, the checkpoint to measure too); CommandError naming what is wrong."""
-    if not 1 <= args.sentences <= MAX_SENTENCES:
-        raise CommandError(f"--sentences must be 1..{MAX_SENTENCES} (got {args.sentences})")
     if args.run is not None:
         run = Path(args.run)
         if not run.is_dir():

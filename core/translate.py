@@ -7,15 +7,15 @@ import argparse
 import sys
 
 from core.attention.ablation import HeadSpecError, ablated, heads_of
-from core.command_line import CommandError, add_prompt_flag, run_command
+from core.command_line import CommandError, CommandParser, InRange, add_prompt_flag, run_command
 from core.model.checkpoints import CheckpointError
 from core.model.opened import open_model
-from core.model.parts import ALPHA, MAX_LEN, DecodeSettings
+from core.model.parts import ALPHA, ALPHAS, BEAM_SIZES, MAX_LEN, MAX_LENS, DecodeSettings
 
 
 def build_parser() -> argparse.ArgumentParser:
     """--checkpoint, decoding flags, --input, --ablate and the sentence."""
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         description="Translate English to French with a checkpoint, or with a Hugging Face "
         "encoder-decoder (a save_pretrained folder, or a hub id when online)."
     )
@@ -29,9 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="a multilingual model's target language code (M2M100 __fr__, NLLB fra_Latn)",
     )
-    p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
-    p.add_argument("--alpha", type=float, default=ALPHA, help="beam length penalty")
-    p.add_argument("--max-len", type=int, default=MAX_LEN, help="longest output, in tokens")
+    beam, alpha, most = InRange(int, *BEAM_SIZES), InRange(float, *ALPHAS), InRange(int, *MAX_LENS)
+    p.add_argument("--beam", type=beam, default=1, help="beam size (1 = greedy)")
+    p.add_argument("--alpha", type=alpha, default=ALPHA, help="beam length penalty")
+    p.add_argument("--max-len", type=most, default=MAX_LEN, help="longest output, in tokens")
     p.add_argument("--input", help="a text file with one sentence per line")
     p.add_argument(
         "--ablate",

@@ -18,6 +18,7 @@ from pages.ui.view_state import clamp_view
 from pages.ui.view_widgets import (
     ATTENTION_KEYS,
     TRANSLATE_KEYS,
+    link_note,
     prompt_template,
     sentence_input,
     target_input,
@@ -34,23 +35,27 @@ def main() -> None:
     state = view_state()
     picked = pick_model(state, "at")
     if picked is None:
+        link_note(state, ("model",))
         write_url(state, ("sentence",))
         footer()
         return
     entry, lm = picked
     target_language(lm, state, "at")
     prompt_template(lm, state, "at")
-    sentence_input(state, "at", lm.source_label, lm.example_sentence)
-    if lm.supports("force"):  # a model that does not translate has nothing to rate
-        state.target = ""
+    typed = sentence_input(state, "at", lm.source_label, lm.example_sentence)
+    if problem := lm.supports("force"):  # a model that does not translate has nothing to rate
+        state.target, state.why["target"] = "", problem
     else:
         target_input(state, "at", lm.target_name)
-    settings = state.settings()
-    try:
+    settings, t = state.settings(), None
+    try:  # nothing translated for a paste past the box's limit (said once, above)
         lm = lm.with_prompt(settings.prompt)
-        t = translate(lm, entry.path, entry.mtime, state.sentence, settings, state.target)
+        if typed is not None:
+            t = translate(lm, entry.path, entry.mtime, state.sentence, settings, state.target)
     except TranslationError as e:
         st.error(md(e))
+    if t is None:
+        link_note(state, TRANSLATE_KEYS)  # the view's values wait for a translation
         write_url(state, ATTENTION_KEYS, SECTION_FIELDS)
         footer()
         return
@@ -84,6 +89,7 @@ def main() -> None:
         st.info(md(problem))
     else:
         section.draw(SectionInputs(entry, lm, t, pieces, maps, state, stretch))
+    link_note(state, ATTENTION_KEYS)
     write_url(state, ATTENTION_KEYS, SECTION_FIELDS)
     footer()
 

@@ -9,9 +9,9 @@ from core.runs import status as run_status
 from core.runs.cpu_share import default_threads
 from core.runs.table import HOME_COLUMNS
 from core.training.devices import device_summary
-from pages.ui.frame import ensure_app_navigation, footer, page_links
+from pages.ui.frame import PAGES, ensure_app_navigation, footer, page_links, unknown_page
 from pages.ui.model_picker import model_entries
-from pages.ui.text import spreadsheet_safe
+from pages.ui.text import code, spreadsheet_safe
 from pages.ui.train.runs_table_view import TableView, runs_dataframe
 
 
@@ -44,6 +44,9 @@ def main() -> None:
     """The Home page."""
     ensure_app_navigation()
     st.title("Attention Studio")
+    if page := unknown_page():
+        names = ", ".join(title for _, title, _, _ in PAGES[1:])
+        st.warning(f"There is no page {code('/' + page)}: this is Home. The pages are {names}.")
     st.markdown(
         "Attention Studio trains the encoder-decoder Transformer of *Attention Is All You "
         "Need* (d2l.ai, chapter 11.7) to translate English into French, and lets you watch "

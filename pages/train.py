@@ -24,9 +24,8 @@ def main() -> None:
     )
     runs = run_status.list_runs()
     launched = just_launched()  # then the form is folded up and the new run shown below it
-    with st.expander(
-        "New run", form_open_at_first(), key=fold_key("new_run"), icon=":material/add:"
-    ):
+    # no icon: it would stand where the chevron says whether the form is open or folded
+    with st.expander("New run", form_open_at_first(bool(runs)), key=fold_key("new_run")):
         new_run_form()
     if launched:
         launched_note(launched, runs)

@@ -24,6 +24,7 @@ from pages.ui.text import code, md, spreadsheet_safe
 from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import (
     TRANSLATE_KEYS,
+    link_note,
     prompt_template,
     sentence_input,
     target_input,
@@ -156,6 +157,20 @@ def show_target(
     link("attention.py", "Explain it on the Attention page →", state.to_query())
 
 
+def translation_of(
+    lm: TranslationModel, entry: ModelEntry, state: ViewState, settings: DecodeSettings
+) -> None:
+    """The model's translation, and the user's own rated beside it; an error in one line."""
+    try:
+        t = translate(lm, entry.path, entry.mtime, state.sentence, settings)
+    except TranslationError as e:
+        st.error(md(e))
+        return
+    show_translation(t, state, lm.pieces_name, lm.output_label)
+    if state.target:
+        show_target(lm, entry, t, state)
+
+
 def d2l_section(lm: TranslationModel, entry: ModelEntry, settings: DecodeSettings) -> None:
     """One click: the d2l chapter's four sentences with BLEU against the book's references."""
     st.subheader("The d2l.ai chapter's check")
@@ -195,24 +210,19 @@ def main() -> None:
         choose_validation(lm, state)
         target_language(lm, state, "tr")
         prompt_template(lm, state, "tr")
-        sentence_input(state, "tr", lm.source_label, lm.example_sentence)
+        typed = sentence_input(state, "tr", lm.source_label, lm.example_sentence)
         settings = decode_settings(state)
-        if lm.supports("force"):  # a model that does not translate has nothing to rate
-            state.target = ""
+        if problem := lm.supports("force"):  # a model that does not translate has nothing to rate
+            state.target, state.why["target"] = "", problem
         else:
             target_input(state, "tr", lm.target_name)
-        try:
-            t = translate(lm, entry.path, entry.mtime, state.sentence, settings)
-        except TranslationError as e:
-            st.error(md(e))
-        else:
-            show_translation(t, state, lm.pieces_name, lm.output_label)
-            if state.target:
-                show_target(lm, entry, t, state)
+        if typed is not None:  # a paste past the box's limit was named once: nothing to do
+            translation_of(lm, entry, state, settings)
         if problem := lm.supports("d2l"):
             st.caption(md(problem))
         else:
             d2l_section(lm, entry, settings)
+        link_note(state, TRANSLATE_KEYS)
         write_url(state, TRANSLATE_KEYS)
     footer()
 

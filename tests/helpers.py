@@ -408,6 +408,14 @@ def stop_server(proc) -> None:
         proc.wait(timeout=20)
 
 
+def open_new_run(page) -> None:
+    """Open the Train page's "New run" form (it starts folded where the page shows a run)."""
+    summary = page.locator("details > summary", has_text="New run").first
+    summary.wait_for(timeout=60_000)
+    if not summary.evaluate("s => s.parentElement.open"):
+        summary.click()
+
+
 def assert_no_browser_exception(page) -> None:
     """No Python exception box on a page in the browser."""
     assert page.locator('[data-testid="stException"]').count() == 0

@@ -14,9 +14,12 @@ ENGLISH = "i am cold hot tired home the boy girl is tall small . you are he she 
 FRENCH = "je suis froid chaud fatigué maison le garçon fille est grand petit tu es il elle nous"
 WORDS = [*ENGLISH.split(), *FRENCH.split()]
 LANGUAGES = ["__en__", "__fr__", "__de__"]  # the M2M100 tiny model's language codes
+NLLB_LANGUAGES = ["eng_Latn", "fra_Latn", "deu_Latn"]  # NLLB's codes (FLORES-200's)
 FAMILIES = ("marian", "bart", "t5", "m2m_100")  # what most Hugging Face tests read
 CONFORMANCE = (*FAMILIES, "mbart", "t5-v1.1")  # every family the conformance suite reads
 MULTILINGUAL = ("m2m_100", "mbart")  # their tiny tokenizers carry LANGUAGES
+TINY = (*CONFORMANCE, "nllb", "mt5", "umt5")  # every tiny encoder-decoder (test_architectures)
+MODEL_TYPES = {"t5-v1.1": "t5", "nllb": "m2m_100"}  # a tiny model's model_type, where not its name
 REAL_FLAGS = {  # each family's flags as its real hub checkpoints ship them (their config.json)
     "marian": {  # Helsinki-NLP/opus-mt-en-fr (every opus-mt checkpoint): √d embedding scale,
         # static sinusoidal positions, one embedding shared by encoder, decoder and lm_head,
@@ -66,19 +69,43 @@ REAL_FLAGS = {  # each family's flags as its real hub checkpoints ship them (the
         "relative_attention_max_distance": 128,
         "layer_norm_epsilon": 1e-6,
     },
+    "nllb": {  # facebook/nllb-200-distilled-600M: an m2m_100 checkpoint (pre-LN, √d scale,
+        # sinusoidal positions, relu, tied), the decoder started by </s>, then the target's
+        # code (fra_Latn) forced; its tokenizer puts the source's code first
+        "scale_embedding": True,
+        "activation_function": "relu",
+        "tie_word_embeddings": True,
+    },
+    "mt5": {  # google/mt5-small: T5 v1.1's layers (gated-gelu, untied lm_head), 250k pieces
+        "feed_forward_proj": "gated-gelu",
+        "tie_word_embeddings": False,
+        "relative_attention_num_buckets": 32,
+        "relative_attention_max_distance": 128,
+        "layer_norm_epsilon": 1e-6,
+    },
+    "umt5": {  # google/umt5-small: mT5's, a relative position bias in every layer
+        "feed_forward_proj": "gated-gelu",
+        "tie_word_embeddings": False,
+        "relative_attention_num_buckets": 32,
+        "relative_attention_max_distance": 128,
+        "layer_norm_epsilon": 1e-6,
+    },
 }
 
 
-def word_tokenizer(codes=()):
-    """A whitespace word-level fast tokenizer that appends </s>."""
+def word_tokenizer(codes=(), source_code: str | None = None):
+    """A whitespace word-level fast tokenizer that appends </s> (and puts ``source_code``
+    first, as NLLB's tokenizer puts the source language's code)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     vocab = {t: i for i, t in enumerate([*SPECIALS, *codes, *WORDS])}
     tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    first = [(source_code, vocab[source_code])] if source_code else []
     tk.post_processor = processors.TemplateProcessing(
-        single="$A </s>", special_tokens=[("</s>", 1)]
+        single=f"{source_code} $A </s>" if source_code else "$A </s>",
+        special_tokens=[*first, ("</s>", 1)],
     )
     return PreTrainedTokenizerFast(
         tokenizer_object=tk,
@@ -92,7 +119,15 @@ def word_tokenizer(codes=()):
 
 def tiny_config(family: str, vocab_size: int):
     """A 2+2-layer, 4-head, 32-wide config of one family, with its real checkpoints' flags."""
-    from transformers import BartConfig, M2M100Config, MarianConfig, MBartConfig, T5Config
+    from transformers import (
+        BartConfig,
+        M2M100Config,
+        MarianConfig,
+        MBartConfig,
+        MT5Config,
+        T5Config,
+        UMT5Config,
+    )
 
     ids = {"pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 3}
     bart_like = {
@@ -114,10 +149,11 @@ def tiny_config(family: str, vocab_size: int):
         return BartConfig(**bart_like, decoder_start_token_id=1, forced_bos_token_id=None)
     if family == "mbart":
         return MBartConfig(**bart_like, decoder_start_token_id=1)
-    if family == "m2m_100":
+    if family in ("m2m_100", "nllb"):
         return M2M100Config(**bart_like, decoder_start_token_id=1)
-    if family in ("t5", "t5-v1.1"):
-        return T5Config(
+    if family in ("t5", "t5-v1.1", "mt5", "umt5"):
+        cls = {"mt5": MT5Config, "umt5": UMT5Config}.get(family, T5Config)
+        return cls(
             vocab_size=vocab_size,
             d_model=32,
             d_kv=8,
@@ -138,6 +174,8 @@ def save_tiny(folder, family: str = "marian", seed: int = 0) -> Path:
 
     codes = LANGUAGES if family in MULTILINGUAL else ()
     tokenizer = word_tokenizer(codes)
+    if family == "nllb":  # NLLB's codes, the source's first
+        tokenizer = word_tokenizer(NLLB_LANGUAGES, source_code="eng_Latn")
     torch.manual_seed(seed)
     model = AutoModelForSeq2SeqLM.from_config(tiny_config(family, len(tokenizer)))
     bias = getattr(model, "final_logits_bias", None)

@@ -368,7 +368,7 @@ def test_ablate_command_prints_a_baseline_then_one_line_per_head(val_checkpoint,
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--sentences", "0"], "--sentences must be at least 1"),
+        (["--sentences", "0"], "argument --sentences: must be a whole number from 1 to"),
         (["--data", "/nowhere/pairs.tsv"], "the file pairs.tsv is missing"),
     ],
 )
@@ -412,3 +412,15 @@ def test_translate_command_refuses_bad_heads(val_checkpoint, capsys, spec, messa
     assert captured.out == "" and "Traceback" not in captured.err
     assert captured.err.startswith("error: ") and message in captured.err
     assert len(captured.err.strip().splitlines()) == 1
+
+
+def test_head_importance_says_why_it_has_more_pairs_than_sentences():
+    """Issue 68, item 11: "10 validation sentences (17 pairs)" left the difference unsaid."""
+    from core.figures.importance import baseline_words
+
+    several = hi.HeadImportance(31.2, 1.234, 10, 17, [], [])
+    words = baseline_words(several)
+    assert "10 validation sentences" in words and "17" in words
+    assert "several references" in words and "BLEU" in words
+    one_each = baseline_words(hi.HeadImportance(31.2, 1.234, 10, 10, [], []))
+    assert "pairs" not in one_each and "several" not in one_each

@@ -429,6 +429,22 @@ def test_the_training_loss_says_it_is_smoothed_where_the_validation_loss_is_not(
     assert training_loss_words({"train_config": {"label_smoothing": 0.0}}) is None
 
 
+def test_the_training_loss_words_give_each_setting_its_own_reason():
+    """Issue 69, item 6: a run with dropout 0.2 and no label smoothing read "with dropout 0.2
+    (a smoothed loss stays well above…)"."""
+    from pages.ui.attention.over_training_view import training_loss_words
+
+    dropout = {"train_config": {"label_smoothing": 0.0}, "model_config": {"dropout": 0.2}}
+    words = training_loss_words(dropout)
+    assert "with dropout 0.2 (dropout drops part of the model" in words
+    assert "smooth" not in words and "label smoothing" not in words
+    smoothing = {"train_config": {"label_smoothing": 0.1}, "model_config": {"dropout": 0.0}}
+    assert "dropout drops" not in training_loss_words(smoothing)
+    both = {"train_config": {"label_smoothing": 0.1}, "model_config": {"dropout": 0.2}}
+    assert "smoothed loss stays" in training_loss_words(both)
+    assert "dropout drops" in training_loss_words(both)
+
+
 def test_over_training_explains_the_training_loss_of_a_smoothed_model(studio_dirs):
     from core.model.checkpoints import read_metadata
     from pages.ui.attention.over_training_view import training_loss_words

@@ -45,7 +45,7 @@ def test_the_translate_page_translates_by_the_prompt(lm_dirs):
     long = "English: {src}\nFrench:" + "x" * 400  # a link's template past the box's limit
     at = run_page_script("translate.py", {"model": "checkpoints/llama/", "prompt": long})
     assert_clean(at)
-    assert "at most 300" in plain(at.error[0].value)
+    assert "at most 300" in plain(at.warning[0].value)  # the link's note names it
     assert at.text_area(key="tr_prompt").value == "English: {src}\nFrench:"
 
 

@@ -155,9 +155,9 @@ def test_the_command_prints_the_faithfulness_table(val_checkpoint, capsys):
         (["--method", "lime", "hello ."], "unknown method 'lime'"),
         (["   "], "give a sentence"),
         (["--method", "alti", "--method", "norm", "hello ."], "one --method"),
-        (["--faithfulness", "--sentences", "0"], "at least 1"),
+        (["--faithfulness", "--sentences", "0"], "from 1 to 1,000 (got 0)"),
         (["--method", "attention", "--layer", "7", "hello ."], "layer must be"),
-        (["--method", "attention", "--head", "x", "hello ."], "head must be"),
+        (["--method", "attention", "--head", "x", "hello ."], "--head: must be"),
     ],
 )
 def test_bad_input_is_a_one_line_error_and_exit_2(val_checkpoint, capsys, args, message):

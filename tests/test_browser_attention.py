@@ -218,3 +218,37 @@ def test_downloads_are_named_by_the_view(app_server, browser_page, tiny_run):
     with page.expect_download(timeout=60_000) as png:
         chart.get_by_role("button", name="Download plot as a PNG").click()
     assert png.value.suggested_filename == f"{name}.png"
+
+
+STATS_AND_MAP = """() => {
+    const csv = [...document.querySelectorAll('button')]
+        .find(b => b.textContent.includes('Weights as CSV'));
+    const panel = csv.closest('.st-key-head_summary, [data-testid="stColumn"]');
+    const big = document.querySelector('.st-key-big .js-plotly-plot')
+        || document.querySelector('.js-plotly-plot');
+    const box = e => { const r = e.getBoundingClientRect();
+                       return {left: r.left, top: r.top, width: r.width, bottom: r.bottom}; };
+    return {stats: box(panel), map: box(big)};
+}"""
+
+
+def test_head_statistics_stack_below_the_large_map_at_760_px(app_server, browser_page, tiny_run):
+    """At 760 px the head's statistics beside the large map were a strip of about 100 px;
+    on a narrow page they go below the map, at a readable width (the screenshot shows it)."""
+    runs = Path(app_server["runs"])
+    shutil.copytree(tiny_run, runs / "browser-tiny", dirs_exist_ok=True)
+    url, page = app_server["url"], browser_page
+    boxes = {}
+    for width in (760, 1400):
+        page.set_viewport_size({"width": width, "height": 1800})
+        page.goto(f"{url}/attention?" + urlencode({"model": TINY_MODEL}))
+        settle(page, 9)
+        page.get_by_text("Weights as CSV").first.wait_for()
+        boxes[width] = page.evaluate(STATS_AND_MAP)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"attention_head_statistics_{width}.png"))
+    narrow, wide = boxes[760], boxes[1400]
+    assert narrow["stats"]["top"] >= narrow["map"]["bottom"] - 1, narrow  # below the map
+    assert narrow["stats"]["width"] >= 250, narrow  # was 137
+    assert wide["stats"]["top"] < wide["map"]["bottom"], wide  # beside it where both fit
+    assert wide["stats"]["width"] >= 250, wide

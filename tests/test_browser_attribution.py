@@ -92,3 +92,19 @@ def test_attribution_section_reads_well_at_two_widths(app_server, browser_page, 
     problems["long"] = look(page, "attention_attribution_long_760") + page.evaluate(CROWDED)
     assert not any(problems.values()), problems
     shutil.rmtree(Path(app_server["runs"]) / ".attribution", ignore_errors=True)
+
+
+def test_steps_past_their_limit_are_named_in_words(app_server, browser_page, tiny_run):
+    """Issue 68, item 10: 512 integration steps showed only a red "!" beside the box."""
+    runs = Path(app_server["runs"])
+    shutil.copytree(tiny_run, runs / "browser-tiny", dirs_exist_ok=True)
+    page = browser_page
+    query = {"model": "runs/browser-tiny/last.pt", "section": "attribution"}
+    query["method"] = "integrated-gradients"
+    page.goto(f"{app_server['url']}/attention?" + urlencode(query))
+    page.get_by_text("Choices: baseline, steps").click()
+    box = page.get_by_role("spinbutton", name="Steps")
+    box.fill("512")
+    box.press("Enter")
+    page.get_by_text("512 asked, 256 used").wait_for(timeout=60_000)
+    assert "from 2 to 256" in page.inner_text("body")

@@ -37,3 +37,15 @@ def test_an_unexpected_error_shows_no_details_to_the_browser(tmp_path, browser_p
     finally:
         stop_server(proc)
     assert "only the server's console" in (tmp_path / "server.log").read_text()
+
+
+def test_a_page_the_app_has_not_is_named_on_home(app_server, browser_page):
+    """Issue 68, item 6: /nosuchpage showed Home with Streamlit's "Page not found" dialog,
+    which names no page; Home says which page the link asked for and which pages there are."""
+    page = browser_page
+    page.goto(f"{app_server['url']}/nosuchpage")
+    note = page.get_by_text("There is no page")
+    note.wait_for(timeout=60_000)
+    words = note.inner_text()
+    assert "/nosuchpage" in words and "Train, Translate, Attention" in words
+    assert_no_browser_exception(page)

@@ -19,7 +19,7 @@ import pytest
 
 from core.runs import processes
 from core.training.settings import merged_settings
-from tests.helpers import ARTIFACTS, assert_no_browser_exception, wait_for
+from tests.helpers import ARTIFACTS, assert_no_browser_exception, open_new_run, wait_for
 from tests.test_browser_train import LOSS_POINTS
 
 PROCESSES = 2
@@ -87,6 +87,7 @@ def test_two_processes_train_one_run_from_the_train_page(
     run = None
     try:
         page.goto(app_server["url"] + "/train")
+        open_new_run(page)
         page.get_by_text("d2l chapter", exact=True).wait_for(timeout=30_000)
         settle(page)
         page.get_by_text("d2l chapter", exact=True).click()

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from tests.helpers import ARTIFACTS, assert_no_browser_exception
+from tests.helpers import ARTIFACTS, assert_no_browser_exception, open_new_run
 from tests.test_browser_distributed import settle
 
 NOTE = ".st-key-launched"  # pages.ui.train.launch_note's note on the run just launched
@@ -36,6 +36,7 @@ def expander_open(page, label: str) -> bool:
 def fill_and_launch(page, url: str, corpus: str, processes: int) -> float:
     """A d2l run on the tiny corpus, Advanced open, Launch clicked; the click's page y."""
     page.goto(url + "/train")
+    open_new_run(page)
     page.get_by_text("d2l chapter", exact=True).wait_for(timeout=30_000)
     settle(page)
     page.get_by_text("d2l chapter", exact=True).click()

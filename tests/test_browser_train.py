@@ -6,7 +6,12 @@ import json
 import re
 import shutil
 
-from tests.helpers import ARTIFACTS, assert_no_browser_exception, wait_for_logged_step
+from tests.helpers import (
+    ARTIFACTS,
+    assert_no_browser_exception,
+    open_new_run,
+    wait_for_logged_step,
+)
 
 LOSS_POINTS = """() => {
   const gd = document.querySelector('.js-plotly-plot');
@@ -22,6 +27,7 @@ def test_launch_watch_and_stop_from_the_train_page(
     page = browser_page
     try:
         page.goto(app_server["url"] + "/train")
+        open_new_run(page)
         page.get_by_text("d2l chapter", exact=True).wait_for(timeout=30_000)
         page.get_by_text("d2l chapter", exact=True).click()
         page.get_by_text("file path", exact=True).click()

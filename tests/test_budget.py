@@ -97,14 +97,15 @@ def test_the_audits_probe_settings_are_refused_before_launch():
     assert "use fewer or shorter probe sentences" in problems[-1]
 
 
-def test_the_trainer_refuses_them_too(tmp_path):
+def test_the_trainer_refuses_them_too(tmp_path, capsys):
+    """The command refuses them as the Train page does, before a run directory is made."""
     from core.train import main
     from core.training.settings import to_flags
 
     code = main(["--preset", "d2l", *to_flags(AUDIT), "--out", str(tmp_path / "r")])
     assert code == 2
-    status = json.loads((tmp_path / "r" / "status.json").read_text())
-    assert "their attention maps would take" in status["message"]
+    assert "their attention maps would take" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize("preset, kept", [("d2l", 64), ("small", 64), ("base", 31)])

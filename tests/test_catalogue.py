@@ -62,7 +62,7 @@ def test_list_models_newest_first_with_details_and_broken_files(
     assert shipped.data.startswith("tiny.tsv, ")
     assert shipped.run_dir == str(runs / "tiny")  # found through the checkpoint's run name
     broken = entries[-1]
-    assert not broken.usable and "not a readable" in broken.reason
+    assert not broken.usable and "not an Attention Studio checkpoint" in broken.reason
     assert not entries[0].usable and "no checkpoint" in entries[0].reason
     assert models.default_entry(entries) is shipped
     assert models.find_entry(entries, "checkpoints/broken.pt") is None
@@ -89,6 +89,83 @@ def test_default_entry_without_shipped_model_is_newest_usable():
     new = models.ModelEntry("runs/b/last.pt", "b", "run last", 2.0)
     broken = models.ModelEntry("runs/c/last.pt", "c", "run last", 3.0, usable=False, reason="x")
     assert models.default_entry([broken, new, old]) is new
+
+
+def reversed_copy(checkpoint, dest):
+    """A copy of a studio checkpoint whose data settings say it translates French→English."""
+    import torch
+
+    ckpt = read_checkpoint(checkpoint)
+    ckpt["data_config"] = {**ckpt.get("data_config", {}), "direction": "fr-en"}
+    torch.save(ckpt, dest)
+    return dest
+
+
+def test_each_model_says_what_it_translates_before_it_is_opened(
+    tmp_path, tiny_checkpoint, lm_models, hf_models
+):
+    """What Compare's default and Alignment's opposite direction choose by (issues 68.1,
+    69.10): each entry's (source, target) from its files, None for a masked LM."""
+    ckpts = tmp_path / "ckpts"
+    ckpts.mkdir()
+    shutil.copy(tiny_checkpoint, ckpts / "fra-eng-small.pt")
+    reversed_copy(tiny_checkpoint, ckpts / "fr-en.pt")
+    for name, folder in (("bert", lm_models["bert"]), ("gpt2", lm_models["gpt2"])):
+        shutil.copytree(folder, ckpts / name)
+    for name in ("t5", "marian"):
+        shutil.copytree(hf_models[name], ckpts / name)
+    said = {e.key: e.languages for e in models.list_models(ckpts, tmp_path / "runs")}
+    assert said == {
+        "checkpoints/fra-eng-small.pt": ("en", "fr"),
+        "checkpoints/fr-en.pt": ("fr", "en"),
+        "checkpoints/bert/": None,  # fills masks: it translates nothing
+        "checkpoints/gpt2/": ("en", "fr"),  # by its default prompt
+        "checkpoints/t5/": ("source", "target"),  # its files do not say
+        "checkpoints/marian/": ("en", "fr"),
+    }
+
+
+def entry(key: str, origin: str, mtime: float, languages=("en", "fr"), run_dir=None):
+    return models.ModelEntry(key, key, origin, mtime, languages=languages, run_dir=run_dir)
+
+
+def test_compare_opens_on_another_translator_of_the_same_direction():
+    """Issue 68, item 1: model B defaulted to the newest entry, a BERT folder (an error), or a
+    barely-trained run still training; the shipped aligned model is beside the shipped one."""
+    shipped = entry("checkpoints/fra-eng-small.pt", "shipped model", 1.0)
+    aligned = entry("checkpoints/fra-eng-small-aligned.pt", "shipped model", 1.0)
+    reverse = entry("checkpoints/fr-en-small-aligned.pt", "shipped model", 1.0, ("fr", "en"))
+    bert = entry("checkpoints/bert/", models.HF_ORIGIN, 9.0, None)
+    training = entry("runs/new/last.pt", "run last", 8.0, run_dir="runs/new")
+    best = entry("runs/new/best.pt", "run best", 7.0, run_dir="runs/new")
+    t5 = entry("checkpoints/t5/", models.HF_ORIGIN, 6.0, models.UNKNOWN_LANGUAGES)
+    every = [bert, training, best, t5, reverse, aligned, shipped]
+    assert models.compared_entry(every, shipped, ("en", "fr")) is aligned
+    assert models.compared_entry(every, training, ("en", "fr")) is best  # its own run's
+    assert models.compared_entry(every, reverse, ("fr", "en")) is t5  # may be French→English
+    assert models.compared_entry([reverse, shipped], reverse, ("fr", "en")) is shipped  # last
+    assert models.compared_entry(every, t5, models.UNKNOWN_LANGUAGES) is shipped
+    assert bert not in models.translators(every, shipped)
+    assert models.compared_entry([bert, shipped], shipped, ("en", "fr")) is None
+
+
+def test_the_opposite_direction_offers_only_models_of_the_opposite_direction():
+    """Issue 69, item 10: English→French runs, BERT and GPT-2 were offered to combine with an
+    English→French model."""
+    shipped = entry("checkpoints/fra-eng-small.pt", "shipped model", 1.0)
+    reverse = entry("checkpoints/fr-en-small-aligned.pt", "shipped model", 1.0, ("fr", "en"))
+    own = entry("runs/fr/last.pt", "run last", 5.0, ("fr", "en"))
+    others = [
+        entry("runs/en/last.pt", "run last", 4.0),
+        entry("checkpoints/bert/", models.HF_ORIGIN, 3.0, None),
+        entry("checkpoints/gpt2/", models.HF_ORIGIN, 2.0),
+        entry("checkpoints/t5/", models.HF_ORIGIN, 2.0, models.UNKNOWN_LANGUAGES),
+    ]
+    every = [own, *others, reverse, shipped]
+    assert models.reverse_entries(every, shipped, ("en", "fr")) == [reverse, own]
+    gpt2, run_en = others[2], others[0]  # GPT-2 translates English→French by its prompt
+    assert models.reverse_entries(every, reverse, ("fr", "en")) == [shipped, gpt2, run_en]
+    assert models.reverse_entries(every, others[3], models.UNKNOWN_LANGUAGES) == []
 
 
 def test_list_models_survives_a_damaged_metrics_file(tmp_path, tiny_run):
@@ -119,7 +196,7 @@ def test_promote_copies_weights_without_optimizer(jobs_env, make_run):
     assert saved.usable and saved.reason == "" and saved.step == 7
     assert saved.origin == "saved from run done at step 7"
     junk = entries["checkpoints/junk.pt"]
-    assert not junk.usable and "not a readable" in junk.reason
+    assert not junk.usable and "not an Attention Studio checkpoint" in junk.reason
 
 
 @pytest.mark.parametrize(
@@ -167,7 +244,7 @@ def test_models_frame_one_row_per_model(jobs_env, make_run):
         "runs/done/best.pt",
         "runs/done/last.pt",
     }
-    assert "not a readable" in rows.loc["checkpoints/broken.pt", "problem"]
+    assert "not an Attention Studio checkpoint" in rows.loc["checkpoints/broken.pt", "problem"]
     (checkpoints_root() / "broken.pt").unlink()
     assert "problem" not in models.models_frame(models.list_models()).columns  # none has one
     assert rows.loc["checkpoints/broken.pt", "size"] == ""

@@ -236,6 +236,22 @@ def test_forcing_a_model_on_its_own_output_gives_its_own_maps(tiny_model, home_t
     assert compare.unknown_words(tiny_model, "je suis zzz") == ["zzz"]
 
 
+def test_words_not_in_the_vocabulary_are_named_once_with_a_count(tiny_model):
+    """Issue 69, item 9: "Not in B's output vocabulary: kind, kind, kind…"."""
+    said = compare.unknown_words(tiny_model, "kind kind je zzz kind")
+    assert said == ["kind (×3)", "zzz"]
+
+
+def test_an_empty_output_is_named_and_the_other_is_fed():
+    """Issue 68, item 1: with T5 as A (an empty output) Compare said "The reference is empty:
+    type the translation to force" though nothing was typed."""
+    assert compare.fed_output({"A": "je suis", "B": "tu es"}, "A") == ("A", "")
+    which, note = compare.fed_output({"A": "", "B": "tu es"}, "A")
+    assert which == "B" and note.startswith("Model A's output is empty")
+    which, note = compare.fed_output({"A": " ", "B": ""}, "B")
+    assert which is None and "Both models' outputs are empty" in note
+
+
 def test_a_suggested_second_sentence_shares_words():
     picked = compare.suggest_sentence("i'm home .", ["go .", "i'm cold .", "i'm home ."])
     assert picked == "i'm cold ."

@@ -17,7 +17,7 @@ from tests.helpers import TINY_JOB, TINY_PRESET
 
 def test_uploads_are_size_limited_and_counted(jobs_env, monkeypatch):
     path = corpus_files.stage_upload("mine.tsv", b"Go.\tVa !\nbroken line\nHi.\tSalut.\n")
-    assert path.parent == runs_root() / corpus_files.UPLOADS
+    assert path.parent.parent == runs_root() / corpus_files.UPLOADS and path.name == "mine.tsv"
     info = corpus_files.inspect_data(path)
     assert (info["usable"], info["skipped"]) == (2, 1)
     with pytest.raises(DataError, match="no usable sentence pairs"):

@@ -207,9 +207,9 @@ def test_the_command_prints_the_logit_lens_one_line_per_step(bpe_run, capsys):
     [
         (["--kind", "attn"], "unknown attention kind 'attn'"),
         (["--layer", "4"], "Layer 4: this model has 2 decoder layers"),
-        (["--head", "-1"], "count from 0"),
+        (["--head", "-1"], "--head: must be a whole number from 0"),
         (["--query", "50"], "Query 50 is outside"),
-        (["--logit-lens", "--top", "0"], "--top must be"),
+        (["--logit-lens", "--top", "0"], "--top: must be"),
     ],
 )
 def test_bad_input_is_a_one_line_error_and_exit_2(tiny_checkpoint, capsys, extra, message):

@@ -87,7 +87,7 @@ def test_lifecycle_start_stop_resume_and_death(jobs_env, tiny_settings, tiny_cor
     tiny_settings["data"]["source"] = str(upload)
     run_id = jobs.start_run("d2l", tiny_settings)
     rd = RunDir(runs_root() / run_id)
-    assert run_id.endswith("-d2l") and (rd.path / "data.tsv").is_file()  # upload copied in
+    assert run_id.endswith("-d2l") and (rd.path / "corpus" / "tiny.tsv").is_file()  # its name
     info = run_status.run_info(run_id)
     assert info.alive and info.live and processes.check_trainer(info.pid, rd.path, info.identity)
     with pytest.raises(RunError, match="1 CPU training job"):

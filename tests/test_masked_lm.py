@@ -86,10 +86,27 @@ def test_inside_a_head_the_lens_and_the_roles_are_the_models_own(mlm):
 
 
 def test_what_it_cannot_do_is_said_in_one_line(mlm):
-    for section in ("alignment", "attribution", "patch", "compare"):
+    for section in ("alignment", "attribution", "patch", "compare", "translate"):
         assert "does not translate" in mlm.supports(section)
-    for section in ("maps", "inside", "lens", "playback", "ablation", "project"):
+    for section in ("maps", "inside", "lens", "ablation", "project"):
         assert mlm.supports(section) is None
+    # issue 68, item 2: playback said "Step 0: reads [CLS], produces …" of a model that
+    # decodes nothing: one pass fills every mask
+    for section in ("playback", "decoding"):
+        assert "in one pass" in mlm.supports(section)
+
+
+def test_the_logit_lens_names_a_masked_lm_s_layers_and_positions(mlm):
+    """Issue 68, item 2: the lens of a masked LM said "each decoder layer's top word at each
+    output step"; it shows each layer's guess at each masked position."""
+    from core.figures.logit_lens import logit_lens_figure
+
+    lens = logit_lens(mlm, mlm.translate(f"the boy is {mlm.mask_token} .", SETTINGS))
+    assert not lens.decodes and lens.row_words == "masked position"
+    fig = logit_lens_figure(lens)
+    title = fig.layout.title.text + fig.layout.xaxis.title.text + fig.layout.yaxis.title.text
+    assert "decoder" not in title and "output step" not in title
+    assert "each layer's top word at each masked position" in title
     with pytest.raises(TranslationError, match="no translation to rate"):
         mlm.force("the boy is tall .", "le garçon", SETTINGS)
 

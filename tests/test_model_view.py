@@ -47,7 +47,7 @@ def test_the_maps_section_draws_the_overview_as_lines(studio_dirs):
     at = run_page_script("attention.py", {"kind": "cross"})
     assert_clean(at)
     before = len(at.get("plotly_chart"))
-    at.segmented_control(key="at_overview").set_value("lines (model view)").run()
+    at.segmented_control(key="at_overview").set_value("lines").run()
     assert_clean(at)
     specs = [c.proto.spec for c in at.get("plotly_chart")]
     assert len(specs) == before and "in each cell" in specs[-1]

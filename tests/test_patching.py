@@ -148,6 +148,30 @@ def test_the_command_prints_a_line_per_component_then_the_metrics(tiny_checkpoin
     assert (last["answer"], last["wrong"]) == (result.wrong, result.answer)
 
 
+def test_a_gap_too_small_to_normalise_by_is_said_with_how_much(tiny_model):
+    """Issue 68, item 4: on a random GPT-2 the clean and corrupted logit differences were
+    −0.09 and −0.10, and effects divided by that 0.01 showed +1.68 and −0.89 with no caveat."""
+    import dataclasses
+
+    result = patch(tiny_model, CLEAN, CORRUPT)
+    noisy = dataclasses.replace(result, clean_metric=-0.09, corrupt_metric=-0.10)
+    assert noisy.gap == pytest.approx(0.01)
+    assert "(-0.09 and -0.10) are only 0.01 apart, 100× less than the 1 logit" in noisy.caveat
+    assert noisy.summary()["gap"] == pytest.approx(0.01)
+    assert noisy.summary()["caveat"] == noisy.caveat
+    assert "are equal" in dataclasses.replace(result, clean_metric=0.5, corrupt_metric=0.5).caveat
+    wide = dataclasses.replace(result, clean_metric=3.5, corrupt_metric=-3.5)
+    assert wide.caveat == "" and wide.summary()["gap"] == 7.0
+
+
+def test_the_command_says_the_gap_it_divides_by(tiny_checkpoint, capsys):
+    args = ["--checkpoint", str(tiny_checkpoint), "--clean", CLEAN, "--corrupt", CORRUPT]
+    assert patch_cmd.main(args) == 0
+    last = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert last["gap"] == pytest.approx(last["clean_metric"] - last["corrupt_metric"])
+    assert last["caveat"] == patching.gap_caveat(last["clean_metric"], last["corrupt_metric"])
+
+
 def test_the_attention_page_draws_the_patching_grids(studio_dirs):
     from tests.helpers import assert_clean, plain, run_page_script
 

@@ -183,7 +183,8 @@ def test_any_upload_is_staged_inside_the_uploads_folder_or_refused(jobs_env, nam
         path = user_files.stage_upload(name, data)
     except DataError:
         return
-    assert path.parent.resolve() == user_files.uploads_root().resolve()
+    assert path.parent.parent.resolve() == user_files.uploads_root().resolve()
+    assert path.name == user_files.safe_file_name(name)  # the user's name, made safe
     assert path.read_bytes() == data
 
 

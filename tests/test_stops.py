@@ -19,12 +19,12 @@ from tests.helpers import ROOT, TINY_PRESET, TINY_RUN, wait_for
 SLOW_LOAD = """
 import sys, time
 from core.runs import training_run
-def load_corpus(*args, **kwargs):  # a corpus that takes a minute to read
+def load_corpus(*args, **kwargs):  # a corpus that takes a minute to prepare
     print("loading", flush=True)
     for _ in range(600):
         time.sleep(0.1)
     raise SystemExit("the corpus finished loading: the stop was not acted on")
-training_run.load_corpus = load_corpus
+training_run.prepared_corpus = load_corpus
 from core.train import main
 sys.exit(main(sys.argv[1:]))
 """

@@ -138,7 +138,8 @@ def test_a_token_from_the_url_survives_hiding_and_bad_ones_are_dropped(studio_di
     at = run_page({"kind": "cross", "token": "q99"})
     assert_clean(at)
     assert "token" not in at.query_params and shapes(at, 0) == []
-    assert any("not in this map" in plain(c.value) for c in at.caption)
+    (note,) = [plain(w.value) for w in at.warning if "The link asked for" in w.value]
+    assert "`token=q99`" in note and "not a row or column of this map" in note
     assert at.selectbox(key="at_token").value == ""
 
 

@@ -27,6 +27,67 @@ def test_translate_sentence_and_topk_frame(home_translation):
     assert frame["#1"].str.startswith("je ").iloc[0]
 
 
+def pieces(*tokens: str, unknown=(), special=()):
+    """A translation's source as broken_pieces_note reads it: tokens, ids and unknown flags."""
+    from types import SimpleNamespace
+
+    ids = [100 + i if t not in special else 0 for i, t in enumerate(tokens)]
+    flags = [t in unknown for t in tokens]
+    return SimpleNamespace(src_tokens=list(tokens), src_ids=ids, src_unknown=flags)
+
+
+def test_a_sentence_read_as_single_characters_or_unknown_pieces_is_said():
+    """Issue 69, item 11: a tokenizer cutting a model's words into single characters made
+    broken pieces without a word said."""
+    letters = pieces("␣", "##t", "##h", "##e", "␣", "##b", "##o", "##y", "␣", "##.", "⏎")
+    note = tr.broken_pieces_note(letters, set())
+    assert note.startswith("6 of this sentence's 7 pieces are single characters cut from")
+    assert "is the tokenizer the model's own?" in note
+    both = pieces("␣", "##i", "<unk>", "##m", "ho", "##m", "##e", ".", unknown={"<unk>"})
+    said = tr.broken_pieces_note(both, {0})
+    assert said.startswith("4 of this sentence's 7 pieces are single characters cut from its")
+    assert "words (3) or unknown to the model's tokenizer (1)" in said
+    fine = [
+        pieces("i'm", "home", ".", "<eos>", special={"<eos>"}),
+        pieces("I", "##'", "##m", "home", "##."),  # I'm: two letters of a short word
+        pieces("I", "am", "a", "boy", "."),  # single-letter words are words
+        pieces("she", "is", "tall", "and", "x", "##y", "##z", "is", "small", "."),  # one word
+        pieces("zzz", ".", unknown={"zzz"}),  # one unknown word: its own note says it
+        pieces("ich", "bin", "müde", ".", unknown={"ich", "bin", "müde"}),  # and all of them
+    ]
+    assert [tr.broken_pieces_note(t, {0}) for t in fine] == [None] * len(fine)
+
+
+def save_word_level_qwen2(folder):
+    """A tiny Qwen2 folder whose tokenizer.json holds a word-level vocabulary (the letters
+    too): transformers reads it as Qwen2's byte-level tokenizer, so words come out as letters
+    (/work/shared/FIELD-NOTES.md, turn six)."""
+    import string
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    from tests.hf_tiny import SPECIALS, WORDS
+    from tests.lm_tiny import saved, tiny_lm_config
+
+    vocab = list(dict.fromkeys([*SPECIALS, *WORDS, *string.ascii_letters, *"Ġ.Ċ:'"]))
+    tk = Tokenizer(models.WordLevel({t: i for i, t in enumerate(vocab)}, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tk, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
+    return saved(folder, AutoModelForCausalLM, tiny_lm_config("qwen2", tokenizer), tokenizer, 0)
+
+
+def test_a_model_whose_tokenizer_spells_its_words_out_warns(tmp_path):
+    from core.model.opened import open_model
+
+    lm = open_model(str(save_word_level_qwen2(tmp_path / "qwen2")))
+    t = tr.translate_sentence(lm, "the boy is tall .")
+    assert t.src_tokens[:4] == ["␣", "##t", "##h", "##e"]
+    assert any("single characters cut from its words" in w for w in t.warnings)
+
+
 @pytest.mark.parametrize(
     ("p", "text"),
     [(0.9123, "0.912"), (0.05, "0.050"), (0.0012, "0.001"), (0.000042, "4.2e-05"), (0.0, "0")],

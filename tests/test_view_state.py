@@ -133,3 +133,42 @@ def test_each_sections_fields_are_its_own_and_the_view_states():
     assert tuple(SECTIONS) == SECTION_KEYS
     state = ViewState(section="patch", corrupt="the girl is tall .", step=3)
     assert state.to_query(("corrupt", "step"), SECTION_FIELDS) == {"corrupt": "the girl is tall ."}
+
+
+def test_a_links_values_the_state_cannot_hold_are_listed_with_why():
+    """Issue 68, item 6: what a link asked for and did not get, for its one note."""
+    query = {
+        "layer": "99999999999999999999",
+        "kind": "sideways",
+        "hide": "maybe",
+        "beam": "-3",
+        "alpha": "0.60",
+        "section": "Decoding playback",
+        "ig_steps": "512",
+    }
+    state = ViewState.from_query(query)
+    refused = {name: (asked, shown, why) for name, asked, shown, why in state.refused(query)}
+    assert set(refused) == {"layer", "kind", "hide", "beam", "ig_steps"}  # 0.60 is 0.6
+    assert refused["beam"] == ("-3", "1", "from 1 to 16")
+    assert refused["ig_steps"] == ("512", "256", "from 2 to 256")
+    assert refused["kind"][1:] == ("cross", "not one of encoder, decoder_self, cross")
+    assert refused["hide"][2] == "not 1 or 0"
+    assert state.section == "playback" and state.refused(query) == []  # checked once
+
+
+def test_clamp_view_says_why_for_the_links_note(home_translation):
+    state = ViewState.from_query({"layer": "7", "head": "9"})
+    clamp_view(state, home_translation[1])
+    refused = {name: why for name, _, _, why in state.refused(["layer", "head"])}
+    assert refused["layer"] == "this model's cross-attention has layers 0 to 1"
+    assert refused["head"].startswith("this model's cross-attention has heads 0 to 3")
+
+
+def test_a_page_the_app_has_not_is_named_from_the_urls_path():
+    from pages.ui.frame import unknown_path
+
+    known = ["", "train", "translate", "attention"]
+    assert unknown_path("/nosuchpage", "", known) == "nosuchpage"
+    assert unknown_path("/", "", known) is None and unknown_path("/train/", "", known) is None
+    assert unknown_path("/studio/attention", "/studio", known) is None
+    assert unknown_path("/studio/x%20y", "studio", known) == "x y"

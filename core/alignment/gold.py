@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.corpus.source import pair_columns
 from core.corpus.text import tokenize
 
 GOLD_DIR = Path(__file__).resolve().parent / "gold"  # the shipped set (README.md there)
@@ -52,20 +53,22 @@ def file_lines(path: str | Path) -> list[str]:
 
 
 def parse_pair_line(line: str) -> Pair:
-    """``src ||| tgt`` -> (English tokens, French tokens); GoldError saying what is wrong."""
-    if line.count(SEPARATOR) != 1:
-        found = line.count(SEPARATOR)
+    """``src ||| tgt`` or ``src<TAB>tgt`` (``pair_columns``) -> (English tokens, French
+    tokens); GoldError saying what is wrong."""
+    columns = pair_columns(line)
+    if len(columns) != 2:
         raise GoldError(
-            f"needs exactly one '{SEPARATOR}' between English and French, found {found}"
+            f"needs exactly one '{SEPARATOR}' (or one TAB) between English and French, found "
+            f"{len(columns) - 1}"
         )
-    src, tgt = (side.split() for side in line.split(SEPARATOR))
+    src, tgt = (side.split() for side in columns)
     if not src or not tgt:
         raise GoldError(f"the {'English' if not src else 'French'} side is empty")
     return src, tgt
 
 
 def read_pairs(path: str | Path) -> list[Pair]:
-    """Every ``english ||| french`` line of a file as token lists."""
+    """Every ``english ||| french`` (or ``english<TAB>french``) line of a file as token lists."""
     pairs = []
     for number, line in enumerate(file_lines(path), 1):
         try:

@@ -7,6 +7,7 @@ page's model (or first sentence), B the compared one; every difference is B − 
 from __future__ import annotations
 
 import difflib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -252,8 +253,10 @@ def cut_differently(a: TranslationModel, b: TranslationModel) -> bool:
 
 
 def unknown_words(m: TranslationModel, text: str) -> list[str]:
-    """Words of ``text`` the model's target vocabulary lacks (teacher forcing feeds <unk>)."""
-    return m.unknown_target_words(text)
+    """Words of ``text`` the model's target vocabulary lacks (teacher forcing feeds <unk>),
+    each once, in order, with how often it occurs where more than once: "kind (×3)"."""
+    counts = Counter(m.unknown_target_words(text))
+    return [word if n == 1 else f"{word} (×{n})" for word, n in counts.items()]
 
 
 def suggest_sentence(sentence: str, candidates: Sequence[str]) -> str:
@@ -271,6 +274,21 @@ def outputs_note(tokens_a: Sequence[str], tokens_b: Sequence[str]) -> str:
         "The two outputs differ, so the decoders' maps have different rows (queries). "
         "To compare them cell by cell, both decoders are fed one of the two outputs "
         "(teacher forcing): pick which."
+    )
+
+
+def fed_output(outputs: dict[str, str], chosen: str) -> tuple[str | None, str]:
+    """(whose output both decoders read, a note): ``chosen`` ("A" or "B"), or the other one
+    where the chosen output is empty (nothing to feed), with a note naming it; None, with a
+    note, where both are empty."""
+    if outputs[chosen].strip():
+        return chosen, ""
+    other = next(k for k in outputs if k != chosen)
+    if not outputs[other].strip():
+        return None, "Both models' outputs are empty: there is nothing to feed both decoders."
+    return other, (
+        f"Model {chosen}'s output is empty (nothing to feed): both decoders read model "
+        f"{other}'s output instead."
     )
 
 

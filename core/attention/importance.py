@@ -37,6 +37,7 @@ from core.places import ablation_root
 from core.runs.disk_cache import read_cached, write_cached
 
 SENTENCES = 200  # validation sentences of the importance sample (the first N of the split)
+SAMPLE_SIZES = (1, 5000)  # the sample sizes the page and core.ablate offer: (least, most)
 MAX_CURVE_POINTS = 24  # the pruning curve has at most this many points besides 0 removed (Michel
 # et al. 2019 draw 10 % steps; 24 points of 144 heads are 6 heads apart)
 LOSS_CURVE_POINTS = 10  # a language model's curve: Michel et al.'s 10 % steps (each point

@@ -7,7 +7,9 @@ rescaling, ``final_logits_bias``). d2l's AddNorm is post-LN, so each layer's out
 layer-normed and nothing else is applied (nostalgebraist 2020 projects the unnormed residual
 stream of a pre-LN model through the final norm: the same thing here). The last layer's lens
 is the model's own output distribution (tested). The translation is fed back by teacher
-forcing, so step t reads the tokens the model itself wrote before it.
+forcing, so step t reads the tokens the model itself wrote before it. A model that writes no
+output step by step (a masked language model, ``supports("decoding")``) has one stack and one
+pass: each row is then a predicted position (a mask token), each layer's lens its guess there.
 
 Shape key: L decoder layers, T output steps, V target vocabulary, K top words kept.
 """
@@ -37,6 +39,17 @@ class LogitLens:
     chosen_rank: np.ndarray  # (L, T) rank of the chosen word among all V words (0 = top)
     chosen_prob: np.ndarray  # (L, T) probability of the chosen word
     projected: str  # what was projected, in words
+    decodes: bool = True  # rows are output steps of a decoder (False: a masked LM's positions)
+
+    @property
+    def stack_words(self) -> str:
+        """What a column is: "decoder layer", or "layer" of a model of one stack."""
+        return "decoder layer" if self.decodes else "layer"
+
+    @property
+    def row_words(self) -> str:
+        """What a row is: "output step", or a masked LM's "masked position"."""
+        return "output step" if self.decodes else "masked position"
 
     @property
     def layers(self) -> int:
@@ -95,4 +108,5 @@ def logit_lens(m: TranslationModel, t: Translation, k: int = TOP_K) -> LogitLens
         rank.cpu().numpy(),
         chosen_logp[..., 0].exp().cpu().numpy().astype(np.float32),
         m.lens_words(),
+        m.supports("decoding") is None,
     )

@@ -43,6 +43,7 @@ from core.runs.disk_cache import read_cached, write_cached
 
 GRADIENT_METHODS = ("grad-input", "integrated-gradients")  # those the choices change
 SENTENCES = 200  # validation sentences of the faithfulness sample (the first N)
+SAMPLE_SIZES = (1, 1000)  # sample sizes core.attribute offers (least, most; the page: from 10)
 DELETION_K = (1, 2, 3)  # how many top words the deletion curve removes
 DEFAULT_METHODS = tuple(m for m in METHODS if m != "integrated-gradients")  # the slow one out
 RANDOM = "random"  # the baseline ranking

@@ -1,7 +1,8 @@
 """Attributions of a whole file (issue 51, item 4): ``python -m core.attribute --input
 pairs.tsv --out attributions.jsonl``.
 
-Each input line is ``source[<TAB>target[<TAB>contrast]]``: the source explained, with the
+Each input line is ``source[<TAB>target[<TAB>contrast]]`` (or the same with ``|||``,
+``core.corpus.source.pair_columns``): the source explained, with the
 model's own translation or the target given (teacher-forced), and against the contrast where
 given. Each output line is one JSON object: ``line`` (0-based, of the input), the three
 texts, then what the one-sentence command prints (``core.attribution.explain.sentence_json``:
@@ -30,6 +31,7 @@ import pandas as pd
 from core.attribution.explain import sentence_json
 from core.attribution.gradients import DEFAULT_CHOICES, GradientChoices
 from core.attribution.methods import AttributionError
+from core.corpus.source import pair_columns
 from core.model.checked_translation import translate_sentence
 from core.model.interface import TranslationModel
 from core.model.parts import DecodeSettings, TranslationError
@@ -71,7 +73,7 @@ def read_input(path: str | Path) -> list[InputLine]:
         ) from None
     lines = []
     for i, line in enumerate(text.splitlines()):
-        parts = [p.strip() for p in line.split("\t")]
+        parts = [p.strip() for p in pair_columns(line)]
         if parts and parts[0]:
             lines.append(InputLine(i, *(parts + ["", ""])[:3]))
     return lines

@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from core.command_line import InRange
 from core.measure.progress import check_time
 from core.model.interface import TranslationModel
 from core.model.record import Record
@@ -152,6 +153,12 @@ class GradientChoices:
 DEFAULT_CHOICES = GradientChoices()
 
 
+def baselines_of(m: TranslationModel) -> tuple[str, ...]:
+    """The baselines that apply to this model: a token's only where its tokenizer has it."""
+    tokens = {"unk": m.unk_id, "pad": m.pad_id, "mask": m.mask_id}
+    return tuple(b for b in BASELINES if b not in tokens or tokens[b] is not None)
+
+
 def add_choice_flags(parser) -> None:
     """The commands' flags of GradientChoices (an argparse parser), named as the fields."""
     d = DEFAULT_CHOICES
@@ -159,7 +166,8 @@ def add_choice_flags(parser) -> None:
     parser.add_argument(
         "--keep-specials", action="store_true", help="the baseline keeps </s> and the start token"
     )
-    parser.add_argument("--steps", type=int, default=d.steps, help="integration points")
+    steps = InRange(int, 2, MAX_STEPS)
+    parser.add_argument("--steps", type=steps, default=d.steps, help="integration points")
     parser.add_argument("--rule", default=d.rule, help=f"one of {', '.join(RULES)}")
     parser.add_argument(
         "--aggregation", default=d.aggregation, help=f"one of {', '.join(AGGREGATIONS)}"
@@ -175,7 +183,7 @@ def add_choice_flags(parser) -> None:
     )
     parser.add_argument(
         "--samples",
-        type=int,
+        type=InRange(int, 1, MAX_SAMPLES),
         default=d.samples,
         help="random baselines averaged (uniform, expected)",
     )

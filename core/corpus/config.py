@@ -75,6 +75,8 @@ class DataConfig:
             for name in ("val_fraction", "test_fraction")
             if not 0 <= getattr(self, name) < 1
         ]
+        if self.split_seed < 0:
+            problems.append(f"split_seed cannot be negative (got {self.split_seed})")
         problems += too_large(self, UPPER)
         if not problems and self.val_fraction + self.test_fraction >= 1:
             problems.append("val_fraction + test_fraction must leave data to train on")

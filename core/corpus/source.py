@@ -8,6 +8,7 @@ import hashlib
 import io
 import lzma
 import os
+import re
 import socket
 import urllib.error
 import urllib.parse
@@ -277,11 +278,24 @@ def _file_lines(path: Path) -> Iterator[str | None]:
         yield from _text_lines(_Capped(f, shown_path(path), "is larger than"), shown_path(path))
 
 
+BARS = re.compile(r" *\|\|\| *")  # the other way to separate a pair: "english ||| french"
+
+
+def pair_columns(line: str) -> list[str]:
+    """The columns of a sentence-pair line, the one reader of every pair the studio takes (a
+    corpus, ``core.align --data``, ``core.attribute --input``, an aligner's pairs, gold sets):
+    cut at its TABs where it has any (``source<TAB>target[<TAB>...]``), else at its ``|||``
+    (``source ||| target [||| ...]``, the spaces around them dropped)."""
+    line = line.rstrip("\r\n")
+    return line.split("\t") if "\t" in line else BARS.split(line)
+
+
 def split_pair(line: str | None) -> tuple[str, str] | None:
-    """(source, target) of a 'source<TAB>target' line; None for a malformed line."""
+    """(source, target) of a 'source<TAB>target' or 'source ||| target' line (further
+    columns ignored); None for a malformed line."""
     if line is None:
         return None
-    cols = line.rstrip("\r\n").split("\t")
+    cols = pair_columns(line)
     if len(cols) < 2 or not cols[0].strip() or not cols[1].strip():
         return None
     return cols[0], cols[1]
@@ -318,12 +332,13 @@ def no_pairs(name: str, skipped: int) -> DataError:
     """The error for a corpus without one usable pair."""
     return DataError(
         f"{name} has no usable sentence pairs: each line needs "
-        f"'source<TAB>target' ({counted(skipped, 'malformed line')} skipped)."
+        f"'source<TAB>target' or 'source ||| target' ({counted(skipped, 'malformed line')} "
+        "skipped)."
     )
 
 
 def parse_pairs(text: str, name: str = "corpus") -> tuple[list[tuple[str, str]], int]:
-    """Tab-separated (source, target) pairs of ``text`` and the count of skipped lines."""
+    """The (source, target) pairs of ``text`` (``split_pair``) and the count of skipped lines."""
     pairs, skipped = [], 0
     for line in io.StringIO(text):
         if line.strip():

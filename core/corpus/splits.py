@@ -42,6 +42,21 @@ class Corpus:
     val: Split
     test: Split
     summary: dict
+    # "train" / "val": each pair's (source ids + <eos>, <bos> + target ids + <eos>) arrays
+    # (core.corpus.batches.encode_pairs) in these vocabularies, where they were made already
+    ids: dict = field(default_factory=dict)
+
+    def use_vocabs(self, src_vocab: Vocab, tgt_vocab: Vocab) -> None:
+        """Read the corpus with these vocabularies (a checkpoint's, or the first process's);
+        its encoded pairs are kept only when the vocabularies are the same."""
+        same = all(
+            a.itos == b.itos
+            and getattr(a, "tokenizer_json", None) == getattr(b, "tokenizer_json", None)
+            for a, b in ((self.src_vocab, src_vocab), (self.tgt_vocab, tgt_vocab))
+        )
+        self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
+        if not same:
+            self.ids = {}
 
 
 def split_by_source(pairs, cfg: DataConfig) -> tuple[Split, Split, Split]:
@@ -154,18 +169,22 @@ def build_vocab(sentences: list[list[str]], cfg: DataConfig) -> Vocab:
     return Vocab.build(sentences, cfg.min_freq, cfg.max_vocab)
 
 
-def load_corpus(
-    cfg: DataConfig, cache_dir: Path | None = None, progress: ProgressFn | None = None
-) -> Corpus:
-    """Read, preprocess, filter, split and build vocabularies, as ``cfg`` says."""
-    splits = load_splits(cfg, cache_dir, progress)
+def vocabularies(splits: Splits, cfg: DataConfig) -> Corpus:
+    """The corpus of these splits with the vocabularies ``cfg`` asks for, learnt from its
+    training pairs (d2l builds them from all rows it reads, train + val: "head" mimics that)."""
     train, val = splits.train, splits.val
-    # d2l builds its vocabularies from all rows it reads (train + val); "head" mimics that
     seen = train.pairs + val.pairs if cfg.split == "head" else train.pairs
     src_vocab = build_vocab([s for s, _ in seen], cfg)
     tgt_vocab = build_vocab([t for _, t in seen], cfg)
     summary = {**splits.summary, "src_vocab": len(src_vocab), "tgt_vocab": len(tgt_vocab)}
     return Corpus(src_vocab, tgt_vocab, train, val, splits.test, summary)
+
+
+def load_corpus(
+    cfg: DataConfig, cache_dir: Path | None = None, progress: ProgressFn | None = None
+) -> Corpus:
+    """Read, preprocess, filter, split and build vocabularies, as ``cfg`` says."""
+    return vocabularies(load_splits(cfg, cache_dir, progress), cfg)
 
 
 def inspect_file(path: str | Path) -> dict:
@@ -185,12 +204,23 @@ def inspect_file(path: str | Path) -> dict:
     }
 
 
+def unk_share(corpus: Corpus, vocab: Vocab, column: int) -> float:
+    """The share of <unk> among one side's training tokens (from its encoded pairs, when the
+    corpus has them: <bos> and <eos> not counted)."""
+    encoded = corpus.ids.get("train")
+    if encoded:
+        unknown = sum(int((pair[column] == Vocab.unk_id).sum()) for pair in encoded)
+        specials = 1 + column  # source + <eos>; <bos> + target + <eos>
+        return unknown / max(sum(len(pair[column]) - specials for pair in encoded), 1)
+    ids = [i for s in vocab.encode_many([p[column] for p in corpus.train.pairs]) for i in s]
+    return sum(i == Vocab.unk_id for i in ids) / max(len(ids), 1)
+
+
 def unk_warnings(corpus: Corpus, data_cfg: DataConfig) -> list[str]:
     """A warning for each side whose training tokens are mostly <unk> (too few words kept)."""
     warnings = []
     for side, vocab, column in (("source", corpus.src_vocab, 0), ("target", corpus.tgt_vocab, 1)):
-        ids = [i for s in vocab.encode_many([p[column] for p in corpus.train.pairs]) for i in s]
-        share = sum(i == Vocab.unk_id for i in ids) / max(len(ids), 1)
+        share = unk_share(corpus, vocab, column)
         if share <= UNK_WARNING:
             continue
         remedy = (

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
+import re
 import time
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 
 from core.corpus.source import DataError, counted
 from core.corpus.splits import inspect_file
@@ -71,37 +73,78 @@ def describe_counts(info: Mapping) -> str:
     return f"{counted(info['usable'], 'usable pair')}, {counted(info['skipped'], 'skipped line')}."
 
 
-def stage_upload(name: str, data: bytes) -> Path:
-    """Save an uploaded corpus (size-limited) under the runs root; returns its path."""
+ACCEPTED = (  # what an upload may be (core.corpus.source.split_pair reads its lines)
+    "a text file of English<TAB>French lines (or English ||| French; .tsv, .txt), or a .zip "
+    "holding one"
+)
+NAME_CHARS = 80  # longest file name the app keeps (its suffix included)
+NAME_BYTES = 200  # and its most bytes in UTF-8 (file systems allow 255)
+
+
+def safe_file_name(name: str, default: str = "corpus.txt") -> str:
+    """A user's file name as the app keeps it: its base name (a browser may send a Windows
+    path), each run of characters other than letters, digits, '.', '_' and '-' as one '-',
+    at most NAME_CHARS characters with its suffix kept, never hidden ("." first) or empty."""
+    base = PureWindowsPath(str(name)).name
+    clean = re.sub(r"[^\w.-]+", "-", base).strip(".-")
+    stem, suffix = os.path.splitext(clean)
+    suffix = suffix if re.fullmatch(r"\.\w{1,10}", suffix) else ""
+    stem = stem[: NAME_CHARS - len(suffix)]
+    while len((stem + suffix).encode()) > NAME_BYTES:  # a file system's limit is in bytes
+        stem = stem[:-1]
+    stem = stem.strip(".-")
+    return stem + suffix if stem else default
+
+
+def upload_problem(name: str, data: bytes) -> str | None:
+    """What is wrong with an uploaded file, in one line, before it is read as pairs (None: it
+    may be read): too large, empty, binary (not a zip) or comma-separated."""
     if len(data) > MAX_UPLOAD_BYTES:
-        raise DataError(
+        return (
             f"{name} is {len(data) / 2**20:.1f} MB; the upload limit is "
             f"{MAX_UPLOAD_BYTES // 2**20} MB. Put the file in the data folder "
             f"({shown_path(data_root())}) and give its path instead."
         )
     if not data.strip():
-        raise DataError(f"{name} is empty.")
-    suffix = Path(name).suffix.lower()
-    suffix = suffix if suffix in (".tsv", ".txt", ".zip") else ".txt"
-    dest = uploads_root() / (hashlib.sha1(data).hexdigest()[:16] + suffix)
+        return f"{name} is empty."
+    if data.startswith(b"PK"):
+        return None  # a zip: its member is read as text
+    if b"\0" in data[:8192]:
+        return f"{name} is a binary file, not text: upload {ACCEPTED}."
+    first = data[:65536].split(b"\n", 1)[0]
+    if b"\t" not in data[:65536] and b"|||" not in first and (b"," in first or b";" in first):
+        return (
+            f"{name} has no TAB in it: it looks like comma-separated values (CSV). Save it "
+            "with a TAB between the English and the French (a .tsv file), then upload that."
+        )
+    return None
+
+
+def stage_upload(name: str, data: bytes) -> Path:
+    """Save an uploaded corpus (checked: ``upload_problem``) under the runs root, in a folder
+    of its content's hash, under its own name made safe; returns its path."""
+    if problem := upload_problem(name, data):
+        raise DataError(problem)
+    dest = uploads_root() / hashlib.sha1(data).hexdigest()[:16] / safe_file_name(name)
     dest.parent.mkdir(parents=True, exist_ok=True)
     prune_uploads()
     if not dest.is_file():
-        tmp = dest.with_name(dest.name + ".tmp")
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
         tmp.write_bytes(data)
         os.replace(tmp, dest)
     return dest
 
 
 def prune_uploads(now: float | None = None) -> list[Path]:
-    """Delete staged uploads older than UPLOAD_TTL_S, then the oldest past MAX_UPLOADS_BYTES.
+    """Delete staged uploads older than UPLOAD_TTL_S, then the oldest past MAX_UPLOADS_BYTES
+    (and the folders they leave empty).
 
     A launch copies its corpus into the run, so an upload is only needed between the upload
     and the launch; the removed paths are returned.
     """
     now = time.time() if now is None else now
     files = sorted(
-        (p for p in uploads_root().glob("*") if p.is_file()), key=lambda p: p.stat().st_mtime
+        (p for p in uploads_root().rglob("*") if p.is_file()), key=lambda p: p.stat().st_mtime
     )
     gone = [p for p in files if now - p.stat().st_mtime > UPLOAD_TTL_S]
     kept = [p for p in files if p not in gone]
@@ -109,6 +152,9 @@ def prune_uploads(now: float | None = None) -> list[Path]:
         gone.append(kept.pop(0))
     for path in gone:
         path.unlink(missing_ok=True)
+        if path.parent != uploads_root():
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()  # only once empty
     return gone
 
 

@@ -142,12 +142,20 @@ def rho_words(rho: Mapping[str, float | None]) -> str:
 
 def baseline_words(result) -> str:
     """A HeadImportance's baseline in words: "baseline BLEU 31.2, loss 1.234 on 200
-    validation sentences (412 pairs)", or a language model's loss on its texts."""
+    validation sentences", with why the loss reads more pairs where some sentences have
+    several references; or a language model's loss on its texts."""
     if result.bleu is None:
         return f"baseline loss {result.loss:.3f} on {result.sentences} validation sentences"
-    return (
+    words = (
         f"baseline BLEU {result.bleu:.1f}, loss {result.loss:.3f} on {result.sentences} "
-        f"validation sentences ({result.pairs} pairs)"
+        "validation sentences"
+    )
+    if result.pairs == result.sentences:
+        return words
+    return (
+        f"{words} ({result.pairs} sentence–reference pairs: some sentences have several "
+        "references; BLEU scores each sentence against all of its references, the loss is "
+        "the mean over every pair)"
     )
 
 

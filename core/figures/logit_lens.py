@@ -1,7 +1,8 @@
 """The logit lens as a chart: output steps × decoder layers, each layer's top word written in.
 
 Rows are output steps (first on top, labelled with the word finally chosen), columns the
-decoder layers; colour is the chosen word's probability or its rank at that layer.
+decoder layers (a masked language model's: its predicted positions and its layers, as the
+lens names them); colour is the chosen word's probability or its rank at that layer.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def hover_texts(lens: LogitLens) -> list[list[str]]:
     return [
         [
             "<br>".join(
-                [f"step {t} → {plotly_text(chosen)}, layer {layer}"]
+                [f"{lens.row_words.split()[-1]} {t} → {plotly_text(chosen)}, layer {layer}"]
                 + [
                     f"{plotly_text(w)}: {p:.3f}"
                     for w, p in zip(lens.top_words[layer][t], lens.top_probs[layer, t])
@@ -82,13 +83,13 @@ def logit_lens_figure(lens: LogitLens, color_by: str = "prob") -> go.Figure:
     )
     colour = "probability" if color_by == "prob" else "rank"
     head = title_layout(
-        "Logit lens: each decoder layer's top word at each output step",
+        f"Logit lens: each {lens.stack_words}'s top word at each {lens.row_words}",
         [f"in each cell: that layer's top word; colour: the {colour} it gives the chosen word"],
         chars=76,
     )
     fig.update_layout(
-        xaxis={"title": {"text": "decoder layer (output projected)"}},
-        yaxis=token_axis("output step → word chosen", lens.output_tokens, reversed_=True),
+        xaxis={"title": {"text": f"{lens.stack_words} (output projected)"}},
+        yaxis=token_axis(f"{lens.row_words} → word chosen", lens.output_tokens, reversed_=True),
         height=int(head["margin"]["t"] + 110 + 26 * len(lens.output_tokens)),
         **head,
     )

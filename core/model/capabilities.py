@@ -1,13 +1,16 @@
 """What a model cannot do, and why, in one line: the one table every refusal comes from.
 
 ``problem(family, model_type, what)`` answers for a section of the Attention page
-(``training``: replaying a run), an attribution method or a setting (``bfloat16``). What a
+(``training``: replaying a run), an attribution method, a setting (``bfloat16``) or what a
+model does at all (``translate``; ``decoding``: writing its output step by step). What a
 family's row does not name, every model of it does; a model type's row (T5) adds to its
 family's. ``TranslationModel.supports`` reads it; the pages and commands ask it before they
 offer or compute anything.
 """
 
 from __future__ import annotations
+
+from core.model.architectures import ARCHITECTURES, RELATIVE
 
 STUDIO = "studio"
 HUGGING_FACE = "hugging face"
@@ -36,9 +39,18 @@ NO_TRANSLATION = (
     "A masked language model (BERT, RoBERTa) fills [MASK] tokens of one sentence; it does not "
     "translate, so {what} (which compares a source with its translation) does not apply."
 )
+ONE_PASS = (
+    "A masked language model fills every mask token at once, in one pass over the sentence: "
+    "it has no decoding steps to play back (the Maps show that pass; the Logit lens shows "
+    "each layer's guess for each mask)."
+)
 BY_FAMILY[MASKED_LM] = {
     "training": NOT_TRAINED_HERE,
     "supervision": NOT_TRAINED_HERE,
+    "playback": ONE_PASS,
+    "decoding": ONE_PASS,  # writing its output step by step, each step reading the last
+    "translate": "A masked language model (BERT, RoBERTa) fills [MASK] tokens of one "
+    "sentence; it does not translate.",
     **{
         what: NO_TRANSLATION.format(what=words)
         for what, words in (
@@ -58,8 +70,10 @@ T5_IG = (
     "α·e to nearly e for every α > 0 and no absolute position is added, so the change sits "
     "at α ≈ 0 (completeness off by 65 % with 512 steps on a test model); use gradient × input."
 )
-BY_MODEL_TYPE: dict[str, dict[str, str]] = {
-    t5: {"integrated-gradients": T5_IG} for t5 in ("t5", "mt5", "umt5")
+BY_MODEL_TYPE: dict[str, dict[str, str]] = {  # T5, mT5, UMT5: no absolute position added
+    name: {"integrated-gradients": T5_IG}
+    for name, row in ARCHITECTURES.items()
+    if row.positions == RELATIVE
 }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,10 +39,58 @@ def _refuse_long(text: str, what: str) -> list[str]:
     return tokens
 
 
+MARKS = "▁Ġ␣⏎"  # how tokenizers (and the studio's pieces) mark a space or a line's end
+
+
+def _words_of(pieces: Sequence[str]) -> list[list[int]]:
+    """Indices of ``pieces`` grouped into words: a piece starting with "##" continues one."""
+    words: list[list[int]] = []
+    for i, piece in enumerate(pieces):
+        if piece.startswith("##") and words:
+            words[-1].append(i)
+        else:
+            words.append([i])
+    return words
+
+
+def broken_pieces_note(t: Translation, special: set[int]) -> str | None:
+    """One line when most of a source's pieces (the ``special`` ids left out) are single
+    characters cut from a longer word or unknown, some of them cut: a tokenizer that is not
+    the model's own (a word vocabulary read as bytes), or another language; None else (a
+    sentence of unknown words alone is named by the model's own unknown-words note)."""
+    text = [p.removeprefix("##").strip(MARKS).strip() for p in t.src_tokens]
+    counted = cut = unknown = 0
+    for word in _words_of(t.src_tokens):
+        inside = [i for i in word if text[i] and t.src_ids[i] not in special]
+        letters = sum(ch.isalnum() for i in inside for ch in text[i])
+        for i in inside:
+            counted += 1
+            unknown += t.src_unknown[i]
+            letter = len(text[i]) == 1 and text[i].isalnum()
+            cut += bool(letter and letters > 1 and not t.src_unknown[i])  # of a longer word
+    if not cut or cut + unknown < 2 or 2 * (cut + unknown) <= counted:
+        return None  # unknown pieces alone: the model's unknown-words note names them
+    what = {
+        "single characters cut from its words": (cut, "is the tokenizer the model's own?"),
+        "unknown to the model's tokenizer": (unknown, "is the sentence in its source language?"),
+    }
+    said = [(words, n, ask) for words, (n, ask) in what.items() if n]
+    if len(said) > 1:  # how many of each
+        said = [(f"{words} ({n})", n, ask) for words, n, ask in said]
+    return (
+        f"{cut + unknown} of this sentence's {counted} pieces are "
+        + " or ".join(words for words, _, _ in said)
+        + ": expect a translation in broken pieces ("
+        + " ".join(ask for _, _, ask in said)
+        + ")."
+    )
+
+
 def translate_sentence(
     lm: TranslationModel, sentence: str, settings: DecodeSettings = GREEDY, target: str = ""
 ) -> Translation:
-    """Translate with all maps; refuse over-long input, warn about unknown or long input.
+    """Translate with all maps; refuse over-long input, warn about unknown or long input, or
+    a sentence the tokenizer reads mostly as single characters or unknown pieces.
     With a ``target``: that translation teacher-forced instead of the model's own."""
     tokens = _refuse_long(sentence, "sentence")
     if target.strip():
@@ -51,6 +99,8 @@ def translate_sentence(
     else:
         t = lm.translate(sentence or "", settings)
     t.warnings += lm.source_notes(tokens)
+    if note := broken_pieces_note(t, lm.special_ids()):
+        t.warnings.append(note)
     limit = trained_max_len(lm.meta)
     if limit and len(tokens) > limit:
         t.warnings.append(

@@ -23,7 +23,7 @@ from core.corpus.splits import Split, load_splits
 from core.corpus.vocab import Vocab
 from core.model.config import ModelConfig
 from core.model.transformer import Transformer
-from core.places import corpus_folders, replace_durably, runs_root, shown_path
+from core.places import corpus_folders, replace_durably, run_corpus_files, runs_root, shown_path
 
 FORMAT = "attention-studio/1"
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # a run directory's name
@@ -172,12 +172,12 @@ def validation_pairs_of(meta: Mapping) -> list[list[str]] | None:
 
 def _recorded_corpus(source: str, sha1: str | None, run: str | None = None) -> str:
     """The recorded corpus here: the file of that base name in a corpus folder, or the copy
-    of it inside the model's run (``runs/<run>/data.*``), whose content has the recorded
+    of it inside the model's run (``places.run_corpus_files``), whose content has the recorded
     SHA-1; DataError when none does (or no SHA-1 was recorded to check against)."""
     name = PureWindowsPath(source).name
     found = [folder / name for folder in corpus_folders() if name and (folder / name).is_file()]
     if isinstance(run, str) and RUN_NAME.fullmatch(run):
-        found += sorted((runs_root() / run).glob("data.*"))
+        found += run_corpus_files(runs_root() / run)
     if not sha1:
         raise DataError(
             f"The validation sentences cannot be rebuilt: this model does not record its "
@@ -243,23 +243,24 @@ def read_checkpoint(path, mmap: bool = False) -> dict:
             "checkpoints (.pt)."
         )
     if not path.is_file():
-        raise CheckpointError(f"Checkpoint not found: {shown_path(path)}")
+        raise CheckpointError(f"No such file or folder: {shown_path(path)}")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as e:  # noqa: BLE001 - any unreadable file (struct.error, ...) is one case
         if isinstance(e, MemoryError):
             raise
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(
-            f"{shown_path(path)} is not a readable Attention Studio checkpoint (damaged, "
-            "truncated or "
-            f"a foreign file): {first[:200]}"
-        ) from e
+        raise not_ours(path) from None  # torch's words: a paragraph about weights_only
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
-        raise CheckpointError(
-            f"{shown_path(path)} is not an Attention Studio checkpoint ({FORMAT})."
-        )
+        raise not_ours(path)
     return ckpt
+
+
+def not_ours(path) -> CheckpointError:
+    """The one line for a file that is not a checkpoint (damaged, truncated or another's)."""
+    return CheckpointError(
+        f"{shown_path(path)} is not an Attention Studio checkpoint or a Hugging Face model "
+        f"folder (a damaged, truncated or foreign file; ours are {FORMAT})."
+    )
 
 
 def _inconsistent(path, e: Exception) -> CheckpointError:

@@ -16,22 +16,25 @@ import struct
 from pathlib import Path
 
 from core.corpus.source import file_sha1
+from core.model.architectures import (
+    DECODER_ONLY,
+    ENCODER_DECODER,
+    MASKED,
+    architecture_of,
+    of_kind,
+    refusal,
+)
 from core.model.capabilities import LANGUAGE_MODEL, MASKED_LM
 from core.model.config import ModelConfig
 from core.model.hf_size import counted_parameters, scale_problem
 from core.places import shown_path, shown_paths
 
 FAMILY = "hugging face"
-LM_TYPES = {  # the decoder-only families whose modules the studio knows -> how they place tokens
-    "gpt2": "learned positions",
-    "llama": "rope",
-    "qwen2": "rope",
-    "mistral": "rope",
-    "gemma": "rope",
+LM_TYPES = {  # the decoder-only families of the table -> how they place tokens
+    name: row.positions for name, row in of_kind(DECODER_ONLY).items()
 }
-ENCODER_TYPES = {  # the encoder-only families whose modules the studio knows -> positions
-    "bert": "learned positions",
-    "roberta": "learned positions",
+ENCODER_TYPES = {  # the encoder-only (masked) families of the table -> how they place tokens
+    name: row.positions for name, row in of_kind(MASKED).items()
 }
 CONFIG = "config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "source.spm", "spiece.model")
@@ -41,11 +44,21 @@ HEADER_BYTES = 100_000_000  # a larger safetensors header is not one (safetensor
 WEIGHTS = "model.safetensors"  # a model's weights, in one file
 INDEX = "model.safetensors.index.json"  # or which shard holds each of its tensors
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+FILE_SUFFIXES = (".pt", ".pth", ".bin", ".history", ".tsv", ".txt", ".zip", ".json")  # a path
 
 
 class HFModelError(Exception):
     """A folder or hub id is not a Hugging Face encoder-decoder the studio can open; the
     message says why in one line."""
+
+
+def is_hub_id(spec: str) -> bool:
+    """Whether ``spec`` names a model on the Hugging Face hub: ``owner/name`` that is no path
+    here (nothing there, no file's suffix such as .pt, no folder ``owner`` here)."""
+    if not HUB_ID.fullmatch(spec or "") or Path(spec).exists():
+        return False
+    owner = spec.split("/", 1)[0]
+    return Path(spec).suffix.lower() not in FILE_SUFFIXES and not Path(owner).is_dir()
 
 
 def is_model_folder(path) -> bool:
@@ -95,9 +108,7 @@ def studio_config(config: dict) -> ModelConfig:
         d_ff=int(_first(config, "encoder_ffn_dim", "d_ff", default=1)),
         dropout=0.0,
         max_positions=int(_first(config, "max_position_embeddings", "n_positions", default=512)),
-        norm_first=bool(
-            config.get("normalize_before") or config.get("model_type") in ("t5", "mt5", "umt5")
-        ),
+        norm_first=architecture_of(config).norm == "pre",
         pad_id=int(config.get("pad_token_id") or 0),
     )
 
@@ -156,8 +167,8 @@ def lm_geometry(config: dict) -> dict:
 
 
 def check_encoder_decoder(config: dict) -> None:
-    """HFModelError unless the config describes an encoder-decoder, or a decoder-only family
-    the studio knows (``LM_TYPES``)."""
+    """HFModelError unless the config describes an encoder-decoder, a decoder-only or a masked
+    language model of a family the table knows (``core.model.architectures``)."""
     kind = str(config.get("model_type") or "unknown")
     if config.get("auto_map"):
         raise HFModelError(
@@ -166,23 +177,19 @@ def check_encoder_decoder(config: dict) -> None:
         )
     if is_masked_lm(config) and not is_language_model(config):
         if kind not in ENCODER_TYPES:
-            raise HFModelError(
-                f"The studio reads encoder-only models of the families {', '.join(ENCODER_TYPES)}; "
-                f"this is a {kind}."
-            )
+            raise HFModelError(refusal(kind, MASKED))
         return
     if is_language_model(config):
         if kind not in LM_TYPES:
-            raise HFModelError(
-                f"The studio reads decoder-only models of the families {', '.join(LM_TYPES)}; "
-                f"this is a {kind}."
-            )
+            raise HFModelError(refusal(kind, DECODER_ONLY))
         return
     if not config.get("is_encoder_decoder"):
         raise HFModelError(
             f"The studio reads encoder-decoder, decoder-only and masked language models; this "
             f"{kind} is none of them."
         )
+    if kind not in of_kind(ENCODER_DECODER):  # its modules are not in the table
+        raise HFModelError(refusal(kind, ENCODER_DECODER))
 
 
 def folder_sha1(folder) -> str:
@@ -341,7 +348,7 @@ def _family_facts(folder, config: dict) -> dict:
 def describe(folder) -> dict:
     """What the picker shows of a model folder, its weights never read and nothing built:
     model type, parameters (``parameters`` in the weight files, ``config_parameters`` as the
-    config counts them: None for a family without a count), layers, heads, width and
+    config counts them, by its family's arithmetic: ``hf_size``), layers, heads, width and
     languages; HFModelError when it cannot be opened, a config past ``hf_size``'s caps too."""
     config = read_config(folder)
     check_encoder_decoder(config)
@@ -350,7 +357,7 @@ def describe(folder) -> dict:
     check_tokenizer_files(folder)
     try:
         facts = _family_facts(folder, config)
-    except (TypeError, ValueError) as e:  # a size of a family without a count here
+    except (TypeError, ValueError) as e:  # a size its family's count does not read
         reason = f"config.json's sizes cannot be read ({e})."
         raise HFModelError(f"{shown_path(folder)}: {reason}") from e
     return facts | {
@@ -389,7 +396,7 @@ def resolve(spec: str) -> Path:
     path = Path(spec)
     if path.is_dir():
         return path
-    if not HUB_ID.fullmatch(spec or ""):
+    if not is_hub_id(spec):
         raise HFModelError(
             f"{shown_paths(spec, spec)} is neither a model folder nor a hub id (owner/name)."
         )
@@ -407,6 +414,6 @@ def resolve(spec: str) -> Path:
         return Path(snapshot_download(spec, allow_patterns=patterns))
     except Exception as e:  # noqa: BLE001 - network and hub errors of every kind
         raise HFModelError(
-            f"{spec} could not be downloaded from the Hugging Face hub ({type(e).__name__}): "
-            "offline, or no such model."
+            f"{spec} is no file or folder here and could not be downloaded from the Hugging "
+            f"Face hub ({type(e).__name__}): offline, or no such model."
         ) from e

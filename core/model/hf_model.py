@@ -28,10 +28,10 @@ from core.corpus.bpe import PREFIX
 from core.corpus.text import tokenize
 from core.model import batched, hf_sites
 from core.model import hugging_face as hf
+from core.model.architectures import Architecture, architecture_of, part
 from core.model.capabilities import HUGGING_FACE
 from core.model.config import ModelConfig
 from core.model.hf_folder import HFModelError, describe, studio_config
-from core.model.hf_size import MAX_PARAMETERS
 from core.model.hooks import HookPoint
 from core.model.interface import TranslationModel
 from core.model.parts import (
@@ -318,17 +318,33 @@ class HFModel(TranslationModel):
             use_cache=False,
         )[0]  # (B, T, D), after the decoder's final norm where it has one
 
+    @property
+    def _architecture(self) -> Architecture:
+        """Its family's row of the table (``core.model.architectures``)."""
+        return architecture_of(self.model)
+
+    def _rescaled(self) -> bool:
+        """Whether its decoder's output is multiplied by d^-1/2 before ``lm_head`` (T5, UMT5
+        with tied embeddings)."""
+        quirk = "rescale_tied_output" in self._architecture.quirks
+        return quirk and bool(self.model.config.scale_decoder_outputs)
+
+    def _logits_bias(self) -> torch.Tensor | None:
+        """The bias added after ``lm_head`` (``final_logits_bias``: Marian, BART, mBART)."""
+        quirk = "final_logits_bias" in self._architecture.quirks
+        return self.model.final_logits_bias if quirk else None
+
     def logits_of(self, hidden, weight=None) -> torch.Tensor:
         """As the model's own forward makes them: T5's d^-1/2 rescaling, ``lm_head``,
         ``final_logits_bias``."""
-        if getattr(self.model.config, "scale_decoder_outputs", False):
+        if self._rescaled():
             hidden = hidden * self.model.config.d_model**-0.5
-        head = self.model.get_output_embeddings()
+        head = part(self.model, self._architecture.head)
         if weight is None:
             logits = head(hidden)  # (..., V)
         else:
             logits = nn.functional.linear(hidden.to(weight.dtype), weight, head.bias)
-        bias = getattr(self.model, "final_logits_bias", None)
+        bias = self._logits_bias()
         return logits if bias is None else logits + bias
 
     def output_weight(self) -> torch.Tensor:
@@ -342,10 +358,10 @@ class HFModel(TranslationModel):
         steps = []
         if (norm := hf_sites.final_norm(self.model)) is not None:
             steps.append(f"the decoder's final norm ({type(norm).__name__})")
-        if getattr(self.model.config, "scale_decoder_outputs", False):
+        if self._rescaled():
             steps.append("the d^-1/2 rescaling of tied embeddings (T5)")
         steps.append("lm_head")
-        if getattr(self.model, "final_logits_bias", None) is not None:
+        if self._logits_bias() is not None:
             steps.append("final_logits_bias")
         return "each decoder layer's output through " + ", then ".join(steps)
 
@@ -362,53 +378,30 @@ class HFModel(TranslationModel):
         module = hf_sites.attention_of(self._layer(kind, layer), kind)
         heads, width = hf_sites.head_geometry(module)
         parts = [linear_parts(m) for m in hf_sites.projections(module)]
-        scale = float(getattr(module, "scaling", width**-0.5))
+        scale = self._architecture.scale_of(module)  # T5: 1, no 1/√Dh
         return AttentionWeights(*(t for pair in parts for t in pair), heads, width, scale)
 
     def sublayer_norm(self, kind: str, layer: int) -> SublayerNorm:
         block = self._layer(kind, layer)
-        pre = hf_sites.is_t5(block) or hf_sites.final_norm(self.model) is not None
+        pre = self._architecture.norm == "pre"
         return SublayerNorm(pre, hf_sites.sublayer_norm(block, kind))
 
 
 # ----------------------------------------------------------------------------- loading
 
 
-def meta_parameters(folder: Path, auto) -> int:
-    """Parameters of the model a folder's config describes, built by ``auto`` on the meta
-    device (no memory): only for a family ``hf_size`` has no count for, and only once its
-    caps have passed (``describe``), so that its layers are few."""
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(folder, local_files_only=True)
-    with torch.device("meta"):
-        model = auto.from_config(config)
-    return sum(p.numel() for p in model.parameters())
-
-
-def held_parameters(folder: Path, info: dict, auto) -> int:
+def held_parameters(info: dict) -> int:
     """Parameters loading a described folder (``describe``) will hold: its config's count
-    (on the meta device for a family without one), or its weight files' if they hold more;
-    HFModelError past ``hf_size.MAX_PARAMETERS``."""
-    count = info.get("config_parameters")
-    if count is None:
-        count = meta_parameters(folder, auto)
-        if count > MAX_PARAMETERS:
-            raise HFModelError(
-                f"This model has {count / 1e6:,.0f} M parameters; the studio opens models of "
-                f"at most {MAX_PARAMETERS / 1e6:,.0f} M."
-            )
-    return max(count, int(info["parameters"]))
+    (``hf_size``: every family of the table has one), or its weight files' if they hold more."""
+    return max(int(info["config_parameters"]), int(info["parameters"]))
 
 
-def check_size(folder: Path, info: dict, max_bytes: int | None) -> None:
+def check_size(info: dict, max_bytes: int | None) -> None:
     """HFModelError when the model its config describes (or its weights, if larger) passes
     ``max_bytes`` in float32."""
     if max_bytes is None:
         return
-    from transformers import AutoModelForSeq2SeqLM
-
-    count = held_parameters(folder, info, AutoModelForSeq2SeqLM)
+    count = held_parameters(info)
     if 4 * count > max_bytes:
         raise HFModelError(
             f"This model has {count / 1e6:,.0f} M parameters ({4 * count / 2**30:.1f} GB in "
@@ -482,12 +475,11 @@ def load(folder, device: str | torch.device = "cpu", max_bytes: int | None = Non
     from transformers import AutoModelForSeq2SeqLM
 
     model, tokenizer = from_folder(
-        folder, AutoModelForSeq2SeqLM, lambda: check_size(folder, info, max_bytes) or {}
+        folder, AutoModelForSeq2SeqLM, lambda: check_size(info, max_bytes) or {}
     )
     model.to(device).eval()
     info["tokens"] = hf.tokenizer_kind(tokenizer)
     info["pieces"] = hf.tokenizer_algorithm(tokenizer)
     info["language_codes"] = hf.language_codes(tokenizer) if hf.multilingual(model.config) else []
-    cfg = studio_config(model.config.to_dict())
-    cfg.norm_first = hf_sites.final_norm(model) is not None  # a final norm after the stack: pre-LN
+    cfg = studio_config(model.config.to_dict())  # pre-LN as its family's row says
     return HFModel(model, tokenizer, cfg, info)

@@ -2,12 +2,13 @@
 its layers, attentions and norms, and the permanent forward hooks that pass each activation
 through the site's ``HookPoint``.
 
-Every family is found by its own attribute names: BART-like (Marian, BART, mBART, M2M100,
-NLLB) ``layers`` / ``self_attn`` / ``encoder_attn`` / ``q_proj`` ... ``out_proj`` with a norm
-per sub-layer (after it, post-LN: Marian, BART; before it, pre-LN: mBART, M2M100, NLLB, which
-end each stack with a norm), and T5's ``block`` / ``layer[i].SelfAttention`` /
-``EncDecAttention`` / ``q`` ... ``o`` (pre-LN, RMSNorm, a relative-position bias). The hooks are
-installed once per model and do nothing (one integer test) unless a thread has hooks on.
+Where a family keeps its parts is its row of the table (``core.model.architectures``): BART-like
+(Marian, BART, mBART, M2M100, NLLB) ``layers`` / ``self_attn`` / ``encoder_attn`` / ``q_proj``
+... ``out_proj`` with a norm per sub-layer (after it, post-LN: Marian, BART; before it, pre-LN:
+mBART, M2M100, NLLB, which end each stack with a norm), and T5's (mT5's, UMT5's) ``block`` /
+``layer[i].SelfAttention`` / ``EncDecAttention`` / ``q`` ... ``o`` (pre-LN, RMSNorm, a
+relative-position bias). The hooks are installed once per model and do nothing (one integer
+test) unless a thread has hooks on.
 
 Shape key: B batch, T tokens, H heads, Dh head width, D model width.
 """
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from core.model.architectures import architecture_of, part
 from core.model.hf_folder import HFModelError
 from core.model.hooks import HookPoint, any_on
 from core.model.record import SIDES, attention_site, side_of
@@ -26,32 +28,17 @@ from core.model.record import SIDES, attention_site, side_of
 
 def stack(model: nn.Module, side: str) -> nn.Module:
     """The encoder or the decoder stack."""
-    return model.get_encoder() if side == "encoder" else model.get_decoder()
+    return part(model, architecture_of(model).stack(side).path)
 
 
 def layers_of(stack_module: nn.Module) -> Sequence[nn.Module]:
     """The layers of an encoder or decoder stack (``layers``, or T5's ``block``)."""
-    layers = getattr(stack_module, "layers", None)
-    layers = layers if layers is not None else getattr(stack_module, "block", None)
-    if layers is None:
-        raise HFModelError(
-            f"The studio does not know where the layers of a {type(stack_module).__name__} are."
-        )
-    return layers
-
-
-def is_t5(layer: nn.Module) -> bool:
-    """Whether a layer is T5's (sub-layers in ``layer``, each with its norm inside)."""
-    return hasattr(layer, "layer") and not hasattr(layer, "self_attn")
+    return part(stack_module, architecture_of(stack_module).layers)
 
 
 def attention_of(layer: nn.Module, kind: str) -> nn.Module:
     """One layer's attention of ``kind``."""
-    if hasattr(layer, "self_attn"):
-        return layer.encoder_attn if kind == "cross" else layer.self_attn
-    if is_t5(layer):
-        return layer.layer[1].EncDecAttention if kind == "cross" else layer.layer[0].SelfAttention
-    raise HFModelError(f"The studio does not know where a {type(layer).__name__}'s heads are.")
+    return part(layer, architecture_of(layer).attention(kind).path)
 
 
 def attention_modules(model: nn.Module, kind: str) -> list[nn.Module]:
@@ -61,38 +48,29 @@ def attention_modules(model: nn.Module, kind: str) -> list[nn.Module]:
 
 def projections(module: nn.Module) -> tuple[nn.Linear, nn.Linear, nn.Linear, nn.Linear]:
     """(W_q, W_k, W_v, W_o) of one attention module."""
-    names = (("q_proj", "q"), ("k_proj", "k"), ("v_proj", "v"), ("out_proj", "o"))
-    found = [getattr(module, a, None) or getattr(module, b, None) for a, b in names]
-    if any(m is None for m in found):
-        raise HFModelError(
-            f"The studio does not know the projections of a {type(module).__name__}."
-        )
-    return tuple(found)
+    names = architecture_of(module).projections
+    return tuple(part(module, name) for name in (names.q, names.k, names.v, names.o))
 
 
 def head_geometry(module: nn.Module) -> tuple[int, int]:
     """(heads, head width) of one attention module."""
-    heads = getattr(module, "num_heads", None) or getattr(module, "n_heads", None)
-    width = getattr(module, "head_dim", None) or getattr(module, "key_value_proj_dim", None)
-    if not heads or not width:
+    arch = architecture_of(module)
+    if arch.heads is None:
         raise HFModelError(f"The studio does not know the heads of a {type(module).__name__}.")
-    return int(heads), int(width)
+    heads, width = arch.heads
+    return int(getattr(module, heads)), int(getattr(module, width))
 
 
 def final_norm(model: nn.Module) -> nn.Module | None:
     """The decoder's final norm of a pre-LN family (mBART / M2M100 / NLLB ``layer_norm``,
     T5's ``final_layer_norm``); None for a post-LN one (Marian, BART)."""
-    decoder = model.get_decoder()
-    return getattr(decoder, "layer_norm", None) or getattr(decoder, "final_layer_norm", None)
+    name = architecture_of(model).stack("decoder").final_norm
+    return None if name is None else part(stack(model, "decoder"), name)
 
 
 def sublayer_norm(layer: nn.Module, kind: str) -> nn.Module:
     """The norm of one layer's attention sub-layer of ``kind``."""
-    if hasattr(layer, "self_attn_layer_norm"):
-        return layer.encoder_attn_layer_norm if kind == "cross" else layer.self_attn_layer_norm
-    if is_t5(layer):
-        return layer.layer[1 if kind == "cross" else 0].layer_norm
-    raise HFModelError(f"The studio does not know the norms of a {type(layer).__name__}.")
+    return part(layer, architecture_of(layer).attention(kind).norm)
 
 
 # ----------------------------------------------------------------------------- the hooks
@@ -198,17 +176,18 @@ def _attention_outputs(p: str):
     return hook
 
 
-def _queries_keys(p: str):
-    """A forward pre-hook on an attention module: its queries' and keys' inputs."""
+def _queries_keys(p: str, memory_key: str | None):
+    """A forward pre-hook on an attention module: its queries' and keys' inputs (a
+    cross-attention's keys: the keyword argument ``memory_key``)."""
 
     def hook(module, args, kwargs):
         if not any_on():
             return None
         args, kwargs = _through(_point(module, f"{p}.queries"), args, kwargs) or (args, kwargs)
-        memory = kwargs.get("key_value_states")
+        memory = kwargs.get(memory_key) if memory_key else None
         keys = _point(module, f"{p}.keys")
         if memory is not None and (y := keys(memory)) is not memory:
-            kwargs = {**kwargs, "key_value_states": y}
+            kwargs = {**kwargs, memory_key: y}
         return args, kwargs
 
     return hook
@@ -230,7 +209,7 @@ class _Installer:
 
     def __init__(self, model: nn.Module):
         self.model, self.points = model, {}
-        self.pre_ln = final_norm(model) is not None
+        self.arch = architecture_of(model)
 
     def hooked(self, module: nn.Module) -> nn.Module:
         """``module``, holding the points (the hooks find their sites through it)."""
@@ -250,7 +229,7 @@ class _Installer:
 
     def stack(self, side: str) -> None:
         module = self.hooked(stack(self.model, side))
-        embed = self.hooked(module.embed_tokens)
+        embed = self.hooked(part(module, self.arch.stack(side).embed))
         embed.register_forward_hook(_output_site(self.add(f"{side}.embed")))
         for i, layer in enumerate(layers_of(module)):
             self.layer(layer, f"{side}.{i}", side, i)
@@ -266,10 +245,11 @@ class _Installer:
 
     def attention(self, layer: nn.Module, kind: str, p: str) -> None:
         module = self.hooked(attention_of(layer, kind))
-        for part in ("queries", "keys", "v", "pattern", "z", "out", "position_bias", "resid_post"):
-            self.add(f"{p}.{part}")
+        for site in ("queries", "keys", "v", "pattern", "z", "out", "position_bias", "resid_post"):
+            self.add(f"{p}.{site}")
         heads, width = head_geometry(module)
-        module.register_forward_pre_hook(_queries_keys(p), with_kwargs=True)
+        memory_key = self.arch.attention(kind).memory
+        module.register_forward_pre_hook(_queries_keys(p, memory_key), with_kwargs=True)
         module.register_forward_hook(_attention_outputs(p), with_kwargs=True)
         _, _, v, o = (self.hooked(m) for m in projections(module))
         v.register_forward_hook(heads_site(f"{p}.v", v.out_features // width, before=False))
@@ -277,26 +257,24 @@ class _Installer:
         self.resid_post(layer, kind, f"{p}.resid_post")
 
     def resid_post(self, layer: nn.Module, kind: str, name: str) -> None:
-        """The stream after an attention sub-layer: T5's sub-layer output, a post-LN norm's
-        output, or (pre-LN) the input of the norm that comes next."""
-        if is_t5(layer):
-            sub = self.hooked(layer.layer[1 if kind == "cross" else 0])
-            sub.register_forward_hook(_output_site(name))
-        elif not self.pre_ln:
-            self.hooked(sublayer_norm(layer, kind)).register_forward_hook(_output_site(name))
-        else:  # pre-LN: the next sub-layer's norm reads the stream
-            after = (
-                layer.encoder_attn_layer_norm if kind == "decoder_self" else layer.final_layer_norm
-            )
-            self.hooked(after).register_forward_pre_hook(_read_input(name))
+        """The stream after an attention sub-layer, where the row says it is: a module's
+        output (T5's sub-layer, a post-LN norm), or the input of the norm that comes next
+        (pre-LN)."""
+        where, path = self.arch.attention(kind).resid_post
+        module = self.hooked(part(layer, path))
+        if where == "output":
+            module.register_forward_hook(_output_site(name))
+        else:
+            module.register_forward_pre_hook(_read_input(name))
 
 
 def hook_points(model: nn.Module) -> dict[str, HookPoint]:
     """The model's hook points by site name (its hooks installed on first use)."""
     points = getattr(model, POINTS, None)
     if points is None:
-        enc, dec = stack(model, "encoder"), stack(model, "decoder")
-        if enc.embed_tokens is dec.embed_tokens:
+        arch = architecture_of(model)
+        enc, dec = (part(stack(model, side), arch.stack(side).embed) for side in SIDES)
+        if enc is dec:
             raise HFModelError(
                 "The encoder and the decoder share one embedding module: the studio cannot "
                 "tell their embeddings apart."

@@ -6,7 +6,9 @@ Building a model, even on the meta device, builds every layer: a 1 KB config.jso
 label as it parses the config. Here the config is plain JSON (a dict) and nothing is parsed
 by transformers or built: ``scale_problem`` says why a config is refused, ``counted_parameters``
 what its model holds (tested equal to the built model's count for every family the studio
-reads, and ``FAMILY_DEFAULTS`` to what transformers assumes of a key left out).
+reads, and ``FAMILY_DEFAULTS`` to what transformers assumes of a key left out). Which
+arithmetic counts a family, and what its config class assumes, are its row of the table
+(``core.model.architectures``: ``count``, ``config_defaults``).
 
 Letters: V vocabulary, D model width, F feed-forward width, P positions, H heads, Hkv
 key/value heads, Dh head width.
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+
+from core.model.architectures import ARCHITECTURES
 
 MAX_LAYERS = 256  # layers per stack a config may ask for (Llama 3.1 405B has 126)
 MAX_PARAMETERS = 100 * 10**9  # parameters a config may describe (400 GB in float32)
@@ -32,27 +36,7 @@ LAYER_KEYS = (  # every key a family names a stack's layers by (ProphetNet's and
     "n_layers",
 )
 FAMILY_DEFAULTS = {  # what each family's config class assumes of a key config.json leaves out
-    "marian": {"tie_word_embeddings": True, "share_encoder_decoder_embeddings": True},
-    "bart": {"tie_word_embeddings": True},
-    "mbart": {"tie_word_embeddings": True},
-    "m2m_100": {"tie_word_embeddings": True},
-    "t5": {
-        "tie_word_embeddings": True,
-        "feed_forward_proj": "relu",
-        "relative_attention_num_buckets": 32,
-    },
-    "mt5": {
-        "tie_word_embeddings": True,
-        "feed_forward_proj": "gated-gelu",
-        "relative_attention_num_buckets": 32,
-    },
-    "gpt2": {"tie_word_embeddings": True, "add_cross_attention": False},
-    "llama": {"tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False},
-    "qwen2": {"tie_word_embeddings": False},
-    "mistral": {"tie_word_embeddings": False},
-    "gemma": {"tie_word_embeddings": True, "attention_bias": False, "head_dim": 256},
-    "bert": {"tie_word_embeddings": True, "type_vocab_size": 2},
-    "roberta": {"tie_word_embeddings": True, "type_vocab_size": 2},
+    name: dict(row.config_defaults) for name, row in ARCHITECTURES.items()
 }
 
 
@@ -131,6 +115,16 @@ def _t5(c: dict) -> int:
     return V * D + _output(c, V, D) + stacks + 2 * D + bias
 
 
+def _umt5(c: dict) -> int:
+    """UMT5: T5's, with a relative position bias in every layer (T5's is in each stack's
+    first layer only)."""
+    enc = _size(c, "num_layers")
+    dec = _size(c, "num_decoder_layers", default=enc)
+    key = "relative_attention_num_buckets"
+    per_layer = _size(c, key, default=_flag(c, key)) * _size(c, "num_heads")
+    return _t5(c) + (enc + dec - 2) * per_layer
+
+
 def _gpt2(c: dict) -> int:
     """GPT-2: learned positions, Conv1D projections with biases, LayerNorms, tied output."""
     D, V, P = _size(c, "n_embd"), _size(c, "vocab_size"), _size(c, "n_positions")
@@ -170,27 +164,23 @@ def _bert_like(c: dict) -> int:
     return embeddings + _size(c, "num_hidden_layers") * layer + _linear(D, D) + 2 * D + V + untied
 
 
-COUNTS: dict[str, Callable[[dict], int]] = {  # model_type -> its count
-    "marian": _bart_like,
-    "bart": _bart_like,
-    "mbart": _bart_like,
-    "m2m_100": _bart_like,
+ARITHMETIC: dict[str, Callable[[dict], int]] = {  # a row's ``count`` -> the function
+    "bart_like": _bart_like,
     "t5": _t5,
-    "mt5": _t5,
+    "umt5": _umt5,
     "gpt2": _gpt2,
-    "llama": _llama_like,
-    "qwen2": _llama_like,
-    "mistral": _llama_like,
-    "gemma": _llama_like,
-    "bert": _bert_like,
-    "roberta": _bert_like,
+    "llama_like": _llama_like,
+    "bert_like": _bert_like,
+}
+COUNTS: dict[str, Callable[[dict], int]] = {  # model_type -> its count, from the table
+    name: ARITHMETIC[row.count] for name, row in ARCHITECTURES.items()
 }
 
 
 def counted_parameters(config: dict) -> int | None:
     """Parameters of the model a config (config.json's dict) describes, by arithmetic, never
-    built; None for a family without a count here; ValueError, in words, for a size that is
-    not a whole number."""
+    built; None for a model_type without a row in the table (refused before it is counted);
+    ValueError, in words, for a size that is not a whole number."""
     count = COUNTS.get(str(config.get("model_type")))
     return None if count is None else count(config)
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from core.corpus.bpe import LONE_START, PREFIX
+from core.model.architectures import ARCHITECTURES
 from core.model.hf_folder import HFModelError
 from core.model.interface import TranslationModel
 from core.model.parts import (
@@ -36,7 +37,9 @@ from core.model.parts import (
     translation_of,
 )
 
-MULTILINGUAL = ("m2m_100", "nllb_moe", "mbart")  # model types whose target language is forced
+MULTILINGUAL = tuple(  # model types whose target language is forced (mBART, M2M100 / NLLB)
+    name for name, row in ARCHITECTURES.items() if "multilingual" in row.quirks
+)
 WORD_STARTS = ("\u2581", "\u0120")  # SentencePiece's ▁ and byte-level BPE's Ġ
 
 

@@ -4,12 +4,14 @@ decoder-only model's value terms and feed-forward, what its norm-based, ALTI+ an
 zeroing attributions read (``core.attribution.one_sequence``).
 
 From the layer's input (the residual stream) the model's own norm (``input_layernorm`` /
-``ln_1``) and projections give q and k of every head (GPT-2's one ``c_attn`` cut in three);
-Llama-like families then rotate both by the rotary position embedding of each position (the
-model's own ``rotary_emb`` and ``apply_rotary_pos_emb``), and a key/value head serves a group
-of query heads (grouped-query attention). The mask is causal, and a sliding window (Mistral)
-keeps only the last ``window`` keys. A test checks that the softmax of the rebuilt scores is
-the model's own ``output_attentions`` within 1e-5.
+``ln_1``; none before a post-LN layer, BERT's) and projections give q and k of every head
+(GPT-2's one ``c_attn`` cut in three); a family with rotary positions then rotates both by the
+rotary position embedding of each position (the model's own ``rotary_emb`` and
+``apply_rotary_pos_emb``), and a key/value head serves a group of query heads (grouped-query
+attention). The mask is causal, and a sliding window (Mistral) keeps only the last ``window``
+keys. Which module is which is the family's row of the table (``core.model.architectures``).
+A test checks that the softmax of the rebuilt scores is the model's own ``output_attentions``
+within 1e-5.
 
 Shape key: N tokens, H query heads, Hkv key/value heads, Dh head width, D model width.
 """
@@ -22,6 +24,7 @@ import torch
 from torch import nn
 
 from core.model import lm_sites
+from core.model.architectures import ROPE, Architecture, architecture_of, part
 from core.model.parts import SequenceHeads
 
 
@@ -30,22 +33,36 @@ def _split(x: torch.Tensor, heads: int) -> torch.Tensor:
     return x.view(x.size(1), heads, -1).transpose(0, 1)  # via (N, heads, Dh)
 
 
+def _kv_heads(arch: Architecture, config) -> int:
+    """Key/value heads: fewer than the query heads in grouped-query attention."""
+    heads = config.num_attention_heads  # GPT-2's config maps it to n_head
+    return (getattr(config, arch.kv_heads, None) if arch.kv_heads else None) or heads
+
+
+def _read(arch: Architecture, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """What the attention's projections read of the stream x: its norm's output (pre-LN), or
+    x as it is (post-LN: BERT, RoBERTa)."""
+    return part(layer, arch.stack().self_attention.norm)(x) if arch.norm == "pre" else x
+
+
+def _projected(arch: Architecture, attn: nn.Module, h: torch.Tensor, which: str):
+    """One of q, k, v of the attention from its input h (1, N, D): its projection, or a
+    third of the fused one (GPT-2's ``c_attn``)."""
+    names = arch.projections
+    if names.fused:
+        q, k, v = part(attn, names.fused)(h).split(h.size(-1), dim=-1)  # 3 x (1, N, D)
+        return {"q": q, "k": k, "v": v}[which]
+    return part(attn, getattr(names, which))(h)  # (1, N, heads * Dh)
+
+
 def _queries_keys(model: nn.Module, layer: nn.Module, x: torch.Tensor):
     """(q (H, N, Dh), k (Hkv, N, Dh), scale) of one layer's attention read from the stream x
     (1, N, D), before any rotation."""
-    attn = lm_sites.attention_of(layer)
-    cfg = model.config
-    heads = cfg.num_attention_heads  # GPT-2's config maps it to n_head
-    if hasattr(attn, "query"):  # BERT, RoBERTa: post-LN, the layer's input read as it is
-        kv = heads
-        return _split(attn.query(x), heads), _split(attn.key(x), kv), float(attn.scaling)
-    if hasattr(attn, "c_attn"):  # GPT-2: one projection makes q, k and v
-        h = layer.ln_1(x)
-        q, k, _ = attn.c_attn(h).split(h.size(-1), dim=-1)  # 3 x (1, N, D)
-        return _split(q, heads), _split(k, heads), float(attn.scaling)
-    h = layer.input_layernorm(x)
-    kv = getattr(cfg, "num_key_value_heads", None) or heads
-    return _split(attn.q_proj(h), heads), _split(attn.k_proj(h), kv), float(attn.scaling)
+    arch, attn = architecture_of(model), lm_sites.attention_of(layer)
+    heads, kv = model.config.num_attention_heads, _kv_heads(arch, model.config)
+    h = _read(arch, layer, x)
+    q, k = (_projected(arch, attn, h, which) for which in ("q", "k"))
+    return _split(q, heads), _split(k, kv), arch.scale_of(attn)
 
 
 def head_outputs(model: nn.Module, layer: nn.Module, x: torch.Tensor):
@@ -55,17 +72,14 @@ def head_outputs(model: nn.Module, layer: nn.Module, x: torch.Tensor):
     and W_O's bias (zero where it has none): the attention's output at i is
     sum_h sum_j a^h_ij f^h(x_j) + b_O. A pre-LN decoder's only (GPT-2, Llama, Qwen2,
     Mistral)."""
-    attn, cfg = lm_sites.attention_of(layer), model.config
-    heads = cfg.num_attention_heads
+    arch, attn = architecture_of(model), lm_sites.attention_of(layer)
+    heads, kv = model.config.num_attention_heads, _kv_heads(arch, model.config)
     w_o = lm_sites.output_projection(attn)
-    if hasattr(attn, "c_attn"):  # GPT-2: v is c_attn's last third; Conv1D keeps W as (in, out)
-        v = attn.c_attn(layer.ln_1(x[None])).split(x.size(-1), dim=-1)[2]  # (1, N, D)
-        v = _split(v, heads)  # (H, N, Dh)
+    v = _split(_projected(arch, attn, _read(arch, layer, x[None]), "v"), kv)  # (Hkv, N, Dh)
+    v = v.repeat_interleave(heads // kv, dim=0)  # (H, N, Dh): each query head's
+    if arch.projections.conv1d:  # GPT-2's Conv1D keeps W as (in, out)
         per_head = w_o.weight.view(heads, -1, w_o.weight.size(-1))  # (H, Dh, D)
     else:
-        kv = getattr(cfg, "num_key_value_heads", None) or heads
-        v = _split(attn.v_proj(layer.input_layernorm(x[None])), kv)  # (Hkv, N, Dh)
-        v = v.repeat_interleave(heads // kv, dim=0)  # (H, N, Dh): each query head's
         per_head = w_o.weight.T.reshape(heads, -1, w_o.weight.size(0))  # (H, Dh, D)
     bias = w_o.bias if w_o.bias is not None else x.new_zeros(x.size(-1))
     return torch.einsum("hnd,hde->hne", v, per_head), bias  # (H, N, D), (D,)
@@ -74,21 +88,31 @@ def head_outputs(model: nn.Module, layer: nn.Module, x: torch.Tensor):
 def after_attention(layer: nn.Module, y: torch.Tensor) -> torch.Tensor:
     """(..., D) the layer's output from its residual after attention y (..., D): the
     pre-LN feed-forward added, y + MLP(norm(y)) (``ln_2`` / ``post_attention_layernorm``)."""
-    norm = getattr(layer, "ln_2", None) or layer.post_attention_layernorm
-    dtype = next(layer.mlp.parameters()).dtype
-    return y + layer.mlp(norm(y.to(dtype))).to(y.dtype)
+    stack = architecture_of(layer).stack()
+    (mlp_path,) = stack.mlp  # a pre-LN decoder's one MLP module
+    norm, mlp = part(layer, stack.mlp_norm), part(layer, mlp_path)
+    dtype = next(mlp.parameters()).dtype
+    return y + mlp(norm(y.to(dtype))).to(y.dtype)
 
 
 def _rotated(model: nn.Module, q, k, x: torch.Tensor):
     """q, k rotated by each position's angle (RoPE), as the family's own code rotates them."""
-    rotary = getattr(lm_sites.base(model), "rotary_emb", None)
-    if rotary is None:
+    arch = architecture_of(model)
+    if arch.positions != ROPE:
         return q, k, False
+    rotary = part(lm_sites.base(model), arch.stack().positions)
     positions = torch.arange(x.size(1), device=x.device)[None]  # (1, N)
     cos, sin = rotary(x, positions)
     apply = importlib.import_module(type(model).__module__).apply_rotary_pos_emb
     q_rot, k_rot = apply(q[None], k[None], cos, sin)  # (1, H|Hkv, N, Dh)
     return q_rot[0], k_rot[0], True
+
+
+def _window(arch: Architecture, config) -> int | None:
+    """The keys each query sees (a sliding window, Mistral's), or None: all before it."""
+    if "sliding_window" not in arch.quirks or not config.sliding_window:
+        return None
+    return config.sliding_window if getattr(config, "use_sliding_window", True) else None
 
 
 def sequence_heads(
@@ -107,8 +131,7 @@ def sequence_heads(
     N = len(ids)
     mask = torch.ones(N, N, dtype=torch.bool, device=x.device)  # (N, N)
     mask = mask.tril() if causal else mask
-    window = getattr(model.config, "sliding_window", None)
-    window = window if window and getattr(model.config, "use_sliding_window", True) else None
+    window = _window(architecture_of(model), model.config)
     if window:
         mask &= ~torch.ones(N, N, dtype=torch.bool, device=x.device).tril(-window)
     weights = o.attentions[layer_index][0]  # (H, N, N)

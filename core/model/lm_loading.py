@@ -74,7 +74,7 @@ def load(folder, device: str | torch.device = "cpu", max_bytes: int | None = Non
     auto = AutoModelForMaskedLM if masked else AutoModelForCausalLM
 
     def dtype() -> dict:  # the memory limit, counted in the dtype the server will hold
-        count = held_parameters(folder, info, auto)
+        count = held_parameters(info)
         return {"dtype": held_dtype(count, max_bytes, device)}
 
     model, tokenizer = from_folder(folder, auto, dtype)

@@ -1,10 +1,12 @@
 """Where a decoder-only language model keeps its parts (its layers, each layer's attention and
 output projection, its final norm) and its hook sites; the families of ``hf_folder.LM_TYPES``.
 
-GPT-2 keeps them in ``transformer.h[i].attn`` (one ``c_attn`` making q, k and v, ``c_proj``
-as W_o, learned positions ``wpe``, LayerNorm ``ln_f``); Llama, Qwen2 and Mistral in
+Where they are is the family's row of the table (``core.model.architectures``): GPT-2 keeps
+them in ``transformer.h[i].attn`` (one ``c_attn`` making q, k and v, ``c_proj`` as W_o,
+learned positions ``wpe``, LayerNorm ``ln_f``); Llama, Qwen2, Mistral and Gemma in
 ``model.layers[i].self_attn`` (``q_proj`` ... ``o_proj``, key/value heads shared by groups of
-query heads, rotary positions, RMSNorm ``norm``).
+query heads, rotary positions, RMSNorm ``norm``); BERT and RoBERTa (masked language models,
+read the same way) in ``<base>.encoder.layer[i].attention.self``, W_o outside it.
 
 Its hook sites (``core.model.hooks``) are installed once, as an encoder-decoder's are
 (``core.model.hf_sites``): ``decoder.{i}.self.z``, each head's output before W_o (what removing
@@ -25,6 +27,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from core.model.architectures import architecture_of, part
 from core.model.hf_folder import HFModelError
 from core.model.hf_sites import POINTS, heads_site
 from core.model.hooks import HookPoint, any_on
@@ -32,38 +35,25 @@ from core.model.hooks import HookPoint, any_on
 
 def base(model: nn.Module) -> nn.Module:
     """The stack under the language-model head (``model.model`` / ``model.transformer``)."""
-    return model.base_model
+    return part(model, architecture_of(model).stack().path)
 
 
 def layers_of(model: nn.Module) -> Sequence[nn.Module]:
     """The decoder layers, in order."""
-    stack = base(model)
-    layers = getattr(stack, "layers", None)
-    layers = layers if layers is not None else getattr(stack, "h", None)
-    encoder = getattr(stack, "encoder", None)  # BERT, RoBERTa: encoder.layer
-    layers = layers if layers is not None or encoder is None else getattr(encoder, "layer", None)
-    if layers is None:
-        raise HFModelError(f"The studio does not know where a {type(stack).__name__}'s layers are.")
-    return layers
+    return part(base(model), architecture_of(model).layers)
 
 
 def attention_of(layer: nn.Module) -> nn.Module:
     """A layer's self-attention module (BERT's: ``attention.self``)."""
-    module = getattr(layer, "self_attn", None) or getattr(layer, "attn", None)
-    bert = getattr(layer, "attention", None)
-    module = module or (getattr(bert, "self", None) if bert is not None else None)
-    if module is None:
-        raise HFModelError(f"The studio does not know where a {type(layer).__name__}'s heads are.")
-    return module
+    return part(layer, architecture_of(layer).stack().self_attention.path)
 
 
 def final_norm(model: nn.Module) -> nn.Module:
     """The norm after the last layer (``norm`` / ``ln_f``)."""
-    stack = base(model)
-    norm = getattr(stack, "norm", None) or getattr(stack, "ln_f", None)
-    if norm is None:
-        raise HFModelError(f"The studio does not know a {type(stack).__name__}'s final norm.")
-    return norm
+    name = architecture_of(model).stack().final_norm
+    if name is None:  # a post-LN stack (BERT): each layer ends with its norm
+        raise HFModelError(f"A {type(model).__name__} has no norm after its last layer.")
+    return part(base(model), name)
 
 
 _kept = threading.local()  # this thread's LastOutput, while one is open
@@ -95,17 +85,16 @@ def _keep_last(module, args, output) -> None:
 
 def output_projection_of(layer: nn.Module) -> nn.Module:
     """W_o of a layer's attention (BERT's: ``attention.output.dense``, outside its heads)."""
-    outside = getattr(getattr(layer, "attention", None), "output", None)
-    dense = getattr(outside, "dense", None) if outside is not None else None
-    return dense if dense is not None else output_projection(attention_of(layer))
+    outside = architecture_of(layer).stack().self_attention.output
+    return part(layer, outside) if outside else output_projection(attention_of(layer))
 
 
 def output_projection(attention: nn.Module) -> nn.Module:
     """W_o of one attention (``o_proj`` / GPT-2's ``c_proj``)."""
-    found = getattr(attention, "o_proj", None) or getattr(attention, "c_proj", None)
-    if found is None:
-        raise HFModelError(f"The studio does not know a {type(attention).__name__}'s W_o.")
-    return found
+    name = architecture_of(attention).projections.o
+    if name is None:  # BERT's sits outside the attention module (output_projection_of)
+        raise HFModelError(f"A {type(attention).__name__} holds no W_o: its layer does.")
+    return part(attention, name)
 
 
 _inputs = threading.local()  # this thread's LayerInputs, while one is open
@@ -233,6 +222,7 @@ def hook_points(model: nn.Module) -> dict[str, HookPoint]:
         w_o.register_forward_pre_hook(heads_site(name, heads, before=True))
         _placed_pair(points, layer, f"{i}.out")
         layer.register_forward_pre_hook(_keep_inputs(i), with_kwargs=True)
-    _placed_pair(points, model.get_input_embeddings(), "embed")
+    embed = part(base(model), architecture_of(model).stack().embed)
+    _placed_pair(points, embed, "embed")
     layers_of(model)[-1].register_forward_hook(_keep_last)
     return points

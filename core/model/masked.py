@@ -23,6 +23,7 @@ from torch import nn
 
 from core.model import hugging_face as hf
 from core.model import lm_heads, lm_sites
+from core.model.architectures import part
 from core.model.capabilities import MASKED_LM
 from core.model.hf_model import HFModel
 from core.model.hooks import HookPoint
@@ -234,7 +235,7 @@ class MaskedModel(HFModel):
 
     def _head(self) -> nn.Module:
         """The masked-LM head: a transform (dense, activation, LayerNorm), then the decoder."""
-        return getattr(self.model, "cls", None) or self.model.lm_head
+        return part(self.model, self._architecture.head)  # BERT's cls, RoBERTa's lm_head
 
     def logits_of(self, hidden, weight=None) -> torch.Tensor:
         return self._head()(hidden)

@@ -15,12 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.corpus.source import file_sha1
-from core.model import hf_folder, hf_model, lm_loading
+from core.model import capabilities, hf_folder, hf_model, lm_loading
 from core.model.capabilities import HUGGING_FACE, LANGUAGE_MODEL, MASKED_LM, STUDIO
 from core.model.checkpoints import CheckpointError, read_metadata
 from core.model.interface import TranslationModel
-from core.model.parts import TranslationError
+from core.model.parts import DEFAULT_LANGUAGES, TranslationError
 from core.model.studio_model import StudioModel, config_parameters
+from core.model.studio_model import languages_of as studio_languages
 
 HFModelError = hf_folder.HFModelError  # a folder that is not a model the studio can open
 is_model_folder = hf_folder.is_model_folder  # whether a path holds a model's config.json
@@ -60,7 +61,7 @@ def open_model(
 
 def _opened(spec: str, device, max_bytes: int | None, hub: bool) -> TranslationModel:
     """The model ``spec`` names (``open_model``'s work before a prompt)."""
-    looks_like_hub = hub and not Path(spec).exists() and hf_folder.HUB_ID.fullmatch(spec or "")
+    looks_like_hub = hub and hf_folder.is_hub_id(spec)  # owner/name, and no path here
     if hf_folder.is_model_folder(spec) or looks_like_hub:
         try:
             folder = hf_folder.resolve(spec)
@@ -96,6 +97,23 @@ def family_of(path) -> str:
     if hf_folder.is_language_model(config):
         return LANGUAGE_MODEL
     return MASKED_LM if hf_folder.is_masked_lm(config) else HUGGING_FACE
+
+
+def languages_of(path, meta: dict | None = None) -> tuple[str, str] | None:
+    """(source, target) codes the model at ``path`` translates, read from its files before
+    opening it, as its ``languages`` will say (a decoder-only model's by the default prompt):
+    ("source", "target") where its files do not say; None for a model that does not translate
+    (``supports("translate")``: a masked language model). ``meta``: a checkpoint's metadata,
+    where already read."""
+    family = family_of(path)
+    if capabilities.problem(family, "", "translate"):
+        return None
+    if family == STUDIO:
+        return studio_languages(read_metadata(path) if meta is None else meta)
+    if family == LANGUAGE_MODEL:
+        return DEFAULT_LANGUAGES
+    said = hf_folder.languages(path, hf_folder.read_config(path))
+    return said.get("source_lang") or "source", said.get("target_lang") or "target"
 
 
 def parameters_of(path) -> int:

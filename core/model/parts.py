@@ -32,6 +32,7 @@ BEAM_SIZES = (1, 16)  # the beam sizes a page offers (1 = greedy): (least, most)
 ALPHAS = (0.0, 2.0)  # the length penalties a page offers
 MAX_LENS = (1, 200)  # the longest outputs a page offers
 DEFAULT_TEMPLATE = "English: {src}\nFrench:"  # a prompted language model's prompt
+DEFAULT_LANGUAGES = ("en", "fr")  # (source, target) that DEFAULT_TEMPLATE asks for
 MAX_TEMPLATE_CHARS = 300  # a prompt template longer than this is refused
 
 LANGUAGE_CODE = re.compile(  # how tokenizers write a language code: M2M100 __fr__, NLLB

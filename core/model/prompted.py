@@ -41,6 +41,7 @@ from core.model.capabilities import LANGUAGE_MODEL
 from core.model.hf_model import HFModel, as_text
 from core.model.hooks import HookPoint
 from core.model.parts import (
+    DEFAULT_LANGUAGES,
     DEFAULT_TEMPLATE,
     AttentionMaps,
     AttentionWeights,
@@ -107,7 +108,7 @@ class PromptedModel(HFModel):
 
     @property
     def languages(self) -> tuple[str, str]:
-        return ("en", "fr") if self.template == DEFAULT_TEMPLATE else ("source", "target")
+        return DEFAULT_LANGUAGES if self.template == DEFAULT_TEMPLATE else ("source", "target")
 
     @property
     def source_label(self) -> str:

@@ -58,6 +58,12 @@ PROJECTED_PRE_LN = (
 )
 
 
+def languages_of(meta: Mapping) -> tuple[str, str]:
+    """(source, target) codes a studio checkpoint translates: ("en", "fr"), or ("fr", "en")
+    for one trained the other way round (its data settings say)."""
+    return ("fr", "en") if data_config_of(meta).direction == "fr-en" else ("en", "fr")
+
+
 @functools.lru_cache(maxsize=256)
 def _parameters(model_json: str) -> int:
     """Parameters of a Transformer with this ModelConfig (built on the meta device)."""
@@ -84,7 +90,7 @@ class StudioModel(TranslationModel):
     def __init__(self, model: Transformer, src_vocab: Vocab, tgt_vocab: Vocab, meta=None):
         self.model, self.src_vocab, self.tgt_vocab = model, src_vocab, tgt_vocab
         self.meta = dict(meta or {})
-        self.reads_french = data_config_of(self.meta).direction == "fr-en"  # trained fr→en
+        self.reads_french = languages_of(self.meta)[0] == "fr"  # trained fr→en
         if self.reads_french:
             source, self.target_name = self.language_names
             self.source_label, self.example_sentence = f"{source} sentence", FRENCH_EXAMPLE
@@ -107,7 +113,7 @@ class StudioModel(TranslationModel):
     @property
     def languages(self) -> tuple[str, str]:
         """("en", "fr"), or ("fr", "en") for a model trained the other way round."""
-        return ("fr", "en") if self.reads_french else ("en", "fr")
+        return languages_of(self.meta)
 
     @property
     def pieces_name(self) -> str:

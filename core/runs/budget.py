@@ -65,6 +65,7 @@ MODELS_CACHE_BYTES = 768 * MB  # the models the server keeps open (one copy each
 SERVER_CACHE_BYTES = 512 * MB  # results the server keeps for every session (default)
 CACHE_ITEM_BYTES = 64 * MB  # the largest one result the server keeps
 DISK_CACHE_BYTES = 128 * MB  # each disk cache folder (.ablation, .attribution, .trajectories)
+CORPORA_BYTES = 256 * MB  # corpora prepared for training (.corpora; fra-eng's: about 10 MB each)
 
 CACHE_ENV = "ATTENTION_STUDIO_SERVER_CACHE_MB"  # the server's shared results, in MB
 

@@ -68,15 +68,29 @@ def processes_problem(processes, device_type: str, cfg: dict | None = None) -> s
     return None
 
 
-def launch_problems(preset: str, overrides: dict | None, processes) -> list[str]:
-    """Human reasons why a new run cannot start with these settings and processes ([]: it can)."""
-    problems = validate_settings(preset, overrides)
+def launch_problems(
+    preset: str, overrides: dict | None, processes, any_source: bool = False
+) -> list[str]:
+    """Human reasons why a new run cannot start with these settings and processes ([]: it can;
+    ``any_source``: the command line's, which reads a corpus at any path)."""
+    problems = validate_settings(preset, overrides, any_source)
     if problems:
         return problems
     cfg = merged_settings(preset, overrides)
     device_type = resolve_device(cfg["train"]["device"])
     problems = [p for p in [processes_problem(processes, device_type, cfg)] if p]
     return problems + budget.run_problems(cfg)  # what this server holds of it
+
+
+def command_problems(preset: str, settings: dict, processes: int, read_later: bool) -> list[str]:
+    """What the Train page's Launch refuses of ``python -m core.train``'s flags, before any
+    corpus is read: a new run's settings and processes (``launch_problems``); with
+    ``read_later`` (a resume, the app's request.json: the settings are the run's own, checked
+    as they are read) its processes alone."""
+    if not read_later:
+        return launch_problems(preset, settings, processes, any_source=True)
+    device_type = resolve_device(settings.get("train", {}).get("device", "auto"))
+    return [p for p in [processes_problem(processes, device_type)] if p]
 
 
 def check_cpu_capacity() -> None:

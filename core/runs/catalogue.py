@@ -33,6 +33,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # names of saved mod
 ORIGINS = ("shipped model", "saved model", "run best", "run last", "Hugging Face model")
 HF_ORIGIN = ORIGINS[-1]
 MAX_MODEL_FOLDERS = 200  # Hugging Face folders listed per root (deeper or more are skipped)
+UNKNOWN_LANGUAGES = ("source", "target")  # the languages of a model whose files do not say
 
 
 class ModelError(Exception):
@@ -73,6 +74,9 @@ class ModelEntry:
     history: str | None = None  # its run directory or .history file, for the training replay
     usable: bool = True  # False when the file cannot be read
     reason: str = ""  # why it is not usable
+    languages: tuple[str, str] | None = UNKNOWN_LANGUAGES  # (source, target) codes it
+    # translates, from its files (UNKNOWN_LANGUAGES where they do not say); None: it does
+    # not translate (a masked language model)
 
     @property
     def label(self) -> str:
@@ -113,6 +117,7 @@ def _checkpoint_info(path: str, mtime_ns: int, size: int) -> dict:
         "val_bleu": usable_bleu(ckpt.get("val_bleu")),  # its own step's (core.checkpoint)
         "run": ckpt.get("run"),
         "promoted_from": ckpt.get("promoted_from"),
+        "languages": opened.languages_of(path, ckpt),
     }
 
 
@@ -139,7 +144,7 @@ def read_entry(path: Path, key: str, run_dir: Path | None, runs: Path) -> ModelE
         st = path.stat()
         info = _checkpoint_info(str(path), st.st_mtime_ns, st.st_size)
     except (CheckpointError, OSError) as e:
-        reason = str(e) if isinstance(e, CheckpointError) else _unreadable(path, e)
+        reason = _unreadable(path, e)
         return ModelEntry(key, str(path), "unreadable", _mtime(path), usable=False, reason=reason)
     if run_dir is not None:
         origin = "run best" if path.name == "best.pt" else "run last"
@@ -160,6 +165,7 @@ def read_entry(path: Path, key: str, run_dir: Path | None, runs: Path) -> ModelE
         val_bleu=bleu,
         run_dir=str(run_dir) if run_dir else _run_with_snapshots(info["run"], runs),
         history=_history_of(path, run_dir, info["run"], runs),
+        languages=info["languages"],
     )
 
 
@@ -198,9 +204,9 @@ def _run_entries(runs: Path) -> list[ModelEntry]:
 
 @functools.lru_cache(maxsize=1024)
 def _folder_info(path: str, version: tuple) -> dict:
-    """What a Hugging Face model folder's files say (config and weight headers, cached per
-    folder and ``_folder_version``)."""
-    return opened.describe_folder(path)
+    """What a Hugging Face model folder's files say (config and weight headers, the languages
+    it translates; cached per folder and ``_folder_version``)."""
+    return opened.describe_folder(path) | {"languages": opened.languages_of(path)}
 
 
 def _folder_version(folder: Path) -> tuple:
@@ -221,8 +227,8 @@ def _mtime(path: Path) -> float:
 def _unreadable(folder: Path, e: Exception) -> str:
     """Why a model (file or folder) cannot be listed, in one line without a path of this
     machine."""
-    if isinstance(e, opened.HFModelError):
-        return str(e)
+    if isinstance(e, (opened.HFModelError, CheckpointError)):
+        return " ".join(str(e).split())  # a library's words may run over several lines
     if isinstance(e, OSError):
         return f"{folder.name} cannot be read ({e.strerror or type(e).__name__})."
     return f"{folder.name} cannot be read ({type(e).__name__})."
@@ -245,6 +251,7 @@ def folder_entry(folder: Path, key: str) -> ModelEntry:
         data=f"Hugging Face {info['model_type']}" + (f" · {langs}" if known else ""),
         size=opened.size_label(info),
         heads=info["model_config"]["num_heads"],
+        languages=info["languages"],
     )
 
 
@@ -307,6 +314,55 @@ def shipped_entry(entries: Sequence[ModelEntry], name: str) -> ModelEntry | None
     """The usable shipped model of this file name (SHIPPED_NAMES), or None."""
     found = (e for e in entries if e.usable and e.origin == "shipped model")
     return next((e for e in found if Path(e.path).name == name), None)
+
+
+def _origin_rank(entry: ModelEntry) -> tuple[int, int]:
+    """Which models to offer first: shipped (in SHIPPED_NAMES' order), saved, Hugging Face, a
+    run's best, its last."""
+    ranks = {"shipped model": 0, HF_ORIGIN: 2, "run best": 3, "run last": 4}
+    names = (*SHIPPED_NAMES, Path(entry.path).name)
+    return ranks.get(entry.origin, 1), names.index(Path(entry.path).name)  # 1: a saved model
+
+
+def _direction_rank(languages: tuple[str, str] | None, wanted: tuple[str, str]) -> int:
+    """0: known to translate ``wanted``; 1: either side does not say; 2: another direction."""
+    if languages == wanted and wanted != UNKNOWN_LANGUAGES:
+        return 0
+    return 1 if UNKNOWN_LANGUAGES in (languages, wanted) else 2
+
+
+def translators(entries: Sequence[ModelEntry], entry: ModelEntry) -> list[ModelEntry]:
+    """The usable models but ``entry`` that translate (no masked language model)."""
+    return [e for e in entries if e.usable and e.key != entry.key and e.languages is not None]
+
+
+def compared_entry(
+    entries: Sequence[ModelEntry], entry: ModelEntry, languages: tuple[str, str]
+) -> ModelEntry | None:
+    """The model to compare ``entry`` (translating ``languages``) with by default: another
+    translator of the same direction, its kin first (the other shipped model beside a shipped
+    one, the other checkpoint of its run), then shipped, saved, Hugging Face models and runs'
+    checkpoints, newest first; None where no other model translates."""
+
+    def kin(e: ModelEntry) -> bool:
+        shipped = e.origin == entry.origin == "shipped model"
+        return shipped or bool(entry.run_dir and e.run_dir == entry.run_dir)
+
+    def rank(e: ModelEntry) -> tuple:
+        return _direction_rank(e.languages, languages), not kin(e), _origin_rank(e), -e.mtime
+
+    return min(translators(entries, entry), key=rank, default=None)
+
+
+def reverse_entries(
+    entries: Sequence[ModelEntry], entry: ModelEntry, languages: tuple[str, str]
+) -> list[ModelEntry]:
+    """The usable models that translate the other way round of ``languages`` (known from their
+    files), shipped ones first; [] where ``languages`` are not known."""
+    if languages == UNKNOWN_LANGUAGES:
+        return []
+    found = [e for e in translators(entries, entry) if e.languages == tuple(languages[::-1])]
+    return sorted(found, key=lambda e: (_origin_rank(e), -e.mtime))
 
 
 def find_entry(entries: Sequence[ModelEntry], key: str | None) -> ModelEntry | None:

@@ -44,11 +44,13 @@ def write_cached(folder: Path, key: str, data: dict, limit: int = DISK_CACHE_BYT
     prune(folder, limit, keep=path)
 
 
-def prune(folder: Path, limit: int, keep: Path | None = None) -> list[Path]:
-    """Delete the least recently used files of ``folder`` until it holds at most ``limit``
-    bytes (``keep`` stays); the deleted paths are returned."""
+def prune(
+    folder: Path, limit: int, keep: Path | None = None, pattern: str = "*.json"
+) -> list[Path]:
+    """Delete the least recently used files of ``folder`` (those ``pattern`` matches) until
+    they hold at most ``limit`` bytes (``keep`` stays); the deleted paths are returned."""
     files = []
-    for path in folder.glob("*.json"):
+    for path in folder.glob(pattern):
         with contextlib.suppress(OSError):
             st = path.stat()
             files.append((st.st_mtime_ns, st.st_size, path))

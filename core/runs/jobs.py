@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import os
 import shutil
 import signal
@@ -23,8 +24,9 @@ import threading
 import time
 
 from core.corpus.source import DataError
-from core.corpus.user_files import allowed_path, prune_uploads
-from core.places import REPO_ROOT, runs_root
+from core.corpus.user_files import allowed_path, prune_uploads, safe_file_name
+from core.model.checkpoints import CheckpointError, read_metadata
+from core.places import REPO_ROOT, RUN_CORPUS, run_corpus_files, runs_root
 from core.runs import budget, capacity, processes, quota
 from core.runs.alignment_request import (
     AlignmentChoice,
@@ -38,7 +40,7 @@ from core.runs.owners import OwnershipError, User, check_create, check_owner, ow
 from core.runs.run_dir import RunDir, RunError, read_json, run_dir, write_json
 from core.runs.status import LIVE_STATES, STOP_GRACE_S, RunInfo, list_runs, run_info
 from core.runs.training_run import EARLY_STOP
-from core.training.config import RESUME_CHANGES
+from core.training.config import LIMITS, RESUME_CHANGES, TrainConfig, longer_limits
 from core.training.devices import (
     MEMORY_ENV,
     NICE_ENV,
@@ -89,7 +91,8 @@ def _new_run_dir(preset: str) -> RunDir:
 
 
 def _stage_source(rd: RunDir, source: str) -> str:
-    """The corpus the trainer reads: fra-eng, or a copy inside the run of an allowed file.
+    """The corpus the trainer reads: fra-eng, or a copy inside the run of an allowed file,
+    under the file's own name (made safe), which names the run's data on the pages.
 
     The copy makes the run self-contained, and the trainer never opens a path a user typed.
     """
@@ -97,7 +100,8 @@ def _stage_source(rd: RunDir, source: str) -> str:
         return source
     try:
         path = allowed_path(source)
-        dest = rd.path / ("data" + path.suffix.lower())
+        dest = rd.path / RUN_CORPUS / safe_file_name(path.name)
+        dest.parent.mkdir(exist_ok=True)
         shutil.copyfile(path, dest)
     except (DataError, OSError) as e:
         raise RunError(f"Cannot read the corpus: {e}") from e
@@ -284,7 +288,7 @@ def resume_run(
     with launch_lock():  # two sessions resuming one run: the second is refused here
         info = _check_resumable(rd)
         job = read_json(rd.job, {}) or {"run_id": run_id, "created_at": info.started_at}
-        need = max(_run_budget(rd, job), quota.folder_bytes(rd.path))
+        need = max(_run_budget(rd, job), _run_budget(rd, {}, limits), quota.folder_bytes(rd.path))
         check_room(need, f"run {run_id}", run_owner(rd), exclude=run_id)
         job["budget_bytes"] = need
         device_type = job.get("device_type") or resolve_device(
@@ -303,16 +307,47 @@ def resume_run(
             _launch(rd, argv, job, gpu_fd)
 
 
-def _run_budget(rd: RunDir, job: dict) -> int:
-    """A run's disk budget: as recorded at launch, else from its settings and corpus copy."""
-    if isinstance(job.get("budget_bytes"), int):
+def _run_budget(rd: RunDir, job: dict, limits: dict | None = None) -> int:
+    """A run's disk budget: as recorded at launch, else from its settings (with new
+    ``limits``, when given: a longer run may log more) and its corpus copy."""
+    if isinstance(job.get("budget_bytes"), int) and not limits:
         return job["budget_bytes"]
-    settings = rd.read_config() or job.get("settings") or {}
+    settings = copy.deepcopy(rd.read_config() or job.get("settings") or {})
+    if limits and isinstance(settings.get("train"), dict):
+        settings["train"].update({k: v for k, v in limits.items() if k in RESUME_CHANGES})
     try:
-        corpus = sum(p.stat().st_size for p in rd.path.glob("data.*") if p.is_file())
+        corpus = sum(p.stat().st_size for p in run_corpus_files(rd.path))
         return budget.run_budget(settings, corpus).total
     except (KeyError, TypeError, ValueError):
         return 0
+
+
+def train_longer(
+    run_id: str,
+    steps: int = 0,
+    minutes: float = 0.0,
+    processes: int | None = None,
+    user: User | None = None,
+) -> dict:
+    """Continue a finished or stopped run for ``steps`` more steps or ``minutes`` more minutes
+    of training, from its last checkpoint (its limits replaced by that one; ``resume_run``
+    checks the owner, the quota and the processes); the new limits."""
+    rd = run_dir(run_id)
+    check_owner(user, rd, "train longer")
+    if not rd.last.is_file():
+        raise RunError(f"Run {run_id} has no last checkpoint (last.pt) to train longer from.")
+    try:
+        state = read_metadata(rd.last).get("state") or {}
+        limits = longer_limits(state.get("step", 0), state.get("elapsed", 0.0), steps, minutes)
+    except (CheckpointError, ValueError) as e:
+        raise RunError(f"Cannot train run {run_id} longer: {e}.") from None
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    train = {k: v for k, v in (rd.read_config().get("train") or {}).items() if k in known}
+    problems = TrainConfig(**{**train, **limits}).problems()
+    if problems := [p for p in problems if p.split()[0] in LIMITS]:  # its own, not old ones
+        raise RunError(f"Cannot train run {run_id} longer: {'; '.join(problems)}.")
+    resume_run(run_id, limits, processes, user)
+    return limits
 
 
 def stop_run(run_id: str, wait: float = 0.0, user: User | None = None) -> RunInfo:

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from core.model.checkpoints import portable_data_config, save_checkpoint
+from core.places import run_corpus_files
 from core.runs import budget, quota
 from core.runs.run_dir import RunDir, read_json
 from core.runs.system import ProcessMeter, trim_heap
@@ -29,17 +30,31 @@ class RunEta:
         self.clock = clock
         self.start: tuple[float, float] | None = None  # (time, progress) at the first step
 
-    def __call__(self, progress: float) -> float | None:
+    def __call__(self, progress: float, fallback: float | None = None) -> float | None:
+        """Seconds left at ``progress`` (0..1); ``fallback`` until this process has a pace."""
         now = self.clock()
         if self.start is None:
             self.start = (now, progress)
-            return None
+            return fallback
         t0, p0 = self.start
         if progress >= 1.0:
             return 0.0
         if progress <= p0 or now <= t0:
-            return None
+            return fallback
         return (1.0 - progress) * (now - t0) / (progress - p0)
+
+
+def budget_eta(trainer: Trainer) -> float | None:
+    """Seconds of training left of the run's time budget when the budget is what ends it
+    (None without one, or when its step limit ends it sooner): an ETA known from the first
+    step, before any pace is (evaluations come on top)."""
+    budget = trainer.cfg.time_budget
+    if not budget:
+        return None
+    total = trainer.total_steps
+    if total and trainer.state.step / total > trainer.state.elapsed / budget:
+        return None  # the steps run out first: only a pace can tell when
+    return max(0.0, budget - trainer.state.elapsed)
 
 
 class RunRecorder:
@@ -65,8 +80,9 @@ class RunRecorder:
         trainer.on("end", self.on_end)
 
     def eta(self) -> float | None:
-        """Seconds left at this process's pace (``RunEta``)."""
-        return self.pace(self.trainer.progress())
+        """Seconds left at this process's pace (``RunEta``), or of the time budget before
+        the pace is known (``budget_eta``)."""
+        return self.pace(self.trainer.progress(), budget_eta(self.trainer))
 
     def on_step(self, trainer: Trainer, info: dict) -> None:
         """Record training metrics, refresh the status, honour a stop file."""
@@ -188,7 +204,7 @@ def run_allowance(rd: RunDir, settings: dict) -> int:
     recorded = (read_json(rd.job, {}) or {}).get("budget_bytes")
     if isinstance(recorded, int) and recorded > 0:
         return recorded
-    corpus = sum(p.stat().st_size for p in rd.path.glob("data.*") if p.is_file())
+    corpus = sum(p.stat().st_size for p in run_corpus_files(rd.path))
     return budget.run_budget(settings, corpus).total
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from core.corpus.splits import NO_VALIDATION
 from core.corpus.user_files import describe_data
 from core.model.scores import usable_bleu
 from core.places import runs_root
@@ -46,6 +47,7 @@ class RunInfo:
     device: str = ""  # e.g. "cpu (2 threads)"
     device_type: str = ""  # cpu | cuda | mps (as launched)
     started_at: float | None = None  # first launch (epoch seconds)
+    launched_at: float | None = None  # its last launch (a resume's), else its first
     finished_at: float | None = None
     preset: str = ""
     name: str = ""  # a name the user gave the run ("" = none)
@@ -54,6 +56,8 @@ class RunInfo:
     lr: float | None = None  # peak learning rate it trains with
     data: str = ""  # short data description
     train_pairs: int | None = None  # most pairs it trains on, if its settings cap them
+    val_pairs: int | None = None  # validation pairs its corpus gave (None: not read yet)
+    time_budget: float = 0.0  # seconds of training its settings allow (0: no time budget)
     size: str = ""  # short model size description
     supervision: str = ""  # the head trained to align and from what ("" = none)
     processes: int = 1  # training processes of its last launch
@@ -125,6 +129,7 @@ def run_info(run_id: str) -> RunInfo:
     else:
         state, message = _effective_state(rd, status, job, check)
     alive = bool(check) and state in LIVE_STATES  # a trainer that wrote its end is exiting
+    fresh = status.get("updated_at", 0) >= job.get("launched_at", 0)  # by this launch
     data = config.get("data") or job.get("settings", {}).get("data", {})
     model = config.get("model") or job.get("settings", {}).get("model", {})
     return RunInfo(
@@ -139,13 +144,14 @@ def run_info(run_id: str) -> RunInfo:
         stop_requested_at=_mtime(rd.stop_file) if alive else None,
         message=message,
         progress=float(status.get("progress") or 0.0),
-        eta_s=status.get("eta_s") if alive else None,
+        eta_s=status.get("eta_s") if alive and fresh else None,  # not the last launch's end
         step=int(status.get("step") or 0),
         total_steps=status.get("total_steps"),
         best_bleu=usable_bleu(status.get("best_bleu")),
         device=status.get("device", ""),
         device_type=job.get("device_type", ""),
         started_at=job.get("created_at") or status.get("started_at"),
+        launched_at=job.get("launched_at") or job.get("created_at") or status.get("started_at"),
         finished_at=status.get("finished_at"),
         preset=job.get("preset", ""),
         name=str(job.get("name") or ""),
@@ -154,6 +160,8 @@ def run_info(run_id: str) -> RunInfo:
         lr=(config.get("train") or {}).get("lr"),
         data=describe_data(data),
         train_pairs=train_pairs_cap(data),
+        val_pairs=_whole_or_zero((config.get("summary") or {}).get("val")),
+        time_budget=_seconds(config.get("train") or job.get("settings", {}).get("train") or {}),
         size=size_label(model),
         supervision=supervision_label(config.get("train") or {}),
         processes=_whole(job.get("processes") or status.get("world_size")) or 1,
@@ -185,17 +193,52 @@ def train_pairs_cap(data: dict) -> int | None:
 
 
 def few_pairs_note(info: RunInfo) -> str:
-    """Why a run on few pairs (the d2l preset: 512) translates poorly ("" when it has plenty)."""
+    """Why a run on few pairs (the d2l preset: 512) translates poorly ("" when it has plenty);
+    a run without validation pairs is told what it goes without instead of its BLEU."""
     pairs = info.train_pairs
     if info.preset != "d2l" and (pairs is None or pairs > FEW_PAIRS):
         return ""
     how_many = f"at most {pairs:,}" if pairs else "few"
     book = " (the d2l preset reproduces the book's experiment)" if info.preset == "d2l" else ""
+    if info.val_pairs == 0:
+        expect = (
+            f"It has no validation pairs: {NO_VALIDATION}. Its translations show what it "
+            "learnt of its own pairs"
+        )
+    else:
+        expect = (
+            "Expect a low validation BLEU (around 5 for d2l) and examples full of <unk>, for "
+            "words it never saw. That is the book's point: the model and its attention work, "
+            "the data is too small"
+        )
     return (
-        f"This run trains on {how_many} sentence pairs{book}: too few to generalise. Expect a "
-        "low validation BLEU (around 5 for d2l) and examples full of <unk>, for words it "
-        "never saw. That is the book's point: the model and its attention work, the data is "
-        "too small. For usable translations, train the small preset on all of fra-eng."
+        f"This run trains on {how_many} sentence pairs{book}: too few to generalise. {expect}. "
+        "For usable translations, train the small preset on all of fra-eng."
+    )
+
+
+FEW_STEPS = 500  # a run ending before this many steps has barely left the small preset's
+# warm-up (400 steps): it cannot translate yet, whatever its settings
+
+
+def short_run_note(info: RunInfo) -> str:
+    """Why a finished run cannot translate yet when its limit bought too few steps (under
+    FEW_STEPS) or its validation BLEU is still 0, and how to go on ("" otherwise)."""
+    if info.state != "finished" or few_pairs_note(info):
+        return ""  # few pairs: few_pairs_note says why
+    zero = bool(info.val_pairs) and info.best_bleu is not None and info.best_bleu < 1
+    if info.step >= FEW_STEPS and not zero:
+        return ""
+    limit = (
+        f"Its time budget of {format_duration(info.time_budget)}"
+        if info.time_budget
+        else "Its limit"
+    )
+    bleu = f" (validation BLEU {info.best_bleu:.1f})" if zero else ""
+    busy = " (a busy machine takes fewer steps a minute)" if info.time_budget else ""
+    return (
+        f"{limit} bought {info.step:,} training steps{bleu}: too few to learn to translate"
+        f"{busy}. Give it more with **Train longer** below."
     )
 
 
@@ -231,6 +274,19 @@ def read_metrics(run_id: str) -> list[dict]:
     return run_dir(run_id).read_metrics()
 
 
+def _whole_or_zero(value) -> int | None:
+    """A whole number of 0 or more read from a run's files, else None."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return value if ok else None
+
+
+def _seconds(train: dict) -> float:
+    """A run's time budget in seconds from its train settings (0.0: none or unreadable)."""
+    value = train.get("time_budget")
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    return float(value) if ok else 0.0
+
+
 def _whole(value) -> int | None:
     """A positive whole number read from a run's files, else None."""
     ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
@@ -247,6 +303,17 @@ def doing_now(info: RunInfo) -> str:
     """What a live run without a step yet is doing: its status message, else "starting 2
     processes" (or "starting the trainer")."""
     return info.status.get("message") or starting_words(info.processes)
+
+
+def startup_words(info: RunInfo, now: float | None = None) -> str:
+    """What a live run without a step yet is doing, for how long, and how long since its
+    launch: "learning BPE (cached next time) for 1 min 05 s · 3 min 10 s since launch"."""
+    now = time.time() if now is None else now
+    launched = info.launched_at or now
+    since = info.status.get("phase_started_at")
+    mine = isinstance(since, (int, float)) and since >= launched - 1  # this launch's phase
+    during = f" for {format_duration(now - since)}" if mine else ""
+    return f"{doing_now(info)}{during} · {format_duration(now - launched)} since launch"
 
 
 def log_tail(run_id: str, lines: int = 20, rd: RunDir | None = None) -> str:
@@ -284,7 +351,12 @@ def latest_examples(records: list[dict]) -> pd.DataFrame:
     evals = [r for r in records if r.get("record") == "eval" and r.get("examples")]
     examples = evals[-1]["examples"] if evals else []
     columns = {"src": "English", "out": "model output", "ref": "reference"}
-    return pd.DataFrame(examples, columns=list(columns)).rename(columns=columns)
+    frame = pd.DataFrame(examples, columns=list(columns))
+    frame["out"] = [o if isinstance(o, str) and o.strip() else EMPTY for o in frame["out"]]
+    return frame.rename(columns=columns)
+
+
+EMPTY = "(empty)"  # a model output of no words, as the examples show it
 
 
 def metrics_signature(run_ids: list[str]) -> tuple:

@@ -27,7 +27,7 @@ import torch
 from core.corpus.bpe import checkpoint_entries, checkpoint_vocabs
 from core.corpus.config import DataConfig
 from core.corpus.source import DataError
-from core.corpus.splits import load_corpus, summary_words, unk_warnings
+from core.corpus.splits import summary_words, unk_warnings
 from core.corpus.supervision import read_supervision
 from core.model.checkpoints import read_checkpoint
 from core.model.config import ModelConfig
@@ -35,10 +35,11 @@ from core.model.scores import usable_bleu
 from core.model.transformer import Transformer
 from core.places import shown_path
 from core.runs import budget
+from core.runs.corpus_cache import prepared_corpus
 from core.runs.cpu_share import trainer_share
 from core.runs.locks import hold_run
 from core.runs.processes import identity
-from core.runs.recorder import RunRecorder
+from core.runs.recorder import RunRecorder, budget_eta
 from core.runs.run_dir import RunDir, RunError, read_json
 from core.runs.system import trim_heap
 from core.training import distributed
@@ -73,20 +74,34 @@ def status_writer(rd: RunDir, world: World):
     return rd.write_status if world.is_main else lambda **fields: fields
 
 
+def phase_writer(rd: RunDir, world: World):
+    """A callback that says in the run's status (rank 0) and its log what the start-up does
+    now, and since when (``phase_started_at``: the page shows how long it has taken)."""
+    if not world.is_main:
+        return lambda words: None
+
+    def phase(words: str) -> None:
+        rd.write_status(message=words, phase_started_at=time.time())
+        print(f"{words}…", flush=True)
+
+    return phase
+
+
 def prepare(rd: RunDir, configs: dict, resume: bool, world: World):
-    """Build the corpus, model and trainer (restored from last.pt when resuming)."""
+    """Build the corpus (prepared once per corpus and data settings: ``corpus_cache``), model
+    and trainer (restored from last.pt when resuming), each phase said in the status."""
     data_cfg = DataConfig(**configs["data"])
-    write_status = status_writer(rd, world)
-    write_status(message="reading the corpus and building the vocabularies")
-    with distributed.local_first(world):  # one download per machine
-        corpus = load_corpus(data_cfg, progress=_download_bar(rd) if world.is_main else None)
-    write_status(message=f"building the model ({corpus.summary.get('train', '?')} pairs)")
+    phase = phase_writer(rd, world)
+    with distributed.local_first(world):  # one download, one preparation per machine
+        progress = _download_bar(rd) if world.is_main else None
+        corpus = prepared_corpus(data_cfg, progress=progress, phase=phase)
+    phase(f"building the model ({corpus.summary.get('train', '?')} training pairs)")
     ckpt = read_checkpoint(rd.last) if resume else None
     if ckpt is not None:
-        corpus.src_vocab, corpus.tgt_vocab = checkpoint_vocabs(ckpt)
+        corpus.use_vocabs(*checkpoint_vocabs(ckpt))
     elif world.distributed and data_cfg.tokenizer != "word":  # one tokenizer for every process
         mine = checkpoint_entries(corpus.src_vocab, corpus.tgt_vocab)
-        corpus.src_vocab, corpus.tgt_vocab = checkpoint_vocabs(distributed.from_main(world, mine))
+        corpus.use_vocabs(*checkpoint_vocabs(distributed.from_main(world, mine)))
     model_cfg = ModelConfig(
         src_vocab_size=len(corpus.src_vocab),
         tgt_vocab_size=len(corpus.tgt_vocab),
@@ -240,6 +255,8 @@ def train_run(args: argparse.Namespace, world: World | None = None) -> int:
         started_at=time.time(),
         resumed=resume,
         message="",
+        phase_started_at=None,
+        eta_s=None,  # not the last launch's "0 s": unknown until this one has a pace
         finished_at=None,
         diverged_at=None,
     )
@@ -278,6 +295,8 @@ def start_status(rd: RunDir, trainer: Trainer, warnings: list[str], devices: dic
         message=f"running the first steps (the first record comes at step {trainer.cfg.log_every})"
         if not trainer.state.step
         else "",
+        phase_started_at=time.time(),
+        eta_s=budget_eta(trainer),  # known from a time budget; else once steps have a pace
         warnings=warnings,
         total_steps=trainer.total_steps,
         progress=trainer.progress(),

@@ -16,13 +16,29 @@ LIMITS = ("epochs", "max_steps", "time_budget")  # the limits a resumed run may 
 RESUME_CHANGES = (*LIMITS, "lr", "warmup_steps", "grad_clip")  # all it may (after divergence)
 
 
+def longer_limits(step: int, elapsed: float, steps: int = 0, minutes: float = 0.0) -> dict:
+    """The limits that train a run standing at ``step`` after ``elapsed`` seconds of training
+    ``steps`` more steps or ``minutes`` more minutes (one of them), its other limits lifted;
+    ValueError naming what is wrong with the amount."""
+    if bool(steps) == bool(minutes):
+        raise ValueError("give more steps or more minutes (one of them)")
+    amount, unit = (steps, "steps") if steps else (minutes, "minutes")
+    if not (isinstance(amount, (int, float)) and 0 < amount < math.inf):
+        raise ValueError(f"more {unit} must be a positive number (got {amount})")
+    if steps and int(steps) != steps:
+        raise ValueError(f"more steps must be a whole number (got {steps})")
+    if steps:
+        return {"epochs": 0, "max_steps": int(step) + int(steps), "time_budget": 0.0}
+    return {"epochs": 0, "max_steps": 0, "time_budget": float(elapsed) + 60.0 * minutes}
+
+
 @dataclass
 class TrainConfig:
     """How to train; saved in every run directory and checkpoint."""
 
     epochs: int = 10  # passes over the training pairs (0 = no limit)
     max_steps: int = 0  # optimiser steps (0 = no limit)
-    time_budget: float = 0.0  # wall-clock s of training (0: none); busy machine: fewer steps
+    time_budget: float = 0.0  # s of training steps (0: none); start-up and evaluations not counted
     batch_size: int = 128  # sentence pairs per step and process (the step's: times processes)
     batch_tokens: int = 0  # padded tokens per step and process in place of batch_size (0: off)
     lr: float = 1e-3  # peak learning rate of Adam
@@ -108,7 +124,10 @@ class TrainConfig:
 
 MAX_PROBES = 8  # probe sentences snapshotted at each evaluation
 MAX_PROBE_CHARS = 200  # characters of one probe sentence
-TRAIN_UPPER = {  # the most each field may be (lr is free: a huge one diverges, clearly)
+TRAIN_UPPER = {  # the most each field may be (a large lr diverges, clearly; past these: typos)
+    "lr": 1e6,
+    "grad_clip": 1e6,
+    "align_weight": 1e6,
     "epochs": 1_000_000,
     "max_steps": 10**9,
     "time_budget": 30 * 24 * 3600.0,  # seconds: 30 days

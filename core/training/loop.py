@@ -85,8 +85,10 @@ class Trainer:
         self.callbacks: dict[str, list[Callback]] = {"batch": [], "step": [], "eval": [], "end": []}
         self.stop_asked = False  # this process was asked to stop (a signal, the STOP file)
         self.stop_agreed = False  # all processes stop: stop_asked somewhere, at agree()
-        self.train_data = encode_pairs(corpus.train, corpus.src_vocab, corpus.tgt_vocab)
-        self.val_data = encode_pairs(corpus.val, corpus.src_vocab, corpus.tgt_vocab)
+        self.train_data, self.val_data = (  # encoded once: kept in the corpus (and its cache)
+            corpus.ids.get(name) or encode_pairs(split, corpus.src_vocab, corpus.tgt_vocab)
+            for name, split in (("train", corpus.train), ("val", corpus.val))
+        )
         self.train_links = (  # each training pair's piece links, or None (not supervised)
             piece_links(corpus.train.pairs, corpus.src_vocab, corpus.tgt_vocab, alignments)
             if cfg.align_weight

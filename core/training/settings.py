@@ -165,13 +165,15 @@ def align_problems(model: ModelConfig, train: TrainConfig) -> list[str]:
     return problems
 
 
-def validate_settings(preset: str, overrides: dict | None = None) -> list[str]:
-    """Human reasons why these settings cannot train (an empty list when they can)."""
+def validate_settings(preset: str, overrides: dict | None = None, any_source=False) -> list[str]:
+    """Human reasons why these settings cannot train (an empty list when they can); with
+    ``any_source`` (the command line, which reads any path) the data source is not checked."""
     try:
         cfg = merged_settings(preset, overrides)
     except SettingsError as e:
         return [str(e)]
-    problems = config_problems(cfg) + source_problems(cfg["data"].get("source", "fra-eng"))
+    source = cfg["data"].get("source", "fra-eng")
+    problems = config_problems(cfg) + ([] if any_source else source_problems(source))
     if problems:
         return problems
     try:

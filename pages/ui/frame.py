@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
@@ -52,6 +53,27 @@ def app_pages() -> list:
         st.Page(PAGES_DIR / script, title=title, icon=icon, default=script == "home.py")
         for script, title, icon, _ in PAGES
     ]
+
+
+def unknown_page() -> str | None:
+    """The page the browser's URL asked for when the app has none of that name, else None.
+
+    Streamlit's navigation then runs Home in its place and says only "Page not found" in a
+    dialog; ``st.context.url`` still holds the path asked for on that first run."""
+    url = st.context.url
+    if not url:  # no browser (AppTest), or a client that sent no URL
+        return None
+    known = [page.url_path for page in app_pages()]
+    return unknown_path(urlsplit(url).path, st.get_option("server.baseUrlPath") or "", known)
+
+
+def unknown_path(path: str, base: str, known: list[str]) -> str | None:
+    """The page name in a URL's ``path`` (below the server's ``base`` path) when it is none
+    of the ``known`` pages' URL paths ("" being Home), else None."""
+    rest, base = unquote(path).strip("/"), base.strip("/")
+    if base and (rest == base or rest.startswith(f"{base}/")):
+        rest = rest[len(base) :].strip("/")
+    return None if rest in ("", *known) else rest
 
 
 def run_app() -> None:

@@ -72,10 +72,11 @@ def choose_model(state: ViewState, prefix: str) -> models.ModelEntry | None:
         by_key = {e.key: e for e in usable}
         chosen = models.find_entry(usable, state.model) or models.default_entry(usable)
         if state.model and state.model != chosen.key:
-            st.warning(
-                f"Model {code(state.model)} was not found or cannot be used (renamed, deleted "
-                "or damaged?): showing the default model instead."
-            )
+            gone = "not found or cannot be used (renamed, deleted or damaged?)"
+            if "model" in state.asked:  # from a link: said in its note (link_note)
+                state.why["model"] = gone
+            else:
+                st.warning(f"Model {code(state.model)} was {gone}: showing the default model.")
         widget_default(f"{prefix}_model", chosen.key, list(by_key))
         state.model = st.selectbox(
             "Model (newest first)",

@@ -9,7 +9,8 @@ import streamlit as st
 from core.attribution.methods import METHODS
 from core.model.checked_translation import DEFAULT_SENTENCE, EXAMPLES, MAX_SENTENCE_TOKENS
 from core.model.parts import DEFAULT_TEMPLATE, MAX_TEMPLATE_CHARS
-from pages.ui.view_state import MAX_REFERENCE_CHARS, MAX_TEXT_CHARS, ViewState
+from pages.ui.text import code, md
+from pages.ui.view_state import MAX_TEXT_CHARS, ViewState
 
 TRANSLATE_KEYS = (  # the Translate page's URL keys
     *("model", "sentence", "reference", "target", "beam", "alpha", "max_len", "target_lang"),
@@ -19,23 +20,47 @@ ATTENTION_KEYS = tuple(f.name for f in fields(ViewState))  # the Attention page'
 
 
 def view_state() -> ViewState:
-    """The shared view state: from the URL on the session's first run, then the session's."""
+    """The shared view state: from the URL on the session's first run, then the session's.
+
+    Room above the page for the one note that names the values a link asked for and did
+    not get (``link_note``, at the end of the run)."""
     if "view_state" not in st.session_state:
         state = ViewState.from_query(st.query_params.to_dict())
         if state.method not in METHODS:  # checked here: core.attention sits below attribution
-            state.method = ViewState.method
-        if state.too_long:  # said once, on the run that read the link
-            names = ", ".join(n.replace("_", " ") for n in state.too_long)
-            st.warning(
-                f"The link's {names} was too long for a link (more than {MAX_TEXT_CHARS:,} "
-                f"characters; a reference {MAX_REFERENCE_CHARS:,}) and was left out: type it "
-                "in the box instead."
-            )
+            state.drop("method", f"not one of {', '.join(METHODS)}")
         named = {"kind", "layer", "head"} & set(st.query_params)
         if state.section == "alignment" and not named:  # a URL that names no reader
             st.session_state["al_open_best"] = True  # alignment_gold_view.OPEN_BEST
         st.session_state["view_state"] = state
-    return st.session_state["view_state"]
+    state = st.session_state["view_state"]
+    state.note_slot = st.empty()  # on every run: the elements below keep their places
+    return state
+
+
+def link_note(state: ViewState, keys: tuple[str, ...]) -> None:
+    """One warning, above the page, naming each of ``keys`` the link asked for and this run
+    shows otherwise, and why (said once: those keys are then checked)."""
+    refused = state.refused(keys)
+    slot = getattr(state, "note_slot", None)
+    if refused and slot is not None:
+        slot.warning(refused_words(refused))
+
+
+def refused_words(refused: list[tuple[str, str, str, str]]) -> str:
+    """The link's note: what it asked for, then each value's reason and what is shown."""
+    asked = [code(f"{name}={_short(raw)}") for name, raw, _, _ in refused]
+    listed = ", ".join(asked[:-1]) + " and " + asked[-1] if len(asked) > 1 else asked[0]
+    reasons = [
+        f"{code(name)}: {md(why or 'not available for this model or section')}; "
+        + (f"showing {code(f'{name}={_short(shown)}')}." if shown else "left at its default.")
+        for name, _, shown, why in refused
+    ]
+    return f"The link asked for {listed}, which this page cannot show. " + " ".join(reasons)
+
+
+def _short(text: str, most: int = 40) -> str:
+    """``text`` cut to ``most`` characters (an ellipsis says so)."""
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def write_url(state: ViewState, keys: tuple[str, ...], owned=None) -> None:
@@ -58,6 +83,22 @@ def widget_default(key: str, value, options=None) -> None:
         st.session_state[key] = value
 
 
+def seed_choice(state: ViewState, name: str, key: str, options: list[str]) -> None:
+    """Seed selectbox ``key`` with the state's field ``name`` ("" = the first of ``options``;
+    one not among them: the first, said in the link's note)."""
+    if getattr(state, name) and getattr(state, name) not in options:
+        state.drop(name, "not among those offered here")
+    widget_default(key, getattr(state, name) or options[0], options)
+
+
+def keep_choice(state: ViewState, name: str, choice: str, options: list[str]) -> str:
+    """Keep a ``seed_choice`` selectbox's ``choice`` in field ``name`` ("" for the first)."""
+    if choice == state.asked.get(name):
+        state.granted(name)  # the first option, asked by name
+    setattr(state, name, "" if choice == options[0] else choice)
+    return choice
+
+
 def clamp_widget(key: str, value, options) -> None:
     """Reset a widget's value to ``value`` when it is not among ``options``."""
     if st.session_state.get(key) not in options:
@@ -69,10 +110,11 @@ def target_language(lm, state: ViewState, prefix: str) -> None:
     model that translates into one language."""
     codes = lm.language_codes()
     if not codes:
-        state.target_lang = ""
+        state.target_lang, state.why["target_lang"] = "", "this model writes one language"
         return
     french = lm.language_code("fr")  # French first, when the model has it
     default = state.target_lang if state.target_lang in codes else (french or codes[0])
+    state.why["target_lang"] = "not one of this model's language codes"
     widget_default(f"{prefix}_target", default, codes)
     state.target_lang = st.selectbox(
         "Target language",
@@ -87,14 +129,11 @@ def prompt_template(lm, state: ViewState, prefix: str) -> None:
     that reads no prompt. A template that cannot make a prompt is kept in the box and named by
     the translation's error."""
     if not lm.reads_prompt:
-        state.prompt = ""
+        state.prompt, state.why["prompt"] = "", "this model reads no prompt"
         return
     if len(state.prompt) > MAX_TEMPLATE_CHARS:  # from a link: the box could not hold it
-        st.error(
-            f"The link's prompt template has {len(state.prompt):,} characters; a template holds "
-            f"at most {MAX_TEMPLATE_CHARS}: the default is used instead."
-        )
-        state.prompt = ""
+        chars = f"{len(state.prompt):,} characters"
+        state.drop("prompt", f"{chars}; a template holds at most {MAX_TEMPLATE_CHARS}")
     widget_default(f"{prefix}_prompt", state.prompt or DEFAULT_TEMPLATE)
     typed = st.text_area(
         "Prompt template",
@@ -104,6 +143,8 @@ def prompt_template(lm, state: ViewState, prefix: str) -> None:
         help="The model reads this text with your sentence in place of {src} and continues it; "
         "its continuation, up to the end of the line, is the translation.",
     )
+    if typed == state.asked.get("prompt"):
+        state.granted("prompt")  # the default template, asked in full
     state.prompt = "" if typed == DEFAULT_TEMPLATE else typed
 
 
@@ -140,10 +181,11 @@ def target_input(state: ViewState, prefix: str, label: str = "French") -> str:
 
 def sentence_input(
     state: ViewState, prefix: str, label: str = "English sentence", example: str = DEFAULT_SENTENCE
-) -> str:
+) -> str | None:
     """The sentence box (widget key ``<prefix>_sentence``), kept in the view state; a model
     that reads another language than English shows its own ``example`` where the box still
-    holds the default sentence.
+    holds the default sentence. None, after one error, for a box past MAX_TEXT_CHARS (the
+    state keeps the last sentence: nothing is translated).
 
     No character limit on the box: one drops a longer paste whole, so the length is checked
     (and named) by core.model.checked_translation instead, past MAX_TEXT_CHARS here.
@@ -160,5 +202,8 @@ def sentence_input(
         key=f"{prefix}_sentence",
         help=f"At most {MAX_SENTENCE_TOKENS} words and punctuation marks (tokens).",
     )
-    state.set_sentence(bounded(sentence, "sentence"))
+    if len(sentence) > MAX_TEXT_CHARS:
+        bounded(sentence, "sentence")  # its one line; the page stops there
+        return None
+    state.set_sentence(sentence)
     return state.sentence

@@ -14,7 +14,7 @@ from core.attention.ablation import (
 from core.attention.head_measures import resolved_precision
 from core.attention.importance import (
     BY_LOSS,
-    SENTENCES,
+    SAMPLE_SIZES,
     HeadImportance,
     importance_for,
     lookup_importance,
@@ -66,8 +66,13 @@ def pick_heads(lm: TranslationModel, state: ViewState) -> list[HeadSpec]:
     try:
         wanted = heads_of(state.ablate, lm.cfg, lm.head_kinds)
     except HeadSpecError as e:
-        st.warning(md(f"The heads to remove given in the link were ignored: {e}"))
+        if "ablate" in state.asked:  # a link's: said in its note
+            state.why["ablate"] = str(e)
+        else:
+            st.warning(md(f"The heads to remove were ignored: {e}"))
         wanted = []
+    else:
+        state.granted("ablate")  # as the link wrote them, or in another order
     if HEADS_KEY in st.session_state:  # labels of another model's heads are dropped
         st.session_state[HEADS_KEY] = [x for x in st.session_state[HEADS_KEY] if x in every]
     widget_default(HEADS_KEY, [h.label for h in wanted])
@@ -164,12 +169,13 @@ def importance_panel(entry: ModelEntry, lm: TranslationModel, state: ViewState) 
     """Head importance on validation sentences: from the disk cache, or computed on request."""
     st.subheader("Head importance")
     here = lm.trained_here
-    n = int(
+    state.keep_within("importance_sentences", *SAMPLE_SIZES)
+    widget_default("ab_sentences", state.importance_sentences)
+    state.importance_sentences = n = int(
         st.number_input(
             "Validation sentences",
-            min_value=1,
-            max_value=5000,
-            value=SENTENCES,
+            min_value=SAMPLE_SIZES[0],
+            max_value=SAMPLE_SIZES[1],
             step=50,
             key="ab_sentences",
             help="The first N sentences of the model's validation split."
@@ -180,7 +186,7 @@ def importance_panel(entry: ModelEntry, lm: TranslationModel, state: ViewState) 
         )
     )
     target = state.target_lang or None
-    precision = "float32" if lm.supports("bfloat16") else precision_choice(lm)
+    precision = "float32" if lm.supports("bfloat16") else precision_choice(lm, state)
     result = lookup_importance(entry.path, lm.meta, n, target, precision, model_facts(lm))
     if result is None:
         measures = "the loss" if lm.one_sequence else "BLEU and loss"
@@ -203,12 +209,14 @@ PRECISION_LABELS = {
 }
 
 
-def precision_choice(lm: TranslationModel) -> str:
+def precision_choice(lm: TranslationModel, state: ViewState) -> str:
     """A model's precision for head importance (one that may be measured in bfloat16),
-    preselected as this machine's ``auto`` resolves it."""
+    preselected as this machine's ``auto`` resolves it; kept in the view state where another
+    is chosen ("" = this machine's)."""
     auto = resolved_precision("auto", lm)
     options = ["bfloat16", "float32"] if auto == "bfloat16" else ["float32", "bfloat16"]
-    return st.selectbox(
+    widget_default("ab_precision", state.precision or auto, options)
+    chosen = st.selectbox(
         "Precision",
         options,
         format_func=PRECISION_LABELS.get,
@@ -219,6 +227,10 @@ def precision_choice(lm: TranslationModel) -> str:
         "the benchmark model the two agree within 0.0001 in every head's loss change.",
         width=420,
     )
+    if chosen == state.asked.get("precision"):
+        state.granted("precision")  # the machine's own choice, asked by name
+    state.precision = "" if chosen == auto else chosen
+    return chosen
 
 
 def compute_importance(

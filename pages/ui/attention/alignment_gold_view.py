@@ -29,9 +29,10 @@ from pages.ui.attention.supervision_view import supervision_panel
 from pages.ui.charts import chart
 from pages.ui.heavy_work import TimeLimit
 from pages.ui.text import md, spreadsheet_safe
-from pages.ui.view_state import ViewState
+from pages.ui.view_state import GOLD_SETS, ViewState
+from pages.ui.view_widgets import widget_default
 
-SHIPPED, HELD_OUT, UPLOAD = "shipped", "held-out", "upload"
+SHIPPED, HELD_OUT, UPLOAD = GOLD_SETS
 BOTH_WAYS_KEY = "al_both"  # widget: every reader links both ways (extract.links)
 OPEN_BEST = "al_open_best"  # session flag: this run opens Alignment on the best reader
 OPEN_WHEN_SCORED = "al_open_scored"  # session flag: ... once the gold panel has scored it
@@ -58,7 +59,7 @@ def gold_panel(page: SectionInputs) -> None:
     """Pick a gold set, score every reader on it (cached), show the grid, the best, the table."""
     st.subheader("Which head aligns words? AER on a gold set")
     st.caption(AER_WORDS)
-    gold = pick_gold()
+    gold = pick_gold(page.state)
     if gold is None:
         return
     opening = st.session_state.pop(OPEN_WHEN_SCORED, False)  # asked once: now or never
@@ -98,9 +99,9 @@ HELD_OUT_WORDS = (
 )
 
 
-def pick_gold() -> GoldSet | None:
-    """The shipped gold set, the held-out one or two uploaded files (widget ``al_gold``);
-    None until usable."""
+def pick_gold(state: ViewState) -> GoldSet | None:
+    """The shipped gold set, the held-out one or two uploaded files (widget ``al_gold``, kept
+    in the view state: a link names the choice, never the files); None until usable."""
     try:
         shipped = shipped_gold()
     except (GoldError, OSError) as e:
@@ -111,9 +112,10 @@ def pick_gold() -> GoldSet | None:
         HELD_OUT: "Held-out Tatoeba pairs",
         UPLOAD: "Upload",
     }
-    source = st.radio(
+    widget_default("al_gold", state.gold, GOLD_SETS)
+    state.gold = source = st.radio(
         "Gold set",
-        (SHIPPED, HELD_OUT, UPLOAD),
+        GOLD_SETS,
         key="al_gold",
         horizontal=True,
         format_func=words.get,

@@ -65,7 +65,7 @@ def pick_reader(page: SectionInputs) -> Reader:
     """The mode (widget ``al_mode``, kept in the URL) and "mean of all layers" (``al_all``)."""
     state, offered = page.state, modes(page.lm)
     if state.align not in offered:  # "whole" from a URL, for a model not trained so
-        state.align = offered[0]
+        state.align, state.why["align"] = offered[0], "this model has no head trained so"
     widget_default("al_mode", state.align, offered)
     row = st.container(horizontal=True, vertical_alignment="bottom", gap="large")
     state.align = row.segmented_control(
@@ -77,7 +77,8 @@ def pick_reader(page: SectionInputs) -> Reader:
         help="AWO: the decoder step that outputs the token. AWI: the next one, which reads it.",
     )
     boxes = row.container(width="content", gap="small")  # the two boxes stay together
-    every = boxes.checkbox(
+    widget_default("al_all", state.align_all)
+    state.align_all = every = boxes.checkbox(
         "Mean of all layers",
         key="al_all",
         help="Average every decoder layer and head instead of the view's layer and head.",

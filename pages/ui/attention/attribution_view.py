@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import streamlit as st
 
 from core.attention.kinds import KIND_NAMES
@@ -13,18 +11,9 @@ from core.attribution.contrast import CONTRAST_METHODS, CONTRAST_NAMES, foil_at
 from core.attribution.explain import SHARE_FLAG, Explained, in_words
 from core.attribution.file_mode import FileModeError, aggregate, read_records
 from core.attribution.gradients import (
-    AGGREGATIONS,
-    BASELINES,
     CHOICE_WORDS,
     CONTRAST_WORDS,
     DEFAULT_CHOICES,
-    IG_STEPS,
-    MAX_SAMPLES,
-    MAX_STEPS,
-    NORMALISATIONS,
-    PLAIN_FUNCTIONS,
-    RANDOM_BASELINES,
-    RULES,
     GradientChoices,
 )
 from core.attribution.methods import (
@@ -38,6 +27,11 @@ from core.attribution.step_scores import perplexity_words
 from core.figures import attention as figs
 from core.figures import attribution as attr_figs
 from pages.ui.attention.faithfulness_view import faithfulness_panel
+from pages.ui.attention.gradient_choices import (
+    gradient_choices,
+    integration_time,
+    integration_words,
+)
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.cached import contrast_explanation, explanation, scores_of_steps
 from pages.ui.charts import chart
@@ -58,9 +52,7 @@ METHOD_WORDS = {  # method -> what it measures, for the caption beside the picke
     "one token's value vector is zeroed; rolled out through the layers.",
     "grad-input": "the gradient of log p(output token) times the token embeddings; absolute "
     "values, each row normalised to 1.",
-    "integrated-gradients": "Sundararajan et al. 2017. Gradients integrated from zero "
-    f"embeddings in {IG_STEPS} steps; about 0.5 s for a 15-token sentence.",
-}
+}  # integrated gradients: in words as chosen (gradient_choices.integration_words)
 DALE = (
     "**Source share.** Each bar is the part of an output token's contributions that comes "
     "from the source sentence; the rest comes from the translation's prefix it has already "
@@ -74,8 +66,10 @@ DALE = (
 def attribution_section(page: SectionInputs) -> None:
     """The method picker, attention beside contributions, source shares, faithfulness."""
     state = page.state
-    method = pick_method(state, page.lm)
-    choices = gradient_choices(method)  # the gradient methods' baseline, steps, aggregation
+    method, beside = pick_method(state, page.lm)
+    choices = gradient_choices(method, state, page.lm)  # baseline, steps, aggregation...
+    words = integration_words(choices) if method == "integrated-gradients" else METHOD_WORDS[method]
+    beside.caption(md(f"{METHOD_NAMES[method]}: {words}"))
     layer, head = cross_choice(page.maps, state)
     shown = explained_or_error(page, method, layer, head, choices)
     row = st.container(horizontal=True, gap="medium")  # side by side where both fit
@@ -175,6 +169,10 @@ def contrast_panel(page: SectionInputs) -> None:
         st.caption("No step has another candidate to contrast with.")
         return
     state, cols = page.state, st.columns(3)
+    if state.contrast_step == -1:
+        state.granted("contrast_step")  # "the first with another": the first shown
+    state.why["contrast_step"] = "not a step with another candidate"
+    state.why["contrast_word"] = "not among the step's candidates"
     widget_default(
         "atr_contrast_step",
         state.contrast_step if state.contrast_step in steps else steps[0],
@@ -203,8 +201,9 @@ def contrast_panel(page: SectionInputs) -> None:
         key="atr_contrast_method",
     )
     state.contrast_method = method
-    function = st.radio(
-        "Explained", ("log-prob", "prob"), key="atr_contrast_function", horizontal=True,
+    widget_default("atr_contrast_function", state.contrast_function, tuple(CONTRAST_WORDS))
+    state.contrast_function = function = st.radio(
+        "Explained", tuple(CONTRAST_WORDS), key="atr_contrast_function", horizontal=True,
         format_func=CONTRAST_WORDS.get,
         help="The difference of log-probabilities (Yin & Neubig's) or of probabilities "
         "(inseq's contrast_prob_diff). The KL divergence to the alternative's distribution "
@@ -241,11 +240,13 @@ def explanation_csv(e: Explained) -> bytes:
     return table.to_csv(index=False, lineterminator="\r\n").encode("utf-8")
 
 
-def pick_method(state: ViewState, lm=None) -> str:
+def pick_method(state: ViewState, lm=None) -> tuple[str, object]:
     """The method picker (widget ``atr_method``), kept in the view state and the URL: the
-    methods that explain this model (the others named under it, with why)."""
+    methods that explain this model (the others named under it, with why); with the place
+    beside it for what the method measures, as chosen below it."""
     usable = [m for m in METHODS if lm is None or method_problem(lm, m) is None] or list(METHODS)
     if state.method not in usable:
+        state.drop("method", method_problem(lm, state.method) or "not offered for this model")
         state.method = usable[0]
     widget_default("atr_method", state.method, usable)
     left, right = st.columns([1, 2], vertical_alignment="center")
@@ -257,86 +258,10 @@ def pick_method(state: ViewState, lm=None) -> str:
         help="How each output token's log-probability is split over the source tokens and "
         "the translation's prefix the decoder had read. Every method's rows sum to 1.",
     )
-    right.caption(md(f"{METHOD_NAMES[state.method]}: {METHOD_WORDS[state.method]}"))
     if left_out := [m for m in METHODS if m not in usable]:
         names = ", ".join(METHOD_NAMES[m] for m in left_out)
         st.caption(md(f"Not offered for this model: {names}. {method_problem(lm, left_out[0])}"))
-    return state.method
-
-
-GRADIENT_METHODS = ("grad-input", "integrated-gradients")
-
-
-def gradient_choices(method: str) -> GradientChoices:
-    """The gradient methods' choices (widgets ``atr_*``, in an expander; this session's):
-    what is explained, the aggregation and normalisation, and for integrated gradients the
-    baseline, steps, rule, specials and random draws."""
-    if method not in GRADIENT_METHODS:
-        return DEFAULT_CHOICES
-    d = DEFAULT_CHOICES
-    with st.expander("Choices: baseline, steps, aggregation, what is explained"):
-        cols = st.columns(3)
-        function = cols[0].selectbox(
-            "Explained", PLAIN_FUNCTIONS, key="atr_function", format_func=CHOICE_WORDS.get,
-            help="log p(y_t), as the studio always did; p(y_t), inseq's default; or the "
-            "entropy of the step's distribution (what makes the model unsure). The KL "
-            "divergence needs an alternative: see “Why this word rather than another?”.",
-        )  # fmt: skip
-        aggregation = cols[1].selectbox(
-            "Over the embedding", AGGREGATIONS, key="atr_aggregation",
-            format_func=CHOICE_WORDS.get,
-            help="A token's score from its D per-dimension scores: their signed sum (the "
-            "default), their L2 norm (inseq's) or the sum of their absolute values.",
-        )  # fmt: skip
-        normalisation = cols[2].selectbox(
-            "Normalisation", NORMALISATIONS, key="atr_normalisation",
-            format_func={"row": "each row sums to 1", "none": "none (signed scores)"}.get,
-            help="Each row's absolute scores scaled to sum to 1 (the default, comparable "
-            "across methods), or the scores as aggregated, signs kept (drawn red/blue).",
-        )  # fmt: skip
-        chosen = GradientChoices(
-            aggregation=aggregation, function=function, normalisation=normalisation
-        )
-        if method == "integrated-gradients":
-            chosen = integration_choices(chosen)
-        if chosen != d:
-            st.caption(md(f"Computed with: {chosen.words(method)}."))
-        return chosen
-
-
-def integration_choices(chosen: GradientChoices) -> GradientChoices:
-    """Integrated gradients' own choices (widgets ``atr_*``): baseline, steps, rule,
-    specials kept, random draws."""
-    d = DEFAULT_CHOICES
-    more = st.columns(3)
-    baseline = more[0].selectbox(
-        "Baseline", BASELINES, key="atr_baseline", format_func=CHOICE_WORDS.get,
-        help="Where the integral starts: zero embeddings (the default); the UNK, PAD or "
-        "MASK token's embedding at every position (inseq's baseline is UNK); uniformly "
-        "random embeddings, or random vocabulary tokens' (expected gradients), averaged.",
-    )  # fmt: skip
-    steps = int(more[1].number_input(
-        "Steps", 2, MAX_STEPS, d.steps, key="atr_steps",
-        help="Integration points: more is closer to the integral and slower.",
-    ))  # fmt: skip
-    rule = more[2].selectbox(
-        "Rule", RULES, key="atr_rule", format_func=CHOICE_WORDS.get,
-        help="How the integral is approximated (captum's rules).",
-    )  # fmt: skip
-    last = st.columns(3)
-    keep = last[0].checkbox(
-        "Specials keep their embedding", key="atr_keep_specials",
-        disabled=baseline == "zero",
-        help="As inseq does: </s> and the start token stay as they are in the baseline.",
-    )  # fmt: skip
-    samples = int(last[1].number_input(
-        "Random draws", 1, MAX_SAMPLES, d.samples, key="atr_samples",
-        disabled=baseline not in RANDOM_BASELINES,
-        help="How many random baselines are averaged (each costs one integration; steps × "
-        "draws at most 1,024).",
-    ))  # fmt: skip
-    return replace(chosen, baseline=baseline, keep_specials=keep, steps=steps, rule=rule,
-                   samples=samples)  # fmt: skip
+    return state.method, right.empty()
 
 
 def cross_choice(maps: SentenceMaps, state: ViewState) -> tuple[int, str]:
@@ -370,7 +295,7 @@ def explained_or_error(
     """(over the model's own tokens, as shown): the cached attribution; None after st.error."""
     state, key = page.state, page.key
     where = (layer, head) if method == "attention" else (None, MEAN)
-    slow = " (about 0.5 s for a 15-token sentence)" if method == "integrated-gradients" else ""
+    slow = f" ({integration_time(choices)})" if method == "integrated-gradients" else ""
     if problem := method_problem(page.lm, method):
         st.info(md(problem))
         return None

@@ -16,7 +16,8 @@ from core.figures import comparison as cmp_figs
 from core.model.checkpoints import CheckpointError
 from core.model.interface import TranslationModel
 from core.model.parts import Translation, TranslationError
-from core.runs.catalogue import ModelEntry, find_entry
+from core.runs.catalogue import ModelEntry, compared_entry, find_entry, translators
+from pages.ui.attention.controls import all_layers_toggle
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.cached import sentence_maps, teacher_forced, translate
 from pages.ui.charts import chart
@@ -55,10 +56,12 @@ def _keep_mode_field(state: ViewState, mode: str) -> None:
         setattr(state, name, saved.get(name, ""))
 
 
-def pick_other(entry: ModelEntry, state: ViewState) -> ModelEntry | None:
-    """The compared model B (widget ``cmp_other``): any other model of the catalogue, the
-    studio's own or a Hugging Face one (then both are compared word by word)."""
-    usable = [e for e in model_entries() if e.usable and e.key != entry.key]
+def pick_other(entry: ModelEntry, lm: TranslationModel, state: ViewState) -> ModelEntry | None:
+    """The compared model B (widget ``cmp_other``): any other model of the catalogue that
+    translates, the studio's own or a Hugging Face one (then both are compared word by word);
+    by default another translator of A's direction (``catalogue.compared_entry``)."""
+    entries = model_entries()
+    usable = translators(entries, entry)
     if not usable:
         st.info(
             "There is no other model to compare with: train one on the Train page (its "
@@ -66,12 +69,11 @@ def pick_other(entry: ModelEntry, state: ViewState) -> ModelEntry | None:
         )
         return None
     by_key = {e.key: e for e in usable}
-    sibling = [e for e in usable if entry.run_dir and e.run_dir == entry.run_dir]
-    chosen = find_entry(usable, state.other) or (sibling or usable)[0]
+    chosen = find_entry(usable, state.other) or compared_entry(entries, entry, lm.languages)
     if state.other and state.other != chosen.key:
         st.warning(
-            f"Model {code(state.other)} was not found, cannot be used or is model A itself: "
-            f"comparing with {code(chosen.key)} instead."
+            f"Model {code(state.other)} was not found, cannot be used, does not translate or "
+            f"is model A itself: comparing with {code(chosen.key)} instead."
         )
     widget_default("cmp_other", chosen.key, list(by_key))
     state.other = st.selectbox(
@@ -79,7 +81,8 @@ def pick_other(entry: ModelEntry, state: ViewState) -> ModelEntry | None:
         list(by_key),
         key="cmp_other",
         format_func=lambda k: by_key[k].label,
-        help="Any model of the catalogue, including the best.pt and last.pt of a run.",
+        help="Any model of the catalogue that translates, including the best.pt and last.pt "
+        "of a run; it opens on another of A's direction.",
     )
     return by_key[state.other]
 
@@ -109,7 +112,7 @@ def two_models(
     stretch: bool,
 ) -> None:
     """Model A (the page's) and model B on the same sentence: translations, maps, B − A."""
-    other = pick_other(entry, state)
+    other = pick_other(entry, lm, state)
     loaded = other and other_translation(other, state)
     if not loaded:
         return
@@ -156,6 +159,11 @@ def same_rows(models, t: Translation, t_b: Translation, state: ViewState, words:
         horizontal=True,
         format_func=lambda k: md(f"{k}'s output: {outputs[k] or '(empty)'}"),  # labels are Markdown
     )
+    which, note = compare.fed_output(outputs, which)
+    if note:
+        st.info(md(note))
+    if which is None:
+        return None
     reference = outputs[which]
     try:
         pair = tuple(
@@ -324,8 +332,8 @@ def difference_grid(
     """B − A of every layer × head both have (one layer when that is many cells)."""
     layers, heads = compare.common_size(maps_a, maps_b, state.kind)
     chosen = None
-    if not figs.shows_full_grid(layers, heads) and not st.toggle(
-        f"Differences of all {layers} layers × {heads} heads", key="cmp_all_layers"
+    if not figs.shows_full_grid(layers, heads) and not all_layers_toggle(
+        state, "cmp_all_layers", f"Differences of all {layers} layers × {heads} heads"
     ):
         chosen = [min(state.layer, layers - 1)]
     try:

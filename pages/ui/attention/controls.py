@@ -63,7 +63,7 @@ def display_toggles(
             "rows, so rows still sum to 1. The decoding playback always shows pieces.",
         )
     else:
-        state.words = False
+        state.words, state.why["words"] = False, "this model reads whole words, not pieces"
     widget_default("at_hide", state.hide)
     state.hide = row.toggle(
         f"Hide {boundary}",
@@ -72,8 +72,17 @@ def display_toggles(
         "weight was on them is left blank (decoder self-attention: step 0 reads only the "
         "start token).",
     )
-    return row.toggle(
+    widget_default("at_stretch", state.stretch)
+    state.stretch = row.toggle(
         "Stretch colours",
         key="at_stretch",
         help="Top of the colour scale at the 99th percentile instead of 1.",
     )
+    return state.stretch
+
+
+def all_layers_toggle(state: ViewState, key: str, label: str) -> bool:
+    """The toggle (widget ``key``) that shows every layer of a large model, kept in the state."""
+    widget_default(key, state.all_layers)
+    state.all_layers = st.toggle(label, key=key)
+    return state.all_layers

@@ -8,7 +8,7 @@ from core.attention.maps import export_name
 from core.attribution.faithfulness import (
     DEFAULT_METHODS,
     RANDOM,
-    SENTENCES,
+    SAMPLE_SIZES,
     Faithfulness,
     faithfulness_for,
     lookup_faithfulness,
@@ -27,6 +27,7 @@ from pages.ui.heavy_work import TimeLimit, heavy_slot
 from pages.ui.progress import progress_bar
 from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_state import ViewState
+from pages.ui.view_widgets import widget_default
 
 SLOW_METHOD = "integrated-gradients"  # left out by default: about 2 s per sentence
 SLOW_SECONDS = 2.0  # its time per sentence of about 15 tokens
@@ -65,12 +66,13 @@ def faithfulness_panel(
             )
         )
     row = st.container(horizontal=True, vertical_alignment="bottom", gap="large")
-    n = int(
+    state.keep_within("faith_sentences", 10, SAMPLE_SIZES[1])
+    widget_default("atr_sentences", state.faith_sentences)
+    state.faith_sentences = n = int(
         row.number_input(
             "Validation sentences",
             min_value=10,
-            max_value=1000,
-            value=SENTENCES,
+            max_value=SAMPLE_SIZES[1],
             step=50,
             key="atr_sentences",
             help="The first N sentences of the model's validation split (fra-eng's, for a "
@@ -78,13 +80,14 @@ def faithfulness_panel(
             width=220,
         )
     )
-    slow = row.toggle(
+    widget_default("atr_slow", state.faith_slow)
+    state.faith_slow = row.toggle(
         "Include integrated gradients",
         key="atr_slow",
         help=f"About {SLOW_SECONDS:.0f} s more per sentence. Tables with and without it are "
         "kept apart on disk.",
     )
-    methods = METHODS if slow else DEFAULT_METHODS
+    methods = METHODS if state.faith_slow else DEFAULT_METHODS
     target = state.target_lang or None
     if choices != DEFAULT_CHOICES:
         st.caption(

@@ -56,7 +56,8 @@ def sequence_view(page: SectionInputs, head: int) -> None:
     state, t = page.state, page.translation
     try:
         first = cached.sequence_query_key(page.lm, t, page.key, state.layer, head, 0)
-        if state.query == 0 and "at_query" not in st.session_state:  # the first output step
+        asked = "at_query" in st.session_state or "query" in state.asked
+        if not state.query and not asked:  # the first output step
             state.query = page.lm.first_step(t.src_ids, t.out_ids)  # a prompt's ":", a mask
         query = query_picker(first.query_tokens, state)
         v = cached.sequence_query_key(page.lm, t, page.key, state.layer, head, query)
@@ -106,7 +107,8 @@ def head_number(state: ViewState) -> int:
 def query_picker(queries: list[str], state: ViewState) -> int:
     """The q·k view's query token (widget ``at_query``), kept in the view state and URL."""
     options = list(range(len(queries)))
-    state.query = min(state.query, options[-1])
+    if state.query > options[-1]:
+        state.query, state.why["query"] = options[-1], f"query tokens 0 to {options[-1]}"
     widget_default("at_query", state.query, options)
     state.query = st.selectbox(
         "Query token",

@@ -42,11 +42,17 @@ def logit_lens_section(page: SectionInputs) -> None:
         if page.lm.cfg.norm_first
         else "post-LN: each layer's output is already layer-normed, so no norm is added"
     )
+    read = (
+        "The translation is fed back by teacher forcing: each step reads the words the model "
+        "wrote before it."
+        if lens.decodes
+        else "One pass over the sentence: each row is a predicted position (a mask token, or "
+        "every token where there is none), each layer's lens its guess for the word there."
+    )
     st.caption(
         md(
             f"Projected: {lens.projected}. This model is {how}. Layer {last}'s lens is the "
-            "model's own output. The translation is fed back by teacher forcing: each step "
-            f"reads the words the model wrote before it. {early} of "
-            f"{len(lens.output_tokens)} chosen words are the top word from an earlier layer on."
+            f"model's own output. {read} {early} of {len(lens.output_tokens)} chosen words are "
+            "the top word from an earlier layer on."
         )
     )

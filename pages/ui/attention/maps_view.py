@@ -11,18 +11,22 @@ from core.attention.sentence_maps import SentenceMaps
 from core.figures import attention as figs
 from core.figures import comparison as cmp_figs
 from core.figures import head_roles as roles_fig
+from core.figures.attribution import panel_width
 from core.figures.clicks import clickable, clicked_cell
 from core.figures.model_view import model_view_figure
 from pages.ui.attention import cached_inside_head
+from pages.ui.attention.controls import all_layers_toggle
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.cached import head_table
 from pages.ui.charts import chart
 from pages.ui.text import md, spreadsheet_safe
-from pages.ui.view_state import ViewState
+from pages.ui.view_state import OVERVIEWS, ViewState
 from pages.ui.view_widgets import widget_default
 
-OVERVIEWS = ("heat maps", "lines (model view)")
+OVERVIEW_WORDS = {OVERVIEWS[0]: "heat maps", OVERVIEWS[1]: "lines (model view)"}
 BIG = "big"  # the large map's chart key (its selection: the clicked cell)
+BIG_PX = 620  # the large map's least width: the statistics beside it from a 900 px page on,
+STATS_PX = 260  # below it on a narrower one (a 760 px page had them in a 137 px strip)
 CELL_CLICK = "at_cell_click"  # (row, column) of the cell a click picked, for the next run
 CLICK_WORDS = {"query": "row (query)", "key": "column (key)"}
 
@@ -33,7 +37,9 @@ def maps_section(page: SectionInputs) -> None:
     view = select_view(maps, state.kind, state.layer, state.head, state.hide)
     name = export_name(state.model, state.sentence, state.kind, state.layer, state.head)
     pick = token_picker(maps, state)
-    left, right = st.columns([4, 1])
+    row = st.container(horizontal=True, gap="small")  # the statistics beside where both fit
+    left = row.container(width=max(BIG_PX, panel_width(view.weights.shape[-1])), key="big_map")
+    right = row.container(width=STATS_PX, key="head_summary")  # else below, not a strip
     big = clickable(cmp_figs.add_highlight(figs.view_figure(view, page.stretch), pick))
     chart(big, BIG, left, name, on_click=_clicked)
     table = head_table(maps, page.key, state.words, state.kind)  # shared, of the full map
@@ -90,10 +96,11 @@ def token_picker(maps: SentenceMaps, state: ViewState) -> token_pick.Highlight |
     # the middle column wide enough for both choices of the click axis at 760 px
     left, middle, right = st.columns([2, 3, 2], vertical_alignment="bottom")
     if state.token and state.token not in options:
-        right.caption(md(f"Token {state.token} (from the URL) is not in this map: none outlined."))
-        state.token = ""
-    widget_default("at_click_axis", "query", token_pick.CLICK_AXES)
-    axis = (
+        if "token" not in state.asked:  # a link's is said in its note
+            right.caption(md(f"Token {state.token} is not in this map: none outlined."))
+        state.token, state.why["token"] = "", "not a row or column of this map"
+    widget_default("at_click_axis", state.click, token_pick.CLICK_AXES)
+    state.click = axis = (
         middle.segmented_control(
             "A click on a cell outlines its",
             token_pick.CLICK_AXES,
@@ -102,7 +109,7 @@ def token_picker(maps: SentenceMaps, state: ViewState) -> token_pick.Highlight |
             help="Click a cell of the large map: its row (the query) or its column (the key) is "
             "outlined there and in every cell of the overview.",
         )
-        or "query"
+        or state.click
     )
     if (cell := st.session_state.pop(CELL_CLICK, None)) is not None:
         clicked = token_pick.pick_from_cell(axis, *cell, keys, state.hide)
@@ -158,20 +165,24 @@ def overview(page: SectionInputs, pick: token_pick.Highlight | None) -> None:
     """Every head of the kind: all layers for a small model, else one layer unless asked."""
     maps, state = page.maps, page.state
     n_layers = maps.layers(state.kind)
-    show_all = figs.shows_full_grid(n_layers, maps.heads) or st.toggle(
-        f"Overview of all {n_layers} layers × {maps.heads} heads", key="at_all_layers"
+    show_all = figs.shows_full_grid(n_layers, maps.heads) or all_layers_toggle(
+        state, "at_all_layers", f"Overview of all {n_layers} layers × {maps.heads} heads"
     )
     layers = list(range(n_layers)) if show_all else [state.layer]
     layer = None if show_all else state.layer
-    widget_default("at_overview", OVERVIEWS[0], OVERVIEWS)
-    shape = st.segmented_control(
-        "Overview as",
-        OVERVIEWS,
-        key="at_overview",
-        help="Heat maps, or bertviz's model view: each head's weights as lines from the "
-        "queries (left of a cell) to the keys (right), opacity the weight.",
+    widget_default("at_overview", state.overview, OVERVIEWS)
+    state.overview = (
+        st.segmented_control(
+            "Overview as",
+            OVERVIEWS,
+            key="at_overview",
+            format_func=OVERVIEW_WORDS.get,
+            help="Heat maps, or bertviz's model view: each head's weights as lines from the "
+            "queries (left of a cell) to the keys (right), opacity the weight.",
+        )
+        or state.overview
     )
-    if shape == OVERVIEWS[1]:
+    if state.overview == OVERVIEWS[1]:
         name = export_name(state.model, state.sentence, state.kind, layer, None, "model view")
         chart(model_view(maps, state.kind, state.hide, layers, pick), "model_view", name=name)
         return

@@ -16,6 +16,7 @@ from pages.ui.attention.inputs import SectionInputs
 from pages.ui.heavy_work import TimeLimit
 from pages.ui.model_picker import load_model, model_entries
 from pages.ui.text import md, spreadsheet_safe
+from pages.ui.view_widgets import keep_choice, seed_choice
 
 REVERSE_KEY = "al_reverse"  # widget: a model of the opposite direction
 RUN_KEY = "al_other_run"  # button: score the readers
@@ -65,21 +66,31 @@ def other_readers_panel(page: SectionInputs, gold: GoldSet, both: bool = False) 
 
 
 def pick_reverse(page: SectionInputs) -> ModelEntry | None:
-    """A model to symmetrise with (widget ``al_reverse``): any other usable model, the shipped
-    French→English one first for a model of the other direction; None for none."""
-    entries = model_entries()
-    others = {e.key: e for e in entries if e.usable and e.key != page.entry.key}
-    keys = [NONE, *others]
-    shipped = catalogue.shipped_entry(entries, catalogue.REVERSE_NAME)
-    if shipped is not None and shipped.key in others and page.lm.languages == ("en", "fr"):
-        keys = [shipped.key, NONE, *(k for k in others if k != shipped.key)]
+    """A model to symmetrise with (widget ``al_reverse``): a translator of the opposite
+    direction (``catalogue.reverse_entries``), a shipped one chosen first; None for none (and
+    only that where none is known to translate the other way)."""
+    languages = page.lm.languages
+    others = {e.key: e for e in catalogue.reverse_entries(model_entries(), page.entry, languages)}
+    shipped = [k for k, e in others.items() if e.origin == "shipped model"]  # chosen first
+    keys = [*shipped[:1], NONE, *(k for k in others if k not in shipped[:1])]
+    if not others:
+        st.caption(md(reverse_missing(languages)))
+    seed_choice(page.state, "reverse", REVERSE_KEY, keys)
     choice = st.selectbox(
         "A model of the opposite direction, to combine both",
         keys,
         key=REVERSE_KEY,
         format_func=lambda k: k if k == NONE else others[k].label,
     )
-    return others.get(choice)
+    return others.get(keep_choice(page.state, "reverse", choice, keys))
+
+
+def reverse_missing(languages: tuple[str, str]) -> str:
+    """Why the picker of a model of the opposite direction offers none, in one line."""
+    if tuple(languages) == catalogue.UNKNOWN_LANGUAGES:
+        return "This model's files do not say its languages: no model is offered to combine with."
+    src, tgt = languages
+    return f"No model here translates {tgt}→{src}, the other way round of this one."
 
 
 def computed(page: SectionInputs, gold: GoldSet, args: tuple) -> list[dict] | None:

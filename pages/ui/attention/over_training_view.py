@@ -50,13 +50,7 @@ def training_section(page: SectionInputs) -> None:
     if not probes:
         st.info("The snapshots of this run cannot be read.")
         return
-    clamp_widget("at_probe", state.sentence if state.sentence in probes else probes[0], probes)
-    probe = st.selectbox(
-        "Probe sentence",
-        probes,
-        key="at_probe",
-        help="The run recorded the maps of these sentences at each evaluation.",
-    )
+    probe = probe_picker(state, probes)
     if state.sentence not in probes:  # the typed sentence has no recorded maps: say so
         st.caption(
             md(
@@ -127,20 +121,45 @@ def replay(page: SectionInputs, probe: str, series: SnapshotSeries, result) -> N
     player.rerun_if_stopped(PLAYER)
 
 
+def probe_picker(state: ViewState, probes: list[str]) -> str:
+    """The probe sentence shown (widget ``at_probe``), kept in the view state: "" for the
+    sentence above when it is a probe, else the first."""
+    default = state.sentence if state.sentence in probes else probes[0]
+    if state.probe and state.probe not in probes:
+        state.drop("probe", "not one of this run's probe sentences")
+    clamp_widget("at_probe", state.probe or default, probes)
+    probe = st.selectbox(
+        "Probe sentence",
+        probes,
+        key="at_probe",
+        help="The run recorded the maps of these sentences at each evaluation.",
+    )
+    if probe == state.asked.get("probe"):
+        state.granted("probe")  # the default probe, asked by name
+    state.probe = "" if probe == default else probe
+    return probe
+
+
 VALIDATION_LOSS_WORDS = "Plain cross-entropy of the validation sentences, dropout off."
 
 
+SMOOTHING_WORDS = "a smoothed loss stays above the plain cross-entropy even for a perfect model"
+DROPOUT_WORDS = "dropout drops part of the model at every training step"  # off in validation
+
+
 def training_loss_words(meta: dict) -> str | None:
-    """Why the training loss reads higher than the validation loss (None: nothing to say)."""
-    train = meta.get("train_config") or {}
-    eps = train.get("label_smoothing") or 0
+    """Why the training loss reads higher than the validation loss, from the run's own
+    settings: label smoothing, dropout or both, each with its reason (None: nothing to say)."""
+    eps = (meta.get("train_config") or {}).get("label_smoothing") or 0
     dropout = (meta.get("model_config") or {}).get("dropout") or 0
-    parts = [f"label smoothing {eps:g}"] * bool(eps) + [f"dropout {dropout:g}"] * bool(dropout)
+    parts = [(f"label smoothing {eps:g}", SMOOTHING_WORDS)] * bool(eps)
+    parts += [(f"dropout {dropout:g}", DROPOUT_WORDS)] * bool(dropout)
     if not parts:
         return None
+    settings = " and ".join(name for name, _ in parts)
+    why = "; ".join(reason for _, reason in parts)
     return (
-        f"The training loss is measured as the model trained, with {' and '.join(parts)} "
-        "(a smoothed loss stays well above the plain cross-entropy even for a perfect model); "
+        f"The training loss is measured as the model trained, with {settings} ({why}); "
         "the validation loss is plain cross-entropy with dropout off. Compare each with "
         "itself over steps, not the two with each other."
     )

@@ -153,6 +153,8 @@ def patching_section(page: SectionInputs) -> None:
             f"{reading}."
         )
     )
+    if result.caveat:  # a gap too small to divide by: the effects scale noise
+        st.warning(md(result.caveat))
     pair = (state.sentence, corrupt) if direction == "denoise" else (corrupt, state.sentence)
     about = f"“{pair[0]}” into “{pair[1]}”"
     name = export_name(state.model, state.sentence, None, None, None, "patching")

@@ -43,6 +43,10 @@ def _layer(state, top: int) -> int:
     """The layer picker (widget ``space_layer``): every layer, or one of 0..top."""
     options = ["all", *map(str, range(top + 1))]
     shown = str(top) if state.space_layer == "last" else state.space_layer
+    if shown not in options:
+        state.why["space_layer"] = f"this stack has layers 0 to {top}"
+    elif state.asked.get("space_layer") == str(top):
+        state.granted("space_layer")  # the last layer, asked by its number
     widget_default("space_layer", shown if shown in options else str(top), options)
     names = {"all": "every layer", "0": "0 (input)", str(top): f"{top} (output)"}
     choice = st.selectbox(

@@ -37,19 +37,29 @@ class Section(NamedTuple):
     fields: tuple[str, ...] = ()  # the ViewState fields only it writes
 
 
-ATTRIBUTION = ("method", "contrast_step", "contrast_word", "contrast_method")
+GRADIENTS = ("function", "aggregation", "normalisation", "baseline", "ig_steps", "rule")
+GRADIENTS += ("keep_specials", "samples")  # the gradient methods' choices (GradientChoices)
+ATTRIBUTION = ("method", *GRADIENTS, "faith_sentences", "faith_slow")
+ATTRIBUTION += ("contrast_step", "contrast_word", "contrast_method", "contrast_function")
+ALIGNMENT = ("align", "both", "align_all", "gold", "reverse", "plain")
 PATCH = ("corrupt", "patch_dir", "patch_ask", "patch_prefix", "patch_answer", "patch_wrong")
 PROJECT = ("space_side", "space_layer", "space_method", "space_dims", "space_colour")
 SECTIONS = {  # key (the URL's ``section``) -> section
-    "maps": Section("Maps", maps_view.maps_section),
+    "maps": Section("Maps", maps_view.maps_section, fields=("click", "overview")),
     "playback": Section("Decoding playback", playback_view.playback_section, fields=("step",)),
     "training": Section(
-        "Over training", over_training_view.training_section, fields=("train_step", "diff_from")
+        "Over training",
+        over_training_view.training_section,
+        fields=("train_step", "diff_from", "probe", "traj_basis", "traj_metric"),
     ),
-    "ablation": Section("Remove heads", ablation_view.ablation_section),
+    "ablation": Section(
+        "Remove heads",
+        ablation_view.ablation_section,
+        fields=("importance_sentences", "precision"),
+    ),
     "compare": Section("Compare", comparison_view.comparison_section),
     "attribution": Section("Attribution", attribution_view.attribution_section, fields=ATTRIBUTION),
-    "alignment": Section("Alignment", alignment_view.alignment_section, fields=("align", "both")),
+    "alignment": Section("Alignment", alignment_view.alignment_section, fields=ALIGNMENT),
     "inside": Section(
         "Inside a head", inside_head_view.inside_head_section, fields=("query", "lines_all")
     ),
@@ -69,7 +79,7 @@ SECTION_FIELDS = {name: key for key, s in SECTIONS.items() for name in s.fields}
 def known_section(state: ViewState) -> str:
     """The state's section, or the first one when the URL named none of them."""
     if state.section not in SECTIONS:
-        state.section = SECTION_KEYS[0]
+        state.drop("section", f"not one of {', '.join(SECTION_KEYS)}")
     return state.section
 
 

@@ -20,6 +20,7 @@ from pages.ui.attention.inputs import SectionInputs
 from pages.ui.heavy_work import TimeLimit
 from pages.ui.model_picker import load_model, model_entries
 from pages.ui.text import code, md, spreadsheet_safe
+from pages.ui.view_widgets import keep_choice, seed_choice
 
 PLAIN_KEY = "al_plain"  # widget: the model trained without supervision to compare with
 SUPERVISION_WORDS = (
@@ -99,13 +100,14 @@ def pick_plain(page: SectionInputs) -> catalogue.ModelEntry | None:
         st.info("No other model of the studio's own is here to compare with.")
         return None
     by_key = {e.key: e for e in others}
+    seed_choice(page.state, "plain", PLAIN_KEY, list(by_key))
     key = st.selectbox(
         "Compare with a model trained without supervision",
         list(by_key),
         key=PLAIN_KEY,
         format_func=lambda k: by_key[k].label,
     )
-    return by_key[key]
+    return by_key[keep_choice(page.state, "plain", key, list(by_key))]
 
 
 def point_to_supervised(page: SectionInputs) -> None:

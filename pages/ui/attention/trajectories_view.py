@@ -32,7 +32,8 @@ from pages.ui.charts import chart
 from pages.ui.heavy_work import TimeLimit, heavy_slot
 from pages.ui.progress import progress_bar
 from pages.ui.text import md, spreadsheet_safe
-from pages.ui.view_widgets import widget_default
+from pages.ui.view_state import TRAJECTORY_BASES
+from pages.ui.view_widgets import keep_choice, seed_choice, widget_default
 
 BASIS_COLUMNS = {"probes": "probe sentences", "validation": "validation sentences"}
 BASIS_WORDS = {
@@ -73,15 +74,18 @@ def trajectories_panel(page: SectionInputs, result: Trajectories, step: int) -> 
     for note in result.notes:
         st.warning(md(note))
     availability(result)
-    bases = [b for b in ("probes", "validation") if not result.frame(b).empty]
+    bases = [b for b in TRAJECTORY_BASES if not result.frame(b).empty]
     row = st.container(horizontal=True, vertical_alignment="bottom", gap="medium")
-    basis = row.radio("Measured on", bases, key="at_traj_basis", horizontal=True)
+    if state.traj_basis not in bases:
+        state.drop("traj_basis", "not measured for this model")
+    widget_default("at_traj_basis", state.traj_basis if state.traj_basis in bases else bases[0])
+    state.traj_basis = basis = row.radio("Measured on", bases, key="at_traj_basis", horizontal=True)
+    metrics = [m for m in METRICS if m in result.available()[basis]]
+    seed_choice(state, "traj_metric", "at_traj_metric", metrics)
     metric = row.selectbox(
-        "Number",
-        [m for m in METRICS if m in result.available()[basis]],
-        key="at_traj_metric",
-        format_func=lambda m: METRIC_NAMES[m],
+        "Number", metrics, key="at_traj_metric", format_func=lambda m: METRIC_NAMES[m]
     )
+    keep_choice(state, "traj_metric", metric, metrics)
     table = result.frame(basis)
     marks = largest_change(table, metric)
     records = open_history(source).read_metrics()

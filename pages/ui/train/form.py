@@ -220,11 +220,11 @@ def path_picker() -> dict | None:
 
 
 def upload_picker() -> dict | None:
-    """An uploaded file, staged and counted (errors name the user's file); None until one."""
+    """An uploaded file of any type, staged and counted; what is wrong with it in one line
+    naming the user's file (never the browser's "files are not allowed"); None until one."""
     up = st.file_uploader(
-        "Tab-separated pairs (.tsv, .txt or .zip, up to "
-        f"{corpus_files.MAX_UPLOAD_BYTES // 2**20} MB)",
-        type=["tsv", "txt", "zip"],
+        f"Sentence pairs: {corpus_files.ACCEPTED}, up to "
+        f"{corpus_files.MAX_UPLOAD_BYTES // 2**20} MB",
         key="data_upload",
     )
     if up is None:
@@ -400,7 +400,7 @@ def new_run_form() -> None:
     source = fra_eng_picker() if source_type == "fra-eng" else file_picker(source_type, preset)
     alignment_inputs()  # outside the form: a choice shows its own inputs at once
     problems = st.session_state.get(PROBLEMS_KEY, {}).get(preset, [])
-    with st.form("new_run"):
+    with st.form("new_run", enter_to_submit=False):  # Enter sets a value; Launch launches
         advanced = st.expander(  # a new key after each launch: drawn closed (launch_note);
             "Advanced: every hyper-parameter",  # open, on a key of its own, on problems
             expanded=bool(problems),

@@ -57,9 +57,18 @@ def just_launched() -> str | None:
     return st.session_state.pop(LAUNCHED, None)
 
 
-def form_open_at_first() -> bool:
-    """Whether "New run" starts open: until this session launches a run."""
-    return not st.session_state.get(LAUNCHES, 0)
+OPEN_AT_FIRST = "new_run_open"  # session key: whether "New run" started open (decided once)
+
+
+def form_open_at_first(run_shown: bool) -> bool:
+    """Whether "New run" starts open: where the page first showed no run, until this session
+    launches one. With a run shown it starts folded, one click from open (issue 69: drawn
+    open above a run, the first click on it folded it: "nothing visible"). Decided on the
+    session's first run of the page, so a run launched elsewhere never folds a form being
+    filled in (a new ``expanded`` on the same key redraws it)."""
+    if st.session_state.get(LAUNCHES, 0):
+        return False
+    return st.session_state.setdefault(OPEN_AT_FIRST, not run_shown)
 
 
 def fold_key(name: str) -> str:

@@ -17,13 +17,20 @@ from pages.ui.identity import current_user, not_yours
 from pages.ui.progress import progress_bar
 from pages.ui.text import md
 
+SAVED = "saved_models"  # session key: {run id: the file names this session saved from it}
+
 
 def promote_form(info: RunInfo) -> None:
-    """Save the run's best or last checkpoint under a name, for Translate and Attention."""
+    """Save the run's best or last checkpoint under a name, for Translate and Attention.
+
+    Only the button saves (Enter in the name sets it); what this session saved from the run
+    stays said above the form."""
     choices = [w for w, ok in (("best", info.has_best), ("last", info.has_last)) if ok]
     if not choices or info.alive or not_yours(info.owner, f"run {info.run_id}"):
         return
-    with st.expander("Save as a model (checkpoints/)"), st.form(f"promote-{info.run_id}"):
+    box = st.expander("Save as a model (checkpoints/)")
+    saved_note(box, info.run_id)
+    with box, st.form(f"promote-{info.run_id}", enter_to_submit=False):
         which = st.radio(
             "Checkpoint",
             choices,
@@ -53,9 +60,24 @@ def promote_form(info: RunInfo) -> None:
             except ModelError as e:
                 st.error(md(e))
                 return
-            st.success(f"Saved as {md(path.name)}: pick it on the Translate page.")
+            saved = st.session_state.setdefault(SAVED, {}).setdefault(info.run_id, [])
+            saved.append(path.name)
+            st.success(saved_words(path.name))
             if heads:
                 keep_trajectories(info, path)
+
+
+def saved_words(name: str) -> str:
+    """What the page says of a model saved from a run."""
+    return f"Saved as {md(name)}: pick it on the Translate and Attention pages."
+
+
+def saved_note(where, run_id: str) -> None:
+    """The models this session saved from the run, said again on every later run of the page
+    (a save's own message lasts one run of it)."""
+    names = st.session_state.get(SAVED, {}).get(run_id, [])
+    if names:
+        where.caption(" ".join(saved_words(n) for n in names[-3:]))
 
 
 def keep_trajectories(info: RunInfo, path) -> None:

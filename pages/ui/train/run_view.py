@@ -67,13 +67,15 @@ def pick_run(runs: list[RunInfo]) -> RunInfo | None:
 
 
 def run_actions(info: RunInfo) -> None:
-    """Stop, resume, delete (with confirmation): for the run's owner or a teacher, where the
-    server knows its users; others are told whose run it is."""
+    """Stop, resume, delete (with confirmation), train longer: for the run's owner or a
+    teacher, where the server knows its users; others are told whose run it is."""
     if reason := not_yours(info.owner, f"run {info.run_id}"):
         st.caption(md(reason))
         return
     user = current_user()
     row = st.container(horizontal=True)
+    resumable = info.resumable and info.state != "finished"  # (a finished run: train longer)
+    processes = None
     try:
         if info.alive and row.button(
             "Stop", type="primary", disabled=info.stopping, help="Save a checkpoint, then stop"
@@ -89,7 +91,6 @@ def run_actions(info: RunInfo) -> None:
                 key=f"resume_lr_{info.run_id}",
                 help="The run diverged: resume from its last finite checkpoint with a lower lr",
             )
-        resumable = info.resumable and info.state != "finished"
         processes = resume_processes(info) if resumable else None
         if resumable and row.button(
             "Resume", type="primary", help="Continue from the last checkpoint"
@@ -103,6 +104,47 @@ def run_actions(info: RunInfo) -> None:
         st.error(md(e))
     if st.session_state.get("confirm_delete") == info.run_id and not info.alive:
         confirm_delete(info.run_id)
+    if info.resumable and info.state in LONGER_STATES:
+        train_longer(info, processes)
+
+
+LONGER_STATES = ("finished", "stopped")  # the runs "Train longer" continues
+MORE = {"minutes": 10, "steps": 1000}  # how much more "Train longer" offers at first
+
+
+def train_longer(info: RunInfo, processes: int | None) -> None:
+    """Continue a finished or stopped run for more minutes or steps of training (its limits
+    replaced by that one): ``jobs.train_longer`` checks the owner, quota and processes."""
+    with st.expander("Train longer", icon=":material/more_time:"):
+        key = info.run_id
+        unit_key = f"longer_unit_{key}"
+        if unit_key not in st.session_state:
+            st.session_state[unit_key] = "minutes" if info.time_budget else "steps"
+        left, right = st.columns([1, 2], vertical_alignment="bottom")
+        unit = left.radio("More", list(MORE), key=unit_key, horizontal=True)
+        amount = right.number_input(  # no bounds: a bad number gets its reason on the click
+            f"How many more {unit}",
+            value=MORE[unit],
+            step=5 if unit == "minutes" else 100,
+            key=f"longer_{unit}_{key}",
+            help="Training time (evaluations not counted) or optimiser steps after its last "
+            "checkpoint; the run's other limits (epochs, steps or time) are lifted. A linear "
+            "learning rate decays again to zero over the added part.",
+        )
+        st.caption(
+            f"It stands at step {info.step:,}. It continues from its last checkpoint, as "
+            "Resume does."
+        )
+        if processes is None:  # a finished run: the box belongs here
+            processes = resume_processes(info)
+        if st.button("Train longer", type="primary", key=f"longer_go_{key}"):
+            more = {"minutes": float(amount)} if unit == "minutes" else {"steps": int(amount)}
+            try:
+                jobs.train_longer(info.run_id, processes=processes, user=current_user(), **more)
+            except RunError as e:
+                st.error(md(e))
+                return
+            st.rerun()
 
 
 def resume_processes(info: RunInfo) -> int | None:
@@ -158,8 +200,8 @@ def run_header(info: RunInfo) -> None:
             "Stopping: the trainer saves a checkpoint, then exits. If it has not stopped "
             f"{run_status.STOP_GRACE_S:.0f} s after the request, it is killed."
         )
-    if info.live and not info.step:  # the progress line says what it is doing
-        last = run_status.log_message(info.run_id)  # torchrun's banner and warnings skipped
+    if info.live and (not info.step or info.state == "starting"):  # loading: the progress
+        last = run_status.log_message(info.run_id)  # line says what; the log's last line here
         if last:
             st.caption("Log: " + code(last))
     elif info.message:
@@ -167,18 +209,23 @@ def run_header(info: RunInfo) -> None:
         (st.error if alarming else st.info)(md(info.message))
     if note := run_status.few_pairs_note(info):
         st.info(md(note))
+    if note := run_status.short_run_note(info):  # our own words, with **Train longer**
+        st.warning(note, icon=":material/timer_off:")
 
 
 def progress_line(info: RunInfo) -> None:
-    """Progress bar with step count and ETA (before the first step: what it is doing)."""
-    if info.live and not info.step:
-        waited = run_status.format_duration(time.time() - (info.started_at or time.time()))
-        doing = run_status.doing_now(info)  # e.g. "starting 2 processes"
-        st.progress(0.0, text=f"{md(doing)} · {waited} since launch")
+    """Progress bar with step count and ETA (before the first step, and while a resumed run
+    loads: what it is doing and for how long)."""
+    done = min(max(info.progress, 0.0), 1.0)
+    if info.live and (not info.step or info.state == "starting"):
+        st.progress(done, text=md(run_status.startup_words(info)))  # "learning BPE … for 2 min"
         return
     steps = f"step {info.step:,}" + (f" of {info.total_steps:,}" if info.total_steps else "")
-    eta = f" · ETA {run_status.format_duration(info.eta_s)}" if info.live else ""
-    st.progress(min(max(info.progress, 0.0), 1.0), text=f"{info.progress:.0%} · {steps}{eta}")
+    eta = ""
+    if info.live:  # unknown until this launch has a pace (or a time budget), never "0 s"
+        known = info.eta_s is not None
+        eta = f" · ETA {run_status.format_duration(info.eta_s) if known else 'estimating…'}"
+    st.progress(done, text=f"{info.progress:.0%} · {steps}{eta}")
 
 
 @shared()
@@ -282,7 +329,7 @@ def run_panel(info: RunInfo, runs: list[RunInfo]) -> None:
     """Status, actions, chart controls and curves of one run (polled while it is live)."""
     live = info.live and not st.session_state.get("paused")
     poll, curves_poll = (POLL_S, CURVES_POLL_S) if live else (None, None)
-    new = time.time() - (info.started_at or 0) < JUST_LAUNCHED_S  # a read at its launch may
+    new = time.time() - (info.launched_at or 0) < JUST_LAUNCHED_S  # a read at its launch may
     status_poll = POLL_S if info.live or new else None  # miss its start: look again
     st.fragment(status_view, run_every=status_poll)(info.run_id, info.live)
     run_actions(info)
