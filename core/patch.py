@@ -11,7 +11,8 @@ JSON line per component patched from the clean run into the corrupted one (``kin
 the residual stream, kinds ``encoder_stream`` and ``decoder_stream``; ``effect``: 0 = the
 corrupted run, 1 = the clean run), then one line with ``clean_metric``, ``corrupt_metric``,
 ``gap`` (their difference, which every effect is divided by), ``caveat`` (one line when that
-gap is under one logit, too small to normalise by, and by how much; "" else), the step, both
+gap is under one logit, too small to normalise by, and by how much, also printed on stderr
+as ``warning: Caveat: …``; "" else), the step, both
 tokens and the prefix. ``--direction noise`` patches the corrupted run into
 the clean one instead (what is necessary rather than what suffices: 0 = the clean run
 unchanged, 1 = the corrupted run's metric). ``--prefix`` (target words, "" for none) and
@@ -63,6 +64,8 @@ def run(args: argparse.Namespace) -> list[str]:
         lm, args.clean, args.corrupt, None, direction=args.direction, prefix=args.prefix,
         answers=answers, target_lang=args.target_lang or None,
     )  # fmt: skip
+    if result.caveat:  # for whoever reads the terminal, not only the JSON's last line
+        print(f"warning: {result.caveat}", file=sys.stderr)
     lines = [json.dumps(row, ensure_ascii=False) for row in result.rows]
     return [*lines, json.dumps(result.summary(), ensure_ascii=False)]
 

@@ -162,6 +162,12 @@ def run_page_script(page: str, query: dict | None = None):
     return at.run()
 
 
+def failure_shot(page, name: str) -> None:
+    """A full-page screenshot of a browser test that failed, in ARTIFACTS as ``name``.png."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
 @contextlib.contextmanager
 def heavy_slot_held(wait_s: float = 0.3):
     """Another session holds the server's heavy-work slot; a page waits ``wait_s`` seconds in

@@ -11,7 +11,7 @@ import torch
 
 from tests.hf_tiny import ENGLISH, FRENCH
 
-LM_FAMILIES = ("gpt2", "llama", "qwen2", "mistral", "gemma")
+LM_FAMILIES = ("gpt2", "llama", "qwen2", "mistral", "gemma", "bloom", "falcon", "phi", "gemma2")
 END_OF_TEXT = "<|endoftext|>"
 LM_REAL_FLAGS = {  # each family's flags as its real hub checkpoints ship them (config.json)
     "gpt2": {  # openai-community/gpt2: gelu_new, learned positions, LayerNorm 1e-5, tied
@@ -59,8 +59,61 @@ LM_REAL_FLAGS = {  # each family's flags as its real hub checkpoints ship them (
         "attention_bias": False,
         "tie_word_embeddings": True,
     },
+    "bloom": {  # bigscience/bloom-560m: ALiBi, LayerNorm 1e-5 (one on the embeddings too), the
+        # residual the layer's input (not the norm's output), one dense W_o, tied embeddings
+        "apply_residual_connection_post_layernorm": False,
+        "layer_norm_epsilon": 1e-5,
+        "pretraining_tp": 1,
+        "slow_but_exact": False,
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "tie_word_embeddings": True,
+    },
+    "falcon": {  # tiiuae/falcon-7b: attention and MLP in parallel on one LayerNorm (1e-5),
+        # one key/value head (multi-query, of 71 heads there), rotary positions θ 10 000, no
+        # biases, no ALiBi, not the new decoder architecture (40B's), tied embeddings
+        "alibi": False,
+        "bias": False,
+        "multi_query": True,
+        "new_decoder_architecture": False,
+        "parallel_attn": True,
+        "layer_norm_epsilon": 1e-5,
+        "rope_theta": 10000.0,
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "tie_word_embeddings": True,
+    },
+    "phi": {  # microsoft/phi-2: attention and MLP in parallel on one LayerNorm (1e-5), RoPE θ
+        # 10 000 on 0.4 of each head (32 of 80 dimensions there; 8 of 20 here, head_dim set
+        # apart), gelu_new, biases, no q/k LayerNorm, an untied lm_head with a bias
+        "hidden_act": "gelu_new",
+        "layer_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "partial_rotary_factor": 0.4,
+        "qk_layernorm": False,
+        "head_dim": 20,
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "tie_word_embeddings": False,
+    },
+    "gemma2": {  # google/gemma-2-2b: Gemma's RMSNorm (1 + w) 1e-6, √D embeddings and GeGLU, q·k
+        # scaled by query_pre_attn_scalar^-1/2 (256 = its head width there; 16 here), scores
+        # soft-capped at 50 and logits at 30, a sliding window every other layer (4096 there;
+        # 6 here), grouped-query attention (8 heads, 4 key/value heads; 4 and 2 here), tied
+        "hidden_activation": "gelu_pytorch_tanh",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "head_dim": 16,
+        "query_pre_attn_scalar": 16,
+        "attn_logit_softcapping": 50.0,
+        "final_logit_softcapping": 30.0,
+        "sliding_window": 6,
+        "attention_bias": False,
+        "tie_word_embeddings": True,
+    },
 }
-KV_HEADS = {"gpt2": 4, "llama": 2, "qwen2": 2, "mistral": 2, "gemma": 1}  # of 4 query heads
+KV_HEADS = {"gpt2": 4, "llama": 2, "qwen2": 2, "mistral": 2, "gemma": 1, "bloom": 4, "falcon": 1,
+            "phi": 4, "gemma2": 2}  # fmt: skip
 
 
 def training_lines() -> list[str]:
@@ -102,7 +155,17 @@ def byte_level_tokenizer(bos: bool):
 
 def tiny_lm_config(family: str, tokenizer):
     """A 2-layer, 4-head, 32-wide config of one family, with its real checkpoints' flags."""
-    from transformers import GemmaConfig, GPT2Config, LlamaConfig, MistralConfig, Qwen2Config
+    from transformers import (
+        BloomConfig,
+        FalconConfig,
+        Gemma2Config,
+        GemmaConfig,
+        GPT2Config,
+        LlamaConfig,
+        MistralConfig,
+        PhiConfig,
+        Qwen2Config,
+    )
 
     eos = tokenizer.eos_token_id
     bos = tokenizer.bos_token_id
@@ -111,7 +174,19 @@ def tiny_lm_config(family: str, tokenizer):
             vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=4, n_positions=128,
             bos_token_id=eos, eos_token_id=eos, **LM_REAL_FLAGS[family],
         )  # fmt: skip
-    cls = {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig}.get(family)
+    if family in ("bloom", "falcon"):
+        sizes = (
+            {"n_layer": 2, "n_head": 4}
+            if family == "bloom"
+            else {"num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 128}
+        )
+        cls = BloomConfig if family == "bloom" else FalconConfig
+        return cls(
+            vocab_size=len(tokenizer), hidden_size=32, bos_token_id=eos, eos_token_id=eos,
+            **sizes, **LM_REAL_FLAGS[family],
+        )  # fmt: skip
+    cls = {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig,
+           "phi": PhiConfig, "gemma2": Gemma2Config}.get(family)  # fmt: skip
     cls = cls or GemmaConfig
     return cls(
         vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -126,7 +201,7 @@ def save_tiny_lm(folder, family: str = "llama", seed: int = 0) -> Path:
     every weight perturbed off its initial value (norms' gains and biases included)."""
     from transformers import AutoModelForCausalLM
 
-    tokenizer = byte_level_tokenizer(bos=family in ("llama", "mistral", "gemma"))
+    tokenizer = byte_level_tokenizer(bos=family in ("llama", "mistral", "gemma", "gemma2"))
     return saved(folder, AutoModelForCausalLM, tiny_lm_config(family, tokenizer), tokenizer, seed)
 
 
@@ -144,7 +219,7 @@ def saved(folder, auto, config, tokenizer, seed: int) -> Path:
     return folder
 
 
-ENCODER_FAMILIES = ("bert", "roberta")
+ENCODER_FAMILIES = ("bert", "roberta", "distilbert", "electra")
 ENCODER_REAL_FLAGS = {  # as their real hub checkpoints ship them (config.json)
     "bert": {  # google-bert/bert-base-uncased: post-LN, LayerNorm 1e-12, gelu, absolute
         # learned positions, two token types, the MLM decoder tied to the embeddings
@@ -159,6 +234,24 @@ ENCODER_REAL_FLAGS = {  # as their real hub checkpoints ship them (config.json)
         "hidden_act": "gelu",
         "layer_norm_eps": 1e-5,
         "type_vocab_size": 1,
+        "tie_word_embeddings": True,
+    },
+    "distilbert": {  # distilbert/distilbert-base-uncased: BERT's post-LN layers (LayerNorm
+        # 1e-12 in the code), gelu, learned positions (not sinusoidal), no token types, the
+        # projector tied to the embeddings
+        "activation": "gelu",
+        "sinusoidal_pos_embds": False,
+        "tie_weights_": True,
+        "tie_word_embeddings": True,
+    },
+    "electra": {  # google/electra-small-generator: embeddings narrower than the stream (128
+        # of 256 there; 16 of 32 here) projected up, LayerNorm 1e-12, gelu, two token types,
+        # the generator's lm_head tied to the embeddings
+        "hidden_act": "gelu",
+        "layer_norm_eps": 1e-12,
+        "embedding_size": 16,
+        "position_embedding_type": "absolute",
+        "type_vocab_size": 2,
         "tie_word_embeddings": True,
     },
 }
@@ -214,18 +307,28 @@ def roberta_tokenizer():
     )  # fmt: skip
 
 
-def save_tiny_encoder(folder, family: str = "bert", seed: int = 0) -> Path:
-    """A tiny random BERT or RoBERTa masked LM with its tokenizer, saved into ``folder``."""
-    from transformers import AutoModelForMaskedLM, BertConfig, RobertaConfig
+def tiny_encoder_config(family: str, vocab: int):
+    """A 2-layer, 4-head, 32-wide masked-LM config of one family, with its real checkpoints'
+    flags."""
+    from transformers import BertConfig, DistilBertConfig, ElectraConfig, RobertaConfig
 
-    tokenizer = wordpiece_tokenizer() if family == "bert" else roberta_tokenizer()
     sizes = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-             "intermediate_size": 64, "vocab_size": len(tokenizer)}  # fmt: skip
-    if family == "bert":
-        config = BertConfig(**sizes, max_position_embeddings=128, pad_token_id=0,
-                            **ENCODER_REAL_FLAGS["bert"])  # fmt: skip
-    else:
+             "intermediate_size": 64, "vocab_size": vocab}  # fmt: skip
+    flags = ENCODER_REAL_FLAGS[family]
+    if family == "distilbert":  # its own names: dim, n_layers, n_heads, hidden_dim
+        return DistilBertConfig(vocab_size=vocab, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
+                                max_position_embeddings=128, pad_token_id=0, **flags)  # fmt: skip
+    if family == "roberta":
         ids = {"pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2}
-        config = RobertaConfig(**sizes, max_position_embeddings=130, **ids,
-                               **ENCODER_REAL_FLAGS["roberta"])  # fmt: skip
+        return RobertaConfig(**sizes, max_position_embeddings=130, **ids, **flags)
+    cls = ElectraConfig if family == "electra" else BertConfig
+    return cls(**sizes, max_position_embeddings=128, pad_token_id=0, **flags)
+
+
+def save_tiny_encoder(folder, family: str = "bert", seed: int = 0) -> Path:
+    """A tiny random masked LM of one family with its tokenizer, saved into ``folder``."""
+    from transformers import AutoModelForMaskedLM
+
+    tokenizer = roberta_tokenizer() if family == "roberta" else wordpiece_tokenizer()
+    config = tiny_encoder_config(family, len(tokenizer))
     return saved(folder, AutoModelForMaskedLM, config, tokenizer, seed)

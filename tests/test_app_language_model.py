@@ -108,3 +108,32 @@ def test_the_indirect_object_example_fills_the_patching_boxes(lm_dirs):
     # the tiny tokenizer splits the names into pieces: a real GPT-2 reads each as one token;
     # either way the page shows the patching result or one line of why not
     assert at.get("plotly_chart") or at.error or at.info
+
+
+@pytest.mark.parametrize("family", ["bloom", "falcon", "phi", "gemma2"])
+def test_the_issue_69_families_read_inside_a_head_the_lens_and_attribution(
+    studio_dirs, lm_models, family
+):
+    """Issue 69, item 13: BLOOM (ALiBi), Falcon and Phi (a parallel residual), Gemma 2
+    (soft caps, a window every other layer) open in Inside a head, the lens and Attribution;
+    what a row refuses is left out of the methods offered, with why."""
+    from core.attribution.methods import METHOD_NAMES
+    from core.model.architectures import ARCHITECTURES
+
+    shutil.copytree(lm_models[family], studio_dirs["checkpoints"] / family)
+    words = {"bloom": "position bias", "gemma2": "50·tanh(", "phi": "RoPE", "falcon": "RoPE"}
+    for section in ("inside", "lens", "attribution"):
+        query = {"model": f"checkpoints/{family}/", "sentence": "i am cold .", "section": section}
+        at = run_page_script("attention.py", query)
+        assert_clean(at)
+        assert at.get("plotly_chart"), (family, section)
+        if section == "inside":
+            assert words[family] in texts(at), family
+        refused = ARCHITECTURES[family].refuses
+        if section == "attribution" and refused:
+            left_out = [METHOD_NAMES[m] for m in refused]
+            assert "Not offered for this model" in texts(at)
+            assert all(name in texts(at) for name in left_out), family
+            for why in set(refused.values()):  # every reason said, each once
+                assert plain(texts(at)).count(plain(why)) == 1, (family, why)
+            assert at.selectbox(key="atr_method").value not in refused

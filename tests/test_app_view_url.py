@@ -175,7 +175,30 @@ def test_every_view_widget_goes_through_the_url_and_back(studio_dirs, wide_check
         ),
         (
             {"layer": "-1", "head": "-2"},
-            ["`layer=-1` and `head=-2`", "showing `layer=0`", "showing `head=0`"],
+            [
+                "`layer=-1` and `head=-2`",
+                "layers 0 to 1; showing `layer=0`",  # this model's range, not the link's
+                "heads 0 to 3, mean, max; showing `head=0`",
+            ],
+        ),
+        (
+            {"section": "ablation", "ablate": "cross:9:0", "precision": "int4"},
+            [
+                "`ablate=cross:9:0` and `precision=int4`",
+                "2 decoder layers (0..1); left at its default.",
+                "`precision`: not one of float32, bfloat16;",  # "" (the machine's) not listed
+            ],
+        ),
+        (
+            {"section": "compare", "other": "checkpoints/nope.pt"},
+            ["`other=checkpoints/nope.pt`", "not found, cannot be used", "showing `other="],
+        ),
+        (
+            {"section": "training", "train_step": "123456", "diff_from": "7"},
+            [
+                "`train_step`: not one of this run's snapshot steps, ",
+                "`diff_from`: not one of this run's other snapshot steps (B is ",
+            ],
         ),
         ({"kind": "sideways"}, ["`kind=sideways`", "encoder, decoder_self, cross"]),
         (
@@ -204,6 +227,12 @@ def test_a_link_names_in_one_note_every_value_it_did_not_get(studio_dirs, query,
     (note,) = notes(at)
     assert [w for w in words if w not in note] == [], note
     assert not [w for w in at.warning if "link" in w.value and "The link asked" not in w.value]
+    asked = [v for v in query.values() if len(v) > 3]  # said in the note alone, not again
+    assert not [
+        w
+        for w in at.warning
+        if "The link asked" not in w.value and any(v in w.value for v in asked)
+    ]
     at.run()  # said once, on the run that read the link
     assert not notes(at)
 

@@ -92,7 +92,9 @@ def check_attention(arch, layer: nn.Module, attention, where: str) -> None:
     if arch.heads:
         heads, width = (getattr(module, a) for a in arch.heads)
         assert isinstance(heads, int) and isinstance(width, int), where
-    assert arch.scale_of(module) == float(module.scaling), where  # T5's own is 1.0 too
+    own = getattr(module, "scaling", None)  # BLOOM's and Falcon's: 1/√Dh, inv_norm_factor
+    own = module.head_dim**-0.5 if own is None else own
+    assert arch.scale_of(module) == pytest.approx(float(own)), where  # T5's own is 1.0 too
     norm = part(layer, attention.norm)
     assert isinstance(norm, nn.LayerNorm) == (arch.norm_class == "LayerNorm"), where
     if arch.norm_class == "RMSNorm":  # a gain, no bias
@@ -129,7 +131,7 @@ def test_every_path_of_every_row_resolves_on_its_tiny_model(every_model):
         assert set(arch.stacks) == expected, name
         for side, stack in arch.stacks.items():
             check_stack(arch, m.model, side, stack)
-        assert isinstance(part(m.model, arch.head), nn.Module), name
+        assert isinstance(arch.output_head(m.model), nn.Module), name
         assert arch.quirks <= set(QUIRKS), name
         if arch.positions == ROPE:
             assert arch.stack().positions == "rotary_emb", name
@@ -244,7 +246,9 @@ def test_the_lists_of_families_are_read_from_the_table():
     assert {n: hf_size.ARITHMETIC[r.count] for n, r in rows} == hf_size.COUNTS
     assert {n: dict(r.config_defaults) for n, r in rows} == hf_size.FAMILY_DEFAULTS
     assert set(hf.MULTILINGUAL) == {n for n, r in rows if "multilingual" in r.quirks}
-    assert set(capabilities.BY_MODEL_TYPE) == {n for n, r in rows if r.positions == RELATIVE}
+    assert set(capabilities.BY_MODEL_TYPE) == {
+        n for n, r in rows if r.positions == RELATIVE or r.refuses
+    }
 
 
 def family_literals(path: Path) -> list[str]:

@@ -1,5 +1,5 @@
 """Real browser (headless Chromium): the Train page's forms and uploader as only a browser
-shows them (issue 69, item 2; issue 68, items 9 and 12).
+shows them (issue 69, items 2 and 3; issue 68, items 9 and 12).
 
 Streamlit forms submit on Enter by default: typing 300 in "epochs" and pressing Enter
 started a run, and Enter in a model's name saved it with no word on the page. Now Enter
@@ -18,7 +18,13 @@ import time
 import pytest
 
 from tests import helpers
-from tests.helpers import ARTIFACTS, assert_no_browser_exception, open_new_run, run_dirs
+from tests.helpers import (
+    ARTIFACTS,
+    assert_no_browser_exception,
+    failure_shot,
+    open_new_run,
+    run_dirs,
+)
 from tests.test_browser_distributed import settle
 
 FINISHED = "20260101-000000-d2l"  # a finished run copied in, to save as a model
@@ -87,11 +93,31 @@ def test_enter_in_a_field_of_the_new_run_form_launches_nothing(
         assert job["settings"]["train"]["epochs"] == 300  # what Enter set, Launch sent
         assert_no_browser_exception(page)
     except BaseException:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "enter_new_run_failure.png"), full_page=True)
+        failure_shot(page, "enter_new_run_failure")
         raise
     finally:
         kill_trainers(runs)
+        context.close()
+
+
+def test_new_run_opens_with_one_click_where_a_run_is_shown(enter_server, chromium):
+    """Issue 69, item 3: with a run shown, "New run" was drawn open (its icon where the
+    chevron says so) and the first click folded it. Now one click shows the form."""
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(90_000)
+    page = context.new_page()
+    try:
+        page.goto(f"{enter_server['url']}/train?run={FINISHED}")
+        page.get_by_text("Save as a model (checkpoints/)").wait_for()
+        settle(page)
+        page.locator("details > summary", has_text="New run").first.click()
+        launch = page.get_by_role("button", name="Launch training")
+        launch.wait_for(state="visible", timeout=15_000)  # one click: the form is there
+        assert_no_browser_exception(page)
+    except BaseException:
+        failure_shot(page, "new_run_one_click_failure")
+        raise
+    finally:
         context.close()
 
 
@@ -123,8 +149,7 @@ def test_enter_in_the_model_name_saves_nothing_and_the_button_says_what_it_saved
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "enter_saved_model.png"))
     except BaseException:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "enter_save_failure.png"), full_page=True)
+        failure_shot(page, "enter_save_failure")
         raise
     finally:
         context.close()
@@ -159,8 +184,7 @@ def test_a_csv_upload_is_told_what_is_wrong_and_a_new_pick_clears_it(
         assert page.get_by_text("not allowed").count() == 0
         assert_no_browser_exception(page)
     except BaseException:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "upload_csv_failure.png"), full_page=True)
+        failure_shot(page, "upload_csv_failure")
         raise
     finally:
         context.close()

@@ -239,6 +239,20 @@ def test_a_baseline_token_the_tokenizer_lacks_is_named(studio_pair):
         attribute(m, t.src_ids, t.out_ids, "integrated-gradients", choices=GradientChoices("mask"))
 
 
+def test_the_baselines_offered_are_the_tokens_a_tokenizer_has():
+    """Issue 69, item 8: MASK was offered for a tokenizer without a mask token."""
+    from types import SimpleNamespace
+
+    from core.attribution.gradients import BASELINES, baselines_of
+
+    every = SimpleNamespace(unk_id=2, pad_id=0, mask_id=4)  # BART's tokenizer has all three
+    assert baselines_of(every) == BASELINES
+    studio = SimpleNamespace(unk_id=2, pad_id=0, mask_id=None)  # the studio's BPE: no mask
+    assert baselines_of(studio) == tuple(b for b in BASELINES if b != "mask")
+    bare = SimpleNamespace(unk_id=None, pad_id=None, mask_id=None)
+    assert "unk" not in baselines_of(bare) and "zero" in baselines_of(bare)
+
+
 def test_random_draws_times_steps_are_bounded_and_a_time_limit_stops_the_integral(studio_pair):
     from core.measure.progress import TimeLimit, time_limit
 

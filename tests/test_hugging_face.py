@@ -167,17 +167,18 @@ def test_the_page_translation_reads_a_hugging_face_model(hf_loaded):
 
 
 def test_bad_model_folders_say_why_in_one_line(tmp_path, hf_models):
-    from transformers import DistilBertConfig, DistilBertForMaskedLM, GPT2Config, GPT2LMHeadModel
+    from transformers import AlbertConfig, AlbertForMaskedLM, GPT2Config, GPT2LMHeadModel
 
     cases = []
     empty = tmp_path / "empty"
     empty.mkdir()
     cases.append(("has no config.json", empty))
-    distil = tmp_path / "distilbert"  # an encoder-only family the studio does not map
-    tiny = DistilBertConfig(n_layers=1, n_heads=2, dim=8, hidden_dim=16, vocab_size=40)
-    DistilBertForMaskedLM(tiny).save_pretrained(distil)
-    word_tokenizer().save_pretrained(distil)
-    cases.append(("encoder-only models of the families bert, roberta", distil))
+    albert = tmp_path / "albert"  # an encoder-only family the studio does not map
+    tiny = AlbertConfig(num_hidden_layers=1, num_attention_heads=2, hidden_size=8,
+                        intermediate_size=16, embedding_size=8, vocab_size=40)  # fmt: skip
+    AlbertForMaskedLM(tiny).save_pretrained(albert)
+    word_tokenizer().save_pretrained(albert)
+    cases.append(("encoder-only models of the families bert, roberta, distilbert", albert))
     gpt = tmp_path / "gpt2"  # a decoder-only model opens; its tokenizer must fit it
     tiny = GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=20)
     GPT2LMHeadModel(tiny).save_pretrained(gpt)

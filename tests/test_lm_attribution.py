@@ -5,12 +5,16 @@ the model's own residual after attention), value zeroing (the model's v projecti
 
 from __future__ import annotations
 
+import copy
+import unittest.mock
+
 import numpy as np
 import pytest
 import torch
 
 from core.attribution.methods import AttributionError, attribute
 from core.model import lm_sites
+from core.model.architectures import architecture_of
 from tests.lm_tiny import LM_FAMILIES
 from tests.test_lm_conformance import SETTINGS, SOURCE, TARGET, own_pass
 
@@ -40,13 +44,26 @@ def test_the_embeddings_path_equals_the_ids_path(lm):
 def test_gradient_methods_explain_the_source_and_the_prefix(lm):
     t = lm.translate(SOURCE, SETTINGS)
     for method in ("grad-input", "integrated-gradients"):
+        if refused(lm, method):  # Gemma 2's integrated gradients: no convergence from 0
+            continue
         a = attribute(lm, t.src_ids, t.out_ids, method)
         S, T = len(t.src_ids), len(t.out_ids)
         assert a.contributions.shape == (T, S + T)
         w = a.contributions
         assert np.allclose(w.sum(-1), 1.0, atol=1e-5) and (w >= 0).all()
         assert np.all(np.triu(w[:, S:], 1) == 0)  # no step reads a later token
-    assert a.completeness is not None and abs(a.completeness) < 0.05
+        if method == "integrated-gradients":
+            assert a.completeness is not None and abs(a.completeness) < 0.05
+
+
+def test_integrated_gradients_does_not_converge_for_gemma_2(lm_loaded):
+    """Why Gemma 2 refuses integrated gradients: from zero embeddings its norms before and
+    after each sub-layer put the whole change at α ≈ 0 (completeness far off)."""
+    lm = lm_loaded["gemma2"]
+    t = lm.translate(SOURCE, SETTINGS)
+    with unittest.mock.patch.object(type(lm), "supports", return_value=None):
+        a = attribute(lm, t.src_ids, t.out_ids, "integrated-gradients")
+    assert abs(a.completeness) > 0.5
 
 
 def test_attention_and_rollout_read_the_one_attentions_rows(lm):
@@ -74,10 +91,28 @@ def test_attention_and_rollout_read_the_one_attentions_rows(lm):
         attribute(lm, t.src_ids, t.out_ids, "attention", layer=0, head="9")
 
 
+def refused(lm, *methods) -> bool:
+    """Whether the family's row refuses these methods (a parallel residual: Falcon, Phi; an
+    attention output normalised again: Gemma 2); then ``attribute`` refuses each in its one
+    line."""
+    problems = [lm.supports(method) for method in methods]
+    if not any(problems):
+        return False
+    t = lm.translate(SOURCE, SETTINGS)
+    for method, problem in zip(methods, problems):
+        assert problem == architecture_of(lm.model).refuses[method] and "\n" not in problem
+        with pytest.raises(AttributionError) as err:
+            attribute(lm, t.src_ids, t.out_ids, method)
+        assert str(err.value) == problem
+    return True
+
+
 def test_each_attention_sub_layer_is_the_sum_of_its_token_terms(lm):
     """Norm-based and ALTI+ read a pre-LN layer as y_i = x_i + sum_j v_ij + b_O: the terms
     rebuild the model's own residual after attention (its attention module's output added
     to the layer's input), every layer."""
+    if refused(lm, "norm", "alti", "value-zeroing"):
+        return
     from core.attribution.one_sequence import sublayer_terms
 
     ids = lm.sequence_ids(lm.source(SOURCE).ids, lm.target_ids(TARGET))
@@ -96,7 +131,8 @@ def test_each_attention_sub_layer_is_the_sum_of_its_token_terms(lm):
             for i, layer in enumerate(lm_sites.layers_of(lm.model)):
                 x = o.hidden_states[i][0]  # (N, D) the layer's input
                 t = sublayer_terms(lm.model, layer, x, o.attentions[i][0])
-                assert torch.allclose(t.output, x + seen[i], atol=1e-5)
+                inside = "residual_inside" in architecture_of(lm.model).quirks  # BLOOM's
+                assert torch.allclose(t.output, seen[i] if inside else x + seen[i], atol=1e-5)
                 assert torch.allclose(t.rebuilt(), t.output, atol=1e-5)
     finally:
         for h in hooks:
@@ -104,6 +140,8 @@ def test_each_attention_sub_layer_is_the_sum_of_its_token_terms(lm):
 
 
 def test_norm_based_and_alti_roll_out_over_the_one_attention(lm):
+    if refused(lm, "norm", "alti", "value-zeroing"):
+        return
     from core.attribution.mixing import alti_scores
     from core.attribution.one_sequence import sublayer_terms
 
@@ -137,40 +175,46 @@ def test_value_zeroing_is_the_layer_run_again_without_a_tokens_values(lm):
     """Zeroing token j's value vectors in every head (at the model's own v projection, the
     weights as they are) moves layer 0's output as ``zeroing_mix`` says; the layer's output
     rebuilt from the terms is the model's own."""
+    if refused(lm, "norm", "alti", "value-zeroing"):
+        return
     from core.attribution.compose import normalised
     from core.attribution.one_sequence import sublayer_terms, zeroing_mix
     from core.model.lm_heads import after_attention
 
     ids = lm.sequence_ids(lm.source(SOURCE).ids, lm.target_ids(TARGET))
+    model = copy.deepcopy(lm.model).double()  # by hand: 1 - cos of small moves, exactly
     layer = lm_sites.layers_of(lm.model)[0]
-    attn = lm_sites.attention_of(layer)
+    attn = lm_sites.attention_of(lm_sites.layers_of(model)[0])
     x = torch.tensor([ids])
     with torch.no_grad():
         o = lm.model(input_ids=x, output_attentions=True, output_hidden_states=True)
         t = sublayer_terms(lm.model, layer, o.hidden_states[0][0], o.attentions[0][0])
-        base = o.hidden_states[1][0]  # (N, D) layer 0's output
-        assert torch.allclose(after_attention(layer, t.output), base, atol=1e-5)
-        moved_by = torch.zeros(len(ids), len(ids))
+        assert torch.allclose(after_attention(layer, t.output), o.hidden_states[1][0], atol=1e-5)
+        base = model(input_ids=x, output_hidden_states=True).hidden_states[1][0]  # (N, D)
+        moved_by = torch.zeros(len(ids), len(ids), dtype=torch.float64)
+        names = architecture_of(lm.model).projections
         for j in range(len(ids)):
 
             def zero_j(module, args, out, j=j):
                 out = out.clone()
-                if hasattr(attn, "c_attn"):  # GPT-2: v is the last third of c_attn's output
+                if names.layout == "per_head" and names.fused:  # BLOOM: (H, 3, Dh), v third
+                    out.view(*out.shape[:-1], lm.cfg.num_heads, 3, -1)[0, j, :, 2] = 0.0
+                elif names.fused:  # GPT-2: v is the last third of c_attn's output
                     out[0, j, 2 * out.size(-1) // 3 :] = 0.0
                 else:
                     out[0, j] = 0.0
                 return out
 
-            proj = attn.c_attn if hasattr(attn, "c_attn") else attn.v_proj
+            proj = getattr(attn, names.v)
             handle = proj.register_forward_hook(zero_j)
             try:
-                moved = lm.model(input_ids=x, output_hidden_states=True).hidden_states[1][0]
+                moved = model(input_ids=x, output_hidden_states=True).hidden_states[1][0]
             finally:
                 handle.remove()
             cos = torch.nn.functional.cosine_similarity(base, moved, dim=-1)  # (N,)
             moved_by[:, j] = (1 - cos).clamp(min=0)
         got = zeroing_mix(layer, t)
-    assert torch.allclose(got, normalised(moved_by), atol=1e-4)
+    assert torch.allclose(got.double(), normalised(moved_by), atol=1e-4)
     assert torch.all(got.triu(1) == 0)  # a later token's values move nothing
     t = lm.translate(SOURCE, SETTINGS)
     scores = attribute(lm, t.src_ids, t.out_ids, "value-zeroing").contributions

@@ -30,6 +30,7 @@ from core.attribution.methods import METHODS
 from core.corpus.splits import Split
 from core.measure.sample import sample_of
 from core.model import lm_sites
+from core.model.architectures import ALIBI, ARCHITECTURES, ROPE
 from core.model.hf_folder import HFModelError, describe, size_label
 from core.model.hooks import capture, replace_with
 from core.model.lm_loading import held_dtype
@@ -68,8 +69,8 @@ def test_the_folder_is_described_from_its_config_and_headers(lm_models):
         kv = KV_HEADS[family]
         heads = "4 heads" + (f" ({kv} key/value head{'s' * (kv != 1)})" if kv < 4 else "")
         assert f"32 wide · 2 layers · {heads}" in label
-        assert ("learned positions" if family == "gpt2" else "rope") in label
-        assert ("sliding window 6" in label) == (family == "mistral")
+        assert ARCHITECTURES[family].positions in label  # learned, rope, alibi
+        assert ("sliding window 6" in label) == (family in ("mistral", "gemma2"))
         config = json.loads((folder / "config.json").read_text())
         for flag, value in LM_REAL_FLAGS[family].items():  # saved as the real checkpoints ship
             assert config.get(flag, value) == value, (family, flag)
@@ -166,12 +167,20 @@ def test_inside_a_head_rebuilds_the_models_own_weights_with_rope(lm):
                 v = sequence_query_key(lm, t, layer, head, query)
                 own = weights[layer][head, query].numpy()
                 assert np.allclose(v.weights, own, atol=1e-5), (family, layer, head, query)
-                assert np.allclose(v.products.sum(-1) * v.scale, v.scores, atol=1e-5)
+                bias = 0.0 if v.bias is None else v.bias  # ALiBi's, added to the scaled q·k
+                scores = v.products.sum(-1) * v.scale + bias
+                if v.softcap:  # Gemma 2's, c·tanh(s/c)
+                    scores = v.softcap * np.tanh(scores / v.softcap)
+                assert np.allclose(scores, v.scores, atol=1e-5)
     v = sequence_query_key(lm, t, 1, 3, len(v.key_tokens) - 1)
     assert v.key_tokens == lm.source_tokens(
         lm.layout.sequence(t.src_ids, lm.decoder_inputs(t.out_ids))
     )
-    assert (v.unrotated is None) == (family == "gpt2")  # learned positions: nothing rotated
+    positions = ARCHITECTURES[family].positions
+    assert (v.unrotated is None) == (positions != ROPE)  # learned, ALiBi: nothing rotated
+    assert (v.bias is not None) == (positions == ALIBI)  # ALiBi: a slope times the key's place
+    if v.bias is not None:
+        assert np.allclose(np.diff(v.bias), v.bias[1]) and v.bias[0] == 0 < v.bias[1]
     if v.unrotated is not None:
         assert not np.allclose(v.unrotated[v.mask], v.scores[v.mask])  # RoPE moved them
     group = 4 // KV_HEADS[family]  # query heads per key/value head, of 4
@@ -241,8 +250,10 @@ def test_what_it_cannot_do_is_said_in_one_line(lm):
     assert lm.supports("lens") is None and lm.supports("ablation") is None
     assert lm.supports("inside") is None and lm.supports("project") is None
     assert lm.supports("patch") is None and lm.supports("attribution") is None
-    for method in METHODS:  # every attribution method
-        assert lm.supports(method) is None
+    refuses = ARCHITECTURES[lm.model_type].refuses  # Falcon's parallel residual
+    for method in METHODS:  # every attribution method, but those its row refuses
+        assert lm.supports(method) == refuses.get(method)
+        assert "\n" not in (lm.supports(method) or "")
     with pytest.raises(ValueError, match="not built"):
         lm.record(torch.tensor([[1]]), torch.tensor([[1]]))
 
@@ -267,12 +278,25 @@ def edited(folder, tmp_path, **changes):
 
 
 def test_a_model_needing_remote_code_or_of_another_kind_is_refused(lm_models, tmp_path):
+    """Remote code, a family without a row (MPT), a family's config that is not as its row
+    reads it (Falcon-40B's new decoder architecture, the RW models' ALiBi, BLOOM's sliced W_o),
+    a model of another kind: each refused in one line."""
     folder = lm_models["llama"]
     with pytest.raises(HFModelError, match="remote code"):
         describe(edited(folder, tmp_path / "a", auto_map={"AutoModelForCausalLM": "x.Y"}))
     with pytest.raises(HFModelError, match="decoder-only models of the families"):
-        describe(
-            edited(folder, tmp_path / "b", model_type="falcon", architectures=["FalconForCausalLM"])
+        describe(edited(folder, tmp_path / "b", model_type="mpt", architectures=["MptForCausalLM"]))
+    for family, flag, value in (
+        ("falcon", "new_decoder_architecture", True),  # Falcon-40B's
+        ("falcon", "alibi", True),
+        ("bloom", "slow_but_exact", True),
+    ):
+        with pytest.raises(HFModelError) as err:  # its modules are not where its row says
+            describe(edited(lm_models[family], tmp_path / f"{family}{flag}", **{flag: value}))
+        shipped = json.dumps(not value)
+        assert str(err.value) == (
+            f"The studio reads a {family} as its checkpoints ship it ({flag} {shipped}); "
+            f"this one's {flag} is {json.dumps(value)}."
         )
     with pytest.raises(HFModelError, match="none of them"):
         describe(edited(folder, tmp_path / "c", model_type="vit", architectures=["ViTModel"]))

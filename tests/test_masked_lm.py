@@ -1,7 +1,7 @@
-"""Masked language models (BERT, RoBERTa) through the one interface (``core.model.masked``):
-tiny random models with their real checkpoints' flags (``tests/lm_tiny.py``), each figure
-checked against the model's own forward; every section of the Attention page shows the model
-or says in one line why not."""
+"""Masked language models (BERT, RoBERTa, DistilBERT, ELECTRA) through the one interface
+(``core.model.masked``): tiny random models with their real checkpoints' flags
+(``tests/lm_tiny.py``), each figure checked against the model's own forward; every section of
+the Attention page shows the model or says in one line why not."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import torch
 from core.attention.head_roles import head_roles
 from core.attention.logit_lens import logit_lens
 from core.attention.query_key import sequence_query_key
+from core.model import lm_sites
 from core.model.hf_folder import describe, size_label
 from core.model.masked import MaskedModel
 from core.model.parts import DecodeSettings, TranslationError
@@ -94,6 +95,8 @@ def test_what_it_cannot_do_is_said_in_one_line(mlm):
     # decodes nothing: one pass fills every mask
     for section in ("playback", "decoding"):
         assert "in one pass" in mlm.supports(section)
+    with pytest.raises(TranslationError, match="no translation to rate"):
+        mlm.force("the boy is tall .", "le garçon", SETTINGS)
 
 
 def test_the_logit_lens_names_a_masked_lm_s_layers_and_positions(mlm):
@@ -107,8 +110,6 @@ def test_the_logit_lens_names_a_masked_lm_s_layers_and_positions(mlm):
     title = fig.layout.title.text + fig.layout.xaxis.title.text + fig.layout.yaxis.title.text
     assert "decoder" not in title and "output step" not in title
     assert "each layer's top word at each masked position" in title
-    with pytest.raises(TranslationError, match="no translation to rate"):
-        mlm.force("the boy is tall .", "le garçon", SETTINGS)
 
 
 @pytest.fixture
@@ -159,7 +160,7 @@ def test_removing_a_head_equals_zeroing_its_columns_of_w_o(mlm):
     model = copy.deepcopy(mlm.model)
     width = mlm.cfg.d_model // mlm.cfg.num_heads
     with torch.no_grad():
-        dense = model.base_model.encoder.layer[1].attention.output.dense
+        dense = lm_sites.output_projection_of(lm_sites.layers_of(model)[1])  # W_o
         dense.weight[:, 2 * width : 3 * width] = 0.0
         expected = model(input_ids=torch.tensor([ids])).logits[0, at]
         with mlm.heads_removed([("encoder", 1, 2)]):
@@ -190,7 +191,7 @@ def test_the_masked_lm_loss_runs_again_from_a_layer_as_a_whole_pass(mlm):
         total, count = 0.0, 0
         with torch.no_grad():
             for h in heads:
-                dense = model.base_model.encoder.layer[h.layer].attention.output.dense
+                dense = lm_sites.output_projection_of(lm_sites.layers_of(model)[h.layer])
                 dense.weight[:, h.head * width : (h.head + 1) * width] = 0.0
             for ids, targets in pairs:  # one sentence at a time, no padding
                 logits = model(input_ids=torch.tensor([ids])).logits[0]
@@ -220,3 +221,16 @@ def test_where_tokens_live_are_its_hidden_states(mlm, tmp_path, monkeypatch):
     assert mlm.stream_sides == ("encoder",)
     with pytest.raises(ProjectionError, match="one stack"):
         project(mlm, "decoder", ALL_LAYERS, "pca", 2, 4)
+
+
+@pytest.mark.parametrize("family", ["distilbert", "electra"])
+def test_distilbert_and_electra_open_in_the_attention_page(studio_dirs, lm_models, family):
+    """Issue 69, item 13: DistilBERT (W_o inside its attention, a head of four modules) and
+    ELECTRA's generator (narrow embeddings) show the maps, Inside a head and the lens."""
+    shutil.copytree(lm_models[family], studio_dirs["checkpoints"] / family)
+    for section in ("maps", "inside", "lens"):
+        query = {"model": f"checkpoints/{family}/", "sentence": "the boy is [MASK] .",
+                 "section": section}  # fmt: skip
+        at = run_page_script("attention.py", query)
+        assert_clean(at)
+        assert at.get("plotly_chart"), (family, section)

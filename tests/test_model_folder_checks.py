@@ -22,6 +22,7 @@ from tests.lm_tiny import (
     LM_FAMILIES,
     byte_level_tokenizer,
     save_tiny_lm,
+    tiny_encoder_config,
     tiny_lm_config,
 )
 
@@ -133,6 +134,7 @@ def family_configs():
     sizes |= {"intermediate_size": 64, "vocab_size": 70, "max_position_embeddings": 40}
     out += [("bert", BertConfig(**sizes, **ENCODER_REAL_FLAGS["bert"]))]
     out += [("roberta", RobertaConfig(**sizes, **ENCODER_REAL_FLAGS["roberta"]))]
+    out += [(f, tiny_encoder_config(f, 70)) for f in ("distilbert", "electra")]
     variants = [
         ("marian", {"share_encoder_decoder_embeddings": False, "decoder_vocab_size": 30}),
         ("marian", {"tie_word_embeddings": False, "decoder_layers": 3}),
@@ -147,6 +149,8 @@ def family_configs():
         ("mistral", {"head_dim": 16}),
         ("gemma", {"attention_bias": True, "tie_word_embeddings": False}),
         ("bert", {"tie_word_embeddings": False, "type_vocab_size": 1}),
+        ("distilbert", {"tie_word_embeddings": False, "hidden_dim": 40}),
+        ("electra", {"tie_word_embeddings": False, "embedding_size": 32}),  # no projection
     ]
     real = dict(out)
     for name, changes in variants:

@@ -172,6 +172,18 @@ def test_the_command_says_the_gap_it_divides_by(tiny_checkpoint, capsys):
     assert last["caveat"] == patching.gap_caveat(last["clean_metric"], last["corrupt_metric"])
 
 
+def test_the_command_warns_on_stderr_when_the_gap_is_too_small(
+    tiny_checkpoint, capsys, monkeypatch
+):
+    """Issue 68, item 4: the caveat on the terminal too, not only in the JSON's last line."""
+    monkeypatch.setattr(patching, "MIN_GAP", 1e9)  # every gap too small
+    args = ["--checkpoint", str(tiny_checkpoint), "--clean", CLEAN, "--corrupt", CORRUPT]
+    assert patch_cmd.main(args) == 0
+    out, err = capsys.readouterr()
+    caveat = json.loads(out.splitlines()[-1])["caveat"]
+    assert caveat and err.strip().splitlines()[-1] == f"warning: {caveat}"
+
+
 def test_the_attention_page_draws_the_patching_grids(studio_dirs):
     from tests.helpers import assert_clean, plain, run_page_script
 

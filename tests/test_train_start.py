@@ -263,6 +263,8 @@ def test_a_budget_that_bought_too_few_steps_says_so():
     note = run_status.short_run_note(short)
     assert "time budget of 10 min 00 s bought 71 training steps" in note
     assert "validation BLEU 0.0" in note and "**Train longer**" in note
+    theirs = run_status.short_run_note(short, yours=False)  # no button shows: who can
+    assert "below" not in theirs and "Its owner or a teacher can give it more" in theirs
     zero = info_of(state="finished", step=4000, best_bleu=0.4, val_pairs=10)
     assert "4,000 training steps (validation BLEU 0.4)" in run_status.short_run_note(zero)
     for fine in (
@@ -370,6 +372,7 @@ def test_a_longer_run_is_budgeted_for_its_new_limit(runs):
     [
         ("pairs.csv", b"english,french\nGo.,Va !\n", "looks like comma-separated values"),
         ("model.bin", b"\x00\x01\x02binary", "is a binary file, not text"),
+        ("excel.txt", "Go.\tVa !\n".encode("utf-16"), "is UTF-16 text: save it as UTF-8"),
         ("empty.tsv", b"  \n", "is empty"),
     ],
 )

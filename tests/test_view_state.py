@@ -162,6 +162,12 @@ def test_clamp_view_says_why_for_the_links_note(home_translation):
     refused = {name: why for name, _, _, why in state.refused(["layer", "head"])}
     assert refused["layer"] == "this model's cross-attention has layers 0 to 1"
     assert refused["head"].startswith("this model's cross-attention has heads 0 to 3")
+    state = ViewState.from_query({"layer": "-1", "head": "-2", "step": "-5"})
+    clamp_view(state, home_translation[1])  # the model's ranges, not the link's limits
+    refused = {name: why for name, _, _, why in state.refused(["layer", "head", "step"])}
+    assert refused["layer"] == "this model's cross-attention has layers 0 to 1"
+    assert refused["head"] == "this model's cross-attention has heads 0 to 3, mean, max"
+    assert refused["step"].startswith("this translation has output steps 0 to ")
 
 
 def test_a_page_the_app_has_not_is_named_from_the_urls_path():

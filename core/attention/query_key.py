@@ -57,10 +57,11 @@ class QueryKey:
     mask: np.ndarray  # (Tk,) True where the query may attend to key j
     weights: np.ndarray  # (Tk,) the softmax over the allowed keys, 0 where masked
     scale: float = 0.0  # what q·k is multiplied by (0: 1/sqrt(Dh), the paper's)
-    bias: np.ndarray | None = None  # (Tk,) a relative-position bias added to q·k (T5)
+    bias: np.ndarray | None = None  # (Tk,) a position bias added to q·k (T5, ALiBi)
     unrotated: np.ndarray | None = None  # (Tk,) scores of q and k before RoPE rotates them
     sharing: list[int] | None = None  # query heads reading the same key/value head (GQA)
     window: int | None = None  # a sliding window: the keys a query sees at most
+    softcap: float | None = None  # the scores soft-capped, c·tanh(s/c) (Gemma 2)
 
     @property
     def head_width(self) -> int:
@@ -77,6 +78,8 @@ class QueryKey:
             else ("q·k (no 1/√d)" if self.scale == 1.0 else f"q·k × {self.scale:.3g}")
         )
         words += " + position bias" if self.bias is not None else ""
+        if self.softcap:
+            words = f"{self.softcap:g}·tanh(({words}) / {self.softcap:g})"
         return words + (" (q, k rotated: RoPE)" if self.unrotated is not None else "")
 
     def to_json(self) -> dict:
@@ -102,14 +105,20 @@ class QueryKey:
 
     def _decoder_only(self) -> dict:
         """A decoder-only model's extra fields: the scores before RoPE, the heads sharing
-        this one's keys, the sliding window (none for a model of two stacks)."""
+        this one's keys, the sliding window, the scores' soft cap (none for a model of two
+        stacks)."""
         if self.kind != SEQUENCE:
             return {}
         unrotated = self.unrotated
         unrotated = (
             None if unrotated is None else np.round(unrotated.astype(np.float64), 6).tolist()
         )
-        return {"unrotated_scores": unrotated, "sharing_keys": self.sharing, "window": self.window}
+        return {
+            "unrotated_scores": unrotated,
+            "sharing_keys": self.sharing,
+            "window": self.window,
+            "softcap": self.softcap,
+        }
 
 
 def translation_tokens(t: Translation, kind: str) -> tuple[list[str], list[str]]:
@@ -199,7 +208,10 @@ def sequence_query_key(
         )
     kv = s.kv_head(head)
     q, k = s.q[head, query].float(), s.k[kv].float()  # (Dh,), (N, Dh)
-    scores = k @ q * s.scale  # (N,)
+    bias = None if s.bias is None else s.bias[head, query].float()  # (N,) ALiBi's
+    scores = k @ q * s.scale + (0.0 if bias is None else bias)  # (N,)
+    if s.softcap:  # Gemma 2: c·tanh(s/c)
+        scores = s.softcap * torch.tanh(scores / s.softcap)
     plain = s.k_plain[kv].float() @ s.q_plain[head, query].float() * s.scale  # (N,)
     mask = s.mask[query]  # (N,)
     weights = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(-1)
@@ -210,6 +222,8 @@ def sequence_query_key(
     )
     return QueryKey(
         SEQUENCE, layer, head, query, tokens, tokens, q_, k_, products, scores_,
-        mask.cpu().numpy(), weights_, s.scale, None, plain_ if s.rotary else None,
-        s.sharing(head), s.window,
+        mask.cpu().numpy(), weights_, s.scale,
+        None if bias is None else bias.cpu().numpy().astype(np.float32),
+        plain_ if s.rotary else None,
+        s.sharing(head), s.window, s.softcap,
     )  # fmt: skip

@@ -32,8 +32,10 @@ from core.model.record import Record
 
 
 def change(base: torch.Tensor, moved: torch.Tensor) -> torch.Tensor:
-    """1 - cos between base (1, T, D) and each of N moved copies (N, T, D) -> (T, N)."""
-    return (1.0 - F.cosine_similarity(base, moved, dim=-1)).clamp(min=0).T  # (T, N)
+    """1 - cos between base (1, T, D) and each of N moved copies (N, T, D) -> (T, N), the
+    cosine in float64 (in float32, 1 - cos of a small move is mostly rounding)."""
+    cos = F.cosine_similarity(base.double(), moved.double(), dim=-1)  # (N, T)
+    return (1.0 - cos).clamp(min=0).T.to(base.dtype)  # (T, N)
 
 
 def zeroing(keep: torch.Tensor):

@@ -109,6 +109,11 @@ def upload_problem(name: str, data: bytes) -> str | None:
         return f"{name} is empty."
     if data.startswith(b"PK"):
         return None  # a zip: its member is read as text
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):  # Excel's "Unicode Text" is UTF-16
+        return (
+            f"{name} is UTF-16 text: save it as UTF-8 (the save dialog's encoding), "
+            "then upload that."
+        )
     if b"\0" in data[:8192]:
         return f"{name} is a binary file, not text: upload {ACCEPTED}."
     first = data[:65536].split(b"\n", 1)[0]

@@ -6,11 +6,15 @@ its kind (encoder-decoder, decoder-only, masked); each stack's path from the mod
 embeddings, positions, final norm and, per layer, its attention sub-layers (the attention
 module, the norm of the sub-layer, the stream after it) and its feed-forward (the modules and
 their norm); how every attention module names its projections (q, k, v, o, or GPT-2's one
-fused ``c_attn`` cut in thirds) and its heads; the norms' kind and placement; the output
-head; what q·k is scaled by; and the family's quirks (``QUIRKS``). Paths are dotted module
-paths (``nn.Module.get_submodule``). Every path of every row is resolved on its family's tiny
-model built with its real checkpoints' flags (``tests/test_architectures.py``): a new family
-is one row here plus its tiny model in ``tests/hf_tiny.py`` or ``tests/lm_tiny.py``.
+fused ``c_attn`` cut in thirds, BLOOM's per head) and its heads; the norms' kind and
+placement; the output head; what q·k is scaled by; the family's quirks (``QUIRKS``); the
+config flags its paths hold for (``requires``: another value is refused in one line,
+``config_problem``); and what its mathematics does not allow (``refuses``: a section or a
+method and why, in one line, what ``supports`` answers through ``core.model.capabilities``).
+Paths are dotted module paths (``nn.Module.get_submodule``). Every path of every row is
+resolved on its family's tiny model built with its real checkpoints' flags
+(``tests/test_architectures.py``): a new family is one row here plus its tiny model in
+``tests/hf_tiny.py`` or ``tests/lm_tiny.py``.
 
 The rest of ``core/model`` reads these rows instead of trying attribute names: the hook sites
 (``hf_sites``, ``lm_sites``), the rebuilt heads (``lm_heads``), the adapters' heads and lens
@@ -21,8 +25,9 @@ counts (``hf_size``) and which ones are forced to a target language (``hugging_f
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the table is plain data: nothing here imports torch
@@ -36,6 +41,7 @@ SINUSOIDAL = "sinusoidal positions"  # how a family places tokens, in the picker
 LEARNED = "learned positions"
 ROPE = "rope"
 RELATIVE = "relative position bias"
+ALIBI = "alibi"  # no position embedding: a bias on q·k, a slope per head times the key's place
 
 QUIRKS = {  # what a family does that the parts alone do not say
     "decoder_embed_scale": "the decoder multiplies the inputs_embeds it is given by √D (its "
@@ -52,6 +58,23 @@ QUIRKS = {  # what a family does that the parts alone do not say
     "config.use_sliding_window is not false)",
     "multilingual": "the target language is chosen by forcing its code as the first output",
     "positions_past_padding": "positions start after the padding id (RoBERTa: 2, not 0)",
+    "residual_inside": "the attention and the feed-forward modules add the residual they are "
+    "given themselves (BLOOM: dense(z) + residual, mlp(h, residual))",
+    "multi_query": "one key/value head serves every query head (Falcon's multi_query)",
+    "parallel": "attention and the feed-forward read one norm's output side by side and both "
+    "add to the stream (Falcon's parallel_attn; Phi)",
+    "partial_rotary": "RoPE rotates only the first config.partial_rotary_factor of each "
+    "head's dimensions (Phi)",
+    "softcap": "scores and logits are soft-capped, c·tanh(s/c): q·k by "
+    "config.attn_logit_softcapping, the logits by config.final_logit_softcapping (Gemma 2)",
+    "sliding_window_alternate": "only the layers config.layer_types names sliding_attention see "
+    "through the window (Gemma 2: every other layer)",
+    "sandwich_norms": "each sub-layer's output is normalised again before it is added to the "
+    "stream (Gemma 2's post_attention_layernorm, post_feedforward_layernorm)",
+    "embed_norm": "a LayerNorm on the token embeddings before the first layer (BLOOM's "
+    "word_embeddings_layernorm)",
+    "narrow_embeddings": "the token embeddings are config.embedding_size wide, projected to "
+    "the stream's width (embeddings_project) where that differs (ELECTRA)",
 }
 
 
@@ -63,7 +86,10 @@ class Projections:
     k: str  # W_k
     v: str  # W_v
     o: str | None  # W_o; None where it sits outside the attention module (``Attention.output``)
-    fused: str | None = None  # one projection making q, k and v, cut in thirds (GPT-2's c_attn)
+    fused: str | None = None  # one projection making q, k and v (GPT-2's c_attn)
+    layout: str = "blocks"  # how the fused output is cut: "blocks", the H query heads' then
+    # the key/value heads' keys, then values (GPT-2's thirds); "per_head", each head's q, k and
+    # v side by side (BLOOM's query_key_value: (H, 3, Dh))
     conv1d: bool = False  # weights kept as (in, out): GPT-2's Conv1D, not nn.Linear's (out, in)
 
 
@@ -110,11 +136,17 @@ class Architecture:
     scale: str | float  # what q·k is multiplied by: an attention module attribute, or a number
     norm: str  # "pre" (a norm before each sub-layer) or "post" (after each residual sum)
     norm_class: str  # "LayerNorm" or "RMSNorm"
-    positions: str  # SINUSOIDAL, LEARNED, ROPE or RELATIVE
-    head: str  # the output head, from the model ("lm_head"; BERT's masked-LM head "cls")
+    positions: str  # SINUSOIDAL, LEARNED, ROPE, RELATIVE or ALIBI
+    head: str | tuple[str, ...]  # the output head, from the model ("lm_head"; BERT's
+    # masked-LM head "cls"), or the modules it applies in order where the model holds no one
+    # head module (DistilBERT's vocab_transform, activation, vocab_layer_norm, vocab_projector)
     quirks: frozenset[str]  # of QUIRKS
     count: str  # hf_size's arithmetic for its parameters ("bart_like", "t5", "llama_like")
     config_defaults: Mapping[str, object]  # what its config class assumes of a key left out
+    requires: Mapping[str, object] = field(default_factory=dict)  # config flags the row's
+    # paths hold for (as its real checkpoints ship them); another value is refused in one line
+    refuses: Mapping[str, str] = field(default_factory=dict)  # what its mathematics does not
+    # allow (a section, a method) -> why, in one line (``core.model.capabilities``)
 
     def stack(self, side: str | None = None) -> Stack:
         """The stack of ``side`` ("encoder", "decoder"); a one-stack model's one stack."""
@@ -127,6 +159,22 @@ class Architecture:
         """What q·k is multiplied by in one of its attention modules (T5: 1, no 1/√Dh)."""
         scale = self.scale
         return float(getattr(attention, scale) if isinstance(scale, str) else scale)
+
+    def output_head(self, model: nn.Module) -> nn.Module:
+        """The output head of ``model``: its one module, or its modules in order."""
+        if isinstance(self.head, str):
+            return part(model, self.head)
+        from torch import nn  # the table itself imports no torch
+
+        return nn.Sequential(*(part(model, path) for path in self.head))
+
+    def kv_heads_of(self, config) -> int:
+        """Key/value heads of a config (a transformers config): fewer than the query heads in
+        grouped-query attention, one in multi-query."""
+        heads = config.num_attention_heads  # GPT-2's config maps it to n_head
+        if "multi_query" in self.quirks:
+            return 1
+        return (getattr(config, self.kv_heads, None) if self.kv_heads else None) or heads
 
     def attention(self, kind: str) -> Attention:
         """The sub-layer of an attention kind: "encoder", "decoder_self" or "cross" (a
@@ -230,6 +278,27 @@ def llama_stacks() -> dict[str, Stack]:
     }
 
 
+def distilbert_stacks() -> dict[str, Stack]:
+    """DistilBERT: ``distilbert.transformer.layer[i]``, post-LN, the attention's W_o inside it
+    (``attention.out_lin``), ``sa_layer_norm`` on the sum after it, the feed-forward
+    ``ffn.lin1``, ``ffn.lin2`` and ``output_layer_norm`` on the sum."""
+    attention = Attention(
+        path="attention", norm="sa_layer_norm", resid_post=("output", "sa_layer_norm")
+    )
+    return {
+        "encoder": Stack(
+            path="distilbert",
+            embed="embeddings.word_embeddings",
+            positions="embeddings.position_embeddings",
+            final_norm=None,
+            self_attention=attention,
+            cross_attention=None,
+            mlp=("ffn.lin1", "ffn.lin2"),
+            mlp_norm="output_layer_norm",
+        )
+    }
+
+
 def bert_stacks(base: str) -> dict[str, Stack]:
     """BERT, RoBERTa: ``<base>.encoder.layer[i]``, post-LN, the attention's W_o outside its
     heads (``attention.output.dense``, then ``attention.output.LayerNorm`` on the sum), the
@@ -255,6 +324,20 @@ def bert_stacks(base: str) -> dict[str, Stack]:
 
 
 # ----------------------------------------------------------------------------- the rows
+
+SANDWICH = (
+    "This model normalises each attention output again before adding it to the stream "
+    "(Gemma 2's post_attention_layernorm): the per-token terms norm-based attribution, ALTI+ "
+    "and value zeroing split the stream into are not that norm's output; use attention, "
+    "rollout or gradient × input."
+)
+DECOMPOSITIONS = ("norm", "alti", "value-zeroing")  # the methods that split the stream into terms
+PARALLEL = (
+    "This model runs attention and the feed-forward side by side on one norm's output (a "
+    "parallel residual): no stream holds the input plus attention alone, which norm-based "
+    "attribution, ALTI+ and value zeroing decompose and pass through the feed-forward; use "
+    "attention, rollout or the gradients."
+)
 
 _ROWS = (
     Architecture(  # Helsinki-NLP/opus-mt-*: post-LN, √D embedding scale, static sinusoids
@@ -486,6 +569,199 @@ _ROWS = (
         count="llama_like",
         config_defaults={"tie_word_embeddings": True, "attention_bias": False, "head_dim": 256},
     ),
+    Architecture(  # google/gemma-2-*: Gemma's, with soft-capped scores and logits, a sliding
+        # window every other layer, each sub-layer's output normalised again (sandwich norms)
+        model_type="gemma2",
+        kind=DECODER_ONLY,
+        stacks={
+            "decoder": Stack(
+                path="model",
+                embed="embed_tokens",
+                positions="rotary_emb",
+                final_norm="norm",
+                self_attention=Attention(
+                    path="self_attn",
+                    norm="input_layernorm",
+                    resid_post=("input", "pre_feedforward_layernorm"),
+                ),
+                cross_attention=None,
+                mlp=("mlp",),
+                mlp_norm="pre_feedforward_layernorm",
+            )
+        },
+        layers="layers",
+        projections=LLAMA_PROJECTIONS,
+        heads=None,
+        kv_heads="num_key_value_heads",
+        scale="scaling",  # query_pre_attn_scalar^-1/2
+        norm="pre",
+        norm_class="RMSNorm",
+        positions=ROPE,
+        head="lm_head",
+        quirks=frozenset(
+            {
+                "embed_scale",
+                "norm_plus_one",
+                "softcap",
+                "sliding_window",
+                "sliding_window_alternate",
+                "sandwich_norms",
+            }
+        ),
+        count="gemma2",
+        config_defaults={
+            "tie_word_embeddings": True,
+            "attention_bias": False,
+            "head_dim": 256,
+            "query_pre_attn_scalar": 256,
+            "attn_logit_softcapping": 50.0,
+            "final_logit_softcapping": 30.0,
+        },
+        refuses={
+            **{method: SANDWICH for method in DECOMPOSITIONS},
+            "integrated-gradients": "Integrated gradients from zero embeddings does not "
+            "converge for Gemma 2: the RMSNorms before and after each sub-layer give nearly "
+            "the same output for α·e at every α > 0, so the change sits at α ≈ 0 "
+            "(completeness off by 80 % on a test model); use gradient × input.",
+        },
+    ),
+    Architecture(  # microsoft/phi-*: attention and MLP in parallel on one LayerNorm, rotary
+        # positions on part of each head (partial_rotary_factor), biases everywhere, W_o `dense`
+        model_type="phi",
+        kind=DECODER_ONLY,
+        stacks={
+            "decoder": Stack(
+                path="model",
+                embed="embed_tokens",
+                positions="rotary_emb",
+                final_norm="final_layernorm",
+                self_attention=Attention(
+                    path="self_attn",
+                    norm="input_layernorm",
+                    resid_post=("output", "self_attn"),  # no stream holds x + attention
+                ),
+                cross_attention=None,
+                mlp=("mlp",),
+                mlp_norm="input_layernorm",  # the attention's own: both read its output
+            )
+        },
+        layers="layers",
+        projections=Projections(q="q_proj", k="k_proj", v="v_proj", o="dense"),
+        heads=None,
+        kv_heads="num_key_value_heads",
+        scale="scaling",
+        norm="pre",
+        norm_class="LayerNorm",
+        positions=ROPE,
+        head="lm_head",
+        quirks=frozenset({"parallel", "partial_rotary"}),
+        count="phi",
+        config_defaults={"tie_word_embeddings": False, "qk_layernorm": False},
+        requires={"qk_layernorm": False},  # phi-2's: q and k read as projected
+        refuses={method: PARALLEL for method in DECOMPOSITIONS},
+    ),
+    Architecture(  # bigscience/bloom-*: ALiBi (no position embedding), a LayerNorm on the
+        # embeddings, one query_key_value cut per head, the residual added inside the modules
+        model_type="bloom",
+        kind=DECODER_ONLY,
+        stacks={
+            "decoder": Stack(
+                path="transformer",
+                embed="word_embeddings",
+                positions=None,  # ALiBi: a bias on q·k, built from the mask in each pass
+                final_norm="ln_f",
+                self_attention=Attention(
+                    path="self_attention",
+                    norm="input_layernorm",
+                    resid_post=("input", "post_attention_layernorm"),
+                ),
+                cross_attention=None,
+                mlp=("mlp",),
+                mlp_norm="post_attention_layernorm",
+            )
+        },
+        layers="h",
+        projections=Projections(
+            q="query_key_value",
+            k="query_key_value",
+            v="query_key_value",
+            o="dense",
+            fused="query_key_value",
+            layout="per_head",
+        ),
+        heads=None,
+        kv_heads=None,
+        scale="inv_norm_factor",
+        norm="pre",
+        norm_class="LayerNorm",
+        positions=ALIBI,
+        head="lm_head",
+        quirks=frozenset({"residual_inside", "embed_norm"}),
+        count="bloom",
+        config_defaults={
+            "tie_word_embeddings": True,
+            "apply_residual_connection_post_layernorm": False,
+            "slow_but_exact": False,
+        },
+        requires={  # the residual is the layer's input; W_o is one call (no sliced dense)
+            "apply_residual_connection_post_layernorm": False,
+            "slow_but_exact": False,
+        },
+    ),
+    Architecture(  # tiiuae/falcon-7b: attention and MLP in parallel on one LayerNorm, one
+        # key/value head (multi-query), rotary positions, no biases, one query_key_value
+        model_type="falcon",
+        kind=DECODER_ONLY,
+        stacks={
+            "decoder": Stack(
+                path="transformer",
+                embed="word_embeddings",
+                positions="rotary_emb",
+                final_norm="ln_f",
+                self_attention=Attention(
+                    path="self_attention",
+                    norm="input_layernorm",
+                    resid_post=("output", "self_attention"),  # no stream holds x + attention
+                ),
+                cross_attention=None,
+                mlp=("mlp",),
+                mlp_norm="input_layernorm",  # the attention's own: both read its output
+            )
+        },
+        layers="h",
+        projections=Projections(
+            q="query_key_value",
+            k="query_key_value",
+            v="query_key_value",
+            o="dense",
+            fused="query_key_value",
+        ),
+        heads=None,
+        kv_heads=None,  # multi_query: one (``kv_heads_of``)
+        scale="inv_norm_factor",
+        norm="pre",
+        norm_class="LayerNorm",
+        positions=ROPE,
+        head="lm_head",
+        quirks=frozenset({"multi_query", "parallel"}),
+        count="falcon",
+        config_defaults={
+            "tie_word_embeddings": True,
+            "alibi": False,
+            "bias": False,
+            "multi_query": True,
+            "new_decoder_architecture": False,
+            "parallel_attn": True,
+        },
+        requires={  # falcon-7b's; Falcon-40B's new decoder architecture and the RW models'
+            # ALiBi keep their parts elsewhere
+            "alibi": False,
+            "multi_query": True,
+            "new_decoder_architecture": False,
+            "parallel_attn": True,
+        },
+        refuses={method: PARALLEL for method in DECOMPOSITIONS},
+    ),
     Architecture(  # google-bert/bert-*: post-LN, the masked-LM head `cls`
         model_type="bert",
         kind=MASKED,
@@ -520,6 +796,46 @@ _ROWS = (
         count="bert_like",
         config_defaults={"tie_word_embeddings": True, "type_vocab_size": 2},
     ),
+    Architecture(  # distilbert/distilbert-base-*: BERT's post-LN layers, six of them, W_o
+        # inside the attention, no token types, a masked-LM head of four modules on the model
+        model_type="distilbert",
+        kind=MASKED,
+        stacks=distilbert_stacks(),
+        layers="transformer.layer",
+        projections=Projections(q="q_lin", k="k_lin", v="v_lin", o="out_lin"),
+        heads=None,
+        kv_heads=None,
+        scale="scaling",
+        norm="post",
+        norm_class="LayerNorm",
+        positions=LEARNED,
+        head=("vocab_transform", "activation", "vocab_layer_norm", "vocab_projector"),
+        quirks=frozenset(),
+        count="distilbert",
+        config_defaults={"tie_word_embeddings": True, "sinusoidal_pos_embds": False},
+    ),
+    Architecture(  # google/electra-*-generator: BERT's layers on embeddings narrower than the
+        # stream (embedding_size), projected up by embeddings_project; the generator's head
+        model_type="electra",
+        kind=MASKED,
+        stacks=bert_stacks("electra"),
+        layers="encoder.layer",
+        projections=BERT_PROJECTIONS,
+        heads=None,
+        kv_heads=None,
+        scale="scaling",
+        norm="post",
+        norm_class="LayerNorm",
+        positions=LEARNED,
+        head=("generator_predictions", "generator_lm_head"),
+        quirks=frozenset({"narrow_embeddings"}),
+        count="electra",
+        config_defaults={
+            "tie_word_embeddings": True,
+            "type_vocab_size": 2,
+            "embedding_size": 128,
+        },
+    ),
 )
 ARCHITECTURES: dict[str, Architecture] = {row.model_type: row for row in _ROWS}
 
@@ -548,6 +864,20 @@ def refusal(model_type: str, kind: str | None = None) -> str:
     known = of_kind(kind) if kind else ARCHITECTURES
     what = f"{KIND_WORDS[kind]} models" if kind else "models"
     return f"The studio reads {what} of the families {', '.join(known)}; this is a {model_type}."
+
+
+def config_problem(config: Mapping) -> str | None:
+    """Why a config (config.json's dict) of a family with a row is not what its row reads, in
+    one line: a flag its row ``requires`` set otherwise; None when it is."""
+    row = ARCHITECTURES.get(str(config.get("model_type")))
+    for key, wanted in (row.requires if row else {}).items():
+        value = config.get(key, row.config_defaults.get(key))
+        if value != wanted:
+            return (
+                f"The studio reads a {row.model_type} as its checkpoints ship it ({key} "
+                f"{json.dumps(wanted)}); this one's {key} is {json.dumps(value)[:40]}."
+            )
+    return None
 
 
 def _model_type(thing) -> str:

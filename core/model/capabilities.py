@@ -36,8 +36,9 @@ BY_FAMILY: dict[str, dict[str, str]] = {
 }
 
 NO_TRANSLATION = (
-    "A masked language model (BERT, RoBERTa) fills [MASK] tokens of one sentence; it does not "
-    "translate, so {what} (which compares a source with its translation) does not apply."
+    "A masked language model (BERT, RoBERTa, DistilBERT, ELECTRA) fills [MASK] tokens of one "
+    "sentence; it does not translate, so {what} (which compares a source with its "
+    "translation) does not apply."
 )
 ONE_PASS = (
     "A masked language model fills every mask token at once, in one pass over the sentence: "
@@ -49,8 +50,8 @@ BY_FAMILY[MASKED_LM] = {
     "supervision": NOT_TRAINED_HERE,
     "playback": ONE_PASS,
     "decoding": ONE_PASS,  # writing its output step by step, each step reading the last
-    "translate": "A masked language model (BERT, RoBERTa) fills [MASK] tokens of one "
-    "sentence; it does not translate.",
+    "translate": "A masked language model (BERT, RoBERTa, DistilBERT, ELECTRA) fills [MASK] "
+    "tokens of one sentence; it does not translate.",
     **{
         what: NO_TRANSLATION.format(what=words)
         for what, words in (
@@ -70,10 +71,11 @@ T5_IG = (
     "α·e to nearly e for every α > 0 and no absolute position is added, so the change sits "
     "at α ≈ 0 (completeness off by 65 % with 512 steps on a test model); use gradient × input."
 )
-BY_MODEL_TYPE: dict[str, dict[str, str]] = {  # T5, mT5, UMT5: no absolute position added
-    name: {"integrated-gradients": T5_IG}
+BY_MODEL_TYPE: dict[str, dict[str, str]] = {  # T5, mT5, UMT5: no absolute position added;
+    # and what each row's mathematics does not allow (its ``refuses``)
+    name: ({"integrated-gradients": T5_IG} if row.positions == RELATIVE else {}) | dict(row.refuses)
     for name, row in ARCHITECTURES.items()
-    if row.positions == RELATIVE
+    if row.positions == RELATIVE or row.refuses
 }
 
 

@@ -21,6 +21,7 @@ from core.model.architectures import (
     ENCODER_DECODER,
     MASKED,
     architecture_of,
+    config_problem,
     of_kind,
     refusal,
 )
@@ -135,17 +136,17 @@ def lm_config(config: dict) -> ModelConfig:
     """A decoder-only config's sizes in the studio's terms: its one stack counted as both the
     encoder's and the decoder's layers (a prompted model's three kinds of attention are blocks
     of the same layers' one attention)."""
-    d_model = int(_first(config, "hidden_size", "n_embd", default=1))
-    layers = int(_first(config, "num_hidden_layers", "n_layer", default=1))
+    d_model = int(_first(config, "hidden_size", "n_embd", "dim", default=1))
+    layers = int(_first(config, "num_hidden_layers", "n_layer", "n_layers", default=1))
     vocab = int(config.get("vocab_size") or 1)
     return ModelConfig(
         src_vocab_size=vocab,
         tgt_vocab_size=vocab,
         d_model=d_model,
-        num_heads=int(_first(config, "num_attention_heads", "n_head", default=1)),
+        num_heads=int(_first(config, "num_attention_heads", "n_head", "n_heads", default=1)),
         num_encoder_layers=layers,
         num_decoder_layers=layers,
-        d_ff=int(_first(config, "intermediate_size", "n_inner", default=4 * d_model)),
+        d_ff=int(_first(config, "intermediate_size", "n_inner", "hidden_dim", default=4 * d_model)),
         dropout=0.0,
         max_positions=int(_first(config, "max_position_embeddings", "n_positions", default=2048)),
         norm_first=True,
@@ -156,9 +157,11 @@ def lm_config(config: dict) -> ModelConfig:
 def lm_geometry(config: dict) -> dict:
     """What a decoder-only config says of its attention: key/value heads (grouped-query
     attention when fewer than the query heads), positions, a sliding window."""
-    heads = int(_first(config, "num_attention_heads", "n_head", default=1))
+    heads = int(_first(config, "num_attention_heads", "n_head", "n_heads", default=1))
+    row = architecture_of(config)
+    kv = _first(config, row.kv_heads or "num_key_value_heads", default=heads)
     out = {
-        "kv_heads": int(_first(config, "num_key_value_heads", default=heads)),
+        "kv_heads": 1 if "multi_query" in row.quirks else int(kv),
         "positions": LM_TYPES.get(str(config.get("model_type")), "positions"),
     }
     if config.get("sliding_window") and config.get("use_sliding_window", True):
@@ -175,6 +178,8 @@ def check_encoder_decoder(config: dict) -> None:
             f"This {kind} needs its own code (auto_map); the studio never runs a model's "
             "remote code."
         )
+    if problem := config_problem(config):
+        raise HFModelError(problem)
     if is_masked_lm(config) and not is_language_model(config):
         if kind not in ENCODER_TYPES:
             raise HFModelError(refusal(kind, MASKED))

@@ -152,6 +152,50 @@ def _llama_like(c: dict) -> int:
     return V * D + _output(c, V, D) + layers + D
 
 
+def _bloom(c: dict) -> int:
+    """BLOOM: a LayerNorm on the embeddings, biased projections (one query_key_value), a 4 D
+    MLP, LayerNorms, ALiBi (no position parameters), the output tied."""
+    D, V = _size(c, "hidden_size", "n_embed"), _size(c, "vocab_size")
+    layer = _linear(D, 3 * D) + _linear(D, D) + _linear(D, 4 * D) + _linear(4 * D, D) + 4 * D
+    return V * D + _output(c, V, D) + 2 * D + _size(c, "n_layer") * layer + 2 * D
+
+
+def _falcon(c: dict) -> int:
+    """Falcon (7B's layout): one query_key_value making H query heads and one key/value head
+    (multi-query), a 4 D MLP, one LayerNorm per layer (parallel attention), biases where
+    config.bias, rotary positions (no parameters), the output tied where the config says."""
+    D, V, H = _size(c, "hidden_size"), _size(c, "vocab_size"), _size(c, "num_attention_heads")
+    F, bias = _size(c, "ffn_hidden_size", default=4 * D), bool(_flag(c, "bias"))
+    Dh = D // H
+    attention = _linear(D, (H + 2) * Dh, bias) + _linear(D, D, bias)
+    layer = attention + _linear(D, F, bias) + _linear(F, D, bias) + 2 * D
+    return V * D + _output(c, V, D) + _size(c, "num_hidden_layers") * layer + 2 * D
+
+
+def _phi(c: dict) -> int:
+    """Phi: q, k, v, dense to H x Dh and Hkv x Dh, all biased, one LayerNorm per layer
+    (parallel attention), a 2-matrix MLP, rotary positions (no parameters), lm_head with a
+    bias (its weight tied where the config says)."""
+    D, V, H = _size(c, "hidden_size"), _size(c, "vocab_size"), _size(c, "num_attention_heads")
+    F, Hkv = _size(c, "intermediate_size"), _size(c, "num_key_value_heads", default=H)
+    Dh = _size(c, "head_dim", default=D // H)
+    attention = _linear(D, H * Dh) + 2 * _linear(D, Hkv * Dh) + _linear(H * Dh, D)
+    layer = attention + _linear(D, F) + _linear(F, D) + 2 * D
+    return V * D + _output(c, V, D) + V + _size(c, "num_hidden_layers") * layer + 2 * D
+
+
+def _gemma2(c: dict) -> int:
+    """Gemma 2: Gemma's count with four RMSNorms per layer (before and after each sub-layer)."""
+    D, V, H = _size(c, "hidden_size"), _size(c, "vocab_size"), _size(c, "num_attention_heads")
+    F, Hkv = _size(c, "intermediate_size"), _size(c, "num_key_value_heads", default=H)
+    Dh = _size(c, "head_dim", default=FAMILY_DEFAULTS["gemma2"]["head_dim"])
+    bias = bool(_flag(c, "attention_bias"))
+    attention = _linear(D, H * Dh, bias) + 2 * _linear(D, Hkv * Dh, bias)
+    attention += _linear(H * Dh, D, bias)
+    layer = attention + 3 * D * F + 4 * D
+    return V * D + _output(c, V, D) + _size(c, "num_hidden_layers") * layer + D
+
+
 def _bert_like(c: dict) -> int:
     """BERT, RoBERTa as masked LMs: word, position and token-type embeddings, post-LN layers
     with biased projections, the MLM head (a dense layer, a norm, its decoder's bias)."""
@@ -164,6 +208,29 @@ def _bert_like(c: dict) -> int:
     return embeddings + _size(c, "num_hidden_layers") * layer + _linear(D, D) + 2 * D + V + untied
 
 
+def _distilbert(c: dict) -> int:
+    """DistilBERT as a masked LM: word and position embeddings (no token types), BERT's
+    post-LN layers, the MLM head (a dense layer, a norm, its projector's bias)."""
+    D, V, F = _size(c, "dim"), _size(c, "vocab_size"), _size(c, "hidden_dim")
+    embeddings = (V + _size(c, "max_position_embeddings")) * D + 2 * D
+    layer = 4 * _linear(D, D) + _linear(D, F) + _linear(F, D) + 4 * D
+    untied = 0 if _flag(c, "tie_word_embeddings") else V * D
+    return embeddings + _size(c, "n_layers") * layer + _linear(D, D) + 2 * D + V + untied
+
+
+def _electra(c: dict) -> int:
+    """ELECTRA's generator as a masked LM: embeddings E wide (E = embedding_size), projected
+    to D where E != D, BERT's layers, the generator's head (D -> E, a norm, its bias)."""
+    D, V, F = _size(c, "hidden_size"), _size(c, "vocab_size"), _size(c, "intermediate_size")
+    E = _size(c, "embedding_size", default=_flag(c, "embedding_size"))
+    types = _size(c, "type_vocab_size", default=_flag(c, "type_vocab_size"))
+    embeddings = (V + _size(c, "max_position_embeddings") + types) * E + 2 * E
+    embeddings += _linear(E, D) if E != D else 0
+    layer = 4 * _linear(D, D) + _linear(D, F) + _linear(F, D) + 4 * D
+    untied = 0 if _flag(c, "tie_word_embeddings") else V * E
+    return embeddings + _size(c, "num_hidden_layers") * layer + _linear(D, E) + 2 * E + V + untied
+
+
 ARITHMETIC: dict[str, Callable[[dict], int]] = {  # a row's ``count`` -> the function
     "bart_like": _bart_like,
     "t5": _t5,
@@ -171,6 +238,12 @@ ARITHMETIC: dict[str, Callable[[dict], int]] = {  # a row's ``count`` -> the fun
     "gpt2": _gpt2,
     "llama_like": _llama_like,
     "bert_like": _bert_like,
+    "bloom": _bloom,
+    "falcon": _falcon,
+    "phi": _phi,
+    "gemma2": _gemma2,
+    "distilbert": _distilbert,
+    "electra": _electra,
 }
 COUNTS: dict[str, Callable[[dict], int]] = {  # model_type -> its count, from the table
     name: ARITHMETIC[row.count] for name, row in ARCHITECTURES.items()

@@ -1,15 +1,18 @@
 """One layer of a one-sequence model, rebuilt from its own modules: its queries and keys, what
-"Inside a head" takes apart for GPT-2, Llama, Qwen2, Mistral, Gemma, BERT and RoBERTa; and a
+"Inside a head" takes apart for the decoder-only and masked families of the table; and a
 decoder-only model's value terms and feed-forward, what its norm-based, ALTI+ and value
 zeroing attributions read (``core.attribution.one_sequence``).
 
 From the layer's input (the residual stream) the model's own norm (``input_layernorm`` /
 ``ln_1``; none before a post-LN layer, BERT's) and projections give q and k of every head
-(GPT-2's one ``c_attn`` cut in three); a family with rotary positions then rotates both by the
-rotary position embedding of each position (the model's own ``rotary_emb`` and
-``apply_rotary_pos_emb``), and a key/value head serves a group of query heads (grouped-query
-attention). The mask is causal, and a sliding window (Mistral) keeps only the last ``window``
-keys. Which module is which is the family's row of the table (``core.model.architectures``).
+(GPT-2's one ``c_attn`` cut in three, BLOOM's ``query_key_value`` per head); a family with
+rotary positions then rotates both by the rotary position embedding of each position (the
+model's own ``rotary_emb`` and ``apply_rotary_pos_emb``; Phi's only the first dimensions of
+each head), a family with ALiBi adds its bias (BLOOM's own ``build_alibi_tensor``), and a
+key/value head serves a group of query heads (grouped-query attention; Falcon's one). The mask
+is causal, a sliding window (Mistral; Gemma 2's every other layer) keeps only the last
+``window`` keys, and Gemma 2 soft-caps the scores, c·tanh(s/c). Which module is which is the
+family's row of the table (``core.model.architectures``).
 A test checks that the softmax of the rebuilt scores is the model's own ``output_attentions``
 within 1e-5.
 
@@ -24,7 +27,7 @@ import torch
 from torch import nn
 
 from core.model import lm_sites
-from core.model.architectures import ROPE, Architecture, architecture_of, part
+from core.model.architectures import ALIBI, ROPE, Architecture, architecture_of, part
 from core.model.parts import SequenceHeads
 
 
@@ -33,35 +36,36 @@ def _split(x: torch.Tensor, heads: int) -> torch.Tensor:
     return x.view(x.size(1), heads, -1).transpose(0, 1)  # via (N, heads, Dh)
 
 
-def _kv_heads(arch: Architecture, config) -> int:
-    """Key/value heads: fewer than the query heads in grouped-query attention."""
-    heads = config.num_attention_heads  # GPT-2's config maps it to n_head
-    return (getattr(config, arch.kv_heads, None) if arch.kv_heads else None) or heads
-
-
 def _read(arch: Architecture, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """What the attention's projections read of the stream x: its norm's output (pre-LN), or
     x as it is (post-LN: BERT, RoBERTa)."""
     return part(layer, arch.stack().self_attention.norm)(x) if arch.norm == "pre" else x
 
 
-def _projected(arch: Architecture, attn: nn.Module, h: torch.Tensor, which: str):
-    """One of q, k, v of the attention from its input h (1, N, D): its projection, or a
-    third of the fused one (GPT-2's ``c_attn``)."""
+def _projected(arch: Architecture, attn: nn.Module, h, which: str, heads: int, kv: int):
+    """One of q, k, v (1, N, heads * Dh or kv * Dh) of the attention from its input h
+    (1, N, D): its projection, or its part of the fused one, cut as the row's layout says
+    (GPT-2's ``c_attn`` in thirds; BLOOM's ``query_key_value`` per head)."""
     names = arch.projections
-    if names.fused:
-        q, k, v = part(attn, names.fused)(h).split(h.size(-1), dim=-1)  # 3 x (1, N, D)
-        return {"q": q, "k": k, "v": v}[which]
-    return part(attn, getattr(names, which))(h)  # (1, N, heads * Dh)
+    if not names.fused:
+        return part(attn, getattr(names, which))(h)  # (1, N, heads * Dh)
+    fused = part(attn, names.fused)(h)  # (1, N, (heads + 2 kv) * Dh)
+    index = "qkv".index(which)
+    if names.layout == "per_head":  # each head's q, k, v side by side
+        per = fused.view(*fused.shape[:-1], heads, 3, -1)  # (1, N, H, 3, Dh)
+        return per[..., index, :].flatten(-2)  # (1, N, H * Dh)
+    width = fused.size(-1) // (heads + 2 * kv)  # Dh
+    q, k, v = fused.split([heads * width, kv * width, kv * width], dim=-1)
+    return (q, k, v)[index]
 
 
 def _queries_keys(model: nn.Module, layer: nn.Module, x: torch.Tensor):
     """(q (H, N, Dh), k (Hkv, N, Dh), scale) of one layer's attention read from the stream x
     (1, N, D), before any rotation."""
     arch, attn = architecture_of(model), lm_sites.attention_of(layer)
-    heads, kv = model.config.num_attention_heads, _kv_heads(arch, model.config)
+    heads, kv = model.config.num_attention_heads, arch.kv_heads_of(model.config)
     h = _read(arch, layer, x)
-    q, k = (_projected(arch, attn, h, which) for which in ("q", "k"))
+    q, k = (_projected(arch, attn, h, which, heads, kv) for which in ("q", "k"))
     return _split(q, heads), _split(k, kv), arch.scale_of(attn)
 
 
@@ -73,9 +77,10 @@ def head_outputs(model: nn.Module, layer: nn.Module, x: torch.Tensor):
     sum_h sum_j a^h_ij f^h(x_j) + b_O. A pre-LN decoder's only (GPT-2, Llama, Qwen2,
     Mistral)."""
     arch, attn = architecture_of(model), lm_sites.attention_of(layer)
-    heads, kv = model.config.num_attention_heads, _kv_heads(arch, model.config)
+    heads, kv = model.config.num_attention_heads, arch.kv_heads_of(model.config)
     w_o = lm_sites.output_projection(attn)
-    v = _split(_projected(arch, attn, _read(arch, layer, x[None]), "v"), kv)  # (Hkv, N, Dh)
+    v = _projected(arch, attn, _read(arch, layer, x[None]), "v", heads, kv)
+    v = _split(v, kv)  # (Hkv, N, Dh)
     v = v.repeat_interleave(heads // kv, dim=0)  # (H, N, Dh): each query head's
     if arch.projections.conv1d:  # GPT-2's Conv1D keeps W as (in, out)
         per_head = w_o.weight.view(heads, -1, w_o.weight.size(-1))  # (H, Dh, D)
@@ -92,27 +97,58 @@ def after_attention(layer: nn.Module, y: torch.Tensor) -> torch.Tensor:
     (mlp_path,) = stack.mlp  # a pre-LN decoder's one MLP module
     norm, mlp = part(layer, stack.mlp_norm), part(layer, mlp_path)
     dtype = next(mlp.parameters()).dtype
-    return y + mlp(norm(y.to(dtype))).to(y.dtype)
+    h = norm(y.to(dtype))
+    if "residual_inside" in architecture_of(layer).quirks:  # BLOOM's mlp(h, residual)
+        return mlp(h, y.to(dtype)).to(y.dtype)
+    return y + mlp(h).to(y.dtype)
 
 
 def _rotated(model: nn.Module, q, k, x: torch.Tensor):
-    """q, k rotated by each position's angle (RoPE), as the family's own code rotates them."""
+    """q, k rotated by each position's angle (RoPE), as the family's own code rotates them;
+    a rotary embedding narrower than the head (Phi's partial_rotary_factor) rotates the
+    head's first dimensions and leaves the rest."""
     arch = architecture_of(model)
     if arch.positions != ROPE:
         return q, k, False
     rotary = part(lm_sites.base(model), arch.stack().positions)
     positions = torch.arange(x.size(1), device=x.device)[None]  # (1, N)
-    cos, sin = rotary(x, positions)
+    cos, sin = rotary(x, positions)  # (1, N, R), R <= Dh
     apply = importlib.import_module(type(model).__module__).apply_rotary_pos_emb
-    q_rot, k_rot = apply(q[None], k[None], cos, sin)  # (1, H|Hkv, N, Dh)
-    return q_rot[0], k_rot[0], True
+    R = cos.size(-1)
+    q_rot, k_rot = apply(q[None, ..., :R], k[None, ..., :R], cos, sin)  # (1, H|Hkv, N, R)
+    q_rot = torch.cat([q_rot[0], q[..., R:]], dim=-1)  # (H, N, Dh)
+    k_rot = torch.cat([k_rot[0], k[..., R:]], dim=-1)  # (Hkv, N, Dh)
+    return q_rot, k_rot, True
 
 
-def _window(arch: Architecture, config) -> int | None:
-    """The keys each query sees (a sliding window, Mistral's), or None: all before it."""
+def _position_bias(model: nn.Module, N: int, device) -> torch.Tensor | None:
+    """(H, N, N) what the family adds to the scaled q·k for position: ALiBi's slope per head
+    times the key's place (built by the family's own ``build_alibi_tensor``); None for the
+    others."""
+    if architecture_of(model).positions != ALIBI:
+        return None
+    build = importlib.import_module(type(model).__module__).build_alibi_tensor
+    mask = torch.ones(1, N, dtype=torch.long, device=device)  # (1, N)
+    heads = model.config.num_attention_heads
+    alibi = build(mask, heads, torch.float32)  # (H, 1, N)
+    return alibi.expand(heads, N, N)
+
+
+def _window(arch: Architecture, config, layer_index: int) -> int | None:
+    """The keys each query of one layer sees (a sliding window, Mistral's; Gemma 2's every
+    other layer), or None: all before it."""
     if "sliding_window" not in arch.quirks or not config.sliding_window:
         return None
+    if "sliding_window_alternate" in arch.quirks:
+        sliding = config.layer_types[layer_index] == "sliding_attention"
+        return config.sliding_window if sliding else None
     return config.sliding_window if getattr(config, "use_sliding_window", True) else None
+
+
+def softcap(arch: Architecture, config, what: str) -> float | None:
+    """The soft cap c of ``what`` ("attn_logit", "final_logit"): c·tanh(s/c) (Gemma 2), or
+    None."""
+    return getattr(config, f"{what}_softcapping", None) if "softcap" in arch.quirks else None
 
 
 def sequence_heads(
@@ -131,8 +167,11 @@ def sequence_heads(
     N = len(ids)
     mask = torch.ones(N, N, dtype=torch.bool, device=x.device)  # (N, N)
     mask = mask.tril() if causal else mask
-    window = _window(architecture_of(model), model.config)
+    arch = architecture_of(model)
+    window = _window(arch, model.config, layer_index)
     if window:
         mask &= ~torch.ones(N, N, dtype=torch.bool, device=x.device).tril(-window)
     weights = o.attentions[layer_index][0]  # (H, N, N)
-    return SequenceHeads(q_rot, k_rot, q, k, scale, mask, weights, rotary, window)
+    bias = _position_bias(model, N, x.device)
+    cap = softcap(arch, model.config, "attn_logit")
+    return SequenceHeads(q_rot, k_rot, q, k, scale, mask, weights, rotary, window, bias, cap)

@@ -1,5 +1,5 @@
 """Open a decoder-only model folder (``save_pretrained`` layout) as a ``PromptedModel``, a
-masked language model's (BERT, RoBERTa) as a ``MaskedModel``: the
+masked language model's (BERT, RoBERTa, DistilBERT, ELECTRA) as a ``MaskedModel``: the
 rules of every Hugging Face folder (safetensors only, no remote code, every parameter in the
 files) and the server's memory limit counted in the dtype it will hold.
 

@@ -5,8 +5,11 @@ Where they are is the family's row of the table (``core.model.architectures``): 
 them in ``transformer.h[i].attn`` (one ``c_attn`` making q, k and v, ``c_proj`` as W_o,
 learned positions ``wpe``, LayerNorm ``ln_f``); Llama, Qwen2, Mistral and Gemma in
 ``model.layers[i].self_attn`` (``q_proj`` ... ``o_proj``, key/value heads shared by groups of
-query heads, rotary positions, RMSNorm ``norm``); BERT and RoBERTa (masked language models,
-read the same way) in ``<base>.encoder.layer[i].attention.self``, W_o outside it.
+query heads, rotary positions, RMSNorm ``norm``), Gemma 2 and Phi (W_o ``dense``) too; BLOOM and
+Falcon in ``transformer.h[i].self_attention`` (one ``query_key_value``, W_o ``dense``); BERT,
+RoBERTa and ELECTRA (masked language models, read the same way) in
+``<base>.encoder.layer[i].attention.self``, W_o outside it; DistilBERT in
+``distilbert.transformer.layer[i].attention`` (W_o ``out_lin``).
 
 Its hook sites (``core.model.hooks``) are installed once, as an encoder-decoder's are
 (``core.model.hf_sites``): ``decoder.{i}.self.z``, each head's output before W_o (what removing

@@ -1,5 +1,5 @@
-"""An encoder-only masked language model (BERT, RoBERTa) behind the one interface
-(``core.model.interface``): it fills the sentence's mask tokens.
+"""An encoder-only masked language model (BERT, RoBERTa, DistilBERT, ELECTRA) behind the one
+interface (``core.model.interface``): it fills the sentence's mask tokens.
 
 ``MaskedModel`` reads a sentence (its tokenizer's ``[CLS] … [SEP]``, ``<s> … </s>``) and
 writes, at each mask token (``[MASK]``, ``<mask>``), its most likely token: that is its
@@ -23,7 +23,6 @@ from torch import nn
 
 from core.model import hugging_face as hf
 from core.model import lm_heads, lm_sites
-from core.model.architectures import part
 from core.model.capabilities import MASKED_LM
 from core.model.hf_model import HFModel
 from core.model.hooks import HookPoint
@@ -235,7 +234,7 @@ class MaskedModel(HFModel):
 
     def _head(self) -> nn.Module:
         """The masked-LM head: a transform (dense, activation, LayerNorm), then the decoder."""
-        return part(self.model, self._architecture.head)  # BERT's cls, RoBERTa's lm_head
+        return self._architecture.output_head(self.model)  # BERT's cls, RoBERTa's lm_head
 
     def logits_of(self, hidden, weight=None) -> torch.Tensor:
         return self._head()(hidden)

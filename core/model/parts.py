@@ -249,6 +249,8 @@ class SequenceHeads:
     weights: torch.Tensor  # (H, N, N) the model's own attention weights (output_attentions)
     rotary: bool  # whether q and k are rotated by position (RoPE)
     window: int | None = None  # a sliding window: the keys a query sees at most
+    bias: torch.Tensor | None = None  # (H, N, N) added to the scaled q·k for position (ALiBi)
+    softcap: float | None = None  # scores soft-capped, c·tanh(s/c) (Gemma 2)
 
     @property
     def group(self) -> int:

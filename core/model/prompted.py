@@ -37,6 +37,7 @@ from torch import nn
 from core.corpus.text import tokenize
 from core.model import hugging_face as hf
 from core.model import lm_heads, lm_sites
+from core.model.architectures import architecture_of
 from core.model.capabilities import LANGUAGE_MODEL
 from core.model.hf_model import HFModel, as_text
 from core.model.hooks import HookPoint
@@ -401,15 +402,24 @@ class PromptedModel(HFModel):
     def logits_of(self, hidden, weight=None) -> torch.Tensor:
         head = self.model.get_output_embeddings()
         if weight is None:
-            return head(hidden)
-        return nn.functional.linear(hidden.to(weight.dtype), weight, head.bias)
+            logits = head(hidden)  # (..., V)
+        else:
+            logits = nn.functional.linear(hidden.to(weight.dtype), weight, head.bias)
+        cap = self._final_softcap()
+        return logits if cap is None else cap * torch.tanh(logits / cap)
+
+    def _final_softcap(self) -> float | None:
+        """The logits' soft cap c, c·tanh(z/c), as the model's own forward applies (Gemma 2)."""
+        return lm_heads.softcap(architecture_of(self.model), self.model.config, "final_logit")
 
     def lens(self, stream) -> torch.Tensor:
         return self.logits_of(lm_sites.final_norm(self.model)(stream))
 
     def lens_words(self) -> str:
         norm = type(lm_sites.final_norm(self.model)).__name__
-        return f"each layer's output through the final norm ({norm}) and lm_head"
+        cap = self._final_softcap()
+        capped = f", then the soft cap {cap:g}·tanh(z/{cap:g})" if cap else ""
+        return f"each layer's output through the final norm ({norm}) and lm_head{capped}"
 
     def hook_points(self) -> dict[str, HookPoint]:
         return lm_sites.hook_points(self.model)

@@ -57,11 +57,12 @@ def decode_with_maps(lm, src: list[int], max_len: int):
         for step in range(room):
             o = lm.model(input_ids=x, cache=cache, use_cache=True, output_attentions=True,
                          logits_to_keep=1)  # fmt: skip
-            new = torch.stack(o.attentions)[:, 0, :, -1]  # (L, H, keys kept): the last row
             if step == 0:
                 first = torch.stack(o.attentions)[:, 0]  # (L, H, P, P): the prompt's rows
-            full = new.new_zeros(*new.shape[:2], P + step)  # a sliding window's keys last
-            full[..., P + step - new.size(-1) :] = new
+            new = [a[0, :, -1] for a in o.attentions]  # L x (H, keys kept): the last row,
+            full = new[0].new_zeros(len(new), new[0].size(0), P + step)  # each layer's own
+            for layer, row in enumerate(new):  # keys (a sliding window's: the last) last
+                full[layer, :, P + step - row.size(-1) :] = row
             rows.append(full)
             cache, nxt = o.cache, int(o.logits[0, -1].argmax())
             out.append(nxt)

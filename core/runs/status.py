@@ -221,9 +221,10 @@ FEW_STEPS = 500  # a run ending before this many steps has barely left the small
 # warm-up (400 steps): it cannot translate yet, whatever its settings
 
 
-def short_run_note(info: RunInfo) -> str:
+def short_run_note(info: RunInfo, yours: bool = True) -> str:
     """Why a finished run cannot translate yet when its limit bought too few steps (under
-    FEW_STEPS) or its validation BLEU is still 0, and how to go on ("" otherwise)."""
+    FEW_STEPS) or its validation BLEU is still 0, and how to go on ("" otherwise): with
+    **Train longer** below where the reader may (``yours``), else who can."""
     if info.state != "finished" or few_pairs_note(info):
         return ""  # few pairs: few_pairs_note says why
     zero = bool(info.val_pairs) and info.best_bleu is not None and info.best_bleu < 1
@@ -238,7 +239,12 @@ def short_run_note(info: RunInfo) -> str:
     busy = " (a busy machine takes fewer steps a minute)" if info.time_budget else ""
     return (
         f"{limit} bought {info.step:,} training steps{bleu}: too few to learn to translate"
-        f"{busy}. Give it more with **Train longer** below."
+        f"{busy}. "
+        + (
+            "Give it more with **Train longer** below."
+            if yours
+            else "Its owner or a teacher can give it more with **Train longer**."
+        )
     )
 
 

@@ -209,8 +209,8 @@ class ViewState:
         for name, (least, most) in RANGES.items():
             state.keep_within(name, least, most)
         for name, choices in CHOICES.items():
-            if getattr(state, name) not in choices:
-                state.drop(name, f"not one of {', '.join(map(str, choices))}")
+            if getattr(state, name) not in choices:  # ("" is the default: not listed)
+                state.drop(name, f"not one of {', '.join(str(c) for c in choices if c != '')}")
         for f in fields(cls):
             value, most = getattr(state, f.name), LONG_TEXT.get(f.name, MAX_TEXT_CHARS)
             if isinstance(value, str) and len(value) > most:
@@ -374,12 +374,22 @@ def clamp_view(state: ViewState, maps: SentenceMaps) -> ViewState:
         ("layer", layers - 1, f"this model's {kind} has layers 0 to {layers - 1}"),
         ("step", last, f"this translation has output steps 0 to {last}"),
     ):
-        if getattr(state, name) > most:
-            setattr(state, name, most)
+        asked = _asked_number(state, name)  # -1 was moved to 0: this model's range says why
+        if getattr(state, name) > most or (asked is not None and not 0 <= asked <= most):
+            setattr(state, name, min(getattr(state, name), most))
             state.why[name] = why
     heads = head_options(state.kind, maps.heads)
-    if state.head not in heads:
+    if state.head not in heads or "head" in state.why:  # (head=-2 fell back to 0 when read)
         more = ", ".join(h for h in heads if not _is_index(h))
         state.why["head"] = f"this model's {kind} has heads 0 to {maps.heads - 1}, {more}"
-        state.head = "0" if not _is_index(state.head) else str(maps.heads - 1)
+        if state.head not in heads:
+            state.head = "0" if not _is_index(state.head) else str(maps.heads - 1)
     return state
+
+
+def _asked_number(state: ViewState, name: str) -> int | None:
+    """The whole number a link asked for field ``name``, or None (none asked, or not one)."""
+    try:
+        return int(state.asked[name])
+    except (KeyError, ValueError):
+        return None

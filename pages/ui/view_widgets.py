@@ -51,7 +51,7 @@ def refused_words(refused: list[tuple[str, str, str, str]]) -> str:
     asked = [code(f"{name}={_short(raw)}") for name, raw, _, _ in refused]
     listed = ", ".join(asked[:-1]) + " and " + asked[-1] if len(asked) > 1 else asked[0]
     reasons = [
-        f"{code(name)}: {md(why or 'not available for this model or section')}; "
+        f"{code(name)}: {md((why or 'not available for this model or section').rstrip('.'))}; "
         + (f"showing {code(f'{name}={_short(shown)}')}." if shown else "left at its default.")
         for name, _, shown, why in refused
     ]

@@ -259,9 +259,17 @@ def pick_method(state: ViewState, lm=None) -> tuple[str, object]:
         "the translation's prefix the decoder had read. Every method's rows sum to 1.",
     )
     if left_out := [m for m in METHODS if m not in usable]:
-        names = ", ".join(METHOD_NAMES[m] for m in left_out)
-        st.caption(md(f"Not offered for this model: {names}. {method_problem(lm, left_out[0])}"))
+        st.caption(md(left_out_words(lm, left_out)))
     return state.method, right.empty()
+
+
+def left_out_words(lm, left_out: list[str]) -> str:
+    """The methods a model is not offered, grouped by their reasons, each reason said once."""
+    by_reason: dict[str, list[str]] = {}
+    for m in left_out:
+        by_reason.setdefault(method_problem(lm, m), []).append(METHOD_NAMES[m])
+    said = " ".join(f"{', '.join(names)}: {why}" for why, names in by_reason.items())
+    return f"Not offered for this model: {said}"
 
 
 def cross_choice(maps: SentenceMaps, state: ViewState) -> tuple[int, str]:

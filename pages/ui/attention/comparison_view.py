@@ -71,10 +71,11 @@ def pick_other(entry: ModelEntry, lm: TranslationModel, state: ViewState) -> Mod
     by_key = {e.key: e for e in usable}
     chosen = find_entry(usable, state.other) or compared_entry(entries, entry, lm.languages)
     if state.other and state.other != chosen.key:
-        st.warning(
-            f"Model {code(state.other)} was not found, cannot be used, does not translate or "
-            f"is model A itself: comparing with {code(chosen.key)} instead."
-        )
+        gone = "not found, cannot be used, does not translate or is model A itself"
+        if "other" in state.asked:  # from a link: said in its note (link_note)
+            state.why["other"] = gone
+        else:
+            st.warning(f"Model {code(state.other)} was {gone}: comparing with {code(chosen.key)}.")
     widget_default("cmp_other", chosen.key, list(by_key))
     state.other = st.selectbox(
         "Model B (compared with the model above, A)",

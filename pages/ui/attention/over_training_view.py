@@ -93,6 +93,11 @@ def shown_step(steps: list[int], wanted: int) -> int:
     return earlier[-1] if earlier else steps[0]
 
 
+def snapshot_range(steps: list[int]) -> str:
+    """A run's snapshot steps in words: "9 from 100 to 3,500"."""
+    return f"{len(steps)} from {steps[0]:,} to {steps[-1]:,}"
+
+
 def _picked(state: ViewState, steps: list[int]) -> None:
     """The slider moved: follow the latest step when it is at the end, else keep the step."""
     value = st.session_state["at_train_step"]
@@ -102,6 +107,8 @@ def _picked(state: ViewState, steps: list[int]) -> None:
 def replay(page: SectionInputs, probe: str, series: SnapshotSeries, result) -> None:
     """The slider, the maps at its step and B − A (a fragment: it ticks while playing)."""
     state, steps = page.state, series.steps
+    if state.train_step not in (LATEST, *steps):  # a link's step: the one at or before it
+        state.why["train_step"] = f"not one of this run's snapshot steps, {snapshot_range(steps)}"
     index = steps.index(shown_step(steps, state.train_step))
     index = player.next_index(PLAYER, index, len(steps))
     if player.playing(PLAYER) or state.train_step != LATEST:

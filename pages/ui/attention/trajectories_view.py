@@ -181,6 +181,8 @@ def difference_panel(
     changed heads first, and every head's numbers at A and B."""
     state = page.state
     options = [NO_DIFF, *[s for s in series.steps if s != step_b]]
+    if state.diff_from not in options:  # a link's step A: none of the others
+        state.why["diff_from"] = f"not one of this run's other snapshot steps (B is {step_b:,})"
     widget_default("at_diff_from", state.diff_from if state.diff_from in options else NO_DIFF)
     if st.session_state["at_diff_from"] not in options:  # B moved onto A
         st.session_state["at_diff_from"] = NO_DIFF

@@ -209,7 +209,8 @@ def run_header(info: RunInfo) -> None:
         (st.error if alarming else st.info)(md(info.message))
     if note := run_status.few_pairs_note(info):
         st.info(md(note))
-    if note := run_status.short_run_note(info):  # our own words, with **Train longer**
+    yours = not not_yours(info.owner, f"run {info.run_id}")  # the button shows to them only
+    if note := run_status.short_run_note(info, yours):  # our own words, with **Train longer**
         st.warning(note, icon=":material/timer_off:")
 
 

@@ -1,0 +1,183 @@
+"""The studio from a notebook: open any model, translate, record every hook site, attribute and
+patch by the library calls the pages and commands make, each result drawn by the pages' own
+Plotly figures (shown inline in Jupyter).
+
+    from core import notebook as studio
+    m = studio.open_model("checkpoints/fra-eng-small.pt")
+    t = studio.translate(m, "I'm home.")
+    studio.grid_figure(t, "cross")                  # every head, as the Attention page draws it
+    studio.attribution_figure(studio.attribute(m, t, "alti"))
+    studio.patching_figures(studio.patch(m, "the boy is tall .", "the girl is tall ."))
+
+Nothing here computes: each function is one call of the library (``core.model``,
+``core.attention``, ``core.attribution``, ``core.figures``) that the commands and pages call
+too, so a notebook, ``python -m core.*`` and the app give the same numbers. docs/notebook.md
+lists the functions; docs/notebook.ipynb uses them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+import torch
+
+from core.attention.maps import select_view
+from core.attention.patching import DIRECTIONS, Patching
+from core.attention.patching import patch as patched
+from core.attention.sentence_maps import SentenceMaps
+from core.attention.word_maps import shown_maps
+from core.attribution.explain import Explained, explain, explain_contrast, in_words
+from core.attribution.gradients import DEFAULT_CHOICES, GradientChoices
+from core.attribution.methods import MEAN, METHOD_NAMES, AttributionError
+from core.figures import attention as attention_figures
+from core.figures import attribution as attribution_figures
+from core.figures import patching as patch_figures
+from core.model import opened
+from core.model.checked_translation import translate_sentence
+from core.model.interface import TranslationModel
+from core.model.parts import ALPHA, MAX_LEN, DecodeSettings, Translation, TranslationError
+from core.model.record import Record
+
+
+def open_model(spec: str, prompt: str = "", device: str = "cpu") -> TranslationModel:
+    """A studio checkpoint (``.pt``), a Hugging Face model folder or (online) a hub id, opened
+    as the commands open it (``prompt``: a decoder-only model's template, "" = its default)."""
+    return opened.open_model(spec, device, hub=True, prompt=prompt)
+
+
+def translate(
+    m: TranslationModel,
+    sentence: str,
+    beam: int = 1,
+    target: str = "",
+    target_lang: str = "",
+    max_len: int = MAX_LEN,
+    alpha: float = ALPHA,
+) -> Translation:
+    """A checked translation with every attention map (greedy, or a beam of ``beam``), as the
+    Translate and Attention pages and ``core.attribute`` make it; ``target``: that translation
+    teacher-forced instead (each token's probability and rank in ``token_probs``, ``ranks``)."""
+    settings = DecodeSettings(beam, alpha, max_len, target_lang=target_lang)
+    return translate_sentence(m, sentence, settings, target)
+
+
+def maps(t: Translation, words: bool = False) -> SentenceMaps:
+    """The translation's three kinds of attention as numpy arrays with their tokens (per kind
+    ``(L, H, Tq, Tk)``), BPE pieces merged into words if asked, as the Attention page reads them."""
+    return shown_maps(SentenceMaps.from_translation(t), words)
+
+
+def head_figure(
+    t: Translation,
+    kind: str = "cross",
+    layer: int = 0,
+    head: int | str = 0,
+    words: bool = False,
+    hide: bool = False,
+) -> go.Figure:
+    """One head's map large (``head``: a number, "mean" or "max"; the encoder also "rollout"),
+    the Attention page's large map; ``hide`` leaves out the start and end tokens' columns."""
+    return attention_figures.view_figure(select_view(maps(t, words), kind, layer, head, hide))
+
+
+def grid_figure(
+    t: Translation,
+    kind: str = "cross",
+    layers: Sequence[int] | None = None,
+    words: bool = False,
+    hide: bool = False,
+) -> go.Figure:
+    """Every head of the ``layers`` (default all) of one kind ("encoder", "decoder_self",
+    "cross"), the Attention page's overview."""
+    return attention_figures.grid_view_figure(maps(t, words), kind, hide, layers)
+
+
+def record(m: TranslationModel, t: Translation) -> Record:
+    """The recorded pass the analysis reads (every attention's inputs, weights and output, the
+    stream around each sub-layer, each layer's input and output, the logits): the
+    translation's output teacher-forced, in eval mode, as ``run_with_cache`` records one. A
+    model of one sequence (decoder-only, masked) has its attention in ``maps`` and ``cache``."""
+    return m.forced(t.src_ids, t.out_ids)
+
+
+def cache(
+    m: TranslationModel, t: Translation, sites: Sequence[str] | None = None
+) -> dict[str, torch.Tensor]:
+    """{hook site: activation} of one teacher-forced pass of the translation: every site of
+    ``m.hook_points()`` the pass reaches (``encoder.0.self.pattern``, ``decoder.1.cross.z`` …),
+    or only ``sites``."""
+    src, tgt_in, _ = m.forced_batch(t.src_ids, t.out_ids)  # (1, S), (1, T)
+    with m.evaluating(), torch.no_grad():
+        return m.captured(src, tgt_in, sorted(m.hook_points()) if sites is None else sites)
+
+
+def attribute(
+    m: TranslationModel,
+    t: Translation,
+    method: str = "alti",
+    layer: int | None = None,
+    head: str = MEAN,
+    contrast: str = "",
+    choices: GradientChoices = DEFAULT_CHOICES,
+) -> Explained:
+    """What each source and prefix token contributes to each output token by ``method`` (one
+    of ``core.attribution.methods.METHODS``), over the model's own tokens, as the Attribution
+    section and ``core.attribute`` compute it; ``contrast``: why the translation rather than
+    this one (a contrastive method: grad-input, integrated-gradients …)."""
+    if problem := m.supports("attribution"):  # what the command refuses as it opens the model
+        raise AttributionError(problem)
+    if contrast.strip():
+        return explain_contrast(m, t, contrast, method, choices)
+    return explain(m, t, method, layer, head, choices)
+
+
+def attribution_figure(e: Explained, words: bool = False, stretch: bool = False) -> go.Figure:
+    """The Attribution section's matrix: output tokens × [source | target prefix] (``words``:
+    BPE pieces merged; ``stretch``: the colour scale topped at the 99th percentile)."""
+    shown = in_words(e) if words else e
+    visible = attribution_figures.visible_prefix(e, words)
+    title = METHOD_NAMES[e.attribution.method]
+    notes = [] if e.attribution.completeness is None else [
+        f"completeness error {e.attribution.completeness:.1%}"
+    ]  # fmt: skip
+    return attribution_figures.contribution_figure(shown, title, visible, stretch, notes)
+
+
+def source_share_figure(e: Explained, words: bool = False) -> go.Figure:
+    """How much each output token takes from the source, flagged where it is mostly the
+    prefix (the Attribution section's bars)."""
+    shown = in_words(e) if words else e
+    name = METHOD_NAMES[e.attribution.method]
+    title = f"How much each output token takes from the source ({name})"
+    return attribution_figures.source_share_figure(shown, title)
+
+
+def patch(
+    m: TranslationModel,
+    clean: str,
+    corrupt: str,
+    direction: str = DIRECTIONS[0],
+    prefix: str | None = None,
+    answers: tuple[str, str] | None = None,
+    target_lang: str = "",
+) -> Patching:
+    """Activation patching of every head and every residual position between two sources of
+    one length, as the Patching section and ``core.patch`` run it (``rows``: one per
+    component, ``summary()``: the metrics and the caveat of a small gap)."""
+    if problem := m.supports("patch"):  # what the command refuses as it opens the model
+        raise TranslationError(problem)
+    return patched(
+        m, clean, corrupt, None, direction=direction, prefix=prefix, answers=answers,
+        target_lang=target_lang or None,
+    )  # fmt: skip
+
+
+def patching_figures(p: Patching) -> tuple[go.Figure, go.Figure]:
+    """(every head's effect, the residual stream's effect per layer and position): the
+    Patching section's two grids."""
+    runs = ("the clean run", "the corrupted run")
+    about = " into ".join(runs if p.direction == DIRECTIONS[0] else runs[::-1])
+    heads = patch_figures.heads_figure(p.rows, about, p.direction)
+    stream = patch_figures.stream_figure(p.rows, p.clean, p.prefix, about, p.direction)
+    return heads, stream

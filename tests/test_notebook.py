@@ -1,0 +1,213 @@
+"""The studio from a notebook (``core.notebook``): its functions give what the commands print
+and the figures the pages draw, docs/notebook.md names every one, and docs/notebook.ipynb runs
+(in a Jupyter kernel, nbclient: the ``slow`` tier) and ships without outputs."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import nbclient
+import nbformat
+import numpy as np
+import pytest
+import torch
+
+from core import attribute as attribute_cmd
+from core import notebook as studio
+from core import patch as patch_cmd
+from core import translate as translate_cmd
+from core.attention.maps import select_view
+from core.attribution.methods import AttributionError
+from core.figures import attention as attention_figures
+from core.figures import patching as patch_figures
+from core.model.parts import TranslationError
+from tests.helpers import ROOT, SHIPPED
+
+NOTEBOOK = ROOT / "docs" / "notebook.ipynb"
+SENTENCE = "I'm home."
+CLEAN, CORRUPT = "the boy is tall .", "the girl is tall ."
+PLOTLY = "application/vnd.plotly.v1+json"  # how a Plotly figure shows itself in Jupyter
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    """(the shipped model opened by the facade, its translation of SENTENCE)."""
+    m = studio.open_model(str(SHIPPED))
+    return m, studio.translate(m, SENTENCE)
+
+
+def printed(capsys, main, argv: list[str]) -> list[str]:
+    """The lines a command prints (exit code 0)."""
+    assert main(argv) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def same_json(explained: dict, command: dict) -> bool:
+    """The facade's explanation is the command's JSON, but for the step scores (the command
+    adds them) and the time each took."""
+    leave_out = {"step_scores", "seconds"}
+    return {k: v for k, v in explained.items() if k not in leave_out} == {
+        k: v for k, v in command.items() if k not in leave_out
+    }
+
+
+def test_translate_is_the_command_s_translation(shipped, capsys):
+    m, t = shipped
+    out = printed(capsys, translate_cmd.main, ["--checkpoint", str(SHIPPED), SENTENCE])
+    assert t.text and out == [t.text]
+    beam = studio.translate(m, SENTENCE, beam=4)
+    argv = ["--checkpoint", str(SHIPPED), "--beam", "4", SENTENCE]
+    assert printed(capsys, translate_cmd.main, argv) == [beam.text]
+
+
+def test_attribution_and_its_figure_are_the_command_s(shipped, capsys):
+    """The facade's explanation is the JSON ``core.attribute`` prints, and its figure draws
+    exactly those contributions (later prefix cells blank)."""
+    m, t = shipped
+    argv = ["--checkpoint", str(SHIPPED), "--method", "alti", SENTENCE]
+    (line,) = printed(capsys, attribute_cmd.main, argv)
+    command = json.loads(line)
+    e = studio.attribute(m, t, "alti")
+    assert same_json(e.to_json(), command)
+    z = np.asarray(studio.attribution_figure(e).data[0].z, dtype=float)  # (T, S + T)
+    want = np.asarray(command["contributions"], dtype=float)
+    S, T = len(command["source"]), len(command["output"])
+    assert z.shape == want.shape == (T, S + T)
+    later = np.isnan(z)
+    assert later[:, S:].sum() == T * (T - 1) // 2 and not later[:, :S].any()
+    assert np.allclose(z[~later], want[~later], atol=1e-6)
+    bars = studio.source_share_figure(e).data[0]
+    assert np.allclose(np.asarray(bars.y, dtype=float), command["source_share"], atol=1e-6)
+
+
+def test_a_contrast_is_the_command_s(shipped, capsys):
+    m, t = shipped
+    foil = "je suis à la gare ."
+    argv = ["--checkpoint", str(SHIPPED), "--method", "grad-input", "--contrast", foil, SENTENCE]
+    (line,) = printed(capsys, attribute_cmd.main, argv)
+    command = json.loads(line)
+    e = studio.attribute(m, t, "grad-input", contrast=foil)
+    assert same_json(e.to_json(), command)
+
+
+def test_patching_and_its_figures_are_the_command_s(shipped, capsys):
+    m, _ = shipped
+    argv = ["--checkpoint", str(SHIPPED), "--clean", CLEAN, "--corrupt", CORRUPT]
+    *rows, summary = [json.loads(x) for x in printed(capsys, patch_cmd.main, argv)]
+    p = studio.patch(m, CLEAN, CORRUPT)
+    assert json.loads(json.dumps(p.rows)) == rows and json.loads(json.dumps(p.summary())) == summary
+    heads, stream = studio.patching_figures(p)
+    about = "the clean run into the corrupted run"
+    assert heads.to_dict() == patch_figures.heads_figure(rows, about).to_dict()
+    want = patch_figures.stream_figure(rows, summary["clean"], summary["prefix"], about)
+    assert stream.to_dict() == want.to_dict()
+    noised = studio.patching_figures(studio.patch(m, CLEAN, CORRUPT, direction="noise"))[0]
+    assert "the corrupted run into the clean run" in json.dumps(noised.to_dict()["layout"])
+
+
+def test_maps_figures_draw_the_recorded_pass(shipped):
+    """The head map and the grid draw the translation's maps, which are the recorded pass's
+    weights and the hook sites' patterns (one pass, three ways in)."""
+    m, t = shipped
+    r, cache = studio.record(m, t), studio.cache(m, t)
+    assert set(cache) <= set(m.hook_points()) and len(cache) >= 40  # what the pass reached
+    maps = studio.maps(t)
+    for kind in ("encoder", "decoder_self", "cross"):
+        for layer, at in enumerate(r.attention[kind]):
+            assert np.allclose(maps.weights(kind)[layer], at.weights[0].numpy(), atol=1e-5)
+    site = cache["decoder.1.cross.pattern"][0]  # (H, T, S)
+    assert torch.allclose(site, r.attention["cross"][1].weights[0], atol=1e-6)
+    z = np.asarray(studio.head_figure(t, "cross", 1, 2).data[0].z, dtype=float)
+    assert np.allclose(z, site[2].numpy(), atol=1e-6)
+    grid = studio.grid_figure(t, "cross").to_dict()
+    assert grid == attention_figures.grid_view_figure(maps, "cross").to_dict()
+    assert len(studio.grid_figure(t, "encoder", layers=[1]).data) >= maps.heads
+    view = select_view(studio.maps(t, words=True), "cross", 0, "mean")
+    assert np.allclose(
+        studio.head_figure(t, "cross", 0, "mean", words=True).data[0].z, view.weights
+    )
+
+
+@pytest.fixture(scope="module")
+def other_models(tmp_path_factory) -> dict[str, str]:
+    """Tiny random Hugging Face folders: an encoder-decoder, a decoder-only, a masked model."""
+    from tests.hf_tiny import save_tiny
+    from tests.lm_tiny import save_tiny_encoder, save_tiny_lm
+
+    root = tmp_path_factory.mktemp("notebook_models")
+    folders = {
+        "marian": save_tiny(root / "marian"),
+        "llama": save_tiny_lm(root / "llama", "llama"),
+        "bert": save_tiny_encoder(root / "bert", "bert"),
+    }
+    return {name: str(folder) for name, folder in folders.items()}
+
+
+@pytest.mark.parametrize("name", ["marian", "llama"])
+def test_any_translator_opens_and_draws(other_models, name):
+    """A Hugging Face folder goes through the same functions: every kind's maps, the cache of
+    its hook sites, an attribution and its figures."""
+    m = studio.open_model(other_models[name])
+    t = studio.translate(m, "the boy is tall .", max_len=8)
+    for kind in ("encoder", "decoder_self", "cross"):
+        assert studio.grid_figure(t, kind).data and studio.head_figure(t, kind).data
+    cache = studio.cache(m, t)
+    assert "decoder.0.out" in cache and set(cache) <= set(m.hook_points())
+    e = studio.attribute(m, t, "alti")
+    assert np.allclose(e.contributions.sum(1), 1, atol=1e-4)
+    assert studio.attribution_figure(e).data and studio.source_share_figure(e).data
+
+
+def test_what_a_model_cannot_do_is_refused_in_one_line(other_models):
+    """A masked language model has no translation to explain or patch: the command's refusal
+    (``supports``), not a traceback from deep inside."""
+    m = studio.open_model(other_models["bert"])
+    t = studio.translate(m, "the boy is [MASK] .")
+    with pytest.raises(AttributionError, match="masked language model"):
+        studio.attribute(m, t, "alti")
+    with pytest.raises(TranslationError, match="masked language model"):
+        studio.patch(m, "the boy is tall .", "the girl is tall .")
+
+
+def test_the_notebook_page_names_every_function():
+    page = (ROOT / "docs" / "notebook.md").read_text(encoding="utf-8")
+    functions = [
+        name
+        for name, f in inspect.getmembers(studio, inspect.isfunction)
+        if f.__module__ == studio.__name__
+    ]
+    assert len(functions) >= 10
+    missing = [name for name in functions if f"`{name}(" not in page]
+    assert not missing, missing
+
+
+def test_the_notebook_ships_without_outputs():
+    """Stored as source: no outputs (nothing of a machine's paths or of a run), no counts."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert len(code) >= 8
+    assert all(c.outputs == [] and c.execution_count is None for c in code)
+    assert "/work/" not in NOTEBOOK.read_text() and "/home/" not in NOTEBOOK.read_text()
+
+
+@pytest.mark.slow
+def test_the_notebook_runs_and_draws_its_figures():
+    """docs/notebook.ipynb executed in a Jupyter kernel opened in docs/, as a reader opens it:
+    no cell fails, and every figure cell shows a Plotly figure."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
+    )
+    client.execute()  # CellExecutionError names the cell that failed
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    errors = [o for c in code for o in c.outputs if o.output_type == "error"]
+    assert not errors, errors
+    drawn = [c for c in code if any(PLOTLY in o.get("data", {}) for o in c.outputs)]
+    assert len(drawn) == 6, [c.source for c in code]
+    text = "".join(o.get("data", {}).get("text/plain", "") for c in code for o in c.outputs)
+    assert "je suis à la maison ." in text
