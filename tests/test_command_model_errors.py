@@ -27,6 +27,7 @@ def argv_of(command: str, model: str, tmp_path: Path) -> list[str]:
         "align": ["--checkpoint", model, "--held-out"],
         "patch": ["--checkpoint", model, "--clean", "a b", "--corrupt", "c d"],
         "inside_head": ["--checkpoint", model, "--sentence", "hi"],
+        "head_scores": ["--checkpoint", model],
         "project": ["--checkpoint", model],
         "trajectories": ["--checkpoint", model],
         "checkpoint": [model, str(tmp_path / "copy.pt")],
@@ -35,7 +36,7 @@ def argv_of(command: str, model: str, tmp_path: Path) -> list[str]:
 
 COMMANDS = (
     "translate", "evaluate", "ablate", "attribute", "align", "patch", "inside_head", "project",
-    "trajectories", "checkpoint",
+    "trajectories", "checkpoint", "head_scores",
 )  # fmt: skip
 
 

@@ -21,7 +21,7 @@ from core.attention.query_key import head_scores
 from core.attribution.methods import AttributionError, attribute
 from core.attribution.terms import sublayer_terms
 from core.attribution.value_zeroing import layer_output, zeroing
-from core.model import hf_sites
+from core.model import sites
 from core.model.hf_model import HFModel, load
 from core.model.hooks import capture, replace_with, writable
 from core.model.parts import DecodeSettings
@@ -206,7 +206,7 @@ def w_o(m, kind: str, layer: int) -> torch.nn.Linear:
     """The output projection of one attention module (for editing a copy by hand)."""
     if isinstance(m, StudioModel):
         return m.module(kind, layer).W_o
-    return hf_sites.projections(hf_sites.attention_modules(m.model, kind)[layer])[3]
+    return sites.projections(sites.attention_modules(m.model, kind)[layer])[3]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -20,7 +20,7 @@ from core.attention.importance import importance_for, lookup_importance
 from core.corpus.splits import Split
 from core.corpus.text import tokenize
 from core.measure.sample import sample_of
-from core.model import hf_model, hf_sites
+from core.model import hf_model, sites
 from core.model.batched import MAX_DECODE_ROWS, decode_rows, token_losses
 from core.model.config import ModelConfig
 from core.model.hf_model import HFModel, as_text, load
@@ -48,9 +48,9 @@ def removed_by_hand(hm, heads) -> torch.nn.Module:
     model = copy.deepcopy(hm.model)
     with torch.no_grad():
         for h in heads:
-            module = hf_sites.attention_modules(model, h.kind)[h.layer]
-            _, width = hf_sites.head_geometry(module)
-            hf_sites.projections(module)[3].weight[:, h.head * width : (h.head + 1) * width] = 0.0
+            module = sites.attention_modules(model, h.kind)[h.layer]
+            _, width = sites.head_geometry(module)
+            sites.projections(module)[3].weight[:, h.head * width : (h.head + 1) * width] = 0.0
     return model
 
 

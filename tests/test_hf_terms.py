@@ -16,9 +16,9 @@ from core.attribution.methods import AttributionError, attribute, method_problem
 from core.attribution.terms import TermsError, sublayer_terms
 from core.attribution.value_zeroing import value_zeroing_steps
 from core.model.hf_model import load
-from core.model.hf_sites import attention_modules, layers_of, projections
 from core.model.parts import DecodeSettings, SublayerNorm
 from core.model.record import KINDS
+from core.model.sites import attention_modules, layers_of, projections
 from tests.hf_tiny import FAMILIES
 
 PRE_LN = {"marian": False, "bart": False, "t5": True, "m2m_100": True}

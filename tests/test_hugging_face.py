@@ -14,7 +14,7 @@ import torch
 
 from core.attention.ablation import HeadSpec, ablated
 from core.corpus.bpe import join_pieces
-from core.model import hf_folder, hf_sites
+from core.model import hf_folder, sites
 from core.model import hugging_face as hf
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError, read_checkpoint
@@ -89,9 +89,9 @@ def _zeroed_by_hand(hm, kind: str, layer: int, head: int):
     """A copy of the model whose output projection ignores one head: its columns zeroed
     (run without hooks on: a plain forward of the copy)."""
     model = copy.deepcopy(hm.model)
-    module = hf_sites.attention_modules(model, kind)[layer]
-    _, width = hf_sites.head_geometry(module)
-    out = hf_sites.projections(module)[3]
+    module = sites.attention_modules(model, kind)[layer]
+    _, width = sites.head_geometry(module)
+    out = sites.projections(module)[3]
     with torch.no_grad():
         out.weight[:, head * width : (head + 1) * width] = 0.0
     return model

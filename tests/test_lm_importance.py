@@ -23,7 +23,7 @@ from core.attention.importance import (
 )
 from core.corpus.splits import Split
 from core.measure.sample import sample_of
-from core.model import lm_sites
+from core.model import sites
 from tests import helpers
 from tests.helpers import assert_clean, plain, run_page_script
 from tests.lm_tiny import LM_FAMILIES
@@ -55,7 +55,7 @@ def test_running_again_from_any_layer_equals_the_whole_pass(lm):
                 expected = lm.hidden(src, dec)
                 assert torch.allclose(again(start), expected, atol=1e-5)
             assert not torch.allclose(expected, whole, atol=1e-4)  # the head mattered
-    with torch.no_grad(), lm_sites.LayerInputs(lm.model), pytest.raises(RuntimeError):
+    with torch.no_grad(), sites.LayerInputs(lm.model), pytest.raises(RuntimeError):
         again(0)  # never inside a capture: it would keep its own inputs
 
 
@@ -158,7 +158,7 @@ def test_another_threads_pass_leaves_the_kept_inputs_alone(lm_loaded):
 
     lm = lm_loaded["llama"]
     src, dec, _ = batch(lm)
-    with torch.no_grad(), lm_sites.LayerInputs(lm.model) as kept:
+    with torch.no_grad(), sites.LayerInputs(lm.model) as kept:
         other = threading.Thread(target=lambda: lm.hidden(src[:1], dec[:1]))
         other.start()
         other.join()

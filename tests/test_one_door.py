@@ -205,7 +205,7 @@ ADAPTER_MODULES = {
         "blocks",
         "decode",
         "hf_model",
-        "hf_sites",
+        "sites",
         "hf_folder",
         "hf_size",
         "hugging_face",

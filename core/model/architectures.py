@@ -17,10 +17,11 @@ resolved on its family's tiny model built with its real checkpoints' flags
 ``tests/hf_tiny.py`` or ``tests/lm_tiny.py``.
 
 The rest of ``core/model`` reads these rows instead of trying attribute names: the hook sites
-(``hf_sites``, ``lm_sites``), the rebuilt heads (``lm_heads``), the adapters' heads and lens
-(``hf_model``, ``masked``), the families a folder may be (``hf_folder``), their parameter
-counts (``hf_size``) and which ones are forced to a target language (``hugging_face``). A
-``model_type`` without a row is refused in one line that names the rows (``refusal``).
+(``sites``) and a one-stack model's parts (``lm_sites``), the rebuilt heads (``lm_heads``),
+the adapters' heads and lens (``hf_model``, ``masked``), the families a folder may be
+(``hf_folder``), their parameter counts (``hf_size``) and which ones are forced to a target
+language (``hugging_face``). A ``model_type`` without a row is refused in one line that names
+the rows (``refusal``).
 """
 
 from __future__ import annotations

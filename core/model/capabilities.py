@@ -50,6 +50,9 @@ BY_FAMILY[MASKED_LM] = {
     "supervision": NOT_TRAINED_HERE,
     "playback": ONE_PASS,
     "decoding": ONE_PASS,  # writing its output step by step, each step reading the last
+    "head_scores": "A masked language model reads its sentence both ways and predicts no next "
+    "token: the head scores read a model that writes token by token (core.attention."
+    "head_detectors).",
     "translate": "A masked language model (BERT, RoBERTa, DistilBERT, ELECTRA) fills [MASK] "
     "tokens of one sentence; it does not translate.",
     **{

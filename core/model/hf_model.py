@@ -4,7 +4,7 @@
 ``HFModel`` answers every question the analysis asks of a model from an
 ``AutoModelForSeq2SeqLM`` (eager attention, eval mode) and its tokenizer: tokens by the
 tokenizer (``core.model.hugging_face``), decoding by ``generate``, passes by the model's own
-forward, and its hook sites by permanent forward hooks (``core.model.hf_sites``). The token
+forward, and its hook sites by permanent forward hooks (``core.model.sites``). The token
 embeddings the gradient methods differentiate are the embedding modules' outputs, put in
 place by a hook: whatever the family scales after them (Marian's decoder multiplies the
 ``inputs_embeds`` it is given by √D, its encoder does not) is scaled as from ids.
@@ -26,7 +26,7 @@ from torch import nn
 
 from core.corpus.bpe import PREFIX
 from core.corpus.text import tokenize
-from core.model import batched, hf_sites
+from core.model import batched, sites
 from core.model import hugging_face as hf
 from core.model.architectures import Architecture, architecture_of, part
 from core.model.capabilities import HUGGING_FACE
@@ -351,12 +351,12 @@ class HFModel(TranslationModel):
         return self.model.get_output_embeddings().weight
 
     def lens(self, stream) -> torch.Tensor:
-        norm = hf_sites.final_norm(self.model)
+        norm = sites.final_norm(self.model)
         return self.logits_of(stream if norm is None else norm(stream))
 
     def lens_words(self) -> str:
         steps = []
-        if (norm := hf_sites.final_norm(self.model)) is not None:
+        if (norm := sites.final_norm(self.model)) is not None:
             steps.append(f"the decoder's final norm ({type(norm).__name__})")
         if self._rescaled():
             steps.append("the d^-1/2 rescaling of tied embeddings (T5)")
@@ -366,25 +366,25 @@ class HFModel(TranslationModel):
         return "each decoder layer's output through " + ", then ".join(steps)
 
     def hook_points(self) -> dict[str, HookPoint]:
-        return hf_sites.hook_points(self.model)
+        return sites.install(self.model, self._architecture)
 
     # ------------------------------------------------------------------ structure
 
     def _layer(self, kind: str, layer: int) -> nn.Module:
         self.check_layer(kind, layer)
-        return hf_sites.layers_of(hf_sites.stack(self.model, side_of(kind)))[layer]
+        return sites.layers_of(sites.stack(self.model, side_of(kind)))[layer]
 
     def attention_weights(self, kind: str, layer: int) -> AttentionWeights:
-        module = hf_sites.attention_of(self._layer(kind, layer), kind)
-        heads, width = hf_sites.head_geometry(module)
-        parts = [linear_parts(m) for m in hf_sites.projections(module)]
+        module = sites.attention_of(self._layer(kind, layer), kind)
+        heads, width = sites.head_geometry(module)
+        parts = [linear_parts(m) for m in sites.projections(module)]
         scale = self._architecture.scale_of(module)  # T5: 1, no 1/√Dh
         return AttentionWeights(*(t for pair in parts for t in pair), heads, width, scale)
 
     def sublayer_norm(self, kind: str, layer: int) -> SublayerNorm:
         block = self._layer(kind, layer)
         pre = self._architecture.norm == "pre"
-        return SublayerNorm(pre, hf_sites.sublayer_norm(block, kind))
+        return SublayerNorm(pre, sites.sublayer_norm(block, kind))
 
 
 # ----------------------------------------------------------------------------- loading

@@ -4,7 +4,7 @@ for every family (TransformerLens's ``HookPoint``, made per thread).
 A model passes each activation the analysis may read through a ``HookPoint`` named by where
 it sits (``encoder.embed``, ``decoder.1.cross.z``; the names in ``SITES``): the studio's
 Transformer calls its hook points in its own forward, a Hugging Face model has permanent
-forward hooks that call them (``core.model.hf_sites``). A hook point returns its input
+forward hooks that call them (``core.model.sites``). A hook point returns its input
 unchanged, at the cost of one integer test, unless the calling thread has hooks on for it
 (``hooked``): then each hook ``fn(x, name)`` may return a replacement. Hooks are per thread,
 so a model shared by every session of the app is never changed for another session, with no

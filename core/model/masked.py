@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from core.model import hugging_face as hf
-from core.model import lm_heads, lm_sites
+from core.model import lm_heads, lm_sites, sites
 from core.model.capabilities import MASKED_LM
 from core.model.hf_model import HFModel
 from core.model.hooks import HookPoint
@@ -197,7 +197,7 @@ class MaskedModel(HFModel):
     def _batch(self, src: torch.Tensor) -> torch.Tensor:
         """(B, S, D) the last layer's output of a right-padded batch, under this thread's hooks
         (with gradients where enabled: the gradient score)."""
-        with lm_sites.LastOutput(self.model) as last:
+        with sites.LastOutput(self.model) as last:
             self.model.base_model(input_ids=src, attention_mask=(src != self.pad_id).long())
         return last.output
 
@@ -205,7 +205,7 @@ class MaskedModel(HFModel):
         return self._at_positions(src, self._batch(src))  # (B, T, D)
 
     def hidden_resumable(self, src, tgt_in) -> tuple[torch.Tensor, Callable]:
-        with lm_sites.LayerInputs(self.model) as kept:
+        with sites.LayerInputs(self.model) as kept:
             whole = self._batch(src)  # (B, S, D)
 
         def again(start: int) -> torch.Tensor:
@@ -253,10 +253,10 @@ class MaskedModel(HFModel):
         return (src != self.pad_id)[:, None, None, :], full
 
     def hook_points(self) -> dict[str, HookPoint]:
-        return lm_sites.hook_points(self.model)
+        return sites.install(self.model, self._architecture)
 
     def gate_site(self, kind: str, layer: int) -> str:
-        return f"decoder.{layer}.self.z"  # its one attention's heads (lm_sites' names)
+        return f"decoder.{layer}.self.z"  # its one attention's heads (``sites``' names)
 
     def record(self, src, tgt_in, out_ids=None) -> Record:
         raise ValueError(NOT_HERE.format(what="translation to record"))

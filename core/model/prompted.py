@@ -10,7 +10,7 @@ sequences, each row's source left-padded (attention mask and positions skip the 
 a row reads as it would alone and every row's decoder inputs sit at the last positions), and
 the interface's answers are cut from it: logits and the residual stream at the decoder inputs
 (``decoder``) or the source (``encoder``), the blocks of the weights; the hook sites are
-placed the same way (``lm_sites``). The tokens are the tokenizer's
+placed the same way (``sites``). The tokens are the tokenizer's
 (``core.model.hugging_face``), as for ``HFModel``, whose token methods it shares.
 
 What it does not do yet: a record with every attention site (``record``,
@@ -36,7 +36,7 @@ from torch import nn
 
 from core.corpus.text import tokenize
 from core.model import hugging_face as hf
-from core.model import lm_heads, lm_sites
+from core.model import lm_heads, lm_sites, sites
 from core.model.architectures import architecture_of
 from core.model.capabilities import LANGUAGE_MODEL
 from core.model.hf_model import HFModel, as_text
@@ -330,7 +330,7 @@ class PromptedModel(HFModel):
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, N)
         sources = [slice(n_before + S - len(s), n_before + S) for s in rows_s]
         steps = self.layout.spans(S, T)[1]  # the last T positions
-        with lm_sites.LastOutput(self.model) as last, lm_sites.placing(sources, steps):
+        with sites.LastOutput(self.model) as last, sites.placing(sources, steps):
             o = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                            output_attentions=weights, output_hidden_states=states,
                            use_cache=False, logits_to_keep=T if logits else 1)  # fmt: skip
@@ -353,7 +353,7 @@ class PromptedModel(HFModel):
     def hidden_resumable(self, src, tgt_in) -> tuple[torch.Tensor, Callable]:
         """``hidden`` of one pass, and ``again(layer)``: the same run again from that layer on,
         the layers below as they were (what removing heads there or above changes)."""
-        with lm_sites.LayerInputs(self.model) as kept:
+        with sites.LayerInputs(self.model) as kept:
             p = self._pass(src, tgt_in, logits=False)
         norm = lm_sites.final_norm(self.model)
 
@@ -422,7 +422,7 @@ class PromptedModel(HFModel):
         return f"each layer's output through the final norm ({norm}) and lm_head{capped}"
 
     def hook_points(self) -> dict[str, HookPoint]:
-        return lm_sites.hook_points(self.model)
+        return sites.install(self.model, self._architecture)
 
     @property
     def head_kinds(self) -> tuple[str, ...]:

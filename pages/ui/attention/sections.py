@@ -14,6 +14,7 @@ from pages.ui.attention import (
     alignment_view,
     attribution_view,
     comparison_view,
+    head_scores_view,
     inside_head_view,
     logit_lens_view,
     maps_view,
@@ -64,6 +65,7 @@ SECTIONS = {  # key (the URL's ``section``) -> section
         "Inside a head", inside_head_view.inside_head_section, fields=("query", "lines_all")
     ),
     "lens": Section("Logit lens", logit_lens_view.logit_lens_section, False, ("lens",)),
+    "head_scores": Section("Head scores", head_scores_view.head_scores_section, False),
     "patch": Section("Patching", patching_view.patching_section, False, PATCH),
     "project": Section(
         "Where tokens live",
