@@ -15,6 +15,7 @@ from core.attribution.contrast import contrast
 from core.attribution.gradients import (
     RULES,
     GradientChoices,
+    baseline_ids,
     embedding_task,
     grad_input,
     integrated_gradients,
@@ -108,13 +109,14 @@ def test_gradient_x_input_is_captums_on_the_full_function(any_pair):
 def inseq_by_hand(m, t, steps: int) -> np.ndarray:
     """inseq 0.7.1's integrated gradients at its defaults, computed as inseq does: one
     captum call per output step y_t, on the source and the prefix y_<t alone, explaining
-    p(y_t); the baseline is the UNK token at every position but the specials; a token's
+    p(y_t); the baseline is the UNK token at every position but </s> and the start token
+    (inseq keeps those two, not every special: BART's <s> is replaced); a token's
     score the L2 norm of its attribution over the embedding; each step's scores divided by
     their sum over source and prefix. Returns (T, S + T), later prefix columns 0."""
     from captum.attr import IntegratedGradients
 
     p = m.forced(t.src_ids, t.out_ids)
-    specials = torch.tensor(sorted(m.special_ids()))
+    specials = torch.tensor(sorted({m.eos_id, m.start_id}))
     unk = [
         torch.where(torch.isin(x, specials), x, torch.full_like(x, m.unk_id))
         for x in (p.src, p.tgt_in)
@@ -148,6 +150,26 @@ def test_inseqs_integrated_gradients_by_hand_equals_the_studios_with_its_choices
     S = len(t.src_ids)
     assert studio.contributions[:, S - 1].max() < 1e-6  # </s> kept: it always scores 0
     assert studio.contributions[:, S].max() < 1e-6  # and the start token
+
+
+def test_keeping_the_specials_keeps_the_end_and_the_start_token_only(hf_loaded):
+    """Issue 67, item 1: the baseline kept every special token, so BART's source <s> and its
+    forced <s> scored exactly 0 under integrated gradients (inseq's keep only </s> and the
+    start token: up to 0.26 apart)."""
+    m = hf_loaded["bart"]
+    t = m.force(HF_SOURCE, HF_TARGET, DecodeSettings())
+    bos = m.tokenizer.bos_token_id  # a special that is neither the end nor the start token
+    assert bos in m.special_ids() and bos not in (m.eos_id, m.start_id)
+    src, out = [bos, *t.src_ids], [bos, *t.out_ids]  # <s> read on both sides, as BART's
+    base = baseline_ids(m, torch.tensor([src]), m.unk_id, keep=True)[0]
+    assert base[0] == m.unk_id and base[-1] == m.eos_id
+    choices = GradientChoices("unk", True, 16, "gausslegendre", "l2", "prob")
+    e = attribute(m, src, out, "integrated-gradients", choices=choices)
+    S = len(src)
+    assert e.contributions[:, 0].min() > 1e-4  # the source <s> scores
+    assert e.contributions[1:, S + 1].min() > 1e-4  # the forced <s>, once it is read
+    assert e.contributions[:, S - 1].max() < 1e-6  # </s> kept: 0
+    assert e.contributions[:, S].max() < 1e-6  # the start token kept: 0
 
 
 def test_the_entropy_explained_is_the_steps_entropy(studio_pair):

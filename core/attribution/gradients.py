@@ -253,13 +253,19 @@ class GradientTask:
         return self.at(src_emb, tgt_emb, torch.arange(self.output_length, device=src_emb.device))
 
 
+def kept(m: TranslationModel, ids: torch.Tensor) -> torch.Tensor:
+    """(same shape as ``ids``) True where a baseline keeps the token when asked to keep the
+    specials: the end token and the decoder's start token, as inseq keeps them (not every
+    special: BART's <s> is replaced like any word)."""
+    ends = torch.tensor(sorted({m.eos_id, m.start_id}), device=ids.device)
+    return torch.isin(ids, ends)
+
+
 def baseline_ids(m: TranslationModel, ids: torch.Tensor, token: int, keep: bool) -> torch.Tensor:
-    """``ids`` with every token replaced by ``token`` (specials kept where ``keep``)."""
+    """``ids`` with every token replaced by ``token`` (</s> and the start token kept where
+    ``keep``)."""
     out = torch.full_like(ids, token)
-    if keep:
-        special = torch.tensor(sorted(m.special_ids()), device=ids.device)
-        out = torch.where(torch.isin(ids, special), ids, out)
-    return out
+    return torch.where(kept(m, ids), ids, out) if keep else out
 
 
 def picked(out: torch.Tensor, function: str) -> Pick:
@@ -282,7 +288,7 @@ def _random_baselines(m: TranslationModel, p: Record, c: GradientChoices) -> lis
     g = torch.Generator().manual_seed(0)
     ids = (p.src, p.tgt_in)  # (1, S), (1, T)
     own = m.embeddings(*ids)  # (1, S, D), (1, T, D)
-    special = [torch.isin(x, torch.tensor(sorted(m.special_ids()), device=x.device)) for x in ids]
+    special = [kept(m, x) for x in ids]  # (1, S), (1, T): </s> and the start token
     starts = []
     for _ in range(c.samples):
         if c.baseline == "expected":

@@ -1,6 +1,11 @@
-"""Scores of each output step beside an attribution, as inseq's step functions give them
+"""Scores of each output step beside an attribution, named after inseq's step functions
 (``probability``, ``entropy``, ``perplexity``, ``contrast_prob_diff``, ``kl_divergence``):
 what the model thought of each token it wrote, from one teacher-forced pass.
+
+Probability, entropy and KL are inseq's; two are defined otherwise: inseq's ``perplexity``
+is each step's own (from that step's cross-entropy), here it is the sentence's so far;
+inseq's ``contrast_prob_diff`` reads p(y'_t) after the contrast's own prefix y'_<t, here
+after the translation's prefix y_<t, the quantity the contrastive attribution explains.
 
 - probability p(y_t | x, y_<t) and its rank among the vocabulary (1 = the model's first
   choice);
