@@ -19,6 +19,7 @@ from core.attention.head_measures import Measures
 from core.attention.head_roles import (
     REPEATED_TOKENS,
     ROLE_SHARE,
+    ROLES,
     HeadRoles,
     head_roles,
     repeated_ids,
@@ -209,21 +210,34 @@ def test_head_roles_are_the_models_own_weights(lm):
         seen = torch.stack(
             lm.model(input_ids=torch.tensor([twice]), output_attentions=True).attentions
         )
-    i = np.arange(k - 1)
-    assert np.allclose(
-        r.induction, seen[:, 0][..., start + k + i, start + i + 1].mean(-1), atol=1e-6
-    )
+    i = np.arange(k)  # each token of the second copy, its first occurrence at start + i
+    second = seen[:, 0][..., start + k + i, :]  # (L, H, k, N)
+    assert np.allclose(r.duplicate, second[..., i, start + i].mean(-1), atol=1e-6)
+    assert np.allclose(r.induction, second[..., i, start + i + 1].mean(-1), atol=1e-6)
+
+
+def test_the_roles_figure_draws_every_roles_scores(lm):
+    """Issue 67: the duplicate-token score beside previous-token, first-token and induction."""
+    from core.figures.head_roles import head_roles_figure
+
+    r = head_roles(lm, lm.translate(SOURCE, SETTINGS))
+    fig = head_roles_figure(r)
+    assert [a.text for a in fig.layout.annotations] == list(ROLES)
+    for trace, grid in zip(fig.data, r.grids()):
+        assert np.allclose(trace.z, grid, atol=1e-6)
 
 
 def test_a_role_is_named_only_where_its_weight_reaches_the_share():
     grid = np.zeros((2, 3))
-    previous, first, induction = grid.copy(), grid.copy(), grid.copy()
+    previous, first, duplicate, induction = grid.copy(), grid.copy(), grid.copy(), grid.copy()
     previous[0, 1], first[1, 2], induction[1, 2] = ROLE_SHARE, 0.9, ROLE_SHARE - 0.01
-    r = HeadRoles(previous, first, induction, 10, 24)
+    duplicate[0, 0] = 0.5
+    r = HeadRoles(previous, first, duplicate, induction, 10, 24)
     assert r.roles(0, 1) == ["previous-token"] and r.roles(1, 2) == ["first-token sink"]
-    assert r.roles(0, 0) == [] and len(r.rows()) == 6
+    assert r.roles(0, 0) == ["duplicate-token"] and r.roles(0, 2) == [] and len(r.rows()) == 6
     assert r.rows()[1] | {} == {"layer": 0, "head": 1, "previous": 0.4, "first": 0.0,
-                               "induction": 0.0, "roles": ["previous-token"]}  # fmt: skip
+                               "duplicate": 0.0, "induction": 0.0,
+                               "roles": ["previous-token"]}  # fmt: skip
 
 
 def test_a_template_is_cut_never_formatted(lm):

@@ -1,13 +1,14 @@
 """What a decoder-only model's heads do, measured: previous-token heads, heads that park their
-weight on the first token (an attention "sink"), and induction heads.
+weight on the first token (an attention "sink"), duplicate-token heads and induction heads.
 
 Over the whole sequence a prompted translation reads (the prompt with the sentence, then the
 output fed back), each head's mean weight on the token just before the query (previous-token)
 and on the first token (sink), every row after the first; over a random sequence of tokens
 read twice (Olsson et al. 2022; TransformerLens's demonstration), each head's mean weight from
-a token of the second copy to the token that followed its first occurrence (induction). A role
-is named only where its mean weight reaches ``ROLE_SHARE`` (the map shows it); the numbers are
-the model's own weights (``TranslationModel.sequence_patterns``).
+a token of the second copy to the same token in the first (duplicate) and to the token that
+followed it there (induction), with ``head_detectors``' patterns. A role is named only where
+its mean weight reaches ``ROLE_SHARE`` (the map shows it); the numbers are the model's own
+weights (``TranslationModel.sequence_patterns``).
 
 Shape key: L layers, H heads, N tokens.
 """
@@ -19,12 +20,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from core.attention.head_detectors import detection_patterns, pattern_score
 from core.model.interface import TranslationModel
 from core.model.parts import Translation
 
 REPEATED_TOKENS = 24  # the random sequence read twice for the induction score
 ROLE_SHARE = 0.4  # a role is named where a head's mean weight on it reaches this
-ROLES = ("previous-token", "first-token sink", "induction")
+ROLES = ("previous-token", "first-token sink", "duplicate-token", "induction")
 
 
 @dataclass
@@ -33,14 +35,18 @@ class HeadRoles:
 
     previous: np.ndarray  # (L, H) mean weight on the token before the query
     first: np.ndarray  # (L, H) mean weight on the sequence's first token
+    duplicate: np.ndarray  # (L, H) mean weight on the query's own token in the first copy
     induction: np.ndarray  # (L, H) mean weight on the token after the query's earlier copy
     tokens: int  # N, the tokens of the translation's sequence
     repeated: int  # the random tokens read twice
 
     def roles(self, layer: int, head: int) -> list[str]:
         """The roles this head's scores reach."""
-        scores = (self.previous, self.first, self.induction)
-        return [name for name, s in zip(ROLES, scores) if s[layer, head] >= ROLE_SHARE]
+        return [name for name, s in zip(ROLES, self.grids()) if s[layer, head] >= ROLE_SHARE]
+
+    def grids(self) -> tuple[np.ndarray, ...]:
+        """The (L, H) scores of every role, in ``ROLES``' order."""
+        return (self.previous, self.first, self.duplicate, self.induction)
 
     def rows(self) -> list[dict]:
         """One JSON-able row per head."""
@@ -51,6 +57,7 @@ class HeadRoles:
                 "head": head,
                 "previous": round(float(self.previous[layer, head]), 6),
                 "first": round(float(self.first[layer, head]), 6),
+                "duplicate": round(float(self.duplicate[layer, head]), 6),
                 "induction": round(float(self.induction[layer, head]), 6),
                 "roles": self.roles(layer, head),
             }
@@ -69,11 +76,17 @@ def repeated_ids(m: TranslationModel, n: int = REPEATED_TOKENS, seed: int = 0) -
     return [*m.start_ids(), *tokens, *tokens]
 
 
-def induction_scores(weights: np.ndarray, start: int, n: int) -> np.ndarray:
-    """(L, H) mean weight from each token of the second copy (but its last) to the token after
-    its first occurrence: rows start + n + i, columns start + i + 1."""
-    i = np.arange(n - 1)
-    return weights[..., start + n + i, start + i + 1].mean(axis=-1)
+def repeat_scores(weights: torch.Tensor, start: int, n: int) -> dict[str, np.ndarray]:
+    """{"duplicate_token", "induction": (L, H)} of (L, H, N, N) weights over a sequence whose
+    n random tokens read twice begin at ``start``: ``head_detectors``' patterns, placed there."""
+    N = weights.shape[-1]
+    out = {}
+    for name in ("duplicate_token", "induction"):
+        pattern = detection_patterns(n)[name]  # (2n + 1, 2n + 1): a start token, then the copies
+        placed = torch.zeros(N, N)
+        placed[start : start + 2 * n, start : start + 2 * n] = pattern[1:, 1:]  # its start left
+        out[name] = pattern_score(weights, placed).numpy()  # out: no pattern reads it
+    return out
 
 
 def head_roles(m: TranslationModel, t: Translation, seed: int = 0) -> HeadRoles:
@@ -87,6 +100,8 @@ def head_roles(m: TranslationModel, t: Translation, seed: int = 0) -> HeadRoles:
     twice = repeated_ids(m, seed=seed)
     start = len(twice) - 2 * REPEATED_TOKENS
     with torch.no_grad():
-        r = m.sequence_patterns(twice).float().cpu().numpy()  # (L, H, N', N')
-    induction = induction_scores(r, start, REPEATED_TOKENS)
-    return HeadRoles(previous, first, induction, len(ids), REPEATED_TOKENS)
+        r = m.sequence_patterns(twice).float().cpu()  # (L, H, N', N')
+    repeat = repeat_scores(r, start, REPEATED_TOKENS)
+    return HeadRoles(
+        previous, first, repeat["duplicate_token"], repeat["induction"], len(ids), REPEATED_TOKENS
+    )

@@ -19,26 +19,27 @@ TITLES = {"previous_token": "previous-token", "duplicate_token": "duplicate-toke
           "induction": "induction"}  # fmt: skip
 
 
-def head_scores_figure(s: HeadScores) -> go.Figure:
-    """Three layer × head heatmaps of the scores (0..1); a cell is written from ``SHOWN`` on
-    (every cell of a grid of at most ``SMALL`` heads)."""
-    L, H = s.induction.shape
-    fig = make_subplots(rows=1, cols=len(SCORES), shared_yaxes=True, horizontal_spacing=0.05,
-                        subplot_titles=[TITLES[n] for n in SCORES])  # fmt: skip
-    for col, name in enumerate(SCORES, start=1):
-        grid = getattr(s, name).numpy()  # (L, H)
-        shown = grid >= (0.0 if L * H <= SMALL else SHOWN)
-        text = np.where(shown, np.char.mod("%.2f", grid), "")
+def score_grids(
+    grids: dict[str, np.ndarray], title: str, notes: list[str], shown: float, bar: str
+) -> go.Figure:
+    """One layer × head heatmap per (L, H) grid of ``grids`` ({subplot title: grid}) on one
+    0..1 scale; a cell is written from ``shown`` on (every cell of a grid of at most
+    ``SMALL`` heads)."""
+    L, H = next(iter(grids.values())).shape
+    fig = make_subplots(rows=1, cols=len(grids), shared_yaxes=True, horizontal_spacing=0.05,
+                        subplot_titles=list(grids))  # fmt: skip
+    for col, (name, grid) in enumerate(grids.items(), start=1):
+        grid = np.asarray(grid, dtype=np.float32)  # (L, H)
+        written = grid >= (0.0 if L * H <= SMALL else shown)
         fig.add_trace(
             go.Heatmap(
-                z=grid.astype(np.float32),
+                z=grid,
                 x=np.arange(H),
                 y=np.arange(L),
-                text=text.tolist(),
+                text=np.where(written, np.char.mod("%.2f", grid), "").tolist(),
                 texttemplate="%{text}",
                 coloraxis="coloraxis",
-                hovertemplate=f"layer %{{y}}, head %{{x}}<br>{TITLES[name]}: %{{z:.3f}}"
-                "<extra></extra>",
+                hovertemplate=f"layer %{{y}}, head %{{x}}<br>{name}: %{{z:.3f}}<extra></extra>",
             ),
             row=1,
             col=col,
@@ -46,6 +47,18 @@ def head_scores_figure(s: HeadScores) -> go.Figure:
         fig.update_xaxes(title_text="head", dtick=1 if H <= 16 else None, row=1, col=col)
     fig.update_yaxes(title_text="layer", autorange="reversed", dtick=1 if L <= 16 else None,
                      row=1, col=1)  # fmt: skip
+    head = title_layout(title, notes, WIDE_TITLE_CHARS, below=SUBTITLE_PX)  # grids' titles
+    fig.update_layout(
+        coloraxis={"colorscale": "Blues", "cmin": 0.0, "cmax": 1.0,
+                   "colorbar": {"title": {"text": bar}, "thickness": 12}},
+        height=int(head["margin"]["t"] + 70 + CELL_PX * max(L, 4)),
+        **head,
+    )  # fmt: skip
+    return fig
+
+
+def head_scores_figure(s: HeadScores) -> go.Figure:
+    """Three layer × head heatmaps of the scores (0..1), each cell written from ``SHOWN`` on."""
     early, late = s.early_late
     notes = [
         f"{s.sequences} sequences of {s.length} random tokens read twice (seed {s.seed}); "
@@ -53,12 +66,5 @@ def head_scores_figure(s: HeadScores) -> go.Figure:
         f"in-context learning: loss at token {late} minus at token {early} = {s.icl:+.3f} nats "
         f"(first copy {s.first_copy_loss:.2f}, repeat {s.repeat_loss:.2f})",
     ]
-    title = "Head scores (TransformerLens's detectors)"
-    head = title_layout(title, notes, WIDE_TITLE_CHARS, below=SUBTITLE_PX)  # grids' titles
-    fig.update_layout(
-        coloraxis={"colorscale": "Blues", "cmin": 0.0, "cmax": 1.0,
-                   "colorbar": {"title": {"text": "score"}, "thickness": 12}},
-        height=int(head["margin"]["t"] + 70 + CELL_PX * max(L, 4)),
-        **head,
-    )  # fmt: skip
-    return fig
+    grids = {TITLES[n]: getattr(s, n).numpy() for n in SCORES}
+    return score_grids(grids, "Head scores (TransformerLens's detectors)", notes, SHOWN, "score")
