@@ -92,6 +92,15 @@ class InRange:
         )
 
 
+def add_model_flag(parser: argparse.ArgumentParser) -> None:
+    """``--checkpoint``: the model a command opens (``core.model.opened.open_model``)."""
+    parser.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a studio checkpoint (.pt), a Hugging Face model folder or hub id",
+    )
+
+
 def add_prompt_flag(parser: argparse.ArgumentParser) -> None:
     """``--prompt``: a decoder-only model's prompt template (core.model.prompt)."""
     parser.add_argument(

@@ -27,7 +27,7 @@ from core.attention.head_detectors import (
     HeadScoresError,
     head_scores,
 )
-from core.command_line import CommandParser, InRange, add_prompt_flag, run_command
+from core.command_line import CommandParser, InRange, add_model_flag, add_prompt_flag, run_command
 from core.model.checkpoints import CheckpointError
 from core.model.opened import open_model
 from core.model.parts import TranslationError
@@ -36,11 +36,7 @@ from core.model.parts import TranslationError
 def build_parser() -> argparse.ArgumentParser:
     """The command's flags."""
     p = CommandParser(description="Head detector scores on random tokens read twice.")
-    p.add_argument(
-        "--checkpoint",
-        required=True,
-        help="a studio checkpoint (.pt), a Hugging Face model folder or hub id",
-    )
+    add_model_flag(p)
     p.add_argument(
         "--length", type=InRange(int, *LENGTHS), default=LENGTH, help="random tokens per copy"
     )

@@ -26,7 +26,14 @@ from core.attention.head_roles import head_roles
 from core.attention.kinds import KINDS
 from core.attention.logit_lens import TOP_K, logit_lens
 from core.attention.query_key import InsideHeadError, query_key_view, sequence_query_key
-from core.command_line import CommandError, CommandParser, InRange, add_prompt_flag, run_command
+from core.command_line import (
+    CommandError,
+    CommandParser,
+    InRange,
+    add_model_flag,
+    add_prompt_flag,
+    run_command,
+)
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError
 from core.model.opened import open_model
@@ -38,11 +45,7 @@ MAX_TOP = 100  # the most words --top may ask for
 def build_parser() -> argparse.ArgumentParser:
     """The command's flags."""
     p = CommandParser(description="Inside one attention head, or the logit lens.")
-    p.add_argument(
-        "--checkpoint",
-        required=True,
-        help="a studio checkpoint (.pt), a Hugging Face model folder or hub id",
-    )
+    add_model_flag(p)
     p.add_argument("--sentence", required=True, help="the source sentence to translate")
     p.add_argument("--kind", default="cross", help=f"one of {', '.join(KINDS)}")
     p.add_argument("--layer", type=InRange.index(), default=0, help="layer, counted from 0")

@@ -7,7 +7,14 @@ import argparse
 import sys
 
 from core.attention.ablation import HeadSpecError, ablated, heads_of
-from core.command_line import CommandError, CommandParser, InRange, add_prompt_flag, run_command
+from core.command_line import (
+    CommandError,
+    CommandParser,
+    InRange,
+    add_model_flag,
+    add_prompt_flag,
+    run_command,
+)
 from core.model.checkpoints import CheckpointError
 from core.model.opened import open_model
 from core.model.parts import ALPHA, ALPHAS, BEAM_SIZES, MAX_LEN, MAX_LENS, DecodeSettings
@@ -19,11 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Translate English to French with a checkpoint, or with a Hugging Face "
         "encoder-decoder (a save_pretrained folder, or a hub id when online)."
     )
-    p.add_argument(
-        "--checkpoint",
-        required=True,
-        help="a studio checkpoint (.pt), a Hugging Face model folder or hub id",
-    )
+    add_model_flag(p)
     p.add_argument(
         "--target-lang",
         default="",
