@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from core.attention.head_detectors import detection_patterns, pattern_score
+from core.attention.head_detectors import detection_patterns, pattern_score, random_tokens
 from core.model.interface import TranslationModel
 from core.model.parts import Translation
 
@@ -67,12 +67,9 @@ class HeadRoles:
 
 
 def repeated_ids(m: TranslationModel, n: int = REPEATED_TOKENS, seed: int = 0) -> list[int]:
-    """The model's start ids, then ``n`` random ordinary tokens, then the same ``n`` again."""
-    vocab, _ = m.vocab_sizes()
-    special = m.special_ids() | {m.unk_id}
-    g = torch.Generator().manual_seed(seed)
-    pool = [i for i in torch.randperm(vocab, generator=g).tolist() if i not in special]
-    tokens = pool[:n]
+    """The model's start ids, then ``n`` random ordinary tokens (``head_detectors``' draw),
+    then the same ``n`` again."""
+    tokens = random_tokens(m, n, 1, seed)[0]
     return [*m.start_ids(), *tokens, *tokens]
 
 
