@@ -1,15 +1,18 @@
 """Integrated gradients: the studio against inseq, at the same steps, same pair, one thread.
 
-    python bench/ig_speed.py [--steps 50] [--runs 5] [--families marian,bart]
+    python bench/ig_speed.py [--steps 50] [--runs 5] [--families marian,bart,gpt2,llama]
 
-On tiny random Hugging Face models (the tests' ``tests/hf_tiny.py``, built in a temporary
-folder) and the shipped model, for a 13-token source with an 18-token target and a 40-token
-pair: the CPU seconds (``time.process_time``, one thread) of the studio's integrated
-gradients (``core.attribution.methods.attribute``) against the peer measured in the same run:
+On tiny random Hugging Face models (the tests' ``tests/hf_tiny.py`` and ``tests/lm_tiny.py``,
+built in a temporary folder; a decoder-only model's pair is its prompt and the prompt followed
+by the target, as inseq reads it) and the shipped model, for a source of 12 words with a
+target of 17 and a pair of 39 and 39 words: the CPU seconds (``time.process_time``, one
+thread) of the studio's integrated gradients (``core.attribution.methods.attribute``) against
+the peer measured in the same run:
 
 - ``inseq`` 0.7.1's ``integrated_gradients`` (``model.attribute(src, tgt, n_steps=...)``)
-  where inseq is installed (it is not a dependency: ``pip install inseq==0.7.1`` after
-  torch), on the Hugging Face models;
+  where inseq is installed (it is not a dependency: ``pip install --no-deps --target
+  /tmp/inseq_site inseq==0.7.1 jaxtyping treescope``, then ``PYTHONPATH=/tmp/inseq_site``),
+  on the Hugging Face models;
 - otherwise, and on the shipped model (inseq cannot open it), inseq's algorithm by hand: one
   captum ``IntegratedGradients`` call per output step on the source and that step's prefix
   (what inseq runs), through the model's own embeddings path.
@@ -80,6 +83,16 @@ def pairs(lengths: tuple[int, ...]):
         yield " ".join((ENGLISH.split() * 5)[:n_src]), " ".join((FRENCH.split() * 5)[:n_tgt])
 
 
+def peer_texts(m, t, src: str, tgt: str) -> tuple[str, str]:
+    """What inseq is given for a pair: the source and the target; for a decoder-only model,
+    its prompt and the whole sequence the studio explains (the prompt, then the output)."""
+    if not m.reads_prompt:
+        return src, tgt
+    ids = m.sequence_ids(t.src_ids, t.out_ids)  # the prompt and the decoder inputs
+    prompt = ids[: m.first_step(t.src_ids, t.out_ids)]
+    return m.tokenizer.decode(prompt), m.tokenizer.decode([*ids, t.out_ids[-1]])
+
+
 def line(name, t, studio, peer, peer_name):
     sizes = f"{len(t.src_ids)} -> {len(t.out_ids)} tokens"
     print(
@@ -109,7 +122,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--families", default="marian,bart")
+    ap.add_argument("--families", default="marian,bart,gpt2,llama")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     try:
@@ -118,15 +131,17 @@ def main(argv=None) -> None:
         inseq = None
     print(f"peer: {'inseq' if inseq else 'inseq by hand (captum per step)'}; one thread")
     from hf_tiny import save_tiny
+    from lm_tiny import LM_FAMILIES, save_tiny_lm
 
     with tempfile.TemporaryDirectory() as tmp:
         for family in args.families.split(","):
-            folder = save_tiny(Path(tmp) / family, family)
+            save = save_tiny_lm if family in LM_FAMILIES else save_tiny
+            folder = save(Path(tmp) / family, family)
             m = open_model(str(folder))
             peer = inseq.load_model(str(folder), "integrated_gradients") if inseq else None
             for src, tgt in pairs(((12, 17), (39, 39))):
                 t = m.force(src, tgt, DecodeSettings())
-                compare(f"tiny {family}", m, t, args, peer, (src, tgt))
+                compare(f"tiny {family}", m, t, args, peer, peer_texts(m, t, src, tgt))
     m = open_model(str(ROOT / "checkpoints" / "fra-eng-small.pt"))
     for sentence in SHIPPED:
         compare("shipped fra-eng-small", m, m.translate(sentence, DecodeSettings()), args)

@@ -1,17 +1,16 @@
 """``python -m core.attribute``: what each token contributes to each output token, as JSON.
 
     python -m core.attribute --checkpoint CK [--method M] [--beam N] [--layer L] [--head H]
-        [--words] [--target "FRENCH"] [--contrast "FRENCH"] [--baseline unk --steps 50
-        --rule riemann_trapezoid --aggregation l2 --function prob --keep-specials] SENTENCE
+        [--words | --source-spans 0:2 --target-spans 1:3] [--target T] [--contrast T]
+        [--contrast-source S] [--baseline unk --steps 50 ...] SENTENCE
     python -m core.attribute --checkpoint CK --input PAIRS.tsv --out RESULTS.jsonl [--method M]
     python -m core.attribute --checkpoint CK --faithfulness [--sentences N] [--data FILE]
 
 CK: a studio checkpoint or a Hugging Face model folder (a hub id when online). The first form
-prints one JSON object (tokens, ``contributions`` rows summing to 1, ``source_share``, ``raw``
-signed scores of gradient methods, ``step_scores``; a contrast of any length compared where
-the two differ, or at ``--contrast-alignment`` t-j pairs); the second explains every line of a
-file (``source[TAB target[TAB contrast]]``) into JSON lines, resumable; the third prints one
-JSON line per method and the random baseline. Fields: docs/analysis.md ("Attribution").
+prints one JSON object (tokens, ``contributions`` rows summing to 1, ``source_share``, ``raw``,
+``step_scores``); the second one JSON line per line of a file (``source[TAB target[TAB
+contrast[TAB contrast source]]]``), resumable; the third one per method and the random
+baseline. Fields: docs/analysis.md ("Attribution").
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import json
 import sys
 
 from core.attribution.contrast import contrast_problem
-from core.attribution.explain import sentence_json
+from core.attribution.explain import add_sentence_flags, sentence_flag_problem, sentence_json
 from core.attribution.faithfulness import DEFAULT_METHODS, SAMPLE_SIZES, SENTENCES, faithfulness_for
 from core.attribution.file_mode import FileModeError, attribute_file, out_problem
 from core.attribution.gradients import add_choice_flags, choices_from
@@ -54,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="", help="explain this translation, not the model's own")
     p.add_argument("--contrast", default="", help="why the translation rather than this one")
     p.add_argument("--contrast-alignment", default="", help="steps compared, t-j pairs: 3-3,4-5")
+    add_sentence_flags(p)  # --source-spans --target-spans --contrast-source
     p.add_argument("--input", default="", help="explain every line of this file (TSV)")
     p.add_argument("--out", default="", help="with --input: the JSON-lines file, resumable")
     add_choice_flags(p)  # gradient methods: --baseline --steps --rule --aggregation ...
@@ -72,7 +72,7 @@ def problem(args) -> str | None:
     if args.faithfulness:
         if args.target or args.contrast:
             return "--target and --contrast explain one sentence: leave out --faithfulness"
-        return None
+        return sentence_flag_problem(args)  # spans, a contrast source
     if bool(args.input) != bool(args.out):
         return "--input and --out go together: the pairs file and the results file"
     if not " ".join(args.sentence).strip() and not args.input:
@@ -81,7 +81,7 @@ def problem(args) -> str | None:
         return "give one --method for a sentence"
     if args.target and args.beam != 1:
         return "--target is fed to the decoder instead of a search: leave out --beam"
-    return None
+    return sentence_flag_problem(args)
 
 
 def run(args) -> list[str]:
@@ -106,6 +106,7 @@ def run(args) -> list[str]:
         return [json.dumps(attribute_file(lm, args.input, args.out, *asked))]
     t = translate_sentence(lm, " ".join(args.sentence), settings, args.target)
     asked = (args.contrast, args.contrast_alignment), args.words, choices_from(args)
+    asked = (*asked, args.contrast_source, (args.source_spans, args.target_spans))
     out = sentence_json(lm, t, method, args.layer, args.head, *asked)
     return [json.dumps(out, ensure_ascii=False)]
 

@@ -12,14 +12,24 @@ the residual stream, kinds ``encoder_stream`` and ``decoder_stream``; ``effect``
 corrupted run, 1 = the clean run), then one line with ``clean_metric``, ``corrupt_metric``,
 ``gap`` (their difference, which every effect is divided by), ``caveat`` (one line when that
 gap is under one logit, too small to normalise by, and by how much, also printed on stderr
-as ``warning: Caveat: …``; "" else), the step, both
-tokens and the prefix. ``--direction noise`` patches the corrupted run into
-the clean one instead (what is necessary rather than what suffices: 0 = the clean run
-unchanged, 1 = the corrupted run's metric). ``--prefix`` (target words, "" for none) and
-``--answers`` (the clean and the corrupted answer word) choose the step and the metric where
-the translations agree; a prefix alone takes each run's most likely word after it. CK is a
-studio checkpoint or a Hugging Face model folder (a hub id when online); ``--target-lang``
-a multilingual model's output language. The library is ``core.attention.patching``.
+as ``warning: Caveat: …``; "" else), the step, both tokens and the prefix. ``--sites``: what
+to patch (``SELECTIONS``, default ``heads stream_positions``; a head gains ``position`` or
+``activation``, an MLP is ``encoder_mlp``/``decoder_mlp``; over ``MAX_COMPONENTS`` refused).
+``--direction noise`` patches the corrupted run into the clean one (what is necessary, not
+what suffices: 0 = the clean run unchanged, 1 = the corrupted run's). ``--prefix`` (target
+words, "" for none) and ``--answers`` (the clean and the corrupted answer word) choose the
+step and the metric where the translations agree; a prefix alone takes each run's most likely
+word after it. CK: a studio checkpoint or a Hugging Face model folder (a hub id online);
+``--target-lang``: a multilingual model's output language. Library: ``core.attention.patching``.
+
+``--method attribution`` estimates every component's effect at once from one gradient
+(attribution patching, ``core.attention.attribution_patching``): each line gains
+``estimate`` beside the real ``effect`` (null with ``--estimate-only``), and the last line
+``spearman`` and ``largest_error`` (the estimate against real patching). ``--receivers
+L.H,...`` (``kind:L.H`` where the model has several kinds of head) or ``--receivers logits``
+prints path patching instead (``--method path``, which may be left out;
+``core.attention.path_patching``): one line per sender head (every head, or ``--sender
+L.H``), its effect through those receivers only, and the last line names them.
 """
 
 from __future__ import annotations
@@ -28,7 +38,10 @@ import argparse
 import json
 import sys
 
-from core.attention.patching import DIRECTIONS, patch
+from core.attention.attribution_patching import attribution_patch
+from core.attention.patch_question import METHODS
+from core.attention.patching import DEFAULT_SELECTION, DIRECTIONS, SELECTIONS, patch
+from core.attention.path_patching import HEAD_FORMAT, path_patch_named
 from core.command_line import CommandParser, add_prompt_flag, run_command
 from core.model.checkpoints import CheckpointError
 from core.model.opened import open_model
@@ -52,6 +65,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--answers", nargs=2, default=None, metavar=("CLEAN", "CORRUPT"), help="two answer words"
     )
     p.add_argument("--target-lang", default="", help="a multilingual model's target language")
+    p.add_argument("--sites", nargs="+", choices=SELECTIONS, default=list(DEFAULT_SELECTION),
+                   help="what to patch: " + "; ".join(SELECTIONS.values()))  # fmt: skip
+    p.add_argument("--method", choices=METHODS, default=METHODS[0], help="attribution: the "
+                   "gradient's estimate of every patch at once, beside real patching; path: "
+                   "each head through --receivers")  # fmt: skip
+    p.add_argument("--estimate-only", action="store_true", help="attribution without real patching")
+    p.add_argument(
+        "--receivers", default=None, help=f"path patching: logits, or heads {HEAD_FORMAT}"
+    )
+    p.add_argument("--sender", default=None, help="path patching: one sender head (default: all)")
     add_prompt_flag(p)
     return p
 
@@ -60,14 +83,26 @@ def run(args: argparse.Namespace) -> list[str]:
     """One line per component, then the metrics."""
     lm = open_model(args.checkpoint, hub=True, prompt=args.prompt, section="patch")
     answers = tuple(args.answers) if args.answers else None
-    result = patch(
-        lm, args.clean, args.corrupt, None, direction=args.direction, prefix=args.prefix,
-        answers=answers, target_lang=args.target_lang or None,
-    )  # fmt: skip
+    asked = {"direction": args.direction, "prefix": args.prefix, "answers": answers,
+             "target_lang": args.target_lang or None}  # fmt: skip
+    if args.receivers is None and (args.sender is not None or args.method == "path"):
+        raise TranslationError("--sender and --method path need --receivers (heads, or logits).")
+    if args.receivers is not None and args.method == "attribution":
+        raise TranslationError("--receivers asks for path patching, not --method attribution.")
+    if args.receivers is not None:
+        done = path_patch_named(
+            lm, args.clean, args.corrupt, args.receivers, args.sender or "", **asked
+        )
+    elif args.method == "attribution":
+        done = attribution_patch(lm, args.clean, args.corrupt, None, not args.estimate_only,
+                                 **asked, selection=args.sites)  # fmt: skip
+    else:
+        done = patch(lm, args.clean, args.corrupt, None, **asked, selection=args.sites)
+    result = getattr(done, "patching", done)  # the rows and metrics every method shares
     if result.caveat:  # for whoever reads the terminal, not only the JSON's last line
         print(f"warning: {result.caveat}", file=sys.stderr)
     lines = [json.dumps(row, ensure_ascii=False) for row in result.rows]
-    return [*lines, json.dumps(result.summary(), ensure_ascii=False)]
+    return [*lines, json.dumps(done.summary(), ensure_ascii=False)]
 
 
 def main(argv=None) -> int:

@@ -242,6 +242,7 @@ def test_every_section_opens_from_its_key_and_from_its_old_label(studio_dirs):
         "Alignment",
         "Inside a head",
         "Logit lens",
+        "Direct logit attribution",
         "Head scores",
         "Patching",
         "Where tokens live",

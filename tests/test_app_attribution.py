@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core.attribution.faithfulness import RANDOM, faithfulness_for
+from core.attribution.faithfulness import DEFAULT_METHODS, RANDOM, faithfulness_for
 from core.attribution.methods import METHOD_NAMES
 from core.model.studio_model import StudioModel
 from core.runs.catalogue import SHIPPED_NAME
@@ -135,7 +135,8 @@ def test_a_cached_faithfulness_result_is_shown_as_a_table(val_dirs):
     assert "atr_measure" not in [b.key for b in at.button]
     table = faithfulness_table(at)
     assert list(table["method"]) == [r["name"] for r in measured.methods]
-    assert "Random ranking (baseline)" in list(table["method"]) and len(table) == 7
+    rows = len(DEFAULT_METHODS) + 1  # the default methods and the random baseline
+    assert "Random ranking (baseline)" in list(table["method"]) and len(table) == rows
     assert {"Spearman ρ", "ρ 95% low", "drop k=1", "drop k=3", "sentences"} <= set(table)
     assert any("read from the disk cache" in plain(m.value) for m in at.markdown)
     rho = measured.row(RANDOM)["spearman"]
@@ -158,7 +159,8 @@ def test_the_button_measures_faithfulness_with_a_progress_bar(val_dirs):
     at.toggle(key="atr_slow").set_value(False).run()
     at = at.button(key="atr_measure").click().run()
     assert_clean(at)
-    assert len(faithfulness_table(at)) == 7 and "Deletion curve" in map(title, specs(at))
+    rows = len(DEFAULT_METHODS) + 1  # the default methods and the random baseline
+    assert len(faithfulness_table(at)) == rows and "Deletion curve" in map(title, specs(at))
     assert any("measured in" in plain(m.value) for m in at.markdown)
 
 
@@ -204,3 +206,36 @@ def test_a_bpe_model_merges_pieces_into_words_when_asked(studio_dirs, bpe_run):
     for t in split:  # a word cut in pieces read its own first pieces: that cell is not blank
         assert not np.isnan(z[t, S + t + 1]) and np.isnan(z[t, S + t + 2 :]).all()
     assert split and z.shape == (T, S + T)
+
+
+def test_inseq_s_choices_on_the_page_equal_the_command_s_library_call(studio_dirs):
+    """Issue 67, item 4: the new methods in the picker, spans and a contrast source read as
+    data, their numbers those of ``sentence_json`` (what ``core.attribute`` prints)."""
+    from core.attribution.explain import sentence_json
+    from core.model.parts import DecodeSettings
+
+    at = run_page({"sentence": SENTENCE, "method": "deeplift"})
+    assert_clean(at)
+    options = at.selectbox(key="atr_method").options
+    assert {"Saliency", "DeepLIFT", "GradientSHAP"} <= set(options)
+    assert title(specs(at)[1]).startswith("DeepLIFT")
+    at.text_input(key="atr_source_spans").set_value("0:2").run()
+    at.text_input(key="atr_target_spans").set_value("0:2").run()
+    assert_clean(at)
+    m = StudioModel.load(studio_dirs["checkpoints"] / SHIPPED_NAME)
+    t = m.translate(SENTENCE, DecodeSettings())
+    expected = sentence_json(m, t, "deeplift", spans=("0:2", "0:2"))
+    z = z_of(specs(at)[1])  # the figure's matrix over the merged tokens
+    assert z.shape == np.array(expected["contributions"]).shape
+    assert np.allclose(np.nan_to_num(z), expected["contributions"], atol=1e-5)
+    at.text_input(key="atr_source_spans").set_value("0:2,1:3").run()
+    assert_clean(at)
+    assert any("overlap" in e.value for e in at.error)
+    at.text_input(key="atr_source_spans").set_value("").run()
+    at.text_input(key="atr_contrast_source").set_value("<b>the dog</b> sees the cat .").run()
+    assert_clean(at)
+    other = "<b>the dog</b> sees the cat ."
+    scores = sentence_json(m, t, "deeplift", contrast_source=other)["step_scores"]
+    (table,) = [d for d in at.dataframe if "pcxmi" in d.value.columns]
+    assert np.allclose(table.value["pcxmi"], scores["pcxmi"], atol=1e-6)
+    assert np.allclose(table.value["logit"], scores["logit"], atol=1e-6)

@@ -29,6 +29,7 @@ SCENES = [  # URL values that show each section's widgets (and those a choice re
     {"section": "inside"},
     {"section": "lens"},
     {"section": "patch", "corrupt": "i'm cold .", "patch_ask": "1"},
+    {"section": "patch", "corrupt": "i'm cold .", "patch_ask": "1", "patch_method": "path"},
     {"section": "project", "space_side": "decoder"},
     {"section": "maps", "model": "checkpoints/wide-6x8.pt", "max_len": "12"},  # 6 × 8 heads
 ]
@@ -89,6 +90,12 @@ CHANGES = {  # widget -> a value other than the page's first (in the order they 
     "at_patch_prefix": "je",
     "at_patch_answer": "suis",
     "at_patch_wrong": "es",
+    "at_patch_method": "attribution",  # (path hides what to patch: its own scene shows it)
+    "at_patch_receivers": "cross:1.0",
+    "at_patch_sites": "mlp_positions",
+    "atr_contrast_source": "i am hot .",
+    "atr_source_spans": "0:2",
+    "atr_target_spans": "0:2",
     "space_layer": "all",
     "space_colour": "position",
     "space_method": "umap",

@@ -9,7 +9,7 @@ import pytest
 
 from core import attribute as attribute_cmd
 from core.attribution import faithfulness as fa
-from core.attribution.methods import METHODS
+from core.attribution.methods import GRADIENT_METHODS, METHODS
 from core.model.checkpoints import trained_data
 from core.model.studio_model import StudioModel
 from tests.helpers import TINY, with_validation_split
@@ -131,7 +131,7 @@ def test_the_command_prints_one_json_object_per_sentence(val_checkpoint, capsys)
         assert c.shape == (len(out["output"]), len(out["source"]) + len(out["prefix"]))
         assert np.allclose(c.sum(1), 1, atol=1e-4) and (c >= 0).all()
         assert np.allclose(out["source_share"], c[:, : len(out["source"])].sum(1), atol=1e-4)
-        assert ("raw" in out) == (method in ("grad-input", "integrated-gradients"))
+        assert ("raw" in out) == (method in GRADIENT_METHODS)
 
 
 def test_the_attention_method_takes_a_layer_and_a_head(val_checkpoint, capsys):

@@ -28,6 +28,7 @@ def argv_of(command: str, model: str, tmp_path: Path) -> list[str]:
         "patch": ["--checkpoint", model, "--clean", "a b", "--corrupt", "c d"],
         "inside_head": ["--checkpoint", model, "--sentence", "hi"],
         "head_scores": ["--checkpoint", model],
+        "logit_attribution": ["--checkpoint", model, "--source", "hi"],
         "project": ["--checkpoint", model],
         "trajectories": ["--checkpoint", model],
         "checkpoint": [model, str(tmp_path / "copy.pt")],
@@ -36,7 +37,7 @@ def argv_of(command: str, model: str, tmp_path: Path) -> list[str]:
 
 COMMANDS = (
     "translate", "evaluate", "ablate", "attribute", "align", "patch", "inside_head", "project",
-    "trajectories", "checkpoint", "head_scores",
+    "trajectories", "checkpoint", "head_scores", "logit_attribution",
 )  # fmt: skip
 
 

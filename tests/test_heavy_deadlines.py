@@ -18,7 +18,15 @@ import torch
 
 from core.alignment import grid, head_aer, other_readers
 from core.alignment.gold import GoldLinks
-from core.attention import head_measures, importance, patching, projector, trajectories
+from core.attention import (
+    head_measures,
+    importance,
+    patching,
+    path_patching,
+    projector,
+    trajectories,
+)
+from core.attention.attribution_patching import attribution_patch
 from core.attention.trajectory_numbers import teacher_forced_rows, validation_means
 from core.attribution.faithfulness import faithfulness
 from core.corpus.splits import Split
@@ -93,6 +101,7 @@ def jobs(tiny_model, tiny_run, lm_loaded, reverse_model, monkeypatch) -> dict[st
     for module in (batched, head_measures):  # greedy passes of 8 rows: many, not one or two
         monkeypatch.setattr(module, "decode_rows", lambda cfg: 8)
     monkeypatch.setattr(patching, "ROWS", 1)  # a pass per component
+    monkeypatch.setattr(path_patching, "ROWS", 1)  # ... per sender
     for module in (projector, trajectories):  # the sentences without the corpus's split
         monkeypatch.setattr(
             module,
@@ -117,6 +126,12 @@ def jobs(tiny_model, tiny_run, lm_loaded, reverse_model, monkeypatch) -> dict[st
         "activation patching": lambda: patching.patch(
             tiny_model, "the cat sees the dog .", "the dog sees the cat ."
         ),
+        "attribution patching": lambda: attribution_patch(
+            tiny_model, "the cat sees the dog .", "the dog sees the cat ."
+        ),
+        "path patching": lambda: path_patching.path_patch(
+            tiny_model, "the cat sees the dog .", "the dog sees the cat .", "logits"
+        ),
         "projector": lambda: projector.project(
             tiny_model, "decoder", sentences=300, reads="translation"
         ),
@@ -136,6 +151,8 @@ JOBS = [
     "head importance",
     "head importance, decoder-only",
     "activation patching",
+    "attribution patching",
+    "path patching",
     "projector",
     "over training",
     "validation numbers at a step",

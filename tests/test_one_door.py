@@ -196,6 +196,7 @@ COMMANDS = (
     "patch",
     "project",
     "export_tensorboard",
+    "logit_attribution",
 )
 ADAPTER_MODULES = {
     f"core.model.{name}"

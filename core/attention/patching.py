@@ -21,9 +21,21 @@ Where the translations agree, or to ask about another step, the user gives the d
 prefix (target words, possibly none) and the two answer words; given a prefix alone, the
 answers are each run's most likely word after it.
 
-Components: every head of the three kinds (its output before W_o, the ``z`` hook site, at
-every position), and every layer's output (the residual stream after the layer, the
-``encoder.{i}.out`` / ``decoder.{i}.out`` sites) at each position, encoder and decoder.
+Components (``SELECTIONS``, what the page's picker and ``--sites`` choose; by default heads
+and the stream): every head of the three kinds (its output before W_o, the ``z`` hook site, at
+every position: "heads"); each head's output at one position ("heads_positions"); each
+head's q, k, v and pattern at every position ("head_parts": q, k and v at their sites; the
+pattern by writing z = pattern_donor @ v of the receiving run, which is what the head's
+output is made of, so no family needs a writable pattern; k and v of a grouped-query model
+belong to a key/value head that a group of query heads shares: patching head h's k patches
+its group's, and every head of the group shows that effect); each layer's MLP output at each
+position ("mlp_positions", the ``mlp_out`` sites); and every layer's output (the residual
+stream after the layer, the ``encoder.{i}.out`` / ``decoder.{i}.out`` sites) at each
+position, encoder and decoder ("stream_positions"). A position is one of the site's tokens:
+the source's (encoder) or the decoder inputs' (decoder), and for the heads and MLPs of a
+one-stack model (decoder-only, masked) one of its whole sequence, template included
+(``Patching.sequence``). The components are counted before any pass: more than
+MAX_COMPONENTS are refused in one line.
 Patching the encoder's output (``encoder.out``) at every position gives the decoder everything
 it reads of the clean source, with the same prefix: an effect of 1. Every family is patched
 through the same hook sites (``core.model.hooks``), in the calling thread only: a model shared
@@ -47,7 +59,7 @@ from core.model.checked_translation import MAX_SENTENCE_TOKENS
 from core.model.hooks import capture
 from core.model.interface import TranslationModel
 from core.model.parts import MAX_LEN, TranslationError
-from core.model.record import attention_site
+from core.model.record import attention_site, whole_sequence
 from core.runs import budget
 
 DIRECTIONS = ("denoise", "noise")  # clean into corrupted (sufficient), corrupted into clean
@@ -67,6 +79,22 @@ INDIRECT_OBJECT = {  # Wang et al. (2023)'s indirect-object task as a prompted p
 }
 STREAMS = ("encoder_stream", "decoder_stream")  # a layer's output, position by position
 ENCODER_OUTPUT = "encoder_output"  # the encoder's final output (what the decoder reads)
+HEAD_ACTIVATIONS = ("z", "q", "k", "v", "pattern")  # what of a head a component patches
+MLPS = ("encoder_mlp", "decoder_mlp")  # a layer's MLP output, position by position
+SELECTIONS = {  # what to patch (the page's picker, --sites): its name in words
+    "heads": "heads (each head's output, every position)",
+    "heads_positions": "heads × position (each head's output at one position)",
+    "head_parts": "q, k, v and pattern of each head",
+    "mlp_positions": "MLP × position (each MLP's output at one position)",
+    "stream_positions": "stream × position (each layer's output at one position)",
+}
+DEFAULT_SELECTION = ("heads", "stream_positions")  # what patching patches unless told
+PICKS = {  # the page's picker: one choice, the selections it patches, and its words
+    "heads_stream": (DEFAULT_SELECTION, "heads and stream × position"),
+    **{name: ((name,), words.split(" (")[0]) for name, words in SELECTIONS.items()},
+}
+MAX_COMPONENTS = 20_000  # the most components one patching run takes (each costs a row of a
+# batched pass: past this, a run on a shared server takes minutes)
 ROWS = 256  # the most components patched in one batched pass (fewer where they pass the
 # server's bytes for one pass: budget.patch_rows)
 MAX_PIECES = 2 * MAX_SENTENCE_TOKENS  # the most pieces a source or the prefix may take
@@ -75,17 +103,24 @@ MIN_GAP = 1.0  # logits: a smaller gap between the two runs' metrics is too smal
 
 @dataclass(frozen=True)
 class Component:
-    """One activation to patch: a head (kind in KINDS) or a layer's output (kind in STREAMS,
-    or ENCODER_OUTPUT with layer 0), at one position or (None) at every position."""
+    """One activation to patch: a head's (kind in KINDS; ``activation`` of
+    HEAD_ACTIVATIONS), a layer's MLP output (kind in MLPS) or a layer's output (kind in
+    STREAMS, or ENCODER_OUTPUT with layer 0), at one position or (None) at every position."""
 
     kind: str
     layer: int
     head: int | None = None
     position: int | None = None
+    activation: str = "z"  # a head's: its output (z), q, k, v or pattern
 
     def row(self, effect: float) -> dict:
-        """The command's line: kind, layer, head or position, effect."""
-        where = {"head": self.head} if self.kind in KINDS else {"position": self.position}
+        """The command's line: kind, layer, head (its activation unless z) and position (a
+        head's where one is patched), effect."""
+        where = {"position": self.position}
+        if self.kind in KINDS:
+            where = {"head": self.head} if self.position is None else {"head": self.head, **where}
+            if self.activation != "z":
+                where["activation"] = self.activation
         return {"kind": self.kind, "layer": self.layer, **where, "effect": effect}
 
 
@@ -103,6 +138,18 @@ class Patching:
     rows: list[dict] = field(default_factory=list)  # Component.row for every component
     direction: str = DIRECTIONS[0]  # "denoise" or "noise"
     chosen: bool = False  # the prefix and answers were given, not found by translating
+    sequence: list[str] = field(default_factory=list)  # N tokens of a one-stack model's whole
+    # sequence (its heads' and MLPs' positions), the clean run's; [] for two stacks
+
+    def axes(self) -> dict[str, list[str]]:
+        """The tokens along each kind's positions: the clean source (the encoder's), the
+        decoder inputs (the decoder's), or a one-stack model's whole sequence (its heads' and
+        MLPs')."""
+        sides = {k: self.clean for k in ("encoder", "encoder_mlp", "encoder_stream")}
+        axes = {k: sides.get(k, self.prefix) for k in (*KINDS, *MLPS, *STREAMS)}
+        if self.sequence:
+            axes |= {k: self.sequence for k in (*KINDS, *MLPS)}
+        return axes
 
     @property
     def gap(self) -> float:
@@ -152,30 +199,77 @@ def gap_caveat(clean: float, corrupt: float) -> str:
     )
 
 
-def components(m: TranslationModel, source_len: int, target_len: int) -> list[Component]:
-    """Every head of every kind, then each layer's output at each position."""
+def components(
+    m: TranslationModel,
+    source_len: int,
+    target_len: int,
+    selection: Sequence[str] = DEFAULT_SELECTION,
+    sequence_len: int | None = None,
+) -> list[Component]:
+    """Every component of ``selection`` (of SELECTIONS), in its order: heads by kind, layer
+    and head, then position or activation; MLPs and streams by layer, then position.
+    ``sequence_len``: N of a one-stack model, whose heads' and MLPs' sites span its whole
+    sequence."""
+    if unknown := [s for s in selection if s not in SELECTIONS]:
+        raise TranslationError(
+            f"What to patch is one of {', '.join(SELECTIONS)}, not {', '.join(unknown)}."
+        )
+
+    def length(kind: str) -> int:
+        if sequence_len is not None and kind not in STREAMS:
+            return sequence_len
+        return source_len if kind in ("encoder", "encoder_mlp", "encoder_stream") else target_len
+
     heads = [
-        Component(kind, layer, head)
+        (kind, layer, head)
         for kind in m.head_kinds
         for layer in range(m.layers(kind))
         for head in range(m.cfg.num_heads)
     ]
-    streams = [
-        Component(stream, layer, position=p)
-        for stream, length in (("encoder_stream", source_len), ("decoder_stream", target_len))
-        for layer in range(m.layers(stream))
-        for p in range(length)
-    ]
-    return heads + streams
+    points = m.hook_points()  # a one-stack model's MLPs are its decoder's
+    mlps = [(k, s) for k, s in zip(MLPS, STREAMS) if site(Component(k, 0)) in points]
+    made = {
+        "heads": lambda: [Component(*h) for h in heads],
+        "heads_positions": lambda: [
+            Component(*h, position=p) for h in heads for p in range(length(h[0]))
+        ],
+        "head_parts": lambda: [
+            Component(*h, activation=a) for h in heads for a in HEAD_ACTIVATIONS[1:]
+        ],
+        "mlp_positions": lambda: [
+            Component(mlp, layer, position=p)
+            for mlp, stack in mlps
+            for layer in range(m.layers(stack))
+            for p in range(length(mlp))
+        ],
+        "stream_positions": lambda: [
+            Component(stream, layer, position=p)
+            for stream in STREAMS
+            for layer in range(m.layers(stream))
+            for p in range(length(stream))
+        ],
+    }
+    return [c for name in selection for c in made[name]()]
 
 
 def site(c: Component) -> str:
-    """The hook site a component lives at: a head's ``z``, a layer's or the encoder's output."""
+    """The hook site a component is written at: a head's ``z`` (its pattern's too: z is
+    rebuilt from it), ``q``, ``k`` or ``v``; a layer's MLP output, a layer's or the encoder's
+    output."""
     if c.kind in KINDS:
-        return f"{attention_site(c.kind, c.layer)}.z"
+        part = "z" if c.activation == "pattern" else c.activation
+        return f"{attention_site(c.kind, c.layer)}.{part}"
     if c.kind == ENCODER_OUTPUT:
         return "encoder.out"
-    return f"{'encoder' if c.kind == 'encoder_stream' else 'decoder'}.{c.layer}.out"
+    side = "encoder" if c.kind in ("encoder_stream", "encoder_mlp") else "decoder"
+    return f"{side}.{c.layer}.{'mlp_out' if c.kind in MLPS else 'out'}"
+
+
+def read_sites(c: Component) -> list[str]:
+    """The sites of the donor run a component is patched from: its own, or a pattern's."""
+    if c.kind in KINDS and c.activation == "pattern":
+        return [f"{attention_site(c.kind, c.layer)}.pattern"]
+    return [site(c)]
 
 
 def last_logits(m: TranslationModel, src, tgt_in) -> torch.Tensor:
@@ -184,38 +278,82 @@ def last_logits(m: TranslationModel, src, tgt_in) -> torch.Tensor:
 
 
 def _recorded(m: TranslationModel, sites: Sequence[str], src, tgt_in):
-    """(logits (1, V) of the last step, {site: the run's activation there})."""
+    """(logits (1, V) of the last step, {site: the run's activation there}); the weights
+    (``pattern`` sites) of a pass that computes them (``captured``)."""
     seen: dict[str, torch.Tensor] = {}
-    with m.hooks((s, capture(seen)) for s in sites):
+    patterns = [s for s in sites if s.endswith(".pattern")]
+    with m.hooks((s, capture(seen)) for s in sites if s not in patterns):
         logits = last_logits(m, src, tgt_in)
+    if patterns:
+        seen |= m.captured(src, tgt_in, patterns)
     return logits, seen
 
 
-def _patch_hook(rows: list[tuple[int, Component]], donor: torch.Tensor):
-    """A hook writing each row's component from the donor run's activation (1, ...)."""
+def _head_index(c: Component, x: torch.Tensor, heads: int) -> int:
+    """The head of a (B, T, H', Dh) site a head's component writes: its own, or for k and v
+    of a grouped-query model (H' key/value heads) the one its group of query heads shares."""
+    return c.head // (heads // x.size(2))
+
+
+def _patch_hook(rows: list[tuple[int, Component]], donor: torch.Tensor, heads: int = 0):
+    """A hook writing each row's component from the donor run's activation (1, ...);
+    ``heads``: the model's query heads (a grouped-query model's k and v have fewer)."""
 
     def hook(x: torch.Tensor, name: str) -> torch.Tensor:
         x = x.clone()  # (B, T, H, Dh) a head's site, or (B, T, D) a stream's
         for row, c in rows:
+            where = slice(None) if c.position is None else c.position
             if c.kind in KINDS:
-                x[row, :, c.head] = donor[0, :, c.head]
+                h = _head_index(c, x, heads or x.size(2))
+                x[row, where, h] = donor[0, where, h]
             else:
-                where = slice(None) if c.position is None else c.position
                 x[row, where] = donor[0, where]
         return x
 
     return hook
 
 
-def patched_metrics(
-    m: TranslationModel, chunk: Sequence[Component], clean: dict, src, tgt_in, answers
-) -> torch.Tensor:
-    """(B,) the metric of the receiving run with each row's component patched from ``clean``."""
+def _pattern_hook(rows: list[tuple[int, Component]], pattern, values: dict, v_site: str):
+    """A hook on a head's ``z`` writing each row's head as the donor's weights ``pattern``
+    (1, H, Tq, Tk) times the receiving run's own values (``values[v_site]``, (B, Tk, Hkv,
+    Dh), read earlier in the same pass): the head with the donor's pattern."""
+
+    def hook(x: torch.Tensor, name: str) -> torch.Tensor:
+        x = x.clone()  # (B, Tq, H, Dh)
+        v = values[v_site]  # (B, Tk, Hkv, Dh)
+        for row, c in rows:
+            kv = c.head // (x.size(2) // v.size(2))
+            x[row, :, c.head] = (pattern[0, c.head].to(v.dtype) @ v[row, :, kv]).to(x.dtype)
+        return x
+
+    return hook
+
+
+def _writes(m: TranslationModel, chunk: Sequence[Component], clean: dict) -> list[tuple]:
+    """The (site, hook) pairs patching each row's component of ``chunk`` from ``clean``."""
     by_site: dict[str, list[tuple[int, Component]]] = {}
     for row, c in enumerate(chunk):
         by_site.setdefault(site(c), []).append((row, c))
+    hooks = []
+    for s, rows in by_site.items():
+        patterns = [(row, c) for row, c in rows if c.activation == "pattern" and c.kind in KINDS]
+        if patterns:
+            p = attention_site(patterns[0][1].kind, patterns[0][1].layer)
+            values: dict[str, torch.Tensor] = {}
+            hooks.append((f"{p}.v", capture(values, detach=False)))
+            hooks.append((s, _pattern_hook(patterns, clean[f"{p}.pattern"], values, f"{p}.v")))
+        if others := [(row, c) for row, c in rows if (row, c) not in patterns]:
+            hooks.append((s, _patch_hook(others, clean[s], m.cfg.num_heads)))
+    return hooks
+
+
+def patched_metrics(
+    m: TranslationModel, chunk: Sequence[Component], clean: dict, src, tgt_in, answers
+) -> torch.Tensor:
+    """(B,) the metric of the receiving run with each row's component patched from ``clean``
+    (the donor's activations at ``read_sites`` of each component)."""
     batch = len(chunk)
-    with m.hooks((s, _patch_hook(rows, clean[s])) for s, rows in by_site.items()):
+    with m.hooks(_writes(m, chunk, clean)):
         logits = last_logits(m, src.expand(batch, -1), tgt_in.expand(batch, -1))  # (B, V)
     return logits[:, answers[0]] - logits[:, answers[1]]  # (B,)
 
@@ -309,6 +447,25 @@ def _given_question(
     return tgt_in, pair
 
 
+def _check_count(m, selection: Sequence[str], ids: list[int], tgt_in, chosen) -> tuple:
+    """(the components to patch: ``chosen`` or those of ``selection``, the whole sequence's
+    tokens or None); TranslationError in one line, before any patching pass, where they are
+    more than MAX_COMPONENTS."""
+    sequence = whole_sequence(m, ids, tgt_in)
+    if chosen is not None:
+        return list(chosen), sequence
+    N = None if sequence is None else len(sequence)
+    todo = components(m, len(ids), len(tgt_in), selection, N)
+    if len(todo) > MAX_COMPONENTS:
+        names = ", ".join(SELECTIONS[s].split(" (")[0] for s in selection)
+        raise TranslationError(
+            f"Patching {names} here is {len(todo):,} components, one batched row each; one "
+            f"run takes at most {MAX_COMPONENTS:,}: choose fewer kinds, or a shorter sentence "
+            "or prefix."
+        )
+    return todo, sequence
+
+
 def _check_pass(m: TranslationModel, S: int, T: int, prompt: int | None) -> None:
     """TranslationError in one line when one row of a patching pass (S source and T decoder
     positions, and a prompted model's ``prompt`` template positions) would pass the
@@ -333,16 +490,19 @@ def patch(
     prefix: str | None = None,
     answers: tuple[str, str] | None = None,
     target_lang: str | None = None,
+    selection: Sequence[str] = DEFAULT_SELECTION,
 ) -> Patching:
-    """Patch every component (or ``chosen``) from one run into the other: clean into
-    corrupted (``denoise``) or corrupted into clean (``noise``). The metric is read after
-    ``prefix`` between ``answers`` where given, else at the translations' first difference
-    (``target_lang``: a multilingual model's output language, forced first)."""
+    """Patch every component of ``selection`` (of SELECTIONS; or ``chosen``) from one run
+    into the other: clean into corrupted (``denoise``) or corrupted into clean (``noise``).
+    The metric is read after ``prefix`` between ``answers`` where given, else at the
+    translations' first difference (``target_lang``: a multilingual model's output
+    language, forced first)."""
     if direction not in DIRECTIONS:
         raise TranslationError(f"The direction is one of {', '.join(DIRECTIONS)}.")
     (a_ids, a_tokens), (b_ids, b_tokens) = _sources(m, clean, corrupt)
     prompt = budget.prompt_positions(m)  # a prompted model's template: read in every pass
     _check_pass(m, len(a_ids), 1, prompt)  # before any pass: the shortest question
+    _check_count(m, selection, a_ids, [m.start_id], chosen)  # ... and the fewest components
     with m.evaluating():
         src_a, src_b = (torch.tensor([i], device=m.device) for i in (a_ids, b_ids))  # (1, S)
         given = prefix is not None or answers is not None
@@ -352,9 +512,10 @@ def patch(
             else _found_question(m, (src_a, src_b), max_len, target_lang)
         )
         _check_pass(m, len(a_ids), tgt_in.size(1), prompt)  # the question's: before patching
-        todo = list(chosen) if chosen is not None else components(m, len(a_ids), tgt_in.size(1))
         donor, receiver = (src_a, src_b) if direction == "denoise" else (src_b, src_a)
-        logits_d, seen = _recorded(m, list(dict.fromkeys(site(c) for c in todo)), donor, tgt_in)
+        todo, sequence = _check_count(m, selection, a_ids, tgt_in[0].tolist(), chosen)
+        reads = [s for c in todo for s in read_sites(c)]
+        logits_d, seen = _recorded(m, list(dict.fromkeys(reads)), donor, tgt_in)
         m_donor, m_receiver = (
             _metric(logits_d, answers_ids),
             _metric(last_logits(m, receiver, tgt_in), answers_ids),
@@ -384,4 +545,5 @@ def patch(
         [c.row(e) for c, e in zip(todo, effects)],
         direction,
         given,
+        sequence or [],
     )

@@ -11,10 +11,11 @@ step's distribution and the alternative's (``kl_divergence``) may be explained i
 (``aligned_foil``): compared at the first step where the two differ, or at the steps a user
 pairs (inseq's ``contrast_targets_alignments``).
 
-Methods that contrast: the gradient methods (gradient x input and integrated gradients of
-the difference at the token embeddings) and occlusion (each source token replaced by the
-unknown token in turn, the difference's drop). The others explain how the model mixes its
-tokens, the same whatever word is asked about: they cannot contrast.
+Methods that contrast: the gradient methods (gradient x input, integrated gradients,
+saliency, DeepLIFT and GradientSHAP of the difference at the token embeddings) and occlusion
+(each source token replaced by the unknown token in turn, the difference's drop). The others
+explain how the model mixes its tokens, the same whatever word is asked about: they cannot
+contrast.
 
 Shape key: S source tokens, T output tokens, V vocabulary, N occluded sources.
 """
@@ -27,6 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from core.attribution.captum_methods import CAPTUM_METHODS, captum_gradients
 from core.attribution.compose import normalised
 from core.attribution.gradients import (
     CHOICE_WORDS,
@@ -41,17 +43,21 @@ from core.attribution.methods import METHODS, Attribution, AttributionError
 from core.model.interface import TranslationModel
 from core.model.parts import Translation
 
-CONTRAST_METHODS = ("grad-input", "integrated-gradients", "occlusion")
+CONTRAST_METHODS = ("grad-input", "integrated-gradients", *CAPTUM_METHODS, "occlusion")
 CONTRAST_NAMES = {
     "grad-input": "Gradient × input",
     "integrated-gradients": "Integrated gradients",
+    "saliency": "Saliency",
+    "deeplift": "DeepLIFT",
+    "gradient-shap": "GradientSHAP",
     "occlusion": "Occlusion",
 }
 CONTRAST_FUNCTIONS = ("log-prob", "prob", "kl")  # what a contrast may explain
 ROWS = 8  # occluded sources per forward pass (a 59k vocabulary's logits are big)
 WHY_NOT = (
     "{method} cannot contrast: it explains how the model mixes its tokens, the same whatever "
-    "word is asked about. Contrast with gradient x input, integrated gradients or occlusion."
+    "word is asked about. Contrast with a gradient method (gradient x input, integrated "
+    "gradients, saliency, DeepLIFT, GradientSHAP) or occlusion."
 )
 
 
@@ -218,6 +224,8 @@ def contrast(
             task = embedding_task(m, m.forced(t.src_ids, t.out_ids), pick, choices)
             if method == "grad-input":
                 g = grad_input(task, choices)
+            elif method in CAPTUM_METHODS:
+                g = captum_gradients(task, m.model, method, choices)
             else:
                 try:
                     g = integrated_gradients(task, choices=choices)

@@ -20,7 +20,8 @@ from core.attention.word_maps import merge_weights
 from core.attribution.contrast import contrast, foil_ids
 from core.attribution.gradients import DEFAULT_CHOICES, GradientChoices
 from core.attribution.methods import MEAN, Attribution, AttributionError, attribute
-from core.attribution.step_scores import step_scores
+from core.attribution.spans import in_spans, parse_spans
+from core.attribution.step_scores import contrast_source_ids, step_scores
 from core.corpus.bpe import PREFIX, join_pieces, word_spans
 from core.model.interface import TranslationModel
 from core.model.parts import Translation
@@ -99,12 +100,14 @@ def explain(
     layer: int | None = None,
     head: str = MEAN,
     choices: GradientChoices = DEFAULT_CHOICES,
+    given: Attribution | None = None,
 ) -> Explained:
     """Run ``method`` on a translation (its own ids: what the decoder produced); ``choices``:
-    the gradient methods' baseline, steps, aggregation and function."""
+    the gradient methods' baseline, steps, aggregation and function; ``given``: its
+    attribution already computed (the file mode's batches)."""
     if not t.out_ids or not t.src_ids:
         raise AttributionError("nothing to explain: the translation is empty")
-    a = attribute(m, t.src_ids, t.out_ids, method, layer, head, choices=choices)
+    a = given or attribute(m, t.src_ids, t.out_ids, method, layer, head, choices=choices)
     e = Explained(a, list(t.src_tokens), list(t.decoder_inputs), list(t.output_tokens))
     if t.forced:
         e.probabilities, e.ranks = list(t.token_probs), list(t.ranks)
@@ -171,17 +174,58 @@ def sentence_json(
     contrast: tuple[str, str] | str = "",
     words: bool = False,
     choices: GradientChoices = DEFAULT_CHOICES,
+    contrast_source: str = "",
+    spans: tuple[str, str] = ("", ""),
+    given: Attribution | None = None,
 ) -> dict:
     """What ``python -m core.attribute`` prints for one sentence: the explanation (a contrast
-    with ``contrast_text``; merged into words if asked) and its step scores, per piece, as the
-    page's table shows them."""
+    with ``contrast_text``; merged into words, or the (source, output) ``spans`` each read as
+    one token, if asked) and its step scores, per piece, as the page's table shows them
+    (P-CXMI against ``contrast_source`` where given; ``given``: the attribution of a
+    translation without a contrast, already computed)."""
     text, alignment = (contrast, "") if isinstance(contrast, str) else contrast
     foil = None
     if text.strip():
         foil = foil_ids(m, t, text, alignment or None)
         e = explain_contrast(m, t, foil, method, choices)
     else:
-        e = explain(m, t, method, layer, head, choices)
-    out = (in_words(e) if words else e).to_json()
-    out["step_scores"] = step_scores(m, t, foil).to_json()
+        e = explain(m, t, method, layer, head, choices, given)
+    out = shown(e, words, spans).to_json()
+    other = contrast_source_ids(m, contrast_source) if contrast_source.strip() else None
+    out["step_scores"] = step_scores(m, t, foil, other).to_json()
     return out
+
+
+def shown(e: Explained, words: bool = False, spans: tuple[str, str] = ("", "")) -> Explained:
+    """The explanation as asked: merged into words, or with the (source, output) ``spans``
+    (``core.attribution.spans``: "0:2,3:5") each read as one token, or as it is."""
+    if not any(s.strip() for s in spans):
+        return in_words(e) if words else e
+    if words:
+        raise AttributionError("Spans name pieces: merge into words or give spans, not both.")
+    source = parse_spans(spans[0], len(e.source), "source")
+    output = parse_spans(spans[1], len(e.output), "output")
+    return in_spans(e, source, output)
+
+
+def add_sentence_flags(parser) -> None:
+    """The command's flags of ``sentence_json``'s spans and contrast source (argparse)."""
+    parser.add_argument("--source-spans", default="", help="source tokens read as one: 0:2,3:5")
+    parser.add_argument("--target-spans", default="", help="output tokens read as one: 1:3")
+    parser.add_argument(
+        "--contrast-source", default="", help="P-CXMI: another source sentence (step scores)"
+    )
+
+
+def sentence_flag_problem(args) -> str | None:
+    """Why the spans or the contrast source cannot go with the other flags, in one line
+    (None: they can): they name one sentence's tokens, and a file gives its own sources."""
+    spans = bool(args.source_spans.strip() or args.target_spans.strip())
+    other = bool(args.contrast_source.strip())
+    if (spans or other) and args.faithfulness:
+        return "spans and --contrast-source explain one sentence: leave out --faithfulness"
+    if spans and args.input:
+        return "spans name one sentence's tokens: leave out --source-spans/--target-spans"
+    if other and args.input:
+        return "--input takes a contrast source per line (its fourth column): leave it out"
+    return None

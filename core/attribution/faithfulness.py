@@ -29,7 +29,13 @@ import numpy as np
 import torch
 
 from core.attribution.gradients import DEFAULT_CHOICES, GradientChoices
-from core.attribution.methods import METHOD_NAMES, METHODS, Attribution, attribute
+from core.attribution.methods import (  # GRADIENT_METHODS: those the choices change
+    GRADIENT_METHODS,
+    METHOD_NAMES,
+    METHODS,
+    Attribution,
+    attribute,
+)
 from core.corpus.bpe import PREFIX
 from core.corpus.source import DataError
 from core.measure.progress import Progress, check_time
@@ -41,11 +47,11 @@ from core.model.interface import TranslationModel
 from core.places import attribution_root
 from core.runs.disk_cache import read_cached, write_cached
 
-GRADIENT_METHODS = ("grad-input", "integrated-gradients")  # those the choices change
 SENTENCES = 200  # validation sentences of the faithfulness sample (the first N)
 SAMPLE_SIZES = (1, 1000)  # sample sizes core.attribute offers (least, most; the page: from 10)
 DELETION_K = (1, 2, 3)  # how many top words the deletion curve removes
-DEFAULT_METHODS = tuple(m for m in METHODS if m != "integrated-gradients")  # the slow one out
+SLOW_METHODS = ("integrated-gradients", "gradient-shap")  # measured when asked for
+DEFAULT_METHODS = tuple(m for m in METHODS if m not in SLOW_METHODS)
 RANDOM = "random"  # the baseline ranking
 CACHE_VERSION = 2  # 2: the attention row names its layer and head
 ROWS_PER_PASS = 32  # occluded copies per teacher-forced pass ((N, T, V) logits of a big vocabulary)

@@ -1,8 +1,8 @@
 """Attributions of a whole file (issue 51, item 4): ``python -m core.attribute --input
 pairs.tsv --out attributions.jsonl``.
 
-Each input line is ``source[<TAB>target[<TAB>contrast]]`` (or the same with ``|||``,
-``core.corpus.source.pair_columns``): the source explained, with the
+Each input line is ``source[<TAB>target[<TAB>contrast[<TAB>contrast source]]]`` (or the
+same with ``|||``, ``core.corpus.source.pair_columns``): the source explained, with the
 model's own translation or the target given (teacher-forced), and against the contrast where
 given. Each output line is one JSON object: ``line`` (0-based, of the input), the three
 texts, then what the one-sentence command prints (``core.attribution.explain.sentence_json``:
@@ -10,6 +10,10 @@ the tokens, contributions, source shares, step scores and, for other than the de
 choices, the choices); a line that cannot be explained is a JSON object with its ``error``.
 Lines already in the output file (the same method and choices) are skipped, so an
 interrupted run goes on where it stopped; each line is written and flushed when done.
+Gradient × input and integrated gradients explain consecutive lines in batches
+(``core.attribution.batched_gradients``: the figures of each line alone, in fewer passes),
+written in the file's order; a line with a contrast, or one that fails before its
+attribution, is explained alone where it stands.
 
 ``aggregate`` reads such a file back (the page's "Load attributions" and tests): the mean
 source share by output position, the mean contribution each source token type receives, and
@@ -22,19 +26,20 @@ import json
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from core.attribution.batched_gradients import attributions, batchable, fits
 from core.attribution.explain import sentence_json
 from core.attribution.gradients import DEFAULT_CHOICES, GradientChoices
-from core.attribution.methods import AttributionError
+from core.attribution.methods import AttributionError, method_problem
 from core.corpus.source import pair_columns
 from core.model.checked_translation import translate_sentence
 from core.model.interface import TranslationModel
-from core.model.parts import DecodeSettings, TranslationError
+from core.model.parts import DecodeSettings, Translation, TranslationError
 
 MAX_INPUT_BYTES = 20 * 2**20  # an input file read whole (pairs of sentences: 20 MB is plenty)
 MAX_LINE_CHARS = 2000  # a longer line is an error of its own, never tokenised
@@ -55,6 +60,7 @@ class InputLine:
     source: str
     target: str = ""
     contrast: str = ""
+    contrast_source: str = ""  # another source: the step scores' P-CXMI
 
 
 def read_input(path: str | Path) -> list[InputLine]:
@@ -75,7 +81,7 @@ def read_input(path: str | Path) -> list[InputLine]:
     for i, line in enumerate(text.splitlines()):
         parts = [p.strip() for p in pair_columns(line)]
         if parts and parts[0]:
-            lines.append(InputLine(i, *(parts + ["", ""])[:3]))
+            lines.append(InputLine(i, *(parts + ["", "", ""])[:4]))
     return lines
 
 
@@ -145,17 +151,32 @@ def cut_partial_line(out: Path) -> None:
         f.truncate(data.rfind(b"\n") + 1)
 
 
+def line_head(line: InputLine) -> dict:
+    """What every record of ``line`` begins with: its index and texts."""
+    head = {"line": line.index, "source_text": line.source}
+    head |= {"target_text": line.target or None, "contrast_text": line.contrast or None}
+    if line.contrast_source:
+        head["contrast_source_text"] = line.contrast_source
+    return head
+
+
+def too_long(line: InputLine) -> bool:
+    """Whether a text of ``line`` is past MAX_LINE_CHARS (an error of its own)."""
+    texts = (line.source, line.target, line.contrast, line.contrast_source)
+    return max(map(len, texts)) > MAX_LINE_CHARS
+
+
 def one_line(
     m: TranslationModel, line: InputLine, method: str, settings: DecodeSettings, choices
 ) -> dict:
     """The JSON object of one input line (with ``error`` when it cannot be explained)."""
-    head = {"line": line.index, "source_text": line.source}
-    head |= {"target_text": line.target or None, "contrast_text": line.contrast or None}
-    if max(map(len, (line.source, line.target, line.contrast))) > MAX_LINE_CHARS:
+    head = line_head(line)
+    if too_long(line):
         return head | {"error": f"a text of more than {MAX_LINE_CHARS} characters"}
     try:
         t = translate_sentence(m, line.source, settings, line.target)
-        return head | sentence_json(m, t, method, contrast=line.contrast, choices=choices)
+        asked = {"contrast": line.contrast, "contrast_source": line.contrast_source}
+        return head | sentence_json(m, t, method, choices=choices, **asked)
     except (AttributionError, TranslationError, ValueError) as e:
         return head | {"error": " ".join(str(e).split())}
 
@@ -168,9 +189,12 @@ def attribute_file(
     settings: DecodeSettings | None = None,
     choices: GradientChoices = DEFAULT_CHOICES,
     progress: Callable[[float, str], None] | None = None,
+    batch_bytes: int | None = None,
 ) -> dict:
-    """Explain every line of the input not yet in the output, appending one JSON line each;
-    returns {lines, written, skipped, errors, seconds}."""
+    """Explain every line of the input not yet in the output, appending one JSON line each,
+    in the file's order; returns {lines, written, skipped, errors, seconds}. Gradient × input
+    and integrated gradients explain lines without a contrast in batches of one pass each
+    within ``batch_bytes`` (None: the server's budget; 0: one line at a time)."""
     if why := out_problem(input_path, out_path):
         raise FileModeError(why)
     lines, out, settings = read_input(input_path), Path(out_path), settings or DecodeSettings()
@@ -181,15 +205,17 @@ def attribute_file(
     except OSError as e:
         raise FileModeError(f"--out {out} cannot be written ({e.strerror or e}).") from None
     todo = [line for line in lines if line.index not in done]
-    start, errors = time.perf_counter(), 0
+    start, written, errors = time.perf_counter(), 0, 0
+    batched = batch_bytes != 0 and batchable(method, choices)
+    batched = batched and not method_problem(m, method) and not choices.problems()
     with f:
-        for k, line in enumerate(todo):
-            record = one_line(m, line, method, settings, choices)
+        for record in _records(m, todo, method, settings, choices, batched, batch_bytes):
             errors += "error" in record
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
             f.flush()  # an interruption keeps every line written
+            written += 1
             if progress:
-                progress((k + 1) / len(todo), f"line {line.index + 1} of {len(lines)}")
+                progress(written / len(todo), f"line {record['line'] + 1} of {len(lines)}")
     return {
         "lines": len(lines),
         "written": len(todo),
@@ -197,6 +223,59 @@ def attribute_file(
         "errors": errors,
         "seconds": round(time.perf_counter() - start, 3),
     }
+
+
+def _records(m, todo, method, settings, choices, batched: bool, most) -> Iterator[dict]:
+    """The record of each line of ``todo``, in order: with ``batched``, the lines a batch can
+    take gathered until one pass is full (``batched_gradients.fits``), the others alone."""
+    waiting: list[tuple[InputLine, Translation]] = []
+    sizes: list[tuple[int, int]] = []  # (source, output) lengths of waiting and the next
+    for line in todo:
+        t = _batch_translation(m, line, settings) if batched else None
+        if t is None:
+            yield from _batch(m, waiting, method, settings, choices)
+            waiting, sizes = [], []
+            yield one_line(m, line, method, settings, choices)
+            continue
+        sizes.append((len(t.src_ids), len(t.out_ids)))
+        if waiting and not fits(m, sizes, method, choices, most):
+            yield from _batch(m, waiting, method, settings, choices)
+            waiting, sizes = [], sizes[-1:]
+        waiting.append((line, t))
+    yield from _batch(m, waiting, method, settings, choices)
+
+
+def _batch_translation(m, line: InputLine, settings) -> Translation | None:
+    """The translation of a line a batch can take (None: one to explain alone, a contrast,
+    a text too long, a translation that fails or is empty, each its own record)."""
+    if line.contrast or too_long(line):
+        return None
+    try:
+        t = translate_sentence(m, line.source, settings, line.target)
+    except (TranslationError, ValueError):
+        return None  # one_line writes the error
+    return t if t.src_ids and t.out_ids else None
+
+
+def _batch(m, waiting, method, settings, choices) -> Iterator[dict]:
+    """The records of translated lines whose attributions share passes
+    (``batched_gradients.attributions``; each line alone where the batch cannot be run)."""
+    if not waiting:
+        return
+    pairs = [(list(t.src_ids), list(t.out_ids)) for _, t in waiting]
+    try:
+        given = attributions(m, pairs, method, choices)
+    except (AttributionError, ValueError):  # a baseline token missing: each line says so
+        given = [None] * len(waiting)
+    for (line, t), a in zip(waiting, given):
+        if a is None:
+            yield one_line(m, line, method, settings, choices)
+            continue
+        try:
+            asked = {"contrast_source": line.contrast_source, "given": a}
+            yield line_head(line) | sentence_json(m, t, method, choices=choices, **asked)
+        except (AttributionError, TranslationError, ValueError) as e:
+            yield line_head(line) | {"error": " ".join(str(e).split())}
 
 
 def read_records(source: str | Path | bytes) -> list[dict]:

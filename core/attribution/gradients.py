@@ -138,11 +138,14 @@ class GradientChoices:
         explained = (CONTRAST_WORDS if contrast else {}).get(self.function)
         parts = [f"explains {explained or CHOICE_WORDS[self.function]}"]
         parts += [CHOICE_WORDS[self.aggregation], CHOICE_WORDS[self.normalisation]]
-        if method == "integrated-gradients":
+        if method in ("integrated-gradients", "deeplift", "gradient-shap"):  # from a baseline
             kept = ", specials kept" if self.keep_specials and self.baseline != "zero" else ""
             drawn = f", {self.samples} draws" if self.baseline in RANDOM_BASELINES else ""
             parts.insert(0, f"from {CHOICE_WORDS[self.baseline]}{kept}{drawn}")
+        if method == "integrated-gradients":
             parts.insert(1, f"{self.steps} {CHOICE_WORDS[self.rule]} steps")
+        elif method == "gradient-shap":  # captum's n_samples
+            parts.insert(1, f"{self.steps} samples")
         return "; ".join(parts)
 
     def to_json(self) -> dict:

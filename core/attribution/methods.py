@@ -15,7 +15,9 @@ Methods (``METHODS``):
 - ``alti``: ALTI+ (Ferrando et al. 2022), exact for post-LN (``core.attribution.terms``);
 - ``value-zeroing``: Mohebbi et al. 2023, rolled out the same way;
 - ``grad-input``, ``integrated-gradients``: at the embeddings (``core.attribution.gradients``:
-  captum's integration rules, the studio's own passes).
+  captum's integration rules, the studio's own passes);
+- ``saliency``, ``deeplift``, ``gradient-shap``: at the same embeddings, by captum's own
+  classes (``core.attribution.captum_methods``).
 
 Every method reads a model only through the one interface (``core.model.interface``): a
 recorded pass, its attention weights and norms, its hook sites. What a model cannot be
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from core.attribution.captum_methods import CAPTUM_METHODS, captum_gradients
 from core.attribution.compose import DecoderStep, compose, normalised
 from core.attribution.gradients import (
     DEFAULT_CHOICES,
@@ -55,7 +58,9 @@ METHODS = (
     "value-zeroing",
     "grad-input",
     "integrated-gradients",
+    *CAPTUM_METHODS,
 )
+GRADIENT_METHODS = ("grad-input", "integrated-gradients", *CAPTUM_METHODS)  # at the embeddings
 METHOD_NAMES = {
     "attention": "Raw cross-attention",
     "rollout": "Attention rollout",
@@ -64,6 +69,9 @@ METHOD_NAMES = {
     "value-zeroing": "Value zeroing",
     "grad-input": "Gradient × input",
     "integrated-gradients": "Integrated gradients",
+    "saliency": "Saliency",
+    "deeplift": "DeepLIFT",
+    "gradient-shap": "GradientSHAP",
 }
 SEQUENCE_METHODS = ("attention", "rollout", "norm", "alti", "value-zeroing")  # read from
 # one attention by ``core.attribution.one_sequence`` for a one-sequence model
@@ -148,12 +156,21 @@ def gradient_attribution(
     task = embedding_task(m, p, choices=choices)
     if method == "grad-input":
         g = grad_input(task, choices)
+    elif method in CAPTUM_METHODS:
+        g = captum_gradients(task, m.model, method, choices)
     else:
         g = integrated_gradients(task, choices=choices)
-    causal = torch.cat([torch.ones(p.output_length, p.source_length), p.tgt_mask[0, 0].float()], 1)
-    signed = g.scores * causal.to(g.scores.device)  # (T, S + T): later prefix tokens are 0
+    return (*shown_gradients(g.scores, p.tgt_mask[0, 0], choices), g.completeness)
+
+
+def shown_gradients(scores: torch.Tensor, tgt_mask: torch.Tensor, choices: GradientChoices):
+    """(shown, signed) (T, S + T) of a gradient method's scores (T, S + T): the prefix tokens
+    the decoder's mask (T, T) hides set to 0, shown as ``choices`` normalise them."""
+    T, S = tgt_mask.size(0), scores.size(1) - tgt_mask.size(0)
+    causal = torch.cat([torch.ones(T, S), tgt_mask.float().cpu()], 1)  # (T, S + T)
+    signed = scores * causal.to(scores.device)  # later prefix tokens are 0
     shown = normalised(signed.abs()) if choices.normalisation == "row" else signed
-    return shown, signed, g.completeness
+    return shown, signed
 
 
 def method_problem(m: TranslationModel, method: str) -> str | None:
@@ -205,7 +222,7 @@ def attribute(
                 scores, raw, completeness = gradient_attribution(m, p, method, choices)
             except ValueError as e:  # a baseline token the tokenizer lacks, kl uncontrasted
                 raise AttributionError(str(e)) from None
-    gradient = method in ("grad-input", "integrated-gradients")
+    gradient = method in GRADIENT_METHODS
     return Attribution(
         method,
         scores.float().cpu().numpy(),

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from core.attention.word_maps import merge_weights
 from core.attribution.explain import SHARE_FLAG, Explained
 from core.attribution.faithfulness import DELETION_K, RANDOM, Faithfulness
+from core.attribution.spans import visible_in_spans
 from core.figures.attention import (
     COLORSCALE,
     DIFF_COLORSCALE,
@@ -45,13 +46,16 @@ def panel_width(columns: int) -> int:
     return max(PANEL_PX, FRAME_PX + COLUMN_PX * columns)
 
 
-def visible_prefix(pieces: Explained, words: bool = False) -> np.ndarray:
-    """(T, T) True where output token t can read prefix token j (j <= t); in words if asked.
+def visible_prefix(pieces: Explained, words: bool = False, spans=None) -> np.ndarray:
+    """(T, T) True where output token t can read prefix token j (j <= t); in words, or with
+    output ``spans`` (``core.attribution.spans``) each read as one token, if asked.
 
     ``pieces`` is the explanation over the model's own tokens: a merged word can read part of
     the next prefix word (its own first pieces), so the mask is merged like the weights.
     """
     T = len(pieces.output)
+    if spans:
+        return visible_in_spans(spans, T)  # (T', P')
     causal = np.tril(np.ones((T, T), dtype=np.float32))  # (T, T)
     if not words:
         return causal > 0

@@ -1,5 +1,6 @@
-"""Plotly figures of activation patching: a layer x head grid per attention kind, and a
-layer x position grid of the residual stream, encoder and decoder.
+"""Plotly figures of activation patching: a layer x head grid per attention kind (and per q,
+k, v, pattern), a layer x position grid of the residual stream, encoder and decoder, and each
+head's or MLP's output position by position.
 
 One diverging scale centred at 0: red carries the clean run's answer back (effect 1 = the
 clean run), blue pushes further towards the corrupted run's.
@@ -117,5 +118,100 @@ def stream_figure(
         coloraxis=_coloraxis(values),
         height=int(170 + head["margin"]["t"] + max(150, 44 * layers)),
         **head,
+    )
+    return fig
+
+
+PART_NAMES = {"q": "queries (q)", "k": "keys (k)", "v": "values (v)", "pattern": "pattern"}
+POSITION_NAMES = {  # a kind patched position by position, in the figure's words
+    **KIND_NAMES,
+    "encoder_mlp": "encoder MLPs",
+    "decoder_mlp": "decoder MLPs",
+}
+
+
+def parts_figure(rows: Sequence[dict], about: str, direction: str = "denoise") -> go.Figure:
+    """A layer x head heatmap per attention kind (rows) and per activation patched (columns:
+    q, k, v, pattern) of each head's patching effect."""
+    table = pd.DataFrame([r for r in rows if r["kind"] in KINDS and r.get("activation")])
+    kinds = [k for k in KINDS if (table["kind"] == k).any()]
+    parts = [p for p in PART_NAMES if (table["activation"] == p).any()]
+    titles = [plotly_text(f"{KIND_NAMES[k]}: {PART_NAMES[p]}") for k in kinds for p in parts]
+    fig = make_subplots(len(kinds), len(parts), subplot_titles=titles, horizontal_spacing=0.06)
+    grids = []
+    for r, kind in enumerate(kinds, start=1):
+        for c, part in enumerate(parts, start=1):
+            z = kind_grid(table[table["activation"] == part], kind, "effect")  # (L, H)
+            grids.append(z)
+            fig.add_trace(grid_trace(z, "effect", "+.2f", KIND_NAMES[kind]), r, c)
+            fig.update_xaxes(title_text="head", dtick=1, row=r, col=c)
+            fig.update_yaxes(dtick=1, autorange="reversed", row=r, col=c)
+        fig.update_yaxes(title_text="layer", row=r, col=1)
+    head = title_layout(
+        "Patching each head's q, k, v and pattern", [about, NOTES[direction]], WIDE_TITLE_CHARS, 20
+    )
+    layers = max(g.shape[0] for g in grids)
+    fig.update_layout(
+        coloraxis=_coloraxis(np.concatenate([g.ravel() for g in grids])),
+        height=int(110 + head["margin"]["t"] + len(kinds) * max(150, 44 * layers)),
+        **head,
+    )
+    return fig
+
+
+def position_grid(rows: Sequence[dict], kind: str) -> tuple[np.ndarray, list[str]]:
+    """((R, N) effects of one kind patched position by position, R row names): a head's row
+    "layer.head", an MLP's "layer"."""
+    mine = [r for r in rows if r["kind"] == kind and r.get("position") is not None]
+    names = list(dict.fromkeys(_row_name(r) for r in mine))
+    grid = np.full((len(names), max(r["position"] for r in mine) + 1), np.nan)
+    for r in mine:
+        grid[names.index(_row_name(r)), r["position"]] = r["effect"]
+    return grid.astype(np.float32), names
+
+
+def _row_name(row: dict) -> str:
+    """A position grid's row: "layer.head" of a head, "layer" of an MLP."""
+    return f"{row['layer']}.{row['head']}" if row.get("head") is not None else f"{row['layer']}"
+
+
+def positions_figure(
+    rows: Sequence[dict],
+    axes: dict[str, Sequence[str]],
+    about: str,
+    direction: str = "denoise",
+) -> go.Figure:
+    """One heatmap per kind patched position by position (each head's output, or each MLP's):
+    rows "layer.head" or "layer", columns the positions of ``axes[kind]`` (the source's
+    tokens, the decoder inputs', or a one-stack model's whole sequence)."""
+    kinds = [k for k in POSITION_NAMES if k in axes and any(
+        r["kind"] == k and r.get("position") is not None for r in rows)]  # fmt: skip
+    grids = [position_grid(rows, k) for k in kinds]
+    fig = make_subplots(
+        len(kinds), 1, subplot_titles=[plotly_text(POSITION_NAMES[k]) for k in kinds],
+        vertical_spacing=0.3 / max(1, len(kinds)),
+    )  # fmt: skip
+    for r, (kind, (z, names)) in enumerate(zip(kinds, grids), start=1):
+        fig.add_trace(
+            go.Heatmap(
+                z=z,
+                x=unique_labels(list(axes[kind])[: z.shape[1]]),  # HTML-safe: a typed word is text
+                y=names,
+                coloraxis="coloraxis",
+                hovertemplate="%{y}, %{x}<br>effect %{z:+.3f}<extra></extra>",
+            ),
+            r,
+            1,
+        )
+        fig.update_xaxes(title_text="position", tickangle=-45, row=r, col=1)
+        fig.update_yaxes(title_text="layer.head" if "." in names[0] else "layer", row=r, col=1)
+        fig.update_yaxes(type="category", autorange="reversed", row=r, col=1)
+    head = title_layout(
+        "Patching one position at a time", [about, NOTES[direction]], WIDE_TITLE_CHARS, 20
+    )
+    height = sum(max(160, 18 * len(names)) + 120 for _, names in grids)
+    values = np.concatenate([z.ravel() for z, _ in grids]) if grids else np.zeros(1)
+    fig.update_layout(
+        coloraxis=_coloraxis(values), height=int(head["margin"]["t"] + height), **head
     )
     return fig

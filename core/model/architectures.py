@@ -120,6 +120,9 @@ class Stack:
     mlp: tuple[str, ...]  # the feed-forward's modules, from a layer, in order (with BART's
     # activation between fc1 and fc2)
     mlp_norm: str  # the feed-forward's norm, from a layer
+    mlp_out: str | None = None  # what the feed-forward adds to the stream, from a layer, where
+    # it is not the output of mlp[-1]: BLOOM's mlp.dense_4h_to_h (its mlp adds the residual
+    # itself), Gemma 2's post_feedforward_layernorm (its output normalised again)
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,8 @@ class Architecture:
     # paths hold for (as its real checkpoints ship them); another value is refused in one line
     refuses: Mapping[str, str] = field(default_factory=dict)  # what its mathematics does not
     # allow (a section, a method) -> why, in one line (``core.model.capabilities``)
+    norm_eps: str = "eps"  # the norms' attribute holding their epsilon (Llama's RMSNorm:
+    # variance_epsilon), what a norm's scale (the ``ln1.scale`` hook sites) adds before √
 
     def stack(self, side: str | None = None) -> Stack:
         """The stack of ``side`` ("encoder", "decoder"); a one-stack model's one stack."""
@@ -423,6 +428,7 @@ _ROWS = (
         positions=RELATIVE,
         head="lm_head",
         quirks=frozenset({"relative_bias", "rescale_tied_output"}),
+        norm_eps="variance_epsilon",
         count="t5",
         config_defaults={
             "tie_word_embeddings": True,
@@ -444,6 +450,7 @@ _ROWS = (
         positions=RELATIVE,
         head="lm_head",
         quirks=frozenset({"relative_bias"}),
+        norm_eps="variance_epsilon",
         count="t5",
         config_defaults={
             "tie_word_embeddings": True,
@@ -465,6 +472,7 @@ _ROWS = (
         positions=RELATIVE,
         head="lm_head",
         quirks=frozenset({"relative_bias_per_layer", "rescale_tied_output"}),
+        norm_eps="variance_epsilon",
         count="umt5",
         config_defaults={
             "tie_word_embeddings": True,
@@ -516,6 +524,7 @@ _ROWS = (
         positions=ROPE,
         head="lm_head",
         quirks=frozenset(),
+        norm_eps="variance_epsilon",
         count="llama_like",
         config_defaults={"tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False},
     ),
@@ -533,6 +542,7 @@ _ROWS = (
         positions=ROPE,
         head="lm_head",
         quirks=frozenset({"sliding_window"}),
+        norm_eps="variance_epsilon",
         count="llama_like",
         config_defaults={"tie_word_embeddings": False},
     ),
@@ -550,6 +560,7 @@ _ROWS = (
         positions=ROPE,
         head="lm_head",
         quirks=frozenset({"sliding_window"}),
+        norm_eps="variance_epsilon",
         count="llama_like",
         config_defaults={"tie_word_embeddings": False},
     ),
@@ -588,6 +599,7 @@ _ROWS = (
                 cross_attention=None,
                 mlp=("mlp",),
                 mlp_norm="pre_feedforward_layernorm",
+                mlp_out="post_feedforward_layernorm",
             )
         },
         layers="layers",
@@ -620,6 +632,9 @@ _ROWS = (
         },
         refuses={
             **{method: SANDWICH for method in DECOMPOSITIONS},
+            "logit_attribution": "Gemma 2 normalises each head's output again before adding "
+            "it to the stream and soft-caps its logits: a head's z through W_o is not what it "
+            "wrote, and the logits are not affine in the stream; use the logit lens or patching.",
             "integrated-gradients": "Integrated gradients from zero embeddings does not "
             "converge for Gemma 2: the RMSNorms before and after each sub-layer give nearly "
             "the same output for α·e at every α > 0, so the change sits at α ≈ 0 "
@@ -679,6 +694,7 @@ _ROWS = (
                 cross_attention=None,
                 mlp=("mlp",),
                 mlp_norm="post_attention_layernorm",
+                mlp_out="mlp.dense_4h_to_h",
             )
         },
         layers="h",

@@ -89,6 +89,8 @@ class MultiHeadAttention(nn.Module):
         self.W_o = nn.Linear(d_model, d_model)
         self.hook_queries = HookPoint("queries")  # (B, Tq, D)
         self.hook_keys = HookPoint("keys")  # (B, Tk, D)
+        self.hook_q = HookPoint("q")  # (B, Tq, H, Dh) the queries, per head
+        self.hook_k = HookPoint("k")  # (B, Tk, H, Dh) the keys, per head
         self.hook_v = HookPoint("v")  # (B, Tk, H, Dh)
         self.hook_pattern = HookPoint("pattern")  # (B, H, Tq, Tk), the explicit path only
         self.hook_z = HookPoint("z")  # (B, Tq, H, Dh)
@@ -131,8 +133,7 @@ class MultiHeadAttention(nn.Module):
         """
         queries, keys, values = self.hooked_inputs(queries, keys, values)
         q, k, v = self.project(queries, keys, values, kv)  # (B, H, Tq|Tk, Dh)
-        if self.hook_v.on():
-            v = self.hook_v(v.transpose(1, 2)).transpose(1, 2)  # (B, H, Tk, Dh)
+        q, k, v = (self.per_head(point, x) for point, x in zip(self.heads_points(), (q, k, v)))
         p = self.dropout if self.training else 0.0
         if need_weights or (self.training and self.masks == "bits" and q.device.type == "cpu"):
             out, weights = attention(q, k, v, mask, p, self.training, self.masks)
@@ -140,6 +141,15 @@ class MultiHeadAttention(nn.Module):
             return self.hook_out(self.W_o(self.merge_heads(out))), weights if need_weights else None
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         return self.hook_out(self.W_o(self.merge_heads(out))), None
+
+    def heads_points(self) -> tuple[HookPoint, HookPoint, HookPoint]:
+        """The q, k and v sites, in that order."""
+        return self.hook_q, self.hook_k, self.hook_v
+
+    @staticmethod
+    def per_head(point: HookPoint, x: torch.Tensor) -> torch.Tensor:
+        """(B, H, T, Dh) x through ``point`` as (B, T, H, Dh), where a hook is on (else x)."""
+        return point(x.transpose(1, 2)).transpose(1, 2) if point.on() else x  # (B, H, T, Dh)
 
     def merge_heads(self, out: torch.Tensor) -> torch.Tensor:
         """(B, H, Tq, Dh) -> (B, Tq, D), each head's output through the ``z`` site first."""

@@ -18,12 +18,23 @@ be replaced on every family:
 - ``{s}.in``, ``{s}.out``              (B, T, D) a layer's input and output
 - ``{p}.queries``, ``{p}.keys``        (B, T, D) what queries and keys/values are made from
   (``keys`` only where it is not ``queries``: cross-attention)
-- ``{p}.v``                            (B, Tk, H, Dh) the values
+- ``{p}.q``, ``{p}.k``, ``{p}.v``        (B, Tq|Tk, H, Dh) the queries, keys and values per head
+  (a one-stack model's as projected, over its whole sequence, before any rotation; its k and
+  v have the key/value heads of grouped-query attention, Hkv, not repeated per group)
+- ``{p}.rot_q``, ``{p}.rot_k``          (B, N, H|Hkv, Dh) q and k after the rotary embedding
+  (a one-stack model of a rotary family, TransformerLens's ``hook_rot_q``; read only)
 - ``{p}.pattern``                      (B, H, Tq, Tk) the attention weights (read only)
 - ``{p}.position_bias``                (B|1, H, Tq, Tk) a relative-position bias (T5, read only)
 - ``{p}.z``                            (B, Tq, H, Dh) each head's output, before W_o
 - ``{p}.out``                          (B, Tq, D) the attention's output, W_o's bias included
-- ``{p}.resid_post``                   (B, Tq, D) the stream after the sub-layer (read only)
+- ``{p}.resid_post``                   (B, Tq, D) the stream after the sub-layer (read only;
+  a one-stack model's is ``{s}.resid_mid``)
+- ``{s}.mlp_out``                      (B, T, D) what the feed-forward adds to the stream
+- ``decoder.{i}.resid_mid``, ``.mlp_in`` (B, N, D) a one-stack model's stream between attention
+  and feed-forward (none in a parallel family) and the feed-forward's input (read only)
+- ``decoder.{i}.ln1.scale``, ``.ln2.scale`` (B, N, 1) what a pre-LN one-stack model's norms
+  divide the stream by, √(var + ε) or √(mean x² + ε) (TransformerLens's ``hook_scale``; read
+  only; ``ln2`` none in a parallel family); ``decoder.ln_final.scale`` the final norm's
 - ``encoder.out``                      (B, S, D) the encoder's output (the decoder's memory)
 - ``decoder.out``                      (B, T, D) the decoder's output before the vocabulary
   projection (read only)
@@ -38,7 +49,8 @@ from contextlib import contextmanager
 import torch
 
 Hook = Callable[[torch.Tensor, str], torch.Tensor | None]  # (activation, site) -> replacement
-WRITABLE = ("embed", "in", "out", "v", "z")  # the last part of a site name writes may target
+WRITABLE = ("embed", "in", "out", "q", "k", "v", "z", "mlp_out")  # the last part of a site
+# name writes may target
 
 _local = threading.local()  # this thread's {HookPoint: [hooks]}
 _lock = threading.Lock()

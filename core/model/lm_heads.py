@@ -26,7 +26,7 @@ import importlib
 import torch
 from torch import nn
 
-from core.model import lm_sites
+from core.model import lm_sites, sites
 from core.model.architectures import ALIBI, ROPE, Architecture, architecture_of, part
 from core.model.parts import SequenceHeads
 
@@ -50,13 +50,8 @@ def _projected(arch: Architecture, attn: nn.Module, h, which: str, heads: int, k
     if not names.fused:
         return part(attn, getattr(names, which))(h)  # (1, N, heads * Dh)
     fused = part(attn, names.fused)(h)  # (1, N, (heads + 2 kv) * Dh)
-    index = "qkv".index(which)
-    if names.layout == "per_head":  # each head's q, k, v side by side
-        per = fused.view(*fused.shape[:-1], heads, 3, -1)  # (1, N, H, 3, Dh)
-        return per[..., index, :].flatten(-2)  # (1, N, H * Dh)
-    width = fused.size(-1) // (heads + 2 * kv)  # Dh
-    q, k, v = fused.split([heads * width, kv * width, kv * width], dim=-1)
-    return (q, k, v)[index]
+    parts = sites.qkv_parts(fused, names.layout, heads, kv)  # q, k, v: (1, N, H|Hkv, Dh)
+    return parts["qkv".index(which)].flatten(-2)  # (1, N, heads * Dh)
 
 
 def _queries_keys(model: nn.Module, layer: nn.Module, x: torch.Tensor):

@@ -305,9 +305,9 @@ class PromptedModel(HFModel):
 
     def _rows(self, ids: torch.Tensor) -> list[list[int]]:
         """Each row of (B, .) padded ids without its trailing padding."""
-        rows = []
+        rows, pad = [], self.pad_id  # read once: the tokenizer's attribute, per row a pass
         for row in ids.tolist():
-            while row and row[-1] == self.pad_id:
+            while row and row[-1] == pad:
                 row.pop()
             rows.append(row)
         return rows

@@ -14,6 +14,7 @@ token + output[:-1]), D model width, H heads, V target vocabulary, L layers.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -47,6 +48,16 @@ def recorded_sites(encoder_layers: int, decoder_layers: int) -> list[str]:
     for side, layers in zip(SIDES, (encoder_layers, decoder_layers)):
         sites += [f"{side}.{i}.{end}" for i in range(layers) for end in ("in", "out")]
     return sites
+
+
+def whole_sequence(m, src_ids: Sequence[int], tgt_in: Sequence[int]) -> list[str] | None:
+    """The N tokens of a one-stack model's whole sequence (the axis its attentions' and MLPs'
+    hook sites span) for a source and decoder inputs; None for a model of two stacks, whose
+    sites span the source (S) or the decoder inputs (T)."""
+    if not m.one_sequence:
+        return None
+    out_ids = [*list(tgt_in)[1:], m.eos_id]  # what the decoder inputs are made of
+    return m.source_tokens(m.sequence_ids(list(src_ids), out_ids))
 
 
 @dataclass

@@ -5,22 +5,35 @@ site's ``HookPoint``.
 
 Each stack of the row is hooked by the same code: its token embeddings, each layer's input and
 output, each attention's heads before W_o (``z``), and, for an encoder-decoder, its queries'
-and keys' inputs, values (``v``), weights (``pattern``), output (``out``), T5's position bias
-and the stream after the sub-layer (``resid_post``, where the row says it is), and the stack's
-output. A one-stack model (decoder-only, masked) holds the source and the decoder inputs in one
-sequence: its stream sites are named as an encoder-decoder's (``encoder.{i}.out`` at each
-row's source, ``decoder.{i}.out`` at the decoder inputs, ``encoder.embed`` and
+and keys' inputs, queries, keys and values per head (``q``, ``k``, ``v``), weights
+(``pattern``), output (``out``), T5's position bias and the stream after the sub-layer
+(``resid_post``, where the row says it is), each layer's feed-forward output (``mlp_out``), and
+the stack's output. A one-stack model (decoder-only, masked) holds the source and the decoder
+inputs in one sequence: its stream sites are named as an encoder-decoder's (``encoder.{i}.out``
+at each row's source, ``decoder.{i}.out`` at the decoder inputs, ``encoder.embed`` and
 ``decoder.embed``) and cut from the sequence inside ``placing``; its heads are
-``decoder.{i}.self.z``, over the whole sequence; its layers keep their inputs for this
-thread's open ``LayerInputs`` and its last layer its output for an open ``LastOutput``. The
-hooks are installed once per model and do nothing (one integer test) unless a thread has hooks
-on.
+``decoder.{i}.self.z``, over the whole sequence, and so are the sites TransformerLens's
+``run_with_cache`` gives of each layer: q (B, N, H, Dh), k and v (B, N, Hkv, Dh: the key/value
+heads of grouped-query attention, not repeated) as projected (a fused projection, GPT-2's
+``c_attn``, BLOOM's and Falcon's ``query_key_value``, cut as the row's layout says), ``rot_q``
+and ``rot_k`` after the rotation of a rotary family (the family's own ``apply_rotary_pos_emb``
+on the cos and sin the attention is given), the weights (``pattern``), W_o's output (``out``),
+the stream between attention and feed-forward (``decoder.{i}.resid_mid``, none in a parallel
+family), the feed-forward's input and what it adds to the stream (``mlp_in``, ``mlp_out``: the
+row's ``mlp_out`` where that is not its last module, BLOOM's and Gemma 2's), and a pre-LN
+family's norms' scales (``ln1.scale``, ``ln2.scale``, (B, N, 1): √(var + ε), or √(mean x² + ε)
+of an RMSNorm, from the norm's input and its own ε; the final norm's ``decoder.ln_final.scale``
+at each of its calls: once in a pass from ids, again where ``hidden`` normalises the decoder
+inputs). Its layers keep their inputs for this thread's open ``LayerInputs`` and its last layer
+its output for an open ``LastOutput``. The hooks are installed once per model and do nothing
+(one integer test) unless a thread has hooks on.
 
 Shape key: B batch, S source, T decoder inputs, N tokens, H heads, Dh head width, D model width.
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -28,7 +41,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from core.model.architectures import Architecture, architecture_of, part
+from core.model.architectures import ROPE, Architecture, architecture_of, part
 from core.model.hf_folder import HFModelError
 from core.model.hooks import HookPoint, any_on
 from core.model.record import SIDES, attention_site, side_of
@@ -128,14 +141,19 @@ def _point(module: nn.Module, name: str) -> HookPoint:
     return getattr(module, POINTS)[name]
 
 
-def _output_site(name: str):
-    """A forward hook passing a module's main output through the site ``name``."""
+def _output_site(name: str, apart: bool = False):
+    """A forward hook passing a module's main output through the site ``name``; ``apart``:
+    the model goes on with a copy where a hook is on, so that what the hooks read stays as
+    they read it (Falcon adds the attention's output into its MLP's output in place)."""
 
     def hook(module, args, output):
         if not any_on():
             return None
         x = _first(output)
-        y = _point(module, name)(x)
+        point = _point(module, name)
+        y = point(x)
+        if apart and y is x and point.on():
+            y = x.clone()
         return None if y is x else _with_first(output, y)
 
     return hook
@@ -226,6 +244,121 @@ def _read_input(name: str):
     return hook
 
 
+def qkv_parts(fused: torch.Tensor, layout: str, heads: int, kv: int) -> list[torch.Tensor]:
+    """q (B, N, H, Dh), k and v (B, N, Hkv, Dh) cut from one fused projection's output
+    (B, N, (H + 2 Hkv) Dh) as the row's layout says: "blocks" (GPT-2's thirds, Falcon's query
+    heads then its key/value heads) or "per_head" (BLOOM's (H, 3, Dh))."""
+    if layout == "per_head":
+        per = fused.view(*fused.shape[:-1], heads, 3, -1)  # (B, N, H, 3, Dh)
+        return [per[..., i, :] for i in range(3)]
+    width = fused.size(-1) // (heads + 2 * kv)  # Dh
+    q, k, v = fused.split([heads * width, kv * width, kv * width], dim=-1)
+    return [x.view(*x.shape[:-1], n, width) for x, n in ((q, heads), (k, kv), (v, kv))]
+
+
+def _joined(parts: Sequence[torch.Tensor], layout: str) -> torch.Tensor:
+    """(B, N, (H + 2 Hkv) Dh): ``qkv_parts`` put back together."""
+    if layout == "per_head":
+        return torch.stack(list(parts), dim=-2).flatten(-3)  # via (B, N, H, 3, Dh)
+    return torch.cat([x.flatten(-2) for x in parts], dim=-1)
+
+
+def _fused_site(names: Sequence[str], layout: str, heads: int, kv: int):
+    """A forward hook on a projection making q, k and v at once (GPT-2's ``c_attn``, BLOOM's
+    and Falcon's ``query_key_value``): each part through its site ``names`` per head."""
+
+    def hook(module, args, output):
+        if not any_on():
+            return None
+        points = [_point(module, name) for name in names]
+        if not any(point.on() for point in points):
+            return None
+        parts = qkv_parts(output, layout, heads, kv)  # q, k, v: (B, N, H|Hkv, Dh)
+        new = [point(x) for point, x in zip(points, parts)]
+        changed = any(y is not x for y, x in zip(new, parts))
+        return _joined(new, layout) if changed else None
+
+    return hook
+
+
+_unrotated = threading.local()  # this thread's q and k of the attention running now, by site
+
+
+def _keep_unrotated(p: str, which: str, layout: tuple | None, heads: int = 0):
+    """A forward hook on a projection (after its sites' hooks) keeping what it gives of q or
+    k ((B, N, H|Hkv, Dh): ``heads`` of them) for ``_one_stack_attention``, only while a hook
+    reads ``p.rot_q`` or ``p.rot_k``; ``layout``: (layout, H, Hkv) of a fused projection."""
+
+    def hook(module, args, output) -> None:
+        if not any_on():
+            return
+        if not (_point(module, f"{p}.rot_q").on() or _point(module, f"{p}.rot_k").on()):
+            return
+        kept = getattr(_unrotated, "value", None)
+        if kept is None:
+            kept = _unrotated.value = {}
+        if layout is not None:
+            q, k, _ = qkv_parts(output, *layout)
+            kept[f"{p}.q"], kept[f"{p}.k"] = q, k
+        else:
+            kept[f"{p}.{which}"] = output.view(*output.shape[:-1], heads, -1)
+
+    return hook
+
+
+def rotated(attention: nn.Module, q: torch.Tensor, k: torch.Tensor, cos, sin):
+    """q (B, N, H, Dh) and k (B, N, Hkv, Dh) rotated by each position's angle as the family's
+    own ``apply_rotary_pos_emb`` rotates them; a rotary embedding narrower than the head
+    (Phi's ``partial_rotary_factor``) rotates the head's first R dimensions only."""
+    apply = importlib.import_module(type(attention).__module__).apply_rotary_pos_emb
+    R = cos.size(-1)
+    q_h, k_h = q.transpose(1, 2), k.transpose(1, 2)  # (B, H|Hkv, N, Dh)
+    q_rot, k_rot = apply(q_h[..., :R], k_h[..., :R], cos, sin)  # (B, H|Hkv, N, R)
+    q_rot = torch.cat([q_rot, q_h[..., R:]], dim=-1).transpose(1, 2)  # (B, N, H, Dh)
+    k_rot = torch.cat([k_rot, k_h[..., R:]], dim=-1).transpose(1, 2)  # (B, N, Hkv, Dh)
+    return q_rot, k_rot
+
+
+def _one_stack_attention(p: str, rotary: bool):
+    """A forward hook (with kwargs) on a one-stack model's attention module: its weights
+    (``p.pattern``, (B, H, N, N)) and, for a rotary family, q and k after the rotation
+    (``p.rot_q``, ``p.rot_k``), read from the projections' q and k of this call and the
+    ``position_embeddings`` (cos, sin) the module was given. Read only."""
+
+    def hook(module, args, kwargs, output):
+        if not any_on():
+            return None
+        weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+        if isinstance(weights, torch.Tensor):
+            _point(module, f"{p}.pattern")(weights)
+        kept = getattr(_unrotated, "value", None) or {}
+        if rotary and f"{p}.q" in kept:
+            q, k = kept.pop(f"{p}.q"), kept.pop(f"{p}.k")
+            q_rot, k_rot = rotated(module, q, k, *kwargs["position_embeddings"])
+            _point(module, f"{p}.rot_q")(q_rot)
+            _point(module, f"{p}.rot_k")(k_rot)
+        return None
+
+    return hook
+
+
+def _norm_scale(name: str, rms: bool, eps: str):
+    """A forward pre-hook on a norm reading its scale, (B, N, 1): what it divides each
+    token's vector by, √(var + ε) (LayerNorm) or √(mean x² + ε) (RMSNorm), from its input
+    and its own ε (the attribute ``eps``), as TransformerLens's ``hook_scale``. Read only."""
+
+    def hook(module, args) -> None:
+        if not any_on():
+            return
+        point = _point(module, name)
+        if point.on():
+            x = args[0].float()  # (B, N, D)
+            spread = x.pow(2).mean(-1, keepdim=True) if rms else x.var(-1, False, keepdim=True)
+            point((spread + getattr(module, eps)).sqrt())  # (B, N, 1)
+
+    return hook
+
+
 # ----------------------------------------------------------------------------- one sequence
 
 _placed = threading.local()  # this thread's pass: (each row's source positions, the steps')
@@ -241,6 +374,33 @@ def placing(sources: Sequence[slice], steps: slice):
         yield
     finally:
         _placed.value = None
+
+
+def _source_positions(sources: Sequence[slice], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """((B, S) each row's source positions, left-aligned (its last one repeated past its
+    end), (B, S) True where the row has a source token): one gather for every row, as many
+    rows as a batch of integration points holds, not a copy per row."""
+    starts = torch.tensor([s.start for s in sources], device=device)  # (B,)
+    lengths = torch.tensor([s.stop - s.start for s in sources], device=device)  # (B,)
+    i = torch.arange(int(lengths.max()), device=device)  # (S,)
+    last = (lengths - 1).clamp(min=0)[:, None]  # (B, 1)
+    return starts[:, None] + torch.minimum(i, last), i < lengths[:, None]
+
+
+def _gathered(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """(B, S, D) of (B, N, D) at each row's (B, S) positions."""
+    return x.gather(1, index[..., None].expand(-1, -1, x.size(-1)))
+
+
+def _placed_back(sources: Sequence[slice], N: int, new: torch.Tensor):
+    """((B, N, 1) True at each row's source positions, (B, N, D) ``new`` (B, S, D), each
+    row's source first, moved to those positions): what ``torch.where`` puts in place."""
+    starts = torch.tensor([s.start for s in sources], device=new.device)[:, None]  # (B, 1)
+    stops = torch.tensor([s.stop for s in sources], device=new.device)[:, None]  # (B, 1)
+    at = torch.arange(N, device=new.device)[None]  # (1, N)
+    inside = (at >= starts) & (at < stops)  # (B, N)
+    offset = (at - starts).clamp(0, max(new.size(1) - 1, 0))  # (B, N)
+    return inside[..., None], _gathered(new, offset)
 
 
 def _placed_sites(encoder_name: str, decoder_name: str):
@@ -259,15 +419,12 @@ def _placed_sites(encoder_name: str, decoder_name: str):
         sources, steps = where
         y = x
         if encoder.on():
-            S = max(s.stop - s.start for s in sources)
-            view = x.new_zeros(x.size(0), S, x.size(-1))  # (B, S, D) each row's source first
-            for b, at in enumerate(sources):
-                view[b, : at.stop - at.start] = x[b, at]
-            new = encoder(view)
+            index, real = _source_positions(sources, x.device)  # (B, S) each
+            view = torch.where(real[..., None], _gathered(x, index), 0.0)  # (B, S, D)
+            new = encoder(view)  # each row's source first, zeros after it
             if new is not view:
-                y = y.clone()
-                for b, at in enumerate(sources):
-                    y[b, at] = new[b, : at.stop - at.start]
+                inside, moved = _placed_back(sources, x.size(1), new)  # (B, N, 1), (B, N, D)
+                y = torch.where(inside, moved.to(y.dtype), y)  # (B, N, D)
         if decoder.on():
             view = y[:, steps].clone()  # (B, T, D)
             new = decoder(view)
@@ -392,6 +549,11 @@ class _Installer:
             self.layer(self.hooked(layer), side, i)
         if side is None:
             layers[-1].register_forward_hook(_keep_last)
+            if row.final_norm is not None:  # a pre-LN stack's last norm
+                norm = self.hooked(part(module, row.final_norm))
+                scale = self.add("decoder.ln_final.scale")
+                rms = self.arch.norm_class == "RMSNorm"
+                norm.register_forward_pre_hook(_norm_scale(scale, rms, self.arch.norm_eps))
         else:
             module.register_forward_hook(_output_site(self.add(f"{side}.out")))
 
@@ -399,6 +561,8 @@ class _Installer:
         if side is None:
             layer.register_forward_pre_hook(_keep_inputs(i), with_kwargs=True)
             self.heads(layer, "decoder_self", attention_site("decoder_self", i))
+            self.one_stack_attention(layer, attention_site("decoder_self", i))
+            self.one_stack_mlp(layer, f"decoder.{i}")
         else:
             layer.register_forward_pre_hook(
                 _input_site(self.add(f"{side}.{i}.in")), with_kwargs=True
@@ -406,6 +570,7 @@ class _Installer:
             kinds = ("encoder",) if side == "encoder" else ("decoder_self", "cross")
             for kind in kinds:
                 self.attention(layer, kind, attention_site(kind, i))
+            self.mlp_out(layer, side, f"{side}.{i}.mlp_out")
         self.stream(layer, side, f"{i}.out")
 
     def heads(self, layer: nn.Module, kind: str, p: str) -> None:
@@ -421,16 +586,78 @@ class _Installer:
     def attention(self, layer: nn.Module, kind: str, p: str) -> None:
         """Every site of an encoder-decoder's attention sub-layer."""
         module = self.hooked(attention_of(layer, kind))
-        for site in ("queries", "keys", "v", "pattern", "out", "position_bias", "resid_post"):
+        for site in ("queries", "keys", "pattern", "out", "position_bias", "resid_post"):
             self.add(f"{p}.{site}")
         _, width = head_geometry(module)
         memory_key = self.arch.attention(kind).memory
         module.register_forward_pre_hook(_queries_keys(p, memory_key), with_kwargs=True)
         module.register_forward_hook(_attention_outputs(p), with_kwargs=True)
-        v = self.hooked(projections(module)[2])
-        v.register_forward_hook(heads_site(f"{p}.v", v.out_features // width, before=False))
+        for name, projection in zip("qkv", projections(module)[:3]):
+            projection = self.hooked(projection)
+            heads = projection.out_features // width
+            projection.register_forward_hook(heads_site(self.add(f"{p}.{name}"), heads, False))
         self.heads(layer, kind, p)
         self.resid_post(layer, kind, f"{p}.resid_post")
+
+    def mlp_out(self, layer: nn.Module, side: str | None, name: str) -> None:
+        """What the feed-forward adds to the stream: ``name`` at the output of the row's
+        ``mlp_out`` (or its last feed-forward module)."""
+        row = self.arch.stack(side)
+        module = self.hooked(part(layer, row.mlp_out or row.mlp[-1]))
+        module.register_forward_hook(_output_site(self.add(name), apart=True))
+
+    def one_stack_attention(self, layer: nn.Module, p: str) -> None:
+        """A one-stack model's attention sites over its whole sequence, as TransformerLens's
+        ``run_with_cache`` gives them: ``p.q`` (B, N, H, Dh), ``p.k`` and ``p.v`` (B, N, Hkv,
+        Dh: the key/value heads, not repeated per group) as projected, ``p.rot_q`` and
+        ``p.rot_k`` after the rotation (a rotary family), ``p.pattern`` (B, H, N, N) and
+        ``p.out`` (B, N, D), W_o's output."""
+        config, arch = self.model.config, self.arch
+        attention = self.hooked(attention_of(layer, "decoder_self"))
+        heads, kv = config.num_attention_heads, arch.kv_heads_of(config)
+        names = [self.add(f"{p}.{which}") for which in "qkv"]
+        rotary = arch.positions == ROPE
+        if rotary:
+            self.add(f"{p}.rot_q"), self.add(f"{p}.rot_k")
+        names_of = arch.projections
+        if names_of.fused:
+            fused = self.hooked(part(attention, names_of.fused))
+            layout = (names_of.layout, heads, kv)
+            fused.register_forward_hook(_fused_site(names, *layout))
+            if rotary:
+                fused.register_forward_hook(_keep_unrotated(p, "qkv", layout))
+        else:
+            for name, which, n in zip(names, "qkv", (heads, kv, kv)):
+                projection = self.hooked(part(attention, getattr(names_of, which)))
+                projection.register_forward_hook(heads_site(name, n, before=False))
+                if rotary and which != "v":
+                    projection.register_forward_hook(_keep_unrotated(p, which, None, n))
+        self.add(f"{p}.pattern")
+        attention.register_forward_hook(_one_stack_attention(p, rotary), with_kwargs=True)
+        w_o = self.hooked(output_projection_of(layer, "decoder_self"))
+        w_o.register_forward_hook(_output_site(self.add(f"{p}.out")))
+
+    def one_stack_mlp(self, layer: nn.Module, s: str) -> None:
+        """A one-stack model's stream between attention and feed-forward (``s.resid_mid``,
+        none in a parallel family: no stream holds the input plus the attention alone), the
+        feed-forward's input (``s.mlp_in``, what its first module reads: the norm's output in
+        a pre-LN family) and what it adds to the stream (``s.mlp_out``), (B, N, D) each."""
+        row = self.arch.stack()
+        if "parallel" not in self.arch.quirks:
+            self.resid_post(layer, "decoder_self", self.add(f"{s}.resid_mid"))
+        first = self.hooked(part(layer, row.mlp[0]))
+        first.register_forward_pre_hook(_read_input(self.add(f"{s}.mlp_in")))
+        self.mlp_out(layer, None, f"{s}.mlp_out")
+        if self.arch.norm != "pre":  # a post-LN norm divides a sum, not the stream
+            return
+        norms = {"ln1": row.self_attention.norm, "ln2": row.mlp_norm}
+        if row.mlp_norm == row.self_attention.norm:  # parallel: one norm for both
+            del norms["ln2"]
+        rms = self.arch.norm_class == "RMSNorm"
+        for name, path in norms.items():
+            norm = self.hooked(part(layer, path))
+            scale = self.add(f"{s}.{name}.scale")
+            norm.register_forward_pre_hook(_norm_scale(scale, rms, self.arch.norm_eps))
 
     def resid_post(self, layer: nn.Module, kind: str, name: str) -> None:
         """The stream after an attention sub-layer, where the row says it is: a module's

@@ -56,12 +56,17 @@ class EncoderLayer(nn.Module):
         self.addnorm2 = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.dropout_masks)
         self.hook_in, self.hook_out = HookPoint("in"), HookPoint("out")  # (B, S, D)
         self.hook_self_post = HookPoint("self.resid_post")  # (B, S, D)
+        self.hook_mlp_out = HookPoint("mlp_out")  # (B, S, D) the FFN's output
+
+    def feed_forward(self, h: torch.Tensor) -> tuple[torch.Tensor, None]:
+        """The FFN of the (normed) stream h (B, T, D), through the ``mlp_out`` site."""
+        return self.hook_mlp_out(self.ffn(h)), None
 
     def forward(self, x, src_mask, need_weights=False):
         """x (B, S, D), src_mask (B, 1, 1, S) -> (x (B, S, D), weights (B, H, S, S)|None)."""
         x = self.hook_in(x)
         x, w = self.addnorm1(x, lambda h: self.attention(h, h, h, src_mask, need_weights))
-        x, _ = self.addnorm2(self.hook_self_post(x), lambda h: (self.ffn(h), None))
+        x, _ = self.addnorm2(self.hook_self_post(x), self.feed_forward)
         return self.hook_out(x), w
 
 
@@ -83,6 +88,11 @@ class DecoderLayer(nn.Module):
         self.hook_in, self.hook_out = HookPoint("in"), HookPoint("out")  # (B, T, D)
         self.hook_self_post = HookPoint("self.resid_post")  # (B, T, D)
         self.hook_cross_post = HookPoint("cross.resid_post")  # (B, T, D)
+        self.hook_mlp_out = HookPoint("mlp_out")  # (B, T, D) the FFN's output
+
+    def feed_forward(self, h: torch.Tensor) -> tuple[torch.Tensor, None]:
+        """The FFN of the (normed) stream h (B, T, D), through the ``mlp_out`` site."""
+        return self.hook_mlp_out(self.ffn(h)), None
 
     def self_block(self, h, tgt_mask, need_weights, cache):
         """Masked self-attention; with ``cache`` the new keys/values are appended to it."""
@@ -117,7 +127,7 @@ class DecoderLayer(nn.Module):
             self.hook_self_post(x),
             lambda h: self.cross_block(h, memory, src_mask, need_cross, cache),
         )
-        x, _ = self.addnorm3(self.hook_cross_post(x), lambda h: (self.ffn(h), None))
+        x, _ = self.addnorm3(self.hook_cross_post(x), self.feed_forward)
         return self.hook_out(x), w_self, w_cross
 
 

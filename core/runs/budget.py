@@ -13,6 +13,7 @@ before it is made, and a limit that is checked where it is written as well as at
 | a translation with its maps | heads, layers, source and output | before decoding (pages) |
 | an alignment-scoring job | pairs x layers x heads x positions | before scoring (pages) |
 | a pass of activation patching | rows x layers x positions | before any pass |
+| a pass of a gradient method over many sentences | rows x layers x positions | before each batch |
 | a model opened by the server | parameters | before loading (pages) |
 | a run exported for TensorBoard | each summary's bytes | before each is written |
 | an aligner's files for a run | their bytes | launch (``core.runs.alignment_request``) |
@@ -59,6 +60,7 @@ TENSORBOARD_BYTES = 48 * MB  # a run exported for TensorBoard (what would pass i
 PROJECTION_BYTES = 32 * MB  # one projection of token representations (float16 vectors)
 SCORING_CELLS = 64_000_000  # attention weights one alignment-scoring job holds (float32)
 PATCH_BYTES = 256 * MB  # one pass of activation patching, every row of it (float32)
+GRADIENT_BYTES = 256 * MB  # one pass of a gradient method over many sentences (float32)
 MODEL_BYTES = 256 * MB  # the float32 weights of a model the server opens for the pages
 HF_MODEL_BYTES = 640 * MB  # the same for a Hugging Face model (opus-mt-en-fr: ~300 MB)
 MODELS_CACHE_BYTES = 768 * MB  # the models the server keeps open (one copy each)
@@ -416,6 +418,16 @@ def patch_rows(
     (``prompt`` as ``patch_row_bytes``)."""
     row = patch_row_bytes(model, src_len, tgt_len, prompt)
     return max(1, min(most, PATCH_BYTES // row))
+
+
+def gradient_rows(
+    model: Mapping, src_len: int, tgt_len: int, prompt: int | None = None, limit: int | None = None
+) -> int:
+    """How many rows (a sentence at one integration point) one pass of a gradient method holds
+    within ``limit`` bytes (GRADIENT_BYTES by default): each row keeps a patching row's
+    activations for the backward pass and their gradients (``prompt`` as ``patch_row_bytes``)."""
+    row = 2 * patch_row_bytes(model, src_len, tgt_len, prompt)
+    return max(1, (GRADIENT_BYTES if limit is None else limit) // row)
 
 
 def patch_problem(

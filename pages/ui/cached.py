@@ -147,10 +147,16 @@ def probe_sentences(source: str, steps: tuple) -> list[str]:
 
 @shared()
 def scores_of_steps(
-    _lm: TranslationModel, _t: Translation, key: tuple, foil: tuple[int, ...] | None
+    _lm: TranslationModel,
+    _t: Translation,
+    key: tuple,
+    foil: tuple[int, ...] | None,
+    contrast_source: tuple[int, ...] | None = None,
 ) -> StepScores:
-    """The step scores of a cached translation (against the ``foil`` ids where given)."""
-    return step_scores(_lm, _t, None if foil is None else list(foil))
+    """The step scores of a cached translation (against the ``foil`` ids, and P-CXMI against
+    the ``contrast_source`` ids, where given)."""
+    other = None if contrast_source is None else list(contrast_source)
+    return step_scores(_lm, _t, None if foil is None else list(foil), other)
 
 
 @shared()

@@ -21,7 +21,9 @@ from core.attention.importance import SENTENCES as IMPORTANCE_SENTENCES
 from core.attention.kinds import KIND_NAMES, KINDS
 from core.attention.logit_lens import LENS_COLORS
 from core.attention.maps import HEAD_AGGREGATES, head_options
+from core.attention.patch_question import METHODS as PATCH_METHODS
 from core.attention.patching import DIRECTIONS
+from core.attention.patching import PICKS as PATCH_PICKS
 from core.attention.projector import (
     COLOURS,
     DIMS,
@@ -91,6 +93,8 @@ CHOICES = {  # field -> the values it may take: another falls back to the field'
     "contrast_method": CONTRAST_METHODS,
     "contrast_function": tuple(CONTRAST_WORDS),
     "patch_dir": DIRECTIONS,
+    "patch_method": PATCH_METHODS,
+    "patch_sites": tuple(PATCH_PICKS),
     "space_side": SIDES,
     "space_method": METHODS,
     "space_dims": DIMS,
@@ -148,6 +152,9 @@ class ViewState:
     patch_prefix: str = ""  # ... the target words before that step
     patch_answer: str = ""  # ... the clean run's answer word ("" = its most likely)
     patch_wrong: str = ""  # ... the corrupted run's answer word ("" = its most likely)
+    patch_method: str = "activation"  # ... "activation", "attribution" (estimate) or "path"
+    patch_receivers: str = "logits"  # ... path patching's receivers: logits, or heads L.H,...
+    patch_sites: str = "heads_stream"  # ... what activation patching patches (patching.PICKS)
     method: str = "alti"  # attribution method, one of core.attribution.methods.METHODS
     function: str = DEFAULT_CHOICES.function  # the gradient methods: what is explained
     aggregation: str = DEFAULT_CHOICES.aggregation  # ... a token's score over its embedding
@@ -163,6 +170,9 @@ class ViewState:
     contrast_word: str = ""  # ... the alternative word ("" = the step's likeliest other)
     contrast_method: str = CONTRAST_METHODS[0]  # ... the contrastive method
     contrast_function: str = "log-prob"  # ... the difference of log-probabilities or of "prob"
+    contrast_source: str = ""  # step scores: P-CXMI's other source sentence ("" = none)
+    source_spans: str = ""  # attribution: source spans read as one, "a:b,c:d" ("" = none)
+    target_spans: str = ""  # ... output spans read as one ("" = none)
     align: str = ALIGN_MODES[0]  # alignment mode: "awo" (the step that predicts), "awi", "whole"
     both: bool = False  # alignment: every reader links both ways (core.alignment.extract.links)
     align_all: bool = False  # ... the mean of every layer and head instead of the view's

@@ -8,7 +8,8 @@ from core.attention.kinds import KIND_NAMES
 from core.attention.maps import csv_cell, decoder_view, export_name, select_view
 from core.attention.sentence_maps import SentenceMaps
 from core.attribution.contrast import CONTRAST_METHODS, CONTRAST_NAMES, foil_at
-from core.attribution.explain import SHARE_FLAG, Explained, in_words
+from core.attribution.explain import SHARE_FLAG, Explained
+from core.attribution.explain import shown as shown_explanation
 from core.attribution.file_mode import FileModeError, aggregate, read_records
 from core.attribution.gradients import (
     CHOICE_WORDS,
@@ -23,9 +24,11 @@ from core.attribution.methods import (
     AttributionError,
     method_problem,
 )
-from core.attribution.step_scores import perplexity_words
+from core.attribution.spans import parse_spans
+from core.attribution.step_scores import SCORES, contrast_source_ids, perplexity_words
 from core.figures import attention as figs
 from core.figures import attribution as attr_figs
+from core.model.parts import TranslationError
 from pages.ui.attention.faithfulness_view import faithfulness_panel
 from pages.ui.attention.gradient_choices import (
     gradient_choices,
@@ -37,7 +40,7 @@ from pages.ui.cached import contrast_explanation, explanation, scores_of_steps
 from pages.ui.charts import chart
 from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_state import ViewState
-from pages.ui.view_widgets import widget_default
+from pages.ui.view_widgets import bounded, widget_default
 
 METHOD_WORDS = {  # method -> what it measures, for the caption beside the picker
     "attention": "the cross-attention weights of the view's layer and head, read as they "
@@ -52,6 +55,14 @@ METHOD_WORDS = {  # method -> what it measures, for the caption beside the picke
     "one token's value vector is zeroed; rolled out through the layers.",
     "grad-input": "the gradient of log p(output token) times the token embeddings; absolute "
     "values, each row normalised to 1.",
+    "saliency": "Simonyan et al. 2014 (inseq's saliency). The absolute gradient of log p(output "
+    "token) at the token embeddings, reduced over the width (inseq's: L2 norm); no baseline.",
+    "deeplift": "Shrikumar et al. 2017, captum's DeepLIFT from the baseline chosen below. Its "
+    "rules act on ReLU/Tanh/Softmax modules only: through GELU, layer norms and attention it "
+    "is the plain gradient (completeness error shown).",
+    "gradient-shap": "Lundberg & Lee 2017, captum's GradientSHAP: gradients at random points "
+    "between baselines drawn from the one chosen below and the embeddings (seeded: the same "
+    "each time).",
 }  # integrated gradients: in words as chosen (gradient_choices.integration_words)
 DALE = (
     "**Source share.** Each bar is the part of an output token's contributions that comes "
@@ -71,7 +82,8 @@ def attribution_section(page: SectionInputs) -> None:
     words = integration_words(choices) if method == "integrated-gradients" else METHOD_WORDS[method]
     beside.caption(md(f"{METHOD_NAMES[method]}: {words}"))
     layer, head = cross_choice(page.maps, state)
-    shown = explained_or_error(page, method, layer, head, choices)
+    spans = span_inputs(state)
+    shown = explained_or_error(page, method, layer, head, choices, spans)
     row = st.container(horizontal=True, gap="medium")  # side by side where both fit
     S, T = len(page.maps.src_tokens), len(page.maps.output_tokens)
     attention_panel(row.container(width=attr_figs.panel_width(S)), page, layer, head)
@@ -123,10 +135,15 @@ def results_file_panel() -> None:
 
 STEP_SCORES_HOW = (
     "From one teacher-forced pass, as inseq's step functions: **probability** of each output "
-    "piece and its **rank** among the vocabulary (1 = the model's first choice), the "
+    "piece and its **rank** among the vocabulary (1 = the model's first choice), its **logit** "
+    "(before the softmax) and **crossentropy** (−log p), the "
     "**entropy** of the step's distribution in nats (0 = certain), and the **perplexity** of "
-    "the output so far (exp of the mean −log p of steps 0..t). `python -m core.attribute` "
-    "prints the same numbers under `step_scores`."
+    "the output so far (exp of the mean −log p of steps 0..t). With a contrast source x', "
+    "**pcxmi**: log₂ p(y_t | x', y_<t) − log₂ p(y_t | x, y_<t) in bits (P-CXMI as inseq's "
+    "`pcxmi` computes it): positive where x' makes the piece more likely than the source "
+    "does (x' the sentence with its context: what the context adds). "
+    "`python -m core.attribute [--contrast-source …]` prints the same numbers under "
+    "`step_scores`."
 )
 CONTRAST_SCORES_HOW = (
     "**probability difference**: p(written) − p(alternative) at each step, both after the "
@@ -137,17 +154,29 @@ CONTRAST_SCORES_HOW = (
 
 
 def step_scores_panel(page: SectionInputs) -> None:
-    """Each output step's probability, rank, entropy and perplexity so far, as a table."""
+    """Each output step's probability, rank, logit, cross-entropy, entropy and perplexity so
+    far, and P-CXMI against a contrast source typed here, as a table."""
     scores = scores_of_steps(page.lm, page.translation, page.key, None)
     with st.expander(f"Step scores: {md(perplexity_words(scores))}"):
+        state = page.state
+        widget_default("atr_contrast_source", state.contrast_source)
+        other = st.text_input(
+            "Contrast source (P-CXMI)", key="atr_contrast_source", max_chars=2000,
+            help="Another source sentence x': each step's log₂ p(y_t | x', y_<t) − "
+            "log₂ p(y_t | x, y_<t), as inseq's pcxmi. Leave empty for none.",
+        )  # fmt: skip
+        state.contrast_source = other = bounded(other, "contrast source").strip()
+        if other:
+            try:
+                ids = tuple(contrast_source_ids(page.lm, other))
+                scores = scores_of_steps(page.lm, page.translation, page.key, None, ids)
+            except TranslationError as e:
+                st.error(md(f"Contrast source: {e}"))
         st.dataframe(spreadsheet_safe(scores.frame()), hide_index=True, column_config=SCORE_COLUMNS)
         st.caption(STEP_SCORES_HOW)
 
 
-SCORE_COLUMNS = {
-    name: st.column_config.NumberColumn(format="%.4f")
-    for name in ("probability", "entropy", "perplexity", "probability_difference", "kl")
-}
+SCORE_COLUMNS = {name: st.column_config.NumberColumn(format="%.4f") for name in SCORES}
 
 
 def contrast_panel(page: SectionInputs) -> None:
@@ -297,10 +326,39 @@ def head_words(head: str) -> str:
     return head if head == "rollout" else f"{head} of heads"
 
 
+SPANS_HOW = (
+    "Several tokens read as one, as inseq's span aggregation: `a:b` is tokens a to b−1 "
+    "(0-based, as numbered in the CSV), several separated by commas, e.g. `0:2,3:5`. A span's "
+    "column is the sum of its columns, its row the mean of its rows (rows still sum to 1). "
+    "`python -m core.attribute --source-spans … --target-spans …` prints the same."
+)
+
+
+def span_inputs(state: ViewState) -> tuple[str, str]:
+    """(source spans, output spans) as typed (widgets ``atr_source_spans``,
+    ``atr_target_spans``; "" for none), kept in the view state."""
+    widget_default("atr_source_spans", state.source_spans)
+    widget_default("atr_target_spans", state.target_spans)
+    with st.expander("Spans: several tokens read as one"):
+        cols = st.columns(2)
+        source = cols[0].text_input("Source spans", key="atr_source_spans", max_chars=200)
+        output = cols[1].text_input("Output spans", key="atr_target_spans", max_chars=200)
+        st.caption(SPANS_HOW)
+    state.source_spans = bounded(source, "source spans").strip()
+    state.target_spans = bounded(output, "output spans").strip()
+    return state.source_spans, state.target_spans
+
+
 def explained_or_error(
-    page: SectionInputs, method: str, layer: int, head: str, choices=DEFAULT_CHOICES
-) -> tuple[Explained, Explained] | None:
-    """(over the model's own tokens, as shown): the cached attribution; None after st.error."""
+    page: SectionInputs,
+    method: str,
+    layer: int,
+    head: str,
+    choices=DEFAULT_CHOICES,
+    spans: tuple[str, str] = ("", ""),
+) -> tuple[Explained, Explained, object] | None:
+    """(over the model's own tokens, as shown, the prefix cells each shown row can read): the
+    cached attribution, in words or ``spans`` as asked; None after st.error."""
     state, key = page.state, page.key
     where = (layer, head) if method == "attention" else (None, MEAN)
     slow = f" ({integration_time(choices)})" if method == "integrated-gradients" else ""
@@ -313,7 +371,13 @@ def explained_or_error(
     except AttributionError as e:
         st.error(md(f"{METHOD_NAMES[method]} cannot explain this translation: {e}"))
         return None
-    return pieces, in_words(pieces) if state.words else pieces
+    try:
+        e = shown_explanation(pieces, state.words, spans)
+        output = parse_spans(spans[1], len(pieces.output), "output")
+    except AttributionError as err:
+        st.error(md(f"Spans: {err}"))
+        return None
+    return pieces, e, attr_figs.visible_prefix(pieces, state.words, output)
 
 
 def attention_panel(col, page: SectionInputs, layer: int, head: str) -> None:
@@ -326,10 +390,10 @@ def attention_panel(col, page: SectionInputs, layer: int, head: str) -> None:
 
 
 def contribution_panel(
-    col, page: SectionInputs, shown: tuple[Explained, Explained], where: tuple[int, str]
+    col, page: SectionInputs, shown: tuple[Explained, Explained, object], where: tuple[int, str]
 ) -> None:
     """Right: output tokens × [source | prefix] of the method, with its CSV."""
-    pieces, e = shown
+    _, e, visible = shown
     state, a = page.state, e.attribution
     col.markdown("**What the tokens contribute**")
     title, notes = METHOD_NAMES[a.method], []
@@ -341,7 +405,6 @@ def contribution_panel(
         notes.append(CHOICE_WORDS[chosen.normalisation].replace("each row scaled", "rows scaled"))
     if a.completeness is not None:
         notes.append(f"completeness error {a.completeness:.1%}")
-    visible = attr_figs.visible_prefix(pieces, state.words)
     fig = attr_figs.contribution_figure(e, title, visible, page.stretch, notes)
     name = export_name(state.model, state.sentence, what=a.method)
     chart(fig, "atr_matrix", col, name)
@@ -355,7 +418,7 @@ def contribution_panel(
     )
 
 
-def share_panel(page: SectionInputs, shown: tuple[Explained, Explained]) -> None:
+def share_panel(page: SectionInputs, shown: tuple[Explained, Explained, object]) -> None:
     """The source share of every output token, flagged under SHARE_FLAG, and what it means."""
     e, state = shown[1], page.state
     method = e.attribution.method

@@ -82,7 +82,7 @@ def faithfulness_panel(
     )
     widget_default("atr_slow", state.faith_slow)
     state.faith_slow = row.toggle(
-        "Include integrated gradients",
+        "Include integrated gradients and GradientSHAP",
         key="atr_slow",
         help=f"About {SLOW_SECONDS:.0f} s more per sentence. Tables with and without it are "
         "kept apart on disk.",
@@ -92,7 +92,7 @@ def faithfulness_panel(
     if choices != DEFAULT_CHOICES:
         st.caption(
             md(
-                "Gradient × input and integrated gradients are measured as by default and, on "
+                "The gradient methods are measured as by default and, on "
                 f"rows of their own, as chosen above ({choices.words('integrated-gradients')}): "
                 "which choice is most faithful for this model."
             )

@@ -19,13 +19,14 @@ from core.attribution.gradients import (
     GradientChoices,
     baselines_of,
 )
+from core.attribution.methods import GRADIENT_METHODS
 from core.model.interface import TranslationModel
 from pages.ui.text import md
 from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import widget_default
 
-GRADIENT_METHODS = ("grad-input", "integrated-gradients")
 IG_SECONDS = 0.5  # integrated gradients of a 15-token sentence at IG_STEPS points, one draw
+FROM_BASELINE = ("integrated-gradients", "deeplift", "gradient-shap")  # read a baseline
 NORMALISATION_WORDS = {"row": "each row sums to 1", "none": "none (signed scores)"}
 
 
@@ -75,7 +76,7 @@ def gradient_choices(method: str, state: ViewState, lm: TranslationModel) -> Gra
             function=state.function,
             normalisation=state.normalisation,
         )
-        if method == "integrated-gradients":
+        if method in FROM_BASELINE:  # integrated gradients, DeepLIFT, GradientSHAP
             integration_choices(state, lm)
             chosen = state.gradient_choices()
         if chosen != DEFAULT_CHOICES:
@@ -99,11 +100,12 @@ def integration_choices(state: ViewState, lm: TranslationModel) -> None:
     )  # fmt: skip
     state.ig_steps = _count(
         more[1], "Steps", "atr_steps", (2, MAX_STEPS), state, "ig_steps",
-        help="Integration points: more is closer to the integral and slower.",
+        help="Integration points (integrated gradients) or samples (GradientSHAP, captum's "
+        "n_samples): more is closer to the integral and slower. DeepLIFT takes none.",
     )  # fmt: skip
     state.rule = _pick(
         more[2], "Rule", RULES, "atr_rule", state.rule,
-        help="How the integral is approximated (captum's rules).",
+        help="How the integral is approximated (captum's rules; integrated gradients only).",
     )  # fmt: skip
     last = st.columns(3)
     widget_default("atr_keep_specials", state.keep_specials)

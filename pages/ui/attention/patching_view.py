@@ -1,14 +1,28 @@
 """Attention page, "Patching" section: activation patching between the sentence and a
 corrupted copy of it, every head of the three kinds and every position of the residual
-stream (``core.attention.patching``; ``python -m core.patch`` prints the same figures)."""
+stream, or what the picker chooses (a head's output, q, k, v or pattern, an MLP, per
+position) (``core.attention.patching``; ``python -m core.patch`` prints the same figures), or
+attribution patching's estimate beside it, or each head's path through chosen receivers."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pandas as pd
 import streamlit as st
 
 from core.attention.maps import export_name
-from core.attention.patching import DIRECTION_NAMES, DIRECTIONS, INDIRECT_OBJECT
+from core.attention.patch_question import METHOD_NAMES, METHODS
+from core.attention.patching import (
+    DIRECTION_NAMES,
+    DIRECTIONS,
+    INDIRECT_OBJECT,
+    KINDS,
+    MLPS,
+    PICKS,
+    STREAMS,
+)
+from core.attention.path_patching import HEAD_FORMAT
 from core.figures import patching as figs
 from core.model.parts import TranslationError
 from pages.ui.attention import cached_ablation as cached
@@ -68,6 +82,89 @@ def question_inputs(page: SectionInputs) -> tuple[str, str | None, tuple[str, st
     return state.patch_dir, state.patch_prefix, given if all(given) else None
 
 
+def method_input(page: SectionInputs) -> tuple[str, str]:
+    """The method radio and, for path patching, the receivers box: (method, receivers as
+    typed), kept in the view state."""
+    state = page.state
+    widget_default("at_patch_method", state.patch_method, METHODS)
+    state.patch_method = st.radio(
+        "Method", METHODS, key="at_patch_method", horizontal=True, format_func=METHOD_NAMES.get
+    )
+    if state.patch_method != "path":
+        return state.patch_method, ""
+    widget_default("at_patch_receivers", state.patch_receivers)
+    typed = st.text_input(
+        f"Receivers: logits, or heads written {HEAD_FORMAT}, separated by commas",
+        key="at_patch_receivers",
+    )
+    state.patch_receivers = bounded(typed, "receivers box").strip()
+    return state.patch_method, state.patch_receivers
+
+
+def sites_input(page: SectionInputs) -> tuple[str, ...]:
+    """The "what to patch" radio (activation patching): the selections it patches
+    (``patching.PICKS``), kept in the view state."""
+    state = page.state
+    widget_default("at_patch_sites", state.patch_sites, tuple(PICKS))
+    state.patch_sites = st.radio(
+        "What to patch",
+        tuple(PICKS),
+        key="at_patch_sites",
+        horizontal=True,
+        format_func=lambda pick: PICKS[pick][1],
+        help="Each head's output (z) at every position; at one position; its q, k, v or "
+        "pattern (a grouped-query model's k and v belong to a key/value head its group "
+        "shares); each MLP's output or each layer's output (the stream) at one position.",
+    )
+    return PICKS[state.patch_sites][0]
+
+
+def _activation_charts(result, about: str, direction: str, name: str, key="patch") -> None:
+    """The figures of what activation patching patched: heads, their parts, positions, the
+    stream (``key``: their widgets' keys' start)."""
+    rows = result.rows
+    whole = [r for r in rows if r["kind"] in KINDS and "position" not in r]
+    if any("activation" not in r for r in whole):
+        chart(figs.heads_figure(rows, about, direction), f"{key}_heads", name=f"{name}_heads")
+    if any("activation" in r for r in whole):
+        chart(figs.parts_figure(rows, about, direction), f"{key}_parts", name=f"{name}_parts")
+    if any(r["kind"] in (*KINDS, *MLPS) and "position" in r for r in rows):
+        figure = figs.positions_figure(rows, result.axes(), about, direction)
+        chart(figure, f"{key}_positions", name=f"{name}_positions")
+    if any(r["kind"] in STREAMS for r in rows):
+        chart(
+            figs.stream_figure(rows, result.clean, result.prefix, about, direction),
+            f"{key}_stream",
+            name=f"{name}_stream",
+        )
+
+
+def _computed(page: SectionInputs, corrupt: str, asked: tuple, method: str, receivers: str):
+    """The cached result of ``method`` (``Patching``, ``Estimated`` or ``PathPatching``)."""
+    entry, state, lm = page.entry, page.state, page.lm
+    where = (lm, entry.path, entry.mtime, state.sentence, corrupt)
+    if method == "path":
+        return cached.path_patched(*where, receivers, *asked, state.target_lang, lm.view_key)
+    selection = PICKS[state.patch_sites][0]
+    if method == "attribution":
+        return cached.attribution_patched(*where, *asked, state.target_lang, lm.view_key, selection)
+    return cached.patched(*where, *asked, state.target_lang, lm.view_key, selection)
+
+
+def _estimate_charts(done, about: str, direction: str, name: str) -> None:
+    """Attribution patching's estimate beside real patching: how close, and its grids."""
+    result = done.patching
+    rho = "—" if done.spearman is None else f"{done.spearman:.3f}"
+    st.markdown(
+        f"Attribution patching's estimate (one gradient) against real patching: Spearman "
+        f"{rho}, largest absolute error {done.largest_error:.3f}."
+    )
+    guess = dataclasses.replace(result, rows=done.estimate_rows())
+    estimate = f"{about}: attribution patching's estimate"
+    _activation_charts(guess, estimate, direction, f"{name}_estimate", "patch_estimate")
+    _activation_charts(result, about, direction, name)
+
+
 def use_indirect_object() -> None:
     """Button callback: the template, the two sentences and the two answers of the
     indirect-object task (``INDIRECT_OBJECT``) into their boxes."""
@@ -109,20 +206,12 @@ def patching_section(page: SectionInputs) -> None:
         st.info(md(f"Type the corrupted sentence, e.g. {code(EXAMPLE[1])} for {code(EXAMPLE[0])}."))
         return
     direction, prefix, answers = question_inputs(page)
-    entry, state = page.entry, page.state
+    method, receivers = method_input(page)
+    if method != "path":  # path patching's senders and receivers are heads
+        sites_input(page)
+    state = page.state
     try:
-        result = cached.patched(
-            page.lm,
-            entry.path,
-            entry.mtime,
-            state.sentence,
-            corrupt,
-            direction,
-            prefix,
-            answers,
-            state.target_lang,
-            page.lm.view_key,
-        )
+        done = _computed(page, corrupt, (direction, prefix, answers), method, receivers)
     except TranslationError as e:
         st.error(md(e))
         return
@@ -132,6 +221,7 @@ def patching_section(page: SectionInputs) -> None:
     except TimeLimit as e:
         st.error(md(f"The patching run was stopped: {e}"))
         return
+    result = getattr(done, "patching", done)  # the question and rows every method shares
     step = len(result.prefix) - 1
     words = "the answers you gave are" if result.chosen and answers else "the runs' answers are"
     found = (
@@ -158,12 +248,15 @@ def patching_section(page: SectionInputs) -> None:
     pair = (state.sentence, corrupt) if direction == "denoise" else (corrupt, state.sentence)
     about = f"“{pair[0]}” into “{pair[1]}”"
     name = export_name(state.model, state.sentence, None, None, None, "patching")
-    chart(figs.heads_figure(result.rows, about, direction), "patch_heads", name=f"{name}_heads")
-    chart(
-        figs.stream_figure(result.rows, result.clean, result.prefix, about, direction),
-        "patch_stream",
-        name=f"{name}_stream",
-    )
+    if method == "path":
+        through = ", ".join(done.receivers)
+        st.markdown(md(f"Each head's effect through {through} only (Wang et al. 2023)."))
+        about = f"{about}, each head through {through} only"
+        chart(figs.heads_figure(result.rows, about, direction), "patch_paths", name=f"{name}_paths")
+    elif method == "attribution":
+        _estimate_charts(done, about, direction, name)
+    else:
+        _activation_charts(result, about, direction, name)
     table = pd.DataFrame(result.rows)
     csv = table.to_csv(index=False, lineterminator="\r\n").encode("utf-8")
     st.download_button("Patching table as CSV", csv, f"{name}.csv", "text/csv")

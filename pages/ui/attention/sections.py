@@ -16,6 +16,7 @@ from pages.ui.attention import (
     comparison_view,
     head_scores_view,
     inside_head_view,
+    logit_attribution_view,
     logit_lens_view,
     maps_view,
     over_training_view,
@@ -42,8 +43,10 @@ GRADIENTS = ("function", "aggregation", "normalisation", "baseline", "ig_steps",
 GRADIENTS += ("keep_specials", "samples")  # the gradient methods' choices (GradientChoices)
 ATTRIBUTION = ("method", *GRADIENTS, "faith_sentences", "faith_slow")
 ATTRIBUTION += ("contrast_step", "contrast_word", "contrast_method", "contrast_function")
+ATTRIBUTION += ("contrast_source", "source_spans", "target_spans")
 ALIGNMENT = ("align", "both", "align_all", "gold", "reverse", "plain")
 PATCH = ("corrupt", "patch_dir", "patch_ask", "patch_prefix", "patch_answer", "patch_wrong")
+PATCH += ("patch_method", "patch_receivers", "patch_sites")
 PROJECT = ("space_side", "space_layer", "space_method", "space_dims", "space_colour")
 SECTIONS = {  # key (the URL's ``section``) -> section
     "maps": Section("Maps", maps_view.maps_section, fields=("click", "overview")),
@@ -65,6 +68,9 @@ SECTIONS = {  # key (the URL's ``section``) -> section
         "Inside a head", inside_head_view.inside_head_section, fields=("query", "lines_all")
     ),
     "lens": Section("Logit lens", logit_lens_view.logit_lens_section, False, ("lens",)),
+    "logit_attribution": Section(
+        "Direct logit attribution", logit_attribution_view.logit_attribution_section, False
+    ),
     "head_scores": Section("Head scores", head_scores_view.head_scores_section, False),
     "patch": Section("Patching", patching_view.patching_section, False, PATCH),
     "project": Section(

@@ -1,0 +1,143 @@
+"""The whole-file attribution mode against inseq's batched attribution, one thread.
+
+    python bench/file_mode_speed.py [--pairs 50] [--runs 3] [--steps 50]
+        [--families marian,bart,gpt2,llama] [--methods grad-input,integrated-gradients]
+        [--batch 10]
+
+On tiny random Hugging Face models (the tests' ``tests/hf_tiny.py`` and ``tests/lm_tiny.py``,
+built in a temporary folder), ``--pairs`` source-target pairs of 4 to 16 words each: the CPU
+seconds (``time.process_time``, one thread) of the studio's file mode
+(``core.attribution.file_mode.attribute_file``: every pair teacher-forced, explained and
+written as a JSON line, with its step scores) against inseq 0.7.1's
+``model.attribute(sources, targets, batch_size=--batch, n_steps=--steps)`` on the same pairs
+(a decoder-only model's: its prompts and the prompts followed by the targets). inseq is not a
+dependency: install it apart, ``pip install --no-deps --target /tmp/inseq_site inseq==0.7.1
+jaxtyping treescope``, and run with ``PYTHONPATH=/tmp/inseq_site``.
+
+Each figure is the median of ``--runs`` timings after a warm-up; the ratio is studio / inseq
+(the goal of issue 67: at most 0.5 on both methods). ``--one-at-a-time`` times the file mode
+as it was before batching (every pair alone), for the record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from common import ROOT
+
+sys.path.insert(0, str(ROOT / "tests"))
+
+from ig_speed import peer_texts  # noqa: E402
+
+from core.attribution import file_mode  # noqa: E402
+from core.attribution.gradients import GradientChoices  # noqa: E402
+from core.model.opened import open_model  # noqa: E402
+from core.model.parts import DecodeSettings  # noqa: E402
+
+ENGLISH = "i am cold the boy is tall . you are hot we"
+FRENCH = "je suis froid le garçon est grand . tu es chaud nous"
+GREEDY = DecodeSettings()
+INSEQ_METHODS = {"grad-input": "input_x_gradient", "integrated-gradients": "integrated_gradients"}
+
+
+def seconds(call, runs: int) -> float:
+    """The median CPU seconds of ``call`` over ``runs`` timings, after one warm-up."""
+    call()
+    times = []
+    for _ in range(runs):
+        start = time.process_time()
+        call()
+        times.append(time.process_time() - start)
+    return statistics.median(times)
+
+
+def pairs(n: int) -> list[tuple[str, str]]:
+    """``n`` pairs of 4 to 16 words, each a different cut of the word lists."""
+    english, french, out = ENGLISH.split(), FRENCH.split(), []
+    for i in range(n):
+        k, j = 4 + (i * 5) % 13, 4 + (i * 7) % 13
+        src = [english[(i + w) % len(english)] for w in range(k)]
+        tgt = [french[(2 * i + w) % len(french)] for w in range(j)]
+        out.append((" ".join(src), " ".join(tgt)))
+    return out
+
+
+def studio(m, folder: Path, texts, method: str, steps: int, one_at_a_time: bool):
+    """A call running the file mode on the pairs into a fresh output file."""
+    tsv = folder / "pairs.tsv"
+    tsv.write_text("".join(f"{s}\t{t}\n" for s, t in texts), encoding="utf-8")
+    choices = GradientChoices(steps=steps)
+    out = folder / "out.jsonl"
+
+    def call():
+        out.unlink(missing_ok=True)
+        if one_at_a_time:
+            file_mode.attribute_file(m, tsv, out, method, choices=choices, batch_bytes=0)
+        else:
+            file_mode.attribute_file(m, tsv, out, method, choices=choices)
+
+    return call
+
+
+def inseq_call(inseq, folder: Path, m, texts, method: str, args):
+    """A call running inseq's batched attribution of the same pairs (None without inseq)."""
+    if inseq is None:
+        return None
+    model = inseq.load_model(str(folder), INSEQ_METHODS[method])
+    sources, targets = [s for s, _ in texts], [t for _, t in texts]
+    if m.reads_prompt:  # a decoder-only model: its prompt, then the whole sequence explained
+        sources, targets = zip(*(peer_texts(m, m.force(s, t, GREEDY), s, t) for s, t in texts))
+        sources, targets = list(sources), list(targets)
+    kw = {"n_steps": args.steps} if method == "integrated-gradients" else {}
+    return lambda: model.attribute(
+        sources, targets, batch_size=args.batch, show_progress=False, **kw
+    )
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairs", type=int, default=50)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--batch", type=int, default=10, help="inseq's batch_size")
+    ap.add_argument("--families", default="marian,bart,gpt2,llama")
+    ap.add_argument("--methods", default="grad-input,integrated-gradients")
+    ap.add_argument("--one-at-a-time", action="store_true", help="the file mode unbatched")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    try:
+        import inseq
+    except ImportError:
+        inseq = None
+    print(f"{args.pairs} pairs; peer: {'inseq' if inseq else 'none (inseq not installed)'}")
+    from hf_tiny import save_tiny
+    from lm_tiny import LM_FAMILIES, save_tiny_lm
+
+    texts = pairs(args.pairs)
+    with tempfile.TemporaryDirectory() as tmp:
+        for family in args.families.split(","):
+            save = save_tiny_lm if family in LM_FAMILIES else save_tiny
+            folder = save(Path(tmp) / family, family)
+            m = open_model(str(folder))
+            for method in args.methods.split(","):
+                ours = seconds(
+                    studio(m, Path(tmp), texts, method, args.steps, args.one_at_a_time),
+                    args.runs,
+                )
+                peer = inseq_call(inseq, folder, m, texts, method, args)
+                theirs = seconds(peer, args.runs) if peer else float("nan")
+                print(
+                    f"tiny {family:<8} {method:<22} studio {ours:7.3f} s   inseq "
+                    f"{theirs:7.3f} s   ratio {ours / theirs:.2f}",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()

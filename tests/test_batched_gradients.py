@@ -1,0 +1,226 @@
+"""The whole-file mode's batches (issue 67, item 2): sentences padded together through the
+gradient methods give each sentence's figures alone (within 1e-5, on every family of the
+conformance suite and the studio's model), in fewer passes, the file's order, errors per line
+and resuming kept."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from core.attribution import batched_gradients
+from core.attribution.batched_gradients import attributions, batchable, fits
+from core.attribution.file_mode import attribute_file
+from core.attribution.gradients import GradientChoices
+from core.attribution.methods import attribute, method_problem
+from core.model.parts import DecodeSettings
+from core.runs import budget
+from tests.hf_tiny import CONFORMANCE
+from tests.lm_tiny import LM_FAMILIES
+
+HF_PAIRS = (  # sources and targets of different lengths: padding on both sides
+    ("i am cold .", "je suis froid ."),
+    ("the boy is tall and the girl is small", "le garçon est grand"),
+    ("we", "nous sommes fatigué il est chaud elle"),
+)
+STUDIO_PAIRS = (
+    ("i'm home .", "je suis chez moi ."),
+    ("i'm cold . i'm home .", "j'ai froid ."),
+    ("i'm cold .", "je suis chez moi . j'ai froid ."),
+)
+IG = GradientChoices(steps=6)
+INSEQ_LIKE = GradientChoices("unk", True, 6, "riemann_trapezoid", "l2", "prob", "none")
+
+
+def model_of(family, tiny_model, hf_loaded, lm_loaded):
+    """The studio's tiny model or a conformance family's, with its pairs."""
+    if family == "studio":
+        return tiny_model, STUDIO_PAIRS
+    return (lm_loaded if family in LM_FAMILIES else hf_loaded)[family], HF_PAIRS
+
+
+def assert_alone(m, pairs, method, choices):
+    """The batched attributions of ``pairs`` equal each pair's alone within 1e-5 plus 1e-4
+    of the value (float32's rounding: a raw score of 15 moves by 1e-5 with the batch's
+    shape), as far as the model explains them at all (a refusal, ``method_problem``, keeps
+    the file mode one at a time). Rows normalised from raw scores summing to less than 1e-3
+    are left out of the normalised comparison: there a rounding of 1e-8 is a percent (tiny
+    random BLOOM's gradients are 1e-6; its raw scores agree to 7e-8)."""
+    if problem := method_problem(m, method):
+        pytest.skip(problem)
+    ts = [m.force(s, t, DecodeSettings()) for s, t in pairs]
+    ids = [(list(t.src_ids), list(t.out_ids)) for t in ts]
+    assert len({len(s) for s, _ in ids}) > 1 and len({len(o) for _, o in ids}) > 1  # padded
+    for (src, out), got in zip(ids, attributions(m, ids, method, choices)):
+        alone = attribute(m, src, out, method, choices=choices)
+        np.testing.assert_allclose(got.raw, alone.raw, atol=1e-5, rtol=1e-4)
+        rows = np.abs(alone.raw).sum(-1) >= 1e-3  # (T,) rows of a scale to normalise
+        np.testing.assert_allclose(
+            got.contributions[rows], alone.contributions[rows], atol=1e-5, rtol=1e-4
+        )
+        if alone.completeness is not None:  # a ratio of float noise where f barely changes
+            assert got.completeness == pytest.approx(alone.completeness, abs=1e-4)
+        assert got.extra == alone.extra and got.source_length == alone.source_length
+
+
+@pytest.mark.parametrize("family", ["studio", *CONFORMANCE, *LM_FAMILIES])
+@pytest.mark.parametrize("method", ["grad-input", "integrated-gradients"])
+def test_batched_figures_are_each_sentences_alone(family, method, tiny_model, hf_loaded, lm_loaded):
+    m, pairs = model_of(family, tiny_model, hf_loaded, lm_loaded)
+    assert_alone(m, pairs, method, IG)
+
+
+@pytest.mark.parametrize("family", ["studio", "marian", "bart", "m2m_100"])
+def test_inseqs_choices_batched_are_each_sentences_alone(family, tiny_model, hf_loaded, lm_loaded):
+    m, pairs = model_of(family, tiny_model, hf_loaded, lm_loaded)
+    assert_alone(m, pairs, "integrated-gradients", INSEQ_LIKE)
+    assert_alone(m, pairs, "grad-input", GradientChoices(function="entropy", aggregation="l2"))
+
+
+def test_what_batches_and_what_goes_alone():
+    assert batchable("grad-input", GradientChoices()) and batchable("integrated-gradients", IG)
+    assert not batchable("integrated-gradients", GradientChoices(baseline="expected"))
+    assert not batchable("alti", GradientChoices())
+    assert not batchable("grad-input", GradientChoices(function="kl"))
+
+
+def test_a_batch_is_sized_by_the_byte_budget(tiny_model):
+    pairs = [(3, 3)] * 4  # (source, output) lengths
+    row = 2 * budget.patch_row_bytes(vars(tiny_model.cfg), 3, 3)
+    assert fits(tiny_model, pairs, "grad-input", IG, most=4 * row)
+    assert not fits(tiny_model, pairs, "grad-input", IG, most=3 * row)
+    assert not fits(tiny_model, pairs, "integrated-gradients", IG, most=4 * row)  # 6 points
+    assert fits(tiny_model, pairs, "integrated-gradients", IG, most=24 * row)
+
+
+def test_a_pass_takes_sentences_of_similar_lengths_within_its_rows_and_bytes(tiny_model):
+    pairs = [([0] * s, [0] * t) for s, t in [(5, 9), (3, 2), (8, 8), (4, 3), (30, 28)]]
+    assert batched_gradients.passes(tiny_model, pairs, 1) == [[1, 3, 2, 0, 4]]  # by length
+    assert batched_gradients.passes(tiny_model, pairs, 128) == [[1, 3], [2, 0], [4]]  # rows
+    D, held = tiny_model.cfg.d_model, 4 * 2 * 28 * (30 + 28)  # float32, two sentences
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(batched_gradients, "TOTAL_BYTES", held * D - 1)
+        assert batched_gradients.passes(tiny_model, pairs, 1)[-1] == [4]  # bytes
+
+
+FILE = (
+    "i'm home .\tje suis chez moi .\n"
+    "i'm cold .\n"  # the model's own translation
+    "i'm home .\tje suis chez moi .\tje suis chez elle .\n"  # a contrast: explained alone
+    + "i'm " * 600  # a text too long: an error of its own
+    + "\ni'm cold .\tj'ai froid .\n"
+)
+
+
+@pytest.fixture
+def pairs_file(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    path.write_text(FILE, encoding="utf-8")
+    return path
+
+
+def records_of(path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def without_seconds(r: dict) -> dict:
+    return {k: v for k, v in r.items() if k != "seconds"}
+
+
+@pytest.mark.parametrize("method", ["grad-input", "integrated-gradients"])
+def test_the_file_mode_batches_in_fewer_passes_with_the_same_records(
+    tiny_model, pairs_file, tmp_path, method, monkeypatch
+):
+    passes = []
+    real = type(tiny_model).log_probs_at
+    monkeypatch.setattr(type(tiny_model), "log_probs_at", lambda *a: passes.append(1) or real(*a))
+    choices = GradientChoices(steps=4)
+    alone, batched = tmp_path / "alone.jsonl", tmp_path / "batched.jsonl"
+    attribute_file(tiny_model, pairs_file, alone, method, choices=choices, batch_bytes=0)
+    one_at_a_time, passes[:] = len(passes), []
+    summary = attribute_file(tiny_model, pairs_file, batched, method, choices=choices)
+    assert len(passes) < one_at_a_time  # three lines share their passes
+    assert summary["written"] == 5
+    got, want = records_of(batched), records_of(alone)
+    assert [r["line"] for r in got] == [0, 1, 2, 3, 4]  # the file's order
+    assert "error" in got[3] and got[3] == want[3]
+    for a, b in zip(got, want):
+        assert a.keys() == b.keys()
+        for key in ("contributions", "raw", "source_share"):
+            if key in a:
+                np.testing.assert_allclose(a[key], b[key], atol=1e-5, rtol=1e-4)
+        rest = ("contributions", "raw", "source_share", "seconds", "completeness_error")
+        assert {k: v for k, v in a.items() if k not in rest} == {
+            k: v for k, v in b.items() if k not in rest
+        }
+
+
+def test_a_batched_file_resumes_where_it_stopped(tiny_model, pairs_file, tmp_path):
+    out = tmp_path / "out.jsonl"
+    attribute_file(tiny_model, pairs_file, out, "grad-input")
+    whole = records_of(out)
+    lines = out.read_text().splitlines()
+    out.write_text("\n".join(lines[:2]) + "\n" + lines[2][:30])  # killed while writing line 3
+    again = attribute_file(tiny_model, pairs_file, out, "grad-input")
+    assert (again["skipped"], again["written"]) == (2, 3)
+    resumed = records_of(out)
+    assert [r["line"] for r in resumed] == [0, 1, 2, 3, 4]
+    assert [without_seconds(r) for r in resumed] == [without_seconds(r) for r in whole]
+
+
+def test_a_batch_that_cannot_run_explains_each_line_alone(tiny_model, pairs_file, tmp_path):
+    """A baseline token the tokenizer lacks fails the batch: every line then says so alone."""
+    out = tmp_path / "out.jsonl"
+    no_mask = GradientChoices(baseline="mask", steps=4)
+    attribute_file(tiny_model, pairs_file, out, "integrated-gradients", choices=no_mask)
+    records = records_of(out)
+    assert [r["line"] for r in records] == [0, 1, 2, 3, 4]
+    assert all("error" in r for r in records)
+
+
+def test_each_batch_is_one_pass_within_the_budget(tiny_model, pairs_file, tmp_path, monkeypatch):
+    sizes = []
+    real = batched_gradients.attributions
+
+    def counted(m, pairs, method, choices):
+        sizes.append(len(pairs))
+        return real(m, pairs, method, choices)
+
+    monkeypatch.setattr("core.attribution.file_mode.attributions", counted)
+    row = 2 * budget.patch_row_bytes(vars(tiny_model.cfg), 8, 8)
+    attribute_file(tiny_model, pairs_file, tmp_path / "a.jsonl", "grad-input")
+    assert sizes == [2, 1]  # lines 0-1, then (a contrast, an error) line 4
+    sizes.clear()
+    attribute_file(tiny_model, pairs_file, tmp_path / "b.jsonl", "grad-input", batch_bytes=row)
+    assert sizes == [1, 1, 1]
+
+
+def graph_nodes(t: torch.Tensor) -> int:
+    """The operations autograd's backward pass from ``t`` runs (its graph's nodes)."""
+    seen, todo = set(), [t.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            todo += [child for child, _ in node.next_functions]
+    return len(seen)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_a_one_stack_models_backward_pass_does_not_grow_with_its_rows(family, lm_loaded):
+    """Integrated gradients' rows (integration points, sentences) go through a decoder-only
+    model's embedding sites in one gather each way, not a copy per row: the backward pass of
+    64 rows runs as many operations as that of 2 (issue 67, item 2: its speed)."""
+    m = lm_loaded[family]
+    src = torch.tensor([m.source(HF_PAIRS[1][0]).ids])  # (1, S)
+    tgt_in = torch.tensor([m.decoder_inputs(m.target_ids(HF_PAIRS[1][1]))])  # (1, T)
+    own = m.embeddings(src, tgt_in)  # (1, S, D), (1, T, D)
+
+    def nodes(rows: int) -> int:
+        x = [e.expand(rows, -1, -1).clone().requires_grad_() for e in own]  # (rows, ., D)
+        return graph_nodes(m.log_probs_at(src, tgt_in, *x, torch.tensor([0, 1])))
+
+    assert nodes(64) == nodes(2)
