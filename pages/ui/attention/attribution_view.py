@@ -177,6 +177,8 @@ def step_scores_panel(page: SectionInputs) -> None:
 
 
 SCORE_COLUMNS = {name: st.column_config.NumberColumn(format="%.4f") for name in SCORES}
+CONTRAST_COLUMNS = ("step", "token", "contrast", "probability", "rank", "probability_difference")
+CONTRAST_COLUMNS += ("kl",)  # the contrast's table: each step's other scores are in Step scores
 
 
 def contrast_panel(page: SectionInputs) -> None:
@@ -248,8 +250,9 @@ def contrast_panel(page: SectionInputs) -> None:
     title = f"Why “{t.output_tokens[step]}” rather than “{word}” ({CONTRAST_NAMES[method]})"
     name = export_name(state.model, state.sentence, None, None, None, "contrast")
     chart(attr_figs.contrast_figure(e, step, title), "atr_contrast", name=name)
-    scores = scores_of_steps(page.lm, t, page.key, tuple(foil))
-    st.dataframe(spreadsheet_safe(scores.frame()), hide_index=True, column_config=SCORE_COLUMNS)
+    scores = scores_of_steps(page.lm, t, page.key, tuple(foil)).frame()
+    scores = scores[[c for c in CONTRAST_COLUMNS if c in scores]]  # the rest: Step scores
+    st.dataframe(spreadsheet_safe(scores), hide_index=True, column_config=SCORE_COLUMNS)
     st.caption(CONTRAST_SCORES_HOW)
     st.download_button(
         "Contrast as CSV",
