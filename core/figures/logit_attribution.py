@@ -54,7 +54,8 @@ def logit_attribution_figure(a: LogitAttribution) -> go.Figure:
             col=col,
         )
         fig.update_xaxes(title_text="head", dtick=1 if H <= 16 else None, row=1, col=col)
-        fig.update_yaxes(title_text="layer", autorange="reversed", row=1, col=col)
+        fig.update_yaxes(title_text="layer", autorange="reversed", dtick=1 if L <= 16 else None,
+                         row=1, col=col)  # fmt: skip
     groups = [str(r["layer"]) for r in a.per_layer()]
     for name, values in layer_bars(a).items():
         fig.add_trace(go.Bar(x=groups, y=values, name=name), row=1, col=cols)
@@ -74,8 +75,10 @@ def logit_attribution_figure(a: LogitAttribution) -> go.Figure:
     fig.update_layout(
         barmode="relative",
         coloraxis={"colorscale": "RdBu_r", "cmin": -scale, "cmax": scale,
-                   "colorbar": {"title": {"text": "logit"}, "thickness": 12, "x": -0.12}},
-        height=int(head["margin"]["t"] + 90 + CELL_PX * max(a.layers, 6)),
-        **head,
+                   "colorbar": {"title": {"text": "logit", "side": "top"}, "thickness": 10,
+                                "orientation": "h", "len": 0.3, "x": 0.2, "y": -0.32,
+                                "yanchor": "top"}},
+        height=int(head["margin"]["t"] + 150 + CELL_PX * max(a.layers, 6)),
+        **{**head, "margin": {**head["margin"], "b": 120}},  # the colour bar below the grids
     )  # fmt: skip
     return fig
