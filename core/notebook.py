@@ -8,6 +8,7 @@ Plotly figures (shown inline in Jupyter).
     studio.grid_figure(t, "cross")                  # every head, as the Attention page draws it
     studio.attribution_figure(studio.attribute(m, t, "alti"))
     studio.patching_figures(studio.patch(m, "the boy is tall .", "the girl is tall ."))
+    studio.logit_attribution_figure(studio.logit_attribution(m, t))
 
 Nothing here computes: each function is one call of the library (``core.model``,
 ``core.attention``, ``core.attribution``, ``core.figures``) that the commands and pages call
@@ -17,14 +18,18 @@ lists the functions; docs/notebook.ipynb uses them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
 import torch
 
+from core.attention import logit_attribution as dla
+from core.attention.attribution_patching import Estimated, attribution_patch
 from core.attention.maps import select_view
 from core.attention.patching import DIRECTIONS, Patching
 from core.attention.patching import patch as patched
+from core.attention.path_patching import LOGITS, PathPatching, path_patch_named
 from core.attention.sentence_maps import SentenceMaps
 from core.attention.word_maps import shown_maps
 from core.attribution.explain import Explained, explain, explain_contrast, in_words
@@ -32,6 +37,7 @@ from core.attribution.gradients import DEFAULT_CHOICES, GradientChoices
 from core.attribution.methods import MEAN, METHOD_NAMES, AttributionError
 from core.figures import attention as attention_figures
 from core.figures import attribution as attribution_figures
+from core.figures import logit_attribution as dla_figures
 from core.figures import patching as patch_figures
 from core.model import opened
 from core.model.checked_translation import translate_sentence
@@ -181,3 +187,85 @@ def patching_figures(p: Patching) -> tuple[go.Figure, go.Figure]:
     heads = patch_figures.heads_figure(p.rows, about, p.direction)
     stream = patch_figures.stream_figure(p.rows, p.clean, p.prefix, about, p.direction)
     return heads, stream
+
+
+def attribution_patching(
+    m: TranslationModel,
+    clean: str,
+    corrupt: str,
+    exact: bool = True,
+    direction: str = DIRECTIONS[0],
+    prefix: str | None = None,
+    answers: tuple[str, str] | None = None,
+    target_lang: str = "",
+) -> Estimated:
+    """Attribution patching: every head's and residual position's effect estimated from one
+    gradient (rows' ``estimate``), beside real patching's (``effect``, ``spearman``,
+    ``largest_error``; ``exact=False``: the estimate alone), as the Patching section's
+    "attribution" method and ``core.patch --method attribution`` compute it."""
+    if problem := m.supports("patch"):
+        raise TranslationError(problem)
+    return attribution_patch(
+        m, clean, corrupt, None, exact, direction=direction, prefix=prefix, answers=answers,
+        target_lang=target_lang or None,
+    )  # fmt: skip
+
+
+def estimate_figures(done: Estimated) -> tuple[go.Figure, go.Figure]:
+    """(every head's estimated effect, the residual stream's): the Patching section's grids
+    of attribution patching's estimate (``patching_figures(done.patching)``: the real ones)."""
+    return patching_figures(dataclasses.replace(done.patching, rows=done.estimate_rows()))
+
+
+def path_patch(
+    m: TranslationModel,
+    clean: str,
+    corrupt: str,
+    receivers: str = LOGITS,
+    sender: str = "",
+    freeze_mlps: bool = False,
+    direction: str = DIRECTIONS[0],
+    prefix: str | None = None,
+    answers: tuple[str, str] | None = None,
+    target_lang: str = "",
+) -> PathPatching:
+    """Path patching (Wang et al. 2023): each sender head's (every head's, or ``sender``'s,
+    written L.H or kind:L.H) effect through ``receivers`` only ("logits", or heads separated
+    by commas), the other heads frozen (``freeze_mlps``: the MLPs too), as the Patching
+    section's "path" method and ``core.patch --receivers`` compute it."""
+    if problem := m.supports("patch"):
+        raise TranslationError(problem)
+    return path_patch_named(
+        m, clean, corrupt, receivers, sender, direction=direction, prefix=prefix,
+        answers=answers, target_lang=target_lang or None, freeze_mlps=freeze_mlps,
+    )  # fmt: skip
+
+
+def path_patching_figure(done: PathPatching) -> go.Figure:
+    """Every sender head's effect through the receivers: the Patching section's grid."""
+    p, runs = done.patching, ("the clean run", "the corrupted run")
+    about = " into ".join(runs if p.direction == DIRECTIONS[0] else runs[::-1])
+    mlps = "frozen too" if done.freeze_mlps else "recomputed"
+    about = f"{about}, each head through {', '.join(done.receivers)} only (MLPs {mlps})"
+    return patch_figures.heads_figure(p.rows, about, p.direction)
+
+
+def logit_attribution(
+    m: TranslationModel,
+    t: Translation,
+    step: int | None = None,
+    answer: str = "",
+    wrong: str = "",
+) -> dla.LogitAttribution:
+    """Direct logit attribution: one output step's (default: the last) logit of ``answer``
+    (default: the word written), minus ``wrong``'s where given, taken apart into each head's,
+    each MLP's, each bias's and the embeddings' terms (``lines()``: the command's JSON lines,
+    ``per_layer()``, ``accumulated()``), as the Direct logit attribution section and
+    ``core.logit_attribution`` compute it."""
+    return dla.logit_attribution(m, t, step, answer or None, wrong or None)
+
+
+def logit_attribution_figure(a: dla.LogitAttribution) -> go.Figure:
+    """The Direct logit attribution section's figure: each attention's heads × layers grid,
+    the per-layer bars and the accumulated stream."""
+    return dla_figures.logit_attribution_figure(a)

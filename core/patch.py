@@ -29,7 +29,10 @@ word after it. CK: a studio checkpoint or a Hugging Face model folder (a hub id 
 L.H,...`` (``kind:L.H`` where the model has several kinds of head) or ``--receivers logits``
 prints path patching instead (``--method path``, which may be left out;
 ``core.attention.path_patching``): one line per sender head (every head, or ``--sender
-L.H``), its effect through those receivers only, and the last line names them.
+L.H``), its effect through those receivers only, and the last line names them. Only the other
+heads are frozen, as Wang et al. do (the MLPs recomputed); ``--freeze-mlps`` freezes every
+MLP's output too, so that a path runs along the residual stream alone (to the logits: the
+sender's direct effect only); the last line says which (``freeze_mlps``).
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--receivers", default=None, help=f"path patching: logits, or heads {HEAD_FORMAT}"
     )
     p.add_argument("--sender", default=None, help="path patching: one sender head (default: all)")
+    p.add_argument("--freeze-mlps", action="store_true", help="path patching: freeze the MLPs too")
     add_prompt_flag(p)
     return p
 
@@ -85,14 +89,19 @@ def run(args: argparse.Namespace) -> list[str]:
     answers = tuple(args.answers) if args.answers else None
     asked = {"direction": args.direction, "prefix": args.prefix, "answers": answers,
              "target_lang": args.target_lang or None}  # fmt: skip
-    if args.receivers is None and (args.sender is not None or args.method == "path"):
-        raise TranslationError("--sender and --method path need --receivers (heads, or logits).")
+    if args.receivers is None and (
+        args.sender is not None or args.method == "path" or args.freeze_mlps
+    ):
+        raise TranslationError(
+            "--sender, --freeze-mlps and --method path need --receivers (heads, or logits)."
+        )
     if args.receivers is not None and args.method == "attribution":
         raise TranslationError("--receivers asks for path patching, not --method attribution.")
     if args.receivers is not None:
         done = path_patch_named(
-            lm, args.clean, args.corrupt, args.receivers, args.sender or "", **asked
-        )
+            lm, args.clean, args.corrupt, args.receivers, args.sender or "", **asked,
+            freeze_mlps=args.freeze_mlps,
+        )  # fmt: skip
     elif args.method == "attribution":
         done = attribution_patch(lm, args.clean, args.corrupt, None, not args.estimate_only,
                                  **asked, selection=args.sites)  # fmt: skip

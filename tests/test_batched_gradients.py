@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.attribution import batched_gradients
+from core.attribution import batched_gradients, step_scores
 from core.attribution.batched_gradients import attributions, batchable, fits
 from core.attribution.file_mode import attribute_file
 from core.attribution.gradients import GradientChoices
@@ -130,6 +130,17 @@ def without_seconds(r: dict) -> dict:
     return {k: v for k, v in r.items() if k != "seconds"}
 
 
+def assert_same_step_scores(got: dict, want: dict) -> None:
+    """Two records' step scores: the same tokens and ranks, numbers within float32's
+    rounding (written to 6 places: a padded pass may move the last one)."""
+    assert got.keys() == want.keys()
+    for name, values in got.items():
+        if name in ("tokens", "rank", "contrast_tokens", "contrast_source"):
+            assert values == want[name]
+        else:
+            np.testing.assert_allclose(values, want[name], atol=2e-6, rtol=1e-5)
+
+
 @pytest.mark.parametrize("method", ["grad-input", "integrated-gradients"])
 def test_the_file_mode_batches_in_fewer_passes_with_the_same_records(
     tiny_model, pairs_file, tmp_path, method, monkeypatch
@@ -152,10 +163,70 @@ def test_the_file_mode_batches_in_fewer_passes_with_the_same_records(
         for key in ("contributions", "raw", "source_share"):
             if key in a:
                 np.testing.assert_allclose(a[key], b[key], atol=1e-5, rtol=1e-4)
+        if "step_scores" in a:  # one padded pass: float32's rounding in the 6th place
+            assert_same_step_scores(a["step_scores"], b["step_scores"])
         rest = ("contributions", "raw", "source_share", "seconds", "completeness_error")
+        rest += ("step_scores",)
         assert {k: v for k, v in a.items() if k not in rest} == {
             k: v for k, v in b.items() if k not in rest
         }
+
+
+PLAIN = "i'm home .\tje suis chez moi .\ni'm cold .\ni'm cold . i'm home .\tj'ai froid .\n"
+
+
+def test_a_batchs_step_scores_are_one_padded_pass(tiny_model, tmp_path, monkeypatch):
+    """The step scores of a batch's lines come from one padded teacher-forced pass, not one
+    pass per line (issue 67, item 2: the file mode's speed), with each line's figures."""
+    path = tmp_path / "plain.tsv"
+    path.write_text(PLAIN, encoding="utf-8")
+    rows = []
+    real = type(tiny_model).run
+    monkeypatch.setattr(
+        type(tiny_model),
+        "run",
+        lambda s, src, *a, **k: rows.append(len(src)) or real(s, src, *a, **k),
+    )
+    alone, batched = tmp_path / "alone.jsonl", tmp_path / "batched.jsonl"
+    attribute_file(tiny_model, path, alone, "grad-input", batch_bytes=0)
+    rows.clear()
+    attribute_file(tiny_model, path, batched, "grad-input")
+    assert rows == [3, 3]  # the batch's embeddings, then its step scores: no pass per line
+    for a, b in zip(records_of(batched), records_of(alone), strict=True):
+        assert_same_step_scores(a["step_scores"], b["step_scores"])
+
+
+@pytest.mark.parametrize("family", ["studio", *CONFORMANCE, *LM_FAMILIES])
+def test_step_scores_of_padded_pairs_are_each_pairs_alone(family, tiny_model, hf_loaded, lm_loaded):
+    """``step_scores.batched_logits``: every family's padded pass gives each pair's logits."""
+    m, pairs = model_of(family, tiny_model, hf_loaded, lm_loaded)
+    ts = [m.force(s, t, DecodeSettings()) for s, t in pairs]
+    ids = [(list(t.src_ids), list(t.out_ids)) for t in ts]
+    for t, got in zip(ts, step_scores.batched_logits(m, ids)):
+        alone = step_scores.step_scores(m, t)
+        given = step_scores.step_scores(m, t, logits=got)
+        assert given.rank == alone.rank and given.tokens == alone.tokens
+        for name in ("probability", "entropy", "perplexity", "logit", "crossentropy"):
+            np.testing.assert_allclose(
+                getattr(given, name), getattr(alone, name), atol=1e-5, rtol=1e-5
+            )
+
+
+def test_padded_logits_hold_one_pass_within_their_bytes(tiny_model, monkeypatch):
+    """``batched_logits`` cuts the pairs into passes of at most LOGIT_BYTES of logits."""
+    ts = [tiny_model.force(s, t, DecodeSettings()) for s, t in STUDIO_PAIRS]
+    ids = [(list(t.src_ids), list(t.out_ids)) for t in ts]
+    whole = list(step_scores.batched_logits(tiny_model, ids))
+    V = tiny_model.vocab_sizes()[1]
+    monkeypatch.setattr(step_scores, "LOGIT_BYTES", 4 * V * max(len(o) for _, o in ids))
+    rows = []
+    real = type(tiny_model).run
+    monkeypatch.setattr(
+        type(tiny_model), "run", lambda s, src, *a: rows.append(len(src)) or real(s, src, *a)
+    )
+    for a, b in zip(step_scores.batched_logits(tiny_model, ids), whole, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert rows == [1, 1, 1]
 
 
 def test_a_batched_file_resumes_where_it_stopped(tiny_model, pairs_file, tmp_path):

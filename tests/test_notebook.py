@@ -106,6 +106,58 @@ def test_patching_and_its_figures_are_the_command_s(shipped, capsys):
     assert "the corrupted run into the clean run" in json.dumps(noised.to_dict()["layout"])
 
 
+def test_attribution_patching_is_the_command_s(shipped, capsys):
+    m, _ = shipped
+    argv = ["--checkpoint", str(SHIPPED), "--clean", CLEAN, "--corrupt", CORRUPT]
+    argv += ["--method", "attribution"]
+    *rows, summary = [json.loads(x) for x in printed(capsys, patch_cmd.main, argv)]
+    done = studio.attribution_patching(m, CLEAN, CORRUPT)
+    assert json.loads(json.dumps(done.patching.rows)) == rows
+    assert json.loads(json.dumps(done.summary())) == summary
+    heads, stream = studio.estimate_figures(done)
+    about = "the clean run into the corrupted run"
+    guessed = [{**r, "effect": r["estimate"]} for r in rows]
+    assert heads.to_dict() == patch_figures.heads_figure(guessed, about).to_dict()
+    want = patch_figures.stream_figure(guessed, summary["clean"], summary["prefix"], about)
+    assert stream.to_dict() == want.to_dict()
+
+
+def test_path_patching_is_the_command_s(shipped, capsys):
+    m, _ = shipped
+    argv = ["--checkpoint", str(SHIPPED), "--clean", CLEAN, "--corrupt", CORRUPT]
+    for extra, frozen in (([], False), (["--freeze-mlps"], True)):
+        lines = printed(capsys, patch_cmd.main, [*argv, "--receivers", "cross:1.0", *extra])
+        *rows, summary = [json.loads(x) for x in lines]
+        done = studio.path_patch(m, CLEAN, CORRUPT, "cross:1.0", freeze_mlps=frozen)
+        assert json.loads(json.dumps(done.patching.rows)) == rows
+        assert json.loads(json.dumps(done.summary())) == summary
+        assert summary["freeze_mlps"] is frozen
+    mlps = "MLPs frozen too"
+    about = f"the clean run into the corrupted run, each head through cross:1.0 only ({mlps})"
+    want = patch_figures.heads_figure(rows, about).to_dict()
+    assert studio.path_patching_figure(done).to_dict() == want
+    with pytest.raises(TranslationError, match="no head cross:9.0"):
+        studio.path_patch(m, CLEAN, CORRUPT, "cross:9.0")
+
+
+def test_direct_logit_attribution_is_the_command_s(shipped, capsys):
+    from core import logit_attribution as dla_cmd
+    from core.figures.logit_attribution import logit_attribution_figure
+
+    m, t = shipped
+    argv = ["--checkpoint", str(SHIPPED), "--source", SENTENCE, "--step", "1"]
+    lines = [json.loads(x) for x in printed(capsys, dla_cmd.main, argv)]
+    a = studio.logit_attribution(m, t, step=1)
+    assert json.loads(json.dumps(a.lines())) == lines
+    assert abs(a.total - a.logit) < 1e-4  # the terms sum to the model's own logit
+    figure = studio.logit_attribution_figure(a).to_dict()
+    assert figure == logit_attribution_figure(a).to_dict()
+    wrong = studio.logit_attribution(m, t, 1, answer="suis", wrong="es")
+    argv += ["--answer", "suis", "--wrong", "es", "--per-layer"]
+    lines = [json.loads(x) for x in printed(capsys, dla_cmd.main, argv)]
+    assert json.loads(json.dumps(wrong.lines("per_layer"))) == lines
+
+
 def test_maps_figures_draw_the_recorded_pass(shipped):
     """The head map and the grid draw the translation's maps, which are the recorded pass's
     weights and the hook sites' patterns (one pass, three ways in)."""
@@ -168,6 +220,9 @@ def test_what_a_model_cannot_do_is_refused_in_one_line(other_models):
         studio.attribute(m, t, "alti")
     with pytest.raises(TranslationError, match="masked language model"):
         studio.patch(m, "the boy is tall .", "the girl is tall .")
+    for patched in (studio.attribution_patching, studio.path_patch):
+        with pytest.raises(TranslationError, match="masked language model"):
+            patched(m, "the boy is tall .", "the girl is tall .")
 
 
 def test_the_notebook_page_names_every_function():
@@ -208,6 +263,6 @@ def test_the_notebook_runs_and_draws_its_figures():
     errors = [o for c in code for o in c.outputs if o.output_type == "error"]
     assert not errors, errors
     drawn = [c for c in code if any(PLOTLY in o.get("data", {}) for o in c.outputs)]
-    assert len(drawn) == 6, [c.source for c in code]
+    assert len(drawn) == 9, [c.source for c in code]
     text = "".join(o.get("data", {}).get("text/plain", "") for c in code for o in c.outputs)
     assert "je suis à la maison ." in text

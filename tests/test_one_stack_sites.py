@@ -15,7 +15,7 @@ from core.model.architectures import ROPE, architecture_of, part
 from core.model.hooks import any_on, capture, hooked, replace_with
 from tests.lm_tiny import ENCODER_FAMILIES, LM_FAMILIES
 
-PARTS = ("q", "k", "v", "rot_q", "rot_k", "pattern", "z", "out")  # of each attention
+PARTS = ("q", "k", "v", "rot_q", "rot_k", "scores", "pattern", "z", "out")  # of each attention
 LAYER_PARTS = ("resid_mid", "mlp_in", "mlp_out", "ln1.scale", "ln2.scale")  # of each layer
 IDS = [5, 9, 14, 7, 21, 30, 11, 8, 17, 6, 12]  # longer than Mistral's tiny window (6)
 
@@ -92,6 +92,32 @@ def test_q_and_k_give_the_models_own_weights_and_z_is_weights_times_v(model):
         v = seen[f"{p}.v"][0].repeat_interleave(H // Hkv, dim=1)  # (N, H, Dh)
         z = torch.einsum("hqk,khd->qhd", pattern, v)  # (N, H, Dh)
         assert torch.allclose(z, seen[f"{p}.z"][0], atol=1e-5), (arch.model_type, i)
+
+
+def test_the_scores_are_what_the_softmax_makes_the_models_own_weights_of(model):
+    """``scores`` (TransformerLens's ``hook_attn_scores``): their softmax is the model's own
+    ``output_attentions`` within 1e-5, in one row and in a batch with padding; a key the mask
+    hides scores the dtype's most negative value added (finite, not −inf)."""
+    arch = architecture_of(model)
+    H, N = model.config.num_attention_heads, len(IDS)
+    seen, o, _, _ = own_pass(model)
+    causal = arch.kind != "masked"
+    for i in range(len(lm_sites.layers_of(model))):
+        scores = seen[f"decoder.{i}.self.scores"]  # (1, H, N, N)
+        assert scores.shape == (1, H, N, N) and torch.isfinite(scores).all()
+        assert torch.allclose(scores.softmax(-1), o.attentions[i], atol=1e-5), arch.model_type
+        hidden = ~lm_heads.sequence_heads(model, IDS, i, causal=causal).mask  # (N, N)
+        assert causal == bool(hidden.any()) and (scores[0][:, hidden] < -1e30).all()
+    points = sites.install(model)
+    x = torch.tensor([IDS, [0, 0, 0, *IDS[3:]]])  # (2, N): the second row's first 3 padding
+    mask = torch.tensor([[1] * N, [0, 0, 0] + [1] * (N - 3)])  # (2, N)
+    padded: dict = {}
+    names = [f"decoder.{i}.self.scores" for i in range(len(lm_sites.layers_of(model)))]
+    with torch.no_grad(), hooked(points, [(n, capture(padded)) for n in names]):
+        own = model(input_ids=x, attention_mask=mask, output_attentions=True).attentions
+    for name, weights in zip(names, own):
+        assert torch.allclose(padded[name].softmax(-1), weights, atol=1e-5), arch.model_type
+        assert (padded[name][1, :, 3:, :3] < -1e30).all()  # padding hidden from real tokens
 
 
 def test_the_stream_between_attention_and_mlp_adds_up_to_the_layers_output(model):

@@ -79,6 +79,58 @@ def test_every_sender_through_the_logits_is_one_row_each(family):
     assert all(torch.isfinite(torch.tensor(r["effect"])) for r in result.patching.rows)
 
 
+def _direct_effect_by_hand(m, q, sender: Component) -> float:
+    """The sender's normalised effect with every other head's ``z`` and every MLP's output
+    frozen at the receiving (corrupted) run's, written with hooks here, not by the library
+    (one sender a pass: no batch)."""
+    head_sites = {patching.site(c) for c in every_head(m)}
+    mlp_sites = {
+        f"{side}.{i}.mlp_out"
+        for side, stream in (("encoder", "encoder_stream"), ("decoder", "decoder_stream"))
+        for i in range(m.layers(stream))
+    } & set(m.hook_points())
+    assert mlp_sites, "every family has an MLP output site"
+    donor, receiver = q.runs
+    runs, metrics = [], []
+    with torch.no_grad():
+        for source in (donor, receiver):
+            seen = {}
+
+            def keep(x, name, seen=seen):
+                seen[name] = x.detach().clone()
+                return x
+
+            with m.hooks((s, keep) for s in head_sites | mlp_sites):
+                metrics.append(float(q.metric(patching.last_logits(m, source, q.tgt_in))[0]))
+            runs.append(seen)
+        clean_run, corrupt_run = runs
+
+        def frozen(x, name):
+            out = corrupt_run[name].clone()
+            if name == patching.site(sender):
+                out[:, :, sender.head] = clean_run[name][:, :, sender.head]
+            return out
+
+        with m.hooks((s, frozen) for s in head_sites | mlp_sites):
+            moved = float(q.metric(patching.last_logits(m, receiver, q.tgt_in))[0])
+    return (moved - metrics[1]) / (metrics[0] - metrics[1])
+
+
+def test_with_the_mlps_frozen_a_path_to_the_logits_is_the_direct_effect(family):
+    """Every head's path to the logits with ``freeze_mlps``: the sender's effect with every
+    other head and every MLP frozen at the corrupted run, computed by hand."""
+    m, asked, clean, corrupt = family
+    result = path_patch(m, clean, corrupt, LOGITS, freeze_mlps=True, **asked)
+    assert result.summary()["freeze_mlps"] is True
+    with m.evaluating():
+        q = ask(m, clean, corrupt, **asked)
+        by_hand = [_direct_effect_by_hand(m, q, c) for c in every_head(m)]
+    effects = [r["effect"] for r in result.patching.rows]
+    gap = result.patching.gap  # compared in logits: a tiny gap (Marian's) scales float noise
+    assert [e * gap for e in effects] == pytest.approx([e * gap for e in by_hand], abs=1e-5)
+    assert any(abs(e) > 1e-3 for e in effects)  # not all zero: the check can fail
+
+
 def test_rows_of_a_path_batch_do_not_touch_each_other(tiny_model, monkeypatch):
     receivers = [Component("cross", tiny_model.layers("cross") - 1, 0)]
     together = path_patch(tiny_model, CLEAN, CORRUPT, receivers).patching.rows
@@ -268,6 +320,13 @@ def test_the_command_prints_the_librarys_lines_for_each_method(tiny_checkpoint, 
     assert "no head cross:7.0" in err and err.count("\n") == 1
     assert patch_cmd.main([*args, "--sender", "encoder:0.1"]) == 2
     assert "--method path need --receivers" in capsys.readouterr().err
+    assert patch_cmd.main([*args, "--freeze-mlps"]) == 2
+    assert "--freeze-mlps and --method path need" in capsys.readouterr().err
+    assert patch_cmd.main([*args, "--receivers", "logits", "--freeze-mlps"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    direct = path_patch(m, CLEAN, CORRUPT, LOGITS, freeze_mlps=True)
+    assert lines[:-1] == direct.patching.rows and lines[-1] == direct.summary()
+    assert lines[-1]["freeze_mlps"] is True
     assert patch_cmd.main([*args, "--method", "attribution", "--receivers", "logits"]) == 2
     assert "not --method attribution" in capsys.readouterr().err
 
@@ -299,3 +358,8 @@ def test_the_patching_section_offers_the_estimate_and_the_paths(studio_dirs):
     assert_clean(at)
     assert "through cross:1.0, cross:1.1 only" in plain(" ".join(m.value for m in at.markdown))
     assert at.query_params["patch_receivers"] == "cross:1.0, cross:1.1"
+    assert "MLPs recomputed" in plain(" ".join(m.value for m in at.markdown))
+    at.checkbox(key="at_patch_freeze_mlps").check().run()
+    assert_clean(at)
+    assert "MLPs frozen too" in plain(" ".join(m.value for m in at.markdown))
+    assert at.query_params["patch_freeze_mlps"] == "1"

@@ -5,21 +5,28 @@ The question and the normalisation are activation patching's (``core.attention.p
 denoising writes the clean run into the corrupted one, and an effect of 1 is the clean run's
 metric. Wang et al.'s three steps, for each sender head h_s at once in a batch:
 
-1. the clean and the corrupted runs, their heads' outputs (``z``) kept;
+1. the clean and the corrupted runs, their heads' outputs (``z``) kept (and their MLPs',
+   ``mlp_out``, with ``freeze_mlps``);
 2. the corrupted run with h_s's output taken from the clean run and every other head's output
-   frozen at the corrupted run's, so that the sender's change travels only along the residual
-   stream: each receiver's output is read as its inputs (queries, keys, values) make it then,
-   and frozen in turn so that no receiver passes the change on to another;
+   (and every MLP's, with ``freeze_mlps``) frozen at the corrupted run's, so that the sender's
+   change travels only along the residual stream: each receiver's output is read as its
+   inputs (queries, keys, values) make it then, and frozen in turn so that no receiver passes
+   the change on to another;
 3. the corrupted run with only the receivers' outputs replaced by step 2's, everything
    downstream of them recomputed; the metric is read.
 
 Receivers are heads (their inputs: the residual stream they read) or ``logits``: the last
-layer's output as the output layer reads it, where step 2's metric is the answer (the sender's
-direct effect, and its effect through the MLPs after it). Only heads are frozen: the MLPs and
-norms are recomputed (freezing the MLPs as well is not offered: not every family has an MLP
-output site), so the change a sender writes also reaches a receiver through the MLPs between
-them. A receiver upstream of the sender (or a sender in no path to it) reads an
-unchanged stream: an effect of 0.
+layer's output as the output layer reads it, where step 2's metric is the answer. By default
+only heads are frozen, as Wang et al. do (their step 2 freezes every other head and recomputes
+the MLPs; ARENA's replication of their paper does the same): the change a sender writes also
+reaches a receiver through the MLPs between them, and a path to the logits is the sender's
+direct effect and its effect through the MLPs after it. ``freeze_mlps`` freezes every
+layer's MLP output too (the ``mlp_out`` sites, which every family has: ``{side}.{i}.mlp_out``
+of an encoder-decoder and the studio's model, ``decoder.{i}.mlp_out`` of a one-stack model)
+at the receiving run's, so that the change travels along the residual stream alone: a path to
+the logits is then the sender's direct effect only. Norms are recomputed either way. A
+receiver upstream of the sender (or a sender in no path to it) reads an unchanged stream: an
+effect of 0.
 
 Shape key: B rows (one sender each), T positions a head's site holds, H heads, Dh head width.
 """
@@ -50,10 +57,16 @@ class PathPatching:
 
     patching: Patching  # the question, both metrics and one row per sender
     receivers: list[str]  # "logits" or each receiver head as kind:L.H
+    freeze_mlps: bool = False  # the MLPs frozen with the heads (else recomputed)
 
     def summary(self) -> dict:
-        """The command's last line: ``Patching.summary``, the method and the receivers."""
-        return self.patching.summary() | {"method": "path", "receivers": self.receivers}
+        """The command's last line: ``Patching.summary``, the method, the receivers and
+        whether the MLPs were frozen."""
+        return self.patching.summary() | {
+            "method": "path",
+            "receivers": self.receivers,
+            "freeze_mlps": self.freeze_mlps,
+        }
 
 
 def head_name(c: Component) -> str:
@@ -105,14 +118,31 @@ def _head_sites(m: TranslationModel) -> list[str]:
     return list(dict.fromkeys(patching.site(c) for c in every_head(m)))
 
 
+def mlp_sites(m: TranslationModel) -> list[str]:
+    """Every layer's MLP output site (``mlp_out``) the model has, encoder's then decoder's."""
+    points = m.hook_points()
+    names = [
+        patching.site(Component(mlp, layer))
+        for mlp, stream in zip(patching.MLPS, patching.STREAMS)
+        for layer in range(m.layers(stream))
+    ]
+    return [s for s in names if s in points]
+
+
+def _frozen_sites(m: TranslationModel, freeze_mlps: bool) -> list[str]:
+    """The sites step 2 freezes: every head's, and every MLP's with ``freeze_mlps``."""
+    return _head_sites(m) + (mlp_sites(m) if freeze_mlps else [])
+
+
 def _freeze(frozen, donor, senders: Sequence[Component], receivers, seen: dict):
-    """Step 2's hook: each row's heads frozen at the receiving run's outputs, its sender's from
-    the donor run; the receivers' outputs as computed kept in ``seen`` first."""
+    """Step 2's hook: each row's heads (and MLPs, where frozen) at the receiving run's
+    outputs, its sender's from the donor run; the receivers' outputs as computed kept in
+    ``seen`` first."""
 
     def hook(x: torch.Tensor, name: str) -> torch.Tensor:
         if any(patching.site(r) == name for r in receivers):
             seen[name] = x.detach().clone()  # (B, T, H, Dh)
-        out = frozen[name].expand_as(x).clone()  # (B, T, H, Dh)
+        out = frozen[name].expand_as(x).clone()  # (B, T, H, Dh) a head's, (B, T, D) an MLP's
         for row, s in enumerate(senders):
             if patching.site(s) == name:
                 out[row, :, s.head] = donor[name][0, :, s.head]
@@ -136,7 +166,8 @@ def path_metrics(
     m: TranslationModel, q: Question, senders: Sequence[Component], receivers, acts: tuple
 ) -> torch.Tensor:
     """(B,) the metric with each row's sender reaching it only through ``receivers``;
-    ``acts``: (the donor run's, the receiving run's) head outputs by site."""
+    ``acts``: (the donor run's, the receiving run's) outputs by site: the sites step 2
+    freezes are those of the receiving run's."""
     donor, frozen = acts
     receiver = q.runs[1]
     B = len(senders)
@@ -144,7 +175,7 @@ def path_metrics(
     heads = [] if receivers == LOGITS else receivers
     seen: dict[str, torch.Tensor] = {}
     hook = _freeze(frozen, donor, senders, heads, seen)
-    with m.hooks((s, hook) for s in _head_sites(m)):
+    with m.hooks((s, hook) for s in frozen):
         logits = patching.last_logits(m, src, tgt_in)  # (B, V)
     if receivers == LOGITS:
         return q.metric(logits)
@@ -167,15 +198,17 @@ def path_patch(
     prefix: str | None = None,
     answers: tuple[str, str] | None = None,
     target_lang: str | None = None,
+    freeze_mlps: bool = False,
 ) -> PathPatching:
     """Each sender head's (every head's, or ``senders``') effect through ``receivers`` only
-    (``LOGITS`` or heads), asked and normalised as ``patching.patch`` does."""
+    (``LOGITS`` or heads), asked and normalised as ``patching.patch`` does; ``freeze_mlps``:
+    the MLPs frozen with the heads (the residual stream the only path)."""
     if receivers != LOGITS and not receivers:
         raise TranslationError(f"Name the receivers: {LOGITS}, or heads written {HEAD_FORMAT}.")
     todo = list(senders) if senders is not None else every_head(m)
     with m.evaluating():
         q = ask(m, clean, corrupt, direction, prefix, answers, target_lang, max_len)
-        sites, metrics, runs = _head_sites(m), [], []
+        sites, metrics, runs = _frozen_sites(m, freeze_mlps), [], []
         for source in q.runs:  # the donor's and the receiving run's head outputs and metrics
             check_time()  # a shared server's limit for one heavy job: before every pass
             seen: dict[str, torch.Tensor] = {}
@@ -193,7 +226,7 @@ def path_patch(
             effects += q.effects(metrics, m_clean, m_corrupt)
     named = [LOGITS] if receivers == LOGITS else [head_name(r) for r in receivers]
     rows_out = [c.row(e) for c, e in zip(todo, effects)]
-    return PathPatching(q.result(m, (m_clean, m_corrupt), rows_out), named)
+    return PathPatching(q.result(m, (m_clean, m_corrupt), rows_out), named, freeze_mlps)
 
 
 def path_patch_named(

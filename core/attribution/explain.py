@@ -177,12 +177,14 @@ def sentence_json(
     contrast_source: str = "",
     spans: tuple[str, str] = ("", ""),
     given: Attribution | None = None,
+    logits=None,
 ) -> dict:
     """What ``python -m core.attribute`` prints for one sentence: the explanation (a contrast
     with ``contrast_text``; merged into words, or the (source, output) ``spans`` each read as
     one token, if asked) and its step scores, per piece, as the page's table shows them
     (P-CXMI against ``contrast_source`` where given; ``given``: the attribution of a
-    translation without a contrast, already computed)."""
+    translation without a contrast, already computed; ``logits``: its (T, V) teacher-forced
+    logits, already read: ``step_scores.batched_logits``)."""
     text, alignment = (contrast, "") if isinstance(contrast, str) else contrast
     foil = None
     if text.strip():
@@ -192,7 +194,7 @@ def sentence_json(
         e = explain(m, t, method, layer, head, choices, given)
     out = shown(e, words, spans).to_json()
     other = contrast_source_ids(m, contrast_source) if contrast_source.strip() else None
-    out["step_scores"] = step_scores(m, t, foil, other).to_json()
+    out["step_scores"] = step_scores(m, t, foil, other, logits).to_json()
     return out
 
 

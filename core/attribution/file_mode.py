@@ -11,7 +11,8 @@ choices, the choices); a line that cannot be explained is a JSON object with its
 Lines already in the output file (the same method and choices) are skipped, so an
 interrupted run goes on where it stopped; each line is written and flushed when done.
 Gradient × input and integrated gradients explain consecutive lines in batches
-(``core.attribution.batched_gradients``: the figures of each line alone, in fewer passes),
+(``core.attribution.batched_gradients``: the figures of each line alone, in fewer passes; their
+step scores from one padded pass, ``step_scores.batched_logits``),
 written in the file's order; a line with a contrast, or one that fails before its
 attribution, is explained alone where it stands.
 
@@ -36,6 +37,7 @@ from core.attribution.batched_gradients import attributions, batchable, fits
 from core.attribution.explain import sentence_json
 from core.attribution.gradients import DEFAULT_CHOICES, GradientChoices
 from core.attribution.methods import AttributionError, method_problem
+from core.attribution.step_scores import batched_logits
 from core.corpus.source import pair_columns
 from core.model.checked_translation import translate_sentence
 from core.model.interface import TranslationModel
@@ -258,21 +260,23 @@ def _batch_translation(m, line: InputLine, settings) -> Translation | None:
 
 
 def _batch(m, waiting, method, settings, choices) -> Iterator[dict]:
-    """The records of translated lines whose attributions share passes
-    (``batched_gradients.attributions``; each line alone where the batch cannot be run)."""
+    """The records of translated lines whose attributions and step scores share passes
+    (``batched_gradients.attributions``, ``step_scores.batched_logits``; each line alone
+    where the batch cannot be run)."""
     if not waiting:
         return
     pairs = [(list(t.src_ids), list(t.out_ids)) for _, t in waiting]
     try:
         given = attributions(m, pairs, method, choices)
+        logits = batched_logits(m, pairs)  # (T, V) each in turn: the step scores' passes
     except (AttributionError, ValueError):  # a baseline token missing: each line says so
-        given = [None] * len(waiting)
-    for (line, t), a in zip(waiting, given):
+        given = logits = [None] * len(waiting)
+    for (line, t), a, read in zip(waiting, given, logits):
         if a is None:
             yield one_line(m, line, method, settings, choices)
             continue
         try:
-            asked = {"contrast_source": line.contrast_source, "given": a}
+            asked = {"contrast_source": line.contrast_source, "given": a, "logits": read}
             yield line_head(line) | sentence_json(m, t, method, choices=choices, **asked)
         except (AttributionError, TranslationError, ValueError) as e:
             yield line_head(line) | {"error": " ".join(str(e).split())}

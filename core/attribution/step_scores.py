@@ -30,11 +30,13 @@ Shape key: T output steps, V vocabulary.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pandas as pd
 import torch
 
+from core.attribution.batched_gradients import padded
 from core.corpus.text import tokenize
 from core.model.checked_translation import MAX_SENTENCE_TOKENS
 from core.model.interface import TranslationModel
@@ -42,6 +44,7 @@ from core.model.parts import Translation, TranslationError
 
 SCORES = ("probability", "logit", "crossentropy", "entropy", "perplexity")  # every step's
 SCORES += ("probability_difference", "kl", "pcxmi")  # a contrast's (where given)
+LOGIT_BYTES = 64 * 2**20  # the logits of one padded pass of many pairs (float32)
 
 
 @dataclass
@@ -88,6 +91,27 @@ def _logits(m: TranslationModel, src_ids, out_ids) -> torch.Tensor:
     return m.run(src, tgt_in).float()[0]  # (T, V)
 
 
+def batched_logits(m: TranslationModel, pairs) -> Iterator[torch.Tensor]:
+    """Each (source ids, output ids) pair's (T, V) logits in turn, as ``_logits`` reads the
+    pair alone, from padded passes (the model's pad id: its masks and positions leave each row
+    as it reads alone) of as many pairs as LOGIT_BYTES holds, one pass held at a time: the
+    file mode's batches."""
+    done, V = 0, m.vocab_sizes()[1]
+    while done < len(pairs):
+        chunk = [pairs[done]]
+        for pair in pairs[done + 1 :]:
+            T = max(len(o) for _, o in [*chunk, pair])
+            if 4 * (len(chunk) + 1) * T * V > LOGIT_BYTES:
+                break
+            chunk.append(pair)
+        src = padded([s for s, _ in chunk], m.pad_id, m.device)  # (P, S)
+        tgt_in = padded([m.decoder_inputs(list(o)) for _, o in chunk], m.pad_id, m.device)
+        with torch.no_grad(), m.evaluating():
+            logits = m.run(src, tgt_in).float()  # (P, T, V)
+        yield from (logits[i, : len(o)] for i, (_, o) in enumerate(chunk))  # (T_i, V) each
+        done += len(chunk)
+
+
 def _log_probs(m: TranslationModel, src_ids, out_ids) -> torch.Tensor:
     """(T, V) log p of every step after ``out_ids``'s own prefix (teacher forcing)."""
     return _logits(m, src_ids, out_ids).log_softmax(-1)  # (T, V)
@@ -112,12 +136,13 @@ def step_scores(
     t: Translation,
     foil: list[int] | None = None,
     contrast_source: list[int] | None = None,
+    logits: torch.Tensor | None = None,
 ) -> StepScores:
     """The scores of every step of ``t`` (against ``foil``, the contrast's output ids of the
     same length, and ``contrast_source``, another source's ids (``contrast_source_ids``),
-    where given)."""
+    where given; ``logits``: its (T, V) teacher-forced logits, already read)."""
     with m.evaluating():
-        logits = _logits(m, t.src_ids, t.out_ids)  # (T, V)
+        logits = _logits(m, t.src_ids, t.out_ids) if logits is None else logits  # (T, V)
         logp = logits.log_softmax(-1)  # (T, V)
         ids = torch.tensor(list(t.out_ids), device=logp.device)  # (T,)
         taken = logp.gather(-1, ids[:, None])[:, 0]  # (T,)

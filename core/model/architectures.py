@@ -922,3 +922,9 @@ def architecture_of(thing) -> Architecture:
 def part(module: nn.Module, path: str) -> nn.Module:
     """The submodule at one of a row's dotted paths ("model.decoder", "layer.0.SelfAttention")."""
     return module.get_submodule(path)
+
+
+def softcap(arch: Architecture, config, what: str) -> float | None:
+    """The soft cap c of ``what`` ("attn_logit", "final_logit"): c·tanh(s/c) (Gemma 2), or
+    None."""
+    return getattr(config, f"{what}_softcapping", None) if "softcap" in arch.quirks else None

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from core.model import lm_sites, sites
-from core.model.architectures import ALIBI, ROPE, Architecture, architecture_of, part
+from core.model.architectures import ALIBI, ROPE, Architecture, architecture_of, part, softcap
 from core.model.parts import SequenceHeads
 
 
@@ -138,12 +138,6 @@ def _window(arch: Architecture, config, layer_index: int) -> int | None:
         sliding = config.layer_types[layer_index] == "sliding_attention"
         return config.sliding_window if sliding else None
     return config.sliding_window if getattr(config, "use_sliding_window", True) else None
-
-
-def softcap(arch: Architecture, config, what: str) -> float | None:
-    """The soft cap c of ``what`` ("attn_logit", "final_logit"): c·tanh(s/c) (Gemma 2), or
-    None."""
-    return getattr(config, f"{what}_softcapping", None) if "softcap" in arch.quirks else None
 
 
 def sequence_heads(

@@ -37,7 +37,7 @@ from torch import nn
 from core.corpus.text import tokenize
 from core.model import hugging_face as hf
 from core.model import lm_heads, lm_sites, sites
-from core.model.architectures import architecture_of
+from core.model.architectures import architecture_of, softcap
 from core.model.capabilities import LANGUAGE_MODEL
 from core.model.hf_model import HFModel, as_text
 from core.model.hooks import HookPoint
@@ -410,7 +410,7 @@ class PromptedModel(HFModel):
 
     def _final_softcap(self) -> float | None:
         """The logits' soft cap c, c·tanh(z/c), as the model's own forward applies (Gemma 2)."""
-        return lm_heads.softcap(architecture_of(self.model), self.model.config, "final_logit")
+        return softcap(architecture_of(self.model), self.model.config, "final_logit")
 
     def lens(self, stream) -> torch.Tensor:
         return self.logits_of(lm_sites.final_norm(self.model)(stream))

@@ -17,7 +17,10 @@ at each row's source, ``decoder.{i}.out`` at the decoder inputs, ``encoder.embed
 heads of grouped-query attention, not repeated) as projected (a fused projection, GPT-2's
 ``c_attn``, BLOOM's and Falcon's ``query_key_value``, cut as the row's layout says), ``rot_q``
 and ``rot_k`` after the rotation of a rotary family (the family's own ``apply_rotary_pos_emb``
-on the cos and sin the attention is given), the weights (``pattern``), W_o's output (``out``),
+on the cos and sin the attention is given), the scores before the softmax (``scores``,
+TransformerLens's ``hook_attn_scores``: scaled q·k, ALiBi's bias, Gemma 2's soft cap and the
+mask the attention is given, the dtype's most negative value where a key is hidden, as the
+family's eager attention adds it, not −inf), the weights (``pattern``), W_o's output (``out``),
 the stream between attention and feed-forward (``decoder.{i}.resid_mid``, none in a parallel
 family), the feed-forward's input and what it adds to the stream (``mlp_in``, ``mlp_out``: the
 row's ``mlp_out`` where that is not its last module, BLOOM's and Gemma 2's), and a pre-LN
@@ -41,7 +44,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from core.model.architectures import ROPE, Architecture, architecture_of, part
+from core.model.architectures import ALIBI, ROPE, Architecture, architecture_of, part, softcap
 from core.model.hf_folder import HFModelError
 from core.model.hooks import HookPoint, any_on
 from core.model.record import SIDES, attention_site, side_of
@@ -284,15 +287,22 @@ def _fused_site(names: Sequence[str], layout: str, heads: int, kv: int):
 _unrotated = threading.local()  # this thread's q and k of the attention running now, by site
 
 
+def _reads(module: nn.Module, names: Sequence[str]) -> bool:
+    """Whether a hook of this thread reads any of the sites ``names`` the model has."""
+    points = getattr(module, POINTS)
+    return any(points[n].on() for n in names if n in points)
+
+
 def _keep_unrotated(p: str, which: str, layout: tuple | None, heads: int = 0):
     """A forward hook on a projection (after its sites' hooks) keeping what it gives of q or
     k ((B, N, H|Hkv, Dh): ``heads`` of them) for ``_one_stack_attention``, only while a hook
-    reads ``p.rot_q`` or ``p.rot_k``; ``layout``: (layout, H, Hkv) of a fused projection."""
+    reads ``p.rot_q``, ``p.rot_k`` or ``p.scores``; ``layout``: (layout, H, Hkv) of a fused
+    projection."""
 
     def hook(module, args, output) -> None:
         if not any_on():
             return
-        if not (_point(module, f"{p}.rot_q").on() or _point(module, f"{p}.rot_k").on()):
+        if not _reads(module, [f"{p}.rot_q", f"{p}.rot_k", f"{p}.scores"]):
             return
         kept = getattr(_unrotated, "value", None)
         if kept is None:
@@ -319,11 +329,37 @@ def rotated(attention: nn.Module, q: torch.Tensor, k: torch.Tensor, cos, sin):
     return q_rot, k_rot
 
 
-def _one_stack_attention(p: str, rotary: bool):
+def attention_scores(q, k, scale: float, kwargs: dict, cap: float | None, alibi: bool):
+    """(B, H, N, N) the scores one-stack attention takes the softmax of, as the family's
+    eager attention computes them from q (B, N, H, Dh) and k (B, N, Hkv, Dh; rotated where
+    the family rotates them): q·k times ``scale``, BLOOM's ALiBi (``alibi``: the bias the
+    module was given, added to the scaled q·k as its ``baddbmm`` does), Gemma 2's soft cap
+    c·tanh(s/c), then the additive mask the module was given (causal, sliding window,
+    padding: 0 where a key is seen, the dtype's most negative value where not, so a masked
+    score is q·k + min, not −inf)."""
+    k = k.repeat_interleave(q.size(2) // k.size(2), dim=2)  # (B, N, H, Dh): each group's head
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale  # (B, H, N, N)
+    if alibi:
+        B, H, N = scores.shape[:3]
+        scores = scores + kwargs["alibi"].view(B, H, 1, -1)  # (B, H, N, N)
+    if cap:
+        scores = cap * torch.tanh(scores / cap)
+    mask = kwargs.get("attention_mask")  # (B, 1, N, N) or None (nothing masked)
+    if isinstance(mask, torch.Tensor):
+        mask = mask[..., : k.size(1)]  # (B, 1, N, N)
+        if mask.dtype == torch.bool:  # True where a key is seen
+            mask = torch.zeros_like(scores).masked_fill(~mask, torch.finfo(scores.dtype).min)
+        scores = scores + mask
+    return scores
+
+
+def _one_stack_attention(p: str, rotary: bool, how: tuple):
     """A forward hook (with kwargs) on a one-stack model's attention module: its weights
-    (``p.pattern``, (B, H, N, N)) and, for a rotary family, q and k after the rotation
-    (``p.rot_q``, ``p.rot_k``), read from the projections' q and k of this call and the
-    ``position_embeddings`` (cos, sin) the module was given. Read only."""
+    (``p.pattern``, (B, H, N, N)), for a rotary family q and k after the rotation
+    (``p.rot_q``, ``p.rot_k``), and the scores before the softmax (``p.scores``, (B, H, N,
+    N): ``attention_scores``, ``how`` its (scale, soft cap, ALiBi)), read from the
+    projections' q and k of this call and what the module was given (``position_embeddings``
+    (cos, sin), the mask, ALiBi's bias). Read only."""
 
     def hook(module, args, kwargs, output):
         if not any_on():
@@ -332,11 +368,16 @@ def _one_stack_attention(p: str, rotary: bool):
         if isinstance(weights, torch.Tensor):
             _point(module, f"{p}.pattern")(weights)
         kept = getattr(_unrotated, "value", None) or {}
-        if rotary and f"{p}.q" in kept:
-            q, k = kept.pop(f"{p}.q"), kept.pop(f"{p}.k")
-            q_rot, k_rot = rotated(module, q, k, *kwargs["position_embeddings"])
-            _point(module, f"{p}.rot_q")(q_rot)
-            _point(module, f"{p}.rot_k")(k_rot)
+        if f"{p}.q" not in kept:
+            return None
+        q, k = kept.pop(f"{p}.q"), kept.pop(f"{p}.k")  # (B, N, H, Dh), (B, N, Hkv, Dh)
+        if rotary:
+            q, k = rotated(module, q, k, *kwargs["position_embeddings"])
+            _point(module, f"{p}.rot_q")(q)
+            _point(module, f"{p}.rot_k")(k)
+        if _point(module, f"{p}.scores").on():
+            scale, cap, alibi = how
+            _point(module, f"{p}.scores")(attention_scores(q, k, scale, kwargs, cap, alibi))
         return None
 
     return hook
@@ -610,8 +651,9 @@ class _Installer:
         """A one-stack model's attention sites over its whole sequence, as TransformerLens's
         ``run_with_cache`` gives them: ``p.q`` (B, N, H, Dh), ``p.k`` and ``p.v`` (B, N, Hkv,
         Dh: the key/value heads, not repeated per group) as projected, ``p.rot_q`` and
-        ``p.rot_k`` after the rotation (a rotary family), ``p.pattern`` (B, H, N, N) and
-        ``p.out`` (B, N, D), W_o's output."""
+        ``p.rot_k`` after the rotation (a rotary family), ``p.scores`` (B, H, N, N, before
+        the softmax: ``attention_scores``), ``p.pattern`` (B, H, N, N) and ``p.out`` (B, N,
+        D), W_o's output."""
         config, arch = self.model.config, self.arch
         attention = self.hooked(attention_of(layer, "decoder_self"))
         heads, kv = config.num_attention_heads, arch.kv_heads_of(config)
@@ -624,16 +666,18 @@ class _Installer:
             fused = self.hooked(part(attention, names_of.fused))
             layout = (names_of.layout, heads, kv)
             fused.register_forward_hook(_fused_site(names, *layout))
-            if rotary:
-                fused.register_forward_hook(_keep_unrotated(p, "qkv", layout))
+            fused.register_forward_hook(_keep_unrotated(p, "qkv", layout))
         else:
             for name, which, n in zip(names, "qkv", (heads, kv, kv)):
                 projection = self.hooked(part(attention, getattr(names_of, which)))
                 projection.register_forward_hook(heads_site(name, n, before=False))
-                if rotary and which != "v":
+                if which != "v":
                     projection.register_forward_hook(_keep_unrotated(p, which, None, n))
-        self.add(f"{p}.pattern")
-        attention.register_forward_hook(_one_stack_attention(p, rotary), with_kwargs=True)
+        self.add(f"{p}.pattern"), self.add(f"{p}.scores")
+        cap = softcap(arch, config, "attn_logit")
+        how = (arch.scale_of(attention), cap, arch.positions == ALIBI)
+        hook = _one_stack_attention(p, rotary, how)
+        attention.register_forward_hook(hook, with_kwargs=True)
         w_o = self.hooked(output_projection_of(layer, "decoder_self"))
         w_o.register_forward_hook(_output_site(self.add(f"{p}.out")))
 

@@ -80,6 +80,7 @@ RANGES = {  # field -> (least, most): a link's value outside is moved to the nea
     "step": (0, MAX_INDEX),
     "query": (0, MAX_INDEX),
     "contrast_step": (-1, MAX_INDEX),
+    "dla_step": (-1, MAX_INDEX),
     "train_step": (-1, MAX_TRAINING_STEP),
     "diff_from": (-1, MAX_TRAINING_STEP),
     "ig_steps": (2, MAX_STEPS),
@@ -154,6 +155,7 @@ class ViewState:
     patch_wrong: str = ""  # ... the corrupted run's answer word ("" = its most likely)
     patch_method: str = "activation"  # ... "activation", "attribution" (estimate) or "path"
     patch_receivers: str = "logits"  # ... path patching's receivers: logits, or heads L.H,...
+    patch_freeze_mlps: bool = False  # ... path patching freezes the MLPs too (else recomputed)
     patch_sites: str = "heads_stream"  # ... what activation patching patches (patching.PICKS)
     method: str = "alti"  # attribution method, one of core.attribution.methods.METHODS
     function: str = DEFAULT_CHOICES.function  # the gradient methods: what is explained
@@ -187,6 +189,9 @@ class ViewState:
     query: int = 0  # "Inside a head": the query token of the q·k view (its position)
     lines_all: bool = False  # "Inside a head": lines of every head of the layer, in colours
     lens: str = LENS_COLORS[0]  # "Logit lens": colour by the chosen word's "prob" or "rank"
+    dla_step: int = -1  # "Direct logit attribution": the output step (-1 = the last)
+    dla_answer: str = ""  # ... the word whose logit is taken apart ("" = the word written)
+    dla_wrong: str = ""  # ... the word whose logit is subtracted ("" = none)
     space_side: str = SIDES[0]  # "Where tokens live": the stack projected
     space_layer: str = "last"  # ... its layer: "last", "all" or a number (0 = the input)
     space_method: str = METHODS[0]  # ... "pca" or "umap"

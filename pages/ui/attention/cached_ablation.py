@@ -124,10 +124,11 @@ def path_patched(
     answers: tuple[str, str] | None = None,
     target_lang: str = "",
     view: str = "",
+    freeze_mlps: bool = False,
 ) -> PathPatching:
     """Every head's effect through ``receivers`` as typed (``path_patch_named``:
-    TranslationError in one line for a head the model lacks), cached and bounded as
-    ``patched``."""
+    TranslationError in one line for a head the model lacks; ``freeze_mlps``: the MLPs frozen
+    with the heads), cached and bounded as ``patched``."""
     with heavy_slot_or_raise():
         return path_patch_named(
             _lm,
@@ -138,4 +139,5 @@ def path_patched(
             prefix=prefix,
             answers=answers,
             target_lang=target_lang or None,
+            freeze_mlps=freeze_mlps,
         )

@@ -21,7 +21,7 @@ from pages.ui.charts import chart
 from pages.ui.heavy_work import SlotTaken, TimeLimit, heavy_slot_or_raise
 from pages.ui.shared_cache import shared
 from pages.ui.text import md
-from pages.ui.view_widgets import bounded
+from pages.ui.view_widgets import bounded, widget_default
 
 
 @shared(spinner="Taking the step's logit apart…")
@@ -36,20 +36,30 @@ def attributed(
 
 
 def _question(page: SectionInputs) -> tuple[int, str, str]:
-    """(step, answer, wrong) from the section's widgets."""
-    t = page.translation
+    """(step, answer, wrong) from the section's widgets, kept in the view state (``dla_step``
+    -1: the last step)."""
+    t, state = page.translation, page.state
     steps = list(range(len(t.out_ids)))
+    if state.dla_step == -1:
+        state.granted("dla_step")  # "the last step": the last shown
+    state.why["dla_step"] = f"this translation has output steps 0 to {steps[-1]}"
+    widget_default("at_dla_step", state.dla_step if state.dla_step in steps else steps[-1], steps)
     left, mid, right = st.columns([2, 1, 1])
     step = left.selectbox(
         "Output step",
         steps,
-        index=len(steps) - 1,
         key="at_dla_step",
         format_func=lambda s: f"{s}: {t.output_tokens[s]!r} (reads {t.decoder_inputs[s]!r})",
     )
-    answer = bounded(mid.text_input("Answer (empty: the word written)", key="at_dla_answer"), "box")
-    wrong = bounded(right.text_input("Minus (empty: none)", key="at_dla_wrong"), "box")
-    return step, answer.strip(), wrong.strip()
+    followed = state.dla_step == -1 and step == steps[-1]  # still the default: the last
+    state.dla_step = -1 if followed else step
+    for name, where, label in (
+        ("dla_answer", mid, "Answer (empty: the word written)"),
+        ("dla_wrong", right, "Minus (empty: none)"),
+    ):
+        widget_default(f"at_{name}", getattr(state, name))
+        setattr(state, name, bounded(where.text_input(label, key=f"at_{name}"), "box").strip())
+    return step, state.dla_answer, state.dla_wrong
 
 
 def logit_attribution_section(page: SectionInputs) -> None:

@@ -83,8 +83,8 @@ def question_inputs(page: SectionInputs) -> tuple[str, str | None, tuple[str, st
 
 
 def method_input(page: SectionInputs) -> tuple[str, str]:
-    """The method radio and, for path patching, the receivers box: (method, receivers as
-    typed), kept in the view state."""
+    """The method radio and, for path patching, the receivers box and whether the MLPs are
+    frozen: (method, receivers as typed), kept in the view state."""
     state = page.state
     widget_default("at_patch_method", state.patch_method, METHODS)
     state.patch_method = st.radio(
@@ -98,6 +98,13 @@ def method_input(page: SectionInputs) -> tuple[str, str]:
         key="at_patch_receivers",
     )
     state.patch_receivers = bounded(typed, "receivers box").strip()
+    widget_default("at_patch_freeze_mlps", state.patch_freeze_mlps)
+    state.patch_freeze_mlps = st.checkbox(
+        "Freeze the MLPs too (a path to the logits is then the sender's direct effect only)",
+        key="at_patch_freeze_mlps",
+        help="Wang et al. freeze the other heads only: the MLPs are recomputed, so a path "
+        "also runs through them. Frozen at the corrupted run's, they carry nothing on.",
+    )
     return state.patch_method, state.patch_receivers
 
 
@@ -144,7 +151,10 @@ def _computed(page: SectionInputs, corrupt: str, asked: tuple, method: str, rece
     entry, state, lm = page.entry, page.state, page.lm
     where = (lm, entry.path, entry.mtime, state.sentence, corrupt)
     if method == "path":
-        return cached.path_patched(*where, receivers, *asked, state.target_lang, lm.view_key)
+        frozen = state.patch_freeze_mlps
+        return cached.path_patched(
+            *where, receivers, *asked, state.target_lang, lm.view_key, frozen
+        )
     selection = PICKS[state.patch_sites][0]
     if method == "attribution":
         return cached.attribution_patched(*where, *asked, state.target_lang, lm.view_key, selection)
@@ -250,8 +260,11 @@ def patching_section(page: SectionInputs) -> None:
     name = export_name(state.model, state.sentence, None, None, None, "patching")
     if method == "path":
         through = ", ".join(done.receivers)
-        st.markdown(md(f"Each head's effect through {through} only (Wang et al. 2023)."))
-        about = f"{about}, each head through {through} only"
+        mlps = "frozen too" if done.freeze_mlps else "recomputed"
+        st.markdown(
+            md(f"Each head's effect through {through} only (Wang et al. 2023); MLPs {mlps}.")
+        )
+        about = f"{about}, each head through {through} only (MLPs {mlps})"
         chart(figs.heads_figure(result.rows, about, direction), "patch_paths", name=f"{name}_paths")
     elif method == "attribution":
         _estimate_charts(done, about, direction, name)

@@ -46,7 +46,7 @@ ATTRIBUTION += ("contrast_step", "contrast_word", "contrast_method", "contrast_f
 ATTRIBUTION += ("contrast_source", "source_spans", "target_spans")
 ALIGNMENT = ("align", "both", "align_all", "gold", "reverse", "plain")
 PATCH = ("corrupt", "patch_dir", "patch_ask", "patch_prefix", "patch_answer", "patch_wrong")
-PATCH += ("patch_method", "patch_receivers", "patch_sites")
+PATCH += ("patch_method", "patch_receivers", "patch_freeze_mlps", "patch_sites")
 PROJECT = ("space_side", "space_layer", "space_method", "space_dims", "space_colour")
 SECTIONS = {  # key (the URL's ``section``) -> section
     "maps": Section("Maps", maps_view.maps_section, fields=("click", "overview")),
@@ -69,7 +69,10 @@ SECTIONS = {  # key (the URL's ``section``) -> section
     ),
     "lens": Section("Logit lens", logit_lens_view.logit_lens_section, False, ("lens",)),
     "logit_attribution": Section(
-        "Direct logit attribution", logit_attribution_view.logit_attribution_section, False
+        "Direct logit attribution",
+        logit_attribution_view.logit_attribution_section,
+        False,
+        ("dla_step", "dla_answer", "dla_wrong"),
     ),
     "head_scores": Section("Head scores", head_scores_view.head_scores_section, False),
     "patch": Section("Patching", patching_view.patching_section, False, PATCH),
