@@ -22,17 +22,13 @@ step and the metric where the translations agree; a prefix alone takes each run'
 word after it. CK: a studio checkpoint or a Hugging Face model folder (a hub id online);
 ``--target-lang``: a multilingual model's output language. Library: ``core.attention.patching``.
 
-``--method attribution`` estimates every component's effect at once from one gradient
-(attribution patching, ``core.attention.attribution_patching``): each line gains
-``estimate`` beside the real ``effect`` (null with ``--estimate-only``), and the last line
-``spearman`` and ``largest_error`` (the estimate against real patching). ``--receivers
-L.H,...`` (``kind:L.H`` where the model has several kinds of head) or ``--receivers logits``
-prints path patching instead (``--method path``, which may be left out;
-``core.attention.path_patching``): one line per sender head (every head, or ``--sender
-L.H``), its effect through those receivers only, and the last line names them. Only the other
-heads are frozen, as Wang et al. do (the MLPs recomputed); ``--freeze-mlps`` freezes every
-MLP's output too, so that a path runs along the residual stream alone (to the logits: the
-sender's direct effect only); the last line says which (``freeze_mlps``).
+``--method attribution``: attribution patching's estimate of every component at once
+(``core.attention.attribution_patching``), each line's ``estimate`` beside its ``effect``
+(null with ``--estimate-only``), the last line's ``spearman`` and ``largest_error``.
+``--receivers logits|L.H,...`` (``kind:L.H`` where a model has several kinds of head): path
+patching (``core.attention.path_patching``), one line per sender head (or ``--sender L.H``),
+its effect through those receivers only, the other heads frozen as Wang et al. do
+(``--freeze-mlps``: every MLP's output too, so a path to the logits is the direct effect).
 """
 
 from __future__ import annotations

@@ -12,8 +12,7 @@ import torch
 from core import patch as patch_cmd
 from core.attention import patching
 from core.attention.attribution_patching import attribution_patch
-from core.attention.patch_question import ask
-from core.attention.patching import Component, patch
+from core.attention.patching import Component, ask, patch
 from core.attention.path_patching import LOGITS, every_head, parse_heads, path_patch
 from core.model.parts import TranslationError
 from core.model.studio_model import StudioModel

@@ -28,8 +28,14 @@ import torch
 
 from core.attention import patching
 from core.attention.kinds import KINDS
-from core.attention.patch_question import Question, ask
-from core.attention.patching import DEFAULT_SELECTION, DIRECTIONS, Component, Patching
+from core.attention.patching import (
+    DEFAULT_SELECTION,
+    DIRECTIONS,
+    Component,
+    Patching,
+    Question,
+    ask,
+)
 from core.measure.progress import check_time
 from core.measure.rank import spearman
 from core.model.interface import TranslationModel

@@ -474,9 +474,82 @@ def _check_pass(m: TranslationModel, S: int, T: int, prompt: int | None) -> None
         raise TranslationError(problem)
 
 
-def _metric(logits: torch.Tensor, answers) -> float:
-    """logit(answer) - logit(wrong) of (1, V) last-step logits."""
-    return float(logits[0, answers[0]] - logits[0, answers[1]])
+@dataclass
+class Question:
+    """Two runs of one length and the step whose logit difference they are measured by."""
+
+    clean: torch.Tensor  # (1, S) the clean source's ids
+    corrupt: torch.Tensor  # (1, S) the corrupted source's ids
+    tokens: tuple[list[str], list[str]]  # the clean and the corrupted source pieces
+    tgt_in: torch.Tensor  # (1, T) the start token and the prefix
+    answers: tuple[int, int]  # the clean run's answer id and the corrupted run's
+    given: bool  # the prefix or the answers were given, not found by translating
+    prompt: int | None  # a prompted model's template positions (budget.prompt_positions)
+    direction: str = DIRECTIONS[0]
+
+    @property
+    def runs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(donor, receiver) sources: clean into corrupted to denoise, the other way to noise."""
+        pair = (self.clean, self.corrupt)
+        return pair if self.direction == "denoise" else pair[::-1]
+
+    def metric(self, logits: torch.Tensor) -> torch.Tensor:
+        """(B,) logit(answer) - logit(wrong) of (B, V) last-step logits."""
+        return logits[:, self.answers[0]] - logits[:, self.answers[1]]
+
+    def effects(self, metrics: torch.Tensor, m_clean: float, m_corrupt: float) -> list[float]:
+        """Each receiving run's metric as ``patch`` normalises it (0 = nothing moved)."""
+        moved = metrics - m_corrupt if self.direction == "denoise" else m_clean - metrics
+        return (moved / (m_clean - m_corrupt)).tolist()
+
+    def result(self, m: TranslationModel, metrics: tuple[float, float], rows, sequence=None):
+        """The answer as ``patch`` gives it (a ``Patching``): ``metrics`` (clean, corrupted),
+        ``rows``, a one-stack model's whole ``sequence`` of tokens."""
+        words = m.target_tokens([*self.tgt_in[0].tolist(), *self.answers])
+        step = self.tgt_in.size(1) - 1
+        return Patching(
+            *self.tokens,
+            words[: step + 1],
+            words[step + 1],
+            words[step + 2],
+            *metrics,
+            list(rows),
+            self.direction,
+            self.given,
+            sequence or [],
+        )
+
+
+def ask(
+    m: TranslationModel,
+    clean: str,
+    corrupt: str,
+    direction: str = DIRECTIONS[0],
+    prefix: str | None = None,
+    answers: tuple[str, str] | None = None,
+    target_lang: str | None = None,
+    max_len: int = MAX_LEN,
+    selection: Sequence[str] | None = None,
+    chosen: Sequence[Component] | None = None,
+) -> Question:
+    """The question ``patch`` would ask of these sentences (TranslationError in one line,
+    before any pass past the server's bytes); call it inside ``m.evaluating()``."""
+    if direction not in DIRECTIONS:
+        raise TranslationError(f"The direction is one of {', '.join(DIRECTIONS)}.")
+    (a_ids, a_tokens), (b_ids, b_tokens) = _sources(m, clean, corrupt)
+    prompt = budget.prompt_positions(m)
+    _check_pass(m, len(a_ids), 1, prompt)  # before any pass: the shortest question
+    if selection is not None:  # ... and, for ``patch``, the fewest components it can ask for
+        _check_count(m, selection, a_ids, [m.start_id], chosen)
+    src_a, src_b = (torch.tensor([i], device=m.device) for i in (a_ids, b_ids))  # (1, S)
+    given = prefix is not None or answers is not None
+    tgt_in, ids = (
+        _given_question(m, (src_a, src_b), prefix, answers, target_lang, prompt)
+        if given
+        else _found_question(m, (src_a, src_b), max_len, target_lang)
+    )
+    _check_pass(m, len(a_ids), tgt_in.size(1), prompt)  # the question's
+    return Question(src_a, src_b, (a_tokens, b_tokens), tgt_in, ids, given, prompt, direction)
 
 
 @torch.no_grad()
@@ -497,53 +570,29 @@ def patch(
     The metric is read after ``prefix`` between ``answers`` where given, else at the
     translations' first difference (``target_lang``: a multilingual model's output
     language, forced first)."""
-    if direction not in DIRECTIONS:
-        raise TranslationError(f"The direction is one of {', '.join(DIRECTIONS)}.")
-    (a_ids, a_tokens), (b_ids, b_tokens) = _sources(m, clean, corrupt)
-    prompt = budget.prompt_positions(m)  # a prompted model's template: read in every pass
-    _check_pass(m, len(a_ids), 1, prompt)  # before any pass: the shortest question
-    _check_count(m, selection, a_ids, [m.start_id], chosen)  # ... and the fewest components
     with m.evaluating():
-        src_a, src_b = (torch.tensor([i], device=m.device) for i in (a_ids, b_ids))  # (1, S)
-        given = prefix is not None or answers is not None
-        tgt_in, answers_ids = (
-            _given_question(m, (src_a, src_b), prefix, answers, target_lang, prompt)
-            if given
-            else _found_question(m, (src_a, src_b), max_len, target_lang)
+        q = ask(
+            m, clean, corrupt, direction, prefix, answers, target_lang, max_len, selection, chosen
         )
-        _check_pass(m, len(a_ids), tgt_in.size(1), prompt)  # the question's: before patching
-        donor, receiver = (src_a, src_b) if direction == "denoise" else (src_b, src_a)
-        todo, sequence = _check_count(m, selection, a_ids, tgt_in[0].tolist(), chosen)
+        donor, receiver = q.runs
+        todo, sequence = _check_count(
+            m, selection, q.clean[0].tolist(), q.tgt_in[0].tolist(), chosen
+        )
         reads = [s for c in todo for s in read_sites(c)]
-        logits_d, seen = _recorded(m, list(dict.fromkeys(reads)), donor, tgt_in)
+        logits_d, seen = _recorded(m, list(dict.fromkeys(reads)), donor, q.tgt_in)
         m_donor, m_receiver = (
-            _metric(logits_d, answers_ids),
-            _metric(last_logits(m, receiver, tgt_in), answers_ids),
+            float(q.metric(logits_d)[0]),
+            float(q.metric(last_logits(m, receiver, q.tgt_in))[0]),
         )
         m_clean, m_corrupt = (
             (m_donor, m_receiver) if direction == "denoise" else (m_receiver, m_donor)
         )
-        span = m_clean - m_corrupt
         effects: list[float] = []
-        rows = budget.patch_rows(vars(m.cfg), len(a_ids), tgt_in.size(1), ROWS, prompt)
+        S, T = q.clean.size(1), q.tgt_in.size(1)
+        rows = budget.patch_rows(vars(m.cfg), S, T, ROWS, q.prompt)
         for start in range(0, len(todo), rows):
             check_time()  # a shared server's limit for one heavy job
             chunk = todo[start : start + rows]
-            metrics = patched_metrics(m, chunk, seen, receiver, tgt_in, answers_ids)  # (B,)
-            moved = metrics - m_corrupt if direction == "denoise" else m_clean - metrics
-            effects += (moved / span).tolist()
-    words = m.target_tokens([*tgt_in[0].tolist(), *answers_ids])
-    step = tgt_in.size(1) - 1
-    return Patching(
-        a_tokens,
-        b_tokens,
-        words[: step + 1],
-        words[step + 1],
-        words[step + 2],
-        m_clean,
-        m_corrupt,
-        [c.row(e) for c, e in zip(todo, effects)],
-        direction,
-        given,
-        sequence or [],
-    )
+            metrics = patched_metrics(m, chunk, seen, receiver, q.tgt_in, q.answers)  # (B,)
+            effects += q.effects(metrics, m_clean, m_corrupt)
+    return q.result(m, (m_clean, m_corrupt), [c.row(e) for c, e in zip(todo, effects)], sequence)

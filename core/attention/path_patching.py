@@ -39,8 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from core.attention import patching
-from core.attention.patch_question import Question, ask
-from core.attention.patching import DIRECTIONS, ROWS, Component, Patching
+from core.attention.patching import DIRECTIONS, ROWS, Component, Patching, Question, ask
 from core.measure.progress import check_time
 from core.model.hooks import capture
 from core.model.interface import TranslationModel
