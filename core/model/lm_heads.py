@@ -26,7 +26,7 @@ import importlib
 import torch
 from torch import nn
 
-from core.model import lm_sites, sites
+from core.model import lm_sites, site_hooks
 from core.model.architectures import ALIBI, ROPE, Architecture, architecture_of, part, softcap
 from core.model.parts import SequenceHeads
 
@@ -50,7 +50,7 @@ def _projected(arch: Architecture, attn: nn.Module, h, which: str, heads: int, k
     if not names.fused:
         return part(attn, getattr(names, which))(h)  # (1, N, heads * Dh)
     fused = part(attn, names.fused)(h)  # (1, N, (heads + 2 kv) * Dh)
-    parts = sites.qkv_parts(fused, names.layout, heads, kv)  # q, k, v: (1, N, H|Hkv, Dh)
+    parts = site_hooks.qkv_parts(fused, names.layout, heads, kv)  # q, k, v: (1, N, H|Hkv, Dh)
     return parts["qkv".index(which)].flatten(-2)  # (1, N, heads * Dh)
 
 
