@@ -1,5 +1,8 @@
 """``python -m core.checkpoint SRC DST``: write a compact copy of a checkpoint (and its history).
 
+A decoder-only run's checkpoint is copied as its ``save_pretrained`` folder (DST a folder,
+e.g. ``checkpoints/induction-2l.hf``), its history beside it (``induction-2l.history``).
+
 The library is ``core.model.checkpoints`` (save, load, compact), ``core.runs.history`` and
 ``core.alignment.head_aer.store_in_history`` (every head's validation numbers at each snapshot
 model of the run, kept in the history so the copy shows them without the run or the corpus).
@@ -42,12 +45,14 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> list[str]:
     """Write the compact copy and, beside it, the run's history up to its step."""
     out = compact(args.src, args.dst, half=not args.float32)
-    step = own_bleu(Path(args.src).parent, out)
-    lines = [f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)"]
+    folder = out.is_dir()  # a decoder-only model: its save_pretrained folder
+    step = folder_step(args.src) if folder else own_bleu(Path(args.src).parent, out)
+    size = sum(f.stat().st_size for f in out.iterdir()) if folder else out.stat().st_size
+    lines = [f"wrote {out} ({size / 1e6:.1f} MB)"]
     if args.no_history:
         return lines
     history = write_history(Path(args.src).parent, out, step)
-    if history is not None and not args.no_trajectories:
+    if history is not None and not args.no_trajectories and not folder:
         try:  # every head's numbers at each step with a snapshot model, for Over training
             store_in_history(Path(args.src).parent, out, step, progress=terminal_progress())
         except (DataError, CheckpointError, OSError, ValueError) as e:
@@ -68,6 +73,11 @@ def own_bleu(run_dir: Path, out: Path) -> int | None:
         ckpt["val_bleu"] = bleu
         atomic_save(ckpt, out)
     return step
+
+
+def folder_step(src) -> int | None:
+    """The step of a decoder-only run's checkpoint (its folder holds no training state)."""
+    return (read_checkpoint(src).get("state") or {}).get("step")
 
 
 def main(argv=None) -> int:

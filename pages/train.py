@@ -19,8 +19,9 @@ def main() -> None:
     ensure_app_navigation()  # a first request straight to /train must still run studio.py
     st.title("Train")
     st.caption(
-        "Train an English→French Transformer as a background job: it keeps going "
-        "through reloads and closed tabs. The run id stays in the URL."
+        "Train a Transformer as a background job, English→French or an induction head "
+        "forming on random tokens: it keeps going through reloads and closed tabs. The run "
+        "id stays in the URL."
     )
     runs = run_status.list_runs()
     launched = just_launched()  # then the form is folded up and the new run shown below it

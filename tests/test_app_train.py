@@ -276,11 +276,17 @@ def test_every_form_widget_carries_its_value_itself(jobs_env):
     and a quick click after a preset switch launched with those.)
     """
     at = train_page()
-    for preset in ("d2l", "small"):
+    for preset in ("d2l", "small", "induction"):
         at.radio(key="preset").set_value(preset).run()
         by_key = {w.key: w for w in widgets_of(at)}
+        defaults = settings.defaults(preset)
         for f in settings.form_fields():
-            value = settings.defaults(preset)[f.group][f.name]
+            if not settings.field_applies(
+                f.name, defaults["data"]["task"], defaults["model"]["arch"]
+            ):
+                assert f"{preset}.{f.group}.{f.name}" not in by_key  # hidden for that task
+                continue
+            value = defaults[f.group][f.name]
             widget = by_key[f"{preset}.{f.group}.{f.name}"]
             shown = widget.proto.default
             if f.value_type == "choice":

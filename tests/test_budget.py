@@ -47,6 +47,7 @@ def probe_snapshot(settings_: dict, vocab: Vocab, seed: int = 0) -> list[dict]:
         cfg=SimpleNamespace(probes=settings_["train"]["probes"]),
         model=model,
         corpus=SimpleNamespace(src_vocab=vocab, tgt_vocab=vocab, summary={}),
+        translates=True,
     )
     return Trainer.probe_maps(trainer)
 

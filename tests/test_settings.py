@@ -10,7 +10,7 @@ from core.training import devices, settings
 from tests.helpers import TINY_ARGS, TINY_PRESET, TINY_RUN
 
 
-@pytest.mark.parametrize("preset", ["d2l", "small"])
+@pytest.mark.parametrize("preset", ["d2l", "small", "induction"])
 def test_presets_validate(preset):
     assert settings.validate_settings(preset, {}) == []
 
@@ -149,3 +149,37 @@ def test_sentences_must_fit_the_model_positions():
         "d2l", {"data": {"max_len": 150}, "model": {"max_positions": 100}}
     )
     assert problems == ["max_len (150) + 2 must fit in the model's max_positions (100)"]
+
+
+def test_the_induction_preset_is_a_small_decoder_only_model_on_the_induction_task():
+    """Issue 66: the sizes in which an induction head forms at step ~575 (seeded)."""
+    cfg = settings.defaults("induction")
+    assert cfg["data"]["task"] == "induction" and cfg["model"]["arch"] == "decoder-only"
+    assert (cfg["model"]["num_decoder_layers"], cfg["model"]["d_model"]) == (2, 64)
+    assert (cfg["train"]["batch_size"], cfg["train"]["eval_every"]) == (32, 25)
+    line = settings.describe_settings(cfg)
+    assert line.startswith("induction: 4-16 random tokens read twice (256 kinds)")
+    assert "2 blocks, decoder-only" in line and "word tokens" not in line
+    assert (
+        "--preset" in build_parser().format_help() and "induction" in build_parser().format_help()
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "task", "arch", "applies"),
+    [
+        ("max_len", "translation", "encoder-decoder", True),
+        ("max_len", "induction", "decoder-only", False),
+        ("tokenizer", "induction", "decoder-only", False),
+        ("induction_length", "induction", "decoder-only", True),
+        ("induction_length", "translation", "encoder-decoder", False),
+        ("num_encoder_layers", "translation", "decoder-only", False),
+        ("num_kv_heads", "induction", "decoder-only", True),
+        ("num_kv_heads", "translation", "encoder-decoder", False),
+        ("align_weight", "translation", "decoder-only", False),
+        ("lr", "induction", "decoder-only", True),
+        ("split_seed", "induction", "decoder-only", True),  # it seeds the random tokens
+    ],
+)
+def test_the_form_shows_the_fields_a_task_and_an_architecture_read(name, task, arch, applies):
+    assert settings.field_applies(name, task, arch) is applies

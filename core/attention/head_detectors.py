@@ -18,6 +18,8 @@ it (query n+i to key i+1). TransformerLens's own number is this one times (rows 
 Scores are averaged over the sequences. The in-context-learning score is Olsson's loss at the
 500th token minus the loss at the 50th, at positions scaled to this context (about 98 % and
 10 % of its 2n+1 tokens): negative where later tokens are predicted better.
+The formulas are ``core.model.detector_scores``', which a training run scores its model with
+(``core.training.circuits``).
 
 Shape key: L layers, B sequences, H heads, N = 2n + 1 tokens, V vocabulary.
 """
@@ -28,7 +30,10 @@ from dataclasses import dataclass
 
 import torch
 
+from core.model import detector_scores as formulas
 from core.model.batched import token_losses
+from core.model.detector_scores import SCORES, icl_positions, scores_of
+from core.model.detector_scores import detection_patterns as detection_patterns  # re-exported
 from core.model.interface import TranslationModel
 
 LENGTH = 20  # n: random tokens in each copy
@@ -38,8 +43,6 @@ LENGTHS = (2, 256)  # the n a page or command may ask for
 SEQUENCE_COUNTS = (1, 64)  # the B a page or command may ask for
 SEEDS = (0, 2**31 - 1)
 PASS_BYTES = 256 * 2**20  # the most one pass's weights and logits may hold (float32)
-SCORES = ("previous_token", "duplicate_token", "induction")
-OLSSON = (50, 500, 512)  # Olsson et al.'s early and late tokens, of their 512-token contexts
 
 
 class HeadScoresError(ValueError):
@@ -66,18 +69,17 @@ class HeadScores:
     @property
     def icl(self) -> float:
         """Loss at the late token minus loss at the early one (Olsson et al. 2022)."""
-        early, late = self.early_late
-        return float(self.losses[late - 1] - self.losses[early - 1])
+        return formulas.icl_score(self.losses, self.length)
 
     @property
     def first_copy_loss(self) -> float:
         """Mean loss over the first copy's tokens (random: about ln V for a trained model)."""
-        return float(self.losses[: self.length].mean())
+        return formulas.first_copy_loss(self.losses, self.length)
 
     @property
     def repeat_loss(self) -> float:
         """Mean loss over the second copy's tokens (near 0 where induction heads copy)."""
-        return float(self.losses[self.length :].mean())
+        return formulas.repeat_loss(self.losses, self.length)
 
     def rows(self) -> list[dict]:
         """One JSON-able row per head."""
@@ -102,41 +104,6 @@ class HeadScores:
             "first_copy_loss": round(self.first_copy_loss, 6),
             "repeat_loss": round(self.repeat_loss, 6),
         }
-
-
-def icl_positions(N: int) -> tuple[int, int]:
-    """(early, late) tokens of an N-token context: Olsson's 50th and 500th of 512, scaled."""
-    early, late, context = OLSSON
-    return max(1, round(N * early / context)), min(N - 1, round(N * late / context))
-
-
-def detection_patterns(n: int) -> dict[str, torch.Tensor]:
-    """{score: (N, N) 0/1 pattern} of a start token and n distinct tokens read twice
-    (TransformerLens's ``get_*_head_detection_pattern`` of that sequence)."""
-    N = 2 * n + 1
-    previous = torch.zeros(N, N)
-    previous[1:, :-1] = torch.eye(N - 1)  # query i -> key i - 1
-    second = torch.arange(n + 1, N)  # the second copy's queries
-    duplicate = torch.zeros(N, N)
-    duplicate[second, second - n] = 1  # -> the same token in the first copy
-    induction = torch.zeros(N, N)
-    induction[second, second - n + 1] = 1  # -> the token after it
-    return {"previous_token": previous, "duplicate_token": duplicate, "induction": induction}
-
-
-def pattern_score(weights: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
-    """(...) the weight of (..., N, N) attention on a 0/1 pattern's cells, per row the pattern
-    reaches: TransformerLens's "mul" score with the rows it reaches as its denominator."""
-    reached = pattern.sum(-1).gt(0).sum()  # rows with a cell
-    return (weights * pattern).sum((-2, -1)) / reached
-
-
-def scores_of(weights: torch.Tensor, n: int) -> dict[str, torch.Tensor]:
-    """{score: (L, H)} of (L, B, H, N, N) weights over sequences of n tokens read twice, the
-    mean over the B sequences."""
-    return {
-        name: pattern_score(weights.float(), p).mean(1) for name, p in detection_patterns(n).items()
-    }
 
 
 def random_tokens(m: TranslationModel, n: int, sequences: int, seed: int) -> list[list[int]]:

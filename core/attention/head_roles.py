@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from core.attention.head_detectors import detection_patterns, pattern_score, random_tokens
+from core.attention.head_detectors import random_tokens
+from core.model.detector_scores import detection_patterns, pattern_score
 from core.model.interface import TranslationModel
 from core.model.parts import Translation
 

@@ -10,6 +10,7 @@ from core.corpus.vocab import SPECIALS
 
 TOKENIZERS = ("word", "bpe")  # d2l's word vocabulary, or byte-pair-encoded pieces
 SPLITS = ("random", "head")  # by unique English sentence, or the first rows as d2l
+TASKS = ("translation", "induction")  # DataConfig.task: pairs of the corpus, or random tokens twice
 DIRECTIONS = ("en-fr", "fr-en")  # which side of each pair the model reads and which it writes
 UPPER = {  # the most each field may be: what the machine and the model can hold
     "max_len": 200,  # words per sentence (the Translate page reads at most 60)
@@ -20,7 +21,12 @@ UPPER = {  # the most each field may be: what the machine and the model can hold
     "num_val": MAX_PAIRS,
     "max_pairs": MAX_PAIRS,  # a corpus is read up to this many pairs at most
     "split_seed": 2**32 - 1,
+    "induction_length": 512,
+    "induction_min_length": 512,
+    "induction_tokens": 100_000,
+    "induction_sequences": 10_000_000,
 }
+INDUCTION_TOKENS = 20_000_000  # the most random tokens (sequences x length) the task may hold
 
 
 @dataclass
@@ -43,6 +49,11 @@ class DataConfig:
     bpe_vocab: int = 8000  # BPE pieces per language, specials included (tokenizer "bpe")
     direction: str = "en-fr"  # "fr-en": each pair read the other way round, after the split
     # (which stays by English sentence: both directions hold out the same test pairs)
+    task: str = "translation"  # "induction": random tokens read twice, loss on the repeat
+    induction_length: int = 16  # induction task: random tokens in each copy, at most
+    induction_min_length: int = 4  # induction task: at least (each sequence's length is drawn)
+    induction_tokens: int = 256  # induction task: random token types (specials apart)
+    induction_sequences: int = 20000  # induction task: training sequences (validation: 256)
 
     def problems(self) -> list[str]:
         """Every reason these data settings are impossible, each naming its field ([] if none)."""
@@ -86,6 +97,30 @@ class DataConfig:
             problems.append(f"tokenizer must be 'word' or 'bpe' (got {self.tokenizer!r})")
         if self.direction not in DIRECTIONS:
             problems.append(f"direction must be 'en-fr' or 'fr-en' (got {self.direction!r})")
+        if self.task not in TASKS:
+            problems.append(f"task must be one of {TASKS} (got {self.task!r})")
+        problems += [
+            f"{name} must be at least {low} (got {getattr(self, name)})"
+            for name, low in (
+                ("induction_length", 2),
+                ("induction_min_length", 2),
+                ("induction_tokens", 2),
+                ("induction_sequences", 1),
+            )
+            if getattr(self, name) < low
+        ]
+        if self.induction_min_length > self.induction_length:
+            problems.append(
+                f"induction_min_length ({self.induction_min_length}) must be at most "
+                f"induction_length ({self.induction_length})"
+            )
+        if self.task == "induction" and self.induction_sequences * self.induction_length > (
+            INDUCTION_TOKENS
+        ):
+            problems.append(
+                f"induction_sequences x induction_length must be at most {INDUCTION_TOKENS:,} "
+                f"random tokens (got {self.induction_sequences * self.induction_length:,})"
+            )
         if not isinstance(self.source, str) or not self.source.strip():
             problems.append("source must name a corpus ('fra-eng' or a file)")
         return problems

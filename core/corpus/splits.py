@@ -149,6 +149,12 @@ def summary_words(summary: dict) -> str:
     """A corpus summary for people (the trainer's log): "tiny.tsv: 30 pairs read (0 skipped
     lines, 0 too long); 28 train, 1 validation, 1 test; vocabularies 49 English, 56 French"."""
     get = lambda key: summary.get(key, "?")  # noqa: E731 - a log line tolerates a missing key
+    if summary.get("task") == "induction":  # made, not read (core.corpus.induction)
+        return (
+            f"induction: {get('train')} training and {get('val')} validation sequences of "
+            f"{get('induction_min_length')}-{get('induction_length')} random tokens "
+            f"(of {get('induction_tokens')}) read twice"
+        )
     words = (
         f"{Path(str(get('path'))).name}: {get('pairs_read')} pairs read ({get('skipped_lines')} "
         f"skipped lines, {get('too_long')} too long); {get('train')} train, {get('val')} "

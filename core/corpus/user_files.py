@@ -174,10 +174,20 @@ def source_problems(source: str) -> list[str]:
     return [] if info["usable"] else [f"{source} has no usable sentence pairs"]
 
 
+def induction_words(data_config: Mapping) -> str:
+    """The induction task's data in words: 'induction: 4-16 random tokens read twice (64
+    kinds)'."""
+    n, kinds = data_config.get("induction_length", "?"), data_config.get("induction_tokens", "?")
+    shortest = data_config.get("induction_min_length", 4)
+    return f"induction: {shortest}-{n} random tokens read twice ({kinds} kinds)"
+
+
 def describe_data(data_config: Mapping | None) -> str:
     """A short description of a run's or model's data, e.g. 'fra-eng (Tatoeba), ≤12 tokens'."""
     if not data_config:
         return "data unknown"
+    if data_config.get("task") == "induction":  # made from its settings: no corpus read
+        return induction_words(data_config)
     source = str(data_config.get("source", "fra-eng"))
     parts = ["fra-eng (Tatoeba)" if source == "fra-eng" else Path(source).name]
     num_train, num_val = data_config.get("num_train"), data_config.get("num_val")

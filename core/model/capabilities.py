@@ -4,7 +4,8 @@
 (``training``: replaying a run), an attribution method, a setting (``bfloat16``) or what a
 model does at all (``translate``; ``decoding``: writing its output step by step). What a
 family's row does not name, every model of it does; a model type's row (T5) adds to its
-family's. ``TranslationModel.supports`` reads it; the pages and commands ask it before they
+family's, and a task's row (a model trained here on the induction task reads no sentence) to
+both. ``TranslationModel.supports`` reads it; the pages and commands ask it before they
 offer or compute anything.
 """
 
@@ -82,6 +83,33 @@ BY_MODEL_TYPE: dict[str, dict[str, str]] = {  # T5, mT5, UMT5: no absolute posit
 }
 
 
-def problem(family: str, model_type: str, what: str) -> str | None:
-    """Why a model of this family and type cannot do ``what``; None when it can."""
-    return BY_MODEL_TYPE.get(model_type, {}).get(what) or BY_FAMILY.get(family, {}).get(what)
+NO_SENTENCE = (
+    "This model was trained here on the induction task (random tokens read twice): it reads "
+    "no sentence, so {what} does not apply; its head scores read it on its own tokens "
+    "(python -m core.head_scores)."
+)
+BY_TASK: dict[str, dict[str, str]] = {  # a model trained here on a task other than translation
+    "induction": {
+        what: NO_SENTENCE.format(what=words)
+        for what, words in (
+            ("translate", "translating"),
+            ("alignment", "alignment"),
+            ("attribution", "attribution"),
+            ("patch", "patching"),
+            ("compare", "comparing two models' translations"),
+            ("d2l", "the d2l chapter's BLEU check"),
+            ("evaluate", "BLEU on a split"),
+            ("force", "rating a translation you type"),
+        )
+    },
+}
+
+
+def problem(family: str, model_type: str, what: str, task: str = "") -> str | None:
+    """Why a model of this family and type (trained here on ``task``, where it says) cannot
+    do ``what``; None when it can."""
+    return (
+        BY_TASK.get(task, {}).get(what)
+        or BY_MODEL_TYPE.get(model_type, {}).get(what)
+        or BY_FAMILY.get(family, {}).get(what)
+    )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path, PureWindowsPath
@@ -26,11 +28,30 @@ from core.model.transformer import Transformer
 from core.places import corpus_folders, replace_durably, run_corpus_files, runs_root, shown_path
 
 FORMAT = "attention-studio/1"
+ENCODER_DECODER = "encoder-decoder"  # ModelConfig.arch of the model load_checkpoint builds
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # a run directory's name
 
 
 class CheckpointError(Exception):
     """A checkpoint is missing, damaged or not ours; the message says which."""
+
+
+class DecoderOnlyCheckpointError(CheckpointError):
+    """A decoder-only run's training state: its model opens from the folder saved beside it
+    (``folder``: ``best.pt`` -> ``best.hf``)."""
+
+    def __init__(self, path):
+        self.folder = exported_folder(path)
+        super().__init__(
+            f"{shown_path(path)} is the training state of a decoder-only model: open the model "
+            f"folder saved beside it, {shown_path(self.folder)}."
+        )
+
+
+def exported_folder(path) -> Path:
+    """The ``save_pretrained`` folder a decoder-only run writes beside a checkpoint
+    (``<run>/best.pt`` -> ``<run>/best.hf``)."""
+    return Path(path).with_suffix(".hf")
 
 
 @dataclass
@@ -282,6 +303,8 @@ def read_metadata(path) -> dict:
 def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
     """Rebuild the model from the config saved in the checkpoint and load its weights."""
     ckpt = read_checkpoint(path)
+    if (ckpt.get("model_config") or {}).get("arch", ENCODER_DECODER) != ENCODER_DECODER:
+        raise DecoderOnlyCheckpointError(path)  # never a d2l Transformer of a decoder-only config
     try:
         cfg = ModelConfig(**ckpt["model_config"])
         model = Transformer(cfg)
@@ -300,9 +323,12 @@ def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
 def compact(src, dst, half: bool = True) -> Path:
     """Copy a checkpoint without optimiser state (and in float16), e.g. to ship or promote.
 
-    Its data source is written portably (see portable_data_config).
+    Its data source is written portably (see portable_data_config). A decoder-only run's
+    checkpoint is copied as the ``save_pretrained`` folder beside it (``copied_folder``).
     """
     ckpt = read_checkpoint(src)
+    if (ckpt.get("model_config") or {}).get("arch", "encoder-decoder") != "encoder-decoder":
+        return copied_folder(src, dst)
     ckpt.pop("optimizer", None)
     ckpt.pop("rng", None)
     if ckpt.get("data_config"):
@@ -318,3 +344,22 @@ def compact(src, dst, half: bool = True) -> Path:
         )
     atomic_save(ckpt, Path(dst))
     return Path(dst)
+
+
+def copied_folder(src, dst) -> Path:
+    """A decoder-only run's model folder (``exported_folder`` of ``src``) copied whole to
+    ``dst`` (a folder, replaced if there); CheckpointError when the run has none."""
+    folder, dst = exported_folder(src), Path(dst)
+    if not (folder / "config.json").is_file():
+        raise CheckpointError(
+            f"{shown_path(src)} is a decoder-only model's training state and its model folder "
+            f"{shown_path(folder)} is missing: train or resume the run to write it."
+        )
+    if dst.suffix == ".pt":
+        raise CheckpointError(f"{shown_path(dst)}: a decoder-only model is copied as a folder")
+    new = dst.with_name(dst.name + ".new")
+    shutil.rmtree(new, ignore_errors=True)
+    shutil.copytree(folder, new)
+    shutil.rmtree(dst, ignore_errors=True)
+    os.replace(new, dst)
+    return dst

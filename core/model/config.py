@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from core.config_fields import too_large, type_problems
 from core.model.dropout import MASKS
 
+ARCHS = ("encoder-decoder", "decoder-only")  # ModelConfig.arch: the d2l model, or Llama-style
+
 MODEL_UPPER = {  # the most each size may be: what one machine trains and the pages show
     "src_vocab_size": 1_000_000,
     "tgt_vocab_size": 1_000_000,
@@ -15,7 +17,8 @@ MODEL_UPPER = {  # the most each size may be: what one machine trains and the pa
     "num_encoder_layers": 24,
     "num_decoder_layers": 24,
     "d_ff": 16384,
-    "max_positions": 4096,  # the position table is built for encoder and decoder
+    "max_positions": 4096,
+    "num_kv_heads": 64,  # the position table is built for encoder and decoder
 }
 
 
@@ -35,6 +38,8 @@ class ModelConfig:
     norm_first: bool = False  # False: post-LN AddNorm as in the paper; True: pre-LN
     pad_id: int = 0  # id of <pad> in both vocabularies
     dropout_masks: str = "bits"  # "bits": 16-bit masks (core.model.dropout); "bernoulli": torch's
+    arch: str = "encoder-decoder"  # the d2l model, or "decoder-only" (Llama-style, one vocabulary)
+    num_kv_heads: int = 0  # decoder-only: key/value heads (grouped-query attention; 0 = num_heads)
 
     def problems(self) -> list[str]:
         """Every reason these sizes cannot build a model, each naming its field ([] if none)."""
@@ -60,6 +65,16 @@ class ModelConfig:
             problems.append(f"dropout must be in [0, 1) (got {self.dropout})")
         if self.dropout_masks not in MASKS:
             problems.append(f"dropout_masks must be one of {MASKS} (got {self.dropout_masks!r})")
+        if self.arch not in ARCHS:
+            problems.append(f"arch must be one of {ARCHS} (got {self.arch!r})")
+        kv = self.num_kv_heads or self.num_heads
+        if self.num_kv_heads < 0 or (self.num_heads >= 1 and kv >= 1 and self.num_heads % kv):
+            problems.append(
+                f"num_kv_heads must be 0 or divide num_heads "
+                f"({self.num_heads}; got {self.num_kv_heads})"
+            )
+        if self.arch == "decoder-only" and self.src_vocab_size != self.tgt_vocab_size:
+            problems.append("a decoder-only model reads and writes one vocabulary")
         if self.max_positions < 2:
             problems.append(f"max_positions must be at least 2 (got {self.max_positions})")
         if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):

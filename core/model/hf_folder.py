@@ -15,6 +15,7 @@ import re
 import struct
 from pathlib import Path
 
+from core.corpus.config import TASKS
 from core.corpus.source import file_sha1
 from core.model.architectures import (
     DECODER_ONLY,
@@ -38,6 +39,7 @@ ENCODER_TYPES = {  # the encoder-only (masked) families of the table -> how they
     name: row.positions for name, row in of_kind(MASKED).items()
 }
 CONFIG = "config.json"
+STUDIO_KEY = "attention_studio"  # config.json's entry of a model trained here: {"task": ...}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "source.spm", "spiece.model")
 TOKENIZER_BYTES = 64 << 20  # a larger tokenizer file is not one (NLLB-200's is 17 MB)
 CONFIG_BYTES = 1 << 20  # a config.json larger than this is not a model's config
@@ -112,6 +114,14 @@ def studio_config(config: dict) -> ModelConfig:
         norm_first=architecture_of(config).norm == "pre",
         pad_id=int(config.get("pad_token_id") or 0),
     )
+
+
+def studio_task(config: dict) -> str:
+    """The task a model trained here records in its config (``STUDIO_KEY``'s ``task``:
+    "induction", "translation"); "" for any other model or a value that is not a task."""
+    entry = config.get(STUDIO_KEY)
+    task = entry.get("task") if isinstance(entry, dict) else None
+    return task if task in TASKS else ""
 
 
 def is_language_model(config: dict) -> bool:

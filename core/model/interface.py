@@ -121,7 +121,7 @@ class TranslationModel(HeadGates, OneSequence, ABC):
     def supports(self, what: str) -> str | None:
         """Why this model cannot do ``what`` (a section, method or setting), in one line;
         None when it can."""
-        return capabilities.problem(self.family, self.model_type, what)
+        return capabilities.problem(self.family, self.model_type, what, self.meta.get("task", ""))
 
     def layers(self, kind: str) -> int:
         """How many layers hold attention of ``kind``."""

@@ -16,7 +16,7 @@ import torch
 
 from core.model import hugging_face as hf
 from core.model.capabilities import MASKED_LM
-from core.model.hf_folder import HFModelError, describe, lm_config
+from core.model.hf_folder import HFModelError, describe, lm_config, studio_task
 from core.model.hf_model import from_folder, held_parameters
 from core.model.masked import MaskedModel
 from core.model.prompted import PromptedModel
@@ -82,7 +82,10 @@ def load(folder, device: str | torch.device = "cpu", max_bytes: int | None = Non
     info["tokens"] = hf.tokenizer_kind(tokenizer)
     info["pieces"] = hf.tokenizer_algorithm(tokenizer)
     info["dtype"] = str(model.dtype).removeprefix("torch.")
-    cfg = lm_config(model.config.to_dict())
+    config = model.config.to_dict()
+    cfg = lm_config(config)
+    if task := studio_task(config):  # trained here: an induction model reads no prompt
+        info["task"] = task
     if masked:
         if tokenizer.mask_token_id is None:
             raise HFModelError(f"{shown_path(folder)}'s tokenizer has no mask token to fill.")

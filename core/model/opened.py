@@ -17,7 +17,7 @@ from pathlib import Path
 from core.corpus.source import file_sha1
 from core.model import capabilities, hf_folder, hf_model, lm_loading
 from core.model.capabilities import HUGGING_FACE, LANGUAGE_MODEL, MASKED_LM, STUDIO
-from core.model.checkpoints import CheckpointError, read_metadata
+from core.model.checkpoints import CheckpointError, DecoderOnlyCheckpointError, read_metadata
 from core.model.interface import TranslationModel
 from core.model.parts import DEFAULT_LANGUAGES, TranslationError
 from core.model.studio_model import StudioModel, config_parameters
@@ -76,7 +76,12 @@ def _opened(spec: str, device, max_bytes: int | None, hub: bool) -> TranslationM
             hf_folder.read_config(spec)
         except hf_folder.HFModelError as e:
             raise CheckpointError(str(e)) from e
-    return StudioModel.load(spec, device)
+    try:
+        return StudioModel.load(spec, device)
+    except DecoderOnlyCheckpointError as e:  # a decoder-only run's state: its model is the folder
+        if not hf_folder.is_model_folder(e.folder):
+            raise
+        return _opened(str(e.folder), device, max_bytes, hub=False)
 
 
 def model_path(spec: str) -> Path:

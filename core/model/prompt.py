@@ -65,30 +65,45 @@ def template_parts(template: str) -> tuple[str, str, str]:
 @dataclass(frozen=True)
 class PromptLayout:
     """The ids a template puts around a source: ``before`` it, ``after`` it (the last id
-    of ``after`` is the first decoder input), and the spaces that lead into it."""
+    of ``after`` is the first decoder input), and the spaces that lead into it. A layout
+    that reads no source (``unprompted``: a model trained here on the induction task) is its
+    start token alone, then the output: the source is empty, ``after`` read whole after it."""
 
     before: tuple[int, ...]
     after: tuple[int, ...]
     gap: str  # what precedes the sentence's first word ("" or " ")
+    reads_source: bool = True  # False: no sentence is read (``after[0]`` ends none)
 
     def source_ids(self, pieces) -> list[int]:
-        """A sentence's pieces as the source: the first id after them ends it."""
-        return [*pieces, self.after[0]]
+        """A sentence's pieces as the source: the first id after them ends it (none where
+        no source is read)."""
+        return [*pieces, self.after[0]] if self.reads_source else []
+
+    @property
+    def _between(self) -> tuple[int, ...]:
+        """The ids between the source and the decoder inputs: ``after`` but its last id, less
+        its first where that one ends the source."""
+        return self.after[1 if self.reads_source else 0 : -1]
 
     def prompt(self, src_ids) -> list[int]:
         """What the model reads before it writes: the template around a source."""
-        return [*self.before, *src_ids, *self.after[1:]]
+        return [*self.before, *src_ids, *self._between, self.after[-1]]
 
     def sequence(self, src_ids, tgt_in) -> list[int]:
         """The ids the model reads for a source and its decoder inputs (``tgt_in[0]`` is
         ``after[-1]``)."""
-        return [*self.before, *src_ids, *self.after[1:-1], *tgt_in]
+        return [*self.before, *src_ids, *self._between, *tgt_in]
 
     def spans(self, S: int, T: int) -> tuple[slice, slice]:
         """(the source's positions, the decoder inputs' positions) in ``sequence``."""
         a = len(self.before)
-        c = a + S + len(self.after) - 2
+        c = a + S + len(self._between)
         return slice(a, a + S), slice(c, c + T)
+
+
+def unprompted(start_id: int) -> PromptLayout:
+    """The layout of a model that reads no prompt: its start token, then its output."""
+    return PromptLayout((), (start_id,), "", reads_source=False)
 
 
 def blocks(weights: torch.Tensor, source: slice, steps: slice) -> dict[str, torch.Tensor]:

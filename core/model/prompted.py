@@ -54,13 +54,17 @@ from core.model.parts import (
     TranslationError,
     translation_of,
 )
-from core.model.prompt import Pass, PromptLayout, blocks, template_parts
+from core.model.prompt import Pass, PromptLayout, blocks, template_parts, unprompted
 from core.model.prompt import template_problem as _template_problem
 from core.model.prompted_decoding import continue_prompts, decode_with_maps
 from core.model.record import Record
 
 NEWLINE, TAB = "Ċ", "ĉ"  # byte-level BPE's characters for "\n" and "\t" (GPT-2's byte map)
 LINE_END = "⏎"  # a new line as shown (a boundary token: core.attention.kinds)
+NO_PROMPT = (
+    "This model was trained here on the induction task: it reads no sentence and no prompt, "
+    "only its start token and the tokens after it."
+)
 NO_RECORD = (
     "A prompted language model gives its attention maps, its residual stream and its outputs; "
     "a record of every site (queries, keys, each sub-layer) is not built for it yet."
@@ -99,6 +103,8 @@ class PromptedModel(HFModel):
             raise TranslationError(problem)
         if template == self.template:
             return self
+        if not self.layout.reads_source:
+            raise TranslationError(NO_PROMPT)
         other = dataclasses.replace(self, template=template)
         other.layout  # noqa: B018 - cut now: TranslationError for too little after {src}
         return other
@@ -121,7 +127,10 @@ class PromptedModel(HFModel):
 
     @cached_property
     def layout(self) -> PromptLayout:
-        """The ids this model's template puts around a source."""
+        """The ids this model's template puts around a source; a model trained here on the
+        induction task reads none: its start token, then its output (``prompt.unprompted``)."""
+        if self.meta.get("task") == "induction":
+            return unprompted(int(self.tokenizer.bos_token_id))
         before, gap, after = template_parts(self.template)
         first = self.tokenizer(before)["input_ids"]  # the start token, where it adds one
         rest = self.tokenizer(after, add_special_tokens=False)["input_ids"]
@@ -169,6 +178,8 @@ class PromptedModel(HFModel):
         return self.cfg.max_positions - len(self.layout.before) - len(self.layout.after) - 64
 
     def source(self, sentence: str) -> Source:
+        if not self.layout.reads_source:
+            return Source([], [], [], [NO_PROMPT])
         if not (sentence or "").strip():
             raise TranslationError("The sentence is empty: type a few words to translate.")
         pieces = self._pieces(self.layout.gap + sentence.strip())[: max(self._room(), 1)]
@@ -239,10 +250,13 @@ class PromptedModel(HFModel):
 
     def translate(self, sentence: str, settings: DecodeSettings) -> Translation:
         lm = self.with_prompt(settings.prompt) if settings.prompt else self
-        src = lm.source(sentence).ids
+        source = lm.source(sentence)
+        src = source.ids
         out, passed = decode_with_maps(lm, src, settings.max_len)
         ended = out and out[-1] in lm.ends
-        notes = [] if ended else [f"Stopped at {len(out)} tokens before the line ended."]
+        notes = source.notes + (
+            [] if ended else [f"Stopped at {len(out)} tokens before the line ended."]
+        )
         if settings.beam_size > 1:
             notes.append("Beam search is not built for prompted models: greedy decoding shown.")
         return lm._translation(src, out, settings.topk, notes, passed=passed)

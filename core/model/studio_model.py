@@ -47,6 +47,7 @@ from core.model.parts import (
     linear_parts,
 )
 from core.model.scores import evaluate_split
+from core.model.trainee import build_model
 from core.model.transformer import Transformer
 
 PROJECTED = (
@@ -66,9 +67,9 @@ def languages_of(meta: Mapping) -> tuple[str, str]:
 
 @functools.lru_cache(maxsize=256)
 def _parameters(model_json: str) -> int:
-    """Parameters of a Transformer with this ModelConfig (built on the meta device)."""
+    """Parameters of a model with this ModelConfig (built on the meta device)."""
     with torch.device("meta"):
-        model = Transformer(ModelConfig(**json.loads(model_json)))
+        model = build_model(ModelConfig(**json.loads(model_json)))
     return sum(p.numel() for p in model.parameters())
 
 

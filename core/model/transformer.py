@@ -352,6 +352,19 @@ class Transformer(nn.Module):
             return ce, ce.new_zeros(())
         return ce, alignment_loss(cross[0, :, align.head], align.target)
 
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        """The parameters by group, in the order of the forward pass (``core.training.monitor``):
+        the two embeddings, each encoder and decoder layer, the output layer."""
+        groups = {
+            "source embedding": list(self.encoder.embedding.parameters()),
+            "target embedding": list(self.decoder.embedding.parameters()),
+        }
+        for side, stack in (("encoder", self.encoder), ("decoder", self.decoder)):
+            for i, layer in enumerate(stack.layers):
+                groups[f"{side} {i}"] = list(layer.parameters())
+        groups["output layer"] = list(self.decoder.dense.parameters())
+        return groups
+
     def num_parameters(self) -> int:
         """Number of trainable parameters."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)

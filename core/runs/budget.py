@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from core.corpus.text import tokenize
+from core.corpus.vocab import SPECIALS
 from core.model import opened
 from core.model.capabilities import HUGGING_FACE, LANGUAGE_MODEL, MASKED_LM, STUDIO
 from core.model.checkpoints import CheckpointError
@@ -145,6 +146,8 @@ def complete(settings: Mapping) -> dict:
 
 def vocab_bound(data: Mapping) -> int:
     """The most types a vocabulary of these data settings holds (specials included)."""
+    if data.get("task") == "induction":  # the random tokens and the specials
+        return int(data["induction_tokens"]) + len(SPECIALS)
     return int(data["bpe_vocab"] if data.get("tokenizer") == "bpe" else data["max_vocab"])
 
 
@@ -162,6 +165,8 @@ def snapshot_bytes(settings: Mapping) -> int:
     MAX_LEN tokens, as the trainer does), with its tokens."""
     settings = complete(settings)
     model, data = settings["model"], settings["data"]
+    if data.get("task") == "induction":  # measured by its circuits: no probe is translated
+        return 0
     positions = model.get("max_positions", 512)
     total = 0
     for probe in settings["train"].get("probes") or []:

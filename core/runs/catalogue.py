@@ -24,6 +24,7 @@ from core.places import checkpoints_root, models_root, runs_root
 from core.runs.budget import parameters
 from core.runs.history import history_path
 from core.runs.run_dir import RunDir
+from core.training.settings import blocks_words
 
 SHIPPED_NAME = "fra-eng-small.pt"  # the model the app ships with, under checkpoints/
 ALIGNED_NAME = "fra-eng-small-aligned.pt"  # shipped beside it: one head trained to align
@@ -44,10 +45,7 @@ def size_label(model: dict | None) -> str:
     """E.g. '1.2 M params · 256 wide · 2+2 blocks · 4 heads' ('size unknown' without one)."""
     if not model or "d_model" not in model:
         return "size unknown"
-    label = (
-        f"{model['d_model']} wide · {model.get('num_encoder_layers')}+"
-        f"{model.get('num_decoder_layers')} blocks · {model.get('num_heads')} heads"
-    )
+    label = f"{model['d_model']} wide · {blocks_words(model)} · {model.get('num_heads')} heads"
     if "src_vocab_size" in model:
         try:
             params = parameters(model)

@@ -26,6 +26,7 @@ import numpy as np
 from core.corpus.batches import encode_pairs
 from core.corpus.bpe import BPEVocab, vocab_from_meta
 from core.corpus.config import DataConfig
+from core.corpus.induction import induction_corpus
 from core.corpus.source import ProgressFn, file_sha1, resolve_corpus
 from core.corpus.splits import Corpus, Split, load_splits, vocabularies
 from core.corpus.vocab import Vocab
@@ -41,6 +42,7 @@ Phase = Callable[[str], None]  # told what the preparation does now, in words
 READING = "reading the corpus"
 CACHED = "reading the corpus prepared by an earlier run (cached)"
 ENCODING = "encoding the pairs (cached next time)"
+MAKING = "making the random sequences of the induction task"
 
 
 def learning_words(cfg: DataConfig) -> str:
@@ -67,10 +69,14 @@ def prepared_corpus(
     folder: Path | None = None,
 ) -> Corpus:
     """``cfg``'s corpus read, split, with its vocabularies and the training and validation
-    pairs encoded: from the cache when an earlier run prepared it, else prepared and kept.
-    ``phase`` hears each step's words; ``progress`` follows a download."""
+    pairs encoded: from the cache when an earlier run prepared it, else prepared and kept
+    (the induction task's is made, never cached: ``core.corpus.induction``). ``phase`` hears
+    each step's words; ``progress`` follows a download."""
     tell = phase or (lambda words: None)
     cfg.validate()
+    if cfg.task == "induction":  # made from its settings in a moment: nothing read or kept
+        tell(MAKING)
+        return induction_corpus(cfg)
     path = resolve_corpus(cfg.source, progress=progress)  # downloads fra-eng when needed
     key, folder = corpus_key(path, cfg), folder or corpora_root()
     entry = folder / f"{key}.npz" if key else None

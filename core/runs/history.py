@@ -26,6 +26,7 @@ SUFFIX = ".history"
 MAX_BYTES = 20 * 2**20  # a history file larger than this is neither written nor read
 PACKED_SHARE = 0.9  # what a packed history may take of MAX_BYTES (the file adds headers)
 TEXT_KEYS = ("record",)  # the only text a shipped metric record keeps
+NESTED_KEYS = ("circuits",)  # the only nested numbers it keeps: an induction run's head scores
 
 
 def history_path(checkpoint) -> Path:
@@ -34,11 +35,25 @@ def history_path(checkpoint) -> Path:
 
 
 def clean_record(record: dict) -> dict:
-    """A metric record with numbers only (drops validation examples and any text)."""
+    """A metric record with numbers only (drops validation examples and any text; an induction
+    run's circuit scores stay)."""
     keep = (int, float, bool, type(None))
     return {
-        k: v for k, v in record.items() if k in TEXT_KEYS or (isinstance(v, keep) and k != "path")
+        k: v
+        for k, v in record.items()
+        if k in TEXT_KEYS
+        or (isinstance(v, keep) and k != "path")
+        or (k in NESTED_KEYS and numbers_only(v))
     }
+
+
+def numbers_only(value) -> bool:
+    """Whether a value holds numbers only: a number, or dicts and lists of them."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and numbers_only(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(numbers_only(v) for v in value)
+    return isinstance(value, (int, float, bool, type(None)))
 
 
 def _half(probe: dict) -> dict:

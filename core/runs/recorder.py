@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from core.model.checkpoints import portable_data_config, save_checkpoint
+from core.model.trainee import export_folder
 from core.places import run_corpus_files
 from core.runs import budget, quota
 from core.runs.run_dir import RunDir, read_json
@@ -133,6 +134,9 @@ class RunRecorder:
         )
         if path == self.rd.last:
             self.saved_step = t.state.step
+        if path in (self.rd.last, self.rd.best) and t.model.cfg.arch != "encoder-decoder":
+            # what other tools open: a save_pretrained folder beside the training state
+            export_folder(t.model, t.corpus.tgt_vocab, self.rd.folder_of(path), t.task)
 
     def on_eval(self, trainer: Trainer, info: dict) -> None:
         """Record validation metrics, save checkpoints and the probes' attention maps."""
@@ -158,6 +162,8 @@ class RunRecorder:
         """Write the probes' maps at this step, unless they pass budget.SNAPSHOT_BYTES or the
         run's allowance (then a warning in the status says so), and thin the snapshots."""
         probes = trainer.probe_maps()
+        if not probes and not trainer.translates:  # a run measured by its circuits instead
+            return
         size = budget.sizeof(probes)
         if size > budget.SNAPSHOT_BYTES or not self.fits(size) or not self.keep_snapshots:
             limit = budget.size_words(budget.SNAPSHOT_BYTES)

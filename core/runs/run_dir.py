@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import threading
 import time
 from pathlib import Path
 
 import torch
 
-from core.model.checkpoints import atomic_save
+from core.model.checkpoints import atomic_save, exported_folder
 from core.places import replace_durably, runs_root
 from core.runs.budget import MAX_SNAPSHOTS, METRICS_BYTES, SNAPSHOT_BYTES, SNAPSHOTS_BYTES
 
@@ -209,6 +210,7 @@ class RunDir:
         self.metrics.unlink(missing_ok=True)
         for path in (self.best, *self.snapshots.glob("*.pt"), *self.snapshots.glob("*.tmp")):
             path.unlink(missing_ok=True)
+        shutil.rmtree(self.folder_of(self.best), ignore_errors=True)  # a decoder-only run's
         write_json(self.status, {"updated_at": time.time()})
 
     def write_status(self, **fields) -> dict:
@@ -248,6 +250,10 @@ class RunDir:
             return []
         found = (p.stem[len(prefix) :] for p in self.snapshots.glob(f"{prefix}*.pt"))
         return sorted(int(s) for s in found if s.isdigit())
+
+    def folder_of(self, checkpoint: Path) -> Path:
+        """The ``save_pretrained`` folder beside a decoder-only run's checkpoint (best.hf)."""
+        return exported_folder(checkpoint)
 
     def snapshot_model(self, step: int) -> Path:
         """Where the model of a snapshot step is (``snapshots/model_<step>.pt``)."""

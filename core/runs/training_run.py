@@ -32,7 +32,7 @@ from core.corpus.supervision import read_supervision
 from core.model.checkpoints import read_checkpoint
 from core.model.config import ModelConfig
 from core.model.scores import usable_bleu
-from core.model.transformer import Transformer
+from core.model.trainee import build_model
 from core.places import shown_path
 from core.runs import budget
 from core.runs.corpus_cache import prepared_corpus
@@ -111,7 +111,7 @@ def prepare(rd: RunDir, configs: dict, resume: bool, world: World):
     if train_cfg.threads:
         torch.set_num_threads(train_cfg.threads)
     torch.manual_seed(train_cfg.seed)
-    model = Transformer(model_cfg)
+    model = build_model(model_cfg)  # the d2l Transformer, or a decoder-only model (its arch)
     state = None
     if ckpt is not None:
         model.load_state_dict(
@@ -314,6 +314,8 @@ def final_report(rd: RunDir, trainer: Trainer, outcome: str) -> int:
         return DIVERGED_EXIT
     if not trainer.val_data:
         best = "no validation split"
+    elif not trainer.translates:
+        best = f"best val loss {trainer.state.best_loss:.4f}"
     elif usable_bleu(trainer.state.best_bleu) is None:
         best = "not evaluated yet"
     else:

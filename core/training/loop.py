@@ -26,6 +26,7 @@ from core.model.decode import translate_batch
 from core.model.scores import NO_BLEU, corpus_bleu, evaluate_loss
 from core.model.transformer import Transformer
 from core.training import distributed
+from core.training.circuits import circuit_scores
 from core.training.config import TrainConfig, learning_rate
 from core.training.devices import autocast_dtype, pick_device
 from core.training.distributed import World
@@ -45,6 +46,7 @@ class TrainState:
     best_bleu: float = NO_BLEU  # best validation BLEU seen
     tokens: int = 0  # target tokens trained on
     world_size: int = 1  # training processes (batch_in_epoch counts their global batches)
+    best_loss: float = math.inf  # best validation loss seen (the best model of a run without BLEU)
 
 
 Callback = Callable[["Trainer", dict], None]
@@ -94,7 +96,8 @@ class Trainer:
             if cfg.align_weight
             else None
         )
-        self.val_groups = corpus.val.groups()[: cfg.eval_sentences]
+        self.task = corpus.summary.get("task", "translation")  # what the pairs teach
+        self.val_groups = corpus.val.groups()[: cfg.eval_sentences] if self.translates else []
         self.amp_dtype = autocast_dtype(self.device) if cfg.amp else None
         # A GPU run makes its next batches in a thread and reads the device once a step; on
         # the CPU a batch takes < 1 ms of a 100+ ms step and a read waits for nothing.
@@ -112,6 +115,12 @@ class Trainer:
                 old = self.epoch_length(self.state.epoch, self.state.world_size)
                 done = round(self.state.batch_in_epoch / old * self.steps_per_epoch)
             self.state.batch_in_epoch, self.state.world_size = done, self.world.size
+
+    @property
+    def translates(self) -> bool:
+        """Whether the run learns to translate (BLEU, examples, probe maps at evaluations);
+        an induction run is measured by its circuits instead (``core.training.circuits``)."""
+        return self.task == "translation"
 
     def on(self, event: str, fn: Callback) -> None:
         """Register a callback for "batch" (after every step), "step" (every log_every
@@ -277,6 +286,10 @@ class Trainer:
         if not self.val_data:
             return info
         info["val_loss"] = evaluate_loss(self.model, self.val_data, amp_dtype=self.amp_dtype)
+        if not self.translates:
+            n, k = (self.corpus.summary[key] for key in ("induction_length", "induction_tokens"))
+            info["circuits"] = circuit_scores(self.model, n, k)
+            return info
         hyps = translate_batch(
             self.model,
             self.corpus.src_vocab,
@@ -291,7 +304,10 @@ class Trainer:
         return info
 
     def probe_maps(self) -> list[dict]:
-        """Translations and attention maps of the probe sentences (``core.training.probes``)."""
+        """Translations and attention maps of the probe sentences (``core.training.probes``);
+        none for a run that does not translate."""
+        if not self.translates:
+            return []
         vocabs = (self.corpus.src_vocab, self.corpus.tgt_vocab)
         direction = self.corpus.summary.get("direction", "en-fr")
         return probe_maps(self.model, *vocabs, probe_sentences(self.cfg.probes, direction))
@@ -309,14 +325,18 @@ class Trainer:
         info["is_best"] = self.is_best(info)
         if info["is_best"]:
             self.state.best_bleu = info.get("val_bleu", NO_BLEU)
+            self.state.best_loss = info.get("val_loss", math.inf)
         self.emit("eval", info)
 
     def is_best(self, info: dict) -> bool:
-        """A finite evaluation with a better BLEU (without a validation split: any finite one)."""
+        """A finite evaluation with a better BLEU, or without BLEU a lower validation loss
+        (without a validation split: any finite one)."""
         metrics = [info[k] for k in ("val_loss", "val_bleu") if k in info]
         if not all(math.isfinite(v) for v in metrics):
             return False
-        return "val_bleu" not in info or info["val_bleu"] > self.state.best_bleu
+        if "val_bleu" in info:
+            return info["val_bleu"] > self.state.best_bleu
+        return "val_loss" not in info or info["val_loss"] < self.state.best_loss
 
     def epoch_batches(self):
         """This process's (src, tgt, tokens, step_tokens, align) of the epoch, after those used."""

@@ -1,7 +1,8 @@
 """Per-layer weight and gradient norms (each metrics record) and weight and gradient
 distributions (each evaluation), so a user sees a layer die or explode.
 
-Groups: the two embeddings, each encoder and decoder layer, the output layer. Norms are
+Groups: the two embeddings, each encoder and decoder layer, the output layer (a decoder-only
+model: its embedding, each layer, the final norm, the output layer). Norms are
 the L2 norm over all of a group's parameters (weights) and of their gradients from the
 last step. Distributions are summarised as TensorBoard summarises them: the values at
 TensorBoard's nine percentiles (minimum, the normal distribution's ±1.5σ, ±1σ, ±0.5σ
@@ -25,16 +26,10 @@ SIGNIFICANT = 6  # digits kept of each logged value (a metrics record stays smal
 
 
 def layer_groups(model: nn.Module) -> dict[str, list[nn.Parameter]]:
-    """The model's parameters by group, in the order of the forward pass."""
-    groups = {
-        "source embedding": list(model.encoder.embedding.parameters()),
-        "target embedding": list(model.decoder.embedding.parameters()),
-    }
-    for side in ("encoder", "decoder"):
-        for i, layer in enumerate(getattr(model, side).layers):
-            groups[f"{side} {i}"] = list(layer.parameters())
-    groups["output layer"] = list(model.decoder.dense.parameters())
-    return groups
+    """The model's parameters by group, in the order of the forward pass, as the model groups
+    them (``parameter_groups``: the Transformer's two embeddings, layers and output layer; a
+    decoder-only trainee's embedding, layers, final norm and output layer)."""
+    return model.parameter_groups()
 
 
 @torch.no_grad()

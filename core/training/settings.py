@@ -12,10 +12,10 @@ import inspect
 import re
 from dataclasses import MISSING, dataclass, fields
 
-from core.corpus.config import DIRECTIONS, SPLITS, TOKENIZERS, DataConfig
-from core.corpus.user_files import source_problems
+from core.corpus.config import DIRECTIONS, SPLITS, TASKS, TOKENIZERS, DataConfig
+from core.corpus.user_files import induction_words, source_problems
 from core.corpus.vocab import SPECIALS
-from core.model.config import ModelConfig
+from core.model.config import ARCHS, ModelConfig
 from core.model.dropout import MASKS
 from core.training.config import DEVICES, SCHEDULES, TrainConfig
 from core.training.devices import memory_problem, resolve_device
@@ -37,6 +37,8 @@ CHOICES = {
     "schedule": SCHEDULES,
     "device": DEVICES,
     "dropout_masks": MASKS,
+    "arch": ARCHS,
+    "task": TASKS,
 }
 
 
@@ -76,6 +78,35 @@ def form_fields() -> list[FormField]:
                 )
             )
     return out
+
+
+TASK_ONLY = {  # fields that mean something for one task only: the Train form hides the rest
+    "translation": (
+        *("max_len", "min_freq", "max_vocab", "split", "val_fraction", "test_fraction"),
+        *("num_train", "num_val", "max_pairs", "tokenizer", "bpe_vocab", "direction"),
+        *("eval_sentences", "probes"),  # BLEU and the probe sentences' maps
+    ),
+    "induction": (
+        "induction_length",
+        "induction_min_length",
+        "induction_tokens",
+        "induction_sequences",
+    ),
+}
+ARCH_ONLY = {  # fields that mean something for one architecture only
+    "encoder-decoder": (
+        *("num_encoder_layers", "norm_first", "dropout_masks"),  # Llama: pre-norm, torch's dropout
+        *("align_weight", "align_layer", "align_head", "align_full_context"),  # cross-attention
+    ),
+    "decoder-only": ("num_kv_heads",),
+}
+
+
+def field_applies(name: str, task: str, arch: str) -> bool:
+    """Whether the setting ``name`` means anything for a run of this task and architecture."""
+    tasks = [t for t, names in TASK_ONLY.items() if name in names]
+    archs = [a for a, names in ARCH_ONLY.items() if name in names]
+    return (not tasks or task in tasks) and (not archs or arch in archs)
 
 
 def field_default(f):
@@ -128,30 +159,56 @@ def _built(cls, values: dict, **derived):
 def config_problems(cfg: dict[str, dict]) -> list[str]:
     """Reasons why the data, model and train groups are not valid configs (none: []).
 
-    Each config's own ``problems()`` is the only check of its fields; this adds the one
-    rule across groups (sentences must fit the position table).
+    Each config's own ``problems()`` is the only check of its fields; this adds the rules
+    across groups (the task's architecture, its sequences in the position table:
+    ``task_problems``; the head trained to align: ``align_problems``).
     """
     if not isinstance(cfg, dict) or any(not isinstance(cfg.get(g), dict) for g in GROUPS):
         return [f"settings must have the groups {', '.join(GROUPS)}"]
     data, problems = _built(DataConfig, cfg["data"])
     vocab = data.max_vocab if data and isinstance(data.max_vocab, int) else len(SPECIALS) + 1
+    if data and data.task == "induction" and isinstance(data.induction_tokens, int):
+        vocab = len(SPECIALS) + max(data.induction_tokens, 1)  # its own vocabulary
     model, more = _built(ModelConfig, cfg["model"], src_vocab_size=vocab, tgt_vocab_size=vocab)
     train, most = _built(TrainConfig, cfg["train"])
     problems += more + most
     for config in (data, model, train):
         problems += config.problems() if config is not None else []
-    if not problems and data.max_len + 2 > model.max_positions:  # <bos>/<eos> take two
-        problems.append(
-            f"max_len ({data.max_len}) + 2 must fit in the model's max_positions "
-            f"({model.max_positions})"
-        )
+    problems += [] if problems else task_problems(data, model)
     return problems + ([] if problems else align_problems(model, train))
+
+
+def task_problems(data: DataConfig, model: ModelConfig) -> list[str]:
+    """Why the task and the architecture do not go together, or the task's sequences do not
+    fit the position table: translation is learnt by an encoder-decoder (sentences of max_len
+    words, with <bos>/<eos>), the induction task by a decoder-only model (a start token and
+    n tokens read twice, as its circuit scores read them: ``core.training.circuits``)."""
+    induction = data.task == "induction"
+    if induction and model.arch != "decoder-only":
+        return ["the induction task trains a decoder-only model (arch)"]
+    if not induction and model.arch == "decoder-only":
+        return [
+            "a decoder-only model trains on the induction task (task); translation by "
+            "prompting comes later"
+        ]
+    if induction:
+        need, words = (
+            2 * data.induction_length + 1,
+            f"2 x induction_length ({data.induction_length}) + 1",
+        )
+    else:
+        need, words = data.max_len + 2, f"max_len ({data.max_len}) + 2"  # <bos>/<eos> take two
+    if need > model.max_positions:
+        return [f"{words} must fit in the model's max_positions ({model.max_positions})"]
+    return []
 
 
 def align_problems(model: ModelConfig, train: TrainConfig) -> list[str]:
     """Why the head trained to align is not one of the model's (only when supervision is on)."""
     if not train.align_weight:
         return []
+    if model.arch != "encoder-decoder":
+        return ["align_weight trains a cross-attention head: an encoder-decoder's (arch)"]
     problems = []
     if train.align_layer >= model.num_decoder_layers:
         problems.append(
@@ -173,7 +230,8 @@ def validate_settings(preset: str, overrides: dict | None = None, any_source=Fal
     except SettingsError as e:
         return [str(e)]
     source = cfg["data"].get("source", "fra-eng")
-    problems = config_problems(cfg) + ([] if any_source else source_problems(source))
+    made = cfg["data"].get("task") == "induction"  # its sequences are made, no file read
+    problems = config_problems(cfg) + ([] if any_source or made else source_problems(source))
     if problems:
         return problems
     try:
@@ -209,17 +267,23 @@ def form_problems(problems: list[str]) -> list[str]:
     return out
 
 
-def describe_settings(cfg: dict[str, dict]) -> str:
-    """One line of what a run would be, e.g. 'first 512 + 128 pairs · width 256 · ...'."""
-    d, m, t = cfg["data"], cfg["model"], cfg["train"]
+def data_words(d: dict) -> str:
+    """What a run's data settings read, e.g. 'first 512 + 128 pairs · word tokens'."""
+    if d.get("task") == "induction":
+        return f"{induction_words(d)}, {d['induction_sequences']:,} sequences"
     if d.get("split") == "head":
         data = f"first {d.get('num_train') or 'all'} + {d.get('num_val', 0)} pairs"
     else:
         data = f"random split, sentences up to {d['max_len']} words"
     if d.get("tokenizer") == "bpe":
-        data += f" · BPE subwords ({d.get('bpe_vocab', DataConfig.bpe_vocab):,})"
-    else:
-        data += " · word tokens"
+        return data + f" · BPE subwords ({d.get('bpe_vocab', DataConfig.bpe_vocab):,})"
+    return data + " · word tokens"
+
+
+def describe_settings(cfg: dict[str, dict]) -> str:
+    """One line of what a run would be, e.g. 'first 512 + 128 pairs · width 256 · ...'."""
+    d, m, t = cfg["data"], cfg["model"], cfg["train"]
+    data = data_words(d)
     if t.get("align_weight"):
         layer, head = t.get("align_layer", 0), t.get("align_head", 0)
         data += f" · cross layer {layer} head {head} trained to align"
@@ -230,7 +294,7 @@ def describe_settings(cfg: dict[str, dict]) -> str:
         [
             data,
             f"width {m['d_model']}",
-            f"{m['num_encoder_layers']}+{m['num_decoder_layers']} blocks",
+            blocks_words(m),
             f"{m['num_heads']} heads",
             f"FFN {m['d_ff']}",
             f"dropout {m['dropout']:g}",
@@ -239,6 +303,13 @@ def describe_settings(cfg: dict[str, dict]) -> str:
             " or ".join(limits) or "no limit",
         ]
     )
+
+
+def blocks_words(model: dict) -> str:
+    """'2+2 blocks' (encoder + decoder), or '2 blocks, decoder-only'."""
+    if model.get("arch") == "decoder-only":
+        return f"{model.get('num_decoder_layers')} blocks, decoder-only"
+    return f"{model.get('num_encoder_layers')}+{model.get('num_decoder_layers')} blocks"
 
 
 def to_flags(overrides: dict) -> list[str]:

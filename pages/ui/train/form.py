@@ -67,25 +67,35 @@ def form_value(preset: str, f: settings.FormField):
 
 
 def remember_form(preset: str) -> None:
-    """Keep this preset's widget values for when the user switches back to it."""
+    """Keep this preset's widget values for when the user switches back to it (or shows a
+    field again that this task or architecture hides)."""
     memory = st.session_state["form_memory"][preset]
     for f in settings.form_fields():
         key = form_key(preset, f.group, f.name)
-        memory[key] = st.session_state[key]
+        if key in st.session_state:
+            memory[key] = st.session_state[key]
 
 
 ADVANCED_COLUMNS = 3  # fields side by side in the Advanced expander (lists take a whole row)
 
 
+FIELD_LABELS = {"arch": "Architecture", "task": "Task"}  # the choices above the form
+ABOVE = tuple(FIELD_LABELS)  # shown above the form: the fields under it follow them at once
+
+
 def field_label(f: settings.FormField) -> str:
     """A field's label in words ("label smoothing"); its help names the config field."""
-    return f.name.replace("_", " ")
+    return FIELD_LABELS.get(f.name, f.name.replace("_", " "))
 
 
-def advanced_group(preset: str, group: str, problems: list[str]) -> None:
-    """One group's fields in columns (a list field on a row of its own), each with its
-    problems under it."""
-    fields_of = [f for f in settings.form_fields() if f.group == group]
+def advanced_group(preset: str, group: str, problems: list[str], task: str, arch: str) -> None:
+    """One group's fields that mean something for this task and architecture, in columns
+    (a list field on a row of its own), each with its problems under it."""
+    fields_of = [
+        f
+        for f in settings.form_fields()
+        if f.group == group and f.name not in ABOVE and settings.field_applies(f.name, task, arch)
+    ]
     short = [f for f in fields_of if f.value_type != "list"]
     for start in range(0, len(short), ADVANCED_COLUMNS):
         for col, f in zip(st.columns(ADVANCED_COLUMNS), short[start : start + ADVANCED_COLUMNS]):
@@ -126,10 +136,12 @@ def field_widget(preset: str, f: settings.FormField) -> None:
 
 
 def settings_from_widgets(preset: str) -> dict:
-    """{"data"|"model"|"train": {...}} read back from the preset's widgets."""
+    """{"data"|"model"|"train": {...}} read back from the preset's widgets (a field hidden
+    for this task or architecture: its last value, else the preset's)."""
     out: dict = {section: {} for section in settings.GROUPS}
     for f in settings.form_fields():
-        value = st.session_state[form_key(preset, f.group, f.name)]
+        key = form_key(preset, f.group, f.name)
+        value = st.session_state[key] if key in st.session_state else form_value(preset, f)
         if f.value_type == "list":
             value = [line.strip() for line in value.splitlines() if line.strip()]
         out[f.group][f.name] = value
@@ -383,6 +395,32 @@ def keep_in_url(key: str, value: str, default: str) -> None:
         del st.query_params[key]
 
 
+def task_and_arch(preset: str) -> tuple[str, str]:
+    """The "Task" and "Architecture" choices (the preset's widgets, outside the form: the
+    fields below follow a change at once)."""
+    above = [f for f in settings.form_fields() if f.name in ABOVE]
+    for col, f in zip(st.columns(len(above)), above):
+        with col:
+            field_widget(preset, f)
+    chosen = {f.name: st.session_state[form_key(preset, f.group, f.name)] for f in above}
+    task, arch = chosen["task"], chosen["arch"]
+    if task == "induction":
+        st.caption(
+            "Random tokens read twice, the loss on the repeat (Olsson et al. 2022): the run "
+            "makes its own sequences, and its page draws every head's induction, previous-"
+            "token and duplicate-token scores as they form."
+        )
+    return task, arch
+
+
+def data_picker(preset: str) -> str | None:
+    """The corpus of a translation run: fra-eng, a file path or an upload (None: none usable)."""
+    url_choice("data_source", DATA_SOURCES, "fra-eng")
+    source_type = st.radio("Data", DATA_SOURCES, key="data_source", horizontal=True)
+    keep_in_url("data_source", source_type, "fra-eng")
+    return fra_eng_picker() if source_type == "fra-eng" else file_picker(source_type, preset)
+
+
 def new_run_form() -> None:
     """Preset, data and every hyper-parameter (behind 'Advanced'), then Launch."""
     url_choice("preset", list(PRESETS), "small")
@@ -394,11 +432,10 @@ def new_run_form() -> None:
         captions=[settings.describe_settings(settings.defaults(p)) for p in PRESETS],
     )
     keep_in_url("preset", preset, "small")
-    url_choice("data_source", DATA_SOURCES, "fra-eng")
-    source_type = st.radio("Data", DATA_SOURCES, key="data_source", horizontal=True)
-    keep_in_url("data_source", source_type, "fra-eng")
-    source = fra_eng_picker() if source_type == "fra-eng" else file_picker(source_type, preset)
-    alignment_inputs()  # outside the form: a choice shows its own inputs at once
+    task, arch = task_and_arch(preset)
+    source = data_picker(preset) if task == "translation" else DataConfig.source  # (unread)
+    if task == "translation" and arch == "encoder-decoder":  # a head of cross-attention
+        alignment_inputs()  # outside the form: a choice shows its own inputs at once
     problems = st.session_state.get(PROBLEMS_KEY, {}).get(preset, [])
     with st.form("new_run", enter_to_submit=False):  # Enter sets a value; Launch launches
         advanced = st.expander(  # a new key after each launch: drawn closed (launch_note);
@@ -409,7 +446,7 @@ def new_run_form() -> None:
         with advanced:
             for group in settings.GROUPS:
                 st.markdown(f"**{settings.GROUP_TITLES[group]}**")
-                advanced_group(preset, group, problems)
+                advanced_group(preset, group, problems, task, arch)
         remember_form(preset)
         processes = processes_input(advanced)
         st.caption(f"device 'auto' trains on: {device_summary(default_threads())}")

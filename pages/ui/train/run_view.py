@@ -6,11 +6,13 @@ import time
 
 import streamlit as st
 
+from core.figures.circuits import mark_phase_change
 from core.figures.tensorboard import tensorboard_zip
 from core.figures.training import LOG_SCALE, METRICS, OPTIONAL, curves_figure, legend_key_html
 from core.runs import exports, jobs
 from core.runs import status as run_status
 from core.runs.budget import TENSORBOARD_BYTES, size_words
+from core.runs.circuit_history import phase_of
 from core.runs.run_dir import RunDir, RunError
 from core.runs.status import RunInfo
 from core.training.devices import gpu_stats
@@ -18,6 +20,7 @@ from pages.ui.identity import current_user, not_yours
 from pages.ui.polling import CURVES_POLL_S, POLL_S, TABLE_POLL_S
 from pages.ui.shared_cache import shared
 from pages.ui.text import code, md, spreadsheet_safe
+from pages.ui.train.circuits_view import circuits_view
 from pages.ui.train.layers_view import layers_view
 from pages.ui.train.promote_view import promote_form
 from pages.ui.train.runs_table_view import (
@@ -28,6 +31,7 @@ from pages.ui.train.runs_table_view import (
     table_controls,
 )
 
+PHASE_MARKED = ("loss", "val_loss")  # the curves the induction head's phase change is shaded on
 JUST_LAUNCHED_S = 120.0  # a run this young is looked at again until it shows as live
 STATE_COLORS = {
     "starting": "blue",
@@ -241,21 +245,34 @@ def curve_figures(
     records = {
         name: run_status.read_metrics(run_id) for (run_id, *_), name in zip(signature, names)
     }
+    phase = phase_of(records[names[0]]) if x_axis == "step" else None  # the run's, not others'
     figures = [
-        curves_figure(
-            records,
-            metric,
-            smoothing,
-            log_y and metric in LOG_SCALE,
-            max_points=300,
-            height=280,
-            legend=False,
-            x_axis=x_axis,
+        mark_phase_change(
+            curves_figure(
+                records,
+                metric,
+                smoothing,
+                log_y and metric in LOG_SCALE,
+                max_points=300,
+                height=280,
+                legend=False,
+                x_axis=x_axis,
+            ),
+            phase if metric in PHASE_MARKED else None,
         )
         for metric in METRICS
-        if metric not in OPTIONAL or any(metric in r for rs in records.values() for r in rs)
+        if charted(metric, records)
     ]
     return figures, run_status.latest_examples(records[names[0]])
+
+
+def charted(metric: str, records: dict[str, list[dict]]) -> bool:
+    """Whether a metric gets a chart: an optional one where a run logged it, BLEU unless
+    every run is measured by its circuits instead (the induction task translates nothing)."""
+    logged = any(metric in r for rs in records.values() for r in rs)
+    if metric == "val_bleu" and not logged:
+        return not all(any("circuits" in r for r in rs) for rs in records.values())
+    return metric not in OPTIONAL or logged
 
 
 def chart_grid(
@@ -316,6 +333,7 @@ def curves_view(
 ) -> None:
     """Curves, latest examples and the log's last lines, re-read from the run directory."""
     chart_grid(run_id, compare, names, smoothing, log_y, x_axis)
+    circuits_view(run_id)  # an induction run's heads, scored at each evaluation
     layers = st.expander(  # stateful: its charts are built only while it is open
         "Layers: weight and gradient norms and distributions", key=LAYERS_OPEN, on_change="rerun"
     )

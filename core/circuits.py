@@ -1,0 +1,62 @@
+"""``python -m core.circuits``: a run's circuit scores over training, one JSON line per
+evaluation, then the phase change.
+
+    python -m core.circuits --run runs/my-induction-run
+    python -m core.circuits --run checkpoints/induction-2l.history   (a shipped model's)
+
+Each line: ``step``, ``val_loss``, the best induction head (``layer``, ``head``: the one the
+phase change names, else the highest last induction score) and its ``induction``,
+``previous_token`` and ``duplicate_token`` scores, ``repeat_loss``, ``first_copy_loss`` and
+``icl``; the last line has ``summary``: the evaluations read, the best head and the
+``phase_change`` (``core.training.circuits.phase_change``; null before the head formed). The
+library is ``core.runs.circuit_history``, what the Train page draws.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from core.command_line import CommandError, CommandParser, run_command
+from core.runs.circuit_history import circuit_lines
+from core.runs.history import SUFFIX, open_history
+from core.runs.run_dir import RunDir
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """--run."""
+    p = CommandParser(description="A run's circuit scores over training, as JSON lines.")
+    p.add_argument("--run", required=True, help="the run directory, or a model's .history file")
+    return p
+
+
+def run(args: argparse.Namespace) -> list[str]:
+    """One JSON line per evaluation with circuit scores, then the summary line."""
+    path = Path(args.run)
+    shipped = path.suffix == SUFFIX and path.is_file()
+    if not shipped and not (path.is_dir() and RunDir(path).metrics.is_file()):
+        raise CommandError(
+            f"{args.run} is not a run directory (no metrics.jsonl in it) nor a .history file."
+        )
+    try:
+        records = open_history(path).read_metrics()
+    except (OSError, ValueError, RuntimeError) as e:
+        raise CommandError(f"{args.run} cannot be read: {e}") from None
+    lines = circuit_lines(records)
+    if len(lines) == 1:
+        raise CommandError(
+            f"{args.run} has no circuit scores: only a run on the induction task measures "
+            "them (python -m core.train --preset induction)."
+        )
+    return [json.dumps(line, ensure_ascii=False) for line in lines]
+
+
+def main(argv=None) -> int:
+    """Print a run's circuit scores at each evaluation and its phase change."""
+    return run_command(build_parser(), run, (), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""A trained decoder-only model as a ``save_pretrained`` folder that any tool opens: safetensors
+weights, ``config.json``, a generation config, and a tokenizer around the studio's vocabulary.
+
+The folder is what transformers, TransformerLens, bertviz and inseq read: ``AutoModelForCausalLM``
+and ``AutoTokenizer.from_pretrained`` open it with nothing of the studio installed. The tokenizer
+is a ``PreTrainedTokenizerFast``: a word ``Vocab`` becomes a ``tokenizers`` WordLevel model split
+at white space, a ``BPEVocab`` keeps its own tokenizer; both put ``<bos>`` before a text (as the
+model read its sequences) and name ``<pad> <bos> <eos> <unk>`` as such. ``config.json`` carries
+one studio entry, ``attention_studio`` (``STUDIO_KEY``): the task the model was trained on, so
+that the studio's door reads an induction model as it was trained (``core.model.lm_loading``).
+No machine path is written inside; the folder is written beside its place and swapped in, so a
+reader never sees half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from core.corpus.bpe import PREFIX
+from core.corpus.vocab import BOS, EOS, PAD, UNK, Vocab
+from core.model.hf_folder import CONFIG, STUDIO_KEY
+
+TOKENIZER_CLASS = (
+    "PreTrainedTokenizerFast"  # transformers 5 writes "TokenizersBackend", 4 not knowing it
+)
+PATH_KEYS = ("_name_or_path", "name_or_path", "_commit_hash")  # where a machine path may go
+
+
+def fast_tokenizer(vocab: Vocab, max_positions: int):
+    """A ``PreTrainedTokenizerFast`` of the studio's vocabulary (its ids unchanged), putting
+    ``<bos>`` before each text of at most ``max_positions`` tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    if vocab.kind == "word":
+        tok = Tokenizer(models.WordLevel(vocab=dict(vocab.stoi), unk_token=UNK))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    else:
+        tok = Tokenizer.from_str(vocab.tokenizer_json)
+        tok.decoder = decoders.WordPiece(prefix=PREFIX)  # "pi ##ece" -> "piece"
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, Vocab.bos_id)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token=PAD,
+        bos_token=BOS,
+        eos_token=EOS,
+        unk_token=UNK,
+        model_max_length=max_positions,
+    )
+
+
+def export_folder(trainee, vocab: Vocab, path, task: str = "translation") -> Path:
+    """Write ``trainee`` (a ``core.model.trainee.DecoderTrainee``, which imports this module)
+    and ``vocab`` (its one vocabulary) as a ``save_pretrained`` folder at
+    ``path``, replacing any folder there whole; ``task`` ("translation", "induction") is
+    recorded in config.json's studio entry. Returns the folder."""
+    path = Path(path)
+    new, old = path.with_name(path.name + ".new"), path.with_name(path.name + ".old")
+    for leftover in (new, old):
+        shutil.rmtree(leftover, ignore_errors=True)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Writing model shards": a line for people, not a log
+    trainee.lm.save_pretrained(new, safe_serialization=True)
+    fast_tokenizer(vocab, trainee.cfg.max_positions).save_pretrained(new)
+    _settle_config(new / CONFIG, task)
+    for file in sorted(new.iterdir()):
+        _sync(file)
+    _swap(new, path, old)
+    return path
+
+
+def _settle_config(config_file: Path, task: str) -> None:
+    """config.json without an attention implementation or a machine path, with the studio's
+    entry (the task) added; the tokenizer's and generation configs without a machine path (the
+    folder is not in its place yet: no reader sees them written)."""
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    for key in ("attn_implementation", "_attn_implementation", *PATH_KEYS):
+        config.pop(key, None)
+    config[STUDIO_KEY] = {"task": task}
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    for name in ("tokenizer_config.json", "generation_config.json"):
+        other = config_file.with_name(name)
+        if other.is_file():
+            data = {k: v for k, v in json.loads(other.read_text("utf-8")).items()
+                    if k not in PATH_KEYS}  # fmt: skip
+            if "tokenizer_class" in data:  # the class every version of transformers knows
+                data["tokenizer_class"] = TOKENIZER_CLASS
+            other.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def _sync(file: Path) -> None:
+    """The file's data on the disk (fsync)."""
+    with open(file, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _swap(new: Path, path: Path, old: Path) -> None:
+    """``new`` (a whole folder) in ``path``'s place: the folder there renamed away, the new one
+    renamed in, the old one deleted."""
+    if path.exists():
+        os.replace(path, old)
+    os.replace(new, path)
+    shutil.rmtree(old, ignore_errors=True)
