@@ -73,7 +73,7 @@ def test_tiny_command_line_carries_the_tiny_config():
 def test_form_fields_cover_every_setting_with_help():
     names = {(f.group, f.name) for f in settings.form_fields()}
     expected = {(g, n) for g, values in settings.defaults("d2l").items() for n in values}
-    command_only = {("train", n) for n in settings.COMMAND_ONLY}  # core.train's flags
+    command_only = {(g, n) for g in ("data", "train") for n in settings.COMMAND_ONLY}  # the run's
     assert names == expected - {("data", "source")} - command_only
     assert all(f.help for f in settings.form_fields())
     assert next(f for f in settings.form_fields() if f.name == "schedule").value_type == "choice"

@@ -50,6 +50,7 @@ class DataConfig:
     direction: str = "en-fr"  # "fr-en": each pair read the other way round, after the split
     # (which stays by English sentence: both directions hold out the same test pairs)
     task: str = "translation"  # "induction": random tokens read twice, loss on the repeat
+    shared_vocab: bool = False  # one vocabulary learnt from both sides (a one-stack model's)
     induction_length: int = 16  # induction task: random tokens in each copy, at most
     induction_min_length: int = 4  # induction task: at least (each sequence's length is drawn)
     induction_tokens: int = 256  # induction task: random token types (specials apart)

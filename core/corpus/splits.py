@@ -177,11 +177,15 @@ def build_vocab(sentences: list[list[str]], cfg: DataConfig) -> Vocab:
 
 def vocabularies(splits: Splits, cfg: DataConfig) -> Corpus:
     """The corpus of these splits with the vocabularies ``cfg`` asks for, learnt from its
-    training pairs (d2l builds them from all rows it reads, train + val: "head" mimics that)."""
+    training pairs (d2l builds them from all rows it reads, train + val: "head" mimics that);
+    with ``shared_vocab`` one vocabulary learnt from both sides, the same object for both."""
     train, val = splits.train, splits.val
     seen = train.pairs + val.pairs if cfg.split == "head" else train.pairs
-    src_vocab = build_vocab([s for s, _ in seen], cfg)
-    tgt_vocab = build_vocab([t for _, t in seen], cfg)
+    if cfg.shared_vocab:  # one vocabulary of both languages, read and written by one stack
+        src_vocab = tgt_vocab = build_vocab([s for s, _ in seen] + [t for _, t in seen], cfg)
+    else:
+        src_vocab = build_vocab([s for s, _ in seen], cfg)
+        tgt_vocab = build_vocab([t for _, t in seen], cfg)
     summary = {**splits.summary, "src_vocab": len(src_vocab), "tgt_vocab": len(tgt_vocab)}
     return Corpus(src_vocab, tgt_vocab, train, val, splits.test, summary)
 

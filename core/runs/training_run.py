@@ -90,6 +90,8 @@ def phase_writer(rd: RunDir, world: World):
 def prepare(rd: RunDir, configs: dict, resume: bool, world: World):
     """Build the corpus (prepared once per corpus and data settings: ``corpus_cache``), model
     and trainer (restored from last.pt when resuming), each phase said in the status."""
+    if configs["model"].get("arch", "encoder-decoder") != "encoder-decoder":
+        configs["data"]["shared_vocab"] = True  # one stack reads and writes one vocabulary
     data_cfg = DataConfig(**configs["data"])
     phase = phase_writer(rd, world)
     with distributed.local_first(world):  # one download, one preparation per machine

@@ -23,7 +23,10 @@ from core.training.presets import PRESETS
 
 GROUPS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
 DERIVED = ("src_vocab_size", "tgt_vocab_size", "pad_id")  # model fields the data decides
-COMMAND_ONLY = ("align_source",)  # core.train sets it from where the alignments came from
+COMMAND_ONLY = (  # set by the run, not the form: where the alignments came from; one
+    "align_source",  # vocabulary for a one-stack model (core.runs.training_run.prepare)
+    "shared_vocab",
+)
 
 
 class SettingsError(ValueError):
