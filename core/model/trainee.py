@@ -74,6 +74,8 @@ def left_padded(src: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Ten
 class DecoderTrainee(nn.Module):
     """A Llama-style decoder-only language model, trained by the studio's trainer."""
 
+    decodes = True  # continues its prompt token by token: a translation run measures BLEU
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         cfg.validate()

@@ -244,6 +244,8 @@ _WHOLE_TARGET = threading.local()  # Transformer.whole_target(): this thread's p
 class Transformer(nn.Module):
     """The encoder-decoder Transformer (EncoderDecoder in the Annotated Transformer)."""
 
+    decodes = True  # writes its output token by token: a run measures it by BLEU
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         cfg.validate()

@@ -118,9 +118,11 @@ class Trainer:
 
     @property
     def translates(self) -> bool:
-        """Whether the run learns to translate (BLEU, examples, probe maps at evaluations);
-        an induction run is measured by its circuits instead (``core.training.circuits``)."""
-        return self.task == "translation"
+        """Whether the run learns to translate and its model writes translations (BLEU,
+        examples, probe maps at evaluations; ``decodes``: a masked language model fills
+        masks instead); an induction run is measured by its circuits
+        (``core.training.circuits``)."""
+        return self.task == "translation" and self.model.decodes
 
     def on(self, event: str, fn: Callback) -> None:
         """Register a callback for "batch" (after every step), "step" (every log_every
@@ -286,9 +288,11 @@ class Trainer:
         if not self.val_data:
             return info
         info["val_loss"] = evaluate_loss(self.model, self.val_data, amp_dtype=self.amp_dtype)
-        if not self.translates:
+        if self.task == "induction":
             n, k = (self.corpus.summary[key] for key in ("induction_length", "induction_tokens"))
             info["circuits"] = circuit_scores(self.model, n, k)
+            return info
+        if not self.translates:  # a model that fills masks: measured by its loss alone
             return info
         hyps = translate_batch(
             self.model,
