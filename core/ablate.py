@@ -84,6 +84,8 @@ def run(args: argparse.Namespace) -> list[str]:
     except ValueError as e:
         raise CommandError(str(e)) from e
     lm = open_model(args.checkpoint, device, hub=True, prompt=args.prompt, section="ablation")
+    if problem := lm.supports("importance"):  # it reads no validation sentence
+        raise CommandError(problem)
     path = model_path(args.checkpoint)
     result = importance_for(
         lm,

@@ -1,16 +1,27 @@
 """How busy this machine's CPU is, read from /proc: what the app's server, its trainers and
 the commands use to share the cores (``core.runs.cpu_share`` tells why one thread fewer pays
 on a busy machine). No torch at import: the lightest commands import it too.
+
+A trainer's OpenMP threads also wait for each other passively (``passive_waits``): a thread
+that sleeps between operations is woken ahead of a process that keeps a core busy, where
+one that spins for its next operation takes its turns like any busy loop (docs/training.md,
+"A trainer on a busy machine").
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import time
+from collections.abc import MutableMapping
 
 BUSY_CORES = 0.6  # others' use (cores) above which a process takes one thread fewer
 IDLE_CORES = 0.45  # ... and below which it takes every thread again
+WAIT_CORES = 0.3  # a trainer's threads waiting this long per second for a core: one fewer
 SAMPLE_S = 0.25  # how long a command looks at the machine before it starts
+SHARE_ENV = "ATTENTION_STUDIO_TRAINER_SHARE"  # "0": a trainer keeps its threads and waits
+WAIT_POLICY_ENV = "OMP_WAIT_POLICY"  # read once, when torch loads OpenMP
+WAIT_POLICY = "PASSIVE"  # a trainer's threads sleep between operations instead of spinning
 
 
 def machine_busy_seconds() -> float:
@@ -24,6 +35,36 @@ def own_busy_seconds() -> float:
     """CPU seconds this process (all its threads) has used."""
     t = os.times()
     return t.user + t.system
+
+
+def run_delay_seconds() -> float:
+    """Seconds this process's threads have waited, ready to run, for a core (the kernel's
+    schedstat of each thread; a thread that has ended is no longer counted)."""
+    total = 0
+    for path in glob.glob("/proc/self/task/*/schedstat"):  # run time, run delay, slices (ns)
+        try:
+            with open(path) as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):  # the thread ended while it was read
+            continue
+    return total / 1e9
+
+
+def sharing(env=None) -> bool:
+    """Whether a trainer shares the cores (``core.runs.cpu_share``): unless SHARE_ENV is
+    "0" (the app sets "1"; a command by hand shares unless OMP_NUM_THREADS names its threads)."""
+    env = os.environ if env is None else env
+    if env.get(SHARE_ENV) in ("0", "1"):
+        return env[SHARE_ENV] == "1"
+    return not env.get("OMP_NUM_THREADS")
+
+
+def passive_waits(env: MutableMapping[str, str]) -> MutableMapping[str, str]:
+    """Set a trainer's OpenMP wait policy to WAIT_POLICY in ``env`` where it shares the cores
+    and nobody chose one; ``env``. Only a process that has not loaded torch yet reads it."""
+    if sharing(env) and not env.get(WAIT_POLICY_ENV):
+        env[WAIT_POLICY_ENV] = WAIT_POLICY
+    return env
 
 
 def others_cores(seconds: float = SAMPLE_S) -> float | None:

@@ -4,6 +4,9 @@ induction scores and the in-context-learning score, as JSON lines.
     python -m core.head_scores --checkpoint CK [--length 20] [--sequences 8] [--seed 0]
         [--prompt T]
 
+``--length`` defaults to the longest copy a model trained here on the induction task read
+(its run's or ``.history``'s circuit scores say), else 20, as on the page.
+
 Prints one JSON line per head (``layer``, ``head``, ``previous_token``, ``duplicate_token``,
 ``induction``), then one summary line (``length``, ``sequences``, ``seed``, ``icl``, the
 ``early_token`` and ``late_token`` it compares, ``first_copy_loss``, ``repeat_loss``). The
@@ -31,6 +34,7 @@ from core.command_line import CommandParser, InRange, add_model_flag, add_prompt
 from core.model.checkpoints import CheckpointError
 from core.model.opened import open_model
 from core.model.parts import TranslationError
+from core.runs.circuit_history import trained_length
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = CommandParser(description="Head detector scores on random tokens read twice.")
     add_model_flag(p)
     p.add_argument(
-        "--length", type=InRange(int, *LENGTHS), default=LENGTH, help="random tokens per copy"
+        "--length",
+        type=InRange(int, *LENGTHS),
+        default=None,
+        help=f"random tokens per copy (default: an induction model's own, else {LENGTH})",
     )
     p.add_argument(
         "--sequences",
@@ -54,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args) -> list[str]:
     """The lines to print: one per head, then the summary."""
     m = open_model(args.checkpoint, hub=True, prompt=args.prompt, section="head_scores")
-    s = head_scores(m, args.length, args.sequences, args.seed)
+    length = args.length or trained_length(args.checkpoint) or LENGTH  # as the page's
+    s = head_scores(m, length, args.sequences, args.seed)
     return [json.dumps(row) for row in [*s.rows(), s.summary()]]
 
 

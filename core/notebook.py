@@ -9,6 +9,7 @@ Plotly figures (shown inline in Jupyter).
     studio.attribution_figure(studio.attribute(m, t, "alti"))
     studio.patching_figures(studio.patch(m, "the boy is tall .", "the girl is tall ."))
     studio.logit_attribution_figure(studio.logit_attribution(m, t))
+    studio.circuits("checkpoints/induction-2l.history")     # heads forming over training
 
 Nothing here computes: each function is one call of the library (``core.model``,
 ``core.attention``, ``core.attribution``, ``core.figures``) that the commands and pages call
@@ -37,6 +38,7 @@ from core.attribution.gradients import DEFAULT_CHOICES, GradientChoices
 from core.attribution.methods import MEAN, METHOD_NAMES, AttributionError
 from core.figures import attention as attention_figures
 from core.figures import attribution as attribution_figures
+from core.figures import circuits as circuit_figures
 from core.figures import logit_attribution as dla_figures
 from core.figures import patching as patch_figures
 from core.model import opened
@@ -44,6 +46,8 @@ from core.model.checked_translation import translate_sentence
 from core.model.interface import TranslationModel
 from core.model.parts import ALPHA, MAX_LEN, DecodeSettings, Translation, TranslationError
 from core.model.record import Record
+from core.runs.circuit_history import circuit_lines, phase_of
+from core.runs.history import open_history
 
 
 def open_model(spec: str, prompt: str = "", device: str = "cpu") -> TranslationModel:
@@ -269,3 +273,12 @@ def logit_attribution_figure(a: dla.LogitAttribution) -> go.Figure:
     """The Direct logit attribution section's figure: each attention's heads × layers grid,
     the per-layer bars and the accumulated stream."""
     return dla_figures.logit_attribution_figure(a)
+
+
+def circuits(run: str) -> tuple[list[dict], list[go.Figure]]:
+    """A run's (or a shipped model's ``.history``'s) circuit scores over training: the lines
+    ``python -m core.circuits`` prints (one per evaluation, then the phase change) and the
+    Train page's four charts (each head's induction, previous-token and duplicate-token
+    scores, the copies' losses and ICL), the phase change shaded."""
+    records = open_history(run).read_metrics()
+    return circuit_lines(records), circuit_figures.circuit_figures(records, phase_of(records))

@@ -20,7 +20,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from functools import partial
 from pathlib import Path
+
+from core.cpu_load import passive_waits
+
+if __name__ == "__main__":  # before torch loads OpenMP, which reads it once (core.runs.cpu_share)
+    passive_waits(os.environ)  # the app's trainers have it from their launch (jobs.trainer_env)
 
 from core.alignment.teacher import prepare_alignments, read_source
 from core.command_line import CommandError, CommandParser, run_command
@@ -102,18 +108,11 @@ def train(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def main(argv=None) -> int:
-    """Parse the flags and train (or resume) the run; the exit code.
-
-    With ``--processes N`` (N > 1, outside torchrun) this process starts the N training
-    processes and waits for them (``core.runs.launcher``).
-    """
+    """Parse the flags and train (or resume) the run, or with ``--processes N`` (N > 1, outside
+    torchrun) start its N processes and wait for them (``core.runs.launcher``); the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     errors = (ValueError, OSError, DataError, CheckpointError)  # GoldError is a ValueError
-
-    def run(args) -> int:
-        return train(args, argv)
-
-    return run_command(build_parser(), run, errors, argv, share_cores=False)
+    return run_command(build_parser(), partial(train, argv=argv), errors, argv, share_cores=False)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -14,11 +16,15 @@ class FakeMachine:
 
     def __init__(self):
         self.wall, self.machine, self.own, self.applied = 0.0, 0.0, 0.0, []
+        self.waited = 0.0  # seconds the trainer's threads waited for a core
 
-    def spend(self, seconds: float, own_cores: float, other_cores: float) -> None:
+    def spend(
+        self, seconds: float, own_cores: float, other_cores: float, waiting: float = 0.0
+    ) -> None:
         self.wall += seconds
         self.own += own_cores * seconds
         self.machine += (own_cores + other_cores) * seconds
+        self.waited += waiting * seconds
 
     def share(self, full: int = 2) -> CpuShare:
         return CpuShare(
@@ -27,6 +33,7 @@ class FakeMachine:
             own=lambda: self.own,
             clock=lambda: self.wall,
             apply=self.applied.append,
+            waited=lambda: self.waited,
         )
 
 
@@ -60,14 +67,83 @@ def test_one_thread_is_all_a_trainer_has_to_give():
     assert share.update() == 1 and m.applied == []
 
 
-def test_only_an_app_launched_cpu_trainer_on_default_threads_shares():
+def test_every_cpu_trainer_on_default_threads_shares_unless_told_not_to():
+    """Issue 66, item 5: the command's trainer kept the threads it started with, and fell to a
+    tenth of its speed when another process took a core mid-run; it shares as the app's does."""
     on = {cpu_share.SHARE_ENV: "1"}
     assert cpu_share.trainer_share("cpu", 0, on) is not None
     assert cpu_share.trainer_share("cuda", 0, on) is None  # a GPU run needs no core given up
     assert cpu_share.trainer_share("cpu", 2, on) is None  # the user named its threads
-    assert cpu_share.trainer_share("cpu", 0, {}) is None  # python -m core.train by hand
+    assert cpu_share.trainer_share("cpu", 0, {}) is not None  # python -m core.train by hand
+    assert cpu_share.trainer_share("cpu", 0, {"OMP_NUM_THREADS": "2"}) is None  # ... chose
+    assert cpu_share.trainer_share("cpu", 0, {cpu_share.SHARE_ENV: "0"}) is None  # the old way
     assert jobs.trainer_env(1, {})[cpu_share.SHARE_ENV] == "1"  # the app's launcher asks
     assert jobs.trainer_env(1, {cpu_share.SHARE_ENV: "0"})[cpu_share.SHARE_ENV] == "0"
+
+
+def test_a_trainer_whose_threads_wait_for_a_core_yields_one_though_the_others_look_light():
+    """Issue 66, item 5: beside a busy loop, a trainer's two spinning threads took half of the
+    loop's core, so the others read 0.6-0.7 cores, at the edge of BUSY_CORES; the time its
+    threads waited for a core says it plainly."""
+    m = FakeMachine()
+    share = m.share(full=2)
+    m.spend(10, own_cores=2.0, other_cores=0.05, waiting=0.05)  # quiet: a little waiting
+    assert share.update() == 2 and m.applied == []
+    m.spend(10, own_cores=1.5, other_cores=BUSY_CORES - 0.1, waiting=0.5)  # a loop took a core
+    assert share.update() == 1 and m.applied == [1]
+    m.spend(10, own_cores=1.0, other_cores=1.0, waiting=0.05)  # one thread, the loop runs on
+    assert share.update() == 1 and m.applied == [1]
+    waiting = cpu_share.WAIT_CORES + 0.2  # on one thread, waiting is no reason to take two
+    m.spend(10, own_cores=1.0, other_cores=0.5, waiting=waiting)
+    assert share.update() == 1
+    m.spend(10, own_cores=1.0, other_cores=0.02, waiting=0.0)  # the loop has stopped
+    assert share.update() == 2 and m.applied == [1, 2]
+
+
+def test_a_sharing_trainers_threads_wait_passively_unless_someone_chose():
+    """Issue 66, item 5: OpenMP's threads spin between operations; beside a busy loop the one
+    on its core took turns with it at every operation. A sharing trainer's threads sleep."""
+    assert jobs.trainer_env(1, {}).get("OMP_WAIT_POLICY") == "PASSIVE"  # the app's trainers
+    from core.cpu_load import WAIT_POLICY_ENV, passive_waits
+
+    assert passive_waits({})[WAIT_POLICY_ENV] == "PASSIVE"  # a command's
+    assert jobs.trainer_env(1, {WAIT_POLICY_ENV: "ACTIVE"})[WAIT_POLICY_ENV] == "ACTIVE"
+    assert WAIT_POLICY_ENV not in jobs.trainer_env(1, {cpu_share.SHARE_ENV: "0"})  # the old way
+    assert WAIT_POLICY_ENV not in passive_waits({"OMP_NUM_THREADS": "2"})  # threads chosen
+
+
+@pytest.mark.slow  # a fresh interpreter: OpenMP reads its wait policy once, as torch loads
+def test_the_command_sets_the_wait_policy_before_torch_loads():
+    import subprocess
+    import sys
+
+    from core.places import REPO_ROOT
+
+    WAIT_POLICY_ENV = "OMP_WAIT_POLICY"  # noqa: N806 - OpenMP's name
+
+    code = (
+        "import builtins, os, runpy, sys\n"
+        "real = builtins.__import__\n"
+        "def spy(name, *a, **k):\n"
+        "    if name.split('.')[0] == 'torch' and 'seen' not in os.environ:\n"
+        f"        os.environ['seen'] = os.environ.get({WAIT_POLICY_ENV!r}, 'unset')\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = spy\n"
+        "sys.argv = ['core.train', '--help']\n"
+        "try:\n"
+        "    runpy.run_module('core.train', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    print('policy when torch loaded:', os.environ.get('seen'))\n"
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in (WAIT_POLICY_ENV, cpu_share.SHARE_ENV, "OMP_NUM_THREADS")
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True
+    )
+    assert "policy when torch loaded: PASSIVE" in done.stdout, done.stderr[-2000:]
 
 
 def test_the_machine_and_the_process_cpu_seconds_are_read():
@@ -244,3 +320,13 @@ def test_the_machine_is_read_from_proc():
 
     busy = cpu_load.others_cores(0.05)
     assert busy is None or busy >= 0.0
+
+
+def test_the_threads_waiting_time_is_read_from_proc():
+    from core import cpu_load
+
+    if not os.path.isdir("/proc/self/task"):
+        pytest.skip("no /proc here")
+    before = cpu_load.run_delay_seconds()
+    sum(i * i for i in range(200_000))
+    assert cpu_load.run_delay_seconds() >= before >= 0.0

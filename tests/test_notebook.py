@@ -4,7 +4,9 @@ and the figures the pages draw, docs/notebook.md names every one, and docs/noteb
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
 import json
 
 import nbclient
@@ -266,3 +268,19 @@ def test_the_notebook_runs_and_draws_its_figures():
     assert len(drawn) == 9, [c.source for c in code]
     text = "".join(o.get("data", {}).get("text/plain", "") for c in code for o in c.outputs)
     assert "je suis à la maison ." in text
+
+
+def test_circuits_gives_the_command_lines_and_the_pages_charts():
+    """``notebook.circuits`` of the shipped induction model's history: what ``python -m
+    core.circuits`` prints, and the Train page's four charts, the phase change shaded."""
+    from core.circuits import main as circuits_main
+    from tests.helpers import ROOT
+
+    history = ROOT / "checkpoints" / "induction-2l.history"
+    lines, figures = studio.circuits(str(history))
+    assert lines[-1]["summary"] and lines[-1]["phase_change"]["formed"] == 600
+    assert len(figures) == 4 and all(f.layout.shapes for f in figures)  # the band on each
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert circuits_main(["--run", str(history)]) == 0
+    assert [json.loads(line) for line in out.getvalue().splitlines()] == lines

@@ -179,7 +179,34 @@ def test_the_induction_preset_is_a_small_decoder_only_model_on_the_induction_tas
         ("align_weight", "translation", "decoder-only", False),
         ("lr", "induction", "decoder-only", True),
         ("split_seed", "induction", "decoder-only", True),  # it seeds the random tokens
+        ("num_encoder_layers", "translation", "encoder", True),  # the encoder's one stack
+        ("num_decoder_layers", "translation", "encoder", False),
+        ("num_decoder_layers", "translation", "decoder-only", True),
+        ("eval_sentences", "translation", "encoder", False),  # it writes no French: no BLEU
+        ("probes", "translation", "decoder-only", True),
+        ("norm_first", "translation", "encoder", False),
+        ("max_len", "translation", "encoder", True),
     ],
 )
 def test_the_form_shows_the_fields_a_task_and_an_architecture_read(name, task, arch, applies):
     assert settings.field_applies(name, task, arch) is applies
+
+
+def test_an_encoder_learns_translation_pairs_as_masked_lm_and_nothing_else():
+    """Issue 66: ``[CLS] source [SEP] target [SEP]`` in its position table; no induction."""
+    encoder = {"model": {"arch": "encoder"}}
+    assert "encoder" in settings.CHOICES["arch"]
+    assert settings.validate_settings("d2l", encoder) == []
+    too_long = {
+        **encoder,
+        "data": {"max_len": 20},
+        "model": {"arch": "encoder", "max_positions": 42},
+    }
+    assert settings.validate_settings("d2l", too_long) == [
+        "2 x max_len (20) + 3 must fit in the model's max_positions (42)"
+    ]
+    refused = settings.validate_settings("induction", encoder)
+    assert refused == ["the induction task trains a decoder-only model (arch)"]
+    assert (
+        settings.blocks_words({"arch": "encoder", "num_encoder_layers": 3}) == "3 blocks, encoder"
+    )

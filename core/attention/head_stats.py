@@ -146,7 +146,10 @@ def _nan_mean(values: np.ndarray) -> np.ndarray:
 
 
 def monotonicity(weights2d: np.ndarray) -> float:
-    """Spearman correlation of query index with each row's argmax key (1.0 = monotone)."""
+    """Spearman correlation of query index with each row's argmax key (1.0 = monotone); NaN
+    for a map with no rows or no keys (a model that reads no source has an empty cross map)."""
+    if weights2d.size == 0:
+        return float("nan")
     return spearman(np.arange(weights2d.shape[0]), weights2d.argmax(axis=-1))
 
 

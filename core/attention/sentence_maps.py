@@ -62,6 +62,12 @@ class SentenceMaps:
             "cross": (self.output_tokens, self.src_tokens),
         }[kind]
 
+    @property
+    def drawn_kinds(self) -> list[str]:
+        """The kinds with a map to draw: rows and columns (a model trained here on the
+        induction task reads no source: it has no encoder or cross map)."""
+        return [k for k in KINDS if all(self.tokens(k))]
+
     def layers(self, kind: str) -> int:
         """Number of layers of one kind."""
         return self.weights(kind).shape[0]

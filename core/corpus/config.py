@@ -10,7 +10,7 @@ from core.corpus.vocab import SPECIALS
 
 TOKENIZERS = ("word", "bpe")  # d2l's word vocabulary, or byte-pair-encoded pieces
 SPLITS = ("random", "head")  # by unique English sentence, or the first rows as d2l
-TASKS = ("translation", "induction")  # DataConfig.task: pairs of the corpus, or random tokens twice
+TASKS = ("translation", "induction", "lm")  # DataConfig.task: pairs, random tokens twice, or text
 DIRECTIONS = ("en-fr", "fr-en")  # which side of each pair the model reads and which it writes
 UPPER = {  # the most each field may be: what the machine and the model can hold
     "max_len": 200,  # words per sentence (the Translate page reads at most 60)
@@ -22,6 +22,7 @@ UPPER = {  # the most each field may be: what the machine and the model can hold
     "max_pairs": MAX_PAIRS,  # a corpus is read up to this many pairs at most
     "split_seed": 2**32 - 1,
     "induction_length": 512,
+    "context_length": 4096,
     "induction_min_length": 512,
     "induction_tokens": 100_000,
     "induction_sequences": 10_000_000,
@@ -50,6 +51,7 @@ class DataConfig:
     direction: str = "en-fr"  # "fr-en": each pair read the other way round, after the split
     # (which stays by English sentence: both directions hold out the same test pairs)
     task: str = "translation"  # "induction": random tokens read twice, loss on the repeat
+    context_length: int = 128  # lm task: tokens per context, the corpus's sentences packed
     shared_vocab: bool = False  # one vocabulary learnt from both sides (a one-stack model's)
     induction_length: int = 16  # induction task: random tokens in each copy, at most
     induction_min_length: int = 4  # induction task: at least (each sequence's length is drawn)
@@ -104,6 +106,7 @@ class DataConfig:
             f"{name} must be at least {low} (got {getattr(self, name)})"
             for name, low in (
                 ("induction_length", 2),
+                ("context_length", 2),
                 ("induction_min_length", 2),
                 ("induction_tokens", 2),
                 ("induction_sequences", 1),

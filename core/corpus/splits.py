@@ -164,7 +164,15 @@ def summary_words(summary: dict) -> str:
         src, tgt = (
             ("French", "English") if summary.get("direction") == "fr-en" else ("English", "French")
         )
-        words += f"; vocabularies {get('src_vocab')} {src}, {get('tgt_vocab')} {tgt}"
+        if summary.get("shared_vocab"):
+            words += f"; one vocabulary of {get('src_vocab')} ({src} and {tgt})"
+        else:
+            words += f"; vocabularies {get('src_vocab')} {src}, {get('tgt_vocab')} {tgt}"
+    if summary.get("task") == "lm":
+        words += (
+            f"; packed in {get('train_contexts')} training and {get('val_contexts')} "
+            f"validation contexts of {get('context_length')} tokens"
+        )
     return words
 
 
@@ -187,6 +195,8 @@ def vocabularies(splits: Splits, cfg: DataConfig) -> Corpus:
         src_vocab = build_vocab([s for s, _ in seen], cfg)
         tgt_vocab = build_vocab([t for _, t in seen], cfg)
     summary = {**splits.summary, "src_vocab": len(src_vocab), "tgt_vocab": len(tgt_vocab)}
+    if cfg.shared_vocab:
+        summary["shared_vocab"] = True
     return Corpus(src_vocab, tgt_vocab, train, val, splits.test, summary)
 
 

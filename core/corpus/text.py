@@ -34,3 +34,26 @@ def preprocess(text: str) -> str:
 def tokenize(text: str) -> list[str]:
     """Preprocess and split into word tokens."""
     return preprocess(text).split()
+
+
+def tokenizers_preprocessing():
+    """(normalizer, pre-tokenizer) of the ``tokenizers`` library that cut a text into the words
+    ``tokenize`` gives (the same spaces, lower case, and , . ! ? split from the word before
+    them): what a ``save_pretrained`` tokenizer of a model trained here reads text with."""
+    from tokenizers import Regex, normalizers, pre_tokenizers
+
+    normalizer = normalizers.Sequence(
+        [
+            normalizers.Replace("\u202f", " "),
+            normalizers.Replace("\xa0", " "),
+            normalizers.Replace("\u2019", "'"),
+            normalizers.Lowercase(),
+        ]
+    )
+    words = pre_tokenizers.Sequence(
+        [  # "a.b" -> "a", ".b" as preprocess() puts a space before the mark only
+            pre_tokenizers.WhitespaceSplit(),
+            pre_tokenizers.Split(Regex("[,.!?]"), behavior="merged_with_next"),
+        ]
+    )
+    return normalizer, words

@@ -1,7 +1,10 @@
 """A run in TensorBoard's own format, so ``tensorboard --logdir`` opens it beside other work.
 
 What goes in: every number of every metrics record as a scalar (``train/loss``,
-``eval/val_bleu``, ...; at the record's step and wall-clock time), each layer group's weight
+``eval/val_bleu``, ...; at the record's step and wall-clock time), an induction run's circuit
+scores at each evaluation (``circuits/induction/layer 1 head 3``, the same for
+``previous_token`` and ``duplicate_token``, and ``circuits/repeat_loss``, ``first_copy_loss``,
+``icl``: ``core.runs.circuit_history``), each layer group's weight
 and gradient distribution at each evaluation as a histogram (``weights/encoder 0``,
 ``grads/encoder 0``: the auto-ranged histogram ``core.training.monitor`` logged, with its
 count, sum and sum of squares), the settings and the probe sentences as text, and each probe
@@ -35,6 +38,7 @@ from core.attention.sentence_maps import SentenceMaps
 from core.attention.snapshots import SNAPSHOT_ERRORS, probe_sentences
 from core.figures.training import downsample
 from core.runs.budget import TENSORBOARD_BYTES
+from core.runs.circuit_history import LOSSES, MEASURES, circuit_evals, heads_of, score
 from core.runs.exports import config_json
 from core.runs.history import open_history
 from core.runs.run_dir import RunDir
@@ -133,6 +137,24 @@ def _scalars(events: _Events, records: list[dict]) -> None:
             if isinstance(value, (int, float)) and np.isfinite(value):
                 tag = f"{r.get('record', 'record')}/{name}"
                 events.add("scalars", tb.scalar(tag, float(value)), step, walltime)
+    _circuit_scalars(events, records)
+
+
+def _circuit_scalars(events: _Events, records: list[dict]) -> None:
+    """Each evaluation's circuit scores: every head's three scores and the losses."""
+    evals = circuit_evals(records)
+    heads = heads_of(evals) if evals else []
+    for r in evals:
+        step, walltime, circuits = r["step"], r.get("time"), r["circuits"]
+        for measure in MEASURES:
+            for layer, head in heads:
+                if (value := score(r, measure, (layer, head))) is not None:
+                    tag = f"circuits/{measure}/layer {layer} head {head}"
+                    events.add("scalars", tb.scalar(tag, value), step, walltime)
+        for name in LOSSES:
+            value = circuits.get(name)
+            if isinstance(value, (int, float)) and np.isfinite(value):
+                events.add("scalars", tb.scalar(f"circuits/{name}", float(value)), step, walltime)
 
 
 def _histograms(events: _Events, records: list[dict]) -> None:

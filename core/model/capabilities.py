@@ -103,6 +103,18 @@ BY_TASK: dict[str, dict[str, str]] = {  # a model trained here on a task other t
         )
     },
 }
+BY_TASK["induction"] |= {
+    "training": "This model was trained here on the induction task: its run keeps no attention "
+    "snapshots (there is no sentence to probe); its heads over training are its circuit scores "
+    "at every evaluation: the Train page's Circuits forming, or python -m core.circuits --run "
+    "<the run, or the model's .history>.",
+    "project": "This model was trained here on the induction task: its tokens are random, with "
+    "no validation sentences to place; Where tokens live reads a model trained on sentences.",
+    "importance": "This model was trained here on the induction task: it reads no validation "
+    "sentence, so head importance (each head removed, the loss on them) does not apply; pick "
+    "heads to remove by hand (Remove heads), or read its head scores (python -m "
+    "core.head_scores).",
+}
 
 
 def problem(family: str, model_type: str, what: str, task: str = "") -> str | None:

@@ -37,13 +37,14 @@ class CheckpointError(Exception):
 
 
 class DecoderOnlyCheckpointError(CheckpointError):
-    """A decoder-only run's training state: its model opens from the folder saved beside it
-    (``folder``: ``best.pt`` -> ``best.hf``)."""
+    """A decoder-only (or encoder) run's training state: its model opens from the folder saved
+    beside it (``folder``: ``best.pt`` -> ``best.hf``)."""
 
-    def __init__(self, path):
+    def __init__(self, path, arch: str = "decoder-only"):
         self.folder = exported_folder(path)
+        article = "an" if arch[:1] in "aeiou" else "a"
         super().__init__(
-            f"{shown_path(path)} is the training state of a decoder-only model: open the model "
+            f"{shown_path(path)} is the training state of {article} {arch} model: open the model "
             f"folder saved beside it, {shown_path(self.folder)}."
         )
 
@@ -303,8 +304,8 @@ def read_metadata(path) -> dict:
 def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
     """Rebuild the model from the config saved in the checkpoint and load its weights."""
     ckpt = read_checkpoint(path)
-    if (ckpt.get("model_config") or {}).get("arch", ENCODER_DECODER) != ENCODER_DECODER:
-        raise DecoderOnlyCheckpointError(path)  # never a d2l Transformer of a decoder-only config
+    if (arch := (ckpt.get("model_config") or {}).get("arch", ENCODER_DECODER)) != ENCODER_DECODER:
+        raise DecoderOnlyCheckpointError(path, str(arch))  # never a d2l Transformer of its config
     try:
         cfg = ModelConfig(**ckpt["model_config"])
         model = Transformer(cfg)
@@ -327,7 +328,7 @@ def compact(src, dst, half: bool = True) -> Path:
     checkpoint is copied as the ``save_pretrained`` folder beside it (``copied_folder``).
     """
     ckpt = read_checkpoint(src)
-    if (ckpt.get("model_config") or {}).get("arch", "encoder-decoder") != "encoder-decoder":
+    if saved_as_folder(ckpt):
         return copied_folder(src, dst)
     ckpt.pop("optimizer", None)
     ckpt.pop("rng", None)
@@ -344,6 +345,12 @@ def compact(src, dst, half: bool = True) -> Path:
         )
     atomic_save(ckpt, Path(dst))
     return Path(dst)
+
+
+def saved_as_folder(ckpt: dict) -> bool:
+    """Whether a run's checkpoint is a training state whose model is the ``save_pretrained``
+    folder beside it (any arch but the encoder-decoder; ``exported_folder``)."""
+    return (ckpt.get("model_config") or {}).get("arch", ENCODER_DECODER) != ENCODER_DECODER
 
 
 def copied_folder(src, dst) -> Path:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from core.config_fields import too_large, type_problems
 from core.model.dropout import MASKS
 
-ARCHS = ("encoder-decoder", "decoder-only")  # ModelConfig.arch: the d2l model, or Llama-style
+ARCHS = ("encoder-decoder", "decoder-only", "encoder")  # the d2l model, Llama-style, BERT-style
+ONE_VOCABULARY = ("decoder-only", "encoder")  # the archs of one stack over one vocabulary
 
 MODEL_UPPER = {  # the most each size may be: what one machine trains and the pages show
     "src_vocab_size": 1_000_000,
@@ -38,7 +39,7 @@ class ModelConfig:
     norm_first: bool = False  # False: post-LN AddNorm as in the paper; True: pre-LN
     pad_id: int = 0  # id of <pad> in both vocabularies
     dropout_masks: str = "bits"  # "bits": 16-bit masks (core.model.dropout); "bernoulli": torch's
-    arch: str = "encoder-decoder"  # the d2l model, or "decoder-only" (Llama-style, one vocabulary)
+    arch: str = "encoder-decoder"  # the d2l model, "decoder-only" (Llama) or "encoder" (BERT)
     num_kv_heads: int = 0  # decoder-only: key/value heads (grouped-query attention; 0 = num_heads)
 
     def problems(self) -> list[str]:
@@ -73,8 +74,8 @@ class ModelConfig:
                 f"num_kv_heads must be 0 or divide num_heads "
                 f"({self.num_heads}; got {self.num_kv_heads})"
             )
-        if self.arch == "decoder-only" and self.src_vocab_size != self.tgt_vocab_size:
-            problems.append("a decoder-only model reads and writes one vocabulary")
+        if self.arch in ONE_VOCABULARY and self.src_vocab_size != self.tgt_vocab_size:
+            problems.append(f"an {self.arch} model reads and writes one vocabulary")
         if self.max_positions < 2:
             problems.append(f"max_positions must be at least 2 (got {self.max_positions})")
         if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):

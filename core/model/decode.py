@@ -1,5 +1,9 @@
 """Greedy decoding with a key/value cache, beam search, and batched translation.
 
+A decoder-only trainee (``core.model.trainee.DecoderTrainee``) is decoded by its own
+``greedy_decode`` (``source <eos> <bos>``, then its output) and explained by ``forced`` (its
+one causal attention cut into the three maps); it has no beam search: it decodes greedily.
+
 Shape key: B batch, S source length, T output steps, L layers, H heads, V vocabulary,
 K beam size.
 """
@@ -21,6 +25,7 @@ from core.model.parts import (
     evaluating,
     translation_of,
 )
+from core.model.trainee import DecoderTrainee
 from core.model.transformer import Transformer
 
 
@@ -167,10 +172,13 @@ def beam_search(
 
 
 @torch.no_grad()
-def teacher_forced(model: Transformer, src: torch.Tensor, out_ids: list[int]):
+def teacher_forced(model: Transformer | DecoderTrainee, src: torch.Tensor, out_ids: list[int]):
     """One explicit pass over <bos> + out_ids -> (logp (1, T, V), AttentionMaps)."""
     tgt = torch.tensor([[Vocab.bos_id] + out_ids], device=src.device)  # (1, T + 1)
-    logits, maps = model(src, tgt[:, :-1], need_weights=True)  # (1, T, V), every map
+    if isinstance(model, DecoderTrainee):  # one causal pass, read as the three maps
+        logits, maps = model.forced(src, tgt[:, :-1])  # (1, T, V), every map
+    else:
+        logits, maps = model(src, tgt[:, :-1], need_weights=True)  # (1, T, V), every map
     return logits.float().log_softmax(-1), maps
 
 
@@ -181,7 +189,7 @@ def _cut_at_eos(ids: list[int]) -> list[int]:
 
 @torch.no_grad()
 def translate(
-    model: Transformer,
+    model: Transformer | DecoderTrainee,
     src_vocab: Vocab,
     tgt_vocab: Vocab,
     sentence: str,
@@ -190,7 +198,8 @@ def translate(
     max_len: int = MAX_LEN,
     topk: int = TOP_K,
 ) -> Translation:
-    """Translate one sentence with greedy (beam_size 1) or beam search, with all maps."""
+    """Translate one sentence with greedy (beam_size 1) or beam search, with all maps (a
+    decoder-only trainee: greedy, its maps the blocks of one pass over prompt and output)."""
     with evaluating(model):
         device = next(model.parameters()).device
         ids, src_tokens, unknown, warnings = prepare_source(
@@ -198,7 +207,10 @@ def translate(
         )
         max_len = max(1, min(max_len, model.cfg.max_positions - 1))
         src = torch.tensor([ids], device=device)  # (1, S)
-        if beam_size <= 1:
+        if isinstance(model, DecoderTrainee):  # greedy; its maps from one pass after
+            out_ids = _cut_at_eos(model.greedy_decode(src, max_len)[0].tolist())
+            logp, maps = teacher_forced(model, src, out_ids)
+        elif beam_size <= 1:
             out, logp, maps = greedy_decode(model, src, max_len, need_weights=True)
             out_ids = _cut_at_eos(out[0].tolist())
             n = len(out_ids)
@@ -285,9 +297,17 @@ def forced_translation(
     return _translation(source, out_ids, logp, maps, tgt_vocab, topk, shown)
 
 
+def _greedy_ids(model: Transformer | DecoderTrainee, src: torch.Tensor, max_len: int):
+    """Greedy output ids (B, T) of right-padded sources (B, S): the encoder-decoder's cached
+    decoding, or a decoder-only trainee's continuation of ``source <eos> <bos>``."""
+    if isinstance(model, DecoderTrainee):
+        return model.greedy_decode(src, max_len)
+    return greedy_decode(model, src, max_len, scores=False)[0]
+
+
 @torch.no_grad()
 def translate_batch(
-    model: Transformer,
+    model: Transformer | DecoderTrainee,
     src_vocab: Vocab,
     tgt_vocab: Vocab,
     sources: list[list[str]],
@@ -309,7 +329,7 @@ def translate_batch(
             seqs = [s[: limit - 1] + [Vocab.eos_id] for s in ids]
             width = max(len(s) for s in seqs)
             src = torch.tensor([s + [Vocab.pad_id] * (width - len(s)) for s in seqs], device=device)
-            out, _, _ = greedy_decode(model, src, min(max_len, limit), scores=False)  # (B, T)
+            out = _greedy_ids(model, src, min(max_len, limit))  # (B, T)
             for i, row in zip(group, out.tolist()):
                 tokens = tgt_vocab.decode(_cut_at_eos(row))
                 results[i] = tgt_vocab.words([w for w in tokens if w != "<eos>"])

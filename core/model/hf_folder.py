@@ -29,6 +29,7 @@ from core.model.architectures import (
 from core.model.capabilities import LANGUAGE_MODEL, MASKED_LM
 from core.model.config import ModelConfig
 from core.model.hf_size import counted_parameters, scale_problem
+from core.model.prompt import TRAINED_LAYOUT
 from core.places import shown_path, shown_paths
 
 FAMILY = "hugging face"
@@ -122,6 +123,22 @@ def studio_task(config: dict) -> str:
     entry = config.get(STUDIO_KEY)
     task = entry.get("task") if isinstance(entry, dict) else None
     return task if task in TASKS else ""
+
+
+def studio_layout(config: dict) -> str:
+    """The layout a model trained here on translation read (``STUDIO_KEY``'s ``layout``:
+    ``prompt.TRAINED_LAYOUT``); "" for any other model or value."""
+    entry = config.get(STUDIO_KEY)
+    layout = entry.get("layout") if isinstance(entry, dict) else None
+    return layout if layout == TRAINED_LAYOUT else ""
+
+
+def studio_data(config: dict) -> dict:
+    """The data settings a model trained here records (``STUDIO_KEY``'s ``data``: its run's
+    ``data_config``, the corpus by name); {} for any other model."""
+    entry = config.get(STUDIO_KEY)
+    data = entry.get("data") if isinstance(entry, dict) else None
+    return dict(data) if isinstance(data, dict) else {}
 
 
 def is_language_model(config: dict) -> bool:
@@ -364,7 +381,8 @@ def describe(folder) -> dict:
     """What the picker shows of a model folder, its weights never read and nothing built:
     model type, parameters (``parameters`` in the weight files, ``config_parameters`` as the
     config counts them, by its family's arithmetic: ``hf_size``), layers, heads, width and
-    languages; HFModelError when it cannot be opened, a config past ``hf_size``'s caps too."""
+    languages, and the task a model trained here records (``studio_task``; "" for any other);
+    HFModelError when it cannot be opened, a config past ``hf_size``'s caps too."""
     config = read_config(folder)
     check_encoder_decoder(config)
     if problem := scale_problem(config):
@@ -379,6 +397,7 @@ def describe(folder) -> dict:
         "model_type": str(config.get("model_type") or "unknown"),
         "parameters": safetensors_parameters(folder),
         "config_parameters": counted_parameters(config),
+        "task": studio_task(config),
     }
 
 

@@ -16,7 +16,14 @@ import torch
 
 from core.model import hugging_face as hf
 from core.model.capabilities import MASKED_LM
-from core.model.hf_folder import HFModelError, describe, lm_config, studio_task
+from core.model.hf_folder import (
+    HFModelError,
+    describe,
+    lm_config,
+    studio_data,
+    studio_layout,
+    studio_task,
+)
 from core.model.hf_model import from_folder, held_parameters
 from core.model.masked import MaskedModel
 from core.model.prompted import PromptedModel
@@ -86,6 +93,10 @@ def load(folder, device: str | torch.device = "cpu", max_bytes: int | None = Non
     cfg = lm_config(config)
     if task := studio_task(config):  # trained here: an induction model reads no prompt
         info["task"] = task
+    if layout := studio_layout(config):  # trained here on translation: no template
+        info["layout"] = layout
+    if data := studio_data(config):  # trained here: its run's corpus and split
+        info["data_config"] = data
     if masked:
         if tokenizer.mask_token_id is None:
             raise HFModelError(f"{shown_path(folder)}'s tokenizer has no mask token to fill.")

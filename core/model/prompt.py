@@ -101,6 +101,15 @@ class PromptLayout:
         return slice(a, a + S), slice(c, c + T)
 
 
+TRAINED_LAYOUT = "source-eos-bos"  # a decoder-only model trained here on translation reads this
+
+
+def source_eos_bos(eos_id: int, bos_id: int) -> PromptLayout:
+    """The layout of a decoder-only model trained here on translation: ``source <eos> <bos>``,
+    then the output (``<eos>`` ends the source, ``<bos>`` is the first decoder input)."""
+    return PromptLayout((), (eos_id, bos_id), "")
+
+
 def unprompted(start_id: int) -> PromptLayout:
     """The layout of a model that reads no prompt: its start token, then its output."""
     return PromptLayout((), (start_id,), "", reads_source=False)

@@ -54,7 +54,15 @@ from core.model.parts import (
     TranslationError,
     translation_of,
 )
-from core.model.prompt import Pass, PromptLayout, blocks, template_parts, unprompted
+from core.model.prompt import (
+    TRAINED_LAYOUT,
+    Pass,
+    PromptLayout,
+    blocks,
+    source_eos_bos,
+    template_parts,
+    unprompted,
+)
 from core.model.prompt import template_problem as _template_problem
 from core.model.prompted_decoding import continue_prompts, decode_with_maps
 from core.model.record import Record
@@ -64,6 +72,10 @@ LINE_END = "⏎"  # a new line as shown (a boundary token: core.attention.kinds)
 NO_PROMPT = (
     "This model was trained here on the induction task: it reads no sentence and no prompt, "
     "only its start token and the tokens after it."
+)
+TRAINED_PROMPT = (
+    "This model was trained here on translation: it reads the sentence, <eos> and <bos>, then "
+    "writes the translation; it takes no prompt template."
 )
 NO_RECORD = (
     "A prompted language model gives its attention maps, its residual stream and its outputs; "
@@ -105,6 +117,8 @@ class PromptedModel(HFModel):
             return self
         if not self.layout.reads_source:
             raise TranslationError(NO_PROMPT)
+        if self.meta.get("layout") == TRAINED_LAYOUT:
+            raise TranslationError(TRAINED_PROMPT)
         other = dataclasses.replace(self, template=template)
         other.layout  # noqa: B018 - cut now: TranslationError for too little after {src}
         return other
@@ -128,9 +142,15 @@ class PromptedModel(HFModel):
     @cached_property
     def layout(self) -> PromptLayout:
         """The ids this model's template puts around a source; a model trained here on the
-        induction task reads none: its start token, then its output (``prompt.unprompted``)."""
+        induction task reads none: its start token, then its output (``prompt.unprompted``);
+        one trained here on translation reads the sentence as it was trained, without a
+        template (``prompt.source_eos_bos``)."""
         if self.meta.get("task") == "induction":
             return unprompted(int(self.tokenizer.bos_token_id))
+        if self.meta.get("layout") == TRAINED_LAYOUT:  # trained here on translation
+            return source_eos_bos(
+                int(self.tokenizer.eos_token_id), int(self.tokenizer.bos_token_id)
+            )
         before, gap, after = template_parts(self.template)
         first = self.tokenizer(before)["input_ids"]  # the start token, where it adds one
         rest = self.tokenizer(after, add_special_tokens=False)["input_ids"]

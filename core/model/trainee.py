@@ -1,5 +1,6 @@
 """The decoder-only model the studio trains: a Llama-style ``DecoderTrainee`` built from a
-``ModelConfig``, and ``build_model``, which picks it or the d2l Transformer by ``cfg.arch``.
+``ModelConfig``, and ``build_model``, which picks it, the d2l Transformer or the encoder
+(``core.model.encoder_trainee``) by ``cfg.arch``.
 
 ``DecoderTrainee`` wraps transformers' ``LlamaForCausalLM`` built from a config (RoPE, RMSNorm,
 SwiGLU, grouped-query attention with ``num_kv_heads``; ``d_model`` is the hidden size, ``d_ff``
@@ -8,7 +9,12 @@ vocabulary whose specials are ``core.corpus.vocab.Vocab``'s (pad 0, bos 1, eos 2
 offers what the trainer and the checkpoints use of the Transformer (``cfg``, the state dict,
 ``loss_terms``) with the decoder-only convention: the model reads x = concat(src, tgt_in), the
 source's right padding moved to its left (an attention mask and position ids skip it), and the
-logits at the positions of tgt_in predict tgt_out. For the circuit scores, ``patterns`` returns
+logits at the positions of tgt_in predict tgt_out: a translation pair (source + <eos>,
+<bos> + target + <eos>) is read as ``source <eos> <bos> target`` with the loss on the target
+and its <eos> only. ``greedy_decode`` continues ``source <eos> <bos>`` (a batch left-padded,
+a key/value cache: BLEU at evaluations, ``core.model.decode.translate_batch``) and ``forced``
+reads one sentence's prompt and output in one pass, its causal attention cut into the
+encoder-decoder's three maps (the probe snapshots). For the circuit scores, ``patterns`` returns
 every layer's attention weights of one pass (eager attention, for that call; training runs
 SDPA) and ``token_losses`` the loss of each next token. Neither changes the module's mode:
 put it in eval mode for scores without dropout. ``export_folder`` writes it as a
@@ -30,6 +36,8 @@ from torch.nn import functional as F
 from core.corpus.vocab import Vocab
 from core.model import trainee_folder
 from core.model.config import ModelConfig
+from core.model.parts import AttentionMaps
+from core.model.prompt import blocks
 from core.model.transformer import Transformer
 
 DECODER_ONLY = "decoder-only"  # ModelConfig.arch of this model
@@ -126,6 +134,43 @@ class DecoderTrainee(nn.Module):
         """Mean cross-entropy of tgt_out (B, T) given src (B, S) and tgt_in (B, T)."""
         return self.loss_terms(src, tgt_in, tgt_out, label_smoothing)[0]
 
+    @torch.no_grad()
+    def greedy_decode(self, src: torch.Tensor, max_len: int) -> torch.Tensor:
+        """Greedy continuation of ``src <eos> <bos>`` with a key/value cache: src (B, S) ->
+        ids (B, T), T <= max_len; rows after a sequence's <eos> are to be ignored."""
+        x, mask, positions = self.joined(src, src.new_full((src.size(0), 1), Vocab.bos_id))
+        if mask is None:  # nothing padded: every row starts at position 0
+            mask = torch.ones_like(x)  # (B, S+1)
+            positions = torch.arange(x.size(1), device=x.device).expand_as(x)  # (B, S+1)
+        steps = max(1, min(max_len, self.cfg.max_positions - x.size(1)))
+        out = self.lm(input_ids=x, attention_mask=mask, position_ids=positions, use_cache=True,
+                      logits_to_keep=1)  # fmt: skip
+        ys, done = [], torch.zeros(x.size(0), dtype=torch.bool, device=x.device)
+        for _ in range(steps):
+            nxt = out.logits[:, -1].argmax(-1)  # (B,)
+            ys.append(nxt)
+            done |= nxt == Vocab.eos_id
+            if bool(done.all()) or len(ys) == steps:
+                break
+            mask = torch.cat([mask, mask.new_ones(x.size(0), 1)], dim=1)  # (B, t+1)
+            positions = positions[:, -1:] + 1  # (B, 1)
+            out = self.lm(input_ids=nxt[:, None], attention_mask=mask, position_ids=positions,
+                          cache=out.cache, use_cache=True)  # fmt: skip
+        return torch.stack(ys, dim=1)  # (B, T)
+
+    def forced(self, src: torch.Tensor, tgt_in: torch.Tensor) -> tuple[torch.Tensor, AttentionMaps]:
+        """src (1, S) ending in <eos>, tgt_in (1, T) from <bos>, no padding -> (logits (1, T, V)
+        at tgt_in, the encoder-decoder's three maps as blocks of one eager pass's causal
+        attention: the source over itself, tgt_in over itself and tgt_in over the source)."""
+        x = torch.cat([src, tgt_in], dim=1)  # (1, S+T)
+        with self._eager():
+            out = self.lm(input_ids=x, output_attentions=True, use_cache=False,
+                          logits_to_keep=tgt_in.size(1))  # fmt: skip
+        weights = torch.stack(out.attentions)  # (L, 1, H, S+T, S+T)
+        return out.logits, AttentionMaps(
+            **blocks(weights, slice(0, src.size(1)), slice(src.size(1), None))
+        )
+
     @contextmanager
     def _eager(self) -> Iterator[None]:
         """Eager attention inside the block (the one path that returns weights), then back."""
@@ -164,7 +209,11 @@ class DecoderTrainee(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
 
-def build_model(cfg: ModelConfig) -> Transformer | DecoderTrainee:
-    """The model a ModelConfig describes: the d2l Transformer, or (arch "decoder-only") the
-    DecoderTrainee; the one place that asks which."""
+def build_model(cfg: ModelConfig) -> nn.Module:
+    """The model a ModelConfig describes: the d2l Transformer, the DecoderTrainee (arch
+    "decoder-only") or the EncoderTrainee (arch "encoder"); the one place that asks which."""
+    from core.model.encoder_trainee import ENCODER, EncoderTrainee
+
+    if cfg.arch == ENCODER:
+        return EncoderTrainee(cfg)
     return DecoderTrainee(cfg) if cfg.arch == DECODER_ONLY else Transformer(cfg)

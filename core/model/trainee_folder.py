@@ -1,13 +1,18 @@
-"""A trained decoder-only model as a ``save_pretrained`` folder that any tool opens: safetensors
-weights, ``config.json``, a generation config, and a tokenizer around the studio's vocabulary.
+"""A decoder-only or encoder model trained here as a ``save_pretrained`` folder that any tool
+opens: safetensors weights, ``config.json``, a generation config, and a tokenizer around the
+studio's vocabulary.
 
 The folder is what transformers, TransformerLens, bertviz and inseq read: ``AutoModelForCausalLM``
 and ``AutoTokenizer.from_pretrained`` open it with nothing of the studio installed. The tokenizer
-is a ``PreTrainedTokenizerFast``: a word ``Vocab`` becomes a ``tokenizers`` WordLevel model split
-at white space, a ``BPEVocab`` keeps its own tokenizer; both put ``<bos>`` before a text (as the
-model read its sequences) and name ``<pad> <bos> <eos> <unk>`` as such. ``config.json`` carries
-one studio entry, ``attention_studio`` (``STUDIO_KEY``): the task the model was trained on, so
-that the studio's door reads an induction model as it was trained (``core.model.lm_loading``).
+is a ``PreTrainedTokenizerFast``: a word ``Vocab`` becomes a ``tokenizers`` WordLevel model, a
+``BPEVocab`` keeps its own tokenizer; both read a text as training did (d2l's preprocessing:
+``core.corpus.text.tokenizers_preprocessing``), put ``<bos>`` before it and name
+``<pad> <bos> <eos> <unk>`` as such. ``config.json`` carries one studio entry,
+``attention_studio`` (``STUDIO_KEY``): the task the model was trained on and, for translation,
+the layout it read (``source <eos> <bos>`` then the target: ``LAYOUT``), so that the studio's
+door reads the model as it was trained (``core.model.lm_loading``). An encoder's folder is a
+BERT's (``BertForMaskedLM``, ``AutoModelForMaskedLM`` opens it) with ``encoder_tokenizer``: the
+same reading, ``<bos> … <eos>`` as its [CLS] and [SEP], and its mask token.
 No machine path is written inside; the folder is written beside its place and swapped in, so a
 reader never sees half of one.
 """
@@ -20,8 +25,11 @@ import shutil
 from pathlib import Path
 
 from core.corpus.bpe import PREFIX
+from core.corpus.text import tokenizers_preprocessing
 from core.corpus.vocab import BOS, EOS, PAD, UNK, Vocab
+from core.model.encoder_trainee import ENCODER, MASK
 from core.model.hf_folder import CONFIG, STUDIO_KEY
+from core.model.prompt import TRAINED_LAYOUT as LAYOUT
 
 TOKENIZER_CLASS = (
     "PreTrainedTokenizerFast"  # transformers 5 writes "TokenizersBackend", 4 not knowing it
@@ -32,15 +40,16 @@ PATH_KEYS = ("_name_or_path", "name_or_path", "_commit_hash")  # where a machine
 def fast_tokenizer(vocab: Vocab, max_positions: int):
     """A ``PreTrainedTokenizerFast`` of the studio's vocabulary (its ids unchanged), putting
     ``<bos>`` before each text of at most ``max_positions`` tokens."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from tokenizers import Tokenizer, decoders, models, processors
     from transformers import PreTrainedTokenizerFast
 
     if vocab.kind == "word":
         tok = Tokenizer(models.WordLevel(vocab=dict(vocab.stoi), unk_token=UNK))
-        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     else:
         tok = Tokenizer.from_str(vocab.tokenizer_json)
-        tok.decoder = decoders.WordPiece(prefix=PREFIX)  # "pi ##ece" -> "piece"
+        # "pi ##ece" -> "piece", the words spaced as training wrote them ("moi ." not "moi.")
+        tok.decoder = decoders.WordPiece(prefix=PREFIX, cleanup=False)
+    d2l_reading(tok)  # words as training cut them
     tok.post_processor = processors.TemplateProcessing(
         single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, Vocab.bos_id)]
     )
@@ -54,11 +63,60 @@ def fast_tokenizer(vocab: Vocab, max_positions: int):
     )
 
 
-def export_folder(trainee, vocab: Vocab, path, task: str = "translation") -> Path:
-    """Write ``trainee`` (a ``core.model.trainee.DecoderTrainee``, which imports this module)
+def d2l_reading(tok) -> None:
+    """Make a ``tokenizers`` Tokenizer read raw text as the studio's corpus was read (d2l's
+    preprocessing, ``core.corpus.text.preprocess``): no-break spaces as spaces, ’ as ', lower
+    case, and , . ! ? split from the words before them; then the words at white space
+    (``core.corpus.text.tokenizers_preprocessing``: equal to ``tokenize``, tested)."""
+    tok.normalizer, tok.pre_tokenizer = tokenizers_preprocessing()
+
+
+def encoder_tokenizer(vocab: Vocab, max_positions: int):
+    """A BERT-style ``PreTrainedTokenizerFast`` of the studio's vocabulary (its ids unchanged)
+    and the encoder's mask token (``MASK``, id ``len(vocab)``): ``<bos> a <eos>``, a pair
+    ``<bos> a <eos> b <eos>`` (token types 0 then 1), read as the corpus was (``d2l_reading``),
+    naming cls (<bos>), sep (<eos>), mask, pad and unk as such."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, processors
+    from transformers import PreTrainedTokenizerFast
+
+    if vocab.kind == "word":
+        tok = Tokenizer(models.WordLevel(vocab=dict(vocab.stoi), unk_token=UNK))
+    else:
+        tok = Tokenizer.from_str(vocab.tokenizer_json)
+        tok.decoder = decoders.WordPiece(prefix=PREFIX)  # "pi ##ece" -> "piece"
+    d2l_reading(tok)
+    tok.add_special_tokens([AddedToken(MASK, special=True, normalized=False)])
+    if tok.token_to_id(MASK) != len(vocab):
+        raise ValueError(f"the mask token must follow the vocabulary (id {len(vocab)})")
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS}:0 $A:0 {EOS}:0",
+        pair=f"{BOS}:0 $A:0 {EOS}:0 $B:1 {EOS}:1",
+        special_tokens=[(BOS, Vocab.bos_id), (EOS, Vocab.eos_id)],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token=PAD,
+        cls_token=BOS,
+        sep_token=EOS,
+        bos_token=BOS,
+        eos_token=EOS,
+        unk_token=UNK,
+        mask_token=MASK,
+        model_max_length=max_positions,
+        model_input_names=["input_ids", "token_type_ids", "attention_mask"],
+    )
+
+
+def export_folder(
+    trainee, vocab: Vocab, path, task: str = "translation", data_config: dict | None = None
+) -> Path:
+    """Write ``trainee`` (a ``core.model.trainee.DecoderTrainee``, which imports this module,
+    or a ``core.model.encoder_trainee.EncoderTrainee``: a BERT folder, ``encoder_tokenizer``)
     and ``vocab`` (its one vocabulary) as a ``save_pretrained`` folder at
-    ``path``, replacing any folder there whole; ``task`` ("translation", "induction") is
-    recorded in config.json's studio entry. Returns the folder."""
+    ``path``, replacing any folder there whole; ``task`` ("translation", "induction") and the
+    run's data settings (``data_config``, as its checkpoints record them: the corpus by name,
+    so ``python -m core.evaluate`` splits it as the run did) are recorded in config.json's
+    studio entry. Returns the folder."""
     path = Path(path)
     new, old = path.with_name(path.name + ".new"), path.with_name(path.name + ".old")
     for leftover in (new, old):
@@ -67,22 +125,25 @@ def export_folder(trainee, vocab: Vocab, path, task: str = "translation") -> Pat
 
     hf_logging.disable_progress_bar()  # "Writing model shards": a line for people, not a log
     trainee.lm.save_pretrained(new, safe_serialization=True)
-    fast_tokenizer(vocab, trainee.cfg.max_positions).save_pretrained(new)
-    _settle_config(new / CONFIG, task)
+    tokenizer = encoder_tokenizer if trainee.cfg.arch == ENCODER else fast_tokenizer
+    tokenizer(vocab, trainee.cfg.max_positions).save_pretrained(new)
+    prompted = task == "translation" and trainee.decodes  # an encoder reads no prompt
+    entry = {"task": task} | ({"layout": LAYOUT} if prompted else {})
+    _settle_config(new / CONFIG, entry | ({"data": data_config} if data_config else {}))
     for file in sorted(new.iterdir()):
         _sync(file)
     _swap(new, path, old)
     return path
 
 
-def _settle_config(config_file: Path, task: str) -> None:
+def _settle_config(config_file: Path, entry: dict) -> None:
     """config.json without an attention implementation or a machine path, with the studio's
-    entry (the task) added; the tokenizer's and generation configs without a machine path (the
+    entry added; the tokenizer's and generation configs without a machine path (the
     folder is not in its place yet: no reader sees them written)."""
     config = json.loads(config_file.read_text(encoding="utf-8"))
     for key in ("attn_implementation", "_attn_implementation", *PATH_KEYS):
         config.pop(key, None)
-    config[STUDIO_KEY] = {"task": task}
+    config[STUDIO_KEY] = entry
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     for name in ("tokenizer_config.json", "generation_config.json"):
         other = config_file.with_name(name)

@@ -72,6 +72,7 @@ class ModelEntry:
     history: str | None = None  # its run directory or .history file, for the training replay
     usable: bool = True  # False when the file cannot be read
     reason: str = ""  # why it is not usable
+    trained_task: str = ""  # a model folder trained here: the task it records ("" otherwise)
     languages: tuple[str, str] | None = UNKNOWN_LANGUAGES  # (source, target) codes it
     # translates, from its files (UNKNOWN_LANGUAGES where they do not say); None: it does
     # not translate (a masked language model)
@@ -249,6 +250,7 @@ def folder_entry(folder: Path, key: str) -> ModelEntry:
         data=f"Hugging Face {info['model_type']}" + (f" · {langs}" if known else ""),
         size=opened.size_label(info),
         heads=info["model_config"]["num_heads"],
+        trained_task=info.get("task") or "",
         languages=info["languages"],
     )
 
@@ -370,6 +372,8 @@ def find_entry(entries: Sequence[ModelEntry], key: str | None) -> ModelEntry | N
 
 def entry_caption(entry: ModelEntry) -> str:
     """One line under the picker: origin, data, size, step and validation BLEU."""
+    if entry.origin == HF_ORIGIN and entry.trained_task:  # its steps and scores: its history
+        return f"{entry.origin} · {entry.size} · trained here on the {entry.trained_task} task"
     if entry.origin == HF_ORIGIN:
         return f"{entry.origin} · {entry.size} · not trained here: no steps or validation BLEU"
     step = f"step {entry.step:,}" if entry.step is not None else "step unknown"

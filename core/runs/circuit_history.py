@@ -10,7 +10,9 @@ and the first copy's loss, the in-context-learning score). The Train page draws 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+from core.runs.history import SUFFIX, open_history
 from core.training.circuits import FORMED, phase_change
 
 MEASURES = ("induction", "previous_token", "duplicate_token")  # per-head scores, [layer][head]
@@ -37,6 +39,26 @@ def circuit_evals(records: list[dict]) -> list[dict]:
         if ok and all(_grid(c.get(m)) for m in MEASURES):
             by_step[r["step"]] = r
     return [by_step[s] for s in sorted(by_step)]
+
+
+def trained_length(model_path) -> int | None:
+    """The copy length an induction model's circuits were scored at while it trained (its
+    task's longest copy), read from its history: the run directory it sits in, else the
+    ``.history`` beside it; None where neither holds circuit scores."""
+    path = Path(model_path)
+    for source in (path.parent, path.with_suffix(SUFFIX)):
+        if source.suffix == SUFFIX and not source.is_file():
+            continue
+        if source.suffix != SUFFIX and not (source / "metrics.jsonl").is_file():
+            continue
+        try:
+            evals = circuit_evals(open_history(source).read_metrics())
+        except (OSError, ValueError, RuntimeError, KeyError):
+            continue
+        length = evals[-1]["circuits"].get("length") if evals else None
+        if isinstance(length, int) and not isinstance(length, bool) and length > 0:
+            return length
+    return None
 
 
 def heads_of(evals: list[dict]) -> list[tuple[int, int]]:

@@ -27,6 +27,7 @@ from core.corpus.batches import encode_pairs
 from core.corpus.bpe import BPEVocab, vocab_from_meta
 from core.corpus.config import DataConfig
 from core.corpus.induction import induction_corpus
+from core.corpus.packed import packed_corpus
 from core.corpus.source import ProgressFn, file_sha1, resolve_corpus
 from core.corpus.splits import Corpus, Split, load_splits, vocabularies
 from core.corpus.vocab import Vocab
@@ -70,13 +71,22 @@ def prepared_corpus(
 ) -> Corpus:
     """``cfg``'s corpus read, split, with its vocabularies and the training and validation
     pairs encoded: from the cache when an earlier run prepared it, else prepared and kept
-    (the induction task's is made, never cached: ``core.corpus.induction``). ``phase`` hears
-    each step's words; ``progress`` follows a download."""
+    (the induction task's is made, never cached: ``core.corpus.induction``; the lm task's
+    pairs packed into contexts: ``core.corpus.packed``). ``phase`` hears each step's words;
+    ``progress`` follows a download."""
     tell = phase or (lambda words: None)
     cfg.validate()
     if cfg.task == "induction":  # made from its settings in a moment: nothing read or kept
         tell(MAKING)
         return induction_corpus(cfg)
+    corpus = sentence_pairs(cfg, progress, tell, folder)
+    return packed_corpus(corpus, cfg.context_length) if cfg.task == "lm" else corpus
+
+
+def sentence_pairs(
+    cfg: DataConfig, progress: ProgressFn | None, tell: Phase, folder: Path | None
+) -> Corpus:
+    """``cfg``'s corpus of sentence pairs, encoded: from the cache, else prepared and kept."""
     path = resolve_corpus(cfg.source, progress=progress)  # downloads fra-eng when needed
     key, folder = corpus_key(path, cfg), folder or corpora_root()
     entry = folder / f"{key}.npz" if key else None

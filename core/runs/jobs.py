@@ -25,6 +25,7 @@ import time
 
 from core.corpus.source import DataError
 from core.corpus.user_files import allowed_path, prune_uploads, safe_file_name
+from core.cpu_load import SHARE_ENV, passive_waits
 from core.model.checkpoints import CheckpointError, read_metadata
 from core.places import REPO_ROOT, RUN_CORPUS, run_corpus_files, runs_root
 from core.runs import budget, capacity, processes, quota
@@ -34,7 +35,6 @@ from core.runs.alignment_request import (
     alignment_problems,
     stage_alignment,
 )
-from core.runs.cpu_share import SHARE_ENV
 from core.runs.locks import acquire_gpu_lock, launch_lock, run_is_held, write_lock
 from core.runs.owners import OwnershipError, User, check_create, check_owner, owner_of, run_owner
 from core.runs.run_dir import RunDir, RunError, read_json, run_dir, write_json
@@ -153,14 +153,14 @@ def _trim_log(path) -> None:
 def trainer_env(processes: int, env=None) -> dict[str, str]:
     """The trainer's environment: unbuffered output, each CPU process's memory cap (so a run
     never makes the machine swap) and its niceness (so the server answers first); the
-    server's environment may set either; and it yields a core while the machine is busy
-    (``core.runs.cpu_share``)."""
+    server's environment may set either; and it yields a core while the machine is busy,
+    its threads waiting passively (``core.runs.cpu_share``)."""
     env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
     if MEMORY_ENV not in env and (gb := default_memory_gb(processes)):
         env[MEMORY_ENV] = str(gb)
     env.setdefault(NICE_ENV, str(TRAINER_NICE))  # the pages stay responsive while it trains
     env.setdefault(SHARE_ENV, "1")
-    return env
+    return passive_waits(env)
 
 
 @contextlib.contextmanager

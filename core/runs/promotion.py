@@ -6,10 +6,15 @@ corpus is not.
 A saved model belongs to whoever saved it where users are known (``core.runs.owners``); it
 fits the quota and the count of saved models (``core.runs.budget``); a model the app did
 not save (the shipped model, the operator's files) is never replaced from a browser.
+
+A decoder-only run's model is its ``save_pretrained`` folder (``<run>/best.hf``): it is copied
+whole to ``checkpoints/<name>.hf`` (``core.model.checkpoints.copied_folder``, as ``python -m
+core.checkpoint`` copies it), with ``promoted_from.json`` in it saying from which run and by whom.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -19,8 +24,11 @@ from core.model.checkpoints import (
     CheckpointError,
     all_finite,
     atomic_save,
+    copied_folder,
+    exported_folder,
     read_checkpoint,
     read_metadata,
+    saved_as_folder,
     validation_pairs_of,
 )
 from core.places import checkpoints_root
@@ -61,6 +69,10 @@ def promote(
         ckpt["validation_pairs"] = pairs
     ckpt["promoted_from"] = {"run": run_id, "which": which, "at": time.time()}
     ckpt["promoted_from"]["owner"] = owner_of(user)
+    if saved_as_folder(ckpt):  # a decoder-only run's model: its folder
+        src = rd.best if which == "best" else rd.last
+        dest = _promote_folder(src, checkpoints_root() / f"{name}.hf", ckpt, overwrite, user)
+        return _with_history(rd.path, dest, ckpt)
     dest = checkpoints_root() / f"{name}.pt"
     with launch_lock():  # the checks and the write together: two sessions cannot both pass
         _check_replace(dest, overwrite, user)
@@ -70,13 +82,52 @@ def promote(
         except RunError as e:
             raise ModelError(str(e)) from None
         dest = _publish(ckpt, dest, overwrite)
+    return _with_history(rd.path, dest, ckpt)
+
+
+def _with_history(run_path: Path, dest: Path, ckpt: dict) -> Path:
+    """``dest`` once the run's history up to the checkpoint's step is written beside it."""
     try:  # the model carries its training history (metrics, snapshots) up to its step
-        if write_history(rd.path, dest, (ckpt.get("state") or {}).get("step")) is None:
+        if write_history(run_path, dest, (ckpt.get("state") or {}).get("step")) is None:
             history_path(dest).unlink(missing_ok=True)  # not an older model's history
     except (OSError, RuntimeError, ValueError, KeyError) as e:
         history_path(dest).unlink(missing_ok=True)
         raise ModelError(f"Saved {dest.name}, but not its training history: {e}") from e
     return dest
+
+
+PROMOTED = "promoted_from.json"  # in a saved model folder: from which run, by whom
+
+
+def _promote_folder(src: Path, dest: Path, ckpt: dict, overwrite: bool, user) -> Path:
+    """A decoder-only run's model folder (beside ``src``) copied to ``dest``, the checks and
+    the copy under the launch lock as for a checkpoint; ModelError in one line."""
+    with launch_lock():
+        _check_replace(dest, overwrite, user)
+        need = _size(exported_folder(src)) + MAX_BYTES - _size(dest) - _size(history_path(dest))
+        try:
+            check_room(max(need, 0), f"model {dest.stem}", owner_of(user))
+            copied_folder(src, dest)
+        except RunError as e:
+            raise ModelError(str(e)) from None
+        except (CheckpointError, OSError) as e:
+            raise ModelError(f"Could not save {dest.name}: {e}") from None
+        (dest / PROMOTED).write_text(json.dumps(ckpt["promoted_from"]), encoding="utf-8")
+    return dest
+
+
+def _promoted_from(dest: Path):
+    """The ``promoted_from`` record of a saved model (a file or a folder); None for a model the
+    app did not save."""
+    if dest.is_dir():
+        try:
+            return json.loads((dest / PROMOTED).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+    try:
+        return read_metadata(dest).get("promoted_from")
+    except CheckpointError:
+        return None
 
 
 def _copy_of(run_id: str, src: Path, which: str) -> dict:
@@ -106,10 +157,7 @@ def _check_replace(dest: Path, overwrite: bool, user: User | None) -> None:
         )
     if user is None:
         return  # the command line: the operator may replace anything
-    try:
-        promoted = read_metadata(dest).get("promoted_from")
-    except CheckpointError:
-        promoted = None
+    promoted = _promoted_from(dest)
     if not isinstance(promoted, dict):
         raise ModelError(
             f"'{dest.stem}' is the shipped model or a file the server's operator put there: "
@@ -122,8 +170,10 @@ def _check_replace(dest: Path, overwrite: bool, user: User | None) -> None:
 
 
 def _size(path: Path) -> int:
-    """A file's size (0 when it is absent)."""
+    """A file's size, or a folder's files' sizes together (0 when it is absent)."""
     try:
+        if path.is_dir():
+            return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
         return path.stat().st_size
     except OSError:
         return 0

@@ -136,7 +136,8 @@ class RunRecorder:
             self.saved_step = t.state.step
         if path in (self.rd.last, self.rd.best) and t.model.cfg.arch != "encoder-decoder":
             # what other tools open: a save_pretrained folder beside the training state
-            export_folder(t.model, t.corpus.tgt_vocab, self.rd.folder_of(path), t.task)
+            folder = self.rd.folder_of(path)
+            export_folder(t.model, t.corpus.tgt_vocab, folder, t.task, self.data_config)
 
     def on_eval(self, trainer: Trainer, info: dict) -> None:
         """Record validation metrics, save checkpoints and the probes' attention maps."""

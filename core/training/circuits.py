@@ -30,6 +30,19 @@ BEFORE = 0.1  # an induction score below this: no induction head yet
 FORMED = 0.5  # an induction score this high, to the end of the run: the head has formed
 
 
+TEXT_LENGTH = 20  # n of a language model's scores (TransformerLens's head detector's length)
+
+
+def circuit_sizes(summary: dict, max_positions: int) -> tuple[int, int]:
+    """(n, K) a run scores its heads with: the induction task's own lengths and types, or for
+    a language model (the lm task) TEXT_LENGTH random pieces of its whole vocabulary read
+    twice (within its position table), as the head detector reads any model."""
+    if summary.get("task") == "induction":
+        return summary["induction_length"], summary["induction_tokens"]
+    types = int(summary["tgt_vocab"]) - FIRST_TOKEN
+    return min(TEXT_LENGTH, (max_positions - 1) // 2), types
+
+
 def circuit_sequences(n: int, types: int, sequences: int = SEQUENCES, seed: int = SEED):
     """(B, 2n + 1) ids [bos, a, a]: each ``a`` n distinct random ids of FIRST_TOKEN ..
     FIRST_TOKEN + types - 1 (n at most ``types``), from a generator of ``seed``."""

@@ -26,7 +26,7 @@ from core.model.decode import translate_batch
 from core.model.scores import NO_BLEU, corpus_bleu, evaluate_loss
 from core.model.transformer import Transformer
 from core.training import distributed
-from core.training.circuits import circuit_scores
+from core.training.circuits import circuit_scores, circuit_sizes
 from core.training.config import TrainConfig, learning_rate
 from core.training.devices import autocast_dtype, pick_device
 from core.training.distributed import World
@@ -288,11 +288,13 @@ class Trainer:
         if not self.val_data:
             return info
         info["val_loss"] = evaluate_loss(self.model, self.val_data, amp_dtype=self.amp_dtype)
-        if self.task == "induction":
-            n, k = (self.corpus.summary[key] for key in ("induction_length", "induction_tokens"))
+        if self.task in ("induction", "lm"):  # the heads scored as the circuits form
+            n, k = circuit_sizes(self.corpus.summary, self.model.cfg.max_positions)
             info["circuits"] = circuit_scores(self.model, n, k)
             return info
-        if not self.translates:  # a model that fills masks: measured by its loss alone
+        if not self.translates:  # a model that fills masks: its loss and its right fills
+            if fills := getattr(self.model, "fill_accuracy", None):  # under its fixed eval mask
+                info["val_fill_accuracy"] = fills(self.val_data)
             return info
         hyps = translate_batch(
             self.model,

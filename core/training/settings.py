@@ -95,13 +95,20 @@ TASK_ONLY = {  # fields that mean something for one task only: the Train form hi
         "induction_tokens",
         "induction_sequences",
     ),
+    "lm": (  # the corpus's text, packed
+        *("max_len", "min_freq", "max_vocab", "split", "val_fraction", "test_fraction"),
+        *("num_train", "num_val", "max_pairs", "tokenizer", "bpe_vocab", "direction"),
+        "context_length",
+    ),
 }
 ARCH_ONLY = {  # fields that mean something for one architecture only
     "encoder-decoder": (
         *("num_encoder_layers", "norm_first", "dropout_masks"),  # Llama: pre-norm, torch's dropout
         *("align_weight", "align_layer", "align_head", "align_full_context"),  # cross-attention
+        *("num_decoder_layers", "eval_sentences", "probes"),  # a writer's: BLEU, probe maps
     ),
-    "decoder-only": ("num_kv_heads",),
+    "decoder-only": ("num_kv_heads", "num_decoder_layers", "eval_sentences", "probes"),
+    "encoder": ("num_encoder_layers",),  # BERT-style: its one stack's layers; it fills masks
 }
 
 
@@ -184,21 +191,34 @@ def config_problems(cfg: dict[str, dict]) -> list[str]:
 def task_problems(data: DataConfig, model: ModelConfig) -> list[str]:
     """Why the task and the architecture do not go together, or the task's sequences do not
     fit the position table: translation is learnt by an encoder-decoder (sentences of max_len
-    words, with <bos>/<eos>), the induction task by a decoder-only model (a start token and
-    n tokens read twice, as its circuit scores read them: ``core.training.circuits``)."""
+    words, with <bos>/<eos>) or by a decoder-only model prompted with the source (it reads
+    ``source <eos> <bos> target <eos>`` in one sequence), the induction task by a decoder-only
+    model (a start token and n tokens read twice, as its circuit scores read them:
+    ``core.training.circuits``); the lm task (the corpus's text packed in contexts of
+    context_length tokens) by a decoder-only model. An encoder learns translation pairs as a
+    masked language model (``[CLS] source [SEP] target [SEP]``, ``core.model.encoder_trainee``),
+    nothing else."""
+    if data.task == "lm":
+        if model.arch != "decoder-only":
+            return ["the lm task trains a decoder-only model (arch)"]
+        if data.context_length + 1 > model.max_positions:
+            return [
+                f"context_length ({data.context_length}) + 1 must fit in the model's "
+                f"max_positions ({model.max_positions})"
+            ]
+        return []
     induction = data.task == "induction"
     if induction and model.arch != "decoder-only":
         return ["the induction task trains a decoder-only model (arch)"]
-    if not induction and model.arch == "decoder-only":
-        return [
-            "a decoder-only model trains on the induction task (task); translation by "
-            "prompting comes later"
-        ]
     if induction:
         need, words = (
             2 * data.induction_length + 1,
             f"2 x induction_length ({data.induction_length}) + 1",
         )
+    elif model.arch == "encoder":  # [CLS] source [SEP] target [SEP], read as masked LM
+        need, words = 2 * data.max_len + 3, f"2 x max_len ({data.max_len}) + 3"
+    elif model.arch == "decoder-only":  # source <eos> <bos> target <eos> in one sequence
+        need, words = 2 * data.max_len + 2, f"2 x max_len ({data.max_len}) + 2"
     else:
         need, words = data.max_len + 2, f"max_len ({data.max_len}) + 2"  # <bos>/<eos> take two
     if need > model.max_positions:
@@ -309,7 +329,9 @@ def describe_settings(cfg: dict[str, dict]) -> str:
 
 
 def blocks_words(model: dict) -> str:
-    """'2+2 blocks' (encoder + decoder), or '2 blocks, decoder-only'."""
+    """'2+2 blocks' (encoder + decoder), '2 blocks, decoder-only' or '2 blocks, encoder'."""
+    if model.get("arch") == "encoder":
+        return f"{model.get('num_encoder_layers')} blocks, encoder"
     if model.get("arch") == "decoder-only":
         return f"{model.get('num_decoder_layers')} blocks, decoder-only"
     return f"{model.get('num_encoder_layers')}+{model.get('num_decoder_layers')} blocks"

@@ -383,6 +383,9 @@ def _parse(type_name, raw: str):
 def clamp_view(state: ViewState, maps: SentenceMaps) -> ViewState:
     """The state with layer, head and output step moved inside what this model and kind have
     (why, for the link's note)."""
+    if state.kind not in maps.drawn_kinds and maps.drawn_kinds:  # no source: no cross map
+        asked = KIND_NAMES[state.kind].lower()
+        state.kind, state.why["kind"] = maps.drawn_kinds[0], f"this model has no {asked} map"
     layers, kind = maps.layers(state.kind), f"{KIND_NAMES[state.kind].lower()}-attention"
     last = max(len(maps.output_tokens) - 1, 0)
     for name, most, why in (

@@ -168,6 +168,9 @@ def compare_maps(
 def importance_panel(entry: ModelEntry, lm: TranslationModel, state: ViewState) -> None:
     """Head importance on validation sentences: from the disk cache, or computed on request."""
     st.subheader("Head importance")
+    if problem := lm.supports("importance"):  # it reads no validation sentence
+        st.caption(md(problem))
+        return
     here = lm.trained_here
     state.keep_within("importance_sentences", *SAMPLE_SIZES)
     widget_default("ab_sentences", state.importance_sentences)

@@ -16,10 +16,11 @@ HEAD_WORDS = {"mean": "mean of heads", "max": "max of heads", "rollout": "rollou
 def view_controls(maps: SentenceMaps, state: ViewState, subword: bool, pieces: str = "BPE") -> bool:
     """Kind, layer, head and display toggles; returns whether colours are stretched."""
     cols = st.columns([3, 1, 1.5])
-    widget_default("at_kind", state.kind, KINDS)
+    kinds = maps.drawn_kinds or list(KINDS)  # a model that reads no source: decoder self only
+    widget_default("at_kind", state.kind, kinds)
     state.kind = cols[0].radio(
         "Attention kind",
-        KINDS,
+        kinds,
         key="at_kind",
         horizontal=True,
         format_func=lambda k: KIND_NAMES[k],

@@ -63,8 +63,8 @@ def promote_form(info: RunInfo) -> None:
             saved = st.session_state.setdefault(SAVED, {}).setdefault(info.run_id, [])
             saved.append(path.name)
             st.success(saved_words(path.name))
-            if heads:
-                keep_trajectories(info, path)
+            if heads and not path.is_dir():  # a model folder (decoder-only): no snapshots; its
+                keep_trajectories(info, path)  # history carries its circuit scores instead
 
 
 def saved_words(name: str) -> str:
