@@ -9,14 +9,14 @@ second process starts a spin loop (``python -c "while True: pass"``, one core ke
 ``--busy-s`` seconds are measured beside it, the trainer's adaptation included. The trainer
 is started as a person starts it (``--entry command``: ``python -m core.train``) or as the
 Train page does (``--entry app``: ``core.runs.jobs.start_run``, ``--request``, niced).
-Modes, interleaved: ``share`` the trainer as it is (``core.runs.cpu_share``: its threads wait
-passively, and it measures the machine during the run and trains on one thread fewer while a
-core is taken), ``fixed`` the old behaviour (``ATTENTION_STUDIO_TRAINER_SHARE=0``: OpenMP's
-spinning threads, as many as it started with, whatever happens), ``passive`` the old one
-with passive waits alone (``OMP_WAIT_POLICY=PASSIVE``). Prints each run's quiet and busy
-target tokens per wall second (from the run's metrics records), their ratio, what the
-trainer said about its threads, and per mode the medians. Needs fra-eng.zip ($FRA_ENG_ZIP
-or ../shared/data/fra-eng.zip).
+Modes, interleaved: ``share`` the trainer as it is (``core.runs.cpu_share``: it measures the
+machine during the run and trains on one thread fewer while a core is taken; its threads wait
+passively where ``ATTENTION_STUDIO_PASSIVE_WAITS=1``), ``fixed`` the old behaviour
+(``ATTENTION_STUDIO_TRAINER_SHARE=0``: OpenMP's spinning threads, as many as it started
+with, whatever happens), ``passive`` the old one with passive waits alone
+(``OMP_WAIT_POLICY=PASSIVE``). Prints each run's quiet and busy target tokens per wall second
+(from the run's metrics records), their ratio, what the trainer said about its threads, and per
+mode the medians. Needs fra-eng.zip ($FRA_ENG_ZIP or ../shared/data/fra-eng.zip).
 """
 
 from __future__ import annotations

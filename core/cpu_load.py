@@ -2,10 +2,11 @@
 the commands use to share the cores (``core.runs.cpu_share`` tells why one thread fewer pays
 on a busy machine). No torch at import: the lightest commands import it too.
 
-A trainer's OpenMP threads also wait for each other passively (``passive_waits``): a thread
-that sleeps between operations is woken ahead of a process that keeps a core busy, where
-one that spins for its next operation takes its turns like any busy loop (docs/training.md,
-"A trainer on a busy machine").
+A trainer's OpenMP threads may also wait for each other passively (``passive_waits``, where
+``ATTENTION_STUDIO_PASSIVE_WAITS=1`` asks): a thread that sleeps between operations is woken
+ahead of a process that keeps a core busy, where one that spins for its next operation takes
+its turns like any busy loop; it costs a quiet machine a quarter of its speed, so it is off by
+default (docs/training.md, "A trainer on a busy machine").
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ SAMPLE_S = 0.25  # how long a command looks at the machine before it starts
 SHARE_ENV = "ATTENTION_STUDIO_TRAINER_SHARE"  # "0": a trainer keeps its threads and waits
 WAIT_POLICY_ENV = "OMP_WAIT_POLICY"  # read once, when torch loads OpenMP
 WAIT_POLICY = "PASSIVE"  # a trainer's threads sleep between operations instead of spinning
+PASSIVE_ENV = "ATTENTION_STUDIO_PASSIVE_WAITS"  # "1": they do (it costs ~28 % on a quiet CPU)
 
 
 def machine_busy_seconds() -> float:
@@ -60,9 +62,11 @@ def sharing(env=None) -> bool:
 
 
 def passive_waits(env: MutableMapping[str, str]) -> MutableMapping[str, str]:
-    """Set a trainer's OpenMP wait policy to WAIT_POLICY in ``env`` where it shares the cores
-    and nobody chose one; ``env``. Only a process that has not loaded torch yet reads it."""
-    if sharing(env) and not env.get(WAIT_POLICY_ENV):
+    """Set a trainer's OpenMP wait policy to WAIT_POLICY in ``env`` where PASSIVE_ENV asks for
+    it, it shares the cores and nobody chose one; ``env``. Only a process that has not loaded
+    torch yet reads it. Off by default: on a quiet machine it trains the "small" preset at 9.0
+    against 12.6 thousand tokens/s (spinning waits; docs/training.md)."""
+    if env.get(PASSIVE_ENV) == "1" and sharing(env) and not env.get(WAIT_POLICY_ENV):
         env[WAIT_POLICY_ENV] = WAIT_POLICY
     return env
 

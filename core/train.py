@@ -26,7 +26,7 @@ from pathlib import Path
 from core.cpu_load import passive_waits
 
 if __name__ == "__main__":  # before torch loads OpenMP, which reads it once (core.runs.cpu_share)
-    passive_waits(os.environ)  # the app's trainers have it from their launch (jobs.trainer_env)
+    passive_waits(os.environ)  # where asked; the app's trainers: from their launch (trainer_env)
 
 from core.alignment.teacher import prepare_alignments, read_source
 from core.command_line import CommandError, CommandParser, run_command

@@ -18,10 +18,10 @@ none``), two threads kept 0.73 of it where the server used 0.32 cores (one threa
   machine the other processes used and how long its own threads waited for a core: past
   ``BUSY_CORES``, or on all its threads past ``WAIT_CORES`` of waiting (a busy loop that
   shares a core with a spinning trainer thread shows as half a core, not one), it trains on
-  one thread fewer, below ``IDLE_CORES`` on all of them again (``CpuShare``). Its threads wait
-  passively (``core.cpu_load.passive_waits``): beside a spin loop started mid-run a two-thread
-  command kept 0.27 of its speed before, 0.68 now, the app's niced trainer collapsed before and
-  keeps 0.69 now (medians; docs/training.md, "A trainer on a busy machine").
+  one thread fewer, below ``IDLE_CORES`` on all of them again (``CpuShare``): beside a spin
+  loop started mid-run a two-thread command kept 0.27 of its speed before, 0.45-0.46 now; its
+  threads may also wait passively (``core.cpu_load.passive_waits``, opt-in: 0.68, but 28 %
+  slower on a quiet machine; docs/training.md, "A trainer on a busy machine").
 - Another command (``python -m core.*``) looks at the machine for a quarter of a second before it
   starts and takes one thread fewer past ``BUSY_CORES`` (``core.cpu_load.command_threads``).
 """
