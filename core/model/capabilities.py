@@ -36,6 +36,15 @@ BY_FAMILY: dict[str, dict[str, str]] = {
     },
 }
 
+SENTENCE_WORK = (  # the sections that read a source sentence and its translation, in words
+    ("alignment", "alignment"),
+    ("attribution", "attribution"),
+    ("patch", "patching"),
+    ("compare", "comparing two models' translations"),
+    ("d2l", "the d2l chapter's BLEU check"),
+    ("evaluate", "BLEU on a split"),
+    ("force", "rating a translation you type"),
+)
 NO_TRANSLATION = (
     "A masked language model (BERT, RoBERTa, DistilBERT, ELECTRA) fills [MASK] tokens of one "
     "sentence; it does not translate, so {what} (which compares a source with its "
@@ -56,18 +65,7 @@ BY_FAMILY[MASKED_LM] = {
     "head_detectors).",
     "translate": "A masked language model (BERT, RoBERTa, DistilBERT, ELECTRA) fills [MASK] "
     "tokens of one sentence; it does not translate.",
-    **{
-        what: NO_TRANSLATION.format(what=words)
-        for what, words in (
-            ("alignment", "alignment"),
-            ("attribution", "attribution"),
-            ("patch", "patching"),
-            ("compare", "comparing two models' translations"),
-            ("d2l", "the d2l chapter's BLEU check"),
-            ("evaluate", "BLEU on a split"),
-            ("force", "rating a translation you type"),
-        )
-    },
+    **{what: NO_TRANSLATION.format(what=words) for what, words in SENTENCE_WORK},
 }
 
 T5_IG = (
@@ -91,16 +89,7 @@ NO_SENTENCE = (
 BY_TASK: dict[str, dict[str, str]] = {  # a model trained here on a task other than translation
     "induction": {
         what: NO_SENTENCE.format(what=words)
-        for what, words in (
-            ("translate", "translating"),
-            ("alignment", "alignment"),
-            ("attribution", "attribution"),
-            ("patch", "patching"),
-            ("compare", "comparing two models' translations"),
-            ("d2l", "the d2l chapter's BLEU check"),
-            ("evaluate", "BLEU on a split"),
-            ("force", "rating a translation you type"),
-        )
+        for what, words in (("translate", "translating"), *SENTENCE_WORK)
     },
 }
 BY_TASK["induction"] |= {

@@ -37,29 +37,36 @@ TOKENIZER_CLASS = (
 PATH_KEYS = ("_name_or_path", "name_or_path", "_commit_hash")  # where a machine path may go
 
 
-def fast_tokenizer(vocab: Vocab, max_positions: int):
-    """A ``PreTrainedTokenizerFast`` of the studio's vocabulary (its ids unchanged), putting
-    ``<bos>`` before each text of at most ``max_positions`` tokens."""
-    from tokenizers import Tokenizer, decoders, models, processors
-    from transformers import PreTrainedTokenizerFast
+def studio_tokenizer(vocab: Vocab):
+    """A ``tokenizers`` Tokenizer of the studio's vocabulary (its ids unchanged) that reads raw
+    text as the corpus was read (``d2l_reading``) and writes pieces back as training spaced
+    them ("pi ##ece" -> "piece", "moi ." not "moi.")."""
+    from tokenizers import Tokenizer, decoders, models
 
     if vocab.kind == "word":
         tok = Tokenizer(models.WordLevel(vocab=dict(vocab.stoi), unk_token=UNK))
     else:
         tok = Tokenizer.from_str(vocab.tokenizer_json)
-        # "pi ##ece" -> "piece", the words spaced as training wrote them ("moi ." not "moi.")
         tok.decoder = decoders.WordPiece(prefix=PREFIX, cleanup=False)
-    d2l_reading(tok)  # words as training cut them
+    d2l_reading(tok)
+    return tok
+
+
+SPECIAL_TOKENS = {"pad_token": PAD, "bos_token": BOS, "eos_token": EOS, "unk_token": UNK}
+
+
+def fast_tokenizer(vocab: Vocab, max_positions: int):
+    """A ``PreTrainedTokenizerFast`` of the studio's vocabulary (its ids unchanged), putting
+    ``<bos>`` before each text of at most ``max_positions`` tokens."""
+    from tokenizers import processors
+    from transformers import PreTrainedTokenizerFast
+
+    tok = studio_tokenizer(vocab)
     tok.post_processor = processors.TemplateProcessing(
         single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, Vocab.bos_id)]
     )
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token=PAD,
-        bos_token=BOS,
-        eos_token=EOS,
-        unk_token=UNK,
-        model_max_length=max_positions,
+        tokenizer_object=tok, model_max_length=max_positions, **SPECIAL_TOKENS
     )
 
 
@@ -76,15 +83,10 @@ def encoder_tokenizer(vocab: Vocab, max_positions: int):
     and the encoder's mask token (``MASK``, id ``len(vocab)``): ``<bos> a <eos>``, a pair
     ``<bos> a <eos> b <eos>`` (token types 0 then 1), read as the corpus was (``d2l_reading``),
     naming cls (<bos>), sep (<eos>), mask, pad and unk as such."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, processors
+    from tokenizers import AddedToken, processors
     from transformers import PreTrainedTokenizerFast
 
-    if vocab.kind == "word":
-        tok = Tokenizer(models.WordLevel(vocab=dict(vocab.stoi), unk_token=UNK))
-    else:
-        tok = Tokenizer.from_str(vocab.tokenizer_json)
-        tok.decoder = decoders.WordPiece(prefix=PREFIX)  # "pi ##ece" -> "piece"
-    d2l_reading(tok)
+    tok = studio_tokenizer(vocab)
     tok.add_special_tokens([AddedToken(MASK, special=True, normalized=False)])
     if tok.token_to_id(MASK) != len(vocab):
         raise ValueError(f"the mask token must follow the vocabulary (id {len(vocab)})")
@@ -95,14 +97,11 @@ def encoder_tokenizer(vocab: Vocab, max_positions: int):
     )
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
-        pad_token=PAD,
         cls_token=BOS,
         sep_token=EOS,
-        bos_token=BOS,
-        eos_token=EOS,
-        unk_token=UNK,
         mask_token=MASK,
         model_max_length=max_positions,
+        **SPECIAL_TOKENS,
         model_input_names=["input_ids", "token_type_ids", "attention_mask"],
     )
 
