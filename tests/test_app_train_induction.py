@@ -97,7 +97,8 @@ def test_a_watched_induction_run_shows_its_heads_forming_and_the_phase_change(jo
     at = train_page("induction-run")
     header = " ".join(plain(c.value) for c in at.caption)
     assert "induction: 4-16 random tokens read twice (256 kinds)" in header
-    assert "2 blocks, decoder-only" in header and "fra-eng" not in header
+    (line,) = [plain(c.value) for c in at.caption if "random tokens read twice" in c.value]
+    assert "2 blocks, decoder-only" in line and "fra-eng" not in line  # the run's own line
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     by_title = {s["layout"]["title"]["text"]: s for s in specs}
     phase = phase_change(recs)
