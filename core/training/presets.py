@@ -83,7 +83,7 @@ PRESETS: dict[str, dict[str, dict]] = {
         },
         "train": {  # as "small", but 100 warm-up steps: ten minutes buy ~2,000 steps on a
             "epochs": 0,  # quiet 2-core CPU, 300-600 on a busy one (test BLEU 40.4 and 22.0:
-            "time_budget": 600,  # docs/training.md, the fifth shipped model)
+            "time_budget": 600,  # docs/training.md, "A shipped decoder-only model")
             "batch_size": 128,
             "lr": 2e-3,
             "warmup_steps": 100,
