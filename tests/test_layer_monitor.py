@@ -153,10 +153,27 @@ def test_the_largest_models_distributions_fit_the_metrics_estimate():
     from core.runs.budget import RECORD_BYTES, eval_record_bytes
 
     layers = {k: MODEL_UPPER[k] for k in ("num_encoder_layers", "num_decoder_layers")}
-    config = ModelConfig(20, 20, d_model=8, num_heads=2, d_ff=8, **layers)
+    layers["num_heads"] = 2
+    config = ModelConfig(20, 20, d_model=8, d_ff=8, **layers)
     model = Transformer(config)
     src, tgt = torch.randint(4, 20, (2, 5)), torch.randint(4, 20, (2, 6))
     (model.loss(src, tgt[:, :-1], tgt[:, 1:]) * 1e-7).backward()  # tiny gradients: long numbers
     record = {"distributions": distributions(model)}
     assert len(record["distributions"]["grads"]) == 24 + 24 + 3
     assert len(json.dumps(record)) <= eval_record_bytes(layers) - RECORD_BYTES
+
+
+def test_the_largest_circuit_scores_fit_the_metrics_estimate():
+    """A decoder-only run's evaluation record also carries every head's three circuit scores
+    (``core.training.circuits``): at the largest sizes they fit what the budget counts."""
+    import json
+
+    from core.model.config import MODEL_UPPER
+    from core.runs.budget import RECORD_BYTES, eval_record_bytes
+
+    L, H = MODEL_UPPER["num_decoder_layers"], MODEL_UPPER["num_heads"]  # noqa: N806
+    grid = [[0.1234] * H for _ in range(L)]  # 4 decimals, as the records keep them
+    circuits = {"previous_token": grid, "duplicate_token": grid, "induction": grid}
+    model = {"num_encoder_layers": 2, "num_decoder_layers": L, "num_heads": H}
+    without = RECORD_BYTES + 2 * (2 + L + 3) * 512  # the distributions' share, as before
+    assert len(json.dumps({"circuits": circuits})) <= eval_record_bytes(model) - without

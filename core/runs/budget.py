@@ -80,6 +80,7 @@ PROBE_OVERHEAD = 4096  # a probe or translation: its objects, warnings and file 
 TOKEN_BYTES = 64  # a token string, pickled or in memory
 RECORD_BYTES = 4096  # the largest metrics record the estimate allows (an eval with examples)
 DISTRIBUTION_BYTES = 512  # one layer group's weight or gradient distribution in an eval record
+SCORE_BYTES = 10  # one head's circuit score in an eval record ("0.1234, ": core.training.circuits)
 FIXED_RUN_BYTES = 256 * 1024  # config, status, job, request, notes and locks
 
 
@@ -211,10 +212,12 @@ def models_to_keep(asked: int, n_parameters: int, model: Mapping) -> int:
 
 
 def eval_record_bytes(model: Mapping) -> int:
-    """An evaluation record at its largest: examples, metrics and the distributions of the
-    weights and gradients of every layer group (two embeddings, each layer, the output)."""
+    """An evaluation record at its largest: examples, metrics, the distributions of the
+    weights and gradients of every layer group (two embeddings, each layer, the output) and a
+    one-stack run's circuit scores (three per head of every layer)."""
     groups = model["num_encoder_layers"] + model["num_decoder_layers"] + 3
-    return RECORD_BYTES + 2 * groups * DISTRIBUTION_BYTES
+    heads = model["num_heads"] * max(model["num_encoder_layers"], model["num_decoder_layers"])
+    return RECORD_BYTES + 2 * groups * DISTRIBUTION_BYTES + 3 * heads * SCORE_BYTES
 
 
 def metrics_bytes(train: Mapping, model: Mapping) -> int:
