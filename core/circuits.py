@@ -47,8 +47,8 @@ def run(args: argparse.Namespace) -> list[str]:
     lines = circuit_lines(records)
     if len(lines) == 1:
         raise CommandError(
-            f"{args.run} has no circuit scores: only a run on the induction task measures "
-            "them (python -m core.train --preset induction)."
+            f"{args.run} has no circuit scores: a run on the induction or lm task, or an "
+            "encoder's run, measures them (python -m core.train --preset induction)."
         )
     return [json.dumps(line, ensure_ascii=False) for line in lines]
 

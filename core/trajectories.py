@@ -10,10 +10,15 @@ notes, and the stages heuristic (``core.attention.trajectory_reading``). Then on
 (basis, step, kind, layer, head): entropy, diagonal, previous, special, aer (null where not
 measured). ``probes``: the probe sentences at every snapshot; ``validation``: the first N
 validation sentences, teacher-forced, with each cross head's AER on the shipped gold set,
-at steps where a checkpoint was saved. A decoder-only run (or its model folder, ``.hf``)
-keeps no snapshots: it is refused in one line that names ``python -m core.circuits``, which
-prints its heads over training (its circuit scores). The library is ``core.alignment.head_aer``, the
-function the Attention page calls; results are cached in ``<runs>/.trajectories/``.
+at steps where a checkpoint was saved (a run whose snapshots hold translations). A run of
+any architecture keeps snapshots: a one-stack model's (decoder-only, encoder) one pass of its
+one stack; where its evaluations carry circuit scores (induction, lm, encoder), each head's
+line carries its ``induction``, ``previous_token`` and ``duplicate_token`` scores at that
+step, and the first line the ``phase`` change (``core.training.circuits.phase_change``). A
+model with no run or ``.history`` beside it, or whose history keeps no snapshots, is refused
+in one line (``core.model.capabilities.replay_problem``). The library is
+``core.alignment.head_aer``, the function the Attention page calls; results are cached in
+``<runs>/.trajectories/``.
 Bad input: one line on stderr, exit status 2.
 """
 
@@ -28,8 +33,8 @@ from core.alignment.head_aer import head_trajectories
 from core.attention.trajectories import SENTENCES, as_json_lines, history_of
 from core.attention.trajectory_reading import stages
 from core.command_line import CommandError, CommandParser, InRange, run_command
+from core.model.capabilities import replay_problem
 from core.model.checkpoints import CheckpointError, read_metadata
-from core.runs.circuit_history import circuit_evals
 from core.runs.history import open_history
 
 MAX_SENTENCES = 10_000
@@ -57,19 +62,11 @@ def source_of(args) -> tuple[Path, Path | None]:
     else:
         checkpoint = Path(args.checkpoint)
         source = history_of(checkpoint)
-        if source is None or not checkpoint.is_dir():  # a model folder's history: circuits?
-            read_metadata(checkpoint)  # CheckpointError when it is not one of ours
-        if source is None:
-            raise CommandError(f"{checkpoint} has no training history (no run, no .history file)")
-    history = open_history(source)
-    if not history.snapshot_steps():
-        if circuit_evals(history.read_metrics()):
-            raise CommandError(
-                f"{source} is a decoder-only run's history: it keeps no attention snapshots; "
-                f"its heads over training are its circuit scores: python -m core.circuits "
-                f"--run {source}"
-            )
-        raise CommandError(f"{source} holds no readable attention snapshots")
+        if source is None and not checkpoint.is_dir():
+            read_metadata(checkpoint)  # CheckpointError when it is not a model file
+    steps = open_history(source).snapshot_steps() if source is not None else []
+    if problem := replay_problem(source is not None, len(steps)):
+        raise CommandError(f"{source or checkpoint}: {problem}")
     return source, checkpoint
 
 

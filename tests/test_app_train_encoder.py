@@ -3,6 +3,8 @@ masked language model on the translation pairs, the fields shown those it reads.
 
 from __future__ import annotations
 
+import json
+
 from tests.helpers import assert_clean, plain
 from tests.test_app_train import button, train_page
 from tests.test_app_train_induction import keys_of, launched  # noqa: F401 - the fixture
@@ -40,7 +42,8 @@ def test_an_encoder_on_the_induction_task_is_refused_in_one_line(launched):  # n
 
 
 def test_an_encoder_runs_page_shows_its_curves_without_bleu(jobs_env):
-    """A finished encoder run (val_loss and val_fill_accuracy, no BLEU, no circuits)."""
+    """A finished encoder run (val_loss and val_fill_accuracy, no BLEU), its heads scored at
+    each evaluation: the page draws them under "Circuits forming" as for an induction run."""
     from core.places import runs_root
     from core.train import main
     from core.training.settings import to_flags
@@ -56,3 +59,10 @@ def test_an_encoder_runs_page_shows_its_curves_without_bleu(jobs_env):
     at = train_page("bert")
     assert not at.error, [plain(e.value) for e in at.error]
     assert not at.exception
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    by_title = {s["layout"]["title"]["text"]: s for s in specs}
+    assert "validation loss (cross-entropy)" in by_title and "validation BLEU" not in by_title
+    assert any("Circuits forming" in m.value for m in at.markdown)
+    heads = by_title["induction score per head"]["data"]
+    assert len(heads) == 2 * 4  # every head of the tiny encoder's two layers
+    assert all(len(line["x"]) == 2 for line in heads)  # scored at steps 5 and 10

@@ -114,7 +114,11 @@ def test_the_tensorboard_export_carries_each_heads_circuit_scores(induction_dirs
 
 
 @pytest.mark.parametrize("where", ["--run ind", "--checkpoint ind/best.pt", "--checkpoint shipped"])
-def test_trajectories_of_a_decoder_only_run_are_refused_in_one_line(induction_dirs, capsys, where):
+def test_trajectories_of_a_history_without_snapshots_are_refused_in_one_line(
+    induction_dirs, capsys, where
+):
+    """A run (and the shipped model) whose history keeps no snapshots: written before one-stack
+    runs kept them (tests/test_one_stack_replay.py replays a run that has them)."""
     flag, name = where.split()
     path = {"ind": induction_dirs["ind"], "ind/best.pt": induction_dirs["ind"] / "best.pt"}.get(
         name, induction_dirs["checkpoints"] / SHIPPED.name

@@ -20,10 +20,12 @@ import numpy as np
 import pytest
 import torch
 
+from core.attention.head_detectors import head_scores
 from core.corpus.batches import rank_batches
 from core.corpus.text import tokenize
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import read_checkpoint
+from core.model.encoder_trainee import MASK
 from core.model.opened import open_model
 from core.runs.run_dir import RunDir
 from core.training import distributed
@@ -362,3 +364,75 @@ def test_two_processes_train_a_head_to_align_from_the_launchers_alignments(tmp_p
     assert records and all("align_loss" in r for r in records)
     assert json.loads((out / "config.json").read_text())["train"]["align_weight"] == 0.5
     assert RunDir(out).read_status()["world_size"] == 2
+
+
+# ----------------------------------------------------------------------------- one-stack models
+
+SHORT = ["--max-steps", "12", "--eval-every", "6"]  # the one-stack runs: two evaluations
+INDUCTION = [  # the induction preset, small: 64 sequences, a narrower model
+    *("--preset", "induction", "--induction-sequences", "64", "--d-model", "32"),
+    *("--epochs", "0", "--log-every", "1", "--no-amp", "--device", "cpu", *SHORT),
+]
+DECODER_ONLY = {  # a task's flags (global batch 4 on the tiny corpus, 8 induction sequences)
+    "translation": ([*FLAGS, *SHORT, "--arch", "decoder-only"], 4),
+    "induction": (INDUCTION, 8),
+}
+
+
+def evaluations(out: Path) -> list[dict]:
+    """The evaluation records of a run."""
+    return [r for r in RunDir(out).read_metrics() if r["record"] == "eval"]
+
+
+@pytest.mark.parametrize("task", ["translation", "induction"])
+def test_a_decoder_only_model_follows_one_process_of_its_whole_batch(tmp_path, task):
+    """The Llama-style trainee through DDP: the loss of each step as one process's on the
+    whole batch, one evaluation record per evaluation (BLEU by rank 0's cached decoding, or
+    the circuits), one best.hf the door opens."""
+    flags, batch = DECODER_ONLY[task]
+    one = launch(tmp_path / "one", *flags, "--batch-size", str(batch), processes=1)
+    two = launch(tmp_path / "two", *flags, "--batch-size", str(batch // 2))
+    for proc, out in ((one, tmp_path / "one"), (two, tmp_path / "two")):
+        assert finish(proc, out) == 0, log_of(out)[-3000:]
+    runs = tmp_path / "one", tmp_path / "two"
+    ones, twos = (train_records(out) for out in runs)
+    assert [r["step"] for r in twos] == [r["step"] for r in ones] == list(range(1, 13))
+    for key in ("loss", "grad_norm"):  # float tolerance, as the encoder-decoder's above
+        assert [r[key] for r in twos] == pytest.approx([r[key] for r in ones], rel=5e-5, abs=1e-6)
+    evals = [evaluations(out) for out in runs]
+    assert [r["step"] for r in evals[1]] == [r["step"] for r in evals[0]] == [6, 12]
+    for written in (evals, (ones, twos)):  # the records one process writes, field for field
+        assert [sorted(r) for r in written[1]] == [sorted(r) for r in written[0]]
+    measure = "val_bleu" if task == "translation" else "circuits"
+    assert all(measure in r for r in evals[0] + evals[1])
+    assert evals[1][-1]["val_loss"] == pytest.approx(evals[0][-1]["val_loss"], rel=1e-4)
+    status = RunDir(runs[1]).read_status()
+    assert (status["state"], status["world_size"]) == ("finished", 2)
+    assert sorted(p.name for p in runs[1].glob("*.hf")) == ["best.hf", "last.hf"]
+    loaded = open_model(str(runs[1] / "best.pt"))  # through the door: its best.hf
+    if task == "translation":
+        assert loaded.supports("translate") is None  # no refusal
+    else:
+        assert head_scores(loaded, 6, 8, 0).induction.shape == (2, 4)  # layers, heads
+
+
+def test_an_encoder_trains_with_two_processes_and_resumes_their_masks(tmp_path):
+    """The masked language model through DDP: each process draws its own masks from its own
+    stream, and a run stopped and resumed draws what an unbroken one does; rank 0 evaluates
+    (the fill accuracy and the circuits) once, and writes one best.hf the door opens."""
+    flags = [*FLAGS, *SHORT, "--arch", "encoder", "--batch-size", "2"]
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    run(whole, *flags)
+    run(broken, *flags, "--max-steps", "6")
+    run(broken, "--resume", "--max-steps", "12")
+    unbroken, resumed = train_records(whole), train_records(broken)
+    assert [r["step"] for r in resumed] == [r["step"] for r in unbroken] == list(range(1, 13))
+    assert [r["loss"] for r in resumed] == pytest.approx([r["loss"] for r in unbroken], rel=1e-5)
+    streams = read_checkpoint(whole / "last.pt")["rng"]["ranks"]
+    assert not torch.equal(streams[0]["torch"], streams[1]["torch"])  # a stream per process
+    evals = evaluations(whole)
+    assert [r["step"] for r in evals] == [6, 12]
+    assert all("val_fill_accuracy" in r and "circuits" in r for r in evals)
+    assert RunDir(whole).read_status()["world_size"] == 2
+    assert sorted(p.name for p in whole.glob("*.hf")) == ["best.hf", "last.hf"]
+    assert open_model(str(whole / "best.pt")).mask_token == MASK  # the door opens its best.hf

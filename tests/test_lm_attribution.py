@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from core.attribution.methods import AttributionError, attribute
+from core.attribution.terms import sublayer_terms
 from core.model import lm_sites
 from core.model.architectures import architecture_of
 from tests.lm_tiny import LM_FAMILIES
@@ -113,9 +114,9 @@ def test_each_attention_sub_layer_is_the_sum_of_its_token_terms(lm):
     to the layer's input), every layer."""
     if refused(lm, "norm", "alti", "value-zeroing"):
         return
-    from core.attribution.one_sequence import sublayer_terms
-
-    ids = lm.sequence_ids(lm.source(SOURCE).ids, lm.target_ids(TARGET))
+    src_ids, out_ids = lm.source(SOURCE).ids, lm.target_ids(TARGET)
+    ids = lm.sequence_ids(src_ids, out_ids)
+    recorded = lm.forced(src_ids, out_ids).one_stack.attention  # the record's, every layer
     seen = {}
     hooks = [
         lm_sites.attention_of(layer).register_forward_hook(
@@ -128,9 +129,10 @@ def test_each_attention_sub_layer_is_the_sum_of_its_token_terms(lm):
             o = lm.model(
                 input_ids=torch.tensor([ids]), output_attentions=True, output_hidden_states=True
             )
-            for i, layer in enumerate(lm_sites.layers_of(lm.model)):
+            for i in range(len(recorded)):
                 x = o.hidden_states[i][0]  # (N, D) the layer's input
-                t = sublayer_terms(lm.model, layer, x, o.attentions[i][0])
+                t = sublayer_terms(lm, "decoder_self", i, recorded[i])
+                assert torch.allclose(t.weights, o.attentions[i][0], atol=1e-6)
                 inside = "residual_inside" in architecture_of(lm.model).quirks  # BLOOM's
                 assert torch.allclose(t.output, seen[i] if inside else x + seen[i], atol=1e-5)
                 assert torch.allclose(t.rebuilt(), t.output, atol=1e-5)
@@ -143,19 +145,16 @@ def test_norm_based_and_alti_roll_out_over_the_one_attention(lm):
     if refused(lm, "norm", "alti", "value-zeroing"):
         return
     from core.attribution.mixing import alti_scores
-    from core.attribution.one_sequence import sublayer_terms
 
     t = lm.translate(SOURCE, SETTINGS)
     S, T = len(t.src_ids), len(t.out_ids)
     ids = lm.sequence_ids(t.src_ids, t.out_ids)
     source, steps = lm.sequence_spans(S, T)
+    recorded = lm.forced(t.src_ids, t.out_ids).one_stack.attention
     with torch.no_grad():
-        o = lm.model(
-            input_ids=torch.tensor([ids]), output_attentions=True, output_hidden_states=True
-        )
         r = torch.eye(len(ids), dtype=torch.float64)
-        for i, layer in enumerate(lm_sites.layers_of(lm.model)):  # ALTI by hand
-            terms = sublayer_terms(lm.model, layer, o.hidden_states[i][0], o.attentions[i][0])
+        for i in range(len(recorded)):  # ALTI by hand
+            terms = sublayer_terms(lm, "decoder_self", i, recorded[i])
             pieces = terms.keys.clone()
             pieces[range(len(ids)), range(len(ids))] += terms.residual  # the own token's
             scores = alti_scores(pieces, terms.output).double()
@@ -173,23 +172,22 @@ def test_norm_based_and_alti_roll_out_over_the_one_attention(lm):
 
 def test_value_zeroing_is_the_layer_run_again_without_a_tokens_values(lm):
     """Zeroing token j's value vectors in every head (at the model's own v projection, the
-    weights as they are) moves layer 0's output as ``zeroing_mix`` says; the layer's output
-    rebuilt from the terms is the model's own."""
+    weights as they are) moves layer 0's output as ``sequence_matrix`` says (the record's
+    layer output, the model's own, the base)."""
     if refused(lm, "norm", "alti", "value-zeroing"):
         return
     from core.attribution.compose import normalised
-    from core.attribution.one_sequence import sublayer_terms, zeroing_mix
-    from core.model.lm_heads import after_attention
+    from core.attribution.value_zeroing import sequence_matrix
 
-    ids = lm.sequence_ids(lm.source(SOURCE).ids, lm.target_ids(TARGET))
+    src_ids, out_ids = lm.source(SOURCE).ids, lm.target_ids(TARGET)
+    ids = lm.sequence_ids(src_ids, out_ids)
+    p = lm.forced(src_ids, out_ids)
     model = copy.deepcopy(lm.model).double()  # by hand: 1 - cos of small moves, exactly
-    layer = lm_sites.layers_of(lm.model)[0]
     attn = lm_sites.attention_of(lm_sites.layers_of(model)[0])
     x = torch.tensor([ids])
     with torch.no_grad():
         o = lm.model(input_ids=x, output_attentions=True, output_hidden_states=True)
-        t = sublayer_terms(lm.model, layer, o.hidden_states[0][0], o.attentions[0][0])
-        assert torch.allclose(after_attention(layer, t.output), o.hidden_states[1][0], atol=1e-5)
+        assert torch.allclose(p.one_stack.layer_outputs[0][0], o.hidden_states[1][0], atol=1e-5)
         base = model(input_ids=x, output_hidden_states=True).hidden_states[1][0]  # (N, D)
         moved_by = torch.zeros(len(ids), len(ids), dtype=torch.float64)
         names = architecture_of(lm.model).projections
@@ -213,7 +211,7 @@ def test_value_zeroing_is_the_layer_run_again_without_a_tokens_values(lm):
                 handle.remove()
             cos = torch.nn.functional.cosine_similarity(base, moved, dim=-1)  # (N,)
             moved_by[:, j] = (1 - cos).clamp(min=0)
-        got = zeroing_mix(layer, t)
+        got = sequence_matrix(lm, p, 0)
     assert torch.allclose(got.double(), normalised(moved_by), atol=1e-4)
     assert torch.all(got.triu(1) == 0)  # a later token's values move nothing
     t = lm.translate(SOURCE, SETTINGS)

@@ -137,7 +137,7 @@ def branches_in(source: str, probed: set[str]) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-KIND_BRANCHES_LIMIT = 39  # may only go down (issue 65's goal: 0); P0 40, P1a 39
+KIND_BRANCHES_LIMIT = 35  # may only go down (issue 65's goal: 0); P0 40, P1a 39, P4 35
 
 
 def test_kind_branches_outside_core_model_only_go_down():
@@ -246,8 +246,9 @@ def adapter_imports() -> list[str]:
     return sorted(found)
 
 
-ADAPTER_IMPORTS_LIMIT = 8  # (file, adapter module) pairs; may only go down (goal: 0); P0 47
-ADAPTER_IMPORTING_FILES_LIMIT = 5  # files among them; may only go down (goal: 0); P0 40
+ADAPTER_IMPORTS_LIMIT = 5  # (file, adapter module) pairs; may only go down (goal: 0); P0 47,
+# P4 5
+ADAPTER_IMPORTING_FILES_LIMIT = 3  # files among them; may only go down (goal: 0); P0 40, P4 3
 
 
 def test_adapter_imports_from_the_analysis_only_go_down():
@@ -325,28 +326,9 @@ TWINS = {
         ("core.attention.query_key", "query_key_view"),
         ("core.attention.query_key", "sequence_query_key"),
     ),
-    "sub-layer terms": (
-        ("core.attribution.terms", "sublayer_terms"),
-        ("core.attribution.one_sequence", "sublayer_terms"),
-    ),
-    "value zeroing": (
-        ("core.attribution.value_zeroing", "encoder_matrix"),
-        ("core.attribution.value_zeroing", "decoder_step"),
-        ("core.attribution.one_sequence", "zeroing_mix"),
-    ),
-    "rollout": (
-        ("core.attention.head_stats", "rollout"),
-        ("core.attribution.mixing", "_pieces"),  # its "rollout" branch
-        ("core.attribution.one_sequence", "rollout"),
-    ),
-    "contributions": (
-        ("core.attribution.methods", "attention_contributions"),
-        ("core.attribution.methods", "mixing_contributions"),
-        ("core.attribution.one_sequence", "sequence_contributions"),
-        ("core.attribution.one_sequence", "mixing_rollout"),  # the bypass
-    ),
 }
-TWINS_LIMIT = 7  # may only go down (issue 65's goal: 0)
+TWINS_LIMIT = 3  # may only go down (issue 65's goal: 0); P4 united sub-layer terms, value
+# zeroing, rollout and contributions (core/attribution/one_sequence.py deleted): 7 -> 3
 
 
 def defined(module: str, qualname: str) -> bool:

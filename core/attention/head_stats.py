@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
 from core.attention.kinds import BOUNDARY_TOKENS, check_tokens, kind_labels
 from core.attention.sentence_maps import SentenceMaps
@@ -54,6 +55,14 @@ def aggregate(weights: np.ndarray, how: str = "mean") -> np.ndarray:
     raise ValueError(f"Unknown head aggregation {how!r}; use 'mean' or 'max'.")
 
 
+def rollout_pieces(weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(key shares (Tq, Tk), residual shares (Tq,)) of one attention in attention rollout
+    (Abnar & Zuidema 2020): half the heads' mean weights (H, Tq, Tk), half the query's own
+    stream. Every rollout of the studio (the maps', the attribution's) is made of these."""
+    mean = weights.mean(0)  # (Tq, Tk)
+    return 0.5 * mean, torch.full_like(mean[:, 0], 0.5)
+
+
 def rollout(enc_weights: np.ndarray, add_residual: bool = True) -> np.ndarray:
     """Attention rollout (Abnar & Zuidema 2020) across encoder layers.
 
@@ -64,15 +73,13 @@ def rollout(enc_weights: np.ndarray, add_residual: bool = True) -> np.ndarray:
     Returns:
         (L, T, T) cumulative rollout after each layer, R_l = A_l @ ... @ A_1.
     """
-    attn = enc_weights.astype(np.float64).mean(axis=1)  # (L, T, T)
-    if add_residual:
-        attn = 0.5 * attn + 0.5 * np.eye(attn.shape[-1])
-    attn = _normalise_rows(attn)  # (L, T, T)
-    out = np.empty_like(attn)  # (L, T, T)
-    current = np.eye(attn.shape[-1])  # (T, T)
-    for layer, a in enumerate(attn):
-        current = a @ current
-        out[layer] = current
+    weights = torch.from_numpy(enc_weights.astype(np.float64))  # (L, H, T, T)
+    out = np.empty(weights.shape[:1] + weights.shape[2:])  # (L, T, T)
+    current = torch.eye(weights.size(-1), dtype=torch.float64)  # (T, T)
+    for layer, w in enumerate(weights):  # (H, T, T)
+        keys, own = rollout_pieces(w) if add_residual else (w.mean(0), w.new_zeros(w.size(1)))
+        current = torch.from_numpy(_normalise_rows((keys + torch.diag(own)).numpy())) @ current
+        out[layer] = current.numpy()
     return out
 
 

@@ -68,6 +68,12 @@ class SentenceMaps:
         induction task reads no source: it has no encoder or cross map)."""
         return [k for k in KINDS if all(self.tokens(k))]
 
+    def shown_kind(self, kind: str) -> str:
+        """``kind`` where these maps draw it, else the first kind they draw (a one-stack
+        model's training snapshot holds one: its pass over a sequence)."""
+        drawn = self.drawn_kinds
+        return kind if kind in drawn or not drawn else drawn[0]
+
     def layers(self, kind: str) -> int:
         """Number of layers of one kind."""
         return self.weights(kind).shape[0]

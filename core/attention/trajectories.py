@@ -53,22 +53,27 @@ from core.model.interface import TranslationModel
 from core.model.opened import open_model
 from core.places import trajectories_root
 from core.runs import budget
+from core.runs.circuit_history import MEASURES as CIRCUIT_MEASURES
+from core.runs.circuit_history import circuit_evals, phase_of, score
 from core.runs.disk_cache import read_cached, write_cached
 from core.runs.history import SUFFIX, HistoryFile, open_history
 from core.runs.run_dir import RunDir
 
-METRICS = (*MAP_METRICS, "aer")  # a head's numbers at a step
+METRICS = (*MAP_METRICS, "aer", *CIRCUIT_MEASURES)  # a head's numbers at a step
 METRIC_NAMES = {
     "entropy": "entropy (nats, mean over rows)",
     "diagonal": "diagonality (own position; cross: near the rescaled diagonal)",
     "previous": "weight on the previous position (self-attention only)",
     "special": "share of weight on <bos>/<eos>",
     "aer": "alignment error rate on the gold set (cross heads, lower is better)",
+    "induction": "induction score (circuit scores of the run's evaluations)",
+    "previous_token": "previous-token score (circuit scores of the run's evaluations)",
+    "duplicate_token": "duplicate-token score (circuit scores of the run's evaluations)",
 }
 BASES = ("probes", "validation")
 SENTENCES = 100  # validation sentences of the ``validation`` basis (the first N)
 VALIDATION = ("off", "cached", "measure")  # the validation basis: none, from the cache, all
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # 3: circuit scores in every record, the kinds a snapshot draws
 STORED_KEY = "trajectories"  # a .history file's section of validation numbers per step
 COST = {"probes": 1, "validation": 40}  # relative cost of a step of each basis (progress)
 
@@ -91,6 +96,7 @@ class Trajectories:
     seconds: float = 0.0
     computed: int = 0  # steps measured now (the others came from the disk cache)
     pending: list[int] = field(default_factory=list)  # model steps not measured (not cached)
+    phase: dict | None = None  # the phase change of a run with circuit scores (phase_change)
 
     def frame(self, basis: str | None = None) -> pd.DataFrame:
         """The records as a table (of one basis if given)."""
@@ -119,7 +125,7 @@ class Trajectories:
 def _records(basis: str, step: int, means: dict, aer: dict | None) -> list[dict]:
     """One record per head from {kind: {metric: (L, H)}} and {(layer, head): AER}."""
     out = []
-    for kind in KINDS:
+    for kind in [k for k in KINDS if k in means]:
         n_layers, n_heads = means[kind]["entropy"].shape
         for layer in range(n_layers):
             for head in range(n_heads):
@@ -127,7 +133,7 @@ def _records(basis: str, step: int, means: dict, aer: dict | None) -> list[dict]
                 rec |= {m: float(means[kind][m][layer, head]) for m in MAP_METRICS}
                 found = (aer or {}).get((layer, head)) if kind == "cross" else None
                 rec["aer"] = float("nan") if found is None else float(found)
-                out.append(rec)
+                out.append(rec | dict.fromkeys(CIRCUIT_MEASURES, float("nan")))
     return out
 
 
@@ -293,8 +299,9 @@ def trajectories(
         raise ValueError(f"validation must be one of {', '.join(VALIDATION)} (got {validation!r})")
     start, reader = time.perf_counter(), open_history(source)
     out = Trajectories(steps=reader.snapshot_steps(), sentences=sentences)
-    models = snapshot_models(source, checkpoint) if validation != "off" else {}
-    kept = stored(reader, sentences) if validation != "off" else {}
+    forced = validation != "off" and _translations(reader, out.steps)
+    models = snapshot_models(source, checkpoint) if forced else {}
+    kept = stored(reader, sentences) if forced else {}
     out.model_steps = sorted(set(models) | set(kept))
     fit_rows(out, reader)
     jobs = [("probes", s) for s in out.steps] + [("validation", s) for s in out.model_steps]
@@ -324,9 +331,28 @@ def trajectories(
             continue
         out.records += records
         out.computed += not cached
+    with_circuits(out, reader.read_metrics())
     out.seconds = time.perf_counter() - start
     report(1.0, "done")
     return out
+
+
+def with_circuits(out: Trajectories, metrics: list[dict]) -> None:
+    """Each head's circuit scores (``core.training.circuits``: previous-token,
+    duplicate-token, induction) at the snapshot steps of a run whose evaluations carry them,
+    on the probe records of the one kind its snapshot holds (a one-stack model's pass), and
+    the run's phase change."""
+    evals = {r["step"]: r for r in circuit_evals(metrics)}
+    out.phase = phase_of(metrics) if evals else None
+    kinds = {s: set() for s in evals}
+    for rec in out.records:
+        if rec["basis"] == "probes" and rec["step"] in kinds:
+            kinds[rec["step"]].add(rec["kind"])
+    for rec in out.records:
+        if rec["basis"] == "probes" and len(kinds.get(rec["step"], ())) == 1:
+            head = (rec["layer"], rec["head"])
+            found = {m: score(evals[rec["step"]], m, head) for m in CIRCUIT_MEASURES}
+            rec |= {m: float("nan") if v is None else v for m, v in found.items()}
 
 
 def fit_rows(out: Trajectories, reader) -> None:
@@ -343,6 +369,19 @@ def fit_rows(out: Trajectories, reader) -> None:
             f"per step, more would pass the {budget.TRAJECTORY_ROWS:,} rows the server holds."
         )
     out.steps, out.model_steps = steps, model_steps
+
+
+def _translations(reader, steps: list[int]) -> bool:
+    """Whether the run's snapshots hold translations (a cross map: its probes read a source
+    and wrote an output), so that teacher-forced validation sentences measure its heads; a
+    one-stack run's pass over a sequence (induction, lm, an encoder's) holds none."""
+    for step in reversed(steps):
+        try:
+            probes = reader.load_snapshot(step)["probes"]
+        except SNAPSHOT_ERRORS:
+            continue
+        return any(min(p["cross"].shape[-2:]) > 0 for p in probes)
+    return False
 
 
 def _rows_per_step(reader, steps: list[int]) -> int:

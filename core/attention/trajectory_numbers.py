@@ -61,9 +61,11 @@ def batch_metrics(w: np.ndarray, q_len: np.ndarray, k_len: np.ndarray, kind: str
 
 
 def probe_means(probes: Sequence[SentenceMaps]) -> dict:
-    """{kind: {metric: (L, H)}}: the heads' numbers averaged over the probe sentences."""
+    """{kind: {metric: (L, H)}}: the heads' numbers averaged over the probe sentences, of
+    the kinds every probe draws (a one-stack model's snapshot holds one kind:
+    ``SentenceMaps.drawn_kinds``)."""
     out = {}
-    for kind in KINDS:
+    for kind in [k for k in KINDS if all(k in maps.drawn_kinds for maps in probes)]:
         per = []
         for maps in probes:
             w = maps.weights(kind).astype(np.float64)[:, None]  # (L, 1, H, Tq, Tk)

@@ -8,9 +8,9 @@ gradient methods normalise absolute values and keep their signed scores in ``raw
 
 Methods (``METHODS``):
 - ``attention``: one layer's cross-attention (one head or the heads' mean); no prefix part
-  (a one-sequence model: its one attention's rows, ``core.attribution.one_sequence``);
-- ``rollout``: attention rollout through encoder, decoder and cross attention (a one-sequence
-  model: through its one attention);
+  (a one-stack model: its one attention's rows, cut from its record's whole sequence);
+- ``rollout``: attention rollout through encoder, decoder and cross attention (a one-stack
+  model: through its one attention over the whole sequence, then cut the same way);
 - ``norm``: rollout of norm-based contributions ||a f(x)|| (Kobayashi et al. 2020);
 - ``alti``: ALTI+ (Ferrando et al. 2022), exact for post-LN (``core.attribution.terms``);
 - ``value-zeroing``: Mohebbi et al. 2023, rolled out the same way;
@@ -43,10 +43,9 @@ from core.attribution.gradients import (
     grad_input,
     integrated_gradients,
 )
-from core.attribution.mixing import MIXING_METHODS, cross_mixing, self_mixing
-from core.attribution.one_sequence import sequence_contributions
+from core.attribution.mixing import MIXING_METHODS, cross_mixing, rollout_mixing, self_mixing
 from core.attribution.terms import TermsError, sublayer_terms
-from core.attribution.value_zeroing import value_zeroing_steps
+from core.attribution.value_zeroing import sequence_matrix, value_zeroing_steps
 from core.model.interface import TranslationModel
 from core.model.record import Record
 
@@ -73,8 +72,6 @@ METHOD_NAMES = {
     "deeplift": "DeepLIFT",
     "gradient-shap": "GradientSHAP",
 }
-SEQUENCE_METHODS = ("attention", "rollout", "norm", "alti", "value-zeroing")  # read from
-# one attention by ``core.attribution.one_sequence`` for a one-sequence model
 MEAN = "mean"  # the ``head`` of the attention method that averages the layer's heads
 
 
@@ -112,8 +109,33 @@ class Attribution:
         return self.contributions[:, self.source_length :]
 
 
+def sequence_mixing(m: TranslationModel, p: Record, method: str) -> torch.Tensor:
+    """(N, N) every layer's mixing over a one-stack record's whole sequence (rollout,
+    norm-based, ALTI+ or value zeroing), composed, the first layer's on the right: each
+    layer's one attention is a self-attention sub-layer, decomposed as every family's is."""
+    out = None
+    for i, a in enumerate(p.one_stack.attention):
+        if method == "value-zeroing":
+            mix = sequence_matrix(m, p, i)  # (N, N)
+        elif method == "rollout":
+            mix = rollout_mixing(a.weights[0].double())  # (N, N)
+        else:
+            mix = self_mixing(method, sublayer_terms(m, "decoder_self", i, a))  # (N, N)
+        out = mix.double() if out is None else mix.double() @ out  # (N, N)
+    return out
+
+
 def mixing_contributions(m: TranslationModel, p: Record, method: str) -> torch.Tensor:
-    """Rollout, norm-based or ALTI+ contributions of a recorded pass: (T, S + T)."""
+    """Rollout, norm-based, ALTI+ or value zeroing contributions of a recorded pass:
+    (T, S + T); a one-stack record's mixing over its whole sequence, cut to the decoder
+    inputs' rows over the source and the decoder inputs, renormalised."""
+    if p.one_stack is not None:
+        try:
+            return normalised(p.one_stack.cut(sequence_mixing(m, p, method))).float()
+        except TermsError as e:
+            raise AttributionError(str(e)) from e
+    if method == "value-zeroing":
+        return compose(*value_zeroing_steps(m, p))
     try:
         encoder = [
             self_mixing(method, sublayer_terms(m, "encoder", i, a))
@@ -140,8 +162,13 @@ def check_layer_head(m: TranslationModel, layer: int, head: str) -> None:
 
 
 def attention_contributions(m: TranslationModel, p: Record, layer: int, head: str) -> torch.Tensor:
-    """One layer's cross-attention, a head or the heads' mean, as (T, S + T) rows."""
+    """One layer's cross-attention, a head or the heads' mean, as (T, S + T) rows; a
+    one-stack record's one attention, cut to the decoder inputs' rows over the source and the
+    decoder inputs, renormalised."""
     check_layer_head(m, layer, head)
+    if p.one_stack is not None:
+        w = p.one_stack.attention[layer].weights[0].double()  # (H, N, N)
+        return normalised(p.one_stack.cut(w.mean(0) if head == MEAN else w[int(head)])).float()
     recorded = p.attention["cross"][layer].weights[0].float()  # (H, T, S)
     weights = recorded.mean(0) if head == MEAN else recorded[int(head)]  # (T, S)
     return torch.cat([weights, weights.new_zeros(p.output_length, p.output_length)], dim=1)
@@ -206,17 +233,11 @@ def attribute(
     with m.evaluating():
         p = p or m.forced(src_ids, out_ids)
         raw = completeness = None
-        if m.one_sequence and method in SEQUENCE_METHODS:  # one attention, cut
-            layer = m.cfg.num_decoder_layers - 1 if layer is None else layer
-            check_layer_head(m, layer, str(head))
-            scores = sequence_contributions(m, src_ids, out_ids, method, layer, str(head))
-        elif method == "attention":
+        if method == "attention":
             layer = m.cfg.num_decoder_layers - 1 if layer is None else layer
             scores = attention_contributions(m, p, layer, str(head))
-        elif method in MIXING_METHODS:
+        elif method in (*MIXING_METHODS, "value-zeroing"):
             scores = mixing_contributions(m, p, method)
-        elif method == "value-zeroing":
-            scores = compose(*value_zeroing_steps(m, p))
         else:
             try:
                 scores, raw, completeness = gradient_attribution(m, p, method, choices)

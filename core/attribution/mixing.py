@@ -5,7 +5,8 @@ diagonal carries the residual. A cross-attention sub-layer mixes the query's own
 (the residual) with the encoder outputs: ``DecoderStep(diag(own), (Tq, S))``. Rows are
 non-negative and sum to 1.
 
-- rollout (Abnar & Zuidema 2020): half the residual, half the heads' mean attention;
+- rollout (Abnar & Zuidema 2020): half the residual, half the heads' mean attention
+  (``core.attention.head_stats.rollout_pieces``, what the maps' rollout is made of too);
 - norm (Kobayashi et al. 2020, 2021): the norm of what each key adds through the heads,
   ||sum_h a^h_ij f^h(u_j)|| with f^h(u) = (u W_V^h + b_V^h) W_O^h, beside the norm of the
   residual ||x_i||, before the layer norm;
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from core.attention.head_stats import rollout_pieces
 from core.attribution.compose import DecoderStep, normalised
 from core.attribution.terms import SublayerTerms
 
@@ -35,8 +37,7 @@ def alti_scores(pieces: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 def _pieces(method: str, t: SublayerTerms) -> tuple[torch.Tensor, torch.Tensor]:
     """(key scores (Tq, Tk), residual scores (Tq,)) of one sub-layer, not normalised."""
     if method == "rollout":
-        mean = t.weights.mean(0)  # (Tq, Tk)
-        return 0.5 * mean, torch.full_like(mean[:, 0], 0.5)
+        return rollout_pieces(t.weights)  # (Tq, Tk), (Tq,)
     if method == "norm":
         return t.values.norm(dim=-1), t.queries.norm(dim=-1)  # (Tq, Tk), (Tq,)
     if method == "alti":
@@ -46,8 +47,17 @@ def _pieces(method: str, t: SublayerTerms) -> tuple[torch.Tensor, torch.Tensor]:
     raise ValueError(f"unknown mixing method {method!r}; choose from {MIXING_METHODS}")
 
 
+def rollout_mixing(weights: torch.Tensor) -> torch.Tensor:
+    """(Tq, Tq) a self-attention's rollout mixing of its weights (H, Tq, Tq): what
+    ``self_mixing`` gives for "rollout", from the weights alone."""
+    keys, own = rollout_pieces(weights)  # (Tq, Tq), (Tq,)
+    return normalised(keys + torch.diag(own))
+
+
 def self_mixing(method: str, t: SublayerTerms) -> torch.Tensor:
     """A self-attention sub-layer's mixing (Tq, Tq): the residual on the diagonal."""
+    if method == "rollout":
+        return rollout_mixing(t.weights)
     keys, own = _pieces(method, t)
     if method == "alti":  # the residual is part of the query's own token term
         whole = t.keys.clone()  # (Tq, Tq, D)

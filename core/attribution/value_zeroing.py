@@ -11,7 +11,9 @@ has two attention sub-layers: its row covers the decoder positions (zeroed in th
 self-attention) and the encoder outputs (zeroed in the cross attention), normalised
 together. All zeroings of one layer run as one batch of copies through the model's own
 forward, a hook on the ``v`` site zeroing one token's values in each copy, the pass stopped
-once that layer has run (a decoder layer's copies read the encoder's output as it was).
+once that layer has run (a decoder layer's copies read the encoder's output as it was). A
+one-stack model's layer is zeroed the same way over its whole sequence (its ``v`` site, its
+layer's ``sequence.{i}.out``), 16 tokens' copies at a time (``self_matrix``, as the encoder's).
 
 Shape key: S source tokens, T output tokens, H heads, Dh head width, D model width; N the
 number of zeroings batched.
@@ -28,7 +30,9 @@ from core.attribution.compose import DecoderStep, normalised
 from core.measure.progress import check_time
 from core.model.hooks import StopForward, stop_at
 from core.model.interface import TranslationModel
-from core.model.record import Record
+from core.model.record import Record, attention_site, sequence_site
+
+ZEROINGS = 16  # tokens zeroed in one batch of copies: (16, N, D) through the model
 
 
 def change(base: torch.Tensor, moved: torch.Tensor) -> torch.Tensor:
@@ -64,15 +68,38 @@ def layer_output(m: TranslationModel, site: str, hooks: list, run) -> torch.Tens
 
 
 @torch.no_grad()
+def self_matrix(m: TranslationModel, p: Record, v_site: str, out_site: str, base, weights):
+    """One self-attention layer's value-zeroing matrix (N, N) over the N tokens it reads:
+    ``ZEROINGS`` copies of the pass at a time, copy j with token j's values zeroed at
+    ``v_site``, each read at the layer's output ``out_site`` and compared with ``base``
+    (1, N, D); a key no head reads (``weights`` (H, N, N) all 0: a later token, one outside a
+    sliding window) moves nothing, so its column is 0 (float noise cleared)."""
+    N, parts = base.size(-2), []
+    for start in range(0, N, ZEROINGS):
+        check_time()  # a shared server's limit for one heavy job (a long sequence: many)
+        n = min(ZEROINGS, N - start)
+        keep = zero_one_each(n, n, 0, p.src.device)  # (n, n): copy j zeroes token start + j
+        keep = torch.cat([keep.new_ones(n, start), keep, keep.new_ones(n, N - start - n)], 1)
+        batch = (p.src.expand(n, -1), p.tgt_in.expand(n, -1))  # (n, S), (n, T)
+        moved = layer_output(m, out_site, [(v_site, zeroing(keep))], lambda b=batch: m.run(*b))
+        parts.append(change(base, moved))  # (N, n)
+    read = (weights.sum(0) > 0).to(base.dtype)  # (N, N) what each row attends at all
+    return normalised(torch.cat(parts, dim=1) * read)  # (N, N)
+
+
 def encoder_matrix(m: TranslationModel, p: Record, layer: int) -> torch.Tensor:
     """One encoder layer's value-zeroing matrix (S, S)."""
-    check_time()  # a shared server's limit for one heavy job
-    S = p.source_length
-    keep = zero_one_each(S, S, 0, p.src.device)  # (N=S, S)
-    src, tgt_in = p.src.expand(S, -1), p.tgt_in.expand(S, -1)
-    hooks = [(f"encoder.{layer}.self.v", zeroing(keep))]
-    moved = layer_output(m, f"encoder.{layer}.out", hooks, lambda: m.run(src, tgt_in))
-    return normalised(change(p.layer_outputs["encoder"][layer], moved))  # (S, S)
+    a = p.attention["encoder"][layer]
+    base = p.layer_outputs["encoder"][layer]  # (1, S, D)
+    return self_matrix(m, p, f"encoder.{layer}.self.v", f"encoder.{layer}.out", base, a.weights[0])
+
+
+def sequence_matrix(m: TranslationModel, p: Record, layer: int) -> torch.Tensor:
+    """One layer's value-zeroing matrix (N, N) over a one-stack model's whole sequence."""
+    whole = p.one_stack
+    base, weights = whole.layer_outputs[layer], whole.attention[layer].weights[0]
+    v_site = f"{attention_site('decoder_self', layer)}.v"
+    return self_matrix(m, p, v_site, sequence_site(layer), base, weights)
 
 
 @torch.no_grad()
@@ -96,6 +123,7 @@ def decoder_step(m: TranslationModel, p: Record, layer: int) -> DecoderStep:
 
 
 def value_zeroing_steps(m: TranslationModel, p: Record):
-    """Every layer's value-zeroing mixing: encoder matrices (S, S) and decoder steps."""
+    """Every layer's value-zeroing mixing of a model of two stacks: encoder matrices (S, S)
+    and decoder steps."""
     encoder = [encoder_matrix(m, p, i) for i in range(m.cfg.num_encoder_layers)]
     return encoder, [decoder_step(m, p, i) for i in range(m.cfg.num_decoder_layers)]

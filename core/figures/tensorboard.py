@@ -33,7 +33,6 @@ import numpy as np
 from torch.utils.tensorboard import summary as tb
 from torch.utils.tensorboard.writer import FileWriter
 
-from core.attention.kinds import KINDS
 from core.attention.sentence_maps import SentenceMaps
 from core.attention.snapshots import SNAPSHOT_ERRORS, probe_sentences
 from core.figures.training import downsample
@@ -184,7 +183,7 @@ def _images(events: _Events, rd, walltimes: dict[int, float], progress: Progress
             left_out["unreadable snapshots"] += 1
             continue
         for number, maps in enumerate(probes, start=1):
-            for kind in KINDS:
+            for kind in maps.drawn_kinds:  # a one-stack run's snapshot holds one kind
                 image, averaged = map_image(maps.weights(kind))
                 left_out["images with their heads averaged"] += averaged
                 summary = tb.image(f"maps/probe {number}/{kind}", image, dataformats="HWC")

@@ -18,6 +18,7 @@ from core.attention.kinds import kind_labels
 from core.attention.trajectories import METRIC_NAMES
 from core.attention.trajectory_reading import STAGES, MapDifference, Stages
 from core.figures.attention import DIFF_COLORSCALE, unique_labels
+from core.figures.circuits import mark_phase_change
 from core.figures.comparison import diff_range
 from core.figures.labels import PLAIN_NUMBERS, legend_below, plotly_text
 
@@ -64,10 +65,12 @@ def trajectory_figure(
     step: int | None = None,
     basis_words: str = "",
     share: pd.DataFrame | None = None,
+    phase: dict | None = None,
 ) -> go.Figure:
     """One line per head of ``kind`` (``metric`` over steps), its largest change starred,
     the run's loss and BLEU below on the same steps, and under them the model's source share
-    (``Trajectories.model_frame()``) when one was measured."""
+    (``Trajectories.model_frame()``) when one was measured; a run's phase change
+    (``Trajectories.phase``) shaded."""
     share = None if share is None else share[share["source_share"].notna()]
     rows = 3 if share is not None and not share.empty else 2
     fig = make_subplots(
@@ -118,6 +121,7 @@ def trajectory_figure(
         fig.update_yaxes(title_text="source share", row=3, col=1, **PLAIN_NUMBERS)
     if step is not None:
         fig.add_vline(x=step, line_dash="dash", line_color="gray")
+    mark_phase_change(fig, phase)
     title = f"{kind_labels(kind)[0]}: {METRIC_NAMES[metric]}"
     subtitle = f"one line per head{'; ' + basis_words if basis_words else ''}; ★ largest change"
     fig.update_layout(

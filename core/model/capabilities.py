@@ -1,12 +1,13 @@
 """What a model cannot do, and why, in one line: the one table every refusal comes from.
 
-``problem(family, model_type, what)`` answers for a section of the Attention page
-(``training``: replaying a run), an attribution method, a setting (``bfloat16``) or what a
-model does at all (``translate``; ``decoding``: writing its output step by step). What a
-family's row does not name, every model of it does; a model type's row (T5) adds to its
-family's, and a task's row (a model trained here on the induction task reads no sentence) to
-both. ``TranslationModel.supports`` reads it; the pages and commands ask it before they
-offer or compute anything.
+``problem(family, model_type, what)`` answers for a section of the Attention page, an
+attribution method, a setting (``bfloat16``) or what a model does at all (``translate``;
+``decoding``: writing its output step by step). What a family's row does not name, every
+model of it does; a model type's row (T5) adds to its family's, and a task's row (a model
+trained here on the induction task reads no sentence) to both. ``TranslationModel.supports``
+reads it; the pages and commands ask it before they offer or compute anything. Replaying a
+run (``training``) is decided from the disk instead, whatever the family: ``replay_problem``
+refuses a model with no run or .history beside it, or one whose history keeps no snapshots.
 """
 
 from __future__ import annotations
@@ -19,18 +20,27 @@ LANGUAGE_MODEL = "language model"  # a decoder-only model translating by a promp
 MASKED_LM = "masked language model"  # an encoder-only model filling [MASK] tokens
 
 NOT_TRAINED_HERE = "A Hugging Face model was not trained here: it has no snapshots to replay."
+NO_HISTORY = (  # "training" where no run directory holds the model and no .history is beside it
+    "This model has no training history here: no run directory holds it and no .history file "
+    "lies beside it (a model downloaded, or trained elsewhere), so it has no snapshots to "
+    "replay. Runs trained here, of every architecture, keep snapshots at every evaluation."
+)
+NO_SNAPSHOTS = (  # "training" where its history holds none
+    "This model's training history keeps no attention snapshots (a one-stack run trained "
+    "before they were kept, or one whose snapshots did not fit its disk budget); where it "
+    "measured circuit scores, its heads over training: python -m core.circuits --run <its run "
+    "or .history file>."
+)
 
 BY_FAMILY: dict[str, dict[str, str]] = {
     STUDIO: {
         "bfloat16": "The studio's own models are small: they are measured exactly, in float32.",
     },
     HUGGING_FACE: {
-        "training": NOT_TRAINED_HERE,
         "supervision": "Supervision is compared between two of the studio's own checkpoints: "
         "a Hugging Face model was not trained here.",
     },
     LANGUAGE_MODEL: {
-        "training": NOT_TRAINED_HERE,
         "supervision": "Supervision is compared between two of the studio's own checkpoints: "
         "a Hugging Face model was not trained here.",
     },
@@ -56,7 +66,6 @@ ONE_PASS = (
     "each layer's guess for each mask)."
 )
 BY_FAMILY[MASKED_LM] = {
-    "training": NOT_TRAINED_HERE,
     "supervision": NOT_TRAINED_HERE,
     "playback": ONE_PASS,
     "decoding": ONE_PASS,  # writing its output step by step, each step reading the last
@@ -93,10 +102,6 @@ BY_TASK: dict[str, dict[str, str]] = {  # a model trained here on a task other t
     },
 }
 BY_TASK["induction"] |= {
-    "training": "This model was trained here on the induction task: its run keeps no attention "
-    "snapshots (there is no sentence to probe); its heads over training are its circuit scores "
-    "at every evaluation: the Train page's Circuits forming, or python -m core.circuits --run "
-    "<the run, or the model's .history>.",
     "project": "This model was trained here on the induction task: its tokens are random, with "
     "no validation sentences to place; Where tokens live reads a model trained on sentences.",
     "importance": "This model was trained here on the induction task: it reads no validation "
@@ -104,6 +109,15 @@ BY_TASK["induction"] |= {
     "heads to remove by hand (Remove heads), or read its head scores (python -m "
     "core.head_scores).",
 }
+
+
+def replay_problem(has_history: bool, snapshot_steps: int) -> str | None:
+    """Why "training" (replaying a run) cannot be shown, decided from what is on disk: whether
+    a run directory or a .history file holds the model's history, and how many snapshot steps
+    it keeps (``core.runs.history``), whatever the model's family; None when it can."""
+    if not has_history:
+        return NO_HISTORY
+    return None if snapshot_steps else NO_SNAPSHOTS
 
 
 def problem(family: str, model_type: str, what: str, task: str = "") -> str | None:

@@ -10,6 +10,21 @@ from core.model.dropout import MASKS
 ARCHS = ("encoder-decoder", "decoder-only", "encoder")  # the d2l model, Llama-style, BERT-style
 ONE_VOCABULARY = ("decoder-only", "encoder")  # the archs of one stack over one vocabulary
 
+
+def attention_layers(model) -> dict[str, int]:
+    """Layers holding each kind's maps in a model of these sizes (a ModelConfig as a dict):
+    the encoder-decoder's encoder, decoder and cross layers; a decoder-only model's one stack
+    for every kind (a translation's three blocks of one causal pass); an encoder's one stack as
+    encoder self-attention alone."""
+    arch = model.get("arch", ARCHS[0])
+    enc, dec = int(model["num_encoder_layers"]), int(model["num_decoder_layers"])
+    if arch == "decoder-only":
+        return {"encoder": dec, "decoder_self": dec, "cross": dec}
+    if arch == "encoder":
+        return {"encoder": enc, "decoder_self": 0, "cross": 0}
+    return {"encoder": enc, "decoder_self": dec, "cross": dec}
+
+
 MODEL_UPPER = {  # the most each size may be: what one machine trains and the pages show
     "src_vocab_size": 1_000_000,
     "tgt_vocab_size": 1_000_000,

@@ -16,7 +16,11 @@ cross-entropy of the chosen tokens alone. In training mode the choice draws from
 generator (the one the trainer seeds and saves: a resumed run masks as an unbroken one would);
 in eval mode from a generator of its own seeded by ``EVAL_MASK_SEED``, so that every
 evaluation masks the same tokens and its losses compare. ``export_folder`` writes it as a
-``save_pretrained`` folder (``core.model.trainee_folder``).
+``save_pretrained`` folder (``core.model.trainee_folder``). For the circuit scores
+(``core.training.circuits``), ``patterns`` returns every layer's attention weights of one pass
+over a sequence read as one sentence (eager attention, for that call; training runs SDPA) and
+``token_losses`` each token's masked-LM loss with that token alone masked (its
+pseudo-likelihood: both sides in view).
 
 Shape key: B batch, S source tokens, T target tokens, N the joined sequence (1 + S + T),
 M masked tokens, L layers, D model width, V vocabulary (the mask included).
@@ -174,6 +178,30 @@ class EncoderTrainee(nn.Module):
         finally:
             self.train(was_training)
         return right / max(total, 1)
+
+    def patterns(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids (B, N), no padding, token type 0 -> every layer's attention weights
+        (L, B, H, N, N) of one eager pass (the one path that returns weights), then SDPA again."""
+        self.lm.set_attn_implementation("eager")
+        try:
+            out = self.lm.bert(input_ids=ids, output_attentions=True)
+        finally:
+            self.lm.set_attn_implementation("sdpa")
+        return torch.stack(out.attentions)  # (L, B, H, N, N)
+
+    def token_losses(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids (B, N), no padding -> (B, N-1) cross-entropy of tokens 1 .. N-1, each with that
+        token alone replaced by the mask (one pass per token, all in one batch)."""
+        B, N = ids.shape
+        at = torch.arange(1, N, device=ids.device)  # (N-1,) the token each copy masks
+        inputs = ids[:, None, :].repeat(1, N - 1, 1)  # (B, N-1, N)
+        inputs[:, at - 1, at] = self.mask_id
+        hidden = self.lm.bert(input_ids=inputs.flatten(0, 1)).last_hidden_state  # (B(N-1), N, D)
+        hidden = hidden.view(B, N - 1, N, -1)[:, at - 1, at]  # (B, N-1, D) at the masks
+        logits = self.lm.cls(hidden)  # (B, N-1, V)
+        target = ids[:, 1:]  # (B, N-1)
+        losses = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), reduction="none")
+        return losses.view(target.shape)  # (B, N-1)
 
     def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
         """The parameters by group, in the order of the forward pass (``core.training.monitor``):

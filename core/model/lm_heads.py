@@ -1,7 +1,7 @@
 """One layer of a one-sequence model, rebuilt from its own modules: its queries and keys, what
-"Inside a head" takes apart for the decoder-only and masked families of the table; and a
-decoder-only model's value terms and feed-forward, what its norm-based, ALTI+ and value
-zeroing attributions read (``core.attribution.one_sequence``).
+"Inside a head" takes apart for the decoder-only and masked families of the table; and its
+attention's projections per head and the norm around it, what the decompositions of
+``core.attribution.terms`` read of every family (``attention_weights``, ``sublayer_norm``).
 
 From the layer's input (the residual stream) the model's own norm (``input_layernorm`` /
 ``ln_1``; none before a post-LN layer, BERT's) and projections give q and k of every head
@@ -28,7 +28,7 @@ from torch import nn
 
 from core.model import lm_sites, site_hooks
 from core.model.architectures import ALIBI, ROPE, Architecture, architecture_of, part, softcap
-from core.model.parts import SequenceHeads
+from core.model.parts import AttentionWeights, SequenceHeads, SublayerNorm
 
 
 def _split(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -64,38 +64,40 @@ def _queries_keys(model: nn.Module, layer: nn.Module, x: torch.Tensor):
     return _split(q, heads), _split(k, kv), arch.scale_of(attn)
 
 
-def head_outputs(model: nn.Module, layer: nn.Module, x: torch.Tensor):
-    """(f (H, N, D), b_O (D,)): what each token's value becomes through each head's W_O,
-    f^h(x_j) = (norm(x_j) W_V^h + b_V^h) W_O^h, from the layer's input x (N, D) by its own
-    pre-attention norm and projections (a key/value head serving its group of query heads),
-    and W_O's bias (zero where it has none): the attention's output at i is
-    sum_h sum_j a^h_ij f^h(x_j) + b_O. A pre-LN decoder's only (GPT-2, Llama, Qwen2,
-    Mistral)."""
-    arch, attn = architecture_of(model), lm_sites.attention_of(layer)
+def _linear(arch: Architecture, module: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W (out, in), b (out,)) of a projection as ``nn.Linear`` holds them (GPT-2's Conv1D
+    transposed), zeros for a missing bias."""
+    weight = module.weight.T if arch.projections.conv1d else module.weight  # (out, in)
+    bias = module.bias if module.bias is not None else weight.new_zeros(weight.size(0))
+    return weight, bias
+
+
+def attention_weights(model: nn.Module, layer_index: int) -> AttentionWeights:
+    """One layer's attention projections per head, as ``nn.Linear`` holds them: a fused
+    projection (GPT-2's ``c_attn``, BLOOM's ``query_key_value``) cut into W_q, W_k and W_v as
+    the row's layout cuts its output, key/value heads as they are (``AttentionWeights``
+    repeats them for their groups)."""
+    arch, layer = architecture_of(model), lm_sites.layers_of(model)[layer_index]
+    attn, names = lm_sites.attention_of(layer), arch.projections
     heads, kv = model.config.num_attention_heads, arch.kv_heads_of(model.config)
-    w_o = lm_sites.output_projection(attn)
-    v = _projected(arch, attn, _read(arch, layer, x[None]), "v", heads, kv)
-    v = _split(v, kv)  # (Hkv, N, Dh)
-    v = v.repeat_interleave(heads // kv, dim=0)  # (H, N, Dh): each query head's
-    if arch.projections.conv1d:  # GPT-2's Conv1D keeps W as (in, out)
-        per_head = w_o.weight.view(heads, -1, w_o.weight.size(-1))  # (H, Dh, D)
+    if names.fused:
+        W, b = _linear(arch, part(attn, names.fused))  # ((H + 2 Hkv) Dh, D), ((H + 2 Hkv) Dh,)
+        cut_w = site_hooks.qkv_parts(W.T[None], names.layout, heads, kv)  # (1, D, H|Hkv, Dh)
+        cut_b = site_hooks.qkv_parts(b[None, None], names.layout, heads, kv)  # (1, 1, ., Dh)
+        qkv = [(w[0].flatten(-2).T, c[0, 0].flatten()) for w, c in zip(cut_w, cut_b)]
     else:
-        per_head = w_o.weight.T.reshape(heads, -1, w_o.weight.size(0))  # (H, Dh, D)
-    bias = w_o.bias if w_o.bias is not None else x.new_zeros(x.size(-1))
-    return torch.einsum("hnd,hde->hne", v, per_head), bias  # (H, N, D), (D,)
+        qkv = [_linear(arch, part(attn, getattr(names, which))) for which in "qkv"]
+    w_o = _linear(arch, lm_sites.output_projection_of(layer))  # (D, H Dh), (D,)
+    width = qkv[0][0].size(0) // heads  # Dh
+    flat = [t for pair in [*qkv, w_o] for t in pair]
+    return AttentionWeights(*flat, heads, width, arch.scale_of(attn))
 
 
-def after_attention(layer: nn.Module, y: torch.Tensor) -> torch.Tensor:
-    """(..., D) the layer's output from its residual after attention y (..., D): the
-    pre-LN feed-forward added, y + MLP(norm(y)) (``ln_2`` / ``post_attention_layernorm``)."""
-    stack = architecture_of(layer).stack()
-    (mlp_path,) = stack.mlp  # a pre-LN decoder's one MLP module
-    norm, mlp = part(layer, stack.mlp_norm), part(layer, mlp_path)
-    dtype = next(mlp.parameters()).dtype
-    h = norm(y.to(dtype))
-    if "residual_inside" in architecture_of(layer).quirks:  # BLOOM's mlp(h, residual)
-        return mlp(h, y.to(dtype)).to(y.dtype)
-    return y + mlp(h).to(y.dtype)
+def sublayer_norm(model: nn.Module, layer_index: int) -> SublayerNorm:
+    """The norm around one layer's attention: before it (pre-LN, ``ln_1`` /
+    ``input_layernorm``) or on the sum after it (post-LN: BERT's ``attention.output``)."""
+    arch, layer = architecture_of(model), lm_sites.layers_of(model)[layer_index]
+    return SublayerNorm(arch.norm == "pre", part(layer, arch.stack().self_attention.norm))
 
 
 def _rotated(model: nn.Module, q, k, x: torch.Tensor):

@@ -25,7 +25,7 @@ from core.model import hugging_face as hf
 from core.model import lm_heads, lm_sites, sites
 from core.model.capabilities import MASKED_LM
 from core.model.hf_model import HFModel
-from core.model.hooks import HookPoint
+from core.model.hooks import HookPoint, capture
 from core.model.parts import (
     AttentionMaps,
     AttentionWeights,
@@ -37,7 +37,7 @@ from core.model.parts import (
     TranslationError,
     translation_of,
 )
-from core.model.record import Record
+from core.model.record import Record, one_stack_of, one_stack_sites
 
 NOT_HERE = "A masked language model fills mask tokens; it has no {what}."
 MASKED_SHARE = 0.15  # of a sentence's tokens masked for the masked-LM loss (BERT's share)
@@ -259,7 +259,25 @@ class MaskedModel(HFModel):
         return f"decoder.{layer}.self.z"  # its one attention's heads (``sites``' names)
 
     def record(self, src, tgt_in, out_ids=None) -> Record:
-        raise ValueError(NOT_HERE.format(what="translation to record"))
+        """The record of one sentence's pass (the first row's): ``Record.one_stack`` over the
+        sentence, its predicted positions as the decoder inputs, and their logits."""
+        ids = [x for x in src[0].tolist() if x != self.pad_id]
+        cache: dict = {}
+        points = self.hook_points()
+        names = [s for s in one_stack_sites(self.cfg.num_encoder_layers) if s in points]
+        with self.hooks((s, capture(cache)) for s in names):
+            logits, _, hidden = self._forward(ids)  # (S, V), L + 1 x (S, D)
+        at = self.positions(ids)
+        S = len(ids)
+        every = torch.ones(1, 1, S, S, dtype=torch.bool, device=src.device)  # both ways
+        whole = one_stack_of(cache, [h[None] for h in hidden], every, slice(0, S), at)
+        none = {k: [] for k in ("encoder", "decoder_self", "cross")}
+        sides = {"encoder": [], "decoder": []}
+        masks = self.masks(src, tgt_in)
+        return Record(
+            src, tgt_in, *masks, none, sides, dict(sides), src.new_zeros(0), logits[at][None],
+            out_ids, one_stack=whole,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ one sequence
 
@@ -284,7 +302,9 @@ class MaskedModel(HFModel):
         )
 
     def attention_weights(self, kind: str, layer: int) -> AttentionWeights:
-        raise ValueError(NOT_HERE.format(what="recorded pass"))
+        self.check_layer(kind, layer)
+        return lm_heads.attention_weights(self.model, layer)  # its one attention, any kind
 
     def sublayer_norm(self, kind: str, layer: int) -> SublayerNorm:
-        raise ValueError(NOT_HERE.format(what="recorded pass"))
+        self.check_layer(kind, layer)
+        return lm_heads.sublayer_norm(self.model, layer)

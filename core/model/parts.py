@@ -207,17 +207,23 @@ class AttentionWeights:
     scale: float  # what q·k is multiplied by: 1/sqrt(Dh), or 1 (T5)
 
     def head_values(self, u: torch.Tensor) -> torch.Tensor:
-        """f^h(u_j) = (u_j W_V^h + b_V^h) W_O^h for each head: u (Tk, D) -> (H, Tk, D)."""
+        """f^h(u_j) = (u_j W_V^h + b_V^h) W_O^h for each head: u (Tk, D) -> (H, Tk, D); a
+        key/value head serves its group of query heads (grouped-query attention)."""
         H, Dh = self.heads, self.head_width
-        v = (u @ self.W_v.T + self.b_v).view(-1, H, Dh).transpose(0, 1)  # (H, Tk, Dh)
+        kv = self.W_v.size(0) // Dh  # H_kv
+        v = (u @ self.W_v.T + self.b_v).view(-1, kv, Dh).transpose(0, 1)  # (H_kv, Tk, Dh)
+        v = v.repeat_interleave(H // kv, dim=0)  # (H, Tk, Dh): each query head's
         w_o = self.W_o.view(self.W_o.size(0), H, Dh).permute(1, 2, 0)  # (H, Dh, D)
         return v @ w_o  # (H, Tk, D)
 
     def head_queries_keys(self, queries: torch.Tensor, keys: torch.Tensor, head: int):
         """One head's queries (Tq, Dh) and keys (Tk, Dh) from the inputs (Tq, D), (Tk, D)."""
-        cut = slice(head * self.head_width, (head + 1) * self.head_width)
+        Dh = self.head_width
+        cut = slice(head * Dh, (head + 1) * Dh)
+        g = self.heads // (self.W_k.size(0) // Dh)  # query heads per key/value head
+        kv = slice(head // g * Dh, (head // g + 1) * Dh)
         q = queries @ self.W_q[cut].T + self.b_q[cut]  # (Tq, Dh)
-        k = keys @ self.W_k[cut].T + self.b_k[cut]  # (Tk, Dh)
+        k = keys @ self.W_k[kv].T + self.b_k[kv]  # (Tk, Dh)
         return q, k
 
 

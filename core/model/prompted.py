@@ -13,11 +13,11 @@ the interface's answers are cut from it: logits and the residual stream at the d
 placed the same way (``sites``). The tokens are the tokenizer's
 (``core.model.hugging_face``), as for ``HFModel``, whose token methods it shares.
 
-What it does not do yet: a record with every attention site (``record``,
-``attention_weights`` and ``sublayer_norm`` decline in one line, so the attribution methods
-that decompose attention, rollout, norm-based, ALTI+ and value zeroing, read its one
-attention instead: ``core.attribution.one_sequence``), and decoding by beam search (greedy
-decoding is shown, with a note that says so).
+Its ``record`` keeps the whole sequence of one pass (``Record.one_stack``: each layer's one
+attention and output), and ``attention_weights`` and ``sublayer_norm`` give its one
+attention's projections and norm, so rollout, norm-based, ALTI+ and value zeroing read it as
+they read every family (``core.attribution``). What it does not do yet: decoding by beam
+search (greedy decoding is shown, with a note that says so).
 
 Shape key: B batch, S source pieces, T decoder steps, N prompt + output ids, L layers, H heads,
 D model width, V vocabulary.
@@ -40,7 +40,7 @@ from core.model import lm_heads, lm_sites, sites
 from core.model.architectures import architecture_of, softcap
 from core.model.capabilities import LANGUAGE_MODEL
 from core.model.hf_model import HFModel, as_text
-from core.model.hooks import HookPoint
+from core.model.hooks import HookPoint, capture
 from core.model.parts import (
     DEFAULT_LANGUAGES,
     DEFAULT_TEMPLATE,
@@ -65,7 +65,7 @@ from core.model.prompt import (
 )
 from core.model.prompt import template_problem as _template_problem
 from core.model.prompted_decoding import continue_prompts, decode_with_maps
-from core.model.record import Record
+from core.model.record import Record, one_stack_of, one_stack_sites
 
 NEWLINE, TAB = "Ċ", "ĉ"  # byte-level BPE's characters for "\n" and "\t" (GPT-2's byte map)
 LINE_END = "⏎"  # a new line as shown (a boundary token: core.attention.kinds)
@@ -76,10 +76,6 @@ NO_PROMPT = (
 TRAINED_PROMPT = (
     "This model was trained here on translation: it reads the sentence, <eos> and <bos>, then "
     "writes the translation; it takes no prompt template."
-)
-NO_RECORD = (
-    "A prompted language model gives its attention maps, its residual stream and its outputs; "
-    "a record of every site (queries, keys, each sub-layer) is not built for it yet."
 )
 
 
@@ -419,19 +415,26 @@ class PromptedModel(HFModel):
         return [p.at_source(h, src.size(1)) for h in p.stream]
 
     def record(self, src, tgt_in, out_ids=None) -> Record:
-        raise ValueError(NO_RECORD)
-
-    def forced(self, src_ids, out_ids) -> Record:
-        """A light record of one sentence: its ids, masks, logits and ``logp``; no attention
-        or layer sites (the analyses that read them refuse a prompted model: ``supports``),
-        which is all the gradient methods read."""
-        src, tgt_in, out = self.forced_batch(src_ids, out_ids)
-        with self.evaluating(), torch.no_grad():
-            logits = self.run(src, tgt_in)  # (1, T, V)
+        """The record of one sentence's pass over its whole sequence (``Record.one_stack``:
+        each layer's one attention, its output, where the source and the decoder inputs sit;
+        the first row's, as ``forced`` gives one), its logits at the decoder inputs; the two
+        stacks' kinds are blocks of it, cut where they are read."""
+        cache: dict = {}
+        points = self.hook_points()
+        names = [s for s in one_stack_sites(self.cfg.num_decoder_layers) if s in points]
+        with self.hooks((s, capture(cache)) for s in names):
+            p = self._pass(src, tgt_in, weights=True, states=True)
+        N = p.stream[0].size(1)
+        causal = torch.ones(N, N, dtype=torch.bool, device=src.device).tril()[None, None]
+        # (1, 1, N, N); a sliding window (Mistral) reads fewer: its weights are 0 beyond it
+        whole = one_stack_of(cache, p.stream, causal, p.sources[0], p.steps)
         none = {k: [] for k in ("encoder", "decoder_self", "cross")}
         sides = {"encoder": [], "decoder": []}
         masks = self.masks(src, tgt_in)
-        return Record(src, tgt_in, *masks, none, sides, dict(sides), src.new_zeros(0), logits, out)
+        return Record(
+            src, tgt_in, *masks, none, sides, dict(sides), src.new_zeros(0), p.logits, out_ids,
+            one_stack=whole,
+        )  # fmt: skip
 
     def logits_of(self, hidden, weight=None) -> torch.Tensor:
         head = self.model.get_output_embeddings()
@@ -492,7 +495,9 @@ class PromptedModel(HFModel):
         return len(self.sequence_ids(src_ids, out_ids)) - len(out_ids)
 
     def attention_weights(self, kind: str, layer: int) -> AttentionWeights:
-        raise ValueError(NO_RECORD)
+        self.check_layer(kind, layer)
+        return lm_heads.attention_weights(self.model, layer)  # its one attention, any kind
 
     def sublayer_norm(self, kind: str, layer: int) -> SublayerNorm:
-        raise ValueError(NO_RECORD)
+        self.check_layer(kind, layer)
+        return lm_heads.sublayer_norm(self.model, layer)

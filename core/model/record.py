@@ -6,7 +6,10 @@ stream before and after each attention sub-layer, each layer's input and output,
 encoder's output and the logits. Every family gives the same sites
 (``TranslationModel.record``), so the q·k view, the logit lens, rollout, the norm-based method,
 ALTI+, value zeroing, the gradient methods, faithfulness, alignment, the projector and the
-heads over training read one record and never a family's forward order.
+heads over training read one record and never a family's forward order. A one-stack model's
+record (decoder-only, masked) holds its one attention over its whole sequence instead
+(``OneStack``: each layer's attention record and output, where the source and the decoder
+inputs sit), from which its sentence and output blocks are cut where they are read.
 
 Shape key: B batch, S source tokens (with the end token), T decoder steps (inputs: the start
 token + output[:-1]), D model width, H heads, V target vocabulary, L layers.
@@ -74,6 +77,29 @@ class AttentionRecord:
     position_bias: torch.Tensor | None = None  # (B|1, H, Tq, Tk) added to q·k (T5)
 
 
+def sequence_site(layer: int) -> str:
+    """The hook site of one layer's output over a one-stack model's whole sequence."""
+    return f"sequence.{layer}.out"
+
+
+@dataclass
+class OneStack:
+    """A one-stack model's pass over its whole sequence (a prompt and the decoder inputs, or a
+    sentence): each layer's one attention and output, and where the source and the decoder
+    inputs sit in it, from which its sentence / output blocks are cut."""
+
+    attention: list[AttentionRecord]  # one per layer, over the whole sequence: (B, N, ...)
+    layer_outputs: list[torch.Tensor]  # L x (B, N, D): each layer's output
+    source: slice  # the source's positions in the sequence (the first row's)
+    steps: slice | list[int]  # the decoder inputs' positions (a masked LM's: its predicted)
+
+    def cut(self, a: torch.Tensor) -> torch.Tensor:
+        """(T, S + T) the decoder inputs' rows of an (N, N) matrix over the sequence, cut to
+        the source's and the decoder inputs' columns (a prompt's own tokens left out)."""
+        rows = a[self.steps]  # (T, N)
+        return torch.cat([rows[:, self.source], rows[:, self.steps]], dim=1)  # (T, S + T)
+
+
 @dataclass
 class Record:
     """One teacher-forced pass, batch first, as the analysis layer reads it."""
@@ -88,6 +114,7 @@ class Record:
     memory: torch.Tensor  # (B, S, D) the encoder's output
     logits: torch.Tensor  # (B, T, V)
     out_ids: torch.Tensor | None = field(default=None)  # (B, T) the tokens predicted, if given
+    one_stack: OneStack | None = field(default=None)  # a one-stack model's whole sequence
 
     @property
     def encoder_inputs(self) -> list[torch.Tensor]:
@@ -177,3 +204,28 @@ def from_cache(
     return Record(
         src, tgt_in, src_mask, tgt_mask, attention, ends["in"], ends["out"], memory, logits, out_ids
     )
+
+
+def one_stack_of(cache: dict, stream: list[torch.Tensor], mask, source, steps) -> OneStack:
+    """The whole-sequence record of a one-stack model's pass: each layer's attention from its
+    ``decoder.{i}.self`` sites in ``cache`` (``queries``, ``pattern``, ``out``) and the stream
+    around it (``decoder.{i}.resid_mid``; x + out where a parallel family has none), ``stream``
+    L + 1 x (B, N, D) (each layer's input, then the last one's output), ``mask`` (B|1, 1, N, N)
+    True where a query may attend."""
+    attention = []
+    for i, x in enumerate(stream[:-1]):
+        p = attention_site("decoder_self", i)
+        queries, out = cache[f"{p}.queries"], cache[f"{p}.out"]  # (B, N, D) each
+        after = cache.get(f"decoder.{i}.resid_mid")
+        after = x + out if after is None else after  # (B, N, D)
+        attention.append(
+            AttentionRecord(x, queries, queries, mask, cache[f"{p}.pattern"], out, after)
+        )
+    return OneStack(attention, stream[1:], source, steps)
+
+
+def one_stack_sites(layers: int) -> list[str]:
+    """The sites ``one_stack_of`` reads, for a one-stack model of this depth."""
+    parts = ("queries", "pattern", "out")
+    sites = [f"{attention_site('decoder_self', i)}.{part}" for i in range(layers) for part in parts]
+    return sites + [f"decoder.{i}.resid_mid" for i in range(layers)]

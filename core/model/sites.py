@@ -11,25 +11,26 @@ and keys' inputs, queries, keys and values per head (``q``, ``k``, ``v``), weigh
 the stack's output. A one-stack model (decoder-only, masked) holds the source and the decoder
 inputs in one sequence: its stream sites are named as an encoder-decoder's (``encoder.{i}.out``
 at each row's source, ``decoder.{i}.out`` at the decoder inputs, ``encoder.embed`` and
-``decoder.embed``) and cut from the sequence inside ``placing``; its heads are
-``decoder.{i}.self.z``, over the whole sequence, and so are the sites TransformerLens's
-``run_with_cache`` gives of each layer: q (B, N, H, Dh), k and v (B, N, Hkv, Dh: the key/value
-heads of grouped-query attention, not repeated) as projected (a fused projection, GPT-2's
-``c_attn``, BLOOM's and Falcon's ``query_key_value``, cut as the row's layout says), ``rot_q``
-and ``rot_k`` after the rotation of a rotary family (the family's own ``apply_rotary_pos_emb``
-on the cos and sin the attention is given), the scores before the softmax (``scores``,
-TransformerLens's ``hook_attn_scores``: scaled q·k, ALiBi's bias, Gemma 2's soft cap and the
-mask the attention is given, the dtype's most negative value where a key is hidden, as the
-family's eager attention adds it, not −inf), the weights (``pattern``), W_o's output (``out``),
-the stream between attention and feed-forward (``decoder.{i}.resid_mid``, none in a parallel
-family), the feed-forward's input and what it adds to the stream (``mlp_in``, ``mlp_out``: the
-row's ``mlp_out`` where that is not its last module, BLOOM's and Gemma 2's), and a pre-LN
-family's norms' scales (``ln1.scale``, ``ln2.scale``, (B, N, 1): √(var + ε), or √(mean x² + ε)
-of an RMSNorm, from the norm's input and its own ε; the final norm's ``decoder.ln_final.scale``
-at each of its calls: once in a pass from ids, again where ``hidden`` normalises the decoder
-inputs). Its layers keep their inputs for this thread's open ``LayerInputs`` and its last layer
-its output for an open ``LastOutput``. The hooks are installed once per model and do nothing
-(one integer test) unless a thread has hooks on.
+``decoder.embed``) and cut from the sequence inside ``placing``, each layer's output over the
+whole sequence is ``sequence.{i}.out``; its heads are ``decoder.{i}.self.z``, over the whole
+sequence, and so are the sites TransformerLens's ``run_with_cache`` gives of each layer: what
+the attention's projections read (``queries``, (B, N, D)), q (B, N, H, Dh), k and v (B, N, Hkv,
+Dh: the key/value heads of grouped-query attention, not repeated) as projected (a fused
+projection, GPT-2's ``c_attn``, BLOOM's and Falcon's ``query_key_value``, cut as the row's
+layout says), ``rot_q`` and ``rot_k`` after the rotation of a rotary family (the family's own
+``apply_rotary_pos_emb`` on the cos and sin the attention is given), the scores before the
+softmax (``scores``, TransformerLens's ``hook_attn_scores``: scaled q·k, ALiBi's bias, Gemma
+2's soft cap and the mask the attention is given, the dtype's most negative value where a key
+is hidden, as the family's eager attention adds it, not −inf), the weights (``pattern``), W_o's
+output (``out``), the stream between attention and feed-forward (``decoder.{i}.resid_mid``,
+none in a parallel family), the feed-forward's input and what it adds to the stream
+(``mlp_in``, ``mlp_out``: the row's ``mlp_out`` where that is not its last module, BLOOM's and
+Gemma 2's), and a pre-LN family's norms' scales (``ln1.scale``, ``ln2.scale``, (B, N, 1): √(var
++ ε), or √(mean x² + ε) of an RMSNorm, from the norm's input and its own ε; the final norm's
+``decoder.ln_final.scale`` at each of its calls: once in a pass from ids, again where
+``hidden`` normalises the decoder inputs). Its layers keep their inputs for this thread's open
+``LayerInputs`` and its last layer its output for an open ``LastOutput``. The hooks are
+installed once per model and do nothing (one integer test) unless a thread has hooks on.
 
 Shape key: B batch, S source, T decoder inputs, N tokens, H heads, Dh head width, D model width.
 """
@@ -46,7 +47,7 @@ from torch import nn
 from core.model.architectures import ALIBI, ROPE, Architecture, architecture_of, part, softcap
 from core.model.hf_folder import HFModelError
 from core.model.hooks import HookPoint, any_on
-from core.model.record import SIDES, attention_site, side_of
+from core.model.record import SIDES, attention_site, sequence_site, side_of
 from core.model.site_hooks import (
     POINTS,
     _attention_outputs,
@@ -326,6 +327,7 @@ class _Installer:
     def layer(self, layer: nn.Module, side: str | None, i: int) -> None:
         if side is None:
             layer.register_forward_pre_hook(_keep_inputs(i), with_kwargs=True)
+            layer.register_forward_hook(_output_site(self.add(sequence_site(i))))
             self.heads(layer, "decoder_self", attention_site("decoder_self", i))
             self.one_stack_attention(layer, attention_site("decoder_self", i))
             self.one_stack_mlp(layer, f"decoder.{i}")
@@ -374,7 +376,8 @@ class _Installer:
 
     def one_stack_attention(self, layer: nn.Module, p: str) -> None:
         """A one-stack model's attention sites over its whole sequence, as TransformerLens's
-        ``run_with_cache`` gives them: ``p.q`` (B, N, H, Dh), ``p.k`` and ``p.v`` (B, N, Hkv,
+        ``run_with_cache`` gives them: ``p.queries`` (B, N, D), what the projections read (the
+        norm's output, pre-LN), ``p.q`` (B, N, H, Dh), ``p.k`` and ``p.v`` (B, N, Hkv,
         Dh: the key/value heads, not repeated per group) as projected, ``p.rot_q`` and
         ``p.rot_k`` after the rotation (a rotary family), ``p.scores`` (B, H, N, N, before
         the softmax: ``attention_scores``), ``p.pattern`` (B, H, N, N) and ``p.out`` (B, N,
@@ -399,6 +402,8 @@ class _Installer:
                 if which != "v":
                     projection.register_forward_hook(_keep_unrotated(p, which, None, n))
         self.add(f"{p}.pattern"), self.add(f"{p}.scores")
+        queries = _input_site(self.add(f"{p}.queries"))  # what q, k and v are made from
+        attention.register_forward_pre_hook(queries, with_kwargs=True)
         cap = softcap(arch, config, "attn_logit")
         how = (arch.scale_of(attention), cap, arch.positions == ALIBI)
         hook = _one_stack_attention(p, rotary, how)

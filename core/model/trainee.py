@@ -16,8 +16,9 @@ a key/value cache: BLEU at evaluations, ``core.model.decode.translate_batch``) a
 reads one sentence's prompt and output in one pass, its causal attention cut into the
 encoder-decoder's three maps (the probe snapshots). For the circuit scores, ``patterns`` returns
 every layer's attention weights of one pass (eager attention, for that call; training runs
-SDPA) and ``token_losses`` the loss of each next token. Neither changes the module's mode:
-put it in eval mode for scores without dropout. ``export_folder`` writes it as a
+SDPA, and the eager path on a CPU: ``training_attention``) and ``token_losses`` the loss of
+each next token. Neither changes the module's mode: put it in eval mode for scores without
+dropout. ``export_folder`` writes it as a
 ``save_pretrained`` folder (``core.model.trainee_folder``).
 
 Shape key: B batch, S source tokens, T target tokens, N sequence, L layers, H heads, D model
@@ -42,7 +43,7 @@ from core.model.transformer import Transformer
 
 DECODER_ONLY = "decoder-only"  # ModelConfig.arch of this model
 RMS_NORM_EPS = 1e-5  # Llama's
-TRAINING_ATTENTION = "sdpa"  # the fused path; "eager" only where weights are returned
+TRAINING_ATTENTION = "sdpa"  # the fused path; "eager" where weights are returned, and on a CPU
 export_folder = trainee_folder.export_folder  # a trainee as a save_pretrained folder (its module)
 ALIGN_REFUSED = "A decoder-only model has no cross-attention to supervise: train it without align."
 
@@ -67,6 +68,13 @@ def llama_config(cfg: ModelConfig):
         eos_token_id=Vocab.eos_id,
         attn_implementation=TRAINING_ATTENTION,
     )
+
+
+def training_attention(device: torch.device) -> str:
+    """The attention a loss pass runs on ``device``: the eager path (scores, softmax, product)
+    on a CPU, where torch's fused CPU kernel is several times slower forward and backward at
+    these lengths (bench/decoder_mfu.py, docs/training.md), else ``TRAINING_ATTENTION``."""
+    return "eager" if device.type == "cpu" else TRAINING_ATTENTION
 
 
 def left_padded(src: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -120,9 +128,10 @@ class DecoderTrainee(nn.Module):
         if align is not None:
             raise ValueError(ALIGN_REFUSED)
         x, mask, positions = self.joined(src, tgt_in)
-        hidden = self.lm.model(
-            input_ids=x, attention_mask=mask, position_ids=positions, use_cache=False
-        ).last_hidden_state  # fmt: skip  (B, S+T, D)
+        with self._attention(training_attention(x.device)):
+            hidden = self.lm.model(
+                input_ids=x, attention_mask=mask, position_ids=positions, use_cache=False
+            ).last_hidden_state  # (B, S+T, D)
         steps = hidden[:, src.size(1) :]  # (B, T, D) at tgt_in
         rows = (tgt_out != self.cfg.pad_id).flatten().nonzero().squeeze(1)  # (N,) real tokens
         logits = self.lm.lm_head(steps.flatten(0, 1).index_select(0, rows))  # (N, V)
@@ -171,10 +180,14 @@ class DecoderTrainee(nn.Module):
             **blocks(weights, slice(0, src.size(1)), slice(src.size(1), None))
         )
 
-    @contextmanager
-    def _eager(self) -> Iterator[None]:
+    def _eager(self):
         """Eager attention inside the block (the one path that returns weights), then back."""
-        self.lm.set_attn_implementation("eager")
+        return self._attention("eager")
+
+    @contextmanager
+    def _attention(self, implementation: str) -> Iterator[None]:
+        """transformers' attention ``implementation`` inside the block, then SDPA again."""
+        self.lm.set_attn_implementation(implementation)
         try:
             yield
         finally:

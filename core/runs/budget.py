@@ -39,8 +39,10 @@ from core.corpus.vocab import SPECIALS
 from core.model import opened
 from core.model.capabilities import HUGGING_FACE, LANGUAGE_MODEL, MASKED_LM, STUDIO
 from core.model.checkpoints import CheckpointError
+from core.model.config import attention_layers
 from core.model.decode import source_len
 from core.model.parts import MAX_LEN
+from core.training.circuits import circuit_sizes
 from core.training.settings import GROUPS, field_default
 
 MB = 2**20
@@ -163,24 +165,43 @@ def model_bound(settings: Mapping) -> dict:
 
 def snapshot_bytes(settings: Mapping) -> int:
     """One evaluation's probe snapshot on disk: every probe's maps in float16 (decoded up to
-    MAX_LEN tokens, as the trainer does), with its tokens."""
+    MAX_LEN tokens, as the trainer does), with its tokens; a run scored by its circuits keeps
+    one pass over a sequence of its circuit scores, an encoder one pass over each probe
+    (``core.training.probes``)."""
     settings = complete(settings)
     model, data = settings["model"], settings["data"]
-    if data.get("task") == "induction":  # measured by its circuits: no probe is translated
-        return 0
+    layers, heads = attention_layers(model), model["num_heads"]
     positions = model.get("max_positions", 512)
+    if data.get("task") in ("induction", "lm"):  # [bos, a, a] of the circuit scores' length
+        n = 2 * circuit_length(data, positions) + 1
+        return (
+            FLOAT16 * heads * layers["decoder_self"] * n * n + PROBE_OVERHEAD + 3 * n * TOKEN_BYTES
+        )
     total = 0
     for probe in settings["train"].get("probes") or []:
         src = source_len(tokenize(probe), data.get("tokenizer", "word"), positions)
+        if not layers["decoder_self"]:  # one pass over <bos> source <eos>
+            cells = heads * layers["encoder"] * (src + 1) ** 2
+            total += FLOAT16 * cells + PROBE_OVERHEAD + (src + 1) * TOKEN_BYTES
+            continue
         out = output_len(MAX_LEN, positions)
-        total += FLOAT16 * attention_cells(model, src, out) + PROBE_OVERHEAD
+        cells = heads * (layers["encoder"] * src**2 + layers["cross"] * (out**2 + out * src))
+        total += FLOAT16 * cells + PROBE_OVERHEAD
         total += (src + 2 * out) * TOKEN_BYTES
     return total
 
 
+def circuit_length(data: Mapping, positions: int) -> int:
+    """n of the sequences [bos, a, a] a run's circuit scores read (``circuit_sizes``), its
+    vocabulary at its largest."""
+    summary = {**data, "tgt_vocab": vocab_bound(data)}
+    n, types = circuit_sizes(summary, positions)
+    return min(n, types)
+
+
 def rows_per_step(model: Mapping) -> int:
     """Rows a trajectory holds per step: one per head of every layer of every kind."""
-    return model["num_heads"] * (model["num_encoder_layers"] + 2 * model["num_decoder_layers"])
+    return model["num_heads"] * sum(attention_layers(model).values())
 
 
 def steps_that_fit(steps: list[int], rows: int, share: int = TRAJECTORY_ROWS) -> list[int]:

@@ -252,6 +252,7 @@ def folder_entry(folder: Path, key: str) -> ModelEntry:
         heads=info["model_config"]["num_heads"],
         trained_task=info.get("task") or "",
         languages=info["languages"],
+        history=_history_of(folder, None, None, folder.parent),
     )
 
 

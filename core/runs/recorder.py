@@ -163,7 +163,7 @@ class RunRecorder:
         """Write the probes' maps at this step, unless they pass budget.SNAPSHOT_BYTES or the
         run's allowance (then a warning in the status says so), and thin the snapshots."""
         probes = trainer.probe_maps()
-        if not probes and not trainer.translates:  # a run measured by its circuits instead
+        if not probes and not trainer.translates:  # an encoder that reads none of its probes
             return
         size = budget.sizeof(probes)
         if size > budget.SNAPSHOT_BYTES or not self.fits(size) or not self.keep_snapshots:

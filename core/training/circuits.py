@@ -10,6 +10,14 @@ never touched). ``phase_change`` finds the best induction head in a run's eval r
 evaluations between which it formed (Olsson et al. 2022 mark the phase change as the window in
 which induction heads form and the loss on repeated tokens falls).
 
+Every run that writes no translation is scored so: the induction and lm tasks, and an
+encoder's masked-LM run (``core.model.encoder_trainee``). An encoder reads the same sequences
+both ways, so the patterns are its bidirectional attention (a weight on a later token counts
+toward no score: the detectors' cells all look back) and each token's loss is its masked-LM
+loss with that token alone masked; both copies are in view, so a model that copies fills the
+first copy from the repeat as well as the repeat from it, and the ICL score measures no
+in-context learning there (docs/training.md, "The encoder").
+
 Shape key: L layers, B sequences, H heads, N = 2n + 1 tokens.
 """
 

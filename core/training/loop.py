@@ -31,7 +31,7 @@ from core.training.config import TrainConfig, learning_rate
 from core.training.devices import autocast_dtype, pick_device
 from core.training.distributed import World
 from core.training.monitor import distributions, layer_norms
-from core.training.probes import probe_maps, probe_sentences
+from core.training.probes import circuit_probe, probe_maps, probe_sentences, sentence_probes
 from core.training.random_streams import kept_random_streams, rng_state, set_rng_state
 
 
@@ -120,8 +120,8 @@ class Trainer:
     def translates(self) -> bool:
         """Whether the run learns to translate and its model writes translations (BLEU,
         examples, probe maps at evaluations; ``decodes``: a masked language model fills
-        masks instead); an induction run is measured by its circuits
-        (``core.training.circuits``)."""
+        masks instead); a run that does not translate (the induction and lm tasks, an
+        encoder) is measured by its circuits (``core.training.circuits``)."""
         return self.task == "translation" and self.model.decodes
 
     def on(self, event: str, fn: Callback) -> None:
@@ -288,13 +288,11 @@ class Trainer:
         if not self.val_data:
             return info
         info["val_loss"] = evaluate_loss(self.model, self.val_data, amp_dtype=self.amp_dtype)
-        if self.task in ("induction", "lm"):  # the heads scored as the circuits form
+        if not self.translates:  # the heads scored as the circuits form (induction, lm, encoder)
             n, k = circuit_sizes(self.corpus.summary, self.model.cfg.max_positions)
             info["circuits"] = circuit_scores(self.model, n, k)
-            return info
-        if not self.translates:  # a model that fills masks: its loss and its right fills
-            if fills := getattr(self.model, "fill_accuracy", None):  # under its fixed eval mask
-                info["val_fill_accuracy"] = fills(self.val_data)
+            if fills := getattr(self.model, "fill_accuracy", None):  # a model that fills masks
+                info["val_fill_accuracy"] = fills(self.val_data)  # under its fixed eval mask
             return info
         hyps = translate_batch(
             self.model,
@@ -311,12 +309,18 @@ class Trainer:
 
     def probe_maps(self) -> list[dict]:
         """Translations and attention maps of the probe sentences (``core.training.probes``);
-        none for a run that does not translate."""
-        if not self.translates:
-            return []
-        vocabs = (self.corpus.src_vocab, self.corpus.tgt_vocab)
+        a run scored by its circuits keeps one pass over the first sequence they read, an
+        encoder's (no translation to write) one pass over each probe sentence."""
         direction = self.corpus.summary.get("direction", "en-fr")
-        return probe_maps(self.model, *vocabs, probe_sentences(self.cfg.probes, direction))
+        sentences = probe_sentences(self.cfg.probes, direction)
+        if self.translates:
+            vocabs = (self.corpus.src_vocab, self.corpus.tgt_vocab)
+            return probe_maps(self.model, *vocabs, sentences)
+        if self.task in ("induction", "lm"):
+            n, k = circuit_sizes(self.corpus.summary, self.model.cfg.max_positions)
+            return circuit_probe(self.model, self.corpus.tgt_vocab, min(n, k), k)
+        positions = self.model.cfg.max_positions
+        return sentence_probes(self.model, self.corpus.src_vocab, sentences, positions)
 
     def run_evaluation(self) -> None:
         """Evaluate (rank 0), update the best BLEU, tell the callbacks; NaN/inf weights diverge."""

@@ -197,7 +197,8 @@ def task_problems(data: DataConfig, model: ModelConfig) -> list[str]:
     ``core.training.circuits``); the lm task (the corpus's text packed in contexts of
     context_length tokens) by a decoder-only model. An encoder learns translation pairs as a
     masked language model (``[CLS] source [SEP] target [SEP]``, ``core.model.encoder_trainee``),
-    nothing else."""
+    nothing else: the induction and lm tasks cut each sequence for a reader of the next token
+    (its evaluations score its heads on the same repeated tokens: ``core.training.circuits``)."""
     if data.task == "lm":
         if model.arch != "decoder-only":
             return ["the lm task trains a decoder-only model (arch)"]

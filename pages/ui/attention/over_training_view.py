@@ -9,6 +9,7 @@ from core.attention.snapshots import SnapshotFrame, SnapshotSeries
 from core.attention.word_maps import shown_maps
 from core.figures import attention as figs
 from core.figures.training import training_curve_figure
+from core.model.capabilities import replay_problem
 from core.runs.history import open_history
 from pages.ui.attention import player
 from pages.ui.attention.cached_trajectories import run_is_live
@@ -39,12 +40,8 @@ def training_section(page: SectionInputs) -> None:
     """Replay a probe sentence's attention over the training steps of the model's run."""
     state, source = page.state, page.entry.history
     steps = tuple(open_history(source).snapshot_steps()) if source else ()
-    if not steps:
-        st.info(
-            "This model has no recorded attention snapshots. Runs trained from the Train "
-            "page save the probe sentences' maps at every evaluation, and a model saved "
-            "from a run keeps them in a .history file beside it."
-        )
+    if problem := replay_problem(bool(source), len(steps)):
+        st.info(md(problem))
         return
     probes = probe_sentences(source, steps)
     if not probes:
@@ -191,18 +188,20 @@ def snapshot_at(page: SectionInputs, probe: str, step: int, frame: SnapshotFrame
         )
     if smoothing:
         st.caption(md(smoothing))
-    st.markdown(f"Output at this step: **{md(' '.join(shown.output_tokens))}**")
-    layer = min(state.layer, shown.layers(state.kind) - 1)
-    view = select_view(shown, state.kind, layer, state.head, state.hide)
+    if shown.output_tokens and shown.src_tokens:  # a translation (a one-stack pass: its tokens)
+        st.markdown(f"Output at this step: **{md(' '.join(shown.output_tokens))}**")
+    kind = shown.shown_kind(state.kind)  # a one-stack snapshot draws one kind
+    layer = min(state.layer, shown.layers(kind) - 1)
+    view = select_view(shown, kind, layer, state.head, state.hide)
     view.title += f" — training step {step:,}"
-    name = export_name(state.model, probe, state.kind, layer, state.head, f"training step {step}")
+    name = export_name(state.model, probe, kind, layer, state.head, f"training step {step}")
     left, right = st.columns([3, 2])
     chart(figs.view_figure(view, page.stretch), "train_big", left, name)
     curve = training_curve_figure(source, step)
     chart(curve, "train_curve", right, export_name(state.model, "", what="training curve"))
-    whole = figs.shows_full_grid(shown.layers(state.kind), shown.heads)
+    whole = figs.shows_full_grid(shown.layers(kind), shown.heads)
     grid_layers = None if whole else [layer]
-    grid = figs.grid_view_figure(shown, state.kind, state.hide, grid_layers, page.stretch)
+    grid = figs.grid_view_figure(shown, kind, state.hide, grid_layers, page.stretch)
     what = f"grid training step {step}"
-    grid_name = export_name(state.model, probe, state.kind, None if whole else layer, None, what)
+    grid_name = export_name(state.model, probe, kind, None if whole else layer, None, what)
     chart(grid, "train_grid", name=grid_name)

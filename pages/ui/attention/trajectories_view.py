@@ -10,7 +10,13 @@ from core.alignment.head_aer import head_trajectories
 from core.attention.kinds import KIND_NAMES
 from core.attention.maps import export_name
 from core.attention.snapshots import SnapshotSeries
-from core.attention.trajectories import METRIC_NAMES, METRICS, SENTENCES, Trajectories
+from core.attention.trajectories import (
+    CIRCUIT_MEASURES,
+    METRIC_NAMES,
+    METRICS,
+    SENTENCES,
+    Trajectories,
+)
 from core.attention.trajectory_reading import (
     heads_like_the_maps,
     largest_change,
@@ -24,6 +30,7 @@ from core.attention.word_maps import shown_maps
 from core.corpus.source import DataError
 from core.figures.trajectories import map_difference_figure, stage_figure, trajectory_figure
 from core.model.checkpoints import CheckpointError
+from core.runs.circuit_history import circuit_evals, phase_words
 from core.runs.history import open_history
 from pages.ui.attention import cached_trajectories as cached
 from pages.ui.attention.inputs import SectionInputs
@@ -40,6 +47,7 @@ BASIS_WORDS = {
     "probes": "probe sentences as translated at each snapshot (every step)",
     "validation": "validation sentences, teacher-forced (steps with a kept model)",
 }
+ONE_PASS_WORDS = "one pass over each snapshot's sequences (every step)"  # a one-stack run's
 NO_DIFF = -1
 STAGES_HOW = (
     "**A heuristic, not a measurement.** Voita et al. (2021) found that NMT training goes "
@@ -90,9 +98,13 @@ def trajectories_panel(page: SectionInputs, result: Trajectories, step: int) -> 
     marks = largest_change(table, metric)
     records = open_history(source).read_metrics()
     share = result.model_frame() if basis == "validation" else None
-    words = BASIS_WORDS[basis]
-    fig = trajectory_figure(table, metric, state.kind, marks, records, step, words, share)
-    chart(fig, "traj_lines", name=export_name(state.model, "", state.kind, what=f"{metric} heads"))
+    kinds = list(dict.fromkeys(table["kind"]))  # a one-stack run's: its one kind
+    words = BASIS_WORDS[basis] if "cross" in kinds or basis != "probes" else ONE_PASS_WORDS
+    kind = state.kind if state.kind in kinds or not kinds else kinds[0]
+    fig = trajectory_figure(table, metric, kind, marks, records, step, words, share, result.phase)
+    chart(fig, "traj_lines", name=export_name(state.model, "", kind, what=f"{metric} heads"))
+    if evals := len(circuit_evals(records)):  # a run scored by its circuits: the phase change
+        st.caption(md(phase_words(result.phase, evals)))
     if result.pending:
         measure_button(page, result)
     stages_and_heads(result)
@@ -111,12 +123,14 @@ def availability(result: Trajectories) -> None:
     """Which numbers each basis has (a row per number, a column per basis) and at which steps
     (a wide table of both was cut at 760 px)."""
     have = result.available()
+    scored = {m for ms in have.values() for m in ms}  # circuit scores: a run that measured them
+    shown = [m for m in METRICS if m not in CIRCUIT_MEASURES or m in scored]
     columns, steps = {}, []
     for basis, kept in (("probes", result.steps), ("validation", result.model_steps)):
         done = sorted(set(result.frame(basis)["step"])) if kept else []
-        columns[BASIS_COLUMNS[basis]] = ["✓" if m in have[basis] else "—" for m in METRICS]
+        columns[BASIS_COLUMNS[basis]] = ["✓" if m in have[basis] else "—" for m in shown]
         steps.append(f"{BASIS_COLUMNS[basis]}: {steps_words(done)}")
-    table = pd.DataFrame({"number": [METRIC_NAMES[m] for m in METRICS], **columns})
+    table = pd.DataFrame({"number": [METRIC_NAMES[m] for m in shown], **columns})
     st.dataframe(spreadsheet_safe(table), hide_index=True)
     st.caption("Steps measured: " + "; ".join(steps) + ".")  # numbers and our words
     st.caption(
@@ -159,7 +173,9 @@ def stages_and_heads(result: Trajectories) -> None:
     other: beside the chart, the table's columns were cut at 760 px)."""
     probes = result.frame("probes")
     found = stages(probes)
-    if found is None:
+    if "cross" not in set(probes["kind"]):  # a one-stack run's pass over a sequence
+        st.caption("The stages heuristic reads cross-attention heads; these snapshots hold none.")
+    elif found is None:
         st.info("The stages need at least three snapshots.")
     else:
         st.markdown(f"**Stages (heuristic):** {md(found.summary())}.")
@@ -198,12 +214,13 @@ def difference_panel(
     frames = dict(zip(series.steps, series.frames))
     a = shown_maps(frames[state.diff_from].maps, state.words)
     b = shown_maps(frames[step_b].maps, state.words)
-    diff = map_difference(a, b, state.kind)
-    fig = map_difference_figure(diff, state.kind, state.diff_from, step_b)
+    kind = a.shown_kind(state.kind)  # a one-stack snapshot draws one kind
+    diff = map_difference(a, b, kind)
+    fig = map_difference_figure(diff, kind, state.diff_from, step_b)
     what = f"step {step_b} minus {state.diff_from}"
-    chart(fig, "train_diff", name=export_name(state.model, series.sentence, state.kind, what=what))
+    chart(fig, "train_diff", name=export_name(state.model, series.sentence, kind, what=what))
     table = step_difference(result.frame("probes"), state.diff_from, step_b, "entropy")
-    table = heads_like_the_maps(table, diff, state.kind).rename(
+    table = heads_like_the_maps(table, diff, kind).rename(
         columns={
             "a": f"entropy at {state.diff_from:,}",
             "b": f"entropy at {step_b:,}",
