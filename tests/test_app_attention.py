@@ -322,12 +322,14 @@ def test_attention_over_training(studio_dirs):
     assert len(grid["data"]) == 8  # every layer × head of the tiny model, as it was at step 50
 
 
-def test_over_training_without_snapshots_says_so(studio_dirs):
+def test_over_training_without_a_history_says_so(studio_dirs):
+    """A checkpoint whose run is gone and that has no ``.history`` beside it: the one line
+    says what is missing on disk (capabilities.NO_HISTORY)."""
     shutil.rmtree(studio_dirs["runs"])
     at = run_page()
     at.radio(key="at_section").set_value("training").run()
     assert_clean(at)
-    assert "no recorded attention snapshots" in at.info[0].value
+    assert "no training history here" in at.info[0].value
 
 
 def test_over_training_replays_a_models_history_file_without_its_run(studio_dirs):
@@ -464,7 +466,7 @@ def test_over_training_says_when_it_shows_a_probe_instead_of_the_typed_sentence(
     at = run_page({"sentence": "she is tall ."})
     at.radio(key="at_section").set_value("training").run()
     assert_clean(at)
-    assert any("is not one of this run's probe sentences" in plain(c.value) for c in at.caption)
+    assert any("is not among the sequences this run recorded" in plain(c.value) for c in at.caption)
     at = run_page({"sentence": at.selectbox(key="at_probe").value})
     at.radio(key="at_section").set_value("training").run()
-    assert not any("probe sentences, so" in plain(c.value) for c in at.caption)
+    assert not any("this run recorded, so" in plain(c.value) for c in at.caption)
