@@ -76,6 +76,17 @@ def data_folder(monkeypatch) -> Path:
     return helpers.TINY.parent
 
 
+@pytest.fixture(autouse=True)
+def quiet_machine(monkeypatch) -> None:
+    """A command called in a test reads a quiet machine: on a busy one it would take one
+    thread fewer and print a note on stderr (``core.cpu_load.command_threads``), so what a
+    test sees would depend on the other processes' load. tests/test_cpu_share.py checks the
+    policy itself, and that commands print its note."""
+    import core.command_line
+
+    monkeypatch.setattr(core.command_line, "command_threads", lambda env=None: None)
+
+
 # ----------------------------------------------------------------------------- tiny model
 
 

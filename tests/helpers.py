@@ -572,3 +572,33 @@ def fra_eng_like(tmp_path, n: int = 400) -> Path:
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("fra.txt", "\n".join(lines) + "\n")
     return path
+
+
+# ----------------------------------------------------------------------------- trainee loss passes
+
+
+def trainee_batch(padded: bool, vocab_size: int = 40):
+    """(src (4, 7), tgt_in (4, 6), tgt_out (4, 6)) of seeded random tokens for a trainee's
+    ``loss_terms``: rows of several lengths, or all full."""
+    from core.corpus.vocab import Vocab
+
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, vocab_size, (4, 7), generator=g)  # (4, 7)
+    tgt = torch.randint(4, vocab_size, (4, 7), generator=g)  # (4, 7) = <bos> .. <eos>
+    tgt[:, 0] = Vocab.bos_id
+    if padded:
+        for row, (s, t) in enumerate([(7, 7), (3, 5), (5, 2), (1, 4)]):
+            src[row, s:] = Vocab.pad_id
+            tgt[row, t:] = Vocab.pad_id
+    return src, tgt[:, :-1], tgt[:, 1:]
+
+
+def loss_and_grads(model: torch.nn.Module, compute) -> tuple[float, list[torch.Tensor]]:
+    """(the loss, every parameter's gradient — zeros where none flowed) of one backward pass
+    of ``compute()``."""
+    model.zero_grad(set_to_none=True)
+    loss = compute()
+    loss.backward()
+    return loss.item(), [
+        p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()
+    ]

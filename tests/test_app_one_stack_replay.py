@@ -94,3 +94,30 @@ def test_a_model_folder_with_no_run_beside_it_is_refused_in_one_line(one_stack_d
     at = run_page_script("attention.py", {"model": "checkpoints/alone.hf/", **TRAINING})
     assert_clean(at)
     assert plain(at.info[-1].value) == NO_HISTORY
+
+
+def test_the_shipped_induction_model_replays_its_snapshots_and_phase_change(one_stack_dirs):
+    """checkpoints/induction-2l.hf beside its history: Over training offers every snapshot
+    step, its heads' induction scores over them and the phase change in words; the sequence
+    it replays is a token sequence, and no caption calls it a probe sentence."""
+    from core.runs.history import HistoryFile
+
+    for name in ("induction-2l.hf", "induction-2l.history"):
+        copy = shutil.copytree if name.endswith(".hf") else shutil.copy
+        copy(ROOT / "checkpoints" / name, one_stack_dirs["checkpoints"] / name)
+    steps = HistoryFile(ROOT / "checkpoints" / "induction-2l.history").snapshot_steps()
+    at = run_page_script("attention.py", {"model": "checkpoints/induction-2l.hf/", **TRAINING})
+    assert_clean(at)
+    assert not at.error, [plain(e.value) for e in at.error]
+    assert not at.info, [plain(i.value) for i in at.info]  # not NO_SNAPSHOTS
+    assert at.select_slider(key="at_train_step").options == [str(s) for s in steps]
+    at.selectbox(key="at_traj_metric").set_value("induction").run()
+    assert_clean(at)
+    heads = {t["name"] for t in lines_chart(at)["data"] if t["name"].startswith("layer")}
+    assert len(heads) == 2 * 4
+    said = texts(at)
+    assert "Phase change between steps 550 and 575" in said
+    assert "from step 575 on" in said
+    typed = [plain(c.value) for c in at.caption if "maps over training" in plain(c.value)]
+    assert typed and all("probe sentence" not in c.split(":")[0] for c in typed)
+    assert all("token sequence" in c for c in typed)

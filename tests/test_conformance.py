@@ -24,6 +24,7 @@ from core.attribution.value_zeroing import layer_output, zeroing
 from core.model import sites
 from core.model.hf_model import HFModel, load
 from core.model.hooks import capture, replace_with, writable
+from core.model.layer_runs import layer_calls
 from core.model.parts import DecodeSettings
 from core.model.record import KINDS, attention_site
 from core.model.studio_model import StudioModel
@@ -310,7 +311,8 @@ def test_value_zeroing_without_zeroing_reruns_each_layer_as_the_model_did(m):
         for layer in range(m.layers(kind)):
             keep = [(f"{attention_site(kind, layer)}.v", zeroing(torch.ones(1, keys[kind])))]
             with torch.no_grad():
-                again = layer_output(m, f"{side}.{layer}.out", keep, lambda: m.run(src, tgt_in))
+                kept = layer_calls(m, src, tgt_in, until=f"{side}.{layer}")
+                again = layer_output(m, kept, f"{side}.{layer}", 1, keep)
             assert torch.allclose(again, r.layer_outputs[side][layer], atol=1e-5), (kind, layer)
 
 

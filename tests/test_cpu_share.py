@@ -326,6 +326,23 @@ def test_a_command_takes_one_thread_fewer_on_a_busy_machine(monkeypatch):
         torch.set_num_threads(before)
 
 
+def test_a_command_prints_the_busy_machine_note_before_its_lines(monkeypatch, capsys):
+    """The wiring tests/conftest.py's ``quiet_machine`` replaces: a command on a busy
+    machine says on stderr that it computes on fewer threads, then runs as usual."""
+    import argparse
+
+    import core.command_line
+
+    note = "note: the other processes keep 1.4 cores busy: computing on 1 of 2 threads"
+    monkeypatch.setattr(core.command_line, "command_threads", lambda env=None: note)
+    parser = argparse.ArgumentParser()
+    assert core.command_line.run_command(parser, lambda args: ["a line"], argv=[]) == 0
+    out = capsys.readouterr()
+    assert out.err.strip() == note and out.out.strip() == "a line"
+    assert core.command_line.run_command(parser, lambda a: ["x"], argv=[], share_cores=False) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_the_machine_is_read_from_proc():
     from core import cpu_load
 

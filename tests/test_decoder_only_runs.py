@@ -113,16 +113,14 @@ def test_the_tensorboard_export_carries_each_heads_circuit_scores(induction_dirs
     assert last.step > 1000 and last.value > 0.5  # the head formed
 
 
-@pytest.mark.parametrize("where", ["--run ind", "--checkpoint ind/best.pt", "--checkpoint shipped"])
+@pytest.mark.parametrize("where", ["--run ind", "--checkpoint ind/best.pt"])
 def test_trajectories_of_a_history_without_snapshots_are_refused_in_one_line(
     induction_dirs, capsys, where
 ):
-    """A run (and the shipped model) whose history keeps no snapshots: written before one-stack
-    runs kept them (tests/test_one_stack_replay.py replays a run that has them)."""
+    """A run whose history keeps no snapshots: written before one-stack runs kept them
+    (tests/test_one_stack_replay.py replays a run that has them, and the shipped model)."""
     flag, name = where.split()
-    path = {"ind": induction_dirs["ind"], "ind/best.pt": induction_dirs["ind"] / "best.pt"}.get(
-        name, induction_dirs["checkpoints"] / SHIPPED.name
-    )
+    path = {"ind": induction_dirs["ind"], "ind/best.pt": induction_dirs["ind"] / "best.pt"}[name]
     assert trajectories_command.main([flag, str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "python -m core.circuits --run" in err

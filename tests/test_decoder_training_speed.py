@@ -13,6 +13,7 @@ from core.corpus.vocab import Vocab
 from core.model import trainee
 from core.model.config import ModelConfig
 from core.model.trainee import DecoderTrainee, left_padded
+from tests.helpers import loss_and_grads, trainee_batch
 
 V = 40  # the tiny vocabulary: the 4 specials and 36 tokens
 
@@ -24,19 +25,6 @@ def tiny_trainee(dropout: float = 0.0) -> DecoderTrainee:
                       max_positions=64, arch="decoder-only")  # fmt: skip
     torch.manual_seed(0)
     return DecoderTrainee(cfg).train()
-
-
-def batch(padded: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(src (4, 7), tgt_in (4, 6), tgt_out (4, 6)): rows of several lengths, or all full."""
-    g = torch.Generator().manual_seed(1)
-    src = torch.randint(4, V, (4, 7), generator=g)  # (4, 7)
-    tgt = torch.randint(4, V, (4, 7), generator=g)  # (4, 7) = <bos> .. <eos>
-    tgt[:, 0] = Vocab.bos_id
-    if padded:
-        for row, (s, t) in enumerate([(7, 7), (3, 5), (5, 2), (1, 4)]):
-            src[row, s:] = Vocab.pad_id
-            tgt[row, t:] = Vocab.pad_id
-    return src, tgt[:, :-1], tgt[:, 1:]
 
 
 def fused_reference(model: DecoderTrainee, src, tgt_in, tgt_out, smoothing: float):
@@ -53,14 +41,6 @@ def fused_reference(model: DecoderTrainee, src, tgt_in, tgt_out, smoothing: floa
                            ignore_index=Vocab.pad_id, label_smoothing=smoothing)  # fmt: skip
 
 
-def loss_and_grads(model: DecoderTrainee, compute) -> tuple[float, list[torch.Tensor]]:
-    """(the loss, every parameter's gradient) of one backward pass of ``compute()``."""
-    model.zero_grad(set_to_none=True)
-    loss = compute()
-    loss.backward()
-    return loss.item(), [p.grad.clone() for p in model.parameters()]
-
-
 def test_a_cpu_training_pass_runs_the_eager_attention(monkeypatch):
     """On a CPU the loss pass calls no fused attention (it did before: 2 layers, 1 call
     each); the model keeps SDPA for what comes after (greedy decoding calls it)."""
@@ -72,7 +52,7 @@ def test_a_cpu_training_pass_runs_the_eager_attention(monkeypatch):
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", counted)
     model = tiny_trainee()
-    src, tgt_in, tgt_out = batch(padded=True)
+    src, tgt_in, tgt_out = trainee_batch(padded=True)
     model.loss_terms(src, tgt_in, tgt_out)[0].backward()
     assert calls == []
     assert trainee.training_attention(torch.device("cpu")) == "eager"
@@ -88,7 +68,7 @@ def test_the_loss_and_gradients_are_the_fused_full_sequence_ones(padded, smoothi
     its gradients equal the plain loop's (SDPA, every position's logits) within rounding; a
     wrong mask, position or row would move them by far more."""
     model = tiny_trainee()
-    src, tgt_in, tgt_out = batch(padded)
+    src, tgt_in, tgt_out = trainee_batch(padded)
     args = (src, tgt_in, tgt_out, smoothing)
     ours, our_grads = loss_and_grads(model, lambda: model.loss_terms(*args)[0])
     want, want_grads = loss_and_grads(model, lambda: fused_reference(model, *args))
@@ -100,7 +80,7 @@ def test_the_loss_and_gradients_are_the_fused_full_sequence_ones(padded, smoothi
 def test_under_bf16_autocast_the_loss_and_gradients_agree_within_bf16_rounding():
     """The trainer's precision: the same computation in bf16 within bf16's rounding."""
     model = tiny_trainee()
-    src, tgt_in, tgt_out = batch(padded=True)
+    src, tgt_in, tgt_out = trainee_batch(padded=True)
     args = (src, tgt_in, tgt_out, 0.1)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         ours, our_grads = loss_and_grads(model, lambda: model.loss_terms(*args)[0])
@@ -114,7 +94,7 @@ def test_under_bf16_autocast_the_loss_and_gradients_agree_within_bf16_rounding()
 def test_the_check_sees_a_wrong_computation():
     """The comparison can fail: the loss without the source's padding mask differs."""
     model = tiny_trainee()
-    src, tgt_in, tgt_out = batch(padded=True)
+    src, tgt_in, tgt_out = trainee_batch(padded=True)
     with torch.no_grad():
         want = fused_reference(model, src, tgt_in, tgt_out, 0.0)
         ids = torch.cat([src, tgt_in], dim=1)  # the padding left where it was, attended

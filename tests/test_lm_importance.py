@@ -1,6 +1,6 @@
 """Head importance of a decoder-only language model: measured by the loss of each sentence's
 first reference after its prompt, every head set run again from its lowest layer only
-(``lm_sites.resumed``), equal to whole passes; the page and the command show the loss alone."""
+(``core.model.layer_runs``), equal to whole passes; the page and the command show the loss alone."""
 
 from __future__ import annotations
 
@@ -164,4 +164,4 @@ def test_another_threads_pass_leaves_the_kept_inputs_alone(lm_loaded):
         other.join()
         assert kept.calls == {}  # the other thread's pass kept nothing here
         lm.model(input_ids=src)
-    assert sorted(kept.calls) == list(range(lm.cfg.num_decoder_layers))
+    assert list(kept.calls) == [f"sequence.{i}" for i in range(lm.cfg.num_decoder_layers)]

@@ -87,9 +87,9 @@ def test_inside_a_head_the_lens_and_the_roles_are_the_models_own(mlm):
 
 
 def test_what_it_cannot_do_is_said_in_one_line(mlm):
-    for section in ("alignment", "attribution", "patch", "compare", "translate"):
+    for section in ("alignment", "patch", "compare", "translate"):
         assert "does not translate" in mlm.supports(section)
-    for section in ("maps", "inside", "lens", "ablation", "project"):
+    for section in ("maps", "inside", "lens", "ablation", "project", "attribution"):
         assert mlm.supports(section) is None
     # issue 68, item 2: playback said "Step 0: reads [CLS], produces …" of a model that
     # decodes nothing: one pass fills every mask

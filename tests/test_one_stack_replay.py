@@ -171,6 +171,27 @@ def test_the_command_prints_an_induction_runs_heads_and_scores(one_stack_runs, c
     assert [r["induction"] for r in records] == [r["induction"] for r in same]
 
 
+def test_the_shipped_induction_model_replays_its_snapshots_and_circuit_scores(capsys):
+    """checkpoints/induction-2l.hf beside its .history (trained once runs kept snapshots):
+    ``python -m core.trajectories`` prints every head of both layers at each snapshot with its
+    circuit scores and the phase change; the history is small and names no machine path."""
+    assert SHIPPED_HISTORY.stat().st_size < 2 * 2**20  # the shipped histories: a few MB at most
+    blob = SHIPPED_HISTORY.read_bytes()
+    assert not [p for p in (b"/work/", b"/tmp/", b"/home/", b"/root/") if p in blob]
+    steps = HistoryFile(SHIPPED_HISTORY).snapshot_steps()
+    assert len(steps) >= 10, "the shipped history keeps no snapshots: NO_SNAPSHOTS"
+    argv = ["--checkpoint", str(SHIPPED_FOLDER), "--probes-only"]
+    assert trajectories_command.main(argv) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    head, records = lines[0], lines[1:]
+    assert head["steps"] == steps and head["phase"]["formed"] == 575
+    assert head["phase"]["before"] < head["phase"]["formed"]
+    assert len(records) == 2 * 4 * len(steps) and {r["kind"] for r in records} == {"decoder_self"}
+    best = (head["phase"]["layer"], head["phase"]["head"])
+    ours = [r["induction"] for r in records if (r["layer"], r["head"]) == best]
+    assert ours[0] < 0.1 and ours[-1] >= 0.5  # before the phase change, and after
+
+
 def test_a_model_folder_with_no_run_beside_it_is_refused_in_one_line(tmp_path, capsys):
     folder = tmp_path / "alone.hf"
     shutil.copytree(SHIPPED_FOLDER, folder)

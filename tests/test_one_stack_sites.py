@@ -48,7 +48,7 @@ def own_pass(model, ids=IDS):
         hooks,
     ):
         o = model(input_ids=x, output_attentions=True, output_hidden_states=True)
-    layer_in = [a[0] if a else k["hidden_states"] for a, k in inputs.calls.values()]
+    layer_in = [inputs.stream_in(name) for name in inputs.calls]
     layer_out = [*layer_in[1:], last.output]
     return seen, o, layer_in, layer_out
 

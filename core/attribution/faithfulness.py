@@ -34,6 +34,7 @@ from core.attribution.methods import (  # GRADIENT_METHODS: those the choices ch
     METHOD_NAMES,
     METHODS,
     Attribution,
+    AttributionError,
     attribute,
 )
 from core.corpus.bpe import PREFIX
@@ -324,6 +325,8 @@ def faithfulness_for(
     """Faithfulness of the methods on a checkpoint's validation sample, cached on disk
     (a model not trained here: fra-eng's validation sentences, as head importance reads them);
     ``choices``: each gradient method also measured as chosen."""
+    if problem := lm.supports("faithfulness"):
+        raise AttributionError(problem)
     methods = usable_methods(lm, methods)
     cfg, carried = validation_source(lm.meta, source)
     key = faithfulness_key(checkpoint, cfg, sentences, methods, target_lang, choices)

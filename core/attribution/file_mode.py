@@ -210,6 +210,7 @@ def attribute_file(
     start, written, errors = time.perf_counter(), 0, 0
     batched = batch_bytes != 0 and batchable(method, choices)
     batched = batched and not method_problem(m, method) and not choices.problems()
+    batched = batched and not m.supports("shared_passes")  # one sentence's positions a pass
     with f:
         for record in _records(m, todo, method, settings, choices, batched, batch_bytes):
             errors += "error" in record

@@ -187,7 +187,8 @@ def gradient_attribution(
         g = captum_gradients(task, m.model, method, choices)
     else:
         g = integrated_gradients(task, choices=choices)
-    return (*shown_gradients(g.scores, p.tgt_mask[0, 0], choices), g.completeness)
+    scores = g.scores if p.one_stack is None else p.one_stack.once(g.scores)  # (T, S + T)
+    return (*shown_gradients(scores, p.tgt_mask[0, 0], choices), g.completeness)
 
 
 def shown_gradients(scores: torch.Tensor, tgt_mask: torch.Tensor, choices: GradientChoices):

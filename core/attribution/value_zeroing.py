@@ -9,11 +9,12 @@ with y the layer's output (FFN and norms included). Rows are normalised to sum t
 composed over layers like the other methods (``core.attribution.compose``). A decoder layer
 has two attention sub-layers: its row covers the decoder positions (zeroed in the masked
 self-attention) and the encoder outputs (zeroed in the cross attention), normalised
-together. All zeroings of one layer run as one batch of copies through the model's own
-forward, a hook on the ``v`` site zeroing one token's values in each copy, the pass stopped
-once that layer has run (a decoder layer's copies read the encoder's output as it was). A
-one-stack model's layer is zeroed the same way over its whole sequence (its ``v`` site, its
-layer's ``sequence.{i}.out``), 16 tokens' copies at a time (``self_matrix``, as the encoder's).
+together. All zeroings of one layer run as one batch of copies of that layer alone, on the
+stream it read and its other inputs (masks, positions, the encoder's output) kept from one
+pass (``core.model.layer_runs``: the layers below run once, not once per copy), a hook on the
+``v`` site zeroing one token's values in each copy. A one-stack model's layer is zeroed the
+same way over its whole sequence (its ``v`` site, its layer ``sequence.{i}``), 16 tokens'
+copies at a time (``self_matrix``, as the encoder's).
 
 Shape key: S source tokens, T output tokens, H heads, Dh head width, D model width; N the
 number of zeroings batched.
@@ -21,16 +22,14 @@ number of zeroings batched.
 
 from __future__ import annotations
 
-from contextlib import suppress
-
 import torch
 import torch.nn.functional as F
 
 from core.attribution.compose import DecoderStep, normalised
 from core.measure.progress import check_time
-from core.model.hooks import StopForward, stop_at
 from core.model.interface import TranslationModel
-from core.model.record import Record, attention_site, sequence_site
+from core.model.layer_runs import LayerInputs, layer_calls
+from core.model.record import Record, attention_site
 
 ZEROINGS = 16  # tokens zeroed in one batch of copies: (16, N, D) through the model
 
@@ -58,30 +57,32 @@ def zero_one_each(n: int, rows: int, offset: int, device) -> torch.Tensor:
     return keep
 
 
-def layer_output(m: TranslationModel, site: str, hooks: list, run) -> torch.Tensor:
-    """(N, T, D) what reaches ``site`` (a layer's output) when ``run()`` passes through the
-    model with ``hooks`` on; the pass stops there."""
-    seen: dict = {}
-    with m.hooks([*hooks, (site, stop_at(seen))]), suppress(StopForward):
-        run()
-    return seen[site]
+def layer_output(m: TranslationModel, kept: LayerInputs, layer: str, n: int, hooks: list):
+    """(n, N, D) the output of ``layer`` ("encoder.2", "sequence.0") run on n copies of the
+    stream it was given in the kept pass (``kept``), with ``hooks`` on: the layers below are
+    not run."""
+    side, i = layer.rsplit(".", 1)
+    stream = kept.stream_in(layer)  # (1, N, D)
+    with m.hooks(hooks):
+        return kept.run(side, int(i), stream.expand(n, -1, -1).contiguous(), int(i) + 1)
 
 
 @torch.no_grad()
-def self_matrix(m: TranslationModel, p: Record, v_site: str, out_site: str, base, weights):
+def self_matrix(m: TranslationModel, p: Record, layer: str, v_site: str, base, weights):
     """One self-attention layer's value-zeroing matrix (N, N) over the N tokens it reads:
-    ``ZEROINGS`` copies of the pass at a time, copy j with token j's values zeroed at
-    ``v_site``, each read at the layer's output ``out_site`` and compared with ``base``
-    (1, N, D); a key no head reads (``weights`` (H, N, N) all 0: a later token, one outside a
-    sliding window) moves nothing, so its column is 0 (float noise cleared)."""
+    ``ZEROINGS`` copies of ``layer`` ("encoder.2", "sequence.0") at a time, run on the stream
+    it read, copy j with token j's values zeroed at ``v_site``, each compared at the layer's
+    output with ``base`` (1, N, D); a key no head reads (``weights`` (H, N, N) all 0: a later
+    token, one outside a sliding window) moves nothing, so its column is 0 (float noise
+    cleared)."""
+    kept = layer_calls(m, p.src, p.tgt_in, until=layer)  # the layers below it, once
     N, parts = base.size(-2), []
     for start in range(0, N, ZEROINGS):
         check_time()  # a shared server's limit for one heavy job (a long sequence: many)
         n = min(ZEROINGS, N - start)
         keep = zero_one_each(n, n, 0, p.src.device)  # (n, n): copy j zeroes token start + j
         keep = torch.cat([keep.new_ones(n, start), keep, keep.new_ones(n, N - start - n)], 1)
-        batch = (p.src.expand(n, -1), p.tgt_in.expand(n, -1))  # (n, S), (n, T)
-        moved = layer_output(m, out_site, [(v_site, zeroing(keep))], lambda b=batch: m.run(*b))
+        moved = layer_output(m, kept, layer, n, [(v_site, zeroing(keep))])  # (n, N, D)
         parts.append(change(base, moved))  # (N, n)
     read = (weights.sum(0) > 0).to(base.dtype)  # (N, N) what each row attends at all
     return normalised(torch.cat(parts, dim=1) * read)  # (N, N)
@@ -91,7 +92,8 @@ def encoder_matrix(m: TranslationModel, p: Record, layer: int) -> torch.Tensor:
     """One encoder layer's value-zeroing matrix (S, S)."""
     a = p.attention["encoder"][layer]
     base = p.layer_outputs["encoder"][layer]  # (1, S, D)
-    return self_matrix(m, p, f"encoder.{layer}.self.v", f"encoder.{layer}.out", base, a.weights[0])
+    v_site = f"encoder.{layer}.self.v"
+    return self_matrix(m, p, f"encoder.{layer}", v_site, base, a.weights[0])
 
 
 def sequence_matrix(m: TranslationModel, p: Record, layer: int) -> torch.Tensor:
@@ -99,7 +101,7 @@ def sequence_matrix(m: TranslationModel, p: Record, layer: int) -> torch.Tensor:
     whole = p.one_stack
     base, weights = whole.layer_outputs[layer], whole.attention[layer].weights[0]
     v_site = f"{attention_site('decoder_self', layer)}.v"
-    return self_matrix(m, p, v_site, sequence_site(layer), base, weights)
+    return self_matrix(m, p, f"sequence.{layer}", v_site, base, weights)
 
 
 @torch.no_grad()
@@ -112,10 +114,9 @@ def decoder_step(m: TranslationModel, p: Record, layer: int) -> DecoderStep:
         (f"decoder.{layer}.self.v", zeroing(zero_one_each(T, N, 0, device))),  # (N, T)
         (f"decoder.{layer}.cross.v", zeroing(zero_one_each(S, N, T, device))),  # (N, S)
     ]
-    src, tgt_in, memory = p.src.expand(N, -1), p.tgt_in.expand(N, -1), p.memory.expand(N, -1, -1)
-    moved = layer_output(
-        m, f"decoder.{layer}.out", hooks, lambda: m.run(src, tgt_in, memory=memory)
-    )  # (N, T, D)
+    name = f"decoder.{layer}"
+    kept = layer_calls(m, p.src, p.tgt_in, memory=p.memory, until=name)  # the layers below
+    moved = layer_output(m, kept, name, N, hooks)  # (N, T, D)
     moved_by = change(p.layer_outputs["decoder"][layer], moved)  # (T, T + S)
     moved_by[:, :T] *= p.tgt_mask[0, 0]  # a later token moves nothing but float noise
     rows = normalised(moved_by)  # (T, T + S)

@@ -74,7 +74,16 @@ BY_FAMILY[MASKED_LM] = {
     "head_detectors).",
     "translate": "A masked language model (BERT, RoBERTa, DistilBERT, ELECTRA) fills [MASK] "
     "tokens of one sentence; it does not translate.",
-    **{what: NO_TRANSLATION.format(what=words) for what, words in SENTENCE_WORK},
+    "shared_passes": "A masked language model's predicted positions (its masks) differ from "
+    "sentence to sentence: a file's sentences are explained one at a time, not in shared passes.",
+    "faithfulness": "Faithfulness translates validation sentences and occludes their words: a "
+    "masked language model writes no translation of them (its validation sentences hold no "
+    "mask to fill), so the methods are not ranked for it; each sentence's attribution is shown.",
+    **{
+        what: NO_TRANSLATION.format(what=words)
+        for what, words in SENTENCE_WORK
+        if what != "attribution"  # the filled token at each mask, explained over its sentence
+    },
 }
 
 T5_IG = (

@@ -18,7 +18,8 @@ in eval mode from a generator of its own seeded by ``EVAL_MASK_SEED``, so that e
 evaluation masks the same tokens and its losses compare. ``export_folder`` writes it as a
 ``save_pretrained`` folder (``core.model.trainee_folder``). For the circuit scores
 (``core.training.circuits``), ``patterns`` returns every layer's attention weights of one pass
-over a sequence read as one sentence (eager attention, for that call; training runs SDPA) and
+over a sequence read as one sentence (eager attention, for that call; the loss pass runs SDPA,
+and the eager path on a CPU, as the decoder's: ``core.model.attention_path``) and
 ``token_losses`` each token's masked-LM loss with that token alone masked (its
 pseudo-likelihood: both sides in view).
 
@@ -34,6 +35,7 @@ from torch.nn import functional as F
 
 from core.corpus.batches import batches
 from core.corpus.vocab import SPECIALS, Vocab
+from core.model import attention_path as path
 from core.model.config import ModelConfig
 
 ENCODER = "encoder"  # ModelConfig.arch of this model
@@ -61,7 +63,7 @@ def bert_config(cfg: ModelConfig):
         attention_probs_dropout_prob=cfg.dropout,
         layer_norm_eps=LAYER_NORM_EPS,
         pad_token_id=Vocab.pad_id,
-        attn_implementation="sdpa",
+        attn_implementation=path.TRAINING_ATTENTION,
     )
 
 
@@ -134,12 +136,16 @@ class EncoderTrainee(nn.Module):
         return torch.Generator(device=device).manual_seed(EVAL_MASK_SEED)
 
     def masked_pass(self, src, tgt_out) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits (M, V) at the chosen tokens of the masked pairs, their ids (M,))."""
+        """(logits (M, V) at the chosen tokens of the masked pairs, their ids (M,)): one pass
+        on the attention ``core.model.attention_path.training_attention`` picks (eager on a CPU)."""
         ids, types = self.joined(src, tgt_out)  # (B, N) each
         inputs, labels = self.masked(ids, self.mask_generator(ids.device))  # (B, N) each
-        hidden = self.lm.bert(
-            input_ids=inputs, attention_mask=(ids != self.cfg.pad_id).long(), token_type_ids=types
-        ).last_hidden_state  # (B, N, D)
+        with path.attention_path(self.lm, path.training_attention(ids.device)):
+            hidden = self.lm.bert(
+                input_ids=inputs,
+                attention_mask=(ids != self.cfg.pad_id).long(),
+                token_type_ids=types,
+            ).last_hidden_state  # (B, N, D)
         rows = (labels != -100).flatten().nonzero().squeeze(1)  # (M,)
         logits = self.lm.cls(hidden.flatten(0, 1).index_select(0, rows))  # (M, V)
         return logits, labels.flatten()[rows]
@@ -182,11 +188,8 @@ class EncoderTrainee(nn.Module):
     def patterns(self, ids: torch.Tensor) -> torch.Tensor:
         """ids (B, N), no padding, token type 0 -> every layer's attention weights
         (L, B, H, N, N) of one eager pass (the one path that returns weights), then SDPA again."""
-        self.lm.set_attn_implementation("eager")
-        try:
+        with path.attention_path(self.lm, "eager"):
             out = self.lm.bert(input_ids=ids, output_attentions=True)
-        finally:
-            self.lm.set_attn_implementation("sdpa")
         return torch.stack(out.attentions)  # (L, B, H, N, N)
 
     def token_losses(self, ids: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,10 @@ adapters, and ``core.model.opened.open_model`` returns one of them. Everything o
   ``record`` (one teacher-forced pass with every site, ``core.model.record``; ``patterns``
   and ``stream`` keep only the weights or one stack's stream, for many sentences), the
   embeddings path (``embeddings`` and ``log_probs_from_embeddings``: the exact function of
-  the token embeddings that the ids path computes, by hooks on the embedding sites);
+  the token embeddings that the ids path computes, by hooks on the embedding sites); its
+  layers run again from any layer's input, a stream given, up to any later layer
+  (``core.model.layer_runs.layer_calls``, TransformerLens's ``start_at_layer`` /
+  ``stop_at_layer``: one mechanism for every family);
 - hook sites (``hook_points``, ``hooks``: ``core.model.hooks``), and on them removing heads
   (``core.model.head_gates``: ``heads_removed``, ``rows_gated``: each head's output scaled
   before W_o, per thread);

@@ -1,6 +1,6 @@
 """Where a one-stack model (decoder-only or masked) keeps its parts (its layers, each layer's
-attention and output projection, its final norm), and its layers run again from any one on
-(``resumed``); the families of ``hf_folder.LM_TYPES`` and ``hf_folder.ENCODER_TYPES``.
+attention and output projection, its final norm); the families of ``hf_folder.LM_TYPES`` and
+``hf_folder.ENCODER_TYPES``.
 
 Where they are is the family's row of the table (``core.model.architectures``), read through
 ``core.model.sites`` (which also installs their hook sites): GPT-2 keeps them in
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
 from torch import nn
 
 from core.model import sites
@@ -62,19 +61,3 @@ def output_projection(attention: nn.Module) -> nn.Module:
     if name is None:  # BERT's sits outside the attention module (output_projection_of)
         raise HFModelError(f"A {type(attention).__name__} holds no W_o: its layer does.")
     return part(attention, name)
-
-
-def resumed(model: nn.Module, kept: sites.LayerInputs, start: int) -> torch.Tensor:
-    """(B, N, D) the last layer's output (before the final norm) of layers ``start``... run
-    again on the stream layer ``start`` was given, with each layer's other arguments as kept
-    (under this thread's hooks: a head removed at or above ``start`` changes it; the layers
-    below are not run). Equal to the whole pass's (tested per family)."""
-    if sites.LayerInputs.open():
-        raise RuntimeError("resumed runs outside LayerInputs (it would keep its own inputs)")
-    args, kwargs = kept.calls[start]
-    x = args[0] if args else kwargs["hidden_states"]  # (B, N, D)
-    for i, layer in enumerate(layers_of(model)[start:], start):
-        args, kwargs = kept.calls[i]
-        out = layer(x, *args[1:], **kwargs) if args else layer(**{**kwargs, "hidden_states": x})
-        x = out if isinstance(out, torch.Tensor) else out[0]
-    return x

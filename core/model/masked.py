@@ -7,8 +7,10 @@ writes, at each mask token (``[MASK]``, ``<mask>``), its most likely token: that
 every token, each read unmasked. Its one bidirectional self-attention is the *encoder* kind;
 the rows of the predicted positions are shown as the other two kinds, as blocks of it (*cross*:
 over the whole sentence; *decoder self*: over the predicted positions). One forward gives
-every figure; what needs a translation (alignment, attribution, patching, removing heads by
-BLEU) says so in one line (``core.model.capabilities``).
+every figure; attribution explains the filled token at each mask over the sentence (each mask
+counted once, as the decoder input its row reads: ``OneStack.cut``, ``OneStack.once``); what
+needs a translation (alignment, patching, removing heads by BLEU, faithfulness) says so in one
+line (``core.model.capabilities``).
 
 Shape key: S sentence tokens, T predicted positions, L layers, H heads, D width, V vocabulary.
 """
@@ -22,7 +24,7 @@ import torch
 from torch import nn
 
 from core.model import hugging_face as hf
-from core.model import lm_heads, lm_sites, sites
+from core.model import lm_heads, sites
 from core.model.capabilities import MASKED_LM
 from core.model.hf_model import HFModel
 from core.model.hooks import HookPoint, capture
@@ -41,6 +43,11 @@ from core.model.record import Record, one_stack_of, one_stack_sites
 
 NOT_HERE = "A masked language model fills mask tokens; it has no {what}."
 MASKED_SHARE = 0.15  # of a sentence's tokens masked for the masked-LM loss (BERT's share)
+
+
+def _length(tgt_in: torch.Tensor | None) -> int | None:
+    """How many predicted positions the decoder inputs (B, T) stand for (None: every one)."""
+    return None if tgt_in is None else tgt_in.size(1)
 
 
 @dataclass
@@ -194,22 +201,30 @@ class MaskedModel(HFModel):
             out[b, : len(where)] = states[b, where]
         return out
 
-    def _batch(self, src: torch.Tensor) -> torch.Tensor:
+    def _batch(self, src: torch.Tensor, first: int | None = None) -> torch.Tensor:
         """(B, S, D) the last layer's output of a right-padded batch, under this thread's hooks
-        (with gradients where enabled: the gradient score)."""
-        with sites.LastOutput(self.model) as last:
+        (with gradients where enabled: the gradient score). Its token embeddings are the sites
+        ``encoder.embed`` (each row's sentence) and ``decoder.embed`` (the ``first`` predicted
+        positions, the same in every row: one sentence's integration points; the gradient
+        methods give as many as the steps they ask), so a predicted position's token is read as
+        a decoder input there."""
+        rows = [[x for x in ids if x != self.pad_id] for ids in src.tolist()]
+        at = self.positions(rows[0])
+        steps = at[:first] if all(self.positions(r) == at for r in rows) else []
+        sources = [slice(0, len(r)) for r in rows]
+        with sites.LastOutput(self.model) as last, sites.placing(sources, steps):
             self.model.base_model(input_ids=src, attention_mask=(src != self.pad_id).long())
         return last.output
 
     def hidden(self, src, tgt_in, memory=None) -> torch.Tensor:
-        return self._at_positions(src, self._batch(src))  # (B, T, D)
+        return self._at_positions(src, self._batch(src, _length(tgt_in)))  # (B, T, D)
 
     def hidden_resumable(self, src, tgt_in) -> tuple[torch.Tensor, Callable]:
         with sites.LayerInputs(self.model) as kept:
-            whole = self._batch(src)  # (B, S, D)
+            whole = self._batch(src, _length(tgt_in))  # (B, S, D)
 
         def again(start: int) -> torch.Tensor:
-            return self._at_positions(src, lm_sites.resumed(self.model, kept, start))
+            return self._at_positions(src, kept.run("sequence", start))
 
         return self._at_positions(src, whole), again
 
@@ -248,8 +263,10 @@ class MaskedModel(HFModel):
         )
 
     def masks(self, src, tgt_in):
-        S = src.size(1)
-        full = torch.ones(src.size(0), 1, S, S, dtype=torch.bool, device=src.device)
+        """(the sentence's real tokens (B, 1, 1, S), (B, 1, T, T) all True: every predicted
+        position reads every other, in one pass)."""
+        T = tgt_in.size(1)
+        full = torch.ones(tgt_in.size(0), 1, T, T, dtype=torch.bool, device=src.device)
         return (src != self.pad_id)[:, None, None, :], full
 
     def hook_points(self) -> dict[str, HookPoint]:

@@ -388,7 +388,7 @@ class PromptedModel(HFModel):
         norm = lm_sites.final_norm(self.model)
 
         def again(start: int) -> torch.Tensor:
-            return norm(lm_sites.resumed(self.model, kept, start)[:, p.steps])  # (B, T, D)
+            return norm(kept.run("sequence", start)[:, p.steps])  # (B, T, D)
 
         return norm(p.stream[-1][:, p.steps]), again
 

@@ -95,9 +95,28 @@ class OneStack:
 
     def cut(self, a: torch.Tensor) -> torch.Tensor:
         """(T, S + T) the decoder inputs' rows of an (N, N) matrix over the sequence, cut to
-        the source's and the decoder inputs' columns (a prompt's own tokens left out)."""
+        the source's and the decoder inputs' columns (a prompt's own tokens left out). A
+        decoder input that is a source position too (a masked LM's predicted positions, in its
+        sentence) counts once, as the decoder input: its source column is 0."""
         rows = a[self.steps]  # (T, N)
-        return torch.cat([rows[:, self.source], rows[:, self.steps]], dim=1)  # (T, S + T)
+        at = torch.arange(a.size(-1), device=a.device)  # (N,)
+        steps = at[self.steps]  # (T,)
+        source = rows[:, self.source] * ~torch.isin(at[self.source], steps)  # (T, S)
+        return torch.cat([source, rows[:, self.steps]], dim=1)  # (T, S + T)
+
+    def once(self, scores: torch.Tensor) -> torch.Tensor:
+        """(T, S + T) scores over [source | decoder inputs] with a decoder input that is a
+        source position too (a masked LM's mask) counted once, as the decoder input: its
+        source column's score (a row that read its token there) added to its own column."""
+        at = torch.arange(self.layer_outputs[0].size(1))  # (N,)
+        source, steps = at[self.source], at[self.steps]  # (S,), (T,)
+        S, out = len(source), scores.clone()
+        for j, position in enumerate(steps.tolist()):
+            if source[0] <= position <= source[-1]:
+                column = position - int(source[0])
+                out[:, S + j] += out[:, column]
+                out[:, column] = 0
+        return out
 
 
 @dataclass

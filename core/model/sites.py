@@ -28,8 +28,9 @@ none in a parallel family), the feed-forward's input and what it adds to the str
 Gemma 2's), and a pre-LN family's norms' scales (``ln1.scale``, ``ln2.scale``, (B, N, 1): √(var
 + ε), or √(mean x² + ε) of an RMSNorm, from the norm's input and its own ε; the final norm's
 ``decoder.ln_final.scale`` at each of its calls: once in a pass from ids, again where
-``hidden`` normalises the decoder inputs). Its layers keep their inputs for this thread's open
-``LayerInputs`` and its last layer its output for an open ``LastOutput``. The hooks are
+``hidden`` normalises the decoder inputs). Every layer of every stack keeps its call for this
+thread's open ``LayerInputs`` (``core.model.layer_runs``: its layers run again from any one
+on), a one-stack model's last layer its output for an open ``LastOutput``. The hooks are
 installed once per model and do nothing (one integer test) unless a thread has hooks on.
 
 Shape key: B batch, S source, T decoder inputs, N tokens, H heads, Dh head width, D model width.
@@ -44,9 +45,11 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from core.model import layer_runs
 from core.model.architectures import ALIBI, ROPE, Architecture, architecture_of, part, softcap
 from core.model.hf_folder import HFModelError
 from core.model.hooks import HookPoint, any_on
+from core.model.layer_runs import keeping
 from core.model.record import SIDES, attention_site, sequence_site, side_of
 from core.model.site_hooks import (
     POINTS,
@@ -233,41 +236,14 @@ def _keep_last(module, args, output) -> None:
         kept.output = output if isinstance(output, torch.Tensor) else output[0]
 
 
-_inputs = threading.local()  # this thread's LayerInputs, while one is open
-
-
-class LayerInputs:
-    """Every layer's inputs (positional and keyword arguments: the stream, the mask, the
-    positions) of the pass this thread runs inside the block through a one-stack model, kept
-    by a permanent pre-hook on each layer, so that ``lm_sites.resumed`` can run the layers
-    from any one on again with the layers below as they were."""
+class LayerInputs(layer_runs.LayerInputs):
+    """``layer_runs.LayerInputs`` of a Hugging Face model, its permanent hooks installed first:
+    every layer's call of the passes this thread runs inside the block, so that its layers
+    run again from any one on (``run``) with the layers below as they were."""
 
     def __init__(self, model: nn.Module):
         install(model)  # the permanent hooks, installed once
-        self.calls: dict[int, tuple[tuple, dict]] = {}
-
-    def __enter__(self) -> LayerInputs:
-        _inputs.value = self
-        return self
-
-    def __exit__(self, *exc) -> None:
-        _inputs.value = None
-
-    @staticmethod
-    def open() -> bool:
-        """Whether this thread keeps layer inputs now."""
-        return getattr(_inputs, "value", None) is not None
-
-
-def _keep_inputs(index: int):
-    """Layer ``index``'s forward pre-hook: its arguments, for this thread's open LayerInputs."""
-
-    def hook(module, args, kwargs) -> None:
-        kept = getattr(_inputs, "value", None)
-        if kept is not None:
-            kept.calls[index] = (args, kwargs)
-
-    return hook
+        super().__init__()
 
 
 # ----------------------------------------------------------------------------- the installer
@@ -326,7 +302,7 @@ class _Installer:
 
     def layer(self, layer: nn.Module, side: str | None, i: int) -> None:
         if side is None:
-            layer.register_forward_pre_hook(_keep_inputs(i), with_kwargs=True)
+            layer.register_forward_pre_hook(keeping(f"sequence.{i}"), with_kwargs=True)
             layer.register_forward_hook(_output_site(self.add(sequence_site(i))))
             self.heads(layer, "decoder_self", attention_site("decoder_self", i))
             self.one_stack_attention(layer, attention_site("decoder_self", i))
@@ -335,6 +311,7 @@ class _Installer:
             layer.register_forward_pre_hook(
                 _input_site(self.add(f"{side}.{i}.in")), with_kwargs=True
             )
+            layer.register_forward_pre_hook(keeping(f"{side}.{i}"), with_kwargs=True)
             kinds = ("encoder",) if side == "encoder" else ("decoder_self", "cross")
             for kind in kinds:
                 self.attention(layer, kind, attention_site(kind, i))

@@ -16,7 +16,7 @@ a key/value cache: BLEU at evaluations, ``core.model.decode.translate_batch``) a
 reads one sentence's prompt and output in one pass, its causal attention cut into the
 encoder-decoder's three maps (the probe snapshots). For the circuit scores, ``patterns`` returns
 every layer's attention weights of one pass (eager attention, for that call; training runs
-SDPA, and the eager path on a CPU: ``training_attention``) and ``token_losses`` the loss of
+SDPA, and the eager path on a CPU: ``core.model.attention_path``) and ``token_losses`` the loss of
 each next token. Neither changes the module's mode: put it in eval mode for scores without
 dropout. ``export_folder`` writes it as a
 ``save_pretrained`` folder (``core.model.trainee_folder``).
@@ -27,15 +27,13 @@ width, V vocabulary.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from core.corpus.vocab import Vocab
 from core.model import trainee_folder
+from core.model.attention_path import TRAINING_ATTENTION, attention_path, training_attention
 from core.model.config import ModelConfig
 from core.model.parts import AttentionMaps
 from core.model.prompt import blocks
@@ -43,7 +41,6 @@ from core.model.transformer import Transformer
 
 DECODER_ONLY = "decoder-only"  # ModelConfig.arch of this model
 RMS_NORM_EPS = 1e-5  # Llama's
-TRAINING_ATTENTION = "sdpa"  # the fused path; "eager" where weights are returned, and on a CPU
 export_folder = trainee_folder.export_folder  # a trainee as a save_pretrained folder (its module)
 ALIGN_REFUSED = "A decoder-only model has no cross-attention to supervise: train it without align."
 
@@ -68,13 +65,6 @@ def llama_config(cfg: ModelConfig):
         eos_token_id=Vocab.eos_id,
         attn_implementation=TRAINING_ATTENTION,
     )
-
-
-def training_attention(device: torch.device) -> str:
-    """The attention a loss pass runs on ``device``: the eager path (scores, softmax, product)
-    on a CPU, where torch's fused CPU kernel is several times slower forward and backward at
-    these lengths (bench/decoder_mfu.py, docs/training.md), else ``TRAINING_ATTENTION``."""
-    return "eager" if device.type == "cpu" else TRAINING_ATTENTION
 
 
 def left_padded(src: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -184,14 +174,9 @@ class DecoderTrainee(nn.Module):
         """Eager attention inside the block (the one path that returns weights), then back."""
         return self._attention("eager")
 
-    @contextmanager
-    def _attention(self, implementation: str) -> Iterator[None]:
+    def _attention(self, implementation: str):
         """transformers' attention ``implementation`` inside the block, then SDPA again."""
-        self.lm.set_attn_implementation(implementation)
-        try:
-            yield
-        finally:
-            self.lm.set_attn_implementation(TRAINING_ATTENTION)
+        return attention_path(self.lm, implementation)
 
     def patterns(self, ids: torch.Tensor) -> torch.Tensor:
         """ids (B, N), no padding -> every layer's attention weights (L, B, H, N, N)."""

@@ -39,6 +39,7 @@ from core.model.blocks import (
 )
 from core.model.config import ModelConfig
 from core.model.hooks import HookPoint
+from core.model.layer_runs import keep_calls
 from core.model.output_loss import projected_cross_entropy
 from core.model.parts import AttentionMaps
 
@@ -262,6 +263,7 @@ class Transformer(nn.Module):
             points |= _named(stack, side)  # "encoder.embed", "encoder.out"
             for i, layer in enumerate(stack.layers):
                 points |= _named(layer, f"{side}.{i}")
+            keep_calls(stack.layers, side)  # core.model.layer_runs: its layers run again
         return points
 
     def hook_points(self) -> dict[str, HookPoint]:

@@ -195,7 +195,11 @@ def contrast_panel(page: SectionInputs) -> None:
         "word is asked about)."
     )
     t = page.translation
-    steps = [i for i, cands in enumerate(t.topk) if any(w != t.output_tokens[i] for w, _ in cands)]
+    others_at = {  # each step's other candidates: by id (a candidate may be written otherwise)
+        i: [w for w, _ in cands if page.lm.target_token_id(w) != t.out_ids[i]]
+        for i, cands in enumerate(t.topk)
+    }
+    steps = [i for i, others in others_at.items() if others]
     if not steps:
         st.caption("No step has another candidate to contrast with.")
         return
@@ -216,7 +220,7 @@ def contrast_panel(page: SectionInputs) -> None:
         key="atr_contrast_step",
     )
     state.contrast_step = step
-    others = [w for w, _ in t.topk[step] if w != t.output_tokens[step]]
+    others = others_at[step]
     widget_default(
         "atr_contrast_word",
         state.contrast_word if state.contrast_word in others else others[0],

@@ -49,6 +49,9 @@ def faithfulness_panel(
     """The methods ranked against occlusion: from the disk cache, or measured on request;
     with gradient ``choices`` other than the defaults, the gradient methods as chosen too."""
     st.subheader("Faithfulness: which method agrees with occlusion?")
+    if problem := lm.supports("faithfulness"):  # a model that translates no validation sentence
+        st.caption(md(problem))
+        return
     st.caption(HOW)
     if not lm.trained_here:
         left_out = [METHOD_NAMES[m] for m in METHODS if m not in usable_methods(lm, METHODS)]

@@ -51,10 +51,10 @@ def training_section(page: SectionInputs) -> None:
     if state.sentence not in probes:  # the typed sentence has no recorded maps: say so
         st.caption(
             md(
-                f"“{state.sentence}” is not one of this run's probe sentences, so it has no "
-                "maps over training: a run records the maps of its probe sentences only (the "
-                "Train form's probes, chosen before it starts). Showing a probe sentence; "
-                "the other sections show the sentence you typed."
+                f"“{state.sentence}” is not among the sequences this run recorded, so it has "
+                "no maps over training: at each evaluation a run keeps the maps of what it "
+                "chose before it started (the Train form's probe sentences; a run scored by "
+                "its circuits, the token sequence they read first). Showing one of them."
             )
         )
     series = snapshot_series(source, probe, steps)
