@@ -33,8 +33,8 @@ def test_every_attention_section_reads_the_induction_model_or_says_why_not(induc
         assert plain(at.info[-1].value) == problem
     if section == "maps":
         assert at.get("plotly_chart")
-    if section == "training":  # trained here: its heads over training are its circuits
-        assert "python -m core.circuits" in plain(at.info[-1].value)
+    if section == "training":  # trained here, its history keeps snapshots: they replay
+        assert not at.info and at.get("plotly_chart") and "Phase change" in texts(at)
     if section == "ablation":  # heads removed by hand; no importance on validation sentences
         assert model.supports("importance") in texts(at)
         assert not [b for b in at.button if b.key == "ab_compute"]
