@@ -118,7 +118,7 @@ class DecoderTrainee(nn.Module):
         if align is not None:
             raise ValueError(ALIGN_REFUSED)
         x, mask, positions = self.joined(src, tgt_in)
-        with self._attention(training_attention(x.device)):
+        with attention_path(self.lm, training_attention(x.device)):
             hidden = self.lm.model(
                 input_ids=x, attention_mask=mask, position_ids=positions, use_cache=False
             ).last_hidden_state  # (B, S+T, D)
@@ -162,7 +162,7 @@ class DecoderTrainee(nn.Module):
         at tgt_in, the encoder-decoder's three maps as blocks of one eager pass's causal
         attention: the source over itself, tgt_in over itself and tgt_in over the source)."""
         x = torch.cat([src, tgt_in], dim=1)  # (1, S+T)
-        with self._eager():
+        with attention_path(self.lm, "eager"):  # the path that returns weights
             out = self.lm(input_ids=x, output_attentions=True, use_cache=False,
                           logits_to_keep=tgt_in.size(1))  # fmt: skip
         weights = torch.stack(out.attentions)  # (L, 1, H, S+T, S+T)
@@ -170,17 +170,9 @@ class DecoderTrainee(nn.Module):
             **blocks(weights, slice(0, src.size(1)), slice(src.size(1), None))
         )
 
-    def _eager(self):
-        """Eager attention inside the block (the one path that returns weights), then back."""
-        return self._attention("eager")
-
-    def _attention(self, implementation: str):
-        """transformers' attention ``implementation`` inside the block, then SDPA again."""
-        return attention_path(self.lm, implementation)
-
     def patterns(self, ids: torch.Tensor) -> torch.Tensor:
         """ids (B, N), no padding -> every layer's attention weights (L, B, H, N, N)."""
-        with self._eager():
+        with attention_path(self.lm, "eager"):  # the path that returns weights
             out = self.lm(input_ids=ids, output_attentions=True, use_cache=False, logits_to_keep=1)
         return torch.stack(out.attentions)  # (L, B, H, N, N)
 
