@@ -4,8 +4,8 @@ every evaluation (as the Train page draws them) against the same run without the
     python bench/circuit_cost.py [--repeats 5] [--steps 300]
 
 Trains the "induction" preset ``--steps`` steps in this process, alternately with its circuit
-scores and without them (``core.training.loop.circuit_scores`` replaced by a function returning
-nothing, for the measurement only), the order of each pair swapped from pair to pair (the
+scores and without them (``core.training.evaluation.circuit_scores`` replaced by a function
+returning nothing, for the measurement only), the order of each pair swapped from pair to pair (the
 machine is shared: interleaved, a slow spell hits both), and prints per run the wall and CPU
 seconds of ``Trainer.run`` (steps and evaluations: the evaluations are what the scores add to)
 and the seconds spent scoring, then the medians per mode, the ratio of speeds (plain / scored
@@ -30,13 +30,13 @@ from common import ROOT, median
 sys.path.insert(0, str(ROOT))
 
 from core import train as train_command  # noqa: E402
-from core.training import loop  # noqa: E402
+from core.training import evaluation, loop  # noqa: E402
 
 
 def train_once(out: Path, steps: int, scored: bool) -> dict:
     """One run of the preset: wall seconds of Trainer.run and of its circuit scores."""
     spent = {"run": 0.0, "cpu": 0.0, "scores": 0.0}
-    real_scores, real_run = loop.circuit_scores, loop.Trainer.run
+    real_scores, real_run = evaluation.circuit_scores, loop.Trainer.run
 
     def timed_scores(model, n, k, *args, **kwargs):
         t0 = time.perf_counter()
@@ -52,13 +52,13 @@ def train_once(out: Path, steps: int, scored: bool) -> dict:
             spent["run"] += time.perf_counter() - t0
             spent["cpu"] += time.process_time() - c0
 
-    loop.circuit_scores, loop.Trainer.run = timed_scores, timed_run
+    evaluation.circuit_scores, loop.Trainer.run = timed_scores, timed_run
     try:
         argv = ["--out", str(out), "--preset", "induction", "--max-steps", str(steps)]
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             code = train_command.main(argv)
     finally:
-        loop.circuit_scores, loop.Trainer.run = real_scores, real_run
+        evaluation.circuit_scores, loop.Trainer.run = real_scores, real_run
     if code:
         sys.exit(f"training failed (exit {code})")
     seconds, scoring = round(spent["run"], 3), round(spent["scores"], 3)

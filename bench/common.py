@@ -95,8 +95,9 @@ def budget_command(out, preset: str, minutes: float, *extra: str) -> list[str]:
 def held_out_figures(run) -> tuple:
     """(LoadedModel, figures) of a run's best.pt on its corpus's held-out test split."""
     from core.corpus.splits import load_splits
-    from core.model.checkpoints import data_config_of, load_checkpoint
+    from core.model.checkpoints import data_config_of
     from core.model.scores import evaluate_split
+    from core.model.studio_loading import load_checkpoint
 
     lm = load_checkpoint(Path(run) / "best.pt")
     cfg = data_config_of(lm.meta)
@@ -161,3 +162,32 @@ def interleaved_speeds(models, opts, data, repeats, amp=False) -> dict[str, list
 def median(xs) -> float:
     """Median of a list."""
     return statistics.median(xs)
+
+
+def interleaved_cpu_seconds(calls, runs: int) -> list[float]:
+    """The median CPU seconds (``time.process_time``) of each call over ``runs`` rounds, after
+    one warm-up each; every round times every call in turn, so a neighbour's load that comes
+    and goes falls on all of them alike (the ratios of one round are what count)."""
+    for call in calls:
+        call()
+    times: list[list[float]] = [[] for _ in calls]
+    for _ in range(runs):
+        for call, kept in zip(calls, times):
+            start = time.process_time()
+            call()
+            kept.append(time.process_time() - start)
+    return [statistics.median(t) for t in times]
+
+
+def without_narrow_products(call):
+    """``call`` with ``core.attribution.products`` passing every product through unchanged
+    (the code before it, plus the mode's dispatch): the same run's figure before the change."""
+    from unittest import mock
+
+    from core.attribution import products
+
+    def plain():
+        with mock.patch.object(products, "_batched_pair", lambda args: False):
+            return call()
+
+    return plain

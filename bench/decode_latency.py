@@ -14,9 +14,9 @@ import time
 import torch
 from common import ROOT, median
 
-from core.model.checkpoints import load_checkpoint
 from core.model.decode import greedy_decode, prepare_source, translate
 from core.model.parts import MAX_LEN
+from core.model.studio_loading import load_checkpoint
 
 SENTENCE = "i think we should go to the beach tomorrow morning ."  # 10 words + "."
 

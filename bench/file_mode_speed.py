@@ -14,28 +14,29 @@ written as a JSON line, with its step scores) against inseq 0.7.1's
 dependency: install it apart, ``pip install --no-deps --target /tmp/inseq_site inseq==0.7.1
 jaxtyping treescope``, and run with ``PYTHONPATH=/tmp/inseq_site``.
 
-Each figure is the median of ``--runs`` timings after a warm-up; the ratio is studio / inseq
+Each figure is the median of ``--runs`` timings after a warm-up, the studio and inseq timed in
+turn in every round (``common.interleaved_cpu_seconds``); the ratio is studio / inseq
 (the goal of issue 67: at most 0.5 on both methods). ``--one-at-a-time`` times the file mode
-as it was before batching (every pair alone), for the record.
+as it was before batching (every pair alone), for the record; ``--plain`` also times it with
+every product as it was before ``core.attribution.products``, in the same rounds;
+``--whole-passes`` with passes not cut to ``batched_gradients.ATTENTION_BYTES``, likewise.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
-from common import ROOT
+from common import ROOT, interleaved_cpu_seconds, without_narrow_products
 
 sys.path.insert(0, str(ROOT / "tests"))
 
 from ig_speed import peer_texts  # noqa: E402
 
-from core.attribution import file_mode  # noqa: E402
+from core.attribution import batched_gradients, file_mode  # noqa: E402
 from core.attribution.gradients import GradientChoices  # noqa: E402
 from core.model.opened import open_model  # noqa: E402
 from core.model.parts import DecodeSettings  # noqa: E402
@@ -44,17 +45,6 @@ ENGLISH = "i am cold the boy is tall . you are hot we"
 FRENCH = "je suis froid le garçon est grand . tu es chaud nous"
 GREEDY = DecodeSettings()
 INSEQ_METHODS = {"grad-input": "input_x_gradient", "integrated-gradients": "integrated_gradients"}
-
-
-def seconds(call, runs: int) -> float:
-    """The median CPU seconds of ``call`` over ``runs`` timings, after one warm-up."""
-    call()
-    times = []
-    for _ in range(runs):
-        start = time.process_time()
-        call()
-        times.append(time.process_time() - start)
-    return statistics.median(times)
 
 
 def pairs(n: int) -> list[tuple[str, str]]:
@@ -100,6 +90,20 @@ def inseq_call(inseq, folder: Path, m, texts, method: str, args):
     )
 
 
+def whole_passes(call):
+    """``call`` with passes cut by rows and summed gradients only (no ATTENTION_BYTES)."""
+
+    def whole():
+        kept = batched_gradients.ATTENTION_BYTES
+        batched_gradients.ATTENTION_BYTES = 2**62
+        try:
+            call()
+        finally:
+            batched_gradients.ATTENTION_BYTES = kept
+
+    return whole
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=50)
@@ -109,6 +113,8 @@ def main(argv=None) -> None:
     ap.add_argument("--families", default="marian,bart,gpt2,llama")
     ap.add_argument("--methods", default="grad-input,integrated-gradients")
     ap.add_argument("--one-at-a-time", action="store_true", help="the file mode unbatched")
+    ap.add_argument("--plain", action="store_true", help="also time it without narrow products")
+    ap.add_argument("--whole-passes", action="store_true", help="also time it with uncut passes")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     try:
@@ -126,17 +132,28 @@ def main(argv=None) -> None:
             folder = save(Path(tmp) / family, family)
             m = open_model(str(folder))
             for method in args.methods.split(","):
-                ours = seconds(
-                    studio(m, Path(tmp), texts, method, args.steps, args.one_at_a_time),
-                    args.runs,
-                )
+                ours_call = studio(m, Path(tmp), texts, method, args.steps, args.one_at_a_time)
                 peer = inseq_call(inseq, folder, m, texts, method, args)
-                theirs = seconds(peer, args.runs) if peer else float("nan")
+                calls = [ours_call, peer or (lambda: None)]
+                if args.plain:
+                    calls.append(without_narrow_products(ours_call))
+                if args.whole_passes:
+                    calls.append(whole_passes(ours_call))
+                ours, theirs, *more = interleaved_cpu_seconds(calls, args.runs)
+                plain = more[:1] if args.plain else []
+                whole = more[-1:] if args.whole_passes else []
+                theirs = theirs if peer else float("nan")
                 print(
                     f"tiny {family:<8} {method:<22} studio {ours:7.3f} s   inseq "
                     f"{theirs:7.3f} s   ratio {ours / theirs:.2f}",
                     flush=True,
                 )
+                if plain:
+                    ratio = plain[0] / theirs
+                    print(f"{'':<36}plain products {plain[0]:7.3f} s   ratio {ratio:.2f}")
+                if whole:
+                    ratio = whole[0] / theirs
+                    print(f"{'':<36}whole passes   {whole[0]:7.3f} s   ratio {ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -64,8 +64,9 @@ def never_ending_run(runs: Path, shipped: Path) -> None:
     24 + 24 layers) with the shipped vocabularies: it never emits <eos>."""
     import torch
 
-    from core.model.checkpoints import load_checkpoint, save_checkpoint
+    from core.model.checkpoints import save_checkpoint
     from core.model.config import ModelConfig
+    from core.model.studio_loading import load_checkpoint
     from core.model.transformer import Transformer
     from core.runs.run_dir import RunDir, write_json
 

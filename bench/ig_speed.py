@@ -17,21 +17,22 @@ the peer measured in the same run:
   captum ``IntegratedGradients`` call per output step on the source and that step's prefix
   (what inseq runs), through the model's own embeddings path.
 
-Each figure is the median of ``--runs`` timings after a warm-up; the ratio is studio / peer
-(the goal of issue 51: at most 0.6).
+Each figure is the median of ``--runs`` timings after a warm-up, the studio and the peer
+timed in turn in every round (``common.interleaved_cpu_seconds``); the ratio is studio / peer
+(the goal of issue 51: at most 0.6). ``--plain`` also times the studio with every product as
+it was before ``core.attribution.products`` (``common.without_narrow_products``), in the same
+rounds.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
-from common import ROOT
+from common import ROOT, interleaved_cpu_seconds, without_narrow_products
 
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -47,17 +48,6 @@ SHIPPED = (
     "i don't know if tom will be able to come to the party tomorrow because he is very busy "
     "at work and his mother is ill at home , so he said he would call us .",  # 36 tokens
 )
-
-
-def seconds(call, runs: int) -> float:
-    """The median CPU seconds of ``call`` over ``runs`` timings, after one warm-up."""
-    call()
-    times = []
-    for _ in range(runs):
-        start = time.process_time()
-        call()
-        times.append(time.process_time() - start)
-    return statistics.median(times)
 
 
 def inseq_by_hand(m, t, steps: int):
@@ -105,17 +95,25 @@ def compare(name, m, t, args, peer=None, text=("", "")) -> None:
     """One line: the studio's integrated gradients on ``t`` against inseq (``peer``: an
     inseq model, given the pair as ``text``) or inseq's algorithm by hand."""
     choices = GradientChoices(steps=args.steps)
-    ours = seconds(
-        lambda: attribute(m, t.src_ids, t.out_ids, "integrated-gradients", choices=choices),
-        args.runs,
-    )
+
+    def studio():
+        attribute(m, t.src_ids, t.out_ids, "integrated-gradients", choices=choices)
+
     if peer is not None:
-        theirs = seconds(
-            lambda: peer.attribute(*text, n_steps=args.steps, show_progress=False), args.runs
-        )
+
+        def theirs_call():
+            peer.attribute(*text, n_steps=args.steps, show_progress=False)
+
     else:
-        theirs = seconds(lambda: inseq_by_hand(m, t, args.steps), args.runs)
+
+        def theirs_call():
+            inseq_by_hand(m, t, args.steps)
+
+    calls = [studio, theirs_call] + ([without_narrow_products(studio)] if args.plain else [])
+    ours, theirs, *plain = interleaved_cpu_seconds(calls, args.runs)
     line(name, t, ours, theirs, "inseq" if peer is not None else "by hand")
+    if plain:
+        print(f"{'':<41} plain products {plain[0]:.3f} s   ratio {plain[0] / theirs:.2f}")
 
 
 def main(argv=None) -> None:
@@ -123,6 +121,7 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--families", default="marian,bart,gpt2,llama")
+    ap.add_argument("--plain", action="store_true", help="also time it without narrow products")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     try:

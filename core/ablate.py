@@ -9,6 +9,13 @@ measured on fra-eng's validation sentences as the studio splits it by default, i
 where the CPU runs it natively unless ``--precision float32``. The library
 is ``core.attention.ablation`` (removing heads) and ``core.attention.importance`` (measuring
 them), the same functions the Attention page calls.
+
+    python -m core.ablate --checkpoint PATH --heads KIND:LAYER:HEAD,... [--sequence TEXT]
+
+scores a model that reads a token sequence (one trained here on the induction task) as the
+Remove heads section does: its sequence (default: the one its training scored its heads on)
+in one teacher-forced pass, as it is and with the heads removed, two JSON lines of the loss
+and first choices on the repeat (``core.attention.task_sequence.sequence_score``).
 """
 
 from __future__ import annotations
@@ -17,8 +24,10 @@ import argparse
 import json
 import sys
 
+from core.attention.ablation import HeadSpecError, heads_of, removed_translation, spec_text
 from core.attention.head_measures import PRECISIONS
 from core.attention.importance import SAMPLE_SIZES, SENTENCES, importance_for
+from core.attention.task_sequence import sequence_score, task_sequence
 from core.command_line import (
     CommandError,
     CommandParser,
@@ -28,8 +37,10 @@ from core.command_line import (
     terminal_progress,
 )
 from core.corpus.source import DataError
+from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError
 from core.model.opened import model_path, open_model
+from core.model.parts import GREEDY, TranslationError
 from core.training.devices import pick_device
 
 
@@ -47,7 +58,7 @@ def json_lines(result) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """--checkpoint, --data, --sentences and --refresh."""
+    """--checkpoint, --data, --sentences, --refresh … and --heads, --sequence."""
     p = CommandParser(
         description="BLEU and loss on validation sentences with each attention head removed."
     )
@@ -73,17 +84,45 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("cpu", "auto", "cuda", "mps"),
         help="where the model runs (auto: CUDA, then Apple MPS, then the CPU; the pages: CPU)",
     )
+    p.add_argument(
+        "--heads",
+        default="",
+        help="KIND:LAYER:HEAD,...: a token-sequence model's sequence scored without these heads",
+    )
+    p.add_argument("--sequence", default="", help="with --heads: the tokens (default: its task's)")
     add_prompt_flag(p)
     return p
 
 
+def removed_lines(lm, heads: str, sequence: str) -> list[str]:
+    """Two JSON lines: a token-sequence model's forced pass over ``sequence`` (its task's where
+    "") scored as it is, then with ``heads`` removed, as the Remove heads section shows them."""
+    if not lm.supports("sentence"):
+        raise CommandError(
+            "--heads scores a model that reads a token sequence (one trained here on the "
+            "induction task); this one reads sentences: without --heads, each head's importance."
+        )
+    try:
+        removed = heads_of(heads, lm.cfg, lm.head_kinds)
+        target = sequence or task_sequence(lm)
+        t = translate_sentence(lm, "", GREEDY, target)
+        cut = removed_translation(lm, "", GREEDY, removed, target)
+    except (HeadSpecError, TranslationError) as e:
+        raise CommandError(str(e)) from e
+    rows = (("", t), (spec_text(removed), cut))
+    return [json.dumps({"heads": spec} | sequence_score(x).as_dict()) for spec, x in rows]
+
+
 def run(args: argparse.Namespace) -> list[str]:
-    """Head importance of the checkpoint, as JSON lines."""
+    """Head importance of the checkpoint (or its sequence without ``--heads``), as JSON
+    lines."""
     try:
         device = pick_device(args.device)
     except ValueError as e:
         raise CommandError(str(e)) from e
     lm = open_model(args.checkpoint, device, hub=True, prompt=args.prompt, section="ablation")
+    if args.heads.strip():
+        return removed_lines(lm, args.heads, args.sequence)
     if problem := lm.supports("importance"):  # it reads no validation sentence
         raise CommandError(problem)
     path = model_path(args.checkpoint)

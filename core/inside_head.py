@@ -25,7 +25,7 @@ import sys
 from core.attention.head_roles import head_roles
 from core.attention.kinds import KINDS
 from core.attention.logit_lens import TOP_K, logit_lens
-from core.attention.query_key import InsideHeadError, query_key_view, sequence_query_key
+from core.attention.query_key import InsideHeadError, query_key_view
 from core.command_line import (
     CommandError,
     CommandParser,
@@ -78,10 +78,8 @@ def run(args) -> list[str]:
     if args.logit_lens or args.head_roles:
         rows = logit_lens(lm, t, args.top).rows() if args.logit_lens else head_roles(lm, t).rows()
         return [json.dumps(row, ensure_ascii=False) for row in rows]
-    if lm.one_sequence:  # --query counts the whole sequence's tokens (a prompt's and output's)
-        v = sequence_query_key(lm, t, args.layer, args.head, args.query)
-    else:
-        v = query_key_view(lm, t, args.kind, args.layer, args.head, args.query)
+    v = query_key_view(lm, t, args.kind, args.layer, args.head, args.query)  # a one-stack
+    # model's --query counts the whole sequence's tokens (a prompt's and output's)
     return [json.dumps(v.to_json(), ensure_ascii=False)]
 
 

@@ -106,8 +106,9 @@ def grid_figure(
 def record(m: TranslationModel, t: Translation) -> Record:
     """The recorded pass the analysis reads (every attention's inputs, weights and output, the
     stream around each sub-layer, each layer's input and output, the logits): the
-    translation's output teacher-forced, in eval mode, as ``run_with_cache`` records one. A
-    model of one sequence (decoder-only, masked) has its attention in ``maps`` and ``cache``."""
+    translation's output teacher-forced, in eval mode, as ``run_with_cache`` records one. Every
+    family's has the same shape: a model of one sequence (decoder-only, masked) gives its three
+    kinds as blocks of its one attention, and its whole sequence in ``one_stack``."""
     return m.forced(t.src_ids, t.out_ids)
 
 

@@ -10,6 +10,7 @@ from pages.ui.attention.alignment_gold_view import open_on_best_reader
 from pages.ui.attention.controls import view_controls
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.attention.sections import SECTION_FIELDS, coming_section, pick_section
+from pages.ui.attention.sequence_read import sequence_input, sequence_line
 from pages.ui.cached import sentence_maps, translate
 from pages.ui.frame import ensure_app_navigation, footer, link
 from pages.ui.model_picker import pick_model
@@ -28,6 +29,34 @@ from pages.ui.view_widgets import (
 )
 
 
+def sentence_boxes(lm, state) -> str | None:
+    """The inputs of a model that reads a sentence: target language, prompt template, the
+    sentence, and a translation to explain instead of its own (where it translates)."""
+    target_language(lm, state, "at")
+    prompt_template(lm, state, "at")
+    typed = sentence_input(state, "at", lm.source_label, lm.example_sentence)
+    if problem := lm.supports("force"):  # a model that does not translate has nothing to rate
+        state.target, state.why["target"] = "", problem
+    else:
+        target_input(state, "at", lm.target_name)
+    return typed
+
+
+def output_line(lm, t, settings) -> None:
+    """The translation the maps explain: the model's own, or the one the user typed."""
+    mode = "greedy" if settings.beam_size == 1 else f"beam {settings.beam_size}"
+    if t.forced:
+        st.markdown(f"**Your translation (fed to the decoder):** {md(t.text) or '(empty)'}")
+        firsts = sum(r == 1 for r in t.ranks)
+        st.caption(
+            f"Every map and attribution below explains this translation. log-probability "
+            f"{t.log_prob:.2f}; {firsts} of {len(t.ranks)} tokens are the model's first choice "
+            "(each token's probability and rank: Translate page)."
+        )
+    else:
+        st.markdown(f"**{lm.output_label} ({mode}):** {md(t.text) or '(empty)'}")
+
+
 def main() -> None:
     """Build the page."""
     ensure_app_navigation()
@@ -40,18 +69,16 @@ def main() -> None:
         footer()
         return
     entry, lm = picked
-    target_language(lm, state, "at")
-    prompt_template(lm, state, "at")
-    typed = sentence_input(state, "at", lm.source_label, lm.example_sentence)
-    if problem := lm.supports("force"):  # a model that does not translate has nothing to rate
-        state.target, state.why["target"] = "", problem
-    else:
-        target_input(state, "at", lm.target_name)
+    no_sentence = lm.supports("sentence")  # it reads a token sequence, in one forced pass
+    typed = (
+        sequence_input(lm, state, "at", no_sentence) if no_sentence else sentence_boxes(lm, state)
+    )
     settings, t = state.settings(), None
+    read = ("", state.sentence) if no_sentence else (state.sentence, state.target)
     try:  # nothing translated for a paste past the box's limit (said once, above)
         lm = lm.with_prompt(settings.prompt)
         if typed is not None:
-            t = translate(lm, entry.path, entry.mtime, state.sentence, settings, state.target)
+            t = translate(lm, entry.path, entry.mtime, read[0], settings, read[1])
     except TranslationError as e:
         st.error(md(e))
     if t is None:
@@ -61,34 +88,27 @@ def main() -> None:
         return
     key = (entry.path, entry.mtime, state.sentence, settings, state.target)  # SectionInputs.key
     pieces = sentence_maps(t, key)
-    mode = "greedy" if settings.beam_size == 1 else f"beam {settings.beam_size}"
-    if t.forced:
-        st.markdown(f"**Your translation (fed to the decoder):** {md(t.text) or '(empty)'}")
-        firsts = sum(r == 1 for r in t.ranks)
-        st.caption(
-            f"Every map and attribution below explains this translation. log-probability "
-            f"{t.log_prob:.2f}; {firsts} of {len(t.ranks)} tokens are the model's first choice "
-            "(each token's probability and rank: Translate page)."
-        )
+    if no_sentence:
+        sequence_line(lm, t)
     else:
-        st.markdown(f"**{lm.output_label} ({mode}):** {md(t.text) or '(empty)'}")
+        output_line(lm, t, settings)
     for w in t.warnings:
         st.warning(md(w))
-    if lm.kinds_words:
-        st.caption(lm.kinds_words)
-    link("translate.py", "Change decoding on the Translate page", state.to_query(TRANSLATE_KEYS))
+    if not no_sentence:  # the three kinds in a translator's words; a decoding setting
+        if lm.kinds_words:
+            st.caption(lm.kinds_words)
+        link(
+            "translate.py", "Change decoding on the Translate page", state.to_query(TRANSLATE_KEYS)
+        )
     clamp_view(state, pieces)
     open_on_best_reader(entry, lm, state)
-    reads_view = coming_section(state).reads_view  # the logit lens reads no kind or head
+    reads_view = coming_section(state, lm).reads_view  # the logit lens reads no kind or head
     stretch = view_controls(pieces, state, lm.subword, lm.pieces_name) if reads_view else False
     maps = sentence_maps(t, key, state.words)
-    section = pick_section(state)
+    section = pick_section(state, lm)  # only the sections the model's capabilities allow
     if reads_view:
         st.caption(reading_hint(state.kind))
-    if problem := lm.supports(state.section):
-        st.info(md(problem))
-    else:
-        section.draw(SectionInputs(entry, lm, t, pieces, maps, state, stretch))
+    section.draw(SectionInputs(entry, lm, t, pieces, maps, state, stretch))
     link_note(state, ATTENTION_KEYS)
     write_url(state, ATTENTION_KEYS, SECTION_FIELDS)
     footer()

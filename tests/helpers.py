@@ -231,8 +231,9 @@ def with_validation_split(checkpoint: Path, path: Path) -> Path:
 
 def make_wide_checkpoint(path: Path, tiny_checkpoint: Path) -> Path:
     """An untrained 6 + 6 block, 8-head model with the tiny vocabularies (for size tests)."""
-    from core.model.checkpoints import load_checkpoint, save_checkpoint
+    from core.model.checkpoints import save_checkpoint
     from core.model.config import ModelConfig
+    from core.model.studio_loading import load_checkpoint
     from core.model.transformer import Transformer
 
     tiny = load_checkpoint(tiny_checkpoint)

@@ -29,9 +29,10 @@ from core.corpus.vocab import SPECIALS, Vocab
 from core.measure.sample import validation_sample
 from core.model import hooks
 from core.model import scores as evaluate
-from core.model.checkpoints import atomic_save, load_checkpoint, read_checkpoint, trained_data
+from core.model.checkpoints import atomic_save, read_checkpoint, trained_data
 from core.model.decode import translate, translate_batch
-from core.model.studio_model import StudioModel
+from core.model.studio_loading import load_checkpoint
+from core.model.studio_model import StudioModel, attention_module
 from core.model.transformer import Transformer
 from tests.helpers import TINY, model_and_batch, toy_model_config
 
@@ -173,7 +174,7 @@ def test_removing_every_head_of_a_kind_zeroes_its_attention_output(toy, kind, ne
     with ablated(m, every):
         removed = logits_of(m, src, tgt, need_weights)
     handles = [
-        m.module(kind, i).W_o.register_forward_pre_hook(
+        attention_module(m, kind, i).W_o.register_forward_pre_hook(
             lambda mod, args: (torch.zeros_like(args[0]),)
         )
         for i in range(m.layers(kind))

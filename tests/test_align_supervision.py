@@ -22,8 +22,8 @@ from core.corpus.supervision import (
     supervision_line,
 )
 from core.model.align_loss import AlignTarget, alignment_loss
-from core.model.checkpoints import load_checkpoint
 from core.model.parts import evaluating
+from core.model.studio_loading import load_checkpoint
 from core.model.studio_model import StudioModel
 from core.model.transformer import Transformer
 from core.training.config import TrainConfig

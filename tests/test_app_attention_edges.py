@@ -66,7 +66,8 @@ def test_a_masked_lm_has_no_playback_and_its_lens_reads_the_masks(studio_dirs, l
     query = {"model": "checkpoints/bert/", "sentence": "the boy is [MASK] .", "section": "playback"}
     at = run_page_script("attention.py", query)
     assert_clean(at)
-    assert "no decoding steps to play back" in plain(at.info[-1].value)
+    assert "Decoding playback" not in at.radio(key="at_section").options  # not offered:
+    assert any("no decoding steps to play back" in plain(w.value) for w in at.warning)  # the note
     assert "Step 0" not in texts(at) and not [b for b in at.text_input if b.key == "at_reference"]
     at = run_page_script("attention.py", query | {"section": "lens"})
     assert_clean(at)

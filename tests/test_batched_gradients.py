@@ -16,6 +16,7 @@ from core.attribution.batched_gradients import attributions, batchable, fits
 from core.attribution.file_mode import attribute_file
 from core.attribution.gradients import GradientChoices
 from core.attribution.methods import attribute, method_problem
+from core.model.interface import prompt_positions
 from core.model.parts import DecodeSettings
 from core.runs import budget
 from tests.hf_tiny import CONFORMANCE
@@ -104,6 +105,44 @@ def test_a_pass_takes_sentences_of_similar_lengths_within_its_rows_and_bytes(tin
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(batched_gradients, "TOTAL_BYTES", held * D - 1)
         assert batched_gradients.passes(tiny_model, pairs, 1)[-1] == [4]  # bytes
+
+
+def test_a_pass_keeps_one_layers_attention_weights_within_their_bytes(tiny_model, lm_loaded):
+    pairs = [([0] * 6, [0] * 6)] * 4
+    H = tiny_model.cfg.num_heads
+    two = 4 * 2 * 3 * H * 6 * 6  # float32: two sentences' 3 points, N = 6
+    assert batched_gradients.attention_bytes(tiny_model, 6, 6, 6) == two
+    lm = lm_loaded["gpt2"]  # one stack reads its template, the source and the output
+    N = prompt_positions(lm) + 6 + 6
+    assert batched_gradients.attention_bytes(lm, 6, 6, 6) == 4 * 6 * lm.cfg.num_heads * N * N
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(batched_gradients, "ATTENTION_BYTES", two)
+        assert batched_gradients.passes(tiny_model, pairs, 3) == [[0, 1], [2, 3]]
+        mp.setattr(batched_gradients, "ATTENTION_BYTES", 1)  # one sentence a pass, at least
+        assert batched_gradients.passes(tiny_model, pairs, 3) == [[0], [1], [2], [3]]
+
+
+@pytest.mark.parametrize("family", ["studio", *CONFORMANCE, *LM_FAMILIES])
+def test_passes_cut_to_the_attention_bytes_give_one_passs_figures(
+    family, tiny_model, hf_loaded, lm_loaded, monkeypatch
+):
+    """Sentences in passes of their own (the cut ATTENTION_BYTES makes on long sentences)
+    give the figures of one pass of all, within 1e-5 plus 1e-4 of the value (gradient ×
+    input where integrated gradients is refused)."""
+    m, pairs = model_of(family, tiny_model, hf_loaded, lm_loaded)
+    method = "grad-input" if method_problem(m, "integrated-gradients") else "integrated-gradients"
+    ts = [m.force(s, t, DecodeSettings()) for s, t in pairs]
+    ids = [(list(t.src_ids), list(t.out_ids)) for t in ts]
+    K = len(batched_gradients.points(method, IG)[0])
+    monkeypatch.setattr(batched_gradients, "ATTENTION_BYTES", 2**62)
+    assert len(batched_gradients.passes(m, ids, K)) == 1
+    whole = attributions(m, ids, method, IG)
+    monkeypatch.setattr(batched_gradients, "ATTENTION_BYTES", 1)
+    assert len(batched_gradients.passes(m, ids, K)) == len(ids)
+    for got, want in zip(attributions(m, ids, method, IG), whole):
+        np.testing.assert_allclose(got.raw, want.raw, atol=1e-5, rtol=1e-4)
+        if want.completeness is not None:
+            assert got.completeness == pytest.approx(want.completeness, abs=1e-4)
 
 
 FILE = (

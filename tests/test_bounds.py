@@ -15,7 +15,7 @@ from core.corpus import source
 from core.corpus.config import DataConfig
 from core.corpus.source import DataError, corpus_pairs
 from core.corpus.splits import inspect_file, load_splits
-from core.runs import jobs
+from core.runs.trainer_process import trainer_env
 from core.training import devices
 from tests.helpers import ROOT
 
@@ -96,11 +96,11 @@ def test_the_trainer_memory_cap_is_read_from_its_environment(value, limit):
 
 def test_the_app_gives_each_trainer_process_a_share_of_the_memory():
     total = devices.total_memory()
-    one = float(jobs.trainer_env(1, {})[devices.MEMORY_ENV])
-    two = float(jobs.trainer_env(2, {})[devices.MEMORY_ENV])
+    one = float(trainer_env(1, {})[devices.MEMORY_ENV])
+    two = float(trainer_env(2, {})[devices.MEMORY_ENV])
     assert one == pytest.approx(devices.MEMORY_SHARE * total / 2**30, abs=0.01)
     assert two == pytest.approx(one / 2, abs=0.01)
-    assert jobs.trainer_env(1, {devices.MEMORY_ENV: "0"})[devices.MEMORY_ENV] == "0"  # kept
+    assert trainer_env(1, {devices.MEMORY_ENV: "0"})[devices.MEMORY_ENV] == "0"  # kept
 
 
 @pytest.mark.slow  # a trainer process
@@ -113,7 +113,7 @@ def test_a_corpus_that_outgrows_the_trainers_memory_fails_clearly(tmp_path):
         + ["--data", str(corpus), "--max-steps", "5", "--epochs", "0", "--no-progress"]
         + ["--device", "cpu"],
         cwd=ROOT,
-        env={**jobs.trainer_env(1), devices.MEMORY_ENV: "1.0"},
+        env={**trainer_env(1), devices.MEMORY_ENV: "1.0"},
         capture_output=True,
         text=True,
         timeout=300,
@@ -186,7 +186,8 @@ def test_the_catalogue_reads_metadata_without_the_weights(tmp_path):
 def test_a_damaged_tokenizer_makes_a_model_unusable_not_a_crash(tmp_path, tiny_checkpoint):
     import torch
 
-    from core.model.checkpoints import CheckpointError, load_checkpoint
+    from core.model.checkpoints import CheckpointError
+    from core.model.studio_loading import load_checkpoint
     from core.runs.catalogue import list_models
 
     ckpt = torch.load(tiny_checkpoint, weights_only=True)
@@ -203,7 +204,7 @@ def test_a_damaged_tokenizer_makes_a_model_unusable_not_a_crash(tmp_path, tiny_c
 @pytest.mark.slow  # a trainer process
 def test_the_apps_trainers_run_below_the_server():
     """The trainer lowers its own priority when the app asks (the pages answer first)."""
-    env = jobs.trainer_env(1, {})
+    env = trainer_env(1, {})
     assert env[devices.NICE_ENV] == str(devices.TRAINER_NICE)
     code = "from core.training.devices import lower_priority; print(lower_priority())"
     done = subprocess.run(

@@ -19,9 +19,9 @@ from core.corpus.vocab import SPECIALS, Vocab
 from core.model.checkpoints import atomic_save
 from core.model.config import ModelConfig
 from core.model.transformer import Transformer
-from core.runs import budget, disk_cache, history, quota, run_dir
+from core.runs import budget, disk_cache, history, quota, run_bytes, run_dir
 from core.runs.run_dir import RunDir
-from core.training.loop import Trainer
+from core.training.evaluation import snapshot_probes
 from core.training.settings import merged_settings
 from tests.helpers import TINY_RUN
 
@@ -38,7 +38,7 @@ AUDIT = {  # issue 31, item 1: the settings that gave a 1.29 GB snapshot for a 7
 
 
 def probe_snapshot(settings_: dict, vocab: Vocab, seed: int = 0) -> list[dict]:
-    """The probe maps the trainer writes at an evaluation (its own ``probe_maps``)."""
+    """The probe maps the trainer writes at an evaluation (``evaluation.snapshot_probes``)."""
     m = settings_["model"]
     cfg = ModelConfig(len(vocab), len(vocab), dropout=0.0, **m)
     torch.manual_seed(seed)
@@ -49,7 +49,7 @@ def probe_snapshot(settings_: dict, vocab: Vocab, seed: int = 0) -> list[dict]:
         corpus=SimpleNamespace(src_vocab=vocab, tgt_vocab=vocab, summary={}),
         translates=True,
     )
-    return Trainer.probe_maps(trainer)
+    return snapshot_probes(trainer)
 
 
 SHAPES = st.fixed_dictionaries(
@@ -72,7 +72,7 @@ def test_any_accepted_probe_settings_stay_within_their_estimate(
     tmp_path_factory, shape, probes, seed
 ):
     """Whatever shape and probes are accepted, the snapshot the trainer writes is no larger
-    than budget.snapshot_bytes says (and so within SNAPSHOT_BYTES)."""
+    than run_bytes.snapshot_bytes says (and so within SNAPSHOT_BYTES)."""
     vocab = Vocab([*SPECIALS, *WORDS[:8]])  # some probe words are unknown: <unk>
     model = {**shape, "d_model": 4 * shape["num_heads"]}
     wanted = {
@@ -80,19 +80,19 @@ def test_any_accepted_probe_settings_stay_within_their_estimate(
         "data": {"tokenizer": "word", "max_vocab": len(vocab)},
         "train": {"probes": probes},
     }
-    assert budget.run_problems(wanted) == []  # tiny: always accepted
+    assert run_bytes.run_problems(wanted) == []  # tiny: always accepted
     path = tmp_path_factory.mktemp("snap") / "step_00000001.pt"
     probe_maps = probe_snapshot(wanted, vocab, seed)
     atomic_save({"step": 1, "probes": probe_maps}, path)
-    assert path.stat().st_size <= budget.snapshot_bytes(wanted) + 2048  # the zip's own header
-    assert budget.sizeof(probe_maps) <= budget.snapshot_bytes(wanted) + 64  # the list itself
+    assert path.stat().st_size <= run_bytes.snapshot_bytes(wanted) + 2048  # the zip's own header
+    assert budget.sizeof(probe_maps) <= run_bytes.snapshot_bytes(wanted) + 64  # the list itself
 
 
 def test_the_audits_probe_settings_are_refused_before_launch():
     from core.runs.capacity import launch_problems
 
     cfg = merged_settings("d2l", AUDIT)
-    assert budget.snapshot_bytes(cfg) > 10**9  # what it would have written at every step
+    assert run_bytes.snapshot_bytes(cfg) > 10**9  # what it would have written at every step
     problems = launch_problems("d2l", AUDIT, 1)
     assert any(p.startswith("probes: their attention maps would take") for p in problems)
     assert "use fewer or shorter probe sentences" in problems[-1]
@@ -112,8 +112,8 @@ def test_the_trainer_refuses_them_too(tmp_path, capsys):
 @pytest.mark.parametrize("preset, kept", [("d2l", 64), ("small", 64), ("base", 31)])
 def test_the_presets_keep_their_snapshots_and_fit_a_class_server(preset, kept):
     cfg = merged_settings(preset)
-    assert budget.run_problems(cfg) == []
-    plan = budget.run_budget(cfg)
+    assert run_bytes.run_problems(cfg) == []
+    plan = run_bytes.run_budget(cfg)
     assert plan.snapshots_kept == kept  # base: 6 + 6 layers of 8 heads, 1 MB a snapshot
     assert plan.total < 4 * budget.GB
     assert "checkpoints" in plan.words()
@@ -122,7 +122,7 @@ def test_the_presets_keep_their_snapshots_and_fit_a_class_server(preset, kept):
 def test_a_finished_run_holds_less_than_its_budget(tiny_run):
     """The tiny run the test session trained, measured against the budget of its settings."""
     cfg = json.loads((tiny_run / "config.json").read_text())
-    plan = budget.run_budget(cfg)  # the command line read tiny.tsv in place: no copy
+    plan = run_bytes.run_budget(cfg)  # the command line read tiny.tsv in place: no copy
     assert quota.folder_bytes(tiny_run) <= plan.total
     assert len(RunDir(tiny_run).snapshot_steps()) <= plan.snapshots_kept
     assert TINY_RUN["train"]["eval_every"] == 50  # the run evaluated and snapshotted
@@ -131,11 +131,11 @@ def test_a_finished_run_holds_less_than_its_budget(tiny_run):
 def test_snapshots_and_kept_models_fit_their_byte_budgets():
     big = {"num_heads": 64, "num_encoder_layers": 24, "num_decoder_layers": 24}
     cfg = merged_settings("d2l", {"model": {"d_model": 64, **big}})
-    keep = budget.snapshots_to_keep(cfg)
-    assert keep * budget.snapshot_bytes(cfg) <= budget.SNAPSHOTS_BYTES
-    assert keep * budget.rows_per_step(cfg["model"]) <= budget.TRAJECTORY_ROWS // 2
-    assert budget.models_to_keep(20, budget.KEPT_MODELS_BYTES, big) == 0  # none, not one
-    assert budget.models_to_keep(20, 1000, big) * budget.rows_per_step(big) <= (
+    keep = run_bytes.snapshots_to_keep(cfg)
+    assert keep * run_bytes.snapshot_bytes(cfg) <= budget.SNAPSHOTS_BYTES
+    assert keep * run_bytes.rows_per_step(cfg["model"]) <= budget.TRAJECTORY_ROWS // 2
+    assert run_bytes.models_to_keep(20, budget.KEPT_MODELS_BYTES, big) == 0  # none, not one
+    assert run_bytes.models_to_keep(20, 1000, big) * run_bytes.rows_per_step(big) <= (
         budget.TRAJECTORY_ROWS // 2
     )
 
@@ -152,7 +152,8 @@ def test_the_recorder_writes_no_snapshot_past_the_limit(tmp_path, monkeypatch):
         rd=rd, allowed=10**9, keep_snapshots=64, fits=lambda more: True, warn=None
     )
     recorder.warn = lambda head, message: RunRecorder.warn(recorder, head, message)
-    trainer = SimpleNamespace(probe_maps=lambda: probes, state=SimpleNamespace(step=5))
+    monkeypatch.setattr("core.runs.recorder.snapshot_probes", lambda trainer: probes)
+    trainer = SimpleNamespace(state=SimpleNamespace(step=5))
     RunRecorder.keep_snapshot(recorder, trainer)
     assert rd.snapshot_steps() == [5]
     monkeypatch.setattr(budget, "SNAPSHOT_BYTES", 1000)
@@ -335,8 +336,7 @@ def test_any_translation_is_within_its_estimate(shape, words, max_len, seed):
     """A translation with every map, of any tiny model shape, sentence and output length,
     holds no more than budget.translation_bytes says before it is made."""
     from core.model.checked_translation import translate_sentence
-    from core.model.decode import source_len
-    from core.model.parts import DecodeSettings, TranslationError
+    from core.model.parts import DecodeSettings, TranslationError, source_len
     from core.model.studio_model import StudioModel
 
     vocab = Vocab([*SPECIALS, *WORDS])
@@ -350,3 +350,80 @@ def test_any_translation_is_within_its_estimate(shape, words, max_len, seed):
         return
     src = source_len(words, "word", shape["max_positions"])
     assert budget.sizeof(t) <= budget.translation_bytes(model, src, max_len)
+
+
+# ----------------------------------------------------------------------------- opening a model
+
+FOLDER_CONFIGS = {  # a Hugging Face folder of each family, its config.json alone
+    "marian": {"model_type": "marian", "is_encoder_decoder": True},
+    "gpt2": {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]},
+    "bert": {"model_type": "bert", "architectures": ["BertForMaskedLM"]},
+}
+
+
+def open_places(tmp_path, monkeypatch) -> tuple[dict, object]:
+    """({"studio": a checkpoint's path, family: a model folder}, count): ``count(n)`` makes
+    every one of them a model of n parameters (its headers are not read)."""
+    place = {"studio": str(tmp_path / "model.pt")}
+    (tmp_path / "model.pt").write_bytes(b"")
+    for family, config in FOLDER_CONFIGS.items():
+        (tmp_path / family).mkdir()
+        (tmp_path / family / "config.json").write_text(json.dumps(config))
+        place[family] = str(tmp_path / family)
+    parameters = [0]
+    monkeypatch.setattr("core.model.opened.parameters_of", lambda path: parameters[0])
+    return place, lambda n: parameters.__setitem__(0, n)
+
+
+TOO_LARGE = (  # budget.model_problem's words for a studio checkpoint one parameter too large
+    "This model has 67 M parameters (256.0 MB in memory); the server opens models up to 256.0 MB. "
+    "Use it from the command line (python -m core.translate, core.attribute, ...)."
+)
+
+
+def test_the_server_opens_a_checkpoint_and_a_folder_each_within_its_limit(tmp_path, monkeypatch):
+    """A studio checkpoint's float32 weights within MODEL_BYTES, an encoder-decoder folder's
+    within HF_MODEL_BYTES; one parameter more is refused in one line."""
+    place, count = open_places(tmp_path, monkeypatch)
+    count(budget.MODEL_BYTES // 4)
+    assert budget.open_problem(place["studio"]) is None
+    count(budget.MODEL_BYTES // 4 + 1)
+    assert budget.open_problem(place["studio"]) == TOO_LARGE
+    assert budget.open_problem(place["marian"]) is None
+    count(budget.HF_MODEL_BYTES // 4 + 1)
+    assert "the server opens models up to 640.0 MB" in budget.open_problem(place["marian"])
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bert"])
+def test_a_language_model_is_opened_in_bfloat16_where_only_that_fits(tmp_path, monkeypatch, family):
+    """A decoder-only or masked model past HF_MODEL_BYTES in float32 is opened in bfloat16
+    where the processor computes it natively, refused in one line where not, or where even
+    bfloat16 passes the limit."""
+    place, count = open_places(tmp_path, monkeypatch)
+    native = [True]
+    monkeypatch.setattr("core.model.lm_loading.native_bfloat16", lambda device: native[0])
+    count(budget.HF_MODEL_BYTES // 4 + 1)
+    assert budget.open_problem(place[family]) is None
+    native[0] = False
+    assert "no native bfloat16" in budget.open_problem(place[family])
+    native[0] = True
+    count(budget.HF_MODEL_BYTES // 2 + 1)
+    assert "this server opens models of at most" in budget.open_problem(place[family])
+
+
+def test_a_model_whose_headers_cannot_be_read_is_left_for_loading_to_name(tmp_path, monkeypatch):
+    from core.model.checkpoints import CheckpointError
+    from core.model.hf_folder import HFModelError
+
+    place, _ = open_places(tmp_path, monkeypatch)
+
+    def unreadable(error):
+        def parameters_of(path):
+            raise error
+
+        return parameters_of
+
+    monkeypatch.setattr("core.model.opened.parameters_of", unreadable(CheckpointError("no")))
+    assert budget.open_problem(place["studio"]) is None
+    monkeypatch.setattr("core.model.opened.parameters_of", unreadable(HFModelError("No way.")))
+    assert budget.open_problem(place["marian"]) == "No way."

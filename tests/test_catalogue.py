@@ -8,7 +8,8 @@ import shutil
 
 import pytest
 
-from core.model.checkpoints import load_checkpoint, read_checkpoint
+from core.model.checkpoints import read_checkpoint
+from core.model.studio_loading import load_checkpoint
 from core.places import checkpoints_root, runs_root
 from core.runs import catalogue as models
 from core.runs.budget import parameters

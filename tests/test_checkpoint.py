@@ -13,11 +13,11 @@ from core.model.checkpoints import (
     CheckpointError,
     compact,
     data_config_of,
-    load_checkpoint,
     portable_data_config,
     read_checkpoint,
     save_checkpoint,
 )
+from core.model.studio_loading import load_checkpoint
 from core.model.transformer import Transformer
 from tests.helpers import SHIPPED, TINY
 

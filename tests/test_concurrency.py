@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from core.model.checkpoints import load_checkpoint
+from core.model.studio_loading import load_checkpoint
 from core.places import runs_root
 from core.runs import jobs
 from core.runs import status as run_status

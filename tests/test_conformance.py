@@ -16,6 +16,7 @@ import copy
 import pytest
 import torch
 
+from core.attention.logit_lens import logit_lens
 from core.attention.patching import ENCODER_OUTPUT, Component, patch
 from core.attention.query_key import head_scores
 from core.attribution.methods import AttributionError, attribute
@@ -25,11 +26,14 @@ from core.model import sites
 from core.model.hf_model import HFModel, load
 from core.model.hooks import capture, replace_with, writable
 from core.model.layer_runs import layer_calls
+from core.model.masked import MaskedModel
+from core.model.opened import open_model
 from core.model.parts import DecodeSettings
-from core.model.record import KINDS, attention_site
-from core.model.studio_model import StudioModel
+from core.model.record import KINDS, SIDES, attention_site, side_of
+from core.model.studio_model import StudioModel, attention_module
 from tests import helpers
 from tests.hf_tiny import CONFORMANCE
+from tests.lm_tiny import ENCODER_FAMILIES, LM_FAMILIES
 
 CONFIGURATIONS = ("studio post-LN", "studio pre-LN", *CONFORMANCE)
 SOURCE, CORRUPT = "i am cold .", "you are tall ."  # one length in pieces in every vocabulary
@@ -73,8 +77,8 @@ def m(request, hf_models):
 
 
 def target_lang(m) -> str | None:
-    """French for a multilingual model."""
-    return FRENCH if FRENCH in m.language_codes() else None
+    """French for a multilingual model (M2M100's __fr__, NLLB's fra_Latn)."""
+    return next((c for c in (FRENCH, "fra_Latn") if c in m.language_codes()), None)
 
 
 def forced_ids(m, text: str = TARGET) -> list[int]:
@@ -191,80 +195,7 @@ def test_batched_greedy_equals_one_sentence_at_a_time(m):
         assert together[i][:cut] == alone[:cut]
 
 
-def test_the_last_layers_lens_is_the_output(m):
-    src, tgt_in, out = batch(m)
-    logits, _ = own_pass(m, src, tgt_in)
-    r = m.forced(src[0].tolist(), out[0].tolist())
-    with torch.no_grad():
-        lens = m.lens(r.decoder_outputs[-1]).float().log_softmax(-1)
-    assert torch.allclose(lens, logits.float().log_softmax(-1), atol=1e-5)
-
-
 # ----------------------------------------------------------------------------- heads
-
-
-def w_o(m, kind: str, layer: int) -> torch.nn.Linear:
-    """The output projection of one attention module (for editing a copy by hand)."""
-    if isinstance(m, StudioModel):
-        return m.module(kind, layer).W_o
-    return sites.projections(sites.attention_modules(m.model, kind)[layer])[3]
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_removing_a_head_equals_zeroing_its_columns_of_w_o(m, kind):
-    src, tgt_in, _ = batch(m)
-    layer, head, width = m.layers(kind) - 1, 1, m.attention_weights(kind, 0).head_width
-    with torch.no_grad(), m.heads_removed([(kind, layer, head)]):
-        removed = m.run(src, tgt_in)
-    by_hand = copy.deepcopy(m)
-    with torch.no_grad():
-        w_o(by_hand, kind, layer).weight[:, head * width : (head + 1) * width] = 0.0
-        expected = by_hand.run(src, tgt_in)
-        plain = m.run(src, tgt_in)
-    assert torch.allclose(removed, expected, atol=1e-5)
-    assert not torch.allclose(removed, plain, atol=1e-4)  # the head mattered
-
-
-def test_each_row_keeps_its_own_heads(m):
-    src, tgt_in, _ = batch(m)
-    gate = torch.ones(2, m.cfg.num_heads)
-    gate[1, 0] = 0.0  # row 1 without head 0 of the last cross layer
-    key = ("cross", m.layers("cross") - 1)
-    with torch.no_grad(), m.rows_gated({key: gate}):
-        rows = m.run(src.expand(2, -1), tgt_in.expand(2, -1))
-    with torch.no_grad(), m.heads_removed([(*key, 0)]):
-        removed = m.run(src, tgt_in)
-    with torch.no_grad():
-        plain = m.run(src, tgt_in)
-    assert torch.allclose(rows[0], plain[0], atol=1e-5)
-    assert torch.allclose(rows[1], removed[0], atol=1e-5)
-
-
-def test_heads_removed_in_one_thread_leave_another_thread_alone(m):
-    import threading
-
-    src, tgt_in, _ = batch(m)
-    with torch.no_grad():
-        plain = m.run(src, tgt_in)
-    seen, inside, release = {}, threading.Event(), threading.Event()
-    weights = [p.detach().clone() for p in m.model.parameters()]
-
-    def remover():
-        with torch.no_grad(), m.heads_removed([("cross", 0, h) for h in range(m.cfg.num_heads)]):
-            seen["removed"] = m.run(src, tgt_in)
-            inside.set()
-            release.wait(10)
-
-    thread = threading.Thread(target=remover)
-    thread.start()
-    inside.wait(10)
-    with torch.no_grad():
-        seen["other"] = m.run(src, tgt_in)  # while the other thread has every head removed
-    release.set()
-    thread.join()
-    assert torch.equal(seen["other"], plain)
-    assert not torch.allclose(seen["removed"], plain, atol=1e-4)  # the remover's own pass
-    assert all(torch.equal(a, b) for a, b in zip(weights, m.model.parameters()))  # untouched
 
 
 # ----------------------------------------------------------------------------- analysis
@@ -336,20 +267,6 @@ def writable_sites(m) -> list[str]:
     return [s for s in m.hook_points() if writable(s)]
 
 
-def test_patching_a_run_into_itself_changes_nothing(m):
-    src, tgt_in, _ = batch(m)
-    seen: dict = {}
-    sites = writable_sites(m)
-    with torch.no_grad():
-        with m.hooks((s, capture(seen)) for s in sites):
-            before = m.run(src, tgt_in)
-        for s in sites:
-            with m.hooks([(s, replace_with(seen[s].clone()))]):
-                after = m.run(src, tgt_in)
-            assert torch.allclose(after, before, atol=1e-6), s
-    assert {"encoder.embed", "decoder.embed", "encoder.out"} <= set(seen)
-
-
 def test_clean_into_corrupt_at_a_cut_restores_the_clean_output(m):
     src, tgt_in, _ = batch(m)
     corrupt = torch.tensor([m.source(CORRUPT).ids])
@@ -396,3 +313,202 @@ def test_marians_decoder_scales_the_embeddings_it_is_given(hf_models):
         hooked = m.log_probs_from_embeddings(src, tgt_in, *m.embeddings(src, tgt_in))
     assert (scaled - ids).abs().max() > 0.1  # the double scale
     assert torch.allclose(hooked, ids, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- every configuration
+# The invariants every model keeps, whatever its stacks: one test each over every configuration
+# above and NLLB (its fra_Latn codes), each decoder-only and each masked language model of
+# tests/lm_tiny.py, loaded afresh and perturbed like the others.
+
+EVERY = (*CONFIGURATIONS, "nllb", *LM_FAMILIES, *ENCODER_FAMILIES)
+
+
+@pytest.fixture(scope="module")
+def nllb_folder(tmp_path_factory):
+    """A tiny NLLB (an m2m_100 checkpoint with NLLB's fra_Latn codes), built once."""
+    from tests.hf_tiny import save_tiny
+
+    return save_tiny(tmp_path_factory.mktemp("nllb") / "nllb", "nllb")
+
+
+@pytest.fixture(scope="module", params=EVERY)
+def any_m(request, hf_models, lm_models, nllb_folder):
+    """One model of every configuration, through the door's factory (loaded afresh: its
+    parameters are perturbed)."""
+    if request.param.startswith("studio"):
+        return studio(request.param.endswith("pre-LN"))
+    folders = {**hf_models, **lm_models, "nllb": nllb_folder}
+    m = open_model(str(folders[request.param]))
+    perturbed(m.model, 2)
+    return m
+
+
+def read(m):
+    """((1, S) source, (1, T) decoder inputs, T output ids) of the model's own greedy output
+    for its example sentence (a masked model's: the words it fills)."""
+    settings = DecodeSettings(max_len=6, target_lang=target_lang(m) or "")
+    t = m.translate(m.example_sentence, settings)
+    src, tgt_in = torch.tensor([t.src_ids]), torch.tensor([m.decoder_inputs(t.out_ids)])
+    return src, tgt_in, list(t.out_ids)
+
+
+def own_logits(m, model: torch.nn.Module, src, tgt_in, out_ids) -> torch.Tensor:
+    """(1, T, V): ``model``'s (``m``'s module or a copy of it) own forward from ids, not through
+    the door, at the positions ``m.run`` returns: the reference each invariant is checked on."""
+    with torch.no_grad():
+        if isinstance(m, StudioModel):
+            return model(src, tgt_in, need_weights=True)[0]
+        if isinstance(m, HFModel) and not m.one_sequence:
+            return model(input_ids=src, decoder_input_ids=tgt_in).logits
+        if isinstance(m, MaskedModel):  # its predictions at its masks
+            return model(input_ids=src).logits[:, m.positions(src[0].tolist())]
+        ids = torch.tensor([m.sequence_ids(src[0].tolist(), out_ids)])  # prompt and output
+        return model(input_ids=ids).logits[:, m.sequence_spans(src.size(1), tgt_in.size(1))[1]]
+
+
+def output_projection(m, kind: str, layer: int) -> torch.nn.Module:
+    """W_o of one attention of ``m`` (for editing a copy by hand)."""
+    if isinstance(m, StudioModel):
+        return attention_module(m, kind, layer).W_o
+    layers = sites.layers_of(sites.stack(m.model, side_of(kind)))
+    return sites.output_projection_of(layers[layer], kind)
+
+
+def test_run_is_the_models_own_forward(any_m):
+    src, tgt_in, out = read(any_m)
+    with torch.no_grad():
+        run = any_m.run(src, tgt_in)
+    assert torch.allclose(run, own_logits(any_m, any_m.model, src, tgt_in, out), atol=1e-5)
+
+
+def test_the_last_layers_lens_is_the_output_and_the_logit_lens_agrees(any_m):
+    m = any_m
+    src, tgt_in, out = read(m)
+    own = own_logits(m, m.model, src, tgt_in, out).float().log_softmax(-1)
+    with torch.no_grad():
+        lens = m.lens(m.stream(src, tgt_in, "decoder")[-1])
+        assert torch.allclose(m.logits_of(m.hidden(src, tgt_in)), lens, atol=1e-5)
+        recorded = m.forced(src[0].tolist(), out).decoder_outputs  # a two-stack record's
+    assert torch.allclose(lens.float().log_softmax(-1), own, atol=1e-5)
+    for last in recorded[-1:]:  # (a one-stack record keeps its one stream: read above)
+        assert torch.allclose(m.lens(last).float().log_softmax(-1), own, atol=1e-5)
+    t = m.translate(m.example_sentence, DecodeSettings(max_len=6, target_lang=target_lang(m) or ""))
+    view = logit_lens(m, t)
+    assert view.layers == m.depth[1]
+    assert view.chosen_prob[-1] == pytest.approx(t.token_probs, abs=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_removing_a_head_equals_zeroing_its_columns_of_w_o(any_m, kind):
+    m = any_m
+    if kind not in m.head_kinds:
+        pytest.skip(f"this model has no {kind} heads (its head kinds: {m.head_kinds})")
+    src, tgt_in, out = read(m)
+    layer, head, width = m.layers(kind) - 1, 1, m.attention_weights(kind, 0).head_width
+    with torch.no_grad(), m.heads_removed([(kind, layer, head)]):
+        removed = m.run(src, tgt_in)
+    by_hand = copy.deepcopy(m)
+    cols = slice(head * width, (head + 1) * width)
+    with torch.no_grad():
+        w_o = output_projection(by_hand, kind, layer)
+        if isinstance(w_o, torch.nn.Linear):
+            w_o.weight[:, cols] = 0.0  # (D, H * Dh): a head's inputs are columns
+        else:  # GPT-2's Conv1D keeps W_o as (H * Dh, D): its inputs are rows
+            w_o.weight[cols, :] = 0.0
+        plain = m.run(src, tgt_in)
+    assert torch.allclose(removed, own_logits(m, by_hand.model, src, tgt_in, out), atol=1e-5)
+    assert not torch.allclose(removed, plain, atol=1e-4)  # the head mattered
+
+
+def test_each_row_keeps_its_own_heads(any_m):
+    m = any_m
+    src, tgt_in, _ = read(m)
+    kind = m.head_kinds[-1]  # the cross-attention of a model that has one
+    gate = torch.ones(2, m.cfg.num_heads)
+    gate[1, 0] = 0.0  # row 1 without head 0 of the last layer
+    key = (kind, m.layers(kind) - 1)
+    with torch.no_grad(), m.rows_gated({key: gate}):
+        rows = m.run(src.expand(2, -1), tgt_in.expand(2, -1))
+    with torch.no_grad(), m.heads_removed([(*key, 0)]):
+        removed = m.run(src, tgt_in)
+    with torch.no_grad():
+        plain = m.run(src, tgt_in)
+    assert torch.allclose(rows[0], plain[0], atol=1e-5)
+    assert torch.allclose(rows[1], removed[0], atol=1e-5)
+
+
+def test_heads_removed_in_one_thread_leave_another_thread_alone(any_m):
+    import threading
+
+    m = any_m
+    src, tgt_in, _ = read(m)
+    kind = m.head_kinds[-1]
+    with torch.no_grad():
+        plain, hidden = m.run(src, tgt_in), m.hidden(src, tgt_in)
+    seen, inside, release = {}, threading.Event(), threading.Event()
+    weights = [p.detach().clone() for p in m.model.parameters()]
+
+    def remover():
+        every = [(kind, 0, h) for h in range(m.cfg.num_heads)]
+        with torch.no_grad(), m.heads_removed(every):
+            seen["removed"], seen["hidden"] = m.run(src, tgt_in), m.hidden(src, tgt_in)
+            inside.set()
+            release.wait(10)
+            seen["hidden again"] = m.hidden(src, tgt_in)  # its own state kept
+
+    thread = threading.Thread(target=remover)
+    thread.start()
+    inside.wait(10)
+    with torch.no_grad():  # while the other thread has every head of a layer removed
+        seen["other"], seen["other hidden"] = m.run(src, tgt_in), m.hidden(src, tgt_in)
+    release.set()
+    thread.join()
+    assert torch.equal(seen["other"], plain) and torch.equal(seen["other hidden"], hidden)
+    assert not torch.allclose(seen["hidden"], hidden, atol=1e-4)  # the remover's own pass
+    assert torch.equal(seen["hidden again"], seen["hidden"])
+    assert all(torch.equal(a, b) for a, b in zip(weights, m.model.parameters()))  # untouched
+
+
+def own_blocks(m, src, tgt_in, out_ids) -> dict[str, torch.Tensor]:
+    """{kind: (L, H, Tq, Tk)}: the model's own weights from ids (``output_attentions``), a
+    one-stack model's cut into the three kinds' blocks of its one attention by hand."""
+    if not m.one_sequence:
+        return {k: w[:, 0] for k, w in own_pass(m, src, tgt_in)[1].items()}
+    ids = m.sequence_ids(src[0].tolist(), out_ids)
+    with torch.no_grad():
+        w = torch.stack(m.model(input_ids=torch.tensor([ids]), output_attentions=True).attentions)
+    w = w[:, 0]  # (L, H, N, N)
+    if isinstance(m, MaskedModel):
+        source, steps = slice(0, len(ids)), m.positions(ids)
+    else:
+        source, steps = m.sequence_spans(src.size(1), tgt_in.size(1))
+    cut = {"encoder": (source, source), "decoder_self": (steps, steps), "cross": (steps, source)}
+    return {k: w[..., rows, :][..., cols] for k, (rows, cols) in cut.items()}
+
+
+def test_every_record_has_the_three_kinds_the_model_computed(any_m):
+    m = any_m
+    src, tgt_in, out = read(m)
+    with torch.no_grad():
+        r = m.forced(src[0].tolist(), out)
+    maps, own = r.maps(), own_blocks(m, src, tgt_in, out)
+    for kind in KINDS:
+        assert torch.allclose(getattr(maps, kind)[:, 0], own[kind], atol=1e-6), kind
+        assert len(r.attention[kind]) == m.layers(kind), kind
+    for side, depth, length in zip(SIDES, m.depth, (r.source_length, r.output_length)):
+        assert [h.size(1) for h in r.stream(side)] == [length] * (depth + 1), side
+
+
+def test_patching_a_run_into_itself_changes_nothing(any_m):
+    m = any_m
+    src, tgt_in, _ = read(m)
+    seen: dict = {}
+    sites = [s for s in m.hook_points() if writable(s)]
+    with torch.no_grad():
+        with m.hooks((s, capture(seen)) for s in sites):
+            before = m.run(src, tgt_in)
+        assert set(seen) == set(sites)
+        for s in sites:
+            with m.hooks([(s, replace_with(seen[s].clone()))]):
+                assert torch.allclose(m.run(src, tgt_in), before, atol=1e-6), s
+    assert {"encoder.embed", "decoder.embed"} <= set(seen)

@@ -7,6 +7,7 @@ import ast
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,52 @@ def test_a_first_paragraph_is_read_as_the_rows_write_it():
     source = '"""A ``thing``: one\n    line, v0.5.\n\nMore."""\n\nx = 1\n'
     assert first_paragraph(source) == "A `thing`: one line, v0.5"
     assert first_paragraph("x = 1\n") == ""
+
+
+# ----------------------------------------------------------------------------- the door's contract
+
+CLOSED = "one way into every model"  # the start of the closed contract's name
+FACTORY = "core.model.opened"  # the door's factory: the one module that imports the adapters
+# Exempted edges that are not the factory's: debt, each to be paid by asking the door instead;
+# this set may only shrink (issue 65 goal 7).
+DEBT = {  # stream_terms' two paid: the stream's layout is the door's (``stream_layout``)
+    "core.model.resumed -> core.model.sites",
+}
+TRAINER = {"core.runs.training_run", "core.runs.recorder"}  # builds the studio's own models
+
+
+def contracts() -> list[dict]:
+    """pyproject.toml's import-linter contracts."""
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+
+
+def closed_contract() -> dict:
+    (found,) = [c for c in contracts() if c["name"].startswith(CLOSED)]
+    return found
+
+
+def test_the_door_is_closed_but_for_its_factory():
+    """The adapters are forbidden to the analysis, the pages and the commands without indirect
+    imports, and the only exempted edges are the factory's (and the named ``DEBT``)."""
+    contract = closed_contract()
+    assert contract["type"] == "forbidden"
+    assert contract.get("allow_indirect_imports", False) is False
+    ignored = set(contract["ignore_imports"])
+    factory = {edge for edge in ignored if edge.split(" -> ")[0] == FACTORY}
+    assert ignored - factory == DEBT, "an exempted edge that is neither the factory's nor debt"
+    adapters = set(contract["forbidden_modules"])
+    assert {edge.split(" -> ")[1] for edge in factory} <= adapters
+
+
+def test_every_module_of_the_analysis_and_the_commands_is_a_source():
+    """Every module of core.runs but the trainer's, and every command but the training one, is
+    a source of the closed contract: a new module is covered without being named."""
+    sources = set(closed_contract()["source_modules"])
+    runs = {f"core.runs.{p.stem}" for p in (ROOT / "core" / "runs").glob("*.py")} - {
+        "core.runs.__init__"
+    }
+    assert runs - TRAINER <= sources, sorted(runs - TRAINER - sources)
+    top = {n.strip() for n in contracts()[0]["layers"][0].split("|")}
+    assert {f"core.{c}" for c in top - {"train"}} <= sources
+    packages = {"core.attention", "core.attribution", "core.alignment", "core.figures"}
+    assert packages | {"core.measure", "pages"} <= sources

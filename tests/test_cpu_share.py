@@ -7,8 +7,9 @@ import os
 import pytest
 import torch
 
-from core.runs import cpu_share, jobs
+from core.runs import cpu_share
 from core.runs.cpu_share import BUSY_CORES, IDLE_CORES, MIN_WINDOW_S, CpuShare
+from core.runs.trainer_process import trainer_env
 
 
 class FakeMachine:
@@ -77,8 +78,8 @@ def test_every_cpu_trainer_on_default_threads_shares_unless_told_not_to():
     assert cpu_share.trainer_share("cpu", 0, {}) is not None  # python -m core.train by hand
     assert cpu_share.trainer_share("cpu", 0, {"OMP_NUM_THREADS": "2"}) is None  # ... chose
     assert cpu_share.trainer_share("cpu", 0, {cpu_share.SHARE_ENV: "0"}) is None  # the old way
-    assert jobs.trainer_env(1, {})[cpu_share.SHARE_ENV] == "1"  # the app's launcher asks
-    assert jobs.trainer_env(1, {cpu_share.SHARE_ENV: "0"})[cpu_share.SHARE_ENV] == "0"
+    assert trainer_env(1, {})[cpu_share.SHARE_ENV] == "1"  # the app's launcher asks
+    assert trainer_env(1, {cpu_share.SHARE_ENV: "0"})[cpu_share.SHARE_ENV] == "0"
 
 
 def test_a_trainer_whose_threads_wait_for_a_core_yields_one_though_the_others_look_light():
@@ -106,14 +107,14 @@ def test_a_sharing_trainers_threads_wait_passively_where_asked_unless_someone_ch
     quiet machine ~28 %: asked for by ATTENTION_STUDIO_PASSIVE_WAITS=1 only."""
     from core.cpu_load import PASSIVE_ENV, WAIT_POLICY_ENV, passive_waits
 
-    assert WAIT_POLICY_ENV not in jobs.trainer_env(1, {})  # off by default: spinning waits
+    assert WAIT_POLICY_ENV not in trainer_env(1, {})  # off by default: spinning waits
     assert WAIT_POLICY_ENV not in passive_waits({})
     asked = {PASSIVE_ENV: "1"}
-    assert jobs.trainer_env(1, dict(asked)).get(WAIT_POLICY_ENV) == "PASSIVE"  # the app's
+    assert trainer_env(1, dict(asked)).get(WAIT_POLICY_ENV) == "PASSIVE"  # the app's
     assert passive_waits(dict(asked))[WAIT_POLICY_ENV] == "PASSIVE"  # a command's
     chosen = {**asked, WAIT_POLICY_ENV: "ACTIVE"}
-    assert jobs.trainer_env(1, chosen)[WAIT_POLICY_ENV] == "ACTIVE"
-    assert WAIT_POLICY_ENV not in jobs.trainer_env(1, {**asked, cpu_share.SHARE_ENV: "0"})
+    assert trainer_env(1, chosen)[WAIT_POLICY_ENV] == "ACTIVE"
+    assert WAIT_POLICY_ENV not in trainer_env(1, {**asked, cpu_share.SHARE_ENV: "0"})
     assert WAIT_POLICY_ENV not in passive_waits({**asked, "OMP_NUM_THREADS": "2"})
 
 
@@ -196,7 +197,7 @@ def test_a_trainer_in_its_own_session_lowers_the_sessions_niceness_too(tmp_path)
         "from core.training.devices import lower_priority; "
         f"print(lower_priority(autogroup={str(group)!r}))"
     )
-    env = {**jobs.trainer_env(1, {}), devices.NICE_ENV: "10"}
+    env = {**trainer_env(1, {}), devices.NICE_ENV: "10"}
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO_ROOT,

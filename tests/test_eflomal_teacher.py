@@ -165,10 +165,10 @@ def test_the_train_form_offers_eflomal_and_says_when_it_is_missing(jobs_env, mon
     at.run()
     assert not any("pip install eflomal" in w.value for w in at.warning)
     assert any("grow-diag-final-and" in c.value for c in at.caption)
-    import pages.ui.train.form as form
+    import pages.ui.train.alignment_inputs as inputs
 
-    monkeypatch.setattr(form.st, "session_state", {"align_from": at.session_state["align_from"]})
-    assert form.alignment_choice() == AlignmentChoice(teacher=EFLOMAL)
+    monkeypatch.setattr(inputs.st, "session_state", {"align_from": at.session_state["align_from"]})
+    assert inputs.alignment_choice() == AlignmentChoice(teacher=EFLOMAL)
 
 
 @pytest.mark.slow

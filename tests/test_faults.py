@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from core.model.checkpoints import load_checkpoint, read_checkpoint
+from core.model.checkpoints import read_checkpoint
+from core.model.studio_loading import load_checkpoint
 from core.runs.run_dir import RunDir, read_json
 from tests.helpers import ROOT, TINY_ARGS
 

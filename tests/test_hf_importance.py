@@ -20,10 +20,11 @@ from core.attention.importance import importance_for, lookup_importance
 from core.corpus.splits import Split
 from core.corpus.text import tokenize
 from core.measure.sample import sample_of
-from core.model import hf_model, sites
+from core.model import interface, sites
 from core.model.batched import MAX_DECODE_ROWS, decode_rows, token_losses
 from core.model.config import ModelConfig
-from core.model.hf_model import HFModel, as_text, load
+from core.model.hf_base import as_text
+from core.model.hf_model import HFModel, load
 from core.model.studio_model import StudioModel
 from pages.ui.attention.ablation_view import PRECISION_LABELS
 from tests import helpers
@@ -87,7 +88,8 @@ def test_each_rows_gates_give_the_loss_of_removing_its_heads_by_hand(hf_loaded, 
 def test_batched_greedy_outputs_equal_generate_one_sentence_at_a_time(
     hf_loaded, family, monkeypatch
 ):
-    monkeypatch.setattr(hf_model, "MAX_LEN", 6)  # every batch: the same output length
+    monkeypatch.setattr(interface, "MAX_LEN", 6)  # every batch: the same output length (the
+    # door's max_output, which HFModel derives)
     hm = hf_loaded[family]
     target = _target(family)
     sample = sample_of(hm, Split(helpers.word_pairs()), 16, target)

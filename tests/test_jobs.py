@@ -17,7 +17,7 @@ import pytest
 
 from core.corpus.user_files import stage_upload
 from core.places import runs_root
-from core.runs import capacity, jobs, processes
+from core.runs import capacity, jobs, processes, trainer_process
 from core.runs import status as run_status
 from core.runs.locks import acquire_gpu_lock
 from core.runs.run_dir import RunDir, RunError, read_json, write_json
@@ -152,8 +152,8 @@ def test_several_processes_are_launched_by_the_loopback_agent(jobs_env, resume):
     rd = RunDir(runs_root() / "run")
     head = [sys.executable, "-m", "core.train", "--out", str(rd.path), "--request"]
     tail = ["--resume", "--no-progress"] if resume else ["--no-progress"]
-    assert jobs._trainer_argv(rd, resume) == [*head, *tail]
-    assert jobs._trainer_argv(rd, resume, processes=2) == [*head, "--processes=2", *tail]
+    assert trainer_process.trainer_argv(rd, resume) == [*head, *tail]
+    assert trainer_process.trainer_argv(rd, resume, processes=2) == [*head, "--processes=2", *tail]
 
 
 @pytest.mark.parametrize(

@@ -145,12 +145,13 @@ def test_a_run_from_before_distributions_still_shows_its_fixed_bin_histograms():
 
 def test_the_largest_models_distributions_fit_the_metrics_estimate():
     """An evaluation record of a 24 + 24-layer model, gradients included, stays within what
-    the run's budget counts for it (``budget.eval_record_bytes``)."""
+    the run's budget counts for it (``run_bytes.eval_record_bytes``)."""
     import json
 
     from core.model.config import MODEL_UPPER, ModelConfig
     from core.model.transformer import Transformer
-    from core.runs.budget import RECORD_BYTES, eval_record_bytes
+    from core.runs.budget import RECORD_BYTES
+    from core.runs.run_bytes import eval_record_bytes
 
     layers = {k: MODEL_UPPER[k] for k in ("num_encoder_layers", "num_decoder_layers")}
     layers["num_heads"] = 2
@@ -169,7 +170,8 @@ def test_the_largest_circuit_scores_fit_the_metrics_estimate():
     import json
 
     from core.model.config import MODEL_UPPER
-    from core.runs.budget import RECORD_BYTES, eval_record_bytes
+    from core.runs.budget import RECORD_BYTES
+    from core.runs.run_bytes import eval_record_bytes
 
     L, H = MODEL_UPPER["num_decoder_layers"], MODEL_UPPER["num_heads"]  # noqa: N806
     grid = [[0.1234] * H for _ in range(L)]  # 4 decimals, as the records keep them

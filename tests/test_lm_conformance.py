@@ -24,16 +24,15 @@ from core.attention.head_roles import (
     head_roles,
     repeated_ids,
 )
-from core.attention.logit_lens import logit_lens
 from core.attention.patching import Component, components, patch
-from core.attention.query_key import InsideHeadError, sequence_query_key
+from core.attention.query_key import InsideHeadError, query_key_view
 from core.attribution.methods import METHODS
 from core.corpus.splits import Split
 from core.measure.sample import sample_of
 from core.model import lm_sites
 from core.model.architectures import ALIBI, ARCHITECTURES, ROPE
 from core.model.hf_folder import HFModelError, describe, size_label
-from core.model.hooks import capture, replace_with
+from core.model.hooks import capture
 from core.model.lm_loading import held_dtype
 from core.model.opened import open_model
 from core.model.parts import DEFAULT_TEMPLATE, DecodeSettings, TranslationError
@@ -131,21 +130,6 @@ def test_a_padded_batch_equals_each_sentence_alone(lm):
                 )
 
 
-def test_the_last_layers_lens_is_the_output_and_the_logit_lens_agrees(lm):
-    t = lm.force(SOURCE, TARGET, SETTINGS)
-    src = torch.tensor([t.src_ids])
-    tgt_in = torch.tensor([lm.decoder_inputs(t.out_ids)])
-    with torch.no_grad():
-        stream = lm.stream(src, tgt_in, "decoder")
-        lens = lm.lens(stream[-1])
-        assert torch.allclose(lens, lm.run(src, tgt_in), atol=1e-5)
-        assert torch.allclose(lm.logits_of(lm.hidden(src, tgt_in)), lens, atol=1e-5)
-    view = logit_lens(lm, t)
-    assert view.layers == lm.depth[1]
-    assert view.chosen_prob[-1] == pytest.approx(t.token_probs, abs=1e-5)
-    assert "final norm" in view.projected and "lm_head" in view.projected
-
-
 def test_a_gold_pair_is_read_from_the_cross_block(lm):
     pair = (["i", "am", "cold", "."], ["je", "suis", "froid", "."])
     [maps] = pair_maps(lm, [pair, (["i", "am", "."], ["je", "suis", "."])])[:1]
@@ -165,7 +149,7 @@ def test_inside_a_head_rebuilds_the_models_own_weights_with_rope(lm):
     for layer in range(lm.depth[1]):
         for head in range(lm.cfg.num_heads):
             for query in (0, 5, len(t.src_ids) + 4):
-                v = sequence_query_key(lm, t, layer, head, query)
+                v = query_key_view(lm, t, "decoder_self", layer, head, query)
                 own = weights[layer][head, query].numpy()
                 assert np.allclose(v.weights, own, atol=1e-5), (family, layer, head, query)
                 bias = 0.0 if v.bias is None else v.bias  # ALiBi's, added to the scaled q·k
@@ -173,7 +157,7 @@ def test_inside_a_head_rebuilds_the_models_own_weights_with_rope(lm):
                 if v.softcap:  # Gemma 2's, c·tanh(s/c)
                     scores = v.softcap * np.tanh(scores / v.softcap)
                 assert np.allclose(scores, v.scores, atol=1e-5)
-    v = sequence_query_key(lm, t, 1, 3, len(v.key_tokens) - 1)
+    v = query_key_view(lm, t, "decoder_self", 1, 3, len(v.key_tokens) - 1)
     assert v.key_tokens == lm.source_tokens(
         lm.layout.sequence(t.src_ids, lm.decoder_inputs(t.out_ids))
     )
@@ -189,7 +173,7 @@ def test_inside_a_head_rebuilds_the_models_own_weights_with_rope(lm):
     assert v.window == (6 if family == "mistral" else None)
     assert v.mask.sum() == (6 if family == "mistral" else len(v.key_tokens))
     with pytest.raises(InsideHeadError, match="heads"):
-        sequence_query_key(lm, t, 0, 4, 0)
+        query_key_view(lm, t, "decoder_self", 0, 4, 0)
 
 
 def test_head_roles_are_the_models_own_weights(lm):
@@ -361,23 +345,16 @@ def removed_by_hand(lm: PromptedModel, heads) -> torch.nn.Module:
     return model
 
 
-def test_removing_a_head_equals_zeroing_its_columns_of_w_o(lm):
+def test_the_three_blocks_heads_are_the_same_heads(lm):
+    """A head removed by any of the three kinds is the one attention's head (removing a head
+    itself equals zeroing its W_o columns: tests/test_conformance.py, every configuration)."""
     src = torch.tensor([lm.source(SOURCE).ids])
-    out = lm.target_ids(TARGET)
-    tgt_in = torch.tensor([lm.decoder_inputs(out)])
+    tgt_in = torch.tensor([lm.decoder_inputs(lm.target_ids(TARGET))])
     with torch.no_grad(), lm.heads_removed([("decoder_self", 1, 2)]):
         removed = lm.run(src, tgt_in)
-    model = removed_by_hand(lm, [(1, 2)])
-    ids = torch.tensor([[*lm.layout.prompt(src[0].tolist()), *out[:-1]]])
-    _, steps = lm.layout.spans(src.size(1), tgt_in.size(1))
-    with torch.no_grad():
-        expected = model(input_ids=ids).logits[0, steps]
-        plain = lm.run(src, tgt_in)
-    assert torch.allclose(removed[0], expected, atol=1e-5)
-    assert not torch.allclose(removed, plain, atol=1e-4)  # the head mattered
-    for kind in ("encoder", "cross"):  # the three blocks' heads are the same heads
+    for kind in ("encoder", "cross"):
         with torch.no_grad(), lm.heads_removed([(kind, 1, 2)]):
-            assert torch.allclose(lm.run(src, tgt_in), removed, atol=1e-6)
+            assert torch.allclose(lm.run(src, tgt_in), removed, atol=1e-6), kind
 
 
 def test_each_row_keeps_its_own_heads_and_a_spec_names_the_one_kind(lm):
@@ -407,7 +384,7 @@ def test_head_importance_measures_the_language_models_loss_with_heads_removed(lm
         [HeadSpec("decoder_self", 1, h) for h in range(4)],
         [HeadSpec("decoder_self", 1, 3), HeadSpec("decoder_self", 0, 2)],
         [],
-    ]  # run again from layer 0, 1 and 0 (``resumed_losses``), then the whole pass again
+    ]  # run again from layer 0, 1 and 0 (``core.model.resumed``), then the whole pass again
     measures = Measures(lm, sample)
     losses = measures.losses(sets)
     for heads, got in zip(sets, losses):
@@ -466,20 +443,6 @@ def test_the_stream_sites_are_the_layers_outputs_at_the_sentence_and_the_steps(l
             assert torch.allclose(seen[f"decoder.{i}.out"][b, :m], hidden[i + 1][steps], atol=1e-5)
 
 
-def test_patching_a_run_into_itself_changes_nothing(lm):
-    src = torch.tensor([lm.source(SOURCE).ids])
-    tgt_in = torch.tensor([lm.decoder_inputs(lm.target_ids(TARGET))])
-    sites = [s for s in lm.hook_points() if s.endswith((".z", ".out"))]
-    seen: dict = {}
-    with torch.no_grad():
-        with lm.hooks((s, capture(seen)) for s in sites):
-            before = lm.run(src, tgt_in)
-        assert set(seen) == set(sites)
-        for s in sites:
-            with lm.hooks([(s, replace_with(seen[s].clone()))]):
-                assert torch.allclose(lm.run(src, tgt_in), before, atol=1e-6), s
-
-
 def test_patching_reads_the_decoder_only_model_through_its_sites(lm):
     clean, corrupt = "the boy is tall .", "you are tall ."  # one length in every tiny vocabulary
     assert len(lm.source(clean).ids) == len(lm.source(corrupt).ids)
@@ -499,31 +462,3 @@ def test_patching_reads_the_decoder_only_model_through_its_sites(lm):
 
 
 # ----------------------------------------------------------------------------- attribution
-
-
-def test_one_threads_hooks_and_states_leave_another_thread_alone(lm):
-    import threading
-
-    src = torch.tensor([lm.source(SOURCE).ids])
-    tgt_in = torch.tensor([lm.decoder_inputs(lm.target_ids(TARGET))])
-    with torch.no_grad():
-        plain, hidden = lm.run(src, tgt_in), lm.hidden(src, tgt_in)
-    seen, inside, release = {}, threading.Event(), threading.Event()
-
-    def remover():
-        with torch.no_grad(), lm.heads_removed([("decoder_self", 1, h) for h in range(4)]):
-            seen["removed"] = lm.hidden(src, tgt_in)  # its own last-layer state kept
-            inside.set()
-            release.wait(10)
-            seen["removed again"] = lm.hidden(src, tgt_in)
-
-    thread = threading.Thread(target=remover)
-    thread.start()
-    inside.wait(10)
-    with torch.no_grad():  # while the other thread has every head of layer 1 removed
-        seen["other"], seen["other hidden"] = lm.run(src, tgt_in), lm.hidden(src, tgt_in)
-    release.set()
-    thread.join()
-    assert torch.equal(seen["other"], plain) and torch.equal(seen["other hidden"], hidden)
-    assert not torch.allclose(seen["removed"], hidden, atol=1e-4)
-    assert torch.equal(seen["removed again"], seen["removed"])

@@ -17,7 +17,7 @@ from core import trajectories as trajectories_command
 from core.alignment.head_aer import head_trajectories
 from core.attention.trajectories import Trajectories, as_json_lines, with_circuits
 from core.model.capabilities import NO_HISTORY, NO_SNAPSHOTS, problem, replay_problem
-from core.runs import budget, quota
+from core.runs import budget, quota, run_bytes
 from core.runs.circuit_history import circuit_evals, score
 from core.runs.history import HistoryFile
 from core.runs.run_dir import RunDir
@@ -69,9 +69,9 @@ def test_a_one_stack_run_keeps_a_snapshot_at_every_evaluation_within_its_budget(
     assert rd.snapshot_steps() == evaluations(run) == [10, 20]
     settings = json.loads((run / "config.json").read_text())
     for step in rd.snapshot_steps():
-        assert rd.snapshot_path(step).stat().st_size <= budget.snapshot_bytes(settings)
-        assert budget.sizeof(rd.load_snapshot(step)["probes"]) <= budget.snapshot_bytes(settings)
-    assert quota.folder_bytes(run) <= budget.run_budget(settings).total
+        assert rd.snapshot_path(step).stat().st_size <= run_bytes.snapshot_bytes(settings)
+        assert budget.sizeof(rd.load_snapshot(step)["probes"]) <= run_bytes.snapshot_bytes(settings)
+    assert quota.folder_bytes(run) <= run_bytes.run_budget(settings).total
 
 
 @pytest.mark.slow

@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core import patch as patch_cmd
-from core.attention import patching
+from core.attention import patching, patching_question
 from core.attention.patching import DIRECTIONS, ENCODER_OUTPUT, Component, patch
+from core.attention.patching_question import gap_caveat
 from core.model.parts import TranslationError
 from core.model.studio_model import StudioModel
 
@@ -22,7 +23,7 @@ CLEAN, CORRUPT = "the cat sees the dog .", "the dog sees the cat ."
 
 def _run_parts(m):
     """(sources, decoder inputs, answers) of the test pair, as ``patch`` builds them."""
-    (a, _), (b, _) = patching._sources(m, CLEAN, CORRUPT)
+    (a, _), (b, _) = patching_question.checked_sources(m, CLEAN, CORRUPT)
     with m.evaluating():
         out_a, out_b = (m.greedy(torch.tensor([ids]), 50)[0].tolist() for ids in (a, b))
     step = next(t for t, (x, y) in enumerate(zip(out_a, out_b)) if x != y)
@@ -169,14 +170,14 @@ def test_the_command_says_the_gap_it_divides_by(tiny_checkpoint, capsys):
     assert patch_cmd.main(args) == 0
     last = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert last["gap"] == pytest.approx(last["clean_metric"] - last["corrupt_metric"])
-    assert last["caveat"] == patching.gap_caveat(last["clean_metric"], last["corrupt_metric"])
+    assert last["caveat"] == gap_caveat(last["clean_metric"], last["corrupt_metric"])
 
 
 def test_the_command_warns_on_stderr_when_the_gap_is_too_small(
     tiny_checkpoint, capsys, monkeypatch
 ):
     """Issue 68, item 4: the caveat on the terminal too, not only in the JSON's last line."""
-    monkeypatch.setattr(patching, "MIN_GAP", 1e9)  # every gap too small
+    monkeypatch.setattr(patching_question, "MIN_GAP", 1e9)  # every gap too small
     args = ["--checkpoint", str(tiny_checkpoint), "--clean", CLEAN, "--corrupt", CORRUPT]
     assert patch_cmd.main(args) == 0
     out, err = capsys.readouterr()
@@ -237,13 +238,14 @@ def test_a_prefix_of_too_many_pieces_is_refused_before_any_pass(hf_loaded, monke
     refused in one line before anything is computed."""
     import dataclasses
 
-    from core.attention import patching
+    from core.attention import patching, patching_question
 
     spm = hf_loaded["marian-spm"]  # as a model of 4,096 positions (the form trains one)
     m = dataclasses.replace(spm, cfg=dataclasses.replace(spm.cfg, max_positions=4096))
     monkeypatch.setattr(patching, "last_logits", lambda *a: pytest.fail("computed"))
+    monkeypatch.setattr(patching_question, "last_logits", lambda *a: pytest.fail("computed"))
     rare = " ".join(["garçonfillemaison"] * 60)  # known letters, many pieces a word
-    assert len(m.target_ids(rare)) > patching.MAX_PIECES
+    assert len(m.target_ids(rare)) > patching_question.MAX_PIECES
     with pytest.raises(TranslationError, match="at most .* pieces"):
         patching.patch(m, "the boy is tall .", "the girl is tall .", prefix=rare)
     with pytest.raises(TranslationError, match="sources of at most"):

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from core import patch as patch_cmd
-from core.attention import patching
+from core.attention import patching, patching_question
 from core.attention.patching import DIRECTIONS, SELECTIONS, Component, patch
+from core.attention.patching_question import last_logits
 from core.model.parts import TranslationError
 from tests.hf_tiny import CONFORMANCE
 from tests.lm_tiny import LM_FAMILIES
@@ -49,14 +50,14 @@ def pair_of(family: str) -> tuple:
 def question(m, family: str):
     """(clean (1, S), corrupted (1, S), decoder inputs (1, T), answer ids) as ``patch`` asks."""
     clean, corrupt, answers = pair_of(family)
-    (a, _), (b, _) = patching._sources(m, clean, corrupt)
+    (a, _), (b, _) = patching_question.checked_sources(m, clean, corrupt)
     sources = torch.tensor([a]), torch.tensor([b])
     with torch.no_grad(), m.evaluating():
         if answers is None:
-            tgt_in, ids = patching._found_question(m, sources, 20)
+            tgt_in, ids = patching_question.found_question(m, sources, 20)
         else:
             prefix = "" if family in LM_FAMILIES else "le"  # the decoder: two steps
-            tgt_in, ids = patching._given_question(m, sources, prefix, answers)
+            tgt_in, ids = patching_question.given_question(m, sources, prefix, answers)
     return (*sources, tgt_in, ids)
 
 
@@ -100,7 +101,7 @@ def test_a_site_the_metric_cannot_read_gives_zero(model, family):
     assert len(todo) >= 9, family
     _, metrics = metrics_of(model, todo, clean, corrupt, tgt_in, ids)
     with torch.no_grad(), model.evaluating():
-        logits = patching.last_logits(model, corrupt, tgt_in)
+        logits = last_logits(model, corrupt, tgt_in)
     own = float(logits[0, ids[0]] - logits[0, ids[1]])
     assert torch.allclose(metrics, torch.full_like(metrics, own), atol=2e-5), family
     whole = [Component(k, last, 0, N - 1) for k in kinds]  # the position the logits read
@@ -136,7 +137,7 @@ def by_hand(m, where: list, donor, receiver, tgt_in, ids) -> float:
         ]
         try:
             with torch.no_grad(), m.evaluating():
-                return patching.last_logits(m, src, tgt_in)
+                return last_logits(m, src, tgt_in)
         finally:
             for h in handles:
                 h.remove()
@@ -259,10 +260,10 @@ def test_the_pattern_of_a_head_is_its_q_and_k_together(tiny_model):
                 for x in both
             ]
             with tiny_model.hooks(hooks):
-                logits = patching.last_logits(tiny_model, corrupt, tgt_in)
+                logits = last_logits(tiny_model, corrupt, tgt_in)
             metric = float(logits[0, ids[0]] - logits[0, ids[1]])
-            m_clean = float(patching.last_logits(tiny_model, clean, tgt_in)[0, ids].diff()) * -1
-            m_corrupt = float(patching.last_logits(tiny_model, corrupt, tgt_in)[0, ids].diff()) * -1
+            m_clean = float(last_logits(tiny_model, clean, tgt_in)[0, ids].diff()) * -1
+            m_corrupt = float(last_logits(tiny_model, corrupt, tgt_in)[0, ids].diff()) * -1
         assert rows[i]["effect"] == pytest.approx(
             (metric - m_corrupt) / (m_clean - m_corrupt), abs=1e-4
         )
@@ -298,6 +299,7 @@ def test_too_many_components_are_refused_in_one_line_before_any_pass(tiny_model,
 
     monkeypatch.setattr(patching, "MAX_COMPONENTS", 10)
     monkeypatch.setattr(patching, "last_logits", no_pass)
+    monkeypatch.setattr(patching_question, "last_logits", no_pass)
     monkeypatch.setattr(type(tiny_model), "greedy", no_pass)
     clean, corrupt, _ = PAIRS["studio"]
     with pytest.raises(TranslationError, match="components") as e:

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from core import patch as patch_cmd
-from core.attention import patching
+from core.attention import patching, patching_question
 from core.attention.attribution_patching import attribution_patch
 from core.attention.patching import Component, ask, patch
+from core.attention.patching_question import last_logits
 from core.attention.path_patching import LOGITS, every_head, parse_heads, path_patch
 from core.model.parts import TranslationError
 from core.model.studio_model import StudioModel
@@ -100,7 +101,7 @@ def _direct_effect_by_hand(m, q, sender: Component) -> float:
                 return x
 
             with m.hooks((s, keep) for s in head_sites | mlp_sites):
-                metrics.append(float(q.metric(patching.last_logits(m, source, q.tgt_in))[0]))
+                metrics.append(float(q.metric(last_logits(m, source, q.tgt_in))[0]))
             runs.append(seen)
         clean_run, corrupt_run = runs
 
@@ -111,7 +112,7 @@ def _direct_effect_by_hand(m, q, sender: Component) -> float:
             return out
 
         with m.hooks((s, frozen) for s in head_sites | mlp_sites):
-            moved = float(q.metric(patching.last_logits(m, receiver, q.tgt_in))[0])
+            moved = float(q.metric(last_logits(m, receiver, q.tgt_in))[0])
     return (moved - metrics[1]) / (metrics[0] - metrics[1])
 
 
@@ -167,6 +168,10 @@ def test_path_patching_is_refused_before_any_pass_past_the_bytes(tiny_model, mon
 
     monkeypatch.setattr(budget, "PATCH_BYTES", 1)
     monkeypatch.setattr(patching, "last_logits", lambda *a: pytest.fail("computed"))
+    monkeypatch.setattr(patching_question, "last_logits", lambda *a: pytest.fail("computed"))
+    monkeypatch.setattr(
+        "core.attention.path_patching.last_logits", lambda *a: pytest.fail("computed")
+    )
     with pytest.raises(TranslationError, match="one pass may hold at most"):
         path_patch(tiny_model, CLEAN, CORRUPT, LOGITS)
 
@@ -216,7 +221,7 @@ def _metric_moved(m, q, c: Component, eps: float) -> float:
         return x
 
     with torch.no_grad(), m.hooks([(site, hook)]):
-        return float(q.metric(patching.last_logits(m, receiver, q.tgt_in))[0])
+        return float(q.metric(last_logits(m, receiver, q.tgt_in))[0])
 
 
 def _every_kind(m) -> list[Component]:

@@ -13,6 +13,7 @@ import torch
 
 from core import patch as patch_command
 from core.attention import patching
+from core.model.interface import prompt_positions
 from core.model.parts import TranslationError
 from core.runs import budget
 from tests.helpers import heavy_slot_held
@@ -69,7 +70,7 @@ def test_a_prompted_models_template_counts_in_the_scoring_bound(lm_loaded, monke
     monkeypatch.setattr(budget, "SCORING_CELLS", 2 * without)
     assert scored(lm, gold) == ["grid"]  # the default template: a few tokens
     assert scored(lm.with_prompt(LONG), gold) == []  # 45 more positions in every pair
-    cells = budget.scoring_cells(vars(lm.cfg), gold.pairs, "bpe", budget.prompt_positions(lm))
+    cells = budget.scoring_cells(vars(lm.cfg), gold.pairs, "bpe", prompt_positions(lm))
     assert without < cells <= 2 * without
 
 
@@ -88,7 +89,7 @@ def test_patching_counts_a_templates_tokens_and_refuses_before_any_pass(lm_loade
     said = str(refused.value)
     assert "\n" not in said and "45 tokens of the prompt template" in said
     assert lm.sequence_spans(S, 1)[1].stop == 45 + S + 1  # what the pass holds
-    held = budget.patch_row_bytes(vars(lm.cfg), S, 1, budget.prompt_positions(lm))
+    held = budget.patch_row_bytes(vars(lm.cfg), S, 1, prompt_positions(lm))
     assert held > 3 * alone and budget.size_words(held) in said
 
 
@@ -119,7 +120,7 @@ def test_a_template_that_fits_is_patched_as_before(lm_loaded):
     """Within the limit nothing is refused: the pass is cut into rows that fit."""
     lm = lm_loaded["gpt2"].with_prompt(LONG)
     S = len(lm.source(CLEAN).ids)
-    positions = budget.prompt_positions(lm)
+    positions = prompt_positions(lm)
     rows = budget.patch_rows(vars(lm.cfg), S, 4, patching.ROWS, positions)
     assert rows * budget.patch_row_bytes(vars(lm.cfg), S, 4, positions) <= budget.PATCH_BYTES
     assert budget.patch_problem(vars(lm.cfg), S, 4, positions) is None

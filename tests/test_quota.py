@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from core.model.checkpoints import read_metadata
-from core.runs import budget, jobs, quota
+from core.runs import budget, jobs, quota, run_bytes
 from core.runs.catalogue import SHIPPED_NAME, ModelError
 from core.runs.owners import User
 from core.runs.promotion import promote
@@ -92,7 +92,7 @@ def test_a_launch_records_its_budget_and_a_live_run_counts_for_it(
 ):
     run_id = jobs.start_run(TINY_PRESET, tiny_settings)
     job = read_json(RunDir(jobs_env["runs"] / run_id).job)
-    assert job["budget_bytes"] >= budget.run_budget(job["settings"]).total  # + its corpus copy
+    assert job["budget_bytes"] >= run_bytes.run_budget(job["settings"]).total  # + its corpus copy
     wait_for(lambda: RunDir(jobs_env["runs"] / run_id).last.is_file(), what="a checkpoint")
     charged = {h.name: h.charge for h in quota.holders(lambda rid: rid == run_id)}
     assert charged[run_id] == job["budget_bytes"]  # what it may still grow to

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from core.runs.run_dir import RunDir, write_json
-from core.runs.training_run import EARLY_STOP
+from core.runs.status import EARLY_STOP
 from core.train import main
 from tests.helpers import ROOT, TINY_PRESET, TINY_RUN, wait_for
 

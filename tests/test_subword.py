@@ -14,7 +14,8 @@ from core.corpus.splits import load_corpus, unk_warnings
 from core.corpus.text import tokenize
 from core.corpus.vocab import Vocab
 from core.model.checked_translation import translate_sentence
-from core.model.checkpoints import load_checkpoint, read_checkpoint
+from core.model.checkpoints import read_checkpoint
+from core.model.studio_loading import load_checkpoint
 from core.model.studio_model import StudioModel
 from core.train import main as train_main
 from core.training.settings import form_fields, validate_settings

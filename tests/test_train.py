@@ -16,15 +16,10 @@ import torch
 from core.corpus.source import parse_pairs
 from core.corpus.text import preprocess
 from core.evaluate import main as evaluate_main
-from core.model.checkpoints import (
-    CheckpointError,
-    all_finite,
-    load_checkpoint,
-    read_checkpoint,
-    save_checkpoint,
-)
+from core.model.checkpoints import CheckpointError, all_finite, read_checkpoint, save_checkpoint
 from core.model.parts import DecodeSettings
 from core.model.scores import corpus_bleu
+from core.model.studio_loading import load_checkpoint
 from core.model.studio_model import StudioModel
 from core.model.transformer import Transformer
 from core.runs.run_dir import RunDir
@@ -391,7 +386,7 @@ def test_huge_lr_diverges_before_any_checkpoint(tmp_path, capsys):
 
 def test_a_non_finite_evaluation_is_never_best(tmp_path, monkeypatch):
     """A NaN validation loss is recorded but never counts as best (not even the first)."""
-    monkeypatch.setattr("core.training.loop.evaluate_loss", lambda *a, **k: math.nan)
+    monkeypatch.setattr("core.training.evaluation.evaluate_loss", lambda *a, **k: math.nan)
     out = tmp_path / "run"
     extra = ("--num-train", "24", "--num-val", "6", "--epochs", "0", "--max-steps", "10")
     assert train_tiny(out, *extra, "--eval-every", "5") == 0

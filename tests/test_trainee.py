@@ -15,15 +15,11 @@ from torch.nn import functional as F
 
 from core.attention import head_detectors as hd
 from core.corpus.vocab import SPECIALS, Vocab
-from core.model.checkpoints import (
-    CheckpointError,
-    load_checkpoint,
-    read_checkpoint,
-    save_checkpoint,
-)
+from core.model.checkpoints import CheckpointError, read_checkpoint, save_checkpoint
 from core.model.config import ModelConfig
 from core.model.opened import open_model
 from core.model.parts import DecodeSettings
+from core.model.studio_loading import load_checkpoint
 from core.model.trainee import DecoderTrainee, build_model
 from core.model.trainee_folder import export_folder
 from core.model.transformer import Transformer

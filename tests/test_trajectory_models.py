@@ -254,7 +254,8 @@ def test_an_empty_result_has_an_empty_model_frame():
 
 
 def test_a_large_model_keeps_fewer_copies_and_one_past_the_budget_none():
-    from core.runs.budget import KEPT_MODELS_BYTES, models_to_keep
+    from core.runs.budget import KEPT_MODELS_BYTES
+    from core.runs.run_bytes import models_to_keep
 
     shape = {"num_heads": 4, "num_encoder_layers": 2, "num_decoder_layers": 2}
     assert models_to_keep(20, 110, shape) == 20 and models_to_keep(0, 110, shape) == 0

@@ -15,8 +15,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from core.attention.kinds import KIND_NAMES, KINDS
+from core.model.checked_translation import translate_sentence
 from core.model.config import ModelConfig
 from core.model.interface import TranslationModel
+from core.model.parts import DecodeSettings, Translation
 
 SHOWN_CHARS = 40  # a bad head specification is quoted up to this many characters
 
@@ -141,3 +143,17 @@ def ablated(m: TranslationModel, heads: Iterable[HeadSpec]):
     heads = check_heads(heads, m.cfg, m.head_kinds)
     with m.heads_removed([(h.kind, h.layer, h.head) for h in heads]):
         yield m
+
+
+def removed_translation(
+    m: TranslationModel,
+    sentence: str,
+    settings: DecodeSettings,
+    heads: Iterable[HeadSpec],
+    target: str = "",
+) -> Translation:
+    """A checked translation of ``sentence`` with ``heads`` removed (``target``: that output
+    teacher-forced instead, as a token-sequence model reads its sequence), as the Remove heads
+    section and ``python -m core.ablate --heads`` make it."""
+    with ablated(m, heads):
+        return translate_sentence(m, sentence, settings, target)

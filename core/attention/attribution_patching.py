@@ -33,9 +33,9 @@ from core.attention.patching import (
     DIRECTIONS,
     Component,
     Patching,
-    Question,
     ask,
 )
+from core.attention.patching_question import Question, checked_sources, last_logits
 from core.measure.progress import check_time
 from core.measure.rank import spearman
 from core.model.interface import TranslationModel
@@ -82,7 +82,7 @@ def gradients(m: TranslationModel, q: Question, sites: Sequence[str]):
     kept: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     receiver = q.runs[1]
     with torch.enable_grad(), m.hooks((s, _with_gradient(kept)) for s in sites):
-        metric = q.metric(patching.last_logits(m, receiver, q.tgt_in))[0]
+        metric = q.metric(last_logits(m, receiver, q.tgt_in))[0]
         names = list(kept)
         grads = torch.autograd.grad(metric, [kept[s][1] for s in names], allow_unused=True)
     acts = {s: kept[s][0] for s in names}
@@ -175,7 +175,7 @@ def attribution_patch(
     """The gradient's estimate of patching every component of ``selection`` (or ``chosen``),
     asked as ``patch`` asks; with the real effects (``patch`` itself) beside them where
     ``exact``."""
-    (ids, _), _ = patching._sources(m, clean, corrupt)  # counted before any pass, as patch
+    (ids, _), _ = checked_sources(m, clean, corrupt)  # counted before any pass, as patch
     patching._check_count(m, selection, ids, [m.start_id], chosen)  # counts the fewest
     with m.evaluating():
         q = ask(m, clean, corrupt, direction, prefix, answers, target_lang, max_len)
@@ -195,4 +195,4 @@ def attribution_patch(
         real = [r["effect"] for r in exact_rows]
         rho, largest = closeness(guessed, real)
     rows = [c.row(e) | {"estimate": g} for c, e, g in zip(todo, real, guessed)]
-    return Estimated(q.result(m, (m_clean, m_corrupt), rows, sequence), rho, largest)
+    return Estimated(patching.result(q, m, (m_clean, m_corrupt), rows, sequence), rho, largest)

@@ -4,10 +4,11 @@ Michel, Levy & Neubig (2019), each row of a batch carrying the gates of its own 
 (``TranslationModel.rows_gated``).
 
 The sample is a validation split's (``core.measure.sample``): its outputs are read back as
-d2l's words before BLEU against the split's references. Rows whose head sets leave the
-encoder whole read the encoder's output computed once; a Hugging Face model's passes may run
-in bfloat16 where the CPU runs it natively (``resolved_precision``; the studio's small models
-are measured in float32, ``capabilities``).
+d2l's words before BLEU against the split's references. Greedy rows whose head sets leave
+the encoder whole read the encoder's output computed once; each head set's loss runs again
+from the first layer it removes a head in (``core.model.resumed``). A Hugging Face model's
+passes may run in bfloat16 where the CPU runs it natively (``resolved_precision``; the
+studio's small models are measured in float32, ``capabilities``).
 
 Shape key: B rows (sentences x head sets), H heads, S source tokens, T target tokens.
 """
@@ -34,8 +35,9 @@ from core.model.batched import (
     label_losses,
     token_losses,
 )
+from core.model.bleu import corpus_bleu
 from core.model.interface import TranslationModel
-from core.model.scores import corpus_bleu
+from core.model.resumed import resumable
 
 GRADIENT_ROWS = 64  # the most pairs one backward pass of the gradient score reads
 GRADIENT_ROW_CELLS = 4 * 59_514  # a backward pass's pairs x vocabulary: float32 logits, their
@@ -154,50 +156,12 @@ class Measures:
 
     @torch.no_grad()
     def losses(self, sets: Sequence[Sequence[HeadSpec]], tick: Tick = None) -> list[float]:
-        """Mean per-token teacher-forced loss over the sample's pairs, for each head set."""
-        if self.m.one_sequence:
-            return self.resumed_losses(sets, tick)
+        """Mean per-token teacher-forced loss over the sample's pairs, for each head set: each
+        batch of pairs run once, then for each head set run again from the first layer it
+        removes a head in, the layers below as they were (``core.model.resumed``: about half
+        the work of whole passes; a head of an encoder that a decoder reads: the whole pass)."""
         pairs = self.sample.encoded
-        inside = [self.gates_memory(heads) for heads in sets]
         order = sorted(range(len(pairs)), key=lambda p: (len(pairs[p][0]), len(pairs[p][1])))
-        rows = sorted(
-            ((j, p) for p in order for j in range(len(sets))), key=lambda r: inside[r[0]]
-        )  # pairs of like length, the sets that gate the encoder last
-        sums, counts = [0.0] * len(sets), [0] * len(sets)
-        with self.computing(keep_casts=False):
-            sources = [s for s, _ in pairs]
-            encoded = (
-                encoded_states(self.m, sources, FORCED_ROWS, deadline) if not all(inside) else []
-            )
-            for start in range(0, len(rows), FORCED_ROWS):
-                chunk = rows[start : start + FORCED_ROWS]
-                gates = self.gates(sets, [j for j, _ in chunk])
-                again = any(inside[j] for j, _ in chunk)
-                memory = None if again else [encoded[p] for _, p in chunk]
-                with self.m.rows_gated(gates):
-                    tokens = token_losses(self.m, [pairs[p] for _, p in chunk], memory)  # (B, T)
-                for (j, p), row in zip(chunk, tokens.sum(1).tolist()):
-                    sums[j] += row
-                    counts[j] += len(pairs[p][1])
-                if tick:
-                    tick(len(chunk))
-        give_back_memory()
-        return [s / max(c, 1) for s, c in zip(sums, counts)]
-
-    def share(self, heads: Sequence[HeadSpec]) -> float:
-        """The part of a whole pass that ``resumed_losses`` runs for a head set: the layers
-        from its lowest one, and the output layer as one more."""
-        start = min((h.layer for h in heads), default=0)
-        layers = self.m.layers(heads[0].kind) if heads else 1
-        return (layers - start + 1) / (layers + 1)
-
-    @torch.no_grad()
-    def resumed_losses(self, sets: Sequence[Sequence[HeadSpec]], tick: Tick = None) -> list[float]:
-        """``losses`` of a one-sequence model: each batch of pairs run once, then for each head
-        set run again from the lowest layer it removes a head in, the layers below as they
-        were (``hidden_resumable``: about half the work of whole passes)."""
-        pairs = self.sample.encoded
-        order = sorted(range(len(pairs)), key=lambda p: len(pairs[p][0]) + len(pairs[p][1]))
         sums, count = [0.0] * len(sets), sum(len(t) for _, t in pairs)
         with self.computing():  # the weights' bfloat16 copies made once for the phase
             weight = None
@@ -206,17 +170,36 @@ class Measures:
             for start in range(0, len(order), FORCED_ROWS):
                 chunk = [pairs[p] for p in order[start : start + FORCED_ROWS]]
                 src, dec, labels = forced_batch(self.m, chunk)  # (B, S), (B, T), (B, T)
-                whole, again = self.m.hidden_resumable(src, dec)  # (B, T, D), its re-run
+                whole, again = resumable(self.m, src, dec)  # (B, T, D), its re-run
                 for j, heads in enumerate(sets):
                     hidden = whole
                     if heads:
                         with self.m.rows_gated(self.gates(sets, [j] * len(chunk))):
-                            hidden = again(min(h.layer for h in heads))  # (B, T, D)
+                            hidden = again(*self.first(heads))  # (B, T, D)
                     sums[j] += float(label_losses(self.m, hidden, labels, weight).sum())
                     if tick:
                         tick(len(chunk) * self.share(heads))
         give_back_memory()
         return [s / max(count, 1) for s in sums]
+
+    @staticmethod
+    def first(heads: Sequence[HeadSpec]) -> tuple[str, int]:
+        """(kind, layer) of the first layer a pass reaches that removes one of ``heads``: an
+        encoder's before a decoder's, then the lowest."""
+        h = min(heads, key=lambda h: (h.kind != "encoder", h.layer))
+        return h.kind, h.layer
+
+    def share(self, heads: Sequence[HeadSpec]) -> float:
+        """The part of a whole pass that ``losses`` runs again for a head set: the layers
+        from its first one, and the output layer as one more (all of it for a head of an
+        encoder that a decoder reads, and for none removed)."""
+        if not heads:
+            return 1.0
+        kind, start = self.first(heads)
+        if kind == "encoder" and "cross" in self.m.head_kinds:
+            return 1.0
+        layers = self.m.layers(kind)
+        return (layers - start + 1) / (layers + 1)
 
     def gradients(self) -> dict[HeadSpec, float]:
         """{HeadSpec: I_h}: mean over pairs of |dL(x)/d xi_h| at gates xi = 1, L(x) the

@@ -88,10 +88,12 @@ def repeat_scores(weights: torch.Tensor, start: int, n: int) -> dict[str, np.nda
 
 
 def head_roles(m: TranslationModel, t: Translation, seed: int = 0) -> HeadRoles:
-    """Every head's previous-token, sink and induction scores, from the model's own weights."""
-    ids = m.sequence_ids(t.src_ids, t.out_ids)
-    with torch.no_grad():
-        w = m.sequence_patterns(ids).float().cpu().numpy()  # (L, H, N, N)
+    """Every head's previous-token, sink and induction scores, from the model's own weights
+    (ValueError in one line for a model whose capability row refuses ``head_roles``)."""
+    if problem := m.supports("head_roles"):
+        raise ValueError(problem)
+    whole = m.forced(t.src_ids, t.out_ids).one_stack  # its pass over its whole sequence
+    w = torch.stack([a.weights[0] for a in whole.attention]).float().cpu().numpy()  # (L, H, N, N)
     rows = np.arange(1, w.shape[-1])
     previous = w[..., rows, rows - 1].mean(axis=-1)  # (L, H)
     first = w[..., rows, 0].mean(axis=-1)  # (L, H)
@@ -101,5 +103,10 @@ def head_roles(m: TranslationModel, t: Translation, seed: int = 0) -> HeadRoles:
         r = m.sequence_patterns(twice).float().cpu()  # (L, H, N', N')
     repeat = repeat_scores(r, start, REPEATED_TOKENS)
     return HeadRoles(
-        previous, first, repeat["duplicate_token"], repeat["induction"], len(ids), REPEATED_TOKENS
+        previous,
+        first,
+        repeat["duplicate_token"],
+        repeat["induction"],
+        w.shape[-1],
+        REPEATED_TOKENS,
     )

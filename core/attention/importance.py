@@ -3,13 +3,14 @@
 For each head alone: the change in BLEU (greedy, all references) and in mean per-token loss
 (teacher-forced). Beside it the gradient score of Michel, Levy & Neubig (2019), "Are Sixteen
 Heads Really Better than One?": I_h = E_x |dL(x)/d xi_h| at gates xi = 1, one backward pass
-per batch; and the BLEU of removing heads cumulatively, least important first. A language
-model (one sequence: prompt, then output) is measured by the loss alone, of each sentence's
-first reference after its prompt (a masked language model: its masked-LM loss,
-``loss_pairs``), each head set run again from its lowest layer only
-(``Measures.resumed_losses``): BLEU would need every head's prompted translations, 4x the
-work, where the issue asks for every head of a 124 M model on 50 texts in minutes. Results are
-cached on disk per checkpoint content, data settings and sample size.
+per batch; and the BLEU of removing heads cumulatively, least important first. Each head
+set's loss runs again from the first layer it removes a head in (``core.model.resumed``). A
+model whose capability row says so (``importance_bleu``: a language model, whose BLEU would
+need every head's prompted translations, 4x the work, where the issue asks for every head of a
+124 M model on 50 texts in minutes; a masked language model, which translates nothing) is
+measured by the loss alone, on the pairs its loss reads (``loss_pairs``: each sentence's first
+reference after its prompt, or the sentence with tokens masked). Results are cached on disk
+per checkpoint content, data settings and sample size.
 
 Shape key: B batch (sentences x head sets), H heads, S source length, T target length, V
 vocabulary.
@@ -42,7 +43,8 @@ MAX_CURVE_POINTS = 24  # the pruning curve has at most this many points besides 
 # et al. 2019 draw 10 % steps; 24 points of 144 heads are 6 heads apart)
 LOSS_CURVE_POINTS = 10  # a language model's curve: Michel et al.'s 10 % steps (each point
 # runs every layer again: 24 points took 45 s of GPT-2 124 M's 210 on 2 cores)
-BY_LOSS = "loss"  # what a one-sequence model's importance measures (the others: "bleu")
+BY_LOSS = "loss"  # what a model that measures no BLEU here measures (the others: "bleu")
+GRADIENT_WORK = 3  # the gradient scores' work, in teacher-forced passes over the sample
 CACHE_VERSION = 1  # bump when the numbers a cached result holds change meaning
 
 
@@ -114,61 +116,58 @@ def head_importance(
     target_lang: str | None = None,
     precision: str = "float32",
 ) -> HeadImportance:
-    """BLEU and loss with each head removed alone, gradient scores and the pruning curve (a
-    one-sequence model's: the loss alone, ``by_loss``)."""
-    if lm.one_sequence:
-        return by_loss(lm, sample, progress, precision)
-    start, measures = time.perf_counter(), Measures(lm, sample, target_lang, precision)
+    """BLEU and loss with each head removed alone, gradient scores and the pruning curve; a
+    model that measures no BLEU here (``supports("importance_bleu")``) by its loss alone, on
+    the pairs its loss reads (``loss_pairs``), its curve in loss."""
+    start, measured = time.perf_counter(), measure_of(lm)
+    if measured == BY_LOSS:
+        sample = replace(sample, encoded=loss_pairs(lm, sample))
+    measures = Measures(lm, sample, target_lang, precision)
     heads, row = measures.all_heads(), measures.loss_row
-    n, pairs, points = len(sample.sources), len(sample.encoded), curve_points(len(heads))
-    work = Progress(progress, n * (1 + len(heads) + len(points)) + row * pairs * (len(heads) + 3))
+    n, pairs = len(sample.sources), len(sample.encoded)
+    points = curve_points(
+        len(heads), LOSS_CURVE_POINTS if measured == BY_LOSS else MAX_CURVE_POINTS
+    )
+    per_head = 1 + sum(measures.share([h]) for h in heads)  # whole passes, the baseline's too
+    decoded = 0 if measured == BY_LOSS else n * (1 + len(heads) + len(points))
+    forced = len(points) if measured == BY_LOSS else 0  # the curve's passes, in loss
+    work = Progress(progress, decoded + row * pairs * (per_head + GRADIENT_WORK + forced))
     with lm.evaluating():
         sets = [[]] + [[h] for h in heads]
-        bleus = measures.bleu(sets, lambda r: work.advance(r, "BLEU per head"))
+        bleus = None
+        if measured != BY_LOSS:
+            bleus = measures.bleu(sets, lambda r: work.advance(r, "BLEU per head"))
         losses = measures.losses(sets, lambda r: work.advance(row * r, "loss per head"))
         grads = measures.gradients()
-        work.advance(2 * row * pairs, "gradient scores")
+        work.advance(GRADIENT_WORK * row * pairs, "gradient scores")
         rows = [
-            head_row(h, (bleus[0], b), (losses[0], lo), grads[h])
-            for h, b, lo in zip(heads, bleus[1:], losses[1:])
+            head_row(h, None if bleus is None else (bleus[0], bleus[i]), (losses[0], lo), grads[h])
+            for i, (h, lo) in enumerate(zip(heads, losses[1:]), 1)
         ]
-        result = HeadImportance(bleus[0], losses[0], n, pairs, rows, [])
+        baseline = None if bleus is None else bleus[0]
+        result = HeadImportance(baseline, losses[0], n, pairs, rows, [], measured=measured)
         result.precision = measures.precision
         order = result.order()
-        curve = measures.bleu(
-            [order[:k] for k in points], lambda r: work.advance(r, "pruning curve")
-        )
-    result.pruning = pruning_points(order, points, curve, "bleu", bleus[0])
+        curve = pruning_values(measures, [order[:k] for k in points], work, row)
+    first = losses[0] if baseline is None else baseline
+    result.pruning = pruning_points(order, points, curve, measured, first)
     result.seconds = time.perf_counter() - start
     return result
 
 
-def by_loss(lm, sample: Sample, progress=None, precision: str = "float32") -> HeadImportance:
-    """A one-sequence model's head importance: its loss (``loss_pairs``) with each head
-    removed alone, gradient scores and the pruning curve in loss."""
-    start = time.perf_counter()
-    sample = replace(sample, encoded=loss_pairs(lm, sample))
-    measures = Measures(lm, sample, None, precision)
-    heads, pairs = measures.all_heads(), len(sample.encoded)
-    points = curve_points(len(heads), LOSS_CURVE_POINTS)
-    per_head = 1 + sum(measures.share([h]) for h in heads)  # whole passes, the baseline's too
-    work = Progress(progress, pairs * (per_head + len(points) + 3))
-    with lm.evaluating():
-        losses = measures.losses(
-            [[]] + [[h] for h in heads], lambda r: work.advance(r, "loss per head")
-        )
-        grads = measures.gradients()
-        work.advance(3 * pairs, "gradient scores")
-        rows = [head_row(h, None, (losses[0], lo), grads[h]) for h, lo in zip(heads, losses[1:])]
-        result = HeadImportance(None, losses[0], pairs, pairs, rows, [], measured=BY_LOSS)
-        result.precision = measures.precision
-        order = result.order()
-        sets = [order[:k] for k in points]
-        scale = len(sets) / sum(measures.share(heads) for heads in sets)  # as counted above
-        curve = measures.losses(sets, lambda r: work.advance(r * scale, "pruning curve"))
-    result.pruning = pruning_points(order, points, curve, "loss", losses[0])
-    result.seconds = time.perf_counter() - start
-    return result
+def measure_of(lm: TranslationModel) -> str:
+    """What a model's head importance measures: "bleu" (BLEU and loss), or BY_LOSS where its
+    capability row says BLEU is not measured (``importance_bleu``)."""
+    return "bleu" if lm.supports("importance_bleu") is None else BY_LOSS
+
+
+def pruning_values(measures: Measures, sets, work: Progress, row: float) -> list[float]:
+    """The pruning curve's values: BLEU of each set removed, or its loss (measured by the loss
+    alone; each set run again from its first layer, counted as whole passes)."""
+    if measure_of(measures.m) != BY_LOSS:
+        return measures.bleu(sets, lambda r: work.advance(r, "pruning curve"))
+    scale = len(sets) / max(sum(measures.share(heads) for heads in sets), 1e-9)
+    return measures.losses(sets, lambda r: work.advance(row * r * scale, "pruning curve"))
 
 
 def loss_pairs(lm, sample: Sample) -> list[tuple[list[int], list[int]]]:
@@ -203,11 +202,10 @@ def importance_key(
 
 
 def model_facts(lm) -> dict:
-    """What else a model's result depends on: a language model's prompt template and its
-    measure (none for the others)."""
-    if not lm.one_sequence:
-        return {}
-    return {"measured": BY_LOSS, "prompt": getattr(lm, "template", "")}
+    """What else a model's result depends on: its measure where not BLEU, and what beside its
+    file sets what it computes (a prompt's template: ``view_key``)."""
+    facts = {"measured": BY_LOSS} if measure_of(lm) == BY_LOSS else {}
+    return facts | ({"view": lm.view_key} if lm.view_key else {})
 
 
 def cached_importance(key: str) -> HeadImportance | None:

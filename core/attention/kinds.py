@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from core.model.record import WHOLE
+
 KINDS = ("encoder", "decoder_self", "cross")
-SEQUENCE = "sequence"  # not a kind: a decoder-only model's whole sequence, for its axes' words
 
 BOUNDARY_TOKENS = (  # the studio's <bos>/<eos>; a Hugging Face model's <s>, </s> and the
     *("<bos>", "<eos>", "<s>", "</s>", "<pad>"),  # <pad> Marian and T5 start decoding from;
@@ -39,7 +40,8 @@ KIND_LABELS: dict[str, tuple[str, str, str]] = {
         "output token (query)",
         "source token (key)",
     ),
-    SEQUENCE: (  # a one-stack model's one attention (a prompt and its output, or a sentence)
+    WHOLE: (  # not a kind: a one-stack model's one attention (a prompt and its output, or a
+        # sentence), over its whole sequence, for its axes' words
         "Self-attention over the whole sequence",
         "token (query)",
         "token (key)",

@@ -39,7 +39,8 @@ from dataclasses import dataclass
 import torch
 
 from core.attention import patching
-from core.attention.patching import DIRECTIONS, ROWS, Component, Patching, Question, ask
+from core.attention.patching import DIRECTIONS, ROWS, Component, Patching, ask
+from core.attention.patching_question import Question, last_logits
 from core.measure.progress import check_time
 from core.model.hooks import capture
 from core.model.interface import TranslationModel
@@ -175,14 +176,14 @@ def path_metrics(
     seen: dict[str, torch.Tensor] = {}
     hook = _freeze(frozen, donor, senders, heads, seen)
     with m.hooks((s, hook) for s in frozen):
-        logits = patching.last_logits(m, src, tgt_in)  # (B, V)
+        logits = last_logits(m, src, tgt_in)  # (B, V)
     if receivers == LOGITS:
         return q.metric(logits)
     by_site: dict[str, list[int]] = {}
     for r in heads:
         by_site.setdefault(patching.site(r), []).append(r.head)
     with m.hooks((s, _receive(seen[s], h)) for s, h in by_site.items()):
-        return q.metric(patching.last_logits(m, src, tgt_in))  # (B,)
+        return q.metric(last_logits(m, src, tgt_in))  # (B,)
 
 
 @torch.no_grad()
@@ -212,7 +213,7 @@ def path_patch(
             check_time()  # a shared server's limit for one heavy job: before every pass
             seen: dict[str, torch.Tensor] = {}
             with m.hooks((s, capture(seen)) for s in sites):
-                metrics.append(float(q.metric(patching.last_logits(m, source, q.tgt_in))[0]))
+                metrics.append(float(q.metric(last_logits(m, source, q.tgt_in))[0]))
             runs.append(seen)
         m_clean, m_corrupt = metrics if q.direction == "denoise" else metrics[::-1]
         S, T = q.clean.size(1), q.tgt_in.size(1)
@@ -225,7 +226,7 @@ def path_patch(
             effects += q.effects(metrics, m_clean, m_corrupt)
     named = [LOGITS] if receivers == LOGITS else [head_name(r) for r in receivers]
     rows_out = [c.row(e) for c, e in zip(todo, effects)]
-    return PathPatching(q.result(m, (m_clean, m_corrupt), rows_out), named, freeze_mlps)
+    return PathPatching(patching.result(q, m, (m_clean, m_corrupt), rows_out), named, freeze_mlps)
 
 
 def path_patch_named(

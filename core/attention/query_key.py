@@ -1,11 +1,13 @@
 """Inside one head: its query and key vectors, their products, scores, mask and softmax.
 
-bertviz's "neuron view" for the three kinds of an encoder-decoder, on any model. One head's
-q and k are recomputed with the model's own projections (``TranslationModel.
-attention_weights``) from what the attention read in a teacher-forced pass over the
-translation (``core.model.record``): its queries' and keys' inputs, and the relative-position
-bias a T5 adds. The weights are rebuilt step by step, scaled as the model scales (1/√d, or 1
-for T5); a test checks they equal the model's own maps within 1e-5, masks included.
+bertviz's "neuron view" for the three kinds of an encoder-decoder, on any model: one
+``query_key_view`` reads one layer's heads as every family gives them
+(``core.model.record.layer_heads``). A model of two stacks's q and k are recomputed with its
+own projections from what the attention read in a teacher-forced pass over the translation
+(its record), with the relative-position bias a T5 adds; a one-stack model's span the whole
+sequence it reads, rotated as it rotates them (RoPE), with ALiBi's bias, a sliding window,
+a soft cap and the heads that share keys. The weights are rebuilt step by step, scaled as the
+model scales (1/√d, or 1 for T5); tests check they equal the model's own maps, masks included.
 
 Shape key: Tq queries, Tk keys, Dh head width.
 """
@@ -17,10 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from core.attention.kinds import SEQUENCE, kind_labels
+from core.attention.kinds import kind_labels
 from core.model.interface import TranslationModel
 from core.model.parts import Translation
-from core.model.record import Record
+from core.model.record import Record, layer_heads
 
 
 class InsideHeadError(ValueError):
@@ -62,6 +64,7 @@ class QueryKey:
     sharing: list[int] | None = None  # query heads reading the same key/value head (GQA)
     window: int | None = None  # a sliding window: the keys a query sees at most
     softcap: float | None = None  # the scores soft-capped, c·tanh(s/c) (Gemma 2)
+    first: int = 0  # the query a view starts at: the first output step (a prompt's last token)
 
     @property
     def head_width(self) -> int:
@@ -100,15 +103,12 @@ class QueryKey:
             "score": self.score_words,
             "bias": None if self.bias is None else np.round(self.bias, 6).tolist(),
             **rounded,
-            **self._decoder_only(),
+            **self._position_fields(),
         }
 
-    def _decoder_only(self) -> dict:
-        """A decoder-only model's extra fields: the scores before RoPE, the heads sharing
-        this one's keys, the sliding window, the scores' soft cap (none for a model of two
-        stacks)."""
-        if self.kind != SEQUENCE:
-            return {}
+    def _position_fields(self) -> dict:
+        """What else shaped the scores: the scores before RoPE, the heads sharing this one's
+        keys, the sliding window, the scores' soft cap (None where the model has none)."""
         unrotated = self.unrotated
         unrotated = (
             None if unrotated is None else np.round(unrotated.astype(np.float64), 6).tolist()
@@ -119,15 +119,6 @@ class QueryKey:
             "window": self.window,
             "softcap": self.softcap,
         }
-
-
-def translation_tokens(t: Translation, kind: str) -> tuple[list[str], list[str]]:
-    """(query tokens, key tokens) of a kind, the model's own pieces (as SentenceMaps)."""
-    return {
-        "encoder": (t.src_tokens, t.src_tokens),
-        "decoder_self": (t.output_tokens, t.decoder_inputs),
-        "cross": (t.output_tokens, t.src_tokens),
-    }[kind]
 
 
 def head_scores(m: TranslationModel, p: Record, kind: str, layer: int, head: int) -> HeadScores:
@@ -156,74 +147,43 @@ def head_scores(m: TranslationModel, p: Record, kind: str, layer: int, head: int
 def query_key_view(
     m: TranslationModel, t: Translation, kind: str, layer: int, head: int, query: int
 ) -> QueryKey:
-    """The q·k view of one query of one head, for a translation fed back by teacher forcing."""
+    """The q·k view of one query of one head, for a translation fed back by teacher forcing,
+    on any model (``core.model.record.layer_heads``): a one-stack model's over the whole
+    sequence it reads (prompt and output, or its sentence), q and k rotated as the model
+    rotates them, the scores before rotation beside them, the heads sharing its keys."""
     kind_labels(kind)  # raises for an unknown kind
-    queries, keys = translation_tokens(t, kind)
-    if not 0 <= query < len(queries):
-        raise InsideHeadError(
-            f"Query {query} is outside this {kind} map: it has {len(queries)} query tokens "
-            f"(0..{len(queries) - 1})."
-        )
     try:
-        m.check_layer(kind, layer)
+        view = layer_heads(m, t, kind, layer)
     except ValueError as e:  # a layer outside the model
         raise InsideHeadError(str(e)) from e
-    s = head_scores(m, m.forced(t.src_ids, t.out_ids), kind, layer, head)
-    q = s.q[query]  # (Dh,)
-    arrays = (q, s.k, q * s.k, s.scores[query], s.weights[query])  # products q ⊙ k: (Tk, Dh)
-    vectors = [a.cpu().numpy().astype(np.float32) for a in arrays]
-    return QueryKey(
-        kind,
-        layer,
-        head,
-        query,
-        list(queries),
-        list(keys),
-        *vectors[:4],
-        s.mask[query].cpu().numpy(),
-        vectors[4],
-        s.scale,
-        None if s.bias is None else s.bias[query].cpu().numpy().astype(np.float32),
-    )
-
-
-def sequence_query_key(
-    m: TranslationModel, t: Translation, layer: int, head: int, query: int
-) -> QueryKey:
-    """The q·k view of one query of one head of a decoder-only model, over the whole sequence
-    it reads (prompt and output fed back): q and k rotated as the model rotates them, the
-    scores before rotation beside them, the heads that share this one's keys."""
-    try:
-        s, tokens = m.sequence_heads(t.src_ids, t.out_ids, layer)
-    except ValueError as e:  # a layer outside the model, or a model of two stacks
-        raise InsideHeadError(str(e)) from e
+    s, queries, keys = view.heads, view.query_tokens, view.key_tokens
     if not 0 <= head < s.q.size(0):
         raise InsideHeadError(
-            f"Head {head}: this model has {s.q.size(0)} heads (0..{s.q.size(0) - 1})."
+            f"Head {head}: this model has {s.q.size(0)} heads per layer (0..{s.q.size(0) - 1})."
         )
-    if not 0 <= query < len(tokens):
+    if not 0 <= query < len(queries):
         raise InsideHeadError(
-            f"Query {query} is outside the sequence: it has {len(tokens)} tokens "
-            f"(0..{len(tokens) - 1})."
+            f"Query {query} is outside this {view.kind} map: it has {len(queries)} query "
+            f"tokens (0..{len(queries) - 1})."
         )
     kv = s.kv_head(head)
-    q, k = s.q[head, query].float(), s.k[kv].float()  # (Dh,), (N, Dh)
-    bias = None if s.bias is None else s.bias[head, query].float()  # (N,) ALiBi's
-    scores = k @ q * s.scale + (0.0 if bias is None else bias)  # (N,)
+    q, k = s.q[head, query].float(), s.k[kv].float()  # (Dh,), (Tk, Dh)
+    bias = None if s.bias is None else s.bias[head, query].float()  # (Tk,) T5's, ALiBi's
+    scores = k @ q * s.scale + (0.0 if bias is None else bias)  # (Tk,)
     if s.softcap:  # Gemma 2: c·tanh(s/c)
         scores = s.softcap * torch.tanh(scores / s.softcap)
-    plain = s.k_plain[kv].float() @ s.q_plain[head, query].float() * s.scale  # (N,)
-    mask = s.mask[query]  # (N,)
+    plain = s.k_plain[kv].float() @ s.q_plain[head, query].float() * s.scale  # (Tk,)
+    mask = s.mask[query]  # (Tk,)
     weights = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(-1)
-    weights = weights.masked_fill(~mask, 0.0)  # (N,)
+    weights = weights.masked_fill(~mask, 0.0)  # (Tk,)
     arrays = (q, k, q * k, scores, weights, plain)
     q_, k_, products, scores_, weights_, plain_ = (
         a.cpu().numpy().astype(np.float32) for a in arrays
     )
     return QueryKey(
-        SEQUENCE, layer, head, query, tokens, tokens, q_, k_, products, scores_,
-        mask.cpu().numpy(), weights_, s.scale,
+        view.kind, layer, head, query, list(queries), list(keys), q_, k_, products,
+        scores_, mask.cpu().numpy(), weights_, s.scale,
         None if bias is None else bias.cpu().numpy().astype(np.float32),
         plain_ if s.rotary else None,
-        s.sharing(head), s.window, s.softcap,
+        s.sharing(head), s.window, s.softcap, view.first,
     )  # fmt: skip

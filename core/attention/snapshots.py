@@ -8,6 +8,7 @@ import zipfile
 from dataclasses import dataclass, field
 
 from core.attention.sentence_maps import SentenceMaps
+from core.runs.circuit_history import circuit_evals
 from core.runs.history import open_history
 from core.runs.run_dir import RunDir
 
@@ -21,6 +22,7 @@ class SnapshotFrame:
     loss: float | None = None  # training loss of the last record at or before this step
     val_loss: float | None = None  # validation loss measured at this step
     val_bleu: float | None = None  # validation BLEU measured at this step
+    induction: float | None = None  # the best head's induction score there (circuit scores)
 
 
 @dataclass
@@ -36,6 +38,11 @@ class SnapshotSeries:
         """Training steps with a frame, in order."""
         return [f.step for f in self.frames]
 
+    def measured(self, name: str) -> bool:
+        """Whether any frame has the metric ``name`` ("val_bleu", "induction"...): what the
+        run's own evaluation records hold (a run that writes no translation has no BLEU)."""
+        return any(getattr(f, name) is not None for f in self.frames)
+
 
 SNAPSHOT_ERRORS = (
     pickle.UnpicklingError,
@@ -50,20 +57,41 @@ SNAPSHOT_ERRORS = (
 )
 
 
-def probe_sentences(source) -> list[str]:
-    """The probe sentences in the latest readable snapshot of a run or history file."""
+def _latest_probes(source) -> list[dict]:
+    """The probes of the latest readable snapshot of a run or history file ([] for none)."""
     rd = open_history(source)
     for step in reversed(rd.snapshot_steps()):
         try:
-            return [p["sentence"] for p in rd.load_snapshot(step)["probes"]]
+            return list(rd.load_snapshot(step)["probes"])
         except SNAPSHOT_ERRORS:
             continue
     return []
 
 
+def probe_sentences(source) -> list[str]:
+    """The probe sentences in the latest readable snapshot of a run or history file."""
+    return [p["sentence"] for p in _latest_probes(source)]
+
+
+def probe_noun(source) -> str:
+    """What a run's probes are: "sequence" where each is a token sequence read with no source
+    (a run scored by its circuits keeps one pass over the sequence they read first:
+    ``core.training.probes.circuit_probe``), else "sentence"."""
+    probes = _latest_probes(source)
+    read_alone = probes and all(not p.get("src_tokens") for p in probes)
+    return "sequence" if read_alone else "sentence"
+
+
+def best_induction(record: dict) -> float | None:
+    """The highest induction score of any head in an evaluation record's circuit scores."""
+    evals = circuit_evals([record])
+    return max(map(max, evals[0]["circuits"]["induction"])) if evals else None
+
+
 def _metrics_at(records: list[dict], step: int) -> dict:
-    """Training loss (last record ≤ step) and validation metrics at ``step``."""
-    out = {"loss": None, "val_loss": None, "val_bleu": None}
+    """Training loss (last record ≤ step) and validation metrics at ``step``: loss, BLEU and
+    the best induction score, each where the run measured it."""
+    out = {"loss": None, "val_loss": None, "val_bleu": None, "induction": None}
     for rec in records:
         if rec.get("record") == "train" and rec.get("step", math.inf) <= step and "loss" in rec:
             out["loss"] = float(rec["loss"])
@@ -71,6 +99,8 @@ def _metrics_at(records: list[dict], step: int) -> dict:
             for name in ("val_loss", "val_bleu"):
                 if rec.get(name) is not None:
                     out[name] = float(rec[name])
+            if (best := best_induction(rec)) is not None:
+                out["induction"] = float(best)
     return out
 
 

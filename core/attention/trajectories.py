@@ -52,7 +52,7 @@ from core.model.checkpoints import CheckpointError, read_metadata, trained_data
 from core.model.interface import TranslationModel
 from core.model.opened import open_model
 from core.places import trajectories_root
-from core.runs import budget
+from core.runs import budget, run_bytes
 from core.runs.circuit_history import MEASURES as CIRCUIT_MEASURES
 from core.runs.circuit_history import circuit_evals, phase_of, score
 from core.runs.disk_cache import read_cached, write_cached
@@ -360,8 +360,8 @@ def fit_rows(out: Trajectories, reader) -> None:
     (half for each basis), saying so in a note."""
     rows = _rows_per_step(reader, out.steps)
     share = budget.TRAJECTORY_ROWS // 2
-    steps = budget.steps_that_fit(out.steps, rows, share)
-    model_steps = budget.steps_that_fit(out.model_steps, rows, share)
+    steps = run_bytes.steps_that_fit(out.steps, rows, share)
+    model_steps = run_bytes.steps_that_fit(out.model_steps, rows, share)
     if (len(steps), len(model_steps)) != (len(out.steps), len(out.model_steps)):
         out.notes.append(
             f"{len(steps)} of {len(out.steps)} snapshots and {len(model_steps)} of "

@@ -12,8 +12,10 @@ f at the sentence's own embeddings as the sentence's own record reads it.
 
 The file mode gathers as many sentences as one pass could hold within the server's bytes
 (``fits``: ``budget.gradient_rows``); ``attributions`` takes them in order of length, at most
-``IG_BATCH`` rows and ``TOTAL_BYTES`` of summed gradients a pass (``passes``: sentences of
-similar lengths, little padding), and gives them back in their order.
+``IG_BATCH`` rows, ``TOTAL_BYTES`` of summed gradients and ``ATTENTION_BYTES`` of one layer's
+attention weights a pass (``passes``: sentences of similar lengths, little padding; passes
+whose N² weights stay in a CPU's cache, one sentence a pass on a decoder-only model's
+prompt), and gives them back in their order.
 
 Batched: ``grad-input`` and ``integrated-gradients`` from the zero, UNK, PAD or MASK baseline,
 explaining log p(y_t), p(y_t) or the entropy (``batchable``); random baselines (their draws are
@@ -43,12 +45,14 @@ from core.attribution.gradients import (
     path,
 )
 from core.attribution.methods import Attribution, shown_gradients
+from core.attribution.products import NarrowProducts
 from core.measure.progress import check_time
-from core.model.interface import TranslationModel
+from core.model.interface import TranslationModel, prompt_positions
 from core.runs import budget
 
 BATCHED_METHODS = ("grad-input", "integrated-gradients")
 TOTAL_BYTES = 64 * 2**20  # the summed gradients of one pass's sentences (float32)
+ATTENTION_BYTES = 2 * 2**20  # one layer's attention weights of one pass (float32): a CPU's cache
 
 
 def batchable(method: str, choices: GradientChoices) -> bool:
@@ -70,7 +74,7 @@ def fits(m: TranslationModel, sizes: Sequence[tuple[int, int]], method: str, cho
     output) lengths within ``most`` bytes (None: ``budget.GRADIENT_BYTES``)."""
     K = len(points(method, choices)[0])
     S, T = max(s for s, _ in sizes), max(t for _, t in sizes)
-    rows = budget.gradient_rows(vars(m.cfg), S, T, budget.prompt_positions(m), most)
+    rows = budget.gradient_rows(vars(m.cfg), S, T, prompt_positions(m), most)
     return len(sizes) * K <= rows
 
 
@@ -156,7 +160,7 @@ def _integrate(batch: Batch, alphas: list[float], weights: list[float]):
         x_src = x_src.flatten(0, 1).requires_grad_()  # (A K, S, D)
         x_tgt = x_tgt.flatten(0, 1).requires_grad_()  # (A K, cut, D)
         rows = live.repeat_interleave(K)  # (A K,) each row's sentence
-        with torch.enable_grad():
+        with torch.enable_grad(), NarrowProducts():
             f = batch.f(rows, x_src, x_tgt, steps)  # (A K, g)
             for j, t in enumerate(steps.tolist()):
                 on = lengths[rows] > t  # (A K,) rows whose sentence has step t
@@ -199,17 +203,30 @@ def gradients_of(
     return out
 
 
+def attention_bytes(m: TranslationModel, rows: int, S: int, T: int) -> int:
+    """One layer's attention weights of ``rows`` rows of sentences padded to S / T (float32):
+    H N² a row, N the positions of a prompted model's one stack (P + S + T), else the longer
+    of source and output."""
+    P = prompt_positions(m)
+    N = P + S + T if P is not None else max(S, T)
+    return 4 * rows * m.cfg.num_heads * N * N
+
+
 def passes(m: TranslationModel, pairs, K: int) -> list[list[int]]:
     """The pairs' indices in order of length (similar lengths together: little padding),
     cut into passes of at most IG_BATCH rows (K per sentence) whose summed gradients
-    (P T (S + T) D floats, ``_integrate``'s) stay within TOTAL_BYTES."""
+    (P T (S + T) D floats, ``_integrate``'s) stay within TOTAL_BYTES and one layer's attention
+    weights within ATTENTION_BYTES (the backward pass's softmax and products over N² floats a
+    row run at the memory's speed once they leave the cache: a pass of 5 sentences of 50
+    positions took 1.6× the time of 5 passes of one)."""
     order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][1]), len(pairs[i][0])))
     out, S, T = [], 0, 0
     for i in order:
         S2, T2 = max(S, len(pairs[i][0])), max(T, len(pairs[i][1]))
         n = len(out[-1]) + 1 if out else 0
         held = 4 * n * T2 * (S2 + T2) * m.cfg.d_model  # float32
-        if not out or n * K > IG_BATCH or held > TOTAL_BYTES:
+        weights = attention_bytes(m, n * K, S2, T2)
+        if not out or n * K > IG_BATCH or held > TOTAL_BYTES or weights > ATTENTION_BYTES:
             out.append([i])
             S, T = len(pairs[i][0]), len(pairs[i][1])
             continue

@@ -19,6 +19,9 @@ How it is computed (issue 51, item 5): one batch row per (integration point, out
 each row projecting only its own step onto the vocabulary (not every step of every copy),
 and the rows of early steps run with the prefix cut after their last step (a causal decoder's
 later steps change nothing before them): the work inseq does step by step, in a few passes.
+The gradient passes run their batched products (attention's) in the layout the CPU's batched
+GEMM runs fastest (``core.attribution.products``: same sums, 20-25 % less time on the
+decoder-only models' longest pairs, issue 67).
 
 ``GradientChoices`` names what a user may change, each as inseq or captum offer it: the
 baseline (zero; the UNK, PAD or MASK token's embedding at every position, as inseq's UNK
@@ -44,6 +47,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from core.attribution.products import NarrowProducts
 from core.command_line import InRange
 from core.measure.progress import check_time
 from core.model.interface import TranslationModel
@@ -362,7 +366,7 @@ def _gradients(task: GradientTask, x_src, x_tgt, group: range):
     causal decoder computes every earlier step on the way to the last); a backward pass
     each."""
     steps = torch.tensor(list(group), device=x_src.device)  # (g,)
-    with torch.enable_grad():
+    with torch.enable_grad(), NarrowProducts():
         f = task.at(x_src, x_tgt, steps)  # (n, g)
         last = len(group) - 1
         grads = [

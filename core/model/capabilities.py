@@ -2,12 +2,13 @@
 
 ``problem(family, model_type, what)`` answers for a section of the Attention page, an
 attribution method, a setting (``bfloat16``) or what a model does at all (``translate``;
-``decoding``: writing its output step by step). What a family's row does not name, every
-model of it does; a model type's row (T5) adds to its family's, and a task's row (a model
-trained here on the induction task reads no sentence) to both. ``TranslationModel.supports``
-reads it; the pages and commands ask it before they offer or compute anything. Replaying a
-run (``training``) is decided from the disk instead, whatever the family: ``replay_problem``
-refuses a model with no run or .history beside it, or one whose history keeps no snapshots.
+``decoding``: writing its output step by step; ``sentence``: reading a sentence at all). What
+a family's row does not name, every model of it does; a model type's row (T5) adds to its
+family's, and a task's row (a model trained here on the induction task reads no sentence) to
+both. ``TranslationModel.supports`` reads it; the pages and commands ask it before they offer
+or compute anything. Replaying a run (``training``) is decided from the disk instead, whatever
+the family: ``replay_problem`` refuses a model with no run or .history beside it, or one whose
+history keeps no snapshots.
 """
 
 from __future__ import annotations
@@ -32,17 +33,27 @@ NO_SNAPSHOTS = (  # "training" where its history holds none
     "or .history file>."
 )
 
+TWO_STACK_ROLES = (  # "head_roles": read over one sequence, which an encoder-decoder splits
+    "Head roles (previous-token, first-token sink, induction) read one attention over a whole "
+    "sequence: an encoder-decoder splits its source and output between two stacks; its heads' "
+    "scores are python -m core.head_scores."
+)
 BY_FAMILY: dict[str, dict[str, str]] = {
     STUDIO: {
         "bfloat16": "The studio's own models are small: they are measured exactly, in float32.",
+        "head_roles": TWO_STACK_ROLES,
     },
     HUGGING_FACE: {
         "supervision": "Supervision is compared between two of the studio's own checkpoints: "
         "a Hugging Face model was not trained here.",
+        "head_roles": TWO_STACK_ROLES,
     },
     LANGUAGE_MODEL: {
         "supervision": "Supervision is compared between two of the studio's own checkpoints: "
         "a Hugging Face model was not trained here.",
+        "importance_bleu": "A language model's head importance is measured by its loss alone "
+        "(each sentence's first reference after its prompt): BLEU would need every head's "
+        "prompted translations, 4x the work.",
     },
 }
 
@@ -67,6 +78,8 @@ ONE_PASS = (
 )
 BY_FAMILY[MASKED_LM] = {
     "supervision": NOT_TRAINED_HERE,
+    "importance_bleu": "A masked language model writes no translation: its head importance is "
+    "measured by its masked-LM loss alone.",
     "playback": ONE_PASS,
     "decoding": ONE_PASS,  # writing its output step by step, each step reading the last
     "head_scores": "A masked language model reads its sentence both ways and predicts no next "
@@ -111,6 +124,9 @@ BY_TASK: dict[str, dict[str, str]] = {  # a model trained here on a task other t
     },
 }
 BY_TASK["induction"] |= {
+    "sentence": "This model was trained here on the induction task: it reads no sentence and no "
+    "prompt, only a start token and the tokens after it; the page reads it on a token sequence "
+    "(by default the first its training scored its heads on: random tokens read twice).",
     "project": "This model was trained here on the induction task: its tokens are random, with "
     "no validation sentences to place; Where tokens live reads a model trained on sentences.",
     "importance": "This model was trained here on the induction task: it reads no validation "
@@ -137,3 +153,21 @@ def problem(family: str, model_type: str, what: str, task: str = "") -> str | No
         or BY_MODEL_TYPE.get(model_type, {}).get(what)
         or BY_FAMILY.get(family, {}).get(what)
     )
+
+
+FAMILIES = (STUDIO, HUGGING_FACE, LANGUAGE_MODEL, MASKED_LM)  # the table's columns, in order
+
+
+def table() -> str:
+    """The capability table in Markdown, as docs/hugging-face.md shows it (a test compares):
+    what each family does (every ``what`` some family's row names), then what each model type's
+    row refuses besides."""
+    whats = sorted({what for row in BY_FAMILY.values() for what in row})
+    lines = ["| what | " + " | ".join(FAMILIES) + " |", "|---" * (len(FAMILIES) + 1) + "|"]
+    for what in whats:
+        cells = ("no" if BY_FAMILY.get(f, {}).get(what) else "yes" for f in FAMILIES)
+        lines.append(f"| `{what}` | " + " | ".join(cells) + " |")
+    lines += ["", "| model type | refuses besides its family's |", "|---|---|"]
+    for model_type, row in sorted(BY_MODEL_TYPE.items()):
+        lines.append(f"| `{model_type}` | " + ", ".join(f"`{what}`" for what in sorted(row)) + " |")
+    return "\n".join(lines) + "\n"

@@ -6,10 +6,11 @@ import os
 import re
 import shutil
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, fields
 from pathlib import Path, PureWindowsPath
 
 import torch
+from torch import nn
 
 from core.corpus.bpe import checkpoint_entries, checkpoint_vocabs
 from core.corpus.config import DataConfig
@@ -23,12 +24,10 @@ from core.corpus.source import (
 )
 from core.corpus.splits import Split, load_splits
 from core.corpus.vocab import Vocab
-from core.model.config import ModelConfig
-from core.model.transformer import Transformer
 from core.places import corpus_folders, replace_durably, run_corpus_files, runs_root, shown_path
 
 FORMAT = "attention-studio/1"
-ENCODER_DECODER = "encoder-decoder"  # ModelConfig.arch of the model load_checkpoint builds
+ENCODER_DECODER = "encoder-decoder"  # ModelConfig.arch of the model studio_loading builds
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # a run directory's name
 
 
@@ -53,28 +52,6 @@ def exported_folder(path) -> Path:
     """The ``save_pretrained`` folder a decoder-only run writes beside a checkpoint
     (``<run>/best.pt`` -> ``<run>/best.hf``)."""
     return Path(path).with_suffix(".hf")
-
-
-@dataclass
-class LoadedModel:
-    """A model rebuilt from a checkpoint, with its vocabularies and metadata."""
-
-    model: Transformer
-    src_vocab: Vocab
-    tgt_vocab: Vocab
-    meta: dict = field(default_factory=dict)  # configs, step, metrics, ...
-
-    family = "studio"  # the studio's own Transformer (core.model.hugging_face: "hugging face")
-
-    @property
-    def cfg(self) -> ModelConfig:
-        """The model's sizes."""
-        return self.model.cfg
-
-    @property
-    def subword(self) -> bool:
-        """Whether a vocabulary of this model cuts words into pieces (BPE)."""
-        return self.src_vocab.kind != "word" or self.tgt_vocab.kind != "word"
 
 
 def atomic_save(obj, path: Path) -> None:
@@ -226,7 +203,7 @@ def source_file(source: str) -> Path | None:
 
 
 def save_checkpoint(
-    path, model: Transformer, src_vocab: Vocab, tgt_vocab: Vocab, half: bool = False, **meta
+    path, model: nn.Module, src_vocab: Vocab, tgt_vocab: Vocab, half: bool = False, **meta
 ) -> None:
     """Save weights, configs (as dicts), vocabularies (as lists) and ``meta``.
 
@@ -285,7 +262,7 @@ def not_ours(path) -> CheckpointError:
     )
 
 
-def _inconsistent(path, e: Exception) -> CheckpointError:
+def inconsistent(path, e: Exception) -> CheckpointError:
     """The error for a checkpoint whose parts do not fit together."""
     return CheckpointError(f"{shown_path(path)} is inconsistent and cannot be loaded: {e}")
 
@@ -297,28 +274,8 @@ def read_metadata(path) -> dict:
     try:
         checkpoint_vocabs(ckpt)
     except (KeyError, TypeError, ValueError) as e:
-        raise _inconsistent(path, e) from e
+        raise inconsistent(path, e) from e
     return {k: v for k, v in ckpt.items() if k not in ("state_dict", "optimizer", "rng")}
-
-
-def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
-    """Rebuild the model from the config saved in the checkpoint and load its weights."""
-    ckpt = read_checkpoint(path)
-    if (arch := (ckpt.get("model_config") or {}).get("arch", ENCODER_DECODER)) != ENCODER_DECODER:
-        raise DecoderOnlyCheckpointError(path, str(arch))  # never a d2l Transformer of its config
-    try:
-        cfg = ModelConfig(**ckpt["model_config"])
-        model = Transformer(cfg)
-        state = {
-            k: v.float() if v.is_floating_point() else v for k, v in ckpt["state_dict"].items()
-        }
-        model.load_state_dict(state)
-        vocabs = checkpoint_vocabs(ckpt)
-    except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise _inconsistent(path, e) from e
-    model.to(device).eval()
-    meta = {k: v for k, v in ckpt.items() if k not in ("state_dict", "optimizer", "rng")}
-    return LoadedModel(model, vocabs[0], vocabs[1], meta)
 
 
 def compact(src, dst, half: bool = True) -> Path:

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from core.corpus.text import D2L_TEST_PAIRS, tokenize
+from core.model.bleu import corpus_bleu
 from core.model.checked_translation import translate_sentence
-from core.model.checkpoints import LoadedModel
+from core.model.interface import TranslationModel
 from core.model.parts import GREEDY, DecodeSettings, TranslationError
-from core.model.scores import corpus_bleu
 
 
 def d2l_bleu(pred: Sequence[str], label: Sequence[str], k: int = 2) -> float:
@@ -40,7 +40,7 @@ class D2LCheck:
     bleu: float  # corpus BLEU (sacreBLEU, 0-100) of the four
 
 
-def d2l_check(lm: LoadedModel, settings: DecodeSettings = GREEDY) -> D2LCheck:
+def d2l_check(lm: TranslationModel, settings: DecodeSettings = GREEDY) -> D2LCheck:
     """Translate the chapter's sentences and score them against the book's references."""
     rows, hyps = [], []
     for source, reference in D2L_TEST_PAIRS:

@@ -28,14 +28,6 @@ from core.model.parts import (
 from core.model.trainee import DecoderTrainee
 from core.model.transformer import Transformer
 
-
-def source_len(words: list[str], tokenizer: str, max_positions: int) -> int:
-    """The most source tokens (with <eos>) a model reads for these words: words, or at most
-    one subword piece per character (``prepare_source`` cuts the rest)."""
-    n = len(words) if tokenizer == "word" else sum(len(w) for w in words)
-    return min(n, max_positions - 1) + 1
-
-
 EXAMPLES = ("i am cold .", "j'ai froid .")  # a sentence to suggest, in the model's source language
 
 

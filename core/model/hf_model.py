@@ -3,7 +3,8 @@
 
 ``HFModel`` answers every question the analysis asks of a model from an
 ``AutoModelForSeq2SeqLM`` (eager attention, eval mode) and its tokenizer: tokens by the
-tokenizer (``core.model.hugging_face``), decoding by ``generate``, passes by the model's own
+tokenizer (``core.model.hf_base``, what every Hugging Face adapter shares, and
+``core.model.hugging_face``), decoding by ``generate``, passes by the model's own
 forward, and its hook sites by permanent forward hooks (``core.model.sites``). The token
 embeddings the gradient methods differentiate are the embedding modules' outputs, put in
 place by a hook: whatever the family scales after them (Marian's decoder multiplies the
@@ -14,70 +15,37 @@ Shape key: B batch, S source pieces, T decoder steps, D model width, V vocabular
 
 from __future__ import annotations
 
-import re
-import time
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from core.corpus.bpe import PREFIX
-from core.corpus.text import tokenize
-from core.model import batched, sites
 from core.model import hugging_face as hf
-from core.model.architectures import Architecture, architecture_of, part
+from core.model import sites
+from core.model.architectures import part
 from core.model.capabilities import HUGGING_FACE
-from core.model.config import ModelConfig
-from core.model.hf_folder import HFModelError, describe, studio_config
-from core.model.hooks import HookPoint
+from core.model.hf_base import HFBase
+from core.model.hf_config import studio_config
+from core.model.hf_folder import HFModelError, describe
 from core.model.interface import TranslationModel
 from core.model.parts import (
-    MAX_LEN,
     AttentionWeights,
     DecodeSettings,
-    Source,
     SublayerNorm,
     Translation,
-    TranslationError,
     linear_parts,
 )
 from core.model.record import side_of
-from core.model.scores import corpus_bleu
 from core.places import shown_path, shown_paths
 
 
-def _cut(ids: Sequence[int], end: int) -> list[int]:
-    """Ids before the first ``end``."""
-    ids = list(ids)
-    return ids[: ids.index(end)] if end in ids else ids
-
-
-def as_text(words: Sequence[str]) -> str:
-    """d2l's words back to a sentence: no space before , . ! ? and a capital first letter."""
-    text = re.sub(r" ([,.!?])", r"\1", " ".join(words))
-    return text[:1].upper() + text[1:]
-
-
 @dataclass
-class HFModel(TranslationModel):
+class HFModel(HFBase, TranslationModel):
     """A Hugging Face encoder-decoder with its tokenizer, as the studio reads it."""
 
-    model: nn.Module  # an AutoModelForSeq2SeqLM, eager attention, eval mode
-    tokenizer: object  # its AutoTokenizer
-    cfg: ModelConfig  # its sizes in the studio's terms (for budgets and head pickers)
-    meta: dict = field(default_factory=dict)  # family, model type, languages, parameters
     family = HUGGING_FACE
-    subword = True  # its tokenizer cuts words into pieces
-
-    @property
-    def pieces_name(self) -> str:
-        """The tokenizer's algorithm as people name it ("SentencePiece", "BPE"…)."""
-        return self.meta.get("pieces") or "subword"
-
-    trained_here = False  # downloaded: no corpus, splits or history of the studio's
 
     # ------------------------------------------------------------------ what it is
 
@@ -98,123 +66,6 @@ class HFModel(TranslationModel):
     @property
     def eos_id(self) -> int:
         return int(self.model.config.eos_token_id)
-
-    @property
-    def pad_id(self) -> int:
-        pad = self.tokenizer.pad_token_id
-        return int(pad if pad is not None else (self.model.config.pad_token_id or 0))
-
-    @property
-    def unk_id(self) -> int | None:
-        return self.tokenizer.unk_token_id
-
-    @property
-    def mask_id(self) -> int | None:
-        return self.tokenizer.mask_token_id
-
-    def vocab_sizes(self) -> tuple[int, int]:
-        n = self.model.get_input_embeddings().num_embeddings
-        return n, n
-
-    # ------------------------------------------------------------------ tokens
-
-    def source(self, sentence: str) -> Source:
-        ids = hf.encode_source(self, sentence)[0].tolist()
-        unknown = [i == self.unk_id for i in ids]
-        notes = ["Some words are not in the model's vocabulary (read as unknown)."]
-        return Source(ids, self.source_tokens(ids), unknown, notes if any(unknown) else [])
-
-    def source_notes(self, words: Sequence[str]) -> list[str]:
-        return []  # its tokenizer has no word list to name unknown words by
-
-    def token_count(self, text: str, words: Sequence[str], target: bool = False) -> int:
-        kind = {"text_target": text} if target else {"text": text}
-        limit = self.cfg.max_positions
-        ids = self.tokenizer(**kind, truncation=True, max_length=limit)["input_ids"]
-        return len(ids) + (1 if target else 0)  # a multilingual model's language code
-
-    def target_ids(self, text: str, first: int | None = None) -> list[int]:
-        ids = hf.target_ids(self, text, None)
-        codes = set(self.tokenizer.convert_tokens_to_ids(self.meta.get("language_codes", [])))
-        if first is not None and first in codes and ids[:1] != [first]:
-            ids = [first, *ids][: self.cfg.max_positions - 1]
-        return ids
-
-    def words_to_source(self, words: Sequence[str]) -> list[int]:
-        limit = self.cfg.max_positions
-        return self.tokenizer(as_text(words), truncation=True, max_length=limit)["input_ids"]
-
-    def words_to_target(self, words: Sequence[str], target_lang=None) -> list[int]:
-        return hf.target_ids(self, as_text(words), target_lang)
-
-    def word_pieces(self, words: Sequence[str], target: bool):
-        """(piece ids, the word of each piece) of pre-tokenized words: each word cut alone
-        (with the leading space a byte-level BPE expects), no specials."""
-        ids, owner = [], []
-        spaced = self.meta.get("tokens") == "byte-level"
-        for i, word in enumerate(words):
-            text = f" {word}" if spaced and i else word
-            kwargs = {"text_target": text} if target else {"text": text}
-            encoded = self.tokenizer(**kwargs, add_special_tokens=False)["input_ids"]
-            ids += encoded
-            owner += [i] * len(encoded)
-        return ids, owner
-
-    def framing(self, words: Sequence[str], target: bool) -> tuple[list[int], list[int]]:
-        """(the specials before, the specials after) the tokenizer puts around a sentence;
-        the ones after always start with the end token."""
-        text = " ".join(words)
-        kwargs = {"text_target": text} if target else {"text": text}
-        whole = self.tokenizer(**kwargs)["input_ids"]
-        bare = self.tokenizer(**kwargs, add_special_tokens=False)["input_ids"]
-        lead = next(
-            (i for i in range(len(whole) - len(bare) + 1) if whole[i : i + len(bare)] == bare), 0
-        )
-        prefix, suffix = whole[:lead], whole[lead + len(bare) :]
-        if not suffix or suffix[0] != self.eos_id:
-            suffix = [self.eos_id, *suffix]
-        return prefix, suffix
-
-    def source_tokens(self, ids: Sequence[int]) -> list[str]:
-        return hf.shown_tokens(self, ids)
-
-    def target_tokens(self, ids: Sequence[int]) -> list[str]:
-        return hf.shown_tokens(self, ids)
-
-    def target_words(self, ids: Sequence[int]) -> list[str]:
-        return hf.words_of(self, ids)
-
-    def scored_words(self, ids: Sequence[int]) -> list[str]:
-        ids = list(ids)
-        ids = ids[: ids.index(self.eos_id)] if self.eos_id in ids else ids
-        return tokenize(self.tokenizer.decode(ids, skip_special_tokens=True))
-
-    def target_token_id(self, token: str) -> int:
-        raw = [token[len(PREFIX) :]] if token.startswith(PREFIX) else [token]
-        raw += [mark + token for mark in hf.WORD_STARTS if not token.startswith(PREFIX)]
-        unk = self.unk_id
-        for candidate in raw:
-            tid = self.tokenizer.convert_tokens_to_ids(candidate)
-            if tid is not None and tid != unk:
-                return int(tid)
-        return int(unk if unk is not None else self.eos_id)
-
-    def unknown_target_words(self, text: str) -> list[str]:
-        return hf.unknown_target_words(self, text)
-
-    def tokens_key(self) -> object:
-        return ("tokenizer", id(self.tokenizer))  # its own tokenizer, its own specials
-
-    def special_ids(self) -> set[int]:
-        return set(self.tokenizer.all_special_ids) - {self.unk_id}
-
-    def language_code(self, language: str = "fr") -> str | None:
-        codes = self.meta.get("language_codes") or []
-        starts = (language, {"fr": "fra", "en": "eng", "de": "deu"}.get(language, language))
-        return next((c for c in codes if c.strip("_<>").lower().startswith(starts)), None)
-
-    def language_id(self, code: str | None) -> int | None:
-        return hf.forced_bos(self, code)
 
     # ------------------------------------------------------------------ decoding
 
@@ -245,53 +96,7 @@ class HFModel(TranslationModel):
         )
         return out[:, 1:]  # (B, T) without the start token
 
-    def max_output(self, longest: int) -> int:
-        """1.5x the longest source plus 5 (French runs about 1.2x English in pieces), at most
-        MAX_LEN: a trained model stops at its end token well before."""
-        return min(MAX_LEN, longest + longest // 2 + 5, self.cfg.max_positions - 1)
-
-    def evaluate(self, split, max_sentences: int = 0, target_lang: str | None = None) -> dict:
-        """As the studio's models are evaluated (``core.model.scores.evaluate_split``), the
-        unknown share counted in output pieces, the loss per piece."""
-        groups = split.groups()
-        groups = groups[: max_sentences or len(groups)]
-        sources = [self.words_to_source(src) for src, _ in groups]
-        pairs = [
-            (s, self.words_to_target(ref, target_lang))
-            for s, (_, refs) in zip(sources, groups)
-            for ref in refs
-        ]
-        start = time.perf_counter()
-        outputs = batched.greedy_outputs(self, sources, target_lang)
-        seconds = time.perf_counter() - start
-        pieces = [i for row in outputs for i in _cut(row, self.eos_id) if i != self.pad_id]
-        hyps = [self.scored_words(row) for row in outputs]
-        return {
-            "bleu": corpus_bleu(hyps, [refs for _, refs in groups]),
-            "unk_share": sum(i == self.unk_id for i in pieces) / max(len(pieces), 1),
-            "loss": batched.mean_loss(self, pairs),
-            "sentences": len(groups),
-            "sentences_per_s": len(groups) / max(seconds, 1e-9),
-        }
-
-    def translate_lines(self, lines: list[str], settings: DecodeSettings):
-        outs, notes = [""] * len(lines), []
-        for i, line in enumerate(lines):
-            try:
-                t = self.translate(line, settings)
-            except TranslationError as e:
-                notes.append(f"line {i + 1}: {e}")
-                continue
-            outs[i] = t.text
-            notes += [f"line {i + 1}: {w}" for w in t.warnings]
-        return outs, notes
-
     # ------------------------------------------------------------------ passes
-
-    def masks(self, src, tgt_in):
-        T = tgt_in.size(1)
-        causal = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).tril()
-        return (src != self.pad_id)[:, None, None, :], causal.expand(tgt_in.size(0), 1, T, T)
 
     def run(self, src, tgt_in, memory=None, need_weights: bool = False) -> torch.Tensor:
         extra = {} if memory is None else {"encoder_outputs": (memory,)}
@@ -318,11 +123,6 @@ class HFModel(TranslationModel):
             use_cache=False,
         )[0]  # (B, T, D), after the decoder's final norm where it has one
 
-    @property
-    def _architecture(self) -> Architecture:
-        """Its family's row of the table (``core.model.architectures``)."""
-        return architecture_of(self.model)
-
     def _rescaled(self) -> bool:
         """Whether its decoder's output is multiplied by d^-1/2 before ``lm_head`` (T5, UMT5
         with tied embeddings)."""
@@ -347,9 +147,6 @@ class HFModel(TranslationModel):
         bias = self._logits_bias()
         return logits if bias is None else logits + bias
 
-    def output_weight(self) -> torch.Tensor:
-        return self.model.get_output_embeddings().weight
-
     def lens(self, stream) -> torch.Tensor:
         norm = sites.final_norm(self.model)
         return self.logits_of(stream if norm is None else norm(stream))
@@ -364,9 +161,6 @@ class HFModel(TranslationModel):
         if self._logits_bias() is not None:
             steps.append("final_logits_bias")
         return "each decoder layer's output through " + ", then ".join(steps)
-
-    def hook_points(self) -> dict[str, HookPoint]:
-        return sites.install(self.model, self._architecture)
 
     # ------------------------------------------------------------------ structure
 

@@ -1,35 +1,32 @@
 """One way into every model: what the analysis, the commands and the pages may ask of a model,
-whatever its family.
+whatever its family, and the few methods an adapter must implement to be asked.
 
 ``TranslationModel`` is the interface; ``core.model.studio_model.StudioModel`` (the studio's
-own Transformer) and ``core.model.hf_model.HFModel`` (a Hugging Face encoder-decoder) are its
-adapters, and ``core.model.opened.open_model`` returns one of them. Everything outside
-``core/model`` reads a model only through it:
+own Transformer), ``core.model.hf_model.HFModel`` (a Hugging Face encoder-decoder),
+``core.model.prompted.PromptedModel`` (a decoder-only model) and ``core.model.masked.MaskedModel``
+(a masked one) are its adapters, and ``core.model.opened.open_model`` returns one of them.
+Everything outside ``core/model`` reads a model only through it.
 
-- what it reads and writes: ``languages`` (codes), ``language_names`` (for people),
-  ``source_label``, ``example_sentence``;
-- tokens both ways: ``source`` (a sentence as ids, pieces, unknown flags and notes),
-  ``target_ids``, ``source_tokens`` / ``target_tokens`` (the studio's convention: ``##``
-  continues a word), ``target_words``, ``special_ids``;
-- decoding: ``translate`` (greedy or beam, every map), ``force`` (a target the user gave),
-  ``greedy`` (many padded sources at once, under whatever hooks are on);
-- passes: ``run`` (logits; the encoder's output may be given), ``encode``, ``hidden``,
-  ``record`` (one teacher-forced pass with every site, ``core.model.record``; ``patterns``
-  and ``stream`` keep only the weights or one stack's stream, for many sentences), the
-  embeddings path (``embeddings`` and ``log_probs_from_embeddings``: the exact function of
-  the token embeddings that the ids path computes, by hooks on the embedding sites); its
-  layers run again from any layer's input, a stream given, up to any later layer
-  (``core.model.layer_runs.layer_calls``, TransformerLens's ``start_at_layer`` /
-  ``stop_at_layer``: one mechanism for every family);
-- hook sites (``hook_points``, ``hooks``: ``core.model.hooks``), and on them removing heads
-  (``core.model.head_gates``: ``heads_removed``, ``rows_gated``: each head's output scaled
-  before W_o, per thread);
-- what the decompositions need: each attention's weights (``attention_weights``) and the
-  norm around it (``sublayer_norm``), the output layer (``logits_of``, ``lens``);
-- what it cannot do, in one line (``supports``, from ``core.model.capabilities``);
-- its module in eval mode for a block (``evaluating()``: dropout off, the mode restored after);
-- a one-stack model's whole sequence (``core.model.one_sequence``: its ids, weights, the q·k
-  of one layer), which a model of two stacks declines in one line.
+What an adapter implements, and nothing else (``abstractmethod``, listed first in the class):
+its tokens (``source``, ``target_ids``, ``words_to_source`` / ``words_to_target``,
+``word_pieces``, ``target_tokens``, ``target_words``, ``target_token_id``,
+``unknown_target_words``, ``tokens_key``, ``token_count``, ``vocab_sizes``), its decoding
+(``translate``), its pass (``hidden``, ``logits_of``, ``output_weight``, ``hook_points``,
+``lens_words``) and its attention's parts (``attention_weights``, ``sublayer_norm``).
+
+What the door derives from them, once: the source's shown tokens, its framing and notes, the
+words BLEU scores, the special ids, the logits of a pass (``run``), the logit lens (``lens``),
+the masks, many lines translated (``translate_lines``), the
+longest output worth decoding, a sentence pair in pieces (``word_pair``), a prompted model's
+template positions (``prompt_positions``, beside the class), the record and the
+embeddings path (``core.model.passes``), removing heads (``core.model.head_gates``) and a
+one-stack model's questions (``core.model.one_sequence``), declined by a model of two stacks.
+An adapter overrides a derived method where its model computes it otherwise (the studio's own
+decoding batches many lines; a model with a final norm has it in its lens); what a kind of
+model cannot do (``encode`` without an encoder, ``greedy`` and ``force`` without a decoder) the
+door refuses in one line, and ``supports`` (``core.model.capabilities``) says before. What one
+step's stream passes through (``stream_layout``) each adapter says of its own modules; the
+door refuses it for a model that does not.
 
 Shape key: B batch, S source tokens, T decoder steps, D model width, H heads, Dh head width,
 V target vocabulary.
@@ -38,32 +35,43 @@ V target vocabulary.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, contextmanager
 
 import torch
 from torch import nn
 
+from core.corpus.text import tokenize
 from core.model import capabilities, parts
 from core.model.config import ModelConfig
 from core.model.head_gates import HeadGates
-from core.model.hooks import Hook, HookPoint, StopForward, capture, hooked, replace_with, stop_at
+from core.model.hooks import HookPoint
 from core.model.one_sequence import OneSequence
 from core.model.parts import (
+    MAX_LEN,
     AttentionWeights,
     DecodeSettings,
     Source,
+    StreamLayout,
+    StreamTermsError,
     SublayerNorm,
     Translation,
+    TranslationError,
     WordPair,
 )
-from core.model.record import KINDS, Record, attention_site, from_cache, recorded_sites
+from core.model.passes import Passes
+from core.model.record import KINDS
 
 LANGUAGE_NAMES = {"en": "English", "fr": "French", "de": "German", "es": "Spanish"}
+NO_ENCODER = "This model has no encoder: it reads its source in its one sequence."
+NO_DECODER = "This model writes no output step by step: it has no decoder to decode with."
+NO_SCORE = "This model writes no translation of its own: it has no translation to score."
+NO_FORCE = "This model writes no translation of its own: it has no translation to rate."
 
 
-class TranslationModel(HeadGates, OneSequence, ABC):
-    """A model as the studio reads it (the adapters: ``StudioModel``, ``HFModel``)."""
+class TranslationModel(Passes, HeadGates, OneSequence, ABC):
+    """A model as the studio reads it (the adapters: ``StudioModel``, ``HFModel``,
+    ``PromptedModel``, ``MaskedModel``)."""
 
     family: str  # "studio" or "hugging face"
     model: nn.Module  # the torch module
@@ -131,31 +139,22 @@ class TranslationModel(HeadGates, OneSequence, ABC):
         enc = kind in ("encoder", "encoder_stream")
         return self.cfg.num_encoder_layers if enc else self.cfg.num_decoder_layers
 
-    # ------------------------------------------------------------------ tokens
-
     start_id: int  # the decoder's first input
     eos_id: int  # the end token
     pad_id: int  # padding
     unk_id: int | None  # the unknown token (None: the tokenizer has none)
     mask_id: int | None = None  # the mask token (None: the tokenizer has none)
 
+    # ------------------------------------------------------------------ what an adapter implements
+
     @abstractmethod
     def source(self, sentence: str) -> Source:
         """A sentence as the encoder reads it; TranslationError when it cannot be read."""
 
     @abstractmethod
-    def source_notes(self, words: Sequence[str]) -> list[str]:
-        """What a user should know of a source sentence's words (d2l's tokens) beyond the
-        translation's own notes: the words a word vocabulary lacks."""
-
-    @abstractmethod
     def target_ids(self, text: str, first: int | None = None) -> list[int]:
         """A target text as the decoder's output ids, the end token included (``first``: the
         language code a multilingual model's output began with)."""
-
-    @abstractmethod
-    def source_tokens(self, ids: Sequence[int]) -> list[str]:
-        """Source ids as shown tokens."""
 
     @abstractmethod
     def words_to_source(self, words: Sequence[str]) -> list[int]:
@@ -171,9 +170,96 @@ class TranslationModel(HeadGates, OneSequence, ABC):
         """(piece ids, the word index of each piece) of pre-tokenized words, no specials."""
 
     @abstractmethod
+    def target_tokens(self, ids: Sequence[int]) -> list[str]:
+        """Target ids as shown tokens (the studio's convention: ``##`` continues a word)."""
+
+    @abstractmethod
+    def target_words(self, ids: Sequence[int]) -> list[str]:
+        """Target ids as words (pieces joined, specials left out)."""
+
+    @abstractmethod
+    def target_token_id(self, token: str) -> int:
+        """The id of a target token as ``target_tokens`` shows it (the unknown id if none)."""
+
+    @abstractmethod
+    def unknown_target_words(self, text: str) -> list[str]:
+        """Words of ``text`` the model reads (partly) as its unknown token."""
+
+    @abstractmethod
+    def tokens_key(self) -> object:
+        """Equal for two models exactly when they cut every sentence into the same pieces
+        (word-level models share the words, whatever their vocabularies)."""
+
+    @abstractmethod
+    def token_count(self, text: str, words: Sequence[str], target: bool = False) -> int:
+        """The most tokens (with the end token) the model reads, or writes (``target``), for
+        ``text`` (``words``: d2l's tokens of it): what a translation's memory is sized by."""
+
+    @abstractmethod
+    def vocab_sizes(self) -> tuple[int, int]:
+        """(source, target) ids the embeddings accept: 0 .. n - 1 on each side."""
+
+    @abstractmethod
+    def translate(self, sentence: str, settings: DecodeSettings) -> Translation:
+        """A translation with every map, by the model's own decoding (no input checks)."""
+
+    @abstractmethod
+    def hidden(self, src, tgt_in, memory=None) -> torch.Tensor:
+        """(B, T, D) the decoder's output before the vocabulary projection (``decoder.out``);
+        ``memory``: the (B, S, D) encoder output, given instead of encoding."""
+
+    @abstractmethod
+    def logits_of(self, hidden: torch.Tensor, weight: torch.Tensor | None = None):
+        """(..., V) logits of decoder outputs (..., D) as the model makes them (``weight``:
+        the projection's weight already cast, for many calls)."""
+
+    @abstractmethod
+    def output_weight(self) -> torch.Tensor:
+        """(V, D) the output layer's weight (what ``logits_of`` may be given cast)."""
+
+    @abstractmethod
+    def lens_words(self) -> str:
+        """What ``lens`` applies, in words."""
+
+    @abstractmethod
+    def hook_points(self) -> dict[str, HookPoint]:
+        """{site name: hook point} (``core.model.hooks``)."""
+
+    @abstractmethod
+    def attention_weights(self, kind: str, layer: int) -> AttentionWeights:
+        """One attention module's projections (ValueError for a layer it does not have)."""
+
+    @abstractmethod
+    def sublayer_norm(self, kind: str, layer: int) -> SublayerNorm:
+        """The norm around one attention sub-layer."""
+
+    # ------------------------------------------------------------------ tokens (derived)
+
+    def source_tokens(self, ids: Sequence[int]) -> list[str]:
+        """Source ids as shown tokens: as ``target_tokens`` shows them, for a model of one
+        vocabulary."""
+        return self.target_tokens(ids)
+
+    def source_notes(self, words: Sequence[str]) -> list[str]:
+        """What a user should know of a source sentence's words (d2l's tokens) beyond the
+        translation's own notes: the words a word vocabulary lacks (none for a tokenizer)."""
+        return []
+
     def framing(self, words: Sequence[str], target: bool) -> tuple[list[int], list[int]]:
         """(the specials before, the specials after) a sentence; the ones after start with
-        the end token."""
+        the end token (nothing before, the end token after, where a model adds no others)."""
+        return [], [self.eos_id]
+
+    def scored_words(self, ids: Sequence[int]) -> list[str]:
+        """Output ids up to the end token as d2l's words: what BLEU compares with the
+        corpus's references."""
+        ids = list(ids)
+        ids = ids[: ids.index(self.eos_id)] if self.eos_id in ids else ids
+        return tokenize(" ".join(self.target_words(ids)))
+
+    def special_ids(self) -> set[int]:
+        """Ids that belong to no word (the end token, language codes; not the unknown one)."""
+        return {self.eos_id, self.start_id, self.pad_id}
 
     def language_codes(self) -> list[str]:
         """A multilingual model's target language codes (none for one target language)."""
@@ -206,215 +292,77 @@ class TranslationModel(HeadGates, OneSequence, ABC):
             len(t_pre),
         )
 
-    @abstractmethod
-    def target_tokens(self, ids: Sequence[int]) -> list[str]:
-        """Target ids as shown tokens."""
-
-    @abstractmethod
-    def target_words(self, ids: Sequence[int]) -> list[str]:
-        """Target ids as words (pieces joined, specials left out)."""
-
-    @abstractmethod
-    def scored_words(self, ids: Sequence[int]) -> list[str]:
-        """Output ids up to the end token as d2l's words: what BLEU compares with the
-        corpus's references."""
-
-    @abstractmethod
-    def target_token_id(self, token: str) -> int:
-        """The id of a target token as ``target_tokens`` shows it (the unknown id if none)."""
-
-    @abstractmethod
-    def unknown_target_words(self, text: str) -> list[str]:
-        """Words of ``text`` the model reads (partly) as its unknown token."""
-
-    @abstractmethod
-    def tokens_key(self) -> object:
-        """Equal for two models exactly when they cut every sentence into the same pieces
-        (word-level models share the words, whatever their vocabularies)."""
-
-    @abstractmethod
-    def special_ids(self) -> set[int]:
-        """Ids that belong to no word (the end token, language codes; not the unknown one)."""
-
-    @abstractmethod
-    def token_count(self, text: str, words: Sequence[str], target: bool = False) -> int:
-        """The most tokens (with the end token) the model reads, or writes (``target``), for
-        ``text`` (``words``: d2l's tokens of it): what a translation's memory is sized by."""
-
     def decoder_inputs(self, out_ids: Sequence[int]) -> list[int]:
         """The decoder's inputs for an output: the start token + out_ids[:-1]."""
         return [self.start_id, *list(out_ids)[:-1]]
 
-    # ------------------------------------------------------------------ decoding
+    # ------------------------------------------------------------------ decoding (derived)
 
-    @abstractmethod
-    def translate(self, sentence: str, settings: DecodeSettings) -> Translation:
-        """A translation with every map, by the model's own decoding (no input checks)."""
-
-    @abstractmethod
     def force(self, sentence: str, target: str, settings: DecodeSettings) -> Translation:
         """A target the user gave, teacher-forced after the sentence, with every map and each
-        token's probability and rank."""
+        token's probability and rank (TranslationError for a model that writes none)."""
+        raise TranslationError(NO_FORCE)
 
-    @abstractmethod
     def greedy(self, src: torch.Tensor, max_len: int, target_lang: str | None = None, memory=None):
         """(B, T) greedy output ids of (B, S) padded sources (the start token left out, each
         row cut nowhere: read up to its end token), under the hooks that are on; ``memory``:
-        the (B, S, D) encoder output, given instead of encoding."""
+        the (B, S, D) encoder output, given instead of encoding (ValueError for a model that
+        writes no output step by step)."""
+        raise ValueError(NO_DECODER)
 
-    @abstractmethod
     def max_output(self, longest: int) -> int:
         """The longest output worth decoding for sources of ``longest`` tokens (a head
-        removed can make a model repeat itself to the end)."""
+        removed can make a model repeat itself to the end): 1.5x plus 5 (French runs about
+        1.2x English in pieces), at most MAX_LEN; a trained model stops well before."""
+        return min(MAX_LEN, longest + longest // 2 + 5, self.cfg.max_positions - 1)
 
-    @abstractmethod
     def evaluate(self, split, max_sentences: int = 0, target_lang: str | None = None) -> dict:
         """BLEU of greedy translations (all references, d2l's words), the output's unknown
-        share, the mean teacher-forced loss per token and sentences per second on a split."""
+        share, the mean teacher-forced loss per token and sentences per second on a split
+        (ValueError for a model that writes no translation to score)."""
+        raise ValueError(NO_SCORE)
 
-    @abstractmethod
     def translate_lines(self, lines: list[str], settings: DecodeSettings):
         """Translations of ``lines`` in order ("" where one cannot be translated), warnings."""
+        outs, notes = [""] * len(lines), []
+        for i, line in enumerate(lines):
+            try:
+                t = self.translate(line, settings)
+            except TranslationError as e:
+                notes.append(f"line {i + 1}: {e}")
+                continue
+            outs[i] = t.text
+            notes += [f"line {i + 1}: {w}" for w in t.warnings]
+        return outs, notes
 
-    # ------------------------------------------------------------------ passes
+    # ------------------------------------------------------------------ passes (derived)
 
-    @abstractmethod
     def masks(self, src: torch.Tensor, tgt_in: torch.Tensor):
-        """(src_mask (B, 1, 1, S), tgt_mask (B, 1, T, T)): what each query may attend."""
+        """(src_mask (B, 1, 1, S), tgt_mask (B, 1, T, T)): what each query may attend (the
+        source's real tokens; each decoder step, itself and the steps before)."""
+        T = tgt_in.size(1)
+        causal = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).tril()
+        return (src != self.pad_id)[:, None, None, :], causal.expand(tgt_in.size(0), 1, T, T)
 
-    @abstractmethod
     def run(self, src, tgt_in, memory=None, need_weights: bool = False) -> torch.Tensor:
         """(B, T, V) logits of a teacher-forced batch (``memory``: the encoder's output,
-        given instead of running the encoder); ``need_weights`` computes the attention
-        weights (the ``pattern`` sites)."""
+        given instead of running the encoder; ``need_weights`` computes the attention weights
+        (the ``pattern`` sites), where a model computes them only when asked)."""
+        return self.logits_of(self.hidden(src, tgt_in, memory))  # (B, T, V)
 
-    @abstractmethod
     def encode(self, src: torch.Tensor) -> torch.Tensor:
-        """(B, S, D) the encoder's output."""
+        """(B, S, D) the encoder's output (ValueError for a model without one)."""
+        raise ValueError(NO_ENCODER)
 
-    @abstractmethod
-    def hidden(self, src, tgt_in, memory=None) -> torch.Tensor:
-        """(B, T, D) the decoder's output before the vocabulary projection (``decoder.out``)."""
-
-    @abstractmethod
-    def logits_of(self, hidden: torch.Tensor, weight: torch.Tensor | None = None):
-        """(..., V) logits of decoder outputs (..., D) as the model makes them (``weight``:
-        the projection's weight already cast, for many calls)."""
-
-    @abstractmethod
-    def output_weight(self) -> torch.Tensor:
-        """(V, D) the output layer's weight (what ``logits_of`` may be given cast)."""
-
-    @abstractmethod
     def lens(self, stream: torch.Tensor) -> torch.Tensor:
         """(..., V) logits of a residual stream (..., D) through what follows the last layer:
-        the final norm (if any) and the output layer."""
-
-    @abstractmethod
-    def lens_words(self) -> str:
-        """What ``lens`` applies, in words."""
-
-    @abstractmethod
-    def hook_points(self) -> dict[str, HookPoint]:
-        """{site name: hook point} (``core.model.hooks``)."""
-
-    def hooks(self, pairs: Iterable[tuple[str, Hook]]):
-        """A context with these (site, hook) pairs on, in this thread."""
-        return hooked(self.hook_points(), pairs)
-
-    def record(self, src, tgt_in, out_ids=None) -> Record:
-        """One teacher-forced pass of (B, S) sources and (B, T) decoder inputs, every site
-        kept (the caller chooses eval mode and gradients; ``out_ids`` the tokens predicted)."""
-        cache: dict = {}
-        points = self.hook_points()
-        sites = [s for s in recorded_sites(*self.depth) if s in points]
-        with self.hooks((s, capture(cache)) for s in sites):
-            logits = self.run(src, tgt_in, need_weights=True)
-        return from_cache(cache, src, tgt_in, self.masks(src, tgt_in), logits, self.depth, out_ids)
-
-    def captured(self, src, tgt_in, sites: Sequence[str]) -> dict[str, torch.Tensor]:
-        """Only the named sites of one teacher-forced pass (``record`` keeps every site: a
-        caller reading a few of many sentences keeps a fraction of its memory)."""
-        cache: dict = {}
-        with self.hooks((s, capture(cache)) for s in sites):
-            self.run(src, tgt_in, need_weights=True)  # the record's arithmetic, to the bit
-        return cache
-
-    def patterns(self, src, tgt_in, kinds: Sequence[str] = KINDS) -> dict[str, torch.Tensor]:
-        """{kind: (L, B, H, Tq, Tk)}: the weights of one teacher-forced pass, as ``record``'s."""
-        names = {
-            k: [f"{attention_site(k, i)}.pattern" for i in range(self.layers(k))] for k in kinds
-        }
-        cache = self.captured(src, tgt_in, [n for ns in names.values() for n in ns])
-        return {k: torch.stack([cache[n] for n in ns]) for k, ns in names.items()}
-
-    def stream(self, src, tgt_in, side: str) -> list[torch.Tensor]:
-        """L + 1 x (B, S|T, D): one stack's residual stream in a teacher-forced pass, as
-        ``record(...).stream(side)``."""
-        last = self.depth[0 if side == "encoder" else 1] - 1
-        sites = [*(f"{side}.{i}.in" for i in range(last + 1)), f"{side}.{last}.out"]
-        cache = self.captured(src, tgt_in, sites)
-        return [cache[s] for s in sites]
-
-    def forced(self, src_ids: Sequence[int], out_ids: Sequence[int]) -> Record:
-        """The record of one sentence: ``out_ids`` teacher-forced after ``src_ids``, in eval
-        mode; its ``logp`` is each output token's log-probability."""
-        src, tgt_in, out = self.forced_batch(src_ids, out_ids)
-        with self.evaluating(), torch.no_grad():
-            return self.record(src, tgt_in, out)
-
-    def forced_batch(self, src_ids: Sequence[int], out_ids: Sequence[int]):
-        """((1, S) source, (1, T) decoder inputs, (1, T) outputs) of one sentence;
-        ValueError when there is no output."""
-        if not len(out_ids):
-            raise ValueError("There is no output to feed the decoder: translate a sentence first.")
-        src = torch.tensor([list(src_ids)], device=self.device)  # (1, S)
-        tgt_in = torch.tensor([self.decoder_inputs(out_ids)], device=self.device)  # (1, T)
-        return src, tgt_in, torch.tensor([list(out_ids)], device=self.device)  # (1, T)
+        the final norm (where a model has one: it overrides this) and the output layer."""
+        return self.logits_of(stream)
 
     @property
     def depth(self) -> tuple[int, int]:
         """(encoder layers, decoder layers)."""
         return self.cfg.num_encoder_layers, self.cfg.num_decoder_layers
-
-    # ------------------------------------------------------------------ embeddings path
-
-    @torch.no_grad()
-    def embeddings(self, src, tgt_in) -> tuple[torch.Tensor, torch.Tensor]:
-        """((B, S, D), (B, T, D)) the token embeddings the stacks read (the embedding
-        modules' outputs: a √D scale the model applies after them is not in them)."""
-        seen: dict = {}
-        pairs = [("encoder.embed", capture(seen)), ("decoder.embed", stop_at(seen))]
-        with self.hooks(pairs), suppress(StopForward):
-            self.run(src, tgt_in)
-        return seen["encoder.embed"], seen["decoder.embed"]
-
-    def log_probs_from_embeddings(self, src, tgt_in, src_emb, tgt_emb) -> torch.Tensor:
-        """(B, T, V) log-probabilities with the token embeddings (B, S, D), (B, T, D) put in
-        place of the ids' own (``src``/``tgt_in`` (1, .) or (B, .) ids, for positions and
-        masks): exactly the function the ids path computes, whatever the family scales."""
-        B = src_emb.size(0)
-        src, tgt_in = src.expand(B, -1), tgt_in.expand(B, -1)
-        pairs = [("encoder.embed", replace_with(src_emb)), ("decoder.embed", replace_with(tgt_emb))]
-        with self.hooks(pairs):
-            return self.run(src, tgt_in).float().log_softmax(-1)
-
-    @abstractmethod
-    def vocab_sizes(self) -> tuple[int, int]:
-        """(source, target) ids the embeddings accept: 0 .. n - 1 on each side."""
-
-    def log_probs_at(self, src, tgt_in, src_emb, tgt_emb, steps) -> torch.Tensor:
-        """(B, P, V) log-probabilities at P chosen steps of every row, with the token
-        embeddings (B, S, D), (B, T, D) put in place as ``log_probs_from_embeddings`` does (its
-        (B, T, V) at those steps, without projecting the other steps onto the vocabulary;
-        ``tgt_in`` and ``tgt_emb`` may stop after the last step asked, as a causal decoder's
-        later steps change none of the earlier ones)."""
-        B = src_emb.size(0)
-        src, tgt_in = src.expand(B, -1), tgt_in.expand(B, -1)
-        pairs = [("encoder.embed", replace_with(src_emb)), ("decoder.embed", replace_with(tgt_emb))]
-        with self.hooks(pairs):
-            hidden = self.hidden(src, tgt_in)  # (B, T, D)
-        return self.logits_of(hidden[:, steps]).float().log_softmax(-1)  # (B, P, V)
 
     # ------------------------------------------------------------------ heads (HeadGates)
 
@@ -428,13 +376,12 @@ class TranslationModel(HeadGates, OneSequence, ABC):
 
     # ------------------------------------------------------------------ structure
 
-    @abstractmethod
-    def attention_weights(self, kind: str, layer: int) -> AttentionWeights:
-        """One attention module's projections (ValueError for a layer it does not have)."""
-
-    @abstractmethod
-    def sublayer_norm(self, kind: str, layer: int) -> SublayerNorm:
-        """The norm around one attention sub-layer."""
+    def stream_layout(self) -> StreamLayout:
+        """What one output step's stream passes through, layer by layer: each sub-layer's norm,
+        hook site and output projection, the final norm and the output layer's modules (what
+        ``core.model.stream_terms`` takes apart); an adapter whose stream can be taken apart
+        says, the door refuses for any other (StreamTermsError)."""
+        raise StreamTermsError("This model does not say what its stream passes through.")
 
     def check_layer(self, kind: str, layer: int) -> None:
         """ValueError in words for a kind or layer this model does not have."""
@@ -444,3 +391,12 @@ class TranslationModel(HeadGates, OneSequence, ABC):
         if not 0 <= layer < n:
             side = "encoder" if kind == "encoder" else "decoder"
             raise ValueError(f"Layer {layer}: this model has {n} {side} layers (0..{n - 1}).")
+
+
+def prompt_positions(m: TranslationModel) -> int | None:
+    """P: the positions a prompted decoder-only model's pass reads besides a source and its
+    decoder inputs (its template's tokens, ``sequence_spans`` of no source and no output);
+    None for a model that reads no prompt."""
+    if not m.reads_prompt:
+        return None
+    return m.sequence_spans(0, 0)[1].stop

@@ -16,14 +16,8 @@ import torch
 
 from core.model import hugging_face as hf
 from core.model.capabilities import MASKED_LM
-from core.model.hf_folder import (
-    HFModelError,
-    describe,
-    lm_config,
-    studio_data,
-    studio_layout,
-    studio_task,
-)
+from core.model.hf_config import lm_config, studio_data, studio_layout, studio_task
+from core.model.hf_folder import HFModelError, describe
 from core.model.hf_model import from_folder, held_parameters
 from core.model.masked import MaskedModel
 from core.model.prompted import PromptedModel

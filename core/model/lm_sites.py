@@ -1,6 +1,6 @@
 """Where a one-stack model (decoder-only or masked) keeps its parts (its layers, each layer's
-attention and output projection, its final norm); the families of ``hf_folder.LM_TYPES`` and
-``hf_folder.ENCODER_TYPES``.
+attention and output projection, its final norm); the families of ``hf_config.LM_TYPES`` and
+``hf_config.ENCODER_TYPES``.
 
 Where they are is the family's row of the table (``core.model.architectures``), read through
 ``core.model.sites`` (which also installs their hook sites): GPT-2 keeps them in

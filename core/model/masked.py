@@ -26,22 +26,20 @@ from torch import nn
 from core.model import hugging_face as hf
 from core.model import lm_heads, sites
 from core.model.capabilities import MASKED_LM
-from core.model.hf_model import HFModel
-from core.model.hooks import HookPoint, capture
+from core.model.hf_base import HFBase, OneAttention
+from core.model.hooks import capture
+from core.model.interface import TranslationModel
 from core.model.parts import (
     AttentionMaps,
-    AttentionWeights,
     DecodeSettings,
     SequenceHeads,
     Source,
-    SublayerNorm,
     Translation,
     TranslationError,
     translation_of,
 )
-from core.model.record import Record, one_stack_of, one_stack_sites
+from core.model.record import Record, one_stack_of, one_stack_record, one_stack_sites
 
-NOT_HERE = "A masked language model fills mask tokens; it has no {what}."
 MASKED_SHARE = 0.15  # of a sentence's tokens masked for the masked-LM loss (BERT's share)
 
 
@@ -51,7 +49,7 @@ def _length(tgt_in: torch.Tensor | None) -> int | None:
 
 
 @dataclass
-class MaskedModel(HFModel):
+class MaskedModel(OneAttention, HFBase, TranslationModel):
     """A BERT-like model and its tokenizer, filling mask tokens."""
 
     family = MASKED_LM
@@ -160,17 +158,6 @@ class MaskedModel(HFModel):
             notes=notes,
         )
 
-    def force(self, sentence: str, target: str, settings: DecodeSettings) -> Translation:
-        raise TranslationError(
-            "A masked language model fills mask tokens: it has no translation to rate."
-        )
-
-    def greedy(self, src, max_len, target_lang=None, memory=None):
-        raise ValueError(NOT_HERE.format(what="decoder to decode with"))
-
-    def evaluate(self, split, max_sentences: int = 0, target_lang: str | None = None) -> dict:
-        raise ValueError(NOT_HERE.format(what="translation to score"))
-
     # ------------------------------------------------------------------ passes
 
     def _states(self, src: torch.Tensor, side: str) -> list[torch.Tensor]:
@@ -241,9 +228,6 @@ class MaskedModel(HFModel):
         masked = [self.mask_id if i in chosen else x for i, x in enumerate(ids)]
         return masked, [ids[i] for i in chosen]
 
-    def run(self, src, tgt_in, memory=None, need_weights: bool = False) -> torch.Tensor:
-        return self.logits_of(self.hidden(src, tgt_in))  # (B, T, V)
-
     def encode(self, src) -> torch.Tensor:
         return self._states(src, "encoder")[-1]  # (B, S, D)
 
@@ -253,9 +237,6 @@ class MaskedModel(HFModel):
 
     def logits_of(self, hidden, weight=None) -> torch.Tensor:
         return self._head()(hidden)
-
-    def lens(self, stream) -> torch.Tensor:
-        return self._head()(stream)
 
     def lens_words(self) -> str:
         return (
@@ -269,15 +250,10 @@ class MaskedModel(HFModel):
         full = torch.ones(tgt_in.size(0), 1, T, T, dtype=torch.bool, device=src.device)
         return (src != self.pad_id)[:, None, None, :], full
 
-    def hook_points(self) -> dict[str, HookPoint]:
-        return sites.install(self.model, self._architecture)
-
-    def gate_site(self, kind: str, layer: int) -> str:
-        return f"decoder.{layer}.self.z"  # its one attention's heads (``sites``' names)
-
     def record(self, src, tgt_in, out_ids=None) -> Record:
         """The record of one sentence's pass (the first row's): ``Record.one_stack`` over the
-        sentence, its predicted positions as the decoder inputs, and their logits."""
+        sentence, its predicted positions as the decoder inputs, their logits, and the three kinds
+        as blocks of it (``one_stack_record``)."""
         ids = [x for x in src[0].tolist() if x != self.pad_id]
         cache: dict = {}
         points = self.hook_points()
@@ -288,13 +264,8 @@ class MaskedModel(HFModel):
         S = len(ids)
         every = torch.ones(1, 1, S, S, dtype=torch.bool, device=src.device)  # both ways
         whole = one_stack_of(cache, [h[None] for h in hidden], every, slice(0, S), at)
-        none = {k: [] for k in ("encoder", "decoder_self", "cross")}
-        sides = {"encoder": [], "decoder": []}
         masks = self.masks(src, tgt_in)
-        return Record(
-            src, tgt_in, *masks, none, sides, dict(sides), src.new_zeros(0), logits[at][None],
-            out_ids, one_stack=whole,
-        )  # fmt: skip
+        return one_stack_record(whole, src, tgt_in, masks, logits[at][None], out_ids)
 
     # ------------------------------------------------------------------ one sequence
 
@@ -317,11 +288,3 @@ class MaskedModel(HFModel):
         return lm_heads.sequence_heads(self.model, ids, layer, causal=False), self.source_tokens(
             ids
         )
-
-    def attention_weights(self, kind: str, layer: int) -> AttentionWeights:
-        self.check_layer(kind, layer)
-        return lm_heads.attention_weights(self.model, layer)  # its one attention, any kind
-
-    def sublayer_norm(self, kind: str, layer: int) -> SublayerNorm:
-        self.check_layer(kind, layer)
-        return lm_heads.sublayer_norm(self.model, layer)

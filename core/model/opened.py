@@ -6,12 +6,14 @@ encoder-decoder, a decoder-only or a masked language model.
 ``StudioModel``, an ``HFModel`` (an encoder-decoder), or what ``core.model.lm_loading`` opens:
 a ``PromptedModel`` (decoder-only, reading a prompt) or a ``MaskedModel``. What else a caller
 outside ``core/model`` needs to know of a model's files (is this a model folder, its content's
-hash, its path as a hub id resolves) is here too, so nothing outside ``core/model`` reads a
+hash, its path as a hub id resolves, whether the server may open it within its limits:
+``open_problem``) is here too, so nothing outside ``core/model`` reads a
 Hugging Face folder itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from core.corpus.source import file_sha1
@@ -30,6 +32,8 @@ size_label = hf_folder.size_label  # "marian · 74 M params · ..."
 FOLDER_CONFIG = hf_folder.CONFIG  # the file that makes a folder a model folder
 count_parameters = config_parameters  # a studio ModelConfig's parameters (as a dict)
 held_dtype = lm_loading.held_dtype  # the dtype a language model is held in, within a limit
+CHECKPOINT, FOLDER = "checkpoint", "folder"  # where a model lies: what ``open_problem``'s
+# limits are keyed by (a studio checkpoint file, a Hugging Face model folder)
 
 
 def open_model(
@@ -128,6 +132,32 @@ def parameters_of(path) -> int:
         info = hf_folder.describe(path)  # the config's count, or the weights' if they hold more
         return max(info["config_parameters"] or 0, info["parameters"])
     return count_parameters(read_metadata(path).get("model_config") or {})
+
+
+def open_problem(
+    path, limits: Mapping[str, int], too_large: Callable[[int, int], str | None]
+) -> str | None:
+    """Why the server will not open the model at ``path`` (None: it will), read before loading
+    it (its config and weight headers; a damaged file is left for loading to name): its bytes
+    within ``limits[CHECKPOINT]`` or ``limits[FOLDER]``, where it lies; a language model's in
+    bfloat16 where only that fits and the processor computes it natively (``held_dtype``, as
+    loading holds it), the rest in float32, ``too_large(parameters, limit)`` the words for
+    one that passes."""
+    try:
+        count = parameters_of(path)
+    except HFModelError as e:
+        return str(e)
+    except (CheckpointError, TypeError, ValueError, RuntimeError):
+        return None
+    if not hf_folder.is_model_folder(path):
+        return too_large(count, limits[CHECKPOINT])
+    if family_of(path) in (LANGUAGE_MODEL, MASKED_LM):  # bfloat16 where only that fits
+        try:
+            held_dtype(count, limits[FOLDER], "cpu")
+        except HFModelError as e:
+            return str(e)
+        return None
+    return too_large(count, limits[FOLDER])
 
 
 def model_sha1(path) -> str:

@@ -1,7 +1,7 @@
 """What the one interface (``core.model.interface``) hands out, whatever the family: a
 translation with its maps, the settings it was decoded with and their defaults, a sentence as a
-model reads it, a sentence pair in pieces, one attention's weights and the norm around it, a
-one-sequence model's queries and keys over its whole sequence.
+model reads it, a sentence pair in pieces, one attention's weights and the norm around it, what a
+step's stream passes through, a one-sequence model's queries and keys over its whole sequence.
 
 A ``Translation`` is built in one place, ``translation_of``, whatever the adapter: each output's
 probability and rank (``scored``), the candidates of each step and the sum of log-probabilities
@@ -102,6 +102,13 @@ class Translation:
     def text(self) -> str:
         """The translation as one string of words."""
         return " ".join(self.words)
+
+
+def source_len(words: list[str], tokenizer: str, max_positions: int) -> int:
+    """The most source tokens (with <eos>) a model reads for these words: words, or at most
+    one subword piece per character (``core.model.decode.prepare_source`` cuts the rest)."""
+    n = len(words) if tokenizer == "word" else sum(len(w) for w in words)
+    return min(n, max_positions - 1) + 1
 
 
 def scored(logp: torch.Tensor, out_ids: Sequence[int]) -> tuple[list[float], list[int]]:
@@ -233,6 +240,33 @@ class SublayerNorm:
 
     pre: bool  # pre-LN: y = x + attention(norm(x)); post-LN: y = norm(x + attention(x))
     norm: nn.Module  # the norm module (a LayerNorm, or T5's RMSNorm where pre)
+
+
+class StreamTermsError(ValueError):
+    """The stream cannot be taken apart this way (a norm or an output layer that is not affine
+    once its scale is frozen, or a model that does not say its layout); the message says why,
+    in one line."""
+
+
+@dataclass(frozen=True)
+class StreamSublayer:
+    """One sub-layer of a layer on the stream."""
+
+    name: str  # "self", "cross" (attention) or "mlp" (the feed-forward)
+    norm: nn.Module  # its norm: before it (pre-LN) or on the sum after it (post-LN)
+    site: str | None = None  # an attention's hook-site prefix ("decoder.0.self")
+    w_o: nn.Module | None = None  # an attention's output projection
+
+
+@dataclass(frozen=True)
+class StreamLayout:
+    """What one output step's stream passes through, layer by layer (the decoder's, or a
+    one-stack model's one stack): what ``core.model.stream_terms`` takes apart."""
+
+    layers: list[list[StreamSublayer]]
+    pre: bool  # a norm before each sub-layer (True) or on the sum after it (post-LN)
+    final_norm: nn.Module | None  # the norm after the last layer (pre-LN)
+    head: list[nn.Module]  # the modules ``logits_of`` calls, in any order
 
 
 def linear_parts(linear: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from core.model.parts import MAX_TEMPLATE_CHARS
+from core.model.parts import MAX_TEMPLATE_CHARS, TranslationError
 
 SLOT = "{src}"
 
@@ -113,6 +113,26 @@ def source_eos_bos(eos_id: int, bos_id: int) -> PromptLayout:
 def unprompted(start_id: int) -> PromptLayout:
     """The layout of a model that reads no prompt: its start token, then its output."""
     return PromptLayout((), (start_id,), "", reads_source=False)
+
+
+def layout_of(tokenizer, template: str, meta: dict) -> PromptLayout:
+    """The ids ``template`` puts around a source for this tokenizer; a model trained here on
+    the induction task reads none: its start token, then its output (``unprompted``); one
+    trained here on translation reads the sentence as it was trained, without a template
+    (``source_eos_bos``). TranslationError for too little after ``{src}``."""
+    if meta.get("task") == "induction":
+        return unprompted(int(tokenizer.bos_token_id))
+    if meta.get("layout") == TRAINED_LAYOUT:  # trained here on translation
+        return source_eos_bos(int(tokenizer.eos_token_id), int(tokenizer.bos_token_id))
+    before, gap, after = template_parts(template)
+    first = tokenizer(before)["input_ids"]  # the start token, where it adds one
+    rest = tokenizer(after, add_special_tokens=False)["input_ids"]
+    if len(rest) < 2:
+        raise TranslationError(
+            "The text after {src} must be two tokens or more: the first ends the sentence, "
+            "the model writes after the last (e.g. a new line and 'French:')."
+        )
+    return PromptLayout(tuple(first), tuple(rest), gap)
 
 
 def blocks(weights: torch.Tensor, source: slice, steps: slice) -> dict[str, torch.Tensor]:

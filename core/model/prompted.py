@@ -11,7 +11,7 @@ a row reads as it would alone and every row's decoder inputs sit at the last pos
 the interface's answers are cut from it: logits and the residual stream at the decoder inputs
 (``decoder``) or the source (``encoder``), the blocks of the weights; the hook sites are
 placed the same way (``sites``). The tokens are the tokenizer's
-(``core.model.hugging_face``), as for ``HFModel``, whose token methods it shares.
+(``core.model.hugging_face``), as for ``HFModel``: both share ``core.model.hf_base``.
 
 Its ``record`` keeps the whole sequence of one pass (``Record.one_stack``: each layer's one
 attention and output), and ``attention_weights`` and ``sublayer_norm`` give its one
@@ -34,38 +34,31 @@ from functools import cached_property
 import torch
 from torch import nn
 
-from core.corpus.text import tokenize
 from core.model import hugging_face as hf
 from core.model import lm_heads, lm_sites, sites
 from core.model.architectures import architecture_of, softcap
 from core.model.capabilities import LANGUAGE_MODEL
-from core.model.hf_model import HFModel, as_text
-from core.model.hooks import HookPoint, capture
+from core.model.hf_base import HFBase, OneAttention, as_text
+from core.model.hooks import capture
+from core.model.interface import TranslationModel
 from core.model.parts import (
     DEFAULT_LANGUAGES,
     DEFAULT_TEMPLATE,
-    AttentionMaps,
-    AttentionWeights,
     DecodeSettings,
     SequenceHeads,
     Source,
-    SublayerNorm,
     Translation,
     TranslationError,
-    translation_of,
 )
 from core.model.prompt import (
     TRAINED_LAYOUT,
     Pass,
     PromptLayout,
-    blocks,
-    source_eos_bos,
-    template_parts,
-    unprompted,
+    layout_of,
 )
 from core.model.prompt import template_problem as _template_problem
-from core.model.prompted_decoding import continue_prompts, decode_with_maps
-from core.model.record import Record, one_stack_of, one_stack_sites
+from core.model.prompted_decoding import continue_prompts, decode_with_maps, translation
+from core.model.record import Record, one_stack_of, one_stack_record, one_stack_sites
 
 NEWLINE, TAB = "Ċ", "ĉ"  # byte-level BPE's characters for "\n" and "\t" (GPT-2's byte map)
 LINE_END = "⏎"  # a new line as shown (a boundary token: core.attention.kinds)
@@ -80,7 +73,7 @@ TRAINED_PROMPT = (
 
 
 @dataclass
-class PromptedModel(HFModel):
+class PromptedModel(OneAttention, HFBase, TranslationModel):
     """A decoder-only model and its tokenizer, translating by ``template``."""
 
     template: str = DEFAULT_TEMPLATE  # the prompt: any text holding {src} once
@@ -137,25 +130,8 @@ class PromptedModel(HFModel):
 
     @cached_property
     def layout(self) -> PromptLayout:
-        """The ids this model's template puts around a source; a model trained here on the
-        induction task reads none: its start token, then its output (``prompt.unprompted``);
-        one trained here on translation reads the sentence as it was trained, without a
-        template (``prompt.source_eos_bos``)."""
-        if self.meta.get("task") == "induction":
-            return unprompted(int(self.tokenizer.bos_token_id))
-        if self.meta.get("layout") == TRAINED_LAYOUT:  # trained here on translation
-            return source_eos_bos(
-                int(self.tokenizer.eos_token_id), int(self.tokenizer.bos_token_id)
-            )
-        before, gap, after = template_parts(self.template)
-        first = self.tokenizer(before)["input_ids"]  # the start token, where it adds one
-        rest = self.tokenizer(after, add_special_tokens=False)["input_ids"]
-        if len(rest) < 2:
-            raise TranslationError(
-                "The text after {src} must be two tokens or more: the first ends the sentence, "
-                "the model writes after the last (e.g. a new line and 'French:')."
-            )
-        return PromptLayout(tuple(first), tuple(rest), gap)
+        """The ids this model's template puts around a source (``prompt.layout_of``)."""
+        return layout_of(self.tokenizer, self.template, self.meta)
 
     @property
     def start_id(self) -> int:
@@ -173,9 +149,6 @@ class PromptedModel(HFModel):
         pad = self.tokenizer.pad_token_id
         pad = pad if pad is not None else self.tokenizer.eos_token_id
         return int(pad if pad is not None else 0)
-
-    def decoder_inputs(self, out_ids: Sequence[int]) -> list[int]:
-        return [self.start_id, *list(out_ids)[:-1]]
 
     def layers(self, kind: str) -> int:
         return self.cfg.num_decoder_layers
@@ -230,9 +203,6 @@ class PromptedModel(HFModel):
         after the source the template's first id, after the target the end of the line."""
         return [], [self.eos_id if target else self.layout.after[0]]
 
-    def source_tokens(self, ids: Sequence[int]) -> list[str]:
-        return self.target_tokens(ids)
-
     def target_tokens(self, ids: Sequence[int]) -> list[str]:
         """Shown tokens (``hf.shown_tokens``), a byte-level new line or tab drawn as ⏎ or ⇥:
         the template's line ends are tokens of their own here."""
@@ -241,9 +211,6 @@ class PromptedModel(HFModel):
 
     def target_words(self, ids: Sequence[int]) -> list[str]:
         return hf.words_of(self, self._cut(ids))
-
-    def scored_words(self, ids: Sequence[int]) -> list[str]:
-        return tokenize(self.tokenizer.decode(self._cut(ids), skip_special_tokens=True))
 
     def _cut(self, ids: Sequence[int]) -> list[int]:
         """Ids before the first that ends the line."""
@@ -275,47 +242,14 @@ class PromptedModel(HFModel):
         )
         if settings.beam_size > 1:
             notes.append("Beam search is not built for prompted models: greedy decoding shown.")
-        return lm._translation(src, out, settings.topk, notes, passed=passed)
+        return translation(lm, src, out, settings.topk, notes, passed=passed)
 
     def force(self, sentence: str, target: str, settings: DecodeSettings) -> Translation:
         if not (target or "").strip():
             raise TranslationError("The target is empty: type the translation to explain.")
         lm = self.with_prompt(settings.prompt) if settings.prompt else self
-        return lm._translation(
-            lm.source(sentence).ids, lm.target_ids(target), settings.topk, [], True
-        )
-
-    @torch.no_grad()
-    def _translation(self, src, out_ids, topk, notes, forced=False, passed=None) -> Translation:
-        """The Translation of ``out_ids`` after ``src``: its three blocks, of what decoding
-        computed (``passed``: logits (T, V) and {kind: block}) or of one pass."""
-        if not out_ids:
-            raise TranslationError("The model wrote nothing: try another prompt template.")
-        tgt_in = self.decoder_inputs(out_ids)
-        if passed is None:
-            p = self._pass(torch.tensor([src], device=self.device),
-                           torch.tensor([tgt_in], device=self.device), weights=True)  # fmt: skip
-            passed = (
-                p.logits[0],
-                blocks(p.attentions[:, 0], *self.layout.spans(len(src), len(tgt_in))),
-            )
-        kinds = passed[1]  # (L, H, ., .) each
-        shown = self.target_tokens(out_ids)
-        return translation_of(
-            source=Source(
-                ids=list(src), tokens=self.source_tokens(src), unknown=[False] * len(src), notes=[]
-            ),
-            out_ids=out_ids,
-            logp=passed[0].float().log_softmax(-1),  # (T, V)
-            maps=AttentionMaps(kinds["encoder"], kinds["decoder_self"], kinds["cross"]),
-            outputs=shown,
-            ended=out_ids[-1] in self.ends,
-            decoder_inputs=self.target_tokens(tgt_in),
-            words=self.target_words(out_ids),
-            candidates=hf.candidates(self),
-            topk=topk,
-            notes=notes,
-            forced=forced,
+        return translation(
+            lm, lm.source(sentence).ids, lm.target_ids(target), settings.topk, [], True
         )
 
     @torch.no_grad()
@@ -368,11 +302,6 @@ class PromptedModel(HFModel):
         attentions = torch.stack(o.attentions) if weights else None  # (L, B, H, N, N)
         return Pass(o.logits if logits else None, attentions, stream, sources, steps)
 
-    def masks(self, src, tgt_in):
-        T = tgt_in.size(1)
-        causal = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).tril()
-        return (src != self.pad_id)[:, None, None, :], causal.expand(tgt_in.size(0), 1, T, T)
-
     def run(self, src, tgt_in, memory=None, need_weights: bool = False) -> torch.Tensor:
         return self._pass(src, tgt_in).logits  # (B, T, V)
 
@@ -391,9 +320,6 @@ class PromptedModel(HFModel):
             return norm(kept.run("sequence", start)[:, p.steps])  # (B, T, D)
 
         return norm(p.stream[-1][:, p.steps]), again
-
-    def encode(self, src) -> torch.Tensor:
-        raise ValueError("A decoder-only model has no encoder: its source is read in its prompt.")
 
     def patterns(self, src, tgt_in, kinds: Sequence[str] = ("encoder", "decoder_self", "cross")):
         """{kind: (L, B, H, Tq, Tk)}: each row's blocks, its source's columns first."""
@@ -417,8 +343,8 @@ class PromptedModel(HFModel):
     def record(self, src, tgt_in, out_ids=None) -> Record:
         """The record of one sentence's pass over its whole sequence (``Record.one_stack``:
         each layer's one attention, its output, where the source and the decoder inputs sit;
-        the first row's, as ``forced`` gives one), its logits at the decoder inputs; the two
-        stacks' kinds are blocks of it, cut where they are read."""
+        the first row's, as ``forced`` gives one), its logits at the decoder inputs, and the
+        three kinds as blocks of it (``one_stack_record``)."""
         cache: dict = {}
         points = self.hook_points()
         names = [s for s in one_stack_sites(self.cfg.num_decoder_layers) if s in points]
@@ -428,13 +354,8 @@ class PromptedModel(HFModel):
         causal = torch.ones(N, N, dtype=torch.bool, device=src.device).tril()[None, None]
         # (1, 1, N, N); a sliding window (Mistral) reads fewer: its weights are 0 beyond it
         whole = one_stack_of(cache, p.stream, causal, p.sources[0], p.steps)
-        none = {k: [] for k in ("encoder", "decoder_self", "cross")}
-        sides = {"encoder": [], "decoder": []}
         masks = self.masks(src, tgt_in)
-        return Record(
-            src, tgt_in, *masks, none, sides, dict(sides), src.new_zeros(0), p.logits, out_ids,
-            one_stack=whole,
-        )  # fmt: skip
+        return one_stack_record(whole, src, tgt_in, masks, p.logits, out_ids)
 
     def logits_of(self, hidden, weight=None) -> torch.Tensor:
         head = self.model.get_output_embeddings()
@@ -458,15 +379,9 @@ class PromptedModel(HFModel):
         capped = f", then the soft cap {cap:g}·tanh(z/{cap:g})" if cap else ""
         return f"each layer's output through the final norm ({norm}) and lm_head{capped}"
 
-    def hook_points(self) -> dict[str, HookPoint]:
-        return sites.install(self.model, self._architecture)
-
     @property
     def head_kinds(self) -> tuple[str, ...]:
         return ("decoder_self",)  # one attention per layer: its heads are the model's heads
-
-    def gate_site(self, kind: str, layer: int) -> str:
-        return f"decoder.{layer}.self.z"  # the three blocks' heads are the same heads
 
     # ------------------------------------------------------------------ structure
 
@@ -493,11 +408,3 @@ class PromptedModel(HFModel):
 
     def first_step(self, src_ids, out_ids) -> int:
         return len(self.sequence_ids(src_ids, out_ids)) - len(out_ids)
-
-    def attention_weights(self, kind: str, layer: int) -> AttentionWeights:
-        self.check_layer(kind, layer)
-        return lm_heads.attention_weights(self.model, layer)  # its one attention, any kind
-
-    def sublayer_norm(self, kind: str, layer: int) -> SublayerNorm:
-        self.check_layer(kind, layer)
-        return lm_heads.sublayer_norm(self.model, layer)

@@ -1,7 +1,8 @@
 """Greedy decoding of a prompted decoder-only model (``lm``: a ``core.model.prompted``
 ``PromptedModel``, which calls these): many prompts
-left-padded at once with a key/value cache, and one sentence with every attention row kept as
-it decodes (the maps of its translation, no second pass).
+left-padded at once with a key/value cache, one sentence with every attention row kept as
+it decodes (the maps of its translation, no second pass), and the ``Translation`` of an
+output, decoded or forced.
 
 Shape key: B prompts, P prompt ids, T output steps, L layers, H heads, N prompt + output.
 """
@@ -10,6 +11,10 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+
+from core.model import hugging_face as hf
+from core.model.parts import AttentionMaps, Source, Translation, TranslationError, translation_of
+from core.model.prompt import blocks
 
 
 @torch.no_grad()
@@ -79,3 +84,36 @@ def decode_with_maps(lm, src: list[int], max_len: int):
         "cross": decoder[..., source],
     }
     return out, (torch.stack(logits), kinds)
+
+
+@torch.no_grad()
+def translation(lm, src, out_ids, topk, notes, forced=False, passed=None) -> Translation:
+    """The Translation of ``out_ids`` after ``src``: its three blocks, of what decoding
+    computed (``passed``: logits (T, V) and {kind: block}) or of one pass."""
+    if not out_ids:
+        raise TranslationError("The model wrote nothing: try another prompt template.")
+    tgt_in = lm.decoder_inputs(out_ids)
+    if passed is None:
+        p = lm._pass(torch.tensor([src], device=lm.device),
+                     torch.tensor([tgt_in], device=lm.device), weights=True)  # fmt: skip
+        passed = (
+            p.logits[0],
+            blocks(p.attentions[:, 0], *lm.layout.spans(len(src), len(tgt_in))),
+        )
+    kinds = passed[1]  # (L, H, ., .) each
+    return translation_of(
+        source=Source(
+            ids=list(src), tokens=lm.source_tokens(src), unknown=[False] * len(src), notes=[]
+        ),  # fmt: skip
+        out_ids=out_ids,
+        logp=passed[0].float().log_softmax(-1),  # (T, V)
+        maps=AttentionMaps(kinds["encoder"], kinds["decoder_self"], kinds["cross"]),
+        outputs=lm.target_tokens(out_ids),
+        ended=out_ids[-1] in lm.ends,
+        decoder_inputs=lm.target_tokens(tgt_in),
+        words=lm.target_words(out_ids),
+        candidates=hf.candidates(lm),
+        topk=topk,
+        notes=notes,
+        forced=forced,
+    )

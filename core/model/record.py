@@ -7,9 +7,12 @@ encoder's output and the logits. Every family gives the same sites
 (``TranslationModel.record``), so the q·k view, the logit lens, rollout, the norm-based method,
 ALTI+, value zeroing, the gradient methods, faithfulness, alignment, the projector and the
 heads over training read one record and never a family's forward order. A one-stack model's
-record (decoder-only, masked) holds its one attention over its whole sequence instead
-(``OneStack``: each layer's attention record and output, where the source and the decoder
-inputs sit), from which its sentence and output blocks are cut where they are read.
+record (decoder-only, masked) has the same shape (``one_stack_record``): its three kinds are
+the blocks of its one attention (the sentence's rows over the sentence, the decoder inputs'
+over themselves and over the sentence), its two stacks' streams the sentence's and the decoder
+inputs' rows, and it keeps the whole sequence too (``OneStack``: each layer's attention record
+and output, where the source and the decoder inputs sit), which the methods that mix the whole
+sequence read.
 
 Shape key: B batch, S source tokens (with the end token), T decoder steps (inputs: the start
 token + output[:-1]), D model width, H heads, V target vocabulary, L layers.
@@ -22,9 +25,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from core.model.parts import AttentionMaps
+from core.model.parts import AttentionMaps, SequenceHeads, Translation
 
 KINDS = ("encoder", "decoder_self", "cross")  # the attention kinds, in the model's order
+WHOLE = "sequence"  # a one-stack model's one attention, over its whole sequence
 SIDES = ("encoder", "decoder")  # the two stacks
 
 
@@ -248,3 +252,80 @@ def one_stack_sites(layers: int) -> list[str]:
     parts = ("queries", "pattern", "out")
     sites = [f"{attention_site('decoder_self', i)}.{part}" for i in range(layers) for part in parts]
     return sites + [f"decoder.{i}.resid_mid" for i in range(layers)]
+
+
+def _rows(x: torch.Tensor, at: slice | list[int]) -> torch.Tensor:
+    """(B, n, ...) the positions ``at`` of (B, N, ...)."""
+    return x[:, at]
+
+
+def _block(a: AttentionRecord, rows, cols) -> AttentionRecord:
+    """One kind's block of a whole-sequence attention: the ``rows``' queries over the ``cols``'
+    keys; the stream around it and its output are the whole attention's at those rows."""
+    weights = a.weights[..., rows, :][..., cols]  # (B, H, Tq, Tk)
+    mask = a.mask[..., rows, :][..., cols]  # (B|1, 1, Tq, Tk)
+    q, k = _rows(a.queries, rows), _rows(a.keys, cols)  # (B, Tq, D), (B, Tk, D)
+    before, out, after = (_rows(x, rows) for x in (a.resid_pre, a.output, a.resid_post))
+    return AttentionRecord(before, q, k, mask, weights, out, after)  # (B, Tq, D) each of three
+
+
+def one_stack_record(whole: OneStack, src, tgt_in, masks: tuple, logits, out_ids=None) -> Record:
+    """A one-stack model's Record, the shape of a two-stack model's: each kind the block of its
+    one attention ("encoder": the source's rows over the source, "decoder_self": the decoder
+    inputs' over the decoder inputs, "cross": the decoder inputs' over the source), each side's
+    layer inputs and outputs the source's / decoder inputs' rows of the stream, no memory, and
+    ``one_stack`` the whole sequence; ``masks``: (src_mask, tgt_mask)."""
+    places = {"encoder": whole.source, "decoder": whole.steps}
+    blocks = {  # kind: (its queries' positions, its keys')
+        "encoder": (whole.source, whole.source),
+        "decoder_self": (whole.steps, whole.steps),
+        "cross": (whole.steps, whole.source),
+    }
+    attention = {k: [_block(a, *blocks[k]) for a in whole.attention] for k in KINDS}
+    inputs = {s: [_rows(a.resid_pre, at) for a in whole.attention] for s, at in places.items()}
+    outputs = {s: [_rows(x, at) for x in whole.layer_outputs] for s, at in places.items()}
+    memory = src.new_zeros(0)  # no encoder: the decoder inputs read the source in one stack
+    sides = (attention, inputs, outputs, memory)
+    return Record(src, tgt_in, *masks, *sides, logits, out_ids, one_stack=whole)
+
+
+@dataclass
+class LayerHeads:
+    """Every head of one attention layer over a teacher-forced pass of a translation, and the
+    tokens its queries and keys sit at: what the q·k view reads, on any model."""
+
+    heads: SequenceHeads  # q and k of every head, the mask, the model's own weights
+    kind: str  # the attention kind read, or WHOLE: a one-stack model's whole sequence
+    query_tokens: list[str]  # Tq
+    key_tokens: list[str]  # Tk
+    first: int = 0  # the query a view starts at: the first output step (a prompt's last token)
+
+
+def layer_heads(m, t: Translation, kind: str, layer: int) -> LayerHeads:
+    """One layer's heads of ``kind`` over ``t`` fed back by teacher forcing (``m``: a
+    ``core.model.interface.TranslationModel``): a model of two stacks's q and k made by its own
+    projections (``attention_weights``) from what the attention read in its record, a T5's
+    position bias beside them; a one-stack model's over the whole sequence it reads, whatever
+    ``kind`` (its three kinds are blocks of that one attention), q and k rotated as it rotates
+    them. ValueError in words for a layer it does not have."""
+    if m.one_sequence:
+        s, tokens = m.sequence_heads(t.src_ids, t.out_ids, layer)
+        return LayerHeads(s, WHOLE, tokens, tokens, m.first_step(t.src_ids, t.out_ids))
+    m.check_layer(kind, layer)
+    w = m.attention_weights(kind, layer)
+    a = m.forced(t.src_ids, t.out_ids).attention[kind][layer]
+    with torch.no_grad():
+        pairs = [
+            w.head_queries_keys(a.queries[0].float(), a.keys[0].float(), h) for h in range(w.heads)
+        ]
+    q = torch.stack([q for q, _ in pairs])  # (H, Tq, Dh)
+    k = torch.stack([k for _, k in pairs])  # (H, Tk, Dh): each query head's keys
+    mask = a.mask.expand(1, 1, q.size(1), k.size(1))[0, 0]  # (Tq, Tk)
+    bias = None if a.position_bias is None else a.position_bias[0].float()  # (H, Tq, Tk)
+    heads = SequenceHeads(q, k, q, k, w.scale, mask, a.weights[0], False, bias=bias)
+    queries, keys = {
+        "encoder": (t.src_tokens, t.src_tokens),
+        "decoder_self": (t.output_tokens, t.decoder_inputs),
+        "cross": (t.output_tokens, t.src_tokens),
+    }[kind]
+    return LayerHeads(heads, kind, list(queries), list(keys))

@@ -1,33 +1,19 @@
-"""A model's scores on a split: validation loss, multi-reference BLEU, output <unk> share."""
+"""The studio's own models scored on a split: validation loss, multi-reference BLEU of their
+batched translations (``core.model.bleu``), output <unk> share."""
 
 from __future__ import annotations
 
 import time
 
-import sacrebleu
 import torch
 
 from core.corpus.batches import batches, encode_pairs
 from core.corpus.splits import Split
 from core.corpus.vocab import UNK, Vocab
+from core.model.bleu import corpus_bleu
 from core.model.decode import translate_batch
 from core.model.parts import evaluating
 from core.model.transformer import Transformer
-
-NO_BLEU = -1.0  # a recorded BLEU before any was measured (status.json, checkpoints)
-
-
-def usable_bleu(value) -> float | None:
-    """A recorded BLEU, or None where none was measured (stored as NO_BLEU or missing)."""
-    return float(value) if isinstance(value, (int, float)) and value >= 0 else None
-
-
-def corpus_bleu(hypotheses: list[list[str]], references: list[list[list[str]]]) -> float:
-    """sacrebleu corpus BLEU of token lists against any number of references each."""
-    width = max((len(r) for r in references), default=0)
-    streams = [[" ".join(r[j]) if j < len(r) else None for r in references] for j in range(width)]
-    hyps = [" ".join(h) for h in hypotheses]
-    return float(sacrebleu.corpus_bleu(hyps, streams, force=True).score) if hyps else 0.0
 
 
 @torch.no_grad()

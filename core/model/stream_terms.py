@@ -14,7 +14,9 @@ norm. What follows the last layer (``logits_of``: T5's rescaling, ``lm_head``,
 module by module as the pass calls them, an activation frozen as its gate ``f(x) / x``. The
 terms sum to the model's own logits (tested per family to 1e-5).
 
-What each layer wrote is read from its hook sites and its norms: a head's term is its ``z``
+What the stream passes through the model says (``stream_layout``: each sub-layer's norm, hook
+site and output projection, the final norm, the output layer's modules); what each layer wrote
+is read from its hook sites and its norms: a head's term is its ``z``
 (``{p}.z``) through its slice of W_o, the attention's bias is W_o(0), and a feed-forward's
 term is what the layer wrote beyond its attentions (pre-LN: the stream after the layer minus
 before it; post-LN: the norm's input minus the stream it was added to). The norms' inputs and
@@ -32,39 +34,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from core.model import sites
-from core.model.architectures import architecture_of, part
 from core.model.hooks import capture
 from core.model.interface import TranslationModel
-from core.model.record import attention_site
-from core.model.transformer import Transformer
-
-ATTENTION_WORDS = {"decoder_self": "self", "cross": "cross"}  # a term's attention, in words
-
-
-class StreamTermsError(ValueError):
-    """The stream cannot be taken apart this way (a norm or an output layer that is not affine
-    once its scale is frozen); the message says why, in one line."""
-
-
-@dataclass(frozen=True)
-class Sublayer:
-    """One sub-layer of a layer on the stream."""
-
-    name: str  # "self", "cross" (attention) or "mlp" (the feed-forward)
-    norm: nn.Module  # its norm: before it (pre-LN) or on the sum after it (post-LN)
-    site: str | None = None  # an attention's hook-site prefix ("decoder.0.self")
-    w_o: nn.Module | None = None  # an attention's output projection
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What one output step's stream passes through, layer by layer."""
-
-    layers: list[list[Sublayer]]
-    pre: bool  # a norm before each sub-layer (True) or on the sum after it (post-LN)
-    final_norm: nn.Module | None  # the norm after the last layer (pre-LN)
-    head: list[nn.Module]  # the modules ``logits_of`` calls, in any order
+from core.model.parts import StreamLayout, StreamSublayer, StreamTermsError
 
 
 @dataclass
@@ -148,54 +120,7 @@ class _Calls:
         raise StreamTermsError(f"The pass never ran its {type(module).__name__}.")
 
 
-# ----------------------------------------------------------------------------- the layout
-
-
-def layout(m: TranslationModel) -> Layout:
-    """What ``m``'s decoder stream (a one-stack model's one stack) passes through."""
-    if isinstance(m.model, Transformer):
-        return _studio_layout(m.model)
-    return _hf_layout(m.model)
-
-
-def _studio_layout(model: Transformer) -> Layout:
-    """The studio's decoder: self-attention, cross-attention and FFN, each in an AddNorm."""
-    dec = model.decoder
-    layers = [
-        [
-            Sublayer("self", layer.addnorm1.ln, f"decoder.{i}.self", layer.self_attention.W_o),
-            Sublayer("cross", layer.addnorm2.ln, f"decoder.{i}.cross", layer.cross_attention.W_o),
-            Sublayer("mlp", layer.addnorm3.ln),
-        ]
-        for i, layer in enumerate(dec.layers)
-    ]
-    pre = model.cfg.norm_first
-    return Layout(layers, pre, dec.final_ln if pre else None, [dec.dense])
-
-
-def _hf_layout(model: nn.Module) -> Layout:
-    """A Hugging Face model's decoder (or one stack), from its row of the table."""
-    row = architecture_of(model)
-    side = None if len(row.stacks) == 1 else "decoder"
-    stack = row.stack(side)
-    kinds = ("decoder_self", "cross") if stack.cross_attention else ("decoder_self",)
-    module = sites.stack(model, side)
-    layers = []
-    for i, layer in enumerate(sites.layers_of(module)):
-        subs = [
-            Sublayer(
-                ATTENTION_WORDS[kind],
-                sites.sublayer_norm(layer, kind),
-                attention_site(kind, i),
-                sites.output_projection_of(layer, kind),
-            )
-            for kind in kinds
-        ]
-        layers.append([*subs, Sublayer("mlp", part(layer, stack.mlp_norm))])
-    final = part(module, stack.final_norm) if stack.final_norm else None
-    head = row.output_head(model)
-    leaves = [x for x in head.modules() if not list(x.children())]
-    return Layout(layers, row.norm == "pre", final, leaves)
+# ----------------------------------------------------------------------------- the step
 
 
 def _position(m: TranslationModel, src_ids, out_ids, step: int, n: int) -> int:
@@ -272,7 +197,7 @@ def _gate(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------- taking apart
 
 
-def _head_terms(sub: Sublayer, z: torch.Tensor, layer: int) -> list[Term]:
+def _head_terms(sub: StreamSublayer, z: torch.Tensor, layer: int) -> list[Term]:
     """Each head's term z_h W_o^h (one head's slice of z alone through W_o, its bias left
     out) and the attention's bias W_o(0), of one position's z (H, Dh)."""
     H, Dh = z.shape
@@ -296,7 +221,7 @@ def _carry(terms: list[Term], norm: nn.Module, y, o, layer: int | None, name: st
     terms.append(Term("norm bias", layer, sublayer=name, vector=bias))
 
 
-def _pre_ln(lay: Layout, calls: _Calls, z: dict, p: int) -> list[Term]:
+def _pre_ln(lay: StreamLayout, calls: _Calls, z: dict, p: int) -> list[Term]:
     """A pre-LN stack's terms (D,) at position p, before the final norm: each layer wrote the
     stream after it minus before it; the feed-forward, what its attentions did not."""
     streams = [calls.of(subs[0].norm)[0][0, p].double() for subs in lay.layers]  # L x (D,)
@@ -314,7 +239,7 @@ def _pre_ln(lay: Layout, calls: _Calls, z: dict, p: int) -> list[Term]:
     return terms
 
 
-def _post_ln(lay: Layout, calls: _Calls, z: dict, p: int) -> list[Term]:
+def _post_ln(lay: StreamLayout, calls: _Calls, z: dict, p: int) -> list[Term]:
     """A post-LN stack's terms (D,) at position p, each carried through every norm after it."""
     terms: list[Term] = []
     stream = None  # (D,) the stream a sub-layer adds to
@@ -335,7 +260,7 @@ def _post_ln(lay: Layout, calls: _Calls, z: dict, p: int) -> list[Term]:
 
 
 def _output(
-    lay: Layout, m: TranslationModel, hidden: torch.Tensor, terms: list[Term], ids: list[int]
+    lay: StreamLayout, m: TranslationModel, hidden: torch.Tensor, terms: list[Term], ids: list[int]
 ) -> torch.Tensor:
     """(n, K) every term (D,) through what follows the last layer (``logits_of``), module by
     module as it runs them, each frozen at its call, onto the logits of ``ids``; the output
@@ -372,7 +297,7 @@ def _output(
 def stream_terms(m: TranslationModel, src_ids, out_ids, step: int, ids: list[int]) -> StreamTerms:
     """Output step ``step`` of ``out_ids`` teacher-forced after ``src_ids``: every term's share
     of the logits of ``ids`` (K), summing to the model's own (``values.sum(0)`` ≈ ``logits``)."""
-    lay = layout(m)
+    lay = m.stream_layout()
     src, tgt_in, _ = m.forced_batch(src_ids, out_ids)
     norms = [s.norm for subs in lay.layers for s in subs]
     norms += [lay.final_norm] if lay.final_norm is not None else []

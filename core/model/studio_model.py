@@ -24,13 +24,12 @@ from core.corpus.vocab import Vocab
 from core.model.blocks import MultiHeadAttention
 from core.model.capabilities import STUDIO
 from core.model.checked_translation import FRENCH_EXAMPLE
-from core.model.checkpoints import LoadedModel, data_config_of, load_checkpoint
+from core.model.checkpoints import data_config_of
 from core.model.config import ModelConfig
 from core.model.decode import (
     forced_translation,
     greedy_decode,
     prepare_source,
-    source_len,
     translate,
     translate_batch,
 )
@@ -41,12 +40,16 @@ from core.model.parts import (
     AttentionWeights,
     DecodeSettings,
     Source,
+    StreamLayout,
+    StreamSublayer,
     SublayerNorm,
     Translation,
     TranslationError,
     linear_parts,
+    source_len,
 )
 from core.model.scores import evaluate_split
+from core.model.studio_loading import load_checkpoint
 from core.model.trainee import build_model
 from core.model.transformer import Transformer
 
@@ -79,6 +82,18 @@ def config_parameters(model: Mapping) -> int:
     return _parameters(json.dumps({k: v for k, v in model.items() if k in known}, sort_keys=True))
 
 
+def attention_module(m: StudioModel, kind: str, layer: int) -> MultiHeadAttention:
+    """The MultiHeadAttention of one kind and layer of a studio model (ValueError for a wrong
+    one)."""
+    m.check_layer(kind, layer)
+    block = (m.model.encoder if kind == "encoder" else m.model.decoder).layers[layer]
+    return {
+        "encoder": lambda: block.attention,
+        "decoder_self": lambda: block.self_attention,
+        "cross": lambda: block.cross_attention,
+    }[kind]()
+
+
 class StudioModel(TranslationModel):
     """A Transformer trained here, with its vocabularies and its checkpoint's metadata."""
 
@@ -97,14 +112,10 @@ class StudioModel(TranslationModel):
             self.source_label, self.example_sentence = f"{source} sentence", FRENCH_EXAMPLE
 
     @classmethod
-    def of(cls, lm: LoadedModel) -> StudioModel:
-        """The adapter of a loaded checkpoint."""
-        return cls(lm.model, lm.src_vocab, lm.tgt_vocab, lm.meta)
-
-    @classmethod
     def load(cls, path, device="cpu") -> StudioModel:
         """A checkpoint file opened (CheckpointError in one line when it cannot be)."""
-        return cls.of(load_checkpoint(path, device))
+        lm = load_checkpoint(path, device)
+        return cls(lm.model, lm.src_vocab, lm.tgt_vocab, lm.meta)
 
     @property
     def cfg(self):
@@ -164,9 +175,6 @@ class StudioModel(TranslationModel):
             owner[a:b] = [w] * (b - a)
         return ids, owner
 
-    def framing(self, words: Sequence[str], target: bool):
-        return [], [self.eos_id]
-
     def source_tokens(self, ids: Sequence[int]) -> list[str]:
         return self.src_vocab.decode(ids)
 
@@ -193,9 +201,6 @@ class StudioModel(TranslationModel):
         if not self.subword:
             return "words"
         return hash((tuple(self.src_vocab.itos), tuple(self.tgt_vocab.itos)))
-
-    def special_ids(self) -> set[int]:
-        return {self.eos_id, self.start_id, self.pad_id}
 
     # ------------------------------------------------------------------ decoding
 
@@ -303,19 +308,8 @@ class StudioModel(TranslationModel):
 
     # ------------------------------------------------------------------ structure
 
-    def module(self, kind: str, layer: int) -> MultiHeadAttention:
-        """The MultiHeadAttention of one kind and layer (ValueError for a wrong one)."""
-        self.check_layer(kind, layer)
-        stack = self.model.encoder.layers if kind == "encoder" else self.model.decoder.layers
-        block = stack[layer]
-        return {
-            "encoder": lambda: block.attention,
-            "decoder_self": lambda: block.self_attention,
-            "cross": lambda: block.cross_attention,
-        }[kind]()
-
     def attention_weights(self, kind: str, layer: int) -> AttentionWeights:
-        mha = self.module(kind, layer)
+        mha = attention_module(self, kind, layer)
         D, H = self.cfg.d_model, mha.num_heads
         parts = [linear_parts(m) for m in (mha.W_q, mha.W_k, mha.W_v, mha.W_o)]
         return AttentionWeights(*(t for pair in parts for t in pair), H, D // H, (D // H) ** -0.5)
@@ -326,3 +320,22 @@ class StudioModel(TranslationModel):
         block = stack[layer]
         addnorm = block.addnorm2 if kind == "cross" else block.addnorm1
         return SublayerNorm(self.cfg.norm_first, addnorm.ln)
+
+    def stream_layout(self) -> StreamLayout:
+        """The decoder: self-attention, cross-attention and the feed-forward, each in an
+        AddNorm; a pre-LN one's final norm."""
+        dec = self.model.decoder
+        layers = [
+            [
+                StreamSublayer(
+                    "self", layer.addnorm1.ln, f"decoder.{i}.self", layer.self_attention.W_o
+                ),
+                StreamSublayer(
+                    "cross", layer.addnorm2.ln, f"decoder.{i}.cross", layer.cross_attention.W_o
+                ),
+                StreamSublayer("mlp", layer.addnorm3.ln),
+            ]
+            for i, layer in enumerate(dec.layers)
+        ]
+        pre = self.cfg.norm_first
+        return StreamLayout(layers, pre, dec.final_ln if pre else None, [dec.dense])

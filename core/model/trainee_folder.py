@@ -28,7 +28,8 @@ from core.corpus.bpe import PREFIX
 from core.corpus.text import tokenizers_preprocessing
 from core.corpus.vocab import BOS, EOS, PAD, UNK, Vocab
 from core.model.encoder_trainee import ENCODER, MASK
-from core.model.hf_folder import CONFIG, STUDIO_KEY
+from core.model.hf_config import STUDIO_KEY
+from core.model.hf_folder import CONFIG
 from core.model.prompt import TRAINED_LAYOUT as LAYOUT
 
 TOKENIZER_CLASS = (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from core.runs import budget
+from core.runs import run_bytes
 from core.runs.run_dir import RunError
 from core.runs.status import list_runs
 from core.training.devices import device_memory, estimate_memory, gigabytes, resolve_device
@@ -79,7 +79,7 @@ def launch_problems(
     cfg = merged_settings(preset, overrides)
     device_type = resolve_device(cfg["train"]["device"])
     problems = [p for p in [processes_problem(processes, device_type, cfg)] if p]
-    return problems + budget.run_problems(cfg)  # what this server holds of it
+    return problems + run_bytes.run_problems(cfg)  # what this server holds of it
 
 
 def command_problems(preset: str, settings: dict, processes: int, read_later: bool) -> list[str]:

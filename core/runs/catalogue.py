@@ -18,8 +18,8 @@ import pandas as pd
 
 from core.corpus.user_files import describe_data
 from core.model import opened
+from core.model.bleu import usable_bleu
 from core.model.checkpoints import CheckpointError, read_metadata
-from core.model.scores import usable_bleu
 from core.places import checkpoints_root, models_root, runs_root
 from core.runs.budget import parameters
 from core.runs.history import history_path

@@ -12,40 +12,30 @@ which starts and stops its workers. How many may run, and with how many processe
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
-import os
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 from core.corpus.source import DataError
 from core.corpus.user_files import allowed_path, prune_uploads, safe_file_name
-from core.cpu_load import SHARE_ENV, passive_waits
 from core.model.checkpoints import CheckpointError, read_metadata
-from core.places import REPO_ROOT, RUN_CORPUS, run_corpus_files, runs_root
-from core.runs import budget, capacity, processes, quota
+from core.places import RUN_CORPUS, run_corpus_files, runs_root
+from core.runs import budget, capacity, processes, quota, run_bytes, trainer_process
 from core.runs.alignment_request import (
     AlignmentChoice,
     alignment_bytes,
     alignment_problems,
     stage_alignment,
 )
-from core.runs.locks import acquire_gpu_lock, launch_lock, run_is_held, write_lock
+from core.runs.locks import launch_lock, run_is_held
 from core.runs.owners import OwnershipError, User, check_create, check_owner, owner_of, run_owner
 from core.runs.run_dir import RunDir, RunError, read_json, run_dir, write_json
-from core.runs.status import LIVE_STATES, STOP_GRACE_S, RunInfo, list_runs, run_info
-from core.runs.training_run import EARLY_STOP
+from core.runs.status import EARLY_STOP, LIVE_STATES, STOP_GRACE_S, RunInfo, list_runs, run_info
 from core.training.config import LIMITS, RESUME_CHANGES, TrainConfig, longer_limits
 from core.training.devices import (
-    MEMORY_ENV,
-    NICE_ENV,
-    TRAINER_NICE,
-    default_memory_gb,
     resolve_device,
 )
 from core.training.settings import merged_settings
@@ -108,88 +98,6 @@ def _stage_source(rd: RunDir, source: str) -> str:
     return str(dest)
 
 
-def _launch(rd: RunDir, argv: list[str], job: dict, gpu_fd: int | None) -> None:
-    """Start the trainer in its own session, log to train.log, record its pid."""
-    job["launched_at"] = time.time()
-    write_json(rd.job, {**job, "pid": None, "identity": None})
-    env = trainer_env(job.get("processes", 1))
-    _trim_log(rd.log)
-    with open(rd.log, "ab") as log:
-        proc = subprocess.Popen(
-            argv,
-            cwd=REPO_ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=env,
-            pass_fds=(gpu_fd,) if gpu_fd is not None else (),
-        )
-    processes.adopt(proc)
-    job["pid"], job["identity"] = proc.pid, processes.identity(proc.pid)
-    job.setdefault("launches", []).append({"pid": proc.pid, "at": job["launched_at"]})
-    write_json(rd.job, job)
-    if gpu_fd is not None:
-        write_lock(gpu_fd, {"run_id": rd.name, "pid": proc.pid})
-
-
-def _trim_log(path) -> None:
-    """Keep a trainer log within half of budget.LOG_BYTES before a launch appends to it (its
-    start goes: the last lines are the ones the page shows)."""
-    keep = budget.LOG_BYTES // 2
-    try:
-        if path.stat().st_size <= keep:
-            return
-        with open(path, "rb") as f:
-            f.seek(-keep, os.SEEK_END)
-            tail = f.read()
-    except OSError:
-        return
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(b"[earlier lines cut]\n" + tail[tail.find(b"\n") + 1 :])
-    os.replace(tmp, path)
-
-
-def trainer_env(processes: int, env=None) -> dict[str, str]:
-    """The trainer's environment: unbuffered output, each CPU process's memory cap (so a run
-    never makes the machine swap) and its niceness (so the server answers first); the
-    server's environment may set either; and it yields a core while the machine is busy,
-    its threads waiting passively (``core.runs.cpu_share``)."""
-    env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
-    if MEMORY_ENV not in env and (gb := default_memory_gb(processes)):
-        env[MEMORY_ENV] = str(gb)
-    env.setdefault(NICE_ENV, str(TRAINER_NICE))  # the pages stay responsive while it trains
-    env.setdefault(SHARE_ENV, "1")
-    return passive_waits(env)
-
-
-@contextlib.contextmanager
-def _device_slot(device_type: str, run_id: str):
-    """Hold a GPU slot (yielding its fd for the trainer) or check the CPU job limit."""
-    if device_type != "cuda":
-        capacity.check_cpu_capacity()
-        yield None
-        return
-    fd = acquire_gpu_lock(run_id, capacity.max_gpu_jobs())
-    try:
-        yield fd
-    finally:
-        os.close(fd)  # the trainer keeps its own copy of the locked file open
-
-
-def _trainer_argv(rd: RunDir, resume: bool = False, processes: int = 1) -> list[str]:
-    """The trainer's command line: fixed flags and the run directory, never a user value.
-
-    Settings travel as data in ``request.json`` inside the run directory. With several
-    processes (a checked whole number) this process becomes their agent
-    (``core.runs.launcher``, rendezvous on loopback): the process the app checks, signals
-    and reaps.
-    """
-    argv = [sys.executable, "-m", "core.train", "--out", str(rd.path), "--request"]
-    argv += [f"--processes={processes}"] if processes > 1 else []
-    return argv + ["--resume", "--no-progress"] if resume else argv + ["--no-progress"]
-
-
 def start_run(
     preset: str,
     overrides: dict | None = None,
@@ -220,14 +128,14 @@ def start_run(
     prune_uploads()
     owner = owner_of(user)
     with launch_lock():
-        need = budget.run_budget(cfg, _corpus_bytes(cfg["data"].get("source", "fra-eng"))).total
+        need = run_bytes.run_budget(cfg, _corpus_bytes(cfg["data"].get("source", "fra-eng"))).total
         need += alignment_bytes(alignment)
         check_room(need, "this run", owner)
         if problem := quota.runs_problem(owner):
             raise RunError(problem)
         rd = _new_run_dir(preset)
         try:
-            with _device_slot(device_type, rd.name) as gpu_fd:
+            with trainer_process.device_slot(device_type, rd.name) as gpu_fd:
                 cfg["data"]["source"] = _stage_source(rd, cfg["data"].get("source", "fra-eng"))
                 asked = stage_alignment(rd, alignment, cfg["train"])
                 request = {"settings": cfg} | ({"alignment": asked} if asked else {})
@@ -242,7 +150,9 @@ def start_run(
                     "budget_bytes": need,  # the most disk it may take (core.runs.budget)
                     "owner": owner,
                 }
-                _launch(rd, _trainer_argv(rd, processes=processes), job, gpu_fd)
+                trainer_process.launch(
+                    rd, trainer_process.trainer_argv(rd, processes=processes), job, gpu_fd
+                )
         except BaseException:
             shutil.rmtree(rd.path, ignore_errors=True)
             raise
@@ -301,10 +211,10 @@ def resume_run(
         write_json(
             rd.request, {"limits": {k: v for k, v in (limits or {}).items() if k in RESUME_CHANGES}}
         )
-        with _device_slot(device_type, run_id) as gpu_fd:
-            argv = _trainer_argv(rd, resume=True, processes=processes)
+        with trainer_process.device_slot(device_type, run_id) as gpu_fd:
+            argv = trainer_process.trainer_argv(rd, resume=True, processes=processes)
             job = {**job, "device_type": device_type, "processes": processes}
-            _launch(rd, argv, job, gpu_fd)
+            trainer_process.launch(rd, argv, job, gpu_fd)
 
 
 def _run_budget(rd: RunDir, job: dict, limits: dict | None = None) -> int:
@@ -317,7 +227,7 @@ def _run_budget(rd: RunDir, job: dict, limits: dict | None = None) -> int:
         settings["train"].update({k: v for k, v in limits.items() if k in RESUME_CHANGES})
     try:
         corpus = sum(p.stat().st_size for p in run_corpus_files(rd.path))
-        return budget.run_budget(settings, corpus).total
+        return run_bytes.run_budget(settings, corpus).total
     except (KeyError, TypeError, ValueError):
         return 0
 

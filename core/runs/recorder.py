@@ -13,9 +13,10 @@ from pathlib import Path
 from core.model.checkpoints import portable_data_config, save_checkpoint
 from core.model.trainee import export_folder
 from core.places import run_corpus_files
-from core.runs import budget, quota
+from core.runs import budget, quota, run_bytes
 from core.runs.run_dir import RunDir, read_json
 from core.runs.system import ProcessMeter, trim_heap
+from core.training.evaluation import snapshot_probes
 from core.training.loop import Trainer
 from core.training.random_streams import rng_state
 
@@ -68,8 +69,8 @@ class RunRecorder:
         self.saved_step: int | None = None  # step of the last.pt on disk (None: none yet)
         self.meter = ProcessMeter()  # what the process costs, sampled at each record
         self.parameters = sum(p.numel() for p in trainer.model.parameters())
-        self.keep_snapshots = budget.snapshots_to_keep(configs)  # thinned evenly past it
-        self.keep_models = budget.models_to_keep(
+        self.keep_snapshots = run_bytes.snapshots_to_keep(configs)  # thinned evenly past it
+        self.keep_models = run_bytes.models_to_keep(
             trainer.cfg.snapshot_models, self.parameters, configs["model"]
         )
         self.allowed = run_allowance(rd, configs)  # the most disk the run may take
@@ -162,7 +163,7 @@ class RunRecorder:
     def keep_snapshot(self, trainer: Trainer) -> None:
         """Write the probes' maps at this step, unless they pass budget.SNAPSHOT_BYTES or the
         run's allowance (then a warning in the status says so), and thin the snapshots."""
-        probes = trainer.probe_maps()
+        probes = snapshot_probes(trainer)
         if not probes and not trainer.translates:  # an encoder that reads none of its probes
             return
         size = budget.sizeof(probes)
@@ -212,7 +213,7 @@ def run_allowance(rd: RunDir, settings: dict) -> int:
     if isinstance(recorded, int) and recorded > 0:
         return recorded
     corpus = sum(p.stat().st_size for p in run_corpus_files(rd.path))
-    return budget.run_budget(settings, corpus).total
+    return run_bytes.run_budget(settings, corpus).total
 
 
 def divergence_message(info: dict, saved_step: int | None) -> str:

@@ -234,7 +234,7 @@ class RunDir:
 
     def save_snapshot(self, step: int, probes: list[dict], keep: int = MAX_SNAPSHOTS) -> None:
         """Store the probe sentences' attention maps at a training step; past ``keep``
-        (``budget.snapshots_to_keep``), every other one goes (the first and the last stay),
+        (``run_bytes.snapshots_to_keep``), every other one goes (the first and the last stay),
         so they stay spread evenly."""
         atomic_save({"step": step, "probes": probes}, self.snapshot_path(step))
         for gone in thinned(self.snapshot_steps(), keep):

@@ -13,7 +13,7 @@ import pandas as pd
 
 from core.corpus.splits import NO_VALIDATION
 from core.corpus.user_files import describe_data
-from core.model.scores import usable_bleu
+from core.model.bleu import usable_bleu
 from core.places import runs_root
 from core.runs.catalogue import size_label
 from core.runs.log_lines import last_message, starting_words
@@ -23,6 +23,7 @@ from core.runs.run_dir import RUN_ID_RE, RunDir, RunError, read_json, run_dir
 LIVE_STATES = ("starting", "running")
 FINAL_STATES = ("finished", "stopped", "failed", "diverged")  # written by the trainer at its end
 STOP_GRACE_S = 30.0  # a trainer still running this long after a stop request is killed
+EARLY_STOP = "Stopped before training began."  # status message of a stop while loading
 STARTUP_GRACE_S = 10.0  # a run dir this young without a pid is still being launched
 FEW_PAIRS = 5000  # a run trained on at most this many pairs cannot generalise (d2l: 512)
 

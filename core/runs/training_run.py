@@ -29,18 +29,19 @@ from core.corpus.config import DataConfig
 from core.corpus.source import DataError
 from core.corpus.splits import summary_words, unk_warnings
 from core.corpus.supervision import read_supervision
+from core.model.bleu import usable_bleu
 from core.model.checkpoints import read_checkpoint
 from core.model.config import ModelConfig
-from core.model.scores import usable_bleu
 from core.model.trainee import build_model
 from core.places import shown_path
-from core.runs import budget
+from core.runs import run_bytes
 from core.runs.corpus_cache import prepared_corpus
 from core.runs.cpu_share import trainer_share
 from core.runs.locks import hold_run
 from core.runs.processes import identity
 from core.runs.recorder import RunRecorder, budget_eta
 from core.runs.run_dir import RunDir, RunError, read_json
+from core.runs.status import EARLY_STOP
 from core.runs.system import trim_heap
 from core.training import distributed
 from core.training.config import RESUME_CHANGES, TrainConfig
@@ -56,7 +57,6 @@ from core.training.distributed import World
 from core.training.loop import Trainer, TrainState
 from core.training.settings import DERIVED, config_problems, settings_from_args
 
-EARLY_STOP = "Stopped before training began."  # status message of a stop while loading
 DIVERGED_EXIT = 3  # exit code of a run that diverged (2: bad settings or data)
 
 
@@ -229,7 +229,7 @@ def new_run_configs(rd: RunDir, args: argparse.Namespace) -> dict:
         configs = checked(configs)
     else:
         configs = checked(settings_from_args(args))
-    if problems := budget.run_problems(configs):
+    if problems := run_bytes.run_problems(configs):
         raise ValueError("Invalid settings: " + "; ".join(problems) + ".")
     return configs
 

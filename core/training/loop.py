@@ -21,17 +21,15 @@ from core.corpus.splits import Corpus
 from core.corpus.supervision import alignment_targets, piece_links
 from core.corpus.vocab import Vocab
 from core.model.align_loss import AlignTarget
+from core.model.bleu import NO_BLEU
 from core.model.checkpoints import all_finite
-from core.model.decode import translate_batch
-from core.model.scores import NO_BLEU, corpus_bleu, evaluate_loss
 from core.model.transformer import Transformer
 from core.training import distributed
-from core.training.circuits import circuit_scores, circuit_sizes
 from core.training.config import TrainConfig, learning_rate
 from core.training.devices import autocast_dtype, pick_device
 from core.training.distributed import World
-from core.training.monitor import distributions, layer_norms
-from core.training.probes import circuit_probe, probe_maps, probe_sentences, sentence_probes
+from core.training.evaluation import evaluation_record, is_best
+from core.training.monitor import layer_norms
 from core.training.random_streams import kept_random_streams, rng_state, set_rng_state
 
 
@@ -278,50 +276,6 @@ class Trainer:
         target = align.target.to(self.device, non_blocking=True)
         return AlignTarget(align.layer, align.head, target, align.full_context)
 
-    def evaluate(self) -> dict:
-        """Validation loss and multi-reference BLEU on a fixed subset of sentences."""
-        info = {
-            "step": self.state.step,
-            "epoch": self.state.epoch + self.state.batch_in_epoch / max(self.steps_per_epoch, 1),
-        }
-        info["distributions"] = distributions(self.model)  # weights and gradients, per layer group
-        if not self.val_data:
-            return info
-        info["val_loss"] = evaluate_loss(self.model, self.val_data, amp_dtype=self.amp_dtype)
-        if not self.translates:  # the heads scored as the circuits form (induction, lm, encoder)
-            n, k = circuit_sizes(self.corpus.summary, self.model.cfg.max_positions)
-            info["circuits"] = circuit_scores(self.model, n, k)
-            if fills := getattr(self.model, "fill_accuracy", None):  # a model that fills masks
-                info["val_fill_accuracy"] = fills(self.val_data)  # under its fixed eval mask
-            return info
-        hyps = translate_batch(
-            self.model,
-            self.corpus.src_vocab,
-            self.corpus.tgt_vocab,
-            [g[0] for g in self.val_groups],
-        )
-        info["val_bleu"] = corpus_bleu(hyps, [g[1] for g in self.val_groups])
-        info["examples"] = [
-            {"src": " ".join(g[0]), "out": " ".join(h), "ref": " ".join(g[1][0])}
-            for g, h in zip(self.val_groups[:3], hyps[:3])
-        ]
-        return info
-
-    def probe_maps(self) -> list[dict]:
-        """Translations and attention maps of the probe sentences (``core.training.probes``);
-        a run scored by its circuits keeps one pass over the first sequence they read, an
-        encoder's (no translation to write) one pass over each probe sentence."""
-        direction = self.corpus.summary.get("direction", "en-fr")
-        sentences = probe_sentences(self.cfg.probes, direction)
-        if self.translates:
-            vocabs = (self.corpus.src_vocab, self.corpus.tgt_vocab)
-            return probe_maps(self.model, *vocabs, sentences)
-        if self.task in ("induction", "lm"):
-            n, k = circuit_sizes(self.corpus.summary, self.model.cfg.max_positions)
-            return circuit_probe(self.model, self.corpus.tgt_vocab, min(n, k), k)
-        positions = self.model.cfg.max_positions
-        return sentence_probes(self.model, self.corpus.src_vocab, sentences, positions)
-
     def run_evaluation(self) -> None:
         """Evaluate (rank 0), update the best BLEU, tell the callbacks; NaN/inf weights diverge."""
         if not all_finite(self.model.state_dict()):
@@ -331,22 +285,12 @@ class Trainer:
         if not self.world.is_main:
             return
         with kept_random_streams():  # a resumed run draws the same numbers as an unbroken one
-            info = self.evaluate()
-        info["is_best"] = self.is_best(info)
+            info = evaluation_record(self)
+        info["is_best"] = is_best(info, self.state)
         if info["is_best"]:
             self.state.best_bleu = info.get("val_bleu", NO_BLEU)
             self.state.best_loss = info.get("val_loss", math.inf)
         self.emit("eval", info)
-
-    def is_best(self, info: dict) -> bool:
-        """A finite evaluation with a better BLEU, or without BLEU a lower validation loss
-        (without a validation split: any finite one)."""
-        metrics = [info[k] for k in ("val_loss", "val_bleu") if k in info]
-        if not all(math.isfinite(v) for v in metrics):
-            return False
-        if "val_bleu" in info:
-            return info["val_bleu"] > self.state.best_bleu
-        return "val_loss" not in info or info["val_loss"] < self.state.best_loss
 
     def epoch_batches(self):
         """This process's (src, tgt, tokens, step_tokens, align) of the epoch, after those used."""

@@ -146,6 +146,12 @@ def probe_sentences(source: str, steps: tuple) -> list[str]:
 
 
 @shared()
+def probe_noun(source: str, steps: tuple) -> str:
+    """What the probes of a run or history file are: "sequence" or "sentence"."""
+    return snapshots.probe_noun(source)
+
+
+@shared()
 def scores_of_steps(
     _lm: TranslationModel,
     _t: Translation,

@@ -18,10 +18,12 @@ from core.attention.importance import (
     HeadImportance,
     importance_for,
     lookup_importance,
+    measure_of,
     model_facts,
 )
 from core.attention.maps import export_name, select_view
 from core.attention.sentence_maps import SentenceMaps
+from core.attention.task_sequence import SequenceScore, sequence_score
 from core.corpus.source import DataError
 from core.figures import attention as figs
 from core.figures import importance as abfigs
@@ -34,7 +36,7 @@ from pages.ui.cached import sentence_maps
 from pages.ui.charts import chart
 from pages.ui.heavy_work import TimeLimit, heavy_slot
 from pages.ui.progress import progress_bar
-from pages.ui.text import md
+from pages.ui.text import code, md
 from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import widget_default
 
@@ -45,18 +47,23 @@ def ablation_section(page: SectionInputs) -> None:
     """Pick heads to remove; the translation and maps without them; head importance."""
     entry, lm, state = page.entry, page.lm, page.state
     heads = pick_heads(lm, state)
-    if heads and page.translation.forced:
-        st.caption(
-            "Beside your translation (fed to the decoder), the model's own translation "
-            "with these heads removed, decoded freely."
-        )
-    if heads:
-        removed_view(entry, lm, (page.translation, page.maps), heads, state, page.stretch)
-    else:
+    original = (page.translation, page.maps)
+    sequence = lm.supports("sentence")  # it reads a token sequence: forced, never decoded
+    if not heads:
+        again = "the sequence is read again" if sequence else "the sentence is translated again"
         st.caption(
             "Pick heads to remove: their output is zeroed before the output projection W_o "
-            "and the sentence is translated again. Their maps are still computed and shown."
+            f"and {again}. Their maps are still computed and shown."
         )
+    elif sequence:
+        sequence_removed_view(entry, lm, original, heads, state, page.stretch)
+    else:
+        if page.translation.forced:
+            st.caption(
+                "Beside your translation (fed to the decoder), the model's own translation "
+                "with these heads removed, decoded freely."
+            )
+        removed_view(entry, lm, original, heads, state, page.stretch)
     importance_panel(entry, lm, state)
 
 
@@ -129,6 +136,51 @@ def removed_view(
     compare_maps((maps, cut_maps), what, heads, state, stretch)
 
 
+def sequence_card(where, title: str, score: SequenceScore, base: SequenceScore | None) -> None:
+    """A forced pass's loss and first choices on the scored tokens (and the change from
+    ``base``)."""
+    delta = None if base is None else f"{score.loss - base.loss:+.3f}"
+    where.markdown(f"**{title}**")
+    where.metric("loss (nats per token)", f"{score.loss:.3f}", delta, delta_color="inverse")
+    where.caption(f"{score.firsts} of {score.scored} tokens are the model's first choice")
+
+
+def sequence_removed_view(
+    entry: ModelEntry,
+    lm: TranslationModel,
+    original: tuple[Translation, SentenceMaps],
+    heads: list[HeadSpec],
+    state: ViewState,
+    stretch: bool,
+) -> None:
+    """A token-sequence model's pass over its sequence with ``heads`` removed, teacher forced
+    as the original is: the loss and first choices on the repeat beside the original's, then
+    the maps with and without them."""
+    t, maps = original
+    settings, spec = state.settings(), spec_text(heads)
+    try:
+        cut = ablated_translate(
+            lm, entry.path, entry.mtime, "", settings, tuple(heads), state.sentence
+        )
+    except (TranslationError, HeadSpecError) as e:
+        st.error(md(e))
+        return
+    key = (entry.path, entry.mtime, state.sentence, settings, spec, "forced")
+    cut_maps = sentence_maps(cut, key, state.words)
+    base, score = sequence_score(t), sequence_score(cut)
+    what = f"{len(heads)} head{'s' * (len(heads) != 1)} removed"
+    scored = "its repeat" if base.repeat else "every token"
+    st.caption(
+        f"The same sequence read again in one pass with these heads removed, each token "
+        f"predicted from the ones before it (teacher forcing), scored on {scored}; "
+        f"{code(f'python -m core.ablate --heads {spec}')} prints the same."
+    )
+    left, right = st.columns(2)
+    sequence_card(left, "Original", base, None)
+    sequence_card(right, what.capitalize(), score, base)
+    compare_maps((maps, cut_maps), what, heads, state, stretch)
+
+
 def compare_maps(
     pair: tuple[SentenceMaps, SentenceMaps],
     what: str,
@@ -147,7 +199,7 @@ def compare_maps(
     if state.head.isdigit() and HeadSpec(state.kind, state.layer, int(state.head)) in heads:
         st.caption(
             "This head is removed: its map is still computed, but its output is zeroed "
-            "before W_o, so it no longer changes the translation."
+            "before W_o, so it no longer changes the output."
         )
     whole = figs.shows_full_grid(cut_maps.layers(state.kind), cut_maps.heads)
     layers = None if whole else [state.layer]
@@ -192,7 +244,7 @@ def importance_panel(entry: ModelEntry, lm: TranslationModel, state: ViewState) 
     precision = "float32" if lm.supports("bfloat16") else precision_choice(lm, state)
     result = lookup_importance(entry.path, lm.meta, n, target, precision, model_facts(lm))
     if result is None:
-        measures = "the loss" if lm.one_sequence else "BLEU and loss"
+        measures = "the loss" if measure_of(lm) == BY_LOSS else "BLEU and loss"
         st.caption(
             f"Removes each head alone and measures {measures} on the validation "
             "sentences; beside it a gradient score that needs one backward pass. The "

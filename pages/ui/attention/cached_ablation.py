@@ -11,7 +11,6 @@ from core.attention.ablation import HeadSpec
 from core.attention.attribution_patching import Estimated, attribution_patch
 from core.attention.patching import DEFAULT_SELECTION, Patching, patch
 from core.attention.path_patching import PathPatching, path_patch_named
-from core.model import checked_translation as translation
 from core.model.interface import TranslationModel
 from core.model.parts import DecodeSettings, Translation
 from pages.ui.cached import fitted
@@ -26,11 +25,12 @@ def ablated_translate(
     sentence: str,
     settings: DecodeSettings,
     heads: tuple[HeadSpec, ...],
+    target: str = "",
 ) -> Translation:
-    """A checked translation with ``heads`` removed, cached per model and input, within the
-    server's budget for one translation."""
-    settings, note = fitted(lm, sentence, settings)
-    return _ablated_translate(lm, path, mtime, sentence, settings, heads, note)
+    """A checked translation with ``heads`` removed (``target``: forced instead of decoded),
+    cached per model and input, within the server's budget for one translation."""
+    settings, note = fitted(lm, sentence, settings, target)
+    return _ablated_translate(lm, path, mtime, sentence, settings, heads, note, target)
 
 
 @shared()
@@ -42,10 +42,10 @@ def _ablated_translate(
     settings: DecodeSettings,
     heads: tuple[HeadSpec, ...],
     note: str,
+    target: str = "",
 ) -> Translation:
-    """translate_sentence with ``heads`` removed, ``note`` in its warnings."""
-    with ablate.ablated(_lm, heads):
-        t = translation.translate_sentence(_lm, sentence, settings)
+    """ablation.removed_translation, ``note`` in its warnings."""
+    t = ablate.removed_translation(_lm, sentence, settings, heads, target)
     t.warnings += [note] if note else []
     return t
 

@@ -13,17 +13,9 @@ from pages.ui.shared_cache import shared
 def query_key_view(
     _lm: TranslationModel, _t: Translation, key: tuple, kind: str, layer: int, head: int, query: int
 ) -> query_key.QueryKey:
-    """One query of one head taken apart (``key``: model file, sentence, decoding settings)."""
+    """One query of one head taken apart (``key``: model file, sentence, decoding settings, a
+    prompt template)."""
     return query_key.query_key_view(_lm, _t, kind, layer, head, query)
-
-
-@shared()
-def sequence_query_key(
-    _lm: TranslationModel, _t: Translation, key: tuple, layer: int, head: int, query: int
-) -> query_key.QueryKey:
-    """A decoder-only model's head over its whole sequence (``key``: as ``query_key_view``'s,
-    the prompt template in its settings)."""
-    return query_key.sequence_query_key(_lm, _t, layer, head, query)
 
 
 @shared()

@@ -21,7 +21,7 @@ from core.alignment.gold import (
     studio_gold,
 )
 from core.alignment.held_out import held_out_gold
-from core.model.interface import TranslationModel
+from core.model.interface import TranslationModel, prompt_positions
 from core.runs import budget
 from pages.ui.heavy_work import heavy_slot
 from pages.ui.text import md
@@ -152,7 +152,7 @@ def scoring_problem(lm: TranslationModel, gold: GoldSet) -> str | None:
     (``budget.scoring_problem``: the pairs, the model's size and a prompted model's template
     tokens); None when it will."""
     tokenizer, whole = "bpe" if lm.subword else "word", WHOLE in modes(lm)
-    prompt = budget.prompt_positions(lm)
+    prompt = prompt_positions(lm)
     return budget.scoring_problem(vars(lm.cfg), gold.pairs, tokenizer, whole, prompt)
 
 

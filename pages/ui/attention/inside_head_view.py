@@ -19,25 +19,28 @@ from pages.ui.view_widgets import widget_default
 
 
 def inside_head_section(page: SectionInputs) -> None:
-    """The q·k view of the chosen head and query, then the lines view of the layer."""
-    state, pieces = page.state, page.pieces
+    """The q·k view of the chosen head and query, then the lines view of the layer (a
+    one-stack model's view spans its whole sequence: no lines of one kind's map)."""
+    state, t = page.state, page.translation
     head = head_number(state)
-    if page.lm.one_sequence:
-        sequence_view(page, head)
-        return
-    queries, _ = pieces.tokens(state.kind)
-    query = query_picker(queries, state)
-    key = page.key
     try:
-        v = cached.query_key_view(
-            page.lm, page.translation, key, state.kind, state.layer, head, query
-        )
+        first = cached.query_key_view(page.lm, t, page.key, state.kind, state.layer, head, 0)
+        asked = "at_query" in st.session_state or "query" in state.asked
+        if not state.query and not asked:  # the first output step (a prompt's ":", a mask)
+            state.query = first.first
+        query = query_picker(first.query_tokens, state)
+        v = first
+        if query != 0:
+            v = cached.query_key_view(page.lm, t, page.key, state.kind, state.layer, head, query)
     except InsideHeadError as e:
         st.error(md(e))
         return
-    name = export_name(state.model, state.sentence, state.kind, state.layer, head, f"q{query}")
+    name = export_name(state.model, state.sentence, v.kind, state.layer, head, f"q{query}")
     chart(figs.vectors_figure(v), "qk_vectors", name=f"{name}_vectors")
     chart(figs.scores_figure(v), "qk_scores", name=f"{name}_scores")
+    if v.kind != state.kind:  # the whole sequence a one-stack model reads
+        st.caption(md(sequence_words(v)))
+        return
     st.caption(
         md(
             f"q = x W_q and k_j = x_j W_k of head {head}, recomputed from the model's own "
@@ -50,32 +53,13 @@ def inside_head_section(page: SectionInputs) -> None:
     lines_view(page, head)
 
 
-def sequence_view(page: SectionInputs, head: int) -> None:
-    """A decoder-only model's head over its whole sequence: the query picked among the
-    prompt's and output's tokens, q and k as rotated by RoPE, the scores before it."""
-    state, t = page.state, page.translation
-    try:
-        first = cached.sequence_query_key(page.lm, t, page.key, state.layer, head, 0)
-        asked = "at_query" in st.session_state or "query" in state.asked
-        if not state.query and not asked:  # the first output step
-            state.query = page.lm.first_step(t.src_ids, t.out_ids)  # a prompt's ":", a mask
-        query = query_picker(first.query_tokens, state)
-        v = cached.sequence_query_key(page.lm, t, page.key, state.layer, head, query)
-    except InsideHeadError as e:
-        st.error(md(e))
-        return
-    name = export_name(state.model, state.sentence, "sequence", state.layer, head, f"q{query}")
-    chart(figs.vectors_figure(v), "qk_vectors", name=f"{name}_vectors")
-    chart(figs.scores_figure(v), "qk_scores", name=f"{name}_scores")
-    st.caption(md(sequence_words(v, page.lm.reads_prompt)))
-
-
-def sequence_words(v, prompted: bool) -> str:
-    """What a one-sequence model's q·k view shows, in words: the sequence, RoPE, shared keys."""
+def sequence_words(v) -> str:
+    """What a one-sequence model's q·k view shows, in words: the sequence (read both ways where
+    its mask lets a query see the keys after it), RoPE, shared keys."""
     read = (
-        "the prompt with your sentence, then its output fed back"
-        if prompted
-        else "your sentence as it reads it, every token seeing every other"
+        "your sentence as it reads it, every token seeing every other"
+        if v.mask[v.query + 1 :].any()
+        else "the prompt with your sentence, then its output fed back"
     )
     words = [
         f"q and k of head {v.head}, recomputed from the model's own layers over the whole "

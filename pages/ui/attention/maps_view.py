@@ -64,7 +64,7 @@ def maps_section(page: SectionInputs) -> None:
         )
     overview(page, pick)
     head_statistics(table, state, page.lm.meta)
-    if page.lm.one_sequence:
+    if page.lm.supports("head_roles") is None:
         roles_panel(page)
 
 

@@ -19,7 +19,7 @@ from pages.ui.attention.trajectories_view import (
     head_trajectories_now,
     trajectories_panel,
 )
-from pages.ui.cached import probe_sentences, snapshot_series
+from pages.ui.cached import probe_noun, probe_sentences, snapshot_series
 from pages.ui.charts import chart
 from pages.ui.polling import CURVES_POLL_S
 from pages.ui.text import md
@@ -47,7 +47,8 @@ def training_section(page: SectionInputs) -> None:
     if not probes:
         st.info("The snapshots of this run cannot be read.")
         return
-    probe = probe_picker(state, probes)
+    noun = probe_noun(source, steps)  # "sequence" for a run whose probe is a token sequence
+    probe = probe_picker(state, probes, noun)
     if state.sentence not in probes:  # the typed sentence has no recorded maps: say so
         st.caption(
             md(
@@ -72,7 +73,7 @@ def training_section(page: SectionInputs) -> None:
     if live:
         row.caption(LIVE_WORDS[state.train_step == LATEST])
     st.fragment(replay, run_every=player.run_every(PLAYER))(page, probe, series, result)
-    trajectories_panel(page, result, shown_step(series.steps, state.train_step))
+    trajectories_panel(page, result, shown_step(series.steps, state.train_step), noun)
 
 
 def watch_snapshots(source: str, steps: tuple) -> None:
@@ -119,24 +120,25 @@ def replay(page: SectionInputs, probe: str, series: SnapshotSeries, result) -> N
         args=(state, steps),
         help="At the last step the view follows new snapshots of a run in progress.",
     )
-    snapshot_at(page, probe, step, series.frames[index])
+    snapshot_at(page, probe, step, series, index)
     difference_panel(page, series, step, result)
     write_url(state, URL_KEYS)  # a fragment's own run does not reach the page's write_url
     player.rerun_if_stopped(PLAYER)
 
 
-def probe_picker(state: ViewState, probes: list[str]) -> str:
-    """The probe sentence shown (widget ``at_probe``), kept in the view state: "" for the
-    sentence above when it is a probe, else the first."""
+def probe_picker(state: ViewState, probes: list[str], noun: str = "sentence") -> str:
+    """The probe shown (widget ``at_probe``), kept in the view state: "" for the sentence
+    above when it is a probe, else the first; ``noun`` says what the probes are ("sentence",
+    or "sequence": tokens a run scored by its circuits read)."""
     default = state.sentence if state.sentence in probes else probes[0]
     if state.probe and state.probe not in probes:
-        state.drop("probe", "not one of this run's probe sentences")
+        state.drop("probe", f"not one of this run's probe {noun}s")
     clamp_widget("at_probe", state.probe or default, probes)
     probe = st.selectbox(
-        "Probe sentence",
+        f"Probe {noun}",
         probes,
         key="at_probe",
-        help="The run recorded the maps of these sentences at each evaluation.",
+        help=f"The run recorded the maps of these {noun}s at each evaluation.",
     )
     if probe == state.asked.get("probe"):
         state.granted("probe")  # the default probe, asked by name
@@ -145,6 +147,10 @@ def probe_picker(state: ViewState, probes: list[str]) -> str:
 
 
 VALIDATION_LOSS_WORDS = "Plain cross-entropy of the validation sentences, dropout off."
+INDUCTION_WORDS = (
+    "The highest induction score of any head at this evaluation (core.training.circuits): its "
+    "weight from a token of the repeat to the token that followed it the first time."
+)
 
 
 SMOOTHING_WORDS = "a smoothed loss stays above the plain cross-entropy even for a perfect model"
@@ -169,23 +175,30 @@ def training_loss_words(meta: dict) -> str | None:
     )
 
 
-def snapshot_at(page: SectionInputs, probe: str, step: int, frame: SnapshotFrame) -> None:
-    """The scores, output and maps of ``probe`` as the run saved them at ``step``."""
-    state, source = page.state, page.entry.history
+def metrics_row(frame: SnapshotFrame, series: SnapshotSeries, smoothing: str | None) -> None:
+    """Step, losses, and what else the run measured at its evaluations: validation BLEU
+    (a run that translates), the best head's induction score (a run scored by its circuits)."""
+    shown = [
+        ("Training loss", frame.loss, "{:.3f}", smoothing),
+        ("Validation loss", frame.val_loss, "{:.3f}", VALIDATION_LOSS_WORDS),
+    ]
+    if series.measured("val_bleu"):
+        shown.append(("Validation BLEU", frame.val_bleu, "{:.1f}", None))
+    if series.measured("induction"):
+        shown.append(("Best induction score", frame.induction, "{:.2f}", INDUCTION_WORDS))
+    cols = st.columns(len(shown) + 1)
+    cols[0].metric("Step", f"{frame.step:,}")
+    for col, (name, value, form, about) in zip(cols[1:], shown):
+        col.metric(name, "—" if value is None else form.format(value), help=about)
+
+
+def snapshot_at(page: SectionInputs, probe: str, step: int, series: SnapshotSeries, index: int):
+    """The scores, output and maps of ``probe`` as the run saved them at ``step`` (its
+    ``index`` in ``series``)."""
+    state, source, frame = page.state, page.entry.history, series.frames[index]
     shown = shown_maps(frame.maps, state.words)
-    cols = st.columns(4)
-    cols[0].metric("Step", f"{step:,}")
     smoothing = training_loss_words(page.lm.meta)
-    for col, name, value, about in (
-        (cols[1], "Training loss", frame.loss, smoothing),
-        (cols[2], "Validation loss", frame.val_loss, VALIDATION_LOSS_WORDS),
-        (cols[3], "Validation BLEU", frame.val_bleu, None),
-    ):
-        col.metric(
-            name,
-            "—" if value is None else f"{value:.3f}" if "loss" in name else f"{value:.1f}",
-            help=about,
-        )
+    metrics_row(frame, series, smoothing)
     if smoothing:
         st.caption(md(smoothing))
     if shown.output_tokens and shown.src_tokens:  # a translation (a one-stack pass: its tokens)

@@ -22,12 +22,14 @@ PLAYER = "at_play"  # the play button's key
 
 
 def playback_section(page: SectionInputs) -> None:
-    """Step through decoding as it happened; compare with a teacher-forced reference."""
+    """Step through decoding as it happened (or through a forced pass); compare with a
+    teacher-forced reference where the model writes an output of its own."""
     n_steps, state = len(page.pieces.output_tokens), page.state
     if n_steps > 1:
         player.play_button(PLAYER, state.step >= n_steps - 1)
     st.fragment(decoding_step, run_every=player.run_every(PLAYER))(page)
-    forced_vs_free(page)
+    if page.lm.supports("translate") is None:  # a model that writes an output of its own
+        forced_vs_free(page)
 
 
 def decoding_step(page: SectionInputs) -> None:
@@ -38,20 +40,22 @@ def decoding_step(page: SectionInputs) -> None:
     step = output_step(len(maps.output_tokens), state)
     p = playback_step(maps, page.translation.topk, step, layer)
     done = " ".join(p.prefix[:-1])
+    makes = "is given the next token" if page.translation.forced else "produces"
     st.markdown(
-        f"Step {step}: reads {code(p.read)}, produces **{code(p.produced)}** — so far: "
+        f"Step {step}: reads {code(p.read)}, {makes} **{code(p.produced)}** — so far: "
         f"{md(done)} **{md(p.produced)}**"
     )
     name = export_name(state.model, state.sentence, None, layer, None, f"step {step}")
     left, right = st.columns(2)
-    cross = playback_figs.head_rows_figure(
-        p.cross,
-        p.src_tokens,
-        f"Cross attention, layer {layer}",
-        "source token (key)",
-        f"step {step}: producing “{p.produced}”, looks at the source",
-    )
-    chart(cross, "play_cross", left, f"{name}_cross")
+    if p.src_tokens:  # a token sequence has no source to look at: no empty chart
+        cross = playback_figs.head_rows_figure(
+            p.cross,
+            p.src_tokens,
+            f"Cross attention, layer {layer}",
+            "source token (key)",
+            f"step {step}: producing “{p.produced}”, looks at the source",
+        )
+        chart(cross, "play_cross", left, f"{name}_cross")
     self_ = playback_figs.head_rows_figure(
         p.self_row,
         p.self_keys,
@@ -64,13 +68,23 @@ def decoding_step(page: SectionInputs) -> None:
     if p.topk:
         bars = playback_figs.topk_figure([w for w, _ in p.topk], [q for _, q in p.topk])
         chart(bars, "play_topk", left, f"{name}_candidates")
-    right.caption(
-        f"Rows: the {maps.heads} heads of layer {layer} at step {step}. These are the "
-        "maps of the decoder as it generated this output, step by step (not one "
-        "teacher-forced pass over a reference)."
-    )
+    right.caption(f"Rows: the {maps.heads} heads of layer {layer} at step {step}. {how_read(page)}")
     write_url(state, ("step",))  # a fragment's own run does not reach the page's write_url
     player.rerun_if_stopped(PLAYER)
+
+
+def how_read(page: SectionInputs) -> str:
+    """What the maps of a step are: of the model generating its output, or of one teacher-forced
+    pass over an output it was given (a typed translation, a token sequence)."""
+    if page.translation.forced:
+        return (
+            "These are the maps of one teacher-forced pass over the given output: each step "
+            "reads the tokens given before it, not what the model itself would have written."
+        )
+    return (
+        "These are the maps of the decoder as it generated this output, step by step (not one "
+        "teacher-forced pass over a reference)."
+    )
 
 
 def output_step(n_steps: int, state: ViewState) -> int:

@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import streamlit as st
 
+from core.model.interface import TranslationModel
 from pages.ui.attention import (
     ablation_view,
     alignment_view,
@@ -94,10 +95,24 @@ def known_section(state: ViewState) -> str:
     return state.section
 
 
-def coming_section(state: ViewState) -> Section:
+def offered(lm: TranslationModel) -> tuple[str, ...]:
+    """The sections the Show radio offers for ``lm``: those its capability table allows
+    (``supports``), in the picker's order."""
+    return tuple(key for key in SECTION_KEYS if lm.supports(key) is None)
+
+
+def offered_section(state: ViewState, lm: TranslationModel) -> str:
+    """The state's section where ``lm`` can show it; else the first one, the link's note saying
+    why (the table's one line)."""
+    if problem := lm.supports(known_section(state)):
+        state.drop("section", problem)
+    return state.section
+
+
+def coming_section(state: ViewState, lm: TranslationModel) -> Section:
     """The section this run will draw (the picker's new value on a click), before the picker."""
-    key = st.session_state.get("at_section") or known_section(state)
-    return SECTIONS.get(key, SECTIONS[known_section(state)])
+    key = st.session_state.get("at_section")
+    return SECTIONS[key if key in offered(lm) else offered_section(state, lm)]
 
 
 def _opened() -> None:
@@ -106,12 +121,14 @@ def _opened() -> None:
         open_alignment_on_best()
 
 
-def pick_section(state: ViewState) -> Section:
-    """The "Show" radio (widget ``at_section``) over the sections; kept in the view state."""
-    widget_default("at_section", known_section(state), SECTION_KEYS)
+def pick_section(state: ViewState, lm: TranslationModel) -> Section:
+    """The "Show" radio (widget ``at_section``) over the sections ``lm`` can show; kept in the
+    view state."""
+    options = offered(lm)
+    widget_default("at_section", offered_section(state, lm), options)
     state.section = st.radio(
         "Show",
-        SECTION_KEYS,
+        options,
         key="at_section",
         horizontal=True,
         format_func=lambda key: SECTIONS[key].label,

@@ -42,12 +42,20 @@ from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_state import TRAJECTORY_BASES
 from pages.ui.view_widgets import keep_choice, seed_choice, widget_default
 
-BASIS_COLUMNS = {"probes": "probe sentences", "validation": "validation sentences"}
 BASIS_WORDS = {
     "probes": "probe sentences as translated at each snapshot (every step)",
     "validation": "validation sentences, teacher-forced (steps with a kept model)",
 }
-ONE_PASS_WORDS = "one pass over each snapshot's sequences (every step)"  # a one-stack run's
+ONE_PASS_WORDS = "one pass over each snapshot's {noun}s (every step)"  # a one-stack run's
+
+
+def basis_columns(noun: str) -> dict[str, str]:
+    """Each basis's name in the tables and captions, the probes named as what they are
+    (``noun``: "sentence", or "sequence" for a run whose probe is a token sequence:
+    ``core.attention.snapshots.probe_noun``)."""
+    return {"probes": f"probe {noun}s", "validation": "validation sentences"}
+
+
 NO_DIFF = -1
 STAGES_HOW = (
     "**A heuristic, not a measurement.** Voita et al. (2021) found that NMT training goes "
@@ -75,13 +83,16 @@ def head_trajectories_now(page: SectionInputs, steps: tuple) -> Trajectories:
     return cached.trajectories(page.entry.history, page.entry.path, steps, SENTENCES, generation)
 
 
-def trajectories_panel(page: SectionInputs, result: Trajectories, step: int) -> None:
-    """Every head's numbers over training, beside the loss; the stages; when heads specialise."""
+def trajectories_panel(
+    page: SectionInputs, result: Trajectories, step: int, noun: str = "sentence"
+) -> None:
+    """Every head's numbers over training, beside the loss; the stages; when heads specialise
+    (``noun``: what the run's probes are, "sentence" or "sequence")."""
     st.subheader("Every head over training")
     source, state = page.entry.history, page.state
     for note in result.notes:
         st.warning(md(note))
-    availability(result)
+    availability(result, noun)
     bases = [b for b in TRAJECTORY_BASES if not result.frame(b).empty]
     row = st.container(horizontal=True, vertical_alignment="bottom", gap="medium")
     if state.traj_basis not in bases:
@@ -99,7 +110,8 @@ def trajectories_panel(page: SectionInputs, result: Trajectories, step: int) -> 
     records = open_history(source).read_metrics()
     share = result.model_frame() if basis == "validation" else None
     kinds = list(dict.fromkeys(table["kind"]))  # a one-stack run's: its one kind
-    words = BASIS_WORDS[basis] if "cross" in kinds or basis != "probes" else ONE_PASS_WORDS
+    one_pass = ONE_PASS_WORDS.format(noun=noun)
+    words = BASIS_WORDS[basis] if "cross" in kinds or basis != "probes" else one_pass
     kind = state.kind if state.kind in kinds or not kinds else kinds[0]
     fig = trajectory_figure(table, metric, kind, marks, records, step, words, share, result.phase)
     chart(fig, "traj_lines", name=export_name(state.model, "", kind, what=f"{metric} heads"))
@@ -107,7 +119,7 @@ def trajectories_panel(page: SectionInputs, result: Trajectories, step: int) -> 
         st.caption(md(phase_words(result.phase, evals)))
     if result.pending:
         measure_button(page, result)
-    stages_and_heads(result)
+    stages_and_heads(result, noun)
 
 
 def steps_words(steps: list[int]) -> str:
@@ -119,17 +131,18 @@ def steps_words(steps: list[int]) -> str:
     return f"{len(steps)} steps: {steps[0]:,} to {steps[-1]:,}{every}"
 
 
-def availability(result: Trajectories) -> None:
+def availability(result: Trajectories, noun: str) -> None:
     """Which numbers each basis has (a row per number, a column per basis) and at which steps
-    (a wide table of both was cut at 760 px)."""
+    (a wide table of both was cut at 760 px); ``noun``: what the probes are."""
+    names = basis_columns(noun)
     have = result.available()
     scored = {m for ms in have.values() for m in ms}  # circuit scores: a run that measured them
     shown = [m for m in METRICS if m not in CIRCUIT_MEASURES or m in scored]
     columns, steps = {}, []
     for basis, kept in (("probes", result.steps), ("validation", result.model_steps)):
         done = sorted(set(result.frame(basis)["step"])) if kept else []
-        columns[BASIS_COLUMNS[basis]] = ["✓" if m in have[basis] else "—" for m in shown]
-        steps.append(f"{BASIS_COLUMNS[basis]}: {steps_words(done)}")
+        columns[names[basis]] = ["✓" if m in have[basis] else "—" for m in shown]
+        steps.append(f"{names[basis]}: {steps_words(done)}")
     table = pd.DataFrame({"number": [METRIC_NAMES[m] for m in shown], **columns})
     st.dataframe(spreadsheet_safe(table), hide_index=True)
     st.caption("Steps measured: " + "; ".join(steps) + ".")  # numbers and our words
@@ -137,8 +150,13 @@ def availability(result: Trajectories) -> None:
         "The validation numbers, AER (cross heads, AWO links on the shipped gold set) and the "
         "source share (ALTI+) need the model of that step: a run keeps one at up to "
         "`snapshot_models` evaluations (default 20), besides best.pt and last.pt; a model "
-        "saved from a run carries them in its .history file. From the probe maps alone, AER "
-        "is measured only where a probe sentence and its output are a gold pair."
+        "saved from a run carries them in its .history file."
+        + (
+            " From the probe maps alone, AER is measured only where a probe sentence and its "
+            "output are a gold pair."
+            if noun == "sentence"
+            else ""
+        )
     )
 
 
@@ -168,9 +186,10 @@ def measure_button(page: SectionInputs, result: Trajectories) -> None:
     st.rerun()
 
 
-def stages_and_heads(result: Trajectories) -> None:
+def stages_and_heads(result: Trajectories, noun: str) -> None:
     """The stages heuristic over the run, and when each head took its pattern (one below the
-    other: beside the chart, the table's columns were cut at 760 px)."""
+    other: beside the chart, the table's columns were cut at 760 px); ``noun``: what the
+    probes are."""
     probes = result.frame("probes")
     found = stages(probes)
     if "cross" not in set(probes["kind"]):  # a one-stack run's pass over a sequence
@@ -185,7 +204,7 @@ def stages_and_heads(result: Trajectories) -> None:
         st.markdown(f"**Measured:** {md(reading[0].upper() + reading[1:])}.")
     heads = specialisation(probes)
     heads["kind"] = heads["kind"].map(KIND_NAMES)
-    st.markdown("**When heads specialise** (probe sentences)")
+    st.markdown(f"**When heads specialise** (probe {noun}s)")
     st.dataframe(spreadsheet_safe(heads), hide_index=True, height=300, placeholder="—")
     st.caption(HEADS_HOW)
 

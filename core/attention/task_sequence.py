@@ -1,0 +1,63 @@
+"""The token sequence a model trained here on the induction task is read on by default (the
+first of the sequences its training scored its heads on, as the model's tokens), and how well
+a teacher-forced pass of a sequence predicted it.
+
+That is the sequence each evaluation's circuit scores read and each snapshot keeps
+(``core.training.circuits.circuit_sequences``, ``core.training.probes.circuit_probe``): a
+start token, then n distinct random tokens of the task's K types, then the same n again, n
+and K from the model's own data settings. The Attention page shows it where a model reads no
+sentence (``supports("sentence")``), and reads it in one teacher-forced pass; ``sequence_score``
+rates that pass where only the repeat of a sequence read twice can be predicted (what followed
+each token the first time), the score the page and ``python -m core.ablate --heads`` give with
+and without heads removed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from core.model.interface import TranslationModel
+from core.model.parts import Translation
+from core.training.circuits import circuit_sequences, circuit_sizes
+
+
+def task_sequence(m: TranslationModel) -> str:
+    """The first circuit sequence of ``m``'s task after its start token, as its tokens joined
+    by spaces ("t12 t200 … t12 t200 …"); "" for a model whose data settings name no
+    induction task."""
+    data = m.meta.get("data_config") or {}
+    if data.get("task") != "induction":
+        return ""
+    n, types = circuit_sizes(data, m.cfg.max_positions)
+    ids = circuit_sequences(n, types, sequences=1)[0].tolist()  # (2n + 1,): [bos, a, a]
+    return " ".join(m.target_tokens(ids[1:]))
+
+
+@dataclass(frozen=True)
+class SequenceScore:
+    """How well one teacher-forced pass predicted a token sequence's scored tokens."""
+
+    loss: float  # mean -log p of the scored tokens (nats)
+    firsts: int  # how many of them are the model's first choice
+    scored: int  # how many tokens are scored: the repeat's, where the sequence is read twice
+    tokens: int  # how many tokens the sequence has (its start and end tokens left out)
+    repeat: bool  # whether the sequence is read twice (only its repeat scored)
+
+    def as_dict(self) -> dict:
+        """The score as JSON-able fields (``python -m core.ablate --heads``'s lines)."""
+        return asdict(self) | {"loss": round(self.loss, 6)}
+
+
+def sequence_score(t: Translation) -> SequenceScore:
+    """The score of a teacher-forced pass ``t`` over a token sequence (its outputs the sequence
+    and its end token): over the repeat where the sequence is its first half twice, else over
+    every token of it."""
+    read = t.decoder_inputs[1:]  # after the start token; the last output is the end token
+    half = len(read) // 2
+    repeat = bool(half) and read[:half] == read[half:]
+    steps = range(half if repeat else 0, len(read))
+    logp = [math.log(max(t.token_probs[i], 1e-45)) for i in steps]  # float32's smallest
+    loss = -sum(logp) / len(logp) if logp else float("nan")
+    firsts = sum(t.ranks[i] == 1 for i in steps)
+    return SequenceScore(loss, firsts, len(steps), len(read), repeat)

@@ -1,0 +1,20 @@
+"""BLEU as the studio records it: multi-reference corpus BLEU (sacrebleu) and the mark of none."""
+
+from __future__ import annotations
+
+import sacrebleu
+
+NO_BLEU = -1.0  # a recorded BLEU before any was measured (status.json, checkpoints)
+
+
+def usable_bleu(value) -> float | None:
+    """A recorded BLEU, or None where none was measured (stored as NO_BLEU or missing)."""
+    return float(value) if isinstance(value, (int, float)) and value >= 0 else None
+
+
+def corpus_bleu(hypotheses: list[list[str]], references: list[list[list[str]]]) -> float:
+    """sacrebleu corpus BLEU of token lists against any number of references each."""
+    width = max((len(r) for r in references), default=0)
+    streams = [[" ".join(r[j]) if j < len(r) else None for r in references] for j in range(width)]
+    hyps = [" ".join(h) for h in hypotheses]
+    return float(sacrebleu.corpus_bleu(hyps, streams, force=True).score) if hyps else 0.0

@@ -1,0 +1,109 @@
+"""AppTests of the Attention page for models that read a token sequence, not a sentence: the
+shipped induction model shows no prompt template and no translation line, but the sequence its
+training scored its heads on, read in one pass whose maps are the model's own attention; and
+"Over training" of a run without BLEU (a tiny seeded induction run, an encoder run) shows the
+figures the run measured and calls its probe what it is."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from core.attention.snapshots import probe_sentences
+from core.model.opened import open_model
+from core.runs.circuit_history import circuit_evals
+from core.runs.run_dir import RunDir
+from tests.helpers import ROOT, assert_clean, plain, run_page_script
+from tests.test_app_attention import json_z
+from tests.test_one_stack_replay import one_stack_runs  # noqa: F401 - the module's fixture
+
+SHIPPED = ROOT / "checkpoints" / "induction-2l.hf"
+HISTORY = ROOT / "checkpoints" / "induction-2l.history"
+
+
+@pytest.fixture
+def studio_folders(tmp_path, monkeypatch) -> dict:
+    """checkpoints/ with the shipped induction model and its history; runs/ empty."""
+    dirs = {"checkpoints": tmp_path / "checkpoints", "runs": tmp_path / "runs"}
+    for name, path in dirs.items():
+        path.mkdir()
+        monkeypatch.setenv(f"ATTENTION_STUDIO_{name.upper()}", str(path))
+    shutil.copytree(SHIPPED, dirs["checkpoints"] / SHIPPED.name)
+    shutil.copy(HISTORY, dirs["checkpoints"] / HISTORY.name)
+    return dirs
+
+
+def texts(at) -> str:
+    return plain("\n".join([m.value for m in at.markdown] + [c.value for c in at.caption]))
+
+
+def attention_page(model: str, section: str, **query):
+    at = run_page_script("attention.py", {"model": model, "section": section, **query})
+    assert_clean(at)
+    assert not at.error, [plain(e.value) for e in at.error]
+    return at
+
+
+def test_the_induction_model_reads_its_token_sequence_not_a_prompt(studio_folders):
+    at = attention_page(f"checkpoints/{SHIPPED.name}/", "maps")
+    assert not at.text_area, [t.label for t in at.text_area]  # no prompt template
+    assert "Translation (" not in texts(at) and "Your translation" not in texts(at)
+    box = at.text_input(key="at_sentence")
+    lm = open_model(str(SHIPPED))
+    (probe,) = probe_sentences(HISTORY)  # the sequence its training scored its heads on
+    assert box.label == "Token sequence" and box.value == probe
+    assert f"**Sequence read:** <bos> {probe}" in texts(at)
+    assert "16 of the 16 of its repeat" in texts(at)  # it copies the whole repeat
+    assert not [w for w in at.warning if "reads no sentence" in w.value]  # said once, above
+    chart = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert "layer 0, head 0" in chart["layout"]["title"]["text"]
+    ids = [lm.start_id, *lm.target_ids(probe)[:-1]]  # its start token, then the sequence
+    with torch.no_grad():
+        out = lm.model(input_ids=torch.tensor([ids]), output_attentions=True)
+    own = out.attentions[0][0, 0]  # layer 0, head 0: (N, N)
+    drawn = torch.tensor(json_z(chart["data"][0]["z"]), dtype=torch.float32)
+    assert drawn.shape == own.shape
+    assert torch.allclose(drawn, own, atol=1e-3)
+
+
+def test_a_sequence_with_a_token_the_model_does_not_know_is_said_in_one_line(studio_folders):
+    at = attention_page(f"checkpoints/{SHIPPED.name}/", "maps", sentence="t1 t2 hello t1 t2")
+    (warning,) = [w for w in at.warning if "vocabulary" in w.value]
+    assert plain(warning.value).startswith("1 of the tokens typed is not in this model's")
+
+
+def metric_labels(at) -> list[str]:
+    return [m.label for m in at.metric]
+
+
+@pytest.fixture
+def one_stack_folders(one_stack_runs, tmp_path, monkeypatch) -> dict:  # noqa: F811
+    """runs/ holding the tiny seeded induction and encoder runs."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(runs))
+    monkeypatch.setenv("ATTENTION_STUDIO_CHECKPOINTS", str(tmp_path))
+    for name, run in one_stack_runs.items():
+        shutil.copytree(run, runs / name)
+    return {"runs": runs}
+
+
+def test_over_training_of_an_induction_run_shows_its_induction_score_not_bleu(one_stack_folders):
+    at = attention_page("runs/induction/best.pt", "training")
+    assert metric_labels(at) == ["Step", "Training loss", "Validation loss", "Best induction score"]
+    assert at.selectbox(key="at_probe").label == "Probe sequence"
+    step = int(at.metric[0].value.replace(",", ""))
+    records = RunDir(one_stack_folders["runs"] / "induction").read_metrics()
+    (record,) = [r for r in circuit_evals(records) if r["step"] == step]
+    best = max(map(max, record["circuits"]["induction"]))
+    assert at.metric[3].value == f"{best:.2f}"
+
+
+def test_over_training_of_an_encoder_run_shows_no_empty_bleu(one_stack_folders):
+    at = attention_page("runs/encoder/best.pt", "training")
+    assert "Validation BLEU" not in metric_labels(at)
+    assert metric_labels(at)[:3] == ["Step", "Training loss", "Validation loss"]
+    assert at.selectbox(key="at_probe").label == "Probe sentence"  # its probes are sentences
