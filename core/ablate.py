@@ -12,10 +12,9 @@ them), the same functions the Attention page calls.
 
     python -m core.ablate --checkpoint PATH --heads KIND:LAYER:HEAD,... [--sequence TEXT]
 
-scores a model that reads a token sequence (one trained here on the induction task) as the
-Remove heads section does: its sequence (default: the one its training scored its heads on)
-in one teacher-forced pass, as it is and with the heads removed, two JSON lines of the loss
-and first choices on the repeat (``core.attention.task_sequence.sequence_score``).
+scores a token-sequence model (trained here on the induction task) as Remove heads does: two
+JSON lines, its sequence's forced pass with and without the heads
+(``core.attention.task_sequence.sequence_removed``).
 """
 
 from __future__ import annotations
@@ -24,10 +23,9 @@ import argparse
 import json
 import sys
 
-from core.attention.ablation import HeadSpecError, heads_of, removed_translation, spec_text
 from core.attention.head_measures import PRECISIONS
 from core.attention.importance import SAMPLE_SIZES, SENTENCES, importance_for
-from core.attention.task_sequence import sequence_score, task_sequence
+from core.attention.task_sequence import sequence_removed
 from core.command_line import (
     CommandError,
     CommandParser,
@@ -37,10 +35,9 @@ from core.command_line import (
     terminal_progress,
 )
 from core.corpus.source import DataError
-from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError
 from core.model.opened import model_path, open_model
-from core.model.parts import GREEDY, TranslationError
+from core.model.parts import TranslationError
 from core.training.devices import pick_device
 
 
@@ -72,45 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sentences", type=sentences, default=SENTENCES, help="the first N validation")
     p.add_argument("--refresh", action="store_true", help="recompute, ignoring a cached result")
     p.add_argument("--target-lang", default="", help="a multilingual model's target language")
-    p.add_argument(
-        "--precision",
-        choices=PRECISIONS,
-        default="auto",
-        help="a Hugging Face model's passes (auto: bfloat16 where the CPU runs it natively)",
-    )
-    p.add_argument(
-        "--device",
-        default="cpu",
-        choices=("cpu", "auto", "cuda", "mps"),
-        help="where the model runs (auto: CUDA, then Apple MPS, then the CPU; the pages: CPU)",
-    )
-    p.add_argument(
-        "--heads",
-        default="",
-        help="KIND:LAYER:HEAD,...: a token-sequence model's sequence scored without these heads",
-    )
+    precision = "a Hugging Face model's passes (auto: bfloat16 where the CPU runs it natively)"
+    p.add_argument("--precision", choices=PRECISIONS, default="auto", help=precision)
+    device = "where the model runs (auto: CUDA, then Apple MPS, then the CPU; the pages: CPU)"
+    p.add_argument("--device", default="cpu", choices=("cpu", "auto", "cuda", "mps"), help=device)
+    heads = "KIND:LAYER:HEAD,...: a token-sequence model's sequence scored without these heads"
+    p.add_argument("--heads", default="", help=heads)
     p.add_argument("--sequence", default="", help="with --heads: the tokens (default: its task's)")
     add_prompt_flag(p)
     return p
-
-
-def removed_lines(lm, heads: str, sequence: str) -> list[str]:
-    """Two JSON lines: a token-sequence model's forced pass over ``sequence`` (its task's where
-    "") scored as it is, then with ``heads`` removed, as the Remove heads section shows them."""
-    if not lm.supports("sentence"):
-        raise CommandError(
-            "--heads scores a model that reads a token sequence (one trained here on the "
-            "induction task); this one reads sentences: without --heads, each head's importance."
-        )
-    try:
-        removed = heads_of(heads, lm.cfg, lm.head_kinds)
-        target = sequence or task_sequence(lm)
-        t = translate_sentence(lm, "", GREEDY, target)
-        cut = removed_translation(lm, "", GREEDY, removed, target)
-    except (HeadSpecError, TranslationError) as e:
-        raise CommandError(str(e)) from e
-    rows = (("", t), (spec_text(removed), cut))
-    return [json.dumps({"heads": spec} | sequence_score(x).as_dict()) for spec, x in rows]
 
 
 def run(args: argparse.Namespace) -> list[str]:
@@ -122,7 +89,10 @@ def run(args: argparse.Namespace) -> list[str]:
         raise CommandError(str(e)) from e
     lm = open_model(args.checkpoint, device, hub=True, prompt=args.prompt, section="ablation")
     if args.heads.strip():
-        return removed_lines(lm, args.heads, args.sequence)
+        try:  # a token-sequence model's sequence without the heads (HeadSpecError: a ValueError)
+            return [json.dumps(r) for r in sequence_removed(lm, args.heads, args.sequence)]
+        except (ValueError, TranslationError) as e:
+            raise CommandError(str(e)) from e
     if problem := lm.supports("importance"):  # it reads no validation sentence
         raise CommandError(problem)
     path = model_path(args.checkpoint)

@@ -59,4 +59,5 @@ def test_a_masked_lm_is_taken_apart_at_its_mask_and_gemma_2_is_refused(studio_di
     assert at.get("plotly_chart") and "the terms' sum" in captions(at)
     at = run_page_script("attention.py", query | {"model": "checkpoints/gemma2/"})
     assert_clean(at)
-    assert "soft-caps its logits" in plain(at.info[-1].value)
+    assert "Direct logit attribution" not in at.radio(key="at_section").options  # not offered:
+    assert any("soft-caps its logits" in plain(w.value) for w in at.warning)  # the link's note

@@ -17,8 +17,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from core.attention.ablation import heads_of, removed_translation, spec_text
+from core.model.checked_translation import translate_sentence
 from core.model.interface import TranslationModel
-from core.model.parts import Translation
+from core.model.parts import GREEDY, Translation
 from core.training.circuits import circuit_sequences, circuit_sizes
 
 
@@ -61,3 +63,22 @@ def sequence_score(t: Translation) -> SequenceScore:
     loss = -sum(logp) / len(logp) if logp else float("nan")
     firsts = sum(t.ranks[i] == 1 for i in steps)
     return SequenceScore(loss, firsts, len(steps), len(read), repeat)
+
+
+def sequence_removed(m: TranslationModel, heads: str, sequence: str = "") -> list[dict]:
+    """A token-sequence model's forced pass over ``sequence`` (its task's where "") scored as
+    it is, then with ``heads`` (``KIND:LAYER:HEAD,...``) removed: two rows, each the removed
+    heads' spec ("" first) and its ``SequenceScore`` fields, as the Remove heads section shows
+    them. Raises ``ValueError`` for a model that reads sentences, and ``HeadSpecError`` /
+    ``TranslationError`` for a spec or sequence it cannot read."""
+    if not m.supports("sentence"):
+        raise ValueError(
+            "--heads scores a model that reads a token sequence (one trained here on the "
+            "induction task); this one reads sentences: without --heads, each head's importance."
+        )
+    removed = heads_of(heads, m.cfg, m.head_kinds)
+    target = sequence or task_sequence(m)
+    t = translate_sentence(m, "", GREEDY, target)
+    cut = removed_translation(m, "", GREEDY, removed, target)
+    rows = (("", t), (spec_text(removed), cut))
+    return [{"heads": spec} | sequence_score(x).as_dict() for spec, x in rows]

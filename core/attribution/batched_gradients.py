@@ -217,8 +217,8 @@ def passes(m: TranslationModel, pairs, K: int) -> list[list[int]]:
     cut into passes of at most IG_BATCH rows (K per sentence) whose summed gradients
     (P T (S + T) D floats, ``_integrate``'s) stay within TOTAL_BYTES and one layer's attention
     weights within ATTENTION_BYTES (the backward pass's softmax and products over N² floats a
-    row run at the memory's speed once they leave the cache: a pass of 5 sentences of 50
-    positions took 1.6× the time of 5 passes of one)."""
+    row run at the memory's speed once they leave the cache: tiny GPT-2's 50 pairs of 18 to 64
+    positions took 1.37× the time in passes of 5 sentences as in these 45 passes)."""
     order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][1]), len(pairs[i][0])))
     out, S, T = [], 0, 0
     for i in order:
