@@ -205,7 +205,7 @@ def main() -> None:
     picked = pick_model(state, "tr")
     if picked is not None:
         entry, lm = picked
-        if lm.reads_prompt:
+        if not lm.supports("template"):  # it translates by a prompt template
             st.caption(PROMPTED)
         choose_validation(lm, state)
         target_language(lm, state, "tr")

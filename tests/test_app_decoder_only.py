@@ -66,6 +66,7 @@ def test_the_translate_page_says_in_one_line_that_the_induction_model_reads_no_s
     assert_clean(at)
     assert not at.error, [plain(e.value) for e in at.error]
     assert "it reads no sentence and no prompt" in plain(at.warning[0].value)
+    assert "tr_prompt" not in [box.key for box in at.text_area]  # no template offered to type
     assert open_model(str(SHIPPED)).supports("d2l") in texts(at)  # no BLEU check offered
     assert "trained here on the induction task" in texts(at)  # the picker's line says so
     assert "not trained here" not in texts(at)

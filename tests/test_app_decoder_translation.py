@@ -44,6 +44,8 @@ def test_the_translate_page_reads_the_sentence_as_the_model_trained(decoder_fold
     assert list(at.dataframe[0].value["output token"]) == expected.output_tokens  # the door's
     assert ":blue-badge[i'm]" in text and ":gray-badge[<eos>]" in text  # preprocessed, as trained
     assert "English:" not in text  # no prompt template around it
+    assert "tr_prompt" not in [box.key for box in at.text_area]  # and none offered to type
+    assert "translates by prompting" not in text
 
 
 def test_the_attention_page_draws_its_three_blocks(decoder_folder):

@@ -242,7 +242,7 @@ def test_value_zeroing_without_zeroing_reruns_each_layer_as_the_model_did(m):
         for layer in range(m.layers(kind)):
             keep = [(f"{attention_site(kind, layer)}.v", zeroing(torch.ones(1, keys[kind])))]
             with torch.no_grad():
-                kept = layer_calls(m, src, tgt_in, until=f"{side}.{layer}")
+                kept = layer_calls(m, src, tgt_in)
                 again = layer_output(m, kept, f"{side}.{layer}", 1, keep)
             assert torch.allclose(again, r.layer_outputs[side][layer], atol=1e-5), (kind, layer)
 

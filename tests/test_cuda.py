@@ -14,6 +14,7 @@ from core.attention.importance import importance_for
 from core.model.batched import forced_batch
 from core.model.opened import open_model
 from core.model.parts import DecodeSettings
+from core.model.resumed import resumable
 from tests import helpers
 from tests.lm_tiny import LM_FAMILIES
 
@@ -49,7 +50,7 @@ def test_running_again_from_a_layer_on_the_gpu_equals_the_cpus(pair):
         gate = torch.ones(m.cfg.num_heads, device=m.device)
         gate[0] = 0.0
         with torch.no_grad(), m.rows_gated({("decoder_self", 1): gate}):
-            again.append(m.hidden_resumable(src, dec)[1](1).cpu())  # (1, T, D)
+            again.append(resumable(m, src, dec)[1]("decoder_self", 1).cpu())  # (1, T, D)
             assert torch.allclose(again[-1], m.hidden(src, dec).cpu(), atol=1e-5)
     assert torch.allclose(again[0], again[1], atol=1e-4)
 

@@ -176,8 +176,9 @@ def test_a_translation_folder_opens_through_the_door_as_it_was_trained(tmp_path)
         assert lm.source(sentence).ids == ids  # as training read it: words, then <eos>
         assert t.out_ids == stepwise_greedy(trainee, ids, 8)
         assert t.decoder_inputs[0] == "<bos>"
-    with pytest.raises(TranslationError, match="takes no prompt template"):
+    with pytest.raises(TranslationError, match="takes no prompt template") as refused:
         lm.with_prompt("Translate: {src}\nFrench:")
+    assert lm.supports("template") == str(refused.value)  # asked before, in the same words
 
 
 # ----------------------------------------------------------------------------- a run

@@ -1,7 +1,8 @@
 """What the analysis once worked out of a model's family and now asks the door or its factory
 (issue 65, P8): whether the server may open the model at a path (``core.model.opened
 .open_problem``, within ``core.runs.budget.OPEN_BYTES``), a prompted model's template
-positions (``core.model.interface.prompt_positions``) and what one output step's stream passes
+positions (``core.model.interface.prompt_positions``), a one-stack model's weights over ids
+of its own (``token_weights``) and what one output step's stream passes
 through (``stream_layout``, which ``core.model.stream_terms`` takes apart)."""
 
 from __future__ import annotations
@@ -9,11 +10,12 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 from torch import nn
 
 from core.model import opened
 from core.model.hf_model import load as load_encoder_decoder
-from core.model.interface import TranslationModel, prompt_positions
+from core.model.interface import TranslationModel, prompt_positions, token_weights
 from core.model.lm_loading import load as load_language_model
 from core.model.parts import StreamTermsError
 from core.model.record import attention_site
@@ -81,6 +83,21 @@ def test_a_prompted_models_template_positions_are_the_doors(models):
     src = lm.source("i am cold .").ids
     assert P > 0 and lm.sequence_spans(len(src), 3)[0].start <= P
     assert lm.sequence_spans(len(src), 3)[1].stop - P == len(src) + 3
+
+
+def test_a_one_stack_models_weights_over_its_own_ids_are_its_own_forwards(models):
+    """``token_weights``: the model's own ``output_attentions`` over the ids alone (no prompt
+    around them); a model of two stacks reads no sequence of its own ids (ValueError)."""
+    lm = models["gpt2"]
+    ids = [*lm.start_ids(), 5, 9, 11, 5, 9, 11]
+    with torch.no_grad():
+        own = lm.model(input_ids=torch.tensor([ids]), output_attentions=True).attentions
+    weights = token_weights(lm, ids)  # (L, H, N, N)
+    assert weights.shape == (lm.cfg.num_decoder_layers, lm.cfg.num_heads, len(ids), len(ids))
+    torch.testing.assert_close(weights, torch.stack(own)[:, 0])
+    for name in ("studio post-LN", "marian"):
+        with pytest.raises(ValueError, match="one sequence"):
+            token_weights(models[name], ids)
 
 
 def test_the_factory_weighs_a_model_within_the_servers_limits(tmp_path, monkeypatch):

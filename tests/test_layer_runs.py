@@ -97,7 +97,7 @@ def test_the_layers_below_the_start_are_not_run_and_a_batch_reads_the_kept_input
     ran: list[str] = []
     watch = [(f"{side}.{i}.in", lambda x, name: ran.append(name)) for side in SIDES for i in (0, 1)]
     with torch.no_grad():
-        kept = layer_calls(m, src, tgt_in, until="decoder.1")  # the pass ends at its call
+        kept = layer_calls(m, src, tgt_in)  # every layer's call, once
         assert "decoder.1" in kept.calls and kept.depth("decoder") == 2
         copies = p.layer_inputs["decoder"][1].expand(3, -1, -1)  # (3, T, D)
         with m.hooks(watch):

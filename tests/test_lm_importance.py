@@ -24,6 +24,7 @@ from core.attention.importance import (
 from core.corpus.splits import Split
 from core.measure.sample import sample_of
 from core.model import sites
+from core.model.resumed import resumable
 from tests import helpers
 from tests.helpers import assert_clean, plain, run_page_script
 from tests.lm_tiny import LM_FAMILIES
@@ -45,18 +46,18 @@ def batch(lm):
 def test_running_again_from_any_layer_equals_the_whole_pass(lm):
     src, dec, _ = batch(lm)
     with torch.no_grad():
-        whole, again = lm.hidden_resumable(src, dec)  # (B, T, D)
+        whole, again = resumable(lm, src, dec)  # (B, T, D)
         assert torch.allclose(whole, lm.hidden(src, dec), atol=1e-6)
         for start in range(lm.cfg.num_decoder_layers):
-            assert torch.allclose(again(start), whole, atol=1e-5)
+            assert torch.allclose(again("decoder_self", start), whole, atol=1e-5)
             gate = torch.ones(lm.cfg.num_heads)
             gate[1] = 0.0
             with lm.rows_gated({("decoder_self", start): gate}):
                 expected = lm.hidden(src, dec)
-                assert torch.allclose(again(start), expected, atol=1e-5)
+                assert torch.allclose(again("decoder_self", start), expected, atol=1e-5)
             assert not torch.allclose(expected, whole, atol=1e-4)  # the head mattered
     with torch.no_grad(), sites.LayerInputs(lm.model), pytest.raises(RuntimeError):
-        again(0)  # never inside a capture: it would keep its own inputs
+        again("decoder_self", 0)  # never inside a capture: it would keep its own inputs
 
 
 @pytest.fixture

@@ -202,7 +202,7 @@ def test_where_tokens_live_are_its_hidden_states(mlm, tmp_path, monkeypatch):
     assert torch.allclose(got, hidden[1].half().float(), atol=1e-3)
     assert [result.tokens[i] for i in np.flatnonzero(rows)] == mlm.source_tokens(ids)
     assert "→" not in read.texts[0]  # it reads the sentence alone
-    assert mlm.stream_sides == ("encoder",)
+    assert projector.sides(mlm) == ("encoder",)  # its capability row: no decoder side
     with pytest.raises(ProjectionError, match="one stack"):
         project(mlm, "decoder", ALL_LAYERS, "pca", 2, 4)
 

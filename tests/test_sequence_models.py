@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from core.attention import snapshots
 from core.attention.task_sequence import task_sequence
 from core.model.capabilities import problem
 from core.model.opened import open_model
+from core.model.parts import TranslationError
 from core.runs.circuit_history import circuit_evals
 from core.runs.history import HistoryFile
 from tests.helpers import ROOT
@@ -24,6 +27,19 @@ def test_only_a_model_trained_on_the_induction_task_reads_no_sentence():
     assert "induction task" in problem("language model", "llama", "sentence", "induction")
     for family in ("studio", "hugging face", "language model", "masked language model"):
         assert problem(family, "llama", "sentence", "translation") is None
+
+
+def test_only_a_language_model_not_trained_here_takes_a_prompt_template():
+    """``template``: a decoder trained here reads its own layout (the task's row, in
+    ``with_prompt``'s words); every other family reads no prompt at all."""
+    lm = open_model(str(SHIPPED))  # a decoder trained here on the induction task
+    with pytest.raises(TranslationError) as refused:
+        lm.with_prompt("Translate: {src}\nFrench:")
+    assert lm.supports("template") == str(refused.value)
+    assert problem("language model", "gpt2", "template", "") is None  # a downloaded one does
+    assert problem("language model", "llama", "template", "lm") is None  # trained here on text
+    for family in ("studio", "hugging face", "masked language model"):
+        assert "reads no prompt" in problem(family, "marian", "template", "")
 
 
 def test_the_induction_models_sequence_is_the_one_its_training_scored():

@@ -31,6 +31,7 @@ from core.corpus.splits import Split
 from core.measure.sample import sample_of
 from core.model.batched import forced_batch
 from core.model.hf_model import load
+from core.model.one_sequence import unpadded
 from core.model.parts import DecodeSettings
 from core.model.record import layer_heads
 from core.model.resumed import resumable
@@ -84,6 +85,31 @@ def test_a_pass_run_again_from_any_heads_layer_is_the_whole_pass(m):
             with m.rows_gated({(kind, layer): gate}):
                 expected = m.hidden(src, dec)  # (B, T, D) the whole pass, the head removed
                 assert torch.allclose(again(kind, layer), expected, atol=1e-4), (kind, layer)
+
+
+@pytest.mark.parametrize("name", (*LM_FAMILIES, *ENCODER_FAMILIES))
+def test_a_one_stack_models_output_positions_are_where_its_own_pass_gives_hidden(name, lm_loaded):
+    """The door's ``output_positions``: each row's own forward from ids (its
+    ``sequence_ids``, its last hidden state) at its output positions is ``hidden`` (the cut
+    ``resumable`` reruns to); in a batch, each row's positions are the same, shifted alike (a
+    prompt's source left-padded to the longest)."""
+    m = lm_loaded[name]
+    src, dec, _ = forced_batch(m, pairs_of(m))  # two pairs of unequal lengths: padded
+    batch = m.output_positions(src, dec)
+    assert len(batch) == src.size(0)
+    for b in range(src.size(0)):
+        s, t = (unpadded(x[b : b + 1], m.pad_id)[0] for x in (src, dec))  # the row alone
+        ids = m.sequence_ids(s, [*t[1:], m.eos_id])  # what it reads alone
+        x = torch.tensor([ids], device=m.device)  # (1, N)
+        with torch.no_grad(), m.evaluating():
+            own = m.model(input_ids=x, output_hidden_states=True).hidden_states[-1][0]  # (N, D)
+            alone = torch.tensor([s]), torch.tensor([t])  # (1, S), (1, T)
+            at = m.output_positions(*alone)[0]
+            assert torch.allclose(own[at], m.hidden(*alone)[0], atol=1e-5)
+        in_batch = batch[b][: len(at)]  # its positions in the batch's sequence: shifted alike
+        assert [p - at[0] for p in at] == [p - in_batch[0] for p in in_batch]
+    with pytest.raises(ValueError):
+        studio(False).output_positions(src, dec)  # two stacks: the decoder's stream is its outputs
 
 
 def own_loss(m, pairs, heads) -> float:

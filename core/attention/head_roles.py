@@ -8,7 +8,7 @@ read twice (Olsson et al. 2022; TransformerLens's demonstration), each head's me
 a token of the second copy to the same token in the first (duplicate) and to the token that
 followed it there (induction), with ``head_detectors``' patterns. A role is named only where
 its mean weight reaches ``ROLE_SHARE`` (the map shows it); the numbers are the model's own
-weights (``TranslationModel.sequence_patterns``).
+weights (``core.model.interface.token_weights``).
 
 Shape key: L layers, H heads, N tokens.
 """
@@ -22,7 +22,7 @@ import torch
 
 from core.attention.head_detectors import random_tokens
 from core.model.detector_scores import detection_patterns, pattern_score
-from core.model.interface import TranslationModel
+from core.model.interface import TranslationModel, token_weights
 from core.model.parts import Translation
 
 REPEATED_TOKENS = 24  # the random sequence read twice for the induction score
@@ -99,8 +99,7 @@ def head_roles(m: TranslationModel, t: Translation, seed: int = 0) -> HeadRoles:
     first = w[..., rows, 0].mean(axis=-1)  # (L, H)
     twice = repeated_ids(m, seed=seed)
     start = len(twice) - 2 * REPEATED_TOKENS
-    with torch.no_grad():
-        r = m.sequence_patterns(twice).float().cpu()  # (L, H, N', N')
+    r = token_weights(m, twice).float().cpu()  # (L, H, N', N')
     repeat = repeat_scores(r, start, REPEATED_TOKENS)
     return HeadRoles(
         previous,

@@ -189,12 +189,18 @@ def sentences_of(
         else [" ".join(ref[0]) for ref in sample.references]
     )
     texts = [f"{' '.join(src)} → {out}" for src, out in zip(sample.sources, read)]
-    if "decoder" not in lm.stream_sides:  # it reads the sentence alone
+    if "decoder" not in sides(lm):  # it reads the sentence alone
         texts = [" ".join(src) for src in sample.sources]
     return Sentences(sources, targets, src_tokens, tgt_tokens, texts)
 
 
 # ----------------------------------------------------------------------------- representations
+
+
+def sides(lm) -> tuple[str, ...]:
+    """The stacks whose tokens have states in this model: both, or the encoder's alone where
+    its capability row refuses "decoder_side" (a masked LM reads one sentence with one stack)."""
+    return SIDES[:1] if lm.supports("decoder_side") else SIDES
 
 
 def layer_count(lm, side: str) -> int:
@@ -330,11 +336,8 @@ def project(
     (``reads``); the size is checked before anything is computed."""
     count = len(sentences.texts) if isinstance(sentences, Sentences) else sentences
     check_choice(side, method, dims, count)
-    if side not in lm.stream_sides:
-        raise ProjectionError(
-            "A masked language model reads one sentence with one stack: its tokens are the "
-            "encoder side's."
-        )
+    if side == "decoder" and (problem := lm.supports("decoder_side")):
+        raise ProjectionError(problem)
     top = layer_count(lm, side)
     if layer != ALL_LAYERS and not 0 <= layer <= top:
         raise ProjectionError(f"The {side} has layers 0 (its input) to {top}, not {layer}.")

@@ -45,7 +45,7 @@ from core.attribution.gradients import (
 )
 from core.attribution.mixing import MIXING_METHODS, cross_mixing, rollout_mixing, self_mixing
 from core.attribution.terms import TermsError, sublayer_terms
-from core.attribution.value_zeroing import sequence_matrix, value_zeroing_steps
+from core.attribution.value_zeroing import kept_calls, sequence_matrix, value_zeroing_steps
 from core.model.interface import TranslationModel
 from core.model.record import Record
 
@@ -114,9 +114,10 @@ def sequence_mixing(m: TranslationModel, p: Record, method: str) -> torch.Tensor
     norm-based, ALTI+ or value zeroing), composed, the first layer's on the right: each
     layer's one attention is a self-attention sub-layer, decomposed as every family's is."""
     out = None
+    kept = kept_calls(m, p) if method == "value-zeroing" else None  # every layer's call, once
     for i, a in enumerate(p.one_stack.attention):
         if method == "value-zeroing":
-            mix = sequence_matrix(m, p, i)  # (N, N)
+            mix = sequence_matrix(m, p, i, kept)  # (N, N)
         elif method == "rollout":
             mix = rollout_mixing(a.weights[0].double())  # (N, N)
         else:

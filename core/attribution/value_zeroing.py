@@ -11,10 +11,10 @@ has two attention sub-layers: its row covers the decoder positions (zeroed in th
 self-attention) and the encoder outputs (zeroed in the cross attention), normalised
 together. All zeroings of one layer run as one batch of copies of that layer alone, on the
 stream it read and its other inputs (masks, positions, the encoder's output) kept from one
-pass (``core.model.layer_runs``: the layers below run once, not once per copy), a hook on the
-``v`` site zeroing one token's values in each copy. A one-stack model's layer is zeroed the
-same way over its whole sequence (its ``v`` site, its layer ``sequence.{i}``), 16 tokens'
-copies at a time (``self_matrix``, as the encoder's).
+pass (``core.model.layer_runs``: the model runs once for every layer, not once per copy or per
+layer), a hook on the ``v`` site zeroing one token's values in each copy. A one-stack model's
+layer is zeroed the same way over its whole sequence (its ``v`` site, its layer
+``sequence.{i}``), 16 tokens' copies at a time (``self_matrix``, as the encoder's).
 
 Shape key: S source tokens, T output tokens, H heads, Dh head width, D model width; N the
 number of zeroings batched.
@@ -68,14 +68,29 @@ def layer_output(m: TranslationModel, kept: LayerInputs, layer: str, n: int, hoo
 
 
 @torch.no_grad()
-def self_matrix(m: TranslationModel, p: Record, layer: str, v_site: str, base, weights):
+def kept_calls(m: TranslationModel, p: Record) -> LayerInputs:
+    """Every layer's call of ``p``'s pass (``layer_calls``): one pass for all of its layers'
+    zeroings."""
+    return layer_calls(m, p.src, p.tgt_in)
+
+
+@torch.no_grad()
+def self_matrix(
+    m: TranslationModel,
+    p: Record,
+    layer: str,
+    v_site: str,
+    base,
+    weights,
+    kept: LayerInputs | None = None,
+):
     """One self-attention layer's value-zeroing matrix (N, N) over the N tokens it reads:
     ``ZEROINGS`` copies of ``layer`` ("encoder.2", "sequence.0") at a time, run on the stream
     it read, copy j with token j's values zeroed at ``v_site``, each compared at the layer's
     output with ``base`` (1, N, D); a key no head reads (``weights`` (H, N, N) all 0: a later
     token, one outside a sliding window) moves nothing, so its column is 0 (float noise
-    cleared)."""
-    kept = layer_calls(m, p.src, p.tgt_in, until=layer)  # the layers below it, once
+    cleared); ``kept``: ``kept_calls(m, p)`` (None: one pass now)."""
+    kept = kept_calls(m, p) if kept is None else kept
     N, parts = base.size(-2), []
     for start in range(0, N, ZEROINGS):
         check_time()  # a shared server's limit for one heavy job (a long sequence: many)
@@ -88,25 +103,33 @@ def self_matrix(m: TranslationModel, p: Record, layer: str, v_site: str, base, w
     return normalised(torch.cat(parts, dim=1) * read)  # (N, N)
 
 
-def encoder_matrix(m: TranslationModel, p: Record, layer: int) -> torch.Tensor:
-    """One encoder layer's value-zeroing matrix (S, S)."""
+def encoder_matrix(
+    m: TranslationModel, p: Record, layer: int, kept: LayerInputs | None = None
+) -> torch.Tensor:
+    """One encoder layer's value-zeroing matrix (S, S) (``kept``: as ``self_matrix``'s)."""
     a = p.attention["encoder"][layer]
     base = p.layer_outputs["encoder"][layer]  # (1, S, D)
     v_site = f"encoder.{layer}.self.v"
-    return self_matrix(m, p, f"encoder.{layer}", v_site, base, a.weights[0])
+    return self_matrix(m, p, f"encoder.{layer}", v_site, base, a.weights[0], kept)
 
 
-def sequence_matrix(m: TranslationModel, p: Record, layer: int) -> torch.Tensor:
-    """One layer's value-zeroing matrix (N, N) over a one-stack model's whole sequence."""
+def sequence_matrix(
+    m: TranslationModel, p: Record, layer: int, kept: LayerInputs | None = None
+) -> torch.Tensor:
+    """One layer's value-zeroing matrix (N, N) over a one-stack model's whole sequence
+    (``kept``: as ``self_matrix``'s)."""
     whole = p.one_stack
     base, weights = whole.layer_outputs[layer], whole.attention[layer].weights[0]
     v_site = f"{attention_site('decoder_self', layer)}.v"
-    return self_matrix(m, p, f"sequence.{layer}", v_site, base, weights)
+    return self_matrix(m, p, f"sequence.{layer}", v_site, base, weights, kept)
 
 
 @torch.no_grad()
-def decoder_step(m: TranslationModel, p: Record, layer: int) -> DecoderStep:
-    """One decoder layer's value-zeroing step: rows over the decoder inputs and the source."""
+def decoder_step(
+    m: TranslationModel, p: Record, layer: int, kept: LayerInputs | None = None
+) -> DecoderStep:
+    """One decoder layer's value-zeroing step: rows over the decoder inputs and the source
+    (``kept``: as ``self_matrix``'s)."""
     check_time()  # a shared server's limit for one heavy job
     T, S = p.output_length, p.source_length
     N, device = T + S, p.src.device
@@ -115,7 +138,7 @@ def decoder_step(m: TranslationModel, p: Record, layer: int) -> DecoderStep:
         (f"decoder.{layer}.cross.v", zeroing(zero_one_each(S, N, T, device))),  # (N, S)
     ]
     name = f"decoder.{layer}"
-    kept = layer_calls(m, p.src, p.tgt_in, memory=p.memory, until=name)  # the layers below
+    kept = layer_calls(m, p.src, p.tgt_in, memory=p.memory) if kept is None else kept
     moved = layer_output(m, kept, name, N, hooks)  # (N, T, D)
     moved_by = change(p.layer_outputs["decoder"][layer], moved)  # (T, T + S)
     moved_by[:, :T] *= p.tgt_mask[0, 0]  # a later token moves nothing but float noise
@@ -125,6 +148,7 @@ def decoder_step(m: TranslationModel, p: Record, layer: int) -> DecoderStep:
 
 def value_zeroing_steps(m: TranslationModel, p: Record):
     """Every layer's value-zeroing mixing of a model of two stacks: encoder matrices (S, S)
-    and decoder steps."""
-    encoder = [encoder_matrix(m, p, i) for i in range(m.cfg.num_encoder_layers)]
-    return encoder, [decoder_step(m, p, i) for i in range(m.cfg.num_decoder_layers)]
+    and decoder steps, from one pass's layer calls."""
+    kept = kept_calls(m, p)  # every layer's call, once
+    encoder = [encoder_matrix(m, p, i, kept) for i in range(m.cfg.num_encoder_layers)]
+    return encoder, [decoder_step(m, p, i, kept) for i in range(m.cfg.num_decoder_layers)]

@@ -38,19 +38,40 @@ TWO_STACK_ROLES = (  # "head_roles": read over one sequence, which an encoder-de
     "sequence: an encoder-decoder splits its source and output between two stacks; its heads' "
     "scores are python -m core.head_scores."
 )
+NO_TEMPLATE = (  # "template": a prompt template is read by a decoder-only language model
+    "This model reads no prompt: a prompt template is what a decoder-only language model "
+    "translates by."
+)
+NO_PROMPT = (  # "template" (and a sentence's note) for a decoder trained here on induction
+    "This model was trained here on the induction task: it reads no sentence and no prompt, "
+    "only its start token and the tokens after it."
+)
+TRAINED_PROMPT = (  # "template" for a decoder trained here on translation
+    "This model was trained here on translation: it reads the sentence, <eos> and <bos>, then "
+    "writes the translation; it takes no prompt template."
+)
+NOT_OWN_SPLIT = (  # "own_split": where its validation sentences come from
+    "This model was not trained here: it has no validation split of its own; its sample is the "
+    "first validation sentences of fra-eng as the studio splits it by default, given to the "
+    "model as text."
+)
 BY_FAMILY: dict[str, dict[str, str]] = {
     STUDIO: {
         "bfloat16": "The studio's own models are small: they are measured exactly, in float32.",
         "head_roles": TWO_STACK_ROLES,
+        "template": NO_TEMPLATE,
     },
     HUGGING_FACE: {
         "supervision": "Supervision is compared between two of the studio's own checkpoints: "
         "a Hugging Face model was not trained here.",
         "head_roles": TWO_STACK_ROLES,
+        "template": NO_TEMPLATE,
+        "own_split": NOT_OWN_SPLIT,
     },
     LANGUAGE_MODEL: {
         "supervision": "Supervision is compared between two of the studio's own checkpoints: "
         "a Hugging Face model was not trained here.",
+        "own_split": NOT_OWN_SPLIT,
         "importance_bleu": "A language model's head importance is measured by its loss alone "
         "(each sentence's first reference after its prompt): BLEU would need every head's "
         "prompted translations, 4x the work.",
@@ -78,6 +99,10 @@ ONE_PASS = (
 )
 BY_FAMILY[MASKED_LM] = {
     "supervision": NOT_TRAINED_HERE,
+    "template": NO_TEMPLATE,
+    "own_split": NOT_OWN_SPLIT,
+    "decoder_side": "A masked language model reads one sentence with one stack: its tokens are "
+    "the encoder side's.",  # the decoder side's token states (the projector's sides)
     "importance_bleu": "A masked language model writes no translation: its head importance is "
     "measured by its masked-LM loss alone.",
     "playback": ONE_PASS,
@@ -123,7 +148,9 @@ BY_TASK: dict[str, dict[str, str]] = {  # a model trained here on a task other t
         for what, words in (("translate", "translating"), *SENTENCE_WORK)
     },
 }
+BY_TASK["translation"] = {"template": TRAINED_PROMPT}  # a decoder trained here reads its layout
 BY_TASK["induction"] |= {
+    "template": NO_PROMPT,
     "sentence": "This model was trained here on the induction task: it reads no sentence and no "
     "prompt, only a start token and the tokens after it; the page reads it on a token sequence "
     "(by default the first its training scored its heads on: random tokens read twice).",

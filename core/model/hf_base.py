@@ -50,7 +50,6 @@ class HFBase:
     cfg: ModelConfig  # its sizes in the studio's terms (for budgets and head pickers)
     meta: dict = field(default_factory=dict)  # family, model type, languages, parameters
     subword = True  # its tokenizer cuts words into pieces
-    trained_here = False  # downloaded: no corpus, splits or history of the studio's
 
     @property
     def pieces_name(self) -> str:

@@ -93,10 +93,6 @@ def _hooks_here() -> dict:
     return getattr(_local, "hooks", None) or {}
 
 
-class StopForward(Exception):  # noqa: N818 (a signal, not an error)
-    """Raised by ``stop_at``'s hook once what was wanted has been read: the pass ends there."""
-
-
 @contextmanager
 def hooked(points: Mapping[str, HookPoint], hooks: Iterable[tuple[str, Hook]]):
     """Within the block, in this thread only, each (site name, hook) runs at that site of
@@ -139,16 +135,6 @@ def replace_with(value: torch.Tensor) -> Hook:
         return value
 
     return put
-
-
-def stop_at(into: dict) -> Hook:
-    """A hook keeping the site's activation in ``into`` and ending the pass (StopForward)."""
-
-    def stop(x: torch.Tensor, name: str) -> None:
-        into[name] = x
-        raise StopForward
-
-    return stop
 
 
 def writable(name: str) -> bool:

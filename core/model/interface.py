@@ -18,7 +18,8 @@ What the door derives from them, once: the source's shown tokens, its framing an
 words BLEU scores, the special ids, the logits of a pass (``run``), the logit lens (``lens``),
 the masks, many lines translated (``translate_lines``), the
 longest output worth decoding, a sentence pair in pieces (``word_pair``), a prompted model's
-template positions (``prompt_positions``, beside the class), the record and the
+template positions (``prompt_positions``, beside the class), a one-stack model's weights over
+ids of its own (``token_weights``, beside it), the record and the
 embeddings path (``core.model.passes``), removing heads (``core.model.head_gates``) and a
 one-stack model's questions (``core.model.one_sequence``), declined by a model of two stacks.
 An adapter overrides a derived method where its model computes it otherwise (the studio's own
@@ -79,7 +80,6 @@ class TranslationModel(Passes, HeadGates, OneSequence, ABC):
     meta: dict  # what its checkpoint or folder says of it
     subword: bool  # whether its tokenizer cuts words into pieces
     pieces_name: str  # what its pieces are, for people: "BPE", "SentencePiece", "WordPiece"…
-    trained_here: bool  # trained by the studio: its corpus, splits and history are known
     source_label: str  # the sentence box's label ("English sentence", "Source sentence (en)")
     target_name: str  # the target language as a box names it ("French", "fr")
     example_sentence: str = "i'm home ."  # what the sentence box shows before a user types
@@ -400,3 +400,12 @@ def prompt_positions(m: TranslationModel) -> int | None:
     if not m.reads_prompt:
         return None
     return m.sequence_spans(0, 0)[1].stop
+
+
+def token_weights(m: TranslationModel, ids: Sequence[int]) -> torch.Tensor:
+    """(L, H, N, N) every head's weights over a sequence of the model's own ids read alone, no
+    prompt around them (head roles' random tokens read twice), by its own forward, no gradient
+    kept; ValueError for a model of two stacks, which reads a source and an output instead
+    (``supports("head_roles")`` says so before)."""
+    with torch.no_grad():
+        return m.sequence_patterns(ids)  # (L, H, N, N)

@@ -20,12 +20,9 @@ Shape key: B batch, N tokens of the stack (S, T or the one sequence), D model wi
 from __future__ import annotations
 
 import threading
-from contextlib import suppress
 
 import torch
 from torch import nn
-
-from core.model.hooks import StopForward
 
 _open = threading.local()  # this thread's LayerInputs, while one is open
 PER_HEAD = ("alibi",)  # keyword arguments (B·H, ...) whose first dimension is batch x heads
@@ -35,9 +32,8 @@ class LayerInputs:
     """Every layer's call (module, positional and keyword arguments) of the passes this thread
     runs inside the block, by layer name; ``run`` runs them again from any one on."""
 
-    def __init__(self, until: str | None = None):
+    def __init__(self):
         self.calls: dict[str, tuple[nn.Module, tuple, dict]] = {}
-        self.until = until  # the layer whose call ends the pass once kept (StopForward)
 
     def __enter__(self) -> LayerInputs:
         _open.value = self
@@ -84,13 +80,13 @@ class LayerInputs:
         return i
 
 
-def layer_calls(m, src, tgt_in, memory=None, until: str | None = None) -> LayerInputs:
+def layer_calls(m, src, tgt_in, memory=None) -> LayerInputs:
     """Every layer's call of one teacher-forced pass of the model ``m`` (a
     ``core.model.interface.TranslationModel``; ``memory``: the encoder's output, given
-    instead of running the encoder), the pass ended once layer ``until``'s call is kept
-    (its layer and the ones above not run)."""
+    instead of running the encoder): what ``run`` runs any slice of the stacks again from,
+    as often as asked."""
     m.hook_points()  # a Hugging Face model's permanent hooks, installed on first use
-    with LayerInputs(until) as kept, suppress(StopForward):
+    with LayerInputs() as kept:
         m.run(src, tgt_in, memory=memory)
     return kept
 
@@ -103,8 +99,6 @@ def keeping(name: str):
         kept = getattr(_open, "value", None)
         if kept is not None:
             kept.calls[name] = (module, args, kwargs)
-            if name == kept.until:
-                raise StopForward
 
     return hook
 

@@ -17,7 +17,7 @@ Shape key: S sentence tokens, T predicted positions, L layers, H heads, D width,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +29,7 @@ from core.model.capabilities import MASKED_LM
 from core.model.hf_base import HFBase, OneAttention
 from core.model.hooks import capture
 from core.model.interface import TranslationModel
+from core.model.one_sequence import at_outputs
 from core.model.parts import (
     AttentionMaps,
     DecodeSettings,
@@ -55,7 +56,6 @@ class MaskedModel(OneAttention, HFBase, TranslationModel):
     family = MASKED_LM
     one_sequence = True
     output_label = "Filled"
-    stream_sides = ("encoder",)  # one stack reading one sentence
     loss_words = (
         "A masked language model is measured by its masked-LM loss: about 15 % of each "
         "sentence's tokens (at least one, evenly spaced) replaced by the mask token and predicted"
@@ -179,14 +179,9 @@ class MaskedModel(OneAttention, HFBase, TranslationModel):
         at every token (``encoder``) or at the predicted positions (``decoder``)."""
         return self._states(src, side)
 
-    def _at_positions(self, src: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
-        """(B, T, D) each row's (B, S, D) ``states`` at its predicted positions, zero after."""
-        rows = [[x for x in ids if x != self.pad_id] for ids in src.tolist()]
-        at = [self.positions(ids) for ids in rows]
-        out = states.new_zeros(len(rows), max(map(len, at)), states.size(-1))  # (B, T, D)
-        for b, where in enumerate(at):
-            out[b, : len(where)] = states[b, where]
-        return out
+    def output_positions(self, src, tgt_in) -> list[list[int]]:
+        """Each row's predicted positions in its sentence (``positions``, padding left out)."""
+        return [self.positions([x for x in ids if x != self.pad_id]) for ids in src.tolist()]
 
     def _batch(self, src: torch.Tensor, first: int | None = None) -> torch.Tensor:
         """(B, S, D) the last layer's output of a right-padded batch, under this thread's hooks
@@ -204,16 +199,8 @@ class MaskedModel(OneAttention, HFBase, TranslationModel):
         return last.output
 
     def hidden(self, src, tgt_in, memory=None) -> torch.Tensor:
-        return self._at_positions(src, self._batch(src, _length(tgt_in)))  # (B, T, D)
-
-    def hidden_resumable(self, src, tgt_in) -> tuple[torch.Tensor, Callable]:
-        with sites.LayerInputs(self.model) as kept:
-            whole = self._batch(src, _length(tgt_in))  # (B, S, D)
-
-        def again(start: int) -> torch.Tensor:
-            return self._at_positions(src, kept.run("sequence", start))
-
-        return self._at_positions(src, whole), again
+        states = self._batch(src, _length(tgt_in))  # (B, S, D)
+        return at_outputs(states, self.output_positions(src, tgt_in))  # (B, T, D)
 
     def loss_pairs(self, src_ids, first_pairs) -> list[tuple[list[int], list[int]]]:
         return [self.loss_pair(ids) for ids in src_ids]  # the sentences alone, masked

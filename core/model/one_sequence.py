@@ -3,9 +3,10 @@ reading its prompt and output, or an encoder-only one reading a sentence), and w
 two stacks answers: its defaults (flags, words, start ids, loss pairs), and each question
 about the one sequence declined in one line (ValueError).
 
-``TranslationModel`` inherits it; ``PromptedModel`` and ``MaskedModel`` answer it. Head roles,
-Inside a head, head importance's loss, the projector's sides and the one-attention attribution
-read a model through it.
+``TranslationModel`` inherits it; ``PromptedModel`` and ``MaskedModel`` answer it. Head roles
+(``core.model.interface.token_weights``), Inside a head, head importance's loss and the
+one-attention attribution read a model through it; the projector's sides are a capability row
+(``decoder_side``).
 
 Shape key: L layers, H heads, N tokens of the sequence.
 """
@@ -26,7 +27,6 @@ class OneSequence:
 
     one_sequence: bool = False  # one stack over one sequence (decoder-only, or encoder-only)
     kinds_words: str = ""  # what its three kinds of attention are, where not an encoder-decoder's
-    stream_sides: tuple[str, ...] = ("encoder", "decoder")  # where its tokens have states
     loss_words: str = ""  # what a one-sequence model's head importance measures, in words
 
     def loss_pairs(self, src_ids, first_pairs) -> list[tuple[list[int], list[int]]]:
@@ -60,11 +60,35 @@ class OneSequence:
         """Where the first decoder input (or predicted token) sits in ``sequence_ids``."""
         raise ValueError(TWO_STACKS)
 
-    def hidden_resumable(self, src, tgt_in):
-        """``hidden`` of one pass (B, T, D), and ``again(layer)``: the same run again from that
-        layer on, the layers below as they were."""
-        raise ValueError(TWO_STACKS)
+    def output_positions(self, src: torch.Tensor, tgt_in: torch.Tensor) -> list[list[int]]:
+        """Each row's output positions in the one sequence a batch pass of (B, S) sources and
+        (B, T) decoder inputs reads (what ``hidden`` is the last layer's stream at): the
+        decoder inputs, the last T positions of a sequence whose every source is left-padded
+        to the longest (``sequence_spans`` of the longest rows, trailing padding not counted);
+        declined by a model of two stacks, whose decoder's stream is at its outputs."""
+        S, T = (max(map(len, unpadded(x, self.pad_id))) for x in (src, tgt_in))
+        steps = self.sequence_spans(S, T)[1]
+        return [list(range(steps.start, steps.stop))] * src.size(0)
 
     def start_ids(self) -> list[int]:
         """The ids it reads before any text (its start token, or none)."""
         return []
+
+
+def unpadded(ids: torch.Tensor, pad: int) -> list[list[int]]:
+    """Each row of (B, .) padded ids without its trailing padding."""
+    rows = []
+    for row in ids.tolist():
+        while row and row[-1] == pad:
+            row.pop()
+        rows.append(row)
+    return rows
+
+
+def at_outputs(states: torch.Tensor, positions: list[list[int]]) -> torch.Tensor:
+    """(B, T, D) each row's (B, N, D) ``states`` at its output ``positions``
+    (``output_positions``), zeros after a row's last (T: the most positions of a row)."""
+    out = states.new_zeros(states.size(0), max(map(len, positions)), states.size(-1))  # (B, T, D)
+    for b, where in enumerate(positions):
+        out[b, : len(where)] = states[b, where]
+    return out

@@ -15,11 +15,10 @@ V target vocabulary.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from contextlib import suppress
 
 import torch
 
-from core.model.hooks import Hook, StopForward, capture, hooked, replace_with, stop_at
+from core.model.hooks import Hook, capture, hooked, replace_with
 from core.model.record import KINDS, Record, attention_site, from_cache, recorded_sites
 
 
@@ -87,9 +86,8 @@ class Passes:
         """((B, S, D), (B, T, D)) the token embeddings the stacks read (the embedding
         modules' outputs: a √D scale the model applies after them is not in them)."""
         seen: dict = {}
-        pairs = [("encoder.embed", capture(seen)), ("decoder.embed", stop_at(seen))]
-        with self.hooks(pairs), suppress(StopForward):
-            self.run(src, tgt_in)
+        with self.hooks((site, capture(seen)) for site in ("encoder.embed", "decoder.embed")):
+            self.run(src, tgt_in)  # (B, T, V): the whole pass
         return seen["encoder.embed"], seen["decoder.embed"]
 
     def log_probs_from_embeddings(self, src, tgt_in, src_emb, tgt_emb) -> torch.Tensor:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -37,10 +37,11 @@ from torch import nn
 from core.model import hugging_face as hf
 from core.model import lm_heads, lm_sites, sites
 from core.model.architectures import architecture_of, softcap
-from core.model.capabilities import LANGUAGE_MODEL
+from core.model.capabilities import LANGUAGE_MODEL, NO_PROMPT, TRAINED_PROMPT
 from core.model.hf_base import HFBase, OneAttention, as_text
 from core.model.hooks import capture
 from core.model.interface import TranslationModel
+from core.model.one_sequence import unpadded
 from core.model.parts import (
     DEFAULT_LANGUAGES,
     DEFAULT_TEMPLATE,
@@ -62,14 +63,6 @@ from core.model.record import Record, one_stack_of, one_stack_record, one_stack_
 
 NEWLINE, TAB = "Ċ", "ĉ"  # byte-level BPE's characters for "\n" and "\t" (GPT-2's byte map)
 LINE_END = "⏎"  # a new line as shown (a boundary token: core.attention.kinds)
-NO_PROMPT = (
-    "This model was trained here on the induction task: it reads no sentence and no prompt, "
-    "only its start token and the tokens after it."
-)
-TRAINED_PROMPT = (
-    "This model was trained here on translation: it reads the sentence, <eos> and <bos>, then "
-    "writes the translation; it takes no prompt template."
-)
 
 
 @dataclass
@@ -269,12 +262,7 @@ class PromptedModel(OneAttention, HFBase, TranslationModel):
 
     def _rows(self, ids: torch.Tensor) -> list[list[int]]:
         """Each row of (B, .) padded ids without its trailing padding."""
-        rows, pad = [], self.pad_id  # read once: the tokenizer's attribute, per row a pass
-        for row in ids.tolist():
-            while row and row[-1] == pad:
-                row.pop()
-            rows.append(row)
-        return rows
+        return unpadded(ids, self.pad_id)
 
     def _pass(self, src, tgt_in, weights=False, states=False, logits=True) -> Pass:
         """One pass of a padded batch: each row's prompt and decoder inputs, its source left-
@@ -308,18 +296,6 @@ class PromptedModel(OneAttention, HFBase, TranslationModel):
     def hidden(self, src, tgt_in, memory=None) -> torch.Tensor:
         p = self._pass(src, tgt_in, logits=False)
         return lm_sites.final_norm(self.model)(p.stream[-1][:, p.steps])  # (B, T, D)
-
-    def hidden_resumable(self, src, tgt_in) -> tuple[torch.Tensor, Callable]:
-        """``hidden`` of one pass, and ``again(layer)``: the same run again from that layer on,
-        the layers below as they were (what removing heads there or above changes)."""
-        with sites.LayerInputs(self.model) as kept:
-            p = self._pass(src, tgt_in, logits=False)
-        norm = lm_sites.final_norm(self.model)
-
-        def again(start: int) -> torch.Tensor:
-            return norm(kept.run("sequence", start)[:, p.steps])  # (B, T, D)
-
-        return norm(p.stream[-1][:, p.steps]), again
 
     def patterns(self, src, tgt_in, kinds: Sequence[str] = ("encoder", "decoder_self", "cross")):
         """{kind: (L, B, H, Tq, Tk)}: each row's blocks, its source's columns first."""

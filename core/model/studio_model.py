@@ -99,7 +99,6 @@ class StudioModel(TranslationModel):
 
     family = STUDIO
     start_id, eos_id, pad_id, unk_id = Vocab.bos_id, Vocab.eos_id, Vocab.pad_id, Vocab.unk_id
-    trained_here = True  # by the studio's own trainer
     source_label = "English sentence"  # the sentence box's label
     target_name = "French"  # the target language as a box names it
 

@@ -126,9 +126,10 @@ def target_language(lm, state: ViewState, prefix: str) -> None:
 
 def prompt_template(lm, state: ViewState, prefix: str) -> None:
     """A prompted language model's template (widget ``<prefix>_prompt``); nothing for a model
-    that reads no prompt. A template that cannot make a prompt is kept in the box and named by
-    the translation's error."""
-    if not lm.reads_prompt:
+    that takes none (its capability row ``template``: a decoder trained here reads its own
+    layout). A template that cannot make a prompt is kept in the box and named by the
+    translation's error."""
+    if lm.supports("template"):
         state.prompt, state.why["prompt"] = "", "this model reads no prompt"
         return
     if len(state.prompt) > MAX_TEMPLATE_CHARS:  # from a link: the box could not hold it

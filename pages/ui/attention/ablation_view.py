@@ -223,7 +223,7 @@ def importance_panel(entry: ModelEntry, lm: TranslationModel, state: ViewState) 
     if problem := lm.supports("importance"):  # it reads no validation sentence
         st.caption(md(problem))
         return
-    here = lm.trained_here
+    here = not lm.supports("own_split")  # its sample: its own validation split
     state.keep_within("importance_sentences", *SAMPLE_SIZES)
     widget_default("ab_sentences", state.importance_sentences)
     state.importance_sentences = n = int(

@@ -203,7 +203,7 @@ def patching_section(page: SectionInputs) -> None:
         "the clean run's word back, 0 that it changes nothing (Meng et al. 2022; Wang et al. "
         "2023)."
     )
-    if page.lm.reads_prompt:
+    if not page.lm.supports("template"):  # the example is a prompt template
         st.button(
             "Use the indirect-object example (Wang et al. 2023)",
             key="at_patch_ioi",

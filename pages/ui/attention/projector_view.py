@@ -21,6 +21,7 @@ from core.attention.projector import (
     Projection,
     ProjectionError,
     layer_count,
+    sides,
     umap_available,
 )
 from core.corpus.source import DataError
@@ -62,9 +63,11 @@ def _settings(page: SectionInputs) -> tuple:
     methods = METHODS if umap_available() else ("pca",)
     cols = [*st.columns(3), *st.columns(3)]
     with cols[0]:
-        sides = page.lm.stream_sides
-        widget_default("space_side", state.space_side, sides)
-        state.space_side = st.selectbox("Side", sides, key="space_side", format_func=SIDE_NAMES.get)
+        offered = sides(page.lm)
+        widget_default("space_side", state.space_side, offered)
+        state.space_side = st.selectbox(
+            "Side", offered, key="space_side", format_func=SIDE_NAMES.get
+        )
     with cols[1]:
         layer = _layer(state, layer_count(page.lm, state.space_side))
     with cols[3]:
