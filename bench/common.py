@@ -191,3 +191,17 @@ def without_narrow_products(call):
             return call()
 
     return plain
+
+
+def with_torch_softmax(call):
+    """``call`` with ``core.attribution.products`` leaving every softmax to torch's own (short
+    rows not written out): the same run's figure before ``ShortSoftmax``."""
+    from unittest import mock
+
+    from core.attribution import products
+
+    def plain():
+        with mock.patch.object(products, "_short_rows", lambda args, kwargs: None):
+            return call()
+
+    return plain

@@ -2,7 +2,7 @@
 
     python bench/file_mode_speed.py [--pairs 50] [--runs 3] [--steps 50]
         [--families marian,bart,gpt2,llama] [--methods grad-input,integrated-gradients]
-        [--batch 10]
+        [--batch 10] [--torch-softmax]
 
 On tiny random Hugging Face models (the tests' ``tests/hf_tiny.py`` and ``tests/lm_tiny.py``,
 built in a temporary folder), ``--pairs`` source-target pairs of 4 to 16 words each: the CPU
@@ -19,7 +19,8 @@ turn in every round (``common.interleaved_cpu_seconds``); the ratio is studio / 
 (the goal of issue 67: at most 0.5 on both methods). ``--one-at-a-time`` times the file mode
 as it was before batching (every pair alone), for the record; ``--plain`` also times it with
 every product as it was before ``core.attribution.products``, in the same rounds;
-``--whole-passes`` with passes not cut to ``batched_gradients.ATTENTION_BYTES``, likewise.
+``--whole-passes`` with passes not cut to ``batched_gradients.ATTENTION_BYTES``, likewise;
+``--torch-softmax`` with torch's own softmax on short rows (``products.ShortSoftmax`` off).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from common import ROOT, interleaved_cpu_seconds, without_narrow_products
+from common import ROOT, interleaved_cpu_seconds, with_torch_softmax, without_narrow_products
 
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -44,6 +45,7 @@ from core.model.parts import DecodeSettings  # noqa: E402
 ENGLISH = "i am cold the boy is tall . you are hot we"
 FRENCH = "je suis froid le garçon est grand . tu es chaud nous"
 GREEDY = DecodeSettings()
+EXTRA = ("plain products", "whole passes", "torch softmax")  # --plain, --whole-passes, ...
 INSEQ_METHODS = {"grad-input": "input_x_gradient", "integrated-gradients": "integrated_gradients"}
 
 
@@ -115,6 +117,9 @@ def main(argv=None) -> None:
     ap.add_argument("--one-at-a-time", action="store_true", help="the file mode unbatched")
     ap.add_argument("--plain", action="store_true", help="also time it without narrow products")
     ap.add_argument("--whole-passes", action="store_true", help="also time it with uncut passes")
+    ap.add_argument(
+        "--torch-softmax", action="store_true", help="also time it with torch's softmax"
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     try:
@@ -139,21 +144,19 @@ def main(argv=None) -> None:
                     calls.append(without_narrow_products(ours_call))
                 if args.whole_passes:
                     calls.append(whole_passes(ours_call))
+                if args.torch_softmax:
+                    calls.append(with_torch_softmax(ours_call))
                 ours, theirs, *more = interleaved_cpu_seconds(calls, args.runs)
-                plain = more[:1] if args.plain else []
-                whole = more[-1:] if args.whole_passes else []
+                asked = (args.plain, args.whole_passes, args.torch_softmax)
+                extra = [name for name, on in zip(EXTRA, asked) if on]  # the calls' order
                 theirs = theirs if peer else float("nan")
                 print(
                     f"tiny {family:<8} {method:<22} studio {ours:7.3f} s   inseq "
                     f"{theirs:7.3f} s   ratio {ours / theirs:.2f}",
                     flush=True,
                 )
-                if plain:
-                    ratio = plain[0] / theirs
-                    print(f"{'':<36}plain products {plain[0]:7.3f} s   ratio {ratio:.2f}")
-                if whole:
-                    ratio = whole[0] / theirs
-                    print(f"{'':<36}whole passes   {whole[0]:7.3f} s   ratio {ratio:.2f}")
+                for name, seconds in zip(extra, more):
+                    print(f"{'':<36}{name:<14} {seconds:7.3f} s   ratio {seconds / theirs:.2f}")
 
 
 if __name__ == "__main__":

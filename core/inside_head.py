@@ -3,17 +3,20 @@
     python -m core.inside_head --checkpoint CK --sentence S --kind cross --layer L --head H
         --query I [--beam N]
     python -m core.inside_head --checkpoint CK --sentence S --logit-lens [--top K] [--beam N]
-    python -m core.inside_head --checkpoint FOLDER --sentence S --head-roles [--prompt T]
+    python -m core.inside_head --checkpoint CK --sentence S --head-roles [--prompt T]
 
 The first form prints one JSON line: ``kind``, ``layer``, ``head``, ``query``,
 ``query_token``, ``key_tokens``, ``head_width``, the query vector ``q``, the key vectors
 ``keys``, the scaled ``scores`` q·k/√d_k, the ``mask`` and the softmax ``weights``. The
 second prints one JSON line per output step: ``step``, ``reads``, ``chosen`` and, per
 decoder layer, its ``top`` words with probabilities and the chosen word's rank and
-probability. The third (a decoder-only model) prints one JSON line per head: its
-``previous``-token, ``first``-token and ``induction`` scores and the ``roles`` they reach. The
-library is ``core.attention.query_key``, ``core.attention.logit_lens`` and
-``core.attention.head_roles``, the same functions the Attention page calls.
+probability. The third prints one JSON line per head of each attention (``kind``: encoder,
+decoder_self, cross, or a one-stack model's ``sequence``): the scores of the roles that
+attention can have (``previous``, ``next``, ``first``, ``last``, ``duplicate``,
+``induction``; None where no row reads one) and the ``roles`` they reach, the figures the Maps'
+"What each head does" draws. The library is ``core.attention.query_key``,
+``core.attention.logit_lens`` and ``core.attention.head_roles``, the same functions the
+Attention page calls.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head", type=InRange.index(), default=0, help="head, counted from 0")
     p.add_argument("--query", type=InRange.index(), default=0, help="query token's position")
     p.add_argument("--logit-lens", action="store_true", help="the decoder's logit lens instead")
-    p.add_argument("--head-roles", action="store_true", help="a decoder-only model's head roles")
+    p.add_argument("--head-roles", action="store_true", help="every head's roles, by attention")
     top = InRange(int, 1, MAX_TOP)
     p.add_argument("--top", type=top, default=TOP_K, help="logit lens: words kept per cell")
     p.add_argument("--beam", type=InRange(int, *BEAM_SIZES), default=1, help="beam size")

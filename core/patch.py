@@ -21,6 +21,7 @@ words, "" for none) and ``--answers`` (the clean and the corrupted answer word) 
 step and the metric where the translations agree; a prefix alone takes each run's most likely
 word after it. CK: a studio checkpoint or a Hugging Face model folder (a hub id online);
 ``--target-lang``: a multilingual model's output language. Library: ``core.attention.patching``.
+A masked language model is asked at both sentences' first mask (one position), no ``--prefix``.
 
 ``--method attribution``: attribution patching's estimate of every component at once
 (``core.attention.attribution_patching``), each line's ``estimate`` beside its ``effect``
@@ -38,7 +39,7 @@ import json
 import sys
 
 from core.attention.attribution_patching import attribution_patch
-from core.attention.patch_question import METHODS
+from core.attention.patch_methods import METHODS
 from core.attention.patching import DEFAULT_SELECTION, DIRECTIONS, SELECTIONS, patch
 from core.attention.path_patching import HEAD_FORMAT, path_patch_named
 from core.command_line import CommandParser, add_prompt_flag, run_command

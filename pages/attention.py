@@ -12,7 +12,7 @@ from pages.ui.attention.inputs import SectionInputs
 from pages.ui.attention.sections import SECTION_FIELDS, coming_section, pick_section
 from pages.ui.attention.sequence_read import sequence_input, sequence_line
 from pages.ui.cached import sentence_maps, translate
-from pages.ui.frame import ensure_app_navigation, footer, link
+from pages.ui.frame import ensure_app_navigation, link, model_footer
 from pages.ui.model_picker import pick_model
 from pages.ui.text import md
 from pages.ui.view_state import clamp_view
@@ -45,7 +45,9 @@ def sentence_boxes(lm, state) -> str | None:
 def output_line(lm, t, settings) -> None:
     """The translation the maps explain: the model's own, or the one the user typed."""
     mode = "greedy" if settings.beam_size == 1 else f"beam {settings.beam_size}"
-    if t.forced:
+    if lm.supports("decoding"):  # filled in one pass: no decoding mode to name
+        st.markdown(f"**{lm.output_label}:** {md(t.text) or '(empty)'}")
+    elif t.forced:
         st.markdown(f"**Your translation (fed to the decoder):** {md(t.text) or '(empty)'}")
         firsts = sum(r == 1 for r in t.ranks)
         st.caption(
@@ -66,7 +68,6 @@ def main() -> None:
     if picked is None:
         link_note(state, ("model",))
         write_url(state, ("sentence",))
-        footer()
         return
     entry, lm = picked
     no_sentence = lm.supports("sentence")  # it reads a token sequence, in one forced pass
@@ -84,7 +85,7 @@ def main() -> None:
     if t is None:
         link_note(state, TRANSLATE_KEYS)  # the view's values wait for a translation
         write_url(state, ATTENTION_KEYS, SECTION_FIELDS)
-        footer()
+        model_footer(lm)
         return
     key = (entry.path, entry.mtime, state.sentence, settings, state.target)  # SectionInputs.key
     pieces = sentence_maps(t, key)
@@ -97,9 +98,12 @@ def main() -> None:
     if not no_sentence:  # the three kinds in a translator's words; a decoding setting
         if lm.kinds_words:
             st.caption(lm.kinds_words)
-        link(
-            "translate.py", "Change decoding on the Translate page", state.to_query(TRANSLATE_KEYS)
-        )
+        if lm.supports("decoding") is None:  # a model filling its output at once has none
+            link(
+                "translate.py",
+                "Change decoding on the Translate page",
+                state.to_query(TRANSLATE_KEYS),
+            )
     clamp_view(state, pieces)
     open_on_best_reader(entry, lm, state)
     reads_view = coming_section(state, lm).reads_view  # the logit lens reads no kind or head
@@ -111,7 +115,7 @@ def main() -> None:
     section.draw(SectionInputs(entry, lm, t, pieces, maps, state, stretch))
     link_note(state, ATTENTION_KEYS)
     write_url(state, ATTENTION_KEYS, SECTION_FIELDS)
-    footer()
+    model_footer(lm)
 
 
 main()

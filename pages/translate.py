@@ -18,7 +18,7 @@ from core.model.parts import (
 )
 from core.runs.catalogue import ModelEntry
 from pages.ui.cached import translate, validation_examples
-from pages.ui.frame import ensure_app_navigation, footer, link
+from pages.ui.frame import ensure_app_navigation, link, model_footer
 from pages.ui.model_picker import pick_model
 from pages.ui.text import code, md, spreadsheet_safe
 from pages.ui.view_state import ViewState
@@ -66,6 +66,21 @@ def decode_settings(state: ViewState) -> DecodeSettings:
     return state.settings()
 
 
+ONE_PASS_WORDS = (
+    "This model writes no output step by step: it has no greedy or beam search to choose."
+)
+
+
+def no_decoding(state: ViewState) -> DecodeSettings:
+    """The settings of a model that fills its output in one pass: no decoding widgets, and
+    beam 1 (a link's beam is named in its note)."""
+    if state.beam != 1 and "beam" in state.asked:
+        state.why["beam"] = "this model writes no output step by step"
+    state.beam = 1
+    st.caption(ONE_PASS_WORDS)
+    return state.settings()
+
+
 def choose_validation(lm: TranslationModel, state: ViewState) -> None:
     """Optionally pick a validation sentence; shows its reference translations."""
     if not st.toggle("Pick a validation sentence", key="tr_use_val"):
@@ -104,15 +119,19 @@ def badge(token: str, color: str) -> str:
 
 
 def show_translation(
-    t: Translation, state: ViewState, pieces: str = "BPE", label: str = "Translation"
+    t: Translation,
+    state: ViewState,
+    pieces: str = "BPE",
+    label: str = "Translation",
+    decoded: bool = True,
 ) -> None:
-    """The translation, its source tokens (unknown marked), warnings and candidates."""
+    """The translation, its source tokens (unknown marked), warnings and candidates;
+    ``decoded`` False: an output filled in one pass, with no decoding steps to count."""
     st.subheader(label)
     st.markdown(f"### {md(t.text) or '(empty output)'}")
-    st.caption(
-        f"log-probability {t.log_prob:.2f} · {len(t.output_tokens)} decoder steps · "
-        + ("greedy" if state.beam == 1 else f"beam {state.beam}, α {state.alpha:g}")
-    )
+    mode = "greedy" if state.beam == 1 else f"beam {state.beam}, α {state.alpha:g}"
+    how = f"{len(t.output_tokens)} decoder steps · {mode}" if decoded else "one pass, no decoding"
+    st.caption(f"log-probability {t.log_prob:.2f} · {how}")
     for w in t.warnings:
         st.warning(md(w))
     tokens = [
@@ -166,7 +185,7 @@ def translation_of(
     except TranslationError as e:
         st.error(md(e))
         return
-    show_translation(t, state, lm.pieces_name, lm.output_label)
+    show_translation(t, state, lm.pieces_name, lm.output_label, lm.supports("decoding") is None)
     if state.target:
         show_target(lm, entry, t, state)
 
@@ -211,7 +230,7 @@ def main() -> None:
         target_language(lm, state, "tr")
         prompt_template(lm, state, "tr")
         typed = sentence_input(state, "tr", lm.source_label, lm.example_sentence)
-        settings = decode_settings(state)
+        settings = decode_settings(state) if lm.supports("decoding") is None else no_decoding(state)
         if problem := lm.supports("force"):  # a model that does not translate has nothing to rate
             state.target, state.why["target"] = "", problem
         else:
@@ -224,7 +243,7 @@ def main() -> None:
             d2l_section(lm, entry, settings)
         link_note(state, TRANSLATE_KEYS)
         write_url(state, TRANSLATE_KEYS)
-    footer()
+        model_footer(lm)
 
 
 main()

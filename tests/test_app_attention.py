@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 from core.attention.kinds import KINDS, kind_labels
 from core.attention.maps import HIDDEN_NOTE, export_name
 from core.figures.attention import BLANK_NAME, plotly_text
+from core.figures.head_roles import ROLES_TITLE as ROLES
 from pages.ui.attention.sections import SECTION_KEYS
 from pages.ui.view_state import OLD_SECTIONS
 from tests.helpers import assert_clean, plain, run_page_script
@@ -23,8 +24,10 @@ def run_page(query: dict | None = None) -> AppTest:
 
 
 def specs(at: AppTest) -> list[dict]:
-    """The Plotly figures of the page, as JSON."""
-    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    """The Plotly figures of the page, as JSON, but the Maps' head roles (one per attention
+    kind, after the maps: tests/test_head_roles.py reads them)."""
+    every = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    return [f for f in every if not f["layout"].get("title", {}).get("text", "").startswith(ROLES)]
 
 
 def titles(at: AppTest) -> list[str]:
@@ -85,7 +88,7 @@ def test_renders_large_heatmap_and_overview(studio_dirs):
         "layer": "0",
         "head": "0",
     }
-    assert any("Tatoeba" in c.value for c in at.caption)
+    assert not any("Tatoeba" in c.value for c in at.caption)  # trained on tiny.tsv: no credit
 
 
 def test_switch_kind_layer_and_head(studio_dirs):
@@ -288,7 +291,10 @@ def test_charts_and_csv_save_under_one_readable_name(studio_dirs):
     assert_clean(at)
     name = "fra-eng-small_im-home_decoder-self_layer1_head2"
     assert name == export_name("checkpoints/fra-eng-small.pt", "i'm home .", "decoder_self", 1, 2)
-    assert png_names(at) == [name, "fra-eng-small_im-home_decoder-self_grid"]
+    assert png_names(at)[:2] == [name, "fra-eng-small_im-home_decoder-self_grid"]
+    assert png_names(at)[2:] == [  # then the head roles, one map per kind
+        f"fra-eng-small_im-home_{kind}_all_roles" for kind in ("encoder", "decoder-self", "cross")
+    ]
     at.radio(key="at_section").set_value("playback").run()
     assert png_names(at)[:3] == [
         f"fra-eng-small_im-home_layer1_step-0_{what}"

@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 
+from core.attention.ablation import HeadSpec, ablated
 from core.attention.logit_lens import logit_lens
-from core.attention.patching import ENCODER_OUTPUT, Component, patch
-from core.attention.query_key import head_scores
+from core.attention.patch_sites import ENCODER_OUTPUT, Component
+from core.attention.patching import patch
+from core.attention.query_key import InsideHeadError, head_scores, query_key_view
 from core.attribution.methods import AttributionError, attribute
 from core.attribution.terms import sublayer_terms
 from core.attribution.value_zeroing import layer_output, zeroing
 from core.model import sites
+from core.model.architectures import ALIBI, ARCHITECTURES, RELATIVE, ROPE, SINUSOIDAL
 from core.model.hf_model import HFModel, load
 from core.model.hooks import capture, replace_with, writable
 from core.model.layer_runs import layer_calls
@@ -33,7 +37,7 @@ from core.model.record import KINDS, SIDES, attention_site, side_of
 from core.model.studio_model import StudioModel, attention_module
 from tests import helpers
 from tests.hf_tiny import CONFORMANCE
-from tests.lm_tiny import ENCODER_FAMILIES, LM_FAMILIES
+from tests.lm_tiny import ENCODER_FAMILIES, KV_HEADS, LM_FAMILIES, LM_REAL_FLAGS
 
 CONFIGURATIONS = ("studio post-LN", "studio pre-LN", *CONFORMANCE)
 SOURCE, CORRUPT = "i am cold .", "you are tall ."  # one length in pieces in every vocabulary
@@ -108,29 +112,9 @@ def own_pass(m, src, tgt_in):
 # ----------------------------------------------------------------------------- passes
 
 
-def test_the_embeddings_path_equals_the_ids_path(m):
-    src, tgt_in, _ = batch(m)
-    logits, _ = own_pass(m, src, tgt_in)
-    embeddings = m.embeddings(src, tgt_in)
-    copies = tuple(e.expand(3, -1, -1) for e in embeddings)  # as the gradient methods batch
-    with torch.no_grad():
-        logp = m.log_probs_from_embeddings(src, tgt_in, *copies)
-    assert torch.allclose(logp, logits.float().log_softmax(-1).expand(3, -1, -1), atol=1e-5)
-
-
-def test_recorded_weights_equal_the_models_own(m):
-    src, tgt_in, out = batch(m)
-    logits, maps = own_pass(m, src, tgt_in)
-    with torch.no_grad():
-        r = m.record(src, tgt_in, out)
-    assert torch.allclose(r.logits, logits, atol=1e-5)
-    for kind in KINDS:
-        assert torch.allclose(getattr(r.maps(), kind), maps[kind], atol=1e-6), kind
-
-
 def test_the_few_sites_a_caller_reads_equal_the_record(m):
     """``patterns`` and ``stream`` (a few sites, for many sentences) are what the record of
-    the same padded batch holds (its weights: the model's own, above)."""
+    the same padded batch holds (its weights: the model's own, below)."""
     (src, tgt_in, _), (short_src, short_tgt, _) = batch(m), batch(m, "I am.", "Je suis.")
     src2 = torch.nn.utils.rnn.pad_sequence([src[0], short_src[0]], True, m.pad_id)  # (2, S)
     tgt2 = torch.nn.utils.rnn.pad_sequence([tgt_in[0], short_tgt[0]], True, m.pad_id)  # (2, T)
@@ -145,22 +129,9 @@ def test_the_few_sites_a_caller_reads_equal_the_record(m):
         assert all(torch.equal(a, b) for a, b in zip(stream, r.stream(side))), side
 
 
-def test_recorded_weights_equal_what_decoding_attended(m):
-    settings = DecodeSettings(max_len=6, target_lang=target_lang(m) or "")
-    t = m.translate(SOURCE, settings)
-    r = m.forced(t.src_ids, t.out_ids)
-    T = len(t.out_ids)
-    recorded = r.maps()
-    for kind in KINDS:  # the Translation's maps are the decoder's own, step by step
-        own = getattr(t.attention, kind)  # (L, H, Tq, Tk)
-        mine = getattr(recorded, kind)[:, 0, :, : own.shape[2], : own.shape[3]]
-        assert torch.allclose(mine.float(), own.float(), atol=1e-5), kind
-    assert len(t.output_tokens) == T
-
-
 def test_hf_recorded_weights_equal_generates_own(m):
     if not isinstance(m, HFModel):
-        pytest.skip("the studio's decoding is checked above (its Translation's maps)")
+        pytest.skip("the studio's decoding is checked below (its Translation's maps)")
     src = torch.tensor([m.source(SOURCE).ids])
     kwargs = {"forced_bos_token_id": m.language_id(target_lang(m))} if target_lang(m) else {}
     with torch.no_grad():
@@ -209,17 +180,6 @@ def test_each_sublayer_decomposition_sums_to_its_output(m):
             t = sublayer_terms(m, kind, layer, a)
             assert torch.allclose(t.output, a.resid_post[0].float(), atol=1e-5), (kind, layer)
             assert torch.allclose(t.rebuilt(), t.output, atol=1e-4), (kind, layer)
-
-
-def test_inside_a_head_rebuilds_the_models_weights(m):
-    src, tgt_in, out = batch(m)
-    r = m.forced(src[0].tolist(), out[0].tolist())
-    for kind in KINDS:
-        for layer in range(m.layers(kind)):
-            for head in range(m.cfg.num_heads):
-                s = head_scores(m, r, kind, layer, head)
-                own = r.attention[kind][layer].weights[0, head]
-                assert torch.allclose(s.weights, own.float(), atol=1e-5), (kind, layer, head)
 
 
 def test_integrated_gradients_are_complete(m):
@@ -343,11 +303,17 @@ def any_m(request, hf_models, lm_models, nllb_folder):
     return m
 
 
+def own_output(m):
+    """The model's own greedy output for its example sentence (a masked model's: the words it
+    fills), a Translation."""
+    return m.translate(
+        m.example_sentence, DecodeSettings(max_len=6, target_lang=target_lang(m) or "")
+    )
+
+
 def read(m):
-    """((1, S) source, (1, T) decoder inputs, T output ids) of the model's own greedy output
-    for its example sentence (a masked model's: the words it fills)."""
-    settings = DecodeSettings(max_len=6, target_lang=target_lang(m) or "")
-    t = m.translate(m.example_sentence, settings)
+    """((1, S) source, (1, T) decoder inputs, T output ids) of ``own_output``."""
+    t = own_output(m)
     src, tgt_in = torch.tensor([t.src_ids]), torch.tensor([m.decoder_inputs(t.out_ids)])
     return src, tgt_in, list(t.out_ids)
 
@@ -381,6 +347,20 @@ def test_run_is_the_models_own_forward(any_m):
     assert torch.allclose(run, own_logits(any_m, any_m.model, src, tgt_in, out), atol=1e-5)
 
 
+def test_the_embeddings_path_equals_the_ids_path(any_m):
+    """What the gradient methods differentiate (the embedding modules' outputs, put in place
+    by the embed hook sites; whatever the family scales after them, Marian's √D included) gives
+    the model's own log-probabilities from ids, for every row of a batch of copies."""
+    m = any_m
+    src, tgt_in, out = read(m)
+    own = own_logits(m, m.model, src, tgt_in, out).float().log_softmax(-1)
+    embeddings = m.embeddings(src, tgt_in)
+    copies = tuple(e.expand(3, -1, -1) for e in embeddings)  # as the gradient methods batch
+    with torch.no_grad():
+        logp = m.log_probs_from_embeddings(src, tgt_in, *copies)
+    assert torch.allclose(logp, own.expand(3, -1, -1), atol=1e-5)
+
+
 def test_the_last_layers_lens_is_the_output_and_the_logit_lens_agrees(any_m):
     m = any_m
     src, tgt_in, out = read(m)
@@ -392,7 +372,7 @@ def test_the_last_layers_lens_is_the_output_and_the_logit_lens_agrees(any_m):
     assert torch.allclose(lens.float().log_softmax(-1), own, atol=1e-5)
     for last in recorded[-1:]:  # (a one-stack record keeps its one stream: read above)
         assert torch.allclose(m.lens(last).float().log_softmax(-1), own, atol=1e-5)
-    t = m.translate(m.example_sentence, DecodeSettings(max_len=6, target_lang=target_lang(m) or ""))
+    t = own_output(m)
     view = logit_lens(m, t)
     assert view.layers == m.depth[1]
     assert view.chosen_prob[-1] == pytest.approx(t.token_probs, abs=1e-5)
@@ -405,8 +385,11 @@ def test_removing_a_head_equals_zeroing_its_columns_of_w_o(any_m, kind):
         pytest.skip(f"this model has no {kind} heads (its head kinds: {m.head_kinds})")
     src, tgt_in, out = read(m)
     layer, head, width = m.layers(kind) - 1, 1, m.attention_weights(kind, 0).head_width
-    with torch.no_grad(), m.heads_removed([(kind, layer, head)]):
-        removed = m.run(src, tgt_in)
+    with torch.no_grad():
+        before = m.run(src, tgt_in)
+        with ablated(m, [HeadSpec(kind, layer, head)]):  # the analyses' door to heads_removed
+            removed = m.run(src, tgt_in)
+        assert torch.equal(m.run(src, tgt_in), before)  # put back, exactly
     by_hand = copy.deepcopy(m)
     cols = slice(head * width, (head + 1) * width)
     with torch.no_grad():
@@ -469,15 +452,21 @@ def test_heads_removed_in_one_thread_leave_another_thread_alone(any_m):
     assert all(torch.equal(a, b) for a, b in zip(weights, m.model.parameters()))  # untouched
 
 
+def own_whole(m, ids: list[int]) -> torch.Tensor:
+    """(L, H, N, N): a one-stack model's own weights over the whole sequence it reads (``ids``:
+    prompt and output, or its sentence), from ids (``output_attentions``)."""
+    with torch.no_grad():
+        w = m.model(input_ids=torch.tensor([ids]), output_attentions=True).attentions
+    return torch.stack(w)[:, 0]
+
+
 def own_blocks(m, src, tgt_in, out_ids) -> dict[str, torch.Tensor]:
     """{kind: (L, H, Tq, Tk)}: the model's own weights from ids (``output_attentions``), a
     one-stack model's cut into the three kinds' blocks of its one attention by hand."""
     if not m.one_sequence:
         return {k: w[:, 0] for k, w in own_pass(m, src, tgt_in)[1].items()}
     ids = m.sequence_ids(src[0].tolist(), out_ids)
-    with torch.no_grad():
-        w = torch.stack(m.model(input_ids=torch.tensor([ids]), output_attentions=True).attentions)
-    w = w[:, 0]  # (L, H, N, N)
+    w = own_whole(m, ids)  # (L, H, N, N)
     if isinstance(m, MaskedModel):
         source, steps = slice(0, len(ids)), m.positions(ids)
     else:
@@ -492,11 +481,103 @@ def test_every_record_has_the_three_kinds_the_model_computed(any_m):
     with torch.no_grad():
         r = m.forced(src[0].tolist(), out)
     maps, own = r.maps(), own_blocks(m, src, tgt_in, out)
+    assert torch.allclose(r.logits, own_logits(m, m.model, src, tgt_in, out), atol=1e-5)
     for kind in KINDS:
         assert torch.allclose(getattr(maps, kind)[:, 0], own[kind], atol=1e-6), kind
         assert len(r.attention[kind]) == m.layers(kind), kind
     for side, depth, length in zip(SIDES, m.depth, (r.source_length, r.output_length)):
         assert [h.size(1) for h in r.stream(side)] == [length] * (depth + 1), side
+
+
+def own_weights(m, t, kind: str) -> torch.Tensor:
+    """(L, H, Tq, Tk): what the q·k view of ``kind`` rebuilds, as the model itself computes it
+    from ids: a two-stack model's weights of that kind (``output_attentions``; the studio's own
+    maps), a one-stack model's over the whole sequence it reads (its view's queries and keys)."""
+    src, tgt_in = torch.tensor([t.src_ids]), torch.tensor([m.decoder_inputs(t.out_ids)])
+    if m.one_sequence:
+        return own_whole(m, m.sequence_ids(t.src_ids, t.out_ids))
+    return own_pass(m, src, tgt_in)[1][kind][:, 0]
+
+
+def positions_of(m) -> str:
+    """How the model places its tokens (its architecture row's; the studio's: sinusoidal)."""
+    row = ARCHITECTURES.get(m.model_type)
+    return row.positions if row else SINUSOIDAL
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_inside_a_head_rebuilds_the_models_own_weights(any_m, kind):
+    """The q·k view (``query_key_view``) of every layer, head and query: q and k by the model's
+    own projections, rotated as it rotates them (RoPE), scaled as it scales (T5: not at all),
+    its position bias added (T5's relative bias, ALiBi's slopes), soft-capped (Gemma 2),
+    masked (causal, Mistral's sliding window), softmaxed: the weights the model itself
+    computes from ids, within 1e-5 (a two-stack model's every query at once, ``head_scores``
+    of its record: within 1e-6); the scores the sum of their parts."""
+    m = any_m
+    if kind not in m.head_kinds:
+        pytest.skip(f"this model has no {kind} heads (its head kinds: {m.head_kinds})")
+    t = own_output(m)
+    own = own_weights(m, t, kind).float().numpy()  # (L, H, Tq, Tk)
+    heads, (queries, keys) = m.cfg.num_heads, own.shape[-2:]
+    r = None if m.one_sequence else m.forced(t.src_ids, t.out_ids)
+    for layer in range(m.layers(kind)):
+        for head in range(heads):
+            for query in sorted({0, queries - 1}):  # (every query of a two-stack model: below)
+                v = query_key_view(m, t, kind, layer, head, query)
+                where = (kind, layer, head, query)
+                assert np.allclose(v.weights, own[layer, head, query], atol=1e-5), where
+                assert np.array_equal(v.mask, own[layer, head, query] > 0), where
+                assert not v.weights[~v.mask].any(), where  # masked keys: exactly 0
+                assert v.weights.sum() == pytest.approx(1.0, abs=1e-5), where
+                scores = v.products.sum(-1) * v.scale + (0.0 if v.bias is None else v.bias)
+                if v.softcap:  # Gemma 2's, c·tanh(s/c)
+                    scores = v.softcap * np.tanh(scores / v.softcap)
+                assert np.allclose(scores, v.scores, atol=1e-5), where
+            if r is not None:  # a two-stack model's every query at once, from its record
+                s = head_scores(m, r, kind, layer, head)
+                assert np.allclose(s.weights.numpy(), own[layer, head], atol=1e-6), (layer, head)
+    assert (len(v.query_tokens), len(v.key_tokens)) == (queries, keys)
+    if m.one_sequence:  # the whole sequence it reads, prompt and output
+        assert v.key_tokens == m.source_tokens(m.sequence_ids(t.src_ids, t.out_ids))
+    other = query_key_view(m, t, kind, layer, (head + 1) % heads, query).weights
+    assert not np.allclose(other, own[layer, head, query], atol=1e-5)  # the check can fail
+    with pytest.raises(InsideHeadError, match="heads"):
+        query_key_view(m, t, kind, 0, heads, 0)
+    # what shaped the last layer's last head's last query, as its row says
+    positions = positions_of(m)
+    assert (v.unrotated is None) == (positions != ROPE)  # learned, sinusoidal, ALiBi: none
+    if v.unrotated is not None:
+        assert not np.allclose(v.unrotated[v.mask], v.scores[v.mask])  # RoPE moved them
+    assert (v.bias is not None) == (positions in (ALIBI, RELATIVE))
+    if positions == ALIBI:  # a slope times the key's place
+        assert np.allclose(np.diff(v.bias), v.bias[1]) and v.bias[0] == 0 < v.bias[1]
+    if positions == RELATIVE:
+        assert v.score_words == "q·k (no 1/√d) + position bias"
+    elif not m.one_sequence:
+        assert v.score_words == f"q·k / √{v.head_width}"
+    group = heads // KV_HEADS.get(m.model_type, heads)  # query heads per key/value head
+    assert v.sharing == list(range(heads - group, heads))  # the last head's group
+    shared = query_key_view(m, t, kind, layer, heads - group, query).keys
+    assert np.array_equal(shared, v.keys)  # grouped-query attention: one k for the group
+    assert v.window == (6 if m.model_type == "mistral" else None)
+    assert v.softcap == LM_REAL_FLAGS.get(m.model_type, {}).get("attn_logit_softcapping")
+    assert v.mask.sum() == (6 if m.model_type == "mistral" else keys)
+
+
+def test_a_translations_maps_and_probabilities_are_the_models_own(any_m):
+    """What decoding attended (the Translation's maps, step by step with its cache) and the
+    probability of each word it chose are the model's own from ids, fed the whole output."""
+    m = any_m
+    t = own_output(m)
+    src, tgt_in = torch.tensor([t.src_ids]), torch.tensor([m.decoder_inputs(t.out_ids)])
+    own = own_blocks(m, src, tgt_in, t.out_ids)
+    for kind in KINDS:
+        assert torch.allclose(getattr(t.attention, kind).float(), own[kind], atol=1e-6), kind
+    logp = own_logits(m, m.model, src, tgt_in, t.out_ids)[0].float().log_softmax(-1)  # (T, V)
+    chosen = logp.gather(-1, torch.tensor(t.out_ids)[:, None])[:, 0]  # (T,)
+    assert torch.allclose(torch.tensor(t.token_probs), chosen.exp(), atol=1e-5)
+    assert t.log_prob == pytest.approx(float(chosen.sum()), abs=1e-4)
+    assert len(t.output_tokens) == len(t.out_ids)
 
 
 def test_patching_a_run_into_itself_changes_nothing(any_m):

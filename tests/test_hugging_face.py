@@ -4,7 +4,6 @@ HFModel, a TranslationModel), on tiny random Marian, BART, T5 and M2M100 models 
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
@@ -12,9 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from core.attention.ablation import HeadSpec, ablated
 from core.corpus.bpe import join_pieces
-from core.model import hf_folder, sites
+from core.model import hf_folder
 from core.model import hugging_face as hf
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError, read_checkpoint
@@ -83,37 +81,6 @@ def test_every_map_equals_the_attentions_generate_saw(hf_loaded, family):
         weights = getattr(t.attention, kind)
         sums = weights.sum(-1)
         assert torch.allclose(sums, torch.ones_like(sums), atol=1e-5)
-
-
-def _zeroed_by_hand(hm, kind: str, layer: int, head: int):
-    """A copy of the model whose output projection ignores one head: its columns zeroed
-    (run without hooks on: a plain forward of the copy)."""
-    model = copy.deepcopy(hm.model)
-    module = sites.attention_modules(model, kind)[layer]
-    _, width = sites.head_geometry(module)
-    out = sites.projections(module)[3]
-    with torch.no_grad():
-        out.weight[:, head * width : (head + 1) * width] = 0.0
-    return model
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("kind", KINDS)
-def test_removing_a_head_equals_zeroing_its_slice_by_hand(hf_loaded, family, kind):
-    hm = hf_loaded[family]
-    src = torch.tensor([hm.tokenizer(SENTENCE).input_ids])
-    dec = torch.tensor([[hm.model.config.decoder_start_token_id, 5, 9, 7]])
-    by_hand = _zeroed_by_hand(hm, kind, 1, 2)
-    with torch.no_grad():
-        expected = by_hand(input_ids=src, decoder_input_ids=dec).logits
-        with ablated(hm, [HeadSpec(kind, 1, 2)]):
-            got = hm.model(input_ids=src, decoder_input_ids=dec).logits
-        after = hm.model(input_ids=src, decoder_input_ids=dec).logits
-        plain = copy.deepcopy(hm.model)(input_ids=src, decoder_input_ids=dec).logits
-    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
-    assert not torch.allclose(got, after)  # it did remove something, and put it back
-    torch.testing.assert_close(after, plain, atol=0, rtol=0)
-    torch.testing.assert_close(hm.run(src, dec), plain, atol=0, rtol=0)  # the adapter's pass
 
 
 def test_a_multilingual_model_starts_with_the_chosen_language(hf_loaded):
@@ -275,23 +242,16 @@ def test_tiny_configs_are_encoder_decoders():
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_the_last_layers_lens_is_the_models_own_output(hf_loaded, family):
+def test_the_lens_names_what_the_model_applies_after_its_last_layer(hf_loaded, family):
     """The lens goes through what the model applies after its last layer (final norm of a
-    pre-LN family, T5's rescaling, lm_head, final_logits_bias): the last layer's lens equals
-    the model's own log-probabilities."""
-    from core.attention.logit_lens import lens_log_probs, logit_lens
+    pre-LN family, T5's rescaling, lm_head, final_logits_bias) and says which; greedy's word
+    is its top word. (That the last layer's lens is the model's own output, for every family:
+    tests/test_conformance.py.)"""
+    from core.attention.logit_lens import logit_lens
 
     hm = hf_loaded[family]
     settings = DecodeSettings(max_len=6, target_lang=_target(family))
     t = hm.translate(SENTENCE, settings)
-    src = torch.tensor([t.src_ids])
-    dec = torch.tensor([[hm.model.config.decoder_start_token_id, *t.out_ids[:-1]]])
-    with torch.no_grad():  # the model's own forward, no hook site read
-        logits = hm.model(input_ids=src, decoder_input_ids=dec).logits
-    outputs = hm.forced(t.src_ids, t.out_ids).decoder_outputs  # L x (1, T, D)
-    lens = lens_log_probs(hm, outputs)  # (L, T, V)
-    assert lens.shape[0] == hm.cfg.num_decoder_layers
-    torch.testing.assert_close(lens[-1], logits[0].float().log_softmax(-1), atol=1e-5, rtol=0)
     shown = logit_lens(hm, t)
     if family in ("bart", "t5"):  # greedy: the top word is chosen (Marian bans <pad>, M2M100
         free = len(t.out_ids)  # forces __fr__); BART's config forces its forced_eos_token_id
@@ -312,40 +272,6 @@ def test_the_inside_head_command_reads_a_model_folder(hf_models, capsys):
     assert main(["--checkpoint", str(hf_models["t5"]), "--sentence", SENTENCE]) == 0
     view = json.loads(capsys.readouterr().out)
     assert view["score"] == "q·k (no 1/√d) + position bias" and len(view["bias"]) == 6
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("kind", KINDS)
-def test_the_qk_view_rebuilds_the_models_weights(hf_loaded, family, kind):
-    """q and k by the module's own projections, its own scale (T5: none) and T5's
-    relative-position bias rebuild the weights output_attentions returns, within 1e-6."""
-    from core.attention.query_key import head_scores, query_key_view
-
-    hm = hf_loaded[family]
-    settings = DecodeSettings(max_len=6, target_lang=_target(family))
-    t = hm.translate(SENTENCE, settings)
-    maps = getattr(t.attention, kind)  # (L, H, Tq, Tk) output_attentions' own
-    p = hm.forced(t.src_ids, t.out_ids)
-    for layer in range(2):
-        for head in range(4):
-            s = head_scores(hm, p, kind, layer, head)
-            torch.testing.assert_close(s.weights, maps[layer, head], atol=1e-6, rtol=0)
-    v = query_key_view(hm, t, kind, 1, 2, 0)
-    assert (v.bias is not None) == (family == "t5")
-    assert v.score_words == ("q·k (no 1/√d) + position bias" if family == "t5" else "q·k / √8")
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-def test_the_embeddings_path_is_the_models_own(hf_loaded, family):
-    """What the gradient methods differentiate (the embedding modules' outputs, put in place
-    by the embed hook sites; whatever the family scales after them, Marian's √D included)
-    gives the same log-probabilities as the model fed ids."""
-    hm = hf_loaded[family]
-    src, dec = hf.forced_inputs(hm, hm.tokenizer(SENTENCE).input_ids, [5, 9, 7, 1])
-    with torch.no_grad():
-        by_ids = hm.model(input_ids=src, decoder_input_ids=dec).logits.float().log_softmax(-1)
-        by_embeddings = hm.log_probs_from_embeddings(src, dec, *hm.embeddings(src, dec))
-    torch.testing.assert_close(by_embeddings, by_ids, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -542,3 +468,22 @@ def test_the_docs_capability_table_is_the_capability_table():
     start = "<!-- capabilities: generated by core.model.capabilities.table() -->\n"
     shown = text[text.index(start) + len(start) : text.index("<!-- end of capabilities -->")]
     assert shown == table()
+
+
+def test_the_readmes_families_table_is_the_capability_table():
+    """Issue 65 P8: the README shows each family's sections as
+    ``core.model.capabilities.families_table`` prints them from the one table every refusal
+    comes from (a row changed there changes the README), under the Attention page's own labels."""
+    from pathlib import Path
+
+    from core.model.capabilities import SECTION_WORDS, families_table
+    from pages.ui.attention.sections import SECTIONS
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    start = "<!-- families: generated by core.model.capabilities.families_table() -->\n"
+    shown = text[text.index(start) + len(start) : text.index("<!-- end of families -->")]
+    assert shown == families_table()
+    elsewhere = {"translate", "head_roles"}  # the Translate page; the Maps' roles panel
+    for what, label in SECTION_WORDS:
+        assert SECTIONS[what].label == label if what in SECTIONS else what in elsewhere, what
+    assert "| masked language model | — | ✓ |" in shown  # it does not translate; its Maps show

@@ -19,18 +19,17 @@ from core.attention.head_measures import Measures
 from core.attention.head_roles import (
     REPEATED_TOKENS,
     ROLE_SHARE,
-    ROLES,
-    HeadRoles,
+    AttentionRoles,
     head_roles,
-    repeated_ids,
+    repeated_tokens,
 )
-from core.attention.patching import Component, components, patch
-from core.attention.query_key import InsideHeadError, query_key_view
+from core.attention.patch_sites import Component
+from core.attention.patching import components, patch
 from core.attribution.methods import METHODS
 from core.corpus.splits import Split
 from core.measure.sample import sample_of
 from core.model import lm_sites
-from core.model.architectures import ALIBI, ARCHITECTURES, ROPE
+from core.model.architectures import ARCHITECTURES
 from core.model.hf_folder import HFModelError, describe, size_label
 from core.model.hooks import capture
 from core.model.lm_loading import held_dtype
@@ -86,19 +85,12 @@ def test_greedy_translation_is_generates_own(lm):
     assert t.out_ids == (own[: ends[0] + 1] if ends else own)
 
 
-def test_the_three_kinds_are_blocks_of_the_models_own_attention(lm):
+def test_the_three_kinds_are_causal_blocks_of_one_attention(lm):
+    """(That they are the model's own weights, and its probabilities the model's own, for
+    every family: tests/test_conformance.py.)"""
     t = lm.translate(SOURCE, SETTINGS)
-    logits, weights, _, (source, steps) = own_pass(lm, t.src_ids, t.out_ids)
-    own = torch.stack(weights)  # (L, H, N, N)
-    assert torch.allclose(t.attention.encoder, own[:, :, source, source], atol=1e-6)
-    assert torch.allclose(t.attention.decoder_self, own[:, :, steps, steps], atol=1e-6)
-    assert torch.allclose(t.attention.cross, own[:, :, steps, source], atol=1e-6)
     assert torch.all(t.attention.encoder.triu(1) == 0)  # causal: no token sees a later one
     assert torch.all(t.attention.cross.sum(-1) <= 1 + 1e-5)  # the rest is on the template
-    logp = logits[steps].float().log_softmax(-1)
-    own_logp = logp.gather(-1, torch.tensor(t.out_ids)[:, None])[:, 0]
-    assert torch.allclose(torch.tensor(t.token_probs), own_logp.exp(), atol=1e-5)
-    assert t.log_prob == pytest.approx(float(own_logp.sum()), abs=1e-4)
 
 
 def test_a_padded_batch_equals_each_sentence_alone(lm):
@@ -142,72 +134,42 @@ def test_a_gold_pair_is_read_from_the_cross_block(lm):
     assert torch.allclose(torch.from_numpy(maps.cross), own, atol=1e-6)
 
 
-def test_inside_a_head_rebuilds_the_models_own_weights_with_rope(lm):
-    t = lm.translate(SOURCE, SETTINGS)
-    _, weights, _, _ = own_pass(lm, t.src_ids, t.out_ids)
-    family = lm.model_type
-    for layer in range(lm.depth[1]):
-        for head in range(lm.cfg.num_heads):
-            for query in (0, 5, len(t.src_ids) + 4):
-                v = query_key_view(lm, t, "decoder_self", layer, head, query)
-                own = weights[layer][head, query].numpy()
-                assert np.allclose(v.weights, own, atol=1e-5), (family, layer, head, query)
-                bias = 0.0 if v.bias is None else v.bias  # ALiBi's, added to the scaled q·k
-                scores = v.products.sum(-1) * v.scale + bias
-                if v.softcap:  # Gemma 2's, c·tanh(s/c)
-                    scores = v.softcap * np.tanh(scores / v.softcap)
-                assert np.allclose(scores, v.scores, atol=1e-5)
-    v = query_key_view(lm, t, "decoder_self", 1, 3, len(v.key_tokens) - 1)
-    assert v.key_tokens == lm.source_tokens(
-        lm.layout.sequence(t.src_ids, lm.decoder_inputs(t.out_ids))
-    )
-    positions = ARCHITECTURES[family].positions
-    assert (v.unrotated is None) == (positions != ROPE)  # learned, ALiBi: nothing rotated
-    assert (v.bias is not None) == (positions == ALIBI)  # ALiBi: a slope times the key's place
-    if v.bias is not None:
-        assert np.allclose(np.diff(v.bias), v.bias[1]) and v.bias[0] == 0 < v.bias[1]
-    if v.unrotated is not None:
-        assert not np.allclose(v.unrotated[v.mask], v.scores[v.mask])  # RoPE moved them
-    group = 4 // KV_HEADS[family]  # query heads per key/value head, of 4
-    assert v.sharing == list(range(4 - group, 4))  # head 3's group
-    assert v.window == (6 if family == "mistral" else None)
-    assert v.mask.sum() == (6 if family == "mistral" else len(v.key_tokens))
-    with pytest.raises(InsideHeadError, match="heads"):
-        query_key_view(lm, t, "decoder_self", 0, 4, 0)
-
-
 def test_head_roles_are_the_models_own_weights(lm):
     t = lm.translate(SOURCE, SETTINGS)
-    r = head_roles(lm, t)
+    (r,) = head_roles(lm, t).attentions  # its one attention, over its whole sequence
+    assert r.kind == "sequence" and list(r.scores) == ["previous", "first", "duplicate",
+                                                       "induction"]  # fmt: skip
     _, weights, _, _ = own_pass(lm, t.src_ids, t.out_ids)
     own = torch.stack(weights).numpy()  # (L, H, N, N)
     n = own.shape[-1]
     assert r.tokens == n
     rows = np.arange(1, n)
-    assert np.allclose(r.previous, own[..., rows, rows - 1].mean(-1), atol=1e-6)
-    assert np.allclose(r.first, own[..., 1:, 0].mean(-1), atol=1e-6)
-    twice = repeated_ids(lm)
+    assert np.allclose(r.scores["previous"], own[..., rows, rows - 1].mean(-1), atol=1e-6)
+    assert np.allclose(r.scores["first"], own[..., 1:, 0].mean(-1), atol=1e-6)
+    copy = repeated_tokens(lm)[1]  # the output side's tokens: its one sequence
+    twice = [*lm.start_ids(), *copy, *copy]
     start, k = len(lm.start_ids()), REPEATED_TOKENS
-    assert twice[start : start + k] == twice[start + k :] and len(set(twice[start:])) == k
-    assert not set(twice[start:]) & lm.special_ids()
+    assert len(set(copy)) == k and not set(copy) & lm.special_ids()
     with torch.no_grad():
         seen = torch.stack(
             lm.model(input_ids=torch.tensor([twice]), output_attentions=True).attentions
         )
     i = np.arange(k)  # each token of the second copy, its first occurrence at start + i
     second = seen[:, 0][..., start + k + i, :]  # (L, H, k, N)
-    assert np.allclose(r.duplicate, second[..., i, start + i].mean(-1), atol=1e-6)
-    assert np.allclose(r.induction, second[..., i, start + i + 1].mean(-1), atol=1e-6)
+    assert np.allclose(r.scores["duplicate"], second[..., i, start + i].mean(-1), atol=1e-6)
+    assert np.allclose(r.scores["induction"], second[..., i, start + i + 1].mean(-1), atol=1e-6)
 
 
 def test_the_roles_figure_draws_every_roles_scores(lm):
     """Issue 67: the duplicate-token score beside previous-token, first-token and induction."""
     from core.figures.head_roles import head_roles_figure
 
-    r = head_roles(lm, lm.translate(SOURCE, SETTINGS))
+    (r,) = head_roles(lm, lm.translate(SOURCE, SETTINGS)).attentions
     fig = head_roles_figure(r)
-    assert [a.text for a in fig.layout.annotations] == list(ROLES)
-    for trace, grid in zip(fig.data, r.grids()):
+    assert [a.text for a in fig.layout.annotations] == list(r.grids())
+    assert list(r.grids()) == ["previous-token", "first-token sink", "duplicate-token",
+                               "induction"]  # fmt: skip
+    for trace, grid in zip(fig.data, r.grids().values()):
         assert np.allclose(trace.z, grid, atol=1e-6)
 
 
@@ -216,11 +178,13 @@ def test_a_role_is_named_only_where_its_weight_reaches_the_share():
     previous, first, duplicate, induction = grid.copy(), grid.copy(), grid.copy(), grid.copy()
     previous[0, 1], first[1, 2], induction[1, 2] = ROLE_SHARE, 0.9, ROLE_SHARE - 0.01
     duplicate[0, 0] = 0.5
-    r = HeadRoles(previous, first, duplicate, induction, 10, 24)
+    scores = {"previous": previous, "first": first, "duplicate": duplicate,
+              "induction": induction}  # fmt: skip
+    r = AttentionRoles("sequence", scores, 10, 24)
     assert r.roles(0, 1) == ["previous-token"] and r.roles(1, 2) == ["first-token sink"]
     assert r.roles(0, 0) == ["duplicate-token"] and r.roles(0, 2) == [] and len(r.rows()) == 6
-    assert r.rows()[1] | {} == {"layer": 0, "head": 1, "previous": 0.4, "first": 0.0,
-                               "duplicate": 0.0, "induction": 0.0,
+    assert r.rows()[1] | {} == {"kind": "sequence", "layer": 0, "head": 1, "previous": 0.4,
+                               "first": 0.0, "duplicate": 0.0, "induction": 0.0,
                                "roles": ["previous-token"]}  # fmt: skip
 
 
@@ -357,19 +321,8 @@ def test_the_three_blocks_heads_are_the_same_heads(lm):
             assert torch.allclose(lm.run(src, tgt_in), removed, atol=1e-6), kind
 
 
-def test_each_row_keeps_its_own_heads_and_a_spec_names_the_one_kind(lm):
-    src = torch.tensor([lm.source(SOURCE).ids] * 2)
-    tgt_in = torch.tensor([lm.decoder_inputs(lm.target_ids(TARGET))] * 2)
-    gate = torch.ones(2, lm.cfg.num_heads)
-    gate[1, 0] = 0.0
-    with torch.no_grad(), lm.rows_gated({("decoder_self", 0): gate}):
-        rows = lm.run(src, tgt_in)
-    with torch.no_grad(), lm.heads_removed([("decoder_self", 0, 0)]):
-        removed = lm.run(src[:1], tgt_in[:1])
-    with torch.no_grad():
-        plain = lm.run(src[:1], tgt_in[:1])
-    assert torch.allclose(rows[0], plain[0], atol=1e-5)
-    assert torch.allclose(rows[1], removed[0], atol=1e-5)
+def test_a_head_spec_names_the_one_kind(lm):
+    """(Each row keeping its own heads, for every family: tests/test_conformance.py.)"""
     assert [h.kind for h in all_heads(lm.cfg, lm.head_kinds)] == ["decoder_self"] * 8
     with pytest.raises(HeadSpecError, match="decoder-only"):
         heads_of("cross:0:1", lm.cfg, lm.head_kinds)

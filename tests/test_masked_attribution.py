@@ -72,7 +72,7 @@ def test_masked_models_are_offered_attribution_and_every_method(filled):
     m, _, _ = filled
     assert m.supports("attribution") is None
     assert [x for x in METHODS if m.supports(x)] == []
-    for section in ("alignment", "patch", "compare", "translate"):  # still refused
+    for section in ("alignment", "compare", "translate"):  # still refused (patching: at the mask)
         assert "does not translate" in m.supports(section)
 
 

@@ -16,7 +16,6 @@ import torch
 
 from core.attention.head_roles import head_roles
 from core.attention.logit_lens import logit_lens
-from core.attention.query_key import query_key_view
 from core.model import lm_sites
 from core.model.hf_folder import describe, size_label
 from core.model.masked import MaskedModel
@@ -54,43 +53,37 @@ def test_the_folder_is_described_and_saved_with_the_real_flags(lm_models):
             assert config.get(flag, value) == value, (family, flag)
 
 
-def test_the_masks_are_filled_with_the_models_own_prediction_and_maps(mlm):
+def test_the_masks_are_filled_with_the_models_own_prediction(mlm):
+    """(Its maps and probabilities the model's own, for every family: tests/test_conformance.py.)"""
     t = mlm.translate(f"the boy is {mlm.mask_token} .", SETTINGS)
-    logits, weights, _ = own(mlm, t.src_ids)
+    logits, _, _ = own(mlm, t.src_ids)
     at = [i for i, x in enumerate(t.src_ids) if x == mlm.mask_id]
     assert len(at) == 1 and t.decoder_inputs == [mlm.mask_token]
     assert t.out_ids == [int(logits[at[0]].argmax())]
-    full = torch.stack(weights)  # (L, H, S, S)
-    assert torch.allclose(t.attention.encoder, full, atol=1e-6)
-    assert torch.allclose(t.attention.cross, full[:, :, at], atol=1e-6)
-    assert torch.allclose(t.attention.decoder_self, full[:, :, at][..., at], atol=1e-6)
-    assert t.token_probs[0] == pytest.approx(float(logits[at[0]].softmax(-1).max()), abs=1e-5)
     every = mlm.translate("the boy is tall .", SETTINGS)  # no mask: every token predicted
     assert len(every.out_ids) == len(every.src_ids) and "every token" in every.warnings[0]
 
 
-def test_inside_a_head_the_lens_and_the_roles_are_the_models_own(mlm):
+def test_the_lens_and_the_roles_are_the_models_own(mlm):
+    """(Inside a head: tests/test_conformance.py, one test over every family.)"""
     t = mlm.translate(f"the boy is {mlm.mask_token} .", SETTINGS)
     logits, weights, hidden = own(mlm, t.src_ids)
-    for layer in range(2):
-        for head in range(4):
-            for query in range(len(t.src_ids)):
-                v = query_key_view(mlm, t, "encoder", layer, head, query)
-                assert np.allclose(v.weights, weights[layer][head, query].numpy(), atol=1e-5)
-                assert v.mask.all() and v.unrotated is None  # bidirectional, learned positions
     lens = logit_lens(mlm, t)
     at = t.src_ids.index(mlm.mask_id)
     assert lens.chosen_prob[-1] == pytest.approx([float(logits[at].softmax(-1).max())], abs=1e-5)
-    r = head_roles(mlm, t)
+    (r,) = head_roles(mlm, t).attentions  # its one attention, both ways: next and last too
     w = torch.stack(weights).numpy()
-    assert np.allclose(r.first, w[..., 1:, 0].mean(-1), atol=1e-6)
+    assert np.allclose(r.scores["first"], w[..., 1:, 0].mean(-1), atol=1e-6)
+    q = np.arange(w.shape[-1] - 1)  # every query but the last, and the token after it
+    assert np.allclose(r.scores["next"], w[..., q, q + 1].mean(-1), atol=1e-6)
 
 
 def test_what_it_cannot_do_is_said_in_one_line(mlm):
-    for section in ("alignment", "patch", "compare", "translate"):
+    for section in ("alignment", "compare", "translate"):
         assert "does not translate" in mlm.supports(section)
-    for section in ("maps", "inside", "lens", "ablation", "project", "attribution"):
-        assert mlm.supports(section) is None
+    for section in ("maps", "inside", "lens", "ablation", "project", "attribution", "patch"):
+        assert mlm.supports(section) is None  # patching: at the first mask (test_masked_patching)
+    assert "first mask" in mlm.supports("patch_prefix")
     # issue 68, item 2: playback said "Step 0: reads [CLS], produces …" of a model that
     # decodes nothing: one pass fills every mask
     for section in ("playback", "decoding"):
@@ -133,7 +126,7 @@ def test_every_attention_section_shows_the_model_or_says_why_not(mlm_dirs, lm_lo
         assert any(plain(problem).rstrip(".") in plain(w.value) for w in at.warning), problem
     elif section == "maps":
         assert at.get("plotly_chart") and "What each head does" in texts(at)
-        assert "**Filled (greedy):**" in at.markdown[0].value or "Filled (greedy)" in texts(at)
+        assert "**Filled:**" in at.markdown[0].value or "Filled:" in texts(at)  # no decoding
         assert not [b for b in at.text_input if b.key == "at_target"]  # nothing to rate
     elif section == "ablation":  # heads removed: the mask filled again; importance by MLM loss
         assert at.multiselect(key="ab_heads").options[0] == "Encoder self L0 H0"

@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core import patch as patch_cmd
-from core.attention import patching, patching_question
-from core.attention.patching import DIRECTIONS, ENCODER_OUTPUT, Component, patch
+from core.attention import patch_sites, patching, patching_question
+from core.attention.patch_sites import ENCODER_OUTPUT, Component
+from core.attention.patching import DIRECTIONS, patch
 from core.attention.patching_question import gap_caveat
 from core.model.parts import TranslationError
 from core.model.studio_model import StudioModel
@@ -64,7 +65,7 @@ def test_patching_the_corrupted_runs_own_activations_gives_zero(tiny_model):
     m = tiny_model
     _, src_b, tgt_in, answers = _run_parts(m)
     chosen = patching.components(m, src_b.size(1), tgt_in.size(1))
-    sites = list(dict.fromkeys(patching.site(c) for c in chosen))
+    sites = list(dict.fromkeys(patch_sites.site(c, m) for c in chosen))
     with torch.no_grad(), m.evaluating():
         logits = m.run(src_b, tgt_in)  # (1, T, V): the corrupted run, no hook on
         _, own = patching._recorded(m, sites, src_b, tgt_in)

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from core import patch as patch_cmd
-from core.attention import patching, patching_question
-from core.attention.patching import DIRECTIONS, SELECTIONS, Component, patch
+from core.attention import patch_sites, patching, patching_question
+from core.attention.patch_sites import Component
+from core.attention.patching import DIRECTIONS, SELECTIONS, patch
 from core.attention.patching_question import last_logits
 from core.model.parts import TranslationError
 from tests.hf_tiny import CONFORMANCE
@@ -64,7 +65,7 @@ def question(m, family: str):
 def metrics_of(m, todo, donor, receiver, tgt_in, ids) -> tuple[float, torch.Tensor]:
     """(the donor run's metric, (len(todo),) the receiving run's with each component patched
     from the donor)."""
-    reads = list(dict.fromkeys(s for c in todo for s in patching.read_sites(c)))
+    reads = list(dict.fromkeys(s for c in todo for s in patch_sites.read_sites(c, m)))
     out = []
     with torch.no_grad(), m.evaluating():
         logits, seen = patching._recorded(m, reads, donor, tgt_in)
@@ -80,7 +81,7 @@ def test_patching_every_site_with_the_runs_own_activations_changes_nothing(model
         model, list(SELECTIONS), src[0].tolist(), tgt_in[0].tolist(), None
     )
     activations = {c.activation for c in todo if c.kind in patching.KINDS}
-    assert activations == set(patching.HEAD_ACTIVATIONS)
+    assert activations == set(patch_sites.HEAD_ACTIVATIONS)
     assert {c.kind for c in todo} >= {"decoder_mlp", "decoder_stream"}
     assert (sequence is None) == (family not in LM_FAMILIES)  # heads span the whole sequence
     own, metrics = metrics_of(model, todo, src, src, tgt_in, ids)
@@ -252,13 +253,10 @@ def test_the_pattern_of_a_head_is_its_q_and_k_together(tiny_model):
             Component(c.kind, c.layer, 1, activation="k"),
         ]
         clean, corrupt, tgt_in, ids = question(tiny_model, "studio")
-        reads = [patching.site(x) for x in both]
+        reads = [patch_sites.site(x, tiny_model) for x in both]
         with torch.no_grad(), tiny_model.evaluating():
             _, seen = patching._recorded(tiny_model, reads, clean, tgt_in)
-            hooks = [
-                (patching.site(x), patching._patch_hook([(0, x)], seen[patching.site(x)]))
-                for x in both
-            ]
+            hooks = [(s, patching._patch_hook([(0, x)], seen[s])) for x, s in zip(both, reads)]
             with tiny_model.hooks(hooks):
                 logits = last_logits(tiny_model, corrupt, tgt_in)
             metric = float(logits[0, ids[0]] - logits[0, ids[1]])
@@ -359,9 +357,11 @@ def test_the_q_and_k_sites_give_each_encoder_decoders_own_weights(model, family,
     from core.model.sites import attention_modules
 
     src, _, tgt_in, _ = question(model, family)
-    names = [f"{patching.attention_site(kind, i)}.{part}" for i in (0, 1) for part in ("q", "k")]
+    names = [
+        f"{patch_sites.head_site(kind, i, model)}.{part}" for i in (0, 1) for part in ("q", "k")
+    ]
     names += [
-        f"{patching.attention_site(kind, i)}.{p}"
+        f"{patch_sites.head_site(kind, i, model)}.{p}"
         for i in (0, 1)
         for p in ("pattern", "position_bias")
     ]
@@ -369,7 +369,7 @@ def test_the_q_and_k_sites_give_each_encoder_decoders_own_weights(model, family,
     with torch.no_grad(), model.evaluating():
         seen = model.captured(src, tgt_in, [n for n in names if n in points])
     for i in (0, 1):
-        p = patching.attention_site(kind, i)
+        p = patch_sites.head_site(kind, i, model)
         q, k = seen[f"{p}.q"], seen[f"{p}.k"]  # (1, Tq, H, Dh), (1, Tk, H, Dh)
         if family == "studio":
             scale = q.size(-1) ** -0.5

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from core import patch as patch_cmd
-from core.attention import patching, patching_question
+from core.attention import patch_sites, patching, patching_question
 from core.attention.attribution_patching import attribution_patch
-from core.attention.patching import Component, ask, patch
+from core.attention.patch_sites import Component
+from core.attention.patching import ask, patch
 from core.attention.patching_question import last_logits
 from core.attention.path_patching import LOGITS, every_head, parse_heads, path_patch
 from core.model.parts import TranslationError
@@ -83,7 +84,7 @@ def _direct_effect_by_hand(m, q, sender: Component) -> float:
     """The sender's normalised effect with every other head's ``z`` and every MLP's output
     frozen at the receiving (corrupted) run's, written with hooks here, not by the library
     (one sender a pass: no batch)."""
-    head_sites = {patching.site(c) for c in every_head(m)}
+    head_sites = {patch_sites.site(c, m) for c in every_head(m)}
     mlp_sites = {
         f"{side}.{i}.mlp_out"
         for side, stream in (("encoder", "encoder_stream"), ("decoder", "decoder_stream"))
@@ -107,7 +108,7 @@ def _direct_effect_by_hand(m, q, sender: Component) -> float:
 
         def frozen(x, name):
             out = corrupt_run[name].clone()
-            if name == patching.site(sender):
+            if name == patch_sites.site(sender, m):
                 out[:, :, sender.head] = clean_run[name][:, :, sender.head]
             return out
 
@@ -197,7 +198,7 @@ def _metric_moved(m, q, c: Component, eps: float) -> float:
     """The receiving run's metric with ``c`` moved ``eps`` of the way to the donor's value (a
     pattern: the head's output moved by eps (P_donor - P_receiver) @ v, what the pattern
     makes of it)."""
-    site, reads = patching.site(c), patching.read_sites(c)
+    site, reads = patch_sites.site(c, m), patch_sites.read_sites(c, m)
     donor, receiver = q.runs
     prefix = site.rsplit(".", 1)[0]
     with torch.no_grad():
@@ -229,7 +230,7 @@ def _every_kind(m) -> list[Component]:
     their q, k, v and pattern, an MLP's output (where the model has the site) and the stream."""
     kind = m.head_kinds[0]
     chosen = [Component(kind, 0, 0), last_head(m), Component(kind, 0, 1, position=1)]
-    chosen += [Component(kind, 0, 1, activation=a) for a in patching.HEAD_ACTIVATIONS[1:]]
+    chosen += [Component(kind, 0, 1, activation=a) for a in patch_sites.HEAD_ACTIVATIONS[1:]]
     chosen += [
         Component("decoder_stream", 0, position=0),
         Component("encoder_stream", 0, position=1),
@@ -237,8 +238,8 @@ def _every_kind(m) -> list[Component]:
     points = m.hook_points()
     chosen += [
         Component(mlp, 0, position=0)
-        for mlp in patching.MLPS
-        if patching.site(Component(mlp, 0)) in points
+        for mlp in patch_sites.MLPS
+        if patch_sites.site(Component(mlp, 0), m) in points
     ]
     return chosen
 

@@ -8,8 +8,8 @@ the model's own computation from ids.
   ``Measures.losses`` equals each pair's own cross-entropy from the model's logits.
 - head importance: one ``head_importance`` for every family, by BLEU and loss or, where the
   capability row says (``importance_bleu``), by the loss alone.
-- the q·k view: one ``query_key_view`` (``core.model.record.layer_heads``), its softmax the
-  model's own weights (a one-stack model's over its whole sequence).
+- the q·k view: one ``query_key_view`` (``core.model.record.layer_heads``), checked in
+  tests/test_conformance.py (inside a head, over every configuration).
 - head roles, asked of the capability table, never of a model's kind.
 """
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -26,14 +25,12 @@ from core.attention.ablation import HeadSpec
 from core.attention.head_measures import Measures
 from core.attention.head_roles import head_roles
 from core.attention.importance import head_importance, loss_pairs, measure_of
-from core.attention.query_key import query_key_view
 from core.corpus.splits import Split
 from core.measure.sample import sample_of
 from core.model.batched import forced_batch
 from core.model.hf_model import load
 from core.model.one_sequence import unpadded
 from core.model.parts import DecodeSettings
-from core.model.record import layer_heads
 from core.model.resumed import resumable
 from tests import helpers
 from tests.hf_tiny import CONFORMANCE
@@ -168,30 +165,15 @@ def test_head_importance_is_one_function_for_every_family(name, request, hf_mode
         assert row["loss"] == pytest.approx(own_loss(m, pairs, [head]), abs=1e-4), head
 
 
-def test_the_query_key_view_is_one_function_whose_softmax_is_the_models_own(m):
-    masked = m.supports("translate") is not None  # a masked LM fills its sentence's mask
-    sentence = f"i am {m.mask_token} ." if masked else "i am cold ."
-    t = m.translate(sentence, DecodeSettings(max_len=6, target_lang=target_lang(m) or ""))
-    for kind in m.head_kinds:
-        for layer in range(m.layers(kind)):
-            own = layer_heads(m, t, kind, layer).heads.weights  # (H, Tq, Tk) the model's own
-            for head, query in ((0, 0), (m.cfg.num_heads - 1, own.size(1) - 1)):
-                v = query_key_view(m, t, kind, layer, head, query)
-                assert np.allclose(v.weights, own[head, query].float().numpy(), atol=1e-5)
-                assert not v.weights[~v.mask].any() and v.weights.sum() == pytest.approx(1.0)
-
-
 @pytest.mark.parametrize("name", ("studio post-LN", "marian"))
-def test_head_roles_are_refused_in_the_capability_rows_words_for_two_stacks(
-    name, hf_models, lm_loaded
-):
-    """Head roles read one attention over a whole sequence: a model of two stacks is refused
-    in one line, the words of its capability row (which the Maps' roles panel asks too)."""
+def test_head_roles_serve_a_model_of_two_stacks_by_attention_kind(name, hf_models, lm_loaded):
+    """Issue 65: head roles read each attention over the tokens it reads (they were refused
+    for two stacks: "read one attention over a whole sequence"); the numbers against each
+    model's own weights are tests/test_head_roles.py's."""
     m = model_of(name, hf_models, lm_loaded)
     t = m.translate("i am cold .", DecodeSettings(max_len=4))
-    problem = m.supports("head_roles")
-    assert problem and "\n" not in problem
-    with pytest.raises(ValueError, match="whole sequence"):
-        head_roles(m, t)
+    assert m.supports("head_roles") is None
+    r = head_roles(m, t)
+    assert [a.kind for a in r.attentions] == ["encoder", "decoder_self", "cross"]
     assert lm_loaded["gpt2"].supports("head_roles") is None
     assert lm_loaded["bert"].supports("head_roles") is None

@@ -93,3 +93,42 @@ def test_the_lifespan_warms_in_the_background_unless_switched_off(monkeypatch):
     monkeypatch.delenv(warm.WARM_ENV)
     _threads_started_by_lifespan()
     assert ran.wait(5)
+
+
+def test_a_page_waits_for_the_warm_up_under_way(monkeypatch):
+    release, started = threading.Event(), threading.Event()
+
+    def slow_warm_up():
+        started.set()
+        assert release.wait(30)
+        return {"imports_s": 0, "model": None, "model_s": 0}
+
+    monkeypatch.setattr(warm, "warm_up", slow_warm_up)
+    monkeypatch.delenv(warm.WARM_ENV, raising=False)
+    assert warm.wait_until_warm(0)  # no warm-up yet: nothing to wait for
+    _threads_started_by_lifespan()
+    assert started.wait(30)
+    assert not warm.wait_until_warm(0)  # under way: a page run would import beside it
+    release.set()
+    assert warm.wait_until_warm(30)
+
+
+def test_a_failed_warm_up_keeps_no_page_waiting(monkeypatch):
+    def broken():
+        raise ImportError("cannot import name 'LlamaForCausalLM' from 'transformers'")
+
+    monkeypatch.setattr(warm, "warm_up", broken)
+    monkeypatch.setattr(warm.LOG, "warning", lambda *args: None)
+    warm._WARM.clear()
+    warm._warm_then_release()
+    assert warm.wait_until_warm(0)
+
+
+def test_the_app_runs_a_page_only_once_the_warm_up_is_over(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    waited = []
+    monkeypatch.setattr(warm, "wait_until_warm", lambda timeout=0: waited.append(timeout) or True)
+    at = AppTest.from_file(str(ROOT / "studio.py"), default_timeout=60).run()
+    assert waited == [0] and not at.exception  # asked before the page ran; it was over
+    assert [t.value for t in at.title] == ["Attention Studio"]

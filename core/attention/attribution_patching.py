@@ -26,12 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from core.attention import patching
+from core.attention import patch_sites, patching
 from core.attention.kinds import KINDS
+from core.attention.patch_sites import Component
 from core.attention.patching import (
     DEFAULT_SELECTION,
     DIRECTIONS,
-    Component,
     Patching,
     ask,
 )
@@ -113,10 +113,13 @@ def _head(c: Component, site_heads: int, heads: int) -> int:
     return c.head // (heads // site_heads)
 
 
-def first_order(c: Component, donor: dict, receiver: dict, grad: dict, heads: int) -> float:
-    """(a_donor - a_receiver) · ∂m/∂a over one component's part of its site; a pattern's
-    through the output it makes, (P_donor - P_receiver) @ v_receiver · ∂m/∂z."""
-    s = patching.site(c)
+def first_order(c: Component, acts: tuple[dict, dict], grad: dict, m: TranslationModel) -> float:
+    """(a_donor - a_receiver) · ∂m/∂a over one component's part of its site (``acts``: the
+    donor's and the receiver's activations by site); a pattern's through the output it makes,
+    (P_donor - P_receiver) @ v_receiver · ∂m/∂z."""
+    donor, receiver = acts
+    heads = m.cfg.num_heads
+    s = patch_sites.site(c, m)
     where = slice(None) if c.position is None else c.position
     if c.kind in KINDS and c.activation == "pattern":
         p = s.rsplit(".", 1)[0]
@@ -134,8 +137,8 @@ def estimates(m: TranslationModel, q: Question, todo: Sequence[Component]):
     """(each component's first-order change of the metric, m_clean, m_corrupt): one pass of
     the donor run, one of the receiving run with a backward pass (and one more of the
     receiving run where a pattern needs its weights and values)."""
-    sites = list(dict.fromkeys(patching.site(c) for c in todo))
-    reads = list(dict.fromkeys(r for c in todo for r in patching.read_sites(c)))
+    sites = list(dict.fromkeys(patch_sites.site(c, m) for c in todo))
+    reads = list(dict.fromkeys(r for c in todo for r in patch_sites.read_sites(c, m)))
     patterns = [r.rsplit(".", 1)[0] for r in reads if r.endswith(".pattern")]
     donor, receiver = q.runs
     check_time()
@@ -145,7 +148,7 @@ def estimates(m: TranslationModel, q: Question, todo: Sequence[Component]):
         own = patching._recorded(m, extra, receiver, q.tgt_in)[1] if extra else {}
     check_time()
     acts, grad, m_receiver = gradients(m, q, sites)
-    moved = [first_order(c, seen, acts | own, grad, m.cfg.num_heads) for c in todo]
+    moved = [first_order(c, (seen, acts | own), grad, m) for c in todo]
     m_donor = float(q.metric(logits)[0])
     pair = (m_donor, m_receiver) if q.direction == "denoise" else (m_receiver, m_donor)
     return moved, *pair

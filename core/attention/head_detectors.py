@@ -106,12 +106,27 @@ class HeadScores:
         }
 
 
-def random_tokens(m: TranslationModel, n: int, sequences: int, seed: int) -> list[list[int]]:
-    """``sequences`` lists of n distinct random ids of the model's output vocabulary, none of
-    them special (start, end, padding, unknown, mask or ``special_ids``)."""
-    vocab = m.vocab_sizes()[1]
-    special = m.special_ids() | {m.start_id, m.eos_id, m.pad_id, m.unk_id, m.mask_id}
-    if vocab - len(special & set(range(vocab))) < n:
+def specials(m: TranslationModel) -> set[int | None]:
+    """The ids no random sequence holds: start, end, padding, unknown, mask, ``special_ids``."""
+    return m.special_ids() | {m.start_id, m.eos_id, m.pad_id, m.unk_id, m.mask_id}
+
+
+def ordinary_tokens(m: TranslationModel, side: int = 1) -> int:
+    """How many ids of the model's output vocabulary (``side`` 0: its source vocabulary) are
+    no special token: the longest random sequence it can read."""
+    vocab = m.vocab_sizes()[side]
+    return vocab - len(specials(m) & set(range(vocab)))
+
+
+def random_tokens(
+    m: TranslationModel, n: int, sequences: int, seed: int, side: int = 1
+) -> list[list[int]]:
+    """``sequences`` lists of n distinct random ids of the model's output vocabulary (``side``
+    0: its source vocabulary), none of them special (start, end, padding, unknown, mask or
+    ``special_ids``)."""
+    vocab = m.vocab_sizes()[side]
+    special = specials(m)
+    if ordinary_tokens(m, side) < n:
         raise HeadScoresError(f"This model's vocabulary has fewer than {n} ordinary tokens.")
     g = torch.Generator().manual_seed(seed)
     rows = []

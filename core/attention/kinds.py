@@ -15,6 +15,7 @@ KINDS = ("encoder", "decoder_self", "cross")
 BOUNDARY_TOKENS = (  # the studio's <bos>/<eos>; a Hugging Face model's <s>, </s> and the
     *("<bos>", "<eos>", "<s>", "</s>", "<pad>"),  # <pad> Marian and T5 start decoding from;
     "⏎",  # the new line that ends a prompted language model's sentence (core.model.prompted)
+    *("[CLS]", "[SEP]"),  # a BERT-style masked language model's (BERT, DistilBERT, ELECTRA)
 )
 
 KIND_NAMES = {  # short names, for pickers, legends and head labels ("Cross L1 H2")

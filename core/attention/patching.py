@@ -23,7 +23,9 @@ stream after the layer, the ``encoder.{i}.out`` / ``decoder.{i}.out`` sites) at 
 position, encoder and decoder ("stream_positions"). A position is one of the site's tokens:
 the source's (encoder) or the decoder inputs' (decoder), and for the heads and MLPs of a
 one-stack model (decoder-only, masked) one of its whole sequence, template included
-(``Patching.sequence``). The components are counted before any pass: more than
+(``Patching.sequence``). A masked language model's question is read at its sentences' first
+mask (``patching_question.mask_question``) and its one stream is the sentence's (its decoder
+inputs are positions of it). The components are counted before any pass: more than
 MAX_COMPONENTS are refused in one line.
 Patching the encoder's output (``encoder.out``) at every position gives the decoder everything
 it reads of the clean source, with the same prefix: an effect of 1. Every family is patched
@@ -42,20 +44,31 @@ from dataclasses import dataclass, field
 import torch
 
 from core.attention.kinds import KINDS
+from core.attention.patch_sites import (
+    HEAD_ACTIVATIONS,
+    MLPS,
+    STREAMS,
+    Component,
+    head_site,
+    read_sites,
+    site,
+)
 from core.attention.patching_question import (
     Question,
+    at_mask,
     check_pass,
     checked_sources,
     found_question,
     gap_caveat,
     given_question,
     last_logits,
+    mask_question,
 )
 from core.measure.progress import check_time
 from core.model.hooks import capture
 from core.model.interface import TranslationModel, prompt_positions
 from core.model.parts import MAX_LEN, TranslationError
-from core.model.record import attention_site, whole_sequence
+from core.model.record import whole_sequence
 from core.runs import budget
 
 DIRECTIONS = ("denoise", "noise")  # clean into corrupted (sufficient), corrupted into clean
@@ -73,10 +86,6 @@ INDIRECT_OBJECT = {  # Wang et al. (2023)'s indirect-object task as a prompted p
     "answer": "Mary",
     "wrong": "John",
 }
-STREAMS = ("encoder_stream", "decoder_stream")  # a layer's output, position by position
-ENCODER_OUTPUT = "encoder_output"  # the encoder's final output (what the decoder reads)
-HEAD_ACTIVATIONS = ("z", "q", "k", "v", "pattern")  # what of a head a component patches
-MLPS = ("encoder_mlp", "decoder_mlp")  # a layer's MLP output, position by position
 SELECTIONS = {  # what to patch (the page's picker, --sites): its name in words
     "heads": "heads (each head's output, every position)",
     "heads_positions": "heads × position (each head's output at one position)",
@@ -95,36 +104,14 @@ ROWS = 256  # the most components patched in one batched pass (fewer where they 
 # server's bytes for one pass: budget.patch_rows)
 
 
-@dataclass(frozen=True)
-class Component:
-    """One activation to patch: a head's (kind in KINDS; ``activation`` of
-    HEAD_ACTIVATIONS), a layer's MLP output (kind in MLPS) or a layer's output (kind in
-    STREAMS, or ENCODER_OUTPUT with layer 0), at one position or (None) at every position."""
-
-    kind: str
-    layer: int
-    head: int | None = None
-    position: int | None = None
-    activation: str = "z"  # a head's: its output (z), q, k, v or pattern
-
-    def row(self, effect: float) -> dict:
-        """The command's line: kind, layer, head (its activation unless z) and position (a
-        head's where one is patched), effect."""
-        where = {"position": self.position}
-        if self.kind in KINDS:
-            where = {"head": self.head} if self.position is None else {"head": self.head, **where}
-            if self.activation != "z":
-                where["activation"] = self.activation
-        return {"kind": self.kind, "layer": self.layer, **where, "effect": effect}
-
-
 @dataclass
 class Patching:
     """The effect of patching each component from the clean run into the corrupted one."""
 
     clean: list[str]  # S clean source pieces (<eos> included)
     corrupt: list[str]  # S corrupted source pieces
-    prefix: list[str]  # T decoder inputs: <bos> + the common prefix of the translations
+    prefix: list[str]  # T decoder inputs: <bos> + the common prefix of the translations (a
+    # masked LM's: its first mask)
     answer: str  # the clean run's token at step t*
     wrong: str  # the corrupted run's token at step t*
     clean_metric: float  # logit(answer) - logit(wrong) in the clean run
@@ -201,7 +188,10 @@ def components(
         for head in range(m.cfg.num_heads)
     ]
     points = m.hook_points()  # a one-stack model's MLPs are its decoder's
-    mlps = [(k, s) for k, s in zip(MLPS, STREAMS) if site(Component(k, 0)) in points]
+    # a model whose tokens are all its encoder side's (``decoder_side`` refused: a masked LM's
+    # decoder inputs are positions of its sentence) has one stream to patch, the sentence's
+    streams = STREAMS[:1] if m.supports("decoder_side") else STREAMS
+    mlps = [(k, s) for k, s in zip(MLPS, STREAMS) if site(Component(k, 0), m) in points]
     made = {
         "heads": lambda: [Component(*h) for h in heads],
         "heads_positions": lambda: [
@@ -218,32 +208,12 @@ def components(
         ],
         "stream_positions": lambda: [
             Component(stream, layer, position=p)
-            for stream in STREAMS
+            for stream in streams
             for layer in range(m.layers(stream))
             for p in range(length(stream))
         ],
     }
     return [c for name in selection for c in made[name]()]
-
-
-def site(c: Component) -> str:
-    """The hook site a component is written at: a head's ``z`` (its pattern's too: z is
-    rebuilt from it), ``q``, ``k`` or ``v``; a layer's MLP output, a layer's or the encoder's
-    output."""
-    if c.kind in KINDS:
-        part = "z" if c.activation == "pattern" else c.activation
-        return f"{attention_site(c.kind, c.layer)}.{part}"
-    if c.kind == ENCODER_OUTPUT:
-        return "encoder.out"
-    side = "encoder" if c.kind in ("encoder_stream", "encoder_mlp") else "decoder"
-    return f"{side}.{c.layer}.{'mlp_out' if c.kind in MLPS else 'out'}"
-
-
-def read_sites(c: Component) -> list[str]:
-    """The sites of the donor run a component is patched from: its own, or a pattern's."""
-    if c.kind in KINDS and c.activation == "pattern":
-        return [f"{attention_site(c.kind, c.layer)}.pattern"]
-    return [site(c)]
 
 
 def _recorded(m: TranslationModel, sites: Sequence[str], src, tgt_in):
@@ -302,12 +272,12 @@ def _writes(m: TranslationModel, chunk: Sequence[Component], clean: dict) -> lis
     """The (site, hook) pairs patching each row's component of ``chunk`` from ``clean``."""
     by_site: dict[str, list[tuple[int, Component]]] = {}
     for row, c in enumerate(chunk):
-        by_site.setdefault(site(c), []).append((row, c))
+        by_site.setdefault(site(c, m), []).append((row, c))
     hooks = []
     for s, rows in by_site.items():
         patterns = [(row, c) for row, c in rows if c.activation == "pattern" and c.kind in KINDS]
         if patterns:
-            p = attention_site(patterns[0][1].kind, patterns[0][1].layer)
+            p = head_site(patterns[0][1].kind, patterns[0][1].layer, m)
             values: dict[str, torch.Tensor] = {}
             hooks.append((f"{p}.v", capture(values, detach=False)))
             hooks.append((s, _pattern_hook(patterns, clean[f"{p}.pattern"], values, f"{p}.v")))
@@ -387,11 +357,13 @@ def ask(
         _check_count(m, selection, a_ids, [m.start_id], chosen)
     src_a, src_b = (torch.tensor([i], device=m.device) for i in (a_ids, b_ids))  # (1, S)
     given = prefix is not None or answers is not None
-    tgt_in, ids = (
-        given_question(m, (src_a, src_b), prefix, answers, target_lang, prompt)
-        if given
-        else found_question(m, (src_a, src_b), max_len, target_lang)
-    )
+    if at_mask(m):  # read at the first mask, in one pass: no prefix, no translation
+        given = answers is not None
+        tgt_in, ids = mask_question(m, (src_a, src_b), clean, prefix, answers)
+    elif given:
+        tgt_in, ids = given_question(m, (src_a, src_b), prefix, answers, target_lang, prompt)
+    else:
+        tgt_in, ids = found_question(m, (src_a, src_b), max_len, target_lang)
     check_pass(m, len(a_ids), tgt_in.size(1), prompt)  # the question's
     return Question(src_a, src_b, (a_tokens, b_tokens), tgt_in, ids, given, prompt, direction)
 
@@ -422,7 +394,7 @@ def patch(
         todo, sequence = _check_count(
             m, selection, q.clean[0].tolist(), q.tgt_in[0].tolist(), chosen
         )
-        reads = [s for c in todo for s in read_sites(c)]
+        reads = [s for c in todo for s in read_sites(c, m)]
         logits_d, seen = _recorded(m, list(dict.fromkeys(reads)), donor, q.tgt_in)
         m_donor, m_receiver = (
             float(q.metric(logits_d)[0]),

@@ -1,6 +1,7 @@
 """The question activation patching asks of two source sentences (``core.attention.patching``,
-and attribution and path patching with it): two runs of one length, the decoder's prefix and
-the two answers whose logit difference is the metric, each checked in one line before any pass.
+and attribution and path patching with it): two runs of one length, the decoder's prefix (a
+masked language model's first mask) and the two answers whose logit difference is the metric,
+each checked in one line before any pass.
 
 Two sources of the same length in pieces that differ in a word ("the boy is tall ." / "the
 girl is tall ."): the clean and the corrupted run. Both are translated greedily; at the first
@@ -9,6 +10,12 @@ logit difference between the clean run's answer a and the corrupted run's b:
 m = logit_a - logit_b at step t*. Where the translations agree, or to ask about another step,
 the user gives the decoder's prefix (target words, possibly none) and the two answer words;
 given a prefix alone, the answers are each run's most likely word after it.
+
+A model that fills its masks in one pass (a masked language model: its capability row
+``patch_prefix`` says so) has no decoding steps: both sentences hold their first mask at one
+position, the metric is the logit difference there between the clean run's likeliest fill and
+the corrupted run's (or the two answer words given, each read in the clean sentence in the
+mask's place), after no prefix; its one decoder input is the mask.
 
 Every effect is divided by the gap m_clean - m_corrupt; under MIN_GAP (a logit) the division
 mostly scales noise (on a random GPT-2, −0.09 and −0.10: effects of +1.7 and −0.9 out of a
@@ -32,6 +39,11 @@ from core.runs import budget
 
 MAX_PIECES = 2 * MAX_SENTENCE_TOKENS  # the most pieces a source or the prefix may take
 MIN_GAP = 1.0  # logits: a smaller gap between the two runs' metrics is too small to divide by
+EXAMPLE = ("the boy is tall .", "the girl is tall .")  # two sources a word apart
+MASKED_EXAMPLE = (  # two sentences a word apart whose first mask the word decides
+    "the {mask} went to paris because he was tired .",
+    "the {mask} went to paris because she was tired .",
+)
 
 
 def gap_caveat(clean: float, corrupt: float) -> str:
@@ -88,6 +100,69 @@ def checked_sources(m: TranslationModel, clean: str, corrupt: str):
     return (a.ids, a.tokens), (b.ids, b.tokens)
 
 
+def at_mask(m: TranslationModel) -> bool:
+    """Whether the model fills its masks in one pass, so that a question is read at the first
+    mask, after no prefix (its capability row ``patch_prefix``)."""
+    return m.supports("patch_prefix") is not None
+
+
+def mask_text(m: TranslationModel) -> str:
+    """The mask token as the model shows it (and a user types it)."""
+    return m.source_tokens([m.mask_id])[0]
+
+
+def example_pair(m: TranslationModel) -> tuple[str, str]:
+    """Two sentences to patch, as the page suggests them: two sources (``EXAMPLE``), or for a
+    model read at its mask two sentences holding its own mask token (``MASKED_EXAMPLE``)."""
+    if not at_mask(m):
+        return EXAMPLE
+    clean, corrupt = (s.format(mask=mask_text(m)) for s in MASKED_EXAMPLE)
+    return clean, corrupt
+
+
+def first_mask(m: TranslationModel, clean: list[int], corrupt: list[int]) -> int:
+    """The position of the two sentences' first mask; TranslationError in one line unless
+    both hold their masks at the same positions."""
+    where = [[i for i, x in enumerate(ids) if x == m.mask_id] for ids in (clean, corrupt)]
+    mask = mask_text(m)
+    if not where[0] or not where[1]:
+        which = "the clean sentence has" if not where[0] else "the corrupted sentence has"
+        which = "neither sentence has one" if not (where[0] or where[1]) else f"{which} none"
+        raise TranslationError(
+            f"Patching a masked language model reads its first {mask}: {which}; type {mask} "
+            "where the model should fill a word, in both."
+        )
+    if where[0] != where[1]:
+        at = [", ".join(map(str, w)) for w in where]
+        raise TranslationError(
+            f"The two sentences' {mask} tokens must sit at the same positions: the clean "
+            f"one's at {at[0]}, the corrupted one's at {at[1]} (in pieces, from 0)."
+        )
+    return where[0][0]
+
+
+def fill_id(m: TranslationModel, sentence: str, ids: list[int], at: int, word: str) -> int:
+    """The id of an answer word as ``sentence`` (``ids``) reads it in its first mask's place
+    (position ``at``); TranslationError unless the sentence with the word is the sentence
+    with one piece changed, there."""
+    word = (word or "").strip()
+    filled = m.source(sentence.replace(mask_text(m), word, 1)).ids if word else []
+    same = 0  # the pieces both share before the word
+    while same < min(len(ids), len(filled)) and ids[same] == filled[same]:
+        same += 1
+    changed = filled[same : len(filled) - (len(ids) - at - 1)]  # the word's pieces there
+    if not word or len(word.split()) > 1:
+        how = "empty" if not word else "more than one word"
+    elif len(filled) != len(ids) or filled[at + 1 :] != ids[at + 1 :] or same != at:
+        pieces = " ".join(m.source_tokens(changed)) or "nothing"
+        how = f"not one piece of its own in the mask's place (the sentence reads {pieces} there)"
+    elif filled[at] == m.unk_id:
+        how = "not in the model's vocabulary"
+    else:
+        return filled[at]
+    raise TranslationError(f"An answer must be one word the model knows: “{word}” is {how}.")
+
+
 def answer_id(m: TranslationModel, word: str) -> int:
     """The id of an answer word; TranslationError unless it is one piece the model knows."""
     ids = m.target_ids(word or "")[:-1]  # without the end token
@@ -142,10 +217,32 @@ def given_question(
         pair = tuple(answer_id(m, w) for w in answers)
     else:
         pair = tuple(int(last_logits(m, s, tgt_in)[0].argmax()) for s in sources)
+    return tgt_in, two_answers(m, pair)
+
+
+def mask_question(m: TranslationModel, sources, clean: str, prefix: str | None, answers):
+    """(decoder inputs (1, 1): the first mask, (answer, wrong) ids) of a model read at its
+    mask (``at_mask``): the answers given (each in the clean sentence's first mask's place),
+    else each run's likeliest fill there; a prefix refused, in one line, before any pass."""
+    if (prefix or "").strip():
+        raise TranslationError(m.supports("patch_prefix"))
+    ids = sources[0][0].tolist()
+    at = first_mask(m, ids, sources[1][0].tolist())
+    tgt_in = torch.tensor([[m.mask_id]], device=m.device)  # (1, 1) the first mask's input
+    check_pass(m, len(ids), 1, None)
+    if answers is not None:
+        pair = tuple(fill_id(m, clean, ids, at, w) for w in answers)
+    else:
+        pair = tuple(int(last_logits(m, s, tgt_in)[0].argmax()) for s in sources)
+    return tgt_in, two_answers(m, pair)
+
+
+def two_answers(m: TranslationModel, pair: tuple[int, ...]) -> tuple[int, int]:
+    """The (answer, wrong) ids; TranslationError in one line where they are one token."""
     if pair[0] == pair[1]:
         said = m.target_tokens([pair[0]])[0]
         raise TranslationError(f"Both runs answer “{said}” there: give two different answer words.")
-    return tgt_in, pair
+    return pair[0], pair[1]
 
 
 def check_pass(m: TranslationModel, S: int, T: int, prompt: int | None) -> None:
@@ -163,7 +260,7 @@ class Question:
     clean: torch.Tensor  # (1, S) the clean source's ids
     corrupt: torch.Tensor  # (1, S) the corrupted source's ids
     tokens: tuple[list[str], list[str]]  # the clean and the corrupted source pieces
-    tgt_in: torch.Tensor  # (1, T) the start token and the prefix
+    tgt_in: torch.Tensor  # (1, T) the start token and the prefix (a masked LM's: its first mask)
     answers: tuple[int, int]  # the clean run's answer id and the corrupted run's
     given: bool  # the prefix or the answers were given, not found by translating
     prompt: int | None  # a prompted model's template positions (prompt_positions)

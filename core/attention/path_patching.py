@@ -38,8 +38,9 @@ from dataclasses import dataclass
 
 import torch
 
-from core.attention import patching
-from core.attention.patching import DIRECTIONS, ROWS, Component, Patching, ask
+from core.attention import patch_sites, patching
+from core.attention.patch_sites import Component
+from core.attention.patching import DIRECTIONS, ROWS, Patching, ask
 from core.attention.patching_question import Question, last_logits
 from core.measure.progress import check_time
 from core.model.hooks import capture
@@ -115,15 +116,15 @@ def every_head(m: TranslationModel) -> list[Component]:
 
 def _head_sites(m: TranslationModel) -> list[str]:
     """Every head's ``z`` site."""
-    return list(dict.fromkeys(patching.site(c) for c in every_head(m)))
+    return list(dict.fromkeys(patch_sites.site(c, m) for c in every_head(m)))
 
 
 def mlp_sites(m: TranslationModel) -> list[str]:
     """Every layer's MLP output site (``mlp_out``) the model has, encoder's then decoder's."""
     points = m.hook_points()
     names = [
-        patching.site(Component(mlp, layer))
-        for mlp, stream in zip(patching.MLPS, patching.STREAMS)
+        patch_sites.site(Component(mlp, layer), m)
+        for mlp, stream in zip(patch_sites.MLPS, patch_sites.STREAMS)
         for layer in range(m.layers(stream))
     ]
     return [s for s in names if s in points]
@@ -134,17 +135,17 @@ def _frozen_sites(m: TranslationModel, freeze_mlps: bool) -> list[str]:
     return _head_sites(m) + (mlp_sites(m) if freeze_mlps else [])
 
 
-def _freeze(frozen, donor, senders: Sequence[Component], receivers, seen: dict):
+def _freeze(m: TranslationModel, frozen, donor, senders: Sequence[Component], receivers, seen):
     """Step 2's hook: each row's heads (and MLPs, where frozen) at the receiving run's
     outputs, its sender's from the donor run; the receivers' outputs as computed kept in
     ``seen`` first."""
 
     def hook(x: torch.Tensor, name: str) -> torch.Tensor:
-        if any(patching.site(r) == name for r in receivers):
+        if any(patch_sites.site(r, m) == name for r in receivers):
             seen[name] = x.detach().clone()  # (B, T, H, Dh)
         out = frozen[name].expand_as(x).clone()  # (B, T, H, Dh) a head's, (B, T, D) an MLP's
         for row, s in enumerate(senders):
-            if patching.site(s) == name:
+            if patch_sites.site(s, m) == name:
                 out[row, :, s.head] = donor[name][0, :, s.head]
         return out
 
@@ -174,14 +175,14 @@ def path_metrics(
     src, tgt_in = receiver.expand(B, -1), q.tgt_in.expand(B, -1)  # (B, S), (B, T)
     heads = [] if receivers == LOGITS else receivers
     seen: dict[str, torch.Tensor] = {}
-    hook = _freeze(frozen, donor, senders, heads, seen)
+    hook = _freeze(m, frozen, donor, senders, heads, seen)
     with m.hooks((s, hook) for s in frozen):
         logits = last_logits(m, src, tgt_in)  # (B, V)
     if receivers == LOGITS:
         return q.metric(logits)
     by_site: dict[str, list[int]] = {}
     for r in heads:
-        by_site.setdefault(patching.site(r), []).append(r.head)
+        by_site.setdefault(patch_sites.site(r, m), []).append(r.head)
     with m.hooks((s, _receive(seen[s], h)) for s, h in by_site.items()):
         return q.metric(last_logits(m, src, tgt_in))  # (B,)
 

@@ -20,8 +20,9 @@ each row projecting only its own step onto the vocabulary (not every step of eve
 and the rows of early steps run with the prefix cut after their last step (a causal decoder's
 later steps change nothing before them): the work inseq does step by step, in a few passes.
 The gradient passes run their batched products (attention's) in the layout the CPU's batched
-GEMM runs fastest (``core.attribution.products``: same sums, 20-25 % less time on the
-decoder-only models' longest pairs, issue 67).
+GEMM runs fastest and softmax rows shorter than 16 keys written out
+(``core.attribution.products``: same sums, 20-25 % less time on the decoder-only models'
+longest pairs, 15 % on the encoder-decoders' short ones, issue 67).
 
 ``GradientChoices`` names what a user may change, each as inseq or captum offer it: the
 baseline (zero; the UNK, PAD or MASK token's embedding at every position, as inseq's UNK

@@ -11,8 +11,9 @@ import time
 from collections.abc import Mapping
 from pathlib import Path, PureWindowsPath
 
-from core.corpus.source import DataError, counted
+from core.corpus.source import FRA_ENG_SHA1, DataError, counted
 from core.corpus.splits import inspect_file
+from core.corpus.text import ATTRIBUTION
 from core.places import DATA_ENV, corpus_folders, data_root, shown_path, uploads_root
 from core.places import UPLOADS as UPLOADS
 
@@ -182,6 +183,23 @@ def induction_words(data_config: Mapping) -> str:
     return f"induction: {shortest}-{n} random tokens read twice ({kinds} kinds)"
 
 
+def on_fra_eng(data_config: Mapping) -> bool:
+    """Whether recorded data settings read d2l's fra-eng corpus (Tatoeba's pairs): by name
+    ("fra-eng", or a file called fra-eng.zip) or by its SHA-1; an induction task reads none."""
+    if data_config.get("task") == "induction":  # random tokens made from its settings
+        return False
+    source = str(data_config.get("source", "fra-eng"))
+    named = source == "fra-eng" or PureWindowsPath(source).name == "fra-eng.zip"
+    return named or data_config.get("source_sha1") == FRA_ENG_SHA1
+
+
+def data_credit(data_config: Mapping | None) -> str:
+    """The credit owed for a model's training data, from its recorded ``data_config``: the
+    Tatoeba attribution for fra-eng, "" for data of no known licence (random tokens, a file of
+    one's own, a model not trained here)."""
+    return ATTRIBUTION if data_config and on_fra_eng(data_config) else ""
+
+
 def describe_data(data_config: Mapping | None) -> str:
     """A short description of a run's or model's data, e.g. 'fra-eng (Tatoeba), ≤12 tokens'."""
     if not data_config:
@@ -189,7 +207,7 @@ def describe_data(data_config: Mapping | None) -> str:
     if data_config.get("task") == "induction":  # made from its settings: no corpus read
         return induction_words(data_config)
     source = str(data_config.get("source", "fra-eng"))
-    parts = ["fra-eng (Tatoeba)" if source == "fra-eng" else Path(source).name]
+    parts = ["fra-eng (Tatoeba)" if on_fra_eng(data_config) else Path(source).name]
     num_train, num_val = data_config.get("num_train"), data_config.get("num_val")
     if data_config.get("split") == "head" and (num_train or num_val):
         parts.append(f"first {num_train} + {num_val or 0} pairs" if num_train else "all pairs")

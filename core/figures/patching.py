@@ -77,15 +77,17 @@ def stream_figure(
     about: str,
     direction: str = "denoise",
 ):
-    """Two heatmaps, layer x position: the encoder's residual stream over the source tokens
-    and the decoder's over its inputs (<bos> and the common prefix)."""
+    """A heatmap per stack the rows patch, layer x position: the encoder's residual stream
+    over the source tokens and the decoder's over its inputs (<bos> and the common prefix); a
+    masked language model's one stream over its sentence."""
     axes = {"encoder_stream": list(source), "decoder_stream": list(prefix)}
-    grids = {s: stream_grid(rows, s) for s in STREAM_NAMES}
-    widths = [len(axes[s]) for s in STREAM_NAMES]
+    streams = [s for s in STREAM_NAMES if any(r["kind"] == s for r in rows)]
+    grids = {s: stream_grid(rows, s) for s in streams}
+    widths = [len(axes[s]) for s in streams]
     fig = make_subplots(
         1,
-        2,
-        subplot_titles=[plotly_text(n) for n in STREAM_NAMES.values()],
+        len(streams),
+        subplot_titles=[plotly_text(STREAM_NAMES[s]) for s in streams],
         column_widths=[w / sum(widths) for w in widths],
         horizontal_spacing=0.1,
     )

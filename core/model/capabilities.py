@@ -8,7 +8,8 @@ family's, and a task's row (a model trained here on the induction task reads no 
 both. ``TranslationModel.supports`` reads it; the pages and commands ask it before they offer
 or compute anything. Replaying a run (``training``) is decided from the disk instead, whatever
 the family: ``replay_problem`` refuses a model with no run or .history beside it, or one whose
-history keeps no snapshots.
+history keeps no snapshots. ``table`` prints the table for docs/hugging-face.md,
+``families_table`` its brief (families × sections) for the README; tests compare both.
 """
 
 from __future__ import annotations
@@ -33,11 +34,6 @@ NO_SNAPSHOTS = (  # "training" where its history holds none
     "or .history file>."
 )
 
-TWO_STACK_ROLES = (  # "head_roles": read over one sequence, which an encoder-decoder splits
-    "Head roles (previous-token, first-token sink, induction) read one attention over a whole "
-    "sequence: an encoder-decoder splits its source and output between two stacks; its heads' "
-    "scores are python -m core.head_scores."
-)
 NO_TEMPLATE = (  # "template": a prompt template is read by a decoder-only language model
     "This model reads no prompt: a prompt template is what a decoder-only language model "
     "translates by."
@@ -58,13 +54,11 @@ NOT_OWN_SPLIT = (  # "own_split": where its validation sentences come from
 BY_FAMILY: dict[str, dict[str, str]] = {
     STUDIO: {
         "bfloat16": "The studio's own models are small: they are measured exactly, in float32.",
-        "head_roles": TWO_STACK_ROLES,
         "template": NO_TEMPLATE,
     },
     HUGGING_FACE: {
         "supervision": "Supervision is compared between two of the studio's own checkpoints: "
         "a Hugging Face model was not trained here.",
-        "head_roles": TWO_STACK_ROLES,
         "template": NO_TEMPLATE,
         "own_split": NOT_OWN_SPLIT,
     },
@@ -117,10 +111,13 @@ BY_FAMILY[MASKED_LM] = {
     "faithfulness": "Faithfulness translates validation sentences and occludes their words: a "
     "masked language model writes no translation of them (its validation sentences hold no "
     "mask to fill), so the methods are not ranked for it; each sentence's attribution is shown.",
+    "patch_prefix": "A masked language model fills its masks in one pass: patching reads the "
+    "logit difference at the sentence's first mask, after no target prefix (leave it empty).",
     **{
         what: NO_TRANSLATION.format(what=words)
         for what, words in SENTENCE_WORK
-        if what != "attribution"  # the filled token at each mask, explained over its sentence
+        if what not in ("attribution", "patch")  # the filled token at each mask, explained
+        # over its sentence; two sentences' first masks, patched one into the other
     },
 }
 
@@ -198,3 +195,45 @@ def table() -> str:
     for model_type, row in sorted(BY_MODEL_TYPE.items()):
         lines.append(f"| `{model_type}` | " + ", ".join(f"`{what}`" for what in sorted(row)) + " |")
     return "\n".join(lines) + "\n"
+
+
+FAMILY_WORDS = {  # each family as the README's table names it
+    STUDIO: "the studio's own",
+    HUGGING_FACE: "Hugging Face encoder-decoder",
+    LANGUAGE_MODEL: "language model (decoder-only)",
+    MASKED_LM: "masked language model",
+}
+SECTION_WORDS = (  # (what, label): the sections a newcomer looks for, the Attention page's labels
+    ("translate", "Translate"),  # the Translate page
+    ("maps", "Maps"),
+    ("playback", "Decoding playback"),
+    ("attribution", "Attribution"),
+    ("alignment", "Alignment"),
+    ("inside", "Inside a head"),
+    ("lens", "Logit lens"),
+    ("head_roles", "Head roles"),
+    ("head_scores", "Head scores"),
+    ("patch", "Patching"),
+    ("ablation", "Remove heads"),
+    ("compare", "Compare"),
+)
+
+
+def families_table() -> str:
+    """The capability table in brief, as the README shows it (a test compares): each family a
+    row, each section a newcomer looks for a column (✓ where the family's row does not refuse
+    it), then what a model type refuses besides, its methods grouped."""
+    lines = ["| | " + " | ".join(label for _, label in SECTION_WORDS) + " |"]
+    lines.append("|---" * (len(SECTION_WORDS) + 1) + "|")
+    for family in FAMILIES:
+        refused = BY_FAMILY.get(family, {})
+        cells = ("—" if refused.get(what) else "✓" for what, _ in SECTION_WORDS)
+        lines.append(f"| {FAMILY_WORDS[family]} | " + " | ".join(cells) + " |")
+    types: dict[tuple[str, ...], list[str]] = {}
+    for model_type, row in sorted(BY_MODEL_TYPE.items()):
+        types.setdefault(tuple(sorted(row)), []).append(f"`{model_type}`")
+    besides = "; ".join(
+        f"{', '.join(names)}: {', '.join(f'`{what}`' for what in whats)}"
+        for whats, names in types.items()
+    )
+    return "\n".join(lines) + f"\n\nRefused besides, by model type: {besides}.\n"

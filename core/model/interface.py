@@ -406,6 +406,6 @@ def token_weights(m: TranslationModel, ids: Sequence[int]) -> torch.Tensor:
     """(L, H, N, N) every head's weights over a sequence of the model's own ids read alone, no
     prompt around them (head roles' random tokens read twice), by its own forward, no gradient
     kept; ValueError for a model of two stacks, which reads a source and an output instead
-    (``supports("head_roles")`` says so before)."""
+    (``core.model.kind_weights.twice_weights`` reads each of its stacks)."""
     with torch.no_grad():
         return m.sequence_patterns(ids)  # (L, H, N, N)

@@ -8,9 +8,10 @@ every token, each read unmasked. Its one bidirectional self-attention is the *en
 the rows of the predicted positions are shown as the other two kinds, as blocks of it (*cross*:
 over the whole sentence; *decoder self*: over the predicted positions). One forward gives
 every figure; attribution explains the filled token at each mask over the sentence (each mask
-counted once, as the decoder input its row reads: ``OneStack.cut``, ``OneStack.once``); what
-needs a translation (alignment, patching, removing heads by BLEU, faithfulness) says so in one
-line (``core.model.capabilities``).
+counted once, as the decoder input its row reads: ``OneStack.cut``, ``OneStack.once``);
+patching reads two sentences' first mask (``core.attention.patching_question``); what needs a
+translation (alignment, removing heads by BLEU, faithfulness) says so in one line
+(``core.model.capabilities``).
 
 Shape key: S sentence tokens, T predicted positions, L layers, H heads, D width, V vocabulary.
 """
@@ -180,8 +181,11 @@ class MaskedModel(OneAttention, HFBase, TranslationModel):
         return self._states(src, side)
 
     def output_positions(self, src, tgt_in) -> list[list[int]]:
-        """Each row's predicted positions in its sentence (``positions``, padding left out)."""
-        return [self.positions([x for x in ids if x != self.pad_id]) for ids in src.tolist()]
+        """Each row's first T predicted positions in its sentence (``positions``, padding left
+        out; T of the (B, T) decoder inputs, as ``hidden`` reads them: a patching question's
+        one input is the first mask)."""
+        T = _length(tgt_in)
+        return [self.positions([x for x in ids if x != self.pad_id])[:T] for ids in src.tolist()]
 
     def _batch(self, src: torch.Tensor, first: int | None = None) -> torch.Tensor:
         """(B, S, D) the last layer's output of a right-padded batch, under this thread's hooks

@@ -12,15 +12,20 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from core.corpus.text import ATTRIBUTION
+from core.corpus.user_files import data_credit
 from core.runs.cpu_share import server_threads
 from pages.ui.heavy_work import limit_problem
 from pages.ui.identity import identity_problem, user_line
+
+if TYPE_CHECKING:
+    from core.model.interface import TranslationModel
 
 PAGES_DIR = Path(__file__).resolve().parent.parent
 NAV_KEY = "_app_navigation"  # set once studio.py's navigation has run in this session
@@ -114,7 +119,15 @@ def page_links() -> None:
         st.page_link(str(PAGES_DIR / script), label=f"{title}: {what}", icon=icon)
 
 
-def footer() -> None:
-    """The corpus attribution, shown wherever the data or a model trained on it is used."""
-    st.divider()
-    st.caption(f"Data: {ATTRIBUTION}")
+def footer(credit: str = ATTRIBUTION) -> None:
+    """The data credit under a page: the corpus's (Home, Train), or the shown model's own
+    (``model_footer``); nothing for data that owes none."""
+    if credit:
+        st.divider()
+        st.caption(f"Data: {credit}")
+
+
+def model_footer(lm: TranslationModel) -> None:
+    """The footer of a page showing ``lm``: the credit for the data it was trained on, from its
+    metadata (none for an induction model's random tokens or a model not trained here)."""
+    footer(data_credit(lm.meta.get("data_config")))

@@ -21,7 +21,7 @@ from core.attention.importance import SENTENCES as IMPORTANCE_SENTENCES
 from core.attention.kinds import KIND_NAMES, KINDS
 from core.attention.logit_lens import LENS_COLORS
 from core.attention.maps import HEAD_AGGREGATES, head_options
-from core.attention.patch_question import METHODS as PATCH_METHODS
+from core.attention.patch_methods import METHODS as PATCH_METHODS
 from core.attention.patching import DIRECTIONS
 from core.attention.patching import PICKS as PATCH_PICKS
 from core.attention.projector import (

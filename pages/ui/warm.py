@@ -6,7 +6,10 @@ pages at once all waited for that (bench/load.py: 3.3 s p95). ``lifespan`` (app.
 ``st.App``) starts ``warm_up`` in a background thread as the server starts, so the server
 answers at once and is ready before the first student arrives. Nothing here may stop the
 server: a warm-up that fails says why on the console, and the pages then do the work
-themselves as before.
+themselves as before. A page run waits for a warm-up under way (``wait_until_warm``): run
+beside it, a page's first import of a transformers class could come back half made
+("cannot import name 'LlamaForCausalLM' from 'transformers'" on Home), and the page would
+have waited for the same imports and the same model anyway.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from streamlit.logger import get_logger
 
 LOG = get_logger(__name__)  # Streamlit's console logging (its ``logger.level``, info)
 WARM_ENV = "ATTENTION_STUDIO_WARM"  # "0": no warm-up
+WAIT_S = 120.0  # a page waits at most this long for the warm-up, then does the work itself
+_WARM = threading.Event()  # set: no warm-up under way (none started, or it is over)
+_WARM.set()
 
 
 def page_modules() -> list[str]:
@@ -78,6 +84,11 @@ def warm_up() -> dict:
     }
 
 
+def wait_until_warm(timeout: float = WAIT_S) -> bool:
+    """Wait for a warm-up under way to end (at most ``timeout`` seconds); whether it has."""
+    return _WARM.wait(timeout)
+
+
 def _warm_in_background() -> None:
     """warm_up, its outcome on the server's console (a failure never reaches a page)."""
     try:
@@ -88,10 +99,20 @@ def _warm_in_background() -> None:
     LOG.info("Warmed up: imports %(imports_s)s s, model %(model)s in %(model_s)s s", done)
 
 
+def _warm_then_release() -> None:
+    """The warm-up thread: ``_warm_in_background``, then the waiting pages go on, however it
+    ended."""
+    try:
+        _warm_in_background()
+    finally:
+        _WARM.set()
+
+
 @contextlib.asynccontextmanager
 async def lifespan(_app):
     """st.App's start-up and shut-down: the warm-up starts in a daemon thread (unless
     ``ATTENTION_STUDIO_WARM=0``) and the server serves meanwhile."""
     if os.environ.get(WARM_ENV, "1") != "0":
-        threading.Thread(target=_warm_in_background, name="warm-up", daemon=True).start()
+        _WARM.clear()  # the pages wait for it from now on (wait_until_warm)
+        threading.Thread(target=_warm_then_release, name="warm-up", daemon=True).start()
     yield

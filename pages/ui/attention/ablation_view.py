@@ -22,7 +22,6 @@ from core.attention.importance import (
     model_facts,
 )
 from core.attention.maps import export_name, select_view
-from core.attention.sentence_maps import SentenceMaps
 from core.attention.task_sequence import SequenceScore, sequence_score
 from core.corpus.source import DataError
 from core.figures import attention as figs
@@ -47,7 +46,6 @@ def ablation_section(page: SectionInputs) -> None:
     """Pick heads to remove; the translation and maps without them; head importance."""
     entry, lm, state = page.entry, page.lm, page.state
     heads = pick_heads(lm, state)
-    original = (page.translation, page.maps)
     sequence = lm.supports("sentence")  # it reads a token sequence: forced, never decoded
     if not heads:
         again = "the sequence is read again" if sequence else "the sentence is translated again"
@@ -56,14 +54,14 @@ def ablation_section(page: SectionInputs) -> None:
             f"and {again}. Their maps are still computed and shown."
         )
     elif sequence:
-        sequence_removed_view(entry, lm, original, heads, state, page.stretch)
+        sequence_removed_view(page, heads)
     else:
         if page.translation.forced:
             st.caption(
                 "Beside your translation (fed to the decoder), the model's own translation "
                 "with these heads removed, decoded freely."
             )
-        removed_view(entry, lm, original, heads, state, page.stretch)
+        removed_view(page, heads)
     importance_panel(entry, lm, state)
 
 
@@ -107,33 +105,38 @@ def translation_card(where, title: str, t: Translation, base: float | None = Non
     where.metric("log-probability", f"{t.log_prob:.2f}", delta, delta_color="normal")
 
 
-def removed_view(
-    entry: ModelEntry,
-    lm: TranslationModel,
-    original: tuple[Translation, SentenceMaps],
-    heads: list[HeadSpec],
-    state: ViewState,
-    stretch: bool,
-) -> None:
+def removed_view(page: SectionInputs, heads: list[HeadSpec]) -> None:
     """The translation with ``heads`` removed beside the original, then their maps."""
-    t, maps = original
-    settings, spec = state.settings(), spec_text(heads)
-    try:
-        cut = ablated_translate(lm, entry.path, entry.mtime, state.sentence, settings, tuple(heads))
-    except (TranslationError, HeadSpecError) as e:
-        st.error(md(e))
+    t, state = page.translation, page.state
+    cut = without_heads(page, heads, state.sentence, "")
+    if cut is None:
         return
-    cut_maps = sentence_maps(
-        cut, (entry.path, entry.mtime, state.sentence, settings, spec), state.words
-    )
-    what = f"{len(heads)} head{'s' * (len(heads) != 1)} removed"
+    what = removed_words(heads)
     left, right = st.columns(2)
     translation_card(left, "Original", t)
     translation_card(right, what.capitalize(), cut, t.log_prob)
     for w in cut.warnings:
         if w not in t.warnings:
             right.warning(md(w))
-    compare_maps((maps, cut_maps), what, heads, state, stretch)
+    compare_maps(page, cut, what, heads)
+
+
+def without_heads(
+    page: SectionInputs, heads: list[HeadSpec], sentence: str, sequence: str
+) -> Translation | None:
+    """The page's input again with ``heads`` removed: ``sentence`` decoded, or ``sequence``
+    read in one forced pass; None, with a message, when it cannot be."""
+    where = (page.lm, page.entry.path, page.entry.mtime)
+    try:
+        return ablated_translate(*where, sentence, page.state.settings(), tuple(heads), sequence)
+    except (TranslationError, HeadSpecError) as e:
+        st.error(md(e))
+        return None
+
+
+def removed_words(heads: list[HeadSpec]) -> str:
+    """'1 head removed', '3 heads removed'."""
+    return f"{len(heads)} head{'s' * (len(heads) != 1)} removed"
 
 
 def sequence_card(where, title: str, score: SequenceScore, base: SequenceScore | None) -> None:
@@ -145,30 +148,15 @@ def sequence_card(where, title: str, score: SequenceScore, base: SequenceScore |
     where.caption(f"{score.firsts} of {score.scored} tokens are the model's first choice")
 
 
-def sequence_removed_view(
-    entry: ModelEntry,
-    lm: TranslationModel,
-    original: tuple[Translation, SentenceMaps],
-    heads: list[HeadSpec],
-    state: ViewState,
-    stretch: bool,
-) -> None:
+def sequence_removed_view(page: SectionInputs, heads: list[HeadSpec]) -> None:
     """A token-sequence model's pass over its sequence with ``heads`` removed, teacher forced
     as the original is: the loss and first choices on the repeat beside the original's, then
     the maps with and without them."""
-    t, maps = original
-    settings, spec = state.settings(), spec_text(heads)
-    try:
-        cut = ablated_translate(
-            lm, entry.path, entry.mtime, "", settings, tuple(heads), state.sentence
-        )
-    except (TranslationError, HeadSpecError) as e:
-        st.error(md(e))
+    cut = without_heads(page, heads, "", page.state.sentence)
+    if cut is None:
         return
-    key = (entry.path, entry.mtime, state.sentence, settings, spec, "forced")
-    cut_maps = sentence_maps(cut, key, state.words)
-    base, score = sequence_score(t), sequence_score(cut)
-    what = f"{len(heads)} head{'s' * (len(heads) != 1)} removed"
+    base, score = sequence_score(page.translation), sequence_score(cut)
+    what, spec = removed_words(heads), spec_text(heads)
     scored = "its repeat" if base.repeat else "every token"
     st.caption(
         f"The same sequence read again in one pass with these heads removed, each token "
@@ -178,24 +166,20 @@ def sequence_removed_view(
     left, right = st.columns(2)
     sequence_card(left, "Original", base, None)
     sequence_card(right, what.capitalize(), score, base)
-    compare_maps((maps, cut_maps), what, heads, state, stretch)
+    compare_maps(page, cut, what, heads)
 
 
-def compare_maps(
-    pair: tuple[SentenceMaps, SentenceMaps],
-    what: str,
-    heads: list[HeadSpec],
-    state: ViewState,
-    stretch: bool,
-) -> None:
+def compare_maps(page: SectionInputs, cut: Translation, what: str, heads: list[HeadSpec]) -> None:
     """The chosen map with and without the heads, then every head of the kind without them."""
-    maps, cut_maps = pair
+    state, maps, stretch = page.state, page.maps, page.stretch
+    key = (*page.key[:4], spec_text(heads), cut.forced)  # the original's, plus the heads
+    cut_maps = sentence_maps(cut, key, state.words)
     left, right = st.columns(2)
-    for col, m, title, key in ((left, maps, "Original", "orig"), (right, cut_maps, what, "cut")):
+    for col, m, title, tag in ((left, maps, "Original", "orig"), (right, cut_maps, what, "cut")):
         view = select_view(m, state.kind, state.layer, state.head, state.hide)
         view.title = f"{title}: {view.title}"
-        name = export_name(state.model, state.sentence, state.kind, state.layer, state.head, key)
-        chart(figs.view_figure(view, stretch), f"ab_{key}", col, name)
+        name = export_name(state.model, state.sentence, state.kind, state.layer, state.head, tag)
+        chart(figs.view_figure(view, stretch), f"ab_{tag}", col, name)
     if state.head.isdigit() and HeadSpec(state.kind, state.layer, int(state.head)) in heads:
         st.caption(
             "This head is removed: its map is still computed, but its output is zeroed "

@@ -1,5 +1,5 @@
-"""Cached calls of the "Inside a head" and "Logit lens" sections, and of a decoder-only model's
-head roles (the "Maps" section)."""
+"""Cached calls of the "Inside a head" and "Logit lens" sections, and of a model's head roles
+(the "Maps" section)."""
 
 from __future__ import annotations
 
@@ -26,5 +26,5 @@ def lens(_lm: TranslationModel, _t: Translation, key: tuple) -> logit_lens.Logit
 
 @shared()
 def roles(_lm: TranslationModel, _t: Translation, key: tuple) -> head_roles.HeadRoles:
-    """A decoder-only model's head roles on a cached translation (``key``: as ``lens``'s)."""
+    """A model's head roles on a cached translation, every attention (``key``: as ``lens``'s)."""
     return head_roles.head_roles(_lm, _t)

@@ -7,6 +7,7 @@ import streamlit as st
 from core.attention.kinds import BOUNDARY_TOKENS, KIND_NAMES, KINDS
 from core.attention.maps import head_options
 from core.attention.sentence_maps import SentenceMaps
+from core.attention.word_maps import has_pieces
 from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import clamp_widget, widget_default
 
@@ -38,7 +39,7 @@ def view_controls(maps: SentenceMaps, state: ViewState, subword: bool, pieces: s
         help="A head, the mean or max over the layer's heads, or (encoder) attention "
         "rollout through layers 0 to this one.",
     )
-    return display_toggles(state, subword, boundary_words(maps), pieces)
+    return display_toggles(state, subword, boundary_words(maps), pieces, has_pieces(maps))
 
 
 def boundary_words(maps: SentenceMaps) -> str:
@@ -50,18 +51,27 @@ def boundary_words(maps: SentenceMaps) -> str:
 
 
 def display_toggles(
-    state: ViewState, subword: bool, boundary: str = "<bos>/<eos>", pieces: str = "BPE"
+    state: ViewState,
+    subword: bool,
+    boundary: str = "<bos>/<eos>",
+    pieces: str = "BPE",
+    mergeable: bool = True,
 ) -> bool:
-    """Hide <bos>/<eos>, merge pieces, stretch colours, on a row; returns the stretch."""
+    """Hide <bos>/<eos>, merge pieces (greyed out where no token here continues a word),
+    stretch colours, on a row; returns the stretch."""
     row = st.container(horizontal=True, gap="large")
     if subword:
         widget_default("at_words", state.words)
         state.words = row.toggle(
             "Merge pieces into words",
             key="at_words",
+            disabled=not mergeable,
             help=f"This model reads and writes {pieces} pieces (“##” continues a word). Merged, a "
             "word's column is the sum over its pieces and its row the mean of its pieces' "
-            "rows, so rows still sum to 1. The decoding playback always shows pieces.",
+            "rows, so rows still sum to 1. The decoding playback always shows pieces."
+            if mergeable
+            else f"This model reads {pieces} tokens, but no token here continues a word: "
+            "every token is a whole word already, so there is nothing to merge.",
         )
     else:
         state.words, state.why["words"] = False, "this model reads whole words, not pieces"

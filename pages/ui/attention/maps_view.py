@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from core.attention import head_stats, token_pick
+from core.attention.kinds import kind_labels
 from core.attention.maps import blank_note, export_name, hide_columns, select_view, view_csv
 from core.attention.sentence_maps import SentenceMaps
 from core.figures import attention as figs
@@ -69,16 +70,27 @@ def maps_section(page: SectionInputs) -> None:
 
 
 def roles_panel(page: SectionInputs) -> None:
-    """A decoder-only model's heads: previous-token, first-token sink and induction scores."""
-    st.markdown("**What each head does** (the model's one attention, over the whole sequence)")
-    roles = cached_inside_head.roles(page.lm, page.translation, page.key)
-    name = export_name(page.state.model, page.state.sentence, "roles", 0, "all")
-    chart(roles_fig.head_roles_figure(roles), "head_roles", name=name)
+    """Each attention's heads (one map per kind; a one-stack model's one): previous- and
+    next-token, first- and last-token sinks, duplicate-token and induction scores."""
+    st.markdown("**What each head does** (each attention over the tokens it reads)")
+    try:
+        roles = cached_inside_head.roles(page.lm, page.translation, page.key)
+    except ValueError as e:  # a vocabulary too small for the tokens read twice
+        st.info(md(str(e)))
+        return
+    for a in roles.attentions:
+        st.markdown(f"*{md(kind_labels(a.kind)[0])}*")  # the attention the map below reads
+        name = export_name(page.state.model, page.state.sentence, a.kind, None, "all", "roles")
+        chart(roles_fig.head_roles_figure(a), f"head_roles_{a.kind}", name=name)
     st.caption(
-        "previous-token: mean weight on the token just before; first-token sink: on the "
-        "sequence's first token (many heads park weight there); induction: from a token of a "
-        "random sequence's second copy to the token that followed its first copy (Olsson et "
-        "al. 2022). Also as JSON lines: python -m core.inside_head --head-roles."
+        "previous / next token: mean weight on the token just before / after (next: an "
+        "attention that may look forward, an encoder's); first / last-token sink: on the "
+        "first / last token (many heads park weight there; cross-attention, which reads the "
+        "source from the output, has only these: its end token is the known no-op); "
+        "duplicate-token and induction: from a token of a random sequence's second copy to "
+        "its first copy and to the token that followed it (Olsson et al. 2022), read by each "
+        "self-attention (an encoder-decoder's source and decoder input both). Also as JSON "
+        "lines: python -m core.inside_head --head-roles."
     )
 
 

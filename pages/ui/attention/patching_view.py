@@ -2,7 +2,8 @@
 corrupted copy of it, every head of the three kinds and every position of the residual
 stream, or what the picker chooses (a head's output, q, k, v or pattern, an MLP, per
 position) (``core.attention.patching``; ``python -m core.patch`` prints the same figures), or
-attribution patching's estimate beside it, or each head's path through chosen receivers."""
+attribution patching's estimate beside it, or each head's path through chosen receivers. A
+masked language model is asked at its sentences' first mask (``patching_question.at_mask``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from core.attention.maps import export_name
-from core.attention.patch_question import METHOD_NAMES, METHODS
+from core.attention.patch_methods import METHOD_NAMES, METHODS
 from core.attention.patching import (
     DIRECTION_NAMES,
     DIRECTIONS,
@@ -22,6 +23,7 @@ from core.attention.patching import (
     PICKS,
     STREAMS,
 )
+from core.attention.patching_question import at_mask, example_pair
 from core.attention.path_patching import HEAD_FORMAT
 from core.figures import patching as figs
 from core.model.parts import TranslationError
@@ -32,17 +34,16 @@ from pages.ui.heavy_work import SlotTaken, TimeLimit
 from pages.ui.text import code, md
 from pages.ui.view_widgets import bounded, widget_default
 
-EXAMPLE = ("the boy is tall .", "the girl is tall .")
-
 
 def corrupt_input(page: SectionInputs) -> str:
     """The corrupted sentence box (widget ``at_corrupt``), kept in the view state."""
     state = page.state
     widget_default("at_corrupt", state.corrupt)
+    clean, corrupt = example_pair(page.lm)
     typed = st.text_input(
         "Corrupted sentence: the sentence above with a word changed, as many tokens",
         key="at_corrupt",
-        placeholder=f"e.g. {EXAMPLE[1]} against {EXAMPLE[0]}",
+        placeholder=f"e.g. {corrupt} against {clean}",
     )
     state.corrupt = bounded(typed, "corrupted sentence").strip()
     return state.corrupt
@@ -69,17 +70,20 @@ def question_inputs(page: SectionInputs) -> tuple[str, str | None, tuple[str, st
     if not state.patch_ask:
         return state.patch_dir, None, None
     left, mid, right = st.columns([2, 1, 1])
-    for key, where, label in (
+    boxes = (
         ("patch_prefix", left, "Target words before the step (empty: the first word)"),
         ("patch_answer", mid, "Clean run's answer (empty: its likeliest)"),
         ("patch_wrong", right, "Corrupted run's answer (empty: its likeliest)"),
-    ):
+    )
+    masked = at_mask(page.lm)  # read at the first mask: no step to choose, no prefix
+    for key, where, label in boxes[1:] if masked else boxes:
         widget_default(f"at_{key}", getattr(state, key))
         setattr(state, key, bounded(where.text_input(label, key=f"at_{key}"), "box").strip())
     given = (state.patch_answer, state.patch_wrong)
     if any(given) and not all(given):
         st.info("Give both answer words, or neither (then each run's likeliest word is used).")
-    return state.patch_dir, state.patch_prefix, given if all(given) else None
+    prefix = None if masked else state.patch_prefix
+    return state.patch_dir, prefix, given if all(given) else None
 
 
 def method_input(page: SectionInputs) -> tuple[str, str]:
@@ -192,17 +196,41 @@ def use_indirect_object() -> None:
         st.session_state[key] = value
 
 
+def use_example(pair: tuple[str, str]) -> None:
+    """Button callback: the example's two sentences into their boxes, each run's likeliest
+    word its answer."""
+    boxes = {"at_sentence": pair[0], "at_corrupt": pair[1], "at_patch_ask": False}
+    for key, value in boxes.items():
+        st.session_state[key] = value
+
+
+HOW = {  # where the measure is read: at a translation's first difference, or at the mask
+    False: "Both are translated; at the first step where the translations differ, the "
+    "measure is the logit difference between the two runs' words there.",
+    True: "Both sentences' first mask is filled; the measure is the logit difference there "
+    "between the clean run's likeliest fill and the corrupted run's.",
+}
+
+
 def patching_section(page: SectionInputs) -> None:
     """The metric, the head grids, the residual-stream grids and the table as CSV."""
+    masked = at_mask(page.lm)
     st.caption(
-        "Which parts of the model carry the difference between two sentences? Both are "
-        "translated; at the first step where the translations differ, the measure is the "
-        "logit difference between the two runs' words there. Each head's output, and each "
-        "layer's output at each position, is taken from the sentence above (the clean run) "
-        "and written into the corrupted run, one at a time: 1 means that part alone brings "
-        "the clean run's word back, 0 that it changes nothing (Meng et al. 2022; Wang et al. "
-        "2023)."
+        f"Which parts of the model carry the difference between two sentences? {HOW[masked]} "
+        "Each head's output, and each layer's output at each position, is taken from the "
+        "sentence above (the clean run) and written into the corrupted run, one at a time: 1 "
+        "means that part alone brings the clean run's word back, 0 that it changes nothing "
+        "(Meng et al. 2022; Wang et al. 2023)."
     )
+    example = example_pair(page.lm)
+    if masked:  # two sentences holding the model's own mask token
+        st.button(
+            "Use the example pair",
+            key="at_patch_example",
+            on_click=use_example,
+            args=(example,),
+            help=f"Clean “{example[0]}”, corrupted “{example[1]}”.",
+        )
     if not page.lm.supports("template"):  # the example is a prompt template
         st.button(
             "Use the indirect-object example (Wang et al. 2023)",
@@ -213,7 +241,7 @@ def patching_section(page: SectionInputs) -> None:
         )
     corrupt = corrupt_input(page)
     if not corrupt:
-        st.info(md(f"Type the corrupted sentence, e.g. {code(EXAMPLE[1])} for {code(EXAMPLE[0])}."))
+        st.info(md(f"Type the corrupted sentence, e.g. {code(example[1])} for {code(example[0])}."))
         return
     direction, prefix, answers = question_inputs(page)
     method, receivers = method_input(page)
@@ -234,10 +262,16 @@ def patching_section(page: SectionInputs) -> None:
     result = getattr(done, "patching", done)  # the question and rows every method shares
     step = len(result.prefix) - 1
     words = "the answers you gave are" if result.chosen and answers else "the runs' answers are"
+    writes = "fills" if masked else "writes"
     found = (
-        f"the clean run writes “{result.answer}” and the corrupted run “{result.wrong}”"
+        f"the clean run {writes} “{result.answer}” and the corrupted run “{result.wrong}”"
         if not result.chosen
         else f"{words} “{result.answer}” (clean) and “{result.wrong}” (corrupted)"
+    )
+    where = (
+        f"At the first {result.prefix[0]} (position {result.clean.index(result.prefix[0])})"
+        if masked
+        else f"At step {step}, after “{' '.join(result.prefix)}”"
     )
     reading = (
         "1 = that part alone brings the clean word back, 0 = it changes nothing"
@@ -247,7 +281,7 @@ def patching_section(page: SectionInputs) -> None:
     )
     st.markdown(
         md(
-            f"At step {step}, after “{' '.join(result.prefix)}”, {found}. Logit difference "
+            f"{where}, {found}. Logit difference "
             f"(clean word − corrupted word): {result.clean_metric:+.2f} clean, "
             f"{result.corrupt_metric:+.2f} corrupted. {DIRECTION_NAMES[direction].capitalize()}: "
             f"{reading}."

@@ -117,9 +117,12 @@ def reference_input(state: ViewState) -> str:
 
 
 def forced_vs_free(page: SectionInputs) -> None:
-    """Free-running maps beside a teacher-forced pass over a reference translation."""
+    """The page's maps beside a teacher-forced pass over a reference translation: free-running
+    maps of the model's own output, or, where the user typed a translation, the maps of the
+    pass fed that translation."""
     maps, state, lm = page.pieces, page.state, page.lm
-    st.subheader("Teacher-forced vs free-running")
+    typed = page.translation.forced  # the page's maps are of a pass fed the typed translation
+    st.subheader("Your translation vs a reference" if typed else "Teacher-forced vs free-running")
     reference = reference_input(state)
     if not reference.strip():
         st.caption("Type a reference to see the decoder's maps when it is fed the reference.")
@@ -135,15 +138,28 @@ def forced_vs_free(page: SectionInputs) -> None:
         st.caption(md("Not in the model's output vocabulary (fed as <unk>): " + ", ".join(unknown)))
     kind, layer, head = decoder_view(maps, state.kind, state.layer, state.head)
     left, right = st.columns(2)
-    for col, m, what, name in (
-        (left, maps, "free-running (the model's own output)", "free"),
-        (right, forced, "teacher-forced (the reference)", "forced"),
-    ):
+    own = ("teacher-forced (your translation)", "typed") if typed else FREE_RUNNING
+    for col, m, (what, name) in ((left, maps, own), (right, forced, FORCED_REFERENCE)):
         view = select_view(m, kind, layer, head, state.hide)
         view.title = f"{short_title(kind)}, {what}"
         file = export_name(state.model, state.sentence, kind, layer, head, name)
         chart(figs.view_figure(view), f"compare_{name}", col, file)
-    st.caption(
+    st.caption(compare_words(typed))
+
+
+FREE_RUNNING = ("free-running (the model's own output)", "free")  # (chart title, file tag)
+FORCED_REFERENCE = ("teacher-forced (the reference)", "forced")
+
+
+def compare_words(typed: bool) -> str:
+    """What the two sides of the comparison are, in one caption."""
+    if typed:
+        return (
+            "Left: one pass fed your translation (typed above) token by token. Right: one pass "
+            "fed the reference. Both are teacher-forced: empty “Your translation” above to see "
+            "the model's own output, decoded freely, on the left."
+        )
+    return (
         "Left: the maps of the model's own output. Right: one pass that feeds the "
         "reference token by token. They match where the reference equals the output."
     )

@@ -15,6 +15,7 @@ from core.corpus import user_files as corpus_files
 from core.corpus.config import DataConfig
 from core.corpus.source import DataError, fra_eng_copy, resolve_corpus
 from core.corpus.splits import NO_VALIDATION, validation_pairs_at_most
+from core.corpus.text import ATTRIBUTION
 from core.places import DATA_ENV, data_root, shown_path
 from core.runs import capacity, jobs
 from core.runs.alignment_request import AlignmentChoice, alignment_problems
@@ -147,7 +148,9 @@ def settings_from_widgets(preset: str) -> dict:
 
 
 def fra_eng_picker() -> str:
-    """fra-eng: say where it comes from; offer to download it now, with progress."""
+    """fra-eng: say where it comes from and credit it; offer to download it now, with
+    progress."""
+    st.caption(f"Data: {ATTRIBUTION}")  # where the corpus is chosen, as its licence asks
     copy = fra_eng_copy()
     if copy is not None:
         st.caption(f"fra-eng: using the copy at {code(shown_path(copy))}.")  # no server path
