@@ -34,7 +34,7 @@ DRAWN = """([title, n]) => {
     const plots = [...document.querySelectorAll('.js-plotly-plot')];
     const heatmaps = document.querySelectorAll('.js-plotly-plot .hm');
     const titled = plots.filter(
-        p => (p.querySelector('.gtitle') || {}).textContent?.includes(title));
+        p => (p.querySelector('.gtitle') || {}).textContent?.startsWith(title));
     return heatmaps.length >= n && titled.length >= 1;
 }"""
 

@@ -44,7 +44,7 @@ CHARTS_DRAWN = (  # every Plotly chart on the page has its plot drawn
 KINDS = list(KIND_WORDS)  # the "Attention kind" radio's labels
 TITLE_SHOWN = (  # the large map's title names the kind
     "t => [...document.querySelectorAll('.js-plotly-plot .gtitle')]"
-    ".some(e => e.textContent.includes(t))"
+    ".some(e => e.textContent.startsWith(t))"
 )
 
 

@@ -92,7 +92,7 @@ async def explorer(page, url: str, rng: random.Random, until: float, results: li
                 await radio.get_by_text(kind, exact=True).first.click()
                 await page.wait_for_function(
                     "title => [...document.querySelectorAll('.js-plotly-plot .gtitle')]"
-                    ".some(t => t.textContent.includes(title))",
+                    ".some(t => t.textContent.startsWith(title))",  # the large map, not a role map
                     arg=KIND_WORDS[kind],
                     timeout=TIMEOUT_MS,
                 )

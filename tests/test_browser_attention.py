@@ -9,23 +9,31 @@ import shutil
 from pathlib import Path
 from urllib.parse import urlencode
 
+from core.figures.head_roles import ROLES_TITLE
 from tests.helpers import ARTIFACTS, SHIPPED, assert_no_browser_exception
 
 LONG_TINY = "the cat sees the dog and the dog sees the cat ."  # 11 words the tiny model knows
 LONG_REAL = "i think that we should go to the beach together tomorrow morning ."  # 12 words
 
-ALL_DRAWN = """([title, n]) => {
-    const plots = [...document.querySelectorAll('.js-plotly-plot')];
-    const heatmaps = document.querySelectorAll('.js-plotly-plot .hm');
-    const titled = plots.filter(p => (p.querySelector('.gtitle') || {}).textContent
-                                     ?.includes(title));
+ALL_DRAWN = """([title, n, roles]) => {
+    const name = p => (p.querySelector('.gtitle') || {}).textContent || '';
+    const plots = [...document.querySelectorAll('.js-plotly-plot')]
+        .filter(p => !name(p).startsWith(roles));
+    const heatmaps = plots.flatMap(p => [...p.querySelectorAll('.hm')]);
+    const titled = plots.filter(p => name(p).includes(title));
     return heatmaps.length >= n && plots.length >= 2 && titled.length === plots.length;
 }"""
 
 
+MAP_HEATMAPS = """(roles) => [...document.querySelectorAll('.js-plotly-plot')]
+    .filter(p => !((p.querySelector('.gtitle') || {}).textContent || '').startsWith(roles))
+    .flatMap(p => [...p.querySelectorAll('.hm')]).length"""
+
+
 def wait_for_heatmaps(page, title: str, count: int, timeout_s: float = 60) -> None:
-    """Wait until ``count`` heatmaps are drawn and every chart's title has ``title``."""
-    page.wait_for_function(ALL_DRAWN, arg=[title, count], timeout=timeout_s * 1000)
+    """Wait until ``count`` heatmaps are drawn and every chart's title has ``title`` (the
+    head roles' maps under them, one per attention kind whatever the kind shown, aside)."""
+    page.wait_for_function(ALL_DRAWN, arg=[title, count, ROLES_TITLE], timeout=timeout_s * 1000)
 
 
 def test_translate_then_inspect_attention(app_server, browser_page, tiny_run):
@@ -67,7 +75,7 @@ def test_heatmaps_of_a_long_sentence_redraw_for_every_kind(app_server, browser_p
         query = {"model": "runs/browser-tiny/last.pt", "sentence": LONG_TINY}
     page.goto(f"{url}/attention?" + urlencode({**query, "kind": "encoder"}))
     page.locator(".js-plotly-plot .hm").first.wait_for(timeout=90_000)
-    n = page.locator(".js-plotly-plot .hm").count()
+    n = page.evaluate(MAP_HEATMAPS, ROLES_TITLE)  # the maps' (the roles' maps aside)
     for kind, title in (
         ("Cross", "Cross attention"),
         ("Decoder self", "Decoder self"),

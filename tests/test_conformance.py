@@ -12,6 +12,7 @@ decomposition that forgot a gain or a bias cannot pass by luck.
 from __future__ import annotations
 
 import copy
+import re
 
 import numpy as np
 import pytest
@@ -127,31 +128,6 @@ def test_the_few_sites_a_caller_reads_equal_the_record(m):
     for side, stream in streams.items():
         assert len(stream) == m.depth[side == "decoder"] + 1
         assert all(torch.equal(a, b) for a, b in zip(stream, r.stream(side))), side
-
-
-def test_hf_recorded_weights_equal_generates_own(m):
-    if not isinstance(m, HFModel):
-        pytest.skip("the studio's decoding is checked below (its Translation's maps)")
-    src = torch.tensor([m.source(SOURCE).ids])
-    kwargs = {"forced_bos_token_id": m.language_id(target_lang(m))} if target_lang(m) else {}
-    with torch.no_grad():
-        out = m.model.generate(
-            input_ids=src,
-            max_new_tokens=5,
-            do_sample=False,
-            num_beams=1,
-            output_attentions=True,
-            return_dict_in_generate=True,
-            **kwargs,
-        )
-    seq = out.sequences[0].tolist()
-    r = m.forced(src[0].tolist(), seq[1:])
-    for t, step in enumerate(out.cross_attentions):  # one tuple of L (1, H, 1, S) per step
-        own = torch.stack(step)[:, 0, :, -1]  # (L, H, S)
-        assert torch.allclose(r.maps().cross[:, 0, :, t], own, atol=1e-5)
-    for t, step in enumerate(out.decoder_attentions):
-        own = torch.stack(step)[:, 0, :, -1]  # (L, H, t + 1)
-        assert torch.allclose(r.maps().decoder_self[:, 0, :, t, : t + 1], own, atol=1e-5)
 
 
 def test_batched_greedy_equals_one_sentence_at_a_time(m):
@@ -460,19 +436,24 @@ def own_whole(m, ids: list[int]) -> torch.Tensor:
     return torch.stack(w)[:, 0]
 
 
+def cut_blocks(m, whole: torch.Tensor, ids: list[int], S: int, T: int) -> dict:
+    """{kind: (L, H, Tq, Tk)}: the three kinds' blocks of a one-stack model's weights over the
+    whole sequence it reads (``whole`` (L, H, N, N); ``ids``: the N ids), cut by hand."""
+    if isinstance(m, MaskedModel):
+        source, steps = slice(0, len(ids)), m.positions(ids)
+    else:
+        source, steps = m.sequence_spans(S, T)
+    cut = {"encoder": (source, source), "decoder_self": (steps, steps), "cross": (steps, source)}
+    return {k: whole[..., rows, :][..., cols] for k, (rows, cols) in cut.items()}
+
+
 def own_blocks(m, src, tgt_in, out_ids) -> dict[str, torch.Tensor]:
     """{kind: (L, H, Tq, Tk)}: the model's own weights from ids (``output_attentions``), a
     one-stack model's cut into the three kinds' blocks of its one attention by hand."""
     if not m.one_sequence:
         return {k: w[:, 0] for k, w in own_pass(m, src, tgt_in)[1].items()}
     ids = m.sequence_ids(src[0].tolist(), out_ids)
-    w = own_whole(m, ids)  # (L, H, N, N)
-    if isinstance(m, MaskedModel):
-        source, steps = slice(0, len(ids)), m.positions(ids)
-    else:
-        source, steps = m.sequence_spans(src.size(1), tgt_in.size(1))
-    cut = {"encoder": (source, source), "decoder_self": (steps, steps), "cross": (steps, source)}
-    return {k: w[..., rows, :][..., cols] for k, (rows, cols) in cut.items()}
+    return cut_blocks(m, own_whole(m, ids), ids, src.size(1), tgt_in.size(1))  # (L, H, N, N)
 
 
 def test_every_record_has_the_three_kinds_the_model_computed(any_m):
@@ -593,3 +574,195 @@ def test_patching_a_run_into_itself_changes_nothing(any_m):
             with m.hooks([(s, replace_with(seen[s].clone()))]):
                 assert torch.allclose(m.run(src, tgt_in), before, atol=1e-6), s
     assert {"encoder.embed", "decoder.embed"} <= set(seen)
+
+
+# ----------------------------------------------------------------------------- where tokens live
+
+
+def studio_states(model, src: torch.Tensor, tgt_in: torch.Tensor, side: str) -> list:
+    """L + 1 x (1, S|T, D): the studio Transformer's own stack run by hand from ids, as its
+    forward runs it (the embedding times √D plus the positions, then each layer module in
+    turn; the decoder reading the encoder's output after its final norm), before the final
+    norm of a pre-LN stack."""
+    from core.model.blocks import subsequent_mask
+
+    enc, dec = model.encoder, model.decoder
+    src_mask = torch.ones(1, 1, 1, src.size(1), dtype=torch.bool)  # one sentence: no padding
+    states = [enc.pos_encoding(enc.embedding(src) * enc.d_model**0.5)]  # (1, S, D)
+    for layer in enc.layers:
+        states.append(layer(states[-1], src_mask)[0])
+    if side == "encoder":
+        return states
+    memory = enc.final_ln(states[-1])  # (1, S, D)
+    causal = subsequent_mask(tgt_in.size(1))  # (T, T)
+    states = [dec.pos_encoding(dec.embedding(tgt_in) * dec.d_model**0.5)]  # (1, T, D)
+    for layer in dec.layers:
+        states.append(layer(states[-1], memory, src_mask, causal)[0])
+    return states
+
+
+def own_states(m, src_ids: list[int], tgt_in: list[int], side: str) -> list[torch.Tensor]:
+    """L + 1 x (S|T, D): what each layer of one stack reads and what its last layer gives
+    (before a pre-LN stack's final norm), the model's own from ids, one sentence alone: the
+    studio's stack run by hand, a Hugging Face model's ``output_hidden_states`` (the last one
+    by a forward hook on its last layer: ``hidden_states`` gives it after the final norm), a
+    one-stack model's at the positions of the side it reads."""
+    src, tgt = torch.tensor([src_ids]), torch.tensor([tgt_in])
+    with torch.no_grad():
+        if isinstance(m, StudioModel):
+            return [s[0] for s in studio_states(m.model, src, tgt, side)]
+        last = sites.layers_of(sites.stack(m.model, side if not m.one_sequence else None))[-1]
+        seen = []
+        hook = last.register_forward_hook(
+            lambda _m, _a, out: seen.append(out[0] if isinstance(out, tuple) else out)
+        )
+        try:
+            if not m.one_sequence:
+                o = m.model(input_ids=src, decoder_input_ids=tgt, output_hidden_states=True)
+                hidden = o.encoder_hidden_states if side == "encoder" else o.decoder_hidden_states
+                at = slice(None)
+            elif isinstance(m, MaskedModel):  # its sentence alone
+                hidden, at = (
+                    m.model(input_ids=src, output_hidden_states=True).hidden_states,
+                    slice(None),
+                )
+            else:  # prompt and decoder inputs, one sequence
+                ids = torch.tensor([m.sequence_ids(src_ids, [*tgt_in[1:], m.eos_id])])
+                hidden = m.model(input_ids=ids, output_hidden_states=True).hidden_states
+                spans = m.sequence_spans(len(src_ids), len(tgt_in))
+                at = spans[side == "decoder"]
+        finally:
+            hook.remove()
+    return [h[0, at] for h in hidden[:-1]] + [seen[-1][0, at]]
+
+
+def test_where_tokens_live_are_the_models_own_states(any_m, tmp_path, monkeypatch):
+    """The projector's points (``core.attention.projector``, every layer of every side the
+    model has, several sentences read in one padded batch) are each sentence's own states,
+    run alone from ids (``own_states``), with their positions and pieces; a side the model
+    does not have is refused in its capability's one line."""
+    from core.attention import projector
+    from core.attention.projector import ALL_LAYERS, ProjectionError, project
+
+    m = any_m
+    monkeypatch.setenv("FRA_ENG_ZIP", str(helpers.fra_eng_like(tmp_path)))
+    read = projector.sentences_of(m, 4)
+    assert len(read.texts) == 4 and len({len(s) for s in read.sources}) > 1  # padded below
+    assert all(t[0] == m.start_id for t in read.targets)  # what the decoder reads: start first
+    sides = projector.sides(m)
+    assert (sides == projector.SIDES[:1]) == bool(why := m.supports("decoder_side"))
+    assert all(("→" in text) == (len(sides) == 2) for text in read.texts)  # a sentence alone
+    if why:
+        with pytest.raises(ProjectionError, match=re.escape(why)):
+            project(m, "decoder", ALL_LAYERS, "pca", 2, read)
+    for side in sides:
+        result = project(m, side, ALL_LAYERS, "pca", 2, read)
+        lengths = [len(r) for r in read.ids(side)]
+        top = projector.layer_count(m, side)
+        assert result.layers == list(range(top + 1))
+        assert len(result.tokens) == (top + 1) * sum(lengths) == result.coords.shape[0]
+        for s, (src_ids, tgt_in) in enumerate(zip(read.sources, read.targets)):
+            own = own_states(m, src_ids, tgt_in, side)
+            assert len(own) == top + 1, (side, s)
+            pieces = m.source_tokens(src_ids) if side == "encoder" else m.target_tokens(tgt_in)
+            for layer in range(top + 1):
+                rows = (result.sentence == s) & (result.layer == layer)
+                got = torch.from_numpy(result.vectors[rows]).float()  # float16 points
+                where = (side, s, layer)
+                assert torch.allclose(got, own[layer].float(), rtol=1e-3, atol=1e-3), where
+                assert list(result.position[rows]) == list(range(lengths[s])), where
+                assert [result.tokens[i] for i in np.flatnonzero(rows)] == pieces, where
+
+
+# ----------------------------------------------------------------------------- decoding
+
+
+def generates_maps(m, out, src_ids: list[int], out_ids: list[int]) -> dict:
+    """{kind: (L, H, Tq, Tk)}: the weights ``generate`` itself returned step by step
+    (``output_attentions``, with its cache), each step's rows put in place."""
+    T = len(out_ids)
+    if m.one_sequence:  # step 0 reads the prompt, step i its one new position
+        ids = m.sequence_ids(src_ids, out_ids)
+        first = torch.stack(out.attentions[0])[:, 0]  # (L, H, P, P)
+        P, N = first.size(-1), len(ids)
+        whole = first.new_zeros(*first.shape[:2], N, N)  # (L, H, N, N)
+        whole[..., :P, :P] = first
+        for i, step in enumerate(out.attentions[1:T], 1):
+            for layer, w in enumerate(step):  # (1, H, 1, K): a sliding window keeps K < P + i
+                K = w.size(-1)
+                whole[layer, :, P + i - 1, P + i - K : P + i] = w[0, :, -1]
+        return cut_blocks(m, whole, ids, len(src_ids), T)
+    rows = [torch.stack(step)[:, 0, :, -1] for step in out.decoder_attentions[:T]]
+    self_ = rows[0].new_zeros(*rows[0].shape[:2], T, T)  # (L, H, T, T)
+    for t, row in enumerate(rows):  # (L, H, t + 1)
+        self_[..., t, : t + 1] = row
+    cross = torch.stack([torch.stack(s)[:, 0, :, -1] for s in out.cross_attentions[:T]], 2)
+    return {
+        "encoder": torch.stack(out.encoder_attentions)[:, 0],  # (L, H, S, S)
+        "decoder_self": self_,
+        "cross": cross,  # (L, H, T, S)
+    }
+
+
+def studio_greedy(model, src_ids: list[int], start: int, end: int, max_len: int) -> list[int]:
+    """Greedy decoding written by hand from the studio Transformer's own forward: the whole
+    output so far read again at each step, the likeliest next id appended, up to ``end``."""
+    ys = [start]
+    with torch.no_grad():
+        for _ in range(max_len):
+            logits, _ = model(torch.tensor([src_ids]), torch.tensor([ys]))  # (1, t, V)
+            ys.append(int(logits[0, -1].argmax()))
+            if ys[-1] == end:
+                break
+    return ys[1:]
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_translation_is_the_models_own_generate(any_m, beam):
+    """A translation's output ids are what the model's own ``generate`` returns (greedy, or
+    a beam of 3 with its length penalty; a multilingual model's French code forced first),
+    and its maps (and the record of that output, teacher-forced) the weights ``generate``
+    saw step by step; the studio's greedy output is a
+    greedy loop written by hand from its forward. A masked model fills its masks in one
+    pass: it has no ``generate``."""
+    m = any_m
+    lang = target_lang(m)
+    settings = DecodeSettings(beam_size=beam, alpha=1.0, max_len=8, target_lang=lang or "")
+    if isinstance(m, StudioModel):
+        if beam > 1:
+            pytest.skip("no beam search by hand here: tests/test_decode.py checks the studio's")
+        t = m.translate(m.example_sentence, settings)
+        assert t.out_ids == studio_greedy(m.model, t.src_ids, m.start_id, m.eos_id, 8)
+        assert len(t.output_tokens) == len(t.out_ids) == len(t.decoder_inputs)
+        return  # (its maps from its forward: test_a_translations_maps_and_probabilities_...)
+    if not m.model.can_generate():
+        pytest.skip("a masked language model fills its masks in one pass: no generate")
+    t = m.translate(m.example_sentence, settings)
+    kwargs = {"num_beams": 1, "output_attentions": True, "return_dict_in_generate": True}
+    if m.one_sequence:  # a prompted model decodes greedily, and says so
+        prompt = m.layout.prompt(t.src_ids)
+        assert (beam > 1) == any("Beam search" in w for w in t.warnings)
+    else:
+        prompt = t.src_ids
+        assert t.src_ids == m.tokenizer(m.example_sentence).input_ids
+        kwargs["num_beams"] = beam
+        kwargs |= {"length_penalty": 1.0} if beam > 1 else {}
+        kwargs |= {"forced_bos_token_id": m.language_id(lang)} if lang else {}
+    with torch.no_grad():
+        out = m.model.generate(
+            input_ids=torch.tensor([prompt]), max_new_tokens=8, do_sample=False, **kwargs
+        )
+    own = out.sequences[0, len(prompt) if m.one_sequence else 1 :].tolist()
+    ends = [i for i, x in enumerate(own) if x in (m.ends if m.one_sequence else {m.eos_id})]
+    assert t.out_ids == (own[: ends[0] + 1] if ends else own)
+    assert len(t.output_tokens) == len(t.out_ids) == len(t.decoder_inputs)
+    if kwargs["num_beams"] > 1:
+        return  # (a beam's maps: the chosen output's, from ids, as below)
+    seen = generates_maps(m, out, t.src_ids, t.out_ids)
+    with torch.no_grad():
+        recorded = m.forced(t.src_ids, t.out_ids).maps()  # the same output, teacher-forced
+    for kind in KINDS:
+        assert torch.allclose(getattr(t.attention, kind).float(), seen[kind], atol=1e-6), kind
+        assert torch.allclose(getattr(recorded, kind)[:, 0].float(), seen[kind], atol=1e-5)
+        sums = seen[kind].sum(-1)  # a two-stack model's every row: a distribution over its keys
+        assert m.one_sequence or torch.allclose(sums, torch.ones_like(sums), atol=1e-5), kind

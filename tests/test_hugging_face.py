@@ -29,60 +29,6 @@ def _target(family: str) -> str:
     return "__fr__" if family == "m2m_100" else ""
 
 
-def _plain_generate(hm, sentence: str, **kwargs) -> list[int]:
-    """What ``generate`` itself returns for this sentence, cut after </s>."""
-    src = hm.tokenizer(sentence, return_tensors="pt").input_ids
-    out = hm.model.generate(input_ids=src, do_sample=False, **kwargs)[0].tolist()
-    eos = hm.model.config.eos_token_id
-    return out[1 : out.index(eos, 1) + 1] if eos in out[1:] else out[1:]
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("beam", [1, 3])
-def test_translation_is_what_generate_returns(hf_loaded, family, beam):
-    hm = hf_loaded[family]
-    settings = DecodeSettings(beam_size=beam, alpha=1.0, max_len=9, target_lang=_target(family))
-    t = hm.translate(SENTENCE, settings)
-    kwargs = {"num_beams": beam, "max_new_tokens": 9}
-    kwargs |= {"length_penalty": 1.0} if beam > 1 else {}
-    if family == "m2m_100":
-        kwargs["forced_bos_token_id"] = hm.tokenizer.convert_tokens_to_ids("__fr__")
-    assert t.out_ids == _plain_generate(hm, SENTENCE, **kwargs)
-    assert len(t.output_tokens) == len(t.out_ids) == len(t.decoder_inputs)
-    assert t.src_ids == hm.tokenizer(SENTENCE).input_ids
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-def test_every_map_equals_the_attentions_generate_saw(hf_loaded, family):
-    """Greedy decoding's own per-step attentions (output_attentions, with its key/value
-    cache) equal the maps the studio shows, row by row, within 1e-6."""
-    hm = hf_loaded[family]
-    settings = DecodeSettings(max_len=7, target_lang=_target(family))
-    t = hm.translate(SENTENCE, settings)
-    src = torch.tensor([t.src_ids])
-    kwargs = hf.generate_kwargs(hm, settings, settings.target_lang or None)
-    with torch.no_grad():
-        out = hm.model.generate(
-            input_ids=src, output_attentions=True, return_dict_in_generate=True, **kwargs
-        )
-    enc = torch.stack(out.encoder_attentions)[:, 0]  # (L, H, S, S)
-    torch.testing.assert_close(t.attention.encoder, enc, atol=1e-6, rtol=0)
-    for step, (self_rows, cross_rows) in enumerate(
-        zip(out.decoder_attentions, out.cross_attentions)
-    ):
-        if step >= len(t.out_ids):
-            break
-        for layer in range(hm.cfg.num_decoder_layers):
-            got_self = t.attention.decoder_self[layer, :, step, : step + 1]
-            torch.testing.assert_close(got_self, self_rows[layer][0, :, -1], atol=1e-6, rtol=0)
-            got_cross = t.attention.cross[layer, :, step]
-            torch.testing.assert_close(got_cross, cross_rows[layer][0, :, -1], atol=1e-6, rtol=0)
-    for kind in KINDS:  # every row a distribution over the keys it may read
-        weights = getattr(t.attention, kind)
-        sums = weights.sum(-1)
-        assert torch.allclose(sums, torch.ones_like(sums), atol=1e-5)
-
-
 def test_a_multilingual_model_starts_with_the_chosen_language(hf_loaded):
     hm = hf_loaded["m2m_100"]
     assert hm.meta["language_codes"] == sorted(LANGUAGES)

@@ -2,7 +2,7 @@
 tiny random model with its real hub checkpoints' flags (``tests/lm_tiny.py``), read through the
 one interface as a prompted translator (``core.model.prompted``): every invariant the sections
 that read it rely on, checked against the model's own computation from ids (one forward of the
-whole prompt, ``generate``)."""
+whole prompt; a translation against ``generate``: tests/test_conformance.py)."""
 
 from __future__ import annotations
 
@@ -73,16 +73,6 @@ def test_the_folder_is_described_from_its_config_and_headers(lm_models):
         config = json.loads((folder / "config.json").read_text())
         for flag, value in LM_REAL_FLAGS[family].items():  # saved as the real checkpoints ship
             assert config.get(flag, value) == value, (family, flag)
-
-
-def test_greedy_translation_is_generates_own(lm):
-    t = lm.translate(SOURCE, SETTINGS)
-    prompt = torch.tensor([lm.layout.prompt(t.src_ids)])
-    with torch.no_grad():
-        out = lm.model.generate(input_ids=prompt, max_new_tokens=8, do_sample=False, num_beams=1)
-    own = out[0, prompt.size(1) :].tolist()
-    ends = [i for i, x in enumerate(own) if x in lm.ends]
-    assert t.out_ids == (own[: ends[0] + 1] if ends else own)
 
 
 def test_the_three_kinds_are_causal_blocks_of_one_attention(lm):
@@ -358,21 +348,6 @@ def test_head_importance_measures_the_language_models_loss_with_heads_removed(lm
         assert ids[: len(alone := lm.continuation(lm.layout.prompt(src), len(ids)))] == alone
     scores = measures.gradients()
     assert len(scores) == 2 * 4 and all(v >= 0 for v in scores.values())
-
-
-def test_where_tokens_live_are_its_hidden_states(lm, tmp_path, monkeypatch):
-    from core.attention import projector
-    from core.attention.projector import ALL_LAYERS, project
-
-    monkeypatch.setenv("FRA_ENG_ZIP", str(helpers.fra_eng_like(tmp_path)))
-    result = project(lm, "encoder", ALL_LAYERS, "pca", 2, 4)
-    read = projector.sentences_of(lm, 4)
-    src = read.sources[2]
-    _, _, hidden, (source, _) = own_pass(lm, src, [lm.eos_id])
-    rows = (result.sentence == 2) & (result.layer == 1)
-    got = torch.from_numpy(result.vectors[rows]).float()
-    assert torch.allclose(got, hidden[1][source].half().float(), atol=1e-3)
-    assert [result.tokens[i] for i in np.flatnonzero(rows)] == read.source_tokens[2]
 
 
 # ----------------------------------------------------------------------------- patching

@@ -180,26 +180,6 @@ def test_the_masked_lm_loss_runs_again_from_a_layer_as_a_whole_pass(mlm):
         assert got == pytest.approx(total / count, abs=1e-5)
 
 
-def test_where_tokens_live_are_its_hidden_states(mlm, tmp_path, monkeypatch):
-    from core.attention import projector
-    from core.attention.projector import ALL_LAYERS, ProjectionError, project
-    from tests import helpers
-
-    monkeypatch.setenv("FRA_ENG_ZIP", str(helpers.fra_eng_like(tmp_path)))
-    result = project(mlm, "encoder", ALL_LAYERS, "pca", 2, 4)
-    read = projector.sentences_of(mlm, 4)
-    ids = read.sources[2]
-    _, _, hidden = own(mlm, ids)
-    rows = (result.sentence == 2) & (result.layer == 1)
-    got = torch.from_numpy(result.vectors[rows]).float()
-    assert torch.allclose(got, hidden[1].half().float(), atol=1e-3)
-    assert [result.tokens[i] for i in np.flatnonzero(rows)] == mlm.source_tokens(ids)
-    assert "→" not in read.texts[0]  # it reads the sentence alone
-    assert projector.sides(mlm) == ("encoder",)  # its capability row: no decoder side
-    with pytest.raises(ProjectionError, match="one stack"):
-        project(mlm, "decoder", ALL_LAYERS, "pca", 2, 4)
-
-
 @pytest.mark.parametrize("family", ["distilbert", "electra"])
 def test_distilbert_and_electra_open_in_the_attention_page(studio_dirs, lm_models, family):
     """Issue 69, item 13: DistilBERT (W_o inside its attention, a head of four modules) and

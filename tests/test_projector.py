@@ -1,7 +1,7 @@
 """Where tokens live (core.attention.projector, ``python -m core.project``, the Attention
-page's section): the points are the model's own states, PCA is exact, neighbours are the
-most similar, the size is checked before anything is computed, and the page, the command
-and the library agree."""
+page's section): PCA is exact, neighbours are the most similar, the size is checked before
+anything is computed, and the page, the command and the library agree. (That the points are
+each model's own states, for every family: tests/test_conformance.py.)"""
 
 from __future__ import annotations
 
@@ -15,38 +15,11 @@ from core import project as project_cmd
 from core.attention import projector
 from core.attention.projector import ALL_LAYERS, ProjectionError, project
 from core.model.studio_model import StudioModel
-from tests import helpers
 
 
 @pytest.fixture(scope="module")
 def val_model(val_checkpoint):
     return StudioModel.load(val_checkpoint)
-
-
-def test_points_are_each_sentence_run_alone(val_model):
-    read = projector.sentences_of(val_model, 6)
-    assert len(read.texts) == 6 and all(t[0] == 1 for t in read.targets)  # <bos> first
-    for side in projector.SIDES:
-        result = project(val_model, side, ALL_LAYERS, sentences=read)
-        lengths = [len(r) for r in read.ids(side)]
-        top = projector.layer_count(val_model, side)
-        assert result.layers == list(range(top + 1))
-        assert len(result.tokens) == (top + 1) * sum(lengths) == result.coords.shape[0]
-        for s in (0, 5):
-            out = [*read.targets[s][1:], val_model.eos_id]  # the reference, <eos> last
-            rec = val_model.forced(read.sources[s], out)
-            alone = (
-                [*rec.encoder_inputs, rec.layer_outputs["encoder"][-1]]
-                if side == "encoder"
-                else [*rec.self_inputs, rec.decoder_outputs[-1]]
-            )
-            for layer in (0, top):
-                rows = (result.sentence == s) & (result.layer == layer)
-                got = torch.from_numpy(result.vectors[rows]).float()
-                assert torch.allclose(got, alone[layer][0].half().float(), atol=1e-3)
-                assert list(result.position[rows]) == list(range(lengths[s]))
-                words = read.tokens(side)[s]
-                assert [result.tokens[i] for i in np.flatnonzero(rows)] == words
 
 
 def test_the_decoder_can_read_the_models_own_translations(val_model):
@@ -160,22 +133,6 @@ def test_the_command_prints_the_library_points(val_checkpoint, val_model, capsys
 def test_a_model_without_validation_sentences_is_one_line(tiny_checkpoint, capsys):
     assert project_cmd.main(["--checkpoint", str(tiny_checkpoint)]) == 2
     assert "validation" in capsys.readouterr().err
-
-
-def test_hugging_face_points_are_its_hidden_states(hf_loaded, tmp_path, monkeypatch):
-    monkeypatch.setenv("FRA_ENG_ZIP", str(helpers.fra_eng_like(tmp_path)))
-    hm = hf_loaded["marian"]
-    result = project(hm, "decoder", ALL_LAYERS, "pca", 2, 5)
-    read = projector.sentences_of(hm, 5)
-    src, tgt = torch.tensor([read.sources[3]]), torch.tensor([read.targets[3]])
-    with torch.no_grad():
-        out = hm.model(input_ids=src, decoder_input_ids=tgt, output_hidden_states=True)
-    top = hm.cfg.num_decoder_layers
-    assert result.layers == list(range(top + 1))
-    rows = (result.sentence == 3) & (result.layer == top)
-    got = torch.from_numpy(result.vectors[rows]).float()
-    assert torch.allclose(got, out.decoder_hidden_states[top][0].half().float(), atol=1e-3)
-    assert [result.tokens[i] for i in np.flatnonzero(rows)] == read.target_tokens[3]
 
 
 def test_the_figure_keeps_typed_words_as_text_and_each_point_its_index(val_model):

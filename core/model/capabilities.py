@@ -102,8 +102,9 @@ BY_FAMILY[MASKED_LM] = {
     "playback": ONE_PASS,
     "decoding": ONE_PASS,  # writing its output step by step, each step reading the last
     "head_scores": "A masked language model reads its sentence both ways and predicts no next "
-    "token: the head scores read a model that writes token by token (core.attention."
-    "head_detectors).",
+    "token: the in-context-learning score reads a model that writes token by token (core."
+    "attention.head_detectors); its heads' previous-token, duplicate-token and induction "
+    "weights are the Maps' head roles.",
     "translate": "A masked language model (BERT, RoBERTa, DistilBERT, ELECTRA) fills [MASK] "
     "tokens of one sentence; it does not translate.",
     "shared_passes": "A masked language model's predicted positions (its masks) differ from "
