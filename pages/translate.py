@@ -145,7 +145,10 @@ def show_translation(
         )
     if any(t.src_unknown):
         st.caption("Red: not in the model's vocabulary, fed to the model as <unk>.")
-    st.markdown("**Top candidates at each output step** (probability of the next token)")
+    if decoded:
+        st.markdown("**Top candidates at each output step** (probability of the next token)")
+    else:  # every mask filled at once: a candidate is a word for that mask, not a next token
+        st.markdown("**Top candidates for each mask** (probability of the word in its place)")
     st.dataframe(spreadsheet_safe(topk_frame(t)), hide_index=True)
     link("attention.py", "Inspect its attention →", state.to_query())
 

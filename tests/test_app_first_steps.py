@@ -153,6 +153,8 @@ def test_a_model_that_fills_in_one_pass_offers_no_decoding_to_change(masked):
     assert "This model writes no output step by step" in " ".join(said)
     assert any("one pass, no decoding" in c for c in said)
     assert not any("beam 3" in c or "decoder steps" in c for c in said)
+    heads = " ".join(m.value for m in at.markdown)
+    assert "Top candidates for each mask" in heads and "next token" not in heads
     attention = page("attention.py", model=masked)
     links = [p.proto.label for p in attention.get("page_link")]
     assert not [label for label in links if "Change decoding" in label]

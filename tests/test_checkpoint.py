@@ -142,3 +142,21 @@ def test_a_checkpoints_corpus_is_found_only_in_the_apps_folders_and_by_content(
     assert trained_data(meta).source == str(data_folder / "data.tsv")
     given = tmp_path / "elsewhere" / "data.tsv"  # --data on the command line: taken as given
     assert trained_data(meta, str(given)).source == str(given)
+
+
+def test_a_checkpoint_trained_on_fra_eng_zip_finds_the_copy_the_app_reads(tmp_path, monkeypatch):
+    """A model that records fra-eng.zip by name (the shipped decoder) finds the app's own
+    copy of it ($FRA_ENG_ZIP, else the cache), checked by its SHA-1 like any recorded file."""
+    from core.corpus.source import DataError, sha1_of
+    from core.model.checkpoints import trained_data
+
+    monkeypatch.setenv("ATTENTION_STUDIO_DATA", str(tmp_path / "data"))  # an empty folder
+    copy = tmp_path / "elsewhere" / "my-copy.zip"
+    copy.parent.mkdir()
+    copy.write_bytes(b"pretend zip bytes")
+    monkeypatch.setenv("FRA_ENG_ZIP", str(copy))
+    meta = {"data_config": {"source": "fra-eng.zip", "source_sha1": sha1_of(copy)}}
+    assert trained_data(meta).source == str(copy)
+    wrong = {"data_config": {"source": "fra-eng.zip", "source_sha1": "0" * 40}}
+    with pytest.raises(DataError, match="not the corpus this model was trained on"):
+        trained_data(wrong)

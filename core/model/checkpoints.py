@@ -170,11 +170,14 @@ def validation_pairs_of(meta: Mapping) -> list[list[str]] | None:
 
 
 def _recorded_corpus(source: str, sha1: str | None, run: str | None = None) -> str:
-    """The recorded corpus here: the file of that base name in a corpus folder, or the copy
-    of it inside the model's run (``places.run_corpus_files``), whose content has the recorded
-    SHA-1; DataError when none does (or no SHA-1 was recorded to check against)."""
+    """The recorded corpus here: the file of that base name in a corpus folder, the copy of
+    it inside the model's run (``places.run_corpus_files``), or for fra-eng.zip the copy the
+    app reads (``fra_eng_copy``), whose content has the recorded SHA-1; DataError when none
+    does (or no SHA-1 was recorded to check against)."""
     name = PureWindowsPath(source).name
     found = [folder / name for folder in corpus_folders() if name and (folder / name).is_file()]
+    if name == "fra-eng.zip" and (copy := fra_eng_copy()) is not None:
+        found.append(copy)
     if isinstance(run, str) and RUN_NAME.fullmatch(run):
         found += run_corpus_files(runs_root() / run)
     if not sha1:
