@@ -209,6 +209,16 @@ def setup_studio_dirs(root: Path, tiny_checkpoint: Path, tiny_run: Path) -> dict
     return {"checkpoints": ckpts, "runs": runs, "run": runs / tiny_run.name}
 
 
+def empty_studio_dirs(root: Path, monkeypatch) -> dict:
+    """Empty checkpoints/ and runs/ under ``root``, the app's folders for the test
+    (ATTENTION_STUDIO_CHECKPOINTS / _RUNS point at them)."""
+    dirs = {"checkpoints": root / "checkpoints", "runs": root / "runs"}
+    for name, path in dirs.items():
+        path.mkdir()
+        monkeypatch.setenv(f"ATTENTION_STUDIO_{name.upper()}", str(path))
+    return dirs
+
+
 VAL_DATA = {  # tiny.tsv as a checkpoint records it (by name and SHA-1), 6 pairs for validation
     "source": "tiny.tsv",
     "source_sha1": hashlib.sha1(TINY.read_bytes()).hexdigest(),

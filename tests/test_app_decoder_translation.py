@@ -9,6 +9,7 @@ import pytest
 from core.model.opened import open_model
 from core.model.parts import DecodeSettings
 from core.model.trainee import export_folder
+from tests import helpers
 from tests import test_app_train_induction as train_choices
 from tests.helpers import assert_clean, plain, run_page_script
 from tests.test_decoder_translation import random_trainee, tiny_corpus
@@ -21,9 +22,7 @@ NAME = "dec-translation.hf"
 @pytest.fixture
 def decoder_folder(tmp_path, monkeypatch):
     """checkpoints/ holding one decoder-only translation folder (an untrained tiny trainee)."""
-    for name in ("checkpoints", "runs"):
-        (tmp_path / name).mkdir()
-        monkeypatch.setenv(f"ATTENTION_STUDIO_{name.upper()}", str(tmp_path / name))
+    helpers.empty_studio_dirs(tmp_path, monkeypatch)
     vocab = tiny_corpus().src_vocab
     data = {"source": "tiny.tsv", "split": "head", "min_freq": 1}
     return export_folder(

@@ -14,6 +14,7 @@ import pytest
 from core.corpus.source import FRA_ENG_SHA1
 from core.corpus.text import ATTRIBUTION
 from core.corpus.user_files import data_credit
+from tests import helpers
 from tests.helpers import ROOT, assert_clean, plain, run_page_script
 from tests.test_app_sequence_models import SHIPPED
 
@@ -26,10 +27,7 @@ CREDIT = "Data: English-French pairs from the Tatoeba Project"
 def shipped(tmp_path, monkeypatch) -> dict:
     """checkpoints/ with the shipped translator, decoder-only translator and induction model;
     runs/ empty."""
-    dirs = {"checkpoints": tmp_path / "checkpoints", "runs": tmp_path / "runs"}
-    for name, path in dirs.items():
-        path.mkdir()
-        monkeypatch.setenv(f"ATTENTION_STUDIO_{name.upper()}", str(path))
+    dirs = helpers.empty_studio_dirs(tmp_path, monkeypatch)
     shutil.copy(TRANSLATOR, dirs["checkpoints"] / TRANSLATOR.name)
     shutil.copytree(SHIPPED, dirs["checkpoints"] / SHIPPED.name)
     shutil.copytree(DECODER, dirs["checkpoints"] / DECODER.name)
@@ -126,9 +124,7 @@ def masked(tmp_path, monkeypatch) -> str:
     """checkpoints/ with a tiny random BERT alone; its key."""
     from tests.lm_tiny import save_tiny_encoder
 
-    for name in ("checkpoints", "runs"):
-        (tmp_path / name).mkdir()
-        monkeypatch.setenv(f"ATTENTION_STUDIO_{name.upper()}", str(tmp_path / name))
+    helpers.empty_studio_dirs(tmp_path, monkeypatch)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     save_tiny_encoder(tmp_path / "checkpoints" / "tiny-bert", "bert")
     return "checkpoints/tiny-bert/"

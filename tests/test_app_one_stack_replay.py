@@ -12,6 +12,7 @@ import shutil
 import pytest
 
 from core.model.capabilities import NO_HISTORY
+from tests import helpers
 from tests.helpers import ROOT, assert_clean, plain, run_page_script
 from tests.test_one_stack_replay import one_stack_runs  # noqa: F401 - the module's fixture
 
@@ -22,10 +23,7 @@ TRAINING = {"section": "training"}
 def one_stack_dirs(one_stack_runs, tmp_path, monkeypatch) -> dict:  # noqa: F811
     """runs/ holding the induction and encoder runs; checkpoints/ the shipped induction
     model's folder without its history (no run beside it)."""
-    dirs = {"checkpoints": tmp_path / "checkpoints", "runs": tmp_path / "runs"}
-    for name, path in dirs.items():
-        path.mkdir()
-        monkeypatch.setenv(f"ATTENTION_STUDIO_{name.upper()}", str(path))
+    dirs = helpers.empty_studio_dirs(tmp_path, monkeypatch)
     for name, run in one_stack_runs.items():
         shutil.copytree(run, dirs["runs"] / name)
     shutil.copytree(ROOT / "checkpoints" / "induction-2l.hf", dirs["checkpoints"] / "alone.hf")

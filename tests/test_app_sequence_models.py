@@ -16,6 +16,7 @@ from core.attention.snapshots import probe_sentences
 from core.model.opened import open_model
 from core.runs.circuit_history import circuit_evals
 from core.runs.run_dir import RunDir
+from tests import helpers
 from tests.helpers import ROOT, assert_clean, plain, run_page_script
 from tests.test_app_attention import json_z
 from tests.test_one_stack_replay import one_stack_runs  # noqa: F401 - the module's fixture
@@ -27,10 +28,7 @@ HISTORY = ROOT / "checkpoints" / "induction-2l.history"
 @pytest.fixture
 def studio_folders(tmp_path, monkeypatch) -> dict:
     """checkpoints/ with the shipped induction model and its history; runs/ empty."""
-    dirs = {"checkpoints": tmp_path / "checkpoints", "runs": tmp_path / "runs"}
-    for name, path in dirs.items():
-        path.mkdir()
-        monkeypatch.setenv(f"ATTENTION_STUDIO_{name.upper()}", str(path))
+    dirs = helpers.empty_studio_dirs(tmp_path, monkeypatch)
     shutil.copytree(SHIPPED, dirs["checkpoints"] / SHIPPED.name)
     shutil.copy(HISTORY, dirs["checkpoints"] / HISTORY.name)
     return dirs

@@ -25,6 +25,7 @@ from core.runs.owners import User
 from core.runs.promotion import PROMOTED, promote
 from core.training.config import TrainConfig
 from core.training.presets import PRESETS
+from tests import helpers
 from tests.helpers import ROOT
 
 SHIPPED = ROOT / "checkpoints" / "induction-2l.hf"
@@ -36,10 +37,7 @@ RUN = "ind"
 def induction_dirs(tmp_path, monkeypatch, make_run) -> dict:
     """checkpoints/ with the shipped induction model and its history; runs/ind, a finished
     induction run whose checkpoints are decoder-only training states with folders beside."""
-    studio_dirs = {"checkpoints": tmp_path / "checkpoints", "runs": tmp_path / "runs"}
-    for name, path in studio_dirs.items():
-        path.mkdir()
-        monkeypatch.setenv(f"ATTENTION_STUDIO_{name.upper()}", str(path))
+    studio_dirs = helpers.empty_studio_dirs(tmp_path, monkeypatch)
     shutil.copytree(SHIPPED, studio_dirs["checkpoints"] / SHIPPED.name)
     shutil.copy(HISTORY, studio_dirs["checkpoints"] / HISTORY.name)
     rd = make_run(studio_dirs["runs"], RUN, {"state": "finished", "step": 2000}, checkpoint=True)
