@@ -331,6 +331,43 @@ def test_a_one_stack_models_backward_pass_does_not_grow_with_its_rows(family, lm
 
     def nodes(rows: int) -> int:
         x = [e.expand(rows, -1, -1).clone().requires_grad_() for e in own]  # (rows, ., D)
-        return graph_nodes(m.log_probs_at(src, tgt_in, *x, torch.tensor([0, 1])))
+        return graph_nodes(torch.stack(m.log_probs_at(src, tgt_in, *x, torch.tensor([0, 1]))))
 
     assert nodes(64) == nodes(2)
+
+
+def graph(t: torch.Tensor) -> set:
+    """The autograd nodes a backward pass from ``t`` runs."""
+    seen, todo = set(), [t.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            todo += [child for child, _ in node.next_functions]
+    return seen
+
+
+@pytest.mark.parametrize("family", ["studio", "marian", "t5", "gpt2", "llama"])
+def test_each_steps_gradient_runs_back_through_its_own_projection_only(
+    family, tiny_model, hf_loaded, lm_loaded
+):
+    """The gradient methods' f of one step is its own graph above the stacks: a backward pass
+    from step 0 never runs another step's projection onto the vocabulary (P of them, P times
+    over P steps, were a quarter of integrated gradients' time at opus-mt's sizes; issue 67),
+    and the steps' log-probabilities are those of the ids path."""
+    m, pairs = model_of(family, tiny_model, hf_loaded, lm_loaded)
+    src = torch.tensor([m.source(pairs[0][0]).ids])  # (1, S)
+    out = m.target_ids(pairs[0][1])
+    tgt_in = torch.tensor([m.decoder_inputs(out)])  # (1, T)
+    x = [e.expand(2, -1, -1).clone().requires_grad_() for e in m.embeddings(src, tgt_in)]
+    steps = torch.arange(min(3, tgt_in.size(1)))
+    with m.evaluating():
+        logps = m.log_probs_at(src, tgt_in, *x, steps)  # P x (2, V)
+        want = m.run(src, tgt_in).float().log_softmax(-1)[0, steps]  # (P, V)
+    assert len(logps) == len(steps)
+    for logp, row in zip(logps, want):
+        torch.testing.assert_close(logp.detach(), row.expand(2, -1), atol=1e-5, rtol=1e-5)
+    if len(logps) > 1:
+        first, others = graph(logps[0]), [graph(x) - graph(logps[0]) for x in logps[1:]]
+        assert all(x.grad_fn not in first for x in logps[1:])
+        assert all(others)  # each later step has nodes of its own

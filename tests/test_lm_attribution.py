@@ -34,7 +34,7 @@ def test_the_embeddings_path_equals_the_ids_path(lm):
         copies = tuple(e.expand(3, -1, -1) for e in embeddings)  # as the gradient methods batch
         again = lm.log_probs_from_embeddings(src, tgt_in, *copies)
         steps = torch.tensor([0, 2])
-        some = lm.log_probs_at(src, tgt_in, *copies, steps)
+        some = torch.stack(lm.log_probs_at(src, tgt_in, *copies, steps), 1)  # (3, P, V)
     assert embeddings[0].shape == (1, src.size(1), lm.cfg.d_model)
     own = lm.model.get_input_embeddings()(src)  # the sentence's token embeddings
     assert torch.allclose(embeddings[0], own, atol=1e-6)

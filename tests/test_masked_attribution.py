@@ -19,7 +19,7 @@ from core import attribute as attribute_cmd
 from core.attribution.explain import explain
 from core.attribution.methods import METHODS, attribute
 from core.model.parts import DecodeSettings
-from tests.helpers import assert_clean, plain, run_page_script
+from tests.helpers import assert_clean, fra_eng_like, plain, run_page_script
 
 FAMILIES = ("bert", "roberta")
 SETTINGS = DecodeSettings(max_len=8)
@@ -162,19 +162,9 @@ def test_a_files_lines_are_each_sentences_own_attribution(filled, lm_models, tmp
         assert np.allclose(r["contributions"], a.contributions, atol=2e-6)
 
 
-def test_faithfulness_says_in_one_line_why_it_does_not_rank_a_masked_model(
-    filled, lm_models, capsys
-):
-    m, _, _ = filled
-    family = "bert" if m.mask_token == "[MASK]" else "roberta"
-    assert attribute_cmd.main(["--checkpoint", str(lm_models[family]), "--faithfulness"]) != 0
-    said = capsys.readouterr().err.strip().splitlines()
-    assert said[-1] == f"error: {m.supports('faithfulness')}"
-    assert "writes no translation" in said[-1]
-
-
 @pytest.fixture
-def masked_dirs(studio_dirs, lm_models) -> dict:
+def masked_dirs(studio_dirs, lm_models, tmp_path, monkeypatch) -> dict:
+    monkeypatch.setenv("FRA_ENG_ZIP", str(fra_eng_like(tmp_path)))  # faithfulness's sample
     for family in FAMILIES:
         shutil.copytree(lm_models[family], studio_dirs["checkpoints"] / family)
     return studio_dirs
@@ -191,5 +181,5 @@ def test_the_attention_page_shows_the_attribution_of_a_masked_model(masked_dirs,
     assert len(charts) >= 2  # what attention shows, what the tokens contribute
     assert at.selectbox(key="atr_method").value == "alti"
     said = plain("\n".join(c.value for c in at.caption))
-    assert "writes no translation" in said  # faithfulness: one line, no error
+    assert "hidden by the mask token" in said  # faithfulness: ranked (test_masked_faithfulness)
     assert not at.error, [plain(e.value) for e in at.error]

@@ -114,16 +114,18 @@ class Batch:
                 x[i, n:] = m.pad_id
         return m.embeddings(*ids)
 
-    def f(self, rows: torch.Tensor, x_src, x_tgt, steps: torch.Tensor) -> torch.Tensor:
-        """(B, g) f at ``steps`` of B rows of sentences ``rows`` (B,), at embeddings (B, S', D),
-        (B, T', D) (the longest source of those rows; the prefix cut after the last step)."""
+    def f(self, rows: torch.Tensor, x_src, x_tgt, steps: torch.Tensor) -> list[torch.Tensor]:
+        """g x (B,): f at each of ``steps`` of B rows of sentences ``rows`` (B,), at embeddings
+        (B, S', D), (B, T', D) (the longest source of those rows; the prefix cut after the last
+        step), each step its own graph above the stacks (``log_probs_at``)."""
         src = self.src[rows, : x_src.size(1)]  # (B, S')
         tgt_in = self.tgt_in[rows, : x_tgt.size(1)]  # (B, T')
-        logp = self.m.log_probs_at(src, tgt_in, x_src, x_tgt, steps)  # (B, g, V)
+        logps = self.m.log_probs_at(src, tgt_in, x_src, x_tgt, steps)  # g x (B, V)
         if self.choices.function == "entropy":
-            return -(logp.exp() * logp).nan_to_num().sum(-1)  # (B, g)
-        value = logp.gather(-1, self.out[rows][:, steps][..., None])[..., 0]  # (B, g)
-        return value.exp() if self.choices.function == "prob" else value
+            return [-(logp.exp() * logp).nan_to_num().sum(-1) for logp in logps]  # (B,)
+        out = self.out[rows]  # (B, T)
+        values = [logp.gather(-1, out[:, t, None])[:, 0] for logp, t in zip(logps, steps)]
+        return [v.exp() for v in values] if self.choices.function == "prob" else values
 
     @torch.no_grad()
     def f_at(self, alpha: float) -> torch.Tensor:
@@ -134,7 +136,7 @@ class Batch:
             return logp.gather(-1, self.out[..., None])[..., 0]  # (P, T)
         x = [b + alpha * (e - b) for e, b in zip(self.emb, self.base)]  # (P, ., D) each
         rows = torch.arange(len(self.S), device=self.src.device)  # (P,)
-        return self.f(rows, *x, torch.arange(max(self.T), device=self.src.device))
+        return torch.stack(self.f(rows, *x, torch.arange(max(self.T), device=self.src.device)), 1)
 
 
 def _integrate(batch: Batch, alphas: list[float], weights: list[float]):
@@ -161,11 +163,11 @@ def _integrate(batch: Batch, alphas: list[float], weights: list[float]):
         x_tgt = x_tgt.flatten(0, 1).requires_grad_()  # (A K, cut, D)
         rows = live.repeat_interleave(K)  # (A K,) each row's sentence
         with torch.enable_grad(), NarrowProducts():
-            f = batch.f(rows, x_src, x_tgt, steps)  # (A K, g)
+            f = batch.f(rows, x_src, x_tgt, steps)  # g x (A K,)
             for j, t in enumerate(steps.tolist()):
                 on = lengths[rows] > t  # (A K,) rows whose sentence has step t
                 d_src, d_tgt = torch.autograd.grad(
-                    f[on, j].sum(), (x_src, x_tgt), retain_graph=j < len(steps) - 1
+                    f[j][on].sum(), (x_src, x_tgt), retain_graph=j < len(steps) - 1
                 )
                 at = live[lengths[live] > t]  # (A',) those sentences
                 d_src = d_src.view(-1, K, *d_src.shape[1:])[lengths[live] > t]  # (A', K, S, D)

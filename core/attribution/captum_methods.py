@@ -64,7 +64,7 @@ class StepFunction(nn.Module):
 
     def forward(self, src_emb: torch.Tensor, tgt_emb: torch.Tensor) -> torch.Tensor:
         """(N, g) f at each of the group's steps of every row."""
-        return self.task.at(src_emb, tgt_emb, self.steps)
+        return torch.stack(self.task.at(src_emb, tgt_emb, self.steps), 1)  # (N, g)
 
 
 @contextmanager

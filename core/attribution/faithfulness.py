@@ -1,9 +1,14 @@
 """Faithfulness: does a method's ranking of source words match what removing them does?
 
-On N validation sentences, each translated by the model itself (greedy), every source word
-is occluded in turn (each of its pieces replaced by <unk>) and the change in the
-log-probability of every output token is recorded: the occlusion effect (T, W). For each
-method, its source part merged into words (T, W) is compared with it:
+On N validation sentences, each with the model's own output for it (a translator's greedy
+translation; a masked language model's fill of one word the masking protocol hides, T = 1:
+``core.model.own_outputs`` writes the rule, and counts the sentences it skips), every source
+word (``source_spans``: the mask is no word, it is the output's position) is occluded in turn
+(each of its pieces replaced by the tokenizer's unknown token) and the change in the
+log-probability of every output token is recorded: the occlusion effect (T, W). The same code
+reads every kind of model: ``output_logp``'s teacher-forced pass (``TranslationModel.run``) is
+a masked model's pass over the occluded sentence read at its mask. For each method, its source
+part merged into words (T, W) is compared with it:
 
 - Spearman's rho per output token (tokens whose scores or effects are all equal are left
   out), averaged per sentence; the mean over sentences with a 95% interval
@@ -37,14 +42,13 @@ from core.attribution.methods import (  # GRADIENT_METHODS: those the choices ch
     AttributionError,
     attribute,
 )
-from core.corpus.bpe import PREFIX
 from core.corpus.source import DataError
 from core.measure.progress import Progress, check_time
 from core.measure.rank import spearman
 from core.measure.sample import Sample, sample_key, validation_sample
-from core.model.batched import greedy_outputs
 from core.model.checkpoints import validation_source
 from core.model.interface import TranslationModel
+from core.model.own_outputs import own_outputs, source_spans
 from core.places import attribution_root
 from core.runs.disk_cache import read_cached, write_cached
 
@@ -63,30 +67,11 @@ ProgressFn = Callable[[float, str], None]
 
 @dataclass
 class Case:
-    """One sentence of the sample with the model's own translation."""
+    """One sentence of the sample with the model's own output (translation, or fill)."""
 
-    src_ids: list[int]  # S ids, <eos> included
-    out_ids: list[int]  # T ids, <eos> included if reached
-    spans: list[tuple[int, int]]  # W [start, end) source word spans (pieces), <eos> left out
-
-
-def source_spans(m: TranslationModel, src_ids: Sequence[int]) -> list[tuple[int, int]]:
-    """[start, end) of each source word among the pieces the model reads: a ``##`` piece
-    joins the word before it; specials (the end token, a language code) belong to no word;
-    an unknown word is a word."""
-    specials = m.special_ids()
-    spans: list[list[int]] = []
-    joinable = False
-    for i, (token_id, token) in enumerate(zip(src_ids, m.source_tokens(src_ids))):
-        if token_id in specials:
-            joinable = False
-            continue
-        if joinable and token.startswith(PREFIX) and len(token) > len(PREFIX):
-            spans[-1][1] = i + 1
-        else:
-            spans.append([i, i + 1])
-        joinable = True
-    return [(a, b) for a, b in spans]
+    src_ids: list[int]  # S ids, <eos> included (a masked model's: its one mask in a word's place)
+    out_ids: list[int]  # T ids, <eos> included if reached (a masked model's: its fill, T = 1)
+    spans: list[tuple[int, int]]  # W [start, end) source word spans (pieces), specials left out
 
 
 def usable_methods(m: TranslationModel, methods: Sequence[str]) -> list[str]:
@@ -95,13 +80,10 @@ def usable_methods(m: TranslationModel, methods: Sequence[str]) -> list[str]:
 
 
 def translate_sample(m: TranslationModel, sample: Sample, target_lang=None) -> list[Case]:
-    """Greedy translations of every sample sentence (batched), as Cases."""
-    outputs = greedy_outputs(m, sample.src_ids, target_lang, tick=lambda _: check_time())
-    cases = []
-    for src, ids in zip(sample.src_ids, outputs):
-        ids = ids[: ids.index(m.eos_id) + 1] if m.eos_id in ids else ids
-        cases.append(Case(list(map(int, src)), ids, source_spans(m, src)))
-    return cases
+    """The model's own output for every sample sentence (batched: ``own_outputs``), as Cases;
+    the sentences a masked model's protocol skips are left out."""
+    cases = own_outputs(m, sample.src_ids, target_lang, tick=lambda _: check_time())
+    return [Case(src, out, source_spans(m, src)) for src, out in filter(None, cases)]
 
 
 def occluded(src_ids: list[int], spans, chosen: Sequence[int], unk: int) -> list[int]:
@@ -208,10 +190,11 @@ class Faithfulness:
     """Each method's agreement with occlusion on a validation sample, best first."""
 
     methods: list[dict]  # method, name, spearman, spearman_ci95, deletion, sentences, seconds
-    sentences: int  # sentences in the sample
+    sentences: int  # sentences of the sample explained
     tokens: int  # output tokens explained
     seconds: float = 0.0
     cached: bool = False
+    skipped: int = 0  # sample sentences with nothing to explain (the masking protocol's)
 
     def row(self, method: str) -> dict:
         """The row of one method (KeyError if it was not measured)."""
@@ -267,7 +250,7 @@ def faithfulness(
     work = Progress(progress, len(sample.sources) + 1)
     with lm.evaluating():
         cases = translate_sample(lm, sample, target_lang)
-        work.advance(1, "translating the sample")
+        work.advance(1 + len(sample.src_ids) - len(cases), "the model's own outputs")
         tokens = 0
         for i, case in enumerate(cases):
             if case.spans and case.out_ids:
@@ -280,7 +263,8 @@ def faithfulness(
     chosen = {row: (method, c) for row, method, c in rows_of if row != method}
     rows = [summary(m, rhos[m], drops[m], clock.get(m, 0.0), chosen.get(m)) for m in rhos]
     rows.sort(key=lambda r: -np.inf if r["spearman"] is None else r["spearman"], reverse=True)
-    return Faithfulness(rows, len(cases), tokens, time.perf_counter() - start)
+    seconds, skipped = time.perf_counter() - start, len(sample.src_ids) - len(cases)
+    return Faithfulness(rows, len(cases), tokens, seconds, skipped=skipped)
 
 
 def faithfulness_key(

@@ -247,7 +247,7 @@ class GradientTask:
     as a function of the token embeddings, at one sentence's embeddings."""
 
     embeddings: tuple[torch.Tensor, torch.Tensor]  # (1, S, D) source, (1, T, D) prefix
-    at: Callable  # (B, S, D), (B, T', D), (P,) steps -> (B, P) f at those steps of each row
+    at: Callable  # (B, S, D), (B, T', D), (P,) steps -> P x (B,) f at each step of each row
     logp: torch.Tensor  # (T,) the sentence's own f_t
     baselines: Callable  # choices -> [((1, S, D), (1, T, D)), ...] to start from
 
@@ -258,7 +258,8 @@ class GradientTask:
 
     def log_probs(self, src_emb: torch.Tensor, tgt_emb: torch.Tensor) -> torch.Tensor:
         """(B, T) f_t of every step of every row."""
-        return self.at(src_emb, tgt_emb, torch.arange(self.output_length, device=src_emb.device))
+        steps = torch.arange(self.output_length, device=src_emb.device)  # (T,)
+        return torch.stack(self.at(src_emb, tgt_emb, steps), 1)  # (B, T)
 
 
 def kept(m: TranslationModel, ids: torch.Tensor) -> torch.Tensor:
@@ -331,9 +332,9 @@ def embedding_task(
 
     def at(src_emb: torch.Tensor, tgt_emb: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
         tgt_in = p.tgt_in[:, : tgt_emb.size(1)]  # (1, T'): the prefix the rows read
-        logp = m.log_probs_at(p.src, tgt_in, src_emb, tgt_emb, steps)  # (B, P, V)
-        B, P = logp.shape[:2]
-        return pick(logp.flatten(0, 1), steps.repeat(B)).view(B, P)  # (B, P)
+        logps = m.log_probs_at(p.src, tgt_in, src_emb, tgt_emb, steps)  # P x (B, V)
+        B = src_emb.size(0)
+        return [pick(logp, t.expand(B)) for logp, t in zip(logps, steps)]  # P x (B,)
 
     def baselines(c: GradientChoices) -> list[tuple[torch.Tensor, torch.Tensor]]:
         if c.baseline == "zero":
@@ -368,10 +369,10 @@ def _gradients(task: GradientTask, x_src, x_tgt, group: range):
     each."""
     steps = torch.tensor(list(group), device=x_src.device)  # (g,)
     with torch.enable_grad(), NarrowProducts():
-        f = task.at(x_src, x_tgt, steps)  # (n, g)
+        f = task.at(x_src, x_tgt, steps)  # g x (n,): each step's own graph above the stacks
         last = len(group) - 1
         grads = [
-            torch.autograd.grad(f[:, j].sum(), (x_src, x_tgt), retain_graph=j < last)
+            torch.autograd.grad(f[j].sum(), (x_src, x_tgt), retain_graph=j < last)
             for j in range(len(group))
         ]
     return torch.stack([d for d, _ in grads]), torch.stack([d for _, d in grads])

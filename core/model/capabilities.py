@@ -109,9 +109,6 @@ BY_FAMILY[MASKED_LM] = {
     "tokens of one sentence; it does not translate.",
     "shared_passes": "A masked language model's predicted positions (its masks) differ from "
     "sentence to sentence: a file's sentences are explained one at a time, not in shared passes.",
-    "faithfulness": "Faithfulness translates validation sentences and occludes their words: a "
-    "masked language model writes no translation of them (its validation sentences hold no "
-    "mask to fill), so the methods are not ranked for it; each sentence's attribution is shown.",
     "patch_prefix": "A masked language model fills its masks in one pass: patching reads the "
     "logit difference at the sentence's first mask, after no target prefix (leave it empty).",
     **{

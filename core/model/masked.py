@@ -9,9 +9,10 @@ the rows of the predicted positions are shown as the other two kinds, as blocks 
 over the whole sentence; *decoder self*: over the predicted positions). One forward gives
 every figure; attribution explains the filled token at each mask over the sentence (each mask
 counted once, as the decoder input its row reads: ``OneStack.cut``, ``OneStack.once``);
-patching reads two sentences' first mask (``core.attention.patching_question``); what needs a
-translation (alignment, removing heads by BLEU, faithfulness) says so in one line
-(``core.model.capabilities``).
+patching reads two sentences' first mask (``core.attention.patching_question``); faithfulness
+ranks the methods on validation sentences with one word hidden and filled (the masking
+protocol: ``core.model.own_outputs``); what needs a translation (alignment, removing heads by
+BLEU) says so in one line (``core.model.capabilities``).
 
 Shape key: S sentence tokens, T predicted positions, L layers, H heads, D width, V vocabulary.
 """

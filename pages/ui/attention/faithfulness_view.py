@@ -20,6 +20,7 @@ from core.corpus.source import DataError
 from core.figures import attribution as attr_figs
 from core.model.checkpoints import trained_data
 from core.model.interface import TranslationModel
+from core.model.own_outputs import outputs_words
 from core.runs.catalogue import ModelEntry
 from pages.ui.attention.no_corpus import no_corpus
 from pages.ui.charts import chart
@@ -33,13 +34,12 @@ SLOW_METHOD = "integrated-gradients"  # left out by default: about 2 s per sente
 SLOW_SECONDS = 2.0  # its time per sentence of about 15 tokens
 NO_FAITHFULNESS = "Faithfulness cannot be measured for this model here"
 HOW = (
-    "Each validation sentence is translated by the model (greedy), then every source word "
-    "is replaced by `<unk>` in turn and the change in log p of each output token is "
-    "recorded (occlusion). **Spearman ρ**: how well a method's ranking of the source words "
-    "agrees with that, per output token, averaged over sentences (95% interval over "
-    "sentences). **Drop at k**: the mean fall in log p of an output token when the "
-    "method's top-k words for it are removed together; bigger means the method found the "
-    "words the output depends on."
+    "{outputs}; then every source word is replaced by the unknown token in turn and the "
+    "change in log p of each output token is recorded (occlusion). **Spearman ρ**: how well "
+    "a method's ranking of the source words agrees with that, per output token, averaged "
+    "over sentences (95% interval over sentences). **Drop at k**: the mean fall in log p of "
+    "an output token when the method's top-k words for it are removed together; bigger means "
+    "the method found the words the output depends on."
 )
 
 
@@ -49,10 +49,10 @@ def faithfulness_panel(
     """The methods ranked against occlusion: from the disk cache, or measured on request;
     with gradient ``choices`` other than the defaults, the gradient methods as chosen too."""
     st.subheader("Faithfulness: which method agrees with occlusion?")
-    if problem := lm.supports("faithfulness"):  # a model that translates no validation sentence
+    if problem := lm.supports("faithfulness"):  # a model a capability row refuses
         st.caption(md(problem))
         return
-    st.caption(HOW)
+    st.caption(HOW.format(outputs=outputs_words(lm)))
     if lm.supports("own_split"):  # its sample: fra-eng as the studio splits it by default
         left_out = [METHOD_NAMES[m] for m in METHODS if m not in usable_methods(lm, METHODS)]
         st.caption(
@@ -190,10 +190,11 @@ def baseline_words(result: Faithfulness) -> str:
 def show_faithfulness(result: Faithfulness, n: int, state: ViewState) -> None:
     """The ranked table, the random baseline in words, the deletion curves and the CSV."""
     how = "read from the disk cache" if result.cached else f"measured in {result.seconds:.3g} s"
-    only = " (all the validation split holds)" if result.sentences < n else ""
+    only = " (all the validation split holds)" if result.sentences + result.skipped < n else ""
+    skipped = f" ({result.skipped} more skipped: no word to hide)" if result.skipped else ""
     st.markdown(
         f"Methods ranked by agreement with occlusion on {result.sentences} validation "
-        f"sentences{only}, {result.tokens} output tokens; {how}."
+        f"sentences{only}{skipped}, {result.tokens} output tokens; {how}."
     )
     table = attr_figs.faithfulness_table(result)
     number = st.column_config.NumberColumn(format="%.3f")
