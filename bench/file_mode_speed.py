@@ -21,6 +21,11 @@ as it was before batching (every pair alone), for the record; ``--plain`` also t
 every product as it was before ``core.attribution.products``, in the same rounds;
 ``--whole-passes`` with passes not cut to ``batched_gradients.ATTENTION_BYTES``, likewise;
 ``--torch-softmax`` with torch's own softmax on short rows (``products.ShortSoftmax`` off).
+``--real-sizes`` builds the encoder-decoders at their hub checkpoints' sizes instead (random
+weights, the same word tokenizer): Marian as opus-mt-en-fr (6 + 6 layers, 512 wide, 8 heads,
+a 2048-wide MLP, 59,514 pieces), BART as bart-base (6 + 6, 768, 12 heads, 3072, 50,265); there
+the vocabulary's projection and the stacks' products weigh what they weigh in use, not a
+tiny model's per-operation costs (run it with fewer ``--pairs`` and ``--steps``: minutes).
 """
 
 from __future__ import annotations
@@ -47,6 +52,27 @@ FRENCH = "je suis froid le garçon est grand . tu es chaud nous"
 GREEDY = DecodeSettings()
 EXTRA = ("plain products", "whole passes", "torch softmax")  # --plain, --whole-passes, ...
 INSEQ_METHODS = {"grad-input": "input_x_gradient", "integrated-gradients": "integrated_gradients"}
+
+
+REAL_SIZES = {  # (layers each side, width, heads, MLP width, vocabulary) of the hub configs
+    "marian": (6, 512, 8, 2048, 59514),  # Helsinki-NLP/opus-mt-en-fr
+    "bart": (6, 768, 12, 3072, 50265),  # facebook/bart-base
+}
+
+
+def real_sized(tiny_config):
+    """``hf_tiny.tiny_config`` with the REAL_SIZES of its family."""
+
+    def config(family: str, vocab_size: int):
+        layers, width, heads, mlp, vocab = REAL_SIZES[family]
+        c = tiny_config(family, vocab)
+        c.encoder_layers = c.decoder_layers = layers
+        c.encoder_attention_heads = c.decoder_attention_heads = heads
+        c.d_model, c.encoder_ffn_dim, c.decoder_ffn_dim = width, mlp, mlp
+        c.max_position_embeddings = 512
+        return c
+
+    return config
 
 
 def pairs(n: int) -> list[tuple[str, str]]:
@@ -120,6 +146,7 @@ def main(argv=None) -> None:
     ap.add_argument(
         "--torch-softmax", action="store_true", help="also time it with torch's softmax"
     )
+    ap.add_argument("--real-sizes", action="store_true", help="hub-sized encoder-decoders")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     try:
@@ -127,10 +154,17 @@ def main(argv=None) -> None:
     except ImportError:
         inseq = None
     print(f"{args.pairs} pairs; peer: {'inseq' if inseq else 'none (inseq not installed)'}")
+    import hf_tiny
     from hf_tiny import save_tiny
     from lm_tiny import LM_FAMILIES, save_tiny_lm
 
-    texts = pairs(args.pairs)
+    if args.real_sizes:
+        unknown = set(args.families.split(",")) - set(REAL_SIZES)
+        if unknown:
+            sys.exit(f"--real-sizes knows {', '.join(REAL_SIZES)}, not {', '.join(unknown)}")
+        hf_tiny.tiny_config = real_sized(hf_tiny.tiny_config)
+
+    texts, size = pairs(args.pairs), "hub-sized" if args.real_sizes else "tiny"
     with tempfile.TemporaryDirectory() as tmp:
         for family in args.families.split(","):
             save = save_tiny_lm if family in LM_FAMILIES else save_tiny
@@ -151,7 +185,7 @@ def main(argv=None) -> None:
                 extra = [name for name, on in zip(EXTRA, asked) if on]  # the calls' order
                 theirs = theirs if peer else float("nan")
                 print(
-                    f"tiny {family:<8} {method:<22} studio {ours:7.3f} s   inseq "
+                    f"{size} {family:<8} {method:<22} studio {ours:7.3f} s   inseq "
                     f"{theirs:7.3f} s   ratio {ours / theirs:.2f}",
                     flush=True,
                 )

@@ -308,15 +308,20 @@ def test_each_batch_is_one_pass_within_the_budget(tiny_model, pairs_file, tmp_pa
     assert sizes == [1, 1, 1]
 
 
-def graph_nodes(t: torch.Tensor) -> int:
-    """The operations autograd's backward pass from ``t`` runs (its graph's nodes)."""
+def graph(t: torch.Tensor) -> set:
+    """The autograd nodes a backward pass from ``t`` runs."""
     seen, todo = set(), [t.grad_fn]
     while todo:
         node = todo.pop()
         if node is not None and node not in seen:
             seen.add(node)
             todo += [child for child, _ in node.next_functions]
-    return len(seen)
+    return seen
+
+
+def graph_nodes(t: torch.Tensor) -> int:
+    """The operations autograd's backward pass from ``t`` runs (its graph's nodes)."""
+    return len(graph(t))
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
@@ -334,17 +339,6 @@ def test_a_one_stack_models_backward_pass_does_not_grow_with_its_rows(family, lm
         return graph_nodes(torch.stack(m.log_probs_at(src, tgt_in, *x, torch.tensor([0, 1]))))
 
     assert nodes(64) == nodes(2)
-
-
-def graph(t: torch.Tensor) -> set:
-    """The autograd nodes a backward pass from ``t`` runs."""
-    seen, todo = set(), [t.grad_fn]
-    while todo:
-        node = todo.pop()
-        if node is not None and node not in seen:
-            seen.add(node)
-            todo += [child for child, _ in node.next_functions]
-    return seen
 
 
 @pytest.mark.parametrize("family", ["studio", "marian", "t5", "gpt2", "llama"])
