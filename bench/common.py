@@ -205,3 +205,58 @@ def with_torch_softmax(call):
             return call()
 
     return plain
+
+
+def with_joint_projection(call):
+    """``call`` with the gradient methods' output steps projected onto the vocabulary together
+    (one (B, P, V) product, each step's backward pass running through all P): the same run's
+    figure before ``Passes.log_probs_at`` projected each step on its own."""
+    from unittest import mock
+
+    from core.model.hooks import replace_with
+    from core.model.passes import Passes
+
+    def joint(self, src, tgt_in, src_emb, tgt_emb, steps):
+        B = src_emb.size(0)
+        src, tgt_in = src.expand(B, -1), tgt_in.expand(B, -1)
+        pairs = [("encoder.embed", replace_with(src_emb)), ("decoder.embed", replace_with(tgt_emb))]
+        with self.hooks(pairs):
+            hidden = self.hidden(src, tgt_in)  # (B, T, D)
+        return list(self.logits_of(hidden[:, steps]).float().log_softmax(-1).unbind(1))
+
+    def before():
+        with mock.patch.object(Passes, "log_probs_at", joint):
+            return call()
+
+    return before
+
+
+REAL_SIZES = {  # (layers each side, width, heads, MLP width, vocabulary) of the hub configs
+    "marian": (6, 512, 8, 2048, 59514),  # Helsinki-NLP/opus-mt-en-fr
+    "bart": (6, 768, 12, 3072, 50265),  # facebook/bart-base
+}
+
+
+def real_sized(tiny_config):
+    """``tests/hf_tiny.tiny_config`` with the REAL_SIZES of its family (random weights)."""
+
+    def config(family: str, vocab_size: int):
+        layers, width, heads, mlp, vocab = REAL_SIZES[family]
+        c = tiny_config(family, vocab)
+        c.encoder_layers = c.decoder_layers = layers
+        c.encoder_attention_heads = c.decoder_attention_heads = heads
+        c.d_model, c.encoder_ffn_dim, c.decoder_ffn_dim = width, mlp, mlp
+        c.max_position_embeddings = 512
+        return c
+
+    return config
+
+
+def use_real_sizes(families: str) -> None:
+    """Make ``hf_tiny.save_tiny`` build REAL_SIZES models (exit naming a family it lacks)."""
+    import hf_tiny
+
+    unknown = set(families.split(",")) - set(REAL_SIZES)
+    if unknown:
+        sys.exit(f"--real-sizes knows {', '.join(REAL_SIZES)}, not {', '.join(sorted(unknown))}")
+    hf_tiny.tiny_config = real_sized(hf_tiny.tiny_config)

@@ -21,11 +21,13 @@ as it was before batching (every pair alone), for the record; ``--plain`` also t
 every product as it was before ``core.attribution.products``, in the same rounds;
 ``--whole-passes`` with passes not cut to ``batched_gradients.ATTENTION_BYTES``, likewise;
 ``--torch-softmax`` with torch's own softmax on short rows (``products.ShortSoftmax`` off).
-``--real-sizes`` builds the encoder-decoders at their hub checkpoints' sizes instead (random
+``--joint-projection`` with the output steps projected onto the vocabulary together, as
+before ``Passes.log_probs_at`` projected each on its own. ``--real-sizes`` builds the
+encoder-decoders at their hub checkpoints' sizes instead (``common.REAL_SIZES``, random
 weights, the same word tokenizer): Marian as opus-mt-en-fr (6 + 6 layers, 512 wide, 8 heads,
-a 2048-wide MLP, 59,514 pieces), BART as bart-base (6 + 6, 768, 12 heads, 3072, 50,265); there
-the vocabulary's projection and the stacks' products weigh what they weigh in use, not a
-tiny model's per-operation costs (run it with fewer ``--pairs`` and ``--steps``: minutes).
+a 2048-wide MLP, 59,514 pieces), BART as bart-base (6 + 6, 768, 12 heads, 3072, 50,265);
+there the vocabulary's projection and the stacks' products weigh what they weigh in use, not
+a tiny model's per-operation costs (give it fewer ``--pairs`` and ``--steps``: minutes).
 """
 
 from __future__ import annotations
@@ -36,7 +38,14 @@ import tempfile
 from pathlib import Path
 
 import torch
-from common import ROOT, interleaved_cpu_seconds, with_torch_softmax, without_narrow_products
+from common import (
+    ROOT,
+    interleaved_cpu_seconds,
+    use_real_sizes,
+    with_joint_projection,
+    with_torch_softmax,
+    without_narrow_products,
+)
 
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -50,29 +59,8 @@ from core.model.parts import DecodeSettings  # noqa: E402
 ENGLISH = "i am cold the boy is tall . you are hot we"
 FRENCH = "je suis froid le garçon est grand . tu es chaud nous"
 GREEDY = DecodeSettings()
-EXTRA = ("plain products", "whole passes", "torch softmax")  # --plain, --whole-passes, ...
+EXTRA = ("plain products", "whole passes", "torch softmax", "joint projection")  # --plain, ...
 INSEQ_METHODS = {"grad-input": "input_x_gradient", "integrated-gradients": "integrated_gradients"}
-
-
-REAL_SIZES = {  # (layers each side, width, heads, MLP width, vocabulary) of the hub configs
-    "marian": (6, 512, 8, 2048, 59514),  # Helsinki-NLP/opus-mt-en-fr
-    "bart": (6, 768, 12, 3072, 50265),  # facebook/bart-base
-}
-
-
-def real_sized(tiny_config):
-    """``hf_tiny.tiny_config`` with the REAL_SIZES of its family."""
-
-    def config(family: str, vocab_size: int):
-        layers, width, heads, mlp, vocab = REAL_SIZES[family]
-        c = tiny_config(family, vocab)
-        c.encoder_layers = c.decoder_layers = layers
-        c.encoder_attention_heads = c.decoder_attention_heads = heads
-        c.d_model, c.encoder_ffn_dim, c.decoder_ffn_dim = width, mlp, mlp
-        c.max_position_embeddings = 512
-        return c
-
-    return config
 
 
 def pairs(n: int) -> list[tuple[str, str]]:
@@ -147,6 +135,9 @@ def main(argv=None) -> None:
         "--torch-softmax", action="store_true", help="also time it with torch's softmax"
     )
     ap.add_argument("--real-sizes", action="store_true", help="hub-sized encoder-decoders")
+    ap.add_argument(
+        "--joint-projection", action="store_true", help="also time it with steps projected together"
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     try:
@@ -154,15 +145,11 @@ def main(argv=None) -> None:
     except ImportError:
         inseq = None
     print(f"{args.pairs} pairs; peer: {'inseq' if inseq else 'none (inseq not installed)'}")
-    import hf_tiny
     from hf_tiny import save_tiny
     from lm_tiny import LM_FAMILIES, save_tiny_lm
 
     if args.real_sizes:
-        unknown = set(args.families.split(",")) - set(REAL_SIZES)
-        if unknown:
-            sys.exit(f"--real-sizes knows {', '.join(REAL_SIZES)}, not {', '.join(unknown)}")
-        hf_tiny.tiny_config = real_sized(hf_tiny.tiny_config)
+        use_real_sizes(args.families)
 
     texts, size = pairs(args.pairs), "hub-sized" if args.real_sizes else "tiny"
     with tempfile.TemporaryDirectory() as tmp:
@@ -180,8 +167,10 @@ def main(argv=None) -> None:
                     calls.append(whole_passes(ours_call))
                 if args.torch_softmax:
                     calls.append(with_torch_softmax(ours_call))
+                if args.joint_projection:
+                    calls.append(with_joint_projection(ours_call))
                 ours, theirs, *more = interleaved_cpu_seconds(calls, args.runs)
-                asked = (args.plain, args.whole_passes, args.torch_softmax)
+                asked = (args.plain, args.whole_passes, args.torch_softmax, args.joint_projection)
                 extra = [name for name, on in zip(EXTRA, asked) if on]  # the calls' order
                 theirs = theirs if peer else float("nan")
                 print(

@@ -21,7 +21,11 @@ Each figure is the median of ``--runs`` timings after a warm-up, the studio and 
 timed in turn in every round (``common.interleaved_cpu_seconds``); the ratio is studio / peer
 (the goal of issue 51: at most 0.6). ``--plain`` also times the studio with every product as
 it was before ``core.attribution.products`` (``common.without_narrow_products``), in the same
-rounds.
+rounds; ``--joint`` with the output steps projected onto the vocabulary together (as before
+``Passes.log_probs_at`` projected each on its own: ``common.with_joint_projection``).
+``--real-sizes`` builds the encoder-decoders at their hub checkpoints' sizes instead
+(``common.REAL_SIZES``: opus-mt-en-fr, bart-base; random weights) and leaves the shipped model
+out; give it fewer ``--steps``: minutes.
 """
 
 from __future__ import annotations
@@ -32,7 +36,13 @@ import tempfile
 from pathlib import Path
 
 import torch
-from common import ROOT, interleaved_cpu_seconds, without_narrow_products
+from common import (
+    ROOT,
+    interleaved_cpu_seconds,
+    use_real_sizes,
+    with_joint_projection,
+    without_narrow_products,
+)
 
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -109,11 +119,13 @@ def compare(name, m, t, args, peer=None, text=("", "")) -> None:
         def theirs_call():
             inseq_by_hand(m, t, args.steps)
 
-    calls = [studio, theirs_call] + ([without_narrow_products(studio)] if args.plain else [])
-    ours, theirs, *plain = interleaved_cpu_seconds(calls, args.runs)
+    extra = {"plain products": without_narrow_products, "joint projection": with_joint_projection}
+    asked = {k: f for k, f in extra.items() if getattr(args, k.split()[0])}
+    calls = [studio, theirs_call, *(f(studio) for f in asked.values())]
+    ours, theirs, *more = interleaved_cpu_seconds(calls, args.runs)
     line(name, t, ours, theirs, "inseq" if peer is not None else "by hand")
-    if plain:
-        print(f"{'':<41} plain products {plain[0]:.3f} s   ratio {plain[0] / theirs:.2f}")
+    for what, seconds in zip(asked, more):
+        print(f"{'':<41} {what} {seconds:.3f} s   ratio {seconds / theirs:.2f}")
 
 
 def main(argv=None) -> None:
@@ -122,6 +134,10 @@ def main(argv=None) -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--families", default="marian,bart,gpt2,llama")
     ap.add_argument("--plain", action="store_true", help="also time it without narrow products")
+    ap.add_argument(
+        "--joint", action="store_true", help="also time it with the steps projected together"
+    )
+    ap.add_argument("--real-sizes", action="store_true", help="hub-sized encoder-decoders only")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     try:
@@ -132,6 +148,9 @@ def main(argv=None) -> None:
     from hf_tiny import save_tiny
     from lm_tiny import LM_FAMILIES, save_tiny_lm
 
+    if args.real_sizes:
+        use_real_sizes(args.families)
+    size = "hub-sized" if args.real_sizes else "tiny"
     with tempfile.TemporaryDirectory() as tmp:
         for family in args.families.split(","):
             save = save_tiny_lm if family in LM_FAMILIES else save_tiny
@@ -140,7 +159,9 @@ def main(argv=None) -> None:
             peer = inseq.load_model(str(folder), "integrated_gradients") if inseq else None
             for src, tgt in pairs(((12, 17), (39, 39))):
                 t = m.force(src, tgt, DecodeSettings())
-                compare(f"tiny {family}", m, t, args, peer, peer_texts(m, t, src, tgt))
+                compare(f"{size} {family}", m, t, args, peer, peer_texts(m, t, src, tgt))
+    if args.real_sizes:
+        return
     m = open_model(str(ROOT / "checkpoints" / "fra-eng-small.pt"))
     for sentence in SHIPPED:
         compare("shipped fra-eng-small", m, m.translate(sentence, DecodeSettings()), args)
