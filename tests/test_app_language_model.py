@@ -77,7 +77,7 @@ def test_every_attention_section_shows_the_model_or_says_why_not(lm_dirs, lm_loa
         assert picker.options[picker.value] == "12: ##:"  # the template's last token
     elif section == "attribution":  # the methods that explain it
         assert at.selectbox(key="atr_method").options == [
-            "Raw cross-attention",
+            "Raw attention",  # its one attention: a model of one stack has no cross-attention
             "Attention rollout",
             "Norm-based",
             "ALTI+",

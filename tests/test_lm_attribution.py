@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.attribution.methods import AttributionError, attribute
+from core.attribution.methods import AttributionError, attribute, method_name
 from core.attribution.terms import sublayer_terms
 from core.model import lm_sites
 from core.model.architectures import architecture_of
@@ -217,3 +217,25 @@ def test_value_zeroing_is_the_layer_run_again_without_a_tokens_values(lm):
     t = lm.translate(SOURCE, SETTINGS)
     scores = attribute(lm, t.src_ids, t.out_ids, "value-zeroing").contributions
     assert np.allclose(scores.sum(1), 1, atol=1e-5) and np.all(scores >= 0)
+
+
+@pytest.mark.parametrize(
+    "family, name",
+    [
+        ("marian", "Raw cross-attention"),
+        ("t5", "Raw cross-attention"),
+        ("gpt2", "Raw attention"),
+        ("llama", "Raw attention"),
+        ("bert", "Raw attention"),
+    ],
+)
+def test_the_attention_method_is_named_for_the_attention_it_reads(
+    family, name, hf_loaded, lm_loaded
+):
+    """A model of one stack has no cross-attention: its attention method reads its one
+    attention (``attention_contributions``), and is named so on the page and in faithfulness'
+    rows (``method_name``; the capability ``cross_attention`` says why)."""
+    m = (hf_loaded if family in ("marian", "t5") else lm_loaded)[family]
+    assert method_name(m, "attention") == name
+    assert method_name(m, "alti") == "ALTI+"
+    assert (m.supports("cross_attention") is None) == (name == "Raw cross-attention")

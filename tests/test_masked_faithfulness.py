@@ -125,6 +125,7 @@ def test_faithfulness_ranks_every_default_method_on_a_local_corpus(
     for row in result.methods:
         assert row["sentences"] > 0 and np.isfinite(row["spearman"]), row
         assert all(np.isfinite(d) for d in row["deletion"]), row
+    assert result.row("attention")["name"] == "Raw attention (last layer, mean of heads)"
     argv = ["--checkpoint", str(lm_models[family]), "--faithfulness", "--sentences", "4"]
     assert attribute_cmd.main([*argv, "--data", data, "--refresh"]) == 0  # measured again
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]

@@ -41,6 +41,7 @@ from core.attribution.methods import (  # GRADIENT_METHODS: those the choices ch
     Attribution,
     AttributionError,
     attribute,
+    method_name,
 )
 from core.corpus.source import DataError
 from core.measure.progress import Progress, check_time
@@ -58,7 +59,8 @@ DELETION_K = (1, 2, 3)  # how many top words the deletion curve removes
 SLOW_METHODS = ("integrated-gradients", "gradient-shap")  # measured when asked for
 DEFAULT_METHODS = tuple(m for m in METHODS if m not in SLOW_METHODS)
 RANDOM = "random"  # the baseline ranking
-CACHE_VERSION = 2  # 2: the attention row names its layer and head
+CACHE_VERSION = 3  # 2: the attention row names its layer and head; 3: a one-stack model's
+# attention row is named for its one attention
 ROWS_PER_PASS = 32  # occluded copies per teacher-forced pass ((N, T, V) logits of a big vocabulary)
 RANKED_AT = {"attention": " (last layer, mean of heads)"}  # what a method's row measured
 
@@ -210,14 +212,16 @@ def summary(
     drops: list[list[float]],
     seconds: float,
     choices: tuple[str, GradientChoices] | None = None,
+    names: dict[str, str] = METHOD_NAMES,
 ) -> dict:
     """One row: mean rho with its 95% interval, mean drop at each k (``choices``: the
-    (method, choices) of a row measured with other than the defaults)."""
+    (method, choices) of a row measured with other than the defaults; ``names``: the methods'
+    names for the model, ``methods.method_name``)."""
     rhos = [r for r in rhos if not np.isnan(r)]
     mean = float(np.mean(rhos)) if rhos else None
     half = 1.96 * float(np.std(rhos, ddof=1)) / np.sqrt(len(rhos)) if len(rhos) > 1 else None
     base = choices[0] if choices else method
-    name = METHOD_NAMES.get(base, "Random ranking (baseline)") + RANKED_AT.get(base, "")
+    name = names.get(base, "Random ranking (baseline)") + RANKED_AT.get(base, "")
     extra = {"choices": choices[1].to_json()} if choices else {}
     return extra | {
         "method": method,
@@ -261,7 +265,8 @@ def faithfulness(
                         drops[m][k].extend(values)
             work.advance(1, f"sentence {i + 1} of {len(cases)}")
     chosen = {row: (method, c) for row, method, c in rows_of if row != method}
-    rows = [summary(m, rhos[m], drops[m], clock.get(m, 0.0), chosen.get(m)) for m in rhos]
+    names = {x: method_name(lm, x) for x in METHOD_NAMES}
+    rows = [summary(m, rhos[m], drops[m], clock.get(m, 0.0), chosen.get(m), names) for m in rhos]
     rows.sort(key=lambda r: -np.inf if r["spearman"] is None else r["spearman"], reverse=True)
     seconds, skipped = time.perf_counter() - start, len(sample.src_ids) - len(cases)
     return Faithfulness(rows, len(cases), tokens, seconds, skipped=skipped)

@@ -73,6 +73,16 @@ METHOD_NAMES = {
     "gradient-shap": "GradientSHAP",
 }
 MEAN = "mean"  # the ``head`` of the attention method that averages the layer's heads
+ONE_ATTENTION = "Raw attention"  # the attention method's name on a model of one attention
+
+
+def method_name(m: TranslationModel, method: str) -> str:
+    """A method's name for this model: the attention method reads a translator's
+    cross-attention, or a one-stack model's one attention over its sentence and prefix (the
+    capability ``cross_attention`` refused, saying so)."""
+    if method == "attention" and m.supports("cross_attention"):
+        return ONE_ATTENTION
+    return METHOD_NAMES[method]
 
 
 class AttributionError(ValueError):

@@ -51,6 +51,12 @@ NOT_OWN_SPLIT = (  # "own_split": where its validation sentences come from
     "first validation sentences of fra-eng as the studio splits it by default, given to the "
     "model as text."
 )
+ONE_ATTENTION = (  # "cross_attention": what the attention method reads on a one-stack model
+    "A model of one stack has no cross-attention: the attention method reads its one "
+    "attention, each output row's weights over the sentence and the prefix before it, "
+    "renormalised over those; like any raw attention it ignores the residual stream and what "
+    "the values carry."
+)
 BY_FAMILY: dict[str, dict[str, str]] = {
     STUDIO: {
         "bfloat16": "The studio's own models are small: they are measured exactly, in float32.",
@@ -69,6 +75,7 @@ BY_FAMILY: dict[str, dict[str, str]] = {
         "importance_bleu": "A language model's head importance is measured by its loss alone "
         "(each sentence's first reference after its prompt): BLEU would need every head's "
         "prompted translations, 4x the work.",
+        "cross_attention": ONE_ATTENTION,
     },
 }
 
@@ -92,6 +99,7 @@ ONE_PASS = (
     "each layer's guess for each mask)."
 )
 BY_FAMILY[MASKED_LM] = {
+    "cross_attention": ONE_ATTENTION,
     "supervision": NOT_TRAINED_HERE,
     "template": NO_TEMPLATE,
     "own_split": NOT_OWN_SPLIT,

@@ -19,9 +19,9 @@ from core.attribution.gradients import (
 )
 from core.attribution.methods import (
     MEAN,
-    METHOD_NAMES,
     METHODS,
     AttributionError,
+    method_name,
     method_problem,
 )
 from core.attribution.spans import parse_spans
@@ -80,7 +80,9 @@ def attribution_section(page: SectionInputs) -> None:
     method, beside = pick_method(state, page.lm)
     choices = gradient_choices(method, state, page.lm)  # baseline, steps, aggregation...
     words = integration_words(choices) if method == "integrated-gradients" else METHOD_WORDS[method]
-    beside.caption(md(f"{METHOD_NAMES[method]}: {words}"))
+    if method == "attention" and (one := page.lm.supports("cross_attention")):
+        words = one  # a one-stack model's one attention, in words
+    beside.caption(md(f"{method_name(page.lm, method)}: {words}"))
     layer, head = cross_choice(page.maps, state)
     spans = span_inputs(state)
     shown = explained_or_error(page, method, layer, head, choices, spans)
@@ -290,7 +292,7 @@ def pick_method(state: ViewState, lm=None) -> tuple[str, object]:
         "Attribution method",
         usable,
         key="atr_method",
-        format_func=lambda m: METHOD_NAMES[m],
+        format_func=lambda m: method_name(lm, m),
         help="How each output token's log-probability is split over the source tokens and "
         "the translation's prefix the decoder had read. Every method's rows sum to 1.",
     )
@@ -303,7 +305,7 @@ def left_out_words(lm, left_out: list[str]) -> str:
     """The methods a model is not offered, grouped by their reasons, each reason said once."""
     by_reason: dict[str, list[str]] = {}
     for m in left_out:
-        by_reason.setdefault(method_problem(lm, m), []).append(METHOD_NAMES[m])
+        by_reason.setdefault(method_problem(lm, m), []).append(method_name(lm, m))
     said = " ".join(f"{', '.join(names)}: {why}" for why, names in by_reason.items())
     return f"Not offered for this model: {said}"
 
@@ -373,10 +375,10 @@ def explained_or_error(
         st.info(md(problem))
         return None
     try:
-        with st.spinner(f"Computing {METHOD_NAMES[method]}{slow}…"):
+        with st.spinner(f"Computing {method_name(page.lm, method)}{slow}…"):
             pieces = explanation(page.lm, page.translation, key, method, *where, choices)
     except AttributionError as e:
-        st.error(md(f"{METHOD_NAMES[method]} cannot explain this translation: {e}"))
+        st.error(md(f"{method_name(page.lm, method)} cannot explain this translation: {e}"))
         return None
     try:
         e = shown_explanation(pieces, state.words, spans)
@@ -403,10 +405,11 @@ def contribution_panel(
     _, e, visible = shown
     state, a = page.state, e.attribution
     col.markdown("**What the tokens contribute**")
-    title, notes = METHOD_NAMES[a.method], []
+    title, notes = method_name(page.lm, a.method), []
     if a.method == "attention":
         title += f" — layer {where[0]}, {head_words(where[1])}"
-        notes.append("attention reads the source only: the prefix block is 0")
+        if not page.lm.supports("cross_attention"):  # else its one attention reads the prefix
+            notes.append("attention reads the source only: the prefix block is 0")
     elif a.raw is not None:
         chosen = a.extra.get("choices", DEFAULT_CHOICES)
         notes.append(CHOICE_WORDS[chosen.normalisation].replace("each row scaled", "rows scaled"))
@@ -429,9 +432,9 @@ def share_panel(page: SectionInputs, shown: tuple[Explained, Explained, object])
     """The source share of every output token, flagged under SHARE_FLAG, and what it means."""
     e, state = shown[1], page.state
     method = e.attribution.method
-    title = f"How much each output token takes from the source ({METHOD_NAMES[method]})"
+    title = f"How much each output token takes from the source ({method_name(page.lm, method)})"
     name = export_name(state.model, state.sentence, what=f"{method} source share")
     chart(attr_figs.source_share_figure(e, title), "atr_share", name=name)
-    if method == "attention":
+    if method == "attention" and not page.lm.supports("cross_attention"):
         st.caption("Raw attention has no prefix part, so every share is 1: pick another method.")
     st.caption(DALE)
