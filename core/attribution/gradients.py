@@ -330,7 +330,7 @@ def embedding_task(
         raise ValueError(f"{CHOICE_WORDS[choices.function]} needs an alternative translation.")
     pick = function or picked(p.out_ids[0], choices.function)
 
-    def at(src_emb: torch.Tensor, tgt_emb: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    def at(src_emb: torch.Tensor, tgt_emb: torch.Tensor, steps: torch.Tensor) -> list:
         tgt_in = p.tgt_in[:, : tgt_emb.size(1)]  # (1, T'): the prefix the rows read
         logps = m.log_probs_at(p.src, tgt_in, src_emb, tgt_emb, steps)  # P x (B, V)
         B = src_emb.size(0)

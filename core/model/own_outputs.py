@@ -25,7 +25,7 @@ Shape key: B sentences in one pass, S tokens, V vocabulary.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -98,9 +98,12 @@ def masked_sentence(m: TranslationModel, src_ids: Sequence[int], index: int) -> 
 
 
 @torch.no_grad()
-def filled(m: TranslationModel, sources: Sequence[Sequence[int]]) -> list[Case | None]:
+def filled(
+    m: TranslationModel, sources: Sequence[Sequence[int]], tick: Tick = None
+) -> list[Case | None]:
     """Each sentence masked by the protocol with the model's own fill at its mask, FILL_ROWS
-    sentences a padded pass (None where the protocol skips a sentence)."""
+    sentences a padded pass, ``tick(rows)`` after each (None where the protocol skips a
+    sentence)."""
     if m.mask_id is None:
         raise DataError("This model's tokenizer has no mask token to hide a word with.")
     masked = [masked_sentence(m, ids, i) for i, ids in enumerate(sources)]
@@ -111,6 +114,8 @@ def filled(m: TranslationModel, sources: Sequence[Sequence[int]]) -> list[Case |
             src, _ = padded(kept[start : start + FILL_ROWS], m.pad_id, m.device)  # (B, S)
             one = torch.zeros(src.size(0), 1, dtype=torch.long, device=m.device)  # (B, 1) a mask
             fills += m.run(src, one)[:, 0].argmax(-1).tolist()  # (B, 1, V) -> (B,)
+            if tick:
+                tick(src.size(0))
     out: list[Case | None] = []
     it = iter(fills)
     for ids in masked:
@@ -131,13 +136,13 @@ def own_outputs(
     m: TranslationModel,
     sources: Sequence[Sequence[int]],
     target_lang: str | None = None,
-    tick: Callable[[int], None] | None = None,
+    tick: Tick = None,
 ) -> list[Case | None]:
     """Each sample sentence as the model is explained on it, with the output it writes for it:
     its greedy translation, or (a model that fills masks in one pass) the masking protocol's
     sentence and fill; None for a sentence the protocol skips."""
     if fills_in_one_pass(m):
-        return filled(m, sources)
+        return filled(m, sources, tick)
     return translated(m, sources, target_lang, tick)
 
 
