@@ -232,8 +232,7 @@ STATS_AND_MAP = """() => {
     const csv = [...document.querySelectorAll('button')]
         .find(b => b.textContent.includes('Weights as CSV'));
     const panel = csv.closest('.st-key-head_summary, [data-testid="stColumn"]');
-    const big = document.querySelector('.st-key-big .js-plotly-plot')
-        || document.querySelector('.js-plotly-plot');
+    const big = document.querySelector('.st-key-big .js-plotly-plot');
     const box = e => { const r = e.getBoundingClientRect();
                        return {left: r.left, top: r.top, width: r.width, bottom: r.bottom}; };
     return {stats: box(panel), map: box(big)};
@@ -252,6 +251,7 @@ def test_head_statistics_stack_below_the_large_map_at_760_px(app_server, browser
         page.goto(f"{url}/attention?" + urlencode({"model": TINY_MODEL}))
         settle(page, 9)
         page.get_by_text("Weights as CSV").first.wait_for()
+        page.locator(".st-key-big .js-plotly-plot").wait_for()  # the large map itself, drawn
         boxes[width] = page.evaluate(STATS_AND_MAP)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"attention_head_statistics_{width}.png"))
