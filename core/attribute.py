@@ -96,9 +96,8 @@ def run(args) -> list[str]:
             raise CommandError(why)
         asked = (args.sentences, methods, args.data, terminal_progress(), args.refresh, target)
         asked = (*asked, choices_from(args))  # gradient methods also as chosen, rows of their own
-        return [
-            json.dumps(r) for r in faithfulness_for(lm, model_path(args.checkpoint), *asked).methods
-        ]
+        result = faithfulness_for(lm, model_path(args.checkpoint), *asked)
+        return [json.dumps(r) for r in result.lines()]
     settings = DecodeSettings(beam_size=args.beam, target_lang=args.target_lang)
     method = (args.method or ["grad-input" if args.contrast.strip() else "alti"])[0]
     if args.input:  # a summary line; the records go to --out

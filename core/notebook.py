@@ -148,7 +148,7 @@ def attribution_figure(e: Explained, words: bool = False, stretch: bool = False)
     BPE pieces merged; ``stretch``: the colour scale topped at the 99th percentile)."""
     shown = in_words(e) if words else e
     visible = attribution_figures.visible_prefix(e, words)
-    title = METHOD_NAMES[e.attribution.method]
+    title = e.name or METHOD_NAMES[e.attribution.method]
     notes = [] if e.attribution.completeness is None else [
         f"completeness error {e.attribution.completeness:.1%}"
     ]  # fmt: skip
@@ -159,7 +159,7 @@ def source_share_figure(e: Explained, words: bool = False) -> go.Figure:
     """How much each output token takes from the source, flagged where it is mostly the
     prefix (the Attribution section's bars)."""
     shown = in_words(e) if words else e
-    name = METHOD_NAMES[e.attribution.method]
+    name = e.name or METHOD_NAMES[e.attribution.method]
     title = f"How much each output token takes from the source ({name})"
     return attribution_figures.source_share_figure(shown, title)
 

@@ -146,7 +146,13 @@ def test_the_command_prints_the_faithfulness_table(val_checkpoint, capsys):
     assert attribute_cmd.main([*args, "--data", str(TINY), "--method", "rollout"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["method"] for r in rows] in (["rollout", "random"], ["random", "rollout"])
-    assert all(set(r) == ROW_KEYS for r in rows)
+    assert all(set(r) == ROW_KEYS | {"sample"} for r in rows)
+    lm = StudioModel.load(val_checkpoint)
+    shown = fa.faithfulness_for(lm, val_checkpoint, 6, ("rollout",), str(TINY))  # as the page
+    assert shown.cached and shown.sentences == 6 and shown.tokens > shown.sentences
+    sample = {"sentences": 6, "tokens": shown.tokens, "skipped": 0, "seconds": shown.seconds}
+    for r in rows:  # the figures the page states above its table, read from the same cache
+        assert r["sample"] == sample | {"cached": False}
 
 
 @pytest.mark.parametrize(

@@ -143,7 +143,10 @@ def test_faithfulness_ranks_every_default_method_on_a_local_corpus(
     assert attribute_cmd.main([*argv, "--data", data, "--refresh"]) == 0  # measured again
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     strip = [{k: v for k, v in r.items() if k != "seconds"} for r in result.methods]
-    assert [{k: v for k, v in r.items() if k != "seconds"} for r in lines] == strip
+    assert [{k: v for k, v in r.items() if k not in ("seconds", "sample")} for r in lines] == strip
+    counts = {"sentences": result.sentences, "tokens": result.tokens, "skipped": result.skipped}
+    for r in lines:  # the figures the page states above its table
+        assert {k: r["sample"][k] for k in counts} == counts and r["sample"]["cached"] is False
 
 
 def test_the_page_ranks_the_methods_for_a_masked_model(

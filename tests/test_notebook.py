@@ -212,6 +212,35 @@ def test_any_translator_opens_and_draws(other_models, name):
     assert studio.attribution_figure(e).data and studio.source_share_figure(e).data
 
 
+@pytest.mark.parametrize(
+    "name, sentence, title",
+    [
+        ("marian", "the boy is tall .", "Raw cross-attention"),
+        ("llama", "the boy is tall .", "Raw attention"),
+        ("bert", "the boy is [MASK] .", "Raw attention"),
+    ],
+)
+def test_the_figures_name_the_attention_the_model_has(other_models, name, sentence, title):
+    """A one-stack model's attention method reads its one attention, and its figures say so
+    as the page does (``methods.method_name``), in words or in pieces."""
+    m = studio.open_model(other_models[name])
+    e = studio.attribute(m, studio.translate(m, sentence, max_len=8), "attention")
+    for words in (False, True):
+        assert studio.attribution_figure(e, words).layout.title.text.startswith(title)
+        share = studio.source_share_figure(e, words).layout.title.text
+        assert share.endswith(f"({title})"), share
+
+
+def test_an_occlusion_contrast_draws_under_its_name(other_models):
+    """Occlusion explains a contrast only; its figure once raised KeyError looking it up among
+    the plain methods' names."""
+    m = studio.open_model(other_models["marian"])
+    t = studio.translate(m, "the boy is tall .", max_len=8)
+    foil = " ".join(["a" if w != "a" else "b" for w in t.words])  # differs at every step
+    e = studio.attribute(m, t, "occlusion", contrast=foil)
+    assert studio.attribution_figure(e).layout.title.text.startswith("Occlusion")
+
+
 def test_what_a_model_cannot_do_is_refused_in_one_line(other_models):
     """A masked language model has no translation to patch: the command's refusal
     (``supports``), not a traceback from deep inside; its filled words are attributed (issue 65

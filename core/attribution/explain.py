@@ -17,9 +17,15 @@ import numpy as np
 import pandas as pd
 
 from core.attention.word_maps import merge_weights
-from core.attribution.contrast import contrast, foil_ids
+from core.attribution.contrast import CONTRAST_NAMES, contrast, foil_ids
 from core.attribution.gradients import DEFAULT_CHOICES, GradientChoices
-from core.attribution.methods import MEAN, Attribution, AttributionError, attribute
+from core.attribution.methods import (
+    MEAN,
+    Attribution,
+    AttributionError,
+    attribute,
+    method_name,
+)
 from core.attribution.spans import in_spans, parse_spans
 from core.attribution.step_scores import contrast_source_ids, step_scores
 from core.corpus.bpe import PREFIX, join_pieces, word_spans
@@ -40,6 +46,7 @@ class Explained:
     probabilities: list[float] | None = None  # of each output token, for a forced target
     ranks: list[int] | None = None  # each output token's rank at its step (1 = the top)
     contrast: list[str] | None = None  # the foil's T tokens of a contrastive explanation
+    name: str = ""  # the method's name for this model (``methods.method_name``)
 
     @property
     def contributions(self) -> np.ndarray:
@@ -109,6 +116,7 @@ def explain(
         raise AttributionError("nothing to explain: the translation is empty")
     a = given or attribute(m, t.src_ids, t.out_ids, method, layer, head, choices=choices)
     e = Explained(a, list(t.src_tokens), list(t.decoder_inputs), list(t.output_tokens))
+    e.name = method_name(m, method)
     if t.forced:
         e.probabilities, e.ranks = list(t.token_probs), list(t.ranks)
     return e
@@ -129,6 +137,7 @@ def explain_contrast(
     ids = foil_ids(m, t, foil) if isinstance(foil, str) else list(foil)
     a = contrast(m, t, ids, method, choices)
     e = Explained(a, list(t.src_tokens), list(t.decoder_inputs), list(t.output_tokens))
+    e.name = CONTRAST_NAMES[method]  # occlusion too; never an attention method
     e.contrast = m.target_tokens(ids)
     if t.forced:
         e.probabilities, e.ranks = list(t.token_probs), list(t.ranks)
@@ -158,6 +167,7 @@ def in_words(e: Explained) -> Explained:
     merged = replace(a, contributions=parts[0], raw=parts[1], source_length=len(source))
     out = Explained(merged, source, join_pieces(e.prefix), join_pieces(e.output))
     out.contrast = None if e.contrast is None else join_pieces(e.contrast)
+    out.name = e.name
     if e.probabilities is not None:  # a word: the product of its pieces', its worst rank
         spans = word_spans(e.output)
         out.probabilities = [float(np.prod(e.probabilities[a:b])) for a, b in spans]

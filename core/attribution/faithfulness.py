@@ -198,6 +198,14 @@ class Faithfulness:
     cached: bool = False
     skipped: int = 0  # sample sentences with nothing to explain (the masking protocol's)
 
+    def lines(self) -> list[dict]:
+        """The command's JSON lines: each method's row with the sample the page states above
+        its table (``sample``: sentences explained, output tokens, sentences skipped, seconds
+        and whether the result was read from the disk cache)."""
+        sample = {"sentences": self.sentences, "tokens": self.tokens, "skipped": self.skipped}
+        sample |= {"seconds": self.seconds, "cached": self.cached}
+        return [r | {"sample": sample} for r in self.methods]
+
     def row(self, method: str) -> dict:
         """The row of one method (KeyError if it was not measured)."""
         for r in self.methods:
