@@ -7,9 +7,12 @@ evaluation, then the phase change.
 Each line: ``step``, ``val_loss``, the best induction head (``layer``, ``head``: the one the
 phase change names, else the highest last induction score) and its ``induction``,
 ``previous_token`` and ``duplicate_token`` scores, ``repeat_loss``, ``first_copy_loss`` and
-``icl``; the last line has ``summary``: the evaluations read, the best head and the
-``phase_change`` (``core.training.circuits.phase_change``; null before the head formed). The
-library is ``core.runs.circuit_history``, what the Train page draws.
+``icl``, and ``per_head``: every head's three scores, ``{"induction": [[...]],
+"previous_token": ..., "duplicate_token": ...}`` indexed ``[layer][head]`` (null where an
+evaluation lacks a head), the numbers the Train page's charts draw; the last line has
+``summary``: the evaluations read, the best head and the ``phase_change``
+(``core.training.circuits.phase_change``; null before the head formed). The library is
+``core.runs.circuit_history``, what the Train page draws.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import argparse
 import math
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NoReturn
 
 from tqdm import tqdm
@@ -108,6 +108,42 @@ def add_prompt_flag(parser: argparse.ArgumentParser) -> None:
         default="",
         help="a decoder-only model's prompt template, with {src} where the sentence goes "
         "(default: 'English: {src}\\nFrench:')",
+    )
+
+
+def add_decode_flags(parser: argparse.ArgumentParser, defaults, ranges: tuple) -> None:
+    """``--beam``, ``--alpha``, ``--max-len`` and ``--target-lang``: the decoding settings a
+    page builds (``ViewState.settings``). ``defaults``: the DecodeSettings whose values are the
+    flags' defaults (``core.model.parts.GREEDY``); ``ranges``: the (least, most) of the beam
+    sizes, length penalties and longest outputs a page offers (``BEAM_SIZES``, ``ALPHAS``,
+    ``MAX_LENS``), passed in because the model's modules sit above this one."""
+    beams, alphas, longest = (InRange(kind, *r) for kind, r in zip((int, float, int), ranges))
+    parser.add_argument(
+        "--beam", type=beams, default=defaults.beam_size, help="beam size (1 = greedy)"
+    )
+    parser.add_argument(
+        "--alpha", type=alphas, default=defaults.alpha, help="beam search's length penalty"
+    )
+    parser.add_argument(
+        "--max-len", type=longest, default=defaults.max_len, help="longest output, in tokens"
+    )
+    parser.add_argument(
+        "--target-lang",
+        default=defaults.target_lang,
+        help="a multilingual model's target language code (M2M100 __fr__, NLLB fra_Latn)",
+    )
+
+
+def decode_settings(args: argparse.Namespace, defaults):
+    """``defaults`` (a DecodeSettings) with the values of ``add_decode_flags``'s flags, and of
+    ``--prompt`` where the command has one: the settings a page builds from the same values."""
+    return replace(
+        defaults,
+        beam_size=args.beam,
+        alpha=args.alpha,
+        max_len=args.max_len,
+        target_lang=args.target_lang,
+        prompt=getattr(args, "prompt", defaults.prompt),
     )
 
 

@@ -1,20 +1,27 @@
 """``python -m core.inside_head``: one head's q·k taken apart, or the decoder's logit lens, as JSON.
 
     python -m core.inside_head --checkpoint CK --sentence S --kind cross --layer L --head H
-        --query I [--beam N]
-    python -m core.inside_head --checkpoint CK --sentence S --logit-lens [--top K] [--beam N]
-    python -m core.inside_head --checkpoint CK --sentence S --head-roles [--prompt T]
+        --query I [--beam N] [--alpha A] [--max-len M] [--target-lang C] [--target T]
+    python -m core.inside_head --checkpoint CK --sentence S --logit-lens [--top K] [...]
+    python -m core.inside_head --checkpoint CK --sentence S --head-roles [--prompt T] [...]
+
+Every form explains the translation the Attention page explains with the same settings: the
+model's own, decoded with ``--beam``, ``--alpha``, ``--max-len`` and ``--target-lang``, or
+``--target``, a translation teacher-forced instead (the page's typed translation).
 
 The first form prints one JSON line: ``kind``, ``layer``, ``head``, ``query``,
 ``query_token``, ``key_tokens``, ``head_width``, the query vector ``q``, the key vectors
 ``keys``, the scaled ``scores`` q·k/√d_k, the ``mask`` and the softmax ``weights``. The
 second prints one JSON line per output step: ``step``, ``reads``, ``chosen`` and, per
 decoder layer, its ``top`` words with probabilities and the chosen word's rank and
-probability. The third prints one JSON line per head of each attention (``kind``: encoder,
-decoder_self, cross, or a one-stack model's ``sequence``): the scores of the roles that
-attention can have (``previous``, ``next``, ``first``, ``last``, ``duplicate``,
-``induction``; None where no row reads one) and the ``roles`` they reach, the figures the Maps'
-"What each head does" draws. The library is ``core.attention.query_key``,
+probability; ``settled``, the layer from which on the chosen word is every layer's top word
+(None: not even the last's), and ``summary``, what the page's caption states (``projected``:
+what each layer's output is passed through; ``early`` of ``steps`` chosen words are the top
+word from a layer before the last on). The third prints one JSON line per head of each
+attention (``kind``: encoder, decoder_self, cross, or a one-stack model's ``sequence``): the
+scores of the roles that attention can have (``previous``, ``next``, ``first``, ``last``,
+``duplicate``, ``induction``; None where no row reads one) and the ``roles`` they reach, the
+figures the Maps' "What each head does" draws. The library is ``core.attention.query_key``,
 ``core.attention.logit_lens`` and ``core.attention.head_roles``, the same functions the
 Attention page calls.
 """
@@ -33,14 +40,16 @@ from core.command_line import (
     CommandError,
     CommandParser,
     InRange,
+    add_decode_flags,
     add_model_flag,
     add_prompt_flag,
+    decode_settings,
     run_command,
 )
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError
 from core.model.opened import open_model
-from core.model.parts import BEAM_SIZES, DecodeSettings, TranslationError
+from core.model.parts import ALPHAS, BEAM_SIZES, GREEDY, MAX_LENS, TranslationError
 
 MAX_TOP = 100  # the most words --top may ask for
 
@@ -58,7 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head-roles", action="store_true", help="every head's roles, by attention")
     top = InRange(int, 1, MAX_TOP)
     p.add_argument("--top", type=top, default=TOP_K, help="logit lens: words kept per cell")
-    p.add_argument("--beam", type=InRange(int, *BEAM_SIZES), default=1, help="beam size")
+    add_decode_flags(p, GREEDY, (BEAM_SIZES, ALPHAS, MAX_LENS))
+    p.add_argument(
+        "--target",
+        default="",
+        help="a translation to explain instead of the model's own, teacher-forced (the "
+        "Attention page's typed translation; --beam, --alpha and --max-len then change nothing)",
+    )
     add_prompt_flag(p)
     return p
 
@@ -77,7 +92,7 @@ def run(args) -> list[str]:
     if message := problem(args):
         raise CommandError(message)
     lm = open_model(args.checkpoint, hub=True, prompt=args.prompt)
-    t = translate_sentence(lm, args.sentence, DecodeSettings(beam_size=args.beam))
+    t = translate_sentence(lm, args.sentence, decode_settings(args, GREEDY), args.target)
     if args.logit_lens or args.head_roles:
         rows = logit_lens(lm, t, args.top).rows() if args.logit_lens else head_roles(lm, t).rows()
         return [json.dumps(row, ensure_ascii=False) for row in rows]

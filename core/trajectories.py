@@ -6,7 +6,11 @@
 ``--run`` reads a run directory's snapshots; ``--checkpoint`` a model's training history
 (the run directory it sits in, else the ``.history`` file beside it), and measures that
 model too. The first line sums up: steps, steps with a model, which metrics each basis has,
-notes, and the stages heuristic (``core.attention.trajectory_reading``). Then one line per
+notes, and what the page reads off them (``core.attention.trajectory_reading``): ``stages``
+(the heuristic, in words), ``source_share_reading`` (the "Measured:" line; null with fewer
+than two measured steps), ``specialisation`` (the "When heads specialise" table: kind, layer,
+head, pattern, since) and ``largest_change`` (per basis, per metric it has: each head's kind,
+layer, head, step, change, value: the chart's stars). Then one line per
 (basis, step, kind, layer, head): entropy, diagonal, previous, special, aer (null where not
 measured). ``probes``: the probe sentences at every snapshot; ``validation``: the first N
 validation sentences, teacher-forced, with each cross head's AER on the shipped gold set,
@@ -31,7 +35,7 @@ from pathlib import Path
 
 from core.alignment.head_aer import head_trajectories
 from core.attention.trajectories import SENTENCES, as_json_lines, history_of
-from core.attention.trajectory_reading import stages
+from core.attention.trajectory_reading import readings
 from core.command_line import CommandError, CommandParser, InRange, run_command
 from core.model.capabilities import replay_problem
 from core.model.checkpoints import CheckpointError, read_metadata
@@ -77,8 +81,7 @@ def run(args) -> list[str]:
         source, checkpoint, args.sentences, "off" if args.probes_only else "measure"
     )
     lines = as_json_lines(result)
-    found = stages(result.frame("probes"))
-    lines[0] |= {"source": str(source), "stages": found.summary() if found else None}
+    lines[0] |= {"source": str(source), **readings(result)}
     return [json.dumps(line) for line in lines]
 
 

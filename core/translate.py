@@ -1,41 +1,42 @@
 """``python -m core.translate``: translate sentences with a checkpoint, a Hugging Face model
-folder or (online) a hub id."""
+folder or (online) a hub id; plain text, or (``--json``, ``--target``, ``--d2l-check``) JSON
+lines of what the Translate page shows, from the same library functions."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from dataclasses import asdict
 
+from core import command_line as cli
 from core.attention.ablation import HeadSpecError, ablated, heads_of
-from core.command_line import (
-    CommandError,
-    CommandParser,
-    InRange,
-    add_model_flag,
-    add_prompt_flag,
-    run_command,
-)
+from core.command_line import run_command
+from core.model import checked_translation as checked
 from core.model.checkpoints import CheckpointError
+from core.model.d2l_check import d2l_check
 from core.model.opened import open_model
-from core.model.parts import ALPHA, ALPHAS, BEAM_SIZES, MAX_LEN, MAX_LENS, DecodeSettings
+from core.model.parts import ALPHAS, BEAM_SIZES, GREEDY, MAX_LENS
+
+SENTENCE_HELP = (
+    'the sentence to translate; several quoted sentences ("i am cold ." "go .") are '
+    "translated one per line, as --input's lines; unquoted words make one sentence"
+)
+PAGE_FLAGS = {  # the Translate page's figures, as JSON lines (core.model.checked_translation)
+    "--json": dict(action="store_true", help="per sentence: text, log_prob, steps, top candidates"),
+    "--target": dict(metavar="TEXT", help="rate TEXT as a translation of the one sentence"),
+    "--d2l-check": dict(action="store_true", help="the d2l chapter's check: BLEU and rows"),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """--checkpoint, decoding flags, --input, --ablate and the sentence."""
-    p = CommandParser(
+    """--checkpoint, decoding flags, --input, --ablate, the page's figures and the sentence."""
+    p = cli.CommandParser(
         description="Translate English to French with a checkpoint, or with a Hugging Face "
         "encoder-decoder (a save_pretrained folder, or a hub id when online)."
     )
-    add_model_flag(p)
-    p.add_argument(
-        "--target-lang",
-        default="",
-        help="a multilingual model's target language code (M2M100 __fr__, NLLB fra_Latn)",
-    )
-    beam, alpha, most = InRange(int, *BEAM_SIZES), InRange(float, *ALPHAS), InRange(int, *MAX_LENS)
-    p.add_argument("--beam", type=beam, default=1, help="beam size (1 = greedy)")
-    p.add_argument("--alpha", type=alpha, default=ALPHA, help="beam length penalty")
-    p.add_argument("--max-len", type=most, default=MAX_LEN, help="longest output, in tokens")
+    cli.add_model_flag(p)
+    cli.add_decode_flags(p, GREEDY, (BEAM_SIZES, ALPHAS, MAX_LENS))
     p.add_argument("--input", help="a text file with one sentence per line")
     p.add_argument(
         "--ablate",
@@ -43,13 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KIND:LAYER:HEAD[,...]",
         help="remove these attention heads (kinds: encoder, decoder_self, cross; from 0)",
     )
-    p.add_argument(
-        "sentence",
-        nargs="*",
-        help='the sentence to translate; several quoted sentences ("i am cold ." "go .") '
-        "are translated one per line, as --input's lines; unquoted words make one sentence",
-    )
-    add_prompt_flag(p)
+    page = p.add_argument_group("the Translate page's figures, printed as JSON lines")
+    for flag, how in PAGE_FLAGS.items():
+        page.add_argument(flag, **how)
+    p.add_argument("sentence", nargs="*", help=SENTENCE_HELP)
+    cli.add_prompt_flag(p)
     return p
 
 
@@ -61,38 +60,50 @@ def sentences_of(words: list[str]) -> list[str]:
     return [" ".join(words)]
 
 
-def run(args: argparse.Namespace) -> int:
-    """Print one translation per line (warnings on stderr); 1 when none could be made."""
-    if not args.input and not args.sentence:
-        raise CommandError("give a sentence or --input FILE")
-    lm = open_model(args.checkpoint, hub=True, prompt=args.prompt)
-    heads = heads_of(args.ablate, lm.cfg, lm.head_kinds)
+def lines_of(args: argparse.Namespace) -> list[str]:
+    """The sentences to translate (--input's lines, or the command line's); CommandError when
+    the flags ask for none, or for ones --target or --d2l-check do not take."""
+    if args.d2l_check == bool(args.input or args.sentence):
+        raise cli.CommandError("give a sentence or --input FILE, or --d2l-check alone")
+    one = not args.input and len(sentences_of(args.sentence)) == 1
+    if args.target is not None and not (one and args.target.strip()):
+        raise cli.CommandError("--target rates a translation (not blank) of exactly one sentence")
     if args.input:
         with open(args.input, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    else:
-        lines = sentences_of(args.sentence)
-    settings = DecodeSettings(args.beam, args.alpha, args.max_len, target_lang=args.target_lang)
+            return f.read().splitlines()
+    return sentences_of(args.sentence) if args.sentence else []
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print one translation per line (warnings on stderr), or the JSON lines of --json,
+    --target or --d2l-check (``translation_records``, ``rated_target``, ``d2l_check``, as the
+    Translate page shows them); 1 when no translation could be made."""
+    lines = lines_of(args)
+    lm = open_model(args.checkpoint, hub=True, prompt=args.prompt)
+    heads = heads_of(args.ablate, lm.cfg, lm.head_kinds)
+    settings = cli.decode_settings(args, GREEDY)  # the page's, its prompt too
+    if args.d2l_check and (problem := lm.supports("d2l")):
+        raise cli.CommandError(problem)
     with ablated(lm, heads):
-        outs, warnings = lm.translate_lines(lines, settings)
-    said = {w.split(":", 1)[0] for w in warnings}
-    for i, out in enumerate(outs):
-        if not out and f"line {i + 1}" not in said:
-            warnings.append(f"line {i + 1}: the translation is empty (the model wrote its end "
-                            "token first)")  # fmt: skip
-    for w in warnings:
-        print(f"warning: {w}", file=sys.stderr)
-    print("\n".join(outs))
-    return 0 if any(outs) or not lines else 1
+        if args.d2l_check:
+            records = [asdict(d2l_check(lm, settings))]
+        elif args.target is not None:
+            records = [checked.rated_target(lm, lines[0], args.target, settings)]
+        elif args.json:
+            records = checked.translation_records(lm, lines, settings)
+        else:
+            outs, warnings = checked.lines_translated(lm, lines, settings)
+            print("".join(f"warning: {w}\n" for w in warnings), end="", file=sys.stderr)
+            print("\n".join(outs))
+            return 0 if any(outs) or not lines else 1
+    print("".join(json.dumps(r) + "\n" for r in records), end="")
+    return 0 if not records or any("error" not in r for r in records) else 1
 
 
 def main(argv=None) -> int:
-    """Translate one sentence, or one sentence per line of --input, printing one per line.
-
-    ``--ablate`` removes attention heads first (see core.ablate).
-    """
+    """Translate sentences (see the module's docstring); ``--ablate`` removes heads first."""
     errors = (CheckpointError, HeadSpecError, OSError, UnicodeDecodeError)
-    return run_command(build_parser(), run, errors, argv)
+    return run_command(build_parser(), run, (*errors, checked.TranslationError), argv)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,12 @@ import streamlit as st
 
 from core.corpus.text import D2L_TEST_PAIRS
 from core.model import d2l_check
-from core.model.checked_translation import target_frame, topk_frame
+from core.model.checked_translation import (
+    first_choices,
+    target_frame,
+    topk_frame,
+    translation_record,
+)
 from core.model.interface import TranslationModel
 from core.model.parts import (
     ALPHAS,
@@ -129,9 +134,9 @@ def show_translation(
     ``decoded`` False: an output filled in one pass, with no decoding steps to count."""
     st.subheader(label)
     st.markdown(f"### {md(t.text) or '(empty output)'}")
-    mode = "greedy" if state.beam == 1 else f"beam {state.beam}, α {state.alpha:g}"
-    how = f"{len(t.output_tokens)} decoder steps · {mode}" if decoded else "one pass, no decoding"
-    st.caption(f"log-probability {t.log_prob:.2f} · {how}")
+    shown = translation_record(t, state.settings(), decoded)  # what `core.translate --json` prints
+    steps = f"{shown['steps']} decoder steps · " if decoded else ""
+    st.caption(f"log-probability {shown['log_prob']:.2f} · {steps}{shown['decoding']}")
     for w in t.warnings:
         st.warning(md(w))
     tokens = [
@@ -166,10 +171,10 @@ def show_target(
         return
     for w in t.warnings:
         st.warning(md(w))
-    firsts = sum(r == 1 for r in t.ranks)
     st.markdown(
         f"log-probability **{t.log_prob:.2f}** (the model's own translation: "
-        f"{own.log_prob:.2f}) · {firsts} of {len(t.ranks)} tokens are the model's first choice"
+        f"{own.log_prob:.2f}) · {first_choices(t)} of {len(t.ranks)} tokens are the model's "
+        "first choice"
     )
     st.dataframe(
         spreadsheet_safe(target_frame(t)),

@@ -4,7 +4,8 @@ A removed head's output is multiplied by a gate of 0 before W_o (its ``z`` hook 
 ``TranslationModel.heads_removed``), in the calling thread only: a model shared by every
 session is never changed for another. Its attention weights are still computed. Heads are
 written "KIND:LAYER:HEAD,..." (kinds ``encoder``, ``decoder_self``, ``cross``; layer and head
-from 0).
+from 0). ``sentence_removed`` is what the Remove heads section shows of a sentence and
+``python -m core.ablate --heads H --sentence S`` prints: the translation with and without them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from core.attention.kinds import KIND_NAMES, KINDS
 from core.model.checked_translation import translate_sentence
 from core.model.config import ModelConfig
 from core.model.interface import TranslationModel
-from core.model.parts import DecodeSettings, Translation
+from core.model.parts import GREEDY, DecodeSettings, Translation
 
 SHOWN_CHARS = 40  # a bad head specification is quoted up to this many characters
 
@@ -157,3 +158,27 @@ def removed_translation(
     section and ``python -m core.ablate --heads`` make it."""
     with ablated(m, heads):
         return translate_sentence(m, sentence, settings, target)
+
+
+def removed_rows(t: Translation, cut: Translation, heads: Iterable[HeadSpec]) -> list[dict]:
+    """Two rows, ``t`` and then ``cut`` (the same sentence with ``heads`` removed), as the
+    Remove heads section shows them: the removed heads' spec ("" first), the text, its
+    log-probability, its change from the first's (None in the first row) and the warnings
+    the first row does not already have."""
+    first = {"heads": "", "text": t.text, "log_prob": float(t.log_prob), "change": None}
+    second = {"heads": spec_text(heads), "text": cut.text, "log_prob": float(cut.log_prob)}
+    second |= {"change": float(cut.log_prob) - float(t.log_prob)}
+    new = [w for w in cut.warnings if w not in t.warnings]
+    return [first | {"warnings": list(t.warnings)}, second | {"warnings": new}]
+
+
+def sentence_removed(
+    m: TranslationModel, heads: str, sentence: str, settings: DecodeSettings = GREEDY
+) -> list[dict]:
+    """``sentence`` translated with ``settings`` as it is, then with ``heads``
+    (``KIND:LAYER:HEAD,...``) removed: ``removed_rows`` of the two. Raises ``HeadSpecError``
+    for a spec the model cannot read and ``TranslationError`` for a sentence it cannot
+    translate."""
+    removed = heads_of(heads, m.cfg, m.head_kinds)
+    t = translate_sentence(m, sentence, settings)
+    return removed_rows(t, removed_translation(m, sentence, settings, removed), removed)

@@ -289,3 +289,15 @@ def mark_supervised(table: pd.DataFrame, kind: str, meta: dict) -> pd.DataFrame:
     table = table.copy()
     table.loc[chosen, "label"] = table.loc[chosen, "label"] + f" · {SUPERVISED_LABEL}"
     return table
+
+
+def marked_rows(maps: SentenceMaps, kind: str, meta: dict) -> list[dict]:
+    """The rows of the Maps section's "Head statistics" table of ``kind`` (``head_table`` with
+    ``mark_supervised``, as the page shows it; NaN as None), for JSON lines; ValueError naming
+    the kinds these maps draw when ``kind`` is not one of them."""
+    if kind not in maps.drawn_kinds:
+        raise ValueError(
+            f"This model has no {kind} attention map; it has: {', '.join(maps.drawn_kinds)}."
+        )
+    table = mark_supervised(head_table(maps, kind), kind, meta)
+    return [{k: None if v != v else v for k, v in r.items()} for r in table.to_dict("records")]

@@ -83,6 +83,19 @@ class HeadImportance:
             rhos["bleu"] = spearman(score, -table["delta_bleu"].to_numpy())
         return {what: None if np.isnan(rho) else rho for what, rho in rhos.items()}
 
+    def json_rows(self) -> list[dict]:
+        """``python -m core.ablate``'s lines: a baseline row (with ``pruning``, the curve the
+        page draws), then one row per head (a language model's: the loss alone, its baseline
+        BLEU None)."""
+        agree = self.agreement()
+        base = {"baseline": True, "measured": self.measured, "bleu": self.bleu}
+        base |= {"loss": self.loss, "sentences": self.sentences, "pairs": self.pairs}
+        base |= {"heads": len(self.heads), "spearman_loss": agree["loss"]}
+        base |= {"spearman_bleu": agree["bleu"]} if "bleu" in agree else {}
+        base |= {"seconds": round(self.seconds, 2), "cached": self.cached}
+        base |= {"precision": self.precision, "pruning": self.pruning}
+        return [base, *self.heads]
+
     def order(self) -> list[HeadSpec]:
         """Heads from least to most important (smallest BLEU drop, then smallest loss rise;
         measured by the loss alone: smallest loss rise)."""

@@ -56,13 +56,39 @@ class LogitLens:
         """L, the number of decoder layers."""
         return int(self.chosen_rank.shape[0])
 
+    def settled(self) -> list[int | None]:
+        """Per output step, the first layer from which on the chosen word is every layer's top
+        word (None: not even the last layer's, e.g. an end token a model was made to write)."""
+        top = self.chosen_rank == 0  # (L, T)
+        return [
+            next((i for i in range(self.layers) if top[i:, t].all()), None)
+            for t in range(len(self.output_tokens))
+        ]
+
+    def early(self) -> int:
+        """How many chosen words are the top word from a layer before the last on."""
+        return sum(s is not None and s < self.layers - 1 for s in self.settled())
+
+    def summary(self) -> dict:
+        """What the page's caption states: what was projected, the steps, and how many chosen
+        words are the top word from a layer before the last on."""
+        return {
+            "projected": self.projected,
+            "steps": len(self.output_tokens),
+            "early": self.early(),
+        }
+
     def rows(self) -> list[dict]:
-        """One JSON-able row per output step, every layer's top words and the chosen rank."""
+        """One JSON-able row per output step: every layer's top words and the chosen word's rank,
+        the layer the chosen word settles at (``settled``) and the caption's ``summary``."""
+        settled, summary = self.settled(), self.summary()
         return [
             {
                 "step": t,
                 "reads": self.decoder_inputs[t],
                 "chosen": word,
+                "settled": settled[t],
+                "summary": summary,
                 "layers": [
                     {
                         "layer": layer,

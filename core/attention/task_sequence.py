@@ -9,7 +9,8 @@ and K from the model's own data settings. The Attention page shows it where a mo
 sentence (``supports("sentence")``), and reads it in one teacher-forced pass; ``sequence_score``
 rates that pass where only the repeat of a sequence read twice can be predicted (what followed
 each token the first time), the score the page and ``python -m core.ablate --heads`` give with
-and without heads removed.
+and without heads removed (``heads_removed``: that, or a translation model's sentence,
+``core.attention.ablation.sentence_removed``).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from core.attention.ablation import heads_of, removed_translation, spec_text
+from core.attention.ablation import heads_of, removed_translation, sentence_removed, spec_text
 from core.model.checked_translation import translate_sentence
 from core.model.interface import TranslationModel
-from core.model.parts import GREEDY, Translation
+from core.model.parts import GREEDY, DecodeSettings, Translation
 from core.training.circuits import circuit_sequences, circuit_sizes
 
 
@@ -73,8 +74,9 @@ def sequence_removed(m: TranslationModel, heads: str, sequence: str = "") -> lis
     ``TranslationError`` for a spec or sequence it cannot read."""
     if not m.supports("sentence"):
         raise ValueError(
-            "--heads scores a model that reads a token sequence (one trained here on the "
-            "induction task); this one reads sentences: without --heads, each head's importance."
+            "A token sequence is scored for a model that reads one (trained here on the "
+            "induction task); this one reads sentences: translate a sentence with and without "
+            "the heads (--sentence)."
         )
     removed = heads_of(heads, m.cfg, m.head_kinds)
     target = sequence or task_sequence(m)
@@ -82,3 +84,34 @@ def sequence_removed(m: TranslationModel, heads: str, sequence: str = "") -> lis
     cut = removed_translation(m, "", GREEDY, removed, target)
     rows = (("", t), (spec_text(removed), cut))
     return [{"heads": spec} | sequence_score(x).as_dict() for spec, x in rows]
+
+
+def heads_removed(
+    m: TranslationModel,
+    heads: str,
+    sentence: str = "",
+    sequence: str = "",
+    settings: DecodeSettings = GREEDY,
+) -> list[dict]:
+    """What Remove heads shows without and with ``heads``, as two rows: a token-sequence
+    model's ``sequence_removed`` of ``sequence``, or a translation model's
+    ``sentence_removed`` of ``sentence`` decoded with ``settings``. Raises ``ValueError`` for
+    an input the model does not read (``HeadSpecError``, ``TranslationError``: see those)."""
+    if not m.supports("sentence"):  # it reads sentences
+        if sequence.strip():
+            raise ValueError(
+                "A token sequence is read by a token-sequence model; this one "
+                "reads sentences: give a sentence (--sentence)."
+            )
+        if not sentence.strip():
+            raise ValueError(
+                "Heads removed from a model that reads sentences need a sentence "
+                "(--sentence TEXT) to translate with and without them."
+            )
+        return sentence_removed(m, heads, sentence, settings)
+    if sentence.strip():
+        raise ValueError(
+            "A sentence is translated by a model that reads sentences; this one "
+            "reads a token sequence (--sequence)."
+        )
+    return sequence_removed(m, heads, sequence)

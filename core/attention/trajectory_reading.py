@@ -1,5 +1,6 @@
 """Reading head trajectories: each head's largest change, when heads specialise, the stages
-of training (a heuristic), and what changed between two steps.
+of training (a heuristic), and what changed between two steps; ``readings`` gathers what the
+"Over training" page shows for ``python -m core.trajectories`` to print.
 
 Tables are ``Trajectories.frame(basis)``: one row per (step, kind, layer, head).
 
@@ -29,6 +30,7 @@ import pandas as pd
 from core.attention.head_stats import PATTERN_SHARE
 from core.attention.kinds import KINDS
 from core.attention.sentence_maps import SentenceMaps
+from core.attention.trajectories import BASES, Trajectories
 
 HEAD = ["kind", "layer", "head"]
 HALFWAY = 0.5  # source focus past this share of its rise: the decoder reads the source
@@ -60,6 +62,23 @@ def largest_change(table: pd.DataFrame, metric: str) -> pd.DataFrame:
         where = {"kind": kind, "layer": layer, "head": head, "step": step}
         rows.append(where | {"change": float(jumps[i]), "value": value})
     return pd.DataFrame(rows, columns=[*HEAD, "step", "change", "value"])
+
+
+WHOLE = ("layer", "head", "step", "since")  # columns of whole numbers (pandas may hold floats)
+
+
+def _plain(column: str, value):
+    """One cell as JSON: NaN as None, numpy scalars as Python's, a ``WHOLE`` column's as int."""
+    if pd.isna(value):
+        return None
+    value = value.item() if isinstance(value, np.generic) else value
+    return int(value) if column in WHOLE else value
+
+
+def table_rows(table: pd.DataFrame) -> list[dict]:
+    """A reading's table as JSON-able rows (the rows of ``largest_change`` and
+    ``specialisation`` a command prints)."""
+    return [{k: _plain(k, v) for k, v in row.items()} for row in table.to_dict("records")]
 
 
 def step_difference(table: pd.DataFrame, step_a: int, step_b: int, metric: str) -> pd.DataFrame:
@@ -181,6 +200,26 @@ def source_share_reading(model: pd.DataFrame) -> str | None:
     if share[-1] > share[0]:
         return text + ": it rose from the first measurement (no dip seen at these steps)"
     return text + ": it did not rise over the run"
+
+
+def readings(result: Trajectories) -> dict:
+    """What the Attention page's "Over training" reads off a run's trajectories, by the
+    functions it calls on the tables it passes them, as JSON: ``stages`` (the summary, None
+    under 3 steps), ``source_share_reading`` (its "Measured:" line), ``specialisation`` (the
+    "When heads specialise" table, of the probes) and ``largest_change`` (the chart's stars:
+    per basis measured, per metric it has, each head's largest change)."""
+    probes, have = result.frame("probes"), result.available()
+    found = stages(probes)
+    return {
+        "stages": found.summary() if found else None,
+        "source_share_reading": source_share_reading(result.model_frame()),
+        "specialisation": table_rows(specialisation(probes)),
+        "largest_change": {
+            basis: {m: table_rows(largest_change(result.frame(basis), m)) for m in have[basis]}
+            for basis in BASES
+            if not result.frame(basis).empty
+        },
+    }
 
 
 @dataclass

@@ -117,18 +117,24 @@ def probability_text(p: float) -> str:
     return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
 
 
-def topk_frame(t: Translation) -> pd.DataFrame:
-    """One row per output step: the chosen token and the k best candidates with probabilities."""
+def topk_rows(t: Translation) -> list[dict]:
+    """One row per output step: the chosen token and the k best candidates with probabilities
+    (as the Translate page shows them: ``"word (0.912)"``)."""
     rows = []
     for step, (tok, cands) in enumerate(zip(t.output_tokens, t.topk)):
         row = {"step": step, "output token": tok}
         for rank, (word, p) in enumerate(cands, start=1):
             row[f"#{rank}"] = f"{word} ({probability_text(p)})"
         rows.append(row)
-    return pd.DataFrame(rows)
+    return rows
 
 
-def target_frame(t: Translation) -> pd.DataFrame:
+def topk_frame(t: Translation) -> pd.DataFrame:
+    """``topk_rows`` as a table."""
+    return pd.DataFrame(topk_rows(t))
+
+
+def target_rows(t: Translation) -> list[dict]:
     """One row per step of a forced target: its token, probability and rank under the model,
     and what the model itself ranked first there, with that one's probability."""
     rows = []
@@ -145,7 +151,106 @@ def target_frame(t: Translation) -> pd.DataFrame:
                 "the model's first choice": f"{best} ({probability_text(best_p)})",
             }
         )
-    return pd.DataFrame(rows)
+    return rows
+
+
+def target_frame(t: Translation) -> pd.DataFrame:
+    """``target_rows`` as a table."""
+    return pd.DataFrame(target_rows(t))
+
+
+def first_choices(t: Translation) -> int:
+    """How many of a forced target's tokens the model itself ranks first at their step."""
+    return sum(r == 1 for r in t.ranks)
+
+
+def decoding_words(settings: DecodeSettings, decoded: bool = True) -> str:
+    """How an output was made, in the Translate page's words: "greedy", "beam 4, α 0.6", or
+    (``decoded`` False) "one pass, no decoding"."""
+    if not decoded:
+        return "one pass, no decoding"
+    if settings.beam_size == 1:
+        return "greedy"
+    return f"beam {settings.beam_size}, α {settings.alpha:g}"
+
+
+def translation_record(t: Translation, settings: DecodeSettings, decoded: bool = True) -> dict:
+    """The figures the Translate page shows of a model's translation, as JSON-able data: its
+    text, log-probability, decoder steps (None for an output filled in one pass), decoding,
+    warnings, and each step's top candidates (``topk_rows``, and as (token, probability))."""
+    return {
+        "text": t.text,
+        "log_prob": float(t.log_prob),
+        "steps": len(t.output_tokens) if decoded else None,
+        "beam": settings.beam_size if decoded else None,
+        "alpha": settings.alpha if decoded and settings.beam_size > 1 else None,
+        "decoding": decoding_words(settings, decoded),
+        "warnings": list(t.warnings),
+        "output_tokens": list(t.output_tokens),
+        "topk": [[[word, float(p)] for word, p in cands] for cands in t.topk],
+        "candidates": topk_rows(t),
+    }
+
+
+def target_record(t: Translation, own: Translation | None = None) -> dict:
+    """The figures the Translate page shows of a forced target, as JSON-able data: its
+    log-probability (and the model's own translation's, given ``own``), how many of its
+    tokens are the model's first choice, and each token's probability and rank."""
+    return {
+        "target": t.text,
+        "log_prob": float(t.log_prob),
+        "own_log_prob": None if own is None else float(own.log_prob),
+        "first_choices": first_choices(t),
+        "tokens": len(t.ranks),
+        "warnings": list(t.warnings),
+        "output_tokens": list(t.output_tokens),
+        "token_probs": [float(p) for p in t.token_probs],
+        "ranks": [int(r) for r in t.ranks],
+        "rows": target_rows(t),
+    }
+
+
+def translation_records(
+    lm: TranslationModel, sentences: Sequence[str], settings: DecodeSettings = GREEDY
+) -> list[dict]:
+    """One dict per sentence: the sentence and its ``translation_record`` (the Translate
+    page's figures), or its ``error`` when it cannot be translated."""
+    decoded, records = lm.supports("decoding") is None, []
+    for sentence in sentences:
+        try:
+            t = translate_sentence(lm, sentence, settings)
+        except TranslationError as e:
+            records.append({"sentence": sentence, "error": str(e)})
+            continue
+        records.append({"sentence": sentence, **translation_record(t, settings, decoded)})
+    return records
+
+
+def lines_translated(
+    lm: TranslationModel, lines: list[str], settings: DecodeSettings = GREEDY
+) -> tuple[list[str], list[str]]:
+    """``lm.translate_lines`` (each line's text, "" where none; the warnings), with a warning
+    for each empty translation no other warning explains (the model wrote its end token
+    first)."""
+    outs, warnings = lm.translate_lines(lines, settings)
+    said = {w.split(":", 1)[0] for w in warnings}
+    for i, out in enumerate(outs):
+        if not out and f"line {i + 1}" not in said:
+            warnings.append(f"line {i + 1}: the translation is empty (the model wrote its end "
+                            "token first)")  # fmt: skip
+    return outs, warnings
+
+
+def rated_target(
+    lm: TranslationModel, sentence: str, target: str, settings: DecodeSettings = GREEDY
+) -> dict:
+    """``target_record`` of ``target`` forced as the translation of ``sentence``, beside the
+    model's own translation; TranslationError when either cannot be made, or the model rates
+    no typed translation."""
+    if problem := lm.supports("force"):
+        raise TranslationError(problem)
+    own = translate_sentence(lm, sentence, settings)
+    return target_record(translate_sentence(lm, sentence, settings, target), own)
 
 
 @dataclass

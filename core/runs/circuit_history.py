@@ -74,6 +74,16 @@ def score(record: dict, measure: str, head: tuple[int, int]) -> float | None:
     return float(grid[layer][h]) if layer < len(grid) and h < len(grid[layer]) else None
 
 
+def score_grid(record: dict, measure: str, heads: list[tuple[int, int]]) -> list[list]:
+    """``measure``'s score of each of ``heads`` in one evaluation, ``[layer][head]`` (the
+    numbers the Train page's chart draws at that step; None where the evaluation lacks a head
+    or its score is not finite)."""
+    grid: list[list] = [[] for _ in range(1 + max((layer for layer, _ in heads), default=-1))]
+    for layer, head in heads:
+        grid[layer].append(_number(score(record, measure, (layer, head))))
+    return grid
+
+
 def best_head(evals: list[dict], phase: dict | None) -> tuple[int, int] | None:
     """The head the phase change names, else the one with the highest last induction score."""
     if phase is not None:
@@ -123,11 +133,14 @@ def phase_words(phase: dict | None, evals: int) -> str:
 
 def circuit_lines(records: list[dict]) -> list[dict]:
     """One line per evaluation: its step and validation loss, the best head's three scores,
-    the repeat's and the first copy's loss and the in-context-learning score; then a summary
-    line (``summary``: the best head, the phase change or None, the evaluations read)."""
+    the repeat's and the first copy's loss and the in-context-learning score, and
+    ``per_head``: each score of every head, ``[layer][head]`` (``score_grid``: what the Train
+    page's charts draw); then a summary line (``summary``: the best head, the phase change or
+    None, the evaluations read)."""
     evals = circuit_evals(records)
     phase = phase_of(records)
     head = best_head(evals, phase)
+    heads = heads_of(evals) if evals else []
     lines = [
         {
             "step": r["step"],
@@ -136,6 +149,7 @@ def circuit_lines(records: list[dict]) -> list[dict]:
             "head": head[1],
             **{m: _number(score(r, m, head)) for m in MEASURES},
             **{k: _number(r["circuits"].get(k)) for k in LOSSES},
+            "per_head": {m: score_grid(r, m, heads) for m in MEASURES},
         }
         for r in evals
     ]

@@ -9,6 +9,7 @@ from core.attention.ablation import (
     HeadSpecError,
     all_heads,
     heads_of,
+    removed_rows,
     spec_text,
 )
 from core.attention.head_measures import resolved_precision
@@ -98,11 +99,11 @@ def pick_heads(lm: TranslationModel, state: ViewState) -> list[HeadSpec]:
     return heads
 
 
-def translation_card(where, title: str, t: Translation, base: float | None = None) -> None:
-    """A translation with its log-probability (and the change from ``base``)."""
-    where.markdown(f"**{title}:** {md(t.text) or '(empty)'}")
-    delta = None if base is None else f"{t.log_prob - base:+.2f}"
-    where.metric("log-probability", f"{t.log_prob:.2f}", delta, delta_color="normal")
+def translation_card(where, title: str, row: dict) -> None:
+    """A translation row (``removed_rows``): its text, log-probability and change."""
+    where.markdown(f"**{title}:** {md(row['text']) or '(empty)'}")
+    delta = None if row["change"] is None else f"{row['change']:+.2f}"
+    where.metric("log-probability", f"{row['log_prob']:.2f}", delta, delta_color="normal")
 
 
 def removed_view(page: SectionInputs, heads: list[HeadSpec]) -> None:
@@ -112,12 +113,15 @@ def removed_view(page: SectionInputs, heads: list[HeadSpec]) -> None:
     if cut is None:
         return
     what = removed_words(heads)
+    original, removed = removed_rows(t, cut, heads)
+    if not t.forced:
+        command = f"python -m core.ablate --heads {spec_text(heads)} --sentence TEXT"
+        st.caption(f"{code(command)} prints the same figures.")
     left, right = st.columns(2)
-    translation_card(left, "Original", t)
-    translation_card(right, what.capitalize(), cut, t.log_prob)
-    for w in cut.warnings:
-        if w not in t.warnings:
-            right.warning(md(w))
+    translation_card(left, "Original", original)
+    translation_card(right, what.capitalize(), removed)
+    for w in removed["warnings"]:
+        right.warning(md(w))
     compare_maps(page, cut, what, heads)
 
 

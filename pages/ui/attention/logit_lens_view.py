@@ -31,12 +31,7 @@ def logit_lens_section(page: SectionInputs) -> None:
     )
     name = export_name(state.model, state.sentence, None, None, None, f"logit lens {state.lens}")
     chart(figs.logit_lens_figure(lens, state.lens), "lens", name=name)
-    last = lens.layers - 1
-    settled = [
-        next((i for i in range(lens.layers) if (lens.chosen_rank[i:, t] == 0).all()), None)
-        for t in range(len(lens.output_tokens))
-    ]
-    early = sum(s is not None and s < last for s in settled)
+    last, summary = lens.layers - 1, lens.summary()
     how = (
         "pre-LN: the final layer norm comes first, as after its last layer"
         if page.lm.cfg.norm_first
@@ -51,8 +46,8 @@ def logit_lens_section(page: SectionInputs) -> None:
     )
     st.caption(
         md(
-            f"Projected: {lens.projected}. This model is {how}. Layer {last}'s lens is the "
-            f"model's own output. {read} {early} of {len(lens.output_tokens)} chosen words are "
-            "the top word from an earlier layer on."
+            f"Projected: {summary['projected']}. This model is {how}. Layer {last}'s lens is "
+            f"the model's own output. {read} {summary['early']} of {summary['steps']} chosen "
+            "words are the top word from an earlier layer on."
         )
     )
