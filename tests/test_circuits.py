@@ -17,6 +17,7 @@ from core.corpus.vocab import Vocab
 from core.training.circuits import (
     BEFORE,
     FORMED,
+    best_head_series,
     circuit_scores,
     circuit_sequences,
     phase_change,
@@ -152,6 +153,18 @@ def test_a_head_that_never_forms_is_no_phase_change():
     assert phase_change(records([0.05, 0.7, 0.4])) is None  # up, then down again
     assert phase_change([]) is None
     assert phase_change([{"step": 10, "val_loss": 3.0}]) is None  # a translation run's records
+
+
+def test_an_earlier_record_of_another_shape_or_a_null_score_is_a_gap():
+    """A record whose grid lacks the best head, or holds null there, reads as NaN (once an
+    IndexError / TypeError from the command and the Train page)."""
+    rs = records([0.05, 0.08, 0.3, 0.75, 0.9, 0.92])
+    rs[0]["circuits"]["induction"] = [[0.1] * H]  # one layer: no layer 1
+    rs[1]["circuits"]["induction"][1][2] = None
+    change = phase_change(rs)
+    assert change["formed"] == 80 and change["before"] is None and change["start"] == 60
+    steps, scores, _, head = best_head_series(rs)
+    assert head == (1, 2) and math.isnan(scores[0]) and math.isnan(scores[1])
 
 
 def test_a_noisy_rise_is_read_from_its_last_climb():

@@ -149,9 +149,17 @@ def best_head_series(records: list[dict]):
         ((layer, h) for layer, row in enumerate(last) for h in range(len(row))),
         key=lambda lh: last[lh[0]][lh[1]],
     )
-    scores = [by_step[s]["induction"][head[0]][head[1]] for s in steps]
+    scores = [_score_at(by_step[s]["induction"], *head) for s in steps]
     losses = [by_step[s].get("repeat_loss", math.nan) for s in steps]
     return steps, scores, losses, head
+
+
+def _score_at(grid, layer: int, head: int) -> float:
+    """A head's score in one record's (L, H) grid; NaN where that record has none (a grid of
+    another shape, a score stored as null)."""
+    row = grid[layer] if layer < len(grid) else []
+    score = row[head] if head < len(row) else None
+    return float(score) if isinstance(score, int | float) else math.nan
 
 
 def steepest_rise(steps: list[int], scores: list[float], first: int, last: int) -> int | None:

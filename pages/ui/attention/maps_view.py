@@ -238,5 +238,6 @@ def head_statistics(table: pd.DataFrame, state: ViewState, meta: dict) -> None:
         "row (nats); diagonal / previous: mean weight on the row's own column / one column "
         "left; near diagonal (cross): weight within one key of the diagonal stretched "
         "across the two lengths; eos / bos: weight on that key; monotonicity: rank "
-        "correlation of output position with its most-attended source position (cross)."
+        "correlation of output position with its most-attended source position (cross). "
+        "As JSON lines: python -m core.head_scores --head-stats --sentence … --kind …."
     )
