@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> list[str]:
             rows = heads_removed(lm, args.heads, args.sentence, args.sequence, settings)
         except ValueError as e:
             raise CommandError(str(e)) from e
-        return [json.dumps(row) for row in rows]
+        return [json.dumps(row, ensure_ascii=False) for row in rows]
     if problem := lm.supports("importance"):  # it reads no validation sentence
         raise CommandError(problem)
     path = model_path(args.checkpoint)

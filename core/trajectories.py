@@ -82,7 +82,7 @@ def run(args) -> list[str]:
     )
     lines = as_json_lines(result)
     lines[0] |= {"source": str(source), **readings(result)}
-    return [json.dumps(line) for line in lines]
+    return [json.dumps(line, ensure_ascii=False) for line in lines]
 
 
 def main(argv=None) -> int:

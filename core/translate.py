@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
             print("".join(f"warning: {w}\n" for w in warnings), end="", file=sys.stderr)
             print("\n".join(outs))
             return 0 if any(outs) or not lines else 1
-    print("".join(json.dumps(r) + "\n" for r in records), end="")
+    print("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), end="")
     return 0 if not records or any("error" not in r for r in records) else 1
 
 
