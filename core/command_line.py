@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+import shlex
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -30,9 +32,20 @@ class CommandError(Exception):
     """What a command was given cannot be used; the message says what to give instead."""
 
 
+# what a terminal or a line reader takes for the end of a line or a control sequence: C0 and
+# C1 controls (U+009B is a terminal's CSI, U+0085 a line end), U+2028 and U+2029
+UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every UNPRINTABLE character written as its JSON escape (\\uXXXX): a JSON
+    line stays one line with the same value, and typed text reaches the terminal as data."""
+    return UNPRINTABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def one_line(error: BaseException) -> str:
-    """An error's message on one line."""
-    return " ".join(str(error).split())
+    """An error's message on one line, terminal-safe."""
+    return terminal_safe(" ".join(str(error).split()))
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -147,6 +160,28 @@ def decode_settings(args: argparse.Namespace, defaults):
     )
 
 
+def decode_flag_words(settings, defaults) -> str:
+    """The flags of ``add_decode_flags`` (and ``--prompt``) that give ``settings`` where they
+    differ from ``defaults``, shell-quoted: what a page's "prints the same" command adds."""
+    flags = (
+        ("--beam", settings.beam_size, defaults.beam_size),
+        ("--alpha", settings.alpha, defaults.alpha),
+        ("--max-len", settings.max_len, defaults.max_len),
+        ("--target-lang", settings.target_lang, defaults.target_lang),
+        ("--prompt", settings.prompt, defaults.prompt),
+    )
+    return " ".join(f"{flag} {shell_word(str(v))}" for flag, v, default in flags if v != default)
+
+
+def shell_word(text: str) -> str:
+    """``text`` as one shell word: quoted as ``shlex.quote`` does, or, holding a line end or
+    a tab (a prompt template's), in bash's $'...' with them written as \\n and \\t."""
+    if not any(ch in text for ch in "\n\r\t"):
+        return shlex.quote(text)
+    escaped = text.replace("\\", "\\\\").replace("'", "\\'")
+    return "$'" + escaped.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t") + "'"
+
+
 def run_command(
     parser: argparse.ArgumentParser,
     run: Callable[[argparse.Namespace], Iterable[str] | int],
@@ -168,7 +203,7 @@ def run_command(
         if isinstance(out, int):
             return out
         for line in out:
-            print(line, flush=True)
+            print(terminal_safe(line), flush=True)
     except (CommandError, *errors) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return USAGE_ERROR

@@ -40,6 +40,7 @@ from core.command_line import (
     add_prompt_flag,
     decode_settings,
     run_command,
+    terminal_safe,
 )
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError
@@ -103,8 +104,7 @@ def head_stats_lines(args) -> list[str]:
     settings = decode_settings(args, GREEDY)  # as the page builds them, --prompt included
     read = ("", args.sentence) if lm.supports("sentence") else (args.sentence, args.target)
     t = translate_sentence(lm, read[0], settings, read[1])  # the page's reading of each model
-    for w in t.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+    print("".join(terminal_safe(f"warning: {w}\n") for w in t.warnings), end="", file=sys.stderr)
     maps = shown_maps(SentenceMaps.from_translation(t), args.words)
     return [json.dumps(r, ensure_ascii=False) for r in marked_rows(maps, args.kind, lm.meta)]
 

@@ -42,7 +42,7 @@ from core.attention.attribution_patching import attribution_patch
 from core.attention.patch_methods import METHODS
 from core.attention.patching import DEFAULT_SELECTION, DIRECTIONS, SELECTIONS, patch
 from core.attention.path_patching import HEAD_FORMAT, path_patch_named
-from core.command_line import CommandParser, add_prompt_flag, run_command
+from core.command_line import CommandParser, add_prompt_flag, run_command, terminal_safe
 from core.model.checkpoints import CheckpointError
 from core.model.opened import open_model
 from core.model.parts import TranslationError
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> list[str]:
         done = patch(lm, args.clean, args.corrupt, None, **asked, selection=args.sites)
     result = getattr(done, "patching", done)  # the rows and metrics every method shares
     if result.caveat:  # for whoever reads the terminal, not only the JSON's last line
-        print(f"warning: {result.caveat}", file=sys.stderr)
+        print(terminal_safe(f"warning: {result.caveat}"), file=sys.stderr)
     lines = [json.dumps(row, ensure_ascii=False) for row in result.rows]
     return [*lines, json.dumps(done.summary(), ensure_ascii=False)]
 

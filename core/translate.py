@@ -93,10 +93,12 @@ def run(args: argparse.Namespace) -> int:
             records = checked.translation_records(lm, lines, settings)
         else:
             outs, warnings = checked.lines_translated(lm, lines, settings)
-            print("".join(f"warning: {w}\n" for w in warnings), end="", file=sys.stderr)
-            print("\n".join(outs))
+            said = "".join(f"warning: {w}\n" for w in warnings)
+            print(cli.terminal_safe(said), end="", file=sys.stderr)
+            print("\n".join(cli.terminal_safe(out) for out in outs))
             return 0 if any(outs) or not lines else 1
-    print("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), end="")
+    said = (cli.terminal_safe(json.dumps(r, ensure_ascii=False)) for r in records)
+    print("".join(f"{line}\n" for line in said), end="")
     return 0 if not records or any("error" not in r for r in records) else 1
 
 

@@ -319,6 +319,31 @@ def test_the_disk_caches_stay_within_their_bytes_least_recently_used_going_first
     assert "k9" in kept and "k0" in kept and "k1" not in kept
 
 
+def test_a_failed_or_killed_cache_write_leaves_no_file_behind(tmp_path, monkeypatch):
+    """A write that fails (a full disk) removes its partial temporary file; one a killed
+    process left (older than STALE_SECONDS) goes at the next write, a fresh one stays."""
+    import os
+
+    folder = tmp_path / ".trajectories"
+    folder.mkdir()
+    stale, fresh = folder / "old.json.1.2.tmp", folder / "new.json.3.4.tmp"
+    for tmp in (stale, fresh):
+        tmp.write_text("{partial", encoding="utf-8")
+    old = stale.stat().st_mtime - disk_cache.STALE_SECONDS - 1
+    os.utime(stale, (old, old))
+
+    def full_disk(*_):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(disk_cache.os, "replace", full_disk)
+        disk_cache.write_cached(folder, "k", {"x": 1})
+    assert sorted(p.name for p in folder.iterdir()) == sorted([stale.name, fresh.name])
+    disk_cache.write_cached(folder, "k", {"x": 1})
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["k.json", fresh.name])
+    assert disk_cache.read_cached(folder, "k") == {"x": 1}
+
+
 def test_sizes_are_measured_in_bytes_held():
     arrays = {"a": torch.zeros(1000), "b": [torch.zeros(10, dtype=torch.float16)] * 3}
     assert 4000 + 20 <= budget.sizeof(arrays) < 4000 + 20 + 2000  # the shared one counted once

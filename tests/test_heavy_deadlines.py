@@ -172,3 +172,61 @@ def test_a_heavy_job_stops_soon_after_its_time_limit(jobs, name):
     with module_calls() as stopped, limited, pytest.raises(TimeLimit, match="stopped after 1 s"):
         job()
     assert stopped[0] <= STOPPED_SHARE * whole[0], (stopped[0], whole[0])
+
+
+def test_rebuilding_the_validation_split_stops_at_the_limit(tmp_path):
+    """A heavy job's sample rebuilds the split from the corpus (up to 1,000,000 pairs read
+    and tokenized before its first pass): that reading checks the deadline every
+    TICK_EVERY pairs, and stops past it having read about that many."""
+    from core.corpus.config import DataConfig
+    from core.corpus.splits import TICK_EVERY, load_splits
+    from core.measure.sample import validation_sample
+
+    corpus = tmp_path / "pairs.tsv"
+    n = 3 * TICK_EVERY
+    corpus.write_text("".join(f"word {i} .\tmot {i} .\n" for i in range(n)), encoding="utf-8")
+    cfg = DataConfig(source=str(corpus))
+    ticks = []
+    assert load_splits(cfg, tick=lambda: ticks.append(1)).summary["pairs_read"] == n
+    assert len(ticks) == n // TICK_EVERY
+    read = []
+
+    def counting(*args, **kwargs):
+        read.append(1)
+        return tokenize(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("core.corpus.splits.tokenize", counting)
+        with time_limit(1, clock=JumpingClock()), pytest.raises(TimeLimit):
+            validation_sample(None, cfg, 5)
+    # the first check passes (JumpingClock), the second stops before its pair is tokenized
+    assert len(read) == 2 * (2 * TICK_EVERY - 1)  # a source and a target each, of 3 * TICK_EVERY
+
+
+def test_the_projection_is_not_begun_past_the_limit(tiny_model, monkeypatch):
+    """UMAP's fit is one call no deadline check can stop: time spent reading the
+    representations (past their last check) stops the job before the fit begins."""
+    late = []
+
+    def clock() -> float:
+        return 1e9 if late else 0.0
+
+    reading = projector.representations
+
+    def slow_reading(*args, **kwargs):
+        out = reading(*args, **kwargs)
+        late.append(True)  # the limit passed after the reading's last check
+        return out
+
+    def fit(*_):
+        pytest.fail("the fit began past the limit")
+
+    monkeypatch.setattr(projector, "representations", slow_reading)
+    monkeypatch.setattr(projector, "umap_coords", fit)
+    monkeypatch.setattr(  # the sentences without the corpus's split, as in ``jobs``
+        projector,
+        "validation_sample",
+        lambda lm, cfg, n, *rest: sample_of(lm, Split(tiny_pairs(n)), n),
+    )
+    with time_limit(1, clock=clock), pytest.raises(TimeLimit):
+        projector.project(tiny_model, "encoder", method="umap", sentences=4)

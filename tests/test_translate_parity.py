@@ -161,3 +161,30 @@ def test_the_page_shows_the_commands_figures(studio_dirs, capsys):
     assert at.dataframe[1].value.to_dict("records") == rated["rows"]
     assert at.metric[0].value == f"{d2l['bleu']:.1f}"
     assert at.dataframe[2].value.to_dict("records") == d2l["rows"]
+
+
+UNSAFE = "i'm\u2028home \u009b31m . \u0085\u001b"  # line ends and terminal controls, typed
+
+
+def test_typed_line_ends_and_controls_stay_data_in_every_output(opened, capsys):
+    """U+2028 / U+2029 / U+0085 end a line for ``str.splitlines`` and U+009B starts a
+    terminal's control sequence; ``ensure_ascii=False`` writes them raw. Every command's lines
+    (``command_line.terminal_safe``) write them as JSON escapes: one line, the same value."""
+    code = command.main(["--checkpoint", "x.pt", "--json", UNSAFE, "go ."])
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2 and json.loads(lines[0])["sentence"] == UNSAFE
+    for text in (out, err):
+        assert not any(ch in text for ch in "\u2028\u0085\u009b\u001b")
+    command.main(["--checkpoint", "x.pt", UNSAFE])  # the plain text and its warnings
+    assert not any(ch in "".join(capsys.readouterr()) for ch in "\u2028\u0085\u009b\u001b")
+
+
+def test_terminal_safe_keeps_json_values_and_tabs():
+    from core.command_line import one_line, terminal_safe
+
+    value = {"s": "a\u2029b\u0080c\td\x7fe", "n": 1}
+    line = terminal_safe(json.dumps(value, ensure_ascii=False))
+    assert json.loads(line) == value and len(line.splitlines()) == 1
+    assert terminal_safe("plain é text\tand tabs") == "plain é text\tand tabs"
+    assert one_line(ValueError("bad\u009b1m\nword")) == "bad\\u009b1m word"

@@ -351,6 +351,7 @@ def project(
     x, sentence, position, marks, tokens = representations(lm, sentences, side, layers, progress)
     if progress:
         progress(1.0, f"projecting {points:,} points with {METHOD_NAMES[method]}")
+    check_time()  # UMAP's fit is one call the deadline cannot stop: not begun past it
     if method == "pca":
         coords, explained = pca(x.to(next(lm.model.parameters()).device), dims)
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from core.corpus.text import tokenize
 from core.corpus.vocab import SPECIALS, Vocab
 from core.places import shown_path
 
+TICK_EVERY = 5_000  # pairs read between two calls of load_splits' tick
 UNK_WARNING = 0.5  # warn when more than this share of the training tokens is <unk>
 
 
@@ -113,15 +115,21 @@ class Splits:
 
 
 def load_splits(
-    cfg: DataConfig, cache_dir: Path | None = None, progress: ProgressFn | None = None
+    cfg: DataConfig,
+    cache_dir: Path | None = None,
+    progress: ProgressFn | None = None,
+    tick: Callable[[], None] | None = None,
 ) -> Splits:
-    """Read, preprocess, filter and split, as ``cfg`` says (max_len counts words)."""
+    """Read, preprocess, filter and split, as ``cfg`` says (max_len counts words); ``tick``
+    is called every TICK_EVERY pairs read (a heavy job's deadline check)."""
     cfg.validate()
     path = resolve_corpus(cfg.source, cache_dir, progress)
     counts: dict = {}
     pairs, read = [], 0  # streamed: the raw text is never held whole
     for source, target in itertools.islice(corpus_pairs(path, counts), cfg.max_pairs or None):
         read += 1
+        if tick and read % TICK_EVERY == 0:
+            tick()  # a heavy job's deadline (core.measure.progress.check_time)
         s, t = tokenize(source), tokenize(target)
         if 0 < len(s) <= cfg.max_len and 0 < len(t) <= cfg.max_len:
             pairs.append((s, t))

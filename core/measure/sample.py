@@ -18,6 +18,7 @@ from pathlib import Path
 from core.corpus.config import DataConfig
 from core.corpus.source import DataError, file_sha1, fra_eng_copy
 from core.corpus.splits import Split, load_splits
+from core.measure.progress import check_time
 from core.model.interface import TranslationModel
 from core.model.opened import model_sha1
 from core.model.parts import MAX_LEN
@@ -54,7 +55,7 @@ def validation_sample(
 ) -> Sample:
     """The first ``n`` validation sentences of the split these settings rebuild (or of
     ``split``, the pairs a saved model carries)."""
-    split = split if split is not None else load_splits(cfg).val
+    split = split if split is not None else load_splits(cfg, tick=check_time).val
     if not split.pairs:
         raise DataError(
             "This model was trained without a validation split: there are no validation "

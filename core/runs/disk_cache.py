@@ -10,9 +10,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
+import time
 from pathlib import Path
 
 from core.runs.budget import DISK_CACHE_BYTES
+
+STALE_SECONDS = 600  # a temporary file this old was left by a write that died (killed)
 
 
 def read_cached(folder: Path, key: str) -> dict | None:
@@ -34,14 +38,29 @@ def write_cached(folder: Path, key: str, data: dict, limit: int = DISK_CACHE_BYT
     text = json.dumps(data)
     if len(text) > limit:
         return  # larger than the whole cache: not kept
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # its own
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # a partial file (the disk full) is not left behind
         return
+    drop_stale(folder)
     prune(folder, limit, keep=path)
+
+
+def drop_stale(folder: Path, now: float | None = None) -> list[Path]:
+    """Delete the temporary files of ``folder`` older than STALE_SECONDS (writes a killed
+    process never finished, which ``prune``'s pattern does not count); the deleted paths."""
+    now, gone = time.time() if now is None else now, []
+    for tmp in folder.glob("*.tmp"):
+        with contextlib.suppress(OSError):
+            if now - tmp.stat().st_mtime > STALE_SECONDS:
+                tmp.unlink()
+                gone.append(tmp)
+    return gone
 
 
 def prune(
