@@ -118,3 +118,50 @@ def test_the_sentence_flags_refuse_in_one_line(val_checkpoint, capsys, extra, me
     assert ablate_cmd.main(["--checkpoint", str(val_checkpoint), *extra]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_page_names_the_command_with_its_decoding(shipped, studio_dirs, capsys, monkeypatch):
+    """With beam search on the page, the command the caption names (its --beam, --max-len)
+    prints the figures the cards show; greedy decoding would not."""
+    import shlex
+
+    monkeypatch.chdir(studio_dirs["checkpoints"].parent)  # where the page's model path starts
+    at = run_page_script("attention.py", {"section": "Remove heads", "beam": "3", "max_len": "7"})
+    at = at.multiselect(key="ab_heads").set_value(CROSS).run()
+    assert_clean(at)
+    said = next(c.value for c in at.caption if "python -m core.ablate" in c.value)
+    argv = shlex.split(said[said.index("python") : said.index("--sentence TEXT")])[3:]
+    assert "--beam" in argv and "--max-len" in argv and "--alpha" not in argv
+    rows = command_lines(capsys, *argv, "--sentence", DEFAULT_SENTENCE)
+    shown = [(m.value, m.delta or None) for m in at.metric if m.label == "log-probability"]
+    original, removed = rows
+    assert shown == [
+        (f"{original['log_prob']:.2f}", None),
+        (f"{removed['log_prob']:.2f}", f"{removed['change']:+.2f}"),
+    ]
+    greedy = command_lines(capsys, "--checkpoint", str(shipped), "--heads", CROSS_SPEC,
+                           "--sentence", DEFAULT_SENTENCE)  # fmt: skip
+    assert greedy != rows  # the decoding matters here
+
+
+def test_the_named_flags_are_shell_words_the_shell_gives_back():
+    """A page's command names its decoding as flags a shell reads back as they were: a
+    prompt template's new line and quotes included (bash's $'...')."""
+    import shlex
+    import subprocess
+
+    from core.command_line import decode_flag_words
+    from core.model.parts import GREEDY
+
+    prompt = "English: {src}\nFrench: 'it' \\ \"so\"\t"
+    words = decode_flag_words(DecodeSettings(4, 1.0, 20, prompt=prompt), GREEDY)
+    assert shlex.split(words.replace(words[words.index("$'") :], ""))[:6] == [
+        "--beam", "4", "--alpha", "1.0", "--max-len", "20",
+    ]  # fmt: skip
+    said = subprocess.run(
+        ["bash", "-c", f'for w in {words}; do printf "%s\\0" "$w"; done'],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert said.split("\0")[:-1] == ["--beam", "4", "--alpha", "1.0", "--max-len", "20",
+                                      "--prompt", prompt]  # fmt: skip
+    assert decode_flag_words(GREEDY, GREEDY) == ""

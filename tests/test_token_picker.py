@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 
@@ -249,8 +250,13 @@ def test_a_lines_views_tokens_carry_what_a_click_on_them_picks():
 # ----------------------------------------------------------------------------- real browser
 
 
+OUTLINED = "n => document.querySelectorAll('.js-plotly-plot .shapelayer path').length >= n"
+
+
 def test_compare_and_a_picked_token_draw_in_a_browser(app_server, browser_page, tiny_run):
     from urllib.parse import urlencode
+
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     from tests.helpers import ARTIFACTS, assert_no_browser_exception
     from tests.test_browser_attention import LAYOUT_PROBLEMS, settle
@@ -271,6 +277,8 @@ def test_compare_and_a_picked_token_draw_in_a_browser(app_server, browser_page, 
         page.screenshot(path=str(ARTIFACTS / f"attention_compare_{width}.png"), full_page=True)
         page.goto(f"{url}/attention?" + urlencode({**base, "token": "k1"}))
         settle(page, 1 + 2 * 4)
+        with contextlib.suppress(PlaywrightTimeout):  # Plotly draws shapes after the heatmaps
+            page.wait_for_function(OUTLINED, arg=1 + 2 * 4, timeout=30_000)
         outlines = page.locator(".js-plotly-plot .shapelayer path").count()
         assert outlines >= 1 + 2 * 4  # the large map and every cell of the overview
         assert page.evaluate(LAYOUT_PROBLEMS) == []

@@ -24,11 +24,12 @@ from core.attention.importance import (
 )
 from core.attention.maps import export_name, select_view
 from core.attention.task_sequence import SequenceScore, sequence_score
+from core.command_line import decode_flag_words, shell_word
 from core.corpus.source import DataError
 from core.figures import attention as figs
 from core.figures import importance as abfigs
 from core.model.interface import TranslationModel
-from core.model.parts import Translation, TranslationError
+from core.model.parts import GREEDY, Translation, TranslationError
 from core.runs.catalogue import ModelEntry
 from pages.ui.attention.cached_ablation import ablated_translate
 from pages.ui.attention.inputs import SectionInputs
@@ -115,7 +116,9 @@ def removed_view(page: SectionInputs, heads: list[HeadSpec]) -> None:
     what = removed_words(heads)
     original, removed = removed_rows(t, cut, heads)
     if not t.forced:
-        command = f"python -m core.ablate --heads {spec_text(heads)} --sentence TEXT"
+        flags = decode_flag_words(state.settings(), GREEDY)  # the page's decoding
+        command = f"python -m core.ablate --checkpoint {shell_word(state.model)} --heads "
+        command += " ".join(filter(None, (spec_text(heads), flags, "--sentence TEXT")))
         st.caption(f"{code(command)} prints the same figures.")
     left, right = st.columns(2)
     translation_card(left, "Original", original)
