@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from core.command_line import shell_word
 from core.corpus.text import D2L_TEST_PAIRS
 from core.model import d2l_check
 from core.model.checked_translation import (
@@ -22,6 +23,7 @@ from core.model.parts import (
     TranslationError,
 )
 from core.runs.catalogue import ModelEntry
+from pages.ui.attention.sequence_read import sequence_input, sequence_line
 from pages.ui.cached import translate, validation_examples
 from pages.ui.frame import ensure_app_navigation, link, model_footer
 from pages.ui.model_picker import pick_model
@@ -198,6 +200,33 @@ def translation_of(
         show_target(lm, entry, t, state)
 
 
+def sequence_of(lm: TranslationModel, entry: ModelEntry, state: ViewState, no_sentence: str):
+    """A model that reads a token sequence (``supports("sentence")``: one trained here on the
+    induction task) continues no sentence: its box is the sequence, read in one teacher-forced
+    pass, each token's probability and rank shown, as the Attention page reads it."""
+    typed = sequence_input(lm, state, "tr", no_sentence)
+    state.beam = 1  # one forced pass: nothing is decoded
+    if typed is None:  # a paste past the box's limit was named once
+        return
+    try:
+        t = translate(lm, entry.path, entry.mtime, "", state.settings(), state.sentence)
+    except TranslationError as e:
+        st.error(md(e))
+        return
+    st.subheader("How the model reads the sequence")
+    sequence_line(lm, t, maps=False)  # no maps on this page
+    for w in t.warnings:
+        st.warning(md(w))
+    st.dataframe(
+        spreadsheet_safe(target_frame(t)),
+        hide_index=True,
+        column_config={"rank": st.column_config.NumberColumn(help="1 = the model's own choice")},
+    )
+    command = f"python -m core.translate --checkpoint {shell_word(entry.key)} --target SEQUENCE ''"
+    st.caption(f"{code(command)} prints each token's probability and rank.")
+    link("attention.py", "Inspect its attention →", state.to_query())
+
+
 def d2l_section(lm: TranslationModel, entry: ModelEntry, settings: DecodeSettings) -> None:
     """One click: the d2l chapter's four sentences with BLEU against the book's references."""
     st.subheader("The d2l.ai chapter's check")
@@ -232,6 +261,12 @@ def main() -> None:
     picked = pick_model(state, "tr")
     if picked is not None:
         entry, lm = picked
+        if no_sentence := lm.supports("sentence"):  # it reads a token sequence, no sentence
+            sequence_of(lm, entry, state, no_sentence)
+            link_note(state, TRANSLATE_KEYS)
+            write_url(state, TRANSLATE_KEYS)
+            model_footer(lm)
+            return
         if not lm.supports("template"):  # it translates by a prompt template
             st.caption(PROMPTED)
         choose_validation(lm, state)

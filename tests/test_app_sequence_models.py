@@ -105,3 +105,31 @@ def test_over_training_of_an_encoder_run_shows_no_empty_bleu(one_stack_folders):
     assert "Validation BLEU" not in metric_labels(at)
     assert metric_labels(at)[:3] == ["Step", "Training loss", "Validation loss"]
     assert at.selectbox(key="at_probe").label == "Probe sentence"  # its probes are sentences
+
+
+def test_translate_reads_the_induction_model_s_sequence_as_the_command_prints_it(
+    studio_folders, capsys
+):
+    """The Translate page once decoded the induction model from its start token whatever
+    was typed ("English sentence (read into the prompt)": t45 t45 …, "Stopped at 50
+    tokens"). It reads the token sequence in one pass, as the Attention page does, and shows
+    each token's probability and rank: what ``core.translate --target SEQ ''`` prints."""
+    from core import translate as translate_cmd
+
+    at = run_page_script("translate.py", {"model": f"checkpoints/{SHIPPED.name}/"})
+    assert_clean(at)
+    assert not at.error, [plain(e.value) for e in at.error]
+    (probe,) = probe_sentences(HISTORY)
+    box = at.text_input(key="tr_sentence")
+    assert box.label == "Token sequence" and box.value == probe
+    assert not at.radio and not at.toggle and "Stopped at" not in texts(at)  # nothing decoded
+    assert "16 of the 16 of its repeat" in texts(at) and "Every map below" not in texts(at)
+    argv = ["--checkpoint", str(SHIPPED), "--target", probe, ""]
+    assert translate_cmd.main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    (table,) = at.dataframe
+    assert table.value.to_dict("records") == printed["rows"]
+    said = next(c.value for c in at.caption if "python -m core.translate" in c.value)
+    assert "--target SEQUENCE ''" in said
+    assert translate_cmd.main([*argv[:-1], "hello"]) == 2  # it reads no sentence: said
+    assert "no sentence" in capsys.readouterr().err

@@ -245,8 +245,16 @@ def rated_target(
     lm: TranslationModel, sentence: str, target: str, settings: DecodeSettings = GREEDY
 ) -> dict:
     """``target_record`` of ``target`` forced as the translation of ``sentence``, beside the
-    model's own translation; TranslationError when either cannot be made, or the model rates
-    no typed translation."""
+    model's own translation (a model that reads a token sequence: ``target`` is the sequence,
+    read as the Translate page reads it, the sentence ''); TranslationError when either cannot
+    be made, or the model rates no typed translation."""
+    if lm.supports("sentence"):  # it reads a token sequence: ``target``, in one forced pass
+        if sentence.strip():
+            raise TranslationError(
+                "This model reads a token sequence, no sentence: give the sequence as --target "
+                "and '' as the sentence."
+            )
+        return target_record(translate_sentence(lm, "", settings, target))
     if problem := lm.supports("force"):
         raise TranslationError(problem)
     own = translate_sentence(lm, sentence, settings)

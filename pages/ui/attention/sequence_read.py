@@ -43,9 +43,10 @@ def sequence_input(lm: TranslationModel, state: ViewState, prefix: str, why: str
     return state.sentence
 
 
-def sequence_line(lm: TranslationModel, t: Translation) -> None:
+def sequence_line(lm: TranslationModel, t: Translation, maps: bool = True) -> None:
     """The sequence read (its start token first) and how many of its tokens the model
-    predicted as its first choice; for a sequence read twice, how many of the repeat."""
+    predicted as its first choice; for a sequence read twice, how many of the repeat
+    (``maps``: the page's maps below read this pass, and the line says so)."""
     score = sequence_score(t)
     st.markdown(f"**Sequence read:** {md(' '.join(t.decoder_inputs))}")
     firsts = sum(r == 1 for r in t.ranks[: score.tokens])
@@ -58,7 +59,7 @@ def sequence_line(lm: TranslationModel, t: Translation) -> None:
             f", {score.firsts} of the {score.scored} of its repeat (what followed each token the "
             "first time)"
         )
-    st.caption(words + ". Every map below reads this pass.")
+    st.caption(words + (". Every map below reads this pass." if maps else "."))
     unknown = sum(i == lm.unk_id for i in t.out_ids)
     if unknown:
         are = "is" if unknown == 1 else "are"
