@@ -65,9 +65,11 @@ def test_the_translate_page_says_in_one_line_that_the_induction_model_reads_no_s
     at = run_page_script("translate.py", {"model": f"checkpoints/{SHIPPED.name}/"})
     assert_clean(at)
     assert not at.error, [plain(e.value) for e in at.error]
-    assert "it reads no sentence and no prompt" in plain(at.warning[0].value)
+    assert "it reads no sentence and no prompt" in texts(at)  # said once, beside its box
+    assert not at.warning, [plain(w.value) for w in at.warning]
     assert "tr_prompt" not in [box.key for box in at.text_area]  # no template offered to type
-    assert open_model(str(SHIPPED)).supports("d2l") in texts(at)  # no BLEU check offered
+    assert not [b for b in at.button if b.label == "Run the d2l check"]  # no BLEU check
+    assert at.text_input(key="tr_sentence").label == "Token sequence"
     assert "trained here on the induction task" in texts(at)  # the picker's line says so
     assert "not trained here" not in texts(at)
 
