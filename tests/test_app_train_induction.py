@@ -83,9 +83,9 @@ def test_choosing_task_and_architecture_shows_the_fields_they_read_and_writes_th
     assert chosen["data"]["max_len"] == 12  # hidden: the preset's value, untouched
 
 
-def test_a_watched_induction_run_shows_its_heads_forming_and_the_phase_change(jobs_env, make_run):
-    """A run whose evaluations carry circuit scores: its page draws every head's scores over
-    training and the repeat's loss, the phase change shaded there and on the loss curves."""
+def watched_induction_run(make_run):
+    """(a finished induction run "induction-run" whose evaluations carry circuit scores, its
+    records: ``tests.test_circuit_watch.records``)."""
     from tests.test_circuit_watch import records
 
     recs = records()
@@ -94,6 +94,13 @@ def test_a_watched_induction_run_shows_its_heads_forming_and_the_phase_change(jo
     rd.write_config({"data": preset["data"], "model": preset["model"]})
     for record in recs:
         rd.append_metrics(record)
+    return rd, recs
+
+
+def test_a_watched_induction_run_shows_its_heads_forming_and_the_phase_change(jobs_env, make_run):
+    """A run whose evaluations carry circuit scores: its page draws every head's scores over
+    training and the repeat's loss, the phase change shaded there and on the loss curves."""
+    _, recs = watched_induction_run(make_run)
     at = train_page("induction-run")
     header = " ".join(plain(c.value) for c in at.caption)
     assert "induction: 4-16 random tokens read twice (256 kinds)" in header

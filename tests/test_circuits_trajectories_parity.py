@@ -11,7 +11,6 @@ import math
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from core import circuits as circuits_command
 from core import trajectories as trajectories_command
@@ -25,19 +24,12 @@ from core.attention.trajectory_reading import (
     stages,
 )
 from core.figures.circuits import head_scores_over_training
-from core.places import runs_root
 from core.runs.circuit_history import MEASURES, circuit_evals, phase_of
-from core.training import settings
 from tests.helpers import assert_clean, plain, run_page_script
 from tests.test_app_train import train_page
+from tests.test_app_train_induction import watched_induction_run
 from tests.test_circuit_watch import records, run_dir_of
-
-
-@pytest.fixture
-def runs_env(tmp_path, monkeypatch):
-    """The runs root (and so the trajectories cache) in a temporary directory."""
-    monkeypatch.setenv("ATTENTION_STUDIO_RUNS", str(tmp_path / "runs"))
-    return tmp_path / "runs"
+from tests.test_trajectories import runs_env  # noqa: F401 - the module's fixture
 
 
 def printed(main, argv: list[str], capsys) -> list[dict]:
@@ -102,12 +94,7 @@ def test_the_circuits_command_prints_every_head_the_figure_draws(tmp_path, capsy
 
 
 def test_the_train_page_draws_the_per_head_scores_the_command_prints(jobs_env, make_run, capsys):
-    recs = records()
-    rd = make_run(runs_root(), "induction-run", {"state": "finished", "step": 200})
-    preset = settings.defaults("induction")
-    rd.write_config({"data": preset["data"], "model": preset["model"]})
-    for record in recs:
-        rd.append_metrics(record)
+    rd, _ = watched_induction_run(make_run)
     *lines, _ = printed(circuits_command.main, ["--run", str(rd.path)], capsys)
     at = train_page("induction-run")
     specs = {
@@ -136,7 +123,7 @@ def assert_same_table(rows: list[dict], table: pd.DataFrame) -> None:
     )
 
 
-def test_the_trajectories_command_prints_the_pages_readings(runs_env, tiny_run, capsys):
+def test_the_trajectories_command_prints_the_pages_readings(runs_env, tiny_run, capsys):  # noqa: F811
     head = printed(trajectories_command.main, ["--run", str(tiny_run), "--probes-only"], capsys)[0]
     result = head_trajectories(tiny_run, None, SENTENCES, "off")
     probes = result.frame("probes")
@@ -155,7 +142,7 @@ def test_the_trajectories_command_prints_the_pages_readings(runs_env, tiny_run, 
     assert all(isinstance(r["step"], int) for r in marks["entropy"])
 
 
-def test_the_source_share_reading_is_the_pages_measured_line(runs_env, val_run, capsys):
+def test_the_source_share_reading_is_the_pages_measured_line(runs_env, val_run, capsys):  # noqa: F811
     argv = ["--run", str(val_run), "--sentences", "6"]
     head = printed(trajectories_command.main, argv, capsys)[0]
     result = head_trajectories(val_run, None, 6, "cached")
