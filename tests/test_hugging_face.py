@@ -299,6 +299,23 @@ def test_feeding_the_models_own_output_gives_its_own_maps(hf_loaded):
     assert hm.unknown_target_words("je suis zzz") == ["zzz"]
 
 
+def test_a_forced_pass_builds_no_cache(hf_loaded, monkeypatch):
+    """A teacher-forced pass reads every step at once: it builds no key/value cache (building
+    one was a quarter of a tiny model's pass, the file mode's per-line cost)."""
+    from transformers import cache_utils
+
+    built = []
+    make = cache_utils.DynamicCache.__init__
+    monkeypatch.setattr(
+        cache_utils.DynamicCache,
+        "__init__",
+        lambda self, *a, **kw: built.append(1) or make(self, *a, **kw),
+    )
+    hm = hf_loaded["marian"]
+    t = hm.force(SENTENCE, "je suis froid", DecodeSettings())
+    assert t.out_ids and not built
+
+
 def test_opus_mt_layout_with_its_sentencepiece_tokenizer(hf_loaded):
     """MarianTokenizer over a SentencePiece model (source.spm, target.spm, vocab.json), as
     Helsinki-NLP's folders hold it: languages read, pieces shown with ## and joined back into

@@ -212,6 +212,7 @@ def forced_pass(hm: TranslationModel, src: torch.Tensor, decoder_inputs: torch.T
         attention_mask=torch.ones_like(src),
         decoder_input_ids=decoder_inputs,
         output_attentions=True,
+        use_cache=False,  # one pass: no cache to build (a quarter of a tiny model's pass)
         return_dict=True,
     )
     maps = AttentionMaps(

@@ -373,7 +373,9 @@ class PromptedModel(OneAttention, HFBase, TranslationModel):
     def sequence_patterns(self, ids) -> torch.Tensor:
         x = torch.tensor([list(ids)], device=self.device)  # (1, N)
         with self.evaluating():
-            weights = self.model(input_ids=x, output_attentions=True, logits_to_keep=1).attentions
+            weights = self.model(
+                input_ids=x, output_attentions=True, logits_to_keep=1, use_cache=False
+            ).attentions  # one pass: no cache to build
         return torch.stack(weights)[:, 0]  # (L, H, N, N)
 
     def start_ids(self) -> list[int]:
