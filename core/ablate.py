@@ -37,6 +37,7 @@ from core.command_line import (
     decode_settings,
     run_command,
     terminal_progress,
+    usable_target_lang,
 )
 from core.corpus.source import DataError
 from core.model import parts
@@ -57,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--data", default=None, help="corpus path or 'fra-eng' (default: the checkpoint's own data)"
     )
     sentences = InRange(int, *SAMPLE_SIZES)
-    p.add_argument("--sentences", type=sentences, default=SENTENCES, help="the first N validation")
+    first = "the first N validation sentences (default: %(default)s)"
+    p.add_argument("--sentences", type=sentences, default=SENTENCES, help=first)
     p.add_argument("--refresh", action="store_true", help="recompute, ignoring a cached result")
     precision = "a Hugging Face model's passes (auto: bfloat16 where the CPU runs it natively)"
     p.add_argument("--precision", choices=PRECISIONS, default="auto", help=precision)
@@ -83,7 +85,7 @@ def run(args: argparse.Namespace) -> list[str]:
         raise CommandError(str(e)) from e
     lm = open_model(args.checkpoint, device, hub=True, prompt=args.prompt, section="ablation")
     if args.heads.strip():
-        settings = decode_settings(args, parts.GREEDY)  # the page's, its prompt too
+        settings = decode_settings(args, parts.GREEDY, lm)  # the page's, its prompt too
         try:  # HeadSpecError and TranslationError are ValueErrors
             rows = heads_removed(lm, args.heads, args.sentence, args.sequence, settings)
         except ValueError as e:
@@ -99,7 +101,7 @@ def run(args: argparse.Namespace) -> list[str]:
         args.data,
         terminal_progress(),
         args.refresh,
-        args.target_lang or None,
+        usable_target_lang(args.target_lang, lm),
         args.precision,
     )
     return [json.dumps(row) for row in result.json_rows()]

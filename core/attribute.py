@@ -8,9 +8,8 @@
 
 CK: a studio checkpoint or a Hugging Face model folder (a hub id when online). The first form
 prints one JSON object (tokens, ``contributions`` rows summing to 1, ``source_share``, ``raw``,
-``step_scores``); the second one JSON line per line of a file (``source[TAB target[TAB
-contrast[TAB contrast source]]]``), resumable; the third one per method and the random
-baseline. Fields: docs/analysis.md ("Attribution").
+``step_scores``); the second a JSON line per line of a file (``source[TAB target[TAB contrast[TAB
+contrast source]]]``), resumable; the third one per method and the random baseline.
 """
 
 from __future__ import annotations
@@ -19,8 +18,9 @@ import argparse
 import json
 import sys
 
+from core import command_line as cli
+from core.attribution import explain as ex  # the sentence's flags, choices' checks, its JSON
 from core.attribution.contrast import contrast_problem
-from core.attribution.explain import add_sentence_flags, sentence_flag_problem, sentence_json
 from core.attribution.faithfulness import DEFAULT_METHODS, SAMPLE_SIZES, SENTENCES, faithfulness_for
 from core.attribution.file_mode import FileModeError, attribute_file, out_problem
 from core.attribution.gradients import add_choice_flags, choices_from
@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The command's flags."""
     p = CommandParser(description="Token attribution of a translation, as JSON.")
     p.add_argument("--checkpoint", required=True)
-    p.add_argument("--method", action="append", help=f"one of {', '.join(METHODS)}")
+    methods = f"one of {', '.join(METHODS)} (default: alti; grad-input with --contrast)"
+    p.add_argument("--method", action="append", help=methods)
     p.add_argument("--beam", type=InRange(int, *BEAM_SIZES), default=1, help="beam size")
     p.add_argument("--layer", type=InRange.index(), help="attention method: decoder layer")
     p.add_argument("--head", type=InRange.index(MEAN), default=MEAN, help="attention: or 'mean'")
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="", help="explain this translation, not the model's own")
     p.add_argument("--contrast", default="", help="why the translation rather than this one")
     p.add_argument("--contrast-alignment", default="", help="steps compared, t-j pairs: 3-3,4-5")
-    add_sentence_flags(p)  # --source-spans --target-spans --contrast-source
+    ex.add_sentence_flags(p)  # --source-spans --target-spans --contrast-source
     p.add_argument("--input", default="", help="explain every line of this file (TSV)")
     p.add_argument("--out", default="", help="with --input: the JSON-lines file, resumable")
     add_choice_flags(p)  # gradient methods: --baseline --steps --rule --aggregation ...
@@ -72,7 +73,7 @@ def problem(args) -> str | None:
     if args.faithfulness:
         if args.target or args.contrast:
             return "--target and --contrast explain one sentence: leave out --faithfulness"
-        return sentence_flag_problem(args)  # spans, a contrast source
+        return ex.flags_problem(args, DEFAULT_METHODS)  # spans, a contrast source, choices
     if bool(args.input) != bool(args.out):
         return "--input and --out go together: the pairs file and the results file"
     if not " ".join(args.sentence).strip() and not args.input:
@@ -81,7 +82,7 @@ def problem(args) -> str | None:
         return "give one --method for a sentence"
     if args.target and args.beam != 1:
         return "--target is fed to the decoder instead of a search: leave out --beam"
-    return sentence_flag_problem(args)
+    return ex.flags_problem(args, DEFAULT_METHODS)
 
 
 def run(args) -> list[str]:
@@ -89,7 +90,7 @@ def run(args) -> list[str]:
     if message := problem(args) or (args.input and out_problem(args.input, args.out)):
         raise CommandError(message)  # --out checked before the model loads
     lm = open_model(args.checkpoint, hub=True, section="attribution")
-    target = args.target_lang or None
+    target = cli.usable_target_lang(args.target_lang, lm)
     if args.faithfulness:
         methods = tuple(args.method or DEFAULT_METHODS)
         if args.method and (why := method_problem(lm, args.method[0])):
@@ -99,14 +100,14 @@ def run(args) -> list[str]:
         result = faithfulness_for(lm, model_path(args.checkpoint), *asked)
         return [json.dumps(r) for r in result.lines()]
     settings = DecodeSettings(beam_size=args.beam, target_lang=args.target_lang)
-    method = (args.method or ["grad-input" if args.contrast.strip() else "alti"])[0]
+    method = ex.flag_methods(args, DEFAULT_METHODS)[0]
     if args.input:  # a summary line; the records go to --out
         asked = (method, settings, choices_from(args), terminal_progress())
         return [json.dumps(attribute_file(lm, args.input, args.out, *asked))]
     t = translate_sentence(lm, " ".join(args.sentence), settings, args.target)
     asked = (args.contrast, args.contrast_alignment), args.words, choices_from(args)
     asked = (*asked, args.contrast_source, (args.source_spans, args.target_spans))
-    out = sentence_json(lm, t, method, args.layer, args.head, *asked)
+    out = ex.sentence_json(lm, t, method, args.layer, args.head, *asked)
     return [json.dumps(out, ensure_ascii=False)]
 
 

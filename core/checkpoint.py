@@ -1,7 +1,8 @@
 """``python -m core.checkpoint SRC DST``: write a compact copy of a checkpoint (and its history).
 
 A decoder-only run's checkpoint is copied as its ``save_pretrained`` folder (DST a folder,
-e.g. ``checkpoints/induction-2l.hf``), its history beside it (``induction-2l.history``).
+e.g. ``checkpoints/induction-2l.hf``), its history beside it (``induction-2l.history``). DST
+ends in .pt (.hf for a folder) and replaces only a model the studio wrote (``refusal``).
 
 The library is ``core.model.checkpoints`` (save, load, compact), ``core.runs.history`` and
 ``core.alignment.head_aer.store_in_history`` (every head's validation numbers at each snapshot
@@ -16,16 +17,19 @@ from pathlib import Path
 from core.alignment.head_aer import store_in_history
 from core.command_line import CommandParser, run_command, terminal_progress
 from core.corpus.source import DataError
+from core.model import checkpoints as ckpts
 from core.model.checkpoints import CheckpointError, atomic_save, compact, read_checkpoint
+from core.model.opened import describe_folder
 from core.runs.catalogue import bleu_at
-from core.runs.history import write_history
+from core.runs.history import FORMAT, HistoryFile, history_path, write_history
 
 
 def build_parser() -> argparse.ArgumentParser:
     """SRC, DST, --float32 and --no-history."""
     p = CommandParser(description="Write a compact (float16, no optimiser) copy.")
-    p.add_argument("src")
-    p.add_argument("dst")
+    p.add_argument("src", help="a studio checkpoint (a run's best.pt or last.pt, or a copy)")
+    p.add_argument("dst", help="the copy, new or one the studio wrote: .pt, or .hf (a folder) for "
+                   "a decoder-only or encoder model")  # fmt: skip
     p.add_argument("--float32", action="store_true", help="keep float32 weights")
     p.add_argument(
         "--no-history",
@@ -44,9 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> list[str]:
     """Write the compact copy and, beside it, the run's history up to its step."""
+    meta = read_checkpoint(args.src, mmap=True)
+    if why := refusal(args, ckpts.saved_as_folder(meta)):
+        raise CheckpointError(why)
     out = compact(args.src, args.dst, half=not args.float32)
-    folder = out.is_dir()  # a decoder-only model: its save_pretrained folder
-    step = folder_step(args.src) if folder else own_bleu(Path(args.src).parent, out)
+    folder = out.is_dir()  # a decoder-only model: its save_pretrained folder (no training state)
+    step = (meta.get("state") or {}).get("step") if folder else own_bleu(Path(args.src).parent, out)
     size = sum(f.stat().st_size for f in out.iterdir()) if folder else out.stat().st_size
     lines = [f"wrote {out} ({size / 1e6:.1f} MB)"]
     if args.no_history:
@@ -62,6 +69,35 @@ def run(args: argparse.Namespace) -> list[str]:
     return lines
 
 
+def refusal(args: argparse.Namespace, folder: bool) -> str | None:
+    """Why DST cannot be written, in one line (None if it can): not named .pt (.hf when SRC is
+    copied as a ``folder``), SRC itself, or there (or its .history) and not the studio's."""
+    src, dst = Path(args.src), Path(args.dst)
+    if dst.suffix != (suffix := ".hf" if folder else ".pt"):
+        kind = "its model folder" if folder else "one file"
+        return f"{dst}: the copy's name ends in {suffix} (this model is copied as {kind})"
+    if dst.exists() and dst.resolve() == src.resolve():
+        return f"{dst} is SRC: name another file for the copy"
+    if dst.exists() and not studio_wrote(dst, folder):
+        return f"{dst} is there and is not a model the studio wrote: it is left as it is"
+    history = history_path(dst)
+    if history.exists() and HistoryFile(history).section("format") != FORMAT:
+        why = "is there and is not a history the studio wrote: it is left as it is"
+        return None if args.no_history else f"{history} {why} (or pass --no-history)"
+    return None
+
+
+def studio_wrote(path: Path, folder: bool) -> bool:
+    """Whether ``path`` is a model the studio wrote: a checkpoint that reads as one, or (with
+    ``folder``) a model folder that records a task it was trained on here."""
+    try:
+        if folder:
+            return path.is_dir() and bool(describe_folder(path)["task"])
+        return path.is_file() and bool(read_checkpoint(path, mmap=True))
+    except Exception:  # noqa: BLE001 - a file or folder the door cannot read is not ours
+        return False
+
+
 def own_bleu(run_dir: Path, out: Path) -> int | None:
     """Record in the copy the validation BLEU at its own step, read from the run's metrics
     (a run's last.pt: its state's best_bleu is the run's best so far, not its own); the
@@ -73,11 +109,6 @@ def own_bleu(run_dir: Path, out: Path) -> int | None:
         ckpt["val_bleu"] = bleu
         atomic_save(ckpt, out)
     return step
-
-
-def folder_step(src) -> int | None:
-    """The step of a decoder-only run's checkpoint (its folder holds no training state)."""
-    return (read_checkpoint(src).get("state") or {}).get("step")
 
 
 def main(argv=None) -> int:

@@ -147,9 +147,13 @@ def add_decode_flags(parser: argparse.ArgumentParser, defaults, ranges: tuple) -
     )
 
 
-def decode_settings(args: argparse.Namespace, defaults):
+def decode_settings(args: argparse.Namespace, defaults, model):
     """``defaults`` (a DecodeSettings) with the values of ``add_decode_flags``'s flags, and of
-    ``--prompt`` where the command has one: the settings a page builds from the same values."""
+    ``--prompt`` where the command has one: the settings a page builds from the same values.
+    A ``--target-lang`` the open ``model`` cannot use is a CommandError (``usable_target_lang``;
+    ``model`` None: the flags read before a model is open, nothing checked)."""
+    if model is not None:
+        usable_target_lang(args.target_lang, model)
     return replace(
         defaults,
         beam_size=args.beam,
@@ -158,6 +162,31 @@ def decode_settings(args: argparse.Namespace, defaults):
         target_lang=args.target_lang,
         prompt=getattr(args, "prompt", defaults.prompt),
     )
+
+
+def usable_target_lang(code: str, model) -> str | None:
+    """A ``--target-lang`` as the library takes it (None: none given); CommandError when
+    ``model`` cannot write in that language (``target_lang_problem``)."""
+    if problem := target_lang_problem(code, model):
+        raise CommandError(problem)
+    return code or None
+
+
+def target_lang_problem(code: str, model) -> str | None:
+    """Why ``model`` cannot write in language ``code`` (a ``--target-lang``), in one line; None
+    when it can or no code is given. A model of one target language takes none: the page shows
+    it no Target language box (and drops a link's with a note), so no command it prints has
+    the flag."""
+    codes = model.language_codes()
+    if not code or code in codes:
+        return None
+    if not codes:
+        return (
+            f"--target-lang {code}: this model writes one language and takes no target "
+            "language code; leave --target-lang out"
+        )
+    shown = ", ".join(codes[:20]) + (", ..." if len(codes) > 20 else "")
+    return f"--target-lang {code} is not one of this model's language codes: {shown}"
 
 
 def decode_flag_words(settings, defaults) -> str:

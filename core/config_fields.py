@@ -37,3 +37,15 @@ def too_large(config, limits: dict[str, float]) -> list[str]:
         for name, limit in limits.items()
         if getattr(config, name) > limit
     ]
+
+
+def flag_help(comment: str, default, most=None, choices: tuple = (), preset: str = "") -> str:
+    """A setting flag's help: the field's comment, its default (``preset``'s, when named), and
+    the values it takes: one of ``choices``, or at most ``most`` (the limit ``too_large``
+    checks); %-escaped for argparse."""
+    shown = "; ".join(map(str, default)) if isinstance(default, list) else default
+    allowed = f"one of {', '.join(map(str, choices))}" if choices else ""
+    if most is not None and not choices:
+        allowed = f"at most {most:,}"
+    words = [comment, f"default: {shown}" + (f" ({preset} preset)" if preset else ""), allowed]
+    return "; ".join(w for w in words if w).replace("%", "%%")

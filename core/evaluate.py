@@ -13,8 +13,14 @@ import json
 import sys
 from pathlib import Path
 
-from core.command_line import CommandParser, InRange, add_prompt_flag, run_command
-from core.corpus.source import MAX_PAIRS, DataError
+from core.command_line import (
+    CommandParser,
+    InRange,
+    add_prompt_flag,
+    run_command,
+    usable_target_lang,
+)
+from core.corpus.source import MAX_PAIRS, DataError, named_source
 from core.corpus.splits import load_splits
 from core.model.checkpoints import CheckpointError, data_config_of
 from core.model.opened import open_model
@@ -39,9 +45,9 @@ def run(args: argparse.Namespace) -> list[str]:
     """BLEU, loss and speed of the checkpoint on the split, as one JSON object."""
     lm = open_model(args.checkpoint, hub=True, prompt=args.prompt, section="evaluate")
     cfg = data_config_of(lm.meta)  # the default settings for a model not trained here
-    if args.data:
-        cfg.source = args.data
-    elif cfg.source != "fra-eng" and not Path(cfg.source).is_file():
+    recorded = lm.meta.get("data_config") or {}
+    cfg.source = args.data or named_source(cfg.source, recorded.get("source_sha1"))
+    if not args.data and cfg.source != "fra-eng" and not Path(cfg.source).is_file():
         raise DataError(
             f"This checkpoint was trained on {cfg.source}, which is not here: "
             "pass its path with --data."
@@ -49,7 +55,7 @@ def run(args: argparse.Namespace) -> list[str]:
     split = getattr(load_splits(cfg), args.split)
     if not split.pairs:
         raise DataError(f"The {args.split} split of {cfg.source} is empty.")
-    result = lm.evaluate(split, args.max_sentences, args.target_lang or None)
+    result = lm.evaluate(split, args.max_sentences, usable_target_lang(args.target_lang, lm))
     return [json.dumps({"checkpoint": args.checkpoint, "split": args.split, **result}, indent=2)]
 
 

@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--limit-mb",
         type=InRange(float, 0, MOST_MB, above=True),
         default=TENSORBOARD_BYTES / MB,
-        help="the events file's largest size in MB (summaries past it are left out)",
+        help="the events file's largest size in MB (default: %(default)g; summaries past it are "
+        "left out)",
     )
     return p
 

@@ -76,7 +76,7 @@ def problem(args) -> str | None:
     """What is wrong with the flags, in one line (None if nothing)."""
     if not args.head_stats:
         given = [f"--{k}" for k, v in SENTENCE_FLAGS.items() if getattr(args, k) != v]
-        if replace(decode_settings(args, GREEDY), prompt=GREEDY.prompt) != GREEDY:
+        if replace(decode_settings(args, GREEDY, None), prompt=GREEDY.prompt) != GREEDY:
             given.append("--beam, --alpha, --max-len, --target-lang")  # its decoding
         return f"{given[0]}: only with --head-stats" if given else None
     if (args.length, args.sequences, args.seed) != (None, hd.SEQUENCES, hd.SEED):
@@ -101,7 +101,7 @@ def head_stats_lines(args) -> list[str]:
     lm = open_model(args.checkpoint, hub=True, prompt=args.prompt, section="maps")
     if args.target and (why := lm.supports("force")):
         raise CommandError(why)
-    settings = decode_settings(args, GREEDY)  # as the page builds them, --prompt included
+    settings = decode_settings(args, GREEDY, lm)  # as the page builds them, --prompt included
     read = ("", args.sentence) if lm.supports("sentence") else (args.sentence, args.target)
     t = translate_sentence(lm, read[0], settings, read[1])  # the page's reading of each model
     print("".join(terminal_safe(f"warning: {w}\n") for w in t.warnings), end="", file=sys.stderr)

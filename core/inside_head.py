@@ -63,8 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layer", type=InRange.index(), default=0, help="layer, counted from 0")
     p.add_argument("--head", type=InRange.index(), default=0, help="head, counted from 0")
     p.add_argument("--query", type=InRange.index(), default=0, help="query token's position")
-    p.add_argument("--logit-lens", action="store_true", help="the decoder's logit lens instead")
-    p.add_argument("--head-roles", action="store_true", help="every head's roles, by attention")
+    view = p.add_mutually_exclusive_group()  # one view: one head's q·k (by default) or these
+    view.add_argument("--logit-lens", action="store_true", help="the decoder's logit lens instead")
+    view.add_argument("--head-roles", action="store_true", help="every head's roles, by attention")
     top = InRange(int, 1, MAX_TOP)
     p.add_argument("--top", type=top, default=TOP_K, help="logit lens: words kept per cell")
     add_decode_flags(p, GREEDY, (BEAM_SIZES, ALPHAS, MAX_LENS))
@@ -92,7 +93,7 @@ def run(args) -> list[str]:
     if message := problem(args):
         raise CommandError(message)
     lm = open_model(args.checkpoint, hub=True, prompt=args.prompt)
-    t = translate_sentence(lm, args.sentence, decode_settings(args, GREEDY), args.target)
+    t = translate_sentence(lm, args.sentence, decode_settings(args, GREEDY, lm), args.target)
     if args.logit_lens or args.head_roles:
         rows = logit_lens(lm, t, args.top).rows() if args.logit_lens else head_roles(lm, t).rows()
         return [json.dumps(row, ensure_ascii=False) for row in rows]

@@ -87,7 +87,7 @@ def run(args) -> list[str]:
         raise CommandError("--wrong needs --answer: the logit difference of two words")
     m = open_model(args.checkpoint, hub=True, prompt=args.prompt, section="logit_attribution")
     forced = args.target if args.prefix is None else args.prefix
-    t = translate_sentence(m, args.source, decode_settings(args, GREEDY), forced)
+    t = translate_sentence(m, args.source, decode_settings(args, GREEDY, m), forced)
     step = args.step
     if args.prefix is not None and not args.prefix.strip() and step is None:
         step = 0  # an empty prefix: the first step, nothing before it

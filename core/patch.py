@@ -38,6 +38,7 @@ import argparse
 import json
 import sys
 
+from core import command_line as cli
 from core.attention.attribution_patching import attribution_patch
 from core.attention.patch_methods import METHODS
 from core.attention.patching import DEFAULT_SELECTION, DIRECTIONS, SELECTIONS, patch
@@ -71,9 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "gradient's estimate of every patch at once, beside real patching; path: "
                    "each head through --receivers")  # fmt: skip
     p.add_argument("--estimate-only", action="store_true", help="attribution without real patching")
-    p.add_argument(
-        "--receivers", default=None, help=f"path patching: logits, or heads {HEAD_FORMAT}"
-    )
+    p.add_argument("--receivers", default=None,
+                   help=f"path patching: logits, or heads {HEAD_FORMAT}")  # fmt: skip
     p.add_argument("--sender", default=None, help="path patching: one sender head (default: all)")
     p.add_argument("--freeze-mlps", action="store_true", help="path patching: freeze the MLPs too")
     add_prompt_flag(p)
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> list[str]:
     lm = open_model(args.checkpoint, hub=True, prompt=args.prompt, section="patch")
     answers = tuple(args.answers) if args.answers else None
     asked = {"direction": args.direction, "prefix": args.prefix, "answers": answers,
-             "target_lang": args.target_lang or None}  # fmt: skip
+             "target_lang": cli.usable_target_lang(args.target_lang, lm)}  # fmt: skip
     if args.receivers is None and (
         args.sender is not None or args.method == "path" or args.freeze_mlps
     ):

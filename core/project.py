@@ -40,6 +40,7 @@ from core.command_line import (
     add_prompt_flag,
     run_command,
     terminal_progress,
+    usable_target_lang,
 )
 from core.corpus.source import DataError
 from core.model.checkpoints import CheckpointError
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> list[str]:
         args.dims,
         args.sentences,
         args.data,
-        args.target_lang or None,
+        usable_target_lang(args.target_lang, lm),
         terminal_progress(),
         name=args.checkpoint,
         reads=args.decoder_reads,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from core.command_line import CommandError, CommandParser, run_command
 from core.places import RUNS_ENV
-from core.runs.status import list_runs
+from core.runs.status import FINAL_STATES, LIVE_STATES, list_runs
 from core.runs.table import filter_rows, run_rows
 
 
@@ -35,7 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", help=f"runs directory (default: ${RUNS_ENV} or runs/)")
     p.add_argument("--search", default="", help="text in the run id, name, note or tags")
     p.add_argument(
-        "--state", action="append", default=[], help="keep runs in this state (repeatable)"
+        "--state",
+        action="append",
+        default=[],
+        choices=(*LIVE_STATES, *FINAL_STATES, "unknown"),  # as the Train page's state filter
+        help="keep runs in this state (repeatable; default: every state)",
     )
     p.add_argument(
         "--tag", action="append", default=[], help="keep runs with this tag (repeatable)"

@@ -25,7 +25,9 @@ SENTENCE_HELP = (
 PAGE_FLAGS = {  # the Translate page's figures, as JSON lines (core.model.checked_translation)
     "--json": dict(action="store_true", help="per sentence: text, log_prob, steps, top candidates"),
     "--target": dict(metavar="TEXT", help="rate TEXT as a translation of the one sentence"),
-    "--d2l-check": dict(action="store_true", help="the d2l chapter's check: BLEU and rows"),
+    "--d2l-check": dict(
+        action="store_true", help="the d2l chapter's check, in the model's direction: BLEU and rows"
+    ),
 }
 
 
@@ -62,9 +64,13 @@ def sentences_of(words: list[str]) -> list[str]:
 
 def lines_of(args: argparse.Namespace) -> list[str]:
     """The sentences to translate (--input's lines, or the command line's); CommandError when
-    the flags ask for none, or for ones --target or --d2l-check do not take."""
+    the flags ask for none (a blank sentence too, but beside --target: a token-sequence
+    model's), or for ones --target or --d2l-check do not take."""
     if args.d2l_check == bool(args.input or args.sentence):
         raise cli.CommandError("give a sentence or --input FILE, or --d2l-check alone")
+    blank = not any(map(str.strip, sentences_of(args.sentence)))  # --target's model may read ''
+    if args.sentence and blank and not args.input and args.target is None:
+        raise cli.CommandError("the sentence is empty: give one to translate, or --input FILE")
     one = not args.input and len(sentences_of(args.sentence)) == 1
     if args.target is not None and not (one and args.target.strip()):
         raise cli.CommandError("--target rates a translation (not blank) of exactly one sentence")
@@ -81,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     lines = lines_of(args)
     lm = open_model(args.checkpoint, hub=True, prompt=args.prompt)
     heads = heads_of(args.ablate, lm.cfg, lm.head_kinds)
-    settings = cli.decode_settings(args, GREEDY)  # the page's, its prompt too
+    settings = cli.decode_settings(args, GREEDY, lm)  # the page's, its prompt too
     if args.d2l_check and (problem := lm.supports("d2l")):
         raise cli.CommandError(problem)
     with ablated(lm, heads):

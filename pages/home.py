@@ -22,12 +22,34 @@ def show_models() -> None:
     if not entries:
         st.info("No models yet. Train a run, then use “Save as a model” on the Train page.")
         return
+    frame = models.models_frame(entries)
     st.dataframe(
-        spreadsheet_safe(models.models_frame(entries)),
+        spreadsheet_safe(frame),
         hide_index=True,
         placeholder="—",
-        column_config={"val BLEU": st.column_config.NumberColumn(format="%.2f")},
+        column_config=models_columns(list(frame.columns)),
     )
+
+
+MODELS_PX = 800  # the Models table's width in pixels: inside Home's column at a 1280 px window
+FIXED_PX = {"model": 250, "origin": 130, "val BLEU": 70, "step": 60}  # fit their contents
+WORDY = (  # the help of a column whose long cells end in "…"
+    "A long entry ends in “…”: the line under the model picker on Translate and Attention "
+    "shows it whole."
+)
+
+
+def models_columns(columns: list[str]) -> dict:
+    """The Models table's columns, sized to fit MODELS_PX (a table cut at the right hid its
+    last columns at 1280 px): the short ones to their contents, the wordy ones (size, data,
+    problem) sharing what is left, their long cells ending in "…"."""
+    wordy = [c for c in columns if c not in FIXED_PX]
+    left = MODELS_PX - sum(FIXED_PX[c] for c in columns if c in FIXED_PX)
+    share = left // max(1, len(wordy))
+    config = {c: st.column_config.Column(width=FIXED_PX[c]) for c in columns if c in FIXED_PX}
+    config["val BLEU"] = st.column_config.NumberColumn(format="%.2f", width=FIXED_PX["val BLEU"])
+    config |= {c: st.column_config.TextColumn(width=share, help=WORDY) for c in wordy}
+    return config
 
 
 def show_runs() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import streamlit as st
 
 from core.command_line import shell_word
-from core.corpus.text import D2L_TEST_PAIRS
 from core.model import d2l_check
 from core.model.checked_translation import (
     first_choices,
@@ -228,12 +227,19 @@ def sequence_of(lm: TranslationModel, entry: ModelEntry, state: ViewState, no_se
 
 
 def d2l_section(lm: TranslationModel, entry: ModelEntry, settings: DecodeSettings) -> None:
-    """One click: the d2l chapter's four sentences with BLEU against the book's references."""
+    """One click: the d2l chapter's four sentences, in the model's direction, with BLEU
+    against the other side of the book's pairs."""
     st.subheader("The d2l.ai chapter's check")
+    sources = ", ".join(f"“{s}”" for s, _ in d2l_check.d2l_pairs(lm))
     st.caption(
-        "Translates "
-        + ", ".join(f"“{s}”" for s, _ in D2L_TEST_PAIRS)
-        + " and scores them against the book's references."
+        md(
+            f"Runs {d2l_check.d2l_direction(lm)}: translates {sources} and scores them against "
+            + (
+                "the book's English sentences (its pairs reversed)."
+                if d2l_check.reversed_direction(lm)
+                else "the book's references."
+            )
+        )
     )
     key = (entry.key, entry.mtime, settings)
     if st.button("Run the d2l check", key="tr_d2l"):
@@ -241,7 +247,8 @@ def d2l_section(lm: TranslationModel, entry: ModelEntry, settings: DecodeSetting
     saved = st.session_state.get("d2l")
     if saved and saved[0] == key:
         check = saved[1]
-        st.metric("Corpus BLEU (sacreBLEU)", f"{check.bleu:.1f}")
+        grams = "" if check.order == 4 else f", up to {check.order}-grams"
+        st.metric(f"Corpus BLEU (sacreBLEU{grams})", f"{check.bleu:.1f}")
         st.dataframe(
             spreadsheet_safe(check.rows),
             hide_index=True,

@@ -425,3 +425,10 @@ def test_head_importance_says_why_it_has_more_pairs_than_sentences():
     assert "several references" in words and "BLEU" in words
     one_each = baseline_words(hi.HeadImportance(31.2, 1.234, 10, 10, [], []))
     assert "pairs" not in one_each and "several" not in one_each
+
+
+def test_the_help_names_the_sentences_default():
+    from core.attention.importance import SENTENCES
+
+    helped = " ".join(ablate_cmd.build_parser().format_help().split())
+    assert f"the first N validation sentences (default: {SENTENCES})" in helped

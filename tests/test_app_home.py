@@ -56,3 +56,24 @@ def test_run_names_show_in_the_runs_tables(jobs_env, make_run):
     assert_clean(at)
     table = next(d.value for d in at.dataframe if "name" in d.value.columns)
     assert "my first" in list(table["name"])
+
+
+HOME_PX_AT_1280 = 810  # Home's column is 820 px wide in a 1280 px window (sidebar open)
+
+
+def test_the_models_table_fits_home_at_1280_px(jobs_env, make_run):
+    """At 1280 px the Models table was cut at the right (the browser layout check's "table
+    cut": its size column ended "· rope", "(2 ke…"): every column now has a width, and
+    together they fit Home's column at that window width, with a "problem" column too."""
+    make_run(runs_root(), "20260101-000000-d2l", {"state": "finished"}, checkpoint=True)
+    promote("20260101-000000-d2l", "best", "fr-demo")
+    (checkpoints_root() / "broken.pt").write_bytes(b"junk")  # it adds the "problem" column
+    at = run_app()
+    assert_clean(at)
+    (table,) = [d for d in at.dataframe if "model" in d.value.columns]
+    assert "problem" in table.value.columns, list(table.value.columns)
+    config = json.loads(table.proto.columns)
+    widths = [config.get(c, {}).get("width") for c in table.value.columns]
+    assert all(isinstance(w, int) for w in widths), dict(zip(table.value.columns, widths))
+    assert sum(widths) <= HOME_PX_AT_1280
+    assert config["val BLEU"]["type_config"]["format"] == "%.2f"

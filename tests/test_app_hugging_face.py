@@ -13,7 +13,7 @@ from core.attention.ablation import HeadSpec, ablated
 from core.model.capabilities import NO_HISTORY, replay_problem
 from core.model.parts import DecodeSettings
 from pages.ui.attention.sections import SECTION_KEYS
-from tests.helpers import assert_clean, plain, run_page_script
+from tests.helpers import assert_clean, fra_eng_like, plain, run_page_script
 
 
 @pytest.fixture
@@ -55,8 +55,12 @@ def test_a_multilingual_model_offers_its_target_languages(hf_dirs):
 
 
 @pytest.mark.parametrize("section", SECTION_KEYS)
-def test_every_attention_section_shows_the_model_or_says_why_not(hf_dirs, hf_loaded, section):
+def test_every_attention_section_shows_the_model_or_says_why_not(
+    hf_dirs, hf_loaded, section, monkeypatch, tmp_path
+):
     query = {"model": "checkpoints/marian/", "sentence": "the boy is tall .", "section": section}
+    if section == "attribution":  # faithfulness's sample: fra-eng (a stand-in with its words)
+        monkeypatch.setenv("FRA_ENG_ZIP", str(fra_eng_like(tmp_path)))
     if section == "patch":  # the tiny model writes the same words for both: answers given
         query |= {"corrupt": "the girl is tall .", "patch_ask": "1"}
         query |= {"patch_answer": "garçon", "patch_wrong": "fille"}
@@ -95,7 +99,10 @@ def test_every_attention_section_shows_the_model_or_says_why_not(hf_dirs, hf_loa
         assert section == "playback" or "3:tall" in drawn  # the source on the cross map
 
 
-def test_removing_heads_changes_the_hugging_face_translation(hf_dirs, hf_loaded):
+def test_removing_heads_changes_the_hugging_face_translation(
+    hf_dirs, hf_loaded, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("FRA_ENG_ZIP", str(fra_eng_like(tmp_path)))  # head importance's sample
     sentence = "the boy is tall ."
     query = {"model": "checkpoints/marian/", "sentence": sentence, "section": "ablation"}
     at = run_page_script("attention.py", query)

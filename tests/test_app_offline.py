@@ -62,6 +62,8 @@ def test_a_page_s_reason_names_no_flag_and_ends_once(monkeypatch, tmp_path):
     examples, reason = validation_examples(meta)
     assert examples == [] and "--data" not in reason and not reason.endswith(".")
     assert "whoever runs the server" in reason
+    assert not reason.startswith("The validation sentences")  # the page says "No validation
+    # sentences to offer: " before it ("…: The validation sentences cannot be rebuilt: …")
 
 
 def test_the_trainers_log_line_reads_as_words_not_a_python_dict():
@@ -78,24 +80,45 @@ def test_the_trainers_log_line_reads_as_words_not_a_python_dict():
 
 
 @pytest.mark.parametrize(
-    "section, what",
+    "section, what, controls",
     [
-        ("project", "The tokens cannot be placed for this model here"),
-        ("attribution", "Faithfulness cannot be measured for this model here"),
+        (
+            "project",
+            "The tokens cannot be placed for this model here",
+            ["Side", "Layer", "Method", "Dimensions", "Colour by", "Sentences"],
+        ),
+        (
+            "attribution",
+            "Faithfulness cannot be measured for this model here",
+            ["Validation sentences", "Include integrated gradients and GradientSHAP"],
+        ),
+        (
+            "ablation",
+            "Head importance cannot be computed for this model here",
+            ["Validation sentences", "Compute head importance"],
+        ),
     ],
 )
-def test_a_section_without_the_corpus_says_so_in_the_pages_words(
-    no_fra_eng, shipped_model_dirs, monkeypatch, tmp_path, section, what
+def test_a_section_without_the_corpus_says_so_calmly_before_its_controls(
+    no_fra_eng, shipped_model_dirs, monkeypatch, tmp_path, section, what, controls
 ):
     """ "Where tokens live" showed the command line's remedy ("pass the corpus with --data")
-    to a browser user; each section needing the corpus now says what it cannot do, and the
-    library's words sit under "Details" for whoever runs the server."""
+    to a browser user; then, offline or on a fresh install, it and Faithfulness showed a red
+    error under menus that could not work, and Remove heads offered "Compute head
+    importance", erring only once clicked. Each section needing the corpus now says calmly,
+    before any of its controls, what it cannot do and how the corpus is had; the library's
+    words sit under "Details" for whoever runs the server."""
     from tests.helpers import run_page_script
 
     monkeypatch.setenv("ATTENTION_STUDIO_DATA", str(tmp_path / "data"))
     at = run_page_script("attention.py", {"section": section, "attr_mode": "faithfulness"})
     assert_clean(at)
-    errors = [plain(e.value) for e in at.error]
-    assert any(e.startswith(what) and "not on this server" in e for e in errors), errors
-    assert not any("--data" in e for e in errors)
+    infos = [plain(i.value) for i in at.info]
+    assert any(i.startswith(what) and "not on this server" in i for i in infos), infos
+    assert any("FRA_ENG_ZIP" in i and "data folder" in i for i in infos), infos
+    assert not [e for e in at.error if "corpus" in e.value or "validation" in e.value]
+    assert not any("--data" in i for i in infos)
     assert any("Details" in x.label for x in at.expander)
+    labels = [w.label for w in (*at.selectbox, *at.number_input, *at.toggle, *at.button)]
+    labels += [w.label for w in at.get("segmented_control")]
+    assert not [c for c in controls if c in labels], labels

@@ -71,6 +71,7 @@ def test_a_sequence_with_a_token_the_model_does_not_know_is_said_in_one_line(stu
     at = attention_page(f"checkpoints/{SHIPPED.name}/", "maps", sentence="t1 t2 hello t1 t2")
     (warning,) = [w for w in at.warning if "vocabulary" in w.value]
     assert plain(warning.value).startswith("1 of the tokens typed is not in this model's")
+    assert plain(warning.value).endswith("Its tokens are t0 … t255.")  # from its vocabulary
 
 
 def metric_labels(at) -> list[str]:
@@ -133,3 +134,45 @@ def test_translate_reads_the_induction_model_s_sequence_as_the_command_prints_it
     assert "--target SEQUENCE ''" in said
     assert translate_cmd.main([*argv[:-1], "hello"]) == 2  # it reads no sentence: said
     assert "no sentence" in capsys.readouterr().err
+
+
+@pytest.fixture
+def with_translator(studio_folders) -> dict:
+    """studio_folders, and the shipped English → French model beside the induction model."""
+    shutil.copy(ROOT / "checkpoints" / "fra-eng-small.pt", studio_folders["checkpoints"])
+    return studio_folders
+
+
+@pytest.mark.parametrize("page, prefix", [("translate.py", "tr"), ("attention.py", "at")])
+def test_switching_from_the_induction_model_shows_the_translator_s_example(
+    with_translator, page, prefix
+):
+    """The induction model's default sequence once stayed in the box after picking a
+    translator ("None of these words is in the model's source vocabulary: t172 t55 …"): it
+    is what the page put there, as an example sentence is, so each model shows its own."""
+    (probe,) = probe_sentences(HISTORY)
+    at = run_page_script(page, {"model": f"checkpoints/{SHIPPED.name}/", "section": "maps"})
+    box = lambda: at.text_input(key=f"{prefix}_sentence")  # noqa: E731
+    assert box().value == probe
+    at.selectbox(key=f"{prefix}_model").set_value("checkpoints/fra-eng-small.pt").run()
+    assert_clean(at)
+    assert box().value == "i'm home ." and box().label == "English sentence"
+    assert not at.error, [plain(e.value) for e in at.error]
+    at.selectbox(key=f"{prefix}_model").set_value(f"checkpoints/{SHIPPED.name}/").run()
+    assert box().value == probe  # back: the default sequence
+    box().set_value("t1 t2 t3 t1 t2 t3").run()
+    at.run()
+    assert box().value == "t1 t2 t3 t1 t2 t3"  # a typed sequence stays typed
+    assert not at.error, [plain(e.value) for e in at.error]
+
+
+@pytest.mark.parametrize("page, prefix", [("translate.py", "tr"), ("attention.py", "at")])
+def test_an_emptied_token_box_says_so_and_stays_empty(studio_folders, page, prefix):
+    """Clearing the box once refilled it with the default sequence, silently; it now says
+    the sequence is empty, as a translator's box says the sentence is, and names the tokens."""
+    at = run_page_script(page, {"model": f"checkpoints/{SHIPPED.name}/", "section": "maps"})
+    at.text_input(key=f"{prefix}_sentence").set_value("").run()
+    assert_clean(at)
+    assert at.text_input(key=f"{prefix}_sentence").value == ""
+    (error,) = [plain(e.value) for e in at.error]
+    assert error == "The token sequence is empty: type a few of its tokens (t0 … t255)."

@@ -433,6 +433,20 @@ def test_launch_shows_live_metrics_and_stops(jobs_env):
     assert "Resume" in [b.label for b in at.button]
 
 
+def test_a_run_that_failed_before_logging_draws_no_charts(jobs_env, make_run):
+    """A run that failed to start (its data not downloadable) drew six empty charts ("no
+    data yet") and a "Pause updates" toggle under its error; its error and log suffice."""
+    message = "fra-eng.zip could not be downloaded: no network"
+    rd = make_run(runs_root(), "no-data", {"state": "failed", "message": message})
+    rd.log.write_text("download failed\n")
+    at = train_page("no-data")
+    assert any("could not be downloaded" in plain(e.value) for e in at.error)
+    assert not at.get("plotly_chart")
+    assert "Pause updates" not in [t.label for t in at.toggle]
+    (log,) = [x for x in at.expander if x.label == "Log (last lines)"]
+    assert "download failed" in log.code[0].value
+
+
 def test_a_diverged_run_says_so(jobs_env, make_run):
     message = "Training diverged at step 7: the loss became NaN. The last finite checkpoint"
     make_run(runs_root(), "nan-run", {"state": "diverged", "message": message}, checkpoint=True)

@@ -11,13 +11,15 @@ from core.places import runs_root
 from core.runs import jobs
 from core.training import settings
 from core.training.circuits import phase_change
-from tests.helpers import assert_clean, plain
+from tests.helpers import assert_clean, fra_eng_like, plain
 from tests.test_app_train import button, train_page
 
 
 @pytest.fixture
-def launched(jobs_env, make_run, monkeypatch) -> list[tuple[str, dict]]:
-    """(preset, settings) of each launch the page asks for (no trainer starts)."""
+def launched(jobs_env, make_run, monkeypatch, tmp_path) -> list[tuple[str, dict]]:
+    """(preset, settings) of each launch the page asks for (no trainer starts; a copy of
+    fra-eng here, so that Launch is on for it offline)."""
+    monkeypatch.setenv("FRA_ENG_ZIP", str(fra_eng_like(tmp_path)))
     asked = []
 
     def start_run(preset, chosen, processes, user=None, alignment=None):

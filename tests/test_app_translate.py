@@ -8,6 +8,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
+from core.corpus.text import D2L_TEST_PAIRS
 from tests.helpers import VAL_DATA, assert_clean, plain, run_page_script
 
 
@@ -273,3 +274,25 @@ def test_a_french_to_english_model_reads_french_and_shows_its_own_example(studio
     at.text_input(key="tr_sentence").set_value("he's calm .").run()
     at.selectbox(key="tr_model").set_value("runs/fr-en/last.pt").run()
     assert at.text_input(key="tr_sentence").value == "he's calm ."  # a typed sentence stays
+
+
+def test_the_d2l_check_of_a_french_to_english_model_runs_french_to_english(
+    studio_dirs, reverse_run
+):
+    """It once fed a fr→en model the book's English sentences and scored against the
+    French; it now runs the pairs reversed, and the caption says which way it runs."""
+    shutil.copytree(reverse_run, studio_dirs["runs"] / "fr-en")
+    at = run_page({"model": "checkpoints/fra-eng-small.pt"})
+    said = next(plain(c.value) for c in at.caption if plain(c.value).startswith("Runs "))
+    assert said.startswith("Runs English → French: translates “go .”")
+    at.selectbox(key="tr_model").set_value("runs/fr-en/last.pt").run()
+    assert_clean(at)
+    said = next(plain(c.value) for c in at.caption if plain(c.value).startswith("Runs "))
+    assert said.startswith("Runs French → English: translates “va !”, “j'ai perdu .”")
+    assert "against the book's English sentences" in said
+    at.button(key="tr_d2l").click().run()
+    assert_clean(at)
+    rows = at.dataframe[-1].value
+    assert list(rows["source"]) == [fr for _, fr in D2L_TEST_PAIRS]
+    assert list(rows["reference"]) == [en for en, _ in D2L_TEST_PAIRS]
+    assert at.metric[0].label == "Corpus BLEU (sacreBLEU, up to 3-grams)"

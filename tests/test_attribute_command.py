@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
+import shlex
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -115,7 +118,7 @@ def test_the_faithfulness_table_gains_a_row_per_chosen_gradient_method(
     assert not plain.cached and len(plain.methods) == 4
     assert fa.lookup_faithfulness(val_checkpoint, lm, 6, methods, choices=unk) is not None
     args = ["--checkpoint", str(val_checkpoint), "--faithfulness", "--sentences", "6"]
-    flags = ["--data", str(TINY), "--method", "grad-input", "--baseline", "unk"]
+    flags = ["--data", str(TINY), "--method", "grad-input"]  # grad-input has no baseline
     assert attribute_cmd.main([*args, *flags, "--aggregation", "l2"]) == 0
     printed = [json.loads(x)["method"] for x in capsys.readouterr().out.splitlines()]
     assert "grad-input" in printed and any(m.startswith("grad-input (") for m in printed)
@@ -197,3 +200,77 @@ def test_a_bpe_model_occludes_whole_words(bpe_run, tmp_path):
     result = fa.faithfulness(lm, sample, ("alti", "grad-input"))
     assert {r["method"] for r in result.methods} == {"alti", "grad-input", "random"}
     assert result.tokens == sum(len(c.out_ids) for c in cases if c.spans)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--function", "kl", "i'm home ."],
+            "kl needs an alternative translation: give --contrast",
+        ),
+        (["--method", "grad-input", "--function", "kl", "i'm home ."], "give --contrast"),
+        (["--faithfulness", "--function", "kl"], "give --contrast"),
+        (["--function", "prob", "i'm home ."], "--function changes only grad-input"),
+        (["--aggregation", "l2", "i'm home ."], "leave it out with alti"),
+        (["--method", "norm", "--normalisation", "none", "i'm home ."], "--normalisation"),
+        (["--method", "grad-input", "--baseline", "unk", "i'm home ."], "--baseline changes"),
+        (["--method", "saliency", "--steps", "16", "i'm home ."], "--steps changes only"),
+        (["--method", "deeplift", "--steps", "16", "i'm home ."], "--steps changes only"),
+        (["--method", "gradient-shap", "--rule", "riemann_left", "i'm home ."], "--rule"),
+        (["--method", "alti", "--samples", "4", "i'm home ."], "--samples changes only"),
+        (["--method", "integrated-gradients", "--samples", "4", "x ."], "uniform, expected"),
+        (["--method", "deeplift", "--keep-specials", "x ."], "--keep-specials changes only"),
+        (["--faithfulness", "--method", "rollout", "--baseline", "unk"], "with rollout"),
+        (["--faithfulness", "--steps", "8"], "--steps changes only"),  # its default methods
+    ],
+)
+def test_a_choice_no_method_asked_reads_is_refused(val_checkpoint, capsys, args, message):
+    """--function kl needs a contrast, and a gradient choice given to a method that does
+    not read it is refused in one line, not silently dropped."""
+    assert attribute_cmd.main(["--checkpoint", str(val_checkpoint), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--method", "alti", "--baseline", "zero", "--steps", "32", "--function", "log-prob"],
+        ["--method", "integrated-gradients", "--baseline", "uniform", "--samples", "4"],
+        ["--method", "gradient-shap", "--baseline", "unk", "--keep-specials", "--steps", "8"],
+        ["--method", "occlusion", "--contrast", "je suis là .", "--function", "kl"],
+        ["--faithfulness", "--baseline", "unk", "--aggregation", "l2"],  # deeplift reads them
+        ["--input", "a.tsv", "--out", "b.jsonl", "--method", "saliency", "--function", "kl"],
+    ],
+)
+def test_choices_a_method_reads_and_defaults_are_taken(args):
+    parsed = attribute_cmd.build_parser().parse_args(["--checkpoint", "x", *args, "x ."])
+    parsed.sentence = [] if parsed.input or parsed.faithfulness else parsed.sentence
+    assert attribute_cmd.problem(parsed) is None
+
+
+def test_the_parser_s_defaults_are_the_default_choices():
+    from core.attribution.gradients import DEFAULT_CHOICES, choices_from
+
+    parsed = attribute_cmd.build_parser().parse_args(["--checkpoint", "x", "x ."])
+    assert choices_from(parsed) == DEFAULT_CHOICES
+
+
+def test_the_documented_examples_pass_the_flag_checks():
+    """Every ``python -m core.attribute`` line of docs/commands.md parses and is not refused."""
+    docs = (Path(__file__).parents[1] / "docs" / "commands.md").read_text(encoding="utf-8")
+    lines = re.findall(r"^python -m core\.attribute (.+)$", docs, re.M)
+    assert len(lines) >= 8
+    for line in lines:
+        parsed = attribute_cmd.build_parser().parse_args(shlex.split(line))
+        assert attribute_cmd.problem(parsed) is None, line
+
+
+def test_the_help_names_the_defaults():
+    helped = " ".join(attribute_cmd.build_parser().format_help().split())
+    assert "(default: alti; grad-input with --contrast)" in helped
+    assert "--baseline BASELINE one of zero, unk, pad, mask, uniform, expected (default: zero)" in (
+        helped
+    )
+    assert "GradientSHAP's samples (default: 32)" in helped and "integration points" in helped

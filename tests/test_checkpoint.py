@@ -80,7 +80,7 @@ def test_a_file_is_named_and_hashed(tmp_path, monkeypatch):
     data = portable_data_config({"source": str(copy), "split": "head"})
     assert data == {"source": "my-pairs.tsv", "split": "head", "source_sha1": sha1_of(TINY)}
     assert portable_data_config({"source": "ignored"}, path=copy)["source_sha1"] == sha1_of(TINY)
-    monkeypatch.setattr("core.model.checkpoints.FRA_ENG_SHA1", sha1_of(TINY))
+    monkeypatch.setattr("core.model.checkpoints.FRA_ENG_SHA1S", (sha1_of(TINY),))
     assert portable_data_config({"source": str(copy)})["source"] == "fra-eng"
     assert portable_data_config({"source": "fra-eng"}, path=copy)["source"] == "fra-eng"
 

@@ -12,8 +12,16 @@ import pytest
 import torch
 
 import core.model.opened
-from core.command_line import CommandParser, InRange
-from core.model.parts import BEAM_SIZES
+from core.command_line import (
+    CommandError,
+    CommandParser,
+    InRange,
+    add_decode_flags,
+    decode_settings,
+)
+from core.model.checked_translation import translate_sentence
+from core.model.parts import ALPHAS, BEAM_SIZES, GREEDY, MAX_LENS
+from tests.helpers import SHIPPED
 from tests.test_architecture import COMMANDS
 
 
@@ -159,3 +167,72 @@ def test_a_share_above_zero(text):
     with pytest.raises(argparse.ArgumentTypeError, match="above 0, at most 1"):
         InRange(float, 0, 1, above=True)(text)
     assert not math.isnan(InRange(float, 0, 1, above=True)("0.5"))
+
+
+@pytest.mark.skipif(not SHIPPED.is_file(), reason="the shipped model is not trained yet")
+def test_a_target_language_the_model_cannot_use_is_refused(hf_models):
+    """Issue 72: ``--target-lang __de__`` on the English->French model was ignored without a
+    word; a model of one language refuses it in one line, a multilingual one takes its own
+    codes (and translates into them) and refuses any other."""
+    parser = CommandParser()
+    add_decode_flags(parser, GREEDY, (BEAM_SIZES, ALPHAS, MAX_LENS))
+    german, unknown = parser.parse_args(["--target-lang", "__de__"]), parser.parse_args([])
+    small = core.model.opened.open_model(str(SHIPPED))
+    with pytest.raises(CommandError, match="^--target-lang __de__: this model writes one lang"):
+        decode_settings(german, GREEDY, small)
+    assert decode_settings(unknown, GREEDY, small) == GREEDY
+    assert decode_settings(unknown, GREEDY, None) == GREEDY
+    m2m = core.model.opened.open_model(str(hf_models["m2m_100"]))
+    settings = decode_settings(german, GREEDY, m2m)
+    assert settings.target_lang == "__de__"
+    assert translate_sentence(m2m, "hello", settings).output_tokens is not None
+    unknown.target_lang = "__xx__"
+    with pytest.raises(CommandError, match="not one of this model's language codes: __de__, __en"):
+        decode_settings(unknown, GREEDY, m2m)
+
+
+TARGET_LANG_COMMANDS = {  # every command taking --target-lang: the rest of a valid call
+    "translate": ["hi"],
+    "attribute": ["hi"],
+    "inside_head": ["--sentence", "hi"],
+    "logit_attribution": ["--source", "hi"],
+    "head_scores": ["--head-stats", "--sentence", "hi", "--kind", "cross"],
+    "ablate": ["--heads", "cross:1:0", "--sentence", "hi"],
+    "patch": ["--clean", "the boy is tall .", "--corrupt", "the girl is tall ."],
+    "evaluate": ["--max-sentences", "2"],
+    "project": ["--sentences", "2"],
+}
+
+
+@pytest.mark.skipif(not SHIPPED.is_file(), reason="the shipped model is not trained yet")
+@pytest.mark.parametrize("name", sorted(TARGET_LANG_COMMANDS))
+def test_every_command_refuses_a_target_language_a_one_language_model_cannot_use(
+    name, tmp_path, monkeypatch, capsys
+):
+    """Each command that takes ``--target-lang`` refuses one the English->French model cannot
+    use, in one line with exit code 2 and nothing printed (it was ignored without a word)."""
+    import importlib
+
+    from tests.helpers import fra_eng_like
+
+    monkeypatch.setenv("FRA_ENG_ZIP", str(fra_eng_like(tmp_path)))  # evaluate, project
+    command = importlib.import_module(f"core.{name}")
+    argv = ["--checkpoint", str(SHIPPED), "--target-lang", "__de__", *TARGET_LANG_COMMANDS[name]]
+    assert command.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "writes one language" in err, err
+
+
+def test_the_target_language_list_names_every_command_that_takes_the_flag():
+    """TARGET_LANG_COMMANDS above holds every command whose --help has --target-lang."""
+    import importlib
+
+    from tests.helpers import ROOT
+
+    taking = set()
+    for path in sorted((ROOT / "core").glob("*.py")):
+        module = importlib.import_module(f"core.{path.stem}")
+        parser = getattr(module, "build_parser", None)
+        if parser is not None and "--target-lang" in parser().format_help():
+            taking.add(path.stem)
+    assert taking == set(TARGET_LANG_COMMANDS)

@@ -212,3 +212,19 @@ def test_the_maps_page_draws_one_roles_map_per_kind_for_the_shipped_translator(
     labels = [kind_labels(k)[0] for k in ROLE_SETS]
     assert len(roles) == 3 and all(label in t for label, t in zip(labels, roles))
     assert all(label in shown for label in labels)  # each map named above it too
+
+
+@pytest.mark.parametrize("shape, every", [((2, 4), True), ((9, 8), False)])
+def test_the_roles_caption_says_which_values_are_written(shape, every):
+    """The caption said "a value is written where it reaches 0.4" of a small grid whose every
+    cell is written."""
+    from core.attention.head_roles import AttentionRoles
+    from core.figures.head_roles import head_roles_figure
+
+    scores = np.linspace(0.0, 0.9, math.prod(shape)).reshape(shape)  # (L, H), some below 0.4
+    fig = head_roles_figure(AttentionRoles("cross", {"first": scores, "last": scores}, 5, 0))
+    said = json.dumps(fig.layout.to_plotly_json(), ensure_ascii=False)
+    cells = [c for row in fig.data[0].text for c in row]
+    assert all(cells) == every and any(cells)  # every cell written, or those from 0.4 on
+    assert ("every value is written in its cell" in said) == every
+    assert (f"a value is written where it reaches {ROLE_SHARE:g}" in said) == (not every)

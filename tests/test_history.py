@@ -121,3 +121,65 @@ def test_a_compact_copy_of_a_run_s_last_model_says_its_own_bleu(tmp_path, tiny_r
     bare = tmp_path / "bare.pt"  # a file outside any run: the state's figure, as before
     assert checkpoint_main([str(out), str(bare), "--no-history"]) == 0
     assert "val_bleu" not in read_checkpoint(bare) or read_checkpoint(bare)["val_bleu"] == own
+
+
+def test_a_copy_never_overwrites_what_the_studio_did_not_write(tmp_path, tiny_run, capsys):
+    """Issue 72: ``core.checkpoint best.pt pairs.tsv`` overwrote the user's data file (and
+    wrote pairs.history). DST ends in .pt and, where it is there, is a studio checkpoint; its
+    .history beside it, where it is there, a studio history."""
+    src = str(tiny_run / "last.pt")
+    data = tmp_path / "pairs.tsv"
+    data.write_text("hello\tbonjour\n")
+    text_pt, foreign = tmp_path / "notes.pt", tmp_path / "fresh.history"
+    text_pt.write_text("my notes\n")
+    foreign.write_text("not a history\n")
+    for dst, said in [
+        (data, "pairs.tsv: the copy's name ends in .pt"),
+        (text_pt, "notes.pt is there and is not a model the studio wrote"),
+        (tmp_path / "fresh.pt", "fresh.history is there and is not a history the studio wrote"),
+    ]:
+        assert checkpoint_main([src, str(dst)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and said in err
+    assert data.read_text() == "hello\tbonjour\n" and text_pt.read_text() == "my notes\n"
+    assert foreign.read_text() == "not a history\n"
+    assert not (tmp_path / "pairs.history").exists() and not (tmp_path / "fresh.pt").exists()
+    assert checkpoint_main([src, str(tmp_path / "fresh.pt"), "--no-history"]) == 0
+    assert foreign.read_text() == "not a history\n"
+    mine = tmp_path / "mine.pt"  # a fresh DST, then the studio's own copy replaced
+    for _ in range(2):
+        assert checkpoint_main([src, str(mine), "--no-trajectories"]) == 0
+        assert history.open_history(history.history_path(mine)).snapshot_steps() != []
+    assert checkpoint_main([str(mine), str(mine), "--no-history"]) == 2
+    assert "mine.pt is SRC" in capsys.readouterr().err
+
+
+def test_a_model_folder_replaces_only_a_folder_the_studio_wrote(
+    tmp_path, tiny_checkpoint, lm_models
+):
+    """A decoder-only run's copy is a folder: DST ends in .hf and, where it is there, is a
+    model folder trained here (no other folder is deleted to make room)."""
+    from core.model.checkpoints import atomic_save, read_checkpoint
+
+    run = tmp_path / "run"
+    ckpt = read_checkpoint(tiny_checkpoint)
+    ckpt["model_config"]["arch"] = "decoder-only"
+    atomic_save(ckpt, run / "best.pt")
+    shutil.copytree(lm_models["gpt2"], run / "best.hf")
+    config = json.loads((run / "best.hf" / "config.json").read_text())
+    config["attention_studio"] = {"task": "translation"}  # as trainee_folder records it
+    (run / "best.hf" / "config.json").write_text(json.dumps(config))
+    src = str(run / "best.pt")
+    theirs, hub = tmp_path / "theirs.hf", tmp_path / "hub.hf"
+    theirs.mkdir()
+    (theirs / "photo.jpg").write_text("keep me")
+    shutil.copytree(lm_models["gpt2"], hub)  # a model folder, but not one trained here
+    for dst in (theirs, hub, tmp_path / "plain", tmp_path / "model.pt"):
+        assert checkpoint_main([src, str(dst), "--no-history"]) == 2
+    assert (theirs / "photo.jpg").read_text() == "keep me"
+    assert "attention_studio" not in (hub / "config.json").read_text()
+    assert not (tmp_path / "plain").exists() and not (tmp_path / "model.pt").exists()
+    ours = tmp_path / "ours.hf"
+    for _ in range(2):  # new, then replaced
+        assert checkpoint_main([src, str(ours), "--no-history"]) == 0
+        assert json.loads((ours / "config.json").read_text()) == config

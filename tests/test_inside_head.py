@@ -210,6 +210,7 @@ def test_the_command_prints_the_logit_lens_one_line_per_step(bpe_run, capsys):
         (["--head", "-1"], "--head: must be a whole number from 0"),
         (["--query", "50"], "Query 50 is outside"),
         (["--logit-lens", "--top", "0"], "--top: must be"),
+        (["--logit-lens", "--head-roles"], "--head-roles: not allowed with argument --logit-lens"),
     ],
 )
 def test_bad_input_is_a_one_line_error_and_exit_2(tiny_checkpoint, capsys, extra, message):

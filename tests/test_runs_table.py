@@ -339,6 +339,19 @@ def test_the_command_prints_the_pages_rows(jobs_env, make_run, tmp_path, capsys,
     assert code == 2 and lines == [] and "not a directory" in err
 
 
+def test_the_command_refuses_a_state_no_run_can_be_in(jobs_env, make_run, capsys):
+    """--state takes the states a run shows (as the Train page's filter): another word is one
+    line and exit 2, never an empty answer that looks like no run matched."""
+    from core.runs.status import FINAL_STATES, LIVE_STATES
+
+    make_trained_run(make_run, "alpha", created=1)
+    code, lines, err = in_process(capsys, "--runs", str(runs_root()), "--state", "bogus")
+    assert code == 2 and lines == [] and len(err.strip().splitlines()) == 1
+    assert "bogus" in err and all(state in err for state in (*LIVE_STATES, *FINAL_STATES))
+    code, lines, _ = in_process(capsys, "--runs", str(runs_root()), "--state", "finished")
+    assert code == 0 and [r["run"] for r in lines] == ["alpha"]
+
+
 def test_damaged_run_files_give_empty_cells_not_errors(tmp_path):
     rd = RunDir(tmp_path)
     rd.metrics.write_bytes(b'{"record": "train", "loss": 1.0}\n\xff\xfe garbage\n')

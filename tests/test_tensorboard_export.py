@@ -149,3 +149,10 @@ def test_the_train_page_offers_the_tensorboard_log(jobs_env, make_run):
     rd.append_metrics({"record": "train", "step": 1, "loss": 2.0})
     at = train_page("done")
     assert "TensorBoard log" in [b.proto.label for b in at.get("download_button")]
+
+
+def test_the_help_names_the_size_limit_s_default():
+    from core.export_tensorboard import build_parser
+
+    helped = " ".join(build_parser().format_help().split())
+    assert "largest size in MB (default: 48;" in helped

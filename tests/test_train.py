@@ -139,6 +139,22 @@ def test_same_seed_same_losses(tmp_path):
     assert train_losses(tmp_path / "c") != a
 
 
+@pytest.mark.parametrize("folder", ["missing", "empty", "only its failed status"])
+def test_resuming_a_run_that_is_not_there_creates_nothing(tmp_path, capsys, folder):
+    """--resume of a mistyped run (no folder, or one holding no run) is one line, exit 2, and
+    leaves no folder, status or lock behind (the runs table would list it as failed)."""
+    out = tmp_path / "typo"
+    if folder != "missing":
+        out.mkdir()
+    if folder == "only its failed status":  # what the trainer used to leave of a typo
+        RunDir(out).write_status(state="failed", message="no settings")
+    before = sorted(p.name for p in out.iterdir()) if out.exists() else None
+    assert train_tiny(out, "--resume") == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "to resume" in err, err
+    assert (sorted(p.name for p in out.iterdir()) if out.exists() else None) == before
+
+
 def test_resume_continues_metrics(tmp_path):
     """A finished run resumed with a higher step limit continues its step count and files."""
     out = tmp_path / "run"
@@ -258,6 +274,78 @@ def test_evaluate_cli_prints_json(tiny_checkpoint, tiny_corpus, capsys):
     capsys.readouterr()
     assert evaluate_main(["--checkpoint", str(tiny_checkpoint)]) == 2  # the file is named only
     assert "trained on tiny.tsv, which is not here" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("sha1", ["d2l's", "repacked", "this machine's copy's", "another file's"])
+def test_evaluate_reads_a_recorded_fra_eng_zip_as_the_fra_eng_corpus(
+    tiny_checkpoint, tiny_corpus, tmp_path, monkeypatch, capsys, sha1
+):
+    """A model that records its corpus as fra-eng.zip with a fra-eng archive's SHA-1 (the
+    shipped decoder) is evaluated on the corpus ``--data fra-eng`` reads; another file of
+    that name still asks for --data."""
+    import zipfile
+
+    from core.corpus import source
+
+    copy = tmp_path / "copy.zip"  # the fra-eng copy here: the tiny pairs in a zip
+    with zipfile.ZipFile(copy, "w") as zf:
+        zf.writestr("fra-eng/fra.txt", tiny_corpus.read_text())
+    monkeypatch.setenv(source.FRA_ENG_ENV, str(copy))
+    recorded = {
+        "d2l's": source.FRA_ENG_SHA1,
+        "repacked": source.FRA_ENG_SHA1S[1],
+        "this machine's copy's": source.sha1_of(copy),
+        "another file's": "0" * 40,
+    }[sha1]
+    ckpt = torch.load(tiny_checkpoint, map_location="cpu", weights_only=True)
+    ckpt["data_config"] = {**ckpt["data_config"], "source": "fra-eng.zip", "source_sha1": recorded}
+    torch.save(ckpt, tmp_path / "model.pt")
+    code = evaluate_main(["--checkpoint", str(tmp_path / "model.pt"), "--split", "train"])
+    out, err = capsys.readouterr()
+    if sha1 == "another file's":
+        assert code == 2 and "trained on fra-eng.zip, which is not here" in err
+    else:
+        assert code == 0, err
+        assert json.loads(out)["bleu"] > 99  # the tiny pairs it learned: the copy was read
+    from core.model.checkpoints import trained_data  # the pages' reader of the same record
+
+    if sha1 == "another file's":
+        with pytest.raises(source.DataError):
+            trained_data(ckpt, command=False)
+    else:
+        assert trained_data(ckpt, command=False).source in ("fra-eng", str(copy))  # that copy
+
+
+def test_a_setting_flags_help_names_its_default_and_allowed_values():
+    """flag_help (core.train's setting flags): the field's comment, its default, its choices
+    or its limit, in words argparse shows as they are (a % escaped)."""
+    from core.config_fields import flag_help
+
+    words = flag_help("share held out (5% is plenty)", 0.02, 1.0, preset="small")
+    assert words % {} == "share held out (5% is plenty); default: 0.02 (small preset); at most 1.0"
+    assert flag_help("how", "bpe", None, ("word", "bpe")) == "how; default: bpe; one of word, bpe"
+    assert flag_help("probes", ["go .", "hi ."]) == "probes; default: go .; hi ."
+
+
+@pytest.mark.parametrize(
+    "flag, group, field", [("--lr", "train", "lr"), ("--max-steps", "train", "max_steps"),
+                           ("--d-model", "model", "d_model"), ("--arch", "model", "arch"),
+                           ("--task", "data", "task"), ("--tokenizer", "data", "tokenizer"),
+                           ("--direction", "data", "direction")],
+)  # fmt: skip
+def test_train_help_gives_each_settings_default_and_allowed_values(flag, group, field):
+    """--help names each setting flag's default (the small preset's, --preset's own default)
+    and its choices or its limit, read from the tables the launch check uses."""
+    from core.train import build_parser
+    from core.training.settings import CHOICES, UPPERS, defaults
+
+    action = next(a for a in build_parser()._actions if flag in a.option_strings)
+    words = action.help % {}  # as argparse shows it
+    assert f"default: {defaults('small')[group][field]}" in words
+    if field in CHOICES:
+        assert f"one of {', '.join(CHOICES[field])}" in words
+    else:
+        assert f"at most {UPPERS[group][field]:,}" in words
 
 
 def test_multi_reference_bleu():

@@ -9,11 +9,11 @@ import math
 import pytest
 
 from core.corpus.source import sha1_of
-from core.corpus.text import D2L_TEST_PAIRS
+from core.corpus.text import D2L_TEST_PAIRS, tokenize
 from core.model import checked_translation as tr
 from core.model.d2l_check import d2l_bleu, d2l_check
 from core.model.parts import DecodeSettings, TranslationError
-from tests.helpers import TINY
+from tests.helpers import ROOT, TINY
 
 # ----------------------------------------------------------------------------- translating
 
@@ -266,3 +266,77 @@ def test_quoted_sentences_on_the_command_line_are_translated_one_per_line(
     out = capsys.readouterr().out.splitlines()
     expected, _ = tiny_model.translate_lines(["i am cold .", "i am home ."], DecodeSettings())
     assert out == expected and len(out) == 2
+
+
+@pytest.mark.parametrize("words", [[""], ["  "], ["", " "], ["--json", ""], ["--beam", "2", " "]])
+def test_a_blank_sentence_on_the_command_line_is_a_one_line_error(monkeypatch, capsys, words):
+    """docs/commands.md: an error is one line and exit code 2, with nothing on stdout (it was
+    a blank line, a warning and exit code 1), before any model is opened."""
+    from core import translate as command
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a blank sentence reached the model")
+
+    monkeypatch.setattr(command, "open_model", refuse)
+    assert command.main(["--checkpoint", "x.pt", *words]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("error: the sentence is empty") and err.count("\n") == 1
+
+
+def test_a_blank_sentence_beside_target_is_left_to_the_model():
+    """A token-sequence model reads --target and the sentence '' (docs/commands.md)."""
+    from core import translate as command
+
+    args = command.build_parser().parse_args(["--checkpoint", "x", "--target", "t3 t7", ""])
+    assert command.lines_of(args) == [""]
+
+
+def test_an_input_file_s_blank_lines_are_warnings_and_exit_1_when_nothing_is_translated(
+    monkeypatch, capsys, tiny_model, tmp_path
+):
+    """--input keeps its behaviour: each bad line a warning and a blank output line; exit code
+    1 only when no line is translated."""
+    from core import translate as command
+
+    monkeypatch.setattr(command, "open_model", lambda *args, **kwargs: tiny_model)
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n  \n", encoding="utf-8")
+    assert command.main(["--checkpoint", "x.pt", "--input", str(blank)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "\n\n" and err.count("warning: line") == 2  # a blank line for each
+    some = tmp_path / "some.txt"
+    some.write_text("\ni am cold .\n", encoding="utf-8")
+    own, _ = tiny_model.translate_lines(["i am cold ."], DecodeSettings())
+    assert command.main(["--checkpoint", "x.pt", "--input", str(some)]) == (0 if own[0] else 1)
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["", *own] and "line 1" in err
+
+
+SHIPPED_FR_EN = ROOT / "checkpoints" / "fr-en-small-aligned.pt"
+
+
+@pytest.mark.skipif(not SHIPPED_FR_EN.exists(), reason="the shipped fr-en checkpoint is absent")
+def test_d2l_check_of_a_french_to_english_model_runs_the_book_s_pairs_reversed():
+    """It once fed a fr→en model the English sentences ("go .") and scored against the
+    French: BLEU 0 each, corpus 3.8. It reads the French and scores against the English."""
+    from core.model import d2l_check as module
+    from core.model.opened import open_model
+
+    lm = open_model(str(SHIPPED_FR_EN))
+    check = d2l_check(lm)
+    assert [(r["source"], r["reference"]) for r in check.rows] == [
+        (fr, en) for en, fr in D2L_TEST_PAIRS
+    ]
+    assert module.d2l_direction(lm) == "French → English"
+    assert [r["translation"] for r in check.rows][1:] == ["i lost .", "he's quiet .", "i'm home ."]
+    assert [r["bleu"] for r in check.rows][1::2] == [1.0, 1.0]  # "i lost .", "i'm home ."
+    assert check.order == 3 and check.bleu > 30  # no English sentence has 4 tokens
+
+
+def test_d2l_check_s_corpus_bleu_counts_no_longer_n_grams_than_its_references():
+    from core.model.d2l_check import short_corpus_bleu
+
+    english = [["go", "."], ["i", "lost", "."]]
+    assert short_corpus_bleu(english, english) == (pytest.approx(100.0), 3)
+    french = [tokenize(r) for _, r in D2L_TEST_PAIRS]
+    assert short_corpus_bleu(french, french) == (pytest.approx(100.0), 4)

@@ -37,6 +37,23 @@ def task_sequence(m: TranslationModel) -> str:
     return " ".join(m.target_tokens(ids[1:]))
 
 
+def task_tokens(m: TranslationModel) -> list[str]:
+    """The tokens ``m``'s vocabulary gives a sequence, in id order: every target token but its
+    special ones and its unknown token ("t0" … "t255" for a model of 256 types)."""
+    ids = list(range(m.vocab_sizes()[1]))
+    skip = m.special_ids() | {m.unk_id}
+    return [token for i, token in zip(ids, m.target_tokens(ids)) if i not in skip]
+
+
+def tokens_words(m: TranslationModel, most: int = 8) -> str:
+    """``task_tokens`` of ``m`` for people: all of them up to ``most``, else the first and the
+    last ("t0 … t255")."""
+    tokens = task_tokens(m)
+    if len(tokens) <= most:
+        return ", ".join(tokens)
+    return f"{tokens[0]} … {tokens[-1]}"
+
+
 @dataclass(frozen=True)
 class SequenceScore:
     """How well one teacher-forced pass predicted a token sequence's scored tokens."""

@@ -18,8 +18,16 @@ import pandas as pd
 
 from core.attention.word_maps import merge_weights
 from core.attribution.contrast import CONTRAST_NAMES, contrast, foil_ids
-from core.attribution.gradients import DEFAULT_CHOICES, GradientChoices
+from core.attribution.gradients import (
+    BASELINES,
+    CONTRAST_ONLY,
+    DEFAULT_CHOICES,
+    RANDOM_BASELINES,
+    GradientChoices,
+    choices_from,
+)
 from core.attribution.methods import (
+    GRADIENT_METHODS,
     MEAN,
     Attribution,
     AttributionError,
@@ -241,3 +249,58 @@ def sentence_flag_problem(args) -> str | None:
     if other and args.input:
         return "--input takes a contrast source per line (its fourth column): leave it out"
     return None
+
+
+FROM_BASELINE = ("integrated-gradients", "deeplift", "gradient-shap")
+CHOICE_READERS = {  # the methods that read each gradient choice (occlusion: only contrasts)
+    "function": (*GRADIENT_METHODS, "occlusion"),
+    "normalisation": (*GRADIENT_METHODS, "occlusion"),
+    "aggregation": GRADIENT_METHODS,
+    "baseline": FROM_BASELINE,
+    "keep_specials": FROM_BASELINE,
+    "samples": FROM_BASELINE,
+    "steps": ("integrated-gradients", "gradient-shap"),  # GradientSHAP's: its samples
+    "rule": ("integrated-gradients",),
+}
+BASELINE_READERS = {  # the baselines that read a choice (the others: every baseline)
+    "samples": RANDOM_BASELINES,
+    "keep_specials": tuple(b for b in BASELINES if b != "zero"),  # zero has no specials
+}
+
+
+def flag_methods(args, every: Sequence[str]) -> list[str]:
+    """The methods the command's flags run: --method's; by default ``every`` with
+    --faithfulness, else grad-input with --contrast and alti without."""
+    if args.method:
+        return list(args.method)
+    if args.faithfulness:
+        return list(every)
+    return ["grad-input" if args.contrast.strip() else "alti"]
+
+
+def choice_flag_problem(args, methods: Sequence[str]) -> str | None:
+    """Why the gradient choices of parsed flags (``add_choice_flags``) cannot be used, in one
+    line (None: they can): kl without a contrast (an --input file gives its own), or a
+    choice changed from its default that none of ``methods`` reads (a default never is)."""
+    chosen = choices_from(args)
+    if chosen.function in CONTRAST_ONLY and not args.contrast.strip() and not args.input:
+        return f"--function {chosen.function} needs an alternative translation: give --contrast"
+    for name, readers in CHOICE_READERS.items():
+        if getattr(chosen, name) == getattr(DEFAULT_CHOICES, name):
+            continue
+        flag = "--" + name.replace("_", "-")
+        if not set(methods) & set(readers):
+            used = ", ".join(methods)
+            return f"{flag} changes only {', '.join(readers)}: leave it out with {used}"
+        baselines = BASELINE_READERS.get(name, BASELINES)
+        if chosen.baseline not in baselines:
+            return (
+                f"{flag} changes only the baselines {', '.join(baselines)}: choose one (--baseline)"
+            )
+    return None
+
+
+def flags_problem(args, every: Sequence[str]) -> str | None:
+    """Why the command's sentence flags or gradient choices cannot be used, in one line
+    (None: they can); ``every``: the methods --faithfulness runs by default."""
+    return sentence_flag_problem(args) or choice_flag_problem(args, flag_methods(args, every))

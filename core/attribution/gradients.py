@@ -68,6 +68,7 @@ NORMALISATIONS = ("row", "none")
 FUNCTIONS = ("log-prob", "prob", "entropy", "kl")  # what is explained of each output step
 CONTRAST_ONLY = ("kl",)  # needs an alternative translation
 PLAIN_FUNCTIONS = tuple(f for f in FUNCTIONS if f not in CONTRAST_ONLY)
+DEFAULT = " (default: %(default)s)"  # a flag's help names its default
 CHOICE_WORDS = {
     "zero": "zero embeddings",
     "unk": "the UNK token's embedding",
@@ -170,31 +171,18 @@ def baselines_of(m: TranslationModel) -> tuple[str, ...]:
 def add_choice_flags(parser) -> None:
     """The commands' flags of GradientChoices (an argparse parser), named as the fields."""
     d = DEFAULT_CHOICES
-    parser.add_argument("--baseline", default=d.baseline, help=f"one of {', '.join(BASELINES)}")
-    parser.add_argument(
-        "--keep-specials", action="store_true", help="the baseline keeps </s> and the start token"
-    )
-    steps = InRange(int, 2, MAX_STEPS)
-    parser.add_argument("--steps", type=steps, default=d.steps, help="integration points")
-    parser.add_argument("--rule", default=d.rule, help=f"one of {', '.join(RULES)}")
-    parser.add_argument(
-        "--aggregation", default=d.aggregation, help=f"one of {', '.join(AGGREGATIONS)}"
-    )
-    parser.add_argument(
-        "--function",
-        default=d.function,
-        help=f"one of {', '.join(FUNCTIONS)} (kl needs --contrast; with a contrast log-prob "
-        "and prob are differences)",
-    )
-    parser.add_argument(
-        "--normalisation", default=d.normalisation, help="row (the default) or none"
-    )
-    parser.add_argument(
-        "--samples",
-        type=InRange(int, 1, MAX_SAMPLES),
-        default=d.samples,
-        help="random baselines averaged (uniform, expected)",
-    )
+    flag = parser.add_argument
+    flag("--baseline", default=d.baseline, help=f"one of {', '.join(BASELINES)}{DEFAULT}")
+    flag("--keep-specials", action="store_true", help="the baseline keeps </s> and the start token")
+    steps = "integrated gradients' integration points, GradientSHAP's samples" + DEFAULT
+    flag("--steps", type=InRange(int, 2, MAX_STEPS), default=d.steps, help=steps)
+    flag("--rule", default=d.rule, help=f"one of {', '.join(RULES)}{DEFAULT}")
+    flag("--aggregation", default=d.aggregation, help=f"one of {', '.join(AGGREGATIONS)}{DEFAULT}")
+    explained = f"one of {', '.join(FUNCTIONS)}{DEFAULT} (kl needs --contrast; with a contrast"
+    flag("--function", default=d.function, help=f"{explained} log-prob and prob are differences)")
+    flag("--normalisation", default=d.normalisation, help=f"row or none{DEFAULT}")
+    draws = f"random baselines averaged (uniform, expected){DEFAULT}"
+    flag("--samples", type=InRange(int, 1, MAX_SAMPLES), default=d.samples, help=draws)
 
 
 def choices_from(args) -> GradientChoices:

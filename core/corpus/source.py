@@ -16,7 +16,7 @@ import urllib.request
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 from typing import BinaryIO
 
 from core.places import default_cache_dir, shown_path
@@ -24,6 +24,11 @@ from core.places import default_cache_dir, shown_path
 FRA_ENG_URL = "http://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"
 
 FRA_ENG_SHA1 = "94646ad1522d915e7b0f9296181140edcf86a4f5"
+
+FRA_ENG_SHA1S = (  # fra-eng.zip archives of d2l's corpus, as a model records the file it read
+    FRA_ENG_SHA1,  # d2l's download
+    "0adb782e9f3deb1a51aacc4d92b4fdeb2d64b463",  # a repacked copy (the shipped models' corpus)
+)
 
 FRA_ENG_ENV = "FRA_ENG_ZIP"  # environment variable: a local copy of fra-eng.zip
 
@@ -65,6 +70,17 @@ def fra_eng_copy(cache_dir: Path | None = None) -> Path | None:
     return cached if cached.is_file() else None
 
 
+def named_source(source: str, sha1: str | None) -> str:
+    """The data source a model records, as ``--data`` names it: "fra-eng" for a file named
+    fra-eng.zip whose recorded SHA-1 is a fra-eng archive's (``FRA_ENG_SHA1S``, or that of the
+    copy "fra-eng" reads here: ``fra_eng_copy``); any other source unchanged."""
+    if PureWindowsPath(source).name != "fra-eng.zip" or not sha1:
+        return source
+    copy = fra_eng_copy()
+    known = {*FRA_ENG_SHA1S, *([file_sha1(copy)] if copy is not None else [])}
+    return "fra-eng" if sha1 in known else source
+
+
 def corpus_problem(source: str) -> str:
     """Why a corpus cannot be read without a download ('' when it can)."""
     if source != "fra-eng":
@@ -77,7 +93,7 @@ def corpus_problem(source: str) -> str:
         return ""
     return (
         f"the fra-eng corpus is not on this machine (set {FRA_ENG_ENV} to a copy of "
-        "fra-eng.zip, or train once to download it)"
+        "fra-eng.zip, or, with network, train once on it to download it)"
     )
 
 

@@ -19,6 +19,20 @@ TITLES = {"previous_token": "previous-token", "duplicate_token": "duplicate-toke
           "induction": "induction"}  # fmt: skip
 
 
+def writes_every_cell(grid_shape: tuple[int, ...]) -> bool:
+    """Whether a (layers, heads) grid is small enough (``SMALL`` heads at most) to have its
+    every score written in its cell."""
+    layers, heads = grid_shape[:2]
+    return layers * heads <= SMALL
+
+
+def written_words(grid_shape: tuple[int, ...], shown: float) -> str:
+    """Which values ``score_grids`` writes in a grid of this shape, in words."""
+    if writes_every_cell(grid_shape):
+        return "every value is written in its cell"
+    return f"a value is written where it reaches {shown:g}"
+
+
 def score_grids(
     grids: dict[str, np.ndarray], title: str, notes: list[str], shown: float, bar: str
 ) -> go.Figure:
@@ -30,7 +44,7 @@ def score_grids(
                         subplot_titles=list(grids))  # fmt: skip
     for col, (name, grid) in enumerate(grids.items(), start=1):
         grid = np.asarray(grid, dtype=np.float32)  # (L, H)
-        written = grid >= (0.0 if L * H <= SMALL else shown)
+        written = grid >= (0.0 if writes_every_cell(grid.shape) else shown)
         fig.add_trace(
             go.Heatmap(
                 z=grid,

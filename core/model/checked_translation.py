@@ -275,8 +275,8 @@ def validation_examples(meta: Mapping, n: int = 200) -> tuple[list[ValidationExa
         return [], "this checkpoint does not record its data settings"
     try:
         cfg, carried = validation_source(meta, command=False)
-    except DataError as e:
-        return [], str(e).rstrip(".")
+    except DataError as e:  # the reason alone: the page says what it cannot offer
+        return [], str(e).removeprefix("The validation sentences cannot be rebuilt: ").rstrip(".")
     try:
         groups = (carried if carried is not None else load_splits(cfg).val).groups()
     except (DataError, OSError, ValueError) as e:

@@ -16,10 +16,12 @@ from core.corpus.bpe import checkpoint_entries, checkpoint_vocabs
 from core.corpus.config import DataConfig
 from core.corpus.source import (
     FRA_ENG_SHA1,
+    FRA_ENG_SHA1S,
     DataError,
     corpus_problem,
     file_sha1,
     fra_eng_copy,
+    named_source,
     sha1_of,
 )
 from core.corpus.splits import Split, load_splits
@@ -86,7 +88,7 @@ def portable_data_config(data_config: dict, path=None) -> dict:
         cfg["source_sha1"] = sha1_of(local)
     elif source == "fra-eng":
         cfg.setdefault("source_sha1", FRA_ENG_SHA1)
-    fra_eng = source == "fra-eng" or cfg.get("source_sha1") == FRA_ENG_SHA1
+    fra_eng = source == "fra-eng" or cfg.get("source_sha1") in FRA_ENG_SHA1S
     cfg["source"] = "fra-eng" if fra_eng else PureWindowsPath(source).name
     return cfg
 
@@ -112,7 +114,12 @@ def trained_data(meta: Mapping, source: str | None = None, command: bool = True)
     if source:
         cfg.source = source
     elif cfg.source != "fra-eng":
-        cfg.source = _recorded_corpus(cfg.source, recorded, meta.get("run"))
+        try:
+            cfg.source = _recorded_corpus(cfg.source, recorded, meta.get("run"))
+        except DataError:  # fra-eng.zip recorded by its file name, another packing of it here
+            if named_source(cfg.source, recorded) != "fra-eng":
+                raise
+            cfg.source = "fra-eng"
     if reason := corpus_problem(cfg.source):
         hint = " (pass the corpus with --data, or put it in the data folder)"
         if source or not command:  # a page's reader cannot pass a flag
@@ -158,7 +165,7 @@ def validation_pairs_of(meta: Mapping) -> list[list[str]] | None:
     recorded = meta.get("data_config") or {}
     if (
         recorded.get("source", "fra-eng") == "fra-eng"
-        or recorded.get("source_sha1") == FRA_ENG_SHA1
+        or recorded.get("source_sha1") in FRA_ENG_SHA1S
     ):
         return None
     try:

@@ -1,4 +1,6 @@
-"""The d2l.ai chapter's check: its four sentences translated and scored as the book does."""
+"""The d2l.ai chapter's check: its four sentences translated and scored as the book does, in
+the model's direction (the book's pairs reversed for a model that translates French into
+English)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sacrebleu.metrics import BLEU
+
 from core.corpus.text import D2L_TEST_PAIRS, tokenize
-from core.model.bleu import corpus_bleu
 from core.model.checked_translation import translate_sentence
 from core.model.interface import TranslationModel
 from core.model.parts import GREEDY, DecodeSettings, TranslationError
@@ -32,18 +35,54 @@ def d2l_bleu(pred: Sequence[str], label: Sequence[str], k: int = 2) -> float:
     return score
 
 
+BOOK_LANGUAGES = ("English", "French")  # the chapter's direction: its sentences, its references
+
+
+def reversed_direction(lm: TranslationModel) -> bool:
+    """Whether ``lm`` translates French into English (its ``language_names``), the book's
+    direction reversed; False for English into French and for any other direction."""
+    return lm.language_names == BOOK_LANGUAGES[::-1]
+
+
+def d2l_pairs(lm: TranslationModel) -> list[tuple[str, str]]:
+    """The chapter's (source, reference) pairs in ``lm``'s direction: the book's English
+    sentences and French references, swapped for a French → English model."""
+    if reversed_direction(lm):
+        return [(ref, source) for source, ref in D2L_TEST_PAIRS]
+    return list(D2L_TEST_PAIRS)
+
+
+def d2l_direction(lm: TranslationModel) -> str:
+    """The check's direction in words: "English → French" or "French → English"."""
+    source, target = BOOK_LANGUAGES[::-1] if reversed_direction(lm) else BOOK_LANGUAGES
+    return f"{source} → {target}"
+
+
 @dataclass
 class D2LCheck:
     """The d2l chapter's four test sentences, translated and scored."""
 
     rows: list[dict]  # source, translation, reference, bleu (d2l, k=2), note
     bleu: float  # corpus BLEU (sacreBLEU, 0-100) of the four
+    order: int = 4  # its longest n-grams: 4, fewer where no reference is that long
+
+
+def short_corpus_bleu(hyps: list[list[str]], refs: list[list[str]]) -> tuple[float, int]:
+    """sacreBLEU corpus BLEU of token lists against one reference each, and its longest
+    n-grams: 4, or the longest reference's length where that is shorter (the book's English
+    sentences have at most 3 tokens: 4-grams would score even a perfect model 0)."""
+    order = max(1, min(4, max((len(r) for r in refs), default=1)))
+    bleu = BLEU(force=True, max_ngram_order=order)
+    lines = [" ".join(h) for h in hyps]
+    return float(bleu.corpus_score(lines, [[" ".join(r) for r in refs]]).score), order
 
 
 def d2l_check(lm: TranslationModel, settings: DecodeSettings = GREEDY) -> D2LCheck:
-    """Translate the chapter's sentences and score them against the book's references."""
-    rows, hyps = [], []
-    for source, reference in D2L_TEST_PAIRS:
+    """The chapter's sentences translated in ``lm``'s direction (``d2l_pairs``: the book's
+    French references into English for a French → English model) and scored against the
+    other side of each pair."""
+    rows, hyps, pairs = [], [], d2l_pairs(lm)
+    for source, reference in pairs:
         note = ""
         try:
             words = translate_sentence(lm, source, settings).words
@@ -60,5 +99,4 @@ def d2l_check(lm: TranslationModel, settings: DecodeSettings = GREEDY) -> D2LChe
                 "note": note,
             }
         )
-    refs = [[tokenize(r)] for _, r in D2L_TEST_PAIRS]
-    return D2LCheck(rows, corpus_bleu(hyps, refs))
+    return D2LCheck(rows, *short_corpus_bleu(hyps, [tokenize(r) for _, r in pairs]))

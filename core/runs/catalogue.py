@@ -76,6 +76,8 @@ class ModelEntry:
     languages: tuple[str, str] | None = UNKNOWN_LANGUAGES  # (source, target) codes it
     # translates, from its files (UNKNOWN_LANGUAGES where they do not say); None: it does
     # not translate (a masked language model)
+    direction: str = ""  # e.g. "fr→en" for a studio translator ("" where unknown), as a
+    # Hugging Face folder's data says it
 
     @property
     def label(self) -> str:
@@ -87,7 +89,15 @@ class ModelEntry:
         heads = f"{self.heads} heads" if self.heads else "heads ?"
         bleu = f"val BLEU {self.val_bleu:.1f}" if self.val_bleu is not None else "no val BLEU"
         step = f"step {self.step:,}" if self.step is not None else "step ?"
-        return f"{self.key} · {heads} · {step} · {bleu}"
+        return " · ".join(x for x in (self.key, self.direction, heads, step, bleu) if x)
+
+
+def direction_words(languages: tuple[str, str] | None, data_config: dict) -> str:
+    """The direction a studio checkpoint translates, e.g. 'fr→en'; "" where its files do not
+    say or it was trained on another task (induction: no languages)."""
+    if languages in (None, UNKNOWN_LANGUAGES) or data_config.get("task") == "induction":
+        return ""
+    return "→".join(languages)
 
 
 def bleu_at(run_dir: Path | None, step: int | None) -> float | None:
@@ -150,6 +160,7 @@ def read_entry(path: Path, key: str, run_dir: Path | None, runs: Path) -> ModelE
     else:
         origin = _origin(path, info)
     bleu = info["best_bleu"] if info["val_bleu"] is None else info["val_bleu"]
+    direction = direction_words(info["languages"], info["data_config"])
     if origin == "run last":  # best_bleu is the best so far, not necessarily this one's
         bleu = bleu_at(run_dir, info["step"])
     return ModelEntry(
@@ -157,7 +168,7 @@ def read_entry(path: Path, key: str, run_dir: Path | None, runs: Path) -> ModelE
         str(path),
         origin,
         st.st_mtime,
-        data=describe_data(info["data_config"]),
+        data=" · ".join(x for x in (describe_data(info["data_config"]), direction) if x),
         size=info["size"],
         heads=info["heads"],
         step=info["step"],
@@ -165,6 +176,7 @@ def read_entry(path: Path, key: str, run_dir: Path | None, runs: Path) -> ModelE
         run_dir=str(run_dir) if run_dir else _run_with_snapshots(info["run"], runs),
         history=_history_of(path, run_dir, info["run"], runs),
         languages=info["languages"],
+        direction=direction,
     )
 
 
@@ -341,9 +353,11 @@ def compared_entry(
     entries: Sequence[ModelEntry], entry: ModelEntry, languages: tuple[str, str]
 ) -> ModelEntry | None:
     """The model to compare ``entry`` (translating ``languages``) with by default: another
-    translator of the same direction, its kin first (the other shipped model beside a shipped
-    one, the other checkpoint of its run), then shipped, saved, Hugging Face models and runs'
-    checkpoints, newest first; None where no other model translates."""
+    translator of the same direction (or one whose files do not say), its kin first (the
+    other shipped model beside a shipped one, the other checkpoint of its run), then shipped,
+    saved, Hugging Face models and runs' checkpoints, newest first; None where no other model
+    may translate that direction (one of another direction would read the sentence as
+    unknown words)."""
 
     def kin(e: ModelEntry) -> bool:
         shipped = e.origin == entry.origin == "shipped model"
@@ -352,7 +366,8 @@ def compared_entry(
     def rank(e: ModelEntry) -> tuple:
         return _direction_rank(e.languages, languages), not kin(e), _origin_rank(e), -e.mtime
 
-    return min(translators(entries, entry), key=rank, default=None)
+    same = [e for e in translators(entries, entry) if _direction_rank(e.languages, languages) < 2]
+    return min(same, key=rank, default=None)
 
 
 def reverse_entries(

@@ -37,7 +37,7 @@ from core.places import shown_path
 from core.runs import run_bytes
 from core.runs.corpus_cache import prepared_corpus
 from core.runs.cpu_share import trainer_share
-from core.runs.locks import hold_run
+from core.runs.locks import hold_run, run_is_held
 from core.runs.processes import identity
 from core.runs.recorder import RunRecorder, budget_eta
 from core.runs.run_dir import RunDir, RunError, read_json
@@ -181,10 +181,7 @@ def load_run_configs(rd: RunDir, args: argparse.Namespace) -> dict:
     """
     saved = rd.read_config() or _launch_settings(rd)
     if not all(isinstance(saved.get(g), dict) for g in ("data", "model", "train")):
-        raise DataError(
-            f"{shown_path(rd.path)} has no checkpoint (last.pt) and no settings (config.json or "
-            "request.json) to resume or start again from."
-        )
+        raise DataError(no_run_words(rd))
     configs = {k: dict(saved[k]) for k in ("data", "model", "train")}
     changes = read_request(rd).get("limits", {}) if args.request else {}
     for key in RESUME_CHANGES:
@@ -336,12 +333,35 @@ def _progress_bar(desc: str, trainer: Trainer):
     return tqdm(total=trainer.total_steps, initial=trainer.state.step, desc=desc, unit="step")
 
 
-def lock_run(out: str, world: World) -> int | None:
+def no_run_words(rd: RunDir) -> str:
+    """The error of a resume that finds neither a checkpoint nor settings in ``rd``."""
+    return (
+        f"{shown_path(rd.path)} has no checkpoint (last.pt) and no settings (config.json or "
+        "request.json) to resume or start again from."
+    )
+
+
+def resume_problem(out: str) -> str:
+    """Why ``--resume`` finds no run in ``out`` ('' when it does): no such folder, or one
+    without a checkpoint or settings (last.pt, config.json or the app's request.json) that
+    no trainer holds (one starting it gives its own error: the run is being trained)."""
+    rd = RunDir(out)
+    if not rd.path.is_dir():
+        return f"There is no run {shown_path(rd.path)} to resume: check its name, or start it."
+    if any(p.is_file() for p in (rd.last, rd.config, rd.request)) or run_is_held(rd.path):
+        return ""
+    return no_run_words(rd)
+
+
+def lock_run(out: str, world: World, resume: bool = False) -> int | None:
     """Rank 0 takes the run's trainer lock (an fd to keep open; None elsewhere); RunError on
-    every process when it is taken, so no process of a second trainer touches anything."""
+    every process when it is taken, or when ``resume`` finds no run there (nothing created),
+    so no process of a second trainer touches anything."""
     lock, problem = None, None
     if world.is_main:
         try:
+            if resume and (missing := resume_problem(out)):
+                raise RunError(missing)
             Path(out).mkdir(parents=True, exist_ok=True)
             lock = hold_run(out)
         except (RunError, OSError) as e:
@@ -394,7 +414,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         world = distributed.world_from_env()
         distributed.start(world)
-        lock = lock_run(args.out, world)
+        lock = lock_run(args.out, world, args.resume)
     except (RunError, OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

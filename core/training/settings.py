@@ -12,16 +12,18 @@ import inspect
 import re
 from dataclasses import MISSING, dataclass, fields
 
-from core.corpus.config import DIRECTIONS, SPLITS, TASKS, TOKENIZERS, DataConfig
+from core.config_fields import flag_help
+from core.corpus.config import DIRECTIONS, SPLITS, TASKS, TOKENIZERS, UPPER, DataConfig
 from core.corpus.user_files import induction_words, source_problems
 from core.corpus.vocab import SPECIALS
-from core.model.config import ARCHS, ModelConfig
+from core.model.config import ARCHS, MODEL_UPPER, ModelConfig
 from core.model.dropout import MASKS
-from core.training.config import DEVICES, SCHEDULES, TrainConfig
+from core.training.config import DEVICES, SCHEDULES, TRAIN_UPPER, TrainConfig
 from core.training.devices import memory_problem, resolve_device
 from core.training.presets import PRESETS
 
 GROUPS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
+UPPERS = {"data": UPPER, "model": MODEL_UPPER, "train": TRAIN_UPPER}  # what too_large checks
 DERIVED = ("src_vocab_size", "tgt_vocab_size", "pad_id")  # model fields the data decides
 COMMAND_ONLY = (  # set by the run, not the form: where the alignments came from; one
     "align_source",  # vocabulary for a one-stack model (core.runs.training_run.prepare)
@@ -355,8 +357,10 @@ def to_flags(overrides: dict) -> list[str]:
     return argv
 
 
-def add_setting_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per settable field (``--d-model``, ``--no-amp``...), the inverse of to_flags."""
+def add_setting_flags(parser: argparse.ArgumentParser, preset: str = "small") -> None:
+    """One flag per settable field (``--d-model``, ``--no-amp``...), the inverse of to_flags;
+    each one's help: the field's comment, its default in ``preset``, its choices or limit."""
+    shown = defaults(preset)
     parser.add_argument(
         "--data",
         dest="data.source",
@@ -364,10 +368,13 @@ def add_setting_flags(parser: argparse.ArgumentParser) -> None:
         help="'fra-eng' (download) or a path to a .zip / tab-separated file",
     )
     for group, cls in GROUPS.items():
+        helps = field_help(cls)
         for f in fields(cls):
             if f.name in (*DERIVED, "source"):
                 continue
+            words = (shown[group][f.name], UPPERS[group].get(f.name), CHOICES.get(f.name, ()))
             kw = {"dest": f"{group}.{f.name}", "default": argparse.SUPPRESS}
+            kw["help"] = flag_help(helps.get(f.name, ""), *words, preset=preset)
             if f.type in ("bool", bool):
                 kw["action"] = argparse.BooleanOptionalAction
             elif str(f.type).startswith("list"):

@@ -180,21 +180,31 @@ def target_input(state: ViewState, prefix: str, label: str = "French") -> str:
     return state.target
 
 
+FILLED = "filled_sentence"  # session key: the default a token sequence box last filled in
+
+
+def untouched(state: ViewState, key: str) -> bool:
+    """Whether sentence box ``key`` shows what a page put there, not what was typed: an example
+    sentence (``EXAMPLES``) or the default a token sequence box filled in (``FILLED``)."""
+    shown = st.session_state.get(key, state.sentence)
+    filled = shown == st.session_state.get(FILLED)
+    return shown == state.sentence and (shown in EXAMPLES or filled)
+
+
 def sentence_input(
     state: ViewState, prefix: str, label: str = "English sentence", example: str = DEFAULT_SENTENCE
 ) -> str | None:
-    """The sentence box (widget key ``<prefix>_sentence``), kept in the view state; a model
-    that reads another language than English shows its own ``example`` where the box still
-    holds the default sentence. None, after one error, for a box past MAX_TEXT_CHARS (the
-    state keeps the last sentence: nothing is translated).
+    """The sentence box (widget key ``<prefix>_sentence``), kept in the view state; the
+    model's own ``example`` where the box still holds what a page put there (``untouched``:
+    another model's example or a token sequence model's default sequence). None, after one
+    error, for a box past MAX_TEXT_CHARS (the state keeps the last sentence: nothing is
+    translated).
 
     No character limit on the box: one drops a longer paste whole, so the length is checked
     (and named) by core.model.checked_translation instead, past MAX_TEXT_CHARS here.
     """
     key = f"{prefix}_sentence"
-    shown = st.session_state.get(key, state.sentence)
-    untouched = shown == state.sentence and state.sentence in EXAMPLES
-    if untouched and state.sentence != example:  # another model's example: this one's
+    if untouched(state, key) and state.sentence != example:  # another model's: this one's
         state.set_sentence(example)
         st.session_state[key] = example
     widget_default(key, state.sentence)

@@ -33,6 +33,7 @@ from core.model.parts import GREEDY, Translation, TranslationError
 from core.runs.catalogue import ModelEntry
 from pages.ui.attention.cached_ablation import ablated_translate
 from pages.ui.attention.inputs import SectionInputs
+from pages.ui.attention.no_corpus import corpus_missing, no_corpus
 from pages.ui.cached import sentence_maps
 from pages.ui.charts import chart
 from pages.ui.heavy_work import TimeLimit, heavy_slot
@@ -42,6 +43,7 @@ from pages.ui.view_state import ViewState
 from pages.ui.view_widgets import widget_default
 
 HEADS_KEY = "ab_heads"  # the multiselect of heads to remove
+NO_IMPORTANCE = "Head importance cannot be computed for this model here"
 
 
 def ablation_section(page: SectionInputs) -> None:
@@ -213,6 +215,9 @@ def importance_panel(entry: ModelEntry, lm: TranslationModel, state: ViewState) 
     st.subheader("Head importance")
     if problem := lm.supports("importance"):  # it reads no validation sentence
         st.caption(md(problem))
+        return
+    if (missing := corpus_missing(lm.meta)) is not None:  # before a button that cannot work
+        no_corpus(NO_IMPORTANCE, missing)
         return
     here = not lm.supports("own_split")  # its sample: its own validation split
     state.keep_within("importance_sentences", *SAMPLE_SIZES)

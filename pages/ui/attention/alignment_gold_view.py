@@ -38,6 +38,7 @@ OPEN_BEST = "al_open_best"  # session flag: this run opens Alignment on the best
 OPEN_WHEN_SCORED = "al_open_scored"  # session flag: ... once the gold panel has scored it
 SCORED_BEST = "al_scored_best"  # the best reader the gold panel scored, for the next run
 BEST_NOTE = "al_best_note"  # what the section says about the reader it opened on
+SEEN_KEY = "al_seen_view"  # the view's (layer, head) when Alignment last read it
 AER_WORDS = (
     "Every reader (each decoder layer's heads and their mean, and the mean of all layers, in "
     "each mode the model is read in) links the words of each gold pair; its links are scored "
@@ -203,6 +204,7 @@ def use_best(best: GridRow) -> None:
     st.session_state["at_kind"] = "cross"
     st.session_state["al_mode"] = best.mode
     st.session_state["al_all"] = best.layer == "all"
+    st.session_state.pop(SEEN_KEY, None)  # a layer and head put here, not picked: kept ticked
     if best.layer != "all":
         st.session_state["at_layer"], st.session_state["at_head"] = best.layer, best.head
 
@@ -267,6 +269,13 @@ def open_on_best_reader(entry, lm, state: ViewState) -> None:
     opened_on(grid.best, gold.name, state)
 
 
+PICK_ANOTHER = "To read another head, pick its Layer and Head in the view above."
+PICK_ONE = (
+    "To read one head instead, pick its Layer and Head in the view above: that unticks "
+    "“Mean of all layers”."
+)
+
+
 def opened_on(best: GridRow, gold_name: str, state: ViewState) -> None:
     """Put ``best`` in the view (its widgets not drawn yet) and leave the section a note."""
     use_best(best)
@@ -276,6 +285,6 @@ def opened_on(best: GridRow, gold_name: str, state: ViewState) -> None:
     st.session_state[BEST_NOTE] = (
         f"Opened on the reader that aligns best on {md(gold_name)}: "
         f"{grid_figs.reader_words(best)}, {mode_label(best.mode)}"
-        f"{', read both ways' if state.both else ''} (AER {best.aer:.3f}). Pick "
-        "another layer and head in the view above."
+        f"{', read both ways' if state.both else ''} (AER {best.aer:.3f}). "
+        + (PICK_ONE if best.layer == "all" else PICK_ANOTHER)
     )

@@ -20,7 +20,13 @@ from core.attention.maps import csv_cell, export_name
 from core.corpus.bpe import join_pieces
 from core.figures import alignment as align_figs
 from core.figures.attribution import panel_width
-from pages.ui.attention.alignment_gold_view import BEST_NOTE, BOTH_WAYS_KEY, both_ways, gold_panel
+from pages.ui.attention.alignment_gold_view import (
+    BEST_NOTE,
+    BOTH_WAYS_KEY,
+    SEEN_KEY,
+    both_ways,
+    gold_panel,
+)
 from pages.ui.attention.attribution_view import cross_choice
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.charts import chart
@@ -77,11 +83,13 @@ def pick_reader(page: SectionInputs) -> Reader:
         help="AWO: the decoder step that outputs the token. AWI: the next one, which reads it.",
     )
     boxes = row.container(width="content", gap="small")  # the two boxes stay together
+    untick_mean_on_pick(state)
     widget_default("al_all", state.align_all)
     state.align_all = every = boxes.checkbox(
         "Mean of all layers",
         key="al_all",
-        help="Average every decoder layer and head instead of the view's layer and head.",
+        help="Average every decoder layer and head instead of the view's layer and head. "
+        "Picking a Layer or Head in the view above unticks it.",
     )
     widget_default(BOTH_WAYS_KEY, state.both)
     both = BOTH_HELP.format(cut=BOTH_WAYS)
@@ -90,6 +98,15 @@ def pick_reader(page: SectionInputs) -> Reader:
         return Reader(None, None, state.align)
     layer, head = cross_choice(page.pieces, state)
     return Reader(layer, int(head) if head.isdigit() else None, state.align)
+
+
+def untick_mean_on_pick(state: ViewState) -> None:
+    """Untick "Mean of all layers" (``al_all``, not drawn yet) when the view's Layer or Head
+    changed since the section last ran: the reader picked is then read."""
+    now, seen = (state.layer, state.head), st.session_state.get(SEEN_KEY)
+    st.session_state[SEEN_KEY] = now
+    if seen is not None and seen != now:
+        st.session_state["al_all"] = False
 
 
 def sentence_links(page: SectionInputs, reader: Reader) -> None:

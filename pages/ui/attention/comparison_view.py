@@ -59,7 +59,8 @@ def _keep_mode_field(state: ViewState, mode: str) -> None:
 def pick_other(entry: ModelEntry, lm: TranslationModel, state: ViewState) -> ModelEntry | None:
     """The compared model B (widget ``cmp_other``): any other model of the catalogue that
     translates, the studio's own or a Hugging Face one (then both are compared word by word);
-    by default another translator of A's direction (``catalogue.compared_entry``)."""
+    by default another translator of A's direction (``catalogue.compared_entry``); None until
+    one is picked where no other model translates A's direction."""
     entries = model_entries()
     usable = translators(entries, entry)
     if not usable:
@@ -70,22 +71,43 @@ def pick_other(entry: ModelEntry, lm: TranslationModel, state: ViewState) -> Mod
         return None
     by_key = {e.key: e for e in usable}
     chosen = find_entry(usable, state.other) or compared_entry(entries, entry, lm.languages)
-    if state.other and state.other != chosen.key:
-        gone = "not found, cannot be used, does not translate or is model A itself"
-        if "other" in state.asked:  # from a link: said in its note (link_note)
-            state.why["other"] = gone
-        else:
-            st.warning(f"Model {code(state.other)} was {gone}: comparing with {code(chosen.key)}.")
-    widget_default("cmp_other", chosen.key, list(by_key))
-    state.other = st.selectbox(
+    if state.other and state.other != getattr(chosen, "key", None):
+        _say_gone(state, chosen)
+    if chosen is None:
+        st.info(md(no_same_direction(lm)))
+    widget_default("cmp_other", getattr(chosen, "key", None), list(by_key))
+    picked = st.selectbox(
         "Model B (compared with the model above, A)",
         list(by_key),
         key="cmp_other",
         format_func=lambda k: by_key[k].label,
+        placeholder="Pick a model B",
         help="Any model of the catalogue that translates, including the best.pt and last.pt "
-        "of a run; it opens on another of A's direction.",
+        "of a run; it opens on another of A's direction, where there is one.",
     )
-    return by_key[state.other]
+    state.other = picked or ""
+    return by_key.get(picked)
+
+
+def _say_gone(state: ViewState, chosen: ModelEntry | None) -> None:
+    """Say that the model B asked for (``state.other``) is not among those offered."""
+    gone = "not found, cannot be used, does not translate or is model A itself"
+    if "other" in state.asked:  # from a link: said in its note (link_note)
+        state.why["other"] = gone
+    elif chosen is not None:
+        st.warning(f"Model {code(state.other)} was {gone}: comparing with {code(chosen.key)}.")
+    else:
+        st.warning(f"Model {code(state.other)} was {gone}.")
+
+
+def no_same_direction(lm: TranslationModel) -> str:
+    """One line: no other model translates A's direction, and what to do instead."""
+    source, target_name = lm.language_names
+    return (
+        f"No other model translates {source}→{target_name}: compare two sentences on this "
+        "model instead (Compare: two sentences, above), or pick a model B of another "
+        "direction below (it would read this sentence as unknown words)."
+    )
 
 
 def other_translation(other: ModelEntry, state: ViewState):

@@ -18,11 +18,10 @@ from core.attribution.gradients import DEFAULT_CHOICES
 from core.attribution.methods import METHOD_NAMES, METHODS, AttributionError
 from core.corpus.source import DataError
 from core.figures import attribution as attr_figs
-from core.model.checkpoints import trained_data
 from core.model.interface import TranslationModel
 from core.model.own_outputs import outputs_words
 from core.runs.catalogue import ModelEntry
-from pages.ui.attention.no_corpus import no_corpus
+from pages.ui.attention.no_corpus import corpus_missing, no_corpus
 from pages.ui.charts import chart
 from pages.ui.heavy_work import TimeLimit, heavy_slot
 from pages.ui.progress import progress_bar
@@ -53,6 +52,9 @@ def faithfulness_panel(
         st.caption(md(problem))
         return
     st.caption(HOW.format(outputs=outputs_words(lm)))
+    if (missing := corpus_missing(lm.meta)) is not None:  # before controls that cannot work
+        no_corpus(NO_FAITHFULNESS, missing)
+        return
     if lm.supports("own_split"):  # its sample: fra-eng as the studio splits it by default
         left_out = [METHOD_NAMES[m] for m in METHODS if m not in usable_methods(lm, METHODS)]
         st.caption(
@@ -111,8 +113,6 @@ def measure_on_request(
     entry, lm, n: int, methods, target_lang=None, choices=DEFAULT_CHOICES
 ) -> Faithfulness | None:
     """The button that measures faithfulness (with a warning for the slow method), or None."""
-    if not corpus_here(lm):
-        return None
     st.caption("The result is kept on disk for this model and number of sentences.")
     if SLOW_METHOD in usable_methods(lm, methods):
         st.warning(
@@ -127,16 +127,6 @@ def measure_on_request(
 def duration_words(seconds: float) -> str:
     """A duration for people: "40 s", "7 minutes"."""
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} minutes"
-
-
-def corpus_here(lm: TranslationModel) -> bool:
-    """Whether the model's training corpus is on this machine; else an error that says so."""
-    try:
-        trained_data(lm.meta)
-    except DataError as e:
-        no_corpus(NO_FAITHFULNESS, e)
-        return False
-    return True
 
 
 def measure(

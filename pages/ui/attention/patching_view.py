@@ -241,7 +241,7 @@ def patching_section(page: SectionInputs) -> None:
         )
     corrupt = corrupt_input(page)
     if not corrupt:
-        st.info(md(f"Type the corrupted sentence, e.g. {code(example[1])} for {code(example[0])}."))
+        st.info(f"Type the corrupted sentence, e.g. {code(example[1])} for {code(example[0])}.")
         return
     direction, prefix, answers = question_inputs(page)
     method, receivers = method_input(page)

@@ -28,13 +28,14 @@ from core.corpus.source import DataError
 from core.figures import projector as figs
 from pages.ui.attention import cached_projector as cached
 from pages.ui.attention.inputs import SectionInputs
-from pages.ui.attention.no_corpus import no_corpus
+from pages.ui.attention.no_corpus import corpus_missing, no_corpus
 from pages.ui.heavy_work import TimeLimit, heavy_slot
 from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_widgets import widget_default
 
 SIDE_NAMES = {"encoder": "encoder (source)", "decoder": "decoder (target)"}
 READ_NAMES = {"reference": "the reference", "translation": "its own translation"}
+NO_PLACES = "The tokens cannot be placed for this model here"
 NONE = -1  # no sentence picked
 CHART = "space_chart"
 CLICK = "space_click"  # the point a click picked, (sentence, position, layer), for the next run
@@ -201,6 +202,9 @@ def projector_section(page: SectionInputs) -> None:
         "largest variance (exact); UMAP keeps neighbourhoods. Points that sit together are "
         "tokens the model represents alike."
     )
+    if (missing := corpus_missing(page.lm.meta)) is not None:  # before menus that cannot work
+        no_corpus(NO_PLACES, missing)
+        return
     side, layer, method, dims, n = _settings(page)
     entry, state = page.entry, page.state
     reads = state.space_reads if side == "decoder" else READS[0]  # the encoder reads sources
@@ -209,7 +213,7 @@ def projector_section(page: SectionInputs) -> None:
     try:
         result = _projection(asked, method == "umap" or n > AUTOMATIC)
     except DataError as e:
-        no_corpus("The tokens cannot be placed for this model here", e)
+        no_corpus(NO_PLACES, e)
         return
     except ProjectionError as e:
         st.error(md(e))

@@ -6,25 +6,24 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.attention.task_sequence import sequence_score, task_sequence
-from core.model.checked_translation import EXAMPLES
+from core.attention.task_sequence import sequence_score, task_sequence, tokens_words
 from core.model.interface import TranslationModel
 from core.model.parts import Translation
 from pages.ui.text import md
 from pages.ui.view_state import MAX_TEXT_CHARS, ViewState
-from pages.ui.view_widgets import bounded, widget_default
+from pages.ui.view_widgets import FILLED, bounded, untouched, widget_default
 
 
 def sequence_input(lm: TranslationModel, state: ViewState, prefix: str, why: str) -> str | None:
     """The token sequence box (widget ``<prefix>_sentence``), kept as the view's sentence: the
-    model's task sequence (``core.attention.task_sequence``) where the box holds another
-    model's example sentence or nothing; None, after one error, past MAX_TEXT_CHARS. No
-    prompt, target language or typed translation: ``why`` says so in the link's note."""
+    model's task sequence (``core.attention.task_sequence``, recorded as ``FILLED``) where the
+    box holds what a page put there (``untouched``); None, after one error, for an empty box
+    or one past MAX_TEXT_CHARS. No prompt, target language or typed translation: ``why``
+    says so in the link's note."""
     key, default = f"{prefix}_sentence", task_sequence(lm)
-    shown = st.session_state.get(key, state.sentence)
-    if default and (shown in EXAMPLES or not shown.strip()):
+    if default and untouched(state, key):
         state.set_sentence(default)
-        st.session_state[key] = default
+        st.session_state[key] = st.session_state[FILLED] = default
     widget_default(key, state.sentence)
     typed = st.text_input(
         "Token sequence",
@@ -40,6 +39,9 @@ def sequence_input(lm: TranslationModel, state: ViewState, prefix: str, why: str
         bounded(typed, "sequence")  # its one line; the page stops there
         return None
     state.set_sentence(typed)
+    if not typed.strip():  # as a translator's empty sentence box says
+        st.error(md(f"The token sequence is empty: type a few of its tokens ({tokens_words(lm)})."))
+        return None
     return state.sentence
 
 
@@ -66,6 +68,6 @@ def sequence_line(lm: TranslationModel, t: Translation, maps: bool = True) -> No
         st.warning(
             md(
                 f"{unknown} of the tokens typed {are} not in this model's vocabulary: "
-                "each is read as <unk>."
+                f"each is read as <unk>. Its tokens are {tokens_words(lm)}."
             )
         )

@@ -47,6 +47,11 @@ OFFLINE = (
     "fra-eng is not on this server, and its download site cannot be reached from here "
     "(no network?): a run on fra-eng would fail to start. " + OFFLINE_TOO
 )
+NO_LAUNCH = (  # beside the disabled Launch, while fra-eng can be neither read nor fetched
+    "Launch is off: a run on fra-eng cannot get its data here. The induction preset "
+    "trains offline (it makes its own sequences); or set Data above to a file path or an "
+    "upload of a local English<TAB>French file."
+)
 _REACHABLE: dict = {}  # when fra-eng's host was last asked, and its answer
 
 
@@ -147,9 +152,10 @@ def settings_from_widgets(preset: str) -> dict:
     return out
 
 
-def fra_eng_picker() -> str:
+def fra_eng_picker() -> str | None:
     """fra-eng: say where it comes from and credit it; offer to download it now, with
-    progress."""
+    progress. None (with a warning saying what works instead) where there is no copy and
+    its host cannot be reached: a run on it would fail to start."""
     st.caption(f"Data: {ATTRIBUTION}")  # where the corpus is chosen, as its licence asks
     copy = fra_eng_copy()
     if copy is not None:
@@ -157,7 +163,7 @@ def fra_eng_picker() -> str:
         return "fra-eng"
     if not fra_eng_host_reachable():
         st.warning(OFFLINE)
-        return "fra-eng"
+        return None
     st.caption("fra-eng is not downloaded yet (3.4 MB); the run downloads it when it starts.")
     if st.button("Download fra-eng now"):
         bar = st.progress(0.0, text="Downloading fra-eng.zip…")
@@ -349,7 +355,8 @@ def task_and_arch(preset: str) -> tuple[str, str]:
 
 
 def data_picker(preset: str) -> str | None:
-    """The corpus of a translation run: fra-eng, a file path or an upload (None: none usable)."""
+    """The corpus of a translation run: fra-eng, a file path or an upload (None: none usable;
+    with fra-eng chosen, it cannot be had here)."""
     url_choice("data_source", DATA_SOURCES, "fra-eng")
     source_type = st.radio("Data", DATA_SOURCES, key="data_source", horizontal=True)
     keep_in_url("data_source", source_type, "fra-eng")
@@ -369,6 +376,7 @@ def new_run_form() -> None:
     keep_in_url("preset", preset, "small")
     task, arch = task_and_arch(preset)
     source = data_picker(preset) if task == "translation" else DataConfig.source  # (unread)
+    blocked = task == "translation" and source is None and st.session_state.data_source == "fra-eng"
     if task == "translation" and arch == "encoder-decoder":  # a head of cross-attention
         alignment_inputs()  # outside the form: a choice shows its own inputs at once
     problems = st.session_state.get(PROBLEMS_KEY, {}).get(preset, [])
@@ -385,11 +393,14 @@ def new_run_form() -> None:
         remember_form(preset)
         processes = processes_input(advanced)
         st.caption(f"device 'auto' trains on: {device_summary(default_threads())}")
+        if blocked:
+            st.caption(NO_LAUNCH)
         if st.form_submit_button(
             "Launch training",
             type="primary",
             width="stretch",
             on_click=check_form,
             args=(preset, source),
+            disabled=blocked,
         ):
             launch(preset, source, processes, alignment_choice())

@@ -222,7 +222,12 @@ def curves_view(
     if layers.open:
         with layers:
             layers_view(run_id)
-    with st.expander("Log (last lines)"):
+    log_view(run_id)
+
+
+def log_view(run_id: str, expanded: bool = False) -> None:
+    """The last lines of the run's log, in an expander."""
+    with st.expander("Log (last lines)", expanded=expanded):
         st.code(run_status.log_tail(run_id, 20) or "(empty)", language=None)
 
 
@@ -234,6 +239,21 @@ def run_panel(info: RunInfo, runs: list[RunInfo]) -> None:
     status_poll = POLL_S if info.live or new else None  # miss its start: look again
     st.fragment(status_view, run_every=status_poll)(info.run_id, info.live)
     run_actions(info)
+    compare = []
+    if info.state == "failed" and not run_status.read_metrics(info.run_id):
+        log_view(info.run_id, expanded=True)  # nothing to chart: its error and log say why
+    else:
+        compare = charts_panel(info, runs, curves_poll)
+    downloads(info)
+    settings_diff(runs, [info.run_id, *compare])
+    name_form(info)
+    notes_form(info)
+    promote_form(info)
+
+
+def charts_panel(info: RunInfo, runs: list[RunInfo], curves_poll: float | None) -> list[str]:
+    """The chart controls (runs to compare, smoothing, scales, pausing) and the curves;
+    returns the runs compared."""
     names = run_status.legend_names(runs)
     others = [r.run_id for r in runs if r.run_id != info.run_id]
     c1, c2 = st.columns([3, 2], vertical_alignment="bottom")
@@ -258,11 +278,7 @@ def run_panel(info: RunInfo, runs: list[RunInfo]) -> None:
     x_axis = x_axis_picker()
     view = st.fragment(curves_view, run_every=curves_poll)
     view(info.run_id, compare, names, smoothing, log_y, x_axis)
-    downloads(info)
-    settings_diff(runs, [info.run_id, *compare])
-    name_form(info)
-    notes_form(info)
-    promote_form(info)
+    return compare
 
 
 def downloads(info: RunInfo) -> None:
