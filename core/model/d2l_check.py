@@ -9,9 +9,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sacrebleu.metrics import BLEU
-
 from core.corpus.text import D2L_TEST_PAIRS, tokenize
+from core.model.bleu import corpus_bleu
 from core.model.checked_translation import translate_sentence
 from core.model.interface import TranslationModel
 from core.model.parts import GREEDY, DecodeSettings, TranslationError
@@ -72,9 +71,7 @@ def short_corpus_bleu(hyps: list[list[str]], refs: list[list[str]]) -> tuple[flo
     n-grams: 4, or the longest reference's length where that is shorter (the book's English
     sentences have at most 3 tokens: 4-grams would score even a perfect model 0)."""
     order = max(1, min(4, max((len(r) for r in refs), default=1)))
-    bleu = BLEU(force=True, max_ngram_order=order)
-    lines = [" ".join(h) for h in hyps]
-    return float(bleu.corpus_score(lines, [[" ".join(r) for r in refs]]).score), order
+    return corpus_bleu(hyps, [[r] for r in refs], order), order
 
 
 def d2l_check(lm: TranslationModel, settings: DecodeSettings = GREEDY) -> D2LCheck:
