@@ -52,6 +52,7 @@ from core.model.opened import open_model
 from core.model.parts import ALPHAS, BEAM_SIZES, GREEDY, MAX_LENS, TranslationError
 
 MAX_TOP = 100  # the most words --top may ask for
+HEAD_VIEW = {"kind": "cross", "layer": 0, "head": 0, "query": 0}  # one head's q·k: defaults
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = CommandParser(description="Inside one attention head, or the logit lens.")
     add_model_flag(p)
     p.add_argument("--sentence", required=True, help="the source sentence to translate")
-    p.add_argument("--kind", default="cross", help=f"one of {', '.join(KINDS)}")
+    p.add_argument("--kind", default=HEAD_VIEW["kind"], help=f"one of {', '.join(KINDS)}")
     p.add_argument("--layer", type=InRange.index(), default=0, help="layer, counted from 0")
     p.add_argument("--head", type=InRange.index(), default=0, help="head, counted from 0")
     p.add_argument("--query", type=InRange.index(), default=0, help="query token's position")
@@ -85,6 +86,11 @@ def problem(args) -> str | None:
         return "give a sentence to translate (--sentence)"
     if args.kind not in KINDS:
         return f"unknown attention kind {args.kind!r}; use one of {', '.join(KINDS)}"
+    picked = [f"--{k}" for k, v in HEAD_VIEW.items() if getattr(args, k) != v]
+    if picked and (args.logit_lens or args.head_roles):  # they read every head: ignored
+        return f"{'/'.join(picked)} pick one head's q·k view: leave them out with this view"
+    if args.top != TOP_K and not args.logit_lens:
+        return "--top counts the logit lens's words: give --logit-lens or leave --top out"
     return None
 
 

@@ -167,6 +167,8 @@ def test_the_command_prints_the_faithfulness_table(val_checkpoint, capsys):
         (["--faithfulness", "--sentences", "0"], "from 1 to 1,000 (got 0)"),
         (["--method", "attention", "--layer", "7", "hello ."], "layer must be"),
         (["--method", "attention", "--head", "x", "hello ."], "--head: must be"),
+        (["--input", "p.tsv", "--out", "r.jsonl", "--contrast", "x"], "leave out --contrast"),
+        (["--input", "p.tsv", "--out", "r.jsonl", "--target", "x"], "leave out --target"),
     ],
 )
 def test_bad_input_is_a_one_line_error_and_exit_2(val_checkpoint, capsys, args, message):

@@ -211,6 +211,9 @@ def test_the_command_prints_the_logit_lens_one_line_per_step(bpe_run, capsys):
         (["--query", "50"], "Query 50 is outside"),
         (["--logit-lens", "--top", "0"], "--top: must be"),
         (["--logit-lens", "--head-roles"], "--head-roles: not allowed with argument --logit-lens"),
+        (["--logit-lens", "--layer", "1", "--head", "2"], "--layer/--head pick one head's q·k"),
+        (["--head-roles", "--kind", "encoder"], "--kind pick one head's q·k view"),
+        (["--top", "3"], "--top counts the logit lens's words"),
     ],
 )
 def test_bad_input_is_a_one_line_error_and_exit_2(tiny_checkpoint, capsys, extra, message):
@@ -223,3 +226,9 @@ def test_bad_input_is_a_one_line_error_and_exit_2(tiny_checkpoint, capsys, extra
 def test_a_missing_checkpoint_is_a_one_line_error(tmp_path, capsys):
     assert command.main(["--checkpoint", str(tmp_path / "no.pt"), "--sentence", "hi ."]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_the_head_view_s_defaults_are_the_parser_s():
+    """HEAD_VIEW (what --logit-lens and --head-roles refuse to be given) holds the defaults."""
+    args = command.build_parser().parse_args(["--checkpoint", "x", "--sentence", "hi"])
+    assert {k: getattr(args, k) for k in command.HEAD_VIEW} == command.HEAD_VIEW

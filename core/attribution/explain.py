@@ -248,6 +248,9 @@ def sentence_flag_problem(args) -> str | None:
         return "spans name one sentence's tokens: leave out --source-spans/--target-spans"
     if other and args.input:
         return "--input takes a contrast source per line (its fourth column): leave it out"
+    given = [f for f, v in (("--target", args.target), ("--contrast", args.contrast)) if v.strip()]
+    if given and args.input:  # each line gives its own: the flag would be ignored
+        return f"--input takes a target and a contrast per line: leave out {'/'.join(given)}"
     return None
 
 
