@@ -2,7 +2,7 @@
 
 A decoder-only run's checkpoint is copied as its ``save_pretrained`` folder (DST a folder,
 e.g. ``checkpoints/induction-2l.hf``), its history beside it (``induction-2l.history``). DST
-ends in .pt (.hf for a folder) and replaces only a model the studio wrote (``refusal``).
+ends in .pt (.hf for a folder) and replaces only a compact model the studio wrote (``refusal``).
 
 The library is ``core.model.checkpoints`` (save, load, compact), ``core.runs.history`` and
 ``core.alignment.head_aer.store_in_history`` (every head's validation numbers at each snapshot
@@ -79,7 +79,7 @@ def refusal(args: argparse.Namespace, folder: bool) -> str | None:
     if dst.exists() and dst.resolve() == src.resolve():
         return f"{dst} is SRC: name another file for the copy"
     if dst.exists() and not studio_wrote(dst, folder):
-        return f"{dst} is there and is not a model the studio wrote: it is left as it is"
+        return f"{dst} is there and is not a compact model the studio wrote: it is left as it is"
     history = history_path(dst)
     if history.exists() and HistoryFile(history).section("format") != FORMAT:
         why = "is there and is not a history the studio wrote: it is left as it is"
@@ -88,12 +88,12 @@ def refusal(args: argparse.Namespace, folder: bool) -> str | None:
 
 
 def studio_wrote(path: Path, folder: bool) -> bool:
-    """Whether ``path`` is a model the studio wrote: a checkpoint that reads as one, or (with
-    ``folder``) a model folder that records a task it was trained on here."""
+    """Whether a copy may replace ``path``: a compact checkpoint (not a run's, which would no
+    longer resume), or (``folder``) a model folder recording a task trained here."""
     try:
         if folder:
             return path.is_dir() and bool(describe_folder(path)["task"])
-        return path.is_file() and bool(read_checkpoint(path, mmap=True))
+        return path.is_file() and "optimizer" not in read_checkpoint(path, mmap=True)
     except Exception:  # noqa: BLE001 - a file or folder the door cannot read is not ours
         return False
 

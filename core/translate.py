@@ -14,7 +14,7 @@ from core.attention.ablation import HeadSpecError, ablated, heads_of
 from core.command_line import run_command
 from core.model import checked_translation as checked
 from core.model.checkpoints import CheckpointError
-from core.model.d2l_check import d2l_check
+from core.model.d2l_check import d2l_check, d2l_problem
 from core.model.opened import open_model
 from core.model.parts import ALPHAS, BEAM_SIZES, GREEDY, MAX_LENS
 
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     lm = open_model(args.checkpoint, hub=True, prompt=args.prompt)
     heads = heads_of(args.ablate, lm.cfg, lm.head_kinds)
     settings = cli.decode_settings(args, GREEDY, lm)  # the page's, its prompt too
-    if args.d2l_check and (problem := lm.supports("d2l")):
+    if args.d2l_check and (problem := d2l_problem(lm)):
         raise cli.CommandError(problem)
     with ablated(lm, heads):
         if args.d2l_check:

@@ -287,7 +287,7 @@ def main() -> None:
             target_input(state, "tr", lm.target_name)
         if typed is not None:  # a paste past the box's limit was named once: nothing to do
             translation_of(lm, entry, state, settings)
-        if problem := lm.supports("d2l"):
+        if problem := d2l_check.d2l_problem(lm):
             st.caption(md(problem))
         else:
             d2l_section(lm, entry, settings)

@@ -30,6 +30,23 @@ def test_compare_never_opens_on_a_model_of_the_other_direction(studio_dirs, tmp_
     assert not at.get("plotly_chart")  # nothing compared until a model B is picked
 
 
+def test_model_b_chosen_for_one_model_a_is_chosen_again_for_the_next(studio_dirs):
+    """Review: model B, chosen by the page for an English→French A, stayed when A became the
+    French→English model (B then read French as unknown words); a B the user picked stays."""
+    ckpts = studio_dirs["checkpoints"]
+    reversed_copy(ckpts / "fra-eng-small.pt", ckpts / "fr-en.pt")
+    at = run_page_script("attention.py", {"section": "compare", "sentence": "i am cold ."})
+    assert_clean(at)
+    first = at.selectbox(key="cmp_other").value
+    assert first is not None and first != "checkpoints/fr-en.pt"
+    at.selectbox(key="at_model").set_value("checkpoints/fr-en.pt").run()
+    assert_clean(at)
+    assert at.selectbox(key="cmp_other").value is None  # no other French→English model
+    assert any("No other model translates French→English" in plain(i.value) for i in at.info)
+    at.selectbox(key="cmp_other").set_value(first).run()  # picked by hand: kept
+    assert at.selectbox(key="cmp_other").value == first
+
+
 def test_model_labels_say_the_direction(tmp_path):
     """fr-en-small-aligned.pt was labelled "fra-eng (Tatoeba)" like the English→French ones."""
     shipped = models.list_models(ROOT / "checkpoints", tmp_path / "no-runs")
@@ -72,3 +89,19 @@ def test_patching_shows_its_example_sentences_as_code(studio_dirs):
     assert_clean(at)
     (hint,) = [i.value for i in at.info if i.value.startswith("Type the corrupted sentence")]
     assert "\\`" not in hint and hint.count("`") == 4, hint
+
+
+def test_a_layer_another_model_clamps_leaves_the_mean_ticked(monkeypatch):
+    """Review: a Layer or Head the view clamped for a model with fewer layers (nothing picked)
+    unticked "Mean of all layers"; only a pick on the same model does."""
+    from types import SimpleNamespace
+
+    from pages.ui.attention import alignment_view
+
+    fake = SimpleNamespace(session_state={"al_all": True})
+    monkeypatch.setattr(alignment_view, "st", fake)
+    alignment_view.untick_mean_on_pick(SimpleNamespace(layer=5, head="2"), "six-layers.pt")
+    alignment_view.untick_mean_on_pick(SimpleNamespace(layer=1, head="2"), "two-layers.pt")
+    assert fake.session_state["al_all"]  # clamped on another model: still the mean
+    alignment_view.untick_mean_on_pick(SimpleNamespace(layer=0, head="2"), "two-layers.pt")
+    assert not fake.session_state["al_all"]  # picked: that layer is read

@@ -212,7 +212,7 @@ def test_a_bpe_model_occludes_whole_words(bpe_run, tmp_path):
             "kl needs an alternative translation: give --contrast",
         ),
         (["--method", "grad-input", "--function", "kl", "i'm home ."], "give --contrast"),
-        (["--faithfulness", "--function", "kl"], "give --contrast"),
+        (["--faithfulness", "--function", "kl"], "kl compares two translations: leave it out"),
         (["--function", "prob", "i'm home ."], "--function changes only grad-input"),
         (["--aggregation", "l2", "i'm home ."], "leave it out with alti"),
         (["--method", "norm", "--normalisation", "none", "i'm home ."], "--normalisation"),

@@ -340,3 +340,19 @@ def test_d2l_check_s_corpus_bleu_counts_no_longer_n_grams_than_its_references():
     assert short_corpus_bleu(english, english) == (pytest.approx(100.0), 3)
     french = [tokenize(r) for _, r in D2L_TEST_PAIRS]
     assert short_corpus_bleu(french, french) == (pytest.approx(100.0), 4)
+
+
+def test_the_d2l_check_refuses_a_model_of_another_language_pair(tiny_checkpoint):
+    """Review: an English→German model ran the book's English into German and was scored
+    against French, its caption saying "English → French"; the check says why not."""
+    from types import SimpleNamespace
+
+    from core.model.d2l_check import d2l_problem
+    from core.model.studio_model import StudioModel
+
+    assert d2l_problem(StudioModel.load(tiny_checkpoint)) is None  # English → French
+    german = SimpleNamespace(supports=lambda what: None, language_names=("English", "German"))
+    assert d2l_problem(german) == (
+        "The d2l chapter's check scores English → French (or French → English): this model "
+        "translates English → German."
+    )

@@ -287,6 +287,8 @@ def choice_flag_problem(args, methods: Sequence[str]) -> str | None:
     choice changed from its default that none of ``methods`` reads (a default never is)."""
     chosen = choices_from(args)
     if chosen.function in CONTRAST_ONLY and not args.contrast.strip() and not args.input:
+        if args.faithfulness:  # which takes no contrast
+            return f"--function {chosen.function} compares two translations: leave it out"
         return f"--function {chosen.function} needs an alternative translation: give --contrast"
     for name, readers in CHOICE_READERS.items():
         if getattr(chosen, name) == getattr(DEFAULT_CHOICES, name):

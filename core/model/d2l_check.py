@@ -43,6 +43,21 @@ def reversed_direction(lm: TranslationModel) -> bool:
     return lm.language_names == BOOK_LANGUAGES[::-1]
 
 
+def d2l_problem(lm: TranslationModel) -> str | None:
+    """Why the chapter's check does not apply to ``lm``, in one line (None: it does): the
+    capability table's refusal, or a direction other than English → French and back (the
+    book's sentences would be scored against references in another language)."""
+    if problem := lm.supports("d2l"):
+        return problem
+    names = tuple(lm.language_names)
+    if names not in (BOOK_LANGUAGES, BOOK_LANGUAGES[::-1]):
+        return (
+            "The d2l chapter's check scores English → French (or French → English): this "
+            f"model translates {names[0]} → {names[1]}."
+        )
+    return None
+
+
 def d2l_pairs(lm: TranslationModel) -> list[tuple[str, str]]:
     """The chapter's (source, reference) pairs in ``lm``'s direction: the book's English
     sentences and French references, swapped for a French → English model."""

@@ -38,7 +38,7 @@ OPEN_BEST = "al_open_best"  # session flag: this run opens Alignment on the best
 OPEN_WHEN_SCORED = "al_open_scored"  # session flag: ... once the gold panel has scored it
 SCORED_BEST = "al_scored_best"  # the best reader the gold panel scored, for the next run
 BEST_NOTE = "al_best_note"  # what the section says about the reader it opened on
-SEEN_KEY = "al_seen_view"  # the view's (layer, head) when Alignment last read it
+SEEN_KEY = "al_seen_view"  # (model, layer, head) of the view when Alignment last read it
 AER_WORDS = (
     "Every reader (each decoder layer's heads and their mean, and the mean of all layers, in "
     "each mode the model is read in) links the words of each gold pair; its links are scored "

@@ -83,7 +83,7 @@ def pick_reader(page: SectionInputs) -> Reader:
         help="AWO: the decoder step that outputs the token. AWI: the next one, which reads it.",
     )
     boxes = row.container(width="content", gap="small")  # the two boxes stay together
-    untick_mean_on_pick(state)
+    untick_mean_on_pick(state, page.entry.key)
     widget_default("al_all", state.align_all)
     state.align_all = every = boxes.checkbox(
         "Mean of all layers",
@@ -100,12 +100,13 @@ def pick_reader(page: SectionInputs) -> Reader:
     return Reader(layer, int(head) if head.isdigit() else None, state.align)
 
 
-def untick_mean_on_pick(state: ViewState) -> None:
+def untick_mean_on_pick(state: ViewState, model: str) -> None:
     """Untick "Mean of all layers" (``al_all``, not drawn yet) when the view's Layer or Head
-    changed since the section last ran: the reader picked is then read."""
-    now, seen = (state.layer, state.head), st.session_state.get(SEEN_KEY)
+    changed since the section last ran on the same ``model``: the reader picked is then read
+    (another model's layers may clamp them: nothing was picked)."""
+    now, seen = (model, state.layer, state.head), st.session_state.get(SEEN_KEY)
     st.session_state[SEEN_KEY] = now
-    if seen is not None and seen != now:
+    if seen is not None and seen[0] == model and seen != now:
         st.session_state["al_all"] = False
 
 

@@ -70,7 +70,13 @@ def pick_other(entry: ModelEntry, lm: TranslationModel, state: ViewState) -> Mod
         )
         return None
     by_key = {e.key: e for e in usable}
+    auto = st.session_state.get("cmp_auto")  # (A, B): the B this view chose for A itself
+    if auto and auto[0] != entry.key and state.other == auto[1] and "other" not in state.asked:
+        state.other = ""  # model A changed: its own default, not the last A's
+        st.session_state.pop("cmp_other", None)
     chosen = find_entry(usable, state.other) or compared_entry(entries, entry, lm.languages)
+    if not state.other:
+        st.session_state["cmp_auto"] = (entry.key, getattr(chosen, "key", None))
     if state.other and state.other != getattr(chosen, "key", None):
         _say_gone(state, chosen)
     if chosen is None:
