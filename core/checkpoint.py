@@ -2,7 +2,7 @@
 
 A decoder-only run's checkpoint is copied as its ``save_pretrained`` folder (DST a folder,
 e.g. ``checkpoints/induction-2l.hf``), its history beside it (``induction-2l.history``). DST
-ends in .pt (.hf for a folder) and replaces only a compact model the studio wrote (``refusal``).
+ends in .pt (.hf for a folder) and replaces only a copy the studio wrote (``refusal``).
 
 The library is ``core.model.checkpoints`` (save, load, compact), ``core.runs.history`` and
 ``core.alignment.head_aer.store_in_history`` (every head's validation numbers at each snapshot
@@ -31,18 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dst", help="the copy, new or one the studio wrote: .pt, or .hf (a folder) for "
                    "a decoder-only or encoder model")  # fmt: skip
     p.add_argument("--float32", action="store_true", help="keep float32 weights")
-    p.add_argument(
-        "--no-history",
-        action="store_true",
-        help="do not write DST's .history file (the run's metrics and attention snapshots "
-        "up to the checkpoint's step, written when SRC is inside a run directory)",
-    )
-    p.add_argument(
-        "--no-trajectories",
-        action="store_true",
-        help="do not measure every head on the validation sentences at the run's snapshot "
-        "models and keep the numbers in the .history file",
-    )
+    p.add_argument("--no-history", action="store_true", help="do not write DST's .history file "
+                   "(the run's metrics and attention snapshots up to the checkpoint's step, "
+                   "written when SRC is inside a run directory)")  # fmt: skip
+    p.add_argument("--no-trajectories", action="store_true", help="do not measure every head "
+                   "on the validation sentences at the run's snapshot models and keep the "
+                   "numbers in the .history file")  # fmt: skip
     return p
 
 
@@ -78,8 +72,10 @@ def refusal(args: argparse.Namespace, folder: bool) -> str | None:
         return f"{dst}: the copy's name ends in {suffix} (this model is copied as {kind})"
     if dst.exists() and dst.resolve() == src.resolve():
         return f"{dst} is SRC: name another file for the copy"
+    if dst.exists() and (dst.parent / "metrics.jsonl").is_file():  # best.pt, last.pt
+        return f"{dst} is a run's own checkpoint (it resumes from it): it is left as it is"
     if dst.exists() and not studio_wrote(dst, folder):
-        return f"{dst} is there and is not a compact model the studio wrote: it is left as it is"
+        return f"{dst} is there and is not a model the studio wrote: it is left as it is"
     history = history_path(dst)
     if history.exists() and HistoryFile(history).section("format") != FORMAT:
         why = "is there and is not a history the studio wrote: it is left as it is"
@@ -88,12 +84,12 @@ def refusal(args: argparse.Namespace, folder: bool) -> str | None:
 
 
 def studio_wrote(path: Path, folder: bool) -> bool:
-    """Whether a copy may replace ``path``: a compact checkpoint (not a run's, which would no
-    longer resume), or (``folder``) a model folder recording a task trained here."""
+    """Whether a copy may replace ``path``: a checkpoint the studio wrote, or (``folder``) a
+    model folder recording a task trained here."""
     try:
         if folder:
             return path.is_dir() and bool(describe_folder(path)["task"])
-        return path.is_file() and "optimizer" not in read_checkpoint(path, mmap=True)
+        return path.is_file() and bool(read_checkpoint(path, mmap=True))
     except Exception:  # noqa: BLE001 - a file or folder the door cannot read is not ours
         return False
 

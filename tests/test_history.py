@@ -135,7 +135,7 @@ def test_a_copy_never_overwrites_what_the_studio_did_not_write(tmp_path, tiny_ru
     foreign.write_text("not a history\n")
     for dst, said in [
         (data, "pairs.tsv: the copy's name ends in .pt"),
-        (text_pt, "notes.pt is there and is not a compact model the studio wrote"),
+        (text_pt, "notes.pt is there and is not a model the studio wrote"),
         (tmp_path / "fresh.pt", "fresh.history is there and is not a history the studio wrote"),
     ]:
         assert checkpoint_main([src, str(dst)]) == 2
@@ -152,12 +152,11 @@ def test_a_copy_never_overwrites_what_the_studio_did_not_write(tmp_path, tiny_ru
         assert history.open_history(history.history_path(mine)).snapshot_steps() != []
     assert checkpoint_main([str(mine), str(mine), "--no-history"]) == 2
     assert "mine.pt is SRC" in capsys.readouterr().err
-    resumable = tmp_path / "their-last.pt"  # a run's own checkpoint: its optimiser kept
-    shutil.copy(tiny_run / "last.pt", resumable)
-    before = resumable.read_bytes()
-    assert checkpoint_main([str(mine), str(resumable), "--no-history"]) == 2
-    assert "is not a compact model" in capsys.readouterr().err
-    assert resumable.read_bytes() == before
+    other = shutil.copytree(tiny_run, tmp_path / "other-run")  # a run's own checkpoint
+    before = (other / "last.pt").read_bytes()
+    assert checkpoint_main([str(mine), str(other / "last.pt"), "--no-history"]) == 2
+    assert "is a run's own checkpoint (it resumes from it)" in capsys.readouterr().err
+    assert (other / "last.pt").read_bytes() == before
 
 
 def test_a_model_folder_replaces_only_a_folder_the_studio_wrote(
