@@ -36,7 +36,7 @@ from core.model.checkpoints import CheckpointError
 from core.runs.alignment_request import ALIGN_WEIGHT, requested_alignment
 from core.runs.capacity import command_problems
 from core.runs.launcher import launch
-from core.runs.run_dir import RunDir
+from core.runs.run_dir import RunDir, new_run_problem
 from core.runs.training_run import read_request, run
 from core.training.presets import PRESETS
 from core.training.settings import add_setting_flags, settings_from_args
@@ -45,15 +45,11 @@ from core.training.settings import add_setting_flags, settings_from_args
 def build_parser() -> argparse.ArgumentParser:
     """--out, --preset, --resume, --no-progress and one flag per setting (core.training)."""
     p = CommandParser(description="Train an English-French Transformer.")
-    p.add_argument("--out", required=True, help="run directory to create (or resume)")
+    p.add_argument("--out", required=True, help="a new run directory (or one to --resume)")
     p.add_argument("--preset", choices=sorted(PRESETS), default="small")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--request",
-        action="store_true",
-        help="read the settings (or, with --resume, new limits) from <out>/request.json",
-    )
+    p.add_argument("--request", action="store_true", help="settings (or limits) from request.json")
     p.add_argument(
         "--processes",
         type=int,
@@ -101,6 +97,9 @@ def train(args: argparse.Namespace, argv: list[str]) -> int:
     asked = (args.preset, settings_from_args(args), args.processes, args.resume or args.request)
     if "WORLD_SIZE" not in os.environ and (problems := command_problems(*asked)):
         raise CommandError("Invalid settings: " + "; ".join(problems) + ".")  # as the page's
+    fresh = not (args.resume or args.request or "WORLD_SIZE" in os.environ)
+    if fresh and (why := new_run_problem(args.out)):  # a run, or other files, already there
+        raise CommandError(why)
     with_alignments(args)
     if args.processes > 1 and "WORLD_SIZE" not in os.environ:
         return launch(argv, args.processes)
@@ -108,8 +107,7 @@ def train(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def main(argv=None) -> int:
-    """Parse the flags and train (or resume) the run, or with ``--processes N`` (N > 1, outside
-    torchrun) start its N processes and wait for them (``core.runs.launcher``); the exit code."""
+    """Parse the flags, then train: in this process, or in N (``core.runs.launcher``)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     errors = (ValueError, OSError, DataError, CheckpointError)  # GoldError is a ValueError
     return run_command(build_parser(), partial(train, argv=argv), errors, argv, share_cores=False)

@@ -191,8 +191,9 @@ def assert_clean(at) -> None:
 
 
 def plain(markdown: str) -> str:
-    """Markdown as it reads on the page: the backslash escapes of pages.ui.text.md removed."""
-    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
+    """Markdown as it reads on the page: the backslash escapes and word joiners of
+    pages.ui.text.md removed."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown).replace("\u2060", "")
 
 
 # ----------------------------------------------------------------------------- model files

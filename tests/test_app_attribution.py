@@ -240,3 +240,22 @@ def test_inseq_s_choices_on_the_page_equal_the_command_s_library_call(studio_dir
     (table,) = [d for d in at.dataframe if "pcxmi" in d.value.columns]
     assert np.allclose(table.value["pcxmi"], scores["pcxmi"], atol=1e-6)
     assert np.allclose(table.value["logit"], scores["logit"], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "key, what",
+    [
+        ("atr_contrast_source", "contrast source"),
+        ("atr_source_spans", "source spans"),
+        ("atr_target_spans", "output spans"),
+    ],
+)
+def test_a_long_paste_in_a_box_is_named_not_dropped_without_a_word(studio_dirs, key, what):
+    """Audit: these boxes had a browser-side limit (max_chars), which drops a longer paste
+    whole, so the page's own one line (``bounded``) could never say why the box stayed empty."""
+    at = run_page({"sentence": SENTENCE, "method": "grad-input"})
+    box = at.text_input(key=key)
+    assert not box.proto.max_chars  # no limit the browser enforces by dropping the paste
+    box.set_value("x" * 5000).run()
+    assert_clean(at)
+    assert any(f"The {what} has 5,000 characters" in e.value for e in at.error)

@@ -49,3 +49,25 @@ def test_a_page_the_app_has_not_is_named_on_home(app_server, browser_page):
     words = note.inner_text()
     assert "/nosuchpage" in words and "Train, Translate, Attention" in words
     assert_no_browser_exception(page)
+
+
+def test_a_strangers_text_shows_no_link_formatting_or_html(tmp_path, browser_page):
+    """Review, round five: md() escaped Markdown, HTML and Streamlit's directives, but GFM's
+    autolink literals (http://…, www.…, user@host) are found once the escapes are read, so a
+    crafted ?run= put live links to another site in the app's own warning."""
+    from tests.data.user_text import TEXT
+
+    proc, url = start_server(tmp_path, "tests/data/user_text.py")
+    try:
+        browser_page.goto(url)
+        boxes = browser_page.locator(
+            "[data-testid=stMarkdownContainer], [data-testid=stCaptionContainer]"
+        )
+        boxes.nth(2).wait_for(timeout=60_000)  # the warning, the text and the caption
+        for i in range(3):
+            box = boxes.nth(i)
+            assert box.locator("a, b, strong, em, span.katex, [style*=color]").count() == 0
+            assert TEXT in box.inner_text().replace("\u2060", "")  # as typed, to the letter
+        assert_no_browser_exception(browser_page)
+    finally:
+        stop_server(proc)

@@ -13,6 +13,7 @@ from core.attribution.file_mode import (
     FileModeError,
     aggregate,
     attribute_file,
+    iter_records,
     read_input,
     read_records,
 )
@@ -108,11 +109,21 @@ def test_a_file_is_summed_up_by_position_token_and_sentence(tiny_model, pairs, t
     assert got["mean contribution"] == pytest.approx(sum(home) / len(home))
 
 
-def test_the_page_loads_a_results_file(studio_dirs, tiny_model, pairs, tmp_path):
+def test_the_page_loads_a_results_file(studio_dirs, tiny_model, pairs, tmp_path, monkeypatch):
+    from pages.ui import cached
+    from pages.ui.shared_cache import RESULTS
     from tests.helpers import assert_clean, plain, run_page_script
 
     out = tmp_path / "out.jsonl"
     attribute_file(tiny_model, pairs, out, "alti")
+    RESULTS.clear()
+    read = [0]
+
+    def counted(data):  # audit: an upload was parsed again at every rerun (~18x its size)
+        read[0] += 1
+        return iter_records(data)
+
+    monkeypatch.setattr(cached, "iter_records", counted)
     at = run_page_script("attention.py", {"sentence": "i'm home .", "section": "attribution"})
     at.file_uploader(key="atr_file").set_value(("out.jsonl", out.read_bytes(), "text/plain"))
     at.run()
@@ -122,9 +133,19 @@ def test_the_page_loads_a_results_file(studio_dirs, tiny_model, pairs, tmp_path)
         " ".join(m.value for m in panel.markdown)
     )
     assert len(panel.dataframe) == 3
+    at.run()  # a rerun (another widget touched): the file is not read again
+    assert read == [1]
     at.file_uploader(key="atr_file").set_value(("x.jsonl", b"not json\n", "text/plain"))
     at.run()
     assert any("cannot be read" in e.value for e in at.error)
+
+
+def test_records_are_read_one_line_at_a_time():
+    """aggregate never holds a whole file's records: the lines before a bad one are read."""
+    records = iter_records(b'{"line": 0, "error": "x"}\nnot json\n')
+    assert next(records) == {"line": 0, "error": "x"}
+    with pytest.raises(FileModeError, match="line 2"):
+        next(records)
 
 
 # ----------------------------------------------------------------------------- malformed files

@@ -142,6 +142,22 @@ def test_a_masked_model_and_passes_too_big_are_refused_in_one_line(
         hd.head_scores(tiny_model, length=20, sequences=64)
 
 
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_the_longest_sequences_a_prompted_model_holds_run_and_one_more_is_refused(
+    lm_loaded, family
+):
+    """Audit: the check counted the source but not the prompt's template, so lengths within
+    the template's few positions of the model's end passed it and failed in the model's
+    position table (IndexError) instead of the one-line refusal."""
+    m = lm_loaded[family]
+    around = len(m.sequence_ids(m.source(m.example_sentence).ids, [m.eos_id]))
+    longest = (m.cfg.max_positions - around) // 2  # the start token, n, n, the end token
+    scores = hd.head_scores(m, length=longest, sequences=1)
+    assert np.isfinite(scores.induction).all()
+    with pytest.raises(hd.HeadScoresError, match="positions"):
+        hd.head_scores(m, length=longest + 1, sequences=1)
+
+
 def test_the_command_prints_what_the_figure_draws(tiny_checkpoint, capsys):
     """One line per head, then the summary; the page's figure holds the same numbers."""
     from core.head_scores import main

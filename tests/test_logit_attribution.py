@@ -17,6 +17,8 @@ from core.attention.logit_attribution import (
     LogitAttributionError,
     logit_attribution,
 )
+from core.attribution.contrast import foil_at
+from core.attribution.methods import AttributionError
 from core.figures.logit_attribution import layer_bars, logit_attribution_figure
 from core.model import lm_sites
 from core.model.parts import DecodeSettings
@@ -196,6 +198,36 @@ def test_a_step_or_word_the_model_lacks_is_one_line(studios):
         logit_attribution(m, t, len(t.out_ids))
     with pytest.raises(LogitAttributionError, match="no output token 'zzz'"):
         logit_attribution(m, t, 0, "zzz")
+
+
+def test_a_word_a_model_without_an_unknown_token_lacks_is_refused(lm_loaded):
+    """A byte-level tokenizer has no unknown token: a word it lacks (or reads as several
+    pieces) read back as the end token, which was explained as the answer without a word."""
+    m = lm_loaded["llama"]
+    assert m.unk_id is None
+    t = m.force(SOURCE, TARGET, SETTINGS)
+    for word in ("zzzqqq", "suis"):  # none; several pieces
+        with pytest.raises(LogitAttributionError, match=f"no output token '{word}'"):
+            logit_attribution(m, t, 0, word)
+        with pytest.raises(AttributionError, match=f"no output token '{word}'"):
+            foil_at(m, t, 0, word)
+    end = m.target_tokens([m.eos_id])[0]
+    assert logit_attribution(m, t, 0, end).ids[0] == m.eos_id  # the end token by its name
+
+
+@pytest.mark.parametrize("family", ["marian-spm", "marian", "bart", "llama", "gpt2"])
+def test_a_token_typed_as_the_translation_shows_it_is_that_token(hf_loaded, lm_loaded, family):
+    """Audit: a word's first piece shown as 's' ('▁s', 'Ġs') read back as its continuing twin
+    's' (shown '##s') wherever the vocabulary had both, and '␣' (the mark alone) as nothing:
+    another token's logit was explained under the same label."""
+    m = hf_loaded.get(family) or lm_loaded[family]
+    t = m.force(SOURCE, TARGET, SETTINGS)
+    assert [m.target_token_id(token) for token in t.output_tokens] == list(t.out_ids)
+    if m.meta.get("tokens") != "pieces":  # both forms in this vocabulary: told apart
+        assert {"s", "f", "##e"} <= set(t.output_tokens) and "␣" in t.output_tokens
+    step = len(t.out_ids) - 2
+    typed = logit_attribution(m, t, step, t.output_tokens[step])
+    assert typed.ids == logit_attribution(m, t, step).ids and typed.answer == t.output_tokens[step]
 
 
 def test_the_figure_draws_the_grids_the_bars_and_the_accumulated_line(studios):

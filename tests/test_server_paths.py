@@ -41,6 +41,21 @@ def test_a_refused_corpus_path_names_no_server_folder(typed):
     assert "data/" in str(e.value)
 
 
+def test_a_tilde_path_tells_no_account_of_the_server_apart():
+    """Audit: ~user was expanded, so ~root/x.tsv said "outside them" and ~nosuchuser/x.tsv
+    "Could not determine home directory": which accounts exist. Only ~/ (the server's own)
+    is expanded; ~name is a name in the data folder, not found like any other."""
+    said = []
+    for typed in ("~root/x.tsv", "~nosuchuser123/x.tsv"):
+        try:
+            allowed_path(typed)
+        except DataError as e:
+            said.append(str(e))
+        else:
+            said.append("inside")
+    assert said == ["inside", "inside"]  # (the file itself is not there: read_text says so)
+
+
 def test_an_upload_too_large_names_no_server_folder():
     with pytest.raises(DataError) as e:
         stage_upload("big.tsv", b"x\ty\n" * (6 * 2**20))

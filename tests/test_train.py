@@ -170,6 +170,39 @@ def test_resume_continues_metrics(tmp_path):
     assert RunDir(out).snapshot_steps() == [10, 20, 30, 40]
 
 
+def test_a_new_run_into_a_finished_one_is_refused_and_changes_nothing(tmp_path, capsys):
+    """Audit: the same command run twice trained a second run over the first (its
+    checkpoints replaced, its metrics.jsonl both runs' records); --resume continues it."""
+    out = tmp_path / "run"
+    assert train_tiny(out, "--epochs", "0", "--max-steps", "10", "--eval-every", "10") == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    capsys.readouterr()
+    assert train_tiny(out, "--epochs", "0", "--max-steps", "10") == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "already holds a run" in err, err
+    assert "--resume" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+
+
+@pytest.mark.parametrize("out", ["", "a file", "a folder of other files"])
+def test_a_new_run_needs_a_new_or_empty_folder(tmp_path, capsys, monkeypatch, out):
+    """Audit: --out '' trained into the current folder (the checkout's root); a file or a
+    folder of the user's own files would have taken the run's files among them."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a file").write_text("mine")
+    (tmp_path / "a folder of other files").mkdir()
+    (tmp_path / "a folder of other files" / "notes.txt").write_text("mine")
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    from core.train import main
+
+    assert main([*TINY_ARGS, "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: "), err
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+    (tmp_path / "empty").mkdir()
+    assert train_tiny(tmp_path / "empty", "--epochs", "0", "--max-steps", "1") == 0  # fine
+
+
 def start_cli(out, *extra):
     """Start ``python -m core.train`` on the tiny corpus as its own process."""
     return subprocess.Popen(

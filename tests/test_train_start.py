@@ -17,6 +17,7 @@ from core.corpus import user_files
 from core.corpus.batches import encode_pairs
 from core.corpus.config import DataConfig
 from core.corpus.source import DataError
+from core.places import runs_root
 from core.runs import corpus_cache, jobs
 from core.runs import status as run_status
 from core.runs.corpus_cache import CACHED, READING, prepared_corpus
@@ -281,6 +282,26 @@ def test_a_run_without_validation_pairs_is_not_told_to_expect_a_low_bleu():
     assert "no validation pairs" in none and "Expect a low validation BLEU" not in none
     some = run_status.few_pairs_note(info_of(state="finished", preset="d2l", val_pairs=128))
     assert "Expect a low validation BLEU" in some
+
+
+@pytest.mark.parametrize(
+    "model, data",
+    [
+        ({"arch": "encoder"}, {}),
+        ({}, {"task": "induction"}),
+        ({"arch": "decoder-only"}, {"task": "lm"}),
+    ],
+)
+def test_a_run_that_does_not_translate_is_told_nothing_of_bleu(jobs_env, model, data):
+    """Audit: a masked-LM run on the d2l preset's 512 pairs was told to "expect a low
+    validation BLEU ... and examples full of <unk>": it has neither."""
+    rd = make_run(runs_root(), "r", {"state": "finished", "step": 120}, {"preset": "d2l"})
+    rd.write_config({"data": {"split": "head", "num_train": 512, **data}, "model": model})
+    info = run_status.run_info("r")
+    assert not info.translates and info.train_pairs == 512
+    assert run_status.few_pairs_note(info) == "" and run_status.short_run_note(info) == ""
+    rd.write_config({"data": {"split": "head", "num_train": 512}, "model": {}})
+    assert "Expect a low validation BLEU" in run_status.few_pairs_note(run_status.run_info("r"))
 
 
 def test_an_empty_model_output_reads_empty():

@@ -34,7 +34,7 @@ from core.model import detector_scores as formulas
 from core.model.batched import token_losses
 from core.model.detector_scores import SCORES, icl_positions, scores_of
 from core.model.detector_scores import detection_patterns as detection_patterns  # re-exported
-from core.model.interface import TranslationModel
+from core.model.interface import TranslationModel, prompt_positions
 
 LENGTH = 20  # n: random tokens in each copy
 SEQUENCES = 8  # B: sequences the scores are averaged over
@@ -138,12 +138,12 @@ def random_tokens(
 
 def pass_problem(m: TranslationModel, n: int, sequences: int, source: int) -> str | None:
     """Why one pass of these sizes would hold too much (its weights and logits), or None."""
-    N = 2 * n + 1 + source  # a decoder-only model's weights cover its source too
+    N = 2 * n + 1 + source + (prompt_positions(m) or 0)  # its source and template too
     L, H, V = m.layers("decoder_self"), m.cfg.num_heads, m.vocab_sizes()[1]
     if (room := m.cfg.max_positions) < N:
         return (
-            f"{n} tokens read twice need {N} positions with the source; this model has "
-            f"{room}: ask for fewer."
+            f"{n} tokens read twice need {N} positions with what the model reads around them; "
+            f"it has {room}: ask for fewer."
         )
     held = 4 * sequences * (L * H * N * N + N * V)  # float32
     if held > PASS_BYTES:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.measure.progress import check_time
-from core.model.interface import TranslationModel
+from core.model.interface import TranslationModel, known_token_id
 from core.model.parts import Translation
 from core.model.stream_terms import StreamTermsError, stream_terms
 
@@ -116,9 +116,8 @@ class LogitAttribution:
 
 def word_id(m: TranslationModel, word: str) -> int:
     """The target id of a word as the model's tokens show it; LogitAttributionError when the
-    model reads it as its unknown token."""
-    tid = m.target_token_id(word)
-    if tid == m.unk_id and word not in m.target_tokens([tid]):
+    model lacks it (reads it as its unknown token, or its end token where it has none)."""
+    if (tid := known_token_id(m, word)) is None:
         raise LogitAttributionError(
             f"The model has no output token {word!r}: give one of its tokens (as the "
             "translation shows them)."
@@ -154,7 +153,7 @@ def logit_attribution(
     sign = np.array([1.0, -1.0][: len(ids)])
     values = st.values.cpu().numpy() @ sign  # (n,) each term's share of the difference
     rows = [{**term.labels(), "value": float(v)} for term, v in zip(st.terms, values)]
-    words = m.target_tokens(ids)
+    words = [answer or t.output_tokens[step], wrong]  # as typed, or as the translation shows it
     reads = list(t.decoder_inputs)[step] if step < len(t.decoder_inputs) else ""
     return LogitAttribution(
         rows,

@@ -23,6 +23,7 @@ pass, S source pieces, T decoder inputs.
 from __future__ import annotations
 
 import importlib.util
+import io
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -289,6 +290,15 @@ def umap_available() -> bool:
     return importlib.util.find_spec("umap") is not None
 
 
+class EpochChecks(io.TextIOBase):
+    """Where UMAP's progress bar writes at every epoch of its layout: nothing is shown, and
+    the heavy slot's deadline is checked (TimeLimit out of the fit past it)."""
+
+    def write(self, text: str) -> int:
+        check_time()
+        return len(text)
+
+
 def umap_coords(x: torch.Tensor, dims: int) -> np.ndarray:
     """(N, K) UMAP coordinates of the points (N, D), seeded (ProjectionError without umap)."""
     try:
@@ -299,7 +309,12 @@ def umap_coords(x: torch.Tensor, dims: int) -> np.ndarray:
         ) from e
     if x.size(0) <= dims + 1:
         raise ProjectionError(f"UMAP needs more than {dims + 1} points; choose PCA.")
-    reducer = umap.UMAP(n_components=dims, random_state=0, n_neighbors=min(15, x.size(0) - 1))
+    reducer = umap.UMAP(
+        n_components=dims,
+        random_state=0,
+        n_neighbors=min(15, x.size(0) - 1),
+        tqdm_kwds={"disable": False, "file": EpochChecks(), "mininterval": 0, "miniters": 1},
+    )
     with warnings.catch_warnings():  # "n_jobs overridden by setting random_state": wanted
         warnings.filterwarnings("ignore", message="n_jobs value", category=UserWarning)
         return reducer.fit_transform(x.cpu().numpy()).astype(np.float32)
@@ -351,7 +366,7 @@ def project(
     x, sentence, position, marks, tokens = representations(lm, sentences, side, layers, progress)
     if progress:
         progress(1.0, f"projecting {points:,} points with {METHOD_NAMES[method]}")
-    check_time()  # UMAP's fit is one call the deadline cannot stop: not begun past it
+    check_time()  # not begun past it; UMAP's layout checks it at every epoch (EpochChecks)
     if method == "pca":
         coords, explained = pca(x.to(next(lm.model.parameters()).device), dims)
     else:

@@ -40,7 +40,7 @@ from core.attribution.gradients import (
     integrated_gradients,
 )
 from core.attribution.methods import METHODS, Attribution, AttributionError
-from core.model.interface import TranslationModel
+from core.model.interface import TranslationModel, known_token_id
 from core.model.parts import Translation
 
 CONTRAST_METHODS = ("grad-input", "integrated-gradients", *CAPTUM_METHODS, "occlusion")
@@ -136,7 +136,9 @@ def foil_at(m: TranslationModel, t: Translation, step: int, token: str) -> list[
     if not 0 <= step < len(t.out_ids):
         raise AttributionError(f"step must be 0..{len(t.out_ids) - 1} (got {step})")
     ids = list(t.out_ids)
-    ids[step] = int(m.target_token_id(token))
+    if (tid := known_token_id(m, token)) is None:
+        raise AttributionError(f"The model has no output token {token!r}: pick one it writes.")
+    ids[step] = tid
     if ids == list(t.out_ids):
         raise AttributionError("The alternative is the translation's own word: pick another.")
     return ids

@@ -23,6 +23,7 @@ one row per sentence.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -286,16 +287,22 @@ def _batch(m, waiting, method, settings, choices) -> Iterator[dict]:
 def read_records(source: str | Path | bytes) -> list[dict]:
     """The JSON objects of a results file (a path, or its bytes as uploaded), bounded, each
     checked as ``aggregate`` reads it (FileModeError naming the line and the field)."""
+    return list(iter_records(source))
+
+
+def iter_records(source: str | Path | bytes) -> Iterator[dict]:
+    """``read_records``'s objects one at a time, each line read and checked as it comes, so
+    that ``aggregate`` never holds a whole file's records (the page's uploads)."""
     data = source if isinstance(source, bytes) else Path(source).read_bytes()
     if len(data) > MAX_RECORDS_BYTES:
         raise FileModeError(
             f"The results file is {len(data) / 2**20:.1f} MB; at most 64 MB is read."
         )
-    records = []  # lines end with \n alone: a token may hold U+2028, which splitlines cuts at
-    for n, text in enumerate(data.decode("utf-8", errors="replace").split("\n"), start=1):
+    # lines end with \n alone: a token may hold U+2028, which splitlines cuts at
+    lines = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace", newline="\n")
+    for n, text in enumerate(lines, start=1):
         if text.strip():
-            records.append(checked_record(parsed_line(text, n), n))
-    return records
+            yield checked_record(parsed_line(text, n), n)
 
 
 def parsed_line(text: str, n: int) -> dict:
@@ -378,10 +385,11 @@ class Aggregated:
 
 
 def aggregate(records: Iterable[dict]) -> Aggregated:
-    """Means over the explained sentences of ``read_records``'s records (those with an
-    ``error`` counted, not read)."""
-    shares: dict[int, list[float]] = defaultdict(list)
-    received: dict[str, list[float]] = defaultdict(list)
+    """Means over the explained sentences of ``read_records``'s (or ``iter_records``')
+    records (those with an ``error`` counted, not read): sums and counts, never the numbers
+    themselves, so a file is read in one pass."""
+    shares: dict[int, list[float]] = defaultdict(lambda: [0, 0.0])  # position: count, sum
+    received: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])  # token: count, sum
     rows, errors = [], 0
     for r in records:
         if "error" in r:  # read_records let no other record without contributions through
@@ -389,9 +397,9 @@ def aggregate(records: Iterable[dict]) -> Aggregated:
             continue
         source, contributions = r["source"], r["contributions"]
         for t, share in enumerate(r["source_share"]):
-            shares[t].append(float(share))
+            _add(shares[t], float(share))
         for j, token in enumerate(source):  # each source token's mean over the output rows
-            received[token].append(sum(row[j] for row in contributions) / len(contributions))
+            _add(received[token], sum(row[j] for row in contributions) / len(contributions))
         scores = r.get("step_scores") or {}
         rows.append(
             {
@@ -404,16 +412,22 @@ def aggregate(records: Iterable[dict]) -> Aggregated:
         )
     by_position = pd.DataFrame(
         [
-            {"position": t, "sentences": len(v), "mean source share": sum(v) / len(v)}
-            for t, v in sorted(shares.items())
+            {"position": t, "sentences": n, "mean source share": total / n}
+            for t, (n, total) in sorted(shares.items())
         ]
     )
     by_token = pd.DataFrame(
         [
-            {"token": tok, "occurrences": len(v), "mean contribution": sum(v) / len(v)}
-            for tok, v in received.items()
+            {"token": tok, "occurrences": n, "mean contribution": total / n}
+            for tok, (n, total) in received.items()
         ]
     )
     if len(by_token):
         by_token = by_token.sort_values("mean contribution", ascending=False, ignore_index=True)
     return Aggregated(by_position, by_token, pd.DataFrame(rows), errors)
+
+
+def _add(mean: list, value: float) -> None:
+    """One more value into a [count, sum] pair."""
+    mean[0] += 1
+    mean[1] += value

@@ -33,8 +33,9 @@ def allowed_path(source: str | Path) -> Path:
 
     Symlinks and '..' are resolved first; anything outside corpus_folders() is a DataError.
     """
+    own = str(source) == "~" or str(source).startswith("~/")  # not ~user: no account named
     try:
-        path = (data_root() / Path(source).expanduser()).resolve()
+        path = (data_root() / (Path(source).expanduser() if own else Path(source))).resolve()
     except (OSError, RuntimeError, ValueError) as e:  # a NUL byte, a symlink loop...
         raise DataError(f"{source!r} is not a usable file path ({e}).") from e
     folders = [f.resolve() for f in corpus_folders()]
@@ -133,7 +134,7 @@ def stage_upload(name: str, data: bytes) -> Path:
         raise DataError(problem)
     dest = uploads_root() / hashlib.sha1(data).hexdigest()[:16] / safe_file_name(name)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    prune_uploads()
+    prune_uploads(room=0 if dest.is_file() else len(data))  # the cap holds this one too
     if not dest.is_file():
         tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
         tmp.write_bytes(data)
@@ -141,9 +142,9 @@ def stage_upload(name: str, data: bytes) -> Path:
     return dest
 
 
-def prune_uploads(now: float | None = None) -> list[Path]:
+def prune_uploads(now: float | None = None, room: int = 0) -> list[Path]:
     """Delete staged uploads older than UPLOAD_TTL_S, then the oldest past MAX_UPLOADS_BYTES
-    (and the folders they leave empty).
+    less ``room`` (the bytes of one about to be written), and the folders they leave empty.
 
     A launch copies its corpus into the run, so an upload is only needed between the upload
     and the launch; the removed paths are returned.
@@ -154,7 +155,7 @@ def prune_uploads(now: float | None = None) -> list[Path]:
     )
     gone = [p for p in files if now - p.stat().st_mtime > UPLOAD_TTL_S]
     kept = [p for p in files if p not in gone]
-    while kept and sum(p.stat().st_size for p in kept) > MAX_UPLOADS_BYTES:
+    while kept and sum(p.stat().st_size for p in kept) + room > MAX_UPLOADS_BYTES:
         gone.append(kept.pop(0))
     for path in gone:
         path.unlink(missing_ok=True)

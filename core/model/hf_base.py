@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from core.corpus.bpe import PREFIX
+from core.corpus.bpe import LONE_START, PREFIX
 from core.model import batched, lm_heads, sites
 from core.model import hugging_face as hf
 from core.model.architectures import Architecture, architecture_of, part
@@ -199,8 +199,15 @@ class HFBase:
         return hf.words_of(self, ids)
 
     def target_token_id(self, token: str) -> int:
-        raw = [token[len(PREFIX) :]] if token.startswith(PREFIX) else [token]
-        raw += [mark + token for mark in hf.WORD_STARTS if not token.startswith(PREFIX)]
+        marked = [mark + token for mark in hf.WORD_STARTS]  # shown without its word-start mark
+        if self.meta.get("tokens", "pieces") == "pieces":  # shown as the tokenizer writes it
+            raw = [token, *marked]
+        elif token == LONE_START:  # the mark alone
+            raw = list(hf.WORD_STARTS)
+        elif token.startswith(PREFIX):  # a piece continuing a word
+            raw = [token[len(PREFIX) :]]
+        else:  # a word's first piece before its continuing twin ('s' is '▁s', '##s' is 's')
+            raw = [*marked, token]
         unk = self.unk_id
         for candidate in raw:
             tid = self.tokenizer.convert_tokens_to_ids(candidate)

@@ -402,6 +402,15 @@ def prompt_positions(m: TranslationModel) -> int | None:
     return m.sequence_spans(0, 0)[1].stop
 
 
+def known_token_id(m: TranslationModel, token: str) -> int | None:
+    """The id of a target token as ``target_tokens`` shows it; None when the model reads it as
+    its stand-in for a token it lacks (its unknown token; its end token where it has no unknown
+    token) without that being the token asked for."""
+    tid = m.target_token_id(token)
+    stand_in = m.unk_id if m.unk_id is not None else m.eos_id
+    return None if tid == stand_in and token not in m.target_tokens([tid]) else tid
+
+
 def token_weights(m: TranslationModel, ids: Sequence[int]) -> torch.Tensor:
     """(L, H, N, N) every head's weights over a sequence of the model's own ids read alone, no
     prompt around them (head roles' random tokens read twice), by its own forward, no gradient

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from core.model.checkpoints import atomic_save, exported_folder
-from core.places import replace_durably, runs_root
+from core.places import replace_durably, runs_root, shown_path
 from core.runs.budget import MAX_SNAPSHOTS, METRICS_BYTES, SNAPSHOT_BYTES, SNAPSHOTS_BYTES
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # run directory names
@@ -305,6 +305,25 @@ class RunDir:
     def stop_requested(self) -> bool:
         """True if a stop file is present."""
         return self.stop_file.exists()
+
+
+def new_run_problem(out: str) -> str:
+    """Why ``out`` cannot take a new run from the command line ('' when it can): empty, a
+    file, a run already (``--resume`` continues it) or a folder of other files, which the
+    run's would mix with."""
+    rd = RunDir(out)
+    if not out.strip() or (rd.path.exists() and not rd.path.is_dir()):
+        return f"--out {out!r} is not a folder to create: name one, e.g. runs/my-run"
+    held = sorted(p.name for p in rd.path.iterdir()) if rd.path.is_dir() else []
+    run_files = {p.name for p in (rd.config, rd.metrics, rd.status, rd.last, rd.best, rd.request)}
+    if found := [name for name in held if name in run_files]:
+        return (
+            f"{shown_path(rd.path)} already holds a run ({', '.join(found)}): add --resume to "
+            "continue it, or give another --out"
+        )
+    if held:
+        return f"{shown_path(rd.path)} holds other files ({held[0]} …): give a new or empty folder"
+    return ""
 
 
 def run_dir(run_id: str) -> RunDir:

@@ -61,6 +61,7 @@ class RunInfo:
     time_budget: float = 0.0  # seconds of training its settings allow (0: no time budget)
     size: str = ""  # short model size description
     supervision: str = ""  # the head trained to align and from what ("" = none)
+    translates: bool = True  # it learns to translate (not a masked LM, induction or lm run)
     processes: int = 1  # training processes of its last launch
     pid: int | None = None
     identity: str | None = None  # the trainer's recorded process identity (see processes)
@@ -165,6 +166,7 @@ def run_info(run_id: str) -> RunInfo:
         time_budget=_seconds(config.get("train") or job.get("settings", {}).get("train") or {}),
         size=size_label(model),
         supervision=supervision_label(config.get("train") or {}),
+        translates=model.get("arch") != "encoder" and data.get("task") in (None, "translation"),
         processes=_whole(job.get("processes") or status.get("world_size")) or 1,
         pid=pid,
         identity=recorded,
@@ -197,8 +199,8 @@ def few_pairs_note(info: RunInfo) -> str:
     """Why a run on few pairs (the d2l preset: 512) translates poorly ("" when it has plenty);
     a run without validation pairs is told what it goes without instead of its BLEU."""
     pairs = info.train_pairs
-    if info.preset != "d2l" and (pairs is None or pairs > FEW_PAIRS):
-        return ""
+    if not info.translates or info.preset != "d2l" and (pairs is None or pairs > FEW_PAIRS):
+        return ""  # a masked LM, induction or lm run: no translations, no BLEU
     how_many = f"at most {pairs:,}" if pairs else "few"
     book = " (the d2l preset reproduces the book's experiment)" if info.preset == "d2l" else ""
     if info.val_pairs == 0:
@@ -226,8 +228,8 @@ def short_run_note(info: RunInfo, yours: bool = True) -> str:
     """Why a finished run cannot translate yet when its limit bought too few steps (under
     FEW_STEPS) or its validation BLEU is still 0, and how to go on ("" otherwise): with
     **Train longer** below where the reader may (``yours``), else who can."""
-    if info.state != "finished" or few_pairs_note(info):
-        return ""  # few pairs: few_pairs_note says why
+    if info.state != "finished" or not info.translates or few_pairs_note(info):
+        return ""  # few pairs: few_pairs_note says why; another task: its steps are its own
     zero = bool(info.val_pairs) and info.best_bleu is not None and info.best_bleu < 1
     if info.step >= FEW_STEPS and not zero:
         return ""

@@ -3,10 +3,12 @@ attributions, kept for every session within the server's byte budget (``shared_c
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 
 from core.attention import head_stats, maps, snapshots, word_maps
 from core.attribution.explain import Explained, explain, explain_contrast
+from core.attribution.file_mode import Aggregated, FileModeError, aggregate, iter_records
 from core.attribution.gradients import DEFAULT_CHOICES, GradientChoices
 from core.attribution.step_scores import StepScores, step_scores
 from core.corpus.text import tokenize
@@ -192,3 +194,19 @@ def explanation(
     decoding settings), over the model's own tokens; merge into words with in_words.
     ``choices``: the gradient methods' baseline, steps, aggregation and function."""
     return explain(_lm, _t, method, layer, head, choices)
+
+
+def uploaded_results(data: bytes) -> Aggregated | str:
+    """A results file of ``core.attribute --input`` as uploaded, summed up (``aggregate``,
+    one line at a time), or why it cannot be read: once per file's bytes for every session,
+    not again at every rerun while it sits in the uploader."""
+    return _uploaded_results(hashlib.sha256(data).hexdigest(), data)
+
+
+@shared(spinner="Reading the results file…")
+def _uploaded_results(digest: str, _data: bytes) -> Aggregated | str:
+    """``uploaded_results`` of the bytes whose SHA-256 is ``digest``."""
+    try:
+        return aggregate(iter_records(_data))
+    except FileModeError as e:
+        return str(e)

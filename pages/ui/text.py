@@ -9,14 +9,19 @@ import pandas as pd
 from core.runs.exports import text_cell
 
 # every ASCII punctuation character: CommonMark lets a backslash make each one literal, which
-# also defuses Streamlit's additions (:red[...], :material/...:, $math$) and GFM autolinks
+# also defuses Streamlit's additions (:red[...], :material/...:, $math$) and <...> autolinks
 _PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+# GFM's autolink literals (http://, www., user@host) are found in the text once the escapes
+# are read, so a word joiner (U+2060, invisible, never a break) goes where each would begin
+_AUTOLINK = re.compile(r"(?<=:)(?=//)|(?<=www)(?=\.)|(?<=@)", re.IGNORECASE)
+WORD_JOINER = "\u2060"
 _BACKTICKS = re.compile(r"`+")
 
 
 def md(text: object) -> str:
-    """``text`` escaped for st.markdown, st.error, st.caption...: it shows as typed."""
-    return _PUNCTUATION.sub(r"\\\1", str(text))
+    """``text`` escaped for st.markdown, st.error, st.caption...: it shows as typed (an
+    address in it as plain text, not a link)."""
+    return _PUNCTUATION.sub(r"\\\1", _AUTOLINK.sub(WORD_JOINER, str(text)))
 
 
 def code(text: object) -> str:

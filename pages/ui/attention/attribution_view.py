@@ -10,7 +10,6 @@ from core.attention.sentence_maps import SentenceMaps
 from core.attribution.contrast import CONTRAST_METHODS, CONTRAST_NAMES, foil_at
 from core.attribution.explain import SHARE_FLAG, Explained
 from core.attribution.explain import shown as shown_explanation
-from core.attribution.file_mode import FileModeError, aggregate, read_records
 from core.attribution.gradients import (
     CHOICE_WORDS,
     CONTRAST_WORDS,
@@ -28,6 +27,7 @@ from core.attribution.spans import parse_spans
 from core.attribution.step_scores import SCORES, contrast_source_ids, perplexity_words
 from core.figures import attention as figs
 from core.figures import attribution as attr_figs
+from core.model.interface import known_token_id
 from core.model.parts import TranslationError
 from pages.ui.attention.faithfulness_view import faithfulness_panel
 from pages.ui.attention.gradient_choices import (
@@ -36,7 +36,12 @@ from pages.ui.attention.gradient_choices import (
     integration_words,
 )
 from pages.ui.attention.inputs import SectionInputs
-from pages.ui.cached import contrast_explanation, explanation, scores_of_steps
+from pages.ui.cached import (
+    contrast_explanation,
+    explanation,
+    scores_of_steps,
+    uploaded_results,
+)
 from pages.ui.charts import chart
 from pages.ui.text import md, spreadsheet_safe
 from pages.ui.view_state import ViewState
@@ -116,10 +121,9 @@ def results_file_panel() -> None:
         up = st.file_uploader("Results (.jsonl)", type=["jsonl", "json", "txt"], key="atr_file")
         if up is None:
             return
-        try:
-            result = aggregate(read_records(up.getvalue()))
-        except FileModeError as e:
-            st.error(md(f"{up.name} cannot be read: {e}"))
+        result = uploaded_results(up.getvalue())
+        if isinstance(result, str):
+            st.error(md(f"{up.name} cannot be read: {result}"))
             return
         explained = len(result.per_sentence)
         errors = f", {result.errors} lines that could not be explained" if result.errors else ""
@@ -163,7 +167,7 @@ def step_scores_panel(page: SectionInputs) -> None:
         state = page.state
         widget_default("atr_contrast_source", state.contrast_source)
         other = st.text_input(
-            "Contrast source (P-CXMI)", key="atr_contrast_source", max_chars=2000,
+            "Contrast source (P-CXMI)", key="atr_contrast_source",
             help="Another source sentence x': each step's log₂ p(y_t | x', y_<t) − "
             "log₂ p(y_t | x, y_<t), as inseq's pcxmi. Leave empty for none.",
         )  # fmt: skip
@@ -197,8 +201,9 @@ def contrast_panel(page: SectionInputs) -> None:
         "word is asked about)."
     )
     t = page.translation
-    others_at = {  # each step's other candidates: by id (a candidate may be written otherwise)
-        i: [w for w, _ in cands if page.lm.target_token_id(w) != t.out_ids[i]]
+    others_at = {  # each step's other candidates: by id (one may be written otherwise or not
+        # read back at all, as a byte-level model's pieces of a word)
+        i: [w for w, _ in cands if known_token_id(page.lm, w) not in (None, t.out_ids[i])]
         for i, cands in enumerate(t.topk)
     }
     steps = [i for i, others in others_at.items() if others]
@@ -350,8 +355,8 @@ def span_inputs(state: ViewState) -> tuple[str, str]:
     widget_default("atr_target_spans", state.target_spans)
     with st.expander("Spans: several tokens read as one"):
         cols = st.columns(2)
-        source = cols[0].text_input("Source spans", key="atr_source_spans", max_chars=200)
-        output = cols[1].text_input("Output spans", key="atr_target_spans", max_chars=200)
+        source = cols[0].text_input("Source spans", key="atr_source_spans")  # no max_chars:
+        output = cols[1].text_input("Output spans", key="atr_target_spans")  # bounded says
         st.caption(SPANS_HOW)
     state.source_spans = bounded(source, "source spans").strip()
     state.target_spans = bounded(output, "output spans").strip()
