@@ -20,12 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from core.command_line import CommandError, CommandParser, run_command
-from core.runs.circuit_history import circuit_lines
-from core.runs.history import SUFFIX, open_history
-from core.runs.run_dir import RunDir
+from core.runs.circuit_history import run_circuit_lines
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,22 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> list[str]:
     """One JSON line per evaluation with circuit scores, then the summary line."""
-    path = Path(args.run)
-    shipped = path.suffix == SUFFIX and path.is_file()
-    if not shipped and not (path.is_dir() and RunDir(path).metrics.is_file()):
-        raise CommandError(
-            f"{args.run} is not a run directory (no metrics.jsonl in it) nor a .history file."
-        )
     try:
-        records = open_history(path).read_metrics()
-    except (OSError, ValueError, RuntimeError) as e:
-        raise CommandError(f"{args.run} cannot be read: {e}") from None
-    lines = circuit_lines(records)
-    if len(lines) == 1:
-        raise CommandError(
-            f"{args.run} has no circuit scores: a run on the induction or lm task, or an "
-            "encoder's run, measures them (python -m core.train --preset induction)."
-        )
+        lines = run_circuit_lines(args.run)
+    except ValueError as e:
+        raise CommandError(str(e)) from None
     return [json.dumps(line, ensure_ascii=False) for line in lines]
 
 

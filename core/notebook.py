@@ -27,6 +27,7 @@ import torch
 
 from core.attention import logit_attribution as dla
 from core.attention.attribution_patching import Estimated, attribution_patch
+from core.attention.kinds import KINDS
 from core.attention.maps import select_view
 from core.attention.patching import DIRECTIONS, Patching
 from core.attention.patching import patch as patched
@@ -36,6 +37,7 @@ from core.attention.word_maps import shown_maps
 from core.attribution.explain import Explained, explain, explain_contrast, in_words
 from core.attribution.gradients import DEFAULT_CHOICES, GradientChoices
 from core.attribution.methods import MEAN, METHOD_NAMES, AttributionError
+from core.command_line import target_lang_problem
 from core.figures import attention as attention_figures
 from core.figures import attribution as attribution_figures
 from core.figures import circuits as circuit_figures
@@ -44,15 +46,26 @@ from core.figures import patching as patch_figures
 from core.model import opened
 from core.model.checked_translation import translate_sentence
 from core.model.interface import TranslationModel
-from core.model.parts import ALPHA, MAX_LEN, DecodeSettings, Translation, TranslationError
+from core.model.parts import (
+    ALPHA,
+    MAX_LEN,
+    DecodeSettings,
+    Translation,
+    TranslationError,
+    settings_problem,
+)
 from core.model.record import Record
-from core.runs.circuit_history import circuit_lines, phase_of
+from core.runs.circuit_history import phase_of, run_circuit_lines
 from core.runs.history import open_history
+from core.training.devices import pick_device
 
 
 def open_model(spec: str, prompt: str = "", device: str = "cpu") -> TranslationModel:
     """A studio checkpoint (``.pt``), a Hugging Face model folder or (online) a hub id, opened
     as the commands open it (``prompt``: a decoder-only model's template, "" = its default)."""
+    if device not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device={device!r}: give 'cpu', 'cuda' or 'mps'.")
+    pick_device(device)  # ValueError where this machine has none
     return opened.open_model(spec, device, hub=True, prompt=prompt)
 
 
@@ -69,6 +82,8 @@ def translate(
     Translate and Attention pages and ``core.attribute`` make it; ``target``: that translation
     teacher-forced instead (each token's probability and rank in ``token_probs``, ``ranks``)."""
     settings = DecodeSettings(beam, alpha, max_len, target_lang=target_lang)
+    if problem := settings_problem(settings) or target_lang_problem(target_lang, m):
+        raise TranslationError(problem.replace("--target-lang", "target_lang"))  # as the commands
     return translate_sentence(m, sentence, settings, target)
 
 
@@ -88,7 +103,9 @@ def head_figure(
 ) -> go.Figure:
     """One head's map large (``head``: a number, "mean" or "max"; the encoder also "rollout"),
     the Attention page's large map; ``hide`` leaves out the start and end tokens' columns."""
-    return attention_figures.view_figure(select_view(maps(t, words), kind, layer, head, hide))
+    return attention_figures.view_figure(
+        select_view(_drawn(t, kind, words), kind, layer, head, hide)
+    )
 
 
 def grid_figure(
@@ -100,7 +117,23 @@ def grid_figure(
 ) -> go.Figure:
     """Every head of the ``layers`` (default all) of one kind ("encoder", "decoder_self",
     "cross"), the Attention page's overview."""
-    return attention_figures.grid_view_figure(maps(t, words), kind, hide, layers)
+    shown = _drawn(t, kind, words)
+    count = getattr(shown, kind).shape[0]  # (L, H, Tq, Tk)
+    if layers is not None and not all(0 <= layer < count for layer in layers):
+        raise ValueError(f"layers must be among 0..{count - 1} (got {list(layers)}).")
+    return attention_figures.grid_view_figure(shown, kind, hide, layers)
+
+
+def _drawn(t: Translation, kind: str, words: bool) -> SentenceMaps:
+    """``maps(t, words)`` when ``kind`` is one of its kinds with weights to draw; ValueError in
+    one line otherwise (an unknown kind; a model that reads no source has no encoder or
+    cross-attention)."""
+    if kind not in KINDS:
+        raise ValueError(f"Unknown attention kind {kind!r}; use one of {list(KINDS)}.")
+    shown = maps(t, words)
+    if not getattr(shown, kind).size:
+        raise ValueError(f"This model reads no source: it has no {kind} weights to draw.")
+    return shown
 
 
 def record(m: TranslationModel, t: Translation) -> Record:
@@ -118,6 +151,7 @@ def cache(
     """{hook site: activation} of one teacher-forced pass of the translation: every site of
     ``m.hook_points()`` the pass reaches (``encoder.0.self.pattern``, ``decoder.1.cross.z`` …),
     or only ``sites``."""
+    sites = [sites] if isinstance(sites, str) else sites  # one site: not read letter by letter
     src, tgt_in, _ = m.forced_batch(t.src_ids, t.out_ids)  # (1, S), (1, T)
     with m.evaluating(), torch.no_grad():
         return m.captured(src, tgt_in, sorted(m.hook_points()) if sites is None else sites)
@@ -179,16 +213,16 @@ def patch(
     if problem := m.supports("patch"):  # what the command refuses as it opens the model
         raise TranslationError(problem)
     return patched(
-        m, clean, corrupt, None, direction=direction, prefix=prefix, answers=answers,
+        m, clean, corrupt, None, direction=direction, prefix=prefix, answers=_answer_pair(answers),
         target_lang=target_lang or None,
     )  # fmt: skip
 
 
-def patching_figures(p: Patching) -> tuple[go.Figure, go.Figure]:
+def patching_figures(p: Patching, what: str = "") -> tuple[go.Figure, go.Figure]:
     """(every head's effect, the residual stream's effect per layer and position): the
-    Patching section's two grids."""
+    Patching section's two grids (``what``: added to their subtitle, as an estimate's)."""
     runs = ("the clean run", "the corrupted run")
-    about = " into ".join(runs if p.direction == DIRECTIONS[0] else runs[::-1])
+    about = " into ".join(runs if p.direction == DIRECTIONS[0] else runs[::-1]) + what
     heads = patch_figures.heads_figure(p.rows, about, p.direction)
     stream = patch_figures.stream_figure(p.rows, p.clean, p.prefix, about, p.direction)
     return heads, stream
@@ -211,15 +245,16 @@ def attribution_patching(
     if problem := m.supports("patch"):
         raise TranslationError(problem)
     return attribution_patch(
-        m, clean, corrupt, None, exact, direction=direction, prefix=prefix, answers=answers,
-        target_lang=target_lang or None,
+        m, clean, corrupt, None, exact, direction=direction, prefix=prefix,
+        answers=_answer_pair(answers), target_lang=target_lang or None,
     )  # fmt: skip
 
 
 def estimate_figures(done: Estimated) -> tuple[go.Figure, go.Figure]:
     """(every head's estimated effect, the residual stream's): the Patching section's grids
     of attribution patching's estimate (``patching_figures(done.patching)``: the real ones)."""
-    return patching_figures(dataclasses.replace(done.patching, rows=done.estimate_rows()))
+    guess = dataclasses.replace(done.patching, rows=done.estimate_rows())
+    return patching_figures(guess, ": attribution patching's estimate")
 
 
 def path_patch(
@@ -242,7 +277,7 @@ def path_patch(
         raise TranslationError(problem)
     return path_patch_named(
         m, clean, corrupt, receivers, sender, direction=direction, prefix=prefix,
-        answers=answers, target_lang=target_lang or None, freeze_mlps=freeze_mlps,
+        answers=_answer_pair(answers), target_lang=target_lang or None, freeze_mlps=freeze_mlps,
     )  # fmt: skip
 
 
@@ -281,5 +316,14 @@ def circuits(run: str) -> tuple[list[dict], list[go.Figure]]:
     ``python -m core.circuits`` prints (one per evaluation, then the phase change) and the
     Train page's four charts (each head's induction, previous-token and duplicate-token
     scores, the copies' losses and ICL), the phase change shaded."""
+    lines = run_circuit_lines(run)  # ValueError where the command refuses
     records = open_history(run).read_metrics()
-    return circuit_lines(records), circuit_figures.circuit_figures(records, phase_of(records))
+    return lines, circuit_figures.circuit_figures(records, phase_of(records))
+
+
+def _answer_pair(answers: tuple[str, str] | None) -> tuple[str, str] | None:
+    """The patching functions' ``answers`` (TranslationError for one word given alone, which
+    would be read letter by letter)."""
+    if isinstance(answers, str):
+        raise TranslationError(f"answers is a pair of words, e.g. ({answers!r}, 'another').")
+    return answers

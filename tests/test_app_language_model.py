@@ -42,6 +42,10 @@ def test_the_translate_page_translates_by_the_prompt(lm_dirs):
     at.text_area(key="tr_prompt").set_value("no slot here").run()
     assert "exactly once" in plain(at.error[0].value)
     assert at.text_area(key="tr_prompt").value == "no slot here"  # kept in the box
+    at.text_area(key="tr_prompt").set_value("English: {src}\nFrench:" + "x" * 5000).run()
+    assert_clean(at)  # audit: the box's own limit dropped such a paste, back to the default
+    assert at.text_area(key="tr_prompt").proto.max_chars == 0
+    assert "at most 300" in plain(" ".join(e.value for e in [*at.error, *at.warning]))
     long = "English: {src}\nFrench:" + "x" * 400  # a link's template past the box's limit
     at = run_page_script("translate.py", {"model": "checkpoints/llama/", "prompt": long})
     assert_clean(at)

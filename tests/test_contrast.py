@@ -42,7 +42,7 @@ def test_a_foil_of_another_length_is_compared_where_they_first_differ(tiny_model
     own = list(forced.out_ids)  # je suis chez moi . </s>
     shorter = foil_ids(tiny_model, forced, "je suis .")  # differs first at step 2
     assert shorter[:2] == own[:2] and shorter[2] != own[2] and shorter[3:] == own[3:]
-    longer = foil_ids(tiny_model, forced, "je suis chez elle et lui .")
+    longer = foil_ids(tiny_model, forced, "je suis chez elle chez moi .")
     assert [t for t, (a, b) in enumerate(zip(own, longer)) if a != b] == [3]
     e = explain_contrast(tiny_model, forced, longer, "occlusion")
     assert e.attribution.extra["contrast_steps"] == [3]
@@ -55,8 +55,8 @@ def test_a_user_alignment_pairs_the_steps_compared(tiny_model, forced):
     assert parse_alignment("3-4, 4-5") == [(3, 4), (4, 5)]
     with pytest.raises(AttributionError, match="not a pair of steps"):
         parse_alignment("3:4")
-    ids = foil_ids(tiny_model, forced, "je suis chez elle et lui .", alignment="3-3,4-6")
-    other = tiny_model.target_ids("je suis chez elle et lui .", first=forced.out_ids[0])
+    ids = foil_ids(tiny_model, forced, "je suis chez elle chez moi .", alignment="3-3,4-6")
+    other = tiny_model.target_ids("je suis chez elle chez moi .", first=forced.out_ids[0])
     assert ids[3] == other[3] and ids[4] == other[6]
     with pytest.raises(AttributionError, match="out of range"):
         aligned_foil(forced.out_ids, other, [(9, 0)])

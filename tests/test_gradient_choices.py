@@ -165,7 +165,7 @@ def test_the_command_explains_the_kl_divergence_of_a_contrast(tiny_checkpoint, p
     args = ["--checkpoint", str(tiny_checkpoint), "--method", "grad-input", "--function", "kl"]
     assert attribute_cmd.main([*args, SENTENCE]) == 2  # no contrast: one line why
     assert "needs an alternative" in capsys.readouterr().err
-    foil = "je suis à la maison ."
+    foil = "je suis à la porte ."  # words the tiny model knows (an unknown one is refused)
     assert attribute_cmd.main([*args, "--contrast", foil, SENTENCE]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["choices"]["function"] == "kl" and "KL" in out["choices_words"]

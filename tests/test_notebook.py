@@ -8,6 +8,7 @@ import contextlib
 import inspect
 import io
 import json
+import re
 
 import nbclient
 import nbformat
@@ -20,6 +21,7 @@ from core import notebook as studio
 from core import patch as patch_cmd
 from core import translate as translate_cmd
 from core.attention.maps import select_view
+from core.attribution.methods import AttributionError
 from core.figures import attention as attention_figures
 from core.figures import patching as patch_figures
 from core.model.parts import TranslationError
@@ -116,7 +118,7 @@ def test_attribution_patching_is_the_command_s(shipped, capsys):
     assert json.loads(json.dumps(done.patching.rows)) == rows
     assert json.loads(json.dumps(done.summary())) == summary
     heads, stream = studio.estimate_figures(done)
-    about = "the clean run into the corrupted run"
+    about = "the clean run into the corrupted run: attribution patching's estimate"  # the page's
     guessed = [{**r, "effect": r["estimate"]} for r in rows]
     assert heads.to_dict() == patch_figures.heads_figure(guessed, about).to_dict()
     want = patch_figures.stream_figure(guessed, summary["clean"], summary["prefix"], about)
@@ -236,7 +238,7 @@ def test_an_occlusion_contrast_draws_under_its_name(other_models):
     the plain methods' names."""
     m = studio.open_model(other_models["marian"])
     t = studio.translate(m, "the boy is tall .", max_len=8)
-    foil = " ".join(["a" if w != "a" else "b" for w in t.words])  # differs at every step
+    foil = " ".join(["suis" if w != "suis" else "je" for w in t.words])  # differs everywhere
     e = studio.attribute(m, t, "occlusion", contrast=foil)
     assert studio.attribution_figure(e).layout.title.text.startswith("Occlusion")
 
@@ -265,7 +267,7 @@ def test_the_notebook_page_names_every_function():
     functions = [
         name
         for name, f in inspect.getmembers(studio, inspect.isfunction)
-        if f.__module__ == studio.__name__
+        if f.__module__ == studio.__name__ and not name.startswith("_")  # its public ones
     ]
     assert len(functions) >= 10
     missing = [name for name in functions if f"`{name}(" not in page]
@@ -317,3 +319,38 @@ def test_circuits_gives_the_command_lines_and_the_pages_charts():
     with contextlib.redirect_stdout(out):
         assert circuits_main(["--run", str(history)]) == 0
     assert [json.loads(line) for line in out.getvalue().splitlines()] == lines
+
+
+def test_a_students_mistakes_are_refused_as_the_commands_refuse_them(shipped, tmp_path):
+    """Audit: the notebook ran what the commands refuse (beam 0, max_len 0, a target language
+    a model of one language has not, a circuits path holding no run) or failed deep in numpy
+    or torch (the induction model's empty cross-attention, a layer it lacks, device "gpu")."""
+    m, t = shipped
+    for asked, words in (
+        ({"beam": 0}, "beam must be a whole number from 1 to 16 (got 0)"),
+        ({"beam": 100}, "from 1 to 16"),
+        ({"max_len": 0}, "max_len must be a whole number from 1 to 200"),
+        ({"alpha": -1.0}, "alpha must be a number from 0.0 to 2.0"),
+        ({"target_lang": "__de__"}, "target_lang __de__: this model writes one language"),
+    ):
+        with pytest.raises(TranslationError, match=re.escape(words)):
+            studio.translate(m, "I'm home.", **asked)
+    for run in (tmp_path / "nope.history", SHIPPED, SHIPPED.with_suffix(".history")):
+        with pytest.raises(ValueError, match="nor a .history file|has no circuit scores"):
+            studio.circuits(str(run))
+    with pytest.raises(ValueError, match=re.escape("layers must be among 0..1 (got [5])")):
+        studio.grid_figure(t, "cross", layers=[5])
+    with pytest.raises(ValueError, match="Unknown attention kind 'sequence'"):
+        studio.grid_figure(t, "sequence")
+    with pytest.raises(ValueError, match="give 'cpu', 'cuda' or 'mps'"):
+        studio.open_model(str(SHIPPED), device="gpu")
+    with pytest.raises(TranslationError, match="answers is a pair of words"):
+        studio.patch(m, CLEAN, CORRUPT, answers="le")
+    with pytest.raises(AttributionError, match="lacks: xyzzyq, blorf"):
+        studio.attribute(m, t, "grad-input", contrast="xyzzyq blorf")
+    assert set(studio.cache(m, t, "decoder.1.cross.z")) == {"decoder.1.cross.z"}  # one site
+    induction = studio.open_model(str(SHIPPED.parent / "induction-2l.hf"))
+    read = studio.translate(induction, "a b c d a b c", max_len=8)
+    for kind in ("cross", "encoder"):
+        with pytest.raises(ValueError, match=f"reads no source: it has no {kind} weights"):
+            studio.grid_figure(read, kind)

@@ -217,6 +217,9 @@ def test_the_attention_page_draws_the_patching_grids(studio_dirs):
     assert "give two different answer words" in " ".join(e.value for e in at.error)
     at.text_input(key="at_corrupt").set_value("the cat sleeps .").run()
     assert "same length in pieces" in " ".join(e.value for e in at.error)
+    at.text_input(key="at_corrupt").set_value("x " * 2500).run()  # audit: told empty as well
+    assert any("has 5,000 characters" in e.value for e in at.error)
+    assert "Type the corrupted sentence" not in " ".join(i.value for i in at.info)
 
 
 def test_typed_words_reach_the_stream_figure_as_text():

@@ -184,6 +184,16 @@ def test_a_new_run_into_a_finished_one_is_refused_and_changes_nothing(tmp_path, 
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
 
 
+def test_a_new_run_whose_data_cannot_be_read_leaves_nothing(tmp_path, capsys):
+    """Audit: --data /etc/passwd (or a typo) was refused in one line, but left the run's folder
+    with a failed status, listed on Home, which the corrected command then found in its way."""
+    out = tmp_path / "run"
+    assert train_tiny(out, "--data", str(tmp_path / "nope.tsv")) == 2
+    assert "Corpus file not found" in capsys.readouterr().err
+    assert not out.exists()
+    assert train_tiny(out, "--epochs", "0", "--max-steps", "1") == 0  # the command corrected
+
+
 @pytest.mark.parametrize("out", ["", "a file", "a folder of other files"])
 def test_a_new_run_needs_a_new_or_empty_folder(tmp_path, capsys, monkeypatch, out):
     """Audit: --out '' trained into the current folder (the checkout's root); a file or a
@@ -273,14 +283,12 @@ def test_stop_leaves_a_resumable_run(tmp_path, how):
     ],
 )
 def test_cli_refuses_bad_settings(tmp_path, capsys, extra, message):
-    """Bad data or settings end with a one-line error: data the trainer reads with a failed
-    status; settings as the Train page refuses them, before a run directory is made."""
+    """Bad data or settings end with a one-line error and leave no run directory: settings as
+    the Train page refuses them, before one is made; data the trainer reads, its folder
+    removed (a new run that never began: the corrected command may run again)."""
     assert train_tiny(tmp_path / "bad", *extra) == 2
     assert message in capsys.readouterr().err
-    if extra[0] == "--data":
-        assert RunDir(tmp_path / "bad").read_status()["state"] == "failed"
-    else:
-        assert not (tmp_path / "bad").exists()
+    assert not (tmp_path / "bad").exists()
 
 
 def test_translate_cli_keeps_line_order(tiny_checkpoint, tmp_path, capsys):

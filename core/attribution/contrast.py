@@ -118,6 +118,9 @@ def foil_ids(
 ) -> list[int]:
     """The alternative translation as output ids laid on ``t``'s steps (``aligned_foil``;
     its end token added, a multilingual model's language code first, as in ``t``)."""
+    if missing := m.unknown_target_words(foil or ""):  # an <unk> explains nothing
+        words = ", ".join(dict.fromkeys(missing))
+        raise AttributionError(f"The alternative has words the model lacks: {words}.")
     ids = m.target_ids(foil or "", first=t.out_ids[0] if t.out_ids else None)
     pairs = parse_alignment(alignment) if alignment else None
     laid = aligned_foil(t.out_ids, ids, pairs)

@@ -65,6 +65,22 @@ class DecodeSettings:
 GREEDY = DecodeSettings()  # the default: greedy decoding
 
 
+def settings_problem(settings: DecodeSettings) -> str | None:
+    """Why a page could not offer these decoding settings, in one line (the commands' flags
+    refuse the same: ``--beam``, ``--alpha``, ``--max-len``); None when it could."""
+    asked = (
+        ("beam", settings.beam_size, BEAM_SIZES, int),
+        ("alpha", settings.alpha, ALPHAS, float),
+        ("max_len", settings.max_len, MAX_LENS, int),
+    )
+    for name, value, (least, most), kind in asked:
+        number = isinstance(value, kind if kind is int else int | float)
+        if isinstance(value, bool) or not number or not least <= value <= most:
+            what = "a number" if kind is float else "a whole number"
+            return f"{name} must be {what} from {least} to {most} (got {value!r})."
+    return None
+
+
 class TranslationError(ValueError):
     """A sentence cannot be translated; the message says why and what to do."""
 

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from core.runs.history import SUFFIX, open_history
+from core.runs.run_dir import RunDir
 from core.training.circuits import FORMED, phase_change
 
 MEASURES = ("induction", "previous_token", "duplicate_token")  # per-head scores, [layer][head]
@@ -156,3 +157,27 @@ def circuit_lines(records: list[dict]) -> list[dict]:
     best = list(head) if head else None
     summary = {"summary": True, "evaluations": len(evals), "best_head": best, "phase_change": phase}
     return [*lines, summary]
+
+
+def run_circuit_lines(run: str | Path) -> list[dict]:
+    """``circuit_lines`` of a run directory or a shipped model's ``.history`` file (what
+    ``python -m core.circuits --run`` prints and the notebook's ``circuits`` returns);
+    ValueError in one line for anything else, a file that cannot be read, or a run that
+    measured no circuit scores."""
+    path = Path(run)
+    shipped = path.suffix == SUFFIX and path.is_file()
+    if not shipped and not (path.is_dir() and RunDir(path).metrics.is_file()):
+        raise ValueError(
+            f"{run} is not a run directory (no metrics.jsonl in it) nor a .history file."
+        )
+    try:
+        records = open_history(path).read_metrics()
+    except (OSError, ValueError, RuntimeError) as e:
+        raise ValueError(f"{run} cannot be read: {e}") from None
+    lines = circuit_lines(records)
+    if len(lines) == 1:
+        raise ValueError(
+            f"{run} has no circuit scores: a run on the induction or lm task, or an "
+            "encoder's run, measures them (python -m core.train --preset induction)."
+        )
+    return lines

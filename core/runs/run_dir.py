@@ -148,6 +148,10 @@ class RunDir:
         """Make the directory tree."""
         self.snapshots.mkdir(parents=True, exist_ok=True)
 
+    def discard(self) -> None:
+        """Remove the run's folder and everything in it (a run that never began)."""
+        shutil.rmtree(self.path, ignore_errors=True)
+
     def append_metrics(self, record: dict) -> bool:
         """Append one JSON line and flush it (never glued onto a half-written line); past
         METRICS_BYTES the file is thinned (``thin_metrics``). True when it was thinned."""

@@ -371,9 +371,12 @@ def lock_run(out: str, world: World, resume: bool = False) -> int | None:
     return lock
 
 
-def record_failure(out: str, world: World, message: str) -> None:
-    """Write 'failed' and why into the run's status (rank 0; a run directory that exists)."""
-    if world.is_main and Path(out).is_dir():
+def record_failure(out: str, world: World, message: str, fresh: bool = False) -> None:
+    """Write 'failed' and why into the run's status (rank 0; a run directory that exists); a
+    ``fresh`` command's run failing before its first step goes (its folder was new or empty)."""
+    if world.is_main and Path(out).is_dir() and fresh and not RunDir(out).metrics.is_file():
+        RunDir(out).discard()  # a mistyped --data lists no failed run, and may be run again
+    elif world.is_main and Path(out).is_dir():
         RunDir(out).write_status(state="failed", message=message)
 
 
@@ -430,7 +433,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {message}", file=sys.stderr)
         code = 2
     except (DataError, ValueError, OSError) as e:
-        record_failure(args.out, world, str(e))
+        record_failure(args.out, world, str(e), not (args.resume or args.request))
         print(f"error: {e}", file=sys.stderr)
         code = 2
     except Exception as e:  # noqa: BLE001 - record any crash for the app, then exit 1

@@ -139,8 +139,7 @@ def prompt_template(lm, state: ViewState, prefix: str) -> None:
     typed = st.text_area(
         "Prompt template",
         key=f"{prefix}_prompt",
-        height=80,
-        max_chars=MAX_TEMPLATE_CHARS,
+        height=80,  # no max_chars: the browser would drop a longer paste without a word
         help="The model reads this text with your sentence in place of {src} and continues it; "
         "its continuation, up to the end of the line, is the translation.",
     )

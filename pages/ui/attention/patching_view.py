@@ -240,8 +240,9 @@ def patching_section(page: SectionInputs) -> None:
             "clean “John”, corrupted “Mary”; answers “Mary” and “John”.",
         )
     corrupt = corrupt_input(page)
-    if not corrupt:
-        st.info(f"Type the corrupted sentence, e.g. {code(example[1])} for {code(example[0])}.")
+    if not corrupt:  # an over-long paste is named by bounded: not told it is empty too
+        if not str(st.session_state.get("at_corrupt") or "").strip():
+            st.info(f"Type the corrupted sentence, e.g. {code(example[1])} for {code(example[0])}.")
         return
     direction, prefix, answers = question_inputs(page)
     method, receivers = method_input(page)
