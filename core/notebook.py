@@ -52,7 +52,7 @@ from core.model.parts import (
     DecodeSettings,
     Translation,
     TranslationError,
-    settings_problem,
+    decode_problem,
 )
 from core.model.record import Record
 from core.runs.circuit_history import phase_of, run_circuit_lines
@@ -63,9 +63,11 @@ from core.training.devices import pick_device
 def open_model(spec: str, prompt: str = "", device: str = "cpu") -> TranslationModel:
     """A studio checkpoint (``.pt``), a Hugging Face model folder or (online) a hub id, opened
     as the commands open it (``prompt``: a decoder-only model's template, "" = its default)."""
-    if device not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"device={device!r}: give 'cpu', 'cuda' or 'mps'.")
-    pick_device(device)  # ValueError where this machine has none
+    kind = device.split(":")[0]  # cuda:1 is a cuda device
+    if kind not in ("auto", "cpu", "cuda", "mps"):
+        raise ValueError(f"device={device!r}: give 'auto', 'cpu', 'cuda' ('cuda:1' …) or 'mps'.")
+    checked = pick_device(kind)  # ValueError where this machine has none
+    device = checked.type if kind == "auto" else device
     return opened.open_model(spec, device, hub=True, prompt=prompt)
 
 
@@ -82,7 +84,7 @@ def translate(
     Translate and Attention pages and ``core.attribute`` make it; ``target``: that translation
     teacher-forced instead (each token's probability and rank in ``token_probs``, ``ranks``)."""
     settings = DecodeSettings(beam, alpha, max_len, target_lang=target_lang)
-    if problem := settings_problem(settings) or target_lang_problem(target_lang, m):
+    if problem := decode_problem(settings) or target_lang_problem(target_lang, m):
         raise TranslationError(problem.replace("--target-lang", "target_lang"))  # as the commands
     return translate_sentence(m, sentence, settings, target)
 

@@ -97,8 +97,8 @@ def train(args: argparse.Namespace, argv: list[str]) -> int:
     asked = (args.preset, settings_from_args(args), args.processes, args.resume or args.request)
     if "WORLD_SIZE" not in os.environ and (problems := command_problems(*asked)):
         raise CommandError("Invalid settings: " + "; ".join(problems) + ".")  # as the page's
-    fresh = not (args.resume or args.request or "WORLD_SIZE" in os.environ)
-    if fresh and (why := new_run_problem(args.out)):  # a run, or other files, already there
+    args.fresh = not (args.resume or args.request or "WORLD_SIZE" in os.environ)  # checked:
+    if args.fresh and (why := new_run_problem(args.out)):  # a run, or other files, there
         raise CommandError(why)
     with_alignments(args)
     if args.processes > 1 and "WORLD_SIZE" not in os.environ:

@@ -342,7 +342,7 @@ def test_a_students_mistakes_are_refused_as_the_commands_refuse_them(shipped, tm
         studio.grid_figure(t, "cross", layers=[5])
     with pytest.raises(ValueError, match="Unknown attention kind 'sequence'"):
         studio.grid_figure(t, "sequence")
-    with pytest.raises(ValueError, match="give 'cpu', 'cuda' or 'mps'"):
+    with pytest.raises(ValueError, match="give 'auto', 'cpu', 'cuda'"):
         studio.open_model(str(SHIPPED), device="gpu")
     with pytest.raises(TranslationError, match="answers is a pair of words"):
         studio.patch(m, CLEAN, CORRUPT, answers="le")

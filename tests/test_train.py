@@ -194,6 +194,17 @@ def test_a_new_run_whose_data_cannot_be_read_leaves_nothing(tmp_path, capsys):
     assert train_tiny(out, "--epochs", "0", "--max-steps", "1") == 0  # the command corrected
 
 
+def test_a_run_stopped_before_its_first_step_is_started_again(tmp_path):
+    """Review: a new run stopped before its first step left its status alone; the same command
+    then said "add --resume", and --resume had nothing to resume: it is started afresh."""
+    out = tmp_path / "run"
+    RunDir(out).create()
+    RunDir(out).write_status(state="stopped", message="stopped before training began")
+    RunDir(out).request_stop()  # an old STOP: it would end the new run at once
+    assert train_tiny(out, "--epochs", "0", "--max-steps", "2") == 0
+    assert RunDir(out).read_status()["state"] == "finished"
+
+
 @pytest.mark.parametrize("out", ["", "a file", "a folder of other files"])
 def test_a_new_run_needs_a_new_or_empty_folder(tmp_path, capsys, monkeypatch, out):
     """Audit: --out '' trained into the current folder (the checkout's root); a file or a

@@ -65,7 +65,7 @@ class DecodeSettings:
 GREEDY = DecodeSettings()  # the default: greedy decoding
 
 
-def settings_problem(settings: DecodeSettings) -> str | None:
+def decode_problem(settings: DecodeSettings) -> str | None:
     """Why a page could not offer these decoding settings, in one line (the commands' flags
     refuse the same: ``--beam``, ``--alpha``, ``--max-len``); None when it could."""
     asked = (

@@ -373,7 +373,7 @@ def lock_run(out: str, world: World, resume: bool = False) -> int | None:
 
 def record_failure(out: str, world: World, message: str, fresh: bool = False) -> None:
     """Write 'failed' and why into the run's status (rank 0; a run directory that exists); a
-    ``fresh`` command's run failing before its first step goes (its folder was new or empty)."""
+    ``fresh`` run (one process, its folder checked: ``new_run_problem``) failing unbegun goes."""
     if world.is_main and Path(out).is_dir() and fresh and not RunDir(out).metrics.is_file():
         RunDir(out).discard()  # a mistyped --data lists no failed run, and may be run again
     elif world.is_main and Path(out).is_dir():
@@ -433,7 +433,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {message}", file=sys.stderr)
         code = 2
     except (DataError, ValueError, OSError) as e:
-        record_failure(args.out, world, str(e), not (args.resume or args.request))
+        record_failure(args.out, world, str(e), getattr(args, "fresh", False))
         print(f"error: {e}", file=sys.stderr)
         code = 2
     except Exception as e:  # noqa: BLE001 - record any crash for the app, then exit 1
