@@ -14,6 +14,7 @@ import torch
 from core import project as project_cmd
 from core.attention import projector
 from core.attention.projector import ALL_LAYERS, ProjectionError, project
+from core.measure.progress import TimeLimit, time_limit
 from core.model.studio_model import StudioModel
 
 
@@ -240,3 +241,27 @@ def test_a_click_on_a_point_picks_it(studio_dirs, val_checkpoint):
     assert at.query_params["space_pick"] == "4:1:2"
     assert at.selectbox(key="space_sentence").value == 4
     assert at.selectbox(key="space_position").value == 1
+
+
+# (beside the other UMAP test: its first fit compiles umap-learn's code, once per worker)
+def test_umaps_layout_checks_the_limit_at_every_epoch():
+    """Audit: UMAP's fit was one call no check could stop, so one begun a second before the
+    limit ran to its end while the others waited: its layout's epochs now check it (through
+    the progress bar it writes to, ``projector.EpochChecks``), the figures unchanged."""
+    pytest.importorskip("umap")
+    x = torch.randn(200, 8, generator=torch.Generator().manual_seed(0))
+    checks = []
+
+    def clock() -> float:  # the limit passes at the 20th check
+        checks.append(1)
+        return 0.0 if len(checks) < 20 else 1e9
+
+    with time_limit(1, clock=clock), pytest.raises(TimeLimit):
+        projector.umap_coords(x, 2)
+    assert len(checks) == 1 + 20  # the limit set, then stopped at the 20th check, mid-layout
+    with time_limit(1e6):
+        checked_fit = projector.umap_coords(x, 2)
+    import umap
+
+    plain = umap.UMAP(n_components=2, random_state=0, n_neighbors=15).fit_transform(x.numpy())
+    assert np.array_equal(checked_fit, plain.astype(np.float32))  # the checks change nothing
