@@ -315,16 +315,15 @@ UNBEGUN = {"status.json", ".trainer.lock", "STOP", "snapshots"}  # all a run sto
 
 
 def new_run_problem(out: str) -> str:
-    """Why ``out`` cannot take a new run from the command line ('' when it can, a stale STOP
-    of a run that never began removed): empty, a file, a run already (``--resume`` continues
-    it) or a folder of other files, which the run's would mix with."""
+    """Why ``out`` cannot take a new run from the command line ('' when it can): empty, a
+    file, a run already (``--resume`` continues it) or a folder of other files, which the
+    run's would mix with."""
     rd = RunDir(out)
     if not out.strip() or (rd.path.exists() and not rd.path.is_dir()):
         return f"--out {out!r} is not a folder to create: name one, e.g. runs/my-run"
     held = sorted(p.name for p in rd.path.iterdir()) if rd.path.is_dir() else []
     if set(held) <= UNBEGUN and not any(rd.snapshots.glob("*")):
-        rd.stop_file.unlink(missing_ok=True)  # nothing, or a run stopped before its first
-        return ""  # step: started afresh (an old STOP would end it at once)
+        return ""  # nothing, or a run stopped before its first step: started afresh
     run_files = {p.name for p in (rd.config, rd.metrics, rd.status, rd.last, rd.best, rd.request)}
     if found := [name for name in held if name in run_files]:
         return (

@@ -243,7 +243,7 @@ def train_run(args: argparse.Namespace, world: World | None = None) -> int:
     lower_priority()
     if world.is_main:
         rd.create()
-        if args.resume:  # a stale STOP from an earlier stop must not end the resumed run
+        if args.resume or getattr(args, "fresh", False):  # a stale STOP must not end this run
             rd.stop_file.unlink(missing_ok=True)
         if args.resume and not resume:  # as a resume rewinds past its checkpoint: from zero
             rd.restart()
