@@ -21,7 +21,7 @@ from core.model import checkpoints as ckpts
 from core.model.checkpoints import CheckpointError, atomic_save, compact, read_checkpoint
 from core.model.opened import describe_folder
 from core.runs.catalogue import bleu_at
-from core.runs.history import FORMAT, HistoryFile, history_path, write_history
+from core.runs.history import FORMAT, HistoryFile, history_path, history_sharer, write_history
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,11 +65,14 @@ def run(args: argparse.Namespace) -> list[str]:
 
 def refusal(args: argparse.Namespace, folder: bool) -> str | None:
     """Why DST cannot be written, in one line (None if it can): not named .pt (.hf when SRC is
-    copied as a ``folder``), SRC itself, or there (or its .history) and not the studio's."""
+    copied as a ``folder``), SRC itself, a name a model of the other form holds (one history
+    each name), or there (or its .history) and not the studio's."""
     src, dst = Path(args.src), Path(args.dst)
     if dst.suffix != (suffix := ".hf" if folder else ".pt"):
         kind = "its model folder" if folder else "one file"
         return f"{dst}: the copy's name ends in {suffix} (this model is copied as {kind})"
+    if (other := history_sharer(dst)) is not None:
+        return f"{other} is there: a copy named {dst.name} would share its name and history"
     if dst.exists() and dst.resolve() == src.resolve():
         return f"{dst} is SRC: name another file for the copy"
     if dst.exists() and (dst.parent / "metrics.jsonl").is_file():  # best.pt, last.pt

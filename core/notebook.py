@@ -104,10 +104,13 @@ def head_figure(
     hide: bool = False,
 ) -> go.Figure:
     """One head's map large (``head``: a number, "mean" or "max"; the encoder also "rollout"),
-    the Attention page's large map; ``hide`` leaves out the start and end tokens' columns."""
-    return attention_figures.view_figure(
-        select_view(_drawn(t, kind, words), kind, layer, head, hide)
-    )
+    the Attention page's large map; ``hide`` leaves out the start and end tokens' columns
+    (ValueError for a layer or head the model lacks, as for a kind)."""
+    try:
+        view = select_view(_drawn(t, kind, words), kind, layer, head, hide)
+    except IndexError as e:  # "Layer 9 does not exist (0..1).": what the page's choices bound
+        raise ValueError(str(e)) from None
+    return attention_figures.view_figure(view)
 
 
 def grid_figure(

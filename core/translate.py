@@ -90,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
     settings = cli.decode_settings(args, GREEDY, lm)  # the page's, its prompt too
     if args.d2l_check and (problem := d2l_problem(lm)):
         raise cli.CommandError(problem)
+    if args.target is None and lm.supports("sentence"):  # it continues no sentence
+        raise cli.CommandError(checked.SEQUENCE_ONLY)
     with ablated(lm, heads):
         if args.d2l_check:
             records = [asdict(d2l_check(lm, settings))]

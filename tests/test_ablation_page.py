@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from core.model.checkpoints import atomic_save, read_checkpoint
 from core.runs.catalogue import SHIPPED_NAME
-from tests.helpers import VAL_DATA, assert_clean, plain, run_page_script
+from tests.helpers import ROOT, VAL_DATA, assert_clean, plain, run_page_script
 
 SECTION = {"section": "Remove heads"}
 CROSS = [f"Cross L{layer} H{head}" for layer in range(2) for head in range(4)]
@@ -95,6 +96,21 @@ def test_heads_in_the_link_are_preselected(val_dirs):
     assert_clean(at)
     assert at.multiselect(key="ab_heads").value == ["Encoder self L0 H1", "Cross L1 H2"]
     assert "2 heads removed" in translations(at)
+
+
+def test_a_one_attention_models_removed_head_is_marked_in_every_kind(studio_dirs):
+    """A decoder-only model's three kinds are blocks of its one attention: Decoder self L1 H1
+    removed is the cross view's L1 H1 too, which said "removed here: none"."""
+    shutil.copytree(
+        ROOT / "checkpoints" / "fra-eng-decoder.hf", studio_dirs["checkpoints"] / "d.hf"
+    )
+    query = {"model": "checkpoints/d.hf/", "ablate": "decoder_self:1:1", "layer": "1", "head": "1"}
+    for kind in ("decoder_self", "cross", "encoder"):
+        at = run_page(query | {"kind": kind})
+        assert_clean(at)
+        said = [plain(m.value) for m in at.markdown if "removed here" in m.value]
+        assert said and said[0].endswith("Decoder self L1 H1"), (kind, said)
+        assert any("This head is removed" in plain(c.value) for c in at.caption), kind
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import numpy as np
 from core.attention.logit_attribution import logit_attribution
 from core.model.opened import open_model
 from core.model.parts import DecodeSettings
-from tests.helpers import assert_clean, plain, run_page_script
+from tests.helpers import assert_clean, heavy_slot_held, plain, run_page_script
 from tests.test_app_attention import json_z, specs, title
 
 HOME = "i'm home ."  # the tiny model: je suis chez moi . <eos>
@@ -37,6 +37,15 @@ def test_the_section_draws_the_librarys_figures_and_follows_its_widgets(studio_d
     assert_clean(at)
     d = logit_attribution(m, t, 1, "suis", "es")
     assert f"own logit difference: {d.logit:.4f}" in captions(at)
+
+
+def test_one_steps_terms_do_not_wait_behind_heavy_work(studio_dirs):
+    """One teacher-forced pass, as the maps': a student's chart waited behind another's head
+    importance (up to 600 s) in the server's heavy slot, and a second tab was refused."""
+    with heavy_slot_held():
+        at = run_page_script("attention.py", {"section": "logit_attribution", "sentence": HOME})
+    assert_clean(at)
+    assert not at.warning and len(specs(at)) == 1
 
 
 def test_a_word_the_model_lacks_is_one_line(studio_dirs):

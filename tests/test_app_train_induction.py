@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from core.places import runs_root
+from core.places import DATA_ENV, data_root, runs_root
 from core.runs import jobs
 from core.training import settings
 from core.training.circuits import phase_change
@@ -83,6 +83,25 @@ def test_choosing_task_and_architecture_shows_the_fields_they_read_and_writes_th
     assert chosen["data"]["task"] == "induction" and chosen["model"]["arch"] == "decoder-only"
     assert chosen["data"]["induction_length"] == 8 and chosen["model"]["num_kv_heads"] == 2
     assert chosen["data"]["max_len"] == 12  # hidden: the preset's value, untouched
+
+
+def test_the_lm_task_reads_the_corpus_the_form_names(launched, tmp_path, monkeypatch):
+    """The lm task reads its corpus's text (packed): the form hid the Data choice for it as for
+    induction, and every lm run from the page trained on fra-eng."""
+    monkeypatch.setenv(DATA_ENV, str(tmp_path / "data"))
+    data_root().mkdir(parents=True, exist_ok=True)
+    (data_root() / "mine.tsv").write_text("Go.\tVa !\nHi.\tSalut.\n", encoding="utf-8")
+    at = train_page()
+    at.selectbox(key="small.data.task").set_value("lm").run()
+    at.selectbox(key="small.model.arch").set_value("decoder-only").run()
+    assert_clean(at)
+    assert "data_source" in keys_of(at, "radio")
+    at.radio(key="data_source").set_value("file path").run()
+    at.text_input(key="data_path").set_value("mine.tsv").run()
+    button(at, "Launch training").click().run()
+    assert_clean(at)
+    ((_, chosen),) = launched
+    assert chosen["data"]["task"] == "lm" and chosen["data"]["source"].endswith("mine.tsv")
 
 
 def watched_induction_run(make_run):

@@ -55,6 +55,11 @@ def test_measure_fills_every_kept_step_and_draws_the_source_share(studio_dirs, v
     assert values(share["x"]) == RunDir(val_run).snapshot_steps()
     assert all(0 <= y <= 1 for y in values(share["y"]))
     assert measured(at) and "Source share of the predictions (ALTI+" in measured(at)[0]
+    other = run_page_script("attention.py", TRAINING | {"model": "runs/val/last.pt"})
+    assert_clean(other)  # another session (a student's shared link): the numbers on disk, at
+    # once (it was served the result cached before the measurement, keyed by a per-session count)
+    assert not any(b.key == "at_traj_measure" for b in other.button)
+    assert measured(other) == measured(at)
 
 
 def test_a_saved_models_history_shows_every_step_without_run_or_corpus(

@@ -15,6 +15,7 @@ import torch
 from core import ablate as ablate_command
 from core import head_scores as head_scores_command
 from core import trajectories as trajectories_command
+from core.checkpoint import main as checkpoint_main
 from core.corpus.config import DataConfig
 from core.model.config import ModelConfig
 from core.model.opened import open_model
@@ -88,6 +89,38 @@ def test_save_as_a_model_copies_a_decoder_only_runs_folder(induction_dirs):
     with pytest.raises(ModelError, match="cannot be replaced from the app"):  # the shipped one
         promote(RUN, "best", "induction-2l", overwrite=True, user=User())
     assert not (induction_dirs["checkpoints"] / SHIPPED.name / PROMOTED).exists()  # untouched
+
+
+@pytest.mark.parametrize("user", [None, User("teacher", True)], ids=["command", "app"])
+def test_a_name_taken_by_a_model_of_the_other_form_is_refused(induction_dirs, user, capsys):
+    """One name, one model: ``name.pt`` and ``name.hf`` share ``name.history``, so a decoder-only
+    run saved as the shipped ``fra-eng-small`` replaced that model's history (and a run without
+    one removed it); the same through ``core.checkpoint``, both ways."""
+    ckpts = induction_dirs["checkpoints"]
+    shutil.copy(ROOT / "checkpoints" / "fra-eng-small.pt", ckpts / "fra-eng-small.pt")
+    shutil.copy(ROOT / "checkpoints" / "fra-eng-small.history", ckpts / "fra-eng-small.history")
+    before = {p.name: p.read_bytes() for p in ckpts.iterdir() if p.is_file()}
+    for overwrite in (False, True):
+        with pytest.raises(
+            ModelError, match=r"'fra-eng-small' already exists \(fra-eng-small.pt\)"
+        ):
+            promote(RUN, "best", "fra-eng-small", overwrite=overwrite, user=user)
+    assert not (ckpts / "fra-eng-small.hf").exists()
+    best = str(induction_dirs["ind"] / "best.pt")
+    assert checkpoint_main([best, str(ckpts / "fra-eng-small.hf")]) == 2
+    assert "fra-eng-small.pt is there" in capsys.readouterr().err
+    (ckpts / "induction-2l.pt").write_bytes(b"")  # the other way: a file under a folder's name
+    assert (
+        checkpoint_main(
+            [str(ROOT / "checkpoints" / "fra-eng-small.pt"), str(ckpts / "induction-2l.pt")]
+        )
+        == 2
+    )
+    assert "induction-2l.hf is there" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in ckpts.iterdir() if p.is_file()} == before | {
+        "induction-2l.pt": b""
+    }
+    assert not (ckpts / "fra-eng-small.hf").exists()
 
 
 def test_the_tensorboard_export_carries_each_heads_circuit_scores(induction_dirs, tmp_path):

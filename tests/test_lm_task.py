@@ -9,6 +9,7 @@ import pytest
 
 from core.corpus.config import DataConfig
 from core.corpus.packed import contexts_of, packed_corpus, stream_of
+from core.corpus.source import DataError
 from core.corpus.splits import summary_words
 from core.runs.corpus_cache import prepared_corpus
 from core.runs.run_dir import RunDir
@@ -51,6 +52,20 @@ def test_a_packed_corpus_keeps_its_sentences_and_says_what_it_holds():
     tokens = sum(len(a) + len(b) for a, b in pairs.ids["train"])  # the stream, all of it
     assert s["train_contexts"] == (tokens - 1) // 8
     assert packed_corpus(pairs, 8).summary["train_contexts"] == s["train_contexts"]
+
+
+def test_a_corpus_shorter_than_one_context_is_refused_not_trained_unpacked(tmp_path, capsys):
+    """Its packed split was [] and the trainer read [] as "not packed": it trained and
+    validated on the sentence pairs, and logged "0 training and 0 validation contexts"."""
+    pairs = prepared_corpus(DataConfig(source=str(TINY), min_freq=1, shared_vocab=True))
+    with pytest.raises(DataError, match="no context of 4,000 tokens"):
+        packed_corpus(pairs, 4000)
+    argv = ["--out", str(tmp_path / "lm"), "--data", str(TINY), "--arch", "decoder-only"]
+    argv += ["--task", "lm", "--context-length", "500", "--min-freq", "1", "--max-steps", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "no context of 500 tokens" in err and "Traceback" not in err
+    assert not (tmp_path / "lm").exists()  # a new run that could not begin leaves no folder
 
 
 def test_the_settings_of_an_lm_run():

@@ -340,6 +340,9 @@ def test_a_students_mistakes_are_refused_as_the_commands_refuse_them(shipped, tm
             studio.circuits(str(run))
     with pytest.raises(ValueError, match=re.escape("layers must be among 0..1 (got [5])")):
         studio.grid_figure(t, "cross", layers=[5])
+    for layer, head in ((9, 0), (0, 99)):  # an IndexError before, which the docs' except missed
+        with pytest.raises(ValueError, match="does not exist"):
+            studio.head_figure(t, "cross", layer=layer, head=head)
     with pytest.raises(ValueError, match="Unknown attention kind 'sequence'"):
         studio.grid_figure(t, "sequence")
     with pytest.raises(ValueError, match="give 'auto', 'cpu', 'cuda'"):
@@ -350,7 +353,9 @@ def test_a_students_mistakes_are_refused_as_the_commands_refuse_them(shipped, tm
         studio.attribute(m, t, "grad-input", contrast="xyzzyq blorf")
     assert set(studio.cache(m, t, "decoder.1.cross.z")) == {"decoder.1.cross.z"}  # one site
     induction = studio.open_model(str(SHIPPED.parent / "induction-2l.hf"))
-    read = studio.translate(induction, "a b c d a b c", max_len=8)
+    with pytest.raises(TranslationError, match="reads a token sequence, no sentence"):
+        studio.translate(induction, "a b c d a b c", max_len=8)  # was fifty t45, decoded
+    read = studio.translate(induction, "", target="t3 t7 t9 t3 t7 t9")
     for kind in ("cross", "encoder"):
         with pytest.raises(ValueError, match=f"reads no source: it has no {kind} weights"):
             studio.grid_figure(read, kind)

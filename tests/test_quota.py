@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from core.model.checkpoints import read_metadata
+from core.places import checkpoints_root
 from core.runs import budget, jobs, quota, run_bytes
 from core.runs.catalogue import SHIPPED_NAME, ModelError
 from core.runs.owners import User
@@ -164,6 +165,10 @@ def test_saving_past_the_quota_or_the_count_is_refused(run_to_save, monkeypatch)
     with pytest.raises(ModelError, match="keeps at most 2 saved models"):
         promote("done", "last", "another", user=BROWSER)
     promote("done", "last", "mine", overwrite=True, user=BROWSER)  # a replacement: no new file
+    monkeypatch.setattr(quota, "MAX_SAVED_MODELS", 3)
+    (checkpoints_root() / "ind-saved.hf").mkdir()  # a decoder-only run's model: a folder
+    with pytest.raises(ModelError, match="keeps at most 3 saved models"):  # it was not counted
+        promote("done", "last", "another", user=BROWSER)
     monkeypatch.setenv(quota.QUOTA_ENV, str(budget.MB / budget.GB))
     with pytest.raises(ModelError, match="Not enough room: model mine may take"):
         promote("done", "last", "mine", overwrite=True, user=BROWSER)

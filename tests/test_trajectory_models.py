@@ -232,6 +232,8 @@ def test_reading_the_source_share():
     assert "lowest 0.400 at step 200" in dip and "fell first, then rose" in dip
     assert "rose from the first" in source_share_reading(_share([0.3, 0.4, 0.5]))
     assert "did not rise" in source_share_reading(_share([0.5, 0.45, 0.44]))
+    flat = source_share_reading(_share([0.853, 0.650, 0.604, 0.559, 0.560, 0.5595]))  # the audit's
+    assert "did not rise" in flat and "then rose" not in flat  # +0.0006 past the lowest: no rise
 
 
 def test_the_figure_shows_the_source_share_under_the_loss(runs_env, val_run):

@@ -175,7 +175,8 @@ def stages(table: pd.DataFrame) -> Stages | None:
     return Stages(cross.index.tolist(), focus.tolist(), diagonal.tolist(), labels, seen)
 
 
-SHARE_DIP = 0.01  # the source share this far below where it started: a dip (Voita et al. 2021)
+SHARE_DIP = 0.01  # the source share this far below where it started (and back up from its
+# lowest): a dip (Voita et al. 2021)
 
 
 def source_share_reading(model: pd.DataFrame) -> str | None:
@@ -195,7 +196,8 @@ def source_share_reading(model: pd.DataFrame) -> str | None:
         f"{steps[0]:,}, lowest {share[low]:.3f} at step {steps[low]:,}, {share[-1]:.3f} at "
         f"step {steps[-1]:,}"
     )
-    if 0 < low < len(share) - 1 and share[low] <= share[0] - SHARE_DIP:
+    rose = share[low:].max() >= share[low] + SHARE_DIP  # a wobble at the bottom is no rise
+    if 0 < low < len(share) - 1 and share[low] <= share[0] - SHARE_DIP and rose:
         return text + ": it fell first, then rose (the dip Voita et al. 2021 saw in the LM stage)"
     if share[-1] > share[0]:
         return text + ": it rose from the first measurement (no dip seen at these steps)"

@@ -21,6 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from core.corpus.source import DataError
 from core.corpus.splits import Corpus
 
 PACKED = ("train", "val")  # the splits packed (the test split stays sentence pairs)
@@ -42,8 +43,15 @@ def contexts_of(stream: np.ndarray, length: int) -> list[tuple[np.ndarray, np.nd
 
 def packed_corpus(corpus: Corpus, length: int) -> Corpus:
     """``corpus`` with its training and validation pairs packed into contexts of ``length``
-    tokens (its ids replaced; its sentences, vocabularies and test split kept)."""
-    ids = {name: contexts_of(stream_of(corpus.ids.get(name) or []), length) for name in PACKED}
+    tokens (its ids replaced; its sentences, vocabularies and test split kept); DataError where
+    a split's text is shorter than one context."""
+    streams = {name: stream_of(corpus.ids.get(name) or []) for name in PACKED}
+    ids = {name: contexts_of(stream, length) for name, stream in streams.items()}
+    if short := [f"{name} {len(streams[name]):,}" for name in PACKED if not ids[name]]:
+        raise DataError(  # an empty split would be read as the unpacked pairs, silently
+            f"The corpus's text gives no context of {length:,} tokens to train or validate on "
+            f"(tokens: {', '.join(short)}): choose a shorter context_length or a larger corpus."
+        )
     counts = {f"{name}_contexts": len(ids[name]) for name in PACKED}
     summary = {**corpus.summary, "task": "lm", "context_length": length, **counts}
     return replace(corpus, ids=ids, summary=summary)

@@ -86,12 +86,20 @@ def broken_pieces_note(t: Translation, special: set[int]) -> str | None:
     )
 
 
+SEQUENCE_ONLY = (  # a model trained here on the induction task (``supports("sentence")``)
+    "This model reads a token sequence, no sentence: give the sequence as the target and '' "
+    "as the sentence (--target SEQ '')."
+)
+
+
 def translate_sentence(
     lm: TranslationModel, sentence: str, settings: DecodeSettings = GREEDY, target: str = ""
 ) -> Translation:
     """Translate with all maps; refuse over-long input, warn about unknown or long input, or
     a sentence the tokenizer reads mostly as single characters or unknown pieces.
     With a ``target``: that translation teacher-forced instead of the model's own."""
+    if not target.strip() and lm.supports("sentence"):  # nothing to continue: no decoding
+        raise TranslationError(SEQUENCE_ONLY)
     tokens = _refuse_long(sentence, "sentence")
     if target.strip():
         _refuse_long(target, "target")
@@ -250,10 +258,7 @@ def rated_target(
     be made, or the model rates no typed translation."""
     if lm.supports("sentence"):  # it reads a token sequence: ``target``, in one forced pass
         if sentence.strip():
-            raise TranslationError(
-                "This model reads a token sequence, no sentence: give the sequence as --target "
-                "and '' as the sentence."
-            )
+            raise TranslationError(SEQUENCE_ONLY)
         return target_record(translate_sentence(lm, "", settings, target))
     if problem := lm.supports("force"):
         raise TranslationError(problem)

@@ -31,7 +31,7 @@ from core.model.capabilities import MASKED_LM
 from core.model.hf_base import HFBase, OneAttention
 from core.model.hooks import capture
 from core.model.interface import TranslationModel
-from core.model.one_sequence import at_outputs
+from core.model.one_sequence import at_outputs, without_padding
 from core.model.parts import (
     AttentionMaps,
     DecodeSettings,
@@ -111,8 +111,11 @@ class MaskedModel(OneAttention, HFBase, TranslationModel):
         return ("encoder",)
 
     def source(self, sentence: str) -> Source:
-        if not (sentence or "").strip():
+        pieces = self.tokenizer((sentence or "").strip(), add_special_tokens=False)["input_ids"]
+        if not pieces:  # nothing, or only what the tokenizer drops (zero-width, control)
             raise TranslationError("The sentence is empty: type a few words.")
+        pad = self.tokenizer.convert_ids_to_tokens(self.pad_id)
+        without_padding(pieces, self.pad_id, pad)  # a typed [PAD] left the pass's rows short
         return super().source(sentence)
 
     def positions(self, ids: Sequence[int]) -> list[int]:

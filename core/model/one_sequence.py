@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
-from core.model.parts import SequenceHeads
+from core.model.parts import SequenceHeads, TranslationError
 
 TWO_STACKS = "Only a one-sequence model reads its source and output as one sequence."
 
@@ -73,6 +73,18 @@ class OneSequence:
     def start_ids(self) -> list[int]:
         """The ids it reads before any text (its start token, or none)."""
         return []
+
+
+def without_padding(ids: Sequence[int], pad: int, token: str) -> list[int]:
+    """The ids of typed text; TranslationError where they hold the padding id: a padded
+    batch's rows end where their padding starts (``unpadded``), so a one-sequence model cannot
+    read it inside a text (a typed ``<|endoftext|>``, GPT-2's padding, cut the row short)."""
+    if pad in ids:
+        raise TranslationError(
+            f"The text holds {token}, the model's padding token, which it cannot read inside "
+            "a text: remove it."
+        )
+    return list(ids)
 
 
 def unpadded(ids: torch.Tensor, pad: int) -> list[list[int]]:

@@ -112,16 +112,17 @@ def languages_of(path, meta: dict | None = None) -> tuple[str, str] | None:
     """(source, target) codes the model at ``path`` translates, read from its files before
     opening it, as its ``languages`` will say (a decoder-only model's by the default prompt):
     ("source", "target") where its files do not say; None for a model that does not translate
-    (``supports("translate")``: a masked language model). ``meta``: a checkpoint's metadata,
-    where already read."""
+    (``supports("translate")``: a masked language model, an induction model). ``meta``: a
+    checkpoint's metadata, where already read."""
     family = family_of(path)
-    if capabilities.problem(family, "", "translate"):
-        return None
+    config = {} if family == STUDIO else hf_folder.read_config(path)
+    if capabilities.problem(family, "", "translate", hf_folder.studio_task(config)):
+        return None  # a masked language model; a model trained here on random tokens
     if family == STUDIO:
         return studio_languages(read_metadata(path) if meta is None else meta)
     if family == LANGUAGE_MODEL:
         return DEFAULT_LANGUAGES
-    said = hf_folder.languages(path, hf_folder.read_config(path))
+    said = hf_folder.languages(path, config)
     return said.get("source_lang") or "source", said.get("target_lang") or "target"
 
 

@@ -41,7 +41,7 @@ from core.model.capabilities import LANGUAGE_MODEL, NO_PROMPT, TRAINED_PROMPT
 from core.model.hf_base import HFBase, OneAttention, as_text
 from core.model.hooks import capture
 from core.model.interface import TranslationModel
-from core.model.one_sequence import unpadded
+from core.model.one_sequence import unpadded, without_padding
 from core.model.parts import (
     DEFAULT_LANGUAGES,
     DEFAULT_TEMPLATE,
@@ -164,15 +164,23 @@ class PromptedModel(OneAttention, HFBase, TranslationModel):
             return Source([], [], [], [NO_PROMPT])
         if not (sentence or "").strip():
             raise TranslationError("The sentence is empty: type a few words to translate.")
-        pieces = self._pieces(self.layout.gap + sentence.strip())[: max(self._room(), 1)]
-        ids = self.layout.source_ids(pieces)
-        return Source(ids, self.source_tokens(ids), [False] * len(ids), [])
+        pieces = self._typed(self.layout.gap + sentence.strip())
+        room, notes = max(self._room(), 1), []
+        if len(pieces) > room:  # the template leaves this much of the model's positions
+            notes.append(f"The sentence has {len(pieces)} tokens; only the first {room} were used.")
+        ids = self.layout.source_ids(pieces[:room])
+        return Source(ids, self.source_tokens(ids), [False] * len(ids), notes)
 
     def token_count(self, text: str, words: Sequence[str], target: bool = False) -> int:
         return len(self._pieces(text)) + 1 + (0 if target else len(self.layout.before))
 
     def target_ids(self, text: str, first: int | None = None) -> list[int]:
-        return self._pieces(" " + text.strip())[: self.cfg.max_positions // 2] + [self.eos_id]
+        return self._typed(" " + text.strip())[: self.cfg.max_positions // 2] + [self.eos_id]
+
+    def _typed(self, text: str) -> list[int]:
+        """The pieces of typed text (TranslationError where it holds the padding token)."""
+        pad = self.tokenizer.convert_ids_to_tokens(self.pad_id)
+        return without_padding(self._pieces(text), self.pad_id, pad)
 
     def words_to_source(self, words: Sequence[str]) -> list[int]:
         return self.source(as_text(words)).ids

@@ -8,6 +8,7 @@ used results go first. A failure to write is ignored: a cache only saves time.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import threading
@@ -29,6 +30,17 @@ def read_cached(folder: Path, key: str) -> dict | None:
     with contextlib.suppress(OSError):
         os.utime(path)  # used now: the last to go
     return data if isinstance(data, dict) else None
+
+
+def stored_keys(folder: Path) -> str:
+    """A digest of the keys ``folder`` holds now: it changes when any process stores a new
+    result or the limit drops one (not when a hit marks its file used), so a cache of what
+    was read from the folder, kept in memory for every session, knows when to read again."""
+    try:
+        names = sorted(e.name for e in os.scandir(folder) if e.name.endswith(".json"))
+    except OSError:
+        names = []
+    return hashlib.sha1("\n".join(names).encode()).hexdigest()
 
 
 def write_cached(folder: Path, key: str, data: dict, limit: int = DISK_CACHE_BYTES) -> None:

@@ -23,6 +23,7 @@ from core.runs.run_dir import RunDir, thinned
 
 FORMAT = "attention-studio-history/1"
 SUFFIX = ".history"
+MODEL_SUFFIXES = (".pt", ".hf")  # a model file, a model folder: one history each name
 MAX_BYTES = 20 * 2**20  # a history file larger than this is neither written nor read
 PACKED_SHARE = 0.9  # what a packed history may take of MAX_BYTES (the file adds headers)
 TEXT_KEYS = ("record",)  # the only text a shipped metric record keeps
@@ -32,6 +33,16 @@ NESTED_KEYS = ("circuits",)  # the only nested numbers it keeps: an induction ru
 def history_path(checkpoint) -> Path:
     """Where the history of a model file lives: ``name.pt`` -> ``name.history``."""
     return Path(checkpoint).with_suffix(SUFFIX)
+
+
+def history_sharer(checkpoint) -> Path | None:
+    """The model already there under the same name in the other form (``name.hf`` for
+    ``name.pt`` and the other way round), whose history is the same file; None if none."""
+    path = Path(checkpoint)
+    for suffix in MODEL_SUFFIXES:
+        if suffix != path.suffix and (other := path.with_suffix(suffix)).exists():
+            return other
+    return None
 
 
 def clean_record(record: dict) -> dict:

@@ -34,7 +34,7 @@ from core.model.checkpoints import (
 from core.places import checkpoints_root
 from core.runs import budget, quota
 from core.runs.catalogue import ModelError, bleu_at, validate_name
-from core.runs.history import MAX_BYTES, history_path, write_history
+from core.runs.history import MAX_BYTES, history_path, history_sharer, write_history
 from core.runs.jobs import check_room
 from core.runs.locks import launch_lock
 from core.runs.owners import (
@@ -147,6 +147,10 @@ def _copy_of(run_id: str, src: Path, which: str) -> dict:
 def _check_replace(dest: Path, overwrite: bool, user: User | None) -> None:
     """ModelError unless a model may be written at ``dest``: a new name within the count of
     saved models, or (asked) a model saved from a run that ``user`` may change."""
+    if (other := history_sharer(dest)) is not None:  # one name, one model: one history
+        raise ModelError(
+            f"A model named '{dest.stem}' already exists ({other.name}); choose another name."
+        )
     if not dest.exists():
         if problem := quota.saved_models_problem():
             raise ModelError(problem)

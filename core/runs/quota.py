@@ -278,9 +278,10 @@ def runs_problem(owner: str | None = None) -> str | None:
 
 
 def saved_models_problem() -> str | None:
-    """Why no more models can be saved from runs (None: they can)."""
+    """Why no more models can be saved from runs (None: they can): model files and model
+    folders (a decoder-only run's, ``name.hf``) count alike."""
     folder = checkpoints_root()
-    saved = [p for p in folder.rglob("*.pt")] if folder.is_dir() else []
+    saved = [*folder.rglob("*.pt"), *(p for p in folder.rglob("*.hf") if p.is_dir())]
     if len(saved) < MAX_SAVED_MODELS:
         return None
     return (

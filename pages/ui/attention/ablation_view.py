@@ -189,19 +189,20 @@ def compare_maps(page: SectionInputs, cut: Translation, what: str, heads: list[H
         view.title = f"{title}: {view.title}"
         name = export_name(state.model, state.sentence, state.kind, state.layer, state.head, tag)
         chart(figs.view_figure(view, stretch), f"ab_{tag}", col, name)
-    if state.head.isdigit() and HeadSpec(state.kind, state.layer, int(state.head)) in heads:
+    one = len(page.lm.head_kinds) == 1  # one attention, whose blocks the three kinds are
+    here = [h for h in heads if h.kind == state.kind or one]  # a removed head's map in this kind
+    if state.head.isdigit() and (state.layer, int(state.head)) in {(h.layer, h.head) for h in here}:
         st.caption(
             "This head is removed: its map is still computed, but its output is zeroed "
             "before W_o, so it no longer changes the output."
         )
     whole = figs.shows_full_grid(cut_maps.layers(state.kind), cut_maps.heads)
     layers = None if whole else [state.layer]
-    here = [h.label for h in heads if h.kind == state.kind]
     st.markdown(
         f"**Every head of this kind, {what}** — removed here (outlined in red): "
-        f"{', '.join(here) or 'none'}"
+        f"{', '.join(h.label for h in here) or 'none'}"
     )
-    removed = [(h.layer, h.head) for h in heads if h.kind == state.kind]
+    removed = [(h.layer, h.head) for h in here]
     grid = figs.grid_view_figure(cut_maps, state.kind, state.hide, layers, stretch, removed)
     name = export_name(state.model, state.sentence, state.kind, None, None, "grid removed")
     chart(grid, "ab_grid", name=name)

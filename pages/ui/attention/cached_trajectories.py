@@ -14,11 +14,12 @@ from pages.ui.shared_cache import shared
 
 @shared()
 def trajectories(
-    source: str, checkpoint: str | None, steps: tuple, sentences: int, generation: int
+    source: str, checkpoint: str | None, steps: tuple, sentences: int, stored: str
 ) -> Trajectories:
     """Every head's trajectory on the probe maps, plus the validation numbers already on
-    disk (re-read when new snapshots arrive, ``steps``, or after a measurement,
-    ``generation``). A progress bar shows when it runs past a second."""
+    disk (re-read when new snapshots arrive, ``steps``, or when the disk cache holds new
+    results, ``stored``: a measurement by any session or by the command). A progress bar
+    shows when it runs past a second."""
     report = LateProgress()
     try:
         return head_trajectories(source, checkpoint, sentences, "cached", progress=report)

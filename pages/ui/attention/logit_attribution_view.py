@@ -18,7 +18,6 @@ from core.model.interface import TranslationModel
 from core.model.parts import Translation
 from pages.ui.attention.inputs import SectionInputs
 from pages.ui.charts import chart
-from pages.ui.heavy_work import SlotTaken, TimeLimit, heavy_slot_or_raise
 from pages.ui.shared_cache import shared
 from pages.ui.text import md
 from pages.ui.view_widgets import bounded, widget_default
@@ -29,10 +28,9 @@ def attributed(
     _lm: TranslationModel, _t: Translation, key: tuple, step: int, answer: str, wrong: str
 ) -> LogitAttribution:
     """One step's logit taken apart (``key``: the translation's cache key and the model's
-    view key), cached for every session, in the server's heavy slot (SlotTaken when another
-    session holds it)."""
-    with heavy_slot_or_raise():
-        return logit_attribution(_lm, _t, step, answer or None, wrong or None)
+    view key), cached for every session: one teacher-forced pass, as the maps' (not heavy
+    work: it waited behind head importance in the server's heavy slot)."""
+    return logit_attribution(_lm, _t, step, answer or None, wrong or None)
 
 
 def _question(page: SectionInputs) -> tuple[int, str, str]:
@@ -74,12 +72,6 @@ def logit_attribution_section(page: SectionInputs) -> None:
     try:
         key = (*page.key, page.lm.view_key)
         a = attributed(page.lm, page.translation, key, step, answer, wrong)
-    except SlotTaken as e:
-        st.warning(md(e))
-        return
-    except TimeLimit as e:
-        st.error(md(f"Direct logit attribution was stopped: {e}"))
-        return
     except LogitAttributionError as e:
         st.error(md(str(e)))
         return

@@ -30,7 +30,9 @@ from core.attention.word_maps import shown_maps
 from core.corpus.source import DataError
 from core.figures.trajectories import map_difference_figure, stage_figure, trajectory_figure
 from core.model.checkpoints import CheckpointError
+from core.places import trajectories_root
 from core.runs.circuit_history import circuit_evals, phase_words
+from core.runs.disk_cache import stored_keys
 from core.runs.history import open_history
 from pages.ui.attention import cached_trajectories as cached
 from pages.ui.attention.inputs import SectionInputs
@@ -79,8 +81,8 @@ HEADS_HOW = (
 
 def head_trajectories_now(page: SectionInputs, steps: tuple) -> Trajectories:
     """The trajectories of the model's history: probe maps, and validation numbers on disk."""
-    generation = st.session_state.get("at_traj_generation", 0)
-    return cached.trajectories(page.entry.history, page.entry.path, steps, SENTENCES, generation)
+    stored = stored_keys(trajectories_root())  # measured since, by any session: read again
+    return cached.trajectories(page.entry.history, page.entry.path, steps, SENTENCES, stored)
 
 
 def trajectories_panel(
@@ -182,7 +184,6 @@ def measure_button(page: SectionInputs, result: Trajectories) -> None:
             st.error(md(f"The validation numbers cannot be measured: {e}"))
             return
     bar.empty()
-    st.session_state["at_traj_generation"] = st.session_state.get("at_traj_generation", 0) + 1
     st.rerun()
 
 

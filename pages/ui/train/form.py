@@ -355,7 +355,7 @@ def task_and_arch(preset: str) -> tuple[str, str]:
 
 
 def data_picker(preset: str) -> str | None:
-    """The corpus of a translation run: fra-eng, a file path or an upload (None: none usable;
+    """The corpus of a translation or lm run: fra-eng, a file path or an upload (None: none usable;
     with fra-eng chosen, it cannot be had here)."""
     url_choice("data_source", DATA_SOURCES, "fra-eng")
     source_type = st.radio("Data", DATA_SOURCES, key="data_source", horizontal=True)
@@ -375,8 +375,9 @@ def new_run_form() -> None:
     )
     keep_in_url("preset", preset, "small")
     task, arch = task_and_arch(preset)
-    source = data_picker(preset) if task == "translation" else DataConfig.source  # (unread)
-    blocked = task == "translation" and source is None and st.session_state.data_source == "fra-eng"
+    reads = task != "induction"  # translation pairs, or (lm) their text: a corpus
+    source = data_picker(preset) if reads else DataConfig.source  # induction: its own tokens
+    blocked = reads and source is None and st.session_state.data_source == "fra-eng"
     if task == "translation" and arch == "encoder-decoder":  # a head of cross-attention
         alignment_inputs()  # outside the form: a choice shows its own inputs at once
     problems = st.session_state.get(PROBLEMS_KEY, {}).get(preset, [])

@@ -35,7 +35,8 @@ def promote_form(info: RunInfo) -> None:
             "Checkpoint",
             choices,
             horizontal=True,
-            help="best: highest validation BLEU; last: end of training",
+            help="best: highest validation BLEU (lowest validation loss for a run without "
+            "BLEU: lm, masked-LM, induction); last: end of training",
         )
         name = st.text_input(
             "Model name",
