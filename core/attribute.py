@@ -24,13 +24,13 @@ from core.attribution.contrast import contrast_problem
 from core.attribution.faithfulness import DEFAULT_METHODS, SAMPLE_SIZES, SENTENCES, faithfulness_for
 from core.attribution.file_mode import FileModeError, attribute_file, out_problem
 from core.attribution.gradients import add_choice_flags, choices_from
-from core.attribution.methods import MEAN, METHODS, AttributionError, method_problem
+from core.attribution.methods import MEAN, METHODS, AttributionError, method_problem, unknown_method
 from core.command_line import CommandError, CommandParser, InRange, run_command, terminal_progress
 from core.corpus.source import DataError
 from core.model.checked_translation import translate_sentence
 from core.model.checkpoints import CheckpointError
 from core.model.opened import model_path, open_model
-from core.model.parts import BEAM_SIZES, DecodeSettings, TranslationError
+from core.model.parts import ALPHAS, BEAM_SIZES, GREEDY, MAX_LENS, TranslationError
 
 ERRORS = (CheckpointError, DataError, AttributionError, TranslationError, FileModeError)
 
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True)
     methods = f"one of {', '.join(METHODS)} (default: alti; grad-input with --contrast)"
     p.add_argument("--method", action="append", help=methods)
-    p.add_argument("--beam", type=InRange(int, *BEAM_SIZES), default=1, help="beam size")
+    cli.add_decode_flags(p, GREEDY, (BEAM_SIZES, ALPHAS, MAX_LENS))  # and --target-lang
     p.add_argument("--layer", type=InRange.index(), help="attention method: decoder layer")
     p.add_argument("--head", type=InRange.index(MEAN), default=MEAN, help="attention: or 'mean'")
     p.add_argument("--words", action="store_true", help="merge BPE pieces into words")
@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sentences", type=sentences, default=SENTENCES, help="validation sentences")
     p.add_argument("--data", default=None, help="corpus path or 'fra-eng' (default: its own)")
     p.add_argument("--refresh", action="store_true", help="recompute a cached faithfulness")
-    p.add_argument("--target-lang", default="", help="a multilingual model's target language")
+    cli.add_prompt_flag(p)  # a decoder-only model's template, as the page's box
     p.add_argument("--target", default="", help="explain this translation, not the model's own")
     p.add_argument("--contrast", default="", help="why the translation rather than this one")
     p.add_argument("--contrast-alignment", default="", help="steps compared, t-j pairs: 3-3,4-5")
@@ -69,7 +69,7 @@ def problem(args) -> str | None:
         if bad:
             return bad[0]
     elif unknown := [m for m in args.method or [] if m not in METHODS]:
-        return f"unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}"
+        return unknown_method(unknown[0])
     if args.faithfulness:
         if args.target or args.contrast:
             return "--target and --contrast explain one sentence: leave out --faithfulness"
@@ -89,7 +89,7 @@ def run(args) -> list[str]:
     """The lines to print (CommandError when a flag's value cannot be used)."""
     if message := problem(args) or (args.input and out_problem(args.input, args.out)):
         raise CommandError(message)  # --out checked before the model loads
-    lm = open_model(args.checkpoint, hub=True, section="attribution")
+    lm = open_model(args.checkpoint, hub=True, section="attribution", prompt=args.prompt)
     target = cli.usable_target_lang(args.target_lang, lm)
     if args.faithfulness:
         methods = tuple(args.method or DEFAULT_METHODS)
@@ -99,14 +99,14 @@ def run(args) -> list[str]:
         asked = (*asked, choices_from(args))  # gradient methods also as chosen, rows of their own
         result = faithfulness_for(lm, model_path(args.checkpoint), *asked)
         return [json.dumps(r) for r in result.lines()]
-    settings = DecodeSettings(beam_size=args.beam, target_lang=args.target_lang)
+    settings = cli.decode_settings(args, GREEDY, lm)  # the page's: beam, alpha, max_len, prompt
     method = ex.flag_methods(args, DEFAULT_METHODS)[0]
     if args.input:  # a summary line; the records go to --out
         asked = (method, settings, choices_from(args), terminal_progress())
         return [json.dumps(attribute_file(lm, args.input, args.out, *asked))]
     t = translate_sentence(lm, " ".join(args.sentence), settings, args.target)
     asked = (args.contrast, args.contrast_alignment), args.words, choices_from(args)
-    asked = (*asked, args.contrast_source, (args.source_spans, args.target_spans))
+    asked = (*asked, args.contrast_source or "", (args.source_spans, args.target_spans))
     out = ex.sentence_json(lm, t, method, args.layer, args.head, *asked)
     return [json.dumps(out, ensure_ascii=False)]
 

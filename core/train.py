@@ -39,7 +39,7 @@ from core.runs.launcher import launch
 from core.runs.run_dir import RunDir, new_run_problem
 from core.runs.training_run import read_request, run
 from core.training.presets import PRESETS
-from core.training.settings import add_setting_flags, settings_from_args
+from core.training.settings import add_setting_flags, resume_problem, settings_from_args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,6 +97,8 @@ def train(args: argparse.Namespace, argv: list[str]) -> int:
     asked = (args.preset, settings_from_args(args), args.processes, args.resume or args.request)
     if "WORLD_SIZE" not in os.environ and (problems := command_problems(*asked)):
         raise CommandError("Invalid settings: " + "; ".join(problems) + ".")  # as the page's
+    if args.resume and (why := resume_problem(args, RunDir(args.out).read_config())):
+        raise CommandError(why)
     args.fresh = not (args.resume or args.request or "WORLD_SIZE" in os.environ)  # checked:
     if args.fresh and (why := new_run_problem(args.out)):  # a run, or other files, there
         raise CommandError(why)

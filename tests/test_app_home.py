@@ -15,7 +15,8 @@ from tests.helpers import assert_clean, run_app
 
 
 def test_home_describes_the_app_and_lists_models_and_runs(jobs_env, make_run):
-    make_run(runs_root(), "20260101-000000-d2l", {"state": "finished"}, checkpoint=True)
+    rd = make_run(runs_root(), "20260101-000000-d2l", {"state": "finished"}, checkpoint=True)
+    rd.append_metrics({"record": "eval", "step": 10, "val_loss": 3.25})
     promote("20260101-000000-d2l", "best", "fr-demo")
     (checkpoints_root() / "broken.pt").write_bytes(b"junk")
     at = run_app()
@@ -35,6 +36,8 @@ def test_home_describes_the_app_and_lists_models_and_runs(jobs_env, make_run):
     assert list(runs["run"]) == ["train?run=20260101-000000-d2l"]  # a link to the run
     assert list(runs["state"]) == ["finished"]
     assert list(runs.columns) == list(HOME_COLUMNS)  # a summary that fits: "All runs" has all
+    assert list(runs["val loss"]) == [3.25]  # what a run without BLEU (lm, masked-LM, induction)
+    # is judged by: Home showed those runs as "best BLEU —" and nothing else
     link = json.loads(at.dataframe[1].proto.columns)["run"]  # shown as the run id
     assert link["type_config"]["type"] == "link" and "run=" in link["type_config"]["display_text"]
     # a model without a BLEU (the broken file) shows a dash, never the word "None"

@@ -169,6 +169,9 @@ def test_the_command_prints_the_faithfulness_table(val_checkpoint, capsys):
         (["--method", "attention", "--head", "x", "hello ."], "--head: must be"),
         (["--input", "p.tsv", "--out", "r.jsonl", "--contrast", "x"], "leave out --contrast"),
         (["--input", "p.tsv", "--out", "r.jsonl", "--target", "x"], "leave out --target"),
+        (["--method", "occlusion", "hello ."], "occlusion explains a contrast only"),  # "unknown"
+        (["--contrast-source", "", "hello ."], "--contrast-source is blank"),  # was dropped
+        (["--contrast-source", "  ", "hello ."], "--contrast-source is blank"),
     ],
 )
 def test_bad_input_is_a_one_line_error_and_exit_2(val_checkpoint, capsys, args, message):
@@ -276,3 +279,22 @@ def test_the_help_names_the_defaults():
         helped
     )
     assert "GradientSHAP's samples (default: 32)" in helped and "integration points" in helped
+
+
+def test_a_prompted_models_attribution_reads_the_pages_template_and_length(lm_models, capsys):
+    """Audit: the Attribution section reads the template box and Max output length; the
+    command had neither flag, so it could not print what the page showed."""
+    from core.attribution.explain import sentence_json
+    from core.model.checked_translation import translate_sentence
+    from core.model.opened import open_model
+    from core.model.parts import DecodeSettings
+
+    template = "Say: {src} x\nFrench:"
+    argv = ["--checkpoint", str(lm_models["gpt2"]), "--method", "alti", "--max-len", "3"]
+    assert attribute_cmd.main([*argv, "--prompt", template, "the boy"]) == 0
+    out = json.loads(capsys.readouterr().out.splitlines()[-1])
+    lm = open_model(str(lm_models["gpt2"]), prompt=template)
+    t = translate_sentence(lm, "the boy", DecodeSettings(max_len=3, prompt=template))
+    page = sentence_json(lm, t, "alti")  # what the section shows, from the same library
+    assert len(out["output"]) == 3 and out["output"] == page["output"]
+    assert np.allclose(out["contributions"], page["contributions"], atol=1e-6)

@@ -145,3 +145,18 @@ def test_every_reason_in_the_model_list_is_one_line(tmp_path, monkeypatch):
         "the tokenizer cannot be read: line two line three"
     )
     assert entries["checkpoints/model.pt"].reason == "model.pt is odd: second line"
+
+
+def test_a_hub_id_without_a_network_says_what_to_do(monkeypatch, tmp_path, capsys):
+    """HF_HUB_OFFLINE unset, as it mostly is: the download fails and the line said only
+    "offline, or no such model"; it now gives the fix the offline setting's line gives."""
+    import huggingface_hub
+
+    def no_network(*args, **kwargs):
+        raise ConnectionError("no network")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_network)
+    monkeypatch.chdir(tmp_path)
+    line = one_error("translate", ["--checkpoint", "Helsinki-NLP/opus-mt-en-fr", "hi ."], capsys)
+    assert "could not be downloaded" in line and "save_pretrained and pass the folder" in line

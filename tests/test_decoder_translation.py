@@ -179,6 +179,15 @@ def test_a_translation_folder_opens_through_the_door_as_it_was_trained(tmp_path)
     with pytest.raises(TranslationError, match="takes no prompt template") as refused:
         lm.with_prompt("Translate: {src}\nFrench:")
     assert lm.supports("template") == str(refused.value)  # asked before, in the same words
+    lm_task = open_model(str(export_folder(trainee, vocab, tmp_path / "lm.hf", "lm", data)))
+    assert lm_task.source("I'm home.").ids == lm.source("I'm home.").ids  # the lm task read the
+    # same text, packed: it was prompted "English: {src}\nFrench:", a text it never read
+    assert "trained here on the lm task" in lm_task.supports("template")
+    config = tmp_path / "lm.hf" / "config.json"  # a folder written before it named its layout
+    written = json.loads(config.read_text("utf-8"))
+    del written["attention_studio"]["layout"]
+    config.write_text(json.dumps(written), encoding="utf-8")
+    assert open_model(str(config.parent)).source("I'm home.").ids == lm.source("I'm home.").ids
 
 
 # ----------------------------------------------------------------------------- a run

@@ -6,6 +6,7 @@ each model's own states, for every family: tests/test_conformance.py.)"""
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -263,5 +264,32 @@ def test_umaps_layout_checks_the_limit_at_every_epoch():
         checked_fit = projector.umap_coords(x, 2)
     import umap
 
-    plain = umap.UMAP(n_components=2, random_state=0, n_neighbors=15).fit_transform(x.numpy())
+    knn = (*projector.neighbours(x, 15), None)  # the neighbours found here, as umap-learn takes
+    plain = umap.UMAP(n_components=2, random_state=0, n_neighbors=15, precomputed_knn=knn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = plain.fit_transform(x.numpy())
     assert np.array_equal(checked_fit, plain.astype(np.float32))  # the checks change nothing
+
+
+def test_umaps_neighbours_are_the_exact_ones_found_chunk_by_chunk_within_the_limit(monkeypatch):
+    """Audit: UMAP's neighbour search (one call; NN-descent past 4,096 points) checked no
+    limit. The studio's is exact (sklearn's distances, itself first) and checks it per chunk."""
+    from sklearn.metrics import pairwise_distances
+
+    x = torch.randn(300, 16, generator=torch.Generator().manual_seed(1))
+    x[7] = x[3]  # a token at the same place twice: itself still first
+    monkeypatch.setattr(projector, "KNN_BYTES", 8 * 300 * 50)  # chunks of 50 rows: 6 checks
+    idx, dist = projector.neighbours(x, 15)
+    d = pairwise_distances(x.double().numpy())
+    assert (idx[:, 0] == np.arange(300)).all() and {idx[3, 1], idx[7, 1]} == {3, 7}
+    assert np.allclose(dist, np.sort(d, axis=1)[:, :15], atol=1e-6)
+    checks = []
+
+    def clock() -> float:
+        checks.append(1)
+        return 0.0 if len(checks) < 4 else 1e9
+
+    with time_limit(1, clock=clock), pytest.raises(TimeLimit):
+        projector.neighbours(x, 15)
+    assert len(checks) == 4  # the limit set, then stopped at the third chunk

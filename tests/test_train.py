@@ -168,6 +168,9 @@ def test_resume_continues_metrics(tmp_path):
     status = RunDir(out).read_status()
     assert status["state"] == "finished" and status["step"] == 40 and status["resumed"]
     assert RunDir(out).snapshot_steps() == [10, 20, 30, 40]
+    before = (out / "config.json").read_bytes()  # flags a resume does not read: refused, not
+    argv = ["--out", str(out), "--resume", "--d-model", "512", "--dropout", "0.3"]  # dropped
+    assert main(argv) == 2 and (out / "config.json").read_bytes() == before
 
 
 def test_a_new_run_into_a_finished_one_is_refused_and_changes_nothing(tmp_path, capsys):

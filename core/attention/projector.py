@@ -299,8 +299,33 @@ class EpochChecks(io.TextIOBase):
         return len(text)
 
 
+KNN_BYTES = 64 * 2**20  # the distances one chunk of the neighbour search holds
+
+
+def neighbours(x: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """((N, k) indices, (N, k) Euclidean distances) of each point's k nearest, itself first,
+    exact, chunk by chunk of rows, each checking the heavy slot's deadline: what UMAP's own
+    search (one call, or NN-descent past 4,096 points) did where no check could stop it."""
+    x = x.detach().cpu().double()
+    sq = (x * x).sum(1)  # (N,)
+    rows = max(1, KNN_BYTES // (8 * len(x)))
+    idx, d2 = [], []
+    for start in range(0, len(x), rows):
+        check_time()
+        block = x[start : start + rows]  # (R, D)
+        d = sq[start : start + rows, None] - 2 * block @ x.T + sq[None]  # (R, N) squared
+        d[torch.arange(len(block)), torch.arange(start, start + len(block))] = -1.0  # itself
+        nearest = d.topk(k, largest=False)  # (R, k)
+        idx.append(nearest.indices)
+        d2.append(nearest.values)
+    dist = torch.cat(d2).clamp(min=0).sqrt()  # (N, k), float64 against the expansion's loss
+    return torch.cat(idx).numpy().astype(np.int32), dist.numpy().astype(np.float32)
+
+
 def umap_coords(x: torch.Tensor, dims: int) -> np.ndarray:
-    """(N, K) UMAP coordinates of the points (N, D), seeded (ProjectionError without umap)."""
+    """(N, K) UMAP coordinates of the points (N, D), seeded (ProjectionError without umap);
+    the neighbours found here (``neighbours``: the deadline checked), the layout's epochs
+    checked through its progress bar (``EpochChecks``)."""
     try:
         import umap
     except ImportError as e:
@@ -309,15 +334,18 @@ def umap_coords(x: torch.Tensor, dims: int) -> np.ndarray:
         ) from e
     if x.size(0) <= dims + 1:
         raise ProjectionError(f"UMAP needs more than {dims + 1} points; choose PCA.")
+    k = min(15, x.size(0) - 1)
     reducer = umap.UMAP(
         n_components=dims,
         random_state=0,
-        n_neighbors=min(15, x.size(0) - 1),
+        n_neighbors=k,
+        precomputed_knn=(*neighbours(x, k), None),
         tqdm_kwds={"disable": False, "file": EpochChecks(), "mininterval": 0, "miniters": 1},
     )
-    with warnings.catch_warnings():  # "n_jobs overridden by setting random_state": wanted
+    with warnings.catch_warnings():  # "n_jobs overridden by setting random_state": wanted;
         warnings.filterwarnings("ignore", message="n_jobs value", category=UserWarning)
-        return reducer.fit_transform(x.cpu().numpy()).astype(np.float32)
+        warnings.filterwarnings("ignore", message="precomputed_knn", category=UserWarning)
+        return reducer.fit_transform(x.cpu().numpy()).astype(np.float32)  # (no transform later)
 
 
 def check_choice(side: str, method: str, dims: int, sentences: int) -> None:

@@ -232,16 +232,18 @@ def add_sentence_flags(parser) -> None:
     """The command's flags of ``sentence_json``'s spans and contrast source (argparse)."""
     parser.add_argument("--source-spans", default="", help="source tokens read as one: 0:2,3:5")
     parser.add_argument("--target-spans", default="", help="output tokens read as one: 1:3")
-    parser.add_argument(
-        "--contrast-source", default="", help="P-CXMI: another source sentence (step scores)"
+    parser.add_argument(  # None: not given ("" given is refused, not read as not given)
+        "--contrast-source", default=None, help="P-CXMI: another source sentence (step scores)"
     )
 
 
 def sentence_flag_problem(args) -> str | None:
     """Why the spans or the contrast source cannot go with the other flags, in one line
     (None: they can): they name one sentence's tokens, and a file gives its own sources."""
+    if args.contrast_source is not None and not args.contrast_source.strip():
+        return "--contrast-source is blank: give another source sentence, or leave it out"
     spans = bool(args.source_spans.strip() or args.target_spans.strip())
-    other = bool(args.contrast_source.strip())
+    other = bool((args.contrast_source or "").strip())
     if (spans or other) and args.faithfulness:
         return "spans and --contrast-source explain one sentence: leave out --faithfulness"
     if spans and args.input:

@@ -212,11 +212,19 @@ def shown_gradients(scores: torch.Tensor, tgt_mask: torch.Tensor, choices: Gradi
     return shown, signed
 
 
+CONTRAST_ONLY = ("occlusion",)  # methods of a contrast alone (``core.attribution.contrast``)
+
+
+def unknown_method(method: str) -> str:
+    """Why ``method`` is none of METHODS, in one line: a contrast's own, or unknown."""
+    if method in CONTRAST_ONLY:
+        return f"{method} explains a contrast only: give one (--contrast)"
+    return f"unknown method {method!r}; choose from {', '.join(METHODS)}"
+
+
 def method_problem(m: TranslationModel, method: str) -> str | None:
     """Why ``method`` does not explain this model, in one line (None: it does)."""
-    if method not in METHODS:
-        return f"unknown method {method!r}; choose from {', '.join(METHODS)}"
-    return m.supports(method)
+    return unknown_method(method) if method not in METHODS else m.supports(method)
 
 
 def attribute(

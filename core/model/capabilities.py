@@ -152,6 +152,11 @@ BY_TASK: dict[str, dict[str, str]] = {  # a model trained here on a task other t
     },
 }
 BY_TASK["translation"] = {"template": TRAINED_PROMPT}  # a decoder trained here reads its layout
+BY_TASK["lm"] = {  # its text was the corpus's pairs in that layout, packed
+    "template": "This model was trained here on the lm task: it read the corpus's text, each "
+    "sentence, <eos> and <bos>, then its translation; it reads a sentence the same way and "
+    "takes no prompt template."
+}
 BY_TASK["induction"] |= {
     "template": NO_PROMPT,
     "sentence": "This model was trained here on the induction task: it reads no sentence and no "

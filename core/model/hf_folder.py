@@ -343,5 +343,6 @@ def resolve(spec: str) -> Path:
     except Exception as e:  # noqa: BLE001 - network and hub errors of every kind
         raise HFModelError(
             f"{spec} is no file or folder here and could not be downloaded from the Hugging "
-            f"Face hub ({type(e).__name__}): offline, or no such model."
+            f"Face hub ({type(e).__name__}): offline, or no such model. Without a network, "
+            "download it elsewhere with save_pretrained and pass the folder."
         ) from e

@@ -118,11 +118,12 @@ def unprompted(start_id: int) -> PromptLayout:
 def layout_of(tokenizer, template: str, meta: dict) -> PromptLayout:
     """The ids ``template`` puts around a source for this tokenizer; a model trained here on
     the induction task reads none: its start token, then its output (``unprompted``); one
-    trained here on translation reads the sentence as it was trained, without a template
-    (``source_eos_bos``). TranslationError for too little after ``{src}``."""
+    trained here on translation (or the lm task) reads the sentence as it was trained, without
+    a template (``source_eos_bos``). TranslationError for too little after ``{src}``."""
     if meta.get("task") == "induction":
         return unprompted(int(tokenizer.bos_token_id))
-    if meta.get("layout") == TRAINED_LAYOUT:  # trained here on translation
+    if meta.get("layout") == TRAINED_LAYOUT or meta.get("task") == "lm":  # trained here on
+        # translation, or on the same text packed (a folder written before it named its layout)
         return source_eos_bos(int(tokenizer.eos_token_id), int(tokenizer.bos_token_id))
     before, gap, after = template_parts(template)
     first = tokenizer(before)["input_ids"]  # the start token, where it adds one

@@ -8,13 +8,13 @@ is a ``PreTrainedTokenizerFast``: a word ``Vocab`` becomes a ``tokenizers`` Word
 ``BPEVocab`` keeps its own tokenizer; both read a text as training did (d2l's preprocessing:
 ``core.corpus.text.tokenizers_preprocessing``), put ``<bos>`` before it and name
 ``<pad> <bos> <eos> <unk>`` as such. ``config.json`` carries one studio entry,
-``attention_studio`` (``STUDIO_KEY``): the task the model was trained on and, for translation,
-the layout it read (``source <eos> <bos>`` then the target: ``LAYOUT``), so that the studio's
-door reads the model as it was trained (``core.model.lm_loading``). An encoder's folder is a
-BERT's (``BertForMaskedLM``, ``AutoModelForMaskedLM`` opens it) with ``encoder_tokenizer``: the
-same reading, ``<bos> … <eos>`` as its [CLS] and [SEP], and its mask token.
-No machine path is written inside; the folder is written beside its place and swapped in, so a
-reader never sees half of one.
+``attention_studio`` (``STUDIO_KEY``): the task the model was trained on and, for translation
+and lm, the layout it read (``source <eos> <bos>`` then the target: ``LAYOUT``), so that the
+studio's door reads the model as it was trained (``core.model.lm_loading``). An encoder's
+folder is a BERT's (``BertForMaskedLM``, ``AutoModelForMaskedLM`` opens it) with
+``encoder_tokenizer``: the same reading, ``<bos> … <eos>`` as its [CLS] and [SEP], and its
+mask token. No machine path is written inside; the folder is written beside its place and
+swapped in, so a reader never sees half of one.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def export_folder(
     """Write ``trainee`` (a ``core.model.trainee.DecoderTrainee``, which imports this module,
     or a ``core.model.encoder_trainee.EncoderTrainee``: a BERT folder, ``encoder_tokenizer``)
     and ``vocab`` (its one vocabulary) as a ``save_pretrained`` folder at
-    ``path``, replacing any folder there whole; ``task`` ("translation", "induction") and the
+    ``path``, replacing any folder there whole; ``task`` ("translation", "lm", "induction") and the
     run's data settings (``data_config``, as its checkpoints record them: the corpus by name,
     so ``python -m core.evaluate`` splits it as the run did) are recorded in config.json's
     studio entry. Returns the folder."""
@@ -127,7 +127,8 @@ def export_folder(
     trainee.lm.save_pretrained(new, safe_serialization=True)
     tokenizer = encoder_tokenizer if trainee.cfg.arch == ENCODER else fast_tokenizer
     tokenizer(vocab, trainee.cfg.max_positions).save_pretrained(new)
-    prompted = task == "translation" and trainee.decodes  # an encoder reads no prompt
+    prompted = task != "induction" and trainee.decodes  # the lm task read the same text:
+    # sentence <eos> <bos> translation <eos>, packed (an encoder reads no prompt)
     entry = {"task": task} | ({"layout": LAYOUT} if prompted else {})
     _settle_config(new / CONFIG, entry | ({"data": data_config} if data_config else {}))
     for file in sorted(new.iterdir()):

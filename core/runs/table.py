@@ -37,8 +37,9 @@ CORE_COLUMNS = (  # shown by default, in this order
     "size",
     "note",
 )
-HOME_COLUMNS = ("run", "name", "state", "best BLEU", "steps", "progress", "started")  # Home's
-# summary fits a 1400 px page; the Train page's "All runs" has them all (it scrolls sideways)
+HOME_COLUMNS = ("run", "name", "state", "best BLEU", "val loss", "steps", "progress", "started")
+# Home's summary fits a 1400 px page (val loss: what an lm, masked-LM or induction run, which
+# has no BLEU, is judged by); the Train page's "All runs" has them all (it scrolls sideways)
 RUN_COLUMNS = ("preset", "device")  # more about the run, offered under "more columns"
 METRIC_HELP = {  # what each result column means
     "best BLEU": "highest validation BLEU of any evaluation",

@@ -18,7 +18,7 @@ from core.corpus.user_files import induction_words, source_problems
 from core.corpus.vocab import SPECIALS
 from core.model.config import ARCHS, MODEL_UPPER, ModelConfig
 from core.model.dropout import MASKS
-from core.training.config import DEVICES, SCHEDULES, TRAIN_UPPER, TrainConfig
+from core.training.config import DEVICES, RESUME_CHANGES, SCHEDULES, TRAIN_UPPER, TrainConfig
 from core.training.devices import memory_problem, resolve_device
 from core.training.presets import PRESETS
 
@@ -382,6 +382,24 @@ def add_setting_flags(parser: argparse.ArgumentParser, preset: str = "small") ->
             else:
                 kw["type"] = {"int": int, "float": float, "str": str}[str(f.type)]
             parser.add_argument("--" + f.name.replace("_", "-"), **kw)
+
+
+def resume_problem(args: argparse.Namespace, saved: dict) -> str | None:
+    """Why a resume's setting flags cannot be read, in one line (None: they can): a resumed run
+    keeps its own settings (``saved``, its config.json) but the limits, lr, warmup and clipping
+    (RESUME_CHANGES); a flag giving another value was dropped without a word (the same value,
+    as the command that started the run repeats it, changes nothing; the corpus is the run's)."""
+    dropped = []
+    for key, value in vars(args).items():
+        group, _, name = key.partition(".")
+        if not name or key == "data.source" or (group == "train" and name in RESUME_CHANGES):
+            continue
+        if (saved.get(group) or {}).get(name, value) != value:
+            dropped.append("--" + name.replace("_", "-"))
+    if not dropped:
+        return None
+    kept = ", ".join("--" + k.replace("_", "-") for k in RESUME_CHANGES)
+    return f"--resume keeps the run's own settings: it may change {kept}, not {', '.join(dropped)}"
 
 
 def settings_from_args(args: argparse.Namespace) -> dict[str, dict]:
