@@ -299,13 +299,15 @@ class EpochChecks(io.TextIOBase):
         return len(text)
 
 
-KNN_BYTES = 64 * 2**20  # the distances one chunk of the neighbour search holds
+KNN_BYTES = 16 * 2**20  # the distances one chunk of the neighbour search holds (float64)
 
 
 def neighbours(x: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     """((N, k) indices, (N, k) Euclidean distances) of each point's k nearest, itself first,
     exact, chunk by chunk of rows, each checking the heavy slot's deadline: what UMAP's own
-    search (one call, or NN-descent past 4,096 points) did where no check could stop it."""
+    search (one call, or NN-descent past 4,096 points) did where no check could stop it.
+    Memory: the points in float64 (at most 4 x budget.PROJECTION_BYTES of float16 vectors) and
+    a chunk's distances and their product, about 3 x KNN_BYTES."""
     x = x.detach().cpu().double()
     sq = (x * x).sum(1)  # (N,)
     rows = max(1, KNN_BYTES // (8 * len(x)))
